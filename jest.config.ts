@@ -1,0 +1,31 @@
+/** @jest-config-loader esbuild-register */
+import type { Config } from 'jest';
+
+// Native ESM jest: swc strips types, `.js` suffixes of relative imports are mapped back to the
+// `.ts` sources, and workspace packages resolve to their `src/` through the `warren-source`
+// export condition so tests never run stale `dist/` code.
+const shared = {
+  extensionsToTreatAsEsm: ['.ts'],
+  transform: {
+    '^.+\\.ts$': [
+      '@swc/jest',
+      {
+        jsc: { parser: { syntax: 'typescript' }, target: 'es2022', transform: { useDefineForClassFields: true } },
+        module: { type: 'es6' },
+      },
+    ],
+  },
+  moduleNameMapper: { '^(\\.{1,2}/.*)\\.js$': '$1' },
+  testEnvironment: 'node',
+  testEnvironmentOptions: { customExportConditions: ['warren-source', 'node', 'node-addons'] },
+} satisfies Config;
+
+const config: Config = {
+  projects: [
+    { ...shared, displayName: 'unit', testMatch: ['<rootDir>/packages/*/test/**/*.test.ts'] },
+    { ...shared, displayName: 'integration', testMatch: ['<rootDir>/test/integration/**/*.test.ts'] },
+    { ...shared, displayName: 'e2e', testMatch: ['<rootDir>/test/e2e/**/*.test.ts'], slowTestThreshold: 30 },
+  ],
+};
+
+export default config;

@@ -1,0 +1,88 @@
+import type { WebSocket } from 'ws';
+import {
+  CodedError,
+  decodeFrame,
+  encodeFrame,
+  isMethodName,
+  parseParams,
+  PROTOCOL_VERSION,
+  toWireError,
+  type FrameHeader,
+  type RequestId,
+} from '@warren/protocol';
+import { dispatch, type Handlers } from './dispatch.js';
+
+export const AGENT_VERSION = '0.1.0';
+
+/**
+ * Serves one authenticated WebSocket: the hello handshake, then requests and cancels. A bad frame
+ * gets a typed error frame and the connection lives on; closing the connection cancels every call
+ * still running on it.
+ */
+export function serveConnection(ws: WebSocket, handlers: Handlers): void {
+  let greeted = false;
+  const inflight = new Map<RequestId, AbortController>();
+  const send = (header: FrameHeader, payload?: Uint8Array) => {
+    if (ws.readyState === ws.OPEN) ws.send(encodeFrame(header, payload));
+  };
+  const sendError = (id: RequestId | null, err: unknown) => send({ type: 'err', id, error: toWireError(err) });
+
+  ws.on('message', (data: Buffer | ArrayBuffer | Buffer[], isBinary: boolean) => {
+    let frame;
+    try {
+      frame = decodeFrame(isBinary ? data : data.toString());
+    } catch (err) {
+      const id = err instanceof CodedError ? (err.details?.id as RequestId | undefined) : undefined;
+      sendError(id ?? null, err);
+      return;
+    }
+    const { header, payload } = frame;
+    if (!greeted) {
+      if (header.type !== 'hello') return sendError(null, new CodedError('HANDSHAKE_REQUIRED', 'The first frame on a connection must be a hello.'));
+      if (header.protocolVersion !== PROTOCOL_VERSION) {
+        sendError(null, new CodedError('PROTOCOL_VERSION_MISMATCH', `This agent speaks protocol ${PROTOCOL_VERSION}; the client sent ${header.protocolVersion}.`, {
+          server: PROTOCOL_VERSION,
+          client: header.protocolVersion,
+        }));
+        ws.close(1002, 'protocol version mismatch');
+        return;
+      }
+      greeted = true;
+      return send({ type: 'welcome', protocolVersion: PROTOCOL_VERSION, server: 'warren-agent', serverVersion: AGENT_VERSION });
+    }
+    switch (header.type) {
+      case 'req':
+        return void handleRequest(header.id, header.method, header.params, payload);
+      case 'cancel':
+        inflight.get(header.id)?.abort();
+        return;
+      default:
+        return sendError(null, new CodedError('INVALID_FRAME', `A client may send hello, req and cancel frames, not '${header.type}'.`));
+    }
+  });
+
+  ws.on('close', () => {
+    for (const controller of inflight.values()) controller.abort();
+    inflight.clear();
+  });
+
+  async function handleRequest(id: RequestId, method: string, rawParams: unknown, payload: Buffer | undefined): Promise<void> {
+    if (inflight.has(id)) return sendError(id, new CodedError('DUPLICATE_REQUEST_ID', `Request id ${JSON.stringify(id)} is already in flight.`, { id }));
+    const controller = new AbortController();
+    inflight.set(id, controller);
+    try {
+      if (!isMethodName(method)) throw new CodedError('UNKNOWN_METHOD', `Unknown method '${method}'.`, { method });
+      const params = parseParams(method, rawParams);
+      const { result, payload: out } = await dispatch(handlers, method, params, {
+        signal: controller.signal,
+        payload,
+        emit: (event, data, eventPayload) => send({ type: 'evt', id, event, data }, eventPayload),
+      });
+      send({ type: 'res', id, result }, out);
+    } catch (err) {
+      sendError(id, err);
+    } finally {
+      inflight.delete(id);
+    }
+  }
+}

@@ -1,0 +1,28 @@
+import { CodedError, type MethodName, type Params, type Result } from '@warren/protocol';
+
+/** What a handler gets besides its params. */
+export interface CallContext {
+  /** Aborted by a cancel frame, the request's own timeout, or the connection closing. */
+  signal: AbortSignal;
+  /** The request frame's binary payload, for methods whose `payload` is `request`. */
+  payload?: Buffer | undefined;
+  /** Sends one event frame for a streaming method. */
+  emit(event: string, data: unknown, payload?: Uint8Array): void;
+}
+
+/** A handler's answer: the result, and the response payload for `payload: 'response'` methods. */
+export interface HandlerReturn<M extends MethodName> {
+  result: Result<M>;
+  payload?: Uint8Array | undefined;
+}
+
+export type Handler<M extends MethodName> = (params: Params<M>, ctx: CallContext) => Promise<HandlerReturn<M>>;
+
+/** Every method's handler; the type makes a method without one a compile error. */
+export type Handlers = { [M in MethodName]: Handler<M> };
+
+/** Runs one call; throws a {@link CodedError} for anything the caller should see typed. */
+export async function dispatch<M extends MethodName>(handlers: Handlers, method: M, params: Params<M>, ctx: CallContext): Promise<HandlerReturn<M>> {
+  if (ctx.signal.aborted) throw new CodedError('CANCELLED', `${method} was cancelled before it started.`);
+  return handlers[method](params, ctx);
+}

@@ -1,0 +1,1 @@
+export { serve, sdkExample } from './serve.js';

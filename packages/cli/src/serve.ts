@@ -1,0 +1,44 @@
+import { startController, type Controller } from '@warren/controller';
+
+/** The five lines a new user pastes to see a sandbox work. */
+export function sdkExample(url: string): string {
+  return [
+    `import { Sandbox } from '@warren/sdk';`,
+    `await using sandbox = await Sandbox.create({ baseUrl: '${url}', apiKey: process.env.WARREN_API_KEY });`,
+    `await sandbox.files.write('hello.py', 'print("hello from the sandbox")');`,
+    `const { stdout, exitCode } = await sandbox.commands.run('python3 hello.py');`,
+    `console.log(exitCode, stdout);`,
+  ].join('\n');
+}
+
+/**
+ * `warren serve`: starts the controller in the foreground and prints how to use it. Stopping it
+ * (Ctrl-C, SIGTERM) leaves the sandboxes running; the next start picks them up again.
+ */
+export async function serve(options: { host?: string; port?: number }): Promise<Controller> {
+  const config: { host?: string; port?: number } = {};
+  if (options.host !== undefined) config.host = options.host;
+  if (options.port !== undefined) config.port = options.port;
+  const controller = await startController({ config });
+  const keyLine = controller.generatedApiKey
+    ? `API key:    ${controller.generatedApiKey}   (shown once; stored in ${controller.config.stateDir}/api-key, mode 0600)`
+    : process.env.WARREN_API_KEY
+      ? 'API key:    from WARREN_API_KEY'
+      : `API key:    stored in ${controller.config.stateDir}/api-key (mode 0600)`;
+  process.stdout.write(
+    [
+      '',
+      `Warren is listening on ${controller.url}`,
+      keyLine,
+      '',
+      'Try it (Node 20+, ESM), with WARREN_API_KEY set to the key above:',
+      '',
+      sdkExample(controller.url),
+      '',
+    ].join('\n') + '\n',
+  );
+  const stop = () => void controller.close().then(() => process.exit(0));
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
+  return controller;
+}

@@ -1,0 +1,59 @@
+import { CodedError, decodeFrame, encodeFrame, parseResult, PROTOCOL_VERSION, WS_MAX_PAYLOAD_BYTES, type Result } from '@warren/protocol';
+import { WebSocket } from 'ws';
+
+/**
+ * Opens a WebSocket to a sandbox's daemon over its unix socket, presenting the session secret.
+ * Resolves once open; frames are not touched, so the caller can relay them as they are.
+ */
+export function openAgentSocket(socketPath: string, secret: string, timeoutMs = 5000): Promise<WebSocket> {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(`ws+unix://${socketPath}:/`, {
+      headers: { authorization: `Bearer ${secret}` },
+      maxPayload: WS_MAX_PAYLOAD_BYTES,
+      handshakeTimeout: timeoutMs,
+      perMessageDeflate: false,
+    });
+    const fail = (err: Error) => {
+      ws.removeAllListeners();
+      ws.on('error', () => undefined);
+      ws.terminate();
+      reject(err);
+    };
+    ws.once('open', () => {
+      ws.removeListener('error', fail);
+      resolve(ws);
+    });
+    ws.once('error', fail);
+    ws.once('unexpected-response', (_req, res) => fail(new CodedError('UPSTREAM_UNAVAILABLE', `The sandbox daemon refused the connection (HTTP ${res.statusCode}).`)));
+  });
+}
+
+/**
+ * A real call to the daemon: hello, then `system.info`. The controller calls a sandbox ready only
+ * when this answers, not when its container has started.
+ */
+export async function probeAgent(socketPath: string, secret: string, timeoutMs = 5000): Promise<Result<'system.info'>> {
+  const ws = await openAgentSocket(socketPath, secret, timeoutMs);
+  try {
+    return await new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new CodedError('SANDBOX_NOT_READY', `The sandbox daemon did not answer within ${timeoutMs} ms.`)), timeoutMs);
+      ws.on('message', (data: Buffer) => {
+        try {
+          const { header } = decodeFrame(data);
+          if (header.type === 'welcome') ws.send(encodeFrame({ type: 'req', id: 1, method: 'system.info', params: {} }));
+          else if (header.type === 'res') resolve(parseResult('system.info', header.result));
+          else if (header.type === 'err') reject(new CodedError(header.error.code, header.error.message));
+        } catch (err) {
+          reject(err);
+        }
+      });
+      ws.once('close', () => reject(new CodedError('SANDBOX_NOT_READY', 'The sandbox daemon closed the connection during the probe.')));
+      ws.send(encodeFrame({ type: 'hello', protocolVersion: PROTOCOL_VERSION, client: 'warren-controller' }));
+      const clear = () => clearTimeout(timer);
+      ws.once('close', clear);
+      ws.once('message', clear);
+    });
+  } finally {
+    ws.close();
+  }
+}

@@ -1,0 +1,87 @@
+import { execFile } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { readFile, stat } from 'node:fs/promises';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { pack } from 'tar-stream';
+
+/** Where the runtime volume is mounted in every sandbox, read-only. */
+export const RUNTIME_DIR = '/opt/warren';
+const LOADER_NAME = 'ld-linux-x86-64.so.2';
+
+/** One file of the runtime, as it will sit under {@link RUNTIME_DIR}. */
+interface RuntimeFile {
+  name: string;
+  content: Buffer;
+  mode: number;
+}
+
+/**
+ * The agent runtime: the host's Node binary, the shared libraries and loader it needs, and the
+ * bundled daemon. Started through its own loader with its own libraries, it runs in any
+ * linux/amd64 image, glibc or not, and nothing is baked into the user's image.
+ */
+export interface AgentRuntime {
+  /** Content hash: names the volume, so a changed runtime gets a new one. */
+  hash: string;
+  files: RuntimeFile[];
+}
+
+/** The command that starts the daemon inside a sandbox. */
+export function agentCommand(args: string[]): string[] {
+  return [`${RUNTIME_DIR}/${LOADER_NAME}`, '--library-path', `${RUNTIME_DIR}/lib`, `${RUNTIME_DIR}/node`, `${RUNTIME_DIR}/warren-agent.mjs`, ...args];
+}
+
+/** Collects the runtime from this host: `process.execPath`, what `ldd` lists for it, and the bundle. */
+export async function collectRuntime(agentBundlePath: string): Promise<AgentRuntime> {
+  const bundle = await readFile(agentBundlePath).catch((err: NodeJS.ErrnoException) => {
+    if (err.code === 'ENOENT') throw new Error(`The agent bundle ${agentBundlePath} is missing: run 'pnpm build' (scripts/start does).`);
+    throw err;
+  });
+  const nodePath = process.execPath;
+  const { stdout } = await promisify(execFile)('ldd', [nodePath]);
+  const files: RuntimeFile[] = [
+    { name: 'node', content: await readFile(nodePath), mode: 0o755 },
+    { name: 'warren-agent.mjs', content: bundle, mode: 0o644 },
+  ];
+  for (const line of stdout.split('\n')) {
+    // "libm.so.6 => /lib/x86_64-linux-gnu/libm.so.6 (0x...)" or "/lib64/ld-linux-x86-64.so.2 (0x...)"
+    const match = /^\s*(\S+)(?:\s+=>\s+(\S+))?\s+\(0x[0-9a-f]+\)/.exec(line);
+    if (!match) continue;
+    const [, name, resolved] = match;
+    const source = resolved ?? name!;
+    if (!path.isAbsolute(source)) continue; // linux-vdso: provided by the kernel
+    const content = await readFile(source);
+    if (path.basename(source).startsWith('ld-linux')) files.push({ name: LOADER_NAME, content, mode: 0o755 });
+    else files.push({ name: `lib/${path.basename(name!)}`, content, mode: 0o644 });
+  }
+  if (!files.some((f) => f.name === LOADER_NAME)) throw new Error(`ldd did not list a loader for ${nodePath}; Warren needs a dynamically linked glibc Node on the host.`);
+  const hash = createHash('sha256');
+  for (const file of files) hash.update(file.name).update('\0').update(file.content);
+  return { hash: hash.digest('hex').slice(0, 16), files };
+}
+
+/** The runtime as a tar stream, ending with a `.complete` marker written last. */
+export async function runtimeTar(runtime: AgentRuntime): Promise<Buffer> {
+  const tar = pack();
+  const chunks: Buffer[] = [];
+  tar.on('data', (chunk: unknown) => chunks.push(chunk as Buffer));
+  const done = new Promise<void>((resolve, reject) => {
+    tar.on('end', resolve);
+    tar.on('error', reject);
+  });
+  tar.entry({ name: 'lib/', type: 'directory', mode: 0o755 });
+  for (const file of runtime.files) tar.entry({ name: file.name, mode: file.mode }, file.content);
+  tar.entry({ name: '.complete', mode: 0o644 }, runtime.hash);
+  tar.finalize();
+  await done;
+  return Buffer.concat(chunks);
+}
+
+/** True when the file exists: used to check the bundle before starting. */
+export async function exists(file: string): Promise<boolean> {
+  return stat(file).then(
+    () => true,
+    () => false,
+  );
+}

@@ -1,0 +1,83 @@
+import { z } from 'zod';
+import { ERROR_CODE_LIST } from './errors.js';
+
+/** A request id: unique among the requests in flight on one connection. */
+export const RequestId = z.union([z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER), z.string().min(1).max(64)]);
+export type RequestId = z.infer<typeof RequestId>;
+
+export const WireError = z.strictObject({
+  code: z.enum(ERROR_CODE_LIST),
+  message: z.string(),
+  details: z.record(z.string(), z.unknown()).optional(),
+});
+
+/** The first frame a client sends. */
+export const HelloFrame = z.strictObject({
+  type: z.literal('hello'),
+  protocolVersion: z.number().int().positive(),
+  client: z.string().max(200).optional(),
+});
+
+/** The server's answer to a compatible hello. */
+export const WelcomeFrame = z.strictObject({
+  type: z.literal('welcome'),
+  protocolVersion: z.number().int().positive(),
+  server: z.string().max(200),
+  serverVersion: z.string().max(100),
+});
+
+/** A call: `params` are checked against the method's schema by the receiver. */
+export const RequestFrame = z.strictObject({
+  type: z.literal('req'),
+  id: RequestId,
+  method: z.string().min(1).max(100),
+  params: z.unknown(),
+});
+
+/** The final, successful answer to a request. */
+export const ResponseFrame = z.strictObject({
+  type: z.literal('res'),
+  id: RequestId,
+  result: z.unknown(),
+});
+
+/** The final, failed answer to a request; `id` is null when the frame it answers had none. */
+export const ErrorFrame = z.strictObject({
+  type: z.literal('err'),
+  id: RequestId.nullable(),
+  error: WireError,
+});
+
+/** One event of a streaming request, before its final `res` or `err`. */
+export const EventFrame = z.strictObject({
+  type: z.literal('evt'),
+  id: RequestId,
+  event: z.string().min(1).max(100),
+  data: z.unknown(),
+});
+
+/** Asks the receiver to stop the work of a request in flight. */
+export const CancelFrame = z.strictObject({
+  type: z.literal('cancel'),
+  id: RequestId,
+});
+
+/** Every frame header that may cross the wire. */
+export const FrameHeader = z.discriminatedUnion('type', [
+  HelloFrame,
+  WelcomeFrame,
+  RequestFrame,
+  ResponseFrame,
+  ErrorFrame,
+  EventFrame,
+  CancelFrame,
+]);
+
+export type HelloFrame = z.infer<typeof HelloFrame>;
+export type WelcomeFrame = z.infer<typeof WelcomeFrame>;
+export type RequestFrame = z.infer<typeof RequestFrame>;
+export type ResponseFrame = z.infer<typeof ResponseFrame>;
+export type ErrorFrame = z.infer<typeof ErrorFrame>;
+export type EventFrame = z.infer<typeof EventFrame>;
+export type CancelFrame = z.infer<typeof CancelFrame>;
+export type FrameHeader = z.infer<typeof FrameHeader>;

@@ -1,0 +1,15 @@
+/** The wire protocol version. Both ends send it in the handshake; a different major is refused. */
+export const PROTOCOL_VERSION = 1;
+
+/** The largest frame (header + payload) a peer accepts and answers; bigger ones get `FRAME_TOO_LARGE`. */
+export const MAX_FRAME_BYTES = 32 * 1024 * 1024;
+
+/**
+ * The WebSocket message cap. Frames between {@link MAX_FRAME_BYTES} and this still get a typed
+ * error and the connection lives on; past it the socket closes with 1009, because buffering an
+ * unbounded message is how a hostile client takes the process's memory.
+ */
+export const WS_MAX_PAYLOAD_BYTES = 64 * 1024 * 1024;
+
+/** The largest JSON header a frame may carry. */
+export const MAX_HEADER_BYTES = 1024 * 1024;

@@ -1,0 +1,187 @@
+import {
+  decodeFrame,
+  encodeFrame,
+  issueText,
+  METHODS,
+  parseResult,
+  PROTOCOL_VERSION,
+  WS_MAX_PAYLOAD_BYTES,
+  type EventFrame,
+  type FrameHeader,
+  type MethodName,
+  type ParamsIn,
+  type Result,
+} from '@warren/protocol';
+import { WebSocket } from 'ws';
+import { errorFromWire, makeError, WarrenError } from './errors.js';
+
+/** Options every call takes. */
+export interface CallOptions {
+  /** Aborting sends a cancel frame and rejects the call with `CancelledError`. */
+  signal?: AbortSignal | undefined;
+  /** How long to wait for the final answer before cancelling and rejecting with `RequestTimeoutError`. */
+  timeoutMs?: number | undefined;
+}
+
+export interface RawCallOptions extends CallOptions {
+  payload?: Uint8Array | undefined;
+  onEvent?: ((event: EventFrame, payload: Buffer | undefined) => void) | undefined;
+}
+
+/** A call's answer: the checked result and the response payload, if the method has one. */
+export interface CallAnswer<M extends MethodName> {
+  result: Result<M>;
+  payload?: Buffer | undefined;
+}
+
+export const DEFAULT_CALL_TIMEOUT_MS = 60_000;
+
+interface Pending {
+  method: MethodName;
+  resolve: (answer: { result: unknown; payload?: Buffer | undefined }) => void;
+  reject: (err: WarrenError) => void;
+  onEvent?: RawCallOptions['onEvent'];
+}
+
+/**
+ * One WebSocket to a sandbox, through the controller: the hello handshake, then calls matched to
+ * their answers by id in one pending map. Each call has its own timeout naming its method, and
+ * everything still pending is rejected when the connection closes.
+ */
+export class Connection {
+  private nextId = 1;
+  private readonly pending = new Map<number, Pending>();
+  private closedError: WarrenError | undefined;
+
+  private constructor(private readonly ws: WebSocket) {
+    ws.on('message', (data: Buffer) => this.onMessage(data));
+    ws.on('close', (code, reason) => this.failAll(makeError('CONNECTION_CLOSED', `The connection to the sandbox closed (${code}${reason.length ? `: ${reason.toString()}` : ''}).`)));
+    ws.on('error', () => undefined); // the close that follows reports it
+  }
+
+  /** Opens a connection and completes the version handshake. */
+  static async open(url: string, token: string, timeoutMs = 10_000): Promise<Connection> {
+    const ws = new WebSocket(url, { headers: { authorization: `Bearer ${token}` }, maxPayload: WS_MAX_PAYLOAD_BYTES, perMessageDeflate: false, handshakeTimeout: timeoutMs });
+    await new Promise<void>((resolve, reject) => {
+      ws.once('open', resolve);
+      ws.once('error', (err) => reject(makeError('CONNECTION_CLOSED', `Could not connect to ${url}: ${err.message}`, { cause: err })));
+      ws.once('unexpected-response', (_req, res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => reject(restError(res.statusCode ?? 0, Buffer.concat(chunks).toString('utf8'))));
+      });
+    });
+    const welcome = new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(makeError('REQUEST_TIMEOUT', `No handshake answer from ${url} within ${timeoutMs} ms.`)), timeoutMs);
+      ws.once('message', (data: Buffer) => {
+        clearTimeout(timer);
+        try {
+          const { header } = decodeFrame(data);
+          if (header.type === 'welcome') resolve();
+          else if (header.type === 'err') reject(errorFromWire(header.error));
+          else reject(makeError('INVALID_FRAME', `Expected a welcome frame, got '${header.type}'.`));
+        } catch (err) {
+          reject(toWarrenError(err));
+        }
+      });
+    });
+    ws.send(encodeFrame({ type: 'hello', protocolVersion: PROTOCOL_VERSION, client: '@warren/sdk' }));
+    try {
+      await welcome;
+    } catch (err) {
+      ws.terminate();
+      throw err;
+    }
+    return new Connection(ws);
+  }
+
+  /**
+   * Calls a method: params are checked against its schema before anything is sent, the result
+   * against its schema when it arrives.
+   */
+  async call<M extends MethodName>(method: M, params: ParamsIn<M>, options: RawCallOptions = {}): Promise<CallAnswer<M>> {
+    const checked = METHODS[method].params.safeParse(params);
+    if (!checked.success) throw makeError('INVALID_PARAMS', `Invalid arguments for ${method}: ${checked.error.issues.map(issueText).join('; ')}`);
+    if (this.closedError) throw this.closedError;
+    if (options.signal?.aborted) throw makeError('CANCELLED', `${method} was cancelled before it was sent.`);
+
+    const id = this.nextId++;
+    const timeoutMs = options.timeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+    let timer: NodeJS.Timeout | undefined;
+    let onAbort: (() => void) | undefined;
+    try {
+      const answer = await new Promise<{ result: unknown; payload?: Buffer | undefined }>((resolve, reject) => {
+        this.pending.set(id, { method, resolve, reject, onEvent: options.onEvent });
+        const giveUp = (err: WarrenError) => {
+          if (!this.pending.delete(id)) return;
+          this.sendFrame({ type: 'cancel', id });
+          reject(err);
+        };
+        timer = setTimeout(() => giveUp(makeError('REQUEST_TIMEOUT', `${method} did not answer within ${timeoutMs} ms; it was cancelled.`)), timeoutMs);
+        onAbort = () => giveUp(makeError('CANCELLED', `${method} was cancelled by its AbortSignal.`));
+        options.signal?.addEventListener('abort', onAbort, { once: true });
+        this.sendFrame({ type: 'req', id, method, params: checked.data }, options.payload);
+      });
+      return { result: parseResult(method, answer.result), payload: answer.payload };
+    } catch (err) {
+      throw toWarrenError(err);
+    } finally {
+      clearTimeout(timer);
+      if (onAbort) options.signal?.removeEventListener('abort', onAbort);
+    }
+  }
+
+  /** Closes the connection; pending calls are rejected with `ConnectionClosedError`. */
+  close(): void {
+    this.failAll(makeError('CONNECTION_CLOSED', 'The connection was closed by this client.'));
+    if (this.ws.readyState === WebSocket.OPEN || this.ws.readyState === WebSocket.CONNECTING) this.ws.close(1000);
+  }
+
+  get isOpen(): boolean {
+    return this.closedError === undefined;
+  }
+
+  private sendFrame(header: FrameHeader, payload?: Uint8Array): void {
+    if (this.ws.readyState === WebSocket.OPEN) this.ws.send(encodeFrame(header, payload));
+  }
+
+  private onMessage(data: Buffer): void {
+    let frame;
+    try {
+      frame = decodeFrame(data);
+    } catch {
+      return; // a peer that breaks the protocol cannot be matched to a call; the call times out
+    }
+    const { header, payload } = frame;
+    if (header.type !== 'res' && header.type !== 'err' && header.type !== 'evt') return;
+    if (header.id === null || typeof header.id !== 'number') return;
+    const pending = this.pending.get(header.id);
+    if (!pending) return;
+    if (header.type === 'evt') return pending.onEvent?.(header, payload);
+    this.pending.delete(header.id);
+    if (header.type === 'res') pending.resolve({ result: header.result, payload });
+    else pending.reject(errorFromWire(header.error));
+  }
+
+  private failAll(err: WarrenError): void {
+    this.closedError ??= err;
+    for (const pending of this.pending.values()) pending.reject(err);
+    this.pending.clear();
+  }
+}
+
+function toWarrenError(err: unknown): WarrenError {
+  if (err instanceof WarrenError) return err;
+  return makeError('INTERNAL', err instanceof Error ? err.message : String(err), { cause: err });
+}
+
+/** Turns a REST error answer (status + JSON body) into its SDK error. */
+export function restError(status: number, text: string): WarrenError {
+  try {
+    const body = JSON.parse(text) as { error?: { code?: string; message?: string; details?: Record<string, unknown> } };
+    if (body.error?.code && body.error.message) return makeError(body.error.code as never, body.error.message, { details: body.error.details });
+  } catch {
+    // not JSON: fall through
+  }
+  return makeError(status === 401 ? 'UNAUTHORIZED' : 'UPSTREAM_UNAVAILABLE', `The controller answered HTTP ${status}: ${text.slice(0, 500)}`);
+}

@@ -1,0 +1,58 @@
+import { CreateSandboxResponse, REST_PATHS, SandboxInfo, type CreateSandboxRequest } from '@warren/protocol';
+import { restError } from './connection.js';
+import { makeError } from './errors.js';
+
+/** Where the controller is and how to authenticate to it. */
+export interface ControllerOptions {
+  /** The controller's URL; `WARREN_URL` or http://127.0.0.1:7420 when absent. */
+  baseUrl?: string | undefined;
+  /** The API key; `WARREN_API_KEY` when absent. */
+  apiKey?: string | undefined;
+}
+
+export const DEFAULT_BASE_URL = 'http://127.0.0.1:7420';
+
+export function resolveControllerOptions(options: ControllerOptions): { baseUrl: string; apiKey: string | undefined } {
+  return { baseUrl: (options.baseUrl ?? process.env.WARREN_URL ?? DEFAULT_BASE_URL).replace(/\/+$/, ''), apiKey: options.apiKey ?? process.env.WARREN_API_KEY };
+}
+
+/** The controller's REST API, with its errors turned into SDK error classes. */
+export class RestClient {
+  constructor(
+    readonly baseUrl: string,
+    private readonly credential: string | undefined,
+  ) {}
+
+  async create(body: CreateSandboxRequest, signal?: AbortSignal): Promise<CreateSandboxResponse> {
+    return CreateSandboxResponse.parse(await this.request('POST', REST_PATHS.sandboxes, body, signal));
+  }
+
+  async get(id: string, signal?: AbortSignal): Promise<SandboxInfo> {
+    return SandboxInfo.parse(await this.request('GET', REST_PATHS.sandbox(id), undefined, signal));
+  }
+
+  async kill(id: string, signal?: AbortSignal): Promise<void> {
+    await this.request('DELETE', REST_PATHS.sandbox(id), undefined, signal);
+  }
+
+  /** The WebSocket URL of a sandbox's connection. */
+  connectUrl(id: string): string {
+    return `${this.baseUrl.replace(/^http/, 'ws')}${REST_PATHS.connect(id)}`;
+  }
+
+  private async request(method: string, path: string, body: unknown, signal: AbortSignal | undefined): Promise<unknown> {
+    const headers: Record<string, string> = {};
+    if (this.credential) headers.authorization = `Bearer ${this.credential}`;
+    if (body !== undefined) headers['content-type'] = 'application/json';
+    let res: Response;
+    try {
+      res = await fetch(`${this.baseUrl}${path}`, { method, headers, body: body === undefined ? null : JSON.stringify(body), signal: signal ?? null });
+    } catch (err) {
+      if (signal?.aborted) throw makeError('CANCELLED', `${method} ${path} was cancelled.`, { cause: err });
+      throw makeError('UPSTREAM_UNAVAILABLE', `Could not reach the Warren controller at ${this.baseUrl}: ${(err as Error).message}. Start it with scripts/start.`, { cause: err });
+    }
+    const text = await res.text();
+    if (!res.ok) throw restError(res.status, text);
+    return text ? JSON.parse(text) : undefined;
+  }
+}

@@ -1,0 +1,97 @@
+import type { CreateSandboxRequest, SandboxInfo } from '@warren/protocol';
+import { Commands } from './commands.js';
+import { Connection } from './connection.js';
+import { Files } from './files.js';
+import { RestClient, resolveControllerOptions, type ControllerOptions } from './rest.js';
+
+/** Options of {@link Sandbox.create}: where the controller is, and what sandbox to make. */
+export interface SandboxCreateOptions extends ControllerOptions, CreateSandboxRequest {
+  signal?: AbortSignal;
+}
+
+export interface SandboxConnectOptions extends ControllerOptions {
+  /** This sandbox's token; the API key (`apiKey`) works too. */
+  token?: string;
+}
+
+/**
+ * One sandbox: a container on the Warren host, reached over one WebSocket through the
+ * controller. Dispose it (or call {@link Sandbox.kill}) to remove the container.
+ *
+ * @example
+ * await using sandbox = await Sandbox.create({ baseUrl, apiKey });
+ * await sandbox.files.write('a.py', 'print(6 * 7)');
+ * const { stdout } = await sandbox.commands.run('python3 a.py');
+ */
+export class Sandbox implements AsyncDisposable {
+  /** File operations under the sandbox's file policy. */
+  readonly files: Files;
+  /** Processes in the sandbox. */
+  readonly commands: Commands;
+
+  private constructor(
+    /** The sandbox id: 142 random bits. */
+    readonly id: string,
+    /** The credential that reaches this sandbox only; hand it to a worker instead of the API key. */
+    readonly token: string,
+    private readonly rest: RestClient,
+    private readonly connection: Connection,
+  ) {
+    this.files = new Files(() => this.connection);
+    this.commands = new Commands(() => this.connection);
+  }
+
+  /**
+   * Creates a sandbox and connects to it. Resolves once the sandbox's daemon has answered.
+   *
+   * @example
+   * const sandbox = await Sandbox.create({ baseUrl: 'http://127.0.0.1:7420', apiKey, ttlSeconds: 600 });
+   */
+  static async create(options: SandboxCreateOptions = {}): Promise<Sandbox> {
+    const { baseUrl, apiKey } = resolveControllerOptions(options);
+    const rest = new RestClient(baseUrl, apiKey);
+    const { baseUrl: _b, apiKey: _k, signal, ...request } = options;
+    const created = await rest.create(request, signal);
+    try {
+      const connection = await Connection.open(rest.connectUrl(created.id), created.token);
+      return new Sandbox(created.id, created.token, rest, connection);
+    } catch (err) {
+      await rest.kill(created.id).catch(() => undefined);
+      throw err;
+    }
+  }
+
+  /**
+   * Connects to a sandbox that already exists, with its token or the API key.
+   *
+   * @example
+   * const sandbox = await Sandbox.connect(id, { token });
+   */
+  static async connect(id: string, options: SandboxConnectOptions = {}): Promise<Sandbox> {
+    const { baseUrl, apiKey } = resolveControllerOptions(options);
+    const credential = options.token ?? apiKey;
+    const rest = new RestClient(baseUrl, credential);
+    const connection = await Connection.open(rest.connectUrl(id), credential ?? '');
+    return new Sandbox(id, options.token ?? '', rest, connection);
+  }
+
+  /** The sandbox's state as the controller sees it. */
+  info(options: { signal?: AbortSignal } = {}): Promise<SandboxInfo> {
+    return this.rest.get(this.id, options.signal);
+  }
+
+  /** Removes the sandbox: its container, files and processes are gone afterwards. */
+  async kill(options: { signal?: AbortSignal } = {}): Promise<void> {
+    this.connection.close();
+    await this.rest.kill(this.id, options.signal);
+  }
+
+  /** Closes this client's connection; the sandbox keeps running. */
+  close(): void {
+    this.connection.close();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.kill();
+  }
+}

@@ -1,0 +1,26 @@
+import { z } from 'zod';
+
+/** A path as a caller names it; the agent resolves it through the sandbox's policy. */
+export const SandboxPath = z
+  .string()
+  .min(1)
+  .max(4096)
+  .refine((p) => !p.includes('\0'), 'path must not contain a NUL byte');
+
+/**
+ * What a method needs from its caller's credential: `read` and `write` are governed by the file
+ * policy too; `exec` is not (a shell is not bound by the file policy), so a derived handle gets
+ * it only when asked for.
+ */
+export type MethodAccess = 'read' | 'write' | 'exec' | 'info';
+
+/** One method's contract; both ends import the same entry. */
+export interface MethodSpec {
+  params: z.ZodType;
+  result: z.ZodType;
+  access: MethodAccess;
+  /** Which frame carries binary bytes: the request (uploads) or the response (downloads). */
+  payload?: 'request' | 'response';
+  /** Safe to send again after a dropped connection. */
+  idempotent: boolean;
+}

@@ -1,0 +1,89 @@
+import { describe, expect, it } from '@jest/globals';
+import { CodedError, decodeFrame, encodeFrame, MAX_FRAME_BYTES, type FrameHeader } from '../src/index.js';
+
+function codeOf(fn: () => unknown): string | undefined {
+  try {
+    fn();
+  } catch (err) {
+    return err instanceof CodedError ? err.code : 'not a CodedError';
+  }
+  return undefined;
+}
+
+describe('frames', () => {
+  const headers: FrameHeader[] = [
+    { type: 'hello', protocolVersion: 1, client: 'test' },
+    { type: 'welcome', protocolVersion: 1, server: 'warren-agent', serverVersion: '0.1.0' },
+    { type: 'req', id: 7, method: 'fs.read', params: { path: 'a.py' } },
+    { type: 'req', id: 'abc', method: 'process.exec', params: { cmd: ['ls', '-l'] } },
+    { type: 'res', id: 7, result: { path: 'a.py', size: 3, mtimeMs: 1 } },
+    { type: 'err', id: null, error: { code: 'INVALID_FRAME', message: 'bad' } },
+    { type: 'err', id: 3, error: { code: 'NOT_FOUND', message: 'gone', details: { path: 'x' } } },
+    { type: 'evt', id: 9, event: 'stdout', data: { offset: 0 } },
+    { type: 'cancel', id: 9 },
+  ];
+
+  it.each(headers)('round-trips a $type frame', (header) => {
+    expect(decodeFrame(encodeFrame(header))).toEqual({ header });
+  });
+
+  it('carries a binary payload as raw bytes, not base64', () => {
+    const payload = Buffer.from([0, 255, 1, 254, 0x0a]);
+    const encoded = encodeFrame({ type: 'res', id: 1, result: {} }, payload);
+    expect(encoded.subarray(encoded.length - payload.length)).toEqual(payload);
+    expect(decodeFrame(encoded).payload).toEqual(payload);
+  });
+
+  it('rejects a text frame with INVALID_FRAME', () => {
+    expect(codeOf(() => decodeFrame('{"type":"hello"}'))).toBe('INVALID_FRAME');
+  });
+
+  it('rejects a frame shorter than its length prefix', () => {
+    expect(codeOf(() => decodeFrame(Buffer.from([0, 0])))).toBe('INVALID_FRAME');
+  });
+
+  it('rejects a header length that runs past the frame', () => {
+    const bytes = Buffer.alloc(8);
+    bytes.writeUInt32BE(1000, 0);
+    expect(codeOf(() => decodeFrame(bytes))).toBe('INVALID_FRAME');
+  });
+
+  it('rejects a header that is not JSON', () => {
+    const json = Buffer.from('{nope');
+    const prefix = Buffer.alloc(4);
+    prefix.writeUInt32BE(json.length, 0);
+    expect(codeOf(() => decodeFrame(Buffer.concat([prefix, json])))).toBe('INVALID_FRAME');
+  });
+
+  it('rejects an unknown frame type and keeps the request id for the answer', () => {
+    const raw = Buffer.from(JSON.stringify({ type: 'bogus', id: 12 }));
+    const prefix = Buffer.alloc(4);
+    prefix.writeUInt32BE(raw.length, 0);
+    try {
+      decodeFrame(Buffer.concat([prefix, raw]));
+      throw new Error('decoded');
+    } catch (err) {
+      expect(err).toBeInstanceOf(CodedError);
+      expect((err as CodedError).code).toBe('INVALID_FRAME');
+      expect((err as CodedError).details).toEqual({ id: 12 });
+    }
+  });
+
+  it('rejects unknown keys in a header (strict objects)', () => {
+    const raw = Buffer.from(JSON.stringify({ type: 'cancel', id: 1, __proto__x: 1 }));
+    const prefix = Buffer.alloc(4);
+    prefix.writeUInt32BE(raw.length, 0);
+    expect(codeOf(() => decodeFrame(Buffer.concat([prefix, raw])))).toBe('INVALID_FRAME');
+  });
+
+  it('rejects an oversized frame with FRAME_TOO_LARGE, naming its request id', () => {
+    const frame = encodeFrame({ type: 'req', id: 5, method: 'fs.write', params: { path: 'big' } }, Buffer.alloc(MAX_FRAME_BYTES + 1));
+    try {
+      decodeFrame(frame);
+      throw new Error('decoded');
+    } catch (err) {
+      expect((err as CodedError).code).toBe('FRAME_TOO_LARGE');
+      expect((err as CodedError).details).toEqual({ id: 5 });
+    }
+  });
+});

@@ -4,6 +4,7 @@ import type { Duplex } from 'node:stream';
 import { CodedError, ERROR_CODES, REST_PATHS, WS_MAX_PAYLOAD_BYTES, type ErrorCode, type RestErrorBody } from '@warren/protocol';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { openAgentSocket } from './agent-link.js';
+import { relay } from './relay.js';
 import type { Credentials } from './credentials.js';
 import type { SandboxService } from './sandboxes.js';
 
@@ -71,28 +72,6 @@ async function upgrade(deps: HttpServerDeps, wss: WebSocketServer, req: Incoming
     throw new CodedError('SANDBOX_NOT_READY', `The sandbox daemon is not answering: ${(err as Error).message}`, { sandboxId: id });
   });
   wss.handleUpgrade(req, socket, head, (client) => relay(client, agent));
-}
-
-/**
- * Passes frames both ways exactly as they are: the daemon validates them, and the controller
- * never re-encodes a payload. Either side closing closes the other, which cancels the calls the
- * daemon was running for this client.
- */
-function relay(client: WebSocket, agent: WebSocket): void {
-  client.on('message', (data: Buffer, isBinary: boolean) => {
-    if (agent.readyState === agent.OPEN) agent.send(data, { binary: isBinary });
-  });
-  agent.on('message', (data: Buffer, isBinary: boolean) => {
-    if (client.readyState === client.OPEN) client.send(data, { binary: isBinary });
-  });
-  const closeBoth = () => {
-    if (client.readyState !== client.CLOSED) client.close();
-    if (agent.readyState !== agent.CLOSED) agent.close();
-  };
-  client.on('close', closeBoth);
-  agent.on('close', closeBoth);
-  client.on('error', () => client.terminate());
-  agent.on('error', () => agent.terminate());
 }
 
 /**

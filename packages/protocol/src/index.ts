@@ -4,3 +4,4 @@ export * from './envelope.js';
 export * from './frame.js';
 export * from './methods.js';
 export * from './rest.js';
+export * from './line-hash.js';

@@ -1,0 +1,111 @@
+# shellcheck shell=bash
+# Helpers shared by Warren's scripts. Source this file; it does not run anything by itself
+# and is safe under `set -euo pipefail`.
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+
+# Progress goes to stderr so stdout stays usable for a script's real output.
+step() {
+  _step_started=$EPOCHREALTIME
+  printf '==> %s\n' "$*" >&2
+}
+
+# Closes the current step with a note and how long it took, e.g. "    up to date (0.1s)".
+step_done() {
+  printf '    %s (%s)\n' "${1:-done}" "$(elapsed_since "${_step_started:-$EPOCHREALTIME}")" >&2
+}
+
+elapsed_since() {
+  # EPOCHREALTIME is "seconds.micros"; the separator follows the locale.
+  local start_us=${1//[.,]/} now_us=${EPOCHREALTIME//[.,]/}
+  local tenths=$(( (now_us - start_us) / 100000 ))
+  printf '%d.%ds' $((tenths / 10)) $((tenths % 10))
+}
+
+die() {
+  printf 'error: %s\n' "$*" >&2
+  exit 1
+}
+
+is_root() { ((EUID == 0)); }
+
+# Installs Debian packages when we are root on an apt system; otherwise says what to install.
+apt_install() {
+  if ! is_root || ! command -v apt-get >/dev/null 2>&1; then
+    die "missing $*; install it with your package manager (Debian/Ubuntu: sudo apt-get install $*)"
+  fi
+  apt-get update -qq || die "apt-get update failed"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null \
+    || die "apt-get install $* failed"
+}
+
+# pnpm via npm: corepack cannot verify pnpm's signature on our machines.
+ensure_pnpm() {
+  if ! command -v pnpm >/dev/null 2>&1; then
+    step "Installing pnpm (npm install -g pnpm@10)"
+    npm install -g --silent pnpm@10 >/dev/null || die "could not install pnpm; run: npm install -g pnpm@10"
+    step_done
+  fi
+
+  # pnpm rewrites node_modules/.modules.yaml at the end of every install, so it marks a complete one.
+  local lock="$repo_root/pnpm-lock.yaml" marker="$repo_root/node_modules/.modules.yaml"
+  if [[ -f $marker && ! ( -f $lock && $lock -nt $marker ) ]]; then
+    return 0
+  fi
+  step "Installing dependencies (pnpm install)"
+  local args=(install --loglevel=warn)
+  [[ -f $lock ]] && args+=(--frozen-lockfile)
+  (cd "$repo_root" && pnpm "${args[@]}") || die "pnpm install failed"
+  touch "$marker"
+  step_done
+}
+
+docker_answers() { docker info >/dev/null 2>&1; }
+
+# Makes `docker` talk to a running engine: installs docker.io and starts dockerd if needed.
+# Instant when the engine already answers.
+ensure_docker() {
+  docker_answers && return 0
+
+  if ! command -v dockerd >/dev/null 2>&1 || ! command -v docker >/dev/null 2>&1; then
+    if ! is_root || ! command -v apt-get >/dev/null 2>&1; then
+      die "Docker is not running and not installed. Install Docker Engine (Debian/Ubuntu: sudo apt-get install docker.io), start it (sudo systemctl start docker), then run this again."
+    fi
+    step "Installing Docker engine (apt-get install docker.io)"
+    apt_install docker.io
+    step_done
+  fi
+
+  if ! is_root; then
+    die "Docker is installed but not answering. Start it (sudo systemctl start docker) and make sure you may use it (sudo usermod -aG docker \$USER), then run this again."
+  fi
+
+  local log=/var/log/warren-dockerd.log
+  # dockerd refuses to start twice; if one is already starting (pid file alive), just wait for it.
+  local pid
+  pid=$(cat /var/run/docker.pid 2>/dev/null || true)
+  if [[ -z $pid ]] || ! kill -0 "$pid" 2>/dev/null; then
+    step "Starting dockerd (log: $log)"
+    # setsid + nohup: the daemon must outlive this script and its terminal.
+    setsid nohup dockerd >>"$log" 2>&1 </dev/null &
+  else
+    step "Waiting for dockerd (pid $pid) to answer"
+  fi
+
+  local deadline=$((SECONDS + 60))
+  until docker_answers; do
+    if ((SECONDS >= deadline)); then
+      tail -n 30 "$log" >&2 2>/dev/null || true
+      die "dockerd did not answer within 60 s (full log: $log)"
+    fi
+    sleep 0.5
+  done
+  step_done "engine $(docker version --format '{{.Server.Version}}' 2>/dev/null) is up"
+}
+
+ensure_debootstrap() {
+  command -v debootstrap >/dev/null 2>&1 && return 0
+  step "Installing debootstrap (apt-get install debootstrap)"
+  apt_install debootstrap
+  step_done
+}

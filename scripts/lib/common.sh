@@ -109,3 +109,18 @@ ensure_debootstrap() {
   apt_install debootstrap
   step_done
 }
+
+# Type-checks every package and test (tsc -b) and bundles the agent daemon for the runtime volume.
+build_workspace() {
+  step "Type-checking and building (tsc -b, agent bundle)"
+  (cd "$repo_root" && pnpm exec tsc -b && pnpm --silent --filter @warren/agent bundle) || die "the build failed (see the errors above)"
+  step_done
+}
+
+# Everything both front-door commands need before they do their own work.
+prepare_everything() {
+  ensure_pnpm
+  build_workspace
+  ensure_docker
+  "$repo_root/scripts/build-images"
+}

@@ -1,13 +1,21 @@
 import { startController, type Controller } from '@warren/controller';
 
-/** The five lines a new user pastes to see a sandbox work. */
+/**
+ * The SDK example the README and `warren serve` print: plain JavaScript that Node 20 runs as
+ * `node hello.mjs` from the repository (TypeScript users can write `await using` instead of
+ * try/finally).
+ */
 export function sdkExample(url: string): string {
   return [
     `import { Sandbox } from '@warren/sdk';`,
-    `await using sandbox = await Sandbox.create({ baseUrl: '${url}', apiKey: process.env.WARREN_API_KEY });`,
-    `await sandbox.files.write('hello.py', 'print("hello from the sandbox")');`,
-    `const { stdout, exitCode } = await sandbox.commands.run('python3 hello.py');`,
-    `console.log(exitCode, stdout);`,
+    `const sandbox = await Sandbox.create({ baseUrl: '${url}', apiKey: process.env.WARREN_API_KEY });`,
+    `try {`,
+    `  await sandbox.files.write('hello.py', 'print("hello from the sandbox")');`,
+    `  const { stdout, exitCode } = await sandbox.commands.run('python3 hello.py');`,
+    `  console.log(exitCode, stdout);`,
+    `} finally {`,
+    `  await sandbox.kill();`,
+    `}`,
   ].join('\n');
 }
 
@@ -31,7 +39,7 @@ export async function serve(options: { host?: string; port?: number }): Promise<
       `Warren is listening on ${controller.url}`,
       keyLine,
       '',
-      'Try it (Node 20+, ESM), with WARREN_API_KEY set to the key above:',
+      'Try it: save this as hello.mjs in the repository, set WARREN_API_KEY to the key above, run node hello.mjs',
       '',
       sdkExample(controller.url),
       '',

@@ -1,6 +1,6 @@
-import type { CreateSandboxRequest, SandboxInfo } from '@warren/protocol';
+import type { CreateSandboxRequest, Result, SandboxInfo } from '@warren/protocol';
 import { Commands } from './commands.js';
-import { Connection } from './connection.js';
+import { Connection, type CallOptions } from './connection.js';
 import { Files } from './files.js';
 import { RestClient, resolveControllerOptions, type ControllerOptions } from './rest.js';
 
@@ -78,6 +78,17 @@ export class Sandbox implements AsyncDisposable {
   /** The sandbox's state as the controller sees it. */
   info(options: { signal?: AbortSignal } = {}): Promise<SandboxInfo> {
     return this.rest.get(this.id, options.signal);
+  }
+
+  /**
+   * Asks the sandbox's daemon about itself (version, pid, uid, memory, uptime): a real round trip
+   * through the controller, and the cheapest way to check that the sandbox answers.
+   *
+   * @example
+   * const { rssBytes } = await sandbox.daemonInfo();
+   */
+  async daemonInfo(options: CallOptions = {}): Promise<Result<'system.info'>> {
+    return (await this.connection.call('system.info', {}, options)).result;
   }
 
   /** Removes the sandbox: its container, files and processes are gone afterwards. */

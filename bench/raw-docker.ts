@@ -1,0 +1,65 @@
+import Docker from 'dockerode';
+import { pack, extract } from 'tar-stream';
+
+/**
+ * The hand-rolled baseline Warren competes with: plain dockerode calls against a container of
+ * the same image, with the same hardening where it does not change the measurement.
+ */
+export class RawDocker {
+  constructor(readonly docker = new Docker()) {}
+
+  async createAndStart(image: string): Promise<Docker.Container> {
+    const container = await this.docker.createContainer({
+      Image: image,
+      Entrypoint: ['sleep', 'infinity'],
+      Cmd: [],
+      User: '1000:1000',
+      Labels: { 'warren.bench': 'raw' },
+      HostConfig: { NetworkMode: 'none', CapDrop: ['ALL'], SecurityOpt: ['no-new-privileges:true'], Init: true },
+    });
+    await container.start();
+    return container;
+  }
+
+  /** `docker exec`: create + start (attached, output drained) + inspect for the exit code. */
+  async exec(container: Docker.Container, cmd: string[]): Promise<number | null> {
+    const exec = await container.exec({ Cmd: cmd, AttachStdout: true, AttachStderr: true });
+    const stream = await exec.start({ hijack: true, stdin: false });
+    await new Promise<void>((resolve, reject) => {
+      stream.on('end', () => resolve());
+      stream.on('close', () => resolve());
+      stream.on('error', reject);
+      stream.resume();
+    });
+    return (await exec.inspect()).ExitCode;
+  }
+
+  /** `putArchive` of one file. */
+  async putFile(container: Docker.Container, folder: string, name: string, content: Buffer): Promise<void> {
+    const tar = pack();
+    tar.entry({ name, mode: 0o644, uid: 1000, gid: 1000 }, content);
+    tar.finalize();
+    await container.putArchive(tar as unknown as NodeJS.ReadableStream, { path: folder });
+  }
+
+  /** `getArchive` of one file, untarred into memory. */
+  async getFile(container: Docker.Container, path: string): Promise<Buffer> {
+    const archive = (await container.getArchive({ path })) as NodeJS.ReadableStream;
+    const chunks: Buffer[] = [];
+    const untar = extract();
+    untar.on('entry', (_header, stream, next) => {
+      stream.on('data', (c: unknown) => chunks.push(c as Buffer));
+      stream.on('end', next);
+    });
+    await new Promise<void>((resolve, reject) => {
+      untar.on('finish', resolve);
+      untar.on('error', reject);
+      archive.pipe(untar);
+    });
+    return Buffer.concat(chunks);
+  }
+
+  async remove(container: Docker.Container): Promise<void> {
+    await container.remove({ force: true }).catch(() => undefined);
+  }
+}

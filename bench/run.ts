@@ -1,0 +1,282 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { Sandbox } from '@warren/sdk';
+import { WebSocket, WebSocketServer } from 'ws';
+import { RawDocker } from './raw-docker.js';
+import { summarize, timeIt, type Summary } from './stats.js';
+
+/** One line of the table: a Warren measurement, optionally against its raw-Docker counterpart. */
+interface Row {
+  name: string;
+  unit: 'ms' | 'calls/s' | 'MiB';
+  warren?: Summary | undefined;
+  raw?: Summary | undefined;
+  rawName?: string | undefined;
+  /** What the target is, in words, and whether it was met. */
+  target?: string | undefined;
+  met?: boolean | undefined;
+  note?: string | undefined;
+}
+
+const { values: flags } = parseArgs({
+  options: {
+    quick: { type: 'boolean', default: false },
+    json: { type: 'string', default: 'bench-results/latest.json' },
+    markdown: { type: 'string' },
+    image: { type: 'string', default: 'warren/sandbox:latest' },
+  },
+});
+const scale = flags.quick ? 0.2 : 1;
+const n = (count: number) => Math.max(3, Math.round(count * scale));
+const MiB = 1024 * 1024;
+const repo = path.resolve(new URL('..', import.meta.url).pathname, '..');
+
+async function main(): Promise<void> {
+  const controller = await startControllerProcess();
+  const rows: Row[] = [];
+  const raw = new RawDocker();
+  const rawContainer = await raw.createAndStart(flags.image);
+  const sandbox = await Sandbox.create({ baseUrl: controller.url, apiKey: controller.apiKey, image: flags.image });
+  try {
+    progress('exec `true`');
+    const execWarren = summarize(await timeIt(n(300), () => sandbox.commands.run('true')));
+    const execRaw = summarize(await timeIt(n(60), () => raw.exec(rawContainer, ['true'])));
+    rows.push(compare('exec `true` round trip', execWarren, execRaw, 'dockerode exec create+start+inspect', { maxP50: 5, minRatio: 10 }));
+
+    progress('read and write 1 MiB');
+    const oneMiB = randomBytes(MiB);
+    await sandbox.files.write('bench-1m.bin', oneMiB);
+    await raw.putFile(rawContainer, '/tmp', 'bench-1m.bin', oneMiB);
+    const writeWarren = summarize(await timeIt(n(100), () => sandbox.files.write('bench-1m.bin', oneMiB)));
+    const writeRaw = summarize(await timeIt(n(50), () => raw.putFile(rawContainer, '/tmp', 'bench-1m.bin', oneMiB)));
+    rows.push(compare('write 1 MiB', writeWarren, writeRaw, 'putArchive', { maxP50: 10, minRatio: 5 }));
+    const readWarren = summarize(await timeIt(n(100), () => sandbox.files.read('bench-1m.bin', { format: 'bytes' })));
+    const readRaw = summarize(await timeIt(n(50), () => raw.getFile(rawContainer, '/tmp/bench-1m.bin')));
+    rows.push(compare('read 1 MiB', readWarren, readRaw, 'getArchive', { maxP50: 10, minRatio: 5 }));
+
+    rows.push({
+      name: 'read / write 100 MiB',
+      unit: 'ms',
+      note: 'not measured: one call carries at most 32 MiB until streamed transfers land',
+    });
+
+    progress('small call');
+    const small = summarize(await timeIt(n(500), () => smallCall(sandbox)));
+    const floor = summarize(await websocketFloor(n(500)));
+    rows.push({ ...compare('small call (system.info)', small, floor, 'WebSocket echo on loopback (the floor)', { maxP50: 1 }), note: 'fs.stat is not a method yet; system.info is the smallest real call' });
+  } finally {
+    await sandbox.kill().catch(() => undefined);
+    await raw.remove(rawContainer);
+  }
+
+  progress('cold create to first exec');
+  const coldWarren = summarize(
+    await timeIt(
+      n(10),
+      async () => {
+        const s = await Sandbox.create({ baseUrl: controller.url, apiKey: controller.apiKey, image: flags.image });
+        await s.commands.run('true');
+        await s.kill();
+      },
+      1,
+    ),
+  );
+  const coldRaw = summarize(
+    await timeIt(
+      n(10),
+      async () => {
+        const c = await raw.createAndStart(flags.image);
+        await raw.exec(c, ['true']);
+        await raw.remove(c);
+      },
+      1,
+    ),
+  );
+  // Each sample includes the kill/remove, in both rows alike.
+  rows.push(compareSlower('create to first exec, cold (incl. kill)', coldWarren, coldRaw, 'dockerode create+start+exec (+remove)', 1.3));
+  rows.push({ name: 'create from the warm pool', unit: 'ms', note: 'not measured: the warm pool has not landed yet' });
+
+  progress('50 sandboxes, 1,000 concurrent calls');
+  rows.push(...(await concurrency(controller)));
+
+  await controller.stop();
+  report(rows);
+}
+
+/** The smallest call that reaches the daemon and back. */
+async function smallCall(sandbox: Sandbox): Promise<void> {
+  await sandbox.daemonInfo();
+}
+
+async function concurrency(controller: ControllerProcess): Promise<Row[]> {
+  const count = flags.quick ? 10 : 50;
+  const sandboxes: Sandbox[] = [];
+  try {
+    for (let i = 0; i < count; i += 5) {
+      const batch = await Promise.all(Array.from({ length: Math.min(5, count - i) }, () => Sandbox.create({ baseUrl: controller.url, apiKey: controller.apiKey, image: flags.image })));
+      sandboxes.push(...batch);
+    }
+    const calls = flags.quick ? 200 : 1000;
+    let errors = 0;
+    const latencies: number[] = [];
+    const started = performance.now();
+    await Promise.all(
+      Array.from({ length: calls }, async (_, i) => {
+        const t = performance.now();
+        try {
+          await smallCall(sandboxes[i % sandboxes.length]!);
+          latencies.push(performance.now() - t);
+        } catch {
+          errors++;
+        }
+      }),
+    );
+    const seconds = (performance.now() - started) / 1000;
+    const rss = await Promise.all(sandboxes.map(async (s) => (await daemonRss(s)) / MiB));
+    const controllerRss = await processRssMiB(controller.pid);
+    return [
+      {
+        name: `${calls} concurrent small calls over ${count} sandboxes`,
+        unit: 'ms',
+        warren: summarize(latencies),
+        target: 'no error',
+        met: errors === 0,
+        note: `${Math.round(calls / seconds)} calls/s, ${errors} errors`,
+      },
+      { name: 'daemon RSS per sandbox', unit: 'MiB', warren: summarize(rss), note: 'reported, no target' },
+      { name: `controller RSS with ${count} sandboxes`, unit: 'MiB', warren: summarize([controllerRss]), note: 'reported, no target' },
+    ];
+  } finally {
+    await Promise.all(sandboxes.map((s) => s.kill().catch(() => undefined)));
+  }
+}
+
+async function daemonRss(sandbox: Sandbox): Promise<number> {
+  return (await sandbox.daemonInfo()).rssBytes;
+}
+
+async function processRssMiB(pid: number): Promise<number> {
+  const status = await readFile(`/proc/${pid}/status`, 'utf8');
+  return Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? NaN) / 1024;
+}
+
+/** A WebSocket echo on loopback: what any call over a socket costs at the least. */
+async function websocketFloor(count: number): Promise<number[]> {
+  const http = createServer();
+  const wss = new WebSocketServer({ server: http });
+  wss.on('connection', (ws) => ws.on('message', (data, isBinary) => ws.send(data, { binary: isBinary })));
+  await new Promise<void>((r) => http.listen(0, '127.0.0.1', r));
+  const ws = new WebSocket(`ws://127.0.0.1:${(http.address() as AddressInfo).port}`);
+  await new Promise((r) => ws.once('open', r));
+  const samples = await timeIt(count, () => new Promise<void>((resolve) => {
+    ws.once('message', () => resolve());
+    ws.send(Buffer.alloc(64));
+  }));
+  ws.close();
+  wss.close();
+  http.close();
+  return samples;
+}
+
+function compare(name: string, warren: Summary, raw: Summary, rawName: string, target: { maxP50?: number; minRatio?: number }): Row {
+  const ratio = raw.p50 / warren.p50;
+  const parts: string[] = [];
+  let met = true;
+  if (target.maxP50 !== undefined) {
+    parts.push(`p50 <= ${target.maxP50} ms`);
+    met &&= warren.p50 <= target.maxP50;
+  }
+  if (target.minRatio !== undefined) {
+    parts.push(`>= ${target.minRatio}x faster`);
+    met &&= ratio >= target.minRatio;
+  }
+  return { name, unit: 'ms', warren, raw, rawName, target: parts.join(', '), met };
+}
+
+function compareSlower(name: string, warren: Summary, raw: Summary, rawName: string, maxFactor: number): Row {
+  return { name, unit: 'ms', warren, raw, rawName, target: `<= ${maxFactor}x raw`, met: warren.p50 <= raw.p50 * maxFactor };
+}
+
+const fmt = (x: number | undefined) => (x === undefined || Number.isNaN(x) ? '-' : x >= 100 ? x.toFixed(0) : x.toFixed(2));
+
+function report(rows: Row[]): void {
+  const header = ['what', 'n', 'p50', 'p90', 'p99', 'raw Docker p50 / p90 / p99', 'ratio (raw p50 / Warren p50)', 'target', 'met'];
+  const lines = rows.map((r) => [
+    `${r.name}${r.unit !== 'ms' ? ` (${r.unit})` : ''}`,
+    String(r.warren?.n ?? '-'),
+    fmt(r.warren?.p50),
+    fmt(r.warren?.p90),
+    fmt(r.warren?.p99),
+    r.raw ? `${fmt(r.raw.p50)} / ${fmt(r.raw.p90)} / ${fmt(r.raw.p99)} (${r.rawName})` : '-',
+    r.raw && r.warren ? `${(r.raw.p50 / r.warren.p50).toFixed(2)}x` : '-',
+    r.target ?? '-',
+    r.met === undefined ? '-' : r.met ? 'yes' : 'NO',
+  ]);
+  const table = [header, header.map(() => '---'), ...lines].map((cells) => `| ${cells.join(' | ')} |`).join('\n');
+  const notes = rows.filter((r) => r.note).map((r) => `- ${r.name}: ${r.note}`).join('\n');
+  const machine = `${os.cpus().length} cores (${os.cpus()[0]?.model ?? 'unknown CPU'}), ${Math.round(os.totalmem() / 1024 ** 3)} GiB, ${os.type()} ${os.release()}, Node ${process.version}`;
+  process.stdout.write(`\nWarren vs raw Docker, milliseconds unless noted. Machine: ${machine}\n\n${table}\n\n${notes}\n`);
+  const json = { date: new Date().toISOString(), machine, quick: flags.quick, rows };
+  void writeOut(flags.json, `${JSON.stringify(json, null, 2)}\n`);
+  if (flags.markdown) void writeOut(flags.markdown, `Run ${json.date} on ${machine}${flags.quick ? ' (quick mode)' : ''}.\n\n${table}\n\n${notes}\n`);
+}
+
+async function writeOut(file: string, text: string): Promise<void> {
+  const target = path.resolve(repo, file);
+  await import('node:fs/promises').then((fs) => fs.mkdir(path.dirname(target), { recursive: true }));
+  await writeFile(target, text);
+  process.stdout.write(`wrote ${path.relative(repo, target)}\n`);
+}
+
+function progress(what: string): void {
+  process.stderr.write(`==> measuring ${what}\n`);
+}
+
+interface ControllerProcess {
+  url: string;
+  apiKey: string;
+  pid: number;
+  stop(): Promise<void>;
+}
+
+/** The controller as its own process, as users run it, so client and server do not share a loop. */
+async function startControllerProcess(): Promise<ControllerProcess> {
+  const stateDir = await mkdtemp(path.join(os.tmpdir(), 'warren-bench-'));
+  const apiKey = `wk_bench_${randomBytes(16).toString('hex')}`;
+  const child: ChildProcess = spawn(process.execPath, [path.join(repo, 'packages/cli/bin/warren.js'), 'serve', '--port', '0'], {
+    env: { ...process.env, WARREN_STATE_DIR: stateDir, WARREN_API_KEY: apiKey },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr!.on('data', (c: Buffer) => (stderr += c.toString()));
+  const url = await new Promise<string>((resolve, reject) => {
+    let out = '';
+    child.stdout!.on('data', (c: Buffer) => {
+      out += c.toString();
+      const match = /listening on (http:\/\/\S+)/.exec(out);
+      if (match) resolve(match[1]!);
+    });
+    child.once('exit', (code) => reject(new Error(`the controller exited (${code}): ${stderr}`)));
+  });
+  return {
+    url,
+    apiKey,
+    pid: child.pid!,
+    stop: async () => {
+      child.kill('SIGTERM');
+      await new Promise((r) => child.once('exit', r));
+      await rm(stateDir, { recursive: true, force: true });
+    },
+  };
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`bench failed: ${err instanceof Error ? err.stack : String(err)}\n`);
+  process.exit(1);
+});

@@ -1,70 +1,351 @@
-import { lstat, realpath } from 'node:fs/promises';
+import type { Stats } from 'node:fs';
+import { constants } from 'node:fs';
+import { lstat, open, readlink, realpath, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
-import { CodedError } from '@warren/protocol';
+import {
+  accessAt,
+  CodedError,
+  DEFAULT_ROOT,
+  describePolicy,
+  isWithin,
+  locate,
+  mountsOf,
+  suffixAllowed,
+  type FilePolicy,
+  type Located,
+  type Mount,
+} from '@warren/protocol';
+
+export type { FilePolicy } from '@warren/protocol';
+export { isWithin } from '@warren/protocol';
 
 /**
- * The sandbox's file policy: which folder the file tools may touch. Relative paths are taken from
- * the root; absolute paths must lie inside it. This is the boundary of the file methods only: a
- * shell command is bound by the kernel (the container), not by this.
+ * The policy an agent uses when the controller sends none: a read-write root at `/workspace`.
+ * This is the boundary of the file methods only: a shell command is bound by the kernel (the
+ * container), not by this.
  */
-export interface FilePolicy {
-  root: string;
-  readOnly: boolean;
+export const DEFAULT_POLICY: FilePolicy = { root: DEFAULT_ROOT, readOnly: false };
+
+/** How many symbolic links one resolution may pass through before it is called a loop (Linux's own limit). */
+export const MAX_SYMLINK_HOPS = 40;
+
+/** What a caller means to do with a path; `list` is a read of a folder. */
+export type Intent = 'read' | 'write';
+
+export interface ResolveOptions {
+  /**
+   * Follow a symbolic link in the last segment (default true). Delete, move and lstat-style stat
+   * act on the link itself and pass false.
+   */
+  followLast?: boolean;
 }
 
-export const DEFAULT_POLICY: FilePolicy = { root: '/workspace', readOnly: false };
-
-/** A path that passed the policy: absolute, normalised, inside the root. */
+/** A path that passed the policy: lexically and physically inside a mount the caller may use. */
 export interface ResolvedPath {
+  /** The in-container path to act on: every symbolic link before the last segment replaced by its target. */
   absolute: string;
-  /** As shown to callers: relative to the root, `.` for the root itself. */
+  /** As shown to callers: relative to the root in root mode (`.` for the root), `/name/...` with named paths. */
   display: string;
+  /** The mount whose rules apply (the stricter of the one named and the one the links led into). */
+  mount: Mount;
+  /** The real path of that mount's root. */
+  mountRealRoot: string;
+  /** True when the path is the root of a mount: never deleted or moved. */
+  isMountRoot: boolean;
+  /** The lstat of the last segment, when it exists. */
+  stat: Stats | undefined;
 }
 
 /**
- * Resolves a caller's path against the policy. Lexical containment is checked first (so `..`,
- * `/workspace2` against `/workspace`, and foreign absolute paths fail without touching the disk),
- * then the deepest existing ancestor's real path is checked, so a symlink inside the root that
- * points outside is refused too.
+ * Resolves a caller's path through the policy, the way `openat2(RESOLVE_BENEATH)` would:
+ *
+ * 1. Normalise as text and pick the mount by the longest whole-segment match (`..`, foreign
+ *    absolute paths, `/workspace2` against `/workspace`, NUL bytes and look-alike names fail here,
+ *    without touching the disk).
+ * 2. Check the caller's rights at that path (read-only roots, `derive()` allow-lists).
+ * 3. Walk the existing segments from the mount's real root with `lstat`; a symbolic link is
+ *    followed only while its target stays inside the mount (its `..` steps are taken physically,
+ *    as the kernel would), and more than 40 hops is a loop.
+ * 4. Check the rights again at the physical place the links led to.
+ *
+ * The caller then opens the result with {@link openChecked}, which refuses a link swapped in
+ * since (O_NOFOLLOW) and checks the opened file is the one walked.
+ *
+ * @example
+ * const target = await resolvePath(policy, 'src/a.py', 'read');
+ * target.absolute; // '/workspace/src/a.py'
  */
-export async function resolvePath(policy: FilePolicy, input: string, intent: 'read' | 'write'): Promise<ResolvedPath> {
-  if (input.includes('\0')) throw new CodedError('PATH_NOT_IN_SANDBOX', 'Path contains a NUL byte.', { path: input });
-  const absolute = path.resolve(policy.root, input);
-  if (!isWithin(policy.root, absolute)) throw notInSandbox(policy, input);
-  if (intent === 'write' && policy.readOnly) {
-    throw new CodedError('PATH_NOT_WRITABLE', `'${input}' is read-only: this sandbox's root ${policy.root} is read-only.`, { path: input, root: policy.root });
+export async function resolvePath(policy: FilePolicy, input: string, intent: Intent, options: ResolveOptions = {}): Promise<ResolvedPath> {
+  if (typeof input !== 'string' || input.includes('\0')) throw notInSandbox(policy, String(input).replaceAll('\0', '\\0'), 'it contains a NUL byte');
+  const located = locate(policy, input);
+  if (!located) throw notInSandbox(policy, input);
+  checkAccess(policy, located, intent, input);
+
+  let mountRealRoot: string;
+  try {
+    mountRealRoot = await realpath(located.mount.root);
+  } catch {
+    throw new CodedError('NOT_FOUND', `The sandbox folder ${located.mount.root} (for '${located.mount.virtual}') does not exist in the container. ${describePolicy(policy)}`, {
+      path: input,
+    });
   }
-  const real = await realpathOfDeepestExisting(absolute);
-  if (!isWithin(await realpath(policy.root), real)) throw notInSandbox(policy, input);
-  return { absolute, display: path.relative(policy.root, absolute) || '.' };
-}
+  const walked = await walk(policy, input, mountRealRoot, located.segments, options.followLast ?? true);
 
-function notInSandbox(policy: FilePolicy, input: string): CodedError {
-  return new CodedError('PATH_NOT_IN_SANDBOX', `'${input}' is outside the sandbox. Allowed: paths inside ${policy.root} (relative paths are taken from there).`, {
-    path: input,
-    root: policy.root,
-  });
-}
-
-/** True when `candidate` is `root` or below it, by whole path components. */
-export function isWithin(root: string, candidate: string): boolean {
-  const rel = path.relative(root, candidate);
-  return rel === '' || (!rel.startsWith('..') && !path.isAbsolute(rel));
-}
-
-async function realpathOfDeepestExisting(absolute: string): Promise<string> {
-  let current = absolute;
-  const missing: string[] = [];
-  for (;;) {
-    try {
-      await lstat(current);
-      return path.join(await realpath(current), ...missing.reverse());
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-      const parent = path.dirname(current);
-      if (parent === current) return absolute;
-      missing.push(path.basename(current));
-      current = parent;
+  // The links may have led into a nested mount with stricter rules: apply those too.
+  let mount = located.mount;
+  let realRoot = mountRealRoot;
+  const physicalLocated = await locateReal(policy, walked.physical);
+  if (physicalLocated) {
+    checkAccess(policy, physicalLocated.located, intent, input);
+    if (physicalLocated.located.mount.virtual !== located.mount.virtual) {
+      mount = stricter(located.mount, physicalLocated.located.mount);
+      realRoot = physicalLocated.realRoot;
     }
+  }
+  const isMountRoot = walked.physical === mountRealRoot || (physicalLocated !== undefined && walked.physical === physicalLocated.realRoot);
+  return {
+    absolute: walked.physical,
+    display: displayOf(policy, located),
+    mount,
+    mountRealRoot: realRoot,
+    isMountRoot,
+    stat: walked.stat,
+  };
+}
+
+/** How a located path is shown to callers. */
+export function displayOf(policy: FilePolicy, located: Located): string {
+  if ('root' in policy) return located.segments.length === 0 ? '.' : located.segments.join('/');
+  return located.virtual;
+}
+
+/** Shows an in-container path (one found by walking a folder) the way callers name it. */
+export function displayPhysical(policy: FilePolicy, resolved: ResolvedPath, physical: string): string {
+  const rel = path.posix.relative(resolved.mountRealRoot, physical);
+  const located = locate(policy, rel === '' ? resolved.mount.virtual : `${resolved.mount.virtual}/${rel}`);
+  return located ? displayOf(policy, located) : physical;
+}
+
+/** Maps a found in-container path (under a real mount root) to the policy's naming, for re-checks. */
+export function virtualOf(resolved: ResolvedPath, physical: string): string {
+  const rel = path.posix.relative(resolved.mountRealRoot, physical);
+  return rel === '' ? resolved.mount.virtual : `${resolved.mount.virtual === '/' ? '' : resolved.mount.virtual}/${rel}`;
+}
+
+function checkAccess(policy: FilePolicy, located: Located, intent: Intent, input: string): void {
+  const access = accessAt(policy, located);
+  if (!access.read) throw notInSandbox(policy, input, 'it is outside the paths this handle may read');
+  if (intent === 'write' && !access.write) {
+    throw new CodedError('PATH_NOT_WRITABLE', `'${input}' is read-only for this sandbox handle. ${describePolicy(policy)}`, { path: input });
+  }
+}
+
+/** The error for a path outside the policy; the message says what IS allowed. */
+export function notInSandbox(policy: FilePolicy, input: string, why?: string): CodedError {
+  return new CodedError('PATH_NOT_IN_SANDBOX', `'${input}' is outside the sandbox${why ? ` (${why})` : ''}. ${describePolicy(policy)}`, { path: input });
+}
+
+async function locateReal(policy: FilePolicy, physical: string): Promise<{ located: Located; realRoot: string } | undefined> {
+  // Mount roots are compared by their real paths (a root may itself be reached through a link);
+  // the longest real root holding the path wins, so nested mounts apply their own rules.
+  let best: { located: Located; realRoot: string } | undefined;
+  for (const mount of mountsOf(policy)) {
+    const realRoot = await realpath(mount.root).catch(() => undefined);
+    if (realRoot === undefined || !isWithin(realRoot, physical)) continue;
+    if (best && realRoot.length <= best.realRoot.length) continue;
+    const rel = physical === realRoot ? '' : physical.slice(realRoot === '/' ? 1 : realRoot.length + 1);
+    const segments = rel === '' ? [] : rel.split('/');
+    const virtual = rel === '' ? mount.virtual : `${mount.virtual === '/' ? '' : mount.virtual}/${rel}`;
+    best = { located: { mount, virtual, physical, segments }, realRoot };
+  }
+  return best;
+}
+
+function stricter(a: Mount, b: Mount): Mount {
+  const suffixes = a.suffixes && b.suffixes ? a.suffixes.filter((s) => b.suffixes!.includes(s)) : (a.suffixes ?? b.suffixes);
+  const maxFileBytes = a.maxFileBytes === undefined ? b.maxFileBytes : b.maxFileBytes === undefined ? a.maxFileBytes : Math.min(a.maxFileBytes, b.maxFileBytes);
+  return {
+    ...b,
+    writable: a.writable && b.writable,
+    suffixes,
+    maxFileBytes,
+    readApproval: a.readApproval || b.readApproval,
+    writeApproval: a.writeApproval || b.writeApproval,
+  };
+}
+
+interface Walked {
+  physical: string;
+  stat: Stats | undefined;
+}
+
+async function walk(policy: FilePolicy, input: string, realRoot: string, segments: string[], followLast: boolean): Promise<Walked> {
+  let current = realRoot;
+  const queue = [...segments];
+  let hops = 0;
+  const leaves = () => notInSandbox(policy, input, 'a symbolic link on the way leads outside it');
+  while (queue.length > 0) {
+    const part = queue.shift()!;
+    if (part === '' || part === '.') continue;
+    if (part === '..') {
+      if (current === realRoot) throw leaves();
+      current = path.posix.dirname(current);
+      continue;
+    }
+    const next = current === '/' ? `/${part}` : `${current}/${part}`;
+    let info: Stats;
+    try {
+      info = await lstat(next);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'ENOENT') {
+        // The rest does not exist yet (a write creates it). A `..` past a missing folder cannot be taken.
+        if (queue.includes('..')) throw new CodedError('NOT_FOUND', `No such file or folder: '${input}'.`, { path: input });
+        return { physical: [next, ...queue.filter((q) => q !== '' && q !== '.')].join('/'), stat: undefined };
+      }
+      if (code === 'ENOTDIR') throw new CodedError('NOT_A_DIRECTORY', `A parent of '${input}' is a file, not a folder.`, { path: input });
+      if (code === 'ENAMETOOLONG') throw new CodedError('INVALID_PARAMS', `'${input.slice(0, 200)}...' has a name that is too long.`, { path: input.slice(0, 200) });
+      if (code === 'EACCES') throw new CodedError('PATH_NOT_WRITABLE', `The sandbox user may not enter a parent folder of '${input}' (EACCES). ${describePolicy(policy)}`, { path: input });
+      throw err;
+    }
+    const last = queue.length === 0;
+    if (info.isSymbolicLink() && (!last || followLast)) {
+      if (++hops > MAX_SYMLINK_HOPS) throw new CodedError('SYMLINK_LOOP', `'${input}' goes through more than ${MAX_SYMLINK_HOPS} symbolic links (a loop).`, { path: input });
+      const target = await readlink(next);
+      if (target.includes('\0') || target.length === 0) throw leaves();
+      if (target.startsWith('/')) {
+        // An absolute target must name the real root literally; its remaining steps are walked from there.
+        const clean = target.replace(/\/+/g, '/').replace(/\/\.(?=\/|$)/g, '');
+        if (!isWithin(realRoot, clean)) throw leaves();
+        const rest = clean === realRoot ? '' : clean.slice(realRoot === '/' ? 1 : realRoot.length + 1);
+        current = realRoot;
+        queue.unshift(...rest.split('/').filter((s) => s !== ''));
+      } else {
+        queue.unshift(...target.split('/'));
+      }
+      continue;
+    }
+    if (!last && !info.isDirectory()) throw new CodedError('NOT_A_DIRECTORY', `A parent of '${input}' is a file, not a folder.`, { path: input });
+    current = next;
+    if (last) return { physical: current, stat: info };
+  }
+  return { physical: current, stat: await lstat(current).catch(() => undefined) };
+}
+
+/** Checks a file name against its mount's suffix list; the error says which suffixes are allowed. */
+export function checkSuffix(policy: FilePolicy, resolved: ResolvedPath, input: string, ...names: string[]): void {
+  const suffixes = resolved.mount.suffixes;
+  if (!suffixes) return;
+  for (const name of [path.posix.basename(resolved.absolute), ...names.map((n) => path.posix.basename(n))]) {
+    if (!suffixAllowed(suffixes, name)) {
+      throw new CodedError('SUFFIX_NOT_ALLOWED', `'${input}' has a suffix this sandbox does not allow. Allowed suffixes under ${resolved.mount.virtual}: ${suffixes.join(', ')}. ${describePolicy(policy)}`, {
+        path: input,
+        allowed: suffixes,
+      });
+    }
+  }
+}
+
+/** Checks a size against its mount's `maxFileBytes`; the error names the limit. */
+export function checkSize(policy: FilePolicy, resolved: ResolvedPath, input: string, size: number): void {
+  const limit = resolved.mount.maxFileBytes;
+  if (limit !== undefined && size > limit) {
+    throw new CodedError('FILE_TOO_LARGE', `'${input}' is ${size} bytes; files under ${resolved.mount.virtual} may be at most ${limit} bytes. ${describePolicy(policy)}`, {
+      path: input,
+      size,
+      limit,
+    });
+  }
+}
+
+/** The type name of a stat, as the file methods report it. */
+export function typeOf(info: Stats): 'file' | 'directory' | 'symlink' | 'fifo' | 'socket' | 'char-device' | 'block-device' | 'other' {
+  if (info.isFile()) return 'file';
+  if (info.isDirectory()) return 'directory';
+  if (info.isSymbolicLink()) return 'symlink';
+  if (info.isFIFO()) return 'fifo';
+  if (info.isSocket()) return 'socket';
+  if (info.isCharacterDevice()) return 'char-device';
+  if (info.isBlockDevice()) return 'block-device';
+  return 'other';
+}
+
+/** Refuses anything but a regular file, without opening it (a FIFO or a device is never opened). */
+export function requireRegularFile(info: Stats | undefined, display: string): void {
+  if (!info) throw new CodedError('NOT_FOUND', `No such file: '${display}'.`, { path: display });
+  if (info.isDirectory()) throw new CodedError('IS_A_DIRECTORY', `'${display}' is a folder, not a file; list it to see its files.`, { path: display });
+  if (!info.isFile()) {
+    throw new CodedError('UNSUPPORTED_FILE_TYPE', `'${display}' is a ${typeOf(info)}, not a regular file; file calls only read and write regular files.`, {
+      path: display,
+      type: typeOf(info),
+    });
+  }
+}
+
+/**
+ * Opens a resolved path without following a link in its last segment (O_NOFOLLOW) and without
+ * blocking on a FIFO (O_NONBLOCK), then checks that the opened file is the one the walk saw (same
+ * device and inode) and that the kernel's own name for it (`/proc/self/fd`) is the walked path.
+ * Anything swapped in between is refused and the handle closed.
+ */
+export async function openChecked(resolved: ResolvedPath, display: string, flags: number = constants.O_RDONLY): Promise<FileHandle> {
+  let handle: FileHandle;
+  try {
+    handle = await open(resolved.absolute, flags | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ELOOP') throw new CodedError('PATH_NOT_IN_SANDBOX', `'${display}' was replaced by a symbolic link during the call; file calls do not follow it.`, { path: display });
+    throw mapFsError(err, display);
+  }
+  try {
+    const info = await handle.stat();
+    if (resolved.stat && (info.dev !== resolved.stat.dev || info.ino !== resolved.stat.ino)) {
+      throw new CodedError('PATH_NOT_IN_SANDBOX', `'${display}' changed during the call (another file was swapped in); try again.`, { path: display });
+    }
+    await checkKernelName(handle, resolved.absolute, display);
+    return handle;
+  } catch (err) {
+    await handle.close().catch(() => undefined);
+    throw err;
+  }
+}
+
+/** Checks that an open handle is the file at `expected`, by the kernel's own name for it. */
+export async function checkKernelName(handle: FileHandle, expected: string, display: string): Promise<void> {
+  const actual = await readlink(`/proc/self/fd/${handle.fd}`).catch(() => undefined);
+  // Without /proc the dev/ino check above stands alone.
+  if (actual !== undefined && actual !== expected) {
+    throw new CodedError('PATH_NOT_IN_SANDBOX', `'${display}' moved during the call (a folder on the way was swapped); try again.`, { path: display });
+  }
+}
+
+/** Maps the errno values a file call can meet to wire codes that say what to do. */
+export function mapFsError(err: unknown, display: string): unknown {
+  if (err instanceof CodedError) return err;
+  const code = (err as NodeJS.ErrnoException).code;
+  switch (code) {
+    case 'ENOENT':
+      return new CodedError('NOT_FOUND', `No such file or folder: '${display}'.`, { path: display });
+    case 'EISDIR':
+      return new CodedError('IS_A_DIRECTORY', `'${display}' is a folder, not a file.`, { path: display });
+    case 'ENOTDIR':
+      return new CodedError('NOT_A_DIRECTORY', `'${display}' or a parent of it is a file, not a folder.`, { path: display });
+    case 'EEXIST':
+      return new CodedError('ALREADY_EXISTS', `'${display}' already exists.`, { path: display });
+    case 'ENOTEMPTY':
+      return new CodedError('DIRECTORY_NOT_EMPTY', `'${display}' is a folder that is not empty; pass recursive: true to delete it with its contents.`, { path: display });
+    case 'ELOOP':
+      return new CodedError('SYMLINK_LOOP', `'${display}' is or goes through a symbolic link that file calls do not follow here.`, { path: display });
+    case 'ENOSPC':
+    case 'EDQUOT':
+      return new CodedError('RESOURCE_EXHAUSTED', `No space left to write '${display}'.`, { path: display });
+    case 'EACCES':
+    case 'EPERM':
+    case 'EROFS':
+      return new CodedError('PATH_NOT_WRITABLE', `The sandbox user may not do that to '${display}' (${code}): the container's own permissions refuse it.`, { path: display });
+    case 'ENAMETOOLONG':
+      return new CodedError('INVALID_PARAMS', `A name in '${display.slice(0, 200)}' is too long.`, { path: display.slice(0, 200) });
+    default:
+      return err;
   }
 }

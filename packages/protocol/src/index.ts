@@ -5,3 +5,4 @@ export * from './frame.js';
 export * from './methods.js';
 export * from './rest.js';
 export * from './line-hash.js';
+export * from './policy.js';

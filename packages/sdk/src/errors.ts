@@ -78,6 +78,9 @@ export const EditNotFoundError = errorClass('EDIT_NOT_FOUND', 'EditNotFoundError
 export const EditNotUniqueError = errorClass('EDIT_NOT_UNIQUE', 'EditNotUniqueError');
 export const StaleAnchorError = errorClass('STALE_ANCHOR', 'StaleAnchorError');
 export const ConflictError = errorClass('CONFLICT', 'ConflictError');
+export const UnsupportedFileTypeError = errorClass('UNSUPPORTED_FILE_TYPE', 'UnsupportedFileTypeError');
+export const SymlinkLoopError = errorClass('SYMLINK_LOOP', 'SymlinkLoopError');
+export const DirectoryNotEmptyError = errorClass('DIRECTORY_NOT_EMPTY', 'DirectoryNotEmptyError');
 export const ApprovalDeniedError = errorClass('APPROVAL_DENIED', 'ApprovalDeniedError');
 export const CancelledError = errorClass('CANCELLED', 'CancelledError');
 export const ResourceExhaustedError = errorClass('RESOURCE_EXHAUSTED', 'ResourceExhaustedError');
@@ -111,6 +114,9 @@ const BY_CODE: { [C in WarrenErrorCode]: ErrorClass } = {
   EDIT_NOT_UNIQUE: EditNotUniqueError,
   STALE_ANCHOR: StaleAnchorError,
   CONFLICT: ConflictError,
+  UNSUPPORTED_FILE_TYPE: UnsupportedFileTypeError,
+  SYMLINK_LOOP: SymlinkLoopError,
+  DIRECTORY_NOT_EMPTY: DirectoryNotEmptyError,
   APPROVAL_DENIED: ApprovalDeniedError,
   CANCELLED: CancelledError,
   RESOURCE_EXHAUSTED: ResourceExhaustedError,

@@ -35,7 +35,8 @@ const { values: flags } = parseArgs({
 const scale = flags.quick ? 0.2 : 1;
 const n = (count: number) => Math.max(3, Math.round(count * scale));
 const MiB = 1024 * 1024;
-const repo = path.resolve(new URL('..', import.meta.url).pathname, '..');
+// Both bench/run.ts and its bundle in .warren/ sit one folder below the repository.
+const repo = path.resolve(new URL('..', import.meta.url).pathname);
 
 async function main(): Promise<void> {
   const controller = await startControllerProcess();

@@ -5,10 +5,10 @@ import { WebSocket } from 'ws';
  * Opens a WebSocket to a sandbox's daemon over its unix socket, presenting the session secret.
  * Resolves once open; frames are not touched, so the caller can relay them as they are.
  */
-export function openAgentSocket(socketPath: string, secret: string, timeoutMs = 5000): Promise<WebSocket> {
+export function openAgentSocket(socketPath: string, secret: string, timeoutMs = 5000, headers: Record<string, string> = {}): Promise<WebSocket> {
   return new Promise((resolve, reject) => {
     const ws = new WebSocket(`ws+unix://${socketPath}:/`, {
-      headers: { authorization: `Bearer ${secret}` },
+      headers: { ...headers, authorization: `Bearer ${secret}` },
       maxPayload: WS_MAX_PAYLOAD_BYTES,
       handshakeTimeout: timeoutMs,
       perMessageDeflate: false,

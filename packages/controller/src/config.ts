@@ -1,26 +1,58 @@
+import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
 
-/** Everything the controller can be told; {@link loadConfig} fills it from the environment. */
+/** Everything the controller can be told; {@link loadConfig} fills it from a file, the environment and overrides. */
 export interface ControllerConfig {
   /** Address to bind; loopback unless told otherwise. */
   host: string;
   /** Port to listen on; 0 picks a free one. */
   port: number;
-  /** Where the controller keeps its keys and the sandboxes' socket folders. */
+  /** Where the controller keeps its keys, the sandboxes' socket folders and their moved expiries. */
   stateDir: string;
-  /** Used when the environment sets WARREN_API_KEY; otherwise one is generated on first start. */
+  /** An API key given in plain text (WARREN_API_KEY); hashed in memory, never written. */
   apiKey?: string | undefined;
-  /** The image a create without `image` gets. */
+  /** More API keys, as lowercase hex SHA-256 digests (config file only). */
+  apiKeyHashes: string[];
+  /** The image a create without `image` gets, and the warm pool's image. */
   defaultImage: string;
   /** The bundled daemon that goes into the runtime volume. */
   agentBundlePath: string;
-  /** Default sandbox limits. */
+  /** Default sandbox limits: what a create that asks for nothing gets. */
   limits: { memoryMb: number; cpus: number; pidsLimit: number; ttlSeconds: number };
+  /** The most a create may ask for. */
+  maxLimits: { memoryMb: number; cpus: number; pidsLimit: number; ttlSeconds: number };
+  /** Host folders below which a create may mount host paths; empty refuses every host mount. */
+  allowedMountRoots: string[];
+  /** Whether a create may ask for `network: 'bridge'`. */
+  allowBridgeNetwork: boolean;
   /** How long a create waits for the daemon's first answer. */
   readyTimeoutMs: number;
   /** How often the reaper looks for expired sandboxes. */
   reapIntervalMs: number;
+  /**
+   * How long after its labelled expiry a container owned by another controller is swept. That
+   * controller may have moved the expiry with a keepalive this one cannot see.
+   */
+  orphanGraceSeconds: number;
+  /** Kill this controller's sandboxes on a clean shutdown (they keep running by default). */
+  killOnShutdown: boolean;
+  /** Warm pool: how many ready sandboxes of the default image and settings to keep. */
+  poolSize: number;
+  /** Caps. */
+  maxSandboxes: number;
+  maxConcurrentCreates: number;
+  maxConnections: number;
+  /** The largest WebSocket message accepted from a client, in bytes. */
+  maxMessageBytes: number;
+  /** Ping interval; a connection that has not answered the previous ping is closed. */
+  heartbeatMs: number;
+  /** Extra `Origin` values allowed on WebSocket upgrades (non-browser clients send none). */
+  allowedOrigins: string[];
+  /** Extra `Host` values allowed on WebSocket upgrades, besides loopback and the bound address. */
+  allowedHosts: string[];
 }
 
 /** The default state folder: /var/lib/warren for root, the XDG state folder otherwise. */
@@ -29,35 +61,151 @@ export function defaultStateDir(): string {
   return path.join(process.env.XDG_STATE_HOME ?? path.join(os.homedir(), '.local', 'state'), 'warren');
 }
 
+const Limits = z.strictObject({
+  memoryMb: z.number().int().min(16).optional(),
+  cpus: z.number().positive().optional(),
+  pidsLimit: z.number().int().min(16).optional(),
+  ttlSeconds: z.number().int().min(10).optional(),
+});
+
+/** The configuration file's shape (JSON or YAML): every key optional, unknown keys refused. */
+export const ConfigFile = z.strictObject({
+  host: z.string().optional(),
+  port: z.number().int().min(0).max(65535).optional(),
+  stateDir: z.string().optional(),
+  apiKeyHashes: z.array(z.string().regex(/^[0-9a-f]{64}$/, 'a lowercase hex SHA-256 digest')).optional(),
+  defaultImage: z.string().optional(),
+  agentBundlePath: z.string().optional(),
+  limits: Limits.optional(),
+  maxLimits: Limits.optional(),
+  allowedMountRoots: z.array(z.string().startsWith('/')).optional(),
+  allowBridgeNetwork: z.boolean().optional(),
+  readyTimeoutMs: z.number().int().positive().optional(),
+  reapIntervalMs: z.number().int().positive().optional(),
+  orphanGraceSeconds: z.number().int().min(0).optional(),
+  killOnShutdown: z.boolean().optional(),
+  poolSize: z.number().int().min(0).max(100).optional(),
+  maxSandboxes: z.number().int().positive().optional(),
+  maxConcurrentCreates: z.number().int().positive().optional(),
+  maxConnections: z.number().int().positive().optional(),
+  maxMessageBytes: z.number().int().min(1024).optional(),
+  heartbeatMs: z.number().int().min(100).optional(),
+  allowedOrigins: z.array(z.string()).optional(),
+  allowedHosts: z.array(z.string()).optional(),
+});
+export type ConfigFile = z.infer<typeof ConfigFile>;
+
+const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
+  host: '127.0.0.1',
+  port: 7420,
+  apiKeyHashes: [],
+  defaultImage: 'warren/sandbox:latest',
+  limits: { memoryMb: 1024, cpus: 1, pidsLimit: 512, ttlSeconds: 3600 },
+  maxLimits: { memoryMb: 8192, cpus: 4, pidsLimit: 4096, ttlSeconds: 7 * 24 * 3600 },
+  allowedMountRoots: [],
+  allowBridgeNetwork: true,
+  readyTimeoutMs: 30_000,
+  reapIntervalMs: 10_000,
+  orphanGraceSeconds: 3600,
+  killOnShutdown: false,
+  poolSize: 0,
+  maxSandboxes: 100,
+  maxConcurrentCreates: 8,
+  maxConnections: 1000,
+  maxMessageBytes: 64 * 1024 * 1024,
+  heartbeatMs: 30_000,
+  allowedOrigins: [],
+  allowedHosts: [],
+};
+
+/** Reads and checks a configuration file (`.json`, `.yaml` or `.yml`). */
+export function readConfigFile(file: string): ConfigFile {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new Error(`Cannot read the configuration file ${file}: ${(err as Error).message}`);
+  }
+  let raw: unknown;
+  try {
+    raw = file.endsWith('.json') ? JSON.parse(text) : parseYaml(text);
+  } catch (err) {
+    throw new Error(`The configuration file ${file} is not valid ${file.endsWith('.json') ? 'JSON' : 'YAML'}: ${(err as Error).message}`);
+  }
+  const parsed = ConfigFile.safeParse(raw ?? {});
+  if (!parsed.success) {
+    throw new Error(`The configuration file ${file} is invalid: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(top)'}: ${i.message}`).join('; ')}. See docs/controller.md for every setting.`);
+  }
+  return parsed.data;
+}
+
 /**
- * Reads the configuration from `WARREN_*` environment variables over the defaults.
+ * Reads the configuration: defaults, then the file named by `WARREN_CONFIG` (or `configFile`),
+ * then `WARREN_*` environment variables, then `overrides`.
  *
  * @example
  * const config = loadConfig({ ...process.env, WARREN_PORT: '0' });
  */
-export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Partial<ControllerConfig> = {}): ControllerConfig {
-  const int = (name: string, fallback: number) => {
+export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Partial<ControllerConfig> = {}, configFile: string | undefined = env.WARREN_CONFIG || undefined): ControllerConfig {
+  const num = (name: string): number | undefined => {
     const raw = env[name];
-    if (raw === undefined || raw === '') return fallback;
+    if (raw === undefined || raw === '') return undefined;
     const value = Number(raw);
     if (!Number.isFinite(value) || value < 0) throw new Error(`${name} must be a non-negative number, got '${raw}'`);
     return value;
   };
-  return {
-    host: env.WARREN_HOST ?? '127.0.0.1',
-    port: int('WARREN_PORT', 7420),
-    stateDir: env.WARREN_STATE_DIR ?? defaultStateDir(),
+  const bool = (name: string): boolean | undefined => {
+    const raw = env[name];
+    if (raw === undefined || raw === '') return undefined;
+    if (/^(1|true|yes)$/i.test(raw)) return true;
+    if (/^(0|false|no)$/i.test(raw)) return false;
+    throw new Error(`${name} must be true or false, got '${raw}'`);
+  };
+  const list = (name: string, separator: string): string[] | undefined => {
+    const raw = env[name];
+    return raw === undefined || raw === '' ? undefined : raw.split(separator).map((s) => s.trim()).filter(Boolean);
+  };
+  const file = configFile ? readConfigFile(configFile) : {};
+  const pick = <T>(...values: (T | undefined)[]): T | undefined => values.find((v) => v !== undefined);
+  const limits = { ...DEFAULTS.limits, ...stripUndefined(file.limits ?? {}) };
+  const maxLimits = { ...DEFAULTS.maxLimits, ...stripUndefined(file.maxLimits ?? {}) };
+  const envLimits = stripUndefined({
+    memoryMb: num('WARREN_MEMORY_MB'),
+    cpus: num('WARREN_CPUS'),
+    pidsLimit: num('WARREN_PIDS_LIMIT'),
+    ttlSeconds: num('WARREN_TTL_SECONDS'),
+  });
+  const config: ControllerConfig = {
+    ...DEFAULTS,
+    ...stripUndefined(file),
+    host: pick(env.WARREN_HOST, file.host) ?? DEFAULTS.host,
+    port: pick(num('WARREN_PORT'), file.port) ?? DEFAULTS.port,
+    stateDir: pick(env.WARREN_STATE_DIR, file.stateDir) ?? defaultStateDir(),
     apiKey: env.WARREN_API_KEY || undefined,
-    defaultImage: env.WARREN_DEFAULT_IMAGE ?? 'warren/sandbox:latest',
-    agentBundlePath: env.WARREN_AGENT_BUNDLE ?? new URL('../../agent/dist/warren-agent.mjs', import.meta.url).pathname,
-    limits: {
-      memoryMb: int('WARREN_MEMORY_MB', 1024),
-      cpus: int('WARREN_CPUS', 1),
-      pidsLimit: int('WARREN_PIDS_LIMIT', 512),
-      ttlSeconds: int('WARREN_TTL_SECONDS', 3600),
-    },
-    readyTimeoutMs: int('WARREN_READY_TIMEOUT_MS', 30_000),
-    reapIntervalMs: int('WARREN_REAP_INTERVAL_MS', 10_000),
+    apiKeyHashes: [...(file.apiKeyHashes ?? []), ...(list('WARREN_API_KEY_HASHES', ',') ?? [])],
+    defaultImage: pick(env.WARREN_DEFAULT_IMAGE, file.defaultImage) ?? DEFAULTS.defaultImage,
+    agentBundlePath: pick(env.WARREN_AGENT_BUNDLE, file.agentBundlePath) ?? new URL('../../agent/dist/warren-agent.mjs', import.meta.url).pathname,
+    limits: { ...limits, ...envLimits },
+    maxLimits,
+    allowedMountRoots: pick(list('WARREN_ALLOWED_MOUNTS', ':'), file.allowedMountRoots) ?? [],
+    allowBridgeNetwork: pick(bool('WARREN_ALLOW_BRIDGE_NETWORK'), file.allowBridgeNetwork) ?? DEFAULTS.allowBridgeNetwork,
+    readyTimeoutMs: pick(num('WARREN_READY_TIMEOUT_MS'), file.readyTimeoutMs) ?? DEFAULTS.readyTimeoutMs,
+    reapIntervalMs: pick(num('WARREN_REAP_INTERVAL_MS'), file.reapIntervalMs) ?? DEFAULTS.reapIntervalMs,
+    orphanGraceSeconds: pick(num('WARREN_ORPHAN_GRACE_SECONDS'), file.orphanGraceSeconds) ?? DEFAULTS.orphanGraceSeconds,
+    killOnShutdown: pick(bool('WARREN_KILL_ON_SHUTDOWN'), file.killOnShutdown) ?? DEFAULTS.killOnShutdown,
+    poolSize: pick(num('WARREN_POOL_SIZE'), file.poolSize) ?? DEFAULTS.poolSize,
+    maxSandboxes: pick(num('WARREN_MAX_SANDBOXES'), file.maxSandboxes) ?? DEFAULTS.maxSandboxes,
+    maxConcurrentCreates: pick(num('WARREN_MAX_CONCURRENT_CREATES'), file.maxConcurrentCreates) ?? DEFAULTS.maxConcurrentCreates,
+    maxConnections: pick(num('WARREN_MAX_CONNECTIONS'), file.maxConnections) ?? DEFAULTS.maxConnections,
+    maxMessageBytes: pick(num('WARREN_MAX_MESSAGE_BYTES'), file.maxMessageBytes) ?? DEFAULTS.maxMessageBytes,
+    heartbeatMs: pick(num('WARREN_HEARTBEAT_MS'), file.heartbeatMs) ?? DEFAULTS.heartbeatMs,
+    allowedOrigins: pick(list('WARREN_ALLOWED_ORIGINS', ','), file.allowedOrigins) ?? [],
+    allowedHosts: pick(list('WARREN_ALLOWED_HOSTS', ','), file.allowedHosts) ?? [],
     ...overrides,
   };
+  return config;
+}
+
+function stripUndefined<T extends object>(value: T): { [K in keyof T]: Exclude<T[K], undefined> } {
+  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as { [K in keyof T]: Exclude<T[K], undefined> };
 }

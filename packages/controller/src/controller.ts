@@ -3,6 +3,7 @@ import { loadConfig, type ControllerConfig } from './config.js';
 import { Credentials } from './credentials.js';
 import { DockerProvider } from './docker.js';
 import { createHttpServer, serverUrl } from './http.js';
+import { Metrics } from './metrics.js';
 import { collectRuntime } from './runtime.js';
 import { SandboxService } from './sandboxes.js';
 
@@ -18,6 +19,7 @@ export interface Controller extends AsyncDisposable {
   url: string;
   config: ControllerConfig;
   sandboxes: SandboxService;
+  metrics: Metrics;
   /** Set only on the start that generated the API key, so it is printed once. */
   generatedApiKey?: string | undefined;
   close(): Promise<void>;
@@ -37,7 +39,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
   let generatedApiKey: string | undefined;
   let credentials = options.credentials;
   if (!credentials) {
-    const loaded = await Credentials.load(config.stateDir, config.apiKey);
+    const loaded = await Credentials.load(config.stateDir, config.apiKey, config.apiKeyHashes);
     credentials = loaded.credentials;
     generatedApiKey = loaded.generatedApiKey;
   }
@@ -45,10 +47,17 @@ export async function startController(options: StartControllerOptions = {}): Pro
   await docker.ping();
   const runtime = await collectRuntime(config.agentBundlePath);
   const runtimeVolume = await docker.ensureRuntimeVolume(runtime, config.defaultImage);
-  const sandboxes = new SandboxService(docker, credentials, config, runtimeVolume);
-  const recovered = await sandboxes.recover();
+  const metrics: Metrics = new Metrics(() => sandboxes.countByState());
+  const sandboxes: SandboxService = new SandboxService(docker, credentials, config, runtimeVolume, metrics);
+  const { recovered, poolMembers } = await sandboxes.recover();
+  for (const member of poolMembers) await docker.removeSandbox(member.containerId).catch(() => undefined);
 
-  const { server, wss } = createHttpServer({ sandboxes, credentials, log });
+  const readiness = async () => {
+    await docker.ping();
+    if (!(await docker.hasImage(config.defaultImage))) throw new Error(`the default image ${config.defaultImage} is not on the Docker engine; build it with scripts/build-images`);
+    return { docker: 'ok', defaultImage: config.defaultImage, runtimes: sandboxes.runtimes };
+  };
+  const { server, wss } = createHttpServer({ sandboxes, credentials, config, metrics, log, readiness });
   server.listen(config.port, config.host);
   await once(server, 'listening');
   const url = serverUrl(server, config.host);
@@ -56,19 +65,24 @@ export async function startController(options: StartControllerOptions = {}): Pro
 
   const reaper = setInterval(() => {
     sandboxes
-      .reapExpired()
-      .then((ids) => ids.length > 0 && log('sandboxes.reaped', { ids }))
+      .refreshStates()
+      .then(() => sandboxes.reapExpired())
+      .then((ids: string[]) => ids.length > 0 && log('sandboxes.reaped', { ids }))
       .catch((err: unknown) => log('reaper.failed', { error: String(err) }));
   }, config.reapIntervalMs);
   reaper.unref();
 
+  let closed = false;
   const close = async () => {
+    if (closed) return;
+    closed = true;
     clearInterval(reaper);
+    if (config.killOnShutdown) for (const record of sandboxes.list()) await sandboxes.kill(record.id).catch(() => undefined);
     for (const ws of wss.clients) ws.terminate();
     server.closeAllConnections();
     await new Promise<void>((resolve) => server.close(() => resolve()));
   };
-  return { url, config, sandboxes, generatedApiKey, close, [Symbol.asyncDispose]: close };
+  return { url, config, sandboxes, metrics, generatedApiKey, close, [Symbol.asyncDispose]: close };
 }
 
 function jsonLog(event: string, fields: Record<string, unknown> = {}): void {

@@ -1,44 +1,90 @@
 import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 
+/** What a derived token carries, signed: the sandbox it reaches, its grant, and its end. */
+export interface DerivedToken {
+  sandboxId: string;
+  /** The connection grant (`{ policy, allowExec }`) the daemon will enforce for its holder. */
+  grant: unknown;
+  /** Epoch milliseconds after which the token is refused; absent: as long as the sandbox lives. */
+  expiresAt?: number | undefined;
+}
+
+/** The file that holds the SHA-256 digests of the API keys, one hex digest a line. */
+export const API_KEY_HASH_FILE = 'api-key.sha256';
+
 /**
- * The controller's secrets. The API key opens the REST API. The master key never leaves the
- * controller: each sandbox's token and daemon secret are derived from it and the sandbox id, so a
- * restarted controller can recompute them from the id in the container's labels, and no secret
- * is stored in Docker.
+ * The controller's secrets. API keys are kept as SHA-256 digests only and compared in constant
+ * time. The master key never leaves the controller: each sandbox's token, its daemon secret, and
+ * every derived token's signature come from it and the sandbox id, so a restarted controller
+ * recomputes them from the container labels and no secret is stored in Docker.
  */
 export class Credentials {
-  private readonly apiKeyDigest: Buffer;
+  private readonly apiKeyDigests: Buffer[];
 
   private constructor(
-    apiKey: string,
+    apiKeyDigests: Buffer[],
     private readonly masterKey: Buffer,
   ) {
-    this.apiKeyDigest = digest(apiKey);
+    if (apiKeyDigests.length === 0) throw new Error('At least one API key is needed.');
+    this.apiKeyDigests = apiKeyDigests;
   }
 
   /**
-   * Loads the keys from the state folder, making them on first start (files mode 0600).
-   * `generatedApiKey` is set only when a key was just made, so the caller prints it once.
+   * Loads the keys from the state folder, making them on first start (files mode 0600). Only
+   * the digest of a generated API key is written; `generatedApiKey` is set on that start alone, so
+   * the caller prints the key once. A key from the environment is hashed in memory and never
+   * written.
    */
-  static async load(stateDir: string, apiKeyFromEnv: string | undefined): Promise<{ credentials: Credentials; generatedApiKey?: string }> {
+  static async load(stateDir: string, apiKeyFromEnv: string | undefined, extraDigests: string[] = []): Promise<{ credentials: Credentials; generatedApiKey?: string }> {
     await mkdir(stateDir, { recursive: true, mode: 0o700 });
     const masterKey = Buffer.from(await readOrCreate(path.join(stateDir, 'master.key'), () => randomBytes(32).toString('hex')), 'hex');
-    if (apiKeyFromEnv) return { credentials: new Credentials(apiKeyFromEnv, masterKey) };
+    const digests = extraDigests.map((hex) => Buffer.from(hex, 'hex'));
+    if (apiKeyFromEnv) return { credentials: new Credentials([digest(apiKeyFromEnv), ...digests], masterKey) };
+
+    const hashFile = path.join(stateDir, API_KEY_HASH_FILE);
+    const legacyFile = path.join(stateDir, 'api-key');
+    // A plain-text key from an older state folder: keep it working, store only its digest.
+    const legacy = await readFile(legacyFile, 'utf8').catch(() => undefined);
+    if (legacy?.trim()) {
+      await writeFile(hashFile, `${digest(legacy.trim()).toString('hex')}\n`, { mode: 0o600, flag: 'a' });
+      await rm(legacyFile, { force: true });
+    }
     let generated: string | undefined;
-    const apiKey = await readOrCreate(path.join(stateDir, 'api-key'), () => (generated = `wk_${randomBytes(24).toString('base64url')}`));
-    return generated ? { credentials: new Credentials(apiKey, masterKey), generatedApiKey: generated } : { credentials: new Credentials(apiKey, masterKey) };
+    const stored = await readOrCreate(hashFile, () => {
+      generated = `wk_${randomBytes(24).toString('base64url')}`;
+      return digest(generated).toString('hex');
+    });
+    for (const line of stored.split('\n')) if (/^[0-9a-f]{64}$/.test(line.trim())) digests.push(Buffer.from(line.trim(), 'hex'));
+    const credentials = new Credentials(digests, masterKey);
+    return generated ? { credentials, generatedApiKey: generated } : { credentials };
   }
 
   /** For tests and embedding: credentials held in memory only. */
   static inMemory(apiKey: string, masterKey: Buffer = randomBytes(32)): Credentials {
-    return new Credentials(apiKey, masterKey);
+    return new Credentials([digest(apiKey)], masterKey);
   }
 
-  /** Constant-time check of a presented API key. */
+  /** The SHA-256 digest of a key, as the configuration file's `apiKeyHashes` wants it. */
+  static hashApiKey(apiKey: string): string {
+    return digest(apiKey).toString('hex');
+  }
+
+  /** Constant-time check of a presented API key against every stored digest. */
   isApiKey(presented: string): boolean {
-    return timingSafeEqual(digest(presented), this.apiKeyDigest);
+    const candidate = digest(presented);
+    let match = false;
+    for (const stored of this.apiKeyDigests) match = timingSafeEqual(candidate, stored) || match;
+    return match;
+  }
+
+  /**
+   * This controller's id on a shared engine: derived from the master key, so it is the same after
+   * a restart, and containers of other controllers can be told apart.
+   */
+  get instanceId(): string {
+    return this.derive('instance', '').slice(0, 16);
   }
 
   /** The token that reaches one sandbox and nothing else. */
@@ -50,13 +96,38 @@ export class Credentials {
     return timingSafeEqual(digest(presented), digest(this.sandboxToken(sandboxId)));
   }
 
-  /** The secret the controller presents to a sandbox's daemon. */
-  agentSecret(sandboxId: string): string {
-    return this.derive('agent', sandboxId);
+  /** The secret the controller presents to a sandbox's daemon (keyed by the container's own id). */
+  agentSecret(agentId: string): string {
+    return this.derive('agent', agentId);
   }
 
-  private derive(purpose: string, sandboxId: string): string {
-    return createHmac('sha256', this.masterKey).update(`${purpose}:${sandboxId}`).digest('base64url');
+  /**
+   * A self-contained token for one sandbox with a narrower grant: `wsd_<payload>.<hmac>`, the
+   * payload base64url JSON, the HMAC keyed by the master key, so it survives restarts and needs no
+   * storage.
+   */
+  deriveToken(token: DerivedToken): string {
+    const payload = Buffer.from(JSON.stringify({ s: token.sandboxId, g: token.grant, e: token.expiresAt, n: randomBytes(6).toString('base64url') })).toString('base64url');
+    return `wsd_${payload}.${this.derive('derived', payload)}`;
+  }
+
+  /** The contents of a derived token whose signature checks out, or undefined. */
+  readDerivedToken(presented: string): DerivedToken | undefined {
+    const match = /^wsd_([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]+)$/.exec(presented);
+    if (!match) return undefined;
+    const [, payload, mac] = match;
+    if (!timingSafeEqual(digest(mac!), digest(this.derive('derived', payload!)))) return undefined;
+    try {
+      const data = JSON.parse(Buffer.from(payload!, 'base64url').toString('utf8')) as { s?: unknown; g?: unknown; e?: unknown };
+      if (typeof data.s !== 'string') return undefined;
+      return { sandboxId: data.s, grant: data.g, expiresAt: typeof data.e === 'number' ? data.e : undefined };
+    } catch {
+      return undefined;
+    }
+  }
+
+  private derive(purpose: string, value: string): string {
+    return createHmac('sha256', this.masterKey).update(`${purpose}:${value}`).digest('base64url');
   }
 }
 

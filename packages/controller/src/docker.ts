@@ -1,13 +1,23 @@
 import Docker from 'dockerode';
 import { CodedError } from '@warren/protocol';
+import type { SandboxSettings } from '@warren/protocol';
+import { pack } from 'tar-stream';
 import { agentCommand, RUNTIME_DIR, runtimeTar, type AgentRuntime } from './runtime.js';
 
 /** Labels Warren sets on its containers; the controller's whole state lives in these. */
 export const LABELS = {
   sandbox: 'warren.sandbox',
+  /** The instance id of the controller that made the container (derived from its master key). */
+  owner: 'warren.owner',
   image: 'warren.image',
   createdAt: 'warren.created-at',
   expiresAt: 'warren.expires-at',
+  /** JSON of the settings after defaults (resources, network, runtime, user, workdir, mounts). */
+  settings: 'warren.settings',
+  /** JSON of the sandbox's base file policy, when the create set one. */
+  policy: 'warren.policy',
+  /** Set on warm-pool members; their public id is given at claim time (see pool.ts). */
+  pool: 'warren.pool',
   userPrefix: 'warren.label.',
 } as const;
 
@@ -15,68 +25,118 @@ export const LABELS = {
 export const SOCKET_DIR_IN_SANDBOX = '/run/warren';
 /** The uid:gid sandboxes run as unless asked otherwise. */
 export const SANDBOX_USER = { uid: 1000, gid: 1000 };
+/** The writable folder every sandbox gets, whatever its image has. */
+export const WORKSPACE = '/workspace';
 
 /** What the controller decided a sandbox container must be. */
 export interface SandboxContainerSpec {
+  /** The container's own id in Warren: the sandbox id, or a pool member's id. */
   id: string;
   image: string;
   env: Record<string, string>;
+  /** Every label, Warren's and the caller's, already prefixed. */
   labels: Record<string, string>;
-  createdAt: Date;
-  expiresAt: Date;
   socketDirOnHost: string;
   runtimeVolume: string;
-  limits: { memoryMb: number; cpus: number; pidsLimit: number };
+  settings: SandboxSettings;
 }
 
 /**
- * The exact container-create body for a sandbox: hardened by default (non-root, every capability
- * dropped, no-new-privileges, pids/memory/CPU limits with swap equal to memory, no network,
- * init). Pure, so a unit test can pin it.
+ * The labels of a sandbox container: identity, owner, expiry and settings, so a restarted
+ * controller rebuilds its table from Docker alone.
+ */
+export function sandboxLabels(input: {
+  id: string;
+  owner: string;
+  image: string;
+  createdAt: Date;
+  expiresAt: Date;
+  settings: SandboxSettings;
+  policy?: unknown;
+  labels: Record<string, string>;
+  pool?: boolean;
+}): Record<string, string> {
+  const labels: Record<string, string> = {
+    [LABELS.sandbox]: input.id,
+    [LABELS.owner]: input.owner,
+    [LABELS.image]: input.image,
+    [LABELS.createdAt]: input.createdAt.toISOString(),
+    [LABELS.expiresAt]: input.expiresAt.toISOString(),
+    [LABELS.settings]: JSON.stringify(input.settings),
+  };
+  if (input.policy !== undefined) labels[LABELS.policy] = JSON.stringify(input.policy);
+  if (input.pool) labels[LABELS.pool] = '1';
+  for (const [key, value] of Object.entries(input.labels)) labels[`${LABELS.userPrefix}${key}`] = value;
+  return labels;
+}
+
+/** True when a host mount replaces the workspace volume. */
+function workspaceIsMounted(spec: SandboxContainerSpec): boolean {
+  return spec.settings.mounts.some((m) => m.path === WORKSPACE);
+}
+
+/**
+ * The exact container-create body for a sandbox: hardened whatever the settings say (non-root,
+ * every capability dropped, no-new-privileges, pids/memory/CPU limits with swap equal to memory,
+ * init, no host namespaces, only the socket folder, the read-only runtime, a private workspace
+ * volume and the checked host mounts). Pure, so a unit test can pin it.
  */
 export function containerCreateBody(spec: SandboxContainerSpec): Docker.ContainerCreateOptions {
-  const memoryBytes = spec.limits.memoryMb * 1024 * 1024;
-  const labels: Record<string, string> = {
-    [LABELS.sandbox]: spec.id,
-    [LABELS.image]: spec.image,
-    [LABELS.createdAt]: spec.createdAt.toISOString(),
-    [LABELS.expiresAt]: spec.expiresAt.toISOString(),
+  const { settings } = spec;
+  const memoryBytes = settings.memoryMb * 1024 * 1024;
+  const mounts: Docker.MountConfig = [{ Type: 'volume', Source: spec.runtimeVolume, Target: RUNTIME_DIR, ReadOnly: true }];
+  // An anonymous volume: Docker copies the image's /workspace into it (if any), the controller
+  // gives it to the sandbox user before start, and `remove({ v: true })` deletes it with the container.
+  if (!workspaceIsMounted(spec)) mounts.push({ Type: 'volume', Source: '', Target: WORKSPACE, ReadOnly: false });
+  for (const m of settings.mounts) mounts.push({ Type: 'bind', Source: m.hostPath, Target: m.path, ReadOnly: m.readOnly, BindOptions: { Propagation: 'rprivate' } });
+  const hostConfig: Docker.HostConfig = {
+    Init: true,
+    CapDrop: ['ALL'],
+    CapAdd: [],
+    SecurityOpt: ['no-new-privileges:true'],
+    Privileged: false,
+    NetworkMode: settings.network,
+    PidMode: '',
+    IpcMode: 'private',
+    PidsLimit: settings.pidsLimit,
+    Memory: memoryBytes,
+    MemorySwap: memoryBytes,
+    NanoCpus: Math.round(settings.cpus * 1e9),
+    Binds: [`${spec.socketDirOnHost}:${SOCKET_DIR_IN_SANDBOX}:rw`],
+    Mounts: mounts,
+    Devices: [],
+    AutoRemove: false,
+    RestartPolicy: { Name: 'no' },
   };
-  for (const [key, value] of Object.entries(spec.labels)) labels[`${LABELS.userPrefix}${key}`] = value;
+  if (settings.runtime !== 'runc') hostConfig.Runtime = settings.runtime;
   return {
     name: `warren-${spec.id}`,
     Image: spec.image,
-    Entrypoint: agentCommand([
-      '--socket',
-      `${SOCKET_DIR_IN_SANDBOX}/agent.sock`,
-      '--secret-file',
-      `${SOCKET_DIR_IN_SANDBOX}/secret`,
-      '--root',
-      '/workspace',
-      '--home',
-      '/workspace',
-    ]),
+    Entrypoint: agentCommand(['--socket', `${SOCKET_DIR_IN_SANDBOX}/agent.sock`, '--secret-file', `${SOCKET_DIR_IN_SANDBOX}/secret`, '--root', WORKSPACE, '--home', WORKSPACE]),
     Cmd: [],
-    User: `${SANDBOX_USER.uid}:${SANDBOX_USER.gid}`,
-    WorkingDir: '/workspace',
+    User: settings.user,
+    WorkingDir: settings.workdir,
     Env: Object.entries(spec.env).map(([k, v]) => `${k}=${v}`),
-    Labels: labels,
-    NetworkDisabled: true,
-    HostConfig: {
-      Init: true,
-      CapDrop: ['ALL'],
-      SecurityOpt: ['no-new-privileges:true'],
-      Privileged: false,
-      NetworkMode: 'none',
-      PidsLimit: spec.limits.pidsLimit,
-      Memory: memoryBytes,
-      MemorySwap: memoryBytes,
-      NanoCpus: Math.round(spec.limits.cpus * 1e9),
-      Binds: [`${spec.socketDirOnHost}:${SOCKET_DIR_IN_SANDBOX}:rw`],
-      Mounts: [{ Type: 'volume', Source: spec.runtimeVolume, Target: RUNTIME_DIR, ReadOnly: true }],
-      AutoRemove: false,
-    },
+    Labels: spec.labels,
+    NetworkDisabled: settings.network === 'none',
+    HostConfig: hostConfig,
   };
+}
+
+/** A one-entry tar that makes /workspace belong to the sandbox user (applied before start). */
+async function workspaceOwnerTar(user: string): Promise<Buffer> {
+  const [uid, gid = uid] = user.split(':').map(Number);
+  const tar = pack();
+  const chunks: Buffer[] = [];
+  tar.on('data', (chunk: unknown) => chunks.push(chunk as Buffer));
+  const done = new Promise<void>((resolve, reject) => {
+    tar.on('end', resolve);
+    tar.on('error', reject);
+  });
+  tar.entry({ name: `${WORKSPACE.slice(1)}/`, type: 'directory', mode: 0o755, uid: uid!, gid: gid! });
+  tar.finalize();
+  await done;
+  return Buffer.concat(chunks);
 }
 
 /** A Warren container as Docker lists it. */
@@ -131,16 +191,47 @@ export class DockerProvider {
     }
   }
 
-  /** Creates and starts a sandbox container; returns its id. A failed start leaves nothing behind. */
+  /**
+   * Creates and starts a sandbox container; returns its id. The workspace volume is handed to the
+   * sandbox user before start, so images without /workspace (plain Debian, busybox) get a
+   * writable one too. A failed start leaves nothing behind.
+   */
   async startSandbox(spec: SandboxContainerSpec): Promise<string> {
     const container = await this.docker.createContainer(containerCreateBody(spec)).catch((e: unknown) => rethrow(e, `create a container from ${spec.image}`));
     try {
+      if (!workspaceIsMounted(spec)) await container.putArchive(await workspaceOwnerTar(spec.settings.user), { path: '/' });
       await container.start();
     } catch (err) {
-      await container.remove({ force: true }).catch(() => undefined);
+      await container.remove({ force: true, v: true }).catch(() => undefined);
       rethrow(err, `start the container for sandbox ${spec.id}`);
     }
     return container.id;
+  }
+
+  /** The runtimes the engine has registered (`runc`, and `runsc` where gVisor is installed). */
+  async runtimes(): Promise<string[]> {
+    const info = (await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info'))) as { Runtimes?: Record<string, unknown> };
+    return Object.keys(info.Runtimes ?? { runc: {} });
+  }
+
+  /** True when the image is present on the engine (no registry is asked). */
+  async hasImage(image: string): Promise<boolean> {
+    try {
+      await this.docker.getImage(image).inspect();
+      return true;
+    } catch (err) {
+      if ((err as { statusCode?: number }).statusCode === 404) return false;
+      return rethrow(err, `inspect image ${image}`);
+    }
+  }
+
+  /** Freezes every process of a sandbox (cgroup freezer); its memory and files stay. */
+  async pause(containerId: string): Promise<void> {
+    await this.docker.getContainer(containerId).pause().catch((e: unknown) => rethrow(e, `pause container ${containerId}`));
+  }
+
+  async unpause(containerId: string): Promise<void> {
+    await this.docker.getContainer(containerId).unpause().catch((e: unknown) => rethrow(e, `resume container ${containerId}`));
   }
 
   /** Removes a sandbox's container and its anonymous volumes; an absent one is not an error. */
@@ -157,6 +248,12 @@ export class DockerProvider {
   async listSandboxes(): Promise<SandboxContainer[]> {
     const containers = await this.docker.listContainers({ all: true, filters: { label: [LABELS.sandbox] } }).catch((e: unknown) => rethrow(e, 'list containers'));
     return containers.map((c) => ({ containerId: c.Id, labels: c.Labels, state: c.State }));
+  }
+
+  /** The engine's view of many containers at once: id to state. */
+  async containerStates(): Promise<Map<string, string>> {
+    const containers = await this.docker.listContainers({ all: true, filters: { label: [LABELS.sandbox] } }).catch((e: unknown) => rethrow(e, 'list containers'));
+    return new Map(containers.map((c) => [c.Id, c.State]));
   }
 
   /** The container's state (`running`, `paused`, `exited`, ...), or undefined when it is gone. */
@@ -204,6 +301,7 @@ function rethrow(err: unknown, doing: string): never {
     throw new CodedError('NOT_FOUND', `Could not ${doing}: ${detail}. Build Warren's images with scripts/build-images, or docker pull the image.`);
   }
   if (e.statusCode === 404) throw new CodedError('SANDBOX_NOT_FOUND', `Could not ${doing}: ${detail}`);
+  if (e.statusCode === 409 && /is not paused|is already paused|is paused/i.test(detail)) throw new CodedError('CONFLICT', `Could not ${doing}: ${detail}. Check the sandbox's state with GET /v1/sandboxes/<id>.`);
   if (e.statusCode === 409) throw new CodedError('CONFLICT', `Could not ${doing}: ${detail}`);
   throw new CodedError('UPSTREAM_UNAVAILABLE', `Could not ${doing}: ${detail}`);
 }

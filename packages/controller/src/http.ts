@@ -1,35 +1,76 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { isIP, type AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { CodedError, ERROR_CODES, REST_PATHS, WS_MAX_PAYLOAD_BYTES, type ErrorCode, type RestErrorBody } from '@warren/protocol';
+import {
+  CodedError,
+  ERROR_CODES,
+  GRANT_HEADER,
+  REST_PATHS,
+  SandboxState,
+  SetTimeoutRequest,
+  WS_MAX_PAYLOAD_BYTES,
+  encodeGrant,
+  issueText,
+  type ErrorCode,
+  type RestErrorBody,
+} from '@warren/protocol';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { openAgentSocket } from './agent-link.js';
-import { relay } from './relay.js';
+import type { ControllerConfig } from './config.js';
 import type { Credentials } from './credentials.js';
+import { callAccessCheck, deriveGrant, grantFor, observeCalls, type Caller } from './grants.js';
+import type { Metrics } from './metrics.js';
+import { relay } from './relay.js';
 import type { SandboxService } from './sandboxes.js';
 
 const MAX_BODY_BYTES = 1024 * 1024;
 
-/** Who is calling: the operator (API key) or the holder of one sandbox's token. */
-type Caller = { kind: 'operator' } | { kind: 'sandbox'; sandboxId: string };
-
 export interface HttpServerDeps {
   sandboxes: SandboxService;
   credentials: Credentials;
+  config: ControllerConfig;
+  metrics: Metrics;
   log: (event: string, fields?: Record<string, unknown>) => void;
+  /** `/readyz`: resolves when Docker answers and the default image is present. */
+  readiness: () => Promise<Record<string, unknown>>;
+  /** `GET /v1/sandboxes/:id/audit`: the daemon's audit log of the sandbox. */
+  audit?: (id: string, query: URLSearchParams) => Promise<unknown>;
 }
+
+/** Which credentials may use a route: `operator` = API key; `sandbox` = that sandbox's token; `derived` = a derived token. */
+type Who = 'operator' | 'sandbox' | 'derived';
 
 /** The REST API and the WebSocket relay to each sandbox's daemon, on one node:http server. */
 export function createHttpServer(deps: HttpServerDeps) {
-  const wss = new WebSocketServer({ noServer: true, maxPayload: WS_MAX_PAYLOAD_BYTES, perMessageDeflate: false });
+  const wss = new WebSocketServer({ noServer: true, maxPayload: Math.min(deps.config.maxMessageBytes, WS_MAX_PAYLOAD_BYTES), perMessageDeflate: false });
 
   const server = createServer((req, res) => {
-    route(deps, req, res).catch((err: unknown) => sendError(res, err));
+    route(deps, req, res).catch((err: unknown) => sendError(deps, res, err));
   });
 
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-    upgrade(deps, wss, req, socket, head).catch((err: unknown) => rejectUpgrade(socket, err));
+    socket.on('error', () => socket.destroy());
+    upgrade(deps, wss, req, socket, head).catch((err: unknown) => rejectUpgrade(deps, socket, err));
   });
+
+  // Heartbeat: a client that has not answered the previous ping by the next one is gone.
+  const alive = new WeakMap<WebSocket, boolean>();
+  wss.on('connection', (ws: WebSocket) => {
+    alive.set(ws, true);
+    ws.on('pong', () => alive.set(ws, true));
+  });
+  const heartbeat = setInterval(() => {
+    for (const ws of wss.clients) {
+      if (alive.get(ws) === false) {
+        ws.terminate();
+        continue;
+      }
+      alive.set(ws, false);
+      ws.ping();
+    }
+  }, deps.config.heartbeatMs);
+  heartbeat.unref();
+  server.on('close', () => clearInterval(heartbeat));
 
   return { server, wss };
 }
@@ -38,61 +79,164 @@ async function route(deps: HttpServerDeps, req: IncomingMessage, res: ServerResp
   const url = new URL(req.url ?? '/', 'http://controller');
   const method = req.method ?? 'GET';
   if (url.pathname === REST_PATHS.healthz && method === 'GET') return sendJson(res, 200, { status: 'ok' });
+  if (url.pathname === REST_PATHS.readyz && method === 'GET') {
+    const checks = await deps.readiness().catch((err: unknown) => {
+      throw new CodedError('SANDBOX_NOT_READY', `Not ready: ${(err as Error).message}`);
+    });
+    return sendJson(res, 200, { status: 'ready', ...checks });
+  }
+  if (url.pathname === REST_PATHS.metrics && method === 'GET') {
+    requireRole(authenticate(deps.credentials, req, undefined), ['operator']);
+    const text = await deps.metrics.registry.metrics();
+    res.writeHead(200, { 'content-type': deps.metrics.registry.contentType }).end(text);
+    return;
+  }
 
-  const match = /^\/v1\/sandboxes(?:\/([A-Za-z0-9]+))?$/.exec(url.pathname);
-  if (!match) throw new CodedError('NOT_FOUND', `No route ${method} ${url.pathname}.`);
-  const id = match[1];
+  const match = /^\/v1\/sandboxes(?:\/([A-Za-z0-9]+)(?:\/([a-z]+))?)?$/.exec(url.pathname);
+  if (!match) throw new CodedError('NOT_FOUND', `No route ${method} ${url.pathname}. Routes: /healthz, /readyz, /metrics, /v1/sandboxes[/<id>[/keepalive|timeout|pause|resume|derive|audit]].`);
+  const [, id, action] = match;
   const caller = authenticate(deps.credentials, req, id);
 
   if (!id) {
-    if (method !== 'POST') throw methodNotAllowed(method, url.pathname);
-    requireOperator(caller);
-    const created = await deps.sandboxes.create(await readJson(req));
-    deps.log('sandbox.created', { sandboxId: created.id, image: created.image, readyMs: created.readyMs });
-    return sendJson(res, 201, created);
+    requireRole(caller, ['operator']);
+    if (method === 'POST') {
+      const created = await deps.sandboxes.create(await readJson(req));
+      deps.log('sandbox.created', { sandboxId: created.id, image: created.image, readyMs: created.readyMs, pooled: created.pooled });
+      return sendJson(res, 201, created);
+    }
+    if (method === 'GET') return sendJson(res, 200, { sandboxes: await deps.sandboxes.find(listFilter(url.searchParams)) });
+    throw methodNotAllowed(method, url.pathname, 'GET, POST');
   }
-  if (method === 'GET') return sendJson(res, 200, await deps.sandboxes.get(id));
-  if (method === 'DELETE') {
-    await deps.sandboxes.kill(id);
-    deps.log('sandbox.killed', { sandboxId: id });
-    res.writeHead(204).end();
-    return;
+
+  const handlers: Record<string, { method: string; who: Who[]; run: () => Promise<void> }> = {
+    '': { method: 'GET', who: ['operator', 'sandbox', 'derived'], run: async () => sendJson(res, 200, await deps.sandboxes.get(id)) },
+    'DELETE:': {
+      method: 'DELETE',
+      who: ['operator', 'sandbox'],
+      run: async () => {
+        await deps.sandboxes.kill(id);
+        deps.log('sandbox.killed', { sandboxId: id });
+        res.writeHead(204).end();
+      },
+    },
+    keepalive: { method: 'POST', who: ['operator', 'sandbox'], run: async () => sendJson(res, 200, await deps.sandboxes.keepalive(id)) },
+    timeout: {
+      method: 'POST',
+      who: ['operator', 'sandbox'],
+      run: async () => {
+        const body = SetTimeoutRequest.safeParse(await readJson(req));
+        if (!body.success) throw new CodedError('INVALID_PARAMS', `Invalid timeout request: ${body.error.issues.map(issueText).join('; ')}. Send { "ttlSeconds": <seconds from now> }.`);
+        sendJson(res, 200, await deps.sandboxes.setTimeout(id, body.data.ttlSeconds));
+      },
+    },
+    pause: { method: 'POST', who: ['operator', 'sandbox'], run: async () => sendJson(res, 200, await deps.sandboxes.pause(id)) },
+    resume: { method: 'POST', who: ['operator', 'sandbox'], run: async () => sendJson(res, 200, await deps.sandboxes.resume(id)) },
+    derive: {
+      method: 'POST',
+      who: ['operator', 'sandbox', 'derived'],
+      run: async () => sendJson(res, 201, deriveGrant(deps.credentials, deps.sandboxes.record(id), caller, await readJson(req))),
+    },
+    audit: {
+      method: 'GET',
+      who: ['operator', 'sandbox'],
+      run: async () => {
+        if (!deps.audit) throw new CodedError('UNKNOWN_METHOD', 'This controller has no audit route yet.');
+        sendJson(res, 200, await deps.audit(id, url.searchParams));
+      },
+    },
+  };
+  const key = action === undefined && method === 'DELETE' ? 'DELETE:' : (action ?? '');
+  const handler = handlers[key];
+  if (!handler) throw new CodedError('NOT_FOUND', `No route ${method} ${url.pathname}. Sandbox routes: GET|DELETE /v1/sandboxes/<id>, POST .../keepalive|timeout|pause|resume|derive, GET .../audit.`);
+  requireRole(caller, handler.who);
+  if (handler.method !== method) throw methodNotAllowed(method, url.pathname, handler.method);
+  deps.sandboxes.record(id); // throws SANDBOX_NOT_FOUND
+  await handler.run();
+}
+
+function listFilter(query: URLSearchParams): { labels: Record<string, string>; state?: SandboxState } {
+  const labels: Record<string, string> = {};
+  for (const pair of query.getAll('label')) {
+    const eq = pair.indexOf('=');
+    if (eq <= 0) throw new CodedError('INVALID_PARAMS', `Label filter '${pair}' is not key=value; use ?label=team=red.`);
+    labels[pair.slice(0, eq)] = pair.slice(eq + 1);
   }
-  throw methodNotAllowed(method, url.pathname);
+  const state = query.get('state');
+  if (state === null) return { labels };
+  const parsed = SandboxState.safeParse(state);
+  if (!parsed.success) throw new CodedError('INVALID_PARAMS', `State filter '${state}' is not one of ${SandboxState.options.join(', ')}.`);
+  return { labels, state: parsed.data };
 }
 
 async function upgrade(deps: HttpServerDeps, wss: WebSocketServer, req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
   const url = new URL(req.url ?? '/', 'http://controller');
   const match = /^\/v1\/sandboxes\/([A-Za-z0-9]+)\/connect$/.exec(url.pathname);
-  if (!match) throw new CodedError('NOT_FOUND', `No WebSocket route at ${url.pathname}.`);
+  if (!match) throw new CodedError('NOT_FOUND', `No WebSocket route at ${url.pathname}; connect to /v1/sandboxes/<id>/connect.`);
   const id = match[1]!;
-  authenticate(deps.credentials, req, id);
-  if (!deps.sandboxes.has(id)) throw new CodedError('SANDBOX_NOT_FOUND', `No sandbox '${id}'.`);
-  const agent = await openAgentSocket(deps.sandboxes.socketPath(id), deps.credentials.agentSecret(id)).catch((err: unknown) => {
+  checkOriginAndHost(deps.config, req);
+  const caller = authenticate(deps.credentials, req, id);
+  if (wss.clients.size >= deps.config.maxConnections) {
+    throw new CodedError('RESOURCE_EXHAUSTED', `This controller holds its maximum of ${deps.config.maxConnections} connections (maxConnections); close connections you no longer use.`);
+  }
+  const record = deps.sandboxes.record(id);
+  if (record.state === 'paused') throw new CodedError('SANDBOX_NOT_READY', `Sandbox '${id}' is paused; resume it (POST /v1/sandboxes/${id}/resume) before connecting.`, { sandboxId: id });
+  const grant = grantFor(record, caller);
+  const agent = await openAgentSocket(deps.sandboxes.socketPath(id), deps.sandboxes.agentSecret(id), 5000, { [GRANT_HEADER]: encodeGrant(grant) }).catch((err: unknown) => {
     throw new CodedError('SANDBOX_NOT_READY', `The sandbox daemon is not answering: ${(err as Error).message}`, { sandboxId: id });
   });
-  wss.handleUpgrade(req, socket, head, (client) => relay(client, agent));
+  wss.handleUpgrade(req, socket, head, (client) => {
+    deps.metrics.connections.inc();
+    client.once('close', () => deps.metrics.connections.dec());
+    observeCalls(client, agent, deps.metrics);
+    relay(client, agent, { allowFrame: callAccessCheck(grant, deps.metrics) });
+  });
 }
 
 /**
- * Accepts the API key anywhere, and a sandbox's token for that sandbox only. Every failure has
- * the same 401 shape, whatever was wrong with the credential.
+ * DNS-rebinding and cross-site guard for upgrades: a browser page may not open a sandbox
+ * connection unless its `Origin` is allowed, and the `Host` must be an address this controller
+ * answers on (IP literal, localhost, the bound host, or an allowed name).
+ */
+function checkOriginAndHost(config: ControllerConfig, req: IncomingMessage): void {
+  const origin = req.headers.origin;
+  if (origin !== undefined && !config.allowedOrigins.includes(origin)) {
+    throw new CodedError('FORBIDDEN', `WebSocket upgrades from Origin '${origin}' are refused; add it to allowedOrigins in the controller's configuration to allow it.`);
+  }
+  const host = (req.headers.host ?? '').replace(/:\d+$/, '').replace(/^\[(.*)\]$/, '$1').toLowerCase();
+  const allowed = host === 'localhost' || isIP(host) !== 0 || host === config.host.toLowerCase() || config.allowedHosts.map((h) => h.toLowerCase()).includes(host);
+  if (!allowed) throw new CodedError('FORBIDDEN', `WebSocket upgrades for Host '${host}' are refused; use the controller's address, or add the name to allowedHosts.`);
+}
+
+const UNAUTHORIZED_MESSAGE = 'Missing or invalid credential: send Authorization: Bearer <API key>, or a token of this sandbox.';
+
+/**
+ * Accepts the API key anywhere, a sandbox's token for that sandbox only, and a derived token for
+ * its sandbox while it is valid. Every failure has the same 401 shape, whatever was wrong with
+ * the credential.
  */
 function authenticate(credentials: Credentials, req: IncomingMessage, sandboxId: string | undefined): Caller {
   const presented = /^Bearer (\S+)$/.exec(req.headers.authorization ?? '')?.[1];
   if (presented !== undefined) {
     if (credentials.isApiKey(presented)) return { kind: 'operator' };
-    if (sandboxId !== undefined && credentials.isSandboxToken(sandboxId, presented)) return { kind: 'sandbox', sandboxId };
+    if (sandboxId !== undefined) {
+      if (credentials.isSandboxToken(sandboxId, presented)) return { kind: 'sandbox', sandboxId };
+      const derived = credentials.readDerivedToken(presented);
+      if (derived && derived.sandboxId === sandboxId && (derived.expiresAt === undefined || derived.expiresAt > Date.now())) {
+        return { kind: 'derived', sandboxId, grant: derived.grant, expiresAt: derived.expiresAt };
+      }
+    }
   }
-  throw new CodedError('UNAUTHORIZED', 'Missing or invalid credential: send Authorization: Bearer <API key>, or the sandbox token for its own sandbox.');
+  throw new CodedError('UNAUTHORIZED', UNAUTHORIZED_MESSAGE);
 }
 
-function requireOperator(caller: Caller): void {
-  if (caller.kind !== 'operator') throw new CodedError('FORBIDDEN', 'Only the API key may create sandboxes; a sandbox token reaches its own sandbox only.');
+function requireRole(caller: Caller, who: Who[]): void {
+  if (who.includes(caller.kind)) return;
+  const allowed = who.map((w) => (w === 'operator' ? 'the API key' : w === 'sandbox' ? "the sandbox's own token" : 'a derived token')).join(' or ');
+  throw new CodedError('FORBIDDEN', `This credential may not use this route; it needs ${allowed}.`);
 }
 
-function methodNotAllowed(method: string, path: string): CodedError {
-  return new CodedError('INVALID_PARAMS', `${method} is not supported on ${path}.`);
+function methodNotAllowed(method: string, path: string, allowed: string): CodedError {
+  return new CodedError('INVALID_PARAMS', `${method} is not supported on ${path}; use ${allowed}.`);
 }
 
 async function readJson(req: IncomingMessage): Promise<unknown> {
@@ -125,20 +269,25 @@ export function errorBody(err: unknown): { status: number; body: RestErrorBody }
   return { status: ERROR_CODES[code].status, body };
 }
 
-function sendError(res: ServerResponse, err: unknown): void {
+function sendError(deps: HttpServerDeps, res: ServerResponse, err: unknown): void {
   const { status, body } = errorBody(err);
+  deps.metrics.errors.inc({ code: body.error.code, source: 'rest' });
+  if (status >= 500) deps.log('request.failed', { code: body.error.code, message: body.error.message });
   if (res.headersSent) return void res.destroy();
   sendJson(res, status, body);
 }
 
-function rejectUpgrade(socket: Duplex, err: unknown): void {
+function rejectUpgrade(deps: HttpServerDeps, socket: Duplex, err: unknown): void {
   const { status, body } = errorBody(err);
+  deps.metrics.errors.inc({ code: body.error.code, source: 'rest' });
   const text = JSON.stringify(body);
-  socket.end(`HTTP/1.1 ${status} ${status === 401 ? 'Unauthorized' : 'Error'}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`);
+  const reason = { 401: 'Unauthorized', 403: 'Forbidden', 404: 'Not Found', 429: 'Too Many Requests', 503: 'Service Unavailable' }[status] ?? 'Error';
+  socket.end(`HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`);
 }
 
 /** The URL a listening server answers on. */
 export function serverUrl(server: ReturnType<typeof createServer>, host: string): string {
   const { port } = server.address() as AddressInfo;
-  return `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
+  const shown = host === '0.0.0.0' ? '127.0.0.1' : host === '::' ? '::1' : host;
+  return `http://${shown.includes(':') ? `[${shown}]` : shown}:${port}`;
 }

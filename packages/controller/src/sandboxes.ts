@@ -1,114 +1,316 @@
-import { chown, mkdir, rm, writeFile } from 'node:fs/promises';
+import { chown, mkdir, readFile, readdir, realpath, rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { customAlphabet } from 'nanoid';
-import { CodedError, CreateSandboxRequest, type CreateSandboxResponse, type SandboxInfo, type SandboxState } from '@warren/protocol';
+import { CodedError, FilePolicy, SandboxSettings, type CreateSandboxResponse, type SandboxInfo, type SandboxState } from '@warren/protocol';
 import { probeAgent } from './agent-link.js';
 import type { ControllerConfig } from './config.js';
 import type { Credentials } from './credentials.js';
-import { LABELS, SANDBOX_USER, type DockerProvider } from './docker.js';
+import { LABELS, sandboxLabels, type DockerProvider } from './docker.js';
+import type { Metrics } from './metrics.js';
+import { isBelow, planSandbox, type SandboxPlan } from './sandbox-plan.js';
 
 // 24 characters of a 62-letter alphabet: 142 bits of randomness, safe in URLs and container names.
-const newId = customAlphabet('0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ', 24);
+export const newId = customAlphabet('0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ', 24);
 
-/** What the controller knows of one sandbox; all of it is also in the container's labels. */
+/** What the controller knows of one sandbox. */
 export interface SandboxRecord {
+  /** The public id: in URLs and tokens. */
   id: string;
+  /**
+   * The container's own Warren id: names its socket folder and keys its daemon secret. Equal to
+   * `id` for a cold create; a warm-pool member keeps the id it was made with.
+   */
+  agentId: string;
   containerId: string;
   image: string;
   createdAt: Date;
   expiresAt: Date;
   labels: Record<string, string>;
+  settings: SandboxSettings;
+  /** The base file policy from the create request, if any. */
+  policy?: unknown;
+  /** Last state seen: set by this controller's own actions and refreshed by the reaper. */
+  state: SandboxState;
+  pooled: boolean;
 }
 
 /**
- * The sandbox table: creates, finds, kills and reaps sandboxes. It holds nothing Docker does not
- * also hold, so {@link SandboxService.recover} rebuilds it after a restart.
+ * What the state folder holds per sandbox, besides the socket folder: the moved expiry (Docker
+ * labels cannot change) and, for a claimed warm-pool member, its public identity.
+ */
+interface StoredRecord {
+  id: string;
+  agentId: string;
+  expiresAt: string;
+  createdAt?: string;
+  labels?: Record<string, string>;
+  policy?: unknown;
+  ttlSeconds?: number;
+}
+
+/** Filters of {@link SandboxService.list}. */
+export interface ListFilter {
+  labels?: Record<string, string>;
+  state?: SandboxState;
+}
+
+/** Where the warm pool plugs into creates: it may hand over a ready container for a plan. */
+export interface PoolSource {
+  take(plan: SandboxPlan): { agentId: string; containerId: string; image: string; settings: SandboxSettings } | undefined;
+}
+
+/**
+ * The sandbox table: creates, finds, pauses, kills and reaps sandboxes. Identity, owner, expiry
+ * and settings are in the container labels; a keepalive's moved expiry and a pool claim are in a
+ * small file per sandbox in the state folder. {@link SandboxService.recover} rebuilds the table
+ * from both after a restart.
  */
 export class SandboxService {
   private readonly records = new Map<string, SandboxRecord>();
+  private creating = 0;
+  private runtimeNames: string[] = ['runc'];
+  /** Set by the warm pool when it is enabled. */
+  pool: PoolSource | undefined;
 
   constructor(
-    private readonly docker: DockerProvider,
-    private readonly credentials: Credentials,
-    private readonly config: ControllerConfig,
-    private readonly runtimeVolume: string,
+    readonly docker: DockerProvider,
+    readonly credentials: Credentials,
+    readonly config: ControllerConfig,
+    readonly runtimeVolume: string,
+    readonly metrics?: Metrics,
   ) {}
 
-  /** The host path of a sandbox's daemon socket. */
+  /** The host path of a daemon socket, by the container's Warren id. */
+  socketPathOf(agentId: string): string {
+    return path.join(this.socketDir(agentId), 'agent.sock');
+  }
+
+  /** The host path of a sandbox's daemon socket, by public id. */
   socketPath(id: string): string {
-    return path.join(this.socketDir(id), 'agent.sock');
+    return this.socketPathOf(this.require(id).agentId);
   }
 
-  private socketDir(id: string): string {
-    return path.join(this.config.stateDir, 'sandboxes', id);
+  /** The secret that opens a sandbox's daemon, by public id. */
+  agentSecret(id: string): string {
+    return this.credentials.agentSecret(this.require(id).agentId);
   }
 
-  /** Rebuilds the table from the labels of Warren's containers. */
-  async recover(): Promise<number> {
+  socketDir(agentId: string): string {
+    return path.join(this.config.stateDir, 'sandboxes', agentId);
+  }
+
+  private recordFile(id: string): string {
+    return path.join(this.config.stateDir, 'records', `${id}.json`);
+  }
+
+  /** Runtimes the engine offers; read at start. */
+  get runtimes(): readonly string[] {
+    return this.runtimeNames;
+  }
+
+  /**
+   * Rebuilds the table from this controller's containers (owner label = its instance id) and the
+   * per-sandbox state files. Unclaimed warm-pool members are returned for the pool to adopt or
+   * remove; containers of other controllers are left to {@link SandboxService.reapExpired}.
+   */
+  async recover(): Promise<{ recovered: number; poolMembers: { agentId: string; containerId: string; labels: Record<string, string> }[] }> {
+    this.runtimeNames = await this.docker.runtimes();
+    const stored = await this.readStoredRecords();
+    const byAgent = new Map([...stored.values()].map((s) => [s.agentId, s]));
+    const poolMembers: { agentId: string; containerId: string; labels: Record<string, string> }[] = [];
     for (const container of await this.docker.listSandboxes()) {
-      const id = container.labels[LABELS.sandbox];
-      if (!id) continue;
-      this.records.set(id, recordFromLabels(id, container.containerId, container.labels));
+      const agentId = container.labels[LABELS.sandbox];
+      if (!agentId || !this.isMine(container.labels)) continue;
+      const claim = byAgent.get(agentId);
+      if (container.labels[LABELS.pool] && !claim) {
+        poolMembers.push({ agentId, containerId: container.containerId, labels: container.labels });
+        continue;
+      }
+      const record = recordFromLabels(agentId, container.containerId, container.labels, toState(container.state));
+      if (claim) {
+        record.id = claim.id;
+        record.expiresAt = new Date(claim.expiresAt);
+        if (claim.createdAt) record.createdAt = new Date(claim.createdAt);
+        if (claim.labels) record.labels = claim.labels;
+        if (claim.policy !== undefined) record.policy = claim.policy;
+        if (claim.ttlSeconds !== undefined) record.settings = { ...record.settings, ttlSeconds: claim.ttlSeconds };
+        record.pooled = container.labels[LABELS.pool] === '1';
+      }
+      this.records.set(record.id, record);
     }
-    return this.records.size;
+    // State files whose container is gone belong to sandboxes killed while the controller was down.
+    for (const [id, s] of stored) if (!this.records.has(id) && !poolMembers.some((m) => m.agentId === s.agentId)) await rm(this.recordFile(id), { force: true });
+    return { recovered: this.records.size, poolMembers };
   }
 
-  /** Creates a sandbox and answers once its daemon has answered a real call. */
+  /** True when a container was made by this controller (or by one before owner labels existed). */
+  isMine(labels: Record<string, string>): boolean {
+    const owner = labels[LABELS.owner];
+    return owner === undefined || owner === this.credentials.instanceId;
+  }
+
+  private async readStoredRecords(): Promise<Map<string, StoredRecord>> {
+    const dir = path.join(this.config.stateDir, 'records');
+    const out = new Map<string, StoredRecord>();
+    const names = await readdir(dir).catch(() => [] as string[]);
+    for (const name of names) {
+      if (!name.endsWith('.json')) continue;
+      try {
+        const data = JSON.parse(await readFile(path.join(dir, name), 'utf8')) as StoredRecord;
+        if (typeof data.id === 'string' && typeof data.agentId === 'string') out.set(data.id, data);
+      } catch {
+        // A torn write: the labels still hold the original expiry.
+      }
+    }
+    return out;
+  }
+
+  private async writeStoredRecord(record: SandboxRecord): Promise<void> {
+    const file = this.recordFile(record.id);
+    await mkdir(path.dirname(file), { recursive: true, mode: 0o700 });
+    const data: StoredRecord = { id: record.id, agentId: record.agentId, expiresAt: record.expiresAt.toISOString() };
+    if (record.agentId !== record.id) {
+      data.createdAt = record.createdAt.toISOString();
+      data.labels = record.labels;
+      data.ttlSeconds = record.settings.ttlSeconds;
+      if (record.policy !== undefined) data.policy = record.policy;
+    }
+    // Write then rename: a crash leaves the old file or the new one, never half of one.
+    const temp = `${file}.${process.pid}.tmp`;
+    await writeFile(temp, JSON.stringify(data), { mode: 0o600 });
+    await rename(temp, file);
+  }
+
+  /** Checks a create request against this controller's rules and fills in the defaults. */
+  plan(body: unknown): SandboxPlan {
+    return planSandbox(body, { config: this.config, runtimes: this.runtimeNames });
+  }
+
+  /**
+   * Creates a sandbox and answers once its daemon has answered a real call: from the warm pool
+   * when the request matches its settings, cold otherwise.
+   */
   async create(body: unknown): Promise<CreateSandboxResponse> {
     const started = performance.now();
-    const parsed = CreateSandboxRequest.safeParse(body ?? {});
-    if (!parsed.success) {
-      throw new CodedError('INVALID_PARAMS', `Invalid sandbox request: ${parsed.error.issues.map((i) => `${i.path.join('.') || 'body'}: ${i.message}`).join('; ')}`);
+    const plan = this.plan(body);
+    await this.checkMountsOnHost(plan);
+    if (this.records.size + this.creating >= this.config.maxSandboxes) {
+      throw new CodedError('RESOURCE_EXHAUSTED', `This controller already runs its maximum of ${this.config.maxSandboxes} sandboxes (maxSandboxes); kill one you no longer need, or raise maxSandboxes.`);
     }
-    const request = parsed.data;
-    const id = newId();
-    const createdAt = new Date();
-    const expiresAt = new Date(createdAt.getTime() + (request.ttlSeconds ?? this.config.limits.ttlSeconds) * 1000);
-    const image = request.image ?? this.config.defaultImage;
-    const socketDir = this.socketDir(id);
-    await this.prepareSocketDir(id, socketDir);
+    const pooled = this.pool?.take(plan);
+    if (pooled) {
+      const id = newId();
+      const createdAt = new Date();
+      const record: SandboxRecord = {
+        id,
+        agentId: pooled.agentId,
+        containerId: pooled.containerId,
+        image: pooled.image,
+        createdAt,
+        expiresAt: new Date(createdAt.getTime() + plan.settings.ttlSeconds * 1000),
+        labels: plan.labels,
+        settings: { ...pooled.settings, ttlSeconds: plan.settings.ttlSeconds },
+        state: 'running',
+        pooled: true,
+      };
+      if (plan.policy !== undefined) record.policy = plan.policy;
+      await this.writeStoredRecord(record);
+      this.records.set(id, record);
+      const seconds = (performance.now() - started) / 1000;
+      this.metrics?.creates.inc({ source: 'pool', outcome: 'ok' });
+      this.metrics?.createSeconds.observe({ source: 'pool' }, seconds);
+      return { ...describe(record), token: this.credentials.sandboxToken(id), readyMs: Math.round(seconds * 1000), pooled: true };
+    }
+    if (this.creating >= this.config.maxConcurrentCreates) {
+      throw new CodedError('RESOURCE_EXHAUSTED', `${this.creating} creates are already in progress, the most this controller runs at once (maxConcurrentCreates); retry when one finishes.`);
+    }
+    this.creating++;
+    try {
+      const id = newId();
+      const createdAt = new Date();
+      const expiresAt = new Date(createdAt.getTime() + plan.settings.ttlSeconds * 1000);
+      const containerId = await this.startContainer(id, plan, { createdAt, expiresAt });
+      const record: SandboxRecord = { id, agentId: id, containerId, image: plan.image, createdAt, expiresAt, labels: plan.labels, settings: plan.settings, state: 'running', pooled: false };
+      if (plan.policy !== undefined) record.policy = plan.policy;
+      this.records.set(id, record);
+      const seconds = (performance.now() - started) / 1000;
+      this.metrics?.creates.inc({ source: 'cold', outcome: 'ok' });
+      this.metrics?.createSeconds.observe({ source: 'cold' }, seconds);
+      return { ...describe(record), token: this.credentials.sandboxToken(id), readyMs: Math.round(seconds * 1000), pooled: false };
+    } catch (err) {
+      this.metrics?.creates.inc({ source: 'cold', outcome: 'error' });
+      throw err;
+    } finally {
+      this.creating--;
+    }
+  }
 
+  /**
+   * Starts one container for a plan and waits for its daemon; on any failure nothing is left
+   * behind. The warm pool uses it too, with `pool: true`.
+   */
+  async startContainer(agentId: string, plan: SandboxPlan, times: { createdAt: Date; expiresAt: Date }, pool = false): Promise<string> {
+    const socketDir = this.socketDir(agentId);
+    await this.prepareSocketDir(agentId, socketDir, plan.settings.user);
     let containerId: string | undefined;
     try {
       containerId = await this.docker.startSandbox({
-        id,
-        image,
-        env: request.env ?? {},
-        labels: request.labels ?? {},
-        createdAt,
-        expiresAt,
+        id: agentId,
+        image: plan.image,
+        env: plan.env,
+        labels: sandboxLabels({ id: agentId, owner: this.credentials.instanceId, image: plan.image, ...times, settings: plan.settings, policy: plan.policy, labels: plan.labels, pool }),
         socketDirOnHost: socketDir,
         runtimeVolume: this.runtimeVolume,
-        limits: this.config.limits,
+        settings: plan.settings,
       });
-      await this.waitUntilReady(id, containerId);
+      await this.waitUntilReady(agentId, containerId);
+      return containerId;
     } catch (err) {
       if (containerId) await this.docker.removeSandbox(containerId).catch(() => undefined);
       await rm(socketDir, { recursive: true, force: true });
       throw err;
     }
-    const record: SandboxRecord = { id, containerId, image, createdAt, expiresAt, labels: request.labels ?? {} };
-    this.records.set(id, record);
-    return { ...describe(record, 'running'), token: this.credentials.sandboxToken(id), readyMs: Math.round(performance.now() - started) };
   }
 
-  /** The folder the daemon listens in: owned by the sandbox user, holding the one-time secret file. */
-  private async prepareSocketDir(id: string, dir: string): Promise<void> {
-    await mkdir(dir, { recursive: true, mode: 0o700 });
-    const secretFile = path.join(dir, 'secret');
-    await writeFile(secretFile, this.credentials.agentSecret(id), { mode: 0o600 });
-    if (process.getuid?.() === 0) {
-      await chown(dir, SANDBOX_USER.uid, SANDBOX_USER.gid);
-      await chown(secretFile, SANDBOX_USER.uid, SANDBOX_USER.gid);
+  /**
+   * The host side of mount checks: each path must exist, resolve (symlinks followed) below an
+   * allowed folder, and not be a socket.
+   */
+  private async checkMountsOnHost(plan: SandboxPlan): Promise<void> {
+    if (plan.settings.mounts.length === 0) return;
+    const roots = await Promise.all(this.config.allowedMountRoots.map((r) => realpath(r).catch(() => r)));
+    for (const mount of plan.settings.mounts) {
+      const real = await realpath(mount.hostPath).catch(() => {
+        throw new CodedError('INVALID_PARAMS', `Cannot mount '${mount.hostPath}': it does not exist on the controller's host. Create the folder first.`, { field: 'mounts', hostPath: mount.hostPath });
+      });
+      if (!roots.some((root) => isBelow(real, root))) {
+        throw new CodedError('FORBIDDEN', `Refused mount of '${mount.hostPath}': it resolves to '${real}', which is not below a folder this controller allows (${this.config.allowedMountRoots.join(', ')}).`, { field: 'mounts', hostPath: mount.hostPath });
+      }
+      if ((await stat(real)).isSocket()) {
+        throw new CodedError('FORBIDDEN', `Refused mount of '${mount.hostPath}': it is a socket, and host sockets are never passed into a sandbox.`, { field: 'mounts', hostPath: mount.hostPath });
+      }
+      mount.hostPath = real;
     }
   }
 
-  private async waitUntilReady(id: string, containerId: string): Promise<void> {
+  /** The folder the daemon listens in: owned by the sandbox user, holding the one-time secret file. */
+  private async prepareSocketDir(agentId: string, dir: string, user: string): Promise<void> {
+    await mkdir(dir, { recursive: true, mode: 0o700 });
+    const secretFile = path.join(dir, 'secret');
+    await writeFile(secretFile, this.credentials.agentSecret(agentId), { mode: 0o600 });
+    if (process.getuid?.() === 0) {
+      const [uid, gid = uid] = user.split(':').map(Number);
+      await chown(dir, uid!, gid!);
+      await chown(secretFile, uid!, gid!);
+    }
+  }
+
+  private async waitUntilReady(agentId: string, containerId: string): Promise<void> {
     const deadline = Date.now() + this.config.readyTimeoutMs;
     let lastError: unknown;
     for (let attempt = 0; Date.now() < deadline; attempt++) {
       try {
-        await probeAgent(this.socketPath(id), this.credentials.agentSecret(id), Math.max(100, deadline - Date.now()));
+        await probeAgent(this.socketPathOf(agentId), this.credentials.agentSecret(agentId), Math.max(100, deadline - Date.now()));
         return;
       } catch (err) {
         lastError = err;
@@ -118,15 +320,20 @@ export class SandboxService {
     }
     const logs = await this.docker.logsTail(containerId);
     throw new CodedError('SANDBOX_NOT_READY', `The sandbox daemon did not answer within ${this.config.readyTimeoutMs} ms (${String((lastError as Error)?.message ?? lastError)}).${logs ? ` Container output: ${logs}` : ''}`, {
-      sandboxId: id,
+      sandboxId: agentId,
     });
   }
 
   /** A sandbox's description with its current state, from Docker. */
   async get(id: string): Promise<SandboxInfo> {
     const record = this.require(id);
-    const state = await this.docker.containerState(record.containerId);
-    return describe(record, toState(state));
+    record.state = toState(await this.docker.containerState(record.containerId));
+    return describe(record);
+  }
+
+  /** The record of a sandbox, or SANDBOX_NOT_FOUND. */
+  record(id: string): SandboxRecord {
+    return this.require(id);
   }
 
   /** Every sandbox this controller knows. */
@@ -134,57 +341,155 @@ export class SandboxService {
     return [...this.records.values()];
   }
 
+  /** The sandboxes that carry every given label and are in the given state, states fresh from Docker. */
+  async find(filter: ListFilter = {}): Promise<SandboxInfo[]> {
+    await this.refreshStates();
+    return this.list()
+      .filter((r) => Object.entries(filter.labels ?? {}).every(([k, v]) => r.labels[k] === v))
+      .filter((r) => filter.state === undefined || r.state === filter.state)
+      .map(describe);
+  }
+
+  /** Counts by state, for the metrics gauge. */
+  countByState(): Record<string, number> {
+    const counts: Record<string, number> = { running: 0, paused: 0, exited: 0 };
+    for (const r of this.records.values()) counts[r.state] = (counts[r.state] ?? 0) + 1;
+    return counts;
+  }
+
   has(id: string): boolean {
     return this.records.has(id);
   }
 
-  /** Kills a sandbox: its container and its socket folder are gone afterwards. */
+  /** Moves a sandbox's expiry to `ttlSeconds` from now (shorter or longer), within the maximum. */
+  async setTimeout(id: string, ttlSeconds: number): Promise<SandboxInfo> {
+    const record = this.require(id);
+    const max = this.config.maxLimits.ttlSeconds;
+    if (ttlSeconds > max) throw new CodedError('INVALID_PARAMS', `ttlSeconds ${ttlSeconds} is above this controller's maximum of ${max}; ask for at most ${max}.`, { field: 'ttlSeconds', max });
+    record.expiresAt = new Date(Date.now() + ttlSeconds * 1000);
+    await this.writeStoredRecord(record);
+    return describe(record);
+  }
+
+  /** Moves the expiry to the sandbox's own ttl from now; never shortens it. */
+  async keepalive(id: string): Promise<SandboxInfo> {
+    const record = this.require(id);
+    const next = new Date(Date.now() + record.settings.ttlSeconds * 1000);
+    if (next > record.expiresAt) {
+      record.expiresAt = next;
+      await this.writeStoredRecord(record);
+    }
+    return describe(record);
+  }
+
+  /** Freezes the sandbox's processes; connections to it wait until it is resumed. */
+  async pause(id: string): Promise<SandboxInfo> {
+    const record = this.require(id);
+    await this.docker.pause(record.containerId);
+    record.state = 'paused';
+    return describe(record);
+  }
+
+  async resume(id: string): Promise<SandboxInfo> {
+    const record = this.require(id);
+    await this.docker.unpause(record.containerId);
+    record.state = 'running';
+    return describe(record);
+  }
+
+  /** Kills a sandbox: its container, workspace volume, socket folder and state file are gone afterwards. */
   async kill(id: string): Promise<void> {
     const record = this.require(id);
     await this.docker.removeSandbox(record.containerId);
-    await rm(this.socketDir(id), { recursive: true, force: true });
+    await rm(this.socketDir(record.agentId), { recursive: true, force: true });
+    await rm(this.recordFile(id), { force: true });
     this.records.delete(id);
   }
 
-  /** Kills every sandbox whose time is up; returns their ids. */
+  /**
+   * Kills every sandbox of this controller whose time is up, and sweeps containers of other
+   * controllers sharing the engine once their labelled expiry plus `orphanGraceSeconds` has
+   * passed. Returns the ids killed.
+   */
   async reapExpired(now = new Date()): Promise<string[]> {
-    const expired = this.list().filter((r) => r.expiresAt <= now);
-    for (const record of expired) await this.kill(record.id).catch(() => undefined);
-    return expired.map((r) => r.id);
+    const killed: string[] = [];
+    for (const record of this.list().filter((r) => r.expiresAt <= now)) {
+      await this.kill(record.id).then(
+        () => killed.push(record.id),
+        () => undefined,
+      );
+    }
+    const graceMs = this.config.orphanGraceSeconds * 1000;
+    for (const container of await this.docker.listSandboxes()) {
+      if (this.isMine(container.labels)) continue;
+      const expiresAt = Date.parse(container.labels[LABELS.expiresAt] ?? '');
+      if (Number.isFinite(expiresAt) && expiresAt + graceMs <= now.getTime()) {
+        await this.docker.removeSandbox(container.containerId).catch(() => undefined);
+        killed.push(container.labels[LABELS.sandbox] ?? container.containerId);
+      }
+    }
+    return killed;
+  }
+
+  /** Refreshes every record's state from one container listing. */
+  async refreshStates(): Promise<void> {
+    const states = await this.docker.containerStates();
+    for (const record of this.records.values()) record.state = toState(states.get(record.containerId));
   }
 
   private require(id: string): SandboxRecord {
     const record = this.records.get(id);
-    if (!record) throw new CodedError('SANDBOX_NOT_FOUND', `No sandbox '${id}': it never existed, was killed, or expired.`, { sandboxId: id });
+    if (!record) throw new CodedError('SANDBOX_NOT_FOUND', `No sandbox '${id}': it never existed, was killed, or expired. List sandboxes with GET /v1/sandboxes.`, { sandboxId: id });
     return record;
   }
 }
 
-function recordFromLabels(id: string, containerId: string, labels: Record<string, string>): SandboxRecord {
+function recordFromLabels(agentId: string, containerId: string, labels: Record<string, string>, state: SandboxState): SandboxRecord {
   const user: Record<string, string> = {};
   for (const [key, value] of Object.entries(labels)) if (key.startsWith(LABELS.userPrefix)) user[key.slice(LABELS.userPrefix.length)] = value;
-  return {
-    id,
+  const settings = SandboxSettings.safeParse(safeJson(labels[LABELS.settings]));
+  const record: SandboxRecord = {
+    id: agentId,
+    agentId,
     containerId,
     image: labels[LABELS.image] ?? '',
     createdAt: new Date(labels[LABELS.createdAt] ?? 0),
     expiresAt: new Date(labels[LABELS.expiresAt] ?? 0),
     labels: user,
+    settings: settings.success
+      ? settings.data
+      : { cpus: 1, memoryMb: 1024, pidsLimit: 512, network: 'none', runtime: 'runc', user: '1000:1000', workdir: '/workspace', ttlSeconds: 3600, mounts: [] },
+    state,
+    pooled: false,
   };
+  const policy = FilePolicy.safeParse(safeJson(labels[LABELS.policy]));
+  if (policy.success) record.policy = policy.data;
+  return record;
 }
 
-function describe(record: SandboxRecord, state: SandboxState): SandboxInfo {
+function safeJson(text: string | undefined): unknown {
+  if (text === undefined) return undefined;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+function describe(record: SandboxRecord): SandboxInfo {
   return {
     id: record.id,
-    state,
+    state: record.state,
     image: record.image,
     createdAt: record.createdAt.toISOString(),
     expiresAt: record.expiresAt.toISOString(),
     labels: record.labels,
+    settings: record.settings,
   };
 }
 
-function toState(dockerState: string | undefined): SandboxState {
+/** Docker's container state as a sandbox state. */
+export function toState(dockerState: string | undefined): SandboxState {
   if (dockerState === 'running' || dockerState === 'paused') return dockerState;
   return dockerState === undefined ? 'gone' : 'exited';
 }

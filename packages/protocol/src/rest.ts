@@ -1,21 +1,68 @@
 import { z } from 'zod';
+import { DeriveRequest, FilePolicy } from './policy.js';
 
 /** Labels are caller metadata; keys and values are bounded so they fit Docker's label limits. */
 const LabelMap = z.record(z.string().regex(/^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$/, 'label keys are 1-63 letters, digits, . _ -'), z.string().max(256));
+
+/** A host folder mounted into a sandbox; only below folders the operator allowed. */
+export const MountRequest = z.strictObject({
+  /** Absolute host path: a folder or file at or below one of the controller's `allowedMountRoots`. */
+  hostPath: z.string().min(1).max(4096).startsWith('/'),
+  /** Absolute path inside the sandbox, e.g. `/workspace/data` or `/mnt/src`. */
+  path: z.string().min(1).max(4096).startsWith('/'),
+  /** Read-only unless set to false. */
+  readOnly: z.boolean().default(true),
+});
+export type MountRequest = z.input<typeof MountRequest>;
+
+/** `none` (the default) gives the sandbox loopback only; `bridge` gives it Docker's default network. */
+export const NetworkMode = z.enum(['none', 'bridge']);
+/** `runc` is Docker's default runtime; `runsc` is gVisor, where the host has it registered. */
+export const RuntimeName = z.enum(['runc', 'runsc']);
 
 /** `POST /v1/sandboxes`: what a caller may ask for. Everything has a safe default. */
 export const CreateSandboxRequest = z.strictObject({
   /** Any linux/amd64 image with /bin/sh; the controller's default image when absent. */
   image: z.string().min(1).max(256).optional(),
   env: z.record(z.string().min(1).max(256).regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'env names are letters, digits and _'), z.string().max(32 * 1024)).optional(),
+  /** CPU share, e.g. 0.5 or 2; at most the controller's `maxLimits.cpus`. */
+  cpus: z.number().positive().max(256).optional(),
+  /** Memory limit in MiB (swap is set equal to it: no swap). */
+  memoryMb: z.number().int().min(16).max(1024 * 1024).optional(),
+  /** The most processes and threads the sandbox may run at once. */
+  pidsLimit: z.number().int().min(16).max(1 << 20).optional(),
+  network: NetworkMode.optional(),
+  runtime: RuntimeName.optional(),
+  /** Numeric `uid` or `uid:gid` the daemon and every command run as; never 0. Default 1000:1000. */
+  user: z.string().regex(/^\d{1,10}(:\d{1,10})?$/, "a numeric 'uid' or 'uid:gid'").optional(),
+  /** Working folder of commands; default /workspace. */
+  workdir: z.string().min(1).max(4096).startsWith('/').optional(),
+  /** The file policy (seed 001) every connection starts from; default: read-write root /workspace. */
+  policy: FilePolicy.optional(),
   /** Seconds until the reaper kills the sandbox. */
-  ttlSeconds: z.number().int().min(10).max(7 * 24 * 3600).optional(),
+  ttlSeconds: z.number().int().min(10).max(30 * 24 * 3600).optional(),
   labels: LabelMap.optional(),
+  /** Host folders to mount; each must lie below a folder the operator allowed. */
+  mounts: z.array(MountRequest).max(16).optional(),
 });
 export type CreateSandboxRequest = z.input<typeof CreateSandboxRequest>;
 
 export const SandboxState = z.enum(['running', 'paused', 'exited', 'gone']);
 export type SandboxState = z.infer<typeof SandboxState>;
+
+/** The settings a sandbox was created with, after defaults. */
+export const SandboxSettings = z.strictObject({
+  cpus: z.number(),
+  memoryMb: z.number(),
+  pidsLimit: z.number(),
+  network: NetworkMode,
+  runtime: RuntimeName,
+  user: z.string(),
+  workdir: z.string(),
+  ttlSeconds: z.number(),
+  mounts: z.array(z.strictObject({ hostPath: z.string(), path: z.string(), readOnly: z.boolean() })),
+});
+export type SandboxSettings = z.infer<typeof SandboxSettings>;
 
 /** A sandbox as the REST API describes it. Its token appears only in the create answer. */
 export const SandboxInfo = z.strictObject({
@@ -25,6 +72,7 @@ export const SandboxInfo = z.strictObject({
   createdAt: z.string(),
   expiresAt: z.string(),
   labels: z.record(z.string(), z.string()),
+  settings: SandboxSettings,
 });
 export type SandboxInfo = z.infer<typeof SandboxInfo>;
 
@@ -33,8 +81,38 @@ export const CreateSandboxResponse = SandboxInfo.extend({
   token: z.string(),
   /** Milliseconds from the request to the daemon's first answer. */
   readyMs: z.number().nonnegative(),
+  /** True when the sandbox came ready from the warm pool. */
+  pooled: z.boolean(),
 });
 export type CreateSandboxResponse = z.infer<typeof CreateSandboxResponse>;
+
+/** `GET /v1/sandboxes?label=key=value&state=running`: every sandbox that matches all filters. */
+export const ListSandboxesResponse = z.strictObject({ sandboxes: z.array(SandboxInfo) });
+export type ListSandboxesResponse = z.infer<typeof ListSandboxesResponse>;
+
+/** `POST /v1/sandboxes/:id/timeout`: the sandbox now expires `ttlSeconds` from now. */
+export const SetTimeoutRequest = z.strictObject({ ttlSeconds: z.number().int().min(1).max(30 * 24 * 3600) });
+export type SetTimeoutRequest = z.infer<typeof SetTimeoutRequest>;
+
+/**
+ * `POST /v1/sandboxes/:id/derive`: a token for the same sandbox with a narrower grant. Paths
+ * follow the file policy's rules; every field can only narrow the caller's own grant.
+ */
+export const DeriveTokenRequest = DeriveRequest.extend({
+  /** Whether the holder may run commands. A shell is not bound by the file policy: default false. */
+  allowExec: z.boolean().optional(),
+  /** Seconds the derived token stays valid; without it, as long as the sandbox lives. */
+  ttlSeconds: z.number().int().min(1).max(30 * 24 * 3600).optional(),
+});
+export type DeriveTokenRequest = z.input<typeof DeriveTokenRequest>;
+
+export const DeriveTokenResponse = z.strictObject({
+  token: z.string(),
+  /** The grant the token carries, as the daemon will enforce it. */
+  grant: z.record(z.string(), z.unknown()),
+  expiresAt: z.string().optional(),
+});
+export type DeriveTokenResponse = z.infer<typeof DeriveTokenResponse>;
 
 /** The body of every REST error answer. */
 export const RestErrorBody = z.strictObject({
@@ -53,4 +131,8 @@ export const REST_PATHS = {
   sandboxes: '/v1/sandboxes',
   sandbox: (id: string) => `/v1/sandboxes/${encodeURIComponent(id)}`,
   connect: (id: string) => `/v1/sandboxes/${encodeURIComponent(id)}/connect`,
+  readyz: '/readyz',
+  metrics: '/metrics',
+  /** `POST` sub-resources of one sandbox: keepalive, timeout, pause, resume, derive; `GET` audit. */
+  action: (id: string, action: 'keepalive' | 'timeout' | 'pause' | 'resume' | 'derive' | 'audit') => `/v1/sandboxes/${encodeURIComponent(id)}/${action}`,
 } as const;

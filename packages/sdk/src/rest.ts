@@ -1,4 +1,4 @@
-import { CreateSandboxResponse, REST_PATHS, SandboxInfo, type CreateSandboxRequest } from '@warren/protocol';
+import { CreateSandboxResponse, DeriveTokenResponse, ListSandboxesResponse, REST_PATHS, SandboxInfo, type CreateSandboxRequest, type DeriveTokenRequest, type SandboxState } from '@warren/protocol';
 import { restError } from './connection.js';
 import { makeError } from './errors.js';
 
@@ -33,6 +33,28 @@ export class RestClient {
 
   async kill(id: string, signal?: AbortSignal): Promise<void> {
     await this.request('DELETE', REST_PATHS.sandbox(id), undefined, signal);
+  }
+
+  /** Sandboxes that carry every given label and are in the given state. */
+  async list(filter: { labels?: Record<string, string>; state?: SandboxState } = {}, signal?: AbortSignal): Promise<SandboxInfo[]> {
+    const query = new URLSearchParams();
+    for (const [k, v] of Object.entries(filter.labels ?? {})) query.append('label', `${k}=${v}`);
+    if (filter.state) query.set('state', filter.state);
+    const qs = query.toString();
+    return ListSandboxesResponse.parse(await this.request('GET', `${REST_PATHS.sandboxes}${qs ? `?${qs}` : ''}`, undefined, signal)).sandboxes;
+  }
+
+  /** `keepalive`, `pause`, `resume`: one POST on a sandbox, answered with its description. */
+  async action(id: string, action: 'keepalive' | 'pause' | 'resume', signal?: AbortSignal): Promise<SandboxInfo> {
+    return SandboxInfo.parse(await this.request('POST', REST_PATHS.action(id, action), undefined, signal));
+  }
+
+  async setTimeout(id: string, ttlSeconds: number, signal?: AbortSignal): Promise<SandboxInfo> {
+    return SandboxInfo.parse(await this.request('POST', REST_PATHS.action(id, 'timeout'), { ttlSeconds }, signal));
+  }
+
+  async derive(id: string, body: DeriveTokenRequest, signal?: AbortSignal): Promise<DeriveTokenResponse> {
+    return DeriveTokenResponse.parse(await this.request('POST', REST_PATHS.action(id, 'derive'), body, signal));
   }
 
   /** The WebSocket URL of a sandbox's connection. */

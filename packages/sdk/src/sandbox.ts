@@ -1,4 +1,4 @@
-import type { CreateSandboxRequest, Result, SandboxInfo } from '@warren/protocol';
+import type { CreateSandboxRequest, DeriveTokenRequest, DeriveTokenResponse, Result, SandboxInfo, SandboxState } from '@warren/protocol';
 import { Commands } from './commands.js';
 import { Connection, type CallOptions } from './connection.js';
 import { Files } from './files.js';
@@ -73,6 +73,50 @@ export class Sandbox implements AsyncDisposable {
     const rest = new RestClient(baseUrl, credential);
     const connection = await Connection.open(rest.connectUrl(id), credential ?? '');
     return new Sandbox(id, options.token ?? '', rest, connection);
+  }
+
+  /**
+   * Sandboxes on the controller, filtered by labels (all must match) and state; needs the API key.
+   *
+   * @example
+   * const mine = await Sandbox.list({ apiKey, labels: { task: 't-42' }, state: 'running' });
+   */
+  static async list(options: ControllerOptions & { labels?: Record<string, string>; state?: SandboxState; signal?: AbortSignal } = {}): Promise<SandboxInfo[]> {
+    const { baseUrl, apiKey } = resolveControllerOptions(options);
+    const filter: { labels?: Record<string, string>; state?: SandboxState } = {};
+    if (options.labels) filter.labels = options.labels;
+    if (options.state) filter.state = options.state;
+    return new RestClient(baseUrl, apiKey).list(filter, options.signal);
+  }
+
+  /** Moves the sandbox's expiry to `ttlSeconds` from now (shorter or longer). */
+  setTimeout(ttlSeconds: number, options: { signal?: AbortSignal } = {}): Promise<SandboxInfo> {
+    return this.rest.setTimeout(this.id, ttlSeconds, options.signal);
+  }
+
+  /** Moves the expiry to the sandbox's own ttl from now; never shortens it. */
+  keepalive(options: { signal?: AbortSignal } = {}): Promise<SandboxInfo> {
+    return this.rest.action(this.id, 'keepalive', options.signal);
+  }
+
+  /** Freezes every process in the sandbox; calls wait until {@link Sandbox.resume}. */
+  pause(options: { signal?: AbortSignal } = {}): Promise<SandboxInfo> {
+    return this.rest.action(this.id, 'pause', options.signal);
+  }
+
+  resume(options: { signal?: AbortSignal } = {}): Promise<SandboxInfo> {
+    return this.rest.action(this.id, 'resume', options.signal);
+  }
+
+  /**
+   * A token for this sandbox with a narrower grant (seed 001 `derive()`): hand it to a less
+   * trusted worker, which connects with `Sandbox.connect(id, { token })`.
+   *
+   * @example
+   * const { token } = await sandbox.deriveToken({ allowRead: ['/workspace/src'], readonly: true });
+   */
+  deriveToken(request: DeriveTokenRequest, options: { signal?: AbortSignal } = {}): Promise<DeriveTokenResponse> {
+    return this.rest.derive(this.id, request, options.signal);
   }
 
   /** The sandbox's state as the controller sees it. */

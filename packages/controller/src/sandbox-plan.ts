@@ -1,0 +1,160 @@
+import path from 'node:path';
+import { CodedError, CreateSandboxRequest, issueText, type FilePolicy, type SandboxSettings } from '@warren/protocol';
+import type { ControllerConfig } from './config.js';
+
+/** What a create request became once checked and given defaults. */
+export interface SandboxPlan {
+  image: string;
+  env: Record<string, string>;
+  labels: Record<string, string>;
+  settings: SandboxSettings;
+  /** The base file policy, when the request set one. */
+  policy?: FilePolicy;
+}
+
+/** What the plan needs to know about this host besides the configuration. */
+export interface PlanContext {
+  config: Pick<ControllerConfig, 'defaultImage' | 'limits' | 'maxLimits' | 'allowedMountRoots' | 'allowBridgeNetwork' | 'stateDir'>;
+  /** Runtimes the Docker engine has registered (`docker info` Runtimes). */
+  runtimes: readonly string[];
+}
+
+const CREATE_OPTIONS = 'image, env, cpus, memoryMb, pidsLimit, network (none|bridge), runtime (runc|runsc), user, workdir, policy, ttlSeconds, labels, mounts';
+
+/**
+ * Request fields that would unharden a sandbox. They are refused by name with FORBIDDEN, before
+ * the schema would call them merely unknown, so a caller learns that the answer is no, not that
+ * it misspelt something.
+ */
+const HOSTILE_FIELDS: Record<string, string> = {
+  privileged: 'privileged mode is never granted',
+  capAdd: 'capabilities cannot be added: every capability is dropped',
+  cap_add: 'capabilities cannot be added: every capability is dropped',
+  capabilities: 'capabilities cannot be added: every capability is dropped',
+  pid: 'the host PID namespace is never shared',
+  pidMode: 'the host PID namespace is never shared',
+  ipc: 'the host IPC namespace is never shared',
+  ipcMode: 'the host IPC namespace is never shared',
+  networkMode: "the network is chosen with 'network' (none or bridge); the host network is never shared",
+  devices: 'host devices are never passed in',
+  securityOpt: 'security options (seccomp, AppArmor, no-new-privileges) are fixed',
+  seccomp: 'the seccomp profile is fixed',
+  usernsMode: 'the user namespace mode is fixed',
+  userns: 'the user namespace mode is fixed',
+  binds: "host folders are mounted with 'mounts', below the operator's allowed folders only",
+  volumes: "host folders are mounted with 'mounts', below the operator's allowed folders only",
+  hostConfig: 'Docker host settings are not accepted',
+  HostConfig: 'Docker host settings are not accepted',
+  sysctls: 'kernel parameters are fixed',
+};
+
+/** Paths inside the sandbox a mount may not cover: the runtime, the daemon's socket, the kernel's. */
+const RESERVED_TARGETS = ['/opt/warren', '/run/warren', '/proc', '/sys', '/dev'];
+
+/** Host sockets that would hand over the host; refused even below an allowed folder. */
+const HOST_SOCKET_NAMES = /(^|\/)(docker|containerd|podman|crio|dockershim)\.sock$/;
+
+/**
+ * Checks a create request and fills in the defaults. Pure: the same request and context give the
+ * same plan or the same error, so a unit test can pin both.
+ *
+ * @example
+ * const plan = planSandbox({ image: 'warren/test-debian:latest' }, { config, runtimes: ['runc'] });
+ */
+export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
+  const { config } = context;
+  if (body !== undefined && body !== null && (typeof body !== 'object' || Array.isArray(body))) {
+    throw new CodedError('INVALID_PARAMS', `The create body must be a JSON object with any of: ${CREATE_OPTIONS}.`);
+  }
+  const raw = (body ?? {}) as Record<string, unknown>;
+  for (const [field, why] of Object.entries(HOSTILE_FIELDS)) {
+    if (Object.hasOwn(raw, field)) throw new CodedError('FORBIDDEN', `Refused '${field}': ${why}. Allowed create options: ${CREATE_OPTIONS}.`, { field });
+  }
+  if (typeof raw.network === 'string' && !['none', 'bridge'].includes(raw.network)) {
+    throw new CodedError('FORBIDDEN', `Refused network '${raw.network}': a sandbox gets 'none' (the default) or 'bridge'; the host network and other containers' namespaces are never shared.`, { field: 'network' });
+  }
+  if (typeof raw.user === 'string' && /^(0(:\d+)?|root)$/.test(raw.user.trim())) {
+    throw new CodedError('FORBIDDEN', `Refused user '${raw.user}': sandboxes never run as root. Pass a numeric non-zero 'uid' or 'uid:gid', or leave it out for 1000:1000.`, { field: 'user' });
+  }
+  const parsed = CreateSandboxRequest.safeParse(raw);
+  if (!parsed.success) {
+    throw new CodedError('INVALID_PARAMS', `Invalid sandbox request: ${parsed.error.issues.map(issueText).join('; ')}. Allowed create options: ${CREATE_OPTIONS}.`);
+  }
+  const request = parsed.data;
+
+  const limit = (name: 'cpus' | 'memoryMb' | 'pidsLimit' | 'ttlSeconds', value: number | undefined): number => {
+    const max = config.maxLimits[name];
+    if (value !== undefined && value > max) throw new CodedError('INVALID_PARAMS', `${name} ${value} is above this controller's maximum of ${max}; ask for at most ${max}.`, { field: name, max });
+    return value ?? Math.min(config.limits[name], max);
+  };
+  const network = request.network ?? 'none';
+  if (network === 'bridge' && !config.allowBridgeNetwork) {
+    throw new CodedError('FORBIDDEN', "This controller does not allow network 'bridge' (allowBridgeNetwork is false); sandboxes get network 'none'.", { field: 'network' });
+  }
+  const runtime = request.runtime ?? 'runc';
+  if (!context.runtimes.includes(runtime)) {
+    throw new CodedError('INVALID_PARAMS', `Runtime '${runtime}' is not registered with this Docker engine; available: ${context.runtimes.join(', ') || 'runc'}. Install gVisor (runsc) and register it in /etc/docker/daemon.json to use it.`, {
+      field: 'runtime',
+    });
+  }
+  const user = request.user ?? '1000:1000';
+  const [uid, gid = uid] = user.split(':');
+  if (Number(uid) === 0 || Number(gid) === 0) {
+    throw new CodedError('FORBIDDEN', `Refused user '${user}': sandboxes never run as uid or gid 0. Pass a numeric non-zero 'uid' or 'uid:gid'.`, { field: 'user' });
+  }
+  const workdir = path.posix.resolve(request.workdir ?? '/workspace');
+  const mounts = (request.mounts ?? []).map((m) => checkMount(m.hostPath, m.path, m.readOnly ?? true, config));
+  const targets = new Set<string>();
+  for (const m of mounts) {
+    if (targets.has(m.path)) throw new CodedError('INVALID_PARAMS', `Two mounts target '${m.path}'; give each mount its own path.`, { field: 'mounts' });
+    targets.add(m.path);
+  }
+
+  const plan: SandboxPlan = {
+    image: request.image ?? config.defaultImage,
+    env: request.env ?? {},
+    labels: request.labels ?? {},
+    settings: {
+      cpus: limit('cpus', request.cpus),
+      memoryMb: limit('memoryMb', request.memoryMb),
+      pidsLimit: limit('pidsLimit', request.pidsLimit),
+      network,
+      runtime,
+      user: `${Number(uid)}:${Number(gid)}`,
+      workdir,
+      ttlSeconds: limit('ttlSeconds', request.ttlSeconds),
+      mounts,
+    },
+  };
+  if (request.policy !== undefined) plan.policy = request.policy;
+  return plan;
+}
+
+/** One mount, checked lexically: below an allowed folder, not a host socket, not over Warren's own paths. */
+function checkMount(hostPath: string, target: string, readOnly: boolean, config: PlanContext['config']): SandboxSettings['mounts'][number] {
+  const host = path.posix.resolve(hostPath);
+  const inside = path.posix.resolve(target);
+  if (HOST_SOCKET_NAMES.test(host)) {
+    throw new CodedError('FORBIDDEN', `Refused mount of '${hostPath}': a container engine's socket would hand over the host. Mount folders of data only.`, { field: 'mounts', hostPath });
+  }
+  if (config.allowedMountRoots.length === 0) {
+    throw new CodedError('FORBIDDEN', `Refused mount of '${hostPath}': this controller allows no host mounts (allowedMountRoots is empty). Copy files in with files.write or an upload instead.`, { field: 'mounts', hostPath });
+  }
+  if (!config.allowedMountRoots.some((root) => isBelow(host, path.posix.resolve(root)))) {
+    throw new CodedError('FORBIDDEN', `Refused mount of '${hostPath}': it is not below a folder this controller allows; allowed: ${config.allowedMountRoots.join(', ')}.`, { field: 'mounts', hostPath });
+  }
+  const stateDir = path.posix.resolve(config.stateDir);
+  if (isBelow(host, stateDir) || isBelow(stateDir, host)) {
+    throw new CodedError('FORBIDDEN', `Refused mount of '${hostPath}': it holds or is inside the controller's state folder (keys and sockets).`, { field: 'mounts', hostPath });
+  }
+  if (inside === '/' || RESERVED_TARGETS.some((reserved) => isBelow(inside, reserved))) {
+    throw new CodedError('FORBIDDEN', `Refused mount at '${target}': '/', ${RESERVED_TARGETS.join(', ')} and what lies below them are reserved. Mount below /workspace or /mnt instead.`, { field: 'mounts', path: target });
+  }
+  return { hostPath: host, path: inside, readOnly };
+}
+
+/** True when `child` is `parent` or lies below it (separator-aware: /data2 is not below /data). */
+export function isBelow(child: string, parent: string): boolean {
+  if (parent === '/') return true;
+  return child === parent || child.startsWith(`${parent}/`);
+}

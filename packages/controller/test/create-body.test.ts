@@ -1,0 +1,230 @@
+import { describe, expect, it } from '@jest/globals';
+import { CodedError } from '@warren/protocol';
+import { containerCreateBody, planSandbox, sandboxLabels, type PlanContext, type SandboxPlan } from '../src/index.js';
+
+const context: PlanContext = {
+  config: {
+    defaultImage: 'warren/sandbox:latest',
+    limits: { memoryMb: 1024, cpus: 1, pidsLimit: 512, ttlSeconds: 3600 },
+    maxLimits: { memoryMb: 4096, cpus: 4, pidsLimit: 4096, ttlSeconds: 86400 },
+    allowedMountRoots: ['/srv/warren-data'],
+    allowBridgeNetwork: true,
+    stateDir: '/var/lib/warren',
+  },
+  runtimes: ['runc'],
+};
+
+function bodyFor(plan: SandboxPlan) {
+  return containerCreateBody({
+    id: 'abc123',
+    image: plan.image,
+    env: plan.env,
+    labels: sandboxLabels({
+      id: 'abc123',
+      owner: 'owner1',
+      image: plan.image,
+      createdAt: new Date('2026-01-01T00:00:00Z'),
+      expiresAt: new Date('2026-01-01T01:00:00Z'),
+      settings: plan.settings,
+      policy: plan.policy,
+      labels: plan.labels,
+    }),
+    socketDirOnHost: '/var/lib/warren/sandboxes/abc123',
+    runtimeVolume: 'warren-runtime-0123',
+    settings: plan.settings,
+  });
+}
+
+/** The hardened part of every body, whatever was asked. */
+const HARDENED = {
+  Init: true,
+  CapDrop: ['ALL'],
+  CapAdd: [],
+  SecurityOpt: ['no-new-privileges:true'],
+  Privileged: false,
+  PidMode: '',
+  IpcMode: 'private',
+  Devices: [],
+  AutoRemove: false,
+  RestartPolicy: { Name: 'no' },
+};
+
+function refusal(body: unknown): CodedError {
+  try {
+    planSandbox(body, context);
+  } catch (err) {
+    if (err instanceof CodedError) return err;
+    throw err;
+  }
+  throw new Error(`planSandbox accepted ${JSON.stringify(body)}`);
+}
+
+describe('the container-create body', () => {
+  it('is exactly this for an empty request: non-root, no capabilities, no network, limits with swap equal to memory', () => {
+    const body = bodyFor(planSandbox({}, context));
+    expect(body).toEqual({
+      name: 'warren-abc123',
+      Image: 'warren/sandbox:latest',
+      Entrypoint: [
+        '/opt/warren/ld-linux-x86-64.so.2',
+        '--library-path',
+        '/opt/warren/lib',
+        '/opt/warren/node',
+        '/opt/warren/warren-agent.mjs',
+        '--socket',
+        '/run/warren/agent.sock',
+        '--secret-file',
+        '/run/warren/secret',
+        '--root',
+        '/workspace',
+        '--home',
+        '/workspace',
+      ],
+      Cmd: [],
+      User: '1000:1000',
+      WorkingDir: '/workspace',
+      Env: [],
+      Labels: {
+        'warren.sandbox': 'abc123',
+        'warren.owner': 'owner1',
+        'warren.image': 'warren/sandbox:latest',
+        'warren.created-at': '2026-01-01T00:00:00.000Z',
+        'warren.expires-at': '2026-01-01T01:00:00.000Z',
+        'warren.settings': JSON.stringify({ cpus: 1, memoryMb: 1024, pidsLimit: 512, network: 'none', runtime: 'runc', user: '1000:1000', workdir: '/workspace', ttlSeconds: 3600, mounts: [] }),
+      },
+      NetworkDisabled: true,
+      HostConfig: {
+        ...HARDENED,
+        NetworkMode: 'none',
+        PidsLimit: 512,
+        Memory: 1024 * 1024 * 1024,
+        MemorySwap: 1024 * 1024 * 1024,
+        NanoCpus: 1e9,
+        Binds: ['/var/lib/warren/sandboxes/abc123:/run/warren:rw'],
+        Mounts: [
+          { Type: 'volume', Source: 'warren-runtime-0123', Target: '/opt/warren', ReadOnly: true },
+          { Type: 'volume', Source: '', Target: '/workspace', ReadOnly: false },
+        ],
+      },
+    });
+  });
+
+  it('keeps every hardening setting when a request asks for all it may: bridge, resources, user, mounts', () => {
+    const plan = planSandbox(
+      {
+        image: 'warren/test-debian:latest',
+        env: { A: '1' },
+        cpus: 2,
+        memoryMb: 2048,
+        pidsLimit: 100,
+        network: 'bridge',
+        user: '1234:1234',
+        workdir: '/workspace/src',
+        labels: { team: 'red' },
+        mounts: [{ hostPath: '/srv/warren-data/ds1/', path: '/mnt/ds1' }, { hostPath: '/srv/warren-data/out', path: '/workspace/out', readOnly: false }],
+        policy: { root: '/workspace', readOnly: true },
+      },
+      context,
+    );
+    const body = bodyFor(plan);
+    expect(body.HostConfig).toEqual({
+      ...HARDENED,
+      NetworkMode: 'bridge',
+      PidsLimit: 100,
+      Memory: 2048 * 1024 * 1024,
+      MemorySwap: 2048 * 1024 * 1024,
+      NanoCpus: 2e9,
+      Binds: ['/var/lib/warren/sandboxes/abc123:/run/warren:rw'],
+      Mounts: [
+        { Type: 'volume', Source: 'warren-runtime-0123', Target: '/opt/warren', ReadOnly: true },
+        { Type: 'volume', Source: '', Target: '/workspace', ReadOnly: false },
+        { Type: 'bind', Source: '/srv/warren-data/ds1', Target: '/mnt/ds1', ReadOnly: true, BindOptions: { Propagation: 'rprivate' } },
+        { Type: 'bind', Source: '/srv/warren-data/out', Target: '/workspace/out', ReadOnly: false, BindOptions: { Propagation: 'rprivate' } },
+      ],
+    });
+    expect(body).toMatchObject({ User: '1234:1234', WorkingDir: '/workspace/src', Env: ['A=1'], NetworkDisabled: false, Image: 'warren/test-debian:latest' });
+    expect(body.Labels).toMatchObject({ 'warren.label.team': 'red', 'warren.policy': JSON.stringify({ root: '/workspace', readOnly: true }) });
+  });
+
+  it('names the gVisor runtime only when asked and registered', () => {
+    const plan = planSandbox({ runtime: 'runsc' }, { ...context, runtimes: ['runc', 'runsc'] });
+    expect(bodyFor(plan).HostConfig?.Runtime).toBe('runsc');
+    expect(bodyFor(planSandbox({}, context)).HostConfig).not.toHaveProperty('Runtime');
+    expect(refusal({ runtime: 'runsc' })).toMatchObject({ code: 'INVALID_PARAMS', message: expect.stringContaining('available: runc') });
+  });
+
+  it('replaces the workspace volume when a host folder is mounted at /workspace', () => {
+    const body = bodyFor(planSandbox({ mounts: [{ hostPath: '/srv/warren-data/repo', path: '/workspace', readOnly: false }] }, context));
+    expect(body.HostConfig?.Mounts?.map((m) => m.Target)).toEqual(['/opt/warren', '/workspace']);
+    expect(body.HostConfig?.Mounts?.[1]).toMatchObject({ Type: 'bind', Source: '/srv/warren-data/repo' });
+  });
+});
+
+describe('hostile create requests are refused with a clear error', () => {
+  const forbidden: [string, unknown][] = [
+    ['privileged mode', { privileged: true }],
+    ['privileged: false is still not an accepted field', { privileged: false }],
+    ['added capabilities', { capAdd: ['SYS_ADMIN'] }],
+    ['the host PID namespace', { pidMode: 'host' }],
+    ['the host IPC namespace', { ipc: 'host' }],
+    ['the host network', { network: 'host' }],
+    ["another container's network", { network: 'container:abc' }],
+    ['a raw networkMode', { networkMode: 'host' }],
+    ['raw binds', { binds: ['/var/run/docker.sock:/var/run/docker.sock'] }],
+    ['a raw HostConfig', { HostConfig: { Privileged: true } }],
+    ['devices', { devices: ['/dev/kvm'] }],
+    ['security options', { securityOpt: ['seccomp=unconfined'] }],
+    ['the root user', { user: '0' }],
+    ['the root user by name', { user: 'root' }],
+    ['gid 0', { user: '1000:0' }],
+    ['a bind of the Docker socket', { mounts: [{ hostPath: '/var/run/docker.sock', path: '/var/run/docker.sock' }] }],
+    ['a bind of the Docker socket below an allowed folder', { mounts: [{ hostPath: '/srv/warren-data/docker.sock', path: '/mnt/d' }] }],
+    ['a host path outside the allowed folders', { mounts: [{ hostPath: '/etc', path: '/mnt/etc' }] }],
+    ['a sibling of an allowed folder sharing its prefix', { mounts: [{ hostPath: '/srv/warren-data2', path: '/mnt/x' }] }],
+    ['.. out of an allowed folder', { mounts: [{ hostPath: '/srv/warren-data/../../etc', path: '/mnt/x' }] }],
+    ['a mount over the runtime', { mounts: [{ hostPath: '/srv/warren-data/x', path: '/opt/warren' }] }],
+    ['a mount over the daemon socket folder', { mounts: [{ hostPath: '/srv/warren-data/x', path: '/run/warren/x' }] }],
+    ['a mount over /', { mounts: [{ hostPath: '/srv/warren-data/x', path: '/' }] }],
+    ['a mount over /proc', { mounts: [{ hostPath: '/srv/warren-data/x', path: '/proc' }] }],
+  ];
+  it.each(forbidden)('refuses %s with FORBIDDEN', (_name, body) => {
+    const err = refusal(body);
+    expect(err.code).toBe('FORBIDDEN');
+    expect(err.message).toMatch(/^Refused|allows no|does not allow/);
+  });
+
+  it('refuses every host mount when the operator allowed none', () => {
+    expect(() => planSandbox({ mounts: [{ hostPath: '/srv/warren-data/x', path: '/mnt/x' }] }, { ...context, config: { ...context.config, allowedMountRoots: [] } })).toThrow(/allows no host mounts/);
+  });
+
+  it('refuses the state folder even below an allowed folder', () => {
+    const err = (() => {
+      try {
+        planSandbox({ mounts: [{ hostPath: '/var/lib', path: '/mnt/x' }] }, { ...context, config: { ...context.config, allowedMountRoots: ['/var'] } });
+      } catch (e) {
+        return e as CodedError;
+      }
+      return undefined;
+    })();
+    expect(err).toMatchObject({ code: 'FORBIDDEN', message: expect.stringContaining('state folder') });
+  });
+
+  const invalid: [string, unknown][] = [
+    ['an unknown field', { colour: 'blue' }],
+    ['cpus above the maximum', { cpus: 16 }],
+    ['memory above the maximum', { memoryMb: 999_999 }],
+    ['a non-numeric user', { user: 'warren' }],
+    ['a relative workdir', { workdir: 'src' }],
+    ['a relative mount path', { mounts: [{ hostPath: '/srv/warren-data/x', path: 'mnt' }] }],
+    ['a bad policy', { policy: { root: 'relative' } }],
+    ['a body that is not an object', [1, 2]],
+  ];
+  it.each(invalid)('refuses %s with INVALID_PARAMS that names what is allowed', (_name, body) => {
+    const err = refusal(body);
+    expect(err.code).toBe('INVALID_PARAMS');
+  });
+
+  it('refuses bridge when the operator turned it off', () => {
+    expect(() => planSandbox({ network: 'bridge' }, { ...context, config: { ...context.config, allowBridgeNetwork: false } })).toThrow(/does not allow network 'bridge'/);
+  });
+});

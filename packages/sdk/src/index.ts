@@ -4,3 +4,4 @@ export { Commands, type CommandResult, type RunOptions } from './commands.js';
 export { Connection, type CallOptions } from './connection.js';
 export { RestClient, DEFAULT_BASE_URL, type ControllerOptions } from './rest.js';
 export * from './errors.js';
+export * from './tools/index.js';

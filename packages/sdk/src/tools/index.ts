@@ -1,0 +1,9 @@
+export * from './tool.js';
+export * from './adapters.js';
+export * from './context.js';
+export { toolContext, type SandboxLike } from './sandbox-context.js';
+export * from './codin.js';
+export * from './filesystem.js';
+export * from './toolsmith.js';
+export * from './partial-read.js';
+export * from './builtin.js';

@@ -54,6 +54,7 @@ export function createHttpServer(deps: HttpServerDeps) {
   });
 
   // Heartbeat: a client that has not answered the previous ping by the next one is gone.
+  // (`handleUpgrade` emits no 'connection' event, so the upgrade path emits it for this listener.)
   const alive = new WeakMap<WebSocket, boolean>();
   wss.on('connection', (ws: WebSocket) => {
     alive.set(ws, true);
@@ -185,6 +186,7 @@ async function upgrade(deps: HttpServerDeps, wss: WebSocketServer, req: Incoming
     throw new CodedError('SANDBOX_NOT_READY', `The sandbox daemon is not answering: ${(err as Error).message}`, { sandboxId: id });
   });
   wss.handleUpgrade(req, socket, head, (client) => {
+    wss.emit('connection', client, req);
     deps.metrics.connections.inc();
     client.once('close', () => deps.metrics.connections.dec());
     observeCalls(client, agent, deps.metrics);

@@ -6,3 +6,4 @@ export * from './methods.js';
 export * from './rest.js';
 export * from './line-hash.js';
 export * from './policy.js';
+export * from './tar-rules.js';

@@ -4,8 +4,44 @@ import { CodedError, ERROR_CODE_LIST, ERROR_CODES, METHODS, parseParams, parseRe
 /** One valid params and result example per method: a method added without one fails here. */
 const EXAMPLES: { [M in MethodName]: { params: unknown; result: unknown } } = {
   'system.info': { params: {}, result: { agentVersion: '0.1.0', protocolVersion: 1, pid: 7, uid: 1000, rssBytes: 1, uptimeMs: 2 } },
-  'fs.read': { params: { path: 'a.py' }, result: { path: 'a.py', size: 3, mtimeMs: 1700000000000 } },
-  'fs.write': { params: { path: 'a.py', mode: 0o644 }, result: { path: 'a.py', bytesWritten: 3 } },
+  'fs.read': {
+    params: { path: 'a.py', range: { unit: 'lines', start: 1, end: 2, maxLines: 10 } },
+    result: { path: 'a.py', size: 3, mtimeMs: 1700000000000, sha256: 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', unit: 'lines', bytesRead: 3, truncated: false, startLine: 1, endLine: 1, totalLines: 1 },
+  },
+  'fs.write': {
+    params: { path: 'a.py', mode: 0o644, overwrite: true },
+    result: { path: 'a.py', bytesWritten: 3, sha256: 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', created: true },
+  },
+  'fs.edit': { params: { path: 'a.py', oldText: 'a', newText: '$1' }, result: { path: 'a.py', line: 1, bytesWritten: 3, sha256: 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' } },
+  'fs.readLines': {
+    params: { path: 'a.py', start: 1 },
+    result: { path: 'a.py', startLine: 1, endLine: 1, totalLines: 1, truncated: false, sha256: 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', lines: [{ anchor: '1#2CF2', text: 'hello' }] },
+  },
+  'fs.editLines': {
+    params: { path: 'a.py', edits: [{ op: 'replace', pos: '1#2CF2', end: '1#2CF2', lines: ['x'] }] },
+    result: { path: 'a.py', applied: 1, totalLines: 1, firstChangedLine: 1, lastChangedLine: 1, bytesWritten: 2, sha256: 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' },
+  },
+  'fs.stat': {
+    params: { path: 'a.py', followLinks: true },
+    result: { path: 'a.py', type: 'file', size: 3, mode: 0o644, mtimeMs: 1, nlink: 1, readable: true, writable: true },
+  },
+  'fs.list': {
+    params: { path: '.', recursive: true, maxDepth: 3, maxEntries: 10 },
+    result: { path: '.', entries: [{ path: 'a', type: 'symlink', size: 1, mtimeMs: 1, linkTarget: 'b' }], truncated: false },
+  },
+  'fs.glob': {
+    params: { path: '.', pattern: '**/*.py', maxResults: 10, includeDirectories: false },
+    result: { path: '.', matches: ['a.py'], truncated: false, scanned: 4 },
+  },
+  'fs.mkdir': { params: { path: 'd', parents: true }, result: { path: 'd', created: true } },
+  'fs.delete': { params: { path: 'd', recursive: true }, result: { path: 'd', type: 'directory' } },
+  'fs.move': { params: { from: 'a', to: 'b', overwrite: false }, result: { from: 'a', to: 'b', type: 'file' } },
+  'fs.copy': {
+    params: { from: 'a', to: 'b', overwrite: false },
+    result: { from: 'a', to: 'b', type: 'directory', files: 1, bytes: 3, skipped: [{ path: 'p', reason: 'fifo' }] },
+  },
+  'fs.upload': { params: { path: 'd', overwrite: false }, result: { path: 'd', files: 1, directories: 0, symlinks: 0, bytes: 3 } },
+  'fs.download': { params: { path: 'd' }, result: { path: 'd', files: 1, directories: 0, symlinks: 0, bytes: 1024, skipped: [] } },
   'process.exec': {
     params: { cmd: 'echo hi', cwd: '.', env: { A: '1' }, stdin: 'x', timeoutMs: 1000 },
     result: { exitCode: 0, signal: null, stdout: 'hi\n', stderr: '', durationMs: 3, timedOut: false, truncated: false, stdoutBytes: 3, stderrBytes: 0 },

@@ -1,5 +1,11 @@
-import type { Result } from '@warren/protocol';
+import { constants } from 'node:fs';
+import { lstat, mkdir, open, realpath, symlink } from 'node:fs/promises';
+import nodePath from 'node:path';
+import { Readable } from 'node:stream';
+import { extract } from 'tar-stream';
+import { CodedError, TarChecker, type CheckedTarEntry, type LineEdit, type Params, type Result } from '@warren/protocol';
 import type { CallOptions, Connection } from './connection.js';
+import { makeError, WarrenError } from './errors.js';
 
 export interface ReadOptions extends CallOptions {
   /** `text` (the default) decodes UTF-8; `bytes` returns the content untouched. */
@@ -9,17 +15,49 @@ export interface ReadOptions extends CallOptions {
 export interface WriteOptions extends CallOptions {
   /** Permission bits for a new file (an existing file keeps its own). */
   mode?: number;
+  /** Write only if the file's current SHA-256 is this (else `ConflictError`). */
+  expectedSha256?: string;
+  /** false: fail with `AlreadyExistsError` when the file exists. */
+  overwrite?: boolean;
+}
+
+/** Lines of a text file with the numbers to print a header like Codin's `# Lines a-b of N total`. */
+export interface LineSlice {
+  content: string;
+  /** The first line returned (clamped to 1). */
+  startLine: number;
+  /** The last line returned; `startLine - 1` when none was. */
+  endLine: number;
+  totalLines: number;
+  /** True when `maxLines` cut the range short. */
+  truncated: boolean;
+}
+
+/** Seed 001's `ReadResult`, camel-cased: characters counted as Unicode code points. */
+export interface CharSlice {
+  content: string;
+  offset: number;
+  charsRead: number;
+  totalChars: number;
+  truncated: boolean;
+}
+
+/** A downloaded archive, checked entry by entry by the same rules the agent applies to uploads. */
+export interface DownloadedArchive extends Result<'fs.download'> {
+  archive: Uint8Array;
+  entries: CheckedTarEntry[];
 }
 
 /**
- * `sandbox.files`: the file operations, under the sandbox's file policy. Paths are relative to
- * the sandbox root (`/workspace` by default) or absolute inside it.
+ * `sandbox.files`: the file operations, under the sandbox's file policy. In root mode paths are
+ * relative to the root (`/workspace` by default) or absolute inside it; with named paths they are
+ * `/name/...`. Every failure is a typed {@link WarrenError} whose message says what IS allowed.
  */
 export class Files {
   constructor(private readonly connection: () => Connection) {}
 
   /**
-   * Reads a whole file.
+   * Reads a whole file (at most 16 MiB; read larger files by range).
    *
    * @example
    * const text = await sandbox.files.read('a.py');
@@ -29,19 +67,275 @@ export class Files {
   read(path: string, options: ReadOptions & { format: 'bytes' }): Promise<Uint8Array>;
   async read(path: string, options: ReadOptions = {}): Promise<string | Uint8Array> {
     const { payload } = await this.connection().call('fs.read', { path }, options);
-    const bytes = payload ?? new Uint8Array(0);
-    return options.format === 'bytes' ? new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength) : Buffer.from(bytes).toString('utf8');
+    const bytes = payload ?? Buffer.alloc(0);
+    return options.format === 'bytes' ? new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength) : bytes.toString('utf8');
+  }
+
+  /** Reads a whole text file. */
+  readText(path: string, options: CallOptions = {}): Promise<string> {
+    return this.read(path, options);
   }
 
   /**
-   * Writes a whole file atomically, creating its parent folders.
+   * Reads `length` bytes from byte `offset` (at most 16 MiB per call), with the file's size.
+   *
+   * @example
+   * const { bytes, truncated } = await sandbox.files.readBytes('big.bin', { offset: 1024, length: 4096 });
+   */
+  async readBytes(path: string, range: { offset?: number; length?: number }, options: CallOptions = {}): Promise<Result<'fs.read'> & { bytes: Uint8Array }> {
+    const { result, payload } = await this.connection().call('fs.read', { path, range: { unit: 'bytes', ...range } }, options);
+    return { ...result, bytes: payload ?? new Uint8Array(0) };
+  }
+
+  /**
+   * Reads a line range. Give `startLine` with `lineCount` (seed 003) or `endLine` (Codin), and
+   * `maxLines` to cap; out-of-range numbers are clamped, and the file's total line count is reported.
+   *
+   * @example
+   * const { content, startLine, endLine, totalLines } = await sandbox.files.readLines('a.py', { startLine: 10, endLine: 20 });
+   */
+  async readLines(path: string, range: { startLine?: number; endLine?: number; lineCount?: number; maxLines?: number } = {}, options: CallOptions = {}): Promise<LineSlice> {
+    const end = range.endLine ?? (range.lineCount !== undefined ? Math.max(1, range.startLine ?? 1) + range.lineCount - 1 : undefined);
+    const lines: { unit: 'lines'; start?: number; end?: number; maxLines?: number } = { unit: 'lines' };
+    if (range.startLine !== undefined) lines.start = range.startLine;
+    if (end !== undefined) lines.end = end;
+    if (range.maxLines !== undefined) lines.maxLines = range.maxLines;
+    const { result, payload } = await this.connection().call('fs.read', { path, range: lines }, options);
+    return {
+      content: (payload ?? Buffer.alloc(0)).toString('utf8'),
+      startLine: result.startLine ?? 1,
+      endLine: result.endLine ?? 0,
+      totalLines: result.totalLines ?? 0,
+      truncated: result.truncated,
+    };
+  }
+
+  /**
+   * Reads `length` characters from character `offset` (seed 001's `read(offset, max_chars)`, seed
+   * 003's character ranges). A character is a Unicode code point, so none is ever split.
+   *
+   * @example
+   * const { content, truncated, totalChars } = await sandbox.files.readChars('data.json', { offset: 0, length: 20_000 });
+   */
+  async readChars(path: string, range: { offset?: number; length?: number }, options: CallOptions = {}): Promise<CharSlice> {
+    const { result, payload } = await this.connection().call('fs.read', { path, range: { unit: 'chars', ...range } }, options);
+    return {
+      content: (payload ?? Buffer.alloc(0)).toString('utf8'),
+      offset: result.offset ?? 0,
+      charsRead: result.charsRead ?? 0,
+      totalChars: result.totalChars ?? 0,
+      truncated: result.truncated,
+    };
+  }
+
+  /**
+   * Reads lines with their seed-004 anchors (`LINE#ID`), for {@link editLines}.
+   *
+   * @example
+   * const { lines } = await sandbox.files.readAnchored('a.py');
+   * lines.map((l) => `${l.anchor}|${l.text}`).join('\n');
+   */
+  async readAnchored(path: string, range: { startLine?: number; endLine?: number; maxLines?: number } = {}, options: CallOptions = {}): Promise<Result<'fs.readLines'>> {
+    const params: Params<'fs.readLines'> | { path: string } = { path };
+    const p = params as { path: string; start?: number; end?: number; maxLines?: number };
+    if (range.startLine !== undefined) p.start = range.startLine;
+    if (range.endLine !== undefined) p.end = range.endLine;
+    if (range.maxLines !== undefined) p.maxLines = range.maxLines;
+    return (await this.connection().call('fs.readLines', p, options)).result;
+  }
+
+  /**
+   * Writes a whole file atomically (readers see the old or the new content), creating its parent
+   * folders; an existing file keeps its mode.
    *
    * @example
    * await sandbox.files.write('src/main.py', 'print("hi")\n');
    */
   async write(path: string, data: string | Uint8Array, options: WriteOptions = {}): Promise<Result<'fs.write'>> {
     const payload = typeof data === 'string' ? Buffer.from(data, 'utf8') : data;
-    const params = options.mode === undefined ? { path } : { path, mode: options.mode };
+    const params: { path: string; mode?: number; expectedSha256?: string; overwrite?: boolean } = { path };
+    if (options.mode !== undefined) params.mode = options.mode;
+    if (options.expectedSha256 !== undefined) params.expectedSha256 = options.expectedSha256;
+    if (options.overwrite !== undefined) params.overwrite = options.overwrite;
     return (await this.connection().call('fs.write', params, { ...options, payload })).result;
+  }
+
+  /**
+   * Replaces `oldText`, which must occur exactly once (`EditNotFoundError` / `EditNotUniqueError`,
+   * which say how many and at which lines). `$` in `newText` is literal.
+   *
+   * @example
+   * await sandbox.files.edit('a.py', 'print(1)', 'print(2)');
+   */
+  async edit(path: string, oldText: string, newText: string, options: CallOptions & { expectedSha256?: string } = {}): Promise<Result<'fs.edit'>> {
+    const params = options.expectedSha256 === undefined ? { path, oldText, newText } : { path, oldText, newText, expectedSha256: options.expectedSha256 };
+    return (await this.connection().call('fs.edit', params, options)).result;
+  }
+
+  /**
+   * Applies seed-004 hash-anchored edits, all or none: a stale anchor fails with `StaleAnchorError`
+   * (its details list each stale anchor and the line's current `LINE#ID`) and leaves the file as it was.
+   *
+   * @example
+   * await sandbox.files.editLines('a.py', [{ op: 'replace', pos: '2#1A2B', lines: ['x = 2'] }]);
+   */
+  async editLines(path: string, edits: LineEdit[], options: CallOptions & { expectedSha256?: string } = {}): Promise<Result<'fs.editLines'>> {
+    const params = options.expectedSha256 === undefined ? { path, edits } : { path, edits, expectedSha256: options.expectedSha256 };
+    return (await this.connection().call('fs.editLines', params, options)).result;
+  }
+
+  /** Describes a file or folder (with `followLinks: false`, a link itself). */
+  async stat(path: string, options: CallOptions & { followLinks?: boolean } = {}): Promise<Result<'fs.stat'>> {
+    return (await this.connection().call('fs.stat', options.followLinks === undefined ? { path } : { path, followLinks: options.followLinks }, options)).result;
+  }
+
+  /** True when the path exists (and may be read). */
+  async exists(path: string, options: CallOptions = {}): Promise<boolean> {
+    try {
+      await this.stat(path, { ...options, followLinks: false });
+      return true;
+    } catch (err) {
+      if (err instanceof WarrenError && err.code === 'NOT_FOUND') return false;
+      throw err;
+    }
+  }
+
+  /**
+   * Lists a folder, or its tree with `recursive`; entry paths are relative to the folder.
+   *
+   * @example
+   * const { entries, truncated } = await sandbox.files.list('.', { recursive: true, limit: 100 });
+   */
+  async list(path = '.', options: CallOptions & { recursive?: boolean; limit?: number; maxDepth?: number } = {}): Promise<Result<'fs.list'>> {
+    const params: { path: string; recursive?: boolean; maxEntries?: number; maxDepth?: number } = { path };
+    if (options.recursive !== undefined) params.recursive = options.recursive;
+    if (options.limit !== undefined) params.maxEntries = options.limit;
+    if (options.maxDepth !== undefined) params.maxDepth = options.maxDepth;
+    return (await this.connection().call('fs.list', params, options)).result;
+  }
+
+  /**
+   * Paths below `path` matching a glob (picomatch syntax, dot files included), relative to `path`.
+   *
+   * @example
+   * await sandbox.files.glob('.', '**\/*.py'); // ['a.py', 'src/b.py']
+   */
+  async glob(path: string, pattern = '**/*', options: CallOptions & { maxResults?: number; includeDirectories?: boolean } = {}): Promise<string[]> {
+    return (await this.globDetailed(path, pattern, options)).matches;
+  }
+
+  /** {@link glob} with its `truncated` flag and scan count. */
+  async globDetailed(path: string, pattern = '**/*', options: CallOptions & { maxResults?: number; includeDirectories?: boolean } = {}): Promise<Result<'fs.glob'>> {
+    const params: { path: string; pattern: string; maxResults?: number; includeDirectories?: boolean } = { path, pattern };
+    if (options.maxResults !== undefined) params.maxResults = options.maxResults;
+    if (options.includeDirectories !== undefined) params.includeDirectories = options.includeDirectories;
+    return (await this.connection().call('fs.glob', params, options)).result;
+  }
+
+  /** Creates a folder (and its parents unless `parents: false`); an existing folder is fine. */
+  async mkdir(path: string, options: CallOptions & { parents?: boolean } = {}): Promise<Result<'fs.mkdir'>> {
+    return (await this.connection().call('fs.mkdir', options.parents === undefined ? { path } : { path, parents: options.parents }, options)).result;
+  }
+
+  /** Deletes a file, a link, or (with `recursive`) a folder; never a sandbox root or a mount point. */
+  async delete(path: string, options: CallOptions & { recursive?: boolean } = {}): Promise<Result<'fs.delete'>> {
+    return (await this.connection().call('fs.delete', options.recursive === undefined ? { path } : { path, recursive: options.recursive }, options)).result;
+  }
+
+  /** Moves or renames a file or folder; an existing destination is an error unless `overwrite`. */
+  async move(from: string, to: string, options: CallOptions & { overwrite?: boolean } = {}): Promise<Result<'fs.move'>> {
+    return (await this.connection().call('fs.move', options.overwrite === undefined ? { from, to } : { from, to, overwrite: options.overwrite }, options)).result;
+  }
+
+  /** Copies a file or folder; an existing destination is an error unless `overwrite`. */
+  async copy(from: string, to: string, options: CallOptions & { overwrite?: boolean } = {}): Promise<Result<'fs.copy'>> {
+    return (await this.connection().call('fs.copy', options.overwrite === undefined ? { from, to } : { from, to, overwrite: options.overwrite }, options)).result;
+  }
+
+  /**
+   * Extracts a tar archive into a folder of the sandbox. The agent checks every entry before
+   * writing anything (no absolute or `..` names, no links that leave, no devices or setuid bits).
+   * The archive travels in one frame (up to 32 MiB).
+   */
+  async upload(path: string, archive: Uint8Array, options: CallOptions & { overwrite?: boolean } = {}): Promise<Result<'fs.upload'>> {
+    return (await this.connection().call('fs.upload', options.overwrite === undefined ? { path } : { path, overwrite: options.overwrite }, { ...options, payload: archive })).result;
+  }
+
+  /**
+   * Downloads a file or folder as a tar archive (up to 32 MiB), and checks every entry by the
+   * same rules as uploads before returning it: a hostile archive throws `InvalidParamsError`.
+   *
+   * @example
+   * const { archive, entries } = await sandbox.files.download('src');
+   */
+  async download(path: string, options: CallOptions = {}): Promise<DownloadedArchive> {
+    const { result, payload } = await this.connection().call('fs.download', { path }, options);
+    const archive = payload ?? Buffer.alloc(0);
+    const entries = (await checkArchive(archive)).map((e) => e.entry);
+    return { ...result, archive: new Uint8Array(archive.buffer, archive.byteOffset, archive.byteLength), entries };
+  }
+
+  /**
+   * Downloads a file or folder and extracts it into a local folder (created when missing; existing
+   * files are never replaced, and nothing is written through a link).
+   *
+   * @example
+   * await sandbox.files.downloadTo('src', './out/src');
+   */
+  async downloadTo(path: string, localFolder: string, options: CallOptions = {}): Promise<Result<'fs.download'>> {
+    const { result, payload } = await this.connection().call('fs.download', { path }, options);
+    await extractArchive(payload ?? Buffer.alloc(0), localFolder);
+    return result;
+  }
+}
+
+/** Parses and checks a whole archive by the shared tar rules; throws a typed error on the first bad entry. */
+export async function checkArchive(archive: Buffer): Promise<{ entry: CheckedTarEntry; data: Buffer }[]> {
+  const checker = new TarChecker();
+  const out: { entry: CheckedTarEntry; data: Buffer }[] = [];
+  const ex = extract();
+  Readable.from([archive]).pipe(ex);
+  try {
+    for await (const item of ex) {
+      const entry = checker.check(item.header);
+      const chunks: Buffer[] = [];
+      for await (const chunk of item) chunks.push(chunk as Buffer);
+      out.push({ entry, data: Buffer.concat(chunks) });
+    }
+  } catch (err) {
+    ex.destroy();
+    if (err instanceof CodedError) throw makeError(err.code, err.message, { details: err.details });
+    throw makeError('INVALID_PARAMS', `The downloaded archive is not a valid tar archive: ${(err as Error).message}`);
+  }
+  return out;
+}
+
+/** Extracts a checked archive into a local folder: O_EXCL|O_NOFOLLOW files, no writes through links. */
+export async function extractArchive(archive: Buffer, localFolder: string): Promise<void> {
+  const entries = await checkArchive(archive);
+  await mkdir(localFolder, { recursive: true });
+  const root = await realpath(localFolder);
+  for (const { entry, data } of entries) {
+    const target = nodePath.join(root, ...entry.name.split('/'));
+    const parent = nodePath.dirname(target);
+    await mkdir(parent, { recursive: true });
+    // The parent must be a real folder inside the root: a link swapped in locally is refused.
+    if ((await realpath(parent)) !== parent) throw makeError('PATH_NOT_IN_SANDBOX', `Refusing to extract '${entry.name}': a parent folder is a link.`);
+    if (entry.kind === 'directory') {
+      const existing = await lstat(target).catch(() => undefined);
+      if (existing && !existing.isDirectory()) throw makeError('ALREADY_EXISTS', `Refusing to extract '${entry.name}': a non-folder exists there.`);
+      if (!existing) await mkdir(target, { mode: entry.mode | 0o700 });
+    } else if (entry.kind === 'file') {
+      const handle = await open(target, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, entry.mode).catch((e: unknown) => {
+        throw makeError((e as NodeJS.ErrnoException).code === 'EEXIST' ? 'ALREADY_EXISTS' : 'INTERNAL', `Refusing to extract '${entry.name}': ${(e as Error).message}`);
+      });
+      try {
+        await handle.writeFile(data);
+      } finally {
+        await handle.close();
+      }
+    } else {
+      await symlink(entry.linkname!, target);
+    }
   }
 }

@@ -1,26 +1,273 @@
 import { z } from 'zod';
 import { SandboxPath, type MethodSpec } from '../method-spec.js';
 
-export const FsReadParams = z.strictObject({ path: SandboxPath });
-/** The file's bytes travel as the response frame's binary payload. */
+/**
+ * The file methods. Paths are named as the sandbox's policy says (see `policy.ts`): relative to
+ * the root or absolute inside it in root mode, `/name/...` with named paths. Results show paths
+ * the same way (`path` fields). File bytes travel as frame payloads, never base64.
+ */
+
+/** The most bytes one `fs.read` answer carries; read a larger file by ranges. */
+export const MAX_READ_BYTES = 16 * 1024 * 1024;
+/** The largest file a line or character read scans (it decodes the whole file). */
+export const MAX_TEXT_SCAN_BYTES = 64 * 1024 * 1024;
+/** The most lines one line read returns. */
+export const MAX_READ_LINES = 100_000;
+/** The most characters one character read returns. */
+export const MAX_READ_CHARS = 4 * 1024 * 1024;
+
+const Sha256 = z.string().regex(/^[0-9a-f]{64}$/, 'a lowercase hex SHA-256');
+const Count = z.number().int().nonnegative();
+/** What a listing reports as an entry's type; FIFOs, sockets and devices are `other`. */
+export const EntryType = z.enum(['file', 'directory', 'symlink', 'other']);
+export type EntryType = z.infer<typeof EntryType>;
+
+/**
+ * One of four ranges, or none for the whole file:
+ * - `bytes`: `offset` and `length` in bytes; the answer's payload is raw bytes.
+ * - `lines`: 1-based inclusive `start`..`end` (clamped: below 1 is 1, past the end is the end;
+ *   start past end is an empty answer), at most `maxLines`; reports `totalLines`.
+ * - `chars`: `offset` and `length` in Unicode code points (never splits a UTF-8 sequence);
+ *   reports `totalChars` and `truncated` (seed 001's `ReadResult`).
+ */
+export const ReadRange = z.discriminatedUnion('unit', [
+  z.strictObject({ unit: z.literal('bytes'), offset: Count.default(0), length: Count.max(MAX_READ_BYTES).optional() }),
+  z.strictObject({
+    unit: z.literal('lines'),
+    start: z.number().int().optional(),
+    end: z.number().int().optional(),
+    maxLines: z.number().int().positive().max(MAX_READ_LINES).optional(),
+  }),
+  z.strictObject({ unit: z.literal('chars'), offset: Count.default(0), length: Count.max(MAX_READ_CHARS).optional() }),
+]);
+
+export const FsReadParams = z.strictObject({ path: SandboxPath, range: ReadRange.optional() });
+/** The content travels as the response frame's binary payload (UTF-8 text for `lines` and `chars`). */
 export const FsReadResult = z.strictObject({
   path: z.string(),
-  size: z.number().int().nonnegative(),
+  /** The whole file's size in bytes. */
+  size: Count,
   mtimeMs: z.number(),
+  /** The whole file's SHA-256, for a later write's or edit's `expectedSha256` (not computed for a byte range). */
+  sha256: Sha256.optional(),
+  unit: z.enum(['file', 'bytes', 'lines', 'chars']),
+  /** Bytes in the payload. */
+  bytesRead: Count,
+  /** True when more content exists past what was returned. */
+  truncated: z.boolean(),
+  /** bytes: the byte offset; chars: the character offset (as asked). */
+  offset: Count.optional(),
+  /** lines: the first line returned (after clamping to 1). */
+  startLine: z.number().int().optional(),
+  /** lines: the last line returned; `startLine - 1` when none was. */
+  endLine: z.number().int().optional(),
+  totalLines: Count.optional(),
+  /** chars: characters returned, and the file's length in characters. */
+  charsRead: Count.optional(),
+  totalChars: Count.optional(),
 });
 
 /** The content travels as the request frame's binary payload; none means an empty file. */
 export const FsWriteParams = z.strictObject({
   path: SandboxPath,
   /** Permission bits for a new file; an existing file keeps its own. */
-  mode: z.number().int().min(0).max(0o7777).optional(),
+  mode: z.number().int().min(0).max(0o777).optional(),
+  /** Write only when the current content has this SHA-256 (`CONFLICT` otherwise, also when the file is gone). */
+  expectedSha256: Sha256.optional(),
+  /** false: fail with `ALREADY_EXISTS` when the file exists. */
+  overwrite: z.boolean().default(true),
 });
 export const FsWriteResult = z.strictObject({
   path: z.string(),
-  bytesWritten: z.number().int().nonnegative(),
+  bytesWritten: Count,
+  sha256: Sha256,
+  created: z.boolean(),
+});
+
+/** Seed 001's exact-text edit: `oldText` must occur exactly once; `$` in `newText` is literal. */
+export const FsEditParams = z.strictObject({
+  path: SandboxPath,
+  oldText: z.string().min(1).max(16 * 1024 * 1024),
+  newText: z.string().max(16 * 1024 * 1024),
+  expectedSha256: Sha256.optional(),
+});
+export const FsEditResult = z.strictObject({
+  path: z.string(),
+  /** The 1-based line where the replaced text started. */
+  line: z.number().int().positive(),
+  bytesWritten: Count,
+  sha256: Sha256,
+});
+
+/** Lines with their seed-004 anchors (`LINE#ID`, see `line-hash.ts`). */
+export const FsReadLinesParams = z.strictObject({
+  path: SandboxPath,
+  start: z.number().int().optional(),
+  end: z.number().int().optional(),
+  maxLines: z.number().int().positive().max(MAX_READ_LINES).optional(),
+});
+export const AnchoredLine = z.strictObject({
+  /** `LINE#ID`, e.g. `10#A1B2`. */
+  anchor: z.string(),
+  /** The line without its terminator. */
+  text: z.string(),
+});
+export const FsReadLinesResult = z.strictObject({
+  path: z.string(),
+  startLine: z.number().int(),
+  endLine: z.number().int(),
+  totalLines: Count,
+  truncated: z.boolean(),
+  sha256: Sha256,
+  lines: z.array(AnchoredLine),
+});
+
+/**
+ * One hash-anchored edit (seed 004). `replace` replaces `pos`..`end` (default `pos`) with
+ * `lines` (none deletes them); `append` inserts after `pos`, `prepend` before it. A string in
+ * `lines` that holds newlines is several lines.
+ */
+export const LineEdit = z.strictObject({
+  op: z.enum(['replace', 'append', 'prepend']),
+  pos: z.string().min(3).max(20),
+  end: z.string().min(3).max(20).optional(),
+  lines: z.array(z.string().max(1024 * 1024)).max(100_000),
+});
+export type LineEdit = z.infer<typeof LineEdit>;
+
+/**
+ * A batch of line edits, all or none: every anchor refers to the file as it is before the batch,
+ * the whole batch is checked before anything is written, overlapping edits are refused, and
+ * inserts at the same place keep their batch order.
+ */
+export const FsEditLinesParams = z.strictObject({
+  path: SandboxPath,
+  edits: z.array(LineEdit).min(1).max(1000),
+  expectedSha256: Sha256.optional(),
+});
+export const FsEditLinesResult = z.strictObject({
+  path: z.string(),
+  applied: Count,
+  totalLines: Count,
+  /** The first and last lines of the new file that the batch touched. */
+  firstChangedLine: z.number().int().positive(),
+  lastChangedLine: z.number().int().nonnegative(),
+  bytesWritten: Count,
+  sha256: Sha256,
+});
+
+export const FsStatParams = z.strictObject({
+  path: SandboxPath,
+  /** false: describe a symbolic link itself instead of what it points to. */
+  followLinks: z.boolean().default(true),
+});
+export const FsStatResult = z.strictObject({
+  path: z.string(),
+  type: EntryType,
+  size: Count,
+  /** Permission bits. */
+  mode: z.number().int(),
+  mtimeMs: z.number(),
+  nlink: Count,
+  /** For a symbolic link (with followLinks: false): what it points to, as stored. */
+  linkTarget: z.string().optional(),
+  readable: z.boolean(),
+  writable: z.boolean(),
+});
+
+export const FsListParams = z.strictObject({
+  path: SandboxPath.default('.'),
+  recursive: z.boolean().default(false),
+  /** How deep a recursive listing goes (1 = the folder's own entries). */
+  maxDepth: z.number().int().positive().max(64).default(16),
+  maxEntries: z.number().int().positive().max(100_000).default(1000),
+});
+export const ListEntry = z.strictObject({
+  /** Relative to the folder listed. */
+  path: z.string(),
+  type: EntryType,
+  size: Count,
+  mtimeMs: z.number(),
+  linkTarget: z.string().optional(),
+});
+export const FsListResult = z.strictObject({
+  path: z.string(),
+  entries: z.array(ListEntry),
+  /** True when a cap (maxEntries, maxDepth, or the scan cap of a huge folder) left entries out. */
+  truncated: z.boolean(),
+});
+
+/** The longest glob pattern accepted. */
+export const MAX_GLOB_PATTERN = 1024;
+export const FsGlobParams = z.strictObject({
+  path: SandboxPath.default('.'),
+  pattern: z.string().min(1).max(MAX_GLOB_PATTERN).default('**/*'),
+  maxResults: z.number().int().positive().max(100_000).default(1000),
+  /** Match folders too (by default only files and links match). */
+  includeDirectories: z.boolean().default(false),
+});
+export const FsGlobResult = z.strictObject({
+  path: z.string(),
+  /** Relative to `path`, sorted. */
+  matches: z.array(z.string()),
+  truncated: z.boolean(),
+  /** Entries looked at. */
+  scanned: Count,
+});
+
+export const FsMkdirParams = z.strictObject({ path: SandboxPath, parents: z.boolean().default(true) });
+export const FsMkdirResult = z.strictObject({ path: z.string(), created: z.boolean() });
+
+export const FsDeleteParams = z.strictObject({ path: SandboxPath, recursive: z.boolean().default(false) });
+export const FsDeleteResult = z.strictObject({ path: z.string(), type: EntryType });
+
+export const FsMoveParams = z.strictObject({ from: SandboxPath, to: SandboxPath, overwrite: z.boolean().default(false) });
+export const FsMoveResult = z.strictObject({ from: z.string(), to: z.string(), type: EntryType });
+
+export const FsCopyParams = z.strictObject({ from: SandboxPath, to: SandboxPath, overwrite: z.boolean().default(false) });
+export const FsCopyResult = z.strictObject({
+  from: z.string(),
+  to: z.string(),
+  type: EntryType,
+  files: Count,
+  bytes: Count,
+  /** Entries left out: links that would leave, FIFOs and devices, disallowed suffixes. */
+  skipped: z.array(z.strictObject({ path: z.string(), reason: z.string() })),
+});
+
+/** The tar archive travels as the request payload, up to the frame limit. */
+export const FsUploadParams = z.strictObject({
+  /** The folder to extract into (created when missing). */
+  path: SandboxPath,
+  /** false (default): an entry whose file already exists fails the whole upload with `ALREADY_EXISTS`. */
+  overwrite: z.boolean().default(false),
+});
+export const FsUploadResult = z.strictObject({ path: z.string(), files: Count, directories: Count, symlinks: Count, bytes: Count });
+
+/** The tar archive travels as the response payload, up to the frame limit. */
+export const FsDownloadParams = z.strictObject({ path: SandboxPath });
+export const FsDownloadResult = z.strictObject({
+  path: z.string(),
+  files: Count,
+  directories: Count,
+  symlinks: Count,
+  bytes: Count,
+  skipped: z.array(z.strictObject({ path: z.string(), reason: z.string() })),
 });
 
 export const FS_METHODS = {
   'fs.read': { params: FsReadParams, result: FsReadResult, access: 'read', payload: 'response', idempotent: true },
   'fs.write': { params: FsWriteParams, result: FsWriteResult, access: 'write', payload: 'request', idempotent: true },
+  'fs.edit': { params: FsEditParams, result: FsEditResult, access: 'write', idempotent: false },
+  'fs.readLines': { params: FsReadLinesParams, result: FsReadLinesResult, access: 'read', idempotent: true },
+  'fs.editLines': { params: FsEditLinesParams, result: FsEditLinesResult, access: 'write', idempotent: false },
+  'fs.stat': { params: FsStatParams, result: FsStatResult, access: 'read', idempotent: true },
+  'fs.list': { params: FsListParams, result: FsListResult, access: 'read', idempotent: true },
+  'fs.glob': { params: FsGlobParams, result: FsGlobResult, access: 'read', idempotent: true },
+  'fs.mkdir': { params: FsMkdirParams, result: FsMkdirResult, access: 'write', idempotent: true },
+  'fs.delete': { params: FsDeleteParams, result: FsDeleteResult, access: 'write', idempotent: false },
+  'fs.move': { params: FsMoveParams, result: FsMoveResult, access: 'write', idempotent: false },
+  'fs.copy': { params: FsCopyParams, result: FsCopyResult, access: 'write', idempotent: false },
+  'fs.upload': { params: FsUploadParams, result: FsUploadResult, access: 'write', payload: 'request', idempotent: false },
+  'fs.download': { params: FsDownloadParams, result: FsDownloadResult, access: 'read', payload: 'response', idempotent: true },
 } as const satisfies Record<string, MethodSpec>;

@@ -1,0 +1,179 @@
+import { createHash, randomBytes } from 'node:crypto';
+import type { Stats } from 'node:fs';
+import { constants } from 'node:fs';
+import { link, lstat, mkdir, open, rename, unlink } from 'node:fs/promises';
+import path from 'node:path';
+import { CodedError, describePolicy, type FilePolicy } from '@warren/protocol';
+import type { CallContext } from '../dispatch.js';
+import { checkKernelName, checkSize, checkSuffix, mapFsError, openChecked, requireRegularFile, resolvePath, type Intent, type ResolvedPath, type ResolveOptions } from '../policy.js';
+
+/** What every file handler needs: the connection's policy. */
+export interface FsContext {
+  policy: FilePolicy;
+}
+
+/** The approval an operation asks the SDK for, sent as the `approval` event's data. */
+export interface ApprovalRequest {
+  operation: string;
+  path: string;
+  /** The second path of a move or copy. */
+  to?: string;
+  bytes?: number;
+}
+
+/**
+ * Resolves a path and asks for approval when its mount wants it (seed 001's `read_approval` /
+ * `write_approval`). No approver on the connection, a deny, or no answer in time: `APPROVAL_DENIED`.
+ */
+export async function resolveFor(
+  fs: FsContext,
+  ctx: CallContext,
+  input: string,
+  intent: Intent,
+  operation: string,
+  options: ResolveOptions & { approval?: Omit<ApprovalRequest, 'operation' | 'path'> } = {},
+): Promise<ResolvedPath> {
+  const resolved = await resolvePath(fs.policy, input, intent, options);
+  const needs = intent === 'write' ? resolved.mount.writeApproval : resolved.mount.readApproval;
+  if (needs) await approve(ctx, { operation, path: resolved.display, ...options.approval });
+  return resolved;
+}
+
+/** Asks the caller's `onApproval` handler; throws `APPROVAL_DENIED` unless it allows. */
+export async function approve(ctx: CallContext, request: ApprovalRequest): Promise<void> {
+  const ask = (ctx as CallContext & { requestApproval?: (r: ApprovalRequest) => Promise<boolean> }).requestApproval;
+  const allowed = ask ? await ask(request).catch(() => false) : false;
+  if (!allowed) {
+    throw new CodedError('APPROVAL_DENIED', `${request.operation} of '${request.path}' needs approval and was not approved (no handler, a deny, or no answer in time).`, {
+      operation: request.operation,
+      path: request.path,
+    });
+  }
+}
+
+export function sha256(bytes: Uint8Array): string {
+  return createHash('sha256').update(bytes).digest('hex');
+}
+
+/** Reads a whole regular file through {@link openChecked}, applying the mount's suffix and size rules. */
+export async function readWhole(fs: FsContext, resolved: ResolvedPath, display: string, cap: number): Promise<{ bytes: Buffer; info: Stats }> {
+  requireRegularFile(resolved.stat, display);
+  checkSuffix(fs.policy, resolved, display);
+  checkSize(fs.policy, resolved, display, resolved.stat!.size);
+  if (resolved.stat!.size > cap) {
+    throw new CodedError('FILE_TOO_LARGE', `'${display}' is ${resolved.stat!.size} bytes; this call reads at most ${cap} bytes at once. Read a range instead (bytes, lines or chars).`, {
+      path: display,
+      size: resolved.stat!.size,
+      limit: cap,
+    });
+  }
+  const handle = await openChecked(resolved, display);
+  try {
+    const info = await handle.stat();
+    requireRegularFile(info, display);
+    const bytes = await handle.readFile();
+    return { bytes, info };
+  } finally {
+    await handle.close();
+  }
+}
+
+/** Decodes UTF-8 text, refusing bytes that would not survive a round trip (an edit must not corrupt them). */
+export function decodeText(bytes: Buffer, display: string): string {
+  try {
+    return new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(bytes);
+  } catch {
+    throw new CodedError('UNSUPPORTED_FILE_TYPE', `'${display}' is not UTF-8 text; line and text edits only change UTF-8 text files. Write the whole file instead.`, { path: display });
+  }
+}
+
+/** One line of a text file: its text without the terminator, and the terminator (`\n`, `\r\n` or none at the end). */
+export interface Line {
+  text: string;
+  eol: string;
+}
+
+/** Splits text into lines; `a\nb\n` and `a\nb` are both two lines, `` is none. */
+export function splitLines(text: string): Line[] {
+  const lines: Line[] = [];
+  let start = 0;
+  while (start < text.length) {
+    const nl = text.indexOf('\n', start);
+    if (nl === -1) {
+      lines.push({ text: text.slice(start), eol: '' });
+      break;
+    }
+    const crlf = nl > start && text.charCodeAt(nl - 1) === 13;
+    lines.push({ text: text.slice(start, crlf ? nl - 1 : nl), eol: crlf ? '\r\n' : '\n' });
+    start = nl + 1;
+  }
+  return lines;
+}
+
+export interface AtomicWriteOptions {
+  /** Permission bits for a new file. */
+  mode?: number | undefined;
+  /** false: `ALREADY_EXISTS` when the file exists (checked atomically with link(2)). */
+  overwrite?: boolean;
+  /** The file must still be this one (dev, ino, size, mtime), else `CONFLICT`: edits pass what they read. */
+  unchangedSince?: Stats | undefined;
+}
+
+/**
+ * Writes a file atomically: a temporary file in the same folder (created O_EXCL|O_NOFOLLOW and
+ * checked to be where it should be), then rename(2) over the target, so a reader sees the old or
+ * the new content and a hard link to the old file is left untouched. An existing file keeps its
+ * permission bits.
+ */
+export async function atomicWrite(fs: FsContext, resolved: ResolvedPath, display: string, content: Uint8Array, options: AtomicWriteOptions = {}): Promise<{ created: boolean }> {
+  checkSuffix(fs.policy, resolved, display);
+  checkSize(fs.policy, resolved, display, content.length);
+  if (resolved.stat) {
+    if (resolved.stat.isDirectory()) throw new CodedError('IS_A_DIRECTORY', `'${display}' is a folder, not a file.`, { path: display });
+    requireRegularFile(resolved.stat, display);
+    if (options.overwrite === false) throw new CodedError('ALREADY_EXISTS', `'${display}' already exists; pass overwrite: true to replace it.`, { path: display });
+  }
+  const folder = path.posix.dirname(resolved.absolute);
+  await mkdir(folder, { recursive: true }).catch((e: unknown) => {
+    throw mapFsError(e, display);
+  });
+  const mode = resolved.stat ? resolved.stat.mode & 0o777 : (options.mode ?? 0o644);
+  const temp = path.posix.join(folder, `.${path.posix.basename(resolved.absolute).slice(0, 180)}.warren-${randomBytes(6).toString('hex')}`);
+  const handle = await open(temp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode).catch((e: unknown) => {
+    throw mapFsError(e, display);
+  });
+  let renamed = false;
+  try {
+    await checkKernelName(handle, temp, display);
+    await handle.writeFile(content);
+    await handle.chmod(mode);
+    await handle.close();
+    if (options.unchangedSince) {
+      const now = await lstat(resolved.absolute).catch(() => undefined);
+      const was = options.unchangedSince;
+      if (!now || now.ino !== was.ino || now.dev !== was.dev || now.size !== was.size || now.mtimeMs !== was.mtimeMs) {
+        throw new CodedError('CONFLICT', `'${display}' changed while it was being edited; read it again and retry.`, { path: display });
+      }
+    }
+    if (options.overwrite === false) {
+      await link(temp, resolved.absolute).catch((e: unknown) => {
+        throw (e as NodeJS.ErrnoException).code === 'EEXIST' ? new CodedError('ALREADY_EXISTS', `'${display}' already exists; pass overwrite: true to replace it.`, { path: display }) : mapFsError(e, display);
+      });
+      await unlink(temp);
+    } else {
+      await rename(temp, resolved.absolute);
+    }
+    renamed = true;
+  } catch (err) {
+    throw mapFsError(err, display);
+  } finally {
+    await handle.close().catch(() => undefined);
+    if (!renamed) await unlink(temp).catch(() => undefined);
+  }
+  return { created: !resolved.stat };
+}
+
+/** The "what IS allowed" sentence for a policy. */
+export function allowedText(fs: FsContext): string {
+  return describePolicy(fs.policy);
+}

@@ -1,0 +1,215 @@
+import { randomBytes } from 'node:crypto';
+import { constants } from 'node:fs';
+import { mkdir, open, readlink, rename, rm, symlink, unlink } from 'node:fs/promises';
+import path from 'node:path';
+import { Readable } from 'node:stream';
+import { extract, pack } from 'tar-stream';
+import { CodedError, isWithin, MAX_FRAME_BYTES, suffixAllowed, TarChecker, type CheckedTarEntry } from '@warren/protocol';
+import type { Handler } from '../dispatch.js';
+import { checkKernelName, mapFsError, openChecked, requireRegularFile, resolvePath, type ResolvedPath } from '../policy.js';
+import { resolveFor, type FsContext } from './fs-common.js';
+import { walkTree } from './fs-walk.js';
+
+type TarHandlers = { 'fs.upload': Handler<'fs.upload'>; 'fs.download': Handler<'fs.download'> };
+
+/** The largest archive one download answers with: what fits in one frame beside its header. */
+export const MAX_DOWNLOAD_BYTES = MAX_FRAME_BYTES - 1024 * 1024;
+
+/** Parses a whole tar archive in memory, checking every entry by the shared rules before anything is written. */
+export async function parseTar(bytes: Buffer): Promise<{ entry: CheckedTarEntry; data: Buffer }[]> {
+  const checker = new TarChecker();
+  const out: { entry: CheckedTarEntry; data: Buffer }[] = [];
+  const ex = extract();
+  Readable.from([bytes]).pipe(ex);
+  try {
+    for await (const item of ex) {
+      const entry = checker.check(item.header);
+      const chunks: Buffer[] = [];
+      for await (const chunk of item) chunks.push(chunk as Buffer);
+      out.push({ entry, data: Buffer.concat(chunks) });
+    }
+  } catch (err) {
+    ex.destroy();
+    if (err instanceof CodedError) throw err;
+    throw new CodedError('INVALID_PARAMS', `The payload is not a valid tar archive: ${(err as Error).message}. Nothing was written.`);
+  }
+  return out;
+}
+
+/** Folder upload and download as tar archives (tar-stream), one frame each way. */
+export function tarHandlers(fs: FsContext): TarHandlers {
+  return {
+    async 'fs.upload'(params, ctx) {
+      const payload = ctx.payload ?? Buffer.alloc(0);
+      const dest = await resolveFor(fs, ctx, params.path, 'write', 'upload', { approval: { bytes: payload.length } });
+      if (dest.stat && !dest.stat.isDirectory()) throw new CodedError('NOT_A_DIRECTORY', `'${params.path}' is a file; upload into a folder.`, { path: params.path });
+      const entries = await parseTar(payload);
+
+      // Check every entry against the policy and what already exists, before writing anything.
+      const base = params.path.replace(/\/+$/, '') || '.';
+      const plan: { entry: CheckedTarEntry; data: Buffer; target: ResolvedPath }[] = [];
+      const conflicts: string[] = [];
+      for (const { entry, data } of entries) {
+        const display = base === '.' ? entry.name : `${base}/${entry.name}`;
+        const target = await resolvePath(fs.policy, display, 'write', { followLast: false });
+        if (entry.kind === 'file') {
+          if (!suffixAllowed(target.mount.suffixes, entry.name)) {
+            throw new CodedError('SUFFIX_NOT_ALLOWED', `The archive entry '${entry.name}' has a suffix this sandbox does not allow (${target.mount.suffixes!.join(', ')}). Nothing was written.`, { entry: entry.name });
+          }
+          if (target.mount.maxFileBytes !== undefined && entry.size > target.mount.maxFileBytes) {
+            throw new CodedError('FILE_TOO_LARGE', `The archive entry '${entry.name}' is ${entry.size} bytes; the limit is ${target.mount.maxFileBytes}. Nothing was written.`, { entry: entry.name });
+          }
+        }
+        if (target.stat) {
+          const isDir = target.stat.isDirectory();
+          if (entry.kind === 'directory' && !isDir) throw new CodedError('ALREADY_EXISTS', `The archive has a folder '${entry.name}' where a file exists. Nothing was written.`, { entry: entry.name });
+          if (entry.kind !== 'directory' && isDir) throw new CodedError('IS_A_DIRECTORY', `The archive has a file '${entry.name}' where a folder exists. Nothing was written.`, { entry: entry.name });
+          if (entry.kind !== 'directory' && !params.overwrite) conflicts.push(entry.name);
+          if (entry.kind !== 'directory' && !target.stat.isFile() && !target.stat.isSymbolicLink()) {
+            throw new CodedError('UNSUPPORTED_FILE_TYPE', `'${display}' exists and is not a regular file. Nothing was written.`, { entry: entry.name });
+          }
+        }
+        plan.push({ entry, data, target });
+      }
+      if (conflicts.length > 0) {
+        throw new CodedError('ALREADY_EXISTS', `${conflicts.length} file(s) of the archive already exist (${conflicts.slice(0, 10).join(', ')}${conflicts.length > 10 ? ', ...' : ''}); pass overwrite: true to replace them. Nothing was written.`, {
+          conflicts: conflicts.slice(0, 100),
+        });
+      }
+
+      // Extract into a staging folder inside the same mount, then move each entry into place.
+      const staging = path.posix.join(dest.mountRealRoot, `.warren-upload-${randomBytes(8).toString('hex')}`);
+      await mkdir(staging, { mode: 0o700 }).catch((e: unknown) => {
+        throw mapFsError(e, params.path);
+      });
+      let files = 0;
+      let directories = 0;
+      let symlinks = 0;
+      let bytes = 0;
+      try {
+        const staged = new Map<string, string>();
+        for (const [i, { entry, data }] of plan.entries()) {
+          if (entry.kind !== 'file') continue;
+          const file = path.posix.join(staging, String(i));
+          const handle = await open(file, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, entry.mode);
+          try {
+            await checkKernelName(handle, file, params.path);
+            await handle.writeFile(data);
+            await handle.chmod(entry.mode);
+          } finally {
+            await handle.close();
+          }
+          staged.set(entry.name, file);
+        }
+        await mkdir(dest.absolute, { recursive: true });
+        for (const { entry, target } of plan) {
+          await mkdir(path.posix.dirname(target.absolute), { recursive: true });
+          if (entry.kind === 'directory') {
+            await mkdir(target.absolute, { recursive: true, mode: entry.mode | 0o700 });
+            directories++;
+          } else if (entry.kind === 'file') {
+            await rename(staged.get(entry.name)!, target.absolute);
+            files++;
+            bytes += entry.size;
+          } else {
+            if (target.stat) await unlink(target.absolute);
+            await symlink(entry.linkname!, target.absolute);
+            symlinks++;
+          }
+        }
+      } catch (err) {
+        throw mapFsError(err, params.path);
+      } finally {
+        await rm(staging, { recursive: true, force: true }).catch(() => undefined);
+      }
+      return { result: { path: dest.display, files, directories, symlinks, bytes } };
+    },
+
+    async 'fs.download'(params, ctx) {
+      const source = await resolveFor(fs, ctx, params.path, 'read', 'download');
+      if (!source.stat) throw new CodedError('NOT_FOUND', `No such file or folder: '${params.path}'.`, { path: params.path });
+      const archive = pack();
+      const chunks: Buffer[] = [];
+      archive.on('data', (c: unknown) => chunks.push(c as Buffer));
+      const finished = new Promise<void>((resolve, reject) => {
+        archive.on('end', resolve);
+        archive.on('error', reject);
+      });
+      let total = 0;
+      let files = 0;
+      let directories = 0;
+      let symlinks = 0;
+      const skipped: { path: string; reason: string }[] = [];
+      const skip = (p: string, reason: string) => {
+        if (skipped.length < 100) skipped.push({ path: p, reason });
+      };
+      const add = (header: Parameters<typeof archive.entry>[0], data?: Buffer) =>
+        new Promise<void>((resolve, reject) => {
+          total += 512 + (data ? Math.ceil(data.length / 512) * 512 : 0);
+          if (total > MAX_DOWNLOAD_BYTES) {
+            reject(new CodedError('FILE_TOO_LARGE', `'${params.path}' makes an archive larger than ${MAX_DOWNLOAD_BYTES} bytes, the most one download carries; download its subfolders one by one.`, { path: params.path, limit: MAX_DOWNLOAD_BYTES }));
+            return;
+          }
+          if (data) archive.entry(header, data, (err) => (err ? reject(err) : resolve()));
+          else archive.entry(header, (err) => (err ? reject(err) : resolve()));
+        });
+      const readFile = async (absolute: string, stat: import('node:fs').Stats, display: string) => {
+        const handle = await openChecked({ ...source, absolute, stat }, display);
+        try {
+          requireRegularFile(await handle.stat(), display);
+          return await handle.readFile();
+        } finally {
+          await handle.close();
+        }
+      };
+
+      try {
+        if (!source.stat.isDirectory()) {
+          requireRegularFile(source.stat, params.path);
+          const name = path.posix.basename(source.absolute);
+          await add({ name, type: 'file', mode: source.stat.mode & 0o777, mtime: source.stat.mtime }, await readFile(source.absolute, source.stat, params.path));
+          files++;
+        } else {
+          const walk = walkTree(source.absolute, params.path, { maxDepth: 64, maxVisited: 100_000, signal: ctx.signal });
+          for (;;) {
+            const step = await walk.next();
+            if (step.done) {
+              if (step.value.truncated || step.value.depthLimited) skip('.', 'the folder is larger than 100000 entries or 64 levels; the rest was left out');
+              break;
+            }
+            const e = step.value;
+            if (e.stat.isDirectory()) {
+              await add({ name: `${e.rel}/`, type: 'directory', mode: e.stat.mode & 0o777, mtime: e.stat.mtime });
+              directories++;
+            } else if (e.stat.isFile()) {
+              if (!suffixAllowed(source.mount.suffixes, e.rel)) skip(e.rel, 'suffix not allowed');
+              else {
+                await add({ name: e.rel, type: 'file', mode: e.stat.mode & 0o777, mtime: e.stat.mtime }, await readFile(e.absolute, e.stat, e.rel));
+                files++;
+              }
+            } else if (e.stat.isSymbolicLink()) {
+              const target = await readlink(e.absolute);
+              const lands = path.posix.resolve(path.posix.dirname(e.absolute), target);
+              const parts = target.split('/').filter((s) => s !== '' && s !== '.');
+              const firstDown = parts.findIndex((s) => s !== '..');
+              const lateDotDot = firstDown !== -1 && parts.slice(firstDown).includes('..');
+              // Links are kept only when they stay inside the downloaded folder; never followed.
+              if (target.startsWith('/') || lateDotDot || !isWithin(source.absolute, lands) || lands === source.absolute) skip(e.rel, 'symbolic link points outside the downloaded folder');
+              else {
+                await add({ name: e.rel, type: 'symlink', linkname: target, mode: 0o777, mtime: e.stat.mtime });
+                symlinks++;
+              }
+            } else skip(e.rel, 'not a regular file, folder or link');
+          }
+        }
+        archive.finalize();
+        await finished;
+      } catch (err) {
+        archive.destroy();
+        throw mapFsError(err, params.path);
+      }
+      const tar = Buffer.concat(chunks);
+      return { result: { path: source.display, files, directories, symlinks, bytes: tar.length, skipped }, payload: tar };
+    },
+  };
+}

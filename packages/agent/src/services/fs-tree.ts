@@ -1,0 +1,319 @@
+import { randomBytes } from 'node:crypto';
+import { constants } from 'node:fs';
+import { lstat, mkdir, open, readlink, rename, rm, rmdir, symlink, unlink } from 'node:fs/promises';
+import path from 'node:path';
+import picomatch from 'picomatch';
+import { CodedError, describePolicy, isWithin, mountsOf, suffixAllowed, type EntryType } from '@warren/protocol';
+import type { CallContext, Handler } from '../dispatch.js';
+import { checkKernelName, mapFsError, openChecked, requireRegularFile, typeOf, type ResolvedPath } from '../policy.js';
+import { resolveFor, type FsContext } from './fs-common.js';
+import { walkTree } from './fs-walk.js';
+
+type TreeHandlers = {
+  'fs.list': Handler<'fs.list'>;
+  'fs.glob': Handler<'fs.glob'>;
+  'fs.mkdir': Handler<'fs.mkdir'>;
+  'fs.delete': Handler<'fs.delete'>;
+  'fs.move': Handler<'fs.move'>;
+  'fs.copy': Handler<'fs.copy'>;
+};
+
+/** Glob limits beyond the pattern's length: wildcards, brace groups, and entries looked at. */
+export const GLOB_LIMITS = { maxWildcards: 32, maxBraces: 16, maxScanned: 200_000, maxDepth: 64 } as const;
+/** The most entries one copy or move-by-copy handles. */
+export const MAX_COPY_ENTRIES = 100_000;
+
+export function entryType(type: ReturnType<typeof typeOf>): EntryType {
+  return type === 'file' || type === 'directory' || type === 'symlink' ? type : 'other';
+}
+
+/** Folders, listings, glob, mkdir, delete, move and copy. */
+export function treeHandlers(fs: FsContext): TreeHandlers {
+  return {
+    async 'fs.list'(params, ctx) {
+      const target = await resolveFor(fs, ctx, params.path, 'read', 'list');
+      requireFolder(target, params.path);
+      const entries = [];
+      const walk = walkTree(target.absolute, params.path, {
+        maxDepth: params.recursive ? params.maxDepth : 1,
+        maxVisited: params.maxEntries + 1,
+        signal: ctx.signal,
+      });
+      let truncated = false;
+      for (;;) {
+        const step = await walk.next();
+        if (step.done) {
+          truncated = step.value.truncated || (params.recursive && step.value.depthLimited);
+          break;
+        }
+        if (entries.length >= params.maxEntries) {
+          truncated = true;
+          break;
+        }
+        const e = step.value;
+        const entry: { path: string; type: EntryType; size: number; mtimeMs: number; linkTarget?: string } = {
+          path: e.rel,
+          type: entryType(typeOf(e.stat)),
+          size: e.stat.size,
+          mtimeMs: e.stat.mtimeMs,
+        };
+        if (e.stat.isSymbolicLink()) entry.linkTarget = await readlink(e.absolute).catch(() => '');
+        entries.push(entry);
+      }
+      return { result: { path: target.display, entries, truncated } };
+    },
+
+    async 'fs.glob'(params, ctx) {
+      const target = await resolveFor(fs, ctx, params.path, 'read', 'glob');
+      requireFolder(target, params.path);
+      const isMatch = compileGlob(params.pattern);
+      const segments = params.pattern.split('/');
+      const maxDepth = segments.some((s) => s.includes('**')) ? GLOB_LIMITS.maxDepth : segments.length;
+      const matches: string[] = [];
+      let scanned = 0;
+      let truncated = false;
+      const walk = walkTree(target.absolute, params.path, { maxDepth, maxVisited: GLOB_LIMITS.maxScanned, signal: ctx.signal });
+      for (;;) {
+        const step = await walk.next();
+        if (step.done) {
+          // Hitting maxDepth is expected for patterns without `**`; there only the scan caps truncate.
+          if (step.value.truncated || (step.value.depthLimited && maxDepth === GLOB_LIMITS.maxDepth)) truncated = true;
+          break;
+        }
+        scanned++;
+        const e = step.value;
+        if (e.stat.isDirectory() && !params.includeDirectories) continue;
+        if (!isMatch(e.rel)) continue;
+        if (e.stat.isFile() && !suffixAllowed(target.mount.suffixes, e.rel)) continue;
+        if (matches.length >= params.maxResults) {
+          truncated = true;
+          break;
+        }
+        matches.push(e.rel);
+      }
+      if (scanned >= GLOB_LIMITS.maxScanned) truncated = true;
+      matches.sort();
+      return { result: { path: target.display, matches, truncated, scanned } };
+    },
+
+    async 'fs.mkdir'(params, ctx) {
+      const target = await resolveFor(fs, ctx, params.path, 'write', 'mkdir');
+      if (target.stat) {
+        if (target.stat.isDirectory()) return { result: { path: target.display, created: false } };
+        throw new CodedError('ALREADY_EXISTS', `'${params.path}' already exists and is a ${typeOf(target.stat)}, not a folder.`, { path: params.path });
+      }
+      await mkdir(target.absolute, { recursive: params.parents, mode: 0o755 }).catch((e: unknown) => {
+        throw mapFsError(e, params.path);
+      });
+      return { result: { path: target.display, created: true } };
+    },
+
+    async 'fs.delete'(params, ctx) {
+      const target = await resolveFor(fs, ctx, params.path, 'write', 'delete', { followLast: false });
+      await refuseRootOrMount(fs, target, params.path, 'delete');
+      const info = target.stat;
+      if (!info) throw new CodedError('NOT_FOUND', `No such file or folder: '${params.path}'.`, { path: params.path });
+      const type = entryType(typeOf(info));
+      try {
+        if (info.isDirectory()) {
+          if (params.recursive) await rm(target.absolute, { recursive: true, force: false, maxRetries: 2 });
+          else await rmdir(target.absolute);
+        } else {
+          await unlink(target.absolute);
+        }
+      } catch (err) {
+        throw mapFsError(err, params.path);
+      }
+      return { result: { path: target.display, type } };
+    },
+
+    async 'fs.move'(params, ctx) {
+      const from = await resolveFor(fs, ctx, params.from, 'write', 'move', { followLast: false, approval: { to: params.to } });
+      const to = await resolveFor(fs, ctx, params.to, 'write', 'move', { followLast: false, approval: { to: params.to } });
+      if (!from.stat) throw new CodedError('NOT_FOUND', `No such file or folder: '${params.from}'.`, { path: params.from });
+      await refuseRootOrMount(fs, from, params.from, 'move');
+      await refuseRootOrMount(fs, to, params.to, 'replace');
+      refuseIntoItself(from, to, params.from, params.to);
+      if (!from.stat.isDirectory()) checkNames(fs, to, params.to);
+      if (to.stat) {
+        if (!params.overwrite) throw new CodedError('ALREADY_EXISTS', `'${params.to}' already exists; pass overwrite: true to replace it.`, { path: params.to });
+        if (to.absolute === from.absolute) return { result: { from: from.display, to: to.display, type: entryType(typeOf(from.stat)) } };
+        if (to.stat.isDirectory()) await rm(to.absolute, { recursive: true });
+      }
+      await mkdir(path.posix.dirname(to.absolute), { recursive: true }).catch((e: unknown) => {
+        throw mapFsError(e, params.to);
+      });
+      try {
+        await rename(from.absolute, to.absolute);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'EXDEV') throw mapFsError(err, params.to);
+        // Across file systems: copy, then delete the source.
+        await copyInto(fs, ctx, from, to, params.to, true);
+        await rm(from.absolute, { recursive: true });
+      }
+      return { result: { from: from.display, to: to.display, type: entryType(typeOf(from.stat)) } };
+    },
+
+    async 'fs.copy'(params, ctx) {
+      const from = await resolveFor(fs, ctx, params.from, 'read', 'copy', { approval: { to: params.to } });
+      const to = await resolveFor(fs, ctx, params.to, 'write', 'copy', { followLast: false, approval: { to: params.to } });
+      if (!from.stat) throw new CodedError('NOT_FOUND', `No such file or folder: '${params.from}'.`, { path: params.from });
+      refuseIntoItself(from, to, params.from, params.to);
+      await refuseRootOrMount(fs, to, params.to, 'replace');
+      if (to.stat) {
+        if (!params.overwrite) throw new CodedError('ALREADY_EXISTS', `'${params.to}' already exists; pass overwrite: true to replace it.`, { path: params.to });
+        if (to.absolute === from.absolute) throw new CodedError('INVALID_PARAMS', `'${params.from}' and '${params.to}' are the same file.`, { path: params.to });
+      }
+      const summary = await copyInto(fs, ctx, from, to, params.to, params.overwrite);
+      return { result: { from: from.display, to: to.display, type: entryType(typeOf(from.stat)), ...summary } };
+    },
+  };
+}
+
+function requireFolder(target: ResolvedPath, display: string): void {
+  if (!target.stat) throw new CodedError('NOT_FOUND', `No such folder: '${display}'.`, { path: display });
+  if (!target.stat.isDirectory()) throw new CodedError('NOT_A_DIRECTORY', `'${display}' is a ${typeOf(target.stat)}, not a folder.`, { path: display });
+}
+
+/**
+ * Compiles a glob with picomatch, after refusing what would make it slow or let it leave the
+ * folder: `..` segments, absolute patterns, too many wildcards or brace groups. Extglobs are off
+ * (they are where regular expressions backtrack).
+ */
+export function compileGlob(pattern: string): (rel: string) => boolean {
+  const bad = (why: string) => new CodedError('INVALID_PARAMS', `The glob pattern is refused: ${why}. Use a pattern relative to the folder, like '**/*.py'.`, { pattern: pattern.slice(0, 200) });
+  if (pattern.startsWith('/')) throw bad('it is absolute');
+  if (pattern.split('/').some((s) => s === '..')) throw bad('it has a .. segment');
+  if (pattern.includes('\0')) throw bad('it has a NUL byte');
+  if ((pattern.match(/[*?]/g)?.length ?? 0) > GLOB_LIMITS.maxWildcards) throw bad(`it has more than ${GLOB_LIMITS.maxWildcards} wildcards`);
+  if ((pattern.match(/\{/g)?.length ?? 0) > GLOB_LIMITS.maxBraces) throw bad(`it has more than ${GLOB_LIMITS.maxBraces} brace groups`);
+  try {
+    return picomatch(pattern, { dot: true, noextglob: true, strictSlashes: true });
+  } catch (err) {
+    throw bad((err as Error).message);
+  }
+}
+
+async function refuseRootOrMount(fs: FsContext, target: ResolvedPath, display: string, verb: string): Promise<void> {
+  if (!target.stat) return;
+  if (target.isMountRoot) {
+    throw new CodedError('PATH_NOT_WRITABLE', `Cannot ${verb} '${display}': it is a sandbox root. Act on the files inside it instead. ${describePolicy(fs.policy)}`, { path: display });
+  }
+  for (const mount of mountsOf(fs.policy)) {
+    if (target.stat.isDirectory() && isWithin(target.absolute, mount.root)) {
+      throw new CodedError('PATH_NOT_WRITABLE', `Cannot ${verb} '${display}': it holds the sandbox root ${mount.virtual}. ${describePolicy(fs.policy)}`, { path: display });
+    }
+  }
+  if (target.stat.isDirectory()) {
+    // A folder on another device than its parent is a mount point (a volume): never removed.
+    const parent = await lstat(path.posix.dirname(target.absolute)).catch(() => undefined);
+    if (parent && parent.dev !== target.stat.dev) {
+      throw new CodedError('PATH_NOT_WRITABLE', `Cannot ${verb} '${display}': it is a mount point. Act on the files inside it instead.`, { path: display });
+    }
+  }
+}
+
+function refuseIntoItself(from: ResolvedPath, to: ResolvedPath, fromDisplay: string, toDisplay: string): void {
+  if (from.stat?.isDirectory() && to.absolute !== from.absolute && isWithin(from.absolute, to.absolute)) {
+    throw new CodedError('INVALID_PARAMS', `Cannot put the folder '${fromDisplay}' inside itself ('${toDisplay}').`, { from: fromDisplay, to: toDisplay });
+  }
+}
+
+function checkNames(fs: FsContext, to: ResolvedPath, display: string): void {
+  if (!suffixAllowed(to.mount.suffixes, to.absolute)) {
+    throw new CodedError('SUFFIX_NOT_ALLOWED', `'${display}' has a suffix this sandbox does not allow. Allowed suffixes under ${to.mount.virtual}: ${to.mount.suffixes!.join(', ')}. ${describePolicy(fs.policy)}`, {
+      path: display,
+      allowed: to.mount.suffixes,
+    });
+  }
+}
+
+/**
+ * Copies a file or a folder tree into a temporary name beside the destination, then renames it
+ * into place. Links are copied only when they still point inside the destination's mount from
+ * their new place; FIFOs, devices, disallowed suffixes and oversize files are skipped and named.
+ */
+async function copyInto(fs: FsContext, ctx: CallContext, from: ResolvedPath, to: ResolvedPath, toDisplay: string, overwrite: boolean) {
+  const skipped: { path: string; reason: string }[] = [];
+  const skip = (p: string, reason: string) => {
+    if (skipped.length < 100) skipped.push({ path: p, reason });
+  };
+  let files = 0;
+  let bytes = 0;
+  const folder = path.posix.dirname(to.absolute);
+  await mkdir(folder, { recursive: true }).catch((e: unknown) => {
+    throw mapFsError(e, toDisplay);
+  });
+  const staging = path.posix.join(folder, `.${path.posix.basename(to.absolute).slice(0, 180)}.warren-${randomBytes(6).toString('hex')}`);
+  const limitOk = (size: number) => to.mount.maxFileBytes === undefined || size <= to.mount.maxFileBytes;
+
+  const copyFile = async (srcAbs: string, srcStat: import('node:fs').Stats, dest: string, display: string) => {
+    const src = await openChecked({ ...from, absolute: srcAbs, stat: srcStat }, display);
+    try {
+      requireRegularFile(await src.stat(), display);
+      const out = await open(dest, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, srcStat.mode & 0o777);
+      try {
+        await checkKernelName(out, dest, toDisplay);
+        const buffer = Buffer.allocUnsafe(1024 * 1024);
+        for (;;) {
+          if (ctx.signal.aborted) throw new CodedError('CANCELLED', 'The copy was cancelled.');
+          const { bytesRead } = await src.read(buffer, 0, buffer.length);
+          if (bytesRead === 0) break;
+          await out.write(buffer, 0, bytesRead);
+          bytes += bytesRead;
+        }
+        files++;
+      } finally {
+        await out.close();
+      }
+    } finally {
+      await src.close();
+    }
+  };
+
+  try {
+    if (!from.stat!.isDirectory()) {
+      if (from.stat!.isSymbolicLink()) throw new CodedError('UNSUPPORTED_FILE_TYPE', `'${toDisplay}': copy a link's target, not the link.`);
+      requireRegularFile(from.stat, toDisplay);
+      checkNames(fs, to, toDisplay);
+      if (!limitOk(from.stat!.size)) throw new CodedError('FILE_TOO_LARGE', `'${toDisplay}' would be ${from.stat!.size} bytes; files under ${to.mount.virtual} may be at most ${to.mount.maxFileBytes} bytes.`);
+      await copyFile(from.absolute, from.stat!, staging, toDisplay);
+    } else {
+      await mkdir(staging, { mode: from.stat!.mode & 0o777 });
+      let count = 0;
+      const walk = walkTree(from.absolute, toDisplay, { maxDepth: 64, maxVisited: MAX_COPY_ENTRIES, signal: ctx.signal });
+      for (;;) {
+        const step = await walk.next();
+        if (step.done) {
+          if (step.value.truncated || step.value.depthLimited) throw new CodedError('RESOURCE_EXHAUSTED', `The folder has more than ${MAX_COPY_ENTRIES} entries or is deeper than 64 levels; copy it in parts.`);
+          break;
+        }
+        count++;
+        const e = step.value;
+        const dest = path.posix.join(staging, e.rel);
+        if (e.stat.isDirectory()) await mkdir(dest, { mode: e.stat.mode & 0o777 });
+        else if (e.stat.isFile()) {
+          if (!suffixAllowed(to.mount.suffixes, e.rel)) skip(e.rel, 'suffix not allowed');
+          else if (!limitOk(e.stat.size)) skip(e.rel, 'larger than the size limit');
+          else await copyFile(e.absolute, e.stat, dest, e.rel);
+        } else if (e.stat.isSymbolicLink()) {
+          const target = await readlink(e.absolute);
+          const finalPlace = path.posix.join(to.absolute, e.rel);
+          const lands = path.posix.resolve(path.posix.dirname(finalPlace), target);
+          if (target.startsWith('/') || !isWithin(to.mountRealRoot, lands)) skip(e.rel, 'symbolic link would point outside the sandbox');
+          else await symlink(target, dest);
+        } else skip(e.rel, `${typeOf(e.stat)} is not copied`);
+      }
+      void count;
+    }
+    if (to.stat && overwrite) {
+      if (to.stat.isDirectory() && !from.stat!.isDirectory()) throw new CodedError('IS_A_DIRECTORY', `'${toDisplay}' is a folder; a file cannot replace it.`);
+      if (to.stat.isDirectory()) await rm(to.absolute, { recursive: true });
+    }
+    await rename(staging, to.absolute);
+  } catch (err) {
+    await rm(staging, { recursive: true, force: true }).catch(() => undefined);
+    throw mapFsError(err, toDisplay);
+  }
+  return { files, bytes, skipped };
+}

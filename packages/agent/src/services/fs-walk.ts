@@ -1,0 +1,97 @@
+import type { Dirent, Stats } from 'node:fs';
+import { constants } from 'node:fs';
+import { lstat, open, opendir } from 'node:fs/promises';
+import path from 'node:path';
+import { CodedError } from '@warren/protocol';
+import { checkKernelName, mapFsError } from '../policy.js';
+
+/** The most names read from one folder; a folder with more is reported truncated, never read whole. */
+export const MAX_DIR_SCAN = 100_000;
+
+/**
+ * Reads one folder's names without following a link swapped in for it: the folder is opened
+ * O_DIRECTORY|O_NOFOLLOW, checked to be where it should be, and read through its descriptor.
+ * Returns the names sorted, at most {@link MAX_DIR_SCAN}.
+ */
+export async function readFolder(absolute: string, display: string): Promise<{ entries: Dirent[]; truncated: boolean }> {
+  const handle = await open(absolute, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW | constants.O_NONBLOCK).catch((e: unknown) => {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === 'ELOOP') throw new CodedError('PATH_NOT_IN_SANDBOX', `'${display}' was replaced by a symbolic link during the call.`, { path: display });
+    throw mapFsError(e, display);
+  });
+  try {
+    await checkKernelName(handle, absolute, display);
+    const dir = await opendir(`/proc/self/fd/${handle.fd}`).catch(() => opendir(absolute));
+    const entries: Dirent[] = [];
+    let truncated = false;
+    try {
+      for await (const entry of dir) {
+        if (entries.length >= MAX_DIR_SCAN) {
+          truncated = true;
+          break;
+        }
+        entries.push(entry);
+      }
+    } finally {
+      await dir.close().catch(() => undefined);
+    }
+    entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    return { entries, truncated };
+  } finally {
+    await handle.close();
+  }
+}
+
+export interface WalkEntry {
+  /** Relative to the walk's start, `/`-separated. */
+  rel: string;
+  absolute: string;
+  stat: Stats;
+  depth: number;
+}
+
+export interface WalkOptions {
+  maxDepth: number;
+  /** Stop after this many entries were visited (the walk reports truncated). */
+  maxVisited: number;
+  signal?: AbortSignal | undefined;
+  /** Return false to not descend into a folder. */
+  descend?: (entry: WalkEntry) => boolean;
+}
+
+/**
+ * Walks a folder breadth first, folder entries sorted by name, never following a symbolic link
+ * (links are reported, not entered), so loops and links that leave cannot take it elsewhere.
+ */
+export async function* walkTree(absolute: string, display: string, options: WalkOptions): AsyncGenerator<WalkEntry, { truncated: boolean; depthLimited: boolean }> {
+  const queue: { absolute: string; rel: string; depth: number }[] = [{ absolute, rel: '', depth: 1 }];
+  let visited = 0;
+  let truncated = false;
+  let depthLimited = false;
+  while (queue.length > 0) {
+    const folder = queue.shift()!;
+    if (options.signal?.aborted) throw new CodedError('CANCELLED', 'The call was cancelled.');
+    let listing;
+    try {
+      listing = await readFolder(folder.absolute, folder.rel ? `${display}/${folder.rel}` : display);
+    } catch (err) {
+      if (folder.rel === '') throw err;
+      continue; // a subfolder that vanished or may not be read is skipped
+    }
+    if (listing.truncated) truncated = true;
+    for (const dirent of listing.entries) {
+      if (visited >= options.maxVisited) return { truncated: true, depthLimited };
+      visited++;
+      const childAbs = path.posix.join(folder.absolute, dirent.name);
+      const stat = await lstat(childAbs).catch(() => undefined);
+      if (!stat) continue;
+      const entry: WalkEntry = { rel: folder.rel ? `${folder.rel}/${dirent.name}` : dirent.name, absolute: childAbs, stat, depth: folder.depth };
+      yield entry;
+      if (stat.isDirectory() && (options.descend?.(entry) ?? true)) {
+        if (folder.depth < options.maxDepth) queue.push({ absolute: childAbs, rel: entry.rel, depth: folder.depth + 1 });
+        else depthLimited = true;
+      }
+    }
+  }
+  return { truncated, depthLimited };
+}

@@ -53,6 +53,8 @@ export function filesystemErrorText(error: ToolError): string {
 }
 
 const onError = (error: ToolError): ToolError => ({ ...error, error_class: filesystemErrorClass(error.code) });
+// A credential that may not write at all (a read-only sandbox or derived handle) is, to a model, a path it cannot write.
+const onWriteError = (error: ToolError): ToolError => ({ ...error, error_class: error.code === 'FORBIDDEN' ? 'PathNotWritableError' : filesystemErrorClass(error.code) });
 const toText = (result: unknown): string => {
   if (typeof result === 'object' && result !== null && (result as ToolError).isError === true) return filesystemErrorText(result as ToolError);
   return typeof result === 'string' ? result : JSON.stringify(result, null, 2);
@@ -97,7 +99,7 @@ export function filesystemTools(context: ToolContext): ToolSet {
       name: 'write',
       description: 'Write a text file. Parent directories are created automatically; an existing file is replaced.',
       input: z.strictObject({ path: PathArg.describe('Path of the file in the sandbox.'), content: z.string().describe('The full content to write.') }),
-      onError,
+      onError: onWriteError,
       toText,
       execute: async ({ path, content }, { signal }) => {
         await files.write(path, content, { signal });
@@ -112,7 +114,7 @@ export function filesystemTools(context: ToolContext): ToolSet {
         old_text: z.string().min(1).describe('The exact text to replace; it must occur exactly once.'),
         new_text: z.string().describe('The replacement text.'),
       }),
-      onError,
+      onError: onWriteError,
       toText,
       execute: async ({ path, old_text, new_text }, { signal }) => {
         const edit = need(files.edit?.bind(files), 'exact-text edit', 'edit');
@@ -124,7 +126,7 @@ export function filesystemTools(context: ToolContext): ToolSet {
       name: 'delete',
       description: 'Delete a file from the sandbox.',
       input: z.strictObject({ path: PathArg.describe('Path of the file to delete.') }),
-      onError,
+      onError: onWriteError,
       toText,
       execute: async ({ path }, { signal }) => {
         await need(files.delete?.bind(files), 'delete', 'delete')(path, { signal });
@@ -135,7 +137,7 @@ export function filesystemTools(context: ToolContext): ToolSet {
       name: 'move',
       description: 'Move or rename a file. Parent directories of destination are created automatically.',
       input: z.strictObject({ source: PathArg.describe('Path of the file to move.'), destination: PathArg.describe('Its new path.') }),
-      onError,
+      onError: onWriteError,
       toText,
       execute: async ({ source, destination }, { signal }) => {
         await need(files.move?.bind(files), 'move', 'move')(source, destination, { signal });
@@ -146,7 +148,7 @@ export function filesystemTools(context: ToolContext): ToolSet {
       name: 'copy',
       description: 'Copy a file. Source can be read-only, destination must be writable.',
       input: z.strictObject({ source: PathArg.describe('Path of the file to copy.'), destination: PathArg.describe('Path of the copy.') }),
-      onError,
+      onError: onWriteError,
       toText,
       execute: async ({ source, destination }, { signal }) => {
         await need(files.copy?.bind(files), 'copy', 'copy')(source, destination, { signal });

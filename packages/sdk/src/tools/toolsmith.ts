@@ -234,7 +234,7 @@ export function toolsmithTools(context: ToolContext, options: ToolsmithOptions =
         execute: async ({ directory, sandbox_dir }, { signal }) => {
           const glob = need(files.glob?.bind(files), 'glob', 'list_files');
           const found = await glob(toSandboxPath(directory, sandbox_dir), '**/*.py', { signal });
-          return found.map((rel) => posix.join(directory, rel)).sort();
+          return found.map((rel) => `${directory.replace(/\/+$/, '')}/${rel}`).sort();
         },
       }),
       'ANALYSIS',

@@ -47,7 +47,7 @@ describe('toolsmith (seed 002)', () => {
     await expect(tool('read_file').run({ file_path: './sandbox/test_dataset/ok_code.py' })).resolves.toBe('x = 1\n');
     await expect(tool('write_file').run({ file_path: './sandbox/fixed_code.py', content: 'y = 2\n' })).resolves.toBe(true);
     expect(context.files.data.get('fixed_code.py')).toBe('y = 2\n');
-    await expect(tool('list_files').run({ directory: './sandbox/test_dataset' })).resolves.toEqual(['sandbox/test_dataset/ok_code.py', 'sandbox/test_dataset/sub/t.py']);
+    await expect(tool('list_files').run({ directory: './sandbox/test_dataset' })).resolves.toEqual(['./sandbox/test_dataset/ok_code.py', './sandbox/test_dataset/sub/t.py']);
     expect(log.map((e) => [e.agent, e.action, e.operation, e.status])).toEqual([
       ['Toolsmith', 'ANALYSIS', 'read_file', 'success'],
       ['Toolsmith', 'FIX', 'write_file', 'success'],

@@ -15,7 +15,12 @@ describe('toolsmith tool set (seed 002): a scripted orchestrator loop over OpenA
   const log: ToolsmithLogEntry[] = [];
   const send = async (name: string, args: Record<string, unknown>) => {
     const message = await dispatchOpenAIToolCall(tools, { id: `call_${++callCount}`, type: 'function', function: { name, arguments: JSON.stringify(args) } });
-    return name === 'read_file' && !message.content.startsWith('{') ? message.content : (JSON.parse(message.content) as Record<string, unknown>);
+    return JSON.parse(message.content) as Record<string, unknown>;
+  };
+  /** read_file answers the file's text, not JSON. */
+  const readText = async (args: Record<string, unknown>) => {
+    const message = await dispatchOpenAIToolCall(tools, { id: `call_${++callCount}`, type: 'function', function: { name: 'read_file', arguments: JSON.stringify(args) } });
+    return message.content;
   };
 
   beforeAll(async () => {
@@ -29,7 +34,7 @@ describe('toolsmith tool set (seed 002): a scripted orchestrator loop over OpenA
   it('runs the seed\'s complete workflow', async () => {
     expect(await send('write_file', { file_path: './sandbox/test_dataset/bad_code.py', content: BAD_CODE })).toBe(true);
     expect(await send('write_file', { file_path: './sandbox/test_dataset/test_bad_code.py', content: TESTS })).toBe(true);
-    expect(await send('read_file', { file_path: './sandbox/test_dataset/bad_code.py' })).toBe(BAD_CODE);
+    expect(await readText({ file_path: './sandbox/test_dataset/bad_code.py' })).toBe(BAD_CODE);
 
     const analysis = (await send('run_pylint_analysis', { file_path: './sandbox/test_dataset/bad_code.py' })) as Record<string, unknown>;
     expect(Object.keys(analysis).sort()).toEqual(['errors', 'file', 'issues', 'issues_detail', 'score', 'total_issues', 'warnings']);
@@ -93,7 +98,7 @@ describe('toolsmith tool set (seed 002): a scripted orchestrator loop over OpenA
   });
 
   it('returns the seed\'s error dictionaries', async () => {
-    expect(await send('read_file', { file_path: '../etc/passwd' })).toMatchObject({ error: expect.stringMatching(/^SecurityError: /), file_path: '../etc/passwd', operation: 'read_file' });
+    expect(JSON.parse(await readText({ file_path: '../etc/passwd' }))).toMatchObject({ error: expect.stringMatching(/^SecurityError: /), file_path: '../etc/passwd', operation: 'read_file' });
     expect(await send('get_code_metrics', { file_path: './sandbox/nope.py' })).toMatchObject({
       error: expect.stringMatching(/^FileNotFoundError: /),
       file_path: './sandbox/nope.py',

@@ -66,6 +66,8 @@ describe('filesystem tool set under a read-only policy with a suffix allow-list'
   it('refuses writes with PathNotWritableError and other suffixes with SuffixNotAllowedError', async () => {
     const write = await runToolCall(tools, 'write', { path: 'a.md', content: 'x' });
     expect(write.text).toMatch(/^PathNotWritableError: /);
+    // The file policy binds the file tools, not a shell: a command can still create the file.
+    await env.sandbox.commands.run('echo "x = 1" > a.py');
     const read = await runToolCall(tools, 'read', { path: 'a.py' });
     expect(read.text).toMatch(/^SuffixNotAllowedError: .*\.md/s);
   });

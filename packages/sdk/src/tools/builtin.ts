@@ -117,7 +117,12 @@ export function builtinTools(context: ToolContext): ToolSet {
         'ID a 4-character hash of the line (first 4 uppercase hex digits of the SHA-256 of the line without its newline). ' +
         'Use these LINE#ID tags as anchors for edit_file; read again after any change.',
       input: ReadInput,
-      execute: async ({ path }, { signal }) => formatAnchoredLines(await files.readText(path, { signal })),
+      execute: async ({ path }, { signal }) => {
+        if (!files.readAnchored) return formatAnchoredLines(await files.readText(path, { signal }));
+        const { lines, truncated, totalLines } = await files.readAnchored(path, { signal });
+        const text = lines.map((line) => `${line.anchor}|${line.text}`).join('\n');
+        return truncated ? `${text}\n[showing lines 1-${lines.length} of ${totalLines}: use bash (e.g. sed -n) to see the rest]` : text;
+      },
     }),
     defineTool({
       name: 'write_file',

@@ -61,6 +61,8 @@ export interface ToolFiles {
   readChars?(path: string, range: { offset: number; length: number }, options?: PrimitiveOptions): Promise<CharSlice>;
   /** Replaces `oldText`, which must occur exactly once (`EDIT_NOT_FOUND` / `EDIT_NOT_UNIQUE` otherwise). */
   edit?(path: string, oldText: string, newText: string, options?: PrimitiveOptions): Promise<void>;
+  /** Every line with its seed-004 anchor (`LINE#ID`), computed by the same code that checks anchors on edit. */
+  readAnchored?(path: string, options?: PrimitiveOptions): Promise<{ lines: { anchor: string; text: string }[]; truncated: boolean; totalLines: number }>;
   /** Applies hash-anchored edits atomically; a stale anchor fails with `STALE_ANCHOR` and changes nothing. */
   editLines?(path: string, edits: AnchoredEdit[], options?: PrimitiveOptions): Promise<void>;
   list?(path: string, options: { recursive: boolean; limit: number; signal?: AbortSignal | undefined }): Promise<{ entries: ListedEntry[]; truncated: boolean }>;

@@ -1,7 +1,7 @@
+import { posix } from 'node:path';
 import type { Commands } from '../commands.js';
 import type { Files } from '../files.js';
-import type { CharSlice, LineRange, LineSlice, ToolContext, ToolFiles } from './context.js';
-import { splitLines } from './text.js';
+import type { ToolContext, ToolFiles } from './context.js';
 
 /** Anything with Warren's `files` and `commands` namespaces: a `Sandbox`, or a test agent. */
 export interface SandboxLike {
@@ -10,7 +10,8 @@ export interface SandboxLike {
 }
 
 /**
- * The primitives of a sandbox, as the tool sets use them.
+ * The primitives of a sandbox, as the tool sets use them: a thin mapping onto `sandbox.files`
+ * and `sandbox.commands`, so every check (policy, clamping, anchors) happens in the sandbox.
  *
  * @example
  * await using sandbox = await Sandbox.create();
@@ -18,15 +19,35 @@ export interface SandboxLike {
  */
 export function toolContext(sandbox: SandboxLike): ToolContext {
   const { files, commands } = sandbox;
-  const readText = (path: string, options: { signal?: AbortSignal | undefined } = {}) => files.read(path, { signal: options.signal });
   const toolFiles: ToolFiles = {
-    readText,
-    write: async (path, content, options = {}) => {
-      const { bytesWritten } = await files.write(path, content, { signal: options.signal });
-      return { bytesWritten };
+    readText: (path, options = {}) => files.readText(path, options),
+    write: async (path, content, options = {}) => ({ bytesWritten: (await files.write(path, content, options)).bytesWritten }),
+    readLines: (path, range, options = {}) => files.readLines(path, { startLine: range.start, endLine: range.end, maxLines: range.maxLines }, options),
+    readChars: (path, range, options = {}) => files.readChars(path, range, options),
+    readAnchored: (path, options = {}) => files.readAnchored(path, {}, options),
+    edit: async (path, oldText, newText, options = {}) => {
+      await files.edit(path, oldText, newText, options);
     },
-    readLines: async (path, range, options = {}) => sliceLines(await readText(path, options), range),
-    readChars: async (path, range, options = {}) => sliceChars(await readText(path, options), range.offset, range.length),
+    editLines: async (path, edits, options = {}) => {
+      await files.editLines(path, edits, options);
+    },
+    list: async (path, options) => {
+      const { entries, truncated } = await files.list(path, { recursive: options.recursive, limit: options.limit, signal: options.signal });
+      return { entries: entries.map(({ path: entry, type }) => ({ path: entry, type })), truncated };
+    },
+    glob: (path, pattern, options = {}) => files.glob(path, pattern, options),
+    delete: async (path, options = {}) => {
+      await files.delete(path, options);
+    },
+    // Seed 001 (like Python's shutil) replaces an existing destination and creates its parent folders.
+    move: async (source, destination, options = {}) => {
+      await ensureParent(files, destination, options.signal);
+      await files.move(source, destination, { ...options, overwrite: true });
+    },
+    copy: async (source, destination, options = {}) => {
+      await ensureParent(files, destination, options.signal);
+      await files.copy(source, destination, { ...options, overwrite: true });
+    },
   };
   return {
     files: toolFiles,
@@ -36,19 +57,7 @@ export function toolContext(sandbox: SandboxLike): ToolContext {
   };
 }
 
-/** Lines of a text as the line read returns them (same clamping); for sandboxes without the line read. */
-export function sliceLines(text: string, range: LineRange): LineSlice {
-  const lines = splitLines(text);
-  const startLine = Math.max(1, range.start ?? 1);
-  let endLine = Math.min(lines.length, range.end === undefined ? lines.length : Math.max(1, range.end));
-  if (range.maxLines !== undefined) endLine = Math.min(endLine, startLine + range.maxLines - 1);
-  if (endLine < startLine) endLine = startLine - 1;
-  return { content: lines.slice(startLine - 1, endLine).join(''), startLine, endLine, totalLines: lines.length };
-}
-
-/** `length` characters (Unicode code points, as Python counts them) of a text from `offset`, clamped to its end. */
-export function sliceChars(text: string, offset: number, length: number): CharSlice {
-  const chars = Array.from(text);
-  const picked = chars.slice(offset, offset + length);
-  return { content: picked.join(''), offset, charsRead: picked.length, totalChars: chars.length, truncated: offset + picked.length < chars.length };
+async function ensureParent(files: Files, path: string, signal: AbortSignal | undefined): Promise<void> {
+  const parent = posix.dirname(path);
+  if (parent !== '.' && parent !== '/') await files.mkdir(parent, { parents: true, signal });
 }

@@ -1,8 +1,7 @@
 import { lineHash, parseLineAnchor } from '@warren/protocol';
 import { EditNotFoundError, EditNotUniqueError, NotFoundError, StaleAnchorError } from '../../src/errors.js';
-import { sliceChars, sliceLines } from '../../src/tools/sandbox-context.js';
 import { splitLines, stripTerminator } from '../../src/tools/text.js';
-import type { AnchoredEdit, LineRange, ToolCommandResult, ToolCommands, ToolContext, ToolFiles } from '../../src/tools/index.js';
+import type { AnchoredEdit, CharSlice, LineRange, LineSlice, ToolCommandResult, ToolCommands, ToolContext, ToolFiles } from '../../src/tools/index.js';
 
 /** An in-memory stand-in for the file primitives: a map from path to text. */
 export class FakeFiles implements ToolFiles {
@@ -111,4 +110,21 @@ export function fakeContext(files: Record<string, string> = {}, answer?: Constru
 /** `line 1\n` .. `line N\n`. */
 export function numberedLines(count: number, prefix = 'line '): string {
   return Array.from({ length: count }, (_, i) => `${prefix}${i + 1}\n`).join('');
+}
+
+/** Lines of a text as the agent's line read returns them (same clamping). */
+export function sliceLines(text: string, range: LineRange): LineSlice {
+  const lines = splitLines(text);
+  const startLine = Math.max(1, range.start ?? 1);
+  let endLine = Math.min(lines.length, range.end === undefined ? lines.length : Math.max(1, range.end));
+  if (range.maxLines !== undefined) endLine = Math.min(endLine, startLine + range.maxLines - 1);
+  if (endLine < startLine) endLine = startLine - 1;
+  return { content: lines.slice(startLine - 1, endLine).join(''), startLine, endLine, totalLines: lines.length };
+}
+
+/** Characters (code points) of a text as the agent's character read returns them. */
+export function sliceChars(text: string, offset: number, length: number): CharSlice {
+  const chars = Array.from(text);
+  const picked = chars.slice(offset, offset + length);
+  return { content: picked.join(''), offset, charsRead: picked.length, totalChars: chars.length, truncated: offset + picked.length < chars.length };
 }

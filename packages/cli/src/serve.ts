@@ -1,4 +1,4 @@
-import { startController, type Controller } from '@warren/controller';
+import { API_KEY_HASH_FILE, startController, type Controller } from '@warren/controller';
 
 /**
  * The SDK example the README and `warren serve` print: plain JavaScript that Node 20 runs as
@@ -28,16 +28,20 @@ export async function serve(options: { host?: string; port?: number }): Promise<
   if (options.host !== undefined) config.host = options.host;
   if (options.port !== undefined) config.port = options.port;
   const controller = await startController({ config });
-  const keyLine = controller.generatedApiKey
-    ? `API key:    ${controller.generatedApiKey}   (shown once; stored in ${controller.config.stateDir}/api-key, mode 0600)`
+  const hashFile = `${controller.config.stateDir}/${API_KEY_HASH_FILE}`;
+  const keyLines = controller.generatedApiKey
+    ? [`API key:    ${controller.generatedApiKey}`, `            shown this once: only its SHA-256 digest is kept (${hashFile}). Save it now.`]
     : process.env.WARREN_API_KEY
-      ? 'API key:    from WARREN_API_KEY'
-      : `API key:    stored in ${controller.config.stateDir}/api-key (mode 0600)`;
+      ? ['API key:    the value of WARREN_API_KEY']
+      : [
+          'API key:    the one printed when Warren first started (only its digest is kept).',
+          `            Lost it? Stop Warren, delete ${hashFile}, and start again for a new one, or set WARREN_API_KEY.`,
+        ];
   process.stdout.write(
     [
       '',
       `Warren is listening on ${controller.url}`,
-      keyLine,
+      ...keyLines,
       '',
       'Try it: save this as hello.mjs in the repository, set WARREN_API_KEY to the key above, run node hello.mjs',
       '',

@@ -14,6 +14,21 @@ import { dispatch, type Handlers } from './dispatch.js';
 
 export const AGENT_VERSION = '0.1.0';
 
+/** Above this many unsent bytes a streaming producer pauses (backpressure); it resumes below the low mark. */
+export const SEND_HIGH_WATER_BYTES = 1024 * 1024;
+export const SEND_LOW_WATER_BYTES = 256 * 1024;
+
+/** Resolves once the socket's send buffer is below the low-water mark, or the socket is no longer open. */
+function drained(ws: WebSocket): Promise<void> {
+  return new Promise((resolve) => {
+    const check = () => {
+      if (ws.readyState !== ws.OPEN || ws.bufferedAmount < SEND_LOW_WATER_BYTES) resolve();
+      else setTimeout(check, 5);
+    };
+    check();
+  });
+}
+
 /**
  * Serves one authenticated WebSocket: the hello handshake, then requests and cancels. A bad frame
  * gets a typed error frame and the connection lives on; closing the connection cancels every call
@@ -77,6 +92,8 @@ export function serveConnection(ws: WebSocket, handlers: Handlers): void {
         signal: controller.signal,
         payload,
         emit: (event, data, eventPayload) => send({ type: 'evt', id, event, data }, eventPayload),
+        congested: () => ws.bufferedAmount > SEND_HIGH_WATER_BYTES,
+        drained: () => drained(ws),
       });
       send({ type: 'res', id, result }, out);
     } catch (err) {

@@ -8,6 +8,10 @@ export interface CallContext {
   payload?: Buffer | undefined;
   /** Sends one event frame for a streaming method. */
   emit(event: string, data: unknown, payload?: Uint8Array): void;
+  /** True while the connection's send buffer is above its high-water mark: a producer should pause. */
+  congested(): boolean;
+  /** Resolves once the send buffer is below its low-water mark, or the connection is gone. */
+  drained(): Promise<void>;
 }
 
 /** A handler's answer: the result, and the response payload for `payload: 'response'` methods. */

@@ -7,7 +7,7 @@ import { WebSocketServer } from 'ws';
 import { AGENT_VERSION, serveConnection } from './connection.js';
 import type { Handlers } from './dispatch.js';
 import { DEFAULT_POLICY, type FilePolicy } from './policy.js';
-import { execHandlers } from './services/exec.js';
+import { ProcessRuntime } from './services/processes.js';
 import { fsHandlers } from './services/fs.js';
 
 export interface AgentServerOptions {
@@ -18,6 +18,8 @@ export interface AgentServerOptions {
   policy?: FilePolicy;
   /** HOME for commands the agent starts. */
   home?: string;
+  /** The cap on processes Warren runs at once in this sandbox. */
+  maxProcesses?: number;
 }
 
 /** A running agent; dispose it to stop listening and drop its connections. */
@@ -27,7 +29,7 @@ export interface AgentServer extends AsyncDisposable {
 }
 
 /** Builds the handler table for one sandbox. */
-export function createHandlers(policy: FilePolicy, home: string): Handlers {
+export function createHandlers(policy: FilePolicy, home: string, processes = new ProcessRuntime({ policy, home })): Handlers {
   const started = performance.now();
   return {
     async 'system.info'() {
@@ -43,7 +45,7 @@ export function createHandlers(policy: FilePolicy, home: string): Handlers {
       };
     },
     ...fsHandlers(policy),
-    ...execHandlers({ policy, home }),
+    ...processes.handlers(policy),
   };
 }
 
@@ -55,7 +57,10 @@ export function createHandlers(policy: FilePolicy, home: string): Handlers {
  * await using agent = await startAgentServer({ socketPath: '/run/warren/agent.sock', secret });
  */
 export async function startAgentServer(options: AgentServerOptions): Promise<AgentServer> {
-  const handlers = createHandlers(options.policy ?? DEFAULT_POLICY, options.home ?? '/tmp');
+  const policy = options.policy ?? DEFAULT_POLICY;
+  const home = options.home ?? '/tmp';
+  const processes = new ProcessRuntime({ policy, home, maxProcesses: options.maxProcesses });
+  const handlers = createHandlers(policy, home, processes);
   const expected = digest(options.secret);
   const wss = new WebSocketServer({ noServer: true, maxPayload: WS_MAX_PAYLOAD_BYTES });
   const http = createServer((_req, res) => {
@@ -79,6 +84,7 @@ export async function startAgentServer(options: AgentServerOptions): Promise<Age
 
   const close = async () => {
     for (const ws of wss.clients) ws.terminate();
+    await processes.close();
     await new Promise<void>((resolve) => http.close(() => resolve()));
     await unlink(options.socketPath).catch(() => undefined);
   };

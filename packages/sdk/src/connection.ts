@@ -141,6 +141,21 @@ export class Connection {
     return this.closedError === undefined;
   }
 
+  private readPauses = 0;
+
+  /**
+   * Stops reading the socket until {@link resumeReading} is called as often: a stream whose
+   * consumer is behind applies backpressure this way, through the controller to the process.
+   * Every call on the connection waits meanwhile.
+   */
+  pauseReading(): void {
+    if (this.readPauses++ === 0) this.ws.pause();
+  }
+
+  resumeReading(): void {
+    if (this.readPauses > 0 && --this.readPauses === 0) this.ws.resume();
+  }
+
   private sendFrame(header: FrameHeader, payload?: Uint8Array): void {
     if (this.ws.readyState === WebSocket.OPEN) this.ws.send(encodeFrame(header, payload));
   }

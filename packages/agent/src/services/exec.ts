@@ -1,112 +1,269 @@
-import { spawn } from 'node:child_process';
+import { createWriteStream, mkdirSync, type WriteStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
-import { CodedError } from '@warren/protocol';
-import type { Handler } from '../dispatch.js';
+import os from 'node:os';
+import path from 'node:path';
+import type { Readable } from 'node:stream';
+import { CodedError, type Params, type ProcessInfo, type Result } from '@warren/protocol';
+import type { CallContext, Handler } from '../dispatch.js';
 import { resolvePath, type FilePolicy } from '../policy.js';
 import { CappedOutput } from './output.js';
+import { ProcessTable, spawnTagged, type SpawnSpec } from './process-table.js';
+import { killTree } from './process-tree.js';
+
+export { baseEnvironment } from './process-table.js';
 
 /** What each stream of a foreground command keeps (head + tail) before dropping the middle. */
 export const DEFAULT_OUTPUT_CAP_BYTES = 1024 * 1024;
 export const DEFAULT_EXEC_TIMEOUT_MS = 10 * 60 * 1000;
-
-/**
- * The environment a child starts from. The daemon's own environment never reaches a child: the
- * caller's `env` is laid over this and nothing else.
- */
-export function baseEnvironment(home: string): Record<string, string> {
-  return {
-    PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
-    HOME: home,
-    LANG: 'C.UTF-8',
-    LC_ALL: 'C.UTF-8',
-    TERM: 'dumb',
-  };
-}
+/** The most `saveOutput` writes per stream; the file stops growing there. */
+export const MAX_SAVED_OUTPUT_BYTES = 1024 * 1024 * 1024;
+/** The largest event payload `process.attach` sends at once. */
+const ATTACH_CHUNK_BYTES = 256 * 1024;
 
 export interface ExecOptions {
   policy: FilePolicy;
   home: string;
-  outputCapBytes?: number;
+  /** Shared by every connection of the sandbox: background processes outlive connections. */
+  table: ProcessTable;
+  /** Where `saveOutput` files go; a folder inside the sandbox. */
+  outputDir?: string;
 }
 
-export function execHandlers(options: ExecOptions): { 'process.exec': Handler<'process.exec'> } {
-  const cap = options.outputCapBytes ?? DEFAULT_OUTPUT_CAP_BYTES;
+type ProcessMethod = 'process.exec' | 'process.start' | 'process.list' | 'process.wait' | 'process.kill' | 'process.write' | 'process.closeStdin' | 'process.attach';
+
+/** Holds a child's output pipes paused while any consumer (socket, file) is behind. */
+class PipeGate {
+  private holds = 0;
+  get holding(): boolean {
+    return this.holds > 0;
+  }
+  constructor(private readonly streams: Readable[]) {}
+  async hold(until: Promise<unknown>): Promise<void> {
+    if (this.holds++ === 0) for (const s of this.streams) s.pause();
+    try {
+      await until;
+    } finally {
+      if (--this.holds === 0) for (const s of this.streams) s.resume();
+    }
+  }
+}
+
+/** One stream of a foreground command: the capped copy for the result, and the optional full file. */
+class ForegroundStream {
+  readonly capped: CappedOutput;
+  private file: WriteStream | undefined;
+  private fileBytes = 0;
+  readonly filePath: string | undefined;
+
+  constructor(cap: number, filePath: string | undefined) {
+    this.capped = new CappedOutput(cap);
+    this.filePath = filePath;
+    if (filePath) {
+      this.file = createWriteStream(filePath, { flags: 'wx', mode: 0o600 });
+      this.file.on('error', () => (this.file = undefined));
+    }
+  }
+
+  /** Takes a chunk; returns a promise while the file is behind, so the caller can pause the pipe. */
+  push(chunk: Buffer): Promise<void> | undefined {
+    this.capped.push(chunk);
+    if (!this.file || this.fileBytes >= MAX_SAVED_OUTPUT_BYTES) return undefined;
+    const part = chunk.subarray(0, MAX_SAVED_OUTPUT_BYTES - this.fileBytes);
+    this.fileBytes += part.length;
+    if (this.file.write(part)) return undefined;
+    const file = this.file;
+    return new Promise((resolve) => {
+      file.once('drain', resolve);
+      file.once('close', resolve);
+    });
+  }
+
+  async end(): Promise<void> {
+    const file = this.file;
+    if (!file) return;
+    await new Promise<void>((resolve) => file.end(resolve));
+  }
+}
+
+export function execHandlers(options: ExecOptions): { [M in ProcessMethod]: Handler<M> } {
+  const { table } = options;
+  const outputDir = options.outputDir ?? path.join(os.tmpdir(), 'warren-output');
+  const spec = async (params: { cmd: string | string[]; cwd?: string | undefined; env?: Record<string, string> | undefined }) => ({
+    cmd: params.cmd,
+    cwd: await resolveCwd(options.policy, params.cwd),
+    env: params.env,
+    home: options.home,
+  });
+
   return {
     async 'process.exec'(params, ctx) {
-      const cwd = await resolveCwd(options.policy, params.cwd);
-      const [file, args] = typeof params.cmd === 'string' ? ['/bin/sh', ['-c', params.cmd]] : [params.cmd[0]!, params.cmd.slice(1)];
-      const started = performance.now();
-      const stdout = new CappedOutput(cap);
-      const stderr = new CappedOutput(cap);
-      // detached: the child leads its own process group, so a timeout can kill the whole group.
-      const child = spawn(file, args, {
-        cwd,
-        env: { ...baseEnvironment(options.home), ...params.env },
-        detached: true,
-        stdio: ['pipe', 'pipe', 'pipe'],
-      });
-      child.stdout.on('data', (chunk: Buffer) => stdout.push(chunk));
-      child.stderr.on('data', (chunk: Buffer) => stderr.push(chunk));
-      child.stdin.on('error', () => undefined); // a child that exits before reading its stdin is not an error
-      child.stdin.end(params.stdin ?? '');
-
-      let timedOut = false;
-      const killGroup = () => {
-        if (child.pid === undefined) return;
-        try {
-          process.kill(-child.pid, 'SIGKILL');
-        } catch {
-          // the group is already gone
-        }
-      };
-      const timer = setTimeout(() => {
-        timedOut = true;
-        killGroup();
-      }, params.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS);
-      const onAbort = () => killGroup();
-      ctx.signal.addEventListener('abort', onAbort, { once: true });
-
+      if (params.stdin !== undefined && ctx.payload !== undefined) {
+        throw new CodedError('INVALID_PARAMS', 'Pass stdin either as text (stdin) or as bytes (the request payload), not both.');
+      }
+      const release = table.reserve();
       try {
-        const { code, signal } = await new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve, reject) => {
-          child.once('error', (err) => reject(spawnError(err, file)));
-          // When the leader exits, whatever it left running in its group goes too; the pipes
-          // then close and every byte already written is still read.
-          child.once('exit', () => killGroup());
-          child.once('close', (code, signal) => resolve({ code, signal }));
-        });
-        if (ctx.signal.aborted && !timedOut) throw new CodedError('CANCELLED', 'The command was cancelled; its process group was killed.');
-        return {
-          result: {
-            exitCode: code,
-            signal,
-            stdout: stdout.text(),
-            stderr: stderr.text(),
-            durationMs: Math.round((performance.now() - started) * 100) / 100,
-            timedOut,
-            truncated: stdout.truncated || stderr.truncated,
-            stdoutBytes: stdout.total,
-            stderrBytes: stderr.total,
-          },
-        };
+        return { result: await runForeground(params, ctx, await spec(params), outputDir) };
+      } finally {
+        release();
+      }
+    },
+
+    async 'process.start'(params) {
+      const proc = await table.startBackground(await spec(params), params);
+      return { result: proc.info() };
+    },
+
+    async 'process.list'() {
+      return { result: { processes: table.list().map((p) => p.info()) } };
+    },
+
+    async 'process.wait'(params, ctx) {
+      const proc = table.get(params.handle);
+      let timer: NodeJS.Timeout | undefined;
+      const waits: Promise<unknown>[] = [proc.exited, aborted(ctx.signal)];
+      if (params.timeoutMs !== undefined) waits.push(new Promise((resolve) => (timer = setTimeout(resolve, params.timeoutMs))));
+      try {
+        await Promise.race(waits);
       } finally {
         clearTimeout(timer);
-        ctx.signal.removeEventListener('abort', onAbort);
       }
+      if (ctx.signal.aborted) throw new CodedError('CANCELLED', `process.wait on ${params.handle} was cancelled; the process is untouched.`);
+      return { result: proc.info() };
+    },
+
+    async 'process.kill'(params) {
+      const proc = table.get(params.handle);
+      await proc.kill(params.signal ?? 'SIGKILL');
+      if (proc.running && (params.signal ?? 'SIGKILL') === 'SIGKILL') await proc.exited;
+      return { result: proc.info() };
+    },
+
+    async 'process.write'(params, ctx) {
+      const proc = table.get(params.handle);
+      if (params.data !== undefined && ctx.payload !== undefined) throw new CodedError('INVALID_PARAMS', 'Pass either data (text) or the request payload (bytes), not both.');
+      const bytes = ctx.payload ?? Buffer.from(params.data ?? '', 'utf8');
+      return { result: { bytesWritten: await proc.write(bytes) } };
+    },
+
+    async 'process.closeStdin'(params) {
+      const proc = table.get(params.handle);
+      proc.closeStdin();
+      return { result: proc.info() };
+    },
+
+    async 'process.attach'(params, ctx) {
+      const proc = table.get(params.handle);
+      const follow = params.follow ?? true;
+      const cursors = { stdout: params.stdoutOffset ?? 0, stderr: params.stderrOffset ?? 0 };
+      for (;;) {
+        if (ctx.signal.aborted) throw new CodedError('CANCELLED', `process.attach to ${params.handle} was cancelled; the process keeps running.`);
+        let sent = false;
+        for (const name of ['stdout', 'stderr'] as const) {
+          const chunk = proc[name].read(cursors[name], ATTACH_CHUNK_BYTES);
+          if (!chunk) continue;
+          ctx.emit(name, { offset: chunk.offset }, chunk.data);
+          cursors[name] = chunk.offset + chunk.data.length;
+          sent = true;
+          if (ctx.congested()) await ctx.drained();
+        }
+        if (sent) continue;
+        if (!follow || (proc.stdout.isClosed && proc.stderr.isClosed)) break;
+        await Promise.race([proc.stdout.waitBeyond(cursors.stdout, ctx.signal), proc.stderr.waitBeyond(cursors.stderr, ctx.signal)]);
+      }
+      if (follow && proc.running) await Promise.race([proc.exited, aborted(ctx.signal)]);
+      return { result: proc.info() satisfies ProcessInfo };
     },
   };
 }
 
-async function resolveCwd(policy: FilePolicy, cwd: string | undefined): Promise<string> {
+async function runForeground(params: Params<'process.exec'>, ctx: CallContext, spawnSpec: SpawnSpec, outputDir: string): Promise<Result<'process.exec'>> {
+  const started = performance.now();
+  const { child, marker } = await spawnTagged(spawnSpec);
+  const leaderPid = child.pid;
+  const killAll = () => killTree({ marker, leaderPid });
+
+  const files = params.saveOutput ? savedOutputPaths(outputDir, marker) : undefined;
+  const cap = params.outputCapBytes ?? DEFAULT_OUTPUT_CAP_BYTES;
+  const streams = { stdout: new ForegroundStream(cap, files?.stdout), stderr: new ForegroundStream(cap, files?.stderr) };
+  const gate = new PipeGate([child.stdout, child.stderr]);
+  let lastDataAt = performance.now();
+  for (const name of ['stdout', 'stderr'] as const) {
+    child[name].on('data', (chunk: Buffer) => {
+      lastDataAt = performance.now();
+      const offset = streams[name].capped.total;
+      const fileBehind = streams[name].push(chunk);
+      if (fileBehind) void gate.hold(fileBehind);
+      if (params.stream && !ctx.signal.aborted) {
+        ctx.emit(name, { offset }, chunk);
+        if (ctx.congested()) void gate.hold(ctx.drained());
+      }
+    });
+  }
+  child.stdin.end(ctx.payload ?? params.stdin ?? '');
+
+  let timedOut = false;
+  let watchdog: NodeJS.Timeout | undefined;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    void killAll();
+  }, params.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS);
+  const onAbort = () => void killAll();
+  ctx.signal.addEventListener('abort', onAbort, { once: true });
+
+  try {
+    const { code, signal } = await new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+      // A foreground command owns everything it starts: when the leader exits, what it left
+      // running (background jobs, setsid, nohup, double forks) is killed, the pipes close, and
+      // every byte already written is still read. Daemons belong in process.start.
+      child.once('exit', () => {
+        void killAll().then(() => {
+          // A process that both scrubbed its environment and left the session escapes the scan;
+          // if it still holds the pipes once they are quiet, stop reading rather than hang.
+          watchdog = setInterval(() => {
+            if (!gate.holding && performance.now() - lastDataAt > 1000) for (const s of [child.stdout, child.stderr]) s.destroy();
+          }, 250);
+        });
+      });
+      child.once('close', (code, signal) => resolve({ code, signal }));
+    });
+    await Promise.all([streams.stdout.end(), streams.stderr.end()]);
+    if (ctx.signal.aborted && !timedOut) throw new CodedError('CANCELLED', 'The command was cancelled; every process it started was killed.');
+    const result: Result<'process.exec'> = {
+      exitCode: code,
+      signal,
+      stdout: streams.stdout.capped.text(),
+      stderr: streams.stderr.capped.text(),
+      durationMs: Math.round((performance.now() - started) * 100) / 100,
+      timedOut,
+      truncated: streams.stdout.capped.truncated || streams.stderr.capped.truncated,
+      stdoutBytes: streams.stdout.capped.total,
+      stderrBytes: streams.stderr.capped.total,
+    };
+    if (files) Object.assign(result, { stdoutFile: files.stdout, stderrFile: files.stderr });
+    return result;
+  } finally {
+    clearTimeout(timer);
+    clearInterval(watchdog);
+    ctx.signal.removeEventListener('abort', onAbort);
+  }
+}
+
+function savedOutputPaths(outputDir: string, marker: string): { stdout: string; stderr: string } {
+  mkdirSync(outputDir, { recursive: true, mode: 0o700 });
+  return { stdout: path.join(outputDir, `${marker}.stdout`), stderr: path.join(outputDir, `${marker}.stderr`) };
+}
+
+function aborted(signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) resolve();
+    else signal.addEventListener('abort', () => resolve(), { once: true });
+  });
+}
+
+export async function resolveCwd(policy: FilePolicy, cwd: string | undefined): Promise<string> {
   const target = await resolvePath(policy, cwd ?? '.', 'read');
   const info = await stat(target.absolute).catch(() => undefined);
   if (!info) throw new CodedError('NOT_FOUND', `The working folder '${target.display}' does not exist.`, { path: target.display });
   if (!info.isDirectory()) throw new CodedError('NOT_A_DIRECTORY', `The working folder '${target.display}' is a file.`, { path: target.display });
   return target.absolute;
-}
-
-function spawnError(err: NodeJS.ErrnoException, file: string): CodedError {
-  if (err.code === 'ENOENT') return new CodedError('NOT_FOUND', `No program '${file}' in the sandbox.`, { program: file });
-  if (err.code === 'EACCES') return new CodedError('FORBIDDEN', `'${file}' is not executable by the sandbox user.`, { program: file });
-  if (err.code === 'EAGAIN') return new CodedError('RESOURCE_EXHAUSTED', 'The sandbox is out of processes (pids limit); wait for some to finish.');
-  return new CodedError('INTERNAL', `Could not start '${file}': ${err.message}`);
 }

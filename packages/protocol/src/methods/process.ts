@@ -1,14 +1,32 @@
 import { z } from 'zod';
 import { SandboxPath, type MethodSpec } from '../method-spec.js';
 
+/** A string runs through `/bin/sh -c`; an array is an argv run with no shell. */
+export const Command = z.union([z.string().min(1).max(1024 * 1024), z.array(z.string().max(1024 * 1024)).min(1).max(10_000)]);
+
+/** Variables laid over the clean base environment; the daemon's own environment never reaches a child. */
+export const CommandEnv = z.record(z.string().min(1).max(4096).regex(/^[^=\0]+$/, 'env names must not contain = or NUL'), z.string().max(1024 * 1024));
+
+/** The most a result keeps of each stream (head + tail); more needs `saveOutput` or streaming. */
+export const MAX_OUTPUT_CAP_BYTES = 8 * 1024 * 1024;
+export const OutputCapBytes = z.number().int().min(1024).max(MAX_OUTPUT_CAP_BYTES);
+
 export const ProcessExecParams = z.strictObject({
-  /** A string runs through `/bin/sh -c`; an array is an argv run with no shell. */
-  cmd: z.union([z.string().min(1).max(1024 * 1024), z.array(z.string().max(1024 * 1024)).min(1).max(10_000)]),
+  cmd: Command,
   cwd: SandboxPath.optional(),
-  env: z.record(z.string().min(1).max(4096).regex(/^[^=\0]+$/, 'env names must not contain = or NUL'), z.string().max(1024 * 1024)).optional(),
-  /** Text given to the child's stdin; without it the child sees EOF at once. */
+  env: CommandEnv.optional(),
+  /**
+   * Text for the child's stdin; bytes travel as the request frame's binary payload instead.
+   * Without either the child sees EOF at once.
+   */
   stdin: z.string().max(16 * 1024 * 1024).optional(),
   timeoutMs: z.number().int().positive().max(24 * 60 * 60 * 1000).optional(),
+  /** Bytes kept per stream in the result: the head and the tail, with a marker between. */
+  outputCapBytes: OutputCapBytes.optional(),
+  /** Also write the full output to files inside the sandbox, whose paths the result names. */
+  saveOutput: z.boolean().optional(),
+  /** Send the output as `stdout` / `stderr` event frames while the command runs. */
+  stream: z.boolean().optional(),
 });
 export const ProcessExecResult = z.strictObject({
   exitCode: z.number().int().nullable(),
@@ -20,8 +38,97 @@ export const ProcessExecResult = z.strictObject({
   truncated: z.boolean(),
   stdoutBytes: z.number().int().nonnegative(),
   stderrBytes: z.number().int().nonnegative(),
+  /** With `saveOutput`: absolute paths (inside the sandbox) of the full output. */
+  stdoutFile: z.string().optional(),
+  stderrFile: z.string().optional(),
 });
 
+/**
+ * The data of a `stdout` / `stderr` event frame (of `process.exec` with `stream`, and of
+ * `process.attach`); the bytes are the frame's binary payload. `offset` is where they start in
+ * their stream.
+ */
+export const OutputEventData = z.strictObject({ offset: z.number().int().nonnegative() });
+export type OutputEventData = z.infer<typeof OutputEventData>;
+
+/** An opaque background-process handle. */
+export const ProcessHandleId = z.string().min(1).max(64).regex(/^[A-Za-z0-9_-]+$/, 'a process handle has letters, digits, _ and - only');
+
+export const SIGNALS = ['SIGTERM', 'SIGKILL', 'SIGINT', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2', 'SIGSTOP', 'SIGCONT'] as const;
+export const Signal = z.enum(SIGNALS);
+export type Signal = z.infer<typeof Signal>;
+
+/** Where a stream's buffer stands: `start` is the oldest byte still held, `end` the total written. */
+export const StreamOffsets = z.strictObject({ start: z.number().int().nonnegative(), end: z.number().int().nonnegative() });
+
+export const ProcessInfo = z.strictObject({
+  handle: ProcessHandleId,
+  pid: z.number().int(),
+  /** The command as started (an argv joined with spaces). */
+  cmd: z.string(),
+  tag: z.string().optional(),
+  running: z.boolean(),
+  exitCode: z.number().int().nullable(),
+  signal: z.string().nullable(),
+  timedOut: z.boolean(),
+  startedAt: z.string(),
+  endedAt: z.string().nullable(),
+  stdinOpen: z.boolean(),
+  stdout: StreamOffsets,
+  stderr: StreamOffsets,
+});
+export type ProcessInfo = z.infer<typeof ProcessInfo>;
+
+export const ProcessStartParams = z.strictObject({
+  cmd: Command,
+  cwd: SandboxPath.optional(),
+  env: CommandEnv.optional(),
+  /** Keep stdin open for `process.write`; otherwise the child sees EOF at once. */
+  keepStdinOpen: z.boolean().optional(),
+  /** Killed (whole tree) after this long; without it the process runs until killed or the sandbox ends. */
+  timeoutMs: z.number().int().positive().max(7 * 24 * 60 * 60 * 1000).optional(),
+  /** Bytes of each stream kept for `process.attach` (the most recent ones). */
+  bufferBytes: z.number().int().min(4096).max(64 * 1024 * 1024).optional(),
+  /** A label of the caller's choosing, shown by `process.list`. */
+  tag: z.string().max(200).optional(),
+});
+
+export const ProcessHandleParams = z.strictObject({ handle: ProcessHandleId });
+
+export const ProcessWaitParams = z.strictObject({
+  handle: ProcessHandleId,
+  /** Answer after this long even if still running (`running: true`); without it, wait for the exit. */
+  timeoutMs: z.number().int().nonnegative().max(24 * 60 * 60 * 1000).optional(),
+});
+
+export const ProcessKillParams = z.strictObject({
+  handle: ProcessHandleId,
+  /** Sent to every process of the tree; SIGKILL (the default) repeats until none is left. */
+  signal: Signal.optional(),
+});
+
+/** The bytes to write travel as the request frame's binary payload, or as `data` text. */
+export const ProcessWriteParams = z.strictObject({ handle: ProcessHandleId, data: z.string().max(16 * 1024 * 1024).optional() });
+export const ProcessWriteResult = z.strictObject({ bytesWritten: z.number().int().nonnegative() });
+
+export const ProcessAttachParams = z.strictObject({
+  handle: ProcessHandleId,
+  /** Replay stdout from this byte offset (the `end` of the last event seen); 0 when absent. */
+  stdoutOffset: z.number().int().nonnegative().optional(),
+  stderrOffset: z.number().int().nonnegative().optional(),
+  /** Keep streaming live output until the process exits (default); false replays and answers. */
+  follow: z.boolean().optional(),
+});
+
+export const ProcessListResult = z.strictObject({ processes: z.array(ProcessInfo) });
+
 export const PROCESS_METHODS = {
-  'process.exec': { params: ProcessExecParams, result: ProcessExecResult, access: 'exec', idempotent: false },
+  'process.exec': { params: ProcessExecParams, result: ProcessExecResult, access: 'exec', payload: 'request', idempotent: false },
+  'process.start': { params: ProcessStartParams, result: ProcessInfo, access: 'exec', idempotent: false },
+  'process.list': { params: z.strictObject({}), result: ProcessListResult, access: 'exec', idempotent: true },
+  'process.wait': { params: ProcessWaitParams, result: ProcessInfo, access: 'exec', idempotent: true },
+  'process.kill': { params: ProcessKillParams, result: ProcessInfo, access: 'exec', idempotent: true },
+  'process.write': { params: ProcessWriteParams, result: ProcessWriteResult, access: 'exec', payload: 'request', idempotent: false },
+  'process.closeStdin': { params: ProcessHandleParams, result: ProcessInfo, access: 'exec', idempotent: true },
+  'process.attach': { params: ProcessAttachParams, result: ProcessInfo, access: 'exec', idempotent: true },
 } as const satisfies Record<string, MethodSpec>;

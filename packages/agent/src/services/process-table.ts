@@ -1,0 +1,251 @@
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { CodedError, type ProcessInfo } from '@warren/protocol';
+import { RingOutput } from './output.js';
+import { killTree, MARKER_VARIABLE, newMarker, preferForOomKill } from './process-tree.js';
+
+/** How many processes Warren runs at once in one sandbox (foreground, background and shell sessions). */
+export const DEFAULT_MAX_PROCESSES = 64;
+/** What a background process keeps of each stream for `process.attach`. */
+export const DEFAULT_BACKGROUND_BUFFER_BYTES = 1024 * 1024;
+/** Exited background processes kept for `process.list` / `process.wait` before the oldest is forgotten. */
+const MAX_EXITED_KEPT = 100;
+
+/**
+ * The environment a child starts from. The daemon's own environment never reaches a child: the
+ * caller's `env` is laid over this and nothing else, and the tree marker over that.
+ */
+export function baseEnvironment(home: string): Record<string, string> {
+  return {
+    PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+    HOME: home,
+    LANG: 'C.UTF-8',
+    LC_ALL: 'C.UTF-8',
+    TERM: 'dumb',
+  };
+}
+
+export interface SpawnSpec {
+  cmd: string | readonly string[];
+  cwd: string;
+  home: string;
+  env?: Record<string, string> | undefined;
+}
+
+/** A started child and the marker every process of its tree carries. */
+export interface TaggedChild {
+  child: ChildProcessWithoutNullStreams;
+  marker: string;
+  file: string;
+}
+
+/**
+ * Starts a child as the leader of its own session (detached), tagged with a fresh marker and
+ * made the OOM killer's first choice. Resolves once it runs; a failure to start is a typed error.
+ */
+export async function spawnTagged(spec: SpawnSpec): Promise<TaggedChild> {
+  const [file, args] = typeof spec.cmd === 'string' ? ['/bin/sh', ['-c', spec.cmd]] : [spec.cmd[0]!, spec.cmd.slice(1)];
+  const marker = newMarker();
+  const child = spawn(file, args, {
+    cwd: spec.cwd,
+    env: { ...baseEnvironment(spec.home), ...spec.env, [MARKER_VARIABLE]: marker },
+    detached: true,
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
+  child.stdin.on('error', () => undefined); // a child that exits before reading its stdin is not an error
+  await new Promise<void>((resolve, reject) => {
+    child.once('spawn', resolve);
+    child.once('error', (err) => reject(spawnError(err, file)));
+  });
+  if (child.pid !== undefined) preferForOomKill(child.pid);
+  return { child, marker, file };
+}
+
+export function spawnError(err: NodeJS.ErrnoException, file: string): CodedError {
+  if (err.code === 'ENOENT') return new CodedError('NOT_FOUND', `No program '${file}' in the sandbox (or the working folder is gone).`, { program: file });
+  if (err.code === 'EACCES') return new CodedError('FORBIDDEN', `'${file}' is not executable by the sandbox user.`, { program: file });
+  if (err.code === 'EAGAIN') return new CodedError('RESOURCE_EXHAUSTED', 'The sandbox is out of processes (its pids limit): kill background processes or wait for some to finish.');
+  return new CodedError('INTERNAL', `Could not start '${file}': ${err.message}`);
+}
+
+/** A process started with `process.start`: it outlives the connection that started it. */
+export class BackgroundProcess {
+  readonly stdout: RingOutput;
+  readonly stderr: RingOutput;
+  readonly startedAt = new Date();
+  endedAt: Date | null = null;
+  exitCode: number | null = null;
+  signal: string | null = null;
+  timedOut = false;
+  stdinOpen: boolean;
+  /** Settles when the leader exits. */
+  readonly exited: Promise<void>;
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    readonly handle: string,
+    private readonly tagged: TaggedChild,
+    readonly cmd: string,
+    readonly tag: string | undefined,
+    bufferBytes: number,
+    keepStdinOpen: boolean,
+    timeoutMs: number | undefined,
+    onExit: () => void,
+  ) {
+    const { child } = tagged;
+    this.stdout = new RingOutput(bufferBytes);
+    this.stderr = new RingOutput(bufferBytes);
+    child.stdout.on('data', (chunk: Buffer) => this.stdout.push(chunk));
+    child.stderr.on('data', (chunk: Buffer) => this.stderr.push(chunk));
+    child.stdout.once('close', () => this.stdout.close());
+    child.stderr.once('close', () => this.stderr.close());
+    this.stdinOpen = keepStdinOpen;
+    if (!keepStdinOpen) child.stdin.end();
+    child.stdin.once('close', () => (this.stdinOpen = false));
+    this.exited = new Promise((resolve) => {
+      child.once('exit', (code, signal) => {
+        this.exitCode = code;
+        this.signal = signal;
+        this.endedAt = new Date();
+        clearTimeout(this.timer);
+        onExit();
+        resolve();
+      });
+    });
+    if (timeoutMs !== undefined) {
+      this.timer = setTimeout(() => {
+        this.timedOut = true;
+        void this.kill('SIGKILL');
+      }, timeoutMs);
+    }
+  }
+
+  get pid(): number {
+    return this.tagged.child.pid ?? -1;
+  }
+
+  get running(): boolean {
+    return this.endedAt === null;
+  }
+
+  /** Signals the whole tree (leftovers of an exited leader too); SIGKILL repeats until none is left. */
+  async kill(signal: NodeJS.Signals): Promise<void> {
+    await killTree({ marker: this.tagged.marker, leaderPid: this.pid }, { signal });
+  }
+
+  async write(data: Buffer): Promise<number> {
+    const stdin = this.tagged.child.stdin;
+    if (!this.stdinOpen || stdin.destroyed || stdin.writableEnded) {
+      throw new CodedError('INVALID_PARAMS', `The stdin of process ${this.handle} is closed: start it with keepStdinOpen: true, and write before closeStdin.`, { handle: this.handle });
+    }
+    await new Promise<void>((resolve, reject) => stdin.write(data, (err) => (err ? reject(new CodedError('CONFLICT', `Could not write to the stdin of ${this.handle}: ${err.message}`)) : resolve())));
+    return data.length;
+  }
+
+  closeStdin(): void {
+    this.stdinOpen = false;
+    this.tagged.child.stdin.end();
+  }
+
+  info(): ProcessInfo {
+    const info: ProcessInfo = {
+      handle: this.handle,
+      pid: this.pid,
+      cmd: this.cmd,
+      running: this.running,
+      exitCode: this.exitCode,
+      signal: this.signal,
+      timedOut: this.timedOut,
+      startedAt: this.startedAt.toISOString(),
+      endedAt: this.endedAt?.toISOString() ?? null,
+      stdinOpen: this.stdinOpen,
+      stdout: { start: this.stdout.start, end: this.stdout.end },
+      stderr: { start: this.stderr.start, end: this.stderr.end },
+    };
+    if (this.tag !== undefined) info.tag = this.tag;
+    return info;
+  }
+}
+
+/**
+ * One sandbox's processes: the cap on how many run at once, and the background processes by
+ * handle. It lives as long as the daemon, not a connection, so a client can reconnect to them.
+ */
+export class ProcessTable {
+  private running = 0;
+  private readonly background = new Map<string, BackgroundProcess>();
+
+  constructor(readonly maxProcesses = DEFAULT_MAX_PROCESSES) {}
+
+  /** Takes one slot of the cap, or throws `RESOURCE_EXHAUSTED`; the returned function gives it back (once). */
+  reserve(): () => void {
+    if (this.running >= this.maxProcesses) {
+      throw new CodedError(
+        'RESOURCE_EXHAUSTED',
+        `This sandbox already runs ${this.running} processes started through Warren, its cap (maxProcesses = ${this.maxProcesses}). Wait for a command to finish, kill a background process (process.kill), or close a shell session.`,
+        { running: this.running, maxProcesses: this.maxProcesses },
+      );
+    }
+    this.running++;
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.running--;
+    };
+  }
+
+  get runningCount(): number {
+    return this.running;
+  }
+
+  async startBackground(spec: SpawnSpec, options: { tag?: string | undefined; bufferBytes?: number | undefined; keepStdinOpen?: boolean | undefined; timeoutMs?: number | undefined }): Promise<BackgroundProcess> {
+    const release = this.reserve();
+    let tagged: TaggedChild;
+    try {
+      tagged = await spawnTagged(spec);
+    } catch (err) {
+      release();
+      throw err;
+    }
+    const handle = `proc_${randomBytes(9).toString('base64url').replace(/[^A-Za-z0-9]/g, 'x')}`;
+    const cmd = typeof spec.cmd === 'string' ? spec.cmd : spec.cmd.join(' ');
+    const proc = new BackgroundProcess(
+      handle,
+      tagged,
+      cmd.length > 1000 ? `${cmd.slice(0, 1000)}...` : cmd,
+      options.tag,
+      options.bufferBytes ?? DEFAULT_BACKGROUND_BUFFER_BYTES,
+      options.keepStdinOpen ?? false,
+      options.timeoutMs,
+      () => {
+        release();
+        this.forgetOldExited();
+      },
+    );
+    this.background.set(handle, proc);
+    return proc;
+  }
+
+  get(handle: string): BackgroundProcess {
+    const proc = this.background.get(handle);
+    if (!proc) {
+      throw new CodedError('NOT_FOUND', `No background process '${handle}' in this sandbox: it never existed or exited long ago. Call process.list to see the handles that exist.`, { handle });
+    }
+    return proc;
+  }
+
+  list(): BackgroundProcess[] {
+    return [...this.background.values()];
+  }
+
+  private forgetOldExited(): void {
+    const exited = this.list().filter((p) => !p.running);
+    for (const proc of exited.slice(0, Math.max(0, exited.length - MAX_EXITED_KEPT))) this.background.delete(proc.handle);
+  }
+
+  /** Kills every background process tree; the daemon is stopping. */
+  async close(): Promise<void> {
+    await Promise.all(this.list().map((p) => p.kill('SIGKILL')));
+  }
+}

@@ -1,0 +1,177 @@
+import { randomBytes } from 'node:crypto';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+
+/**
+ * The variable that tags every process a Warren call starts. Children inherit it through fork
+ * and exec, so it survives `setsid`, `nohup` and double forks, which escape a process group.
+ */
+export const MARKER_VARIABLE = 'WARREN_EXEC_ID';
+
+/** A fresh marker value: 96 random bits, so no unrelated process carries it by chance. */
+export function newMarker(): string {
+  return randomBytes(12).toString('hex');
+}
+
+/** One row of the process table as `/proc` shows it. */
+export interface ProcEntry {
+  pid: number;
+  ppid: number;
+  pgid: number;
+  sid: number;
+  state: string;
+  /** Clock ticks after boot. */
+  startTicks: number;
+  /** The value of {@link MARKER_VARIABLE} in the process's initial environment, when readable. */
+  marker: string | undefined;
+}
+
+/** What identifies one tree: its marker, and its leader's session and group while that lives. */
+export interface TreeSelector {
+  marker: string;
+  /** The leader's pid: the leader leads its own session and group (spawned detached). */
+  leaderPid?: number | undefined;
+}
+
+const MARKER_PREFIX = Buffer.from(`${MARKER_VARIABLE}=`);
+
+/**
+ * Reads every process this user can see. `/proc/<pid>/environ` is readable for processes of the
+ * same uid; it is the environment the process was started with, which is what a marker needs.
+ */
+export function scanProcesses(procRoot = '/proc'): ProcEntry[] {
+  const entries: ProcEntry[] = [];
+  let names: string[];
+  try {
+    names = readdirSync(procRoot);
+  } catch {
+    return entries;
+  }
+  for (const name of names) {
+    if (!/^\d+$/.test(name)) continue;
+    const entry = readEntry(procRoot, Number(name));
+    if (entry) entries.push(entry);
+  }
+  return entries;
+}
+
+function readEntry(procRoot: string, pid: number): ProcEntry | undefined {
+  let stat: string;
+  try {
+    stat = readFileSync(`${procRoot}/${pid}/stat`, 'utf8');
+  } catch {
+    return undefined; // gone between readdir and read
+  }
+  // The command name is in parentheses and may itself hold spaces or parentheses.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  let marker: string | undefined;
+  try {
+    marker = markerOf(readFileSync(`${procRoot}/${pid}/environ`));
+  } catch {
+    marker = undefined; // another user's process, or gone
+  }
+  return {
+    pid,
+    state: fields[0] ?? '?',
+    ppid: Number(fields[1]),
+    pgid: Number(fields[2]),
+    sid: Number(fields[3]),
+    startTicks: Number(fields[19]),
+    marker,
+  };
+}
+
+/** Finds the marker's value in a NUL-separated environment block. */
+export function markerOf(environ: Buffer): string | undefined {
+  let start = 0;
+  while (start < environ.length) {
+    let end = environ.indexOf(0, start);
+    if (end < 0) end = environ.length;
+    if (end - start > MARKER_PREFIX.length && environ.subarray(start, start + MARKER_PREFIX.length).equals(MARKER_PREFIX)) {
+      return environ.subarray(start + MARKER_PREFIX.length, end).toString('latin1');
+    }
+    start = end + 1;
+  }
+  return undefined;
+}
+
+/**
+ * The live members of one tree: every process carrying the marker, in the leader's session or
+ * group, or descending from one of those; never this daemon, never pid 1, never a zombie.
+ */
+export function treeMembers(procs: ProcEntry[], selector: TreeSelector, self = process.pid): ProcEntry[] {
+  const members = new Set<number>();
+  for (const p of procs) {
+    if (p.marker === selector.marker) members.add(p.pid);
+    else if (selector.leaderPid !== undefined && (p.sid === selector.leaderPid || p.pgid === selector.leaderPid || p.pid === selector.leaderPid)) members.add(p.pid);
+  }
+  // Descendants of members: a child that cleared its environment still has its parent.
+  let grew = true;
+  while (grew) {
+    grew = false;
+    for (const p of procs) {
+      if (!members.has(p.pid) && members.has(p.ppid)) {
+        members.add(p.pid);
+        grew = true;
+      }
+    }
+  }
+  return procs.filter((p) => members.has(p.pid) && p.pid !== self && p.pid !== 1 && p.state !== 'Z');
+}
+
+/** Sends a signal to one pid, ignoring processes that are already gone. */
+export function signalPid(pid: number, signal: NodeJS.Signals): boolean {
+  try {
+    process.kill(pid, signal);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export interface KillTreeOptions {
+  signal?: NodeJS.Signals;
+  /** How many scan-and-kill rounds before giving up (a fork bomb needs several). */
+  maxRounds?: number;
+  procRoot?: string;
+}
+
+/**
+ * Kills a whole tree: scans `/proc` for its members and signals each, again and again until a
+ * scan finds none (or `maxRounds` pass), so processes forked between two scans are caught by the
+ * next. With a signal other than SIGKILL it makes one round: the processes may handle it.
+ * Returns the pids signalled.
+ */
+export async function killTree(selector: TreeSelector, options: KillTreeOptions = {}): Promise<number[]> {
+  const signal = options.signal ?? 'SIGKILL';
+  const maxRounds = signal === 'SIGKILL' ? (options.maxRounds ?? 200) : 1;
+  const killed = new Set<number>();
+  for (let round = 0; round < maxRounds; round++) {
+    if (selector.leaderPid !== undefined) {
+      // The group first, in one syscall: it stops a fork loop in the group before the scan.
+      try {
+        process.kill(-selector.leaderPid, signal);
+      } catch {
+        // no such group any more
+      }
+    }
+    const members = treeMembers(scanProcesses(options.procRoot), selector);
+    if (members.length === 0) break;
+    for (const p of members) if (signalPid(p.pid, signal)) killed.add(p.pid);
+    if (signal !== 'SIGKILL') break;
+    await new Promise((resolve) => setTimeout(resolve, round < 5 ? 2 : 10));
+  }
+  return [...killed];
+}
+
+/**
+ * Makes a process the first choice of the kernel's OOM killer (1000 is the highest score). An
+ * unprivileged process may raise a score of its own uid's processes, never lower it; its
+ * children inherit it, so a memory bomb dies before the daemon, whose score stays 0.
+ */
+export function preferForOomKill(pid: number, procRoot = '/proc'): void {
+  try {
+    writeFileSync(`${procRoot}/${pid}/oom_score_adj`, '1000');
+  } catch {
+    // the process already exited, or /proc is not writable here: nothing to protect
+  }
+}

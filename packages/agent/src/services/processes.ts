@@ -1,0 +1,46 @@
+import type { Handler } from '../dispatch.js';
+import type { FilePolicy } from '../policy.js';
+import { execHandlers } from './exec.js';
+import { ProcessTable } from './process-table.js';
+import { shellHandlers, ShellSessions } from './shell.js';
+
+export interface ProcessRuntimeOptions {
+  policy: FilePolicy;
+  home: string;
+  /** The cap on processes Warren runs at once in this sandbox. */
+  maxProcesses?: number | undefined;
+}
+
+/**
+ * Everything process-related one sandbox holds across connections: the process table (with its
+ * cap and background processes) and the shell sessions. Closing it kills every tree it started.
+ *
+ * @example
+ * const processes = new ProcessRuntime({ policy, home: '/workspace' });
+ * const handlers = { ...processes.handlers() };
+ * await processes.close();
+ */
+export class ProcessRuntime {
+  readonly table: ProcessTable;
+  readonly shells: ShellSessions;
+
+  constructor(private readonly options: ProcessRuntimeOptions) {
+    this.table = new ProcessTable(options.maxProcesses);
+    this.shells = new ShellSessions({ policy: options.policy, home: options.home, table: this.table });
+  }
+
+  /** The process and shell handlers; `policy` (the connection's, by default the sandbox's) resolves `cwd`. */
+  handlers(policy: FilePolicy = this.options.policy): ReturnType<typeof execHandlers> & ReturnType<typeof shellHandlers> {
+    return {
+      ...execHandlers({ policy, home: this.options.home, table: this.table }),
+      ...shellHandlers(this.shells, policy),
+    };
+  }
+
+  async close(): Promise<void> {
+    await this.shells.closeAll();
+    await this.table.close();
+  }
+}
+
+export type ProcessHandlers = { [M in keyof ReturnType<ProcessRuntime['handlers']>]: Handler<M> };

@@ -1,0 +1,103 @@
+import type { EventFrame } from '@warren/protocol';
+import type { Connection } from './connection.js';
+import type { OutputEvent } from './process-handle.js';
+
+/** Above this many queued bytes a stream stops reading its connection; below the low mark it reads again. */
+export const QUEUE_HIGH_WATER_BYTES = 4 * 1024 * 1024;
+export const QUEUE_LOW_WATER_BYTES = 1024 * 1024;
+
+/**
+ * The queue between a connection's event frames and an `AsyncIterable` consumer. It bounds its
+ * memory by pausing the connection's reads while it holds more than the high-water mark, so a
+ * slow consumer slows the sandbox process instead of filling this process's memory.
+ */
+export class EventQueue<T> implements AsyncIterableIterator<T> {
+  private readonly items: { item: T; bytes: number }[] = [];
+  private queuedBytes = 0;
+  private paused = false;
+  private ended = false;
+  private failure: unknown;
+  private wake: (() => void) | undefined;
+
+  constructor(
+    private readonly connection: Connection,
+    /** Called when the consumer stops early (break, return, throw): stop the producing call. */
+    private readonly onAbandon: () => void,
+  ) {}
+
+  push(item: T, bytes = 0): void {
+    if (this.ended) return;
+    this.items.push({ item, bytes });
+    this.queuedBytes += bytes;
+    if (!this.paused && this.queuedBytes > QUEUE_HIGH_WATER_BYTES) {
+      this.paused = true;
+      this.connection.pauseReading();
+    }
+    this.notify();
+  }
+
+  end(): void {
+    this.ended = true;
+    this.notify();
+  }
+
+  fail(err: unknown): void {
+    this.failure ??= err;
+    this.ended = true;
+    this.notify();
+  }
+
+  async next(): Promise<IteratorResult<T>> {
+    for (;;) {
+      const head = this.items.shift();
+      if (head) {
+        this.queuedBytes -= head.bytes;
+        if (this.paused && this.queuedBytes < QUEUE_LOW_WATER_BYTES) this.unpause();
+        return { value: head.item, done: false };
+      }
+      if (this.failure !== undefined) {
+        const err = this.failure;
+        this.failure = undefined;
+        this.unpause();
+        throw err;
+      }
+      if (this.ended) {
+        this.unpause();
+        return { value: undefined, done: true };
+      }
+      await new Promise<void>((resolve) => (this.wake = resolve));
+    }
+  }
+
+  async return(): Promise<IteratorResult<T>> {
+    if (!this.ended) this.onAbandon();
+    this.ended = true;
+    this.items.length = 0;
+    this.queuedBytes = 0;
+    this.unpause();
+    return { value: undefined, done: true };
+  }
+
+  [Symbol.asyncIterator](): AsyncIterableIterator<T> {
+    return this;
+  }
+
+  private unpause(): void {
+    if (!this.paused) return;
+    this.paused = false;
+    this.connection.resumeReading();
+  }
+
+  private notify(): void {
+    const wake = this.wake;
+    this.wake = undefined;
+    wake?.();
+  }
+}
+
+/** An output event frame as an {@link OutputEvent}; other events are ignored. */
+export function toOutputEvent(event: EventFrame, bytes: Buffer | undefined): OutputEvent | undefined {
+  if (event.event !== 'stdout' && event.event !== 'stderr') return undefined;
+  const offset = typeof (event.data as { offset?: unknown } | null)?.offset === 'number' ? (event.data as { offset: number }).offset : 0;
+  return { type: event.event, data: bytes ?? Buffer.alloc(0), offset };
+}

@@ -1,5 +1,10 @@
 import type { WebSocket } from 'ws';
 
+/** Above this many unsent bytes on one side, the relay stops reading the other side. */
+export const RELAY_HIGH_WATER_BYTES = 4 * 1024 * 1024;
+/** Reading resumes once the unsent bytes fall below this. */
+export const RELAY_LOW_WATER_BYTES = 1024 * 1024;
+
 /** Hooks of {@link relay}. */
 export interface RelayOptions {
   /** Checks each client frame; a returned frame (an error answer) goes back to the client instead of the frame going on. */
@@ -10,19 +15,24 @@ export interface RelayOptions {
  * Passes frames both ways exactly as they are: the daemon validates them, and the controller
  * never re-encodes a payload. Either side closing closes the other, which cancels the calls the
  * daemon was running for this client.
+ *
+ * Backpressure: when one side cannot take frames as fast as the other sends them, the relay
+ * stops reading the sender (`ws.pause()`), so the sender's own send buffer fills and it slows
+ * down in turn (the daemon then pauses the process's pipes); the controller holds about the
+ * high-water mark per direction at most, whatever a command prints.
  */
 export function relay(client: WebSocket, agent: WebSocket, options: RelayOptions = {}): void {
+  const toAgent = throttle(client, agent);
+  const toClient = throttle(agent, client);
   client.on('message', (data: Buffer, isBinary: boolean) => {
     const refusal = options.allowFrame?.(data);
     if (refusal) {
       if (client.readyState === client.OPEN) client.send(refusal, { binary: true });
       return;
     }
-    if (agent.readyState === agent.OPEN) agent.send(data, { binary: isBinary });
+    toAgent(data, isBinary);
   });
-  agent.on('message', (data: Buffer, isBinary: boolean) => {
-    if (client.readyState === client.OPEN) client.send(data, { binary: isBinary });
-  });
+  agent.on('message', (data: Buffer, isBinary: boolean) => toClient(data, isBinary));
   const closeBoth = () => {
     if (client.readyState !== client.CLOSED) client.close();
     if (agent.readyState !== agent.CLOSED) agent.close();
@@ -31,4 +41,24 @@ export function relay(client: WebSocket, agent: WebSocket, options: RelayOptions
   agent.on('close', closeBoth);
   client.on('error', () => client.terminate());
   agent.on('error', () => agent.terminate());
+}
+
+/** Sends to `to`; while `to` has more than the high-water mark unsent, stops reading `from`. */
+function throttle(from: WebSocket, to: WebSocket): (data: Buffer, isBinary: boolean) => void {
+  let waiting = false;
+  const check = () => {
+    if (to.readyState !== to.OPEN || from.readyState !== from.OPEN) return;
+    if (to.bufferedAmount > RELAY_LOW_WATER_BYTES) return void setTimeout(check, 5);
+    waiting = false;
+    from.resume();
+  };
+  return (data, isBinary) => {
+    if (to.readyState !== to.OPEN) return;
+    to.send(data, { binary: isBinary });
+    if (!waiting && to.bufferedAmount > RELAY_HIGH_WATER_BYTES) {
+      waiting = true;
+      from.pause();
+      setTimeout(check, 5);
+    }
+  };
 }

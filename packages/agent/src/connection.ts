@@ -7,9 +7,12 @@ import {
   parseParams,
   PROTOCOL_VERSION,
   toWireError,
+  DEFAULT_APPROVAL_TIMEOUT_MS,
+  type ApprovalRequest,
   type FrameHeader,
   type RequestId,
 } from '@warren/protocol';
+import { commandOf, pathsOf, type AuditLog } from './audit.js';
 import { dispatch, type Handlers } from './dispatch.js';
 
 export const AGENT_VERSION = '0.1.0';
@@ -34,7 +37,16 @@ function drained(ws: WebSocket): Promise<void> {
  * gets a typed error frame and the connection lives on; closing the connection cancels every call
  * still running on it.
  */
-export function serveConnection(ws: WebSocket, handlers: Handlers): void {
+/** Per-connection options of {@link serveConnection}. */
+export interface ServeOptions {
+  /** Where each served call is recorded (the agent's one audit ring). */
+  audit?: AuditLog | undefined;
+  /** How long an approval request waits for the client's answer before it counts as a deny. */
+  approvalTimeoutMs?: number | undefined;
+}
+
+export function serveConnection(ws: WebSocket, handlers: Handlers, options: ServeOptions = {}): void {
+  const approvals = new Map<RequestId, (allow: boolean) => void>();
   let greeted = false;
   const inflight = new Map<RequestId, AbortController>();
   const send = (header: FrameHeader, payload?: Uint8Array) => {
@@ -68,11 +80,14 @@ export function serveConnection(ws: WebSocket, handlers: Handlers): void {
     switch (header.type) {
       case 'req':
         return void handleRequest(header.id, header.method, header.params, payload);
+      case 'approval':
+        approvals.get(header.id)?.(header.allow);
+        return;
       case 'cancel':
         inflight.get(header.id)?.abort();
         return;
       default:
-        return sendError(null, new CodedError('INVALID_FRAME', `A client may send hello, req and cancel frames, not '${header.type}'.`));
+        return sendError(null, new CodedError('INVALID_FRAME', `A client may send hello, req, cancel and approval frames, not '${header.type}'.`));
     }
   });
 
@@ -81,7 +96,29 @@ export function serveConnection(ws: WebSocket, handlers: Handlers): void {
     inflight.clear();
   });
 
+  // Seed 001's approval: ask the client with an event on the request, wait for its answer frame.
+  function requestApproval(id: RequestId, signal: AbortSignal, request: ApprovalRequest): Promise<boolean> {
+    return new Promise((resolve) => {
+      const finish = (allow: boolean) => {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', onAbort);
+        approvals.delete(id);
+        resolve(allow);
+      };
+      const onAbort = () => finish(false);
+      const timer = setTimeout(() => finish(false), options.approvalTimeoutMs ?? DEFAULT_APPROVAL_TIMEOUT_MS);
+      signal.addEventListener('abort', onAbort, { once: true });
+      approvals.get(id)?.(false);
+      approvals.set(id, finish);
+      send({ type: 'evt', id, event: 'approval', data: request });
+    });
+  }
+
   async function handleRequest(id: RequestId, method: string, rawParams: unknown, payload: Buffer | undefined): Promise<void> {
+    const started = performance.now();
+    const time = new Date().toISOString();
+    let outcome = 'ok';
+    let bytesOut = 0;
     if (inflight.has(id)) return sendError(id, new CodedError('DUPLICATE_REQUEST_ID', `Request id ${JSON.stringify(id)} is already in flight.`, { id }));
     const controller = new AbortController();
     inflight.set(id, controller);
@@ -89,17 +126,34 @@ export function serveConnection(ws: WebSocket, handlers: Handlers): void {
       if (!isMethodName(method)) throw new CodedError('UNKNOWN_METHOD', `Unknown method '${method}'.`, { method });
       const params = parseParams(method, rawParams);
       const { result, payload: out } = await dispatch(handlers, method, params, {
+        requestApproval: (request) => requestApproval(id, controller.signal, request),
         signal: controller.signal,
         payload,
         emit: (event, data, eventPayload) => send({ type: 'evt', id, event, data }, eventPayload),
         congested: () => ws.bufferedAmount > SEND_HIGH_WATER_BYTES,
         drained: () => drained(ws),
       });
+      bytesOut = out?.length ?? 0;
       send({ type: 'res', id, result }, out);
     } catch (err) {
+      outcome = err instanceof CodedError ? err.code : 'INTERNAL';
       sendError(id, err);
     } finally {
       inflight.delete(id);
+      // The one place every served call is recorded (the audit log of seed 002).
+      if (options.audit && method !== 'audit.list') {
+        const command = commandOf(rawParams);
+        options.audit.add({
+          time,
+          method: method.slice(0, 100),
+          paths: pathsOf(rawParams),
+          ...(command === undefined ? {} : { command }),
+          outcome,
+          bytesIn: payload?.length ?? 0,
+          bytesOut,
+          durationMs: performance.now() - started,
+        });
+      }
     }
   }
 }

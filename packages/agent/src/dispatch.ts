@@ -1,4 +1,4 @@
-import { CodedError, type MethodName, type Params, type Result } from '@warren/protocol';
+import { CodedError, type ApprovalRequest, type MethodName, type Params, type Result } from '@warren/protocol';
 
 /** What a handler gets besides its params. */
 export interface CallContext {
@@ -8,6 +8,12 @@ export interface CallContext {
   payload?: Buffer | undefined;
   /** Sends one event frame for a streaming method. */
   emit(event: string, data: unknown, payload?: Uint8Array): void;
+  /**
+   * Asks the client to approve an operation (seed 001's read/write approval): an `approval` event
+   * on this request, answered by an `approval` frame. Resolves false on a deny, on no answer in
+   * time, or when the call ends first. Absent where no client can answer.
+   */
+  requestApproval?(request: ApprovalRequest): Promise<boolean>;
   /** True while the connection's send buffer is above its high-water mark: a producer should pause. */
   congested(): boolean;
   /** Resolves once the send buffer is below its low-water mark, or the connection is gone. */

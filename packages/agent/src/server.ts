@@ -2,8 +2,9 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { chmod, unlink } from 'node:fs/promises';
 import { createServer, type IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { PROTOCOL_VERSION, WS_MAX_PAYLOAD_BYTES } from '@warren/protocol';
+import { CodedError, decodeGrant, GRANT_HEADER, METHODS, PROTOCOL_VERSION, WS_MAX_PAYLOAD_BYTES, type ConnectionGrant, type MethodName } from '@warren/protocol';
 import { WebSocketServer } from 'ws';
+import { AuditLog } from './audit.js';
 import { AGENT_VERSION, serveConnection } from './connection.js';
 import type { Handlers } from './dispatch.js';
 import { DEFAULT_POLICY, type FilePolicy } from './policy.js';
@@ -20,6 +21,8 @@ export interface AgentServerOptions {
   home?: string;
   /** The cap on processes Warren runs at once in this sandbox. */
   maxProcesses?: number;
+  /** How long an approval request waits for the client (default 30 s). */
+  approvalTimeoutMs?: number;
 }
 
 /** A running agent; dispose it to stop listening and drop its connections. */
@@ -29,9 +32,18 @@ export interface AgentServer extends AsyncDisposable {
 }
 
 /** Builds the handler table for one sandbox. */
-export function createHandlers(policy: FilePolicy, home: string, processes = new ProcessRuntime({ policy, home })): Handlers {
+export function createHandlers(
+  policy: FilePolicy,
+  home: string,
+  processes = new ProcessRuntime({ policy, home }),
+  audit = new AuditLog(),
+  allowExec = true,
+): Handlers {
   const started = performance.now();
-  return {
+  const handlers: Handlers = {
+    async 'audit.list'(params) {
+      return { result: audit.list(params) };
+    },
     async 'system.info'() {
       return {
         result: {
@@ -47,6 +59,18 @@ export function createHandlers(policy: FilePolicy, home: string, processes = new
     ...fsHandlers(policy),
     ...processes.handlers(policy),
   };
+  if (!allowExec) {
+    // A shell is not bound by the file policy: a handle granted without exec may not start one.
+    for (const method of Object.keys(METHODS) as MethodName[]) {
+      if (METHODS[method].access !== 'exec') continue;
+      (handlers as Record<string, unknown>)[method] = async () => {
+        throw new CodedError('FORBIDDEN', `${method} runs commands, and this handle was derived without exec (a shell is not bound by the file policy). Use the file methods, or derive a handle with exec allowed.`, {
+          method,
+        });
+      };
+    }
+  }
+  return handlers;
 }
 
 /**
@@ -60,7 +84,20 @@ export async function startAgentServer(options: AgentServerOptions): Promise<Age
   const policy = options.policy ?? DEFAULT_POLICY;
   const home = options.home ?? '/tmp';
   const processes = new ProcessRuntime({ policy, home, maxProcesses: options.maxProcesses });
-  const handlers = createHandlers(policy, home, processes);
+  const audit = new AuditLog();
+  const handlers = createHandlers(policy, home, processes, audit);
+  // One handler table per distinct grant (the controller sends one per credential), reused across connections.
+  const byGrant = new Map<string, Handlers>();
+  const handlersFor = (header: string | undefined): Handlers => {
+    if (header === undefined) return handlers;
+    const cached = byGrant.get(header);
+    if (cached) return cached;
+    const grant: ConnectionGrant = decodeGrant(header);
+    const built = createHandlers(grant.policy, home, processes, audit, grant.allowExec);
+    if (byGrant.size >= 256) byGrant.delete(byGrant.keys().next().value!);
+    byGrant.set(header, built);
+    return built;
+  };
   const expected = digest(options.secret);
   const wss = new WebSocketServer({ noServer: true, maxPayload: WS_MAX_PAYLOAD_BYTES });
   const http = createServer((_req, res) => {
@@ -72,7 +109,17 @@ export async function startAgentServer(options: AgentServerOptions): Promise<Age
       socket.end('HTTP/1.1 401 Unauthorized\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
       return;
     }
-    wss.handleUpgrade(req, socket, head, (ws) => serveConnection(ws, handlers));
+    // The controller's grant for this connection (policy + exec); trusted because it came with the secret.
+    const grantHeader = req.headers[GRANT_HEADER];
+    let connectionHandlers: Handlers;
+    try {
+      connectionHandlers = handlersFor(Array.isArray(grantHeader) ? grantHeader[0] : grantHeader);
+    } catch (err) {
+      const text = err instanceof Error ? err.message : String(err);
+      socket.end(`HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: ${Buffer.byteLength(text)}\r\n\r\n${text}`);
+      return;
+    }
+    wss.handleUpgrade(req, socket, head, (ws) => serveConnection(ws, connectionHandlers, { audit, approvalTimeoutMs: options.approvalTimeoutMs }));
   });
 
   await unlink(options.socketPath).catch(() => undefined);

@@ -62,6 +62,16 @@ export const CancelFrame = z.strictObject({
   id: RequestId,
 });
 
+/**
+ * The client's answer to an `approval` event of a request in flight (seed 001's read/write
+ * approval): `allow: false`, or no answer in time, fails the request with `APPROVAL_DENIED`.
+ */
+export const ApprovalFrame = z.strictObject({
+  type: z.literal('approval'),
+  id: RequestId,
+  allow: z.boolean(),
+});
+
 /** Every frame header that may cross the wire. */
 export const FrameHeader = z.discriminatedUnion('type', [
   HelloFrame,
@@ -71,6 +81,7 @@ export const FrameHeader = z.discriminatedUnion('type', [
   ErrorFrame,
   EventFrame,
   CancelFrame,
+  ApprovalFrame,
 ]);
 
 export type HelloFrame = z.infer<typeof HelloFrame>;
@@ -80,4 +91,5 @@ export type ResponseFrame = z.infer<typeof ResponseFrame>;
 export type ErrorFrame = z.infer<typeof ErrorFrame>;
 export type EventFrame = z.infer<typeof EventFrame>;
 export type CancelFrame = z.infer<typeof CancelFrame>;
+export type ApprovalFrame = z.infer<typeof ApprovalFrame>;
 export type FrameHeader = z.infer<typeof FrameHeader>;

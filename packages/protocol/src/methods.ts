@@ -1,6 +1,7 @@
 import { CodedError } from './errors.js';
 import { issueText } from './frame.js';
 import type { z } from 'zod';
+import { AUDIT_METHODS } from './methods/audit.js';
 import { FS_METHODS } from './methods/fs.js';
 import { PROCESS_METHODS } from './methods/process.js';
 import { SHELL_METHODS } from './methods/shell.js';
@@ -9,6 +10,7 @@ import { SYSTEM_METHODS } from './methods/system.js';
 export * from './method-spec.js';
 export * from './methods/system.js';
 export * from './methods/fs.js';
+export * from './methods/audit.js';
 export * from './methods/process.js';
 export * from './methods/shell.js';
 
@@ -17,7 +19,7 @@ export * from './methods/shell.js';
  * module under `methods/`; the agent dispatches on this table, the controller checks access with
  * it, the SDK types its calls from it.
  */
-export const METHODS = { ...SYSTEM_METHODS, ...FS_METHODS, ...PROCESS_METHODS, ...SHELL_METHODS } as const;
+export const METHODS = { ...SYSTEM_METHODS, ...FS_METHODS, ...PROCESS_METHODS, ...SHELL_METHODS, ...AUDIT_METHODS } as const;
 
 export type MethodName = keyof typeof METHODS;
 /** What a caller passes (defaults not yet applied). */

@@ -116,6 +116,25 @@ export function decodeGrant(header: string): ConnectionGrant {
   return parsed.data;
 }
 
+/**
+ * What the agent asks the client before an operation that needs approval (seed 001's
+ * `read_approval` / `write_approval`), as the data of an `approval` event on the request.
+ */
+export const ApprovalRequest = z.strictObject({
+  /** read, write, edit, delete, move, copy, mkdir, list, glob, stat, upload, download. */
+  operation: z.string(),
+  /** The path, as the caller named it in the policy's naming. */
+  path: z.string(),
+  /** The destination of a move or copy. */
+  to: z.string().optional(),
+  /** The bytes a write or upload carries. */
+  bytes: z.number().int().nonnegative().optional(),
+});
+export type ApprovalRequest = z.infer<typeof ApprovalRequest>;
+
+/** How long the agent waits for an approval answer before it counts as a deny. */
+export const DEFAULT_APPROVAL_TIMEOUT_MS = 30_000;
+
 /** `derive()`'s arguments, as in seed 001. */
 export const DeriveRequest = z.strictObject({
   /** Paths or prefixes the child may read. */

@@ -41,6 +41,14 @@ const EXAMPLES: { [M in MethodName]: { params: unknown; result: unknown } } = {
     result: { from: 'a', to: 'b', type: 'directory', files: 1, bytes: 3, skipped: [{ path: 'p', reason: 'fifo' }] },
   },
   'fs.upload': { params: { path: 'd', overwrite: false }, result: { path: 'd', files: 1, directories: 0, symlinks: 0, bytes: 3 } },
+  'audit.list': {
+    params: { since: 3, limit: 10 },
+    result: {
+      entries: [{ seq: 4, time: '2026-01-01T00:00:00.000Z', method: 'fs.read', paths: ['a.py'], outcome: 'ok', bytesIn: 0, bytesOut: 3, durationMs: 1 }],
+      dropped: false,
+      lastSeq: 4,
+    },
+  },
   'fs.download': { params: { path: 'd' }, result: { path: 'd', files: 1, directories: 0, symlinks: 0, bytes: 1024, skipped: [] } },
   'process.exec': {
     params: { cmd: 'echo hi', cwd: '.', env: { A: '1' }, stdin: 'x', timeoutMs: 1000 },

@@ -6,6 +6,7 @@ import {
   parseResult,
   PROTOCOL_VERSION,
   WS_MAX_PAYLOAD_BYTES,
+  ApprovalRequest,
   type EventFrame,
   type FrameHeader,
   type MethodName,
@@ -36,6 +37,9 @@ export interface CallAnswer<M extends MethodName> {
 
 export const DEFAULT_CALL_TIMEOUT_MS = 60_000;
 
+/** Decides one approval request; see {@link Connection.onApproval}. */
+export type ApprovalHandler = (request: ApprovalRequest, method: MethodName) => boolean | Promise<boolean>;
+
 interface Pending {
   method: MethodName;
   resolve: (answer: { result: unknown; payload?: Buffer | undefined }) => void;
@@ -53,6 +57,13 @@ export class Connection {
   private readonly pending = new Map<number, Pending>();
   private closedError: WarrenError | undefined;
 
+  /**
+   * Answers the sandbox's approval requests (seed 001's `read_approval` / `write_approval`):
+   * return true to allow. No handler, a handler that throws, or one that answers anything but
+   * true denies, and the call fails with `ApprovalDeniedError`.
+   */
+  onApproval: ApprovalHandler | undefined;
+
   private constructor(private readonly ws: WebSocket) {
     ws.on('message', (data: Buffer) => this.onMessage(data));
     ws.on('close', (code, reason) => this.failAll(makeError('CONNECTION_CLOSED', `The connection to the sandbox closed (${code}${reason.length ? `: ${reason.toString()}` : ''}).`)));
@@ -60,8 +71,8 @@ export class Connection {
   }
 
   /** Opens a connection and completes the version handshake. */
-  static async open(url: string, token: string, timeoutMs = 10_000): Promise<Connection> {
-    const ws = new WebSocket(url, { headers: { authorization: `Bearer ${token}` }, maxPayload: WS_MAX_PAYLOAD_BYTES, perMessageDeflate: false, handshakeTimeout: timeoutMs });
+  static async open(url: string, token: string, timeoutMs = 10_000, headers: Record<string, string> = {}): Promise<Connection> {
+    const ws = new WebSocket(url, { headers: { ...headers, authorization: `Bearer ${token}` }, maxPayload: WS_MAX_PAYLOAD_BYTES, perMessageDeflate: false, handshakeTimeout: timeoutMs });
     await new Promise<void>((resolve, reject) => {
       ws.once('open', resolve);
       ws.once('error', (err) => reject(makeError('CONNECTION_CLOSED', `Could not connect to ${url}: ${err.message}`, { cause: err })));
@@ -172,10 +183,25 @@ export class Connection {
     if (header.id === null || typeof header.id !== 'number') return;
     const pending = this.pending.get(header.id);
     if (!pending) return;
+    if (header.type === 'evt' && header.event === 'approval') return this.answerApproval(header.id, pending.method, header.data);
     if (header.type === 'evt') return pending.onEvent?.(header, payload);
     this.pending.delete(header.id);
     if (header.type === 'res') pending.resolve({ result: header.result, payload });
     else pending.reject(errorFromWire(header.error));
+  }
+
+  private answerApproval(id: number, method: MethodName, data: unknown): void {
+    const handler = this.onApproval;
+    void (async () => {
+      let allow = false;
+      try {
+        const request = ApprovalRequest.parse(data);
+        allow = handler !== undefined && (await handler(request, method)) === true;
+      } catch {
+        allow = false;
+      }
+      this.sendFrame({ type: 'approval', id, allow });
+    })();
   }
 
   private failAll(err: WarrenError): void {

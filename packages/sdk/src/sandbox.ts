@@ -1,6 +1,6 @@
 import type { CreateSandboxRequest, DeriveTokenRequest, DeriveTokenResponse, Result, SandboxInfo, SandboxState } from '@warren/protocol';
 import { Commands } from './commands.js';
-import { Connection, type CallOptions } from './connection.js';
+import { Connection, type ApprovalHandler, type CallOptions } from './connection.js';
 import { Files } from './files.js';
 import { RestClient, resolveControllerOptions, type ControllerOptions } from './rest.js';
 
@@ -133,6 +133,36 @@ export class Sandbox implements AsyncDisposable {
    */
   async daemonInfo(options: CallOptions = {}): Promise<Result<'system.info'>> {
     return (await this.connection.call('system.info', {}, options)).result;
+  }
+
+  /**
+   * Answers the sandbox's approval requests (named paths with `readApproval` / `writeApproval`,
+   * seed 001): return true to allow. No handler, a throw, or no answer within 30 s denies, and
+   * the call fails with `ApprovalDeniedError`.
+   *
+   * @example
+   * sandbox.onApproval = async ({ operation, path }) => operation === 'write' && path.startsWith('/out/');
+   */
+  get onApproval(): ApprovalHandler | undefined {
+    return this.connection.onApproval;
+  }
+
+  set onApproval(handler: ApprovalHandler | undefined) {
+    this.connection.onApproval = handler;
+  }
+
+  /**
+   * The calls the sandbox's daemon served (time, method, paths, outcome, bytes, duration), oldest
+   * first, from its bounded ring of the last 10,000; pass the last `seq` seen as `since` to page.
+   *
+   * @example
+   * const { entries } = await sandbox.auditLog({ limit: 50 });
+   */
+  async auditLog(options: CallOptions & { since?: number; limit?: number } = {}): Promise<Result<'audit.list'>> {
+    const params: { since?: number; limit?: number } = {};
+    if (options.since !== undefined) params.since = options.since;
+    if (options.limit !== undefined) params.limit = options.limit;
+    return (await this.connection.call('audit.list', params, options)).result;
   }
 
   /** Removes the sandbox: its container, files and processes are gone afterwards. */

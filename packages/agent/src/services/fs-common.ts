@@ -3,22 +3,13 @@ import type { Stats } from 'node:fs';
 import { constants } from 'node:fs';
 import { link, lstat, mkdir, open, rename, unlink } from 'node:fs/promises';
 import path from 'node:path';
-import { CodedError, describePolicy, type FilePolicy } from '@warren/protocol';
+import { CodedError, describePolicy, type ApprovalRequest, type FilePolicy } from '@warren/protocol';
 import type { CallContext } from '../dispatch.js';
 import { checkKernelName, checkSize, checkSuffix, mapFsError, openChecked, requireRegularFile, resolvePath, type Intent, type ResolvedPath, type ResolveOptions } from '../policy.js';
 
 /** What every file handler needs: the connection's policy. */
 export interface FsContext {
   policy: FilePolicy;
-}
-
-/** The approval an operation asks the SDK for, sent as the `approval` event's data. */
-export interface ApprovalRequest {
-  operation: string;
-  path: string;
-  /** The second path of a move or copy. */
-  to?: string;
-  bytes?: number;
 }
 
 /**
@@ -41,8 +32,7 @@ export async function resolveFor(
 
 /** Asks the caller's `onApproval` handler; throws `APPROVAL_DENIED` unless it allows. */
 export async function approve(ctx: CallContext, request: ApprovalRequest): Promise<void> {
-  const ask = (ctx as CallContext & { requestApproval?: (r: ApprovalRequest) => Promise<boolean> }).requestApproval;
-  const allowed = ask ? await ask(request).catch(() => false) : false;
+  const allowed = ctx.requestApproval ? await ctx.requestApproval(request).catch(() => false) : false;
   if (!allowed) {
     throw new CodedError('APPROVAL_DENIED', `${request.operation} of '${request.path}' needs approval and was not approved (no handler, a deny, or no answer in time).`, {
       operation: request.operation,
@@ -53,6 +43,22 @@ export async function approve(ctx: CallContext, request: ApprovalRequest): Promi
 
 export function sha256(bytes: Uint8Array): string {
   return createHash('sha256').update(bytes).digest('hex');
+}
+
+/**
+ * A hard link is a second name of the same file, and it may sit outside the paths a narrowed
+ * handle (a `derive()` allow-list, or one of several named paths on one file system) may read.
+ * Such a handle does not read multiply-linked files. A plain root is the whole workspace volume,
+ * so every name of its files is inside it, and it reads them. Writes never go through a hard link
+ * (they replace the name), so they need no check.
+ */
+export function checkHardLinks(fs: FsContext, info: Stats, display: string): void {
+  if (info.isFile() && info.nlink > 1 && (fs.policy.restrict !== undefined || 'paths' in fs.policy)) {
+    throw new CodedError('PATH_NOT_IN_SANDBOX', `'${display}' has ${info.nlink} hard links; this handle only reads files whose one name is inside its paths (another name may be outside them). ${describePolicy(fs.policy)}`, {
+      path: display,
+      nlink: info.nlink,
+    });
+  }
 }
 
 /** Reads a whole regular file through {@link openChecked}, applying the mount's suffix and size rules. */
@@ -71,6 +77,7 @@ export async function readWhole(fs: FsContext, resolved: ResolvedPath, display: 
   try {
     const info = await handle.stat();
     requireRegularFile(info, display);
+    checkHardLinks(fs, info, display);
     const bytes = await handle.readFile();
     return { bytes, info };
   } finally {
@@ -144,7 +151,7 @@ export async function atomicWrite(fs: FsContext, resolved: ResolvedPath, display
   });
   let renamed = false;
   try {
-    await checkKernelName(handle, temp, display);
+    await checkKernelName(handle, temp, display, true);
     await handle.writeFile(content);
     await handle.chmod(mode);
     await handle.close();

@@ -2,7 +2,7 @@ import { readlink } from 'node:fs/promises';
 import { canWrite, CodedError, lineAnchor, MAX_READ_BYTES, MAX_READ_LINES, MAX_TEXT_SCAN_BYTES, type Params, type Result } from '@warren/protocol';
 import type { Handler } from '../dispatch.js';
 import { checkSize, checkSuffix, openChecked, requireRegularFile, typeOf } from '../policy.js';
-import { readWhole, resolveFor, sha256, splitLines, type FsContext } from './fs-common.js';
+import { checkHardLinks, readWhole, resolveFor, sha256, splitLines, type FsContext } from './fs-common.js';
 
 type ReadHandlers = { 'fs.read': Handler<'fs.read'>; 'fs.readLines': Handler<'fs.readLines'>; 'fs.stat': Handler<'fs.stat'> };
 
@@ -74,6 +74,7 @@ async function readBytes(fs: FsContext, target: Awaited<ReturnType<typeof resolv
   try {
     const info = await handle.stat();
     requireRegularFile(info, display);
+    checkHardLinks(fs, info, display);
     const available = Math.max(0, info.size - range.offset);
     const want = Math.min(range.length ?? available, available, MAX_READ_BYTES);
     const buffer = Buffer.alloc(want);

@@ -7,7 +7,7 @@ import { extract, pack } from 'tar-stream';
 import { CodedError, isWithin, MAX_FRAME_BYTES, suffixAllowed, TarChecker, type CheckedTarEntry } from '@warren/protocol';
 import type { Handler } from '../dispatch.js';
 import { checkKernelName, mapFsError, openChecked, requireRegularFile, resolvePath, type ResolvedPath } from '../policy.js';
-import { resolveFor, type FsContext } from './fs-common.js';
+import { checkHardLinks, resolveFor, type FsContext } from './fs-common.js';
 import { walkTree } from './fs-walk.js';
 
 type TarHandlers = { 'fs.upload': Handler<'fs.upload'>; 'fs.download': Handler<'fs.download'> };
@@ -93,7 +93,7 @@ export function tarHandlers(fs: FsContext): TarHandlers {
           const file = path.posix.join(staging, String(i));
           const handle = await open(file, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, entry.mode);
           try {
-            await checkKernelName(handle, file, params.path);
+            await checkKernelName(handle, file, params.path, true);
             await handle.writeFile(data);
             await handle.chmod(entry.mode);
           } finally {
@@ -156,7 +156,9 @@ export function tarHandlers(fs: FsContext): TarHandlers {
       const readFile = async (absolute: string, stat: import('node:fs').Stats, display: string) => {
         const handle = await openChecked({ ...source, absolute, stat }, display);
         try {
-          requireRegularFile(await handle.stat(), display);
+          const info = await handle.stat();
+          requireRegularFile(info, display);
+          checkHardLinks(fs, info, display);
           return await handle.readFile();
         } finally {
           await handle.close();

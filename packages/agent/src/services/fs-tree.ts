@@ -6,7 +6,7 @@ import picomatch from 'picomatch';
 import { CodedError, describePolicy, isWithin, mountsOf, suffixAllowed, type EntryType } from '@warren/protocol';
 import type { CallContext, Handler } from '../dispatch.js';
 import { checkKernelName, mapFsError, openChecked, requireRegularFile, typeOf, type ResolvedPath } from '../policy.js';
-import { resolveFor, type FsContext } from './fs-common.js';
+import { checkHardLinks, resolveFor, type FsContext } from './fs-common.js';
 import { walkTree } from './fs-walk.js';
 
 type TreeHandlers = {
@@ -250,10 +250,12 @@ async function copyInto(fs: FsContext, ctx: CallContext, from: ResolvedPath, to:
   const copyFile = async (srcAbs: string, srcStat: import('node:fs').Stats, dest: string, display: string) => {
     const src = await openChecked({ ...from, absolute: srcAbs, stat: srcStat }, display);
     try {
-      requireRegularFile(await src.stat(), display);
+      const info = await src.stat();
+      requireRegularFile(info, display);
+      checkHardLinks(fs, info, display);
       const out = await open(dest, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, srcStat.mode & 0o777);
       try {
-        await checkKernelName(out, dest, toDisplay);
+        await checkKernelName(out, dest, toDisplay, true);
         const buffer = Buffer.allocUnsafe(1024 * 1024);
         for (;;) {
           if (ctx.signal.aborted) throw new CodedError('CANCELLED', 'The copy was cancelled.');

@@ -1,0 +1,58 @@
+import { AUDIT_RING_SIZE, type AuditEntry } from '@warren/protocol';
+
+/** The fields a finished call reports; `seq` and the ring position are the log's. */
+export type AuditRecord = Omit<AuditEntry, 'seq'>;
+
+/**
+ * The agent's audit log: every call it served, in a bounded in-memory ring (the oldest entries go
+ * first), read back with `audit.list`. It lives as long as the daemon; the controller reads it
+ * through `GET /v1/sandboxes/:id/audit`.
+ *
+ * @example
+ * const audit = new AuditLog(100);
+ * audit.add({ time: new Date().toISOString(), method: 'fs.read', paths: ['a.py'], outcome: 'ok', bytesIn: 0, bytesOut: 3, durationMs: 1 });
+ * audit.list({ limit: 10 }).entries.length; // 1
+ */
+export class AuditLog {
+  private readonly ring: AuditEntry[] = [];
+  private next = 0;
+
+  constructor(private readonly capacity: number = AUDIT_RING_SIZE) {}
+
+  add(record: AuditRecord): void {
+    const entry: AuditEntry = { seq: this.next++, ...record };
+    if (this.ring.length < this.capacity) this.ring.push(entry);
+    else this.ring[entry.seq % this.capacity] = entry;
+  }
+
+  /** Entries with `seq > since` (all when absent), oldest first, at most `limit`. */
+  list(options: { since?: number | undefined; limit: number }): { entries: AuditEntry[]; dropped: boolean; lastSeq: number } {
+    const oldest = Math.max(0, this.next - this.ring.length);
+    const from = Math.max(oldest, options.since === undefined ? 0 : options.since + 1);
+    const entries: AuditEntry[] = [];
+    for (let seq = from; seq < this.next && entries.length < options.limit; seq++) {
+      entries.push(this.ring.length < this.capacity ? this.ring[seq]! : this.ring[seq % this.capacity]!);
+    }
+    const wanted = options.since === undefined ? 0 : options.since + 1;
+    return { entries, dropped: wanted < oldest, lastSeq: this.next - 1 };
+  }
+}
+
+/** The paths a call's params name, for its audit entry. */
+export function pathsOf(params: unknown): string[] {
+  if (params === null || typeof params !== 'object') return [];
+  const out: string[] = [];
+  for (const key of ['path', 'from', 'to', 'cwd']) {
+    const value = (params as Record<string, unknown>)[key];
+    if (typeof value === 'string') out.push(value.length > 512 ? `${value.slice(0, 512)}...` : value);
+  }
+  return out;
+}
+
+/** The command of an exec-like call, cut to 200 characters. */
+export function commandOf(params: unknown): string | undefined {
+  if (params === null || typeof params !== 'object') return undefined;
+  const cmd = (params as Record<string, unknown>).cmd ?? (params as Record<string, unknown>).command;
+  const text = typeof cmd === 'string' ? cmd : Array.isArray(cmd) ? cmd.map(String).join(' ') : undefined;
+  return text === undefined ? undefined : text.length > 200 ? `${text.slice(0, 200)}...` : text;
+}

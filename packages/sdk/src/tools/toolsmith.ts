@@ -77,7 +77,7 @@ export function toolsmithError(error: ToolError, filePath: string | undefined, o
   const { isError: _isError, code, error: text, suggestion, exception, ...extra } = error;
   const name = typeof exception === 'string' ? exception : toolsmithExceptionName(code);
   const message = text.startsWith(`${name}:`) ? text : `${name}: ${text}`;
-  return { ...defaults, ...extra, isError: true, code, error: message, suggestion, file_path: filePath ?? null, operation };
+  return { isError: true, error: message, file_path: filePath ?? null, operation, ...defaults, ...extra, code, suggestion };
 }
 
 function jsonText(result: unknown): string {

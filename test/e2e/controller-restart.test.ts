@@ -1,0 +1,169 @@
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { createInterface } from 'node:readline';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import Docker from 'dockerode';
+import { Sandbox } from '@warren/sdk';
+import { startTestController } from '../support/fixtures.js';
+
+const repo = path.resolve(import.meta.dirname, '..', '..');
+// Inside the controller package, so its dependencies resolve from its node_modules.
+const entry = path.join(repo, 'packages', 'controller', 'node_modules', '.warren-test', 'controller-entry.mjs');
+const docker = new Docker();
+
+/** A controller in its own process, on a fixed port and state folder, so a restart looks the same to clients. */
+class ControllerProcess {
+  private constructor(
+    readonly child: ChildProcess,
+    readonly url: string,
+  ) {}
+
+  static async start(env: Record<string, string>): Promise<ControllerProcess> {
+    const child = spawn(process.execPath, [entry], {
+      env: { ...process.env, WARREN_AGENT_BUNDLE: path.join(repo, 'packages', 'agent', 'dist', 'warren-agent.mjs'), ...env },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    const line = await new Promise<string>((resolve, reject) => {
+      const lines = createInterface({ input: child.stdout! });
+      lines.once('line', resolve);
+      child.once('exit', (code) => reject(new Error(`the controller exited with ${code} before it listened`)));
+    });
+    return new ControllerProcess(child, (JSON.parse(line) as { url: string }).url);
+  }
+
+  async stop(signal: NodeJS.Signals): Promise<void> {
+    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
+    const exited = new Promise((resolve) => this.child.once('exit', resolve));
+    this.child.kill(signal);
+    await exited;
+  }
+}
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+const containerGone = async (id: string) => docker.getContainer(id).inspect().then(() => undefined, () => true as const);
+
+describe('a controller restart loses nothing', () => {
+  const stateDirs: string[] = [];
+  const processes: ControllerProcess[] = [];
+  const containers: string[] = [];
+
+  beforeAll(async () => {
+    await promisify(execFile)(process.execPath, [path.join(repo, 'test', 'support', 'build-controller-entry.mjs'), entry], { cwd: repo });
+  });
+
+  afterAll(async () => {
+    for (const p of processes) await p.stop('SIGKILL');
+    for (const id of containers) await docker.getContainer(id).remove({ force: true, v: true }).catch(() => undefined);
+    for (const dir of stateDirs) await rm(dir, { recursive: true, force: true });
+  });
+
+  const newStateDir = async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'warren-restart-'));
+    stateDirs.push(dir);
+    return dir;
+  };
+  const startProcess = async (env: Record<string, string>) => {
+    const p = await ControllerProcess.start(env);
+    processes.push(p);
+    return p;
+  };
+  /** The container of a sandbox, remembered so afterAll removes it whatever happens. */
+  const containerOf = async (id: string) => {
+    const found = await docker.listContainers({ all: true, filters: { label: [`warren.sandbox=${id}`] } });
+    expect(found).toHaveLength(1);
+    containers.push(found[0]!.Id);
+    return found[0]!.Id;
+  };
+
+  it('after SIGKILL: same sandboxes, files intact, background process still running, expired ones reaped; a clean stop leaves sandboxes running', async () => {
+    const apiKey = `wk_test_${randomBytes(16).toString('hex')}`;
+    const env = { WARREN_STATE_DIR: await newStateDir(), WARREN_API_KEY: apiKey, WARREN_PORT: String(await freePort()), WARREN_REAP_INTERVAL_MS: '300' };
+    const first = await startProcess(env);
+    const options = { baseUrl: first.url, apiKey };
+
+    const kept = await Sandbox.create({ ...options, labels: { role: 'kept' }, ttlSeconds: 600 });
+    const keptContainer = await containerOf(kept.id);
+    await kept.commands.run(['sh', '-c', 'printf "precious" > /workspace/data.txt']);
+    await kept.commands.start(['sh', '-c', 'while true; do date >> /workspace/tick; sleep 0.2; done'], { tag: 'ticker' });
+    const moved = await kept.setTimeout(900); // stored in the state folder, not in the (immutable) labels
+    const doomed = await Sandbox.create({ ...options, labels: { role: 'doomed' }, ttlSeconds: 600 });
+    const doomedContainer = await containerOf(doomed.id);
+    await doomed.setTimeout(1); // expires while the controller is down
+
+    await first.stop('SIGKILL');
+    kept.close();
+    doomed.close();
+    await new Promise((r) => setTimeout(r, 1200));
+    expect((await docker.getContainer(keptContainer).inspect()).State.Running).toBe(true);
+
+    const second = await startProcess(env);
+    expect(second.url).toBe(first.url);
+    await until('the expired sandbox to be reaped', async () => ((await containerGone(doomedContainer)) ? true : undefined));
+    const listed = await Sandbox.list(options);
+    expect(listed.map((s) => s.id)).toEqual([kept.id]);
+    expect(listed[0]).toMatchObject({ state: 'running', labels: { role: 'kept' }, expiresAt: moved.expiresAt });
+
+    const again = await Sandbox.connect(kept.id, { baseUrl: second.url, token: kept.token });
+    try {
+      expect((await again.commands.run('cat /workspace/data.txt')).stdout).toBe('precious');
+      const ticks = async () => Number((await again.commands.run('wc -l < /workspace/tick')).stdout.trim());
+      const before = await ticks();
+      await until('the background process to write more', async () => ((await ticks()) > before ? true : undefined), 10_000);
+    } finally {
+      again.close();
+    }
+
+    // A clean stop (SIGTERM) leaves the sandbox running.
+    await second.stop('SIGTERM');
+    expect((await docker.getContainer(keptContainer).inspect()).State.Running).toBe(true);
+  });
+
+  it('a controller sharing the engine sweeps the expired containers of a controller gone for good, and only those', async () => {
+    const apiKey = `wk_test_${randomBytes(16).toString('hex')}`;
+    const gone = await startProcess({ WARREN_STATE_DIR: await newStateDir(), WARREN_API_KEY: apiKey, WARREN_PORT: '0' });
+    const short = await Sandbox.create({ baseUrl: gone.url, apiKey, ttlSeconds: 10 });
+    const long = await Sandbox.create({ baseUrl: gone.url, apiKey, ttlSeconds: 600 });
+    const shortContainer = await containerOf(short.id);
+    const longContainer = await containerOf(long.id);
+    short.close();
+    long.close();
+    await gone.stop('SIGKILL');
+
+    await using other = await startTestController({ config: { orphanGraceSeconds: 0, reapIntervalMs: 300 } });
+    expect(other.controller.sandboxes.list()).toEqual([]); // not its containers: never adopted
+    await until('the orphan to be swept', async () => ((await containerGone(shortContainer)) ? true : undefined), 30_000);
+    expect((await docker.getContainer(longContainer).inspect()).State.Running).toBe(true);
+  });
+
+  it('kills its sandboxes on a clean shutdown when configured to', async () => {
+    const warren = await startTestController({ config: { killOnShutdown: true } });
+    const sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });
+    const containerId = warren.controller.sandboxes.record(sandbox.id).containerId;
+    sandbox.close();
+    await warren.controller.close();
+    expect(await containerGone(containerId)).toBe(true);
+    await warren[Symbol.asyncDispose]();
+  });
+});

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { pack, type Headers } from 'tar-stream';
+import { pack, type Header } from 'tar-stream';
 import { Sandbox, WarrenError } from '@warren/sdk';
 import { startTestController, type TestController } from '../support/fixtures.js';
 
@@ -21,15 +21,15 @@ async function codeOf(promise: Promise<unknown>): Promise<string> {
   }
 }
 
-async function tar(entries: { header: Headers; data?: string }[]): Promise<Buffer> {
+async function tar(entries: { header: Partial<Header> & { name: string }; data?: string }[]): Promise<Buffer> {
   const p = pack();
   const chunks: Buffer[] = [];
-  p.on('data', (c: Buffer) => chunks.push(c));
-  const done = new Promise((resolve) => p.on('end', resolve));
+  p.on('data', (c: unknown) => chunks.push(c as Buffer));
+  const done = new Promise<void>((resolve) => p.on('end', () => resolve()));
   for (const { header, data } of entries) {
     await new Promise<void>((resolve, reject) => {
-      if (data !== undefined) p.entry(header, data, (err) => (err ? reject(err) : resolve()));
-      else p.entry(header, (err) => (err ? reject(err) : resolve()));
+      if (data !== undefined) p.entry(header as Header, data, (err) => (err ? reject(err) : resolve()));
+      else p.entry(header as Header, (err) => (err ? reject(err) : resolve()));
     });
   }
   p.finalize();

@@ -111,6 +111,6 @@ describe('every file operation through the controller, in a real container', () 
     expect(await codeOf(approving.files.read('/etc/hostname'))).toBe('APPROVAL_DENIED');
     expect(await codeOf(approving.files.write('/etc/x', 'x'))).toBe('PATH_NOT_WRITABLE');
     expect(asked).toEqual(['write /work/a.txt', 'write /work/b.txt', 'read /etc/hostname']);
-    expect((await approving.commands.run('ls /workspace')).stdout).toBe('a.txt\n');
+    expect((await approving.commands.run('ls /workspace', { cwd: '/work' })).stdout).toBe('a.txt\n');
   }, 60_000);
 });

@@ -74,7 +74,7 @@ export function callAccessCheck(grant: ConnectionGrant, metrics?: Metrics): (dat
     const access = METHODS[header.method].access;
     let refusal: string | undefined;
     if (access === 'exec' && !grant.allowExec) refusal = `${header.method} runs a process, and this handle may not run commands (it was derived without allowExec). Use file calls, or a handle derived with allowExec: true.`;
-    if (access === 'write' && !canWrite) refusal = `${header.method} writes, and this handle is read-only. Use read calls only, or a handle derived with write access.`;
+    if (access === 'write' && !canWrite) refusal = `${header.method} writes, and this connection's file policy is read-only. Use read calls only, or a handle with write access.`;
     if (refusal === undefined) return undefined;
     metrics?.calls.inc({ method: header.method, outcome: 'refused' });
     metrics?.errors.inc({ code: 'FORBIDDEN', source: 'call' });

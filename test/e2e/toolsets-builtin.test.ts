@@ -55,6 +55,14 @@ describe('builtin tool set (seed 004): a scripted orchestrator loop over Anthrop
     expect((await send('bash', { command: 'pwd' })).content).toBe('/workspace\n');
   });
 
+  it('stops a running bash call when its signal aborts, and answers with an error result', async () => {
+    const bash = tools.find((t) => t.name === 'bash')!;
+    const controller = new AbortController();
+    const running = bash.run({ command: 'sleep 20; echo never' }, { signal: controller.signal });
+    setTimeout(() => controller.abort(), 300);
+    await expect(running).resolves.toMatchObject({ isError: true, code: 'CANCELLED' });
+  });
+
   it('refuses paths outside the workspace', async () => {
     const outside = await send('read_file', { path: '../etc/passwd' });
     expect(outside).toMatchObject({ is_error: true });

@@ -76,6 +76,19 @@ export interface VercelAITool {
   execute(input: unknown, options: { abortSignal?: AbortSignal | undefined; toolCallId?: string }): Promise<string>;
 }
 
+/** One tool in an MCP `tools/list` answer. */
+export interface MCPTool {
+  name: string;
+  description: string;
+  inputSchema: JsonSchema;
+}
+
+/** An MCP `tools/call` result: text content, `isError` when the tool failed. */
+export interface MCPCallToolResult {
+  content: { type: 'text'; text: string }[];
+  isError?: true;
+}
+
 /** The outcome of one dispatched call: the tool's result, its text, and whether it failed. */
 export interface ToolCallOutcome {
   tool: Tool | undefined;
@@ -130,6 +143,29 @@ export function toVercelAITools(tools: ToolSet): Record<string, VercelAITool> {
     };
   }
   return out;
+}
+
+/**
+ * The tool set as an MCP server lists it (`tools/list`): `{ name, description, inputSchema }`.
+ *
+ * @example
+ * server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: toMCPTools(tools) }));
+ */
+export function toMCPTools(tools: ToolSet): MCPTool[] {
+  return tools.map((tool) => ({ name: tool.name, description: tool.description, inputSchema: tool.jsonSchema }));
+}
+
+/**
+ * Answers an MCP `tools/call` request: the tool's text as one text content item, with `isError: true`
+ * when it failed (MCP reports tool failures in the result, not as protocol errors).
+ *
+ * @example
+ * server.setRequestHandler(CallToolRequestSchema, (request) => callMCPTool(tools, request.params.name, request.params.arguments));
+ */
+export async function callMCPTool(tools: ToolSet, name: string, args: unknown, options: ToolRunOptions = {}): Promise<MCPCallToolResult> {
+  const outcome = await runToolCall(tools, name, args ?? {}, options);
+  const content = [{ type: 'text' as const, text: outcome.text }];
+  return outcome.isError ? { content, isError: true } : { content };
 }
 
 /**

@@ -2,16 +2,24 @@ import { describe, expect, it } from '@jest/globals';
 import { z } from 'zod';
 import { NotFoundError } from '../../src/errors.js';
 import {
+  builtinTools,
+  callMCPTool,
+  codinTools,
   defineTool,
   dispatchAnthropicToolUse,
   dispatchOpenAIToolCall,
   isToolError,
   runToolCall,
+  filesystemTools,
+  partialReadTools,
   toAnthropicTools,
+  toMCPTools,
+  toolsmithTools,
   toOpenAITools,
   toVercelAITools,
   type ToolSet,
 } from '../../src/tools/index.js';
+import { fakeContext } from './fakes.js';
 
 const readTool = defineTool({
   name: 'read_it',
@@ -131,5 +139,44 @@ describe('runToolCall', () => {
   it('finds the tool by name and reports the outcome', async () => {
     const outcome = await runToolCall(tools, 'read_it', { path: 'x' });
     expect(outcome).toMatchObject({ result: 'x:1000', text: 'x:1000', isError: false });
+  });
+});
+
+describe('MCP adapter', () => {
+  it('lists tools as { name, description, inputSchema } and answers tools/call with text content', async () => {
+    expect(toMCPTools(tools)).toEqual([{ name: 'read_it', description: 'Reads a file.', inputSchema: readTool.jsonSchema }]);
+    await expect(callMCPTool(tools, 'read_it', { path: 'a' })).resolves.toEqual({ content: [{ type: 'text', text: 'a:1000' }] });
+    await expect(callMCPTool(tools, 'read_it', { path: 'missing' })).resolves.toEqual({
+      content: [{ type: 'text', text: "Error: No file at 'missing'.\nCheck the path; list the parent folder to see what exists." }],
+      isError: true,
+    });
+  });
+});
+
+describe('every tool of the five sets fits both providers\' published constraints', () => {
+  const context = fakeContext();
+  const sets: Record<string, ToolSet> = {
+    codin: codinTools(context),
+    filesystem: filesystemTools(context),
+    toolsmith: toolsmithTools(context),
+    partial_read: partialReadTools(context),
+    builtin: builtinTools(context),
+  };
+
+  it.each(Object.entries(sets))('%s', (_name, set) => {
+    const names = new Set<string>();
+    for (const tool of set) {
+      // OpenAI and Anthropic: names of 1-64 letters, digits, underscores or dashes, unique in a request.
+      expect(tool.name).toMatch(/^[a-zA-Z0-9_-]{1,64}$/);
+      expect(names.has(tool.name)).toBe(false);
+      names.add(tool.name);
+      expect(tool.description.length).toBeGreaterThan(20);
+      // Both take a JSON Schema object for the input; Anthropic requires type "object" at the top.
+      expect(tool.jsonSchema.type).toBe('object');
+      expect(tool.jsonSchema).not.toHaveProperty('$schema');
+      expect(typeof tool.jsonSchema['properties']).toBe('object');
+      expect(tool.jsonSchema['additionalProperties']).toBe(false);
+      expect(JSON.parse(JSON.stringify(tool.jsonSchema))).toEqual(tool.jsonSchema);
+    }
   });
 });

@@ -4,6 +4,7 @@ import { Credentials } from './credentials.js';
 import { DockerProvider } from './docker.js';
 import { createHttpServer, serverUrl } from './http.js';
 import { Metrics } from './metrics.js';
+import { WarmPool } from './pool.js';
 import { collectRuntime } from './runtime.js';
 import { SandboxService } from './sandboxes.js';
 
@@ -20,6 +21,8 @@ export interface Controller extends AsyncDisposable {
   config: ControllerConfig;
   sandboxes: SandboxService;
   metrics: Metrics;
+  /** The warm pool, when `poolSize` is above 0. */
+  pool?: WarmPool | undefined;
   /** Set only on the start that generated the API key, so it is printed once. */
   generatedApiKey?: string | undefined;
   close(): Promise<void>;
@@ -50,7 +53,13 @@ export async function startController(options: StartControllerOptions = {}): Pro
   const metrics: Metrics = new Metrics(() => sandboxes.countByState());
   const sandboxes: SandboxService = new SandboxService(docker, credentials, config, runtimeVolume, metrics);
   const { recovered, poolMembers } = await sandboxes.recover();
-  for (const member of poolMembers) await docker.removeSandbox(member.containerId).catch(() => undefined);
+  // Unclaimed pool members of the previous run may be from an older runtime: replace them.
+  for (const member of poolMembers) await sandboxes.removePoolMember(member.agentId, member.containerId);
+  const pool = config.poolSize > 0 ? new WarmPool(sandboxes, docker, config.poolSize, log) : undefined;
+  if (pool) {
+    sandboxes.pool = pool;
+    pool.fill();
+  }
 
   const readiness = async () => {
     await docker.ping();
@@ -64,6 +73,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
   log('controller.started', { url, recovered, runtimeVolume });
 
   const reaper = setInterval(() => {
+    pool?.fill();
     sandboxes
       .refreshStates()
       .then(() => sandboxes.reapExpired())
@@ -77,12 +87,13 @@ export async function startController(options: StartControllerOptions = {}): Pro
     if (closed) return;
     closed = true;
     clearInterval(reaper);
+    await pool?.close();
     if (config.killOnShutdown) for (const record of sandboxes.list()) await sandboxes.kill(record.id).catch(() => undefined);
     for (const ws of wss.clients) ws.terminate();
     server.closeAllConnections();
     await new Promise<void>((resolve) => server.close(() => resolve()));
   };
-  return { url, config, sandboxes, metrics, generatedApiKey, close, [Symbol.asyncDispose]: close };
+  return { url, config, sandboxes, metrics, pool, generatedApiKey, close, [Symbol.asyncDispose]: close };
 }
 
 function jsonLog(event: string, fields: Record<string, unknown> = {}): void {

@@ -57,6 +57,7 @@ export interface ListFilter {
 /** Where the warm pool plugs into creates: it may hand over a ready container for a plan. */
 export interface PoolSource {
   take(plan: SandboxPlan): { agentId: string; containerId: string; image: string; settings: SandboxSettings } | undefined;
+  readonly readyCount: number;
 }
 
 /**
@@ -354,6 +355,7 @@ export class SandboxService {
   countByState(): Record<string, number> {
     const counts: Record<string, number> = { running: 0, paused: 0, exited: 0 };
     for (const r of this.records.values()) counts[r.state] = (counts[r.state] ?? 0) + 1;
+    if (this.pool) counts.pooled = this.pool.readyCount;
     return counts;
   }
 
@@ -395,6 +397,12 @@ export class SandboxService {
     await this.docker.unpause(record.containerId);
     record.state = 'running';
     return describe(record);
+  }
+
+  /** Removes an unclaimed warm-pool container and its socket folder. */
+  async removePoolMember(agentId: string, containerId: string): Promise<void> {
+    await this.docker.removeSandbox(containerId).catch(() => undefined);
+    await rm(this.socketDir(agentId), { recursive: true, force: true });
   }
 
   /** Kills a sandbox: its container, workspace volume, socket folder and state file are gone afterwards. */

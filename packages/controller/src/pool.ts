@@ -1,0 +1,105 @@
+import type { SandboxSettings } from '@warren/protocol';
+import type { DockerProvider } from './docker.js';
+import type { SandboxPlan } from './sandbox-plan.js';
+import { newId, type PoolSource, type SandboxService } from './sandboxes.js';
+
+/** One started sandbox whose daemon has answered, waiting to be claimed. */
+interface PoolMember {
+  agentId: string;
+  containerId: string;
+  image: string;
+  settings: SandboxSettings;
+}
+
+/**
+ * The warm pool: `size` started sandboxes of the default image and settings, each ready (its
+ * daemon answered `system.info`). A create whose plan matches takes one: the sandbox gets a fresh
+ * public id and token, while the container keeps the id it was made with (labels and names cannot
+ * change), which keys its socket folder and daemon secret; the mapping is the sandbox's state file.
+ * The pool refills in the background, one container at a time.
+ *
+ * @example
+ * const pool = new WarmPool(sandboxes, docker, 2, log);
+ * sandboxes.pool = pool;
+ * pool.fill();
+ */
+export class WarmPool implements PoolSource {
+  private readonly ready: PoolMember[] = [];
+  private filling = false;
+  private closed = false;
+  private readonly template: SandboxPlan;
+  private failures = 0;
+
+  constructor(
+    private readonly sandboxes: SandboxService,
+    private readonly docker: DockerProvider,
+    readonly size: number,
+    private readonly log: (event: string, fields?: Record<string, unknown>) => void,
+  ) {
+    // The default create, as planned for a request that asks for nothing.
+    this.template = sandboxes.plan({});
+  }
+
+  /** How many ready members wait. */
+  get readyCount(): number {
+    return this.ready.length;
+  }
+
+  /**
+   * Hands over a ready member when the plan is the default one in everything the container fixes:
+   * image, env, resources, network, runtime, user, workdir, mounts. Labels, ttl and the file policy
+   * are the sandbox's own and do not need a new container.
+   */
+  take(plan: SandboxPlan): PoolMember | undefined {
+    if (!this.matches(plan)) return undefined;
+    const member = this.ready.shift();
+    if (member) this.fill();
+    return member;
+  }
+
+  matches(plan: SandboxPlan): boolean {
+    const { ttlSeconds: _a, ...wanted } = plan.settings;
+    const { ttlSeconds: _b, ...offered } = this.template.settings;
+    return plan.image === this.template.image && Object.keys(plan.env).length === 0 && JSON.stringify(wanted) === JSON.stringify(offered);
+  }
+
+  /** Starts filling up to `size` in the background; safe to call often. */
+  fill(): void {
+    if (this.filling || this.closed) return;
+    this.filling = true;
+    void this.fillLoop().finally(() => {
+      this.filling = false;
+    });
+  }
+
+  private async fillLoop(): Promise<void> {
+    while (!this.closed && this.ready.length < this.size) {
+      const agentId = newId();
+      const createdAt = new Date();
+      // The label's expiry only matters to other controllers sweeping orphans: the pool's own
+      // expiry is the claim's, in the state file.
+      const expiresAt = new Date(createdAt.getTime() + this.sandboxes.config.maxLimits.ttlSeconds * 1000);
+      try {
+        const containerId = await this.sandboxes.startContainer(agentId, this.template, { createdAt, expiresAt }, true);
+        if (this.closed) {
+          await this.docker.removeSandbox(containerId).catch(() => undefined);
+          return;
+        }
+        this.ready.push({ agentId, containerId, image: this.template.image, settings: this.template.settings });
+        this.failures = 0;
+      } catch (err) {
+        this.failures++;
+        this.log('pool.fill-failed', { error: (err as Error).message, failures: this.failures });
+        // Back off so a broken image does not spin the engine; the next take() or tick retries.
+        await new Promise((r) => setTimeout(r, Math.min(30_000, 500 * 2 ** this.failures)).unref());
+      }
+    }
+  }
+
+  /** Removes the unclaimed members (a restarted controller would remove them anyway). */
+  async close(): Promise<void> {
+    this.closed = true;
+    const members = this.ready.splice(0);
+    await Promise.all(members.map((m) => this.sandboxes.removePoolMember(m.agentId, m.containerId)));
+  }
+}

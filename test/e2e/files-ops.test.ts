@@ -30,7 +30,7 @@ describe('every file operation through the controller, in a real container', () 
 
   it('writes and reads in every mode, as the sandbox user sees them', async () => {
     const text = 'alpha\nβeta\ngamma 😀\n';
-    const written = await sandbox.files.write('/workspace/ops/t.txt', text, { mode: 0o640 });
+    const written = await sandbox.files.write('/workspace/ops/t.txt', text, { mode: 0o640, hash: true });
     expect(written).toMatchObject({ created: true, bytesWritten: Buffer.byteLength(text) });
     expect((await sandbox.commands.run('stat -c %a:%U /workspace/ops/t.txt')).stdout).toBe('640:warren\n');
     expect(await sandbox.files.read('ops/t.txt')).toBe(text);
@@ -38,7 +38,7 @@ describe('every file operation through the controller, in a real container', () 
     expect(await sandbox.files.readChars('ops/t.txt', { offset: 6, length: 4 })).toMatchObject({ content: 'βeta', charsRead: 4, totalChars: [...text].length, truncated: true });
     expect(Buffer.from((await sandbox.files.readBytes('ops/t.txt', { offset: 0, length: 5 })).bytes).toString()).toBe('alpha');
     expect(await codeOf(sandbox.files.write('ops/t.txt', 'x', { expectedSha256: '0'.repeat(64) }))).toBe('CONFLICT');
-    await sandbox.files.write('ops/t.txt', text.replace('alpha', 'ALPHA'), { expectedSha256: written.sha256 });
+    await sandbox.files.write('ops/t.txt', text.replace('alpha', 'ALPHA'), { expectedSha256: written.sha256! });
   });
 
   it('edits by exact text and by LINE#ID anchors', async () => {

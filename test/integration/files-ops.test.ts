@@ -55,14 +55,15 @@ describe('file operations over a real agent socket', () => {
   });
 
   it('writes atomically, keeps the mode, honours expectedSha256 and overwrite: false', async () => {
-    const first = await agent.files.write('w/a.sh', '#!/bin/sh\necho 1\n', { mode: 0o755 });
+    const first = await agent.files.write('w/a.sh', '#!/bin/sh\necho 1\n', { mode: 0o755, hash: true });
+    expect((await agent.files.readWithHash('w/a.sh')).sha256).toBe(first.sha256);
     expect(first.created).toBe(true);
     expect((await stat(path.join(agent.root, 'w/a.sh'))).mode & 0o777).toBe(0o755);
     await chmod(path.join(agent.root, 'w/a.sh'), 0o700);
-    const second = await agent.files.write('w/a.sh', 'echo 2\n', { expectedSha256: first.sha256 });
+    const second = await agent.files.write('w/a.sh', 'echo 2\n', { expectedSha256: first.sha256! });
     expect(second.created).toBe(false);
     expect((await stat(path.join(agent.root, 'w/a.sh'))).mode & 0o777).toBe(0o700);
-    expect(await codeOf(agent.files.write('w/a.sh', 'echo 3\n', { expectedSha256: first.sha256 }))).toBe('CONFLICT');
+    expect(await codeOf(agent.files.write('w/a.sh', 'echo 3\n', { expectedSha256: first.sha256! }))).toBe('CONFLICT');
     expect(await readFile(path.join(agent.root, 'w/a.sh'), 'utf8')).toBe('echo 2\n');
     expect(await codeOf(agent.files.write('w/a.sh', 'x', { overwrite: false }))).toBe('ALREADY_EXISTS');
     expect(await codeOf(agent.files.write('w', 'x'))).toBe('IS_A_DIRECTORY');

@@ -5,11 +5,11 @@ import { CodedError, ERROR_CODE_LIST, ERROR_CODES, METHODS, parseParams, parseRe
 const EXAMPLES: { [M in MethodName]: { params: unknown; result: unknown } } = {
   'system.info': { params: {}, result: { agentVersion: '0.1.0', protocolVersion: 1, pid: 7, uid: 1000, rssBytes: 1, uptimeMs: 2 } },
   'fs.read': {
-    params: { path: 'a.py', range: { unit: 'lines', start: 1, end: 2, maxLines: 10 } },
+    params: { path: 'a.py', range: { unit: 'lines', start: 1, end: 2, maxLines: 10 }, hash: true },
     result: { path: 'a.py', size: 3, mtimeMs: 1700000000000, sha256: 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', unit: 'lines', bytesRead: 3, truncated: false, startLine: 1, endLine: 1, totalLines: 1 },
   },
   'fs.write': {
-    params: { path: 'a.py', mode: 0o644, overwrite: true },
+    params: { path: 'a.py', mode: 0o644, overwrite: true, hash: false },
     result: { path: 'a.py', bytesWritten: 3, sha256: 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', created: true },
   },
   'fs.edit': { params: { path: 'a.py', oldText: 'a', newText: '$1' }, result: { path: 'a.py', line: 1, bytesWritten: 3, sha256: 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' } },

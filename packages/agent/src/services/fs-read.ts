@@ -15,7 +15,7 @@ export function readHandlers(fs: FsContext): ReadHandlers {
       if (range?.unit === 'bytes') return readBytes(fs, target, params.path, range);
       const cap = range ? MAX_TEXT_SCAN_BYTES : MAX_READ_BYTES;
       const { bytes, info } = await readWhole(fs, target, params.path, cap);
-      const base = { path: target.display, size: bytes.length, mtimeMs: info.mtimeMs, sha256: sha256(bytes) };
+      const base = { path: target.display, size: bytes.length, mtimeMs: info.mtimeMs, ...(params.hash ? { sha256: sha256(bytes) } : {}) };
       if (!range) return { result: { ...base, unit: 'file', bytesRead: bytes.length, truncated: false }, payload: bytes };
       const text = bytes.toString('utf8');
       if (range.unit === 'lines') {

@@ -31,7 +31,7 @@ export function writeHandlers(fs: FsContext): WriteHandlers {
         }
       }
       const { created } = await atomicWrite(fs, target, params.path, content, { mode: params.mode, overwrite: params.overwrite, unchangedSince });
-      return { result: { path: target.display, bytesWritten: content.length, sha256: sha256(content), created } };
+      return { result: { path: target.display, bytesWritten: content.length, ...(params.hash ? { sha256: sha256(content) } : {}), created } };
     },
 
     async 'fs.edit'(params, ctx) {

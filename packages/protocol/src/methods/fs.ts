@@ -41,14 +41,19 @@ export const ReadRange = z.discriminatedUnion('unit', [
   z.strictObject({ unit: z.literal('chars'), offset: Count.default(0), length: Count.max(MAX_READ_CHARS).optional() }),
 ]);
 
-export const FsReadParams = z.strictObject({ path: SandboxPath, range: ReadRange.optional() });
+export const FsReadParams = z.strictObject({
+  path: SandboxPath,
+  range: ReadRange.optional(),
+  /** Also return the whole file's SHA-256 (costs about 3 ms per MiB; not for byte ranges). */
+  hash: z.boolean().default(false),
+});
 /** The content travels as the response frame's binary payload (UTF-8 text for `lines` and `chars`). */
 export const FsReadResult = z.strictObject({
   path: z.string(),
   /** The whole file's size in bytes. */
   size: Count,
   mtimeMs: z.number(),
-  /** The whole file's SHA-256, for a later write's or edit's `expectedSha256` (not computed for a byte range). */
+  /** With `hash: true`: the whole file's SHA-256, for a later write's or edit's `expectedSha256`. */
   sha256: Sha256.optional(),
   unit: z.enum(['file', 'bytes', 'lines', 'chars']),
   /** Bytes in the payload. */
@@ -76,11 +81,14 @@ export const FsWriteParams = z.strictObject({
   expectedSha256: Sha256.optional(),
   /** false: fail with `ALREADY_EXISTS` when the file exists. */
   overwrite: z.boolean().default(true),
+  /** Also return the new content's SHA-256 (costs about 3 ms per MiB). */
+  hash: z.boolean().default(false),
 });
 export const FsWriteResult = z.strictObject({
   path: z.string(),
   bytesWritten: Count,
-  sha256: Sha256,
+  /** With `hash: true`: the new content's SHA-256. */
+  sha256: Sha256.optional(),
   created: z.boolean(),
 });
 

@@ -85,4 +85,22 @@ describe('file policy grants and derived tokens', () => {
     // exec is not bound by the file policy: the shell can write (the container is the boundary).
     expect((await ro.commands.run(['sh', '-c', 'echo yes > /workspace/x.txt && cat /workspace/x.txt'])).stdout).toBe('yes\n');
   });
+
+  it("serves the daemon's audit log over REST: every call, with its outcome, pageable with since", async () => {
+    const get = (query: string, token = warren.apiKey) => fetch(`${warren.url}/v1/sandboxes/${sandbox.id}/audit${query}`, { headers: { authorization: `Bearer ${token}` } });
+    const res = await get('');
+    expect(res.status).toBe(200);
+    const log = (await res.json()) as { entries: { seq: number; method: string; paths: string[]; outcome: string }[]; lastSeq: number; dropped: boolean };
+    expect(log.dropped).toBe(false);
+    expect(log.entries).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({ method: 'fs.read', paths: ['/workspace/src/a.py'], outcome: 'ok' }),
+        expect.objectContaining({ method: 'fs.write', paths: ['/workspace/out/result.txt'], outcome: 'ok' }),
+        expect.objectContaining({ method: 'fs.read', paths: ['/workspace/secret.txt'], outcome: expect.not.stringMatching(/^ok$/) }),
+      ]),
+    );
+    const later = (await (await get(`?since=${log.lastSeq}`, sandbox.token)).json()) as { entries: { seq: number }[] };
+    expect(later.entries.every((e) => e.seq > log.lastSeq)).toBe(true);
+    expect((await get('?since=-1')).status).toBe(400);
+  });
 });

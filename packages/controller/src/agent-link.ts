@@ -1,4 +1,4 @@
-import { CodedError, decodeFrame, encodeFrame, parseResult, PROTOCOL_VERSION, WS_MAX_PAYLOAD_BYTES, type Result } from '@warren/protocol';
+import { CodedError, decodeFrame, encodeFrame, parseResult, PROTOCOL_VERSION, WS_MAX_PAYLOAD_BYTES, type MethodName, type ParamsIn, type Result } from '@warren/protocol';
 import { WebSocket } from 'ws';
 
 /**
@@ -32,22 +32,33 @@ export function openAgentSocket(socketPath: string, secret: string, timeoutMs = 
  * A real call to the daemon: hello, then `system.info`. The controller calls a sandbox ready only
  * when this answers, not when its container has started.
  */
-export async function probeAgent(socketPath: string, secret: string, timeoutMs = 5000): Promise<Result<'system.info'>> {
+export function probeAgent(socketPath: string, secret: string, timeoutMs = 5000): Promise<Result<'system.info'>> {
+  return callAgent(socketPath, secret, 'system.info', {}, timeoutMs);
+}
+
+/**
+ * One call to a daemon over a connection of its own (hello, the call, close), for the
+ * controller's own needs: the readiness probe and the audit route.
+ *
+ * @example
+ * const { entries } = await callAgent(socketPath, secret, 'audit.list', { limit: 100 });
+ */
+export async function callAgent<M extends MethodName>(socketPath: string, secret: string, method: M, params: ParamsIn<M>, timeoutMs = 5000): Promise<Result<M>> {
   const ws = await openAgentSocket(socketPath, secret, timeoutMs);
   try {
-    return await new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new CodedError('SANDBOX_NOT_READY', `The sandbox daemon did not answer within ${timeoutMs} ms.`)), timeoutMs);
+    return await new Promise<Result<M>>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new CodedError('SANDBOX_NOT_READY', `The sandbox daemon did not answer ${method} within ${timeoutMs} ms.`)), timeoutMs);
       ws.on('message', (data: Buffer) => {
         try {
           const { header } = decodeFrame(data);
-          if (header.type === 'welcome') ws.send(encodeFrame({ type: 'req', id: 1, method: 'system.info', params: {} }));
-          else if (header.type === 'res') resolve(parseResult('system.info', header.result));
-          else if (header.type === 'err') reject(new CodedError(header.error.code, header.error.message));
+          if (header.type === 'welcome') ws.send(encodeFrame({ type: 'req', id: 1, method, params }));
+          else if (header.type === 'res') resolve(parseResult(method, header.result));
+          else if (header.type === 'err') reject(new CodedError(header.error.code, header.error.message, header.error.details));
         } catch (err) {
           reject(err);
         }
       });
-      ws.once('close', () => reject(new CodedError('SANDBOX_NOT_READY', 'The sandbox daemon closed the connection during the probe.')));
+      ws.once('close', () => reject(new CodedError('SANDBOX_NOT_READY', `The sandbox daemon closed the connection during ${method}.`)));
       ws.send(encodeFrame({ type: 'hello', protocolVersion: PROTOCOL_VERSION, client: 'warren-controller' }));
       const clear = () => clearTimeout(timer);
       ws.once('close', clear);

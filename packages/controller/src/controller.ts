@@ -1,4 +1,6 @@
 import { once } from 'node:events';
+import { CodedError, type ParamsIn } from '@warren/protocol';
+import { callAgent } from './agent-link.js';
 import { loadConfig, type ControllerConfig } from './config.js';
 import { Credentials } from './credentials.js';
 import { DockerProvider } from './docker.js';
@@ -66,7 +68,23 @@ export async function startController(options: StartControllerOptions = {}): Pro
     if (!(await docker.hasImage(config.defaultImage))) throw new Error(`the default image ${config.defaultImage} is not on the Docker engine; build it with scripts/build-images`);
     return { docker: 'ok', defaultImage: config.defaultImage, runtimes: sandboxes.runtimes };
   };
-  const { server, wss } = createHttpServer({ sandboxes, credentials, config, metrics, log, readiness });
+  const audit = async (id: string, query: URLSearchParams) => {
+    const params: ParamsIn<'audit.list'> = {};
+    const number = (name: string) => {
+      const raw = query.get(name);
+      if (raw === null) return undefined;
+      const value = Number(raw);
+      if (!Number.isInteger(value) || value < 0) throw new CodedError('INVALID_PARAMS', `?${name}= must be a whole number, got '${raw}'.`);
+      return value;
+    };
+    const since = number('since');
+    const limit = number('limit');
+    if (since !== undefined) params.since = since;
+    if (limit !== undefined) params.limit = limit;
+    if (sandboxes.record(id).state === 'paused') throw new CodedError('SANDBOX_NOT_READY', `Sandbox '${id}' is paused; resume it to read its audit log.`);
+    return callAgent(sandboxes.socketPath(id), sandboxes.agentSecret(id), 'audit.list', params);
+  };
+  const { server, wss } = createHttpServer({ sandboxes, credentials, config, metrics, log, readiness, audit });
   server.listen(config.port, config.host);
   await once(server, 'listening');
   const url = serverUrl(server, config.host);

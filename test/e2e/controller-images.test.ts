@@ -1,3 +1,6 @@
+import { chown, mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Sandbox } from '@warren/sdk';
 import { startTestController, type TestController } from '../support/fixtures.js';
@@ -8,12 +11,16 @@ describe('sandboxes on three images, hardened', () => {
   let warren: TestController;
   const sandboxes: Sandbox[] = [];
 
+  let mountRoot: string;
+
   beforeAll(async () => {
-    warren = await startTestController();
+    mountRoot = await mkdtemp(path.join(os.tmpdir(), 'warren-mounts-'));
+    warren = await startTestController({ config: { allowedMountRoots: [mountRoot] } });
   });
   afterAll(async () => {
     for (const s of sandboxes) await s.kill().catch(() => undefined);
     await warren?.[Symbol.asyncDispose]();
+    await rm(mountRoot, { recursive: true, force: true });
   });
 
   const create = async (options: Parameters<typeof Sandbox.create>[0] = {}) => {
@@ -104,6 +111,32 @@ describe('sandboxes on three images, hardened', () => {
     const bad = await post({ cpus: 1000 });
     expect(bad.status).toBe(400);
     expect(warren.controller.sandboxes.list().length).toBe(before);
+  });
+
+  it('mounts host folders below the allowed folders, read-only or read-write, and refuses a symlink that leads out', async () => {
+    const ro = path.join(mountRoot, 'data');
+    const rw = path.join(mountRoot, 'out');
+    await mkdir(ro);
+    await mkdir(rw);
+    await writeFile(path.join(ro, 'input.csv'), 'a,b\n');
+    if (process.getuid?.() === 0) await chown(rw, 1000, 1000);
+    const sandbox = await create({ image: 'warren/test-busybox:latest', mounts: [{ hostPath: ro, path: '/mnt/data' }, { hostPath: rw, path: '/mnt/out', readOnly: false }] });
+    const run = await sandbox.commands.run(['sh', '-c', 'cat /mnt/data/input.csv; touch /mnt/data/x 2>/dev/null && echo ro=writable || echo ro=read-only; echo made > /mnt/out/result.txt']);
+    expect(run.stdout).toBe('a,b\nro=read-only\n');
+    expect(await readFile(path.join(rw, 'result.txt'), 'utf8')).toBe('made\n');
+    expect((await sandbox.info()).settings.mounts).toEqual([
+      { hostPath: ro, path: '/mnt/data', readOnly: true },
+      { hostPath: rw, path: '/mnt/out', readOnly: false },
+    ]);
+
+    await symlink('/etc', path.join(mountRoot, 'escape'));
+    const res = await fetch(`${warren.url}/v1/sandboxes`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${warren.apiKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ mounts: [{ hostPath: path.join(mountRoot, 'escape'), path: '/mnt/etc' }] }),
+    });
+    expect(res.status).toBe(403);
+    expect(((await res.json()) as { error: { message: string } }).error.message).toContain("resolves to '/etc'");
   });
 
   it('runs under gVisor when the engine has runsc', async () => {

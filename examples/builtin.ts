@@ -4,7 +4,7 @@
  * Run: `node examples/run.mjs builtin` (needs a running Warren). The model is scripted unless
  * WARREN_EXAMPLE_REAL=1 and ANTHROPIC_API_KEY are set.
  */
-import { builtinTools, dispatchAnthropicToolUse, Sandbox, toAnthropicTools, toolContext, type ControllerOptions } from '@warren/sdk';
+import { builtinTools, dispatchAnthropicToolUse, Sandbox, toAnthropicTools, type ControllerOptions } from '@warren/sdk';
 import { anthropicModel, show, type AnthropicMessage, type ScriptedTurn } from './lib/models.js';
 
 /** The anchor of the line of a read_file result whose content is `text`, as a model would copy it. */
@@ -38,7 +38,7 @@ const SCRIPT: ScriptedTurn[] = [
 /** Runs the loop and returns the tool results in order. */
 export async function main(controller: ControllerOptions = {}): Promise<string[]> {
   await using sandbox = await Sandbox.create(controller);
-  const tools = builtinTools(toolContext(sandbox));
+  const tools = builtinTools(sandbox);
   const model = anthropicModel(SCRIPT);
   const messages: AnthropicMessage[] = [{ role: 'user', content: 'Make greet.py print "Hello, world!".' }];
   const transcript: string[] = [];

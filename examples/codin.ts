@@ -3,7 +3,7 @@
  * Run: `node examples/run.mjs codin` (needs a running Warren: `scripts/start`, then WARREN_URL
  * and WARREN_API_KEY). The model is scripted unless WARREN_EXAMPLE_REAL=1 and OPENAI_API_KEY are set.
  */
-import { codinTools, dispatchOpenAIToolCall, Sandbox, toolContext, toOpenAITools, type ControllerOptions } from '@warren/sdk';
+import { codinTools, dispatchOpenAIToolCall, Sandbox, toOpenAITools, type ControllerOptions } from '@warren/sdk';
 import { chatModel, show, type ChatMessage, type ScriptedTurn } from './lib/models.js';
 
 const SCRIPT: ScriptedTurn[] = [
@@ -18,7 +18,7 @@ const SCRIPT: ScriptedTurn[] = [
 /** Runs the loop and returns the tool results in order. */
 export async function main(controller: ControllerOptions = {}): Promise<string[]> {
   await using sandbox = await Sandbox.create(controller);
-  const tools = codinTools(toolContext(sandbox));
+  const tools = codinTools(sandbox);
   const model = chatModel(SCRIPT);
   const messages: ChatMessage[] = [
     { role: 'system', content: 'You fix Python scripts in a sandbox. Use the tools.' },

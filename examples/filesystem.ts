@@ -3,7 +3,7 @@
  * Completions format, on a sandbox whose file policy only allows Markdown and JSON files.
  * Run: `node examples/run.mjs filesystem` (needs a running Warren).
  */
-import { dispatchOpenAIToolCall, filesystemTools, Sandbox, toolContext, toOpenAITools, type ControllerOptions } from '@warren/sdk';
+import { dispatchOpenAIToolCall, filesystemTools, Sandbox, toOpenAITools, type ControllerOptions } from '@warren/sdk';
 import { chatModel, show, type ChatMessage, type ScriptedTurn } from './lib/models.js';
 
 const SCRIPT: ScriptedTurn[] = [
@@ -18,7 +18,7 @@ const SCRIPT: ScriptedTurn[] = [
 /** Runs the loop and returns the tool results in order. */
 export async function main(controller: ControllerOptions = {}): Promise<string[]> {
   await using sandbox = await Sandbox.create({ ...controller, policy: { root: '/workspace', suffixes: ['.md', '.json'] } });
-  const tools = filesystemTools(toolContext(sandbox));
+  const tools = filesystemTools(sandbox);
   const model = chatModel(SCRIPT);
   const messages: ChatMessage[] = [{ role: 'user', content: 'Add a "ship" step to notes/plan.md and keep a copy of it.' }];
   const transcript: string[] = [];

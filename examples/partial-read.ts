@@ -4,7 +4,7 @@
  * `generateText({ model, tools: toVercelAITools(tools), prompt })`.
  * Run: `node examples/run.mjs partial-read` (needs a running Warren).
  */
-import { dispatchOpenAIToolCall, partialReadTools, Sandbox, toolContext, toOpenAITools, type ControllerOptions } from '@warren/sdk';
+import { dispatchOpenAIToolCall, partialReadTools, Sandbox, toOpenAITools, type ControllerOptions } from '@warren/sdk';
 import { responsesModel, show, type ResponsesItem, type ScriptedTurn } from './lib/models.js';
 
 const SCRIPT: ScriptedTurn[] = [
@@ -33,7 +33,7 @@ export async function main(controller: ControllerOptions = {}): Promise<string[]
   await sandbox.files.write('dist/app.min.js', 'function a(b){return b*2}'.repeat(200));
   await sandbox.files.write('secrets/prod.key', 'do-not-show');
 
-  const tools = partialReadTools(toolContext(sandbox), { excludedFileExtensions: 'key,pem' });
+  const tools = partialReadTools(sandbox, { excludedFileExtensions: 'key,pem' });
   const model = responsesModel(SCRIPT);
   const input: ResponsesItem[] = [{ role: 'user', content: 'Find the error near line 500 of logs/app.log.' }];
   const transcript: string[] = [];

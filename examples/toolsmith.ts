@@ -3,7 +3,7 @@
  * Completions format: pylint and pytest run inside the sandbox, every operation is logged.
  * Run: `node examples/run.mjs toolsmith` (needs a running Warren).
  */
-import { dispatchOpenAIToolCall, Sandbox, toolContext, toolsmithTools, toOpenAITools, type ControllerOptions, type ToolsmithLogEntry } from '@warren/sdk';
+import { dispatchOpenAIToolCall, Sandbox, toolsmithTools, toOpenAITools, type ControllerOptions, type ToolsmithLogEntry } from '@warren/sdk';
 import { chatModel, show, type ChatMessage, type ScriptedTurn } from './lib/models.js';
 
 const BAD = 'import os\ndef calculate_sum(a,b):\n    return a+b\n';
@@ -29,7 +29,7 @@ const SCRIPT: ScriptedTurn[] = [
 export async function main(controller: ControllerOptions = {}): Promise<string[]> {
   await using sandbox = await Sandbox.create(controller);
   const log: ToolsmithLogEntry[] = [];
-  const tools = toolsmithTools(toolContext(sandbox), { onLog: (entry) => log.push(entry) });
+  const tools = toolsmithTools(sandbox, { onLog: (entry) => log.push(entry) });
   const model = chatModel(SCRIPT);
   const messages: ChatMessage[] = [{ role: 'user', content: 'Raise the pylint score of ./sandbox/dataset/bad_code.py without breaking its tests.' }];
   const transcript: string[] = [];

@@ -1,6 +1,7 @@
 import { lineAnchor, parseLineAnchor } from '@warren/protocol';
 import { z } from 'zod';
-import { need, type AnchoredEdit, type ToolCommandResult, type ToolContext } from './context.js';
+import { need, type AnchoredEdit, type ToolCommandResult } from './context.js';
+import { asToolContext, type ToolTarget } from './sandbox-context.js';
 import { splitLines, stripTerminator } from './text.js';
 import { defineTool, toolError, type ToolSet } from './tool.js';
 
@@ -104,11 +105,11 @@ const BashInput = z.strictObject({
  * (hash-anchored batch that refuses stale anchors), `bash` (30 s default timeout).
  *
  * @example
- * const tools = builtinTools(toolContext(sandbox));
+ * const tools = builtinTools(sandbox);
  * const message = await anthropic.messages.create({ model, max_tokens: 4096, messages, tools: toAnthropicTools(tools) });
  */
-export function builtinTools(context: ToolContext): ToolSet {
-  const { files, commands } = context;
+export function builtinTools(target: ToolTarget): ToolSet {
+  const { files, commands } = asToolContext(target);
   return [
     defineTool({
       name: 'read_file',

@@ -1,5 +1,6 @@
 import { z } from 'zod';
-import { need, type LineSlice, type ToolContext, type ToolCommandResult } from './context.js';
+import { need, type LineSlice, type ToolCommandResult } from './context.js';
+import { asToolContext, type ToolTarget } from './sandbox-context.js';
 import { joinShown } from './text.js';
 import { defineTool, type ToolSet } from './tool.js';
 
@@ -104,11 +105,11 @@ const ListInput = z.strictObject({
  * Seed 000 ("Codin"): `sandbox_read_file`, `sandbox_write_file`, `sandbox_exec`, `sandbox_list_files`.
  *
  * @example
- * const tools = codinTools(toolContext(sandbox));
+ * const tools = codinTools(sandbox);
  * const reply = await openai.chat.completions.create({ model, messages, tools: toOpenAITools(tools) });
  */
-export function codinTools(context: ToolContext): ToolSet {
-  const { files, commands } = context;
+export function codinTools(target: ToolTarget): ToolSet {
+  const { files, commands } = asToolContext(target);
   return [
     defineTool({
       name: 'sandbox_read_file',

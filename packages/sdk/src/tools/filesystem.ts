@@ -1,5 +1,6 @@
 import { z } from 'zod';
-import { need, type ToolContext } from './context.js';
+import { need } from './context.js';
+import { asToolContext, type ToolTarget } from './sandbox-context.js';
 import { defineTool, type ToolError, type ToolErrorCode, type ToolSet } from './tool.js';
 
 /** Seed 001's `read` default for `max_chars`. */
@@ -70,11 +71,11 @@ const PathArg = z.string().min(1);
  * error class (`PathNotWritableError: ...`) and say what is allowed.
  *
  * @example
- * const tools = filesystemTools(toolContext(sandbox));
+ * const tools = filesystemTools(sandbox);
  * const { content, truncated } = (await tools[0].run({ path: 'notes.md' })) as ReadResult;
  */
-export function filesystemTools(context: ToolContext): ToolSet {
-  const { files } = context;
+export function filesystemTools(target: ToolTarget): ToolSet {
+  const { files } = asToolContext(target);
   return [
     defineTool({
       name: 'read',

@@ -1,7 +1,7 @@
 export * from './tool.js';
 export * from './adapters.js';
 export * from './context.js';
-export { toolContext, type SandboxLike } from './sandbox-context.js';
+export { asToolContext, toolContext, type SandboxLike, type ToolTarget } from './sandbox-context.js';
 export * from './codin.js';
 export * from './filesystem.js';
 export * from './toolsmith.js';

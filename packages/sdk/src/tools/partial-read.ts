@@ -1,5 +1,6 @@
 import { z } from 'zod';
-import { need, type CharSlice, type LineSlice, type ToolContext } from './context.js';
+import { need, type CharSlice, type LineSlice } from './context.js';
+import { asToolContext, type ToolTarget } from './sandbox-context.js';
 import { defineTool, toolErrorFrom, type ToolSet } from './tool.js';
 
 /** Seed 003's cap on `line_count` per request. */
@@ -126,10 +127,10 @@ function dropFinalTerminator(text: string): string {
  * line, and the other requests are still read.
  *
  * @example
- * const tools = partialReadTools(toolContext(sandbox), { excludedFileExtensions: 'png,zip' });
+ * const tools = partialReadTools(sandbox, { excludedFileExtensions: 'png,zip' });
  */
-export function partialReadTools(context: ToolContext, options: PartialReadOptions = {}): ToolSet {
-  const { files } = context;
+export function partialReadTools(target: ToolTarget, options: PartialReadOptions = {}): ToolSet {
+  const { files } = asToolContext(target);
   const excluded = parseExcludedExtensions(options.excludedFileExtensions);
   const excludedNote = excluded.length ? ` Files with these extensions cannot be read: ${excluded.join(', ')}.` : '';
   return [

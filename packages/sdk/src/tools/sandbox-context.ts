@@ -1,12 +1,26 @@
 import { posix } from 'node:path';
 import type { Commands } from '../commands.js';
-import type { Files } from '../files.js';
+import { Files } from '../files.js';
 import type { ToolContext, ToolFiles } from './context.js';
+
 
 /** Anything with Warren's `files` and `commands` namespaces: a `Sandbox`, or a test agent. */
 export interface SandboxLike {
   files: Files;
   commands: Commands;
+}
+
+/** What a tool set is built on: a sandbox (or anything with its `files` and `commands`), or a {@link ToolContext}. */
+export type ToolTarget = SandboxLike | ToolContext;
+
+/**
+ * The tool context of a target: a sandbox is wrapped with {@link toolContext}, a context is used as it is.
+ *
+ * @example
+ * const { files, commands } = asToolContext(sandbox);
+ */
+export function asToolContext(target: ToolTarget): ToolContext {
+  return target.files instanceof Files ? toolContext(target as SandboxLike) : (target as ToolContext);
 }
 
 /**

@@ -1,6 +1,7 @@
 import { posix } from 'node:path';
 import { z } from 'zod';
-import { need, type ToolContext } from './context.js';
+import { need } from './context.js';
+import { asToolContext, type ToolTarget } from './sandbox-context.js';
 import { TOOLSMITH_HELPER } from './toolsmith-helper.js';
 import { defineTool, isToolError, toolError, type Tool, type ToolError, type ToolErrorCode, type ToolSet } from './tool.js';
 
@@ -145,10 +146,10 @@ const DEFAULTS = {
  *
  * @example
  * const log: ToolsmithLogEntry[] = [];
- * const tools = toolsmithTools(toolContext(sandbox), { onLog: (entry) => log.push(entry) });
+ * const tools = toolsmithTools(sandbox, { onLog: (entry) => log.push(entry) });
  */
-export function toolsmithTools(context: ToolContext, options: ToolsmithOptions = {}): ToolSet {
-  const { files, commands } = context;
+export function toolsmithTools(target: ToolTarget, options: ToolsmithOptions = {}): ToolSet {
+  const { files, commands } = asToolContext(target);
 
   /** Runs the Python helper in the sandbox and returns its JSON answer. */
   async function helper(args: string[], run: { stdin?: string; timeoutMs: number; cwd?: string; signal?: AbortSignal | undefined; what: string }): Promise<Record<string, unknown>> {

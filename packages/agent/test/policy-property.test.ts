@@ -3,13 +3,14 @@ import fc from 'fast-check';
 import { mkdir, mkdtemp, realpath, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { canRead, canWrite, CodedError, narrowPolicy, type DeriveRequest, type FilePolicy } from '@warren/protocol';
+import { canRead, canWrite, CodedError, isWithin, locate, narrowPolicy, type DeriveRequest, type FilePolicy } from '@warren/protocol';
 import { resolvePath } from '../src/policy.js';
 
 /** Path segments a hostile caller might use, mixed with ordinary names. */
 const segment = fc.oneof(
-  fc.constantFrom('..', '.', '', 'src', 'a.py', 'workspace', 'workspace2', 'out', 'pub', 'link-out', 'link-in', 'link-up', 'loop', 'etc', 'passwd', '\u2024\u2024', '%2e%2e', '..\\..', ' ', 'proc', 'self', 'root'),
-  fc.string({ minLength: 1, maxLength: 4 }).filter((s) => !s.includes('/') && !s.includes('\0')),
+  { weight: 8, arbitrary: fc.constantFrom('..', '.', '', 'src', 'pub', 'a.py', 'link-out', 'link-in', 'link-up', 'loop', 'to-secret', 's.txt', 'secret', 'workspace') },
+  { weight: 2, arbitrary: fc.constantFrom('workspace2', 'out', 'etc', 'passwd', '\u2024\u2024', '%2e%2e', '..\\..', ' ', 'proc', 'self', 'root') },
+  { weight: 1, arbitrary: fc.string({ minLength: 1, maxLength: 4 }).filter((s) => !s.includes('/') && !s.includes('\0')) },
 );
 const pathArb = fc.tuple(fc.boolean(), fc.array(segment, { minLength: 0, maxLength: 7 })).map(([abs, segs]) => (abs ? '/' : '') + segs.join('/'));
 
@@ -28,6 +29,9 @@ describe('property: no generated path resolves outside the policy', () => {
     await symlink('src', path.join(root, 'link-in'));
     await symlink('..', path.join(root, 'src/link-up'));
     await symlink('loop', path.join(root, 'loop'));
+    await mkdir(path.join(root, 'secret'));
+    await writeFile(path.join(root, 'secret/s.txt'), 's');
+    await symlink('../secret', path.join(root, 'pub/to-secret'));
   });
   afterAll(async () => {
     await rm(dir, { recursive: true, force: true });
@@ -57,7 +61,7 @@ describe('property: no generated path resolves outside the policy', () => {
           expect(intent === 'write' ? inSrc : inPub || inSrc).toBe(true);
         }
       }),
-      { numRuns: 600 },
+      { numRuns: 3000 },
     );
   });
 });
@@ -100,9 +104,19 @@ describe('property: narrowPolicy never widens', () => {
           expect((err as CodedError).code).toMatch(/^(PERMISSION_ESCALATION|INVALID_PARAMS)$/);
           return;
         }
+        const asList = (v: string | string[] | undefined) => (v === undefined ? [] : typeof v === 'string' ? [v] : v);
+        const within = (prefixes: string[], p: string) =>
+          prefixes.some((prefix) => {
+            const a = locate(parent, prefix);
+            const b = locate(parent, p);
+            return a !== undefined && b !== undefined && isWithin(a.virtual, b.virtual);
+          });
         for (const p of probes) {
           if (canRead(child, p)) expect(canRead(parent, p)).toBe(true);
           if (canWrite(child, p)) expect(canWrite(parent, p)).toBe(true);
+          // Without inherit the child gets exactly what it asked for, no more.
+          if (!request.inherit && canWrite(child, p)) expect(!request.readonly && within(asList(request.allowWrite), p)).toBe(true);
+          if (!request.inherit && canRead(child, p)) expect(within([...asList(request.allowRead), ...asList(request.allowWrite)], p)).toBe(true);
         }
         let grandchild: FilePolicy;
         try {

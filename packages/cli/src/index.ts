@@ -1,1 +1,5 @@
 export { serve, sdkExample } from './serve.js';
+export { buildProgram } from './program.js';
+export { formatError, table, keyValues, timeLeft, CliError } from './output.js';
+export { parseDuration, parseRemote, collectKeyValue } from './args.js';
+export { exitCodeOf } from './exec.js';

@@ -1,4 +1,4 @@
-import { API_KEY_HASH_FILE, startController, type Controller } from '@warren/controller';
+import { API_KEY_HASH_FILE, readConfigFile, startController, type Controller } from '@warren/controller';
 
 /**
  * The SDK example the README and `warren serve` print: plain JavaScript that Node 20 runs as
@@ -23,7 +23,11 @@ export function sdkExample(url: string): string {
  * `warren serve`: starts the controller in the foreground and prints how to use it. Stopping it
  * (Ctrl-C, SIGTERM) leaves the sandboxes running; the next start picks them up again.
  */
-export async function serve(options: { host?: string; port?: number }): Promise<Controller> {
+export async function serve(options: { host?: string; port?: number; config?: string }): Promise<Controller> {
+  if (options.config !== undefined) {
+    readConfigFile(options.config); // a bad file fails here, naming the setting
+    process.env.WARREN_CONFIG = options.config;
+  }
   const config: { host?: string; port?: number } = {};
   if (options.host !== undefined) config.host = options.host;
   if (options.port !== undefined) config.port = options.port;

@@ -1,0 +1,156 @@
+import { Command, InvalidArgumentError, Option } from 'commander';
+import { collectKeyValue, parseDuration, parsePositiveInt, parseState } from './args.js';
+import { copyCommand } from './cp.js';
+import { execCommand } from './exec.js';
+import { createCommand, infoCommand, listCommand, logsCommand, removeCommand } from './sandbox-commands.js';
+
+/** Text after a command's help: examples a person can paste. */
+function examples(lines: string[]): string {
+  return `\nExamples:\n${lines.map((l) => `  ${l}`).join('\n')}\n`;
+}
+
+/**
+ * Builds the `warren` command line: every command with its options, help text and examples.
+ * Exported so tests can check the help without spawning a process.
+ *
+ * @example
+ * await buildProgram().parseAsync(['node', 'warren', 'ls', '--json']);
+ */
+export function buildProgram(): Command {
+  const program = new Command()
+    .name('warren')
+    .description('Self-hosted sandboxes for AI agents: one Docker container per task.')
+    .version('0.1.0')
+    .option('--url <url>', 'the controller (default WARREN_URL, else http://127.0.0.1:7420)')
+    .option('--api-key <key>', 'the API key (default WARREN_API_KEY)')
+    .showHelpAfterError('(run warren --help, or warren COMMAND --help, for the options)')
+    .addHelpText(
+      'after',
+      examples([
+        'warren serve                               start the controller here',
+        'export WARREN_API_KEY=wk_...               the key serve printed',
+        'ID=$(warren create --ttl 30m --json | jq -r .id)',
+        'warren exec $ID -- python3 -c "print(6*7)"',
+        'warren cp ./src $ID:/workspace/src',
+        'warren shell $ID',
+        'warren rm $ID',
+      ]) + '\nEvery command that lists things takes --json. Run warren COMMAND --help for its options.\n',
+    );
+
+  program
+    .command('serve')
+    .description('Start the controller on this Docker host, in the foreground (sandboxes survive a restart).')
+    .option('--host <address>', 'address to bind (default 127.0.0.1, or WARREN_HOST)')
+    .option('--port <port>', 'port to listen on (default 7420, or WARREN_PORT)', (value) => {
+      const port = Number(value);
+      if (!Number.isInteger(port) || port < 0 || port > 65535) throw new InvalidArgumentError('a port is a whole number from 0 to 65535');
+      return port;
+    })
+    .option('--config <file>', 'a JSON or YAML config file (default WARREN_CONFIG); WARREN_* variables win over it, flags over both')
+    .addHelpText('after', examples(['warren serve', 'warren serve --port 8080 --host 0.0.0.0', 'warren serve --config /etc/warren.json']))
+    .action(async (options: { host?: string; port?: number; config?: string }) => {
+      // Loaded on demand: the controller (and dockerode) would slow every other command's start.
+      const { serve } = await import('./serve.js');
+      await serve(options);
+    });
+
+  program
+    .command('create')
+    .description('Create a sandbox and print its id and token.')
+    .option('--image <image>', 'any linux/amd64 image with /bin/sh (default: the controller\'s default image)')
+    .option('--ttl <duration>', 'lifetime before the reaper removes it: seconds or 30s, 10m, 2h, 1d', parseDuration)
+    .option('--env <K=V>', 'an environment variable for its commands (repeatable)', collectKeyValue)
+    .option('--label <k=v>', 'a label to find it by (repeatable)', collectKeyValue)
+    .option('--cpus <n>', 'CPU share, e.g. 0.5 or 2', (v) => {
+      const n = Number(v);
+      if (!(n > 0)) throw new InvalidArgumentError('a positive number, e.g. 0.5 or 2');
+      return n;
+    })
+    .option('--memory <MiB>', 'memory limit in MiB', parsePositiveInt)
+    .option('--json', 'print the full answer as JSON')
+    .addHelpText('after', examples(['warren create', 'warren create --image warren/test-debian:latest --ttl 10m', 'warren create --env MODE=test --label task=t-42 --json']))
+    .action(createCommand);
+
+  program
+    .command('ls')
+    .alias('list')
+    .description('List sandboxes (all that match every --label, and --state).')
+    .option('--label <k=v>', 'only sandboxes with this label (repeatable)', collectKeyValue)
+    .addOption(new Option('--state <state>', 'only sandboxes in this state').choices(['running', 'paused', 'exited', 'gone']).argParser(parseState))
+    .option('--json', 'print JSON instead of a table')
+    .addHelpText('after', examples(['warren ls', 'warren ls --label task=t-42 --state running', 'warren ls --json']))
+    .action(listCommand);
+
+  program
+    .command('info')
+    .description("Show a sandbox's state, expiry, labels and settings.")
+    .argument('<id>', 'the sandbox id')
+    .option('--json', 'print JSON')
+    .addHelpText('after', examples(['warren info $ID', 'warren info $ID --json']))
+    .action(infoCommand);
+
+  program
+    .command('exec')
+    .description("Run a command in a sandbox; its output streams here as it comes, and warren exits with the command's exit code.")
+    .argument('<id>', 'the sandbox id')
+    .argument('<cmd...>', 'the command: one argument runs through /bin/sh -c, several run as argv with no shell')
+    .option('--cwd <path>', 'working folder (default the sandbox workdir)')
+    .option('--env <K=V>', 'an environment variable (repeatable)', collectKeyValue)
+    .option('--timeout <duration>', 'kill the command after this long (default 24h): seconds or 30s, 10m, 2h', parseDuration)
+    .option('-i, --stdin', "send this process's stdin to the command")
+    .addHelpText(
+      'after',
+      examples([
+        'warren exec $ID -- ls -la /workspace',
+        "warren exec $ID -- 'cd /workspace && pytest -q | tail -5'",
+        'echo hello | warren exec -i $ID -- cat',
+        'warren exec --timeout 30s $ID -- python3 slow.py',
+      ]) + '\nSignals: a command ended by a signal exits 128+N; a timeout exits 124.\n',
+    )
+    .action(async (id: string, cmd: string[], options, command: Command) => {
+      process.exitCode = await execCommand(id, cmd, options, command);
+    });
+
+  program
+    .command('cp')
+    .description('Copy a file or folder between here and a sandbox (one side is ID:/path). Folders travel as one tar archive of at most 32 MiB.')
+    .argument('<src>', 'a local path, or ID:/path in a sandbox')
+    .argument('<dst>', 'a local path, or ID:/path in a sandbox')
+    .option('--overwrite', 'replace files that already exist (uploads of folders)')
+    .option('--json', 'print what was copied as JSON')
+    .addHelpText(
+      'after',
+      examples([
+        'warren cp ./a.py $ID:/workspace/a.py      a file up',
+        'warren cp ./src $ID:/workspace/src        a folder up: its contents land in /workspace/src',
+        'warren cp $ID:/workspace/out ./out        a folder down into ./out',
+        'warren cp $ID:/workspace/report.txt .     a file down into this folder',
+      ]),
+    )
+    .action(copyCommand);
+
+  program
+    .command('rm')
+    .alias('kill')
+    .description('Remove sandboxes: their containers, files and processes are gone.')
+    .argument('<id...>', 'one or more sandbox ids')
+    .option('--json', 'print the outcome per id as JSON')
+    .addHelpText('after', examples(['warren rm $ID', 'warren rm $(warren ls --label task=t-42 --json | jq -r ".[].id")']))
+    .action(removeCommand);
+
+  program
+    .command('logs')
+    .description("Show a sandbox's audit log: every call its daemon served (time, method, paths or command, outcome, bytes, duration).")
+    .argument('<id>', 'the sandbox id')
+    .option('--since <seq>', 'only entries after this sequence number', (v) => {
+      const n = Number(v);
+      if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError('a whole number, 0 or more');
+      return n;
+    })
+    .option('--limit <n>', 'at most this many entries (default 1000)', parsePositiveInt)
+    .option('--json', 'print JSON')
+    .addHelpText('after', examples(['warren logs $ID', 'warren logs $ID --since 120 --limit 50 --json']))
+    .action(logsCommand);
+
+  return program;
+}

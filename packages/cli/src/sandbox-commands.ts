@@ -1,0 +1,145 @@
+import type { Command } from 'commander';
+import type { CreateSandboxRequest, SandboxInfo, SandboxState } from '@warren/protocol';
+import { DEFAULT_BASE_URL, RestClient, Sandbox, type ControllerOptions } from '@warren/sdk';
+import { controllerOptions, wantsJson } from './args.js';
+import { CliError, keyValues, printJson, shortTime, table, timeLeft, withSpinner } from './output.js';
+
+/** The controller's REST client for a command's `--url` / `--api-key` (or WARREN_URL / WARREN_API_KEY). */
+export function restClient(command: Command): RestClient {
+  const options = controllerOptions(command);
+  const baseUrl = (options.baseUrl ?? process.env.WARREN_URL ?? DEFAULT_BASE_URL).replace(/\/+$/, '');
+  return new RestClient(baseUrl, options.apiKey ?? process.env.WARREN_API_KEY);
+}
+
+/**
+ * Connects to an existing sandbox with the API key; the caller closes it.
+ *
+ * @example
+ * const sandbox = await connectSandbox(command, id);
+ * try { ... } finally { sandbox.close(); }
+ */
+export async function connectSandbox(command: Command, id: string): Promise<Sandbox> {
+  const options: ControllerOptions = controllerOptions(command);
+  return Sandbox.connect(id, options);
+}
+
+export interface CreateOptions {
+  image?: string;
+  ttl?: number;
+  env?: Record<string, string>;
+  label?: Record<string, string>;
+  cpus?: number;
+  memory?: number;
+}
+
+/** `warren create`: makes a sandbox and prints its id and token. */
+export async function createCommand(options: CreateOptions, command: Command): Promise<void> {
+  const request: CreateSandboxRequest = {};
+  if (options.image !== undefined) request.image = options.image;
+  if (options.ttl !== undefined) request.ttlSeconds = options.ttl;
+  if (options.env && Object.keys(options.env).length) request.env = options.env;
+  if (options.label && Object.keys(options.label).length) request.labels = options.label;
+  if (options.cpus !== undefined) request.cpus = options.cpus;
+  if (options.memory !== undefined) request.memoryMb = options.memory;
+  const rest = restClient(command);
+  const created = await withSpinner(`Creating a sandbox from ${options.image ?? 'the default image'}`, () => rest.create(request));
+  if (wantsJson(command)) return printJson(created);
+  process.stdout.write(
+    keyValues([
+      ['id', created.id],
+      ['token', created.token],
+      ['image', created.image],
+      ['expires', `${shortTime(created.expiresAt)} (in ${timeLeft(created.expiresAt)})`],
+      ['ready in', `${Math.round(created.readyMs)} ms${created.pooled ? ' (warm pool)' : ''}`],
+    ]),
+  );
+}
+
+/** `warren ls`: the sandboxes on the controller, as a table or JSON. */
+export async function listCommand(options: { label?: Record<string, string>; state?: SandboxState }, command: Command): Promise<void> {
+  const filter: { labels?: Record<string, string>; state?: SandboxState } = {};
+  if (options.label && Object.keys(options.label).length) filter.labels = options.label;
+  if (options.state) filter.state = options.state;
+  const sandboxes = await restClient(command).list(filter);
+  if (wantsJson(command)) return printJson(sandboxes);
+  process.stdout.write(
+    table(
+      ['ID', 'STATE', 'IMAGE', 'CREATED', 'EXPIRES IN', 'LABELS'],
+      sandboxes.map((s) => [s.id, s.state, s.image, shortTime(s.createdAt), timeLeft(s.expiresAt), labelText(s.labels)]),
+    ),
+  );
+}
+
+/** `warren info ID`: one sandbox's state and settings. */
+export async function infoCommand(id: string, _options: unknown, command: Command): Promise<void> {
+  const info = await restClient(command).get(id);
+  if (wantsJson(command)) return printJson(info);
+  process.stdout.write(infoText(info));
+}
+
+/** The human form of a sandbox's description. */
+export function infoText(info: SandboxInfo): string {
+  const s = info.settings;
+  return keyValues([
+    ['id', info.id],
+    ['state', info.state],
+    ['image', info.image],
+    ['created', shortTime(info.createdAt)],
+    ['expires', `${shortTime(info.expiresAt)} (in ${timeLeft(info.expiresAt)})`],
+    ['labels', labelText(info.labels) || '-'],
+    ['cpus', String(s.cpus)],
+    ['memory', `${s.memoryMb} MiB`],
+    ['pids', String(s.pidsLimit)],
+    ['network', s.network],
+    ['runtime', s.runtime],
+    ['user', s.user],
+    ['workdir', s.workdir],
+    ['ttl', `${s.ttlSeconds} s`],
+    ['mounts', s.mounts.length ? s.mounts.map((m) => `${m.hostPath}:${m.path}${m.readOnly ? ':ro' : ''}`).join(', ') : '-'],
+  ]);
+}
+
+/** `warren rm ID...`: kills each sandbox; reports each one, and fails if any failed. */
+export async function removeCommand(ids: string[], _options: unknown, command: Command): Promise<void> {
+  const rest = restClient(command);
+  const outcomes: { id: string; removed: boolean; error?: string }[] = [];
+  for (const id of ids) {
+    try {
+      await rest.kill(id);
+      outcomes.push({ id, removed: true });
+    } catch (err) {
+      outcomes.push({ id, removed: false, error: err instanceof Error ? err.message : String(err) });
+    }
+  }
+  if (wantsJson(command)) printJson(outcomes);
+  else for (const o of outcomes) (o.removed ? process.stdout : process.stderr).write(o.removed ? `${o.id}\n` : `warren: could not remove ${o.id}: ${o.error}\n`);
+  const failed = outcomes.filter((o) => !o.removed).length;
+  if (failed) throw new CliError(`${failed} of ${ids.length} sandboxes could not be removed.`, 'Check the ids with warren ls.', 1);
+}
+
+/** `warren logs ID`: the calls the sandbox's daemon served (its audit log). */
+export async function logsCommand(id: string, options: { since?: number; limit?: number }, command: Command): Promise<void> {
+  const sandbox = await connectSandbox(command, id);
+  try {
+    const params: { since?: number; limit?: number } = {};
+    if (options.since !== undefined) params.since = options.since;
+    if (options.limit !== undefined) params.limit = options.limit;
+    const log = await sandbox.auditLog(params);
+    if (wantsJson(command)) return printJson(log);
+    process.stdout.write(
+      table(
+        ['SEQ', 'TIME', 'METHOD', 'OUTCOME', 'MS', 'BYTES IN/OUT', 'WHAT'],
+        log.entries.map((e) => [String(e.seq), shortTime(e.time), e.method, e.outcome, e.durationMs.toFixed(1), `${e.bytesIn}/${e.bytesOut}`, e.command ?? e.paths.join(' ')]),
+      ),
+    );
+    if (log.dropped) process.stderr.write('warren: older entries were already dropped from the sandbox\'s ring of the last 10,000 calls\n');
+  } finally {
+    sandbox.close();
+  }
+}
+
+function labelText(labels: Record<string, string>): string {
+  return Object.entries(labels)
+    .map(([k, v]) => `${k}=${v}`)
+    .join(',');
+}

@@ -96,7 +96,12 @@ export interface ToolContext {
   commands: ToolCommands;
 }
 
-/** The error result of a tool whose primitive this sandbox does not offer. */
+/**
+ * The error result of a tool whose primitive this sandbox does not offer.
+ *
+ * @example
+ * return notAvailable('glob', 'list_files'); // { isError: true, code: 'NOT_AVAILABLE', ... }
+ */
 export function notAvailable(operation: string, tool: string): ToolError {
   return toolError(
     'NOT_AVAILABLE',
@@ -105,7 +110,12 @@ export function notAvailable(operation: string, tool: string): ToolError {
   );
 }
 
-/** Returns the primitive, or throws the `NOT_AVAILABLE` error result naming it (caught by the tool's run). */
+/**
+ * Returns the primitive, or throws the `NOT_AVAILABLE` error result naming it (caught by the tool's run).
+ *
+ * @example
+ * const glob = need(files.glob?.bind(files), 'glob', 'list_files');
+ */
 export function need<F>(primitive: F | undefined, operation: string, tool: string): F {
   if (primitive === undefined) throw notAvailable(operation, tool);
   return primitive;

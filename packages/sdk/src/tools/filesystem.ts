@@ -20,7 +20,12 @@ export interface ReadResult {
   chars_read: number;
 }
 
-/** The seed 001 error class a Warren error code corresponds to (`SandboxError` for the rest). */
+/**
+ * The seed 001 error class a Warren error code corresponds to (`SandboxError` for the rest).
+ *
+ * @example
+ * filesystemErrorClass('SUFFIX_NOT_ALLOWED'); // 'SuffixNotAllowedError'
+ */
 export function filesystemErrorClass(code: ToolErrorCode): string {
   switch (code) {
     case 'PATH_NOT_IN_SANDBOX':

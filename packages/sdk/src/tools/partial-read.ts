@@ -95,7 +95,13 @@ export function formatCharSegment(path: string, slice: CharSlice): string {
   return `${header}\n${slice.content}`;
 }
 
-/** A request that failed: its header names the file and the range asked for, then the error. */
+/**
+ * A request that failed: its header names the file and the range asked for, then the error.
+ *
+ * @example
+ * formatFailedSegment({ path: 'a.png', start_line: 1, line_count: 2 }, 'excluded');
+ * // '--- File: a.png (lines 1-2) ---\nError: excluded'
+ */
 export function formatFailedSegment(request: PartialReadRequest, message: string): string {
   const range =
     request.start_line !== undefined
@@ -104,13 +110,23 @@ export function formatFailedSegment(request: PartialReadRequest, message: string
   return `--- File: ${request.path} (${range}) ---\nError: ${message}`;
 }
 
-/** Normalises seed 003's `excludedFileExtensions` to lower-case extensions with a leading dot. */
+/**
+ * Normalises seed 003's `excludedFileExtensions` to lower-case extensions with a leading dot.
+ *
+ * @example
+ * parseExcludedExtensions('PNG, .exe'); // ['.png', '.exe']
+ */
 export function parseExcludedExtensions(value: string[] | string | undefined): string[] {
   const list = typeof value === 'string' ? value.split(',') : (value ?? []);
   return list.map((ext) => ext.trim().toLowerCase()).filter((ext) => ext !== '').map((ext) => (ext.startsWith('.') ? ext : `.${ext}`));
 }
 
-/** The excluded extension `path` ends with, if any. */
+/**
+ * The excluded extension `path` ends with, if any.
+ *
+ * @example
+ * excludedExtensionOf('logo.PNG', ['.png']); // '.png'
+ */
 export function excludedExtensionOf(path: string, excluded: string[]): string | undefined {
   const lower = path.toLowerCase();
   return excluded.find((ext) => lower.endsWith(ext));

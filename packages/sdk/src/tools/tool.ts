@@ -136,7 +136,12 @@ export function toJsonSchema(schema: z.ZodType): JsonSchema {
   return rest as JsonSchema;
 }
 
-/** True when a tool result is an error result. */
+/**
+ * True when a tool result is an error result.
+ *
+ * @example
+ * if (isToolError(result)) console.log(result.code);
+ */
 export function isToolError(value: unknown): value is ToolError {
   return typeof value === 'object' && value !== null && (value as { isError?: unknown }).isError === true;
 }
@@ -151,7 +156,12 @@ export function toolError(code: ToolErrorCode, error: string, suggestion?: strin
   return suggestion === undefined ? { isError: true, code, error, ...extra } : { isError: true, code, error, suggestion, ...extra };
 }
 
-/** Turns anything thrown by a sandbox call into an error result, keeping the SDK error's code and suggestion. */
+/**
+ * Turns anything thrown by a sandbox call into an error result, keeping the SDK error's code and suggestion.
+ *
+ * @example
+ * try { await sandbox.files.read(path); } catch (err) { return toolErrorFrom(err); }
+ */
 export function toolErrorFrom(err: unknown): ToolError {
   if (isToolError(err)) return err;
   if (err instanceof WarrenError) return toolError(err.code, err.message, err.suggestion);
@@ -164,7 +174,12 @@ function invalidArguments(name: string, error: z.ZodError): ToolError {
   return toolError('INVALID_ARGUMENTS', `Invalid arguments for ${name}: ${problems.join('; ')}.`, `Call ${name} again with arguments that match its input schema.`);
 }
 
-/** Text form of an error result for tools whose seed returns text: `Error: ...` and the suggestion. */
+/**
+ * Text form of an error result for tools whose seed returns text: `Error: ...` and the suggestion.
+ *
+ * @example
+ * errorText(toolError('NOT_FOUND', 'No file.', 'List the folder.')); // 'Error: No file.\nList the folder.'
+ */
 export function errorText(error: ToolError): string {
   return error.suggestion ? `Error: ${error.error}\n${error.suggestion}` : `Error: ${error.error}`;
 }

@@ -46,7 +46,12 @@ export function toSandboxPath(path: string, sandboxDir: string = TOOLSMITH_DEFAU
   return target;
 }
 
-/** The Python exception seed 002 names for a Warren error code. */
+/**
+ * The Python exception seed 002 names for a Warren error code.
+ *
+ * @example
+ * toolsmithExceptionName('PATH_NOT_IN_SANDBOX'); // 'SecurityError'
+ */
 export function toolsmithExceptionName(code: ToolErrorCode): string {
   switch (code) {
     case 'PATH_NOT_IN_SANDBOX':
@@ -89,15 +94,20 @@ function jsonText(result: unknown): string {
   return JSON.stringify(result, null, 2);
 }
 
-/** The pytest report the helper returns. */
-interface PytestRun {
+/** The pytest report the in-sandbox helper returns. */
+export interface PytestReport {
   exit_code: number;
   output: string;
   tests: { name: string; status: 'passed' | 'failed' | 'error' | 'skipped'; message: string }[];
 }
 
-/** `run_pytest`'s dictionary from a pytest report. Errors (setup/collection) count as failed. */
-export function summarisePytest(directory: string, run: PytestRun): Record<string, unknown> {
+/**
+ * `run_pytest`'s dictionary from a pytest report. Errors (setup/collection) count as failed.
+ *
+ * @example
+ * summarisePytest('./sandbox/ds', { exit_code: 0, output: '', tests: [{ name: 't.py::test_a', status: 'passed', message: '' }] });
+ */
+export function summarisePytest(directory: string, run: PytestReport): Record<string, unknown> {
   const passed = run.tests.filter((t) => t.status === 'passed').length;
   const failed = run.tests.filter((t) => t.status === 'failed' || t.status === 'error').length;
   const skipped = run.tests.filter((t) => t.status === 'skipped').length;
@@ -117,8 +127,13 @@ export function summarisePytest(directory: string, run: PytestRun): Record<strin
   };
 }
 
-/** `get_failing_tests`'s dictionary from a pytest report. */
-export function summariseFailures(run: PytestRun): Record<string, unknown> {
+/**
+ * `get_failing_tests`'s dictionary from a pytest report.
+ *
+ * @example
+ * summariseFailures(report).failed_count;
+ */
+export function summariseFailures(run: PytestReport): Record<string, unknown> {
   const failing = run.tests.filter((t) => t.status === 'failed' || t.status === 'error');
   const problem = failing.length > 0 || (run.exit_code !== 0 && run.exit_code !== 5);
   return { failed_count: failing.length, failing_tests: failing, error_log: problem ? run.output : '' };
@@ -272,7 +287,7 @@ export function toolsmithTools(target: ToolTarget, options: ToolsmithOptions = {
         toText: jsonText,
         execute: async ({ directory, sandbox_dir }, { signal }) => {
           const run = await helper(['pytest', '.', '.'], { timeoutMs: TOOLSMITH_TIMEOUTS_MS.pytest, cwd: toSandboxPath(directory, sandbox_dir), signal, what: 'pytest' });
-          return summarisePytest(directory, run as unknown as PytestRun);
+          return summarisePytest(directory, run as unknown as PytestReport);
         },
       }),
       'ANALYSIS',
@@ -303,7 +318,7 @@ export function toolsmithTools(target: ToolTarget, options: ToolsmithOptions = {
         execute: async ({ test_file, test_name, sandbox_dir }, { signal }) => {
           await readSource(test_file, sandbox_dir, signal);
           const target = toSandboxPath(test_file, sandbox_dir) + (test_name ? `::${test_name}` : '');
-          const run = (await helper(['pytest', target, '.'], { timeoutMs: TOOLSMITH_TIMEOUTS_MS.singleTest, signal, what: 'pytest' })) as unknown as PytestRun;
+          const run = (await helper(['pytest', target, '.'], { timeoutMs: TOOLSMITH_TIMEOUTS_MS.singleTest, signal, what: 'pytest' })) as unknown as PytestReport;
           const passed = run.tests.filter((t) => t.status === 'passed').length;
           const failed = run.tests.filter((t) => t.status === 'failed' || t.status === 'error').length;
           return { test_file, test_name: test_name ?? null, passed, failed, success: run.exit_code === 0 && failed === 0 && passed > 0, output: run.output };
@@ -322,7 +337,7 @@ export function toolsmithTools(target: ToolTarget, options: ToolsmithOptions = {
         toText: jsonText,
         execute: async ({ directory, sandbox_dir }, { signal }) => {
           const run = await helper(['pytest', '.', '.'], { timeoutMs: TOOLSMITH_TIMEOUTS_MS.pytest, cwd: toSandboxPath(directory, sandbox_dir), signal, what: 'pytest' });
-          return summariseFailures(run as unknown as PytestRun);
+          return summariseFailures(run as unknown as PytestReport);
         },
       }),
       'ANALYSIS',

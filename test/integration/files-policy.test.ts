@@ -78,6 +78,27 @@ describe('per-connection policy, approval and audit', () => {
     expect(await files.read('src/a.py')).toBe('print(1)\n');
   });
 
+  it('applies suffix and size limits to every way in and out: read, write, copy, move, glob, download', async () => {
+    await mkdir(path.join(root, 'sfx/dir'), { recursive: true });
+    await writeFile(path.join(root, 'sfx/secret.env'), 'KEY=1');
+    await writeFile(path.join(root, 'sfx/dir/inner.env'), 'KEY=2');
+    await writeFile(path.join(root, 'sfx/dir/ok.txt'), 'ok');
+    const files = filesOf(await connect({ policy: { root, readOnly: false, suffixes: ['.txt', '.tar.gz'], maxFileBytes: 10 }, allowExec: false }));
+    expect(await codeOf(files.read('sfx/secret.env'))).toBe('SUFFIX_NOT_ALLOWED');
+    expect(await codeOf(files.write('sfx/new.env', 'x'))).toBe('SUFFIX_NOT_ALLOWED');
+    expect(await codeOf(files.copy('sfx/secret.env', 'sfx/copied.txt'))).toBe('SUFFIX_NOT_ALLOWED');
+    expect(await codeOf(files.move('sfx/secret.env', 'sfx/moved.txt'))).toBe('SUFFIX_NOT_ALLOWED');
+    expect(await codeOf(files.write('sfx/big.txt', 'x'.repeat(11)))).toBe('FILE_TOO_LARGE');
+    await files.write('sfx/a.tar.gz', 'ok');
+    const copied = await files.copy('sfx/dir', 'sfx/dir2');
+    expect(copied.skipped).toEqual([{ path: 'inner.env', reason: 'suffix not allowed' }]);
+    expect(await files.glob('sfx', '**/*')).toEqual(['a.tar.gz', 'dir/ok.txt', 'dir2/ok.txt']);
+    expect((await files.download('sfx/dir')).entries.map((e) => e.name)).toEqual(['ok.txt']);
+    const err = await files.read('sfx/secret.env').catch((e: unknown) => e as WarrenError);
+    expect((err as WarrenError).message).toContain('.txt, .tar.gz');
+    expect((err as WarrenError).message).toContain('files up to 10 bytes');
+  });
+
   it('refuses an upgrade whose grant header is not a valid grant', async () => {
     await expect(Connection.open(`ws+unix://${socketPath}:/`, secret, 5000, { 'x-warren-policy': 'bm90IGpzb24' })).rejects.toBeInstanceOf(WarrenError);
   });

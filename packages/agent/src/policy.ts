@@ -89,7 +89,7 @@ export async function resolvePath(policy: FilePolicy, input: string, intent: Int
       path: input,
     });
   }
-  const walked = await walk(policy, input, mountRealRoot, located.segments, options.followLast ?? true);
+  const walked = await walk(policy, input, mountRealRoot, located.mount.root, located.segments, options.followLast ?? true);
 
   // The links may have led into a nested mount with stricter rules: apply those too.
   let mount = located.mount;
@@ -179,7 +179,7 @@ interface Walked {
   stat: Stats | undefined;
 }
 
-async function walk(policy: FilePolicy, input: string, realRoot: string, segments: string[], followLast: boolean): Promise<Walked> {
+async function walk(policy: FilePolicy, input: string, realRoot: string, namedRoot: string, segments: string[], followLast: boolean): Promise<Walked> {
   let current = realRoot;
   const queue = [...segments];
   let hops = 0;
@@ -215,9 +215,11 @@ async function walk(policy: FilePolicy, input: string, realRoot: string, segment
       if (target.includes('\0') || target.length === 0) throw leaves();
       if (target.startsWith('/')) {
         // An absolute target must name the real root literally; its remaining steps are walked from there.
+        // (The root's configured name counts too, when the root itself is reached through a link.)
         const clean = target.replace(/\/+/g, '/').replace(/\/\.(?=\/|$)/g, '');
-        if (!isWithin(realRoot, clean)) throw leaves();
-        const rest = clean === realRoot ? '' : clean.slice(realRoot === '/' ? 1 : realRoot.length + 1);
+        const base = isWithin(realRoot, clean) ? realRoot : isWithin(namedRoot, clean) ? namedRoot : undefined;
+        if (base === undefined) throw leaves();
+        const rest = clean === base ? '' : clean.slice(base === '/' ? 1 : base.length + 1);
         current = realRoot;
         queue.unshift(...rest.split('/').filter((s) => s !== ''));
       } else {

@@ -5,7 +5,7 @@ import path from 'node:path';
 import picomatch from 'picomatch';
 import { CodedError, describePolicy, isWithin, mountsOf, suffixAllowed, type EntryType } from '@warren/protocol';
 import type { CallContext, Handler } from '../dispatch.js';
-import { checkKernelName, mapFsError, openChecked, requireRegularFile, typeOf, type ResolvedPath } from '../policy.js';
+import { checkKernelName, checkSize, checkSuffix, mapFsError, openChecked, requireRegularFile, typeOf, type ResolvedPath } from '../policy.js';
 import { checkHardLinks, resolveFor, type FsContext } from './fs-common.js';
 import { walkTree } from './fs-walk.js';
 
@@ -134,7 +134,11 @@ export function treeHandlers(fs: FsContext): TreeHandlers {
       await refuseRootOrMount(fs, from, params.from, 'move');
       await refuseRootOrMount(fs, to, params.to, 'replace');
       refuseIntoItself(from, to, params.from, params.to);
-      if (!from.stat.isDirectory()) checkNames(fs, to, params.to);
+      if (!from.stat.isDirectory() && !from.stat.isSymbolicLink()) {
+        // A file keeps its suffix rules on both names: no renaming a refused file into a readable one.
+        checkSuffix(fs.policy, from, params.from);
+        checkNames(fs, to, params.to);
+      }
       if (to.stat) {
         if (!params.overwrite) throw new CodedError('ALREADY_EXISTS', `'${params.to}' already exists; pass overwrite: true to replace it.`, { path: params.to });
         if (to.absolute === from.absolute) return { result: { from: from.display, to: to.display, type: entryType(typeOf(from.stat)) } };
@@ -277,6 +281,8 @@ async function copyInto(fs: FsContext, ctx: CallContext, from: ResolvedPath, to:
     if (!from.stat!.isDirectory()) {
       if (from.stat!.isSymbolicLink()) throw new CodedError('UNSUPPORTED_FILE_TYPE', `'${toDisplay}': copy a link's target, not the link.`);
       requireRegularFile(from.stat, toDisplay);
+      checkSuffix(fs.policy, from, toDisplay);
+      checkSize(fs.policy, from, toDisplay, from.stat!.size);
       checkNames(fs, to, toDisplay);
       if (!limitOk(from.stat!.size)) throw new CodedError('FILE_TOO_LARGE', `'${toDisplay}' would be ${from.stat!.size} bytes; files under ${to.mount.virtual} may be at most ${to.mount.maxFileBytes} bytes.`);
       await copyFile(from.absolute, from.stat!, staging, toDisplay);
@@ -295,7 +301,8 @@ async function copyInto(fs: FsContext, ctx: CallContext, from: ResolvedPath, to:
         const dest = path.posix.join(staging, e.rel);
         if (e.stat.isDirectory()) await mkdir(dest, { mode: e.stat.mode & 0o777 });
         else if (e.stat.isFile()) {
-          if (!suffixAllowed(to.mount.suffixes, e.rel)) skip(e.rel, 'suffix not allowed');
+          if (!suffixAllowed(to.mount.suffixes, e.rel) || !suffixAllowed(from.mount.suffixes, e.rel)) skip(e.rel, 'suffix not allowed');
+          else if (from.mount.maxFileBytes !== undefined && e.stat.size > from.mount.maxFileBytes) skip(e.rel, 'larger than the size limit');
           else if (!limitOk(e.stat.size)) skip(e.rel, 'larger than the size limit');
           else await copyFile(e.absolute, e.stat, dest, e.rel);
         } else if (e.stat.isSymbolicLink()) {

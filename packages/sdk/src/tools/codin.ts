@@ -1,3 +1,4 @@
+import { MAX_READ_LINES } from '@warren/protocol';
 import { z } from 'zod';
 import { need, type LineSlice, type ToolCommandResult } from './context.js';
 import { asToolContext, type ToolTarget } from './sandbox-context.js';
@@ -80,7 +81,7 @@ const ReadInput = z.strictObject({
   path: z.string().min(1).describe('Path to the file to read'),
   start_line: z.number().int().optional().describe('Starting line number (1-indexed, inclusive). If not provided, reads from beginning'),
   end_line: z.number().int().optional().describe('Ending line number (1-indexed, inclusive). If not provided, reads to end'),
-  max_lines: z.number().int().min(1).default(CODIN_DEFAULT_MAX_LINES).describe('Maximum number of lines to return (default: 1000, to prevent token overflow)'),
+  max_lines: z.number().int().min(1).max(MAX_READ_LINES).default(CODIN_DEFAULT_MAX_LINES).describe('Maximum number of lines to return (default: 1000, to prevent token overflow)'),
 });
 
 const WriteInput = z.strictObject({

@@ -1,3 +1,4 @@
+import { MAX_READ_CHARS } from '@warren/protocol';
 import { z } from 'zod';
 import { need } from './context.js';
 import { asToolContext, type ToolTarget } from './sandbox-context.js';
@@ -89,7 +90,7 @@ export function filesystemTools(target: ToolTarget): ToolSet {
         'At most max_chars characters (default 20000) from offset (default 0); when truncated is true, read again with offset = offset + chars_read.',
       input: z.strictObject({
         path: PathArg.describe('Path of the file in the sandbox.'),
-        max_chars: z.number().int().min(1).default(FILESYSTEM_DEFAULT_MAX_CHARS).describe('Maximum characters to return (default 20000).'),
+        max_chars: z.number().int().min(1).max(MAX_READ_CHARS).default(FILESYSTEM_DEFAULT_MAX_CHARS).describe('Maximum characters to return (default 20000).'),
         offset: z.number().int().min(0).default(0).describe('Character position to start from (default 0).'),
       }),
       output: 'json',

@@ -4,7 +4,8 @@ import { link, mkdir, mkdtemp, readFile, realpath, rm, writeFile } from 'node:fs
 import os from 'node:os';
 import path from 'node:path';
 import { startAgentServer, type AgentServer } from '@warren/agent';
-import { encodeGrant, narrowPolicy, type FilePolicy } from '@warren/protocol';
+import { decodeFrame, encodeFrame, encodeGrant, narrowPolicy, PROTOCOL_VERSION, type FilePolicy } from '@warren/protocol';
+import { WebSocket } from 'ws';
 import { Commands, Connection, Files, WarrenError } from '@warren/sdk';
 
 const filesOf = (c: Connection) => new Files(() => c);
@@ -97,6 +98,28 @@ describe('per-connection policy, approval and audit', () => {
     const err = await files.read('sfx/secret.env').catch((e: unknown) => e as WarrenError);
     expect((err as WarrenError).message).toContain('.txt, .tar.gz');
     expect((err as WarrenError).message).toContain('files up to 10 bytes');
+  });
+
+  it('refuses a NUL byte in a path sent raw, past the SDK, with a typed error', async () => {
+    const ws = new WebSocket(`ws+unix://${socketPath}:/`, { headers: { authorization: `Bearer ${secret}` } });
+    const frames: unknown[] = [];
+    const got = (n: number) =>
+      new Promise<void>((resolve) => {
+        const check = () => (frames.length >= n ? resolve() : setTimeout(check, 5));
+        check();
+      });
+    ws.on('message', (data: Buffer) => frames.push(decodeFrame(data).header));
+    await new Promise((resolve) => ws.once('open', resolve));
+    ws.send(encodeFrame({ type: 'hello', protocolVersion: PROTOCOL_VERSION }));
+    await got(1);
+    ws.send(encodeFrame({ type: 'req', id: 1, method: 'fs.read', params: { path: '../../etc/passwd\0.txt' } }));
+    ws.send(encodeFrame({ type: 'req', id: 2, method: 'fs.write', params: { path: 'a\0/../../x' } }, Buffer.from('x')));
+    await got(3);
+    ws.close();
+    expect(frames.slice(1)).toEqual([
+      expect.objectContaining({ type: 'err', id: 1, error: expect.objectContaining({ code: 'INVALID_PARAMS' }) }),
+      expect.objectContaining({ type: 'err', id: 2, error: expect.objectContaining({ code: 'INVALID_PARAMS' }) }),
+    ]);
   });
 
   it('refuses an upgrade whose grant header is not a valid grant', async () => {

@@ -113,6 +113,19 @@ export async function resolvePath(policy: FilePolicy, input: string, intent: Int
   };
 }
 
+/**
+ * Where a command runs when the caller names no folder: the root in root mode; with named paths,
+ * the first writable name (else the first name), since `.` there is the virtual top, not a folder.
+ *
+ * @example
+ * await resolvePath(policy, cwd ?? defaultWorkingFolder(policy), 'read');
+ */
+export function defaultWorkingFolder(policy: FilePolicy): string {
+  if ('root' in policy) return '.';
+  const mounts = mountsOf(policy).sort((a, b) => a.virtual.localeCompare(b.virtual));
+  return (mounts.find((m) => m.writable) ?? mounts[0]!).virtual;
+}
+
 /** How a located path is shown to callers. */
 export function displayOf(policy: FilePolicy, located: Located): string {
   if ('root' in policy) return located.segments.length === 0 ? '.' : located.segments.join('/');

@@ -93,6 +93,14 @@ describe('the sandbox lifecycle over REST', () => {
     expect((await api('DELETE', `/v1/sandboxes/${doomed.id}`)).status).toBe(404);
   });
 
+  it('forgets a sandbox whose container was removed behind its back', async () => {
+    const victim = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });
+    victim.close();
+    await docker.getContainer(warren.controller.sandboxes.record(victim.id).containerId).remove({ force: true, v: true });
+    await until('the reaper to notice', async () => (warren.controller.sandboxes.has(victim.id) ? undefined : true));
+    expect((await api('GET', `/v1/sandboxes/${victim.id}`)).status).toBe(404);
+  });
+
   it('answers /healthz, /readyz, and /metrics in Prometheus format', async () => {
     expect((await fetch(`${warren.url}/healthz`)).status).toBe(200);
     const ready = await fetch(`${warren.url}/readyz`);

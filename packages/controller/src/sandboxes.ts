@@ -439,10 +439,20 @@ export class SandboxService {
     return killed;
   }
 
-  /** Refreshes every record's state from one container listing. */
+  /**
+   * Refreshes every record's state from one container listing. A sandbox whose container was
+   * removed behind the controller's back (`docker rm`) is forgotten, with its socket folder and
+   * state file.
+   */
   async refreshStates(): Promise<void> {
+    // Only records that existed before the listing: one added meanwhile is not in it.
+    const known = [...this.records.values()];
     const states = await this.docker.containerStates();
-    for (const record of this.records.values()) record.state = toState(states.get(record.containerId));
+    for (const record of known) {
+      if (this.records.get(record.id) !== record) continue;
+      record.state = toState(states.get(record.containerId));
+      if (record.state === 'gone') await this.kill(record.id).catch(() => undefined);
+    }
   }
 
   private require(id: string): SandboxRecord {

@@ -192,7 +192,8 @@ export function compileGlob(pattern: string): (rel: string) => boolean {
   if ((pattern.match(/[*?]/g)?.length ?? 0) > GLOB_LIMITS.maxWildcards) throw bad(`it has more than ${GLOB_LIMITS.maxWildcards} wildcards`);
   if ((pattern.match(/\{/g)?.length ?? 0) > GLOB_LIMITS.maxBraces) throw bad(`it has more than ${GLOB_LIMITS.maxBraces} brace groups`);
   try {
-    return picomatch(pattern, { dot: true, noextglob: true, strictSlashes: true });
+    const matcher = picomatch(pattern, { dot: true, noextglob: true, strictSlashes: true });
+    return (rel: string) => matcher(rel);
   } catch (err) {
     throw bad((err as Error).message);
   }

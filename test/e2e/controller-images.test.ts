@@ -145,8 +145,11 @@ describe('sandboxes on three images, hardened', () => {
       return;
     }
     const sandbox = await create({ runtime: 'runsc' });
-    const run = await sandbox.commands.run(['sh', '-c', 'dmesg 2>/dev/null | head -1; echo ok']);
-    expect(run.stdout).toContain('ok');
+    await sandbox.files.write('/workspace/g.txt', 'under gVisor');
+    expect(await sandbox.files.read('/workspace/g.txt')).toBe('under gVisor');
+    const run = await sandbox.commands.run(['sh', '-c', 'dmesg 2>/dev/null | head -3; id -u']);
+    expect(run.stdout).toMatch(/gVisor/);
+    expect(run.stdout).toMatch(/^1000$/m);
     expect((await sandbox.info()).settings.runtime).toBe('runsc');
   });
 });

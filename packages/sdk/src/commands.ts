@@ -1,7 +1,8 @@
 import { StringDecoder } from 'node:string_decoder';
 import type { EventFrame, ParamsIn, ProcessInfo, Result } from '@warren/protocol';
-import { DEFAULT_CALL_TIMEOUT_MS, type CallOptions, type Connection } from './connection.js';
-import { EventQueue, toOutputEvent } from './event-queue.js';
+import type { Channel } from './channel.js';
+import { DEFAULT_CALL_TIMEOUT_MS, type CallOptions } from './connection.js';
+import { EventQueue, toOutputEvent, withOutput } from './event-queue.js';
 import { ProcessHandle, type OutputEvent } from './process-handle.js';
 import { ShellSession, type ShellOpenOptions } from './shell-session.js';
 
@@ -45,7 +46,7 @@ const ANSWER_GRACE_MS = 5_000;
 
 /** `sandbox.commands`: run processes in the sandbox. */
 export class Commands {
-  constructor(private readonly connection: () => Connection) {}
+  constructor(private readonly connection: () => Channel) {}
 
   /**
    * Runs a command to completion: a string through `/bin/sh -c`, an array as argv with no shell.
@@ -71,7 +72,7 @@ export class Commands {
       const rest = decoders[name].end();
       if (rest && streaming) (name === 'stdout' ? options.onStdout : options.onStderr)?.(rest);
     }
-    return answer.result;
+    return withOutput(answer.result, answer.payload);
   }
 
   /**
@@ -103,7 +104,7 @@ export class Commands {
       })
       .then(
         (answer) => {
-          queue.push({ type: 'exit', result: answer.result });
+          queue.push({ type: 'exit', result: withOutput(answer.result, answer.payload) });
           queue.end();
         },
         (err: unknown) => queue.fail(err),

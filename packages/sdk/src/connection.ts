@@ -64,9 +64,14 @@ export class Connection {
    */
   onApproval: ApprovalHandler | undefined;
 
+  private readonly closeListeners = new Set<() => void>();
+
   private constructor(private readonly ws: WebSocket) {
     ws.on('message', (data: Buffer) => this.onMessage(data));
-    ws.on('close', (code, reason) => this.failAll(makeError('CONNECTION_CLOSED', `The connection to the sandbox closed (${code}${reason.length ? `: ${reason.toString()}` : ''}).`)));
+    ws.on('close', (code, reason) => {
+      this.failAll(makeError('CONNECTION_CLOSED', `The connection to the sandbox closed (${code}${reason.length ? `: ${reason.toString()}` : ''}).`));
+      for (const listener of this.closeListeners) listener();
+    });
     ws.on('error', () => undefined); // the close that follows reports it
   }
 
@@ -140,6 +145,11 @@ export class Connection {
       clearTimeout(timer);
       if (onAbort) options.signal?.removeEventListener('abort', onAbort);
     }
+  }
+
+  /** Runs `listener` once the socket has closed, for whatever reason. */
+  onClose(listener: () => void): void {
+    this.closeListeners.add(listener);
   }
 
   /** Closes the connection; pending calls are rejected with `ConnectionClosedError`. */

@@ -1,5 +1,5 @@
 import type { EventFrame } from '@warren/protocol';
-import type { Connection } from './connection.js';
+import type { Channel } from './channel.js';
 import type { OutputEvent } from './process-handle.js';
 
 /** Above this many queued bytes a stream stops reading its connection; below the low mark it reads again. */
@@ -20,7 +20,7 @@ export class EventQueue<T> implements AsyncIterableIterator<T> {
   private wake: (() => void) | undefined;
 
   constructor(
-    private readonly connection: Connection,
+    private readonly connection: Channel,
     /** Called when the consumer stops early (break, return, throw): stop the producing call. */
     private readonly onAbandon: () => void,
   ) {}
@@ -100,4 +100,20 @@ export function toOutputEvent(event: EventFrame, bytes: Buffer | undefined): Out
   if (event.event !== 'stdout' && event.event !== 'stderr') return undefined;
   const offset = typeof (event.data as { offset?: unknown } | null)?.offset === 'number' ? (event.data as { offset: number }).offset : 0;
   return { type: event.event, data: bytes ?? Buffer.alloc(0), offset };
+}
+
+/**
+ * Puts a result's output back from the response payload (the protocol's `OutputPayloadLayout`):
+ * stdout bytes then stderr bytes, decoded as UTF-8.
+ */
+export function withOutput<R extends { stdout: string; stderr: string; outputPayload?: { stdout: number; stderr: number } | undefined }>(result: R, payload: Buffer | undefined): R {
+  const layout = result.outputPayload;
+  if (!layout) return result;
+  const bytes = payload ?? Buffer.alloc(0);
+  const { outputPayload: _layout, ...rest } = result;
+  return {
+    ...rest,
+    stdout: bytes.subarray(0, layout.stdout).toString('utf8'),
+    stderr: bytes.subarray(layout.stdout, layout.stdout + layout.stderr).toString('utf8'),
+  } as R;
 }

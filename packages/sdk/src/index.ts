@@ -4,6 +4,7 @@ export { Commands, type CommandResult, type CommandEvent, type RunOptions, type 
 export { ProcessHandle, type AttachEvent, type AttachOptions, type OutputEvent } from './process-handle.js';
 export { ShellSession, type ShellRunResult, type ShellOpenOptions, type ShellRunOptions } from './shell-session.js';
 export { Connection, type CallOptions, type ApprovalHandler } from './connection.js';
+export { ReconnectingChannel, type Channel, type ReconnectOptions } from './channel.js';
 export { RestClient, DEFAULT_BASE_URL, type ControllerOptions } from './rest.js';
 export * from './errors.js';
 export * from './tools/index.js';

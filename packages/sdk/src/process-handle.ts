@@ -1,5 +1,7 @@
 import type { ProcessInfo, Signal } from '@warren/protocol';
-import type { CallOptions, Connection } from './connection.js';
+import type { Channel } from './channel.js';
+import type { CallOptions } from './connection.js';
+import { WarrenError } from './errors.js';
 import { EventQueue, toOutputEvent } from './event-queue.js';
 
 /** Output bytes of one stream, and where they start in that stream. */
@@ -21,6 +23,8 @@ export interface AttachOptions extends CallOptions {
 }
 
 const LONG_WAIT_MS = 24 * 60 * 60 * 1000;
+/** Re-attaches in a row that bring no output before a following attach gives up. */
+const MAX_REATTACH_ATTEMPTS = 5;
 
 /**
  * A background process in the sandbox. The handle is a plain string, so a client that lost its
@@ -36,7 +40,7 @@ export class ProcessHandle {
   readonly offsets = { stdout: 0, stderr: 0 };
 
   constructor(
-    private readonly connection: () => Connection,
+    private readonly connection: () => Channel,
     /** The last known state. */
     public info: ProcessInfo,
   ) {}
@@ -94,24 +98,37 @@ export class ProcessHandle {
       stderrOffset: options.stderrOffset ?? this.offsets.stderr,
       follow: options.follow ?? true,
     };
-    connection
-      .call('process.attach', params, {
-        signal,
-        timeoutMs: options.timeoutMs ?? LONG_WAIT_MS,
-        onEvent: (event, bytes) => {
-          const output = toOutputEvent(event, bytes);
-          if (!output) return;
-          queue.push(output, output.data.length);
-        },
-      })
-      .then(
-        (answer) => {
-          this.info = answer.result;
-          queue.push({ type: 'exit', info: answer.result });
-          queue.end();
-        },
-        (err: unknown) => queue.fail(err),
-      );
+    // What has arrived (queued or consumed): after a dropped connection the attach resumes from
+    // here on the new one, so nothing is shown twice and nothing still buffered is missed.
+    const received = { stdout: params.stdoutOffset, stderr: params.stderrOffset };
+    let attemptsWithoutProgress = 0;
+    const start = (): void => {
+      connection
+        .call('process.attach', { ...params, stdoutOffset: received.stdout, stderrOffset: received.stderr }, {
+          signal,
+          timeoutMs: options.timeoutMs ?? LONG_WAIT_MS,
+          onEvent: (event, bytes) => {
+            const output = toOutputEvent(event, bytes);
+            if (!output) return;
+            attemptsWithoutProgress = 0;
+            received[output.type] = output.offset + output.data.length;
+            queue.push(output, output.data.length);
+          },
+        })
+        .then(
+          (answer) => {
+            this.info = answer.result;
+            queue.push({ type: 'exit', info: answer.result });
+            queue.end();
+          },
+          (err: unknown) => {
+            const dropped = err instanceof WarrenError && err.code === 'CONNECTION_CLOSED' && !signal.aborted;
+            if (dropped && params.follow && ++attemptsWithoutProgress <= MAX_REATTACH_ATTEMPTS) start();
+            else queue.fail(err);
+          },
+        );
+    };
+    start();
     // Offsets advance as the consumer takes events, not as frames arrive: a reattach resumes
     // after the last byte the caller actually saw.
     const next = queue.next.bind(queue);

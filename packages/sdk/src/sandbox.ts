@@ -1,5 +1,6 @@
 import type { CreateSandboxRequest, DeriveTokenRequest, DeriveTokenResponse, Result, SandboxInfo, SandboxState } from '@warren/protocol';
 import { Commands } from './commands.js';
+import { ReconnectingChannel, type ReconnectOptions } from './channel.js';
 import { Connection, type ApprovalHandler, type CallOptions } from './connection.js';
 import { Files } from './files.js';
 import { RestClient, resolveControllerOptions, type ControllerOptions } from './rest.js';
@@ -7,11 +8,15 @@ import { RestClient, resolveControllerOptions, type ControllerOptions } from './
 /** Options of {@link Sandbox.create}: where the controller is, and what sandbox to make. */
 export interface SandboxCreateOptions extends ControllerOptions, CreateSandboxRequest {
   signal?: AbortSignal;
+  /** How a dropped connection comes back (it always does, with backoff and jitter). */
+  reconnect?: ReconnectOptions;
 }
 
 export interface SandboxConnectOptions extends ControllerOptions {
-  /** This sandbox's token; the API key (`apiKey`) works too. */
+  /** This sandbox's token (or a derived one); the API key (`apiKey`) works too. */
   token?: string;
+  /** How a dropped connection comes back (it always does, with backoff and jitter). */
+  reconnect?: ReconnectOptions;
 }
 
 /**
@@ -35,10 +40,16 @@ export class Sandbox implements AsyncDisposable {
     /** The credential that reaches this sandbox only; hand it to a worker instead of the API key. */
     readonly token: string,
     private readonly rest: RestClient,
-    private readonly connection: Connection,
+    private readonly connection: ReconnectingChannel,
   ) {
     this.files = new Files(() => this.connection);
     this.commands = new Commands(() => this.connection);
+  }
+
+  /** One reconnecting channel to a sandbox: the first connection is opened before this returns. */
+  private static async channel(rest: RestClient, id: string, credential: string, reconnect: ReconnectOptions | undefined): Promise<ReconnectingChannel> {
+    const open = () => Connection.open(rest.connectUrl(id), credential);
+    return new ReconnectingChannel(open, await open(), reconnect);
   }
 
   /**
@@ -50,11 +61,10 @@ export class Sandbox implements AsyncDisposable {
   static async create(options: SandboxCreateOptions = {}): Promise<Sandbox> {
     const { baseUrl, apiKey } = resolveControllerOptions(options);
     const rest = new RestClient(baseUrl, apiKey);
-    const { baseUrl: _b, apiKey: _k, signal, ...request } = options;
+    const { baseUrl: _b, apiKey: _k, signal, reconnect, ...request } = options;
     const created = await rest.create(request, signal);
     try {
-      const connection = await Connection.open(rest.connectUrl(created.id), created.token);
-      return new Sandbox(created.id, created.token, rest, connection);
+      return new Sandbox(created.id, created.token, rest, await Sandbox.channel(rest, created.id, created.token, reconnect));
     } catch (err) {
       await rest.kill(created.id).catch(() => undefined);
       throw err;
@@ -71,8 +81,7 @@ export class Sandbox implements AsyncDisposable {
     const { baseUrl, apiKey } = resolveControllerOptions(options);
     const credential = options.token ?? apiKey;
     const rest = new RestClient(baseUrl, credential);
-    const connection = await Connection.open(rest.connectUrl(id), credential ?? '');
-    return new Sandbox(id, options.token ?? '', rest, connection);
+    return new Sandbox(id, options.token ?? '', rest, await Sandbox.channel(rest, id, credential ?? '', options.reconnect));
   }
 
   /**
@@ -117,6 +126,21 @@ export class Sandbox implements AsyncDisposable {
    */
   deriveToken(request: DeriveTokenRequest, options: { signal?: AbortSignal } = {}): Promise<DeriveTokenResponse> {
     return this.rest.derive(this.id, request, options.signal);
+  }
+
+  /**
+   * A narrower handle on this sandbox (seed 001 `derive()`): its own token, with only the paths
+   * and rights asked for. Widening fails with `PermissionEscalationError`. It cannot run commands
+   * unless derived with `allowExec`, because a shell is not bound by the file policy.
+   *
+   * @example
+   * const reader = await sandbox.derive({ allowRead: ['/workspace/docs'], readonly: true });
+   * await reader.files.read('/workspace/docs/a.md');
+   */
+  async derive(request: DeriveTokenRequest, options: { signal?: AbortSignal; reconnect?: ReconnectOptions } = {}): Promise<Sandbox> {
+    const { token } = await this.deriveToken(request, options);
+    const rest = new RestClient(this.rest.baseUrl, token);
+    return new Sandbox(this.id, token, rest, await Sandbox.channel(rest, this.id, token, options.reconnect));
   }
 
   /** The sandbox's state as the controller sees it. */

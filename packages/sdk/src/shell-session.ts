@@ -1,5 +1,7 @@
 import type { Result } from '@warren/protocol';
-import type { CallOptions, Connection } from './connection.js';
+import type { Channel } from './channel.js';
+import type { CallOptions } from './connection.js';
+import { withOutput } from './event-queue.js';
 
 /** The outcome of one shell-session command. */
 export type ShellRunResult = Result<'shell.run'>;
@@ -30,12 +32,12 @@ const ANSWER_GRACE_MS = 10_000;
  */
 export class ShellSession {
   private constructor(
-    private readonly connection: () => Connection,
+    private readonly connection: () => Channel,
     readonly name: string,
     readonly pid: number,
   ) {}
 
-  static async open(connection: () => Connection, name: string, options: ShellOpenOptions = {}): Promise<ShellSession> {
+  static async open(connection: () => Channel, name: string, options: ShellOpenOptions = {}): Promise<ShellSession> {
     const params: { session: string; cwd?: string; env?: Record<string, string> } = { session: name };
     if (options.cwd !== undefined) params.cwd = options.cwd;
     if (options.env !== undefined) params.env = options.env;
@@ -48,7 +50,8 @@ export class ShellSession {
     const timeoutMs = options.timeoutMs ?? DEFAULT_SHELL_TIMEOUT_MS;
     const params: { session: string; cmd: string; timeoutMs: number; outputCapBytes?: number } = { session: this.name, cmd, timeoutMs };
     if (options.outputCapBytes !== undefined) params.outputCapBytes = options.outputCapBytes;
-    return (await this.connection().call('shell.run', params, { signal: options.signal, timeoutMs: timeoutMs + ANSWER_GRACE_MS })).result;
+    const answer = await this.connection().call('shell.run', params, { signal: options.signal, timeoutMs: timeoutMs + ANSWER_GRACE_MS });
+    return withOutput(answer.result, answer.payload);
   }
 
   /** Ends the session and everything it started. */

@@ -168,7 +168,10 @@ export function execHandlers(options: ExecOptions): { [M in ProcessMethod]: Hand
         }
         if (sent) continue;
         if (!follow || (proc.stdout.isClosed && proc.stderr.isClosed)) break;
-        await Promise.race([proc.stdout.waitBeyond(cursors.stdout, ctx.signal), proc.stderr.waitBeyond(cursors.stderr, ctx.signal)]);
+        // Wait only on streams still open: a closed one answers at once, and racing it would spin
+        // this loop on microtasks, starving the event loop that must deliver the other's close.
+        const open = (['stdout', 'stderr'] as const).filter((name) => !proc[name].isClosed);
+        await Promise.race(open.map((name) => proc[name].waitBeyond(cursors[name], ctx.signal)));
       }
       if (follow && proc.running) await Promise.race([proc.exited, aborted(ctx.signal)]);
       return { result: proc.info() satisfies ProcessInfo };

@@ -6,7 +6,7 @@ import type { Readable } from 'node:stream';
 import { CodedError, type Params, type ProcessInfo, type Result } from '@warren/protocol';
 import type { CallContext, Handler } from '../dispatch.js';
 import { resolvePath, type FilePolicy } from '../policy.js';
-import { CappedOutput } from './output.js';
+import { CappedOutput, outputAsPayload } from './output.js';
 import { ProcessTable, spawnTagged, type SpawnSpec } from './process-table.js';
 import { killTree } from './process-tree.js';
 
@@ -102,7 +102,7 @@ export function execHandlers(options: ExecOptions): { [M in ProcessMethod]: Hand
       }
       const release = table.reserve();
       try {
-        return { result: await runForeground(params, ctx, await spec(params), outputDir) };
+        return await runForeground(params, ctx, await spec(params), outputDir);
       } finally {
         release();
       }
@@ -179,7 +179,7 @@ export function execHandlers(options: ExecOptions): { [M in ProcessMethod]: Hand
   };
 }
 
-async function runForeground(params: Params<'process.exec'>, ctx: CallContext, spawnSpec: SpawnSpec, outputDir: string): Promise<Result<'process.exec'>> {
+async function runForeground(params: Params<'process.exec'>, ctx: CallContext, spawnSpec: SpawnSpec, outputDir: string): Promise<{ result: Result<'process.exec'>; payload: Buffer }> {
   const started = performance.now();
   const { child, marker } = await spawnTagged(spawnSpec);
   const leaderPid = child.pid;
@@ -234,8 +234,8 @@ async function runForeground(params: Params<'process.exec'>, ctx: CallContext, s
     const result: Result<'process.exec'> = {
       exitCode: code,
       signal,
-      stdout: streams.stdout.capped.text(),
-      stderr: streams.stderr.capped.text(),
+      stdout: '',
+      stderr: '',
       durationMs: Math.round((performance.now() - started) * 100) / 100,
       timedOut,
       truncated: streams.stdout.capped.truncated || streams.stderr.capped.truncated,
@@ -243,7 +243,7 @@ async function runForeground(params: Params<'process.exec'>, ctx: CallContext, s
       stderrBytes: streams.stderr.capped.total,
     };
     if (files) Object.assign(result, { stdoutFile: files.stdout, stderrFile: files.stderr });
-    return result;
+    return outputAsPayload(result, streams.stdout.capped, streams.stderr.capped);
   } finally {
     clearTimeout(timer);
     clearInterval(watchdog);

@@ -32,14 +32,19 @@ export class CappedOutput {
     return this.total > this.capBytes;
   }
 
-  /** The kept bytes as text, with a marker where bytes were dropped. */
-  text(): string {
+  /** The kept bytes, with a marker line where bytes were dropped. */
+  bytes(): Buffer {
     const head = Buffer.concat(this.head);
     let tail = Buffer.concat(this.tail);
     const dropped = this.total - head.length - Math.min(tail.length, Math.floor(this.capBytes / 2));
-    if (dropped <= 0) return Buffer.concat([head, tail]).toString('utf8');
+    if (dropped <= 0) return Buffer.concat([head, tail]);
     tail = tail.subarray(tail.length - Math.floor(this.capBytes / 2));
-    return `${head.toString('utf8')}\n[... ${dropped} bytes omitted ...]\n${tail.toString('utf8')}`;
+    return Buffer.concat([head, Buffer.from(`\n[... ${dropped} bytes omitted ...]\n`), tail]);
+  }
+
+  /** The kept bytes as text, with a marker where bytes were dropped. */
+  text(): string {
+    return this.bytes().toString('utf8');
   }
 }
 
@@ -136,4 +141,14 @@ export class RingOutput {
   private wake(): void {
     for (const waiter of [...this.waiters]) waiter();
   }
+}
+
+/**
+ * Moves a result's output into the response payload (see the protocol's `OutputPayloadLayout`):
+ * output is bytes, and escaping it into the size-limited JSON header would not fit.
+ */
+export function outputAsPayload<R extends { stdout: string; stderr: string }>(result: R, stdout: CappedOutput, stderr: CappedOutput): { result: R & { outputPayload: { stdout: number; stderr: number } }; payload: Buffer } {
+  const out = stdout.bytes();
+  const err = stderr.bytes();
+  return { result: { ...result, stdout: '', stderr: '', outputPayload: { stdout: out.length, stderr: err.length } }, payload: Buffer.concat([out, err]) };
 }

@@ -25,6 +25,8 @@ export function baseEnvironment(home: string): Record<string, string> {
   };
 }
 
+const OOM_PRELUDE = 'echo 1000 > /proc/self/oom_score_adj 2>/dev/null; exec "$@"';
+
 export interface SpawnSpec {
   cmd: string | readonly string[];
   cwd: string;
@@ -44,7 +46,9 @@ export interface TaggedChild {
  * made the OOM killer's first choice. Resolves once it runs; a failure to start is a typed error.
  */
 export async function spawnTagged(spec: SpawnSpec): Promise<TaggedChild> {
-  const [file, args] = typeof spec.cmd === 'string' ? ['/bin/sh', ['-c', spec.cmd]] : [spec.cmd[0]!, spec.cmd.slice(1)];
+  // A shell command first makes its shell the OOM killer's first choice, then execs the real
+  // shell: everything it forks inherits the score, with no window between spawn and the write.
+  const [file, args] = typeof spec.cmd === 'string' ? ['/bin/sh', ['-c', OOM_PRELUDE, 'sh', '/bin/sh', '-c', spec.cmd]] : [spec.cmd[0]!, spec.cmd.slice(1)];
   const marker = newMarker();
   const child = spawn(file, args, {
     cwd: spec.cwd,
@@ -57,7 +61,8 @@ export async function spawnTagged(spec: SpawnSpec): Promise<TaggedChild> {
     child.once('spawn', resolve);
     child.once('error', (err) => reject(spawnError(err, file)));
   });
-  if (child.pid !== undefined) preferForOomKill(child.pid);
+  // An argv command is exec'd directly (no shell): its score is raised just after it starts.
+  if (child.pid !== undefined && typeof spec.cmd !== 'string') preferForOomKill(child.pid);
   return { child, marker, file };
 }
 

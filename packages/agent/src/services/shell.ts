@@ -7,7 +7,7 @@ import { CodedError, type Params, type Result } from '@warren/protocol';
 import type { Handler } from '../dispatch.js';
 import type { FilePolicy } from '../policy.js';
 import { resolveCwd } from './exec.js';
-import { CappedOutput } from './output.js';
+import { CappedOutput, outputAsPayload } from './output.js';
 import { spawnTagged, type ProcessTable, type TaggedChild } from './process-table.js';
 import { killTree, scanProcesses, signalPid } from './process-tree.js';
 
@@ -119,7 +119,7 @@ class ShellSession {
   }
 
   /** Runs one command after any still queued; commands in one session never overlap. */
-  run(cmd: string, timeoutMs: number, cap: number, signal: AbortSignal): Promise<Omit<Result<'shell.run'>, 'sessionRestarted'> & { stuck: boolean }> {
+  run(cmd: string, timeoutMs: number, cap: number, signal: AbortSignal): Promise<{ result: Omit<Result<'shell.run'>, 'sessionRestarted'>; payload: Buffer; stuck: boolean }> {
     const next = this.queue.then(() => this.runNow(cmd, timeoutMs, cap, signal));
     this.queue = next.catch(() => undefined);
     return next;
@@ -177,18 +177,18 @@ class ShellSession {
       if (signal.aborted) throw new CodedError('CANCELLED', `The command in shell session '${this.name}' was cancelled; it was interrupted.`);
       const out = this.stdout.output;
       const err = this.stderr.output;
-      return {
+      const result = {
         exitCode: outDone?.exitCode ?? null,
         signal: null,
-        stdout: out.text(),
-        stderr: err.text(),
+        stdout: '',
+        stderr: '',
         durationMs: Math.round((performance.now() - started) * 100) / 100,
         timedOut,
         truncated: out.truncated || err.truncated,
         stdoutBytes: out.total,
         stderrBytes: err.total,
-        stuck: stuck || !this.alive,
       };
+      return { ...outputAsPayload(result, out, err), stuck: stuck || !this.alive };
     } finally {
       this.busy = false;
       rmSync(script, { force: true });
@@ -319,9 +319,9 @@ export function shellHandlers(shells: ShellSessions, policy?: FilePolicy): { [M 
     },
     async 'shell.run'(params, ctx) {
       const session = shells.get(params.session);
-      const { stuck, ...result } = await session.run(params.cmd, params.timeoutMs ?? DEFAULT_SHELL_TIMEOUT_MS, params.outputCapBytes ?? DEFAULT_SHELL_OUTPUT_CAP_BYTES, ctx.signal);
+      const { stuck, result, payload } = await session.run(params.cmd, params.timeoutMs ?? DEFAULT_SHELL_TIMEOUT_MS, params.outputCapBytes ?? DEFAULT_SHELL_OUTPUT_CAP_BYTES, ctx.signal);
       if (stuck) await shells.restart(params.session);
-      return { result: { ...result, sessionRestarted: stuck } };
+      return { result: { ...result, sessionRestarted: stuck }, payload };
     },
     async 'shell.close'(params) {
       return { result: { closed: await shells.close(params.session) } };

@@ -8,7 +8,14 @@ export const Command = z.union([z.string().min(1).max(1024 * 1024), z.array(z.st
 export const CommandEnv = z.record(z.string().min(1).max(4096).regex(/^[^=\0]+$/, 'env names must not contain = or NUL'), z.string().max(1024 * 1024));
 
 /** The most a result keeps of each stream (head + tail); more needs `saveOutput` or streaming. */
-export const MAX_OUTPUT_CAP_BYTES = 8 * 1024 * 1024;
+export const MAX_OUTPUT_CAP_BYTES = 8 * 1024 * 1024; // two streams at the cap stay well inside one 32 MiB frame
+
+/**
+ * Where a result's output travels: the kept bytes of stdout then stderr as the response frame's
+ * binary payload (never escaped into the JSON header, whose size is limited), with `stdout` and
+ * `stderr` empty in the header. The SDK puts the text back before a caller sees the result.
+ */
+export const OutputPayloadLayout = z.strictObject({ stdout: z.number().int().nonnegative(), stderr: z.number().int().nonnegative() });
 export const OutputCapBytes = z.number().int().min(1024).max(MAX_OUTPUT_CAP_BYTES);
 
 export const ProcessExecParams = z.strictObject({
@@ -41,6 +48,8 @@ export const ProcessExecResult = z.strictObject({
   /** With `saveOutput`: absolute paths (inside the sandbox) of the full output. */
   stdoutFile: z.string().optional(),
   stderrFile: z.string().optional(),
+  /** Wire detail: present when stdout/stderr travel as the payload (see {@link OutputPayloadLayout}). */
+  outputPayload: OutputPayloadLayout.optional(),
 });
 
 /**
@@ -123,6 +132,7 @@ export const ProcessAttachParams = z.strictObject({
 export const ProcessListResult = z.strictObject({ processes: z.array(ProcessInfo) });
 
 export const PROCESS_METHODS = {
+  // The request payload is stdin; the response payload is the kept output (see OutputPayloadLayout).
   'process.exec': { params: ProcessExecParams, result: ProcessExecResult, access: 'exec', payload: 'request', idempotent: false },
   'process.start': { params: ProcessStartParams, result: ProcessInfo, access: 'exec', idempotent: false },
   'process.list': { params: z.strictObject({}), result: ProcessListResult, access: 'exec', idempotent: true },

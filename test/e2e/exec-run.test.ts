@@ -1,0 +1,115 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { CancelledError, Sandbox, type CommandEvent } from '@warren/sdk';
+import { startTestController, type TestController } from '../support/fixtures.js';
+
+const MiB = 1024 * 1024;
+
+describe('process.exec in a real sandbox', () => {
+  let warren: TestController;
+  let sandbox: Sandbox;
+  beforeAll(async () => {
+    warren = await startTestController();
+    sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });
+  }, 60_000);
+  afterAll(async () => {
+    await sandbox?.kill().catch(() => undefined);
+    await warren?.[Symbol.asyncDispose]();
+  });
+
+  /** Every process line `ps` shows inside the sandbox whose command matches. */
+  async function psGrep(pattern: string): Promise<string[]> {
+    const { stdout } = await sandbox.commands.run(['ps', '-eo', 'pid,ppid,pgid,sid,stat,args']);
+    return stdout.split('\n').filter((line) => line.includes(pattern) && !/\bZ/.test(line.split(/\s+/).filter(Boolean)[4] ?? ''));
+  }
+
+  it('kills the whole tree on timeout: background job, setsid, nohup and double fork; the output so far is returned', async () => {
+    const cmd = [
+      'sleep 98711 &',
+      'setsid sleep 98712 &',
+      'nohup sleep 98713 >/dev/null 2>&1 &',
+      '(sleep 98714 &) &',
+      "setsid sh -c 'sleep 98715 & exec sleep 98716' &",
+      'echo started; printf partial >&2; sleep 98719',
+    ].join(' ');
+    const result = await sandbox.commands.run(cmd, { timeoutMs: 1_000 });
+    expect(result).toMatchObject({ timedOut: true, stdout: 'started\n', stderr: 'partial', exitCode: null });
+    expect(await psGrep('sleep 987')).toEqual([]);
+  });
+
+  it('kills what a foreground command leaves behind when it exits, without waiting for its timeout', async () => {
+    const result = await sandbox.commands.run('setsid sleep 98721 & (nohup sleep 98722 >/dev/null 2>&1 &); echo done', { timeoutMs: 30_000 });
+    expect(result).toMatchObject({ exitCode: 0, stdout: 'done\n', timedOut: false });
+    expect(await psGrep('sleep 9872')).toEqual([]);
+  });
+
+  it('starts children with the highest OOM score and the marker, never with the daemon secret, token or API key', async () => {
+    // `cat` opens its own /proc/self/environ (a redirect would open the shell's, empty after exec).
+    const probe = await sandbox.commands.run('cat /proc/self/oom_score_adj; cat /proc/self/environ | tr "\\0" "\\n" | sort');
+    const [score, ...env] = probe.stdout.trim().split('\n');
+    expect(score).toBe('1000');
+    expect(env.map((line) => line.split('=')[0])).toEqual(['HOME', 'LANG', 'LC_ALL', 'PATH', 'PWD', 'TERM', 'WARREN_EXEC_ID']);
+    const secrets = [warren.controller.sandboxes.agentSecret(sandbox.id), sandbox.token, warren.apiKey];
+    // Every environment and command line in the sandbox the sandbox user can read, the daemon's included.
+    const dump = await sandbox.commands.run('for p in /proc/[0-9]*; do tr "\\0" "\\n" < $p/environ; tr "\\0" " " < $p/cmdline; echo; done 2>/dev/null', { outputCapBytes: 8 * MiB });
+    expect(dump.truncated).toBe(false);
+    expect(dump.stdout).toContain('WARREN_EXEC_ID=');
+    for (const secret of secrets) expect(dump.stdout).not.toContain(secret);
+  });
+
+  it('sees EOF on stdin at once, and reads text and bytes given as stdin', async () => {
+    expect(await sandbox.commands.run('cat; echo eof', { timeoutMs: 5_000 })).toMatchObject({ stdout: 'eof\n', timedOut: false });
+    expect((await sandbox.commands.run('sha256sum', { stdin: new Uint8Array(1 * MiB).fill(7) })).stdout).toMatch(/^[0-9a-f]{64} {2}-\n$/);
+    expect((await sandbox.commands.run(['python3', '-c', 'import sys; print(sys.stdin.read()[::-1])'], { stdin: 'olleh' })).stdout).toBe('hello\n');
+  });
+
+  it('keeps the daemon flat under 100 MB floods of yes and /dev/urandom, capping head and tail and saving the full output', async () => {
+    const before = (await sandbox.daemonInfo()).rssBytes;
+    process.stderr.write('flood: yes\n');
+    const yes = await sandbox.commands.run('yes | head -c 100000000', { outputCapBytes: 64 * 1024, saveOutput: true, timeoutMs: 60_000 });
+    expect(yes).toMatchObject({ exitCode: 0, truncated: true, stdoutBytes: 100_000_000 });
+    expect(yes.stdout).toMatch(/^y\ny\n[\s\S]*\n\[\.\.\. 99934464 bytes omitted \.\.\.\]\n[\s\S]*y\n$/);
+    expect((await sandbox.commands.run(['stat', '-c', '%s', yes.stdoutFile!])).stdout).toBe('100000000\n');
+    process.stderr.write('flood: random\n');
+    const random = await sandbox.commands.run('head -c 100000000 /dev/urandom', { timeoutMs: 60_000 });
+    expect(random).toMatchObject({ exitCode: 0, truncated: true, stdoutBytes: 100_000_000 });
+    process.stderr.write('flood: stream\n');
+    let streamed = 0;
+    for await (const event of sandbox.commands.stream('head -c 100000000 /dev/urandom', { timeoutMs: 60_000, outputCapBytes: 4096 })) {
+      if (event.type === 'stdout') streamed += event.data.length;
+    }
+    expect(streamed).toBe(100_000_000);
+    const after = (await sandbox.daemonInfo()).rssBytes;
+    process.stderr.write(`daemon RSS: ${(before / MiB).toFixed(1)} MiB before, ${(after / MiB).toFixed(1)} MiB after 300 MB of output (2 runs + 1 stream)\n`);
+    expect(after - before).toBeLessThan(64 * MiB);
+  });
+
+  it('streams events as they happen, with onStdout/onStderr as sugar, and cancels on AbortSignal', async () => {
+    const events: CommandEvent['type'][] = [];
+    for await (const event of sandbox.commands.stream('echo a; sleep 0.2; echo b >&2; exit 3')) events.push(event.type);
+    expect(events).toEqual(['stdout', 'stderr', 'exit']);
+
+    let out = '';
+    let err = '';
+    const result = await sandbox.commands.run('echo hi; echo ho >&2', { onStdout: (t) => (out += t), onStderr: (t) => (err += t) });
+    expect([out, err, result.stdout, result.stderr]).toEqual(['hi\n', 'ho\n', 'hi\n', 'ho\n']);
+
+    const controller = new AbortController();
+    const running = sandbox.commands.run('sleep 98731', { signal: controller.signal, timeoutMs: 60_000 });
+    await new Promise((r) => setTimeout(r, 300));
+    controller.abort();
+    await expect(running).rejects.toBeInstanceOf(CancelledError);
+    // The agent kills asynchronously after the cancel frame; give it a moment, then look.
+    for (let i = 0; i < 50 && (await psGrep('sleep 98731')).length > 0; i++) await new Promise((r) => setTimeout(r, 100));
+    expect(await psGrep('sleep 98731')).toEqual([]);
+  });
+
+  it('stops a foreground command when the SDK connection is cut', async () => {
+    const other = await Sandbox.connect(sandbox.id, { baseUrl: warren.url, apiKey: warren.apiKey });
+    const running = other.commands.run('sleep 98741', { timeoutMs: 60_000 });
+    for (let i = 0; i < 50 && (await psGrep('sleep 98741')).length === 0; i++) await new Promise((r) => setTimeout(r, 50));
+    other.close();
+    await expect(running).rejects.toThrow();
+    for (let i = 0; i < 50 && (await psGrep('sleep 98741')).length > 0; i++) await new Promise((r) => setTimeout(r, 100));
+    expect(await psGrep('sleep 98741')).toEqual([]);
+  });
+});

@@ -210,8 +210,13 @@ export class DockerProvider {
 
   /** The runtimes the engine has registered (`runc`, and `runsc` where gVisor is installed). */
   async runtimes(): Promise<string[]> {
-    const info = (await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info'))) as { Runtimes?: Record<string, unknown> };
-    return Object.keys(info.Runtimes ?? { runc: {} });
+    return (await this.runtimeInfo()).map((r) => r.name);
+  }
+
+  /** The registered runtimes with the arguments the engine passes them (`--network=none` matters). */
+  async runtimeInfo(): Promise<{ name: string; args: string[] }[]> {
+    const info = (await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info'))) as { Runtimes?: Record<string, { runtimeArgs?: string[] }> };
+    return Object.entries(info.Runtimes ?? { runc: {} }).map(([name, r]) => ({ name, args: r?.runtimeArgs ?? [] }));
   }
 
   /** True when the image is present on the engine (no registry is asked). */

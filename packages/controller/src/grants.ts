@@ -87,7 +87,7 @@ export function callAccessCheck(grant: ConnectionGrant, metrics?: Metrics): (dat
  * Watches the frames of one relayed connection, without touching them, for the metrics: a call's
  * method and start on its request frame, its outcome and latency on the final answer.
  */
-export function observeCalls(client: WebSocket, agent: WebSocket, metrics: Metrics): void {
+export function observeCalls(client: WebSocket, agent: WebSocket, metrics: Metrics): { forget(data: Buffer): void } {
   const inFlight = new Map<RequestId, { method: string; started: number }>();
   client.on('message', (data: Buffer) => {
     const header = peekHeader(data);
@@ -110,4 +110,11 @@ export function observeCalls(client: WebSocket, agent: WebSocket, metrics: Metri
     metrics.callSeconds.observe({ method: call.method }, (performance.now() - call.started) / 1000);
   });
   client.once('close', () => inFlight.clear());
+  return {
+    /** Drops a request the relay refused: no answer from the daemon will close it. */
+    forget(data: Buffer) {
+      const id = peekHeader(data)?.id;
+      if (typeof id === 'number' || typeof id === 'string') inFlight.delete(id);
+    },
+  };
 }

@@ -189,8 +189,15 @@ async function upgrade(deps: HttpServerDeps, wss: WebSocketServer, req: Incoming
     wss.emit('connection', client, req);
     deps.metrics.connections.inc();
     client.once('close', () => deps.metrics.connections.dec());
-    observeCalls(client, agent, deps.metrics);
-    relay(client, agent, { allowFrame: callAccessCheck(grant, deps.metrics) });
+    const observer = observeCalls(client, agent, deps.metrics);
+    const check = callAccessCheck(grant, deps.metrics);
+    relay(client, agent, {
+      allowFrame: (data) => {
+        const refusal = check(data);
+        if (refusal) observer.forget(data);
+        return refusal;
+      },
+    });
   });
 }
 

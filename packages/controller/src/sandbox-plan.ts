@@ -17,6 +17,8 @@ export interface PlanContext {
   config: Pick<ControllerConfig, 'defaultImage' | 'limits' | 'maxLimits' | 'allowedMountRoots' | 'allowBridgeNetwork' | 'stateDir'>;
   /** Runtimes the Docker engine has registered (`docker info` Runtimes). */
   runtimes: readonly string[];
+  /** Runtimes registered with `--network=none` among their arguments: they cannot give a network. */
+  networklessRuntimes?: readonly string[];
 }
 
 const CREATE_OPTIONS = 'image, env, cpus, memoryMb, pidsLimit, network (none|bridge), runtime (runc|runsc), user, workdir, policy, ttlSeconds, labels, mounts';
@@ -96,6 +98,9 @@ export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
     throw new CodedError('INVALID_PARAMS', `Runtime '${runtime}' is not registered with this Docker engine; available: ${context.runtimes.join(', ') || 'runc'}. Install gVisor (runsc) and register it in /etc/docker/daemon.json to use it.`, {
       field: 'runtime',
     });
+  }
+  if (network === 'bridge' && context.networklessRuntimes?.includes(runtime)) {
+    throw new CodedError('INVALID_PARAMS', `Runtime '${runtime}' is registered with --network=none on this host, so it cannot give a sandbox network 'bridge'; use network 'none', or runtime 'runc' for a networked sandbox.`, { field: 'network' });
   }
   const user = request.user ?? '1000:1000';
   const [uid, gid = uid] = user.split(':');

@@ -70,6 +70,7 @@ export class SandboxService {
   private readonly records = new Map<string, SandboxRecord>();
   private creating = 0;
   private runtimeNames: string[] = ['runc'];
+  private networklessRuntimes: string[] = [];
   /** Set by the warm pool when it is enabled. */
   pool: PoolSource | undefined;
 
@@ -115,7 +116,9 @@ export class SandboxService {
    * remove; containers of other controllers are left to {@link SandboxService.reapExpired}.
    */
   async recover(): Promise<{ recovered: number; poolMembers: { agentId: string; containerId: string; labels: Record<string, string> }[] }> {
-    this.runtimeNames = await this.docker.runtimes();
+    const runtimes = await this.docker.runtimeInfo();
+    this.runtimeNames = runtimes.map((r) => r.name);
+    this.networklessRuntimes = runtimes.filter((r) => r.args.includes('--network=none')).map((r) => r.name);
     const stored = await this.readStoredRecords();
     const byAgent = new Map([...stored.values()].map((s) => [s.agentId, s]));
     const poolMembers: { agentId: string; containerId: string; labels: Record<string, string> }[] = [];
@@ -184,7 +187,7 @@ export class SandboxService {
 
   /** Checks a create request against this controller's rules and fills in the defaults. */
   plan(body: unknown): SandboxPlan {
-    return planSandbox(body, { config: this.config, runtimes: this.runtimeNames });
+    return planSandbox(body, { config: this.config, runtimes: this.runtimeNames, networklessRuntimes: this.networklessRuntimes });
   }
 
   /**

@@ -151,6 +151,7 @@ describe('the container-create body', () => {
     expect(bodyFor(plan).HostConfig?.Runtime).toBe('runsc');
     expect(bodyFor(planSandbox({}, context)).HostConfig).not.toHaveProperty('Runtime');
     expect(refusal({ runtime: 'runsc' })).toMatchObject({ code: 'INVALID_PARAMS', message: expect.stringContaining('available: runc') });
+    expect(() => planSandbox({ runtime: 'runsc', network: 'bridge' }, { ...context, runtimes: ['runc', 'runsc'], networklessRuntimes: ['runsc'] })).toThrow(/--network=none/);
   });
 
   it('replaces the workspace volume when a host folder is mounted at /workspace', () => {

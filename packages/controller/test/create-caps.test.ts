@@ -11,8 +11,8 @@ class StallingDocker extends DockerProvider {
   override startSandbox(): Promise<string> {
     return new Promise((_resolve, reject) => this.waiting.push(() => reject(new CodedError('UPSTREAM_UNAVAILABLE', 'released by the test'))));
   }
-  override runtimes(): Promise<string[]> {
-    return Promise.resolve(['runc']);
+  override runtimeInfo() {
+    return Promise.resolve([{ name: 'runc', args: [] }]);
   }
   override listSandboxes() {
     return Promise.resolve([]);

@@ -1,7 +1,8 @@
+import type { Readable } from 'node:stream';
 import Docker from 'dockerode';
 import { CodedError } from '@warren/protocol';
 import type { SandboxSettings } from '@warren/protocol';
-import { pack } from 'tar-stream';
+import { extract, pack } from 'tar-stream';
 import { agentCommand, RUNTIME_DIR, runtimeTar, type AgentRuntime } from './runtime.js';
 
 /** Labels Warren sets on its containers; the controller's whole state lives in these. */
@@ -151,6 +152,9 @@ export interface SandboxContainer {
  * and every Docker failure comes out as a {@link CodedError}.
  */
 export class DockerProvider {
+  /** Image id to the owner of its /workspace (`uid:gid`, '' when unknown); see {@link DockerProvider.workspaceOwner}. */
+  private readonly workspaceOwners = new Map<string, string>();
+
   constructor(readonly docker: Docker = new Docker()) {}
 
   async ping(): Promise<void> {
@@ -197,15 +201,52 @@ export class DockerProvider {
    * writable one too. A failed start leaves nothing behind.
    */
   async startSandbox(spec: SandboxContainerSpec): Promise<string> {
-    const container = await this.docker.createContainer(containerCreateBody(spec)).catch((e: unknown) => rethrow(e, `create a container from ${spec.image}`));
+    const [container, imageId] = await Promise.all([
+      this.docker.createContainer(containerCreateBody(spec)).catch((e: unknown) => rethrow(e, `create a container from ${spec.image}`)),
+      this.docker
+        .getImage(spec.image)
+        .inspect()
+        .then((info) => info.Id)
+        .catch(() => undefined),
+    ]);
     try {
-      if (!workspaceIsMounted(spec)) await container.putArchive(await workspaceOwnerTar(spec.settings.user), { path: '/' });
+      if (!workspaceIsMounted(spec) && (await this.workspaceOwner(container, imageId)) !== spec.settings.user) {
+        await container.putArchive(await workspaceOwnerTar(spec.settings.user), { path: '/' });
+      }
       await container.start();
     } catch (err) {
       await container.remove({ force: true, v: true }).catch(() => undefined);
       rethrow(err, `start the container for sandbox ${spec.id}`);
     }
     return container.id;
+  }
+
+  /**
+   * Who owns /workspace as the image gives it (`uid:gid`), read once per image id from the first
+   * created container's workspace volume (a tar header, before start) and remembered: an image
+   * whose /workspace already belongs to the sandbox user needs no chown on later creates.
+   */
+  private async workspaceOwner(container: Docker.Container, imageId: string | undefined): Promise<string | undefined> {
+    if (imageId === undefined) return undefined;
+    const known = this.workspaceOwners.get(imageId);
+    if (known !== undefined) return known;
+    const stream = (await container.getArchive({ path: WORKSPACE })) as unknown as Readable;
+    const header = await new Promise<{ uid?: number; gid?: number } | undefined>((resolve, reject) => {
+      const entries = extract();
+      entries.on('entry', (h, body) => {
+        resolve(h);
+        body.resume();
+        stream.destroy();
+      });
+      entries.on('finish', () => resolve(undefined));
+      entries.on('error', reject);
+      stream.on('error', () => resolve(undefined));
+      stream.pipe(entries);
+    });
+    const owner = header?.uid === undefined ? '' : `${header.uid}:${header.gid ?? header.uid}`;
+    if (this.workspaceOwners.size > 256) this.workspaceOwners.clear();
+    this.workspaceOwners.set(imageId, owner);
+    return owner;
   }
 
   /** The runtimes the engine has registered (`runc`, and `runsc` where gVisor is installed). */

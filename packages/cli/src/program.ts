@@ -2,6 +2,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { collectKeyValue, parseDuration, parsePositiveInt, parseState } from './args.js';
 import { copyCommand } from './cp.js';
 import { execCommand } from './exec.js';
+import { mcpCommand, TOOLSET_NAMES } from './mcp.js';
 import { createCommand, infoCommand, listCommand, logsCommand, removeCommand } from './sandbox-commands.js';
 
 /** Text after a command's help: examples a person can paste. */
@@ -151,6 +152,38 @@ export function buildProgram(): Command {
     .option('--json', 'print JSON')
     .addHelpText('after', examples(['warren logs $ID', 'warren logs $ID --since 120 --limit 50 --json']))
     .action(logsCommand);
+
+  program
+    .command('mcp')
+    .description('Run a Model Context Protocol server on stdio that exposes one tool set over a sandbox: one it creates (and removes when the client goes away) or an existing one (--sandbox).')
+    .addOption(new Option('--toolset <name>', 'the tool set to serve').choices(TOOLSET_NAMES).makeOptionMandatory())
+    .option('--sandbox <id>', 'serve this existing sandbox (left running when the client goes away)')
+    .option('--image <image>', 'image of the sandbox it creates (default: the controller\'s default image)')
+    .option('--ttl <duration>', 'ttl of the sandbox it creates, kept alive while the client is connected: seconds or 10m, 2h', parseDuration)
+    .option('--label <k=v>', 'a label for the sandbox it creates (repeatable)', collectKeyValue)
+    .addHelpText(
+      'after',
+      examples([
+        'warren mcp --toolset codin',
+        'warren mcp --toolset filesystem --sandbox $ID',
+        'warren mcp --toolset toolsmith --image warren/sandbox:latest --ttl 2h',
+      ]) +
+        `
+Tool sets: ${TOOLSET_NAMES.join(', ')}. Nothing but MCP JSON-RPC is written to stdout; notes go to stderr.
+
+Register it with an MCP client (Claude Desktop's claude_desktop_config.json, or any client's "mcpServers"):
+  {
+    "mcpServers": {
+      "warren": {
+        "command": "warren",
+        "args": ["mcp", "--toolset", "codin"],
+        "env": { "WARREN_URL": "http://127.0.0.1:7420", "WARREN_API_KEY": "wk_..." }
+      }
+    }
+  }
+`,
+    )
+    .action(mcpCommand);
 
   return program;
 }

@@ -1,0 +1,78 @@
+import { Server } from '@modelcontextprotocol/sdk/server/index.js';
+import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
+import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js';
+import type { Command } from 'commander';
+import { builtinTools, callMCPTool, codinTools, filesystemTools, partialReadTools, Sandbox, toMCPTools, toolsmithTools, type ToolSet } from '@warren/sdk';
+import { controllerOptions } from './args.js';
+
+/** The tool sets `warren mcp --toolset` serves, by name. */
+export const TOOLSETS = {
+  codin: (sandbox: Sandbox) => codinTools(sandbox),
+  filesystem: (sandbox: Sandbox) => filesystemTools(sandbox),
+  toolsmith: (sandbox: Sandbox) => toolsmithTools(sandbox),
+  partial_read: (sandbox: Sandbox) => partialReadTools(sandbox),
+  builtin: (sandbox: Sandbox) => builtinTools(sandbox),
+} as const satisfies Record<string, (sandbox: Sandbox) => ToolSet>;
+export type ToolsetName = keyof typeof TOOLSETS;
+export const TOOLSET_NAMES = Object.keys(TOOLSETS) as ToolsetName[];
+
+export interface McpOptions {
+  toolset: ToolsetName;
+  /** Serve this existing sandbox (left running afterwards) instead of creating one. */
+  sandbox?: string;
+  image?: string;
+  ttl?: number;
+  label?: Record<string, string>;
+}
+
+/**
+ * `warren mcp`: a Model Context Protocol server on stdio that exposes one tool set over one
+ * sandbox. A sandbox it created is kept alive while the client is connected and killed when the
+ * client goes away (stdin closes, or SIGTERM / SIGINT); an existing one (`--sandbox`) is left
+ * running. Nothing but JSON-RPC goes to stdout; notes go to stderr.
+ */
+export async function mcpCommand(options: McpOptions, command: Command): Promise<void> {
+  const controller = controllerOptions(command);
+  const owned = options.sandbox === undefined;
+  const sandbox = owned
+    ? await Sandbox.create({ ...controller, ...(options.image ? { image: options.image } : {}), ...(options.ttl ? { ttlSeconds: options.ttl } : {}), labels: { 'warren.mcp': options.toolset, ...options.label } })
+    : await Sandbox.connect(options.sandbox!, controller);
+  const tools = TOOLSETS[options.toolset](sandbox);
+  process.stderr.write(`warren mcp: serving the ${options.toolset} tool set (${tools.length} tools) on sandbox ${sandbox.id}${owned ? ', removed when this server ends' : ''}\n`);
+
+  let keepalive: NodeJS.Timeout | undefined;
+  if (owned) {
+    // Keep a created sandbox from expiring while the client is still connected.
+    const ttlSeconds = (await sandbox.info()).settings.ttlSeconds;
+    keepalive = setInterval(() => void sandbox.keepalive().catch(() => undefined), Math.min(Math.max((ttlSeconds * 1000) / 3, 5_000), 60_000));
+    keepalive.unref();
+  }
+
+  const server = new Server({ name: 'warren', version: '0.1.0' }, { capabilities: { tools: {} }, instructions: `Tools of the ${options.toolset} tool set, running in Warren sandbox ${sandbox.id}.` });
+  server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: toMCPTools(tools) }));
+  server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
+    const result = await callMCPTool(tools, request.params.name, request.params.arguments ?? {}, { signal: extra.signal });
+    return { ...result };
+  });
+
+  let finishing: Promise<void> | undefined;
+  const finish = (why: string): Promise<void> =>
+    (finishing ??= (async () => {
+      clearInterval(keepalive);
+      if (owned) {
+        await sandbox.kill().catch((err: unknown) => process.stderr.write(`warren mcp: could not remove sandbox ${sandbox.id}: ${(err as Error).message}\n`));
+        process.stderr.write(`warren mcp: ${why}; removed sandbox ${sandbox.id}\n`);
+      } else sandbox.close();
+      await server.close().catch(() => undefined);
+      process.exit(0);
+    })());
+  process.stdin.once('end', () => void finish('the client closed stdin'));
+  process.stdin.once('close', () => void finish('the client closed stdin'));
+  process.once('SIGTERM', () => void finish('SIGTERM'));
+  process.once('SIGINT', () => void finish('SIGINT'));
+  process.once('SIGHUP', () => void finish('SIGHUP'));
+
+  const transport = new StdioServerTransport();
+  transport.onclose = () => void finish('the transport closed');
+  await server.connect(transport);
+}

@@ -171,7 +171,16 @@ export function execHandlers(options: ExecOptions): { [M in ProcessMethod]: Hand
         // Wait only on streams still open: a closed one answers at once, and racing it would spin
         // this loop on microtasks, starving the event loop that must deliver the other's close.
         const open = (['stdout', 'stderr'] as const).filter((name) => !proc[name].isClosed);
-        await Promise.race(open.map((name) => proc[name].waitBeyond(cursors[name], ctx.signal)));
+        // One signal per wait, aborted afterwards, so the waiter that lost the race is released.
+        const settled = new AbortController();
+        const onAbort = () => settled.abort();
+        ctx.signal.addEventListener('abort', onAbort, { once: true });
+        try {
+          await Promise.race(open.map((name) => proc[name].waitBeyond(cursors[name], settled.signal)));
+        } finally {
+          ctx.signal.removeEventListener('abort', onAbort);
+          settled.abort();
+        }
       }
       if (follow && proc.running) await Promise.race([proc.exited, aborted(ctx.signal)]);
       return { result: proc.info() satisfies ProcessInfo };
@@ -206,6 +215,7 @@ async function runForeground(params: Params<'process.exec'>, ctx: CallContext, s
 
   let timedOut = false;
   let watchdog: NodeJS.Timeout | undefined;
+  let finished = false;
   const timer = setTimeout(() => {
     timedOut = true;
     void killAll();
@@ -220,6 +230,7 @@ async function runForeground(params: Params<'process.exec'>, ctx: CallContext, s
       // every byte already written is still read. Daemons belong in process.start.
       child.once('exit', () => {
         void killAll().then(() => {
+          if (finished) return;
           // A process that both scrubbed its environment and left the session escapes the scan;
           // if it still holds the pipes once they are quiet, stop reading rather than hang.
           watchdog = setInterval(() => {
@@ -245,6 +256,7 @@ async function runForeground(params: Params<'process.exec'>, ctx: CallContext, s
     if (files) Object.assign(result, { stdoutFile: files.stdout, stderrFile: files.stderr });
     return outputAsPayload(result, streams.stdout.capped, streams.stderr.capped);
   } finally {
+    finished = true;
     clearTimeout(timer);
     clearInterval(watchdog);
     ctx.signal.removeEventListener('abort', onAbort);

@@ -16,6 +16,8 @@ const DEFAULT_SHELL_OUTPUT_CAP_BYTES = 1024 * 1024;
 const MAX_SESSIONS = 16;
 /** How long an interrupted command has to stop after SIGINT, and again after SIGKILL. */
 const INTERRUPT_GRACE_MS = 1500;
+/** How long a signalled command has to end before the next, harder step. */
+const SETTLE_MS = 300;
 const CLOCK_TICKS_PER_SECOND = 100;
 
 // Job control gives every command its own process group, so a timeout can interrupt the command
@@ -24,6 +26,15 @@ const PRELUDE = "set -m 2>/dev/null; trap 'return 130 2>/dev/null' INT\n";
 
 interface Completion {
   exitCode: number;
+}
+
+const ANY_MARKER = /\n__WARREN_[0-9a-f]{16}_\d+__\n/;
+const ANY_MARKER_GLOBAL = new RegExp(ANY_MARKER.source, 'g');
+
+/** Drops end markers of earlier commands (a late one after an interrupt) from output. */
+function withoutStaleMarkers(bytes: Buffer): Buffer {
+  const text = bytes.toString('latin1');
+  return ANY_MARKER.test(text) ? Buffer.from(text.replace(ANY_MARKER_GLOBAL, ''), 'latin1') : bytes;
 }
 
 /** Splits a stream at a command's end marker while keeping what came before it capped. */
@@ -55,7 +66,7 @@ class SentinelStream {
     const text = joined.toString('latin1');
     const match = this.pattern.exec(text);
     if (match) {
-      this.capped.push(joined.subarray(0, match.index));
+      this.capped.push(withoutStaleMarkers(joined.subarray(0, match.index)));
       this.pattern = undefined;
       this.pending = Buffer.alloc(0);
       const waiter = this.waiter;
@@ -64,9 +75,11 @@ class SentinelStream {
       return;
     }
     // Keep back what could be the start of a marker split across chunks.
-    const keep = Math.min(joined.length, 80);
-    this.capped.push(joined.subarray(0, joined.length - keep));
-    this.pending = joined.subarray(joined.length - keep);
+    let cut = Math.max(0, joined.length - 80);
+    const partial = text.lastIndexOf('\n__WARREN_');
+    if (partial >= 0 && partial < cut && !ANY_MARKER.test(text.slice(partial))) cut = partial;
+    this.capped.push(withoutStaleMarkers(joined.subarray(0, cut)));
+    this.pending = joined.subarray(cut);
   }
 }
 
@@ -77,6 +90,7 @@ class ShellSession {
   private readonly stdout = new SentinelStream(DEFAULT_SHELL_OUTPUT_CAP_BYTES);
   private readonly stderr = new SentinelStream(DEFAULT_SHELL_OUTPUT_CAP_BYTES);
   private exited = false;
+  private readonly exitedPromise: Promise<void>;
   private readonly scriptDir: string;
 
   private constructor(
@@ -87,10 +101,13 @@ class ShellSession {
     const { child } = tagged;
     child.stdout.on('data', (chunk: Buffer) => this.stdout.push(chunk));
     child.stderr.on('data', (chunk: Buffer) => this.stderr.push(chunk));
-    child.once('exit', () => {
-      this.exited = true;
-      release();
-    });
+    this.exitedPromise = new Promise((resolve) =>
+      child.once('exit', () => {
+        this.exited = true;
+        release();
+        resolve();
+      }),
+    );
     this.scriptDir = path.join(os.tmpdir(), 'warren-shell', tagged.marker);
     mkdirSync(this.scriptDir, { recursive: true, mode: 0o700 });
     child.stdin.write(PRELUDE);
@@ -155,7 +172,7 @@ class ShellSession {
           clearTimeout(timer);
           resolve(true);
         };
-        this.tagged.child.once('exit', () => {
+        void this.exitedPromise.then(() => {
           clearTimeout(timer);
           resolve(settled());
         });
@@ -171,7 +188,7 @@ class ShellSession {
       let finished = await Promise.race([waitSettled(timeoutMs), stopWaiting]);
       if (!finished && this.alive) {
         timedOut = !signal.aborted;
-        finished = await this.interrupt(startTicks, nonce, end, waitSettled);
+        finished = await this.interrupt(startTicks, end, waitSettled);
         stuck = !finished;
       }
       if (signal.aborted) throw new CodedError('CANCELLED', `The command in shell session '${this.name}' was cancelled; it was interrupted.`);
@@ -201,15 +218,18 @@ class ShellSession {
    * builtin loop). If the end marker has still not appeared, a fresh one is asked for, in case
    * bash dropped the rest of the command line. Returns whether the shell answered.
    */
-  private async interrupt(startTicks: number, nonce: string, end: string, waitSettled: (ms: number) => Promise<boolean>): Promise<boolean> {
-    const groups = () => commandGroups(this.pid, startTicks);
-    for (const pgid of groups()) signalGroup(pgid, 'SIGINT');
-    if (await waitSettled(INTERRUPT_GRACE_MS)) return true;
-    for (const pgid of groups()) signalGroup(pgid, 'SIGKILL');
-    signalPid(this.pid, 'SIGINT');
-    if (await waitSettled(INTERRUPT_GRACE_MS)) return true;
+  private async interrupt(startTicks: number, end: string, waitSettled: (ms: number) => Promise<boolean>): Promise<boolean> {
+    const groups = commandGroups(this.pid, startTicks);
+    for (const pgid of groups) signalGroup(pgid, 'SIGINT');
+    // No child: bash itself is busy (a builtin loop); its INT trap returns from the command.
+    if (groups.length === 0) signalPid(this.pid, 'SIGINT');
+    if (await waitSettled(SETTLE_MS)) return true;
+    const stubborn = commandGroups(this.pid, startTicks);
+    for (const pgid of stubborn) signalGroup(pgid, 'SIGKILL');
+    if (stubborn.length > 0 && (await waitSettled(SETTLE_MS))) return true;
+    // An interrupted foreground job makes bash drop the rest of its line, end marker included:
+    // ask for the marker again on a line of its own.
     this.tagged.child.stdin.write(`(exit 130); ${end}\n`);
-    void nonce;
     return waitSettled(INTERRUPT_GRACE_MS);
   }
 
@@ -232,13 +252,15 @@ function commandGroups(shellPid: number, startTicks: number): number[] {
   }
   const groups = new Set<number>();
   for (const p of procs) {
-    if (p.pid === shellPid || !descendants.has(p.pid) || p.startTicks < startTicks) continue;
+    if (p.pid === shellPid || !descendants.has(p.pid) || p.startTicks < startTicks || p.state === 'Z') continue;
+    // With job control each job leads its own group; a child still in the shell's group is signalled alone.
     if (p.pgid !== shellPid) groups.add(p.pgid);
-    else signalPid(p.pid, 'SIGINT');
+    else groups.add(-p.pid);
   }
   return [...groups];
 }
 
+/** Signals a process group, or one process when given a negative pid (see commandGroups). */
 function signalGroup(pgid: number, signal: NodeJS.Signals): void {
   try {
     process.kill(-pgid, signal);

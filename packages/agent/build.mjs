@@ -10,7 +10,8 @@ await build({
   format: 'esm',
   conditions: ['warren-source'],
   // ws loads these optional native speed-ups when present; the bundle runs without them.
-  external: ['bufferutil', 'utf-8-validate'],
+  // node-pty is native: the runtime volume ships its package folders in /opt/warren/node_modules.
+  external: ['bufferutil', 'utf-8-validate', '@lydell/node-pty'],
   banner: { js: "import { createRequire as __warrenRequire } from 'node:module'; const require = __warrenRequire(import.meta.url);" },
   legalComments: 'none',
   logLevel: 'warning',

@@ -10,6 +10,7 @@ import type { Handlers } from './dispatch.js';
 import { DEFAULT_POLICY, type FilePolicy } from './policy.js';
 import { ProcessRuntime } from './services/processes.js';
 import { fsHandlers } from './services/fs.js';
+import { ptyHandlers } from './services/pty.js';
 
 export interface AgentServerOptions {
   /** Where to listen: a unix socket path, in a folder the controller can reach. */
@@ -58,6 +59,7 @@ export function createHandlers(
     },
     ...fsHandlers(policy),
     ...processes.handlers(policy),
+    ...ptyHandlers({ policy, home }),
   };
   if (!allowExec) {
     // A shell is not bound by the file policy: a handle granted without exec may not start one.

@@ -3,6 +3,7 @@ import { collectKeyValue, parseDuration, parsePositiveInt, parseState } from './
 import { copyCommand } from './cp.js';
 import { execCommand } from './exec.js';
 import { mcpCommand, TOOLSET_NAMES } from './mcp.js';
+import { shellCommand } from './shell.js';
 import { createCommand, infoCommand, listCommand, logsCommand, removeCommand } from './sandbox-commands.js';
 
 /** Text after a command's help: examples a person can paste. */
@@ -110,6 +111,22 @@ export function buildProgram(): Command {
     )
     .action(async (id: string, cmd: string[], options, command: Command) => {
       process.exitCode = await execCommand(id, cmd, options, command);
+    });
+
+  program
+    .command('shell')
+    .description('Open an interactive terminal in a sandbox (bash, else /bin/sh, or the given program); warren exits with its exit status.')
+    .argument('<id>', 'the sandbox id')
+    .argument('[cmd...]', 'the program instead of the shell: one argument runs through /bin/sh -c, several as argv')
+    .option('--cwd <path>', 'working folder (default the sandbox root, /workspace)')
+    .option('--env <K=V>', 'an environment variable (repeatable)', collectKeyValue)
+    .addHelpText(
+      'after',
+      examples(['warren shell $ID', 'warren shell $ID -- python3', 'warren shell --cwd /workspace/src $ID -- vim main.py']) +
+        '\nEvery key goes to the sandbox (Ctrl-C interrupts the program there); type exit, or Ctrl-D, to leave. The terminal follows this window\'s size.\n',
+    )
+    .action(async (id: string, cmd: string[], options, command: Command) => {
+      process.exitCode = await shellCommand(id, cmd, options, command);
     });
 
   program

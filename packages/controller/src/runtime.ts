@@ -1,6 +1,7 @@
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { readFile, stat } from 'node:fs/promises';
+import { readdir, readFile, realpath, stat } from 'node:fs/promises';
+import { createRequire } from 'node:module';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { pack } from 'tar-stream';
@@ -56,9 +57,49 @@ export async function collectRuntime(agentBundlePath: string): Promise<AgentRunt
     else files.push({ name: `lib/${path.basename(name!)}`, content, mode: 0o644 });
   }
   if (!files.some((f) => f.name === LOADER_NAME)) throw new Error(`ldd did not list a loader for ${nodePath}; Warren needs a dynamically linked glibc Node on the host.`);
+  files.push(...(await collectNodePty(agentBundlePath, new Set(files.map((f) => f.name)))));
   const hash = createHash('sha256');
   for (const file of files) hash.update(file.name).update('\0').update(file.content);
   return { hash: hash.digest('hex').slice(0, 16), files };
+}
+
+/**
+ * The agent's terminals (`pty.*`) use node-pty, a native module the bundle leaves out: its package
+ * folder and its prebuilt linux-x64 folder go to `node_modules/@lydell/`, where the bundle's
+ * `require` finds them, and the libraries its `pty.node` needs beyond Node's own go to `lib/`
+ * (the runtime's loader serves them to images without glibc too). Nothing when node-pty is not
+ * installed next to the bundle: the agent then answers `PTY_UNAVAILABLE`.
+ */
+async function collectNodePty(agentBundlePath: string, have: Set<string>): Promise<RuntimeFile[]> {
+  let main: string;
+  let binary: string;
+  try {
+    main = path.dirname(await realpath(createRequire(agentBundlePath).resolve('@lydell/node-pty/package.json')));
+    binary = path.dirname(await realpath(createRequire(path.join(main, 'package.json')).resolve(`@lydell/node-pty-${process.platform}-${process.arch}/package.json`)));
+  } catch {
+    return [];
+  }
+  const files: RuntimeFile[] = [];
+  for (const [folder, name] of [
+    [main, '@lydell/node-pty'],
+    [binary, `@lydell/node-pty-${process.platform}-${process.arch}`],
+  ] as const) {
+    const entries = (await readdir(folder, { recursive: true, withFileTypes: true })).sort((a, b) => path.join(a.parentPath, a.name).localeCompare(path.join(b.parentPath, b.name)));
+    for (const entry of entries) {
+      if (!entry.isFile()) continue;
+      const absolute = path.join(entry.parentPath, entry.name);
+      files.push({ name: `node_modules/${name}/${path.relative(folder, absolute)}`, content: await readFile(absolute), mode: entry.name.endsWith('.node') ? 0o755 : 0o644 });
+      if (!entry.name.endsWith('.node')) continue;
+      const { stdout } = await promisify(execFile)('ldd', [absolute]);
+      for (const match of stdout.matchAll(/^\s*(\S+)\s+=>\s+(\/\S+)\s+\(0x[0-9a-f]+\)/gm)) {
+        const lib = `lib/${path.basename(match[1]!)}`;
+        if (have.has(lib)) continue;
+        have.add(lib);
+        files.push({ name: lib, content: await readFile(match[2]!), mode: 0o644 });
+      }
+    }
+  }
+  return files;
 }
 
 /** The runtime as a tar stream, ending with a `.complete` marker written last. */
@@ -70,7 +111,9 @@ export async function runtimeTar(runtime: AgentRuntime): Promise<Buffer> {
     tar.on('end', resolve);
     tar.on('error', reject);
   });
-  tar.entry({ name: 'lib/', type: 'directory', mode: 0o755 });
+  const folders = new Set<string>(['lib/']);
+  for (const file of runtime.files) for (let dir = path.posix.dirname(file.name); dir !== '.'; dir = path.posix.dirname(dir)) folders.add(`${dir}/`);
+  for (const folder of [...folders].sort()) tar.entry({ name: folder, type: 'directory', mode: 0o755 });
   for (const file of runtime.files) tar.entry({ name: file.name, mode: file.mode }, file.content);
   tar.entry({ name: '.complete', mode: 0o644 }, runtime.hash);
   tar.finalize();

@@ -4,6 +4,7 @@ import type { z } from 'zod';
 import { AUDIT_METHODS } from './methods/audit.js';
 import { FS_METHODS } from './methods/fs.js';
 import { PROCESS_METHODS } from './methods/process.js';
+import { PTY_METHODS } from './methods/pty.js';
 import { SHELL_METHODS } from './methods/shell.js';
 import { SYSTEM_METHODS } from './methods/system.js';
 
@@ -12,6 +13,7 @@ export * from './methods/system.js';
 export * from './methods/fs.js';
 export * from './methods/audit.js';
 export * from './methods/process.js';
+export * from './methods/pty.js';
 export * from './methods/shell.js';
 
 /**
@@ -19,7 +21,7 @@ export * from './methods/shell.js';
  * module under `methods/`; the agent dispatches on this table, the controller checks access with
  * it, the SDK types its calls from it.
  */
-export const METHODS = { ...SYSTEM_METHODS, ...FS_METHODS, ...PROCESS_METHODS, ...SHELL_METHODS, ...AUDIT_METHODS } as const;
+export const METHODS = { ...SYSTEM_METHODS, ...FS_METHODS, ...PROCESS_METHODS, ...SHELL_METHODS, ...AUDIT_METHODS, ...PTY_METHODS } as const;
 
 export type MethodName = keyof typeof METHODS;
 /** What a caller passes (defaults not yet applied). */

@@ -4,6 +4,10 @@ import { CodedError, ERROR_CODE_LIST, ERROR_CODES, METHODS, parseParams, parseRe
 /** One valid params and result example per method: a method added without one fails here. */
 const EXAMPLES: { [M in MethodName]: { params: unknown; result: unknown } } = {
   'system.info': { params: {}, result: { agentVersion: '0.1.0', protocolVersion: 1, pid: 7, uid: 1000, rssBytes: 1, uptimeMs: 2 } },
+  'pty.open': { params: { cols: 80, rows: 24, cmd: ['/bin/bash'], cwd: '.', env: { A: '1' } }, result: { exitCode: 0, signal: null, durationMs: 5 } },
+  'pty.write': { params: { handle: 'h_1', data: 'ls\r' }, result: { bytesWritten: 3 } },
+  'pty.resize': { params: { handle: 'h_1', cols: 120, rows: 40 }, result: { cols: 120, rows: 40 } },
+  'pty.kill': { params: { handle: 'h_1', signal: 'SIGHUP' }, result: { signalled: 1 } },
   'fs.read': {
     params: { path: 'a.py', range: { unit: 'lines', start: 1, end: 2, maxLines: 10 }, hash: true },
     result: { path: 'a.py', size: 3, mtimeMs: 1700000000000, sha256: 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', unit: 'lines', bytesRead: 3, truncated: false, startLine: 1, endLine: 1, totalLines: 1 },

@@ -87,6 +87,7 @@ export const ResourceExhaustedError = errorClass('RESOURCE_EXHAUSTED', 'Resource
 export const SandboxNotFoundError = errorClass('SANDBOX_NOT_FOUND', 'SandboxNotFoundError');
 export const SandboxNotReadyError = errorClass('SANDBOX_NOT_READY', 'SandboxNotReadyError');
 export const UpstreamUnavailableError = errorClass('UPSTREAM_UNAVAILABLE', 'UpstreamUnavailableError');
+export const PtyUnavailableError = errorClass('PTY_UNAVAILABLE', 'PtyUnavailableError');
 export const InternalError = errorClass('INTERNAL', 'InternalError');
 export const RequestTimeoutError = errorClass('REQUEST_TIMEOUT', 'RequestTimeoutError');
 export const ConnectionClosedError = errorClass('CONNECTION_CLOSED', 'ConnectionClosedError');
@@ -123,6 +124,7 @@ const BY_CODE: { [C in WarrenErrorCode]: ErrorClass } = {
   SANDBOX_NOT_FOUND: SandboxNotFoundError,
   SANDBOX_NOT_READY: SandboxNotReadyError,
   UPSTREAM_UNAVAILABLE: UpstreamUnavailableError,
+  PTY_UNAVAILABLE: PtyUnavailableError,
   INTERNAL: InternalError,
   REQUEST_TIMEOUT: RequestTimeoutError,
   CONNECTION_CLOSED: ConnectionClosedError,

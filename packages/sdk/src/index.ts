@@ -1,6 +1,7 @@
 export { Sandbox, type SandboxCreateOptions, type SandboxConnectOptions } from './sandbox.js';
 export { Files, checkArchive, extractArchive, type ReadOptions, type WriteOptions, type LineSlice, type CharSlice, type DownloadedArchive } from './files.js';
 export { Commands, type CommandResult, type CommandEvent, type RunOptions, type StartOptions } from './commands.js';
+export { Pty, Terminal, type PtyCreateOptions, type PtyExit } from './pty.js';
 export { ProcessHandle, type AttachEvent, type AttachOptions, type OutputEvent } from './process-handle.js';
 export { ShellSession, type ShellRunResult, type ShellOpenOptions, type ShellRunOptions } from './shell-session.js';
 export { Connection, type CallOptions, type ApprovalHandler } from './connection.js';

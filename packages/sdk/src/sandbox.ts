@@ -3,6 +3,7 @@ import { Commands } from './commands.js';
 import { ReconnectingChannel, type ReconnectOptions } from './channel.js';
 import { Connection, type ApprovalHandler, type CallOptions } from './connection.js';
 import { Files } from './files.js';
+import { Pty } from './pty.js';
 import { RestClient, resolveControllerOptions, type ControllerOptions } from './rest.js';
 
 /** Options of {@link Sandbox.create}: where the controller is, and what sandbox to make. */
@@ -33,6 +34,8 @@ export class Sandbox implements AsyncDisposable {
   readonly files: Files;
   /** Processes in the sandbox. */
   readonly commands: Commands;
+  /** Interactive programs on pseudo-terminals (`sandbox.pty.create({ cols, rows })`). */
+  readonly pty: Pty;
 
   private constructor(
     /** The sandbox id: 142 random bits. */
@@ -44,6 +47,7 @@ export class Sandbox implements AsyncDisposable {
   ) {
     this.files = new Files(() => this.connection);
     this.commands = new Commands(() => this.connection);
+    this.pty = new Pty(() => this.connection);
   }
 
   /** One reconnecting channel to a sandbox: the first connection is opened before this returns. */

@@ -1,0 +1,104 @@
+import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Sandbox } from '@warren/sdk';
+import { WARREN_BIN } from '../support/cli.js';
+import { startTestController, type TestController } from '../support/fixtures.js';
+
+// tmux drives `warren shell` as a person would: a real terminal, keys typed, the screen read
+// (capture-pane drops trailing spaces, so a prompt reads as `...$`).
+let warren: TestController;
+let sandbox: Sandbox;
+const server = `warren-e2e-${randomBytes(4).toString('hex')}`;
+
+function tmux(...args: string[]): string {
+  return execFileSync('tmux', ['-L', server, ...args], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+}
+
+/** The visible screen, trailing blank lines dropped. */
+function screen(): string {
+  return tmux('capture-pane', '-p').replace(/\n+$/, '');
+}
+
+/** Waits for the screen to match; after 20 s (a hang guard) fails showing what the screen holds. */
+async function waitForScreen(pattern: RegExp): Promise<string> {
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    const text = screen();
+    if (pattern.test(text)) return text;
+    if (Date.now() > deadline) throw new Error(`The screen never matched ${pattern}; it shows:\n${text}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+beforeAll(async () => {
+  try {
+    execFileSync('tmux', ['-V']);
+  } catch {
+    throw new Error('tmux is not installed; this test drives a real terminal with it (apt-get install tmux).');
+  }
+  warren = await startTestController();
+  sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });
+});
+
+afterAll(async () => {
+  try {
+    tmux('kill-server');
+  } catch {
+    // no server left
+  }
+  await sandbox?.kill().catch(() => undefined);
+  await warren?.[Symbol.asyncDispose]();
+});
+
+function startShell(args: string[], cols = 100, rows = 30): void {
+  const env = `WARREN_URL=${warren.url} WARREN_API_KEY=${warren.apiKey}`;
+  // After warren exits, the pane shows its exit status and stays open to be read.
+  const command = `env ${env} ${process.execPath} ${WARREN_BIN} ${args.join(' ')}; echo "warren-exit=$?"; sleep 600`;
+  tmux('new-session', '-d', '-x', String(cols), '-y', String(rows), command);
+}
+
+describe('warren shell in a real terminal (tmux)', () => {
+  it('types into the sandbox shell, shows the answer on screen, follows a resize, and exits with the status', async () => {
+    startShell(['shell', sandbox.id]);
+    await waitForScreen(/warren@[^:]+:~\$$/m);
+    tmux('send-keys', 'echo $((6*7))', 'Enter');
+    const answered = await waitForScreen(/^42$/m);
+    expect(answered).toMatch(/\$ echo \$\(\(6\*7\)\)\n42\n/);
+
+    tmux('send-keys', 'stty size', 'Enter');
+    await waitForScreen(/^30 100$/m);
+    tmux('resize-window', '-x', '120', '-y', '40');
+    tmux('send-keys', 'stty size', 'Enter');
+    await waitForScreen(/^40 120$/m);
+
+    // Ctrl-C reaches the program in the sandbox, not warren.
+    tmux('send-keys', 'sleep 300', 'Enter');
+    tmux('send-keys', 'C-c');
+    tmux('send-keys', 'echo still-here', 'Enter');
+    await waitForScreen(/^still-here$/m);
+
+    tmux('send-keys', 'exit 3', 'Enter');
+    await waitForScreen(/^warren-exit=3$/m);
+    tmux('kill-session');
+  });
+
+  it('runs a given program instead of the shell, in the busybox image too', async () => {
+    await using busybox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, image: 'warren/test-busybox:latest' });
+    startShell(['shell', busybox.id, '--', 'sh'], 80, 24);
+    await waitForScreen(/\/workspace \$$/m);
+    tmux('send-keys', 'echo $((6*7)); stty size', 'Enter');
+    await waitForScreen(/^42\n24 80$/m);
+    tmux('send-keys', 'C-d');
+    await waitForScreen(/^warren-exit=0$/m);
+    tmux('kill-session');
+  });
+
+  it('fails in one line when the sandbox does not exist', async () => {
+    startShell(['shell', 'NoSuchSandbox0000000000x']);
+    const text = await waitForScreen(/^warren-exit=\d+$/m);
+    expect(text).toMatch(/warren: SANDBOX_NOT_FOUND: /);
+    expect(text).toMatch(/^warren-exit=1$/m);
+    tmux('kill-session');
+  });
+});

@@ -1,0 +1,90 @@
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { CappedOutput, RingOutput } from '../src/services/output.js';
+import { markerOf, scanProcesses, treeMembers, type ProcEntry } from '../src/services/process-tree.js';
+
+describe('CappedOutput', () => {
+  it('keeps everything under the cap', () => {
+    const out = new CappedOutput(16);
+    out.push(Buffer.from('hello '));
+    out.push(Buffer.from('world'));
+    expect(out.text()).toBe('hello world');
+    expect(out.truncated).toBe(false);
+  });
+
+  it('keeps the head and the tail with a marker naming the dropped bytes', () => {
+    const out = new CappedOutput(8);
+    for (const piece of ['abc', 'defg', 'hijkl', 'mnopqrstu', 'vwxyz']) out.push(Buffer.from(piece));
+    expect(out.total).toBe(26);
+    expect(out.truncated).toBe(true);
+    expect(out.text()).toBe('abcd\n[... 18 bytes omitted ...]\nwxyz');
+  });
+});
+
+describe('RingOutput', () => {
+  it('addresses bytes by offset and drops the oldest beyond its capacity', () => {
+    const ring = new RingOutput(10);
+    ring.push(Buffer.from('0123456789'));
+    ring.push(Buffer.from('abcde'));
+    expect([ring.start, ring.end]).toEqual([5, 15]);
+    expect(ring.read(7)).toEqual({ offset: 7, data: Buffer.from('789abcde') });
+    // Asking for dropped bytes reads from the oldest held one; the offset shows the gap.
+    expect(ring.read(0)).toEqual({ offset: 5, data: Buffer.from('56789abcde') });
+    expect(ring.read(15)).toBeUndefined();
+    expect(ring.read(5, 3)).toEqual({ offset: 5, data: Buffer.from('567') });
+  });
+
+  it('wakes a waiter on new bytes and on close', async () => {
+    const ring = new RingOutput(100);
+    const waiting = ring.waitBeyond(0);
+    ring.push(Buffer.from('x'));
+    await waiting;
+    const closing = ring.waitBeyond(1);
+    ring.close();
+    await closing;
+    expect(ring.isClosed).toBe(true);
+  });
+});
+
+describe('process tree membership', () => {
+  const entry = (pid: number, ppid: number, pgid: number, sid: number, marker?: string, state = 'S'): ProcEntry => ({ pid, ppid, pgid, sid, state, startTicks: 0, marker });
+
+  it('reads the marker out of an environment block', () => {
+    expect(markerOf(Buffer.from('A=1\0WARREN_EXEC_ID=abc\0B=2\0'))).toBe('abc');
+    expect(markerOf(Buffer.from('XWARREN_EXEC_ID=abc\0'))).toBeUndefined();
+    expect(markerOf(Buffer.alloc(0))).toBeUndefined();
+  });
+
+  it('finds marked processes, the leader session and group, and descendants of members; never pid 1, self or zombies', () => {
+    const procs = [
+      entry(1, 0, 1, 1),
+      entry(7, 1, 7, 7), // the daemon
+      entry(20, 7, 20, 20, 'm'), // the leader
+      entry(21, 1, 21, 21, 'm'), // setsid + double fork: reparented to init, found by marker
+      entry(22, 1, 20, 20), // scrubbed its environment but stayed in the session
+      entry(23, 21, 23, 23), // scrubbed and left the session, but its parent is a member
+      entry(24, 20, 20, 20, 'm', 'Z'), // a zombie: nothing to kill
+      entry(30, 7, 30, 30, 'other'), // another command's tree
+    ];
+    expect(treeMembers(procs, { marker: 'm', leaderPid: 20 }, 7).map((p) => p.pid).sort()).toEqual([20, 21, 22, 23]);
+    expect(treeMembers(procs, { marker: 'm' }, 7).map((p) => p.pid).sort()).toEqual([20, 21, 23]);
+  });
+
+  describe('scanProcesses over a fake /proc', () => {
+    let root: string;
+    beforeAll(async () => {
+      root = await mkdtemp(path.join(os.tmpdir(), 'warren-proc-'));
+      await mkdir(path.join(root, '42'));
+      await writeFile(path.join(root, '42', 'stat'), '42 (odd) name) S 7 42 42 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 12345 0 0');
+      await writeFile(path.join(root, '42', 'environ'), 'PATH=/bin\0WARREN_EXEC_ID=feed\0');
+      await mkdir(path.join(root, 'self'));
+    });
+    afterAll(() => rm(root, { recursive: true, force: true }));
+
+    it('parses stat fields after a command name holding spaces and parentheses', () => {
+      expect(scanProcesses(root)).toEqual([{ pid: 42, state: 'S', ppid: 7, pgid: 42, sid: 42, startTicks: 12345, marker: 'feed' }]);
+    });
+  });
+});

@@ -64,15 +64,12 @@ describe('process.exec in a real sandbox', () => {
 
   it('keeps the daemon flat under 100 MB floods of yes and /dev/urandom, capping head and tail and saving the full output', async () => {
     const before = (await sandbox.daemonInfo()).rssBytes;
-    process.stderr.write('flood: yes\n');
     const yes = await sandbox.commands.run('yes | head -c 100000000', { outputCapBytes: 64 * 1024, saveOutput: true, timeoutMs: 60_000 });
     expect(yes).toMatchObject({ exitCode: 0, truncated: true, stdoutBytes: 100_000_000 });
     expect(yes.stdout).toMatch(/^y\ny\n[\s\S]*\n\[\.\.\. 99934464 bytes omitted \.\.\.\]\n[\s\S]*y\n$/);
     expect((await sandbox.commands.run(['stat', '-c', '%s', yes.stdoutFile!])).stdout).toBe('100000000\n');
-    process.stderr.write('flood: random\n');
     const random = await sandbox.commands.run('head -c 100000000 /dev/urandom', { timeoutMs: 60_000 });
     expect(random).toMatchObject({ exitCode: 0, truncated: true, stdoutBytes: 100_000_000 });
-    process.stderr.write('flood: stream\n');
     let streamed = 0;
     for await (const event of sandbox.commands.stream('head -c 100000000 /dev/urandom', { timeoutMs: 60_000, outputCapBytes: 4096 })) {
       if (event.type === 'stdout') streamed += event.data.length;
@@ -101,6 +98,23 @@ describe('process.exec in a real sandbox', () => {
     // The agent kills asynchronously after the cancel frame; give it a moment, then look.
     for (let i = 0; i < 50 && (await psGrep('sleep 98731')).length > 0; i++) await new Promise((r) => setTimeout(r, 100));
     expect(await psGrep('sleep 98731')).toEqual([]);
+  });
+
+  it('slows the process down when the stream consumer stalls, through the controller relay', async () => {
+    const observer = await Sandbox.connect(sandbox.id, { baseUrl: warren.url, apiKey: warren.apiKey });
+    try {
+      // Each round writes 64 KiB and then records its count in a file.
+      const stream = sandbox.commands.stream('i=0; while :; do head -c 65536 /dev/zero; i=$((i+1)); echo $i > /tmp/rounds; done', { timeoutMs: 60_000 });
+      expect((await stream.next()).done).toBe(false);
+      await new Promise((r) => setTimeout(r, 2_000)); // the consumer stalls
+      const rounds = Number((await observer.commands.run('cat /tmp/rounds')).stdout.trim());
+      process.stderr.write(`backpressure through the relay: ${rounds} x 64 KiB written while the consumer stalled for 2 s\n`);
+      // Pipe + daemon + relay + SDK high-water marks and socket buffers: some MiB, not the GiBs `head` writes unthrottled.
+      expect(rounds * 65536).toBeLessThan(64 * MiB);
+      await stream.return?.();
+    } finally {
+      observer.close();
+    }
   });
 
   it('stops a foreground command when the SDK connection is cut', async () => {

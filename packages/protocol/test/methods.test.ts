@@ -1,6 +1,22 @@
 import { describe, expect, it } from '@jest/globals';
 import { CodedError, ERROR_CODE_LIST, ERROR_CODES, METHODS, parseParams, parseResult, type MethodName } from '../src/index.js';
 
+const PROCESS_INFO = {
+  handle: 'proc_1',
+  pid: 12,
+  cmd: 'sleep 9',
+  tag: 't',
+  running: false,
+  exitCode: 0,
+  signal: null,
+  timedOut: false,
+  startedAt: '2026-01-01T00:00:00.000Z',
+  endedAt: '2026-01-01T00:00:01.000Z',
+  stdinOpen: false,
+  stdout: { start: 0, end: 3 },
+  stderr: { start: 0, end: 0 },
+};
+
 /** One valid params and result example per method: a method added without one fails here. */
 const EXAMPLES: { [M in MethodName]: { params: unknown; result: unknown } } = {
   'system.info': { params: {}, result: { agentVersion: '0.1.0', protocolVersion: 1, pid: 7, uid: 1000, rssBytes: 1, uptimeMs: 2 } },
@@ -58,6 +74,20 @@ const EXAMPLES: { [M in MethodName]: { params: unknown; result: unknown } } = {
     params: { cmd: 'echo hi', cwd: '.', env: { A: '1' }, stdin: 'x', timeoutMs: 1000 },
     result: { exitCode: 0, signal: null, stdout: 'hi\n', stderr: '', durationMs: 3, timedOut: false, truncated: false, stdoutBytes: 3, stderrBytes: 0 },
   },
+  'process.start': { params: { cmd: ['sleep', '9'], keepStdinOpen: true, bufferBytes: 4096, tag: 't' }, result: PROCESS_INFO },
+  'process.list': { params: {}, result: { processes: [PROCESS_INFO] } },
+  'process.wait': { params: { handle: 'proc_1', timeoutMs: 0 }, result: PROCESS_INFO },
+  'process.kill': { params: { handle: 'proc_1', signal: 'SIGTERM' }, result: PROCESS_INFO },
+  'process.write': { params: { handle: 'proc_1', data: 'y\n' }, result: { bytesWritten: 2 } },
+  'process.closeStdin': { params: { handle: 'proc_1' }, result: PROCESS_INFO },
+  'process.attach': { params: { handle: 'proc_1', stdoutOffset: 3, stderrOffset: 0, follow: false }, result: PROCESS_INFO },
+  'shell.open': { params: { session: 'main', cwd: '.', env: { A: '1' } }, result: { session: 'main', pid: 9, created: true, busy: false } },
+  'shell.run': {
+    params: { session: 'main', cmd: 'cd src', timeoutMs: 1000, outputCapBytes: 4096 },
+    result: { exitCode: 0, signal: null, stdout: '', stderr: '', durationMs: 3, timedOut: false, truncated: false, stdoutBytes: 2, stderrBytes: 0, outputPayload: { stdout: 2, stderr: 0 }, sessionRestarted: false },
+  },
+  'shell.close': { params: { session: 'main' }, result: { closed: true } },
+  'shell.list': { params: {}, result: { sessions: [{ session: 'main', pid: 9, busy: false }] } },
 };
 
 describe('method registry', () => {

@@ -25,7 +25,7 @@ export function baseEnvironment(home: string): Record<string, string> {
   };
 }
 
-const OOM_PRELUDE = 'echo 1000 > /proc/self/oom_score_adj 2>/dev/null; exec "$@"';
+const OOM_PRELUDE = 'echo 1000 >/proc/self/oom_score_adj 2>/dev/null; ';
 
 export interface SpawnSpec {
   cmd: string | readonly string[];
@@ -46,9 +46,10 @@ export interface TaggedChild {
  * made the OOM killer's first choice. Resolves once it runs; a failure to start is a typed error.
  */
 export async function spawnTagged(spec: SpawnSpec): Promise<TaggedChild> {
-  // A shell command first makes its shell the OOM killer's first choice, then execs the real
-  // shell: everything it forks inherits the score, with no window between spawn and the write.
-  const [file, args] = typeof spec.cmd === 'string' ? ['/bin/sh', ['-c', OOM_PRELUDE, 'sh', '/bin/sh', '-c', spec.cmd]] : [spec.cmd[0]!, spec.cmd.slice(1)];
+  // A shell command first makes its own shell the OOM killer's first choice, on the same line
+  // (so line numbers and syntax errors read as the caller wrote them): everything it forks
+  // inherits the score, with no window between the spawn and the write, and no extra exec.
+  const [file, args] = typeof spec.cmd === 'string' ? ['/bin/sh', ['-c', `${OOM_PRELUDE}${spec.cmd}`]] : [spec.cmd[0]!, spec.cmd.slice(1)];
   const marker = newMarker();
   const child = spawn(file, args, {
     cwd: spec.cwd,

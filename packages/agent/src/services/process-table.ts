@@ -136,7 +136,9 @@ export class BackgroundProcess {
 
   /** Signals the whole tree (leftovers of an exited leader too); SIGKILL repeats until none is left. */
   async kill(signal: NodeJS.Signals): Promise<void> {
-    await killTree({ marker: this.tagged.marker, leaderPid: this.pid }, { signal });
+    // Once the leader has been reaped its pid (and so its session and group ids) may be reused by
+    // an unrelated process: from then on only the marker identifies the tree.
+    await killTree({ marker: this.tagged.marker, leaderPid: this.running ? this.pid : undefined }, { signal });
   }
 
   async write(data: Buffer): Promise<number> {

@@ -1,6 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { writeFileSync, mkdirSync, rmSync } from 'node:fs';
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { CodedError, type Params, type Result } from '@warren/protocol';
@@ -150,6 +149,7 @@ class ShellSession {
     const startTicks = uptimeTicks();
     const nonce = randomBytes(8).toString('hex');
     const script = path.join(this.scriptDir, `${nonce}.sh`);
+    mkdirSync(this.scriptDir, { recursive: true, mode: 0o700 }); // a command may have cleaned /tmp
     writeFileSync(script, cmd.endsWith('\n') ? cmd : `${cmd}\n`, { mode: 0o600 });
     let outDone: Completion | undefined;
     let errDone = false;
@@ -235,7 +235,7 @@ class ShellSession {
 
   async close(): Promise<void> {
     this.tagged.child.stdin.end();
-    await killTree({ marker: this.tagged.marker, leaderPid: this.pid });
+    await killTree({ marker: this.tagged.marker, leaderPid: this.alive ? this.pid : undefined });
     this.release();
     rmSync(this.scriptDir, { recursive: true, force: true });
   }

@@ -47,6 +47,9 @@ describe('process.exec in a real sandbox', () => {
     const probe = await sandbox.commands.run('cat /proc/self/oom_score_adj; cat /proc/self/environ | tr "\\0" "\\n" | sort');
     const [score, ...env] = probe.stdout.trim().split('\n');
     expect(score).toBe('1000');
+    // The daemon keeps the default score: the kernel picks any command before it.
+    const daemon = await sandbox.daemonInfo();
+    expect((await sandbox.commands.run(['cat', `/proc/${daemon.pid}/oom_score_adj`])).stdout).toBe('0\n');
     expect(env.map((line) => line.split('=')[0])).toEqual(['HOME', 'LANG', 'LC_ALL', 'PATH', 'PWD', 'TERM', 'WARREN_EXEC_ID']);
     const secrets = [warren.controller.sandboxes.agentSecret(sandbox.id), sandbox.token, warren.apiKey];
     // Every environment and command line in the sandbox the sandbox user can read, the daemon's included.

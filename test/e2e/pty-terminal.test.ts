@@ -62,8 +62,11 @@ describe.each(Object.keys(IMAGES))('sandbox.pty in the %s image', (name) => {
 
   it('passes raw input: Ctrl-C interrupts the program in the terminal, bytes arrive untouched', async () => {
     const sandbox = sandboxes[name]!;
-    const term = await sandbox.pty.create({ cols: 80, rows: 24, cmd: 'sleep 300; echo not-interrupted' });
+    const term = await sandbox.pty.create({ cols: 80, rows: 24, cmd: 'echo ready; sleep 300; echo not-interrupted' });
     const out = screen(term);
+    // As a person would: press Ctrl-C once the program shows it runs (a key pressed before the
+    // program owns the terminal has no foreground process to interrupt).
+    await out.waitFor(/ready/);
     await term.write(new Uint8Array([0x03]));
     const exit = await term.wait();
     expect(exit.exitCode === 130 || exit.signal === 'SIGINT').toBe(true);

@@ -39,13 +39,13 @@ async function upload(local: string, remote: { id: string; path: string }, overw
     const to = `${remote.id}:${remote.path}`;
     if (stats.isDirectory()) {
       const { archive, files } = await tarFolder(local);
-      const result = await withSpinner(`Uploading ${local} (${archive.length} bytes)`, () => sandbox.files.upload(remote.path, archive, { overwrite, timeoutMs: 300_000 }));
+      const result = await withSpinner(`Uploading ${local} (${archive.length} bytes)`, () => sandbox.files.upload(remote.path, archive, { overwrite, timeoutMs: 300_000 }), `Uploaded ${local}`);
       return { from: local, to, kind: 'directory', bytes: result.bytes, files: files };
     }
     if (!stats.isFile()) throw new CliError(`'${local}' is neither a file nor a folder.`, 'Copy regular files and folders only.');
     const remotePath = remote.path.endsWith('/') ? `${remote.path}${path.basename(local)}` : remote.path;
     const content = await readFile(local);
-    await withSpinner(`Uploading ${local}`, () => sandbox.files.write(remotePath, content, { timeoutMs: 300_000 }));
+    await withSpinner(`Uploading ${local}`, () => sandbox.files.write(remotePath, content, { timeoutMs: 300_000 }), `Uploaded ${local}`);
     return { from: local, to: `${remote.id}:${remotePath}`, kind: 'file', bytes: content.length, files: 1 };
   } finally {
     sandbox.close();
@@ -58,12 +58,12 @@ async function download(remote: { id: string; path: string }, local: string, com
     const from = `${remote.id}:${remote.path}`;
     const stat = await sandbox.files.stat(remote.path);
     if (stat.type === 'directory') {
-      const result = await withSpinner(`Downloading ${from}`, () => sandbox.files.downloadTo(remote.path, local, { timeoutMs: 300_000 }));
+      const result = await withSpinner(`Downloading ${from}`, () => sandbox.files.downloadTo(remote.path, local, { timeoutMs: 300_000 }), `Downloaded ${from}`);
       for (const skipped of result.skipped) process.stderr.write(`warren: skipped ${skipped.path}: ${skipped.reason}\n`);
       return { from, to: local, kind: 'directory', bytes: result.bytes, files: result.files };
     }
     const target = await isDirectory(local) ? path.join(local, path.posix.basename(remote.path)) : local;
-    const content = await withSpinner(`Downloading ${from}`, () => sandbox.files.read(remote.path, { format: 'bytes', timeoutMs: 300_000 }));
+    const content = await withSpinner(`Downloading ${from}`, () => sandbox.files.read(remote.path, { format: 'bytes', timeoutMs: 300_000 }), `Downloaded ${from}`);
     await writeFile(target, content);
     return { from, to: target, kind: 'file', bytes: content.length, files: 1 };
   } finally {

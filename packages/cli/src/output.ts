@@ -58,24 +58,32 @@ export function printJson(value: unknown): void {
 }
 
 /**
- * Runs `work` with a spinner on stderr when both stdout and stderr are terminals; silent
- * otherwise (pipes, files, CI), so scripted output never carries control characters.
+ * Runs `work` with a spinner on stderr when both stdout and stderr are terminals and the work
+ * takes longer than a quarter second; silent otherwise (pipes, files, CI, quick calls), so
+ * scripted output never carries control characters.
  *
  * @example
- * const sandbox = await withSpinner('Creating a sandbox', () => Sandbox.create(options));
+ * const sandbox = await withSpinner('Creating a sandbox', () => Sandbox.create(options), 'Created a sandbox');
  */
-export async function withSpinner<T>(text: string, work: (update: (text: string) => void) => Promise<T>): Promise<T> {
+export async function withSpinner<T>(text: string, work: (update: (text: string) => void) => Promise<T>, doneText = text): Promise<T> {
   if (!process.stdout.isTTY || !process.stderr.isTTY) return work(() => undefined);
-  const spinner = yoctoSpinner({ text, stream: process.stderr }).start();
+  let current = text;
+  let spinner: ReturnType<typeof yoctoSpinner> | undefined;
   const started = performance.now();
+  const timer = setTimeout(() => (spinner = yoctoSpinner({ text: current, stream: process.stderr }).start()), 250);
   try {
-    const result = await work((next) => (spinner.text = next));
-    spinner.success(`${spinner.text} (${((performance.now() - started) / 1000).toFixed(1)} s)`);
+    const result = await work((next) => {
+      current = next;
+      if (spinner) spinner.text = next;
+    });
+    spinner?.success(`${doneText} (${((performance.now() - started) / 1000).toFixed(1)} s)`);
     return result;
   } catch (err) {
-    spinner.stop();
-    spinner.clear();
+    spinner?.stop();
+    spinner?.clear();
     throw err;
+  } finally {
+    clearTimeout(timer);
   }
 }
 

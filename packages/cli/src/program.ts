@@ -2,6 +2,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { collectKeyValue, parseDuration, parsePositiveInt, parseState } from './args.js';
 import { copyCommand } from './cp.js';
 import { execCommand } from './exec.js';
+import { imagesBuildCommand, imagesListCommand } from './images.js';
 import { mcpCommand, TOOLSET_NAMES } from './mcp.js';
 import { shellCommand } from './shell.js';
 import { createCommand, infoCommand, listCommand, logsCommand, removeCommand } from './sandbox-commands.js';
@@ -9,6 +10,19 @@ import { createCommand, infoCommand, listCommand, logsCommand, removeCommand } f
 /** Text after a command's help: examples a person can paste. */
 function examples(lines: string[]): string {
   return `\nExamples:\n${lines.map((l) => `  ${l}`).join('\n')}\n`;
+}
+
+/**
+ * Adds `--url` and `--api-key` to a command that talks to the controller, so they work after the
+ * command name too (`warren ls --url ...`); the program takes them before it as well.
+ */
+function withController(command: Command): Command {
+  return command.option('--url <url>', 'the controller (default WARREN_URL, else http://127.0.0.1:7420)').option('--api-key <key>', 'the API key (default WARREN_API_KEY)');
+}
+
+/** The command after `ID`: with options passed through, commander keeps a `--` that follows the id. */
+function withoutSeparator(argv: string[]): string[] {
+  return argv[0] === '--' ? argv.slice(1) : argv;
 }
 
 /**
@@ -26,6 +40,8 @@ export function buildProgram(): Command {
     .option('--url <url>', 'the controller (default WARREN_URL, else http://127.0.0.1:7420)')
     .option('--api-key <key>', 'the API key (default WARREN_API_KEY)')
     .showHelpAfterError('(run warren --help, or warren COMMAND --help, for the options)')
+    // Options after `exec ID` / `shell ID` belong to the command run in the sandbox.
+    .enablePositionalOptions()
     .addHelpText(
       'after',
       examples([
@@ -56,8 +72,7 @@ export function buildProgram(): Command {
       await serve(options);
     });
 
-  program
-    .command('create')
+  withController(program.command('create'))
     .description('Create a sandbox and print its id and token.')
     .option('--image <image>', 'any linux/amd64 image with /bin/sh (default: the controller\'s default image)')
     .option('--ttl <duration>', 'lifetime before the reaper removes it: seconds or 30s, 10m, 2h, 1d', parseDuration)
@@ -73,8 +88,7 @@ export function buildProgram(): Command {
     .addHelpText('after', examples(['warren create', 'warren create --image warren/test-debian:latest --ttl 10m', 'warren create --env MODE=test --label task=t-42 --json']))
     .action(createCommand);
 
-  program
-    .command('ls')
+  withController(program.command('ls'))
     .alias('list')
     .description('List sandboxes (all that match every --label, and --state).')
     .option('--label <k=v>', 'only sandboxes with this label (repeatable)', collectKeyValue)
@@ -83,16 +97,14 @@ export function buildProgram(): Command {
     .addHelpText('after', examples(['warren ls', 'warren ls --label task=t-42 --state running', 'warren ls --json']))
     .action(listCommand);
 
-  program
-    .command('info')
+  withController(program.command('info'))
     .description("Show a sandbox's state, expiry, labels and settings.")
     .argument('<id>', 'the sandbox id')
     .option('--json', 'print JSON')
     .addHelpText('after', examples(['warren info $ID', 'warren info $ID --json']))
     .action(infoCommand);
 
-  program
-    .command('exec')
+  withController(program.command('exec'))
     .description("Run a command in a sandbox; its output streams here as it comes, and warren exits with the command's exit code.")
     .argument('<id>', 'the sandbox id')
     .argument('<cmd...>', 'the command: one argument runs through /bin/sh -c, several run as argv with no shell')
@@ -100,25 +112,27 @@ export function buildProgram(): Command {
     .option('--env <K=V>', 'an environment variable (repeatable)', collectKeyValue)
     .option('--timeout <duration>', 'kill the command after this long (default 24h): seconds or 30s, 10m, 2h', parseDuration)
     .option('-i, --stdin', "send this process's stdin to the command")
+    .passThroughOptions()
     .addHelpText(
       'after',
       examples([
         'warren exec $ID -- ls -la /workspace',
+        'warren exec $ID ls -la /workspace        (after the id, everything belongs to the command)',
         "warren exec $ID -- 'cd /workspace && pytest -q | tail -5'",
         'echo hello | warren exec -i $ID -- cat',
         'warren exec --timeout 30s $ID -- python3 slow.py',
       ]) + '\nSignals: a command ended by a signal exits 128+N; a timeout exits 124.\n',
     )
     .action(async (id: string, cmd: string[], options, command: Command) => {
-      process.exitCode = await execCommand(id, cmd, options, command);
+      process.exitCode = await execCommand(id, withoutSeparator(cmd), options, command);
     });
 
-  program
-    .command('shell')
+  withController(program.command('shell'))
     .description('Open an interactive terminal in a sandbox (bash, else /bin/sh, or the given program); warren exits with its exit status.')
     .argument('<id>', 'the sandbox id')
     .argument('[cmd...]', 'the program instead of the shell: one argument runs through /bin/sh -c, several as argv')
     .option('--cwd <path>', 'working folder (default the sandbox root, /workspace)')
+    .passThroughOptions()
     .option('--env <K=V>', 'an environment variable (repeatable)', collectKeyValue)
     .addHelpText(
       'after',
@@ -126,11 +140,10 @@ export function buildProgram(): Command {
         '\nEvery key goes to the sandbox (Ctrl-C interrupts the program there); type exit, or Ctrl-D, to leave. The terminal follows this window\'s size.\n',
     )
     .action(async (id: string, cmd: string[], options, command: Command) => {
-      process.exitCode = await shellCommand(id, cmd, options, command);
+      process.exitCode = await shellCommand(id, withoutSeparator(cmd), options, command);
     });
 
-  program
-    .command('cp')
+  withController(program.command('cp'))
     .description('Copy a file or folder between here and a sandbox (one side is ID:/path). Folders travel as one tar archive of at most 32 MiB.')
     .argument('<src>', 'a local path, or ID:/path in a sandbox')
     .argument('<dst>', 'a local path, or ID:/path in a sandbox')
@@ -147,8 +160,7 @@ export function buildProgram(): Command {
     )
     .action(copyCommand);
 
-  program
-    .command('rm')
+  withController(program.command('rm'))
     .alias('kill')
     .description('Remove sandboxes: their containers, files and processes are gone.')
     .argument('<id...>', 'one or more sandbox ids')
@@ -156,8 +168,7 @@ export function buildProgram(): Command {
     .addHelpText('after', examples(['warren rm $ID', 'warren rm $(warren ls --label task=t-42 --json | jq -r ".[].id")']))
     .action(removeCommand);
 
-  program
-    .command('logs')
+  withController(program.command('logs'))
     .description("Show a sandbox's audit log: every call its daemon served (time, method, paths or command, outcome, bytes, duration).")
     .argument('<id>', 'the sandbox id')
     .option('--since <seq>', 'only entries after this sequence number', (v) => {
@@ -170,8 +181,25 @@ export function buildProgram(): Command {
     .addHelpText('after', examples(['warren logs $ID', 'warren logs $ID --since 120 --limit 50 --json']))
     .action(logsCommand);
 
-  program
-    .command('mcp')
+  const images = program
+    .command('images')
+    .description("Build Warren's Docker images (scripts/build-images) or list them.")
+    .addHelpText('after', examples(['warren images            the same as warren images ls', 'warren images ls --json', 'warren images build', 'warren images build --force']));
+  images
+    .command('ls', { isDefault: true })
+    .alias('list')
+    .description('List the Warren images on the Docker engine (those labelled warren.inputs-hash).')
+    .option('--json', 'print JSON instead of a table')
+    .action(imagesListCommand);
+  images
+    .command('build')
+    .description('Build the sandbox and test images; images whose inputs did not change are kept. Needs a Warren checkout and a Docker engine.')
+    .option('--force', 'rebuild every image')
+    .action(async (options: { force?: boolean }) => {
+      process.exitCode = await imagesBuildCommand(options);
+    });
+
+  withController(program.command('mcp'))
     .description('Run a Model Context Protocol server on stdio that exposes one tool set over a sandbox: one it creates (and removes when the client goes away) or an existing one (--sandbox).')
     .addOption(new Option('--toolset <name>', 'the tool set to serve').choices(TOOLSET_NAMES).makeOptionMandatory())
     .option('--sandbox <id>', 'serve this existing sandbox (left running when the client goes away)')

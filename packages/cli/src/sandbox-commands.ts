@@ -42,7 +42,7 @@ export async function createCommand(options: CreateOptions, command: Command): P
   if (options.cpus !== undefined) request.cpus = options.cpus;
   if (options.memory !== undefined) request.memoryMb = options.memory;
   const rest = restClient(command);
-  const created = await withSpinner(`Creating a sandbox from ${options.image ?? 'the default image'}`, () => rest.create(request));
+  const created = await withSpinner(`Creating a sandbox from ${options.image ?? 'the default image'}`, () => rest.create(request), 'Sandbox ready');
   if (wantsJson(command)) return printJson(created);
   process.stdout.write(
     keyValues([

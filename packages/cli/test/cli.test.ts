@@ -1,0 +1,122 @@
+import { describe, expect, it } from '@jest/globals';
+import type { Command } from 'commander';
+import { NotFoundError } from '@warren/sdk';
+import { CliError, collectKeyValue, exitCodeOf, formatError, parseDuration, parseRemote, table, timeLeft } from '../src/index.js';
+import { buildProgram } from '../src/program.js';
+
+describe('formatError', () => {
+  it('prints an SDK error as one line with its code and suggestion', () => {
+    const err = new NotFoundError("No file at 'a.py'.\nList the folder.");
+    expect(formatError(err)).toBe(`warren: NOT_FOUND: No file at 'a.py'. List the folder. (${err.suggestion})`);
+  });
+
+  it('prints a CLI error without a code, and a plain error as its message', () => {
+    expect(formatError(new CliError('Neither side names a sandbox.', 'Write one side as ID:/path.'))).toBe('warren: Neither side names a sandbox. (Write one side as ID:/path.)');
+    expect(formatError(new Error('boom'))).toBe('warren: boom');
+    expect(formatError('text')).toBe('warren: text');
+  });
+});
+
+describe('table', () => {
+  it('aligns every column to its widest cell, with no trailing spaces', () => {
+    expect(table(['ID', 'STATE', 'LABELS'], [['abc', 'running', ''], ['a', 'gone', 'x=1']])).toBe('ID   STATE    LABELS\nabc  running\na    gone     x=1\n');
+  });
+
+  it('prints the header alone when there are no rows', () => {
+    expect(table(['ID', 'STATE'], [])).toBe('ID  STATE\n');
+  });
+});
+
+describe('argument parsers', () => {
+  it.each([
+    ['600', 600],
+    ['30s', 30],
+    ['10m', 600],
+    ['2h', 7200],
+    ['1d', 86_400],
+  ])('parses the duration %s as %d seconds', (text, seconds) => {
+    expect(parseDuration(text)).toBe(seconds);
+  });
+
+  it.each(['soon', '10x', '-5', '1.5h', ''])('refuses the duration %j with what to write instead', (text) => {
+    expect(() => parseDuration(text)).toThrow(/seconds \(600\) or a number with s, m, h or d/);
+  });
+
+  it('collects repeated KEY=VALUE options, keeping = inside values', () => {
+    expect(collectKeyValue('B=x=y', collectKeyValue('A=1'))).toEqual({ A: '1', B: 'x=y' });
+    expect(() => collectKeyValue('novalue')).toThrow(/not KEY=VALUE/);
+    expect(() => collectKeyValue('=v')).toThrow(/not KEY=VALUE/);
+  });
+
+  it('tells a sandbox path from a local one', () => {
+    expect(parseRemote('sb_123:/workspace/a.py')).toEqual({ id: 'sb_123', path: '/workspace/a.py' });
+    expect(parseRemote('sb_123:')).toEqual({ id: 'sb_123', path: '.' });
+    expect(parseRemote('./a:b')).toBeUndefined();
+    expect(parseRemote('/tmp/x')).toBeUndefined();
+    expect(parseRemote('a.py')).toBeUndefined();
+  });
+});
+
+describe('exitCodeOf', () => {
+  it("passes the command's code through, 128+N for a signal, 124 for a timeout", () => {
+    expect(exitCodeOf({ exitCode: 3, signal: null, timedOut: false })).toBe(3);
+    expect(exitCodeOf({ exitCode: null, signal: 'SIGKILL', timedOut: false })).toBe(137);
+    expect(exitCodeOf({ exitCode: null, signal: 'SIGTERM', timedOut: false })).toBe(143);
+    expect(exitCodeOf({ exitCode: null, signal: 'SIGKILL', timedOut: true })).toBe(124);
+    expect(exitCodeOf({ exitCode: null, signal: null, timedOut: false })).toBe(1);
+  });
+});
+
+describe('timeLeft', () => {
+  it('writes the time until an expiry compactly', () => {
+    const now = Date.parse('2026-01-01T00:00:00Z');
+    expect(timeLeft('2026-01-01T00:00:42Z', now)).toBe('42s');
+    expect(timeLeft('2026-01-01T00:05:07Z', now)).toBe('5m07s');
+    expect(timeLeft('2026-01-01T02:03:00Z', now)).toBe('2h03m');
+    expect(timeLeft('2026-01-03T05:00:00Z', now)).toBe('2d05h');
+    expect(timeLeft('2025-12-31T23:00:00Z', now)).toBe('expired');
+  });
+});
+
+describe('warren --help', () => {
+  const program = buildProgram();
+  const commands = (cmd: Command): Command[] => cmd.commands.flatMap((c) => [c, ...commands(c)]);
+  const help = (cmd: Command): string => {
+    let text = '';
+    cmd.configureOutput({ writeOut: (s) => (text += s), writeErr: (s) => (text += s) });
+    cmd.outputHelp();
+    return text;
+  };
+
+  it('lists every command the issue names, with the global options and examples', () => {
+    const text = help(program);
+    for (const name of ['serve', 'create', 'ls', 'info', 'exec', 'shell', 'cp', 'rm', 'logs', 'images', 'mcp']) expect(text).toMatch(new RegExp(`^  ${name}\\b`, 'm'));
+    expect(text).toContain('--url <url>');
+    expect(text).toContain('--api-key <key>');
+    expect(text).toContain('Examples:');
+  });
+
+  it.each(commands(program).map((c) => [c.name(), c] as const))('warren %s --help has a description and examples', (_name, cmd) => {
+    const text = help(cmd);
+    expect(cmd.description().length).toBeGreaterThan(20);
+    if (cmd.commands.length === 0 && cmd.parent?.name() !== 'images') expect(text).toContain('Examples:');
+  });
+
+  it('takes --json on every listing', () => {
+    const byName = Object.fromEntries(commands(program).map((c) => [`${c.parent?.name()} ${c.name()}`, c]));
+    for (const name of ['warren create', 'warren ls', 'warren info', 'warren rm', 'warren logs', 'warren cp', 'images ls']) {
+      expect(byName[name]!.options.map((o) => o.long)).toContain('--json');
+    }
+  });
+
+  it('shows how to register warren mcp with an MCP client', () => {
+    const mcp = program.commands.find((c) => c.name() === 'mcp')!;
+    const text = help(mcp);
+    expect(text).toContain('"mcpServers"');
+    const json = text.slice(text.indexOf('{'), text.lastIndexOf('}') + 1);
+    expect(JSON.parse(json)).toEqual({
+      mcpServers: { warren: { command: 'warren', args: ['mcp', '--toolset', 'codin'], env: { WARREN_URL: 'http://127.0.0.1:7420', WARREN_API_KEY: 'wk_...' } } },
+    });
+    for (const toolset of ['codin', 'filesystem', 'toolsmith', 'partial_read', 'builtin']) expect(text).toContain(toolset);
+  });
+});

@@ -20,7 +20,10 @@ async function main(): Promise<void> {
   await unlink(values['secret-file']).catch(() => undefined);
   if (secret.length < 32) throw new Error('the secret file must hold at least 32 characters');
 
-  const server = await startAgentServer({ socketPath: values.socket, secret, policy: { root: values.root, readOnly: false }, home: values.home });
+  // The container's environment is the sandbox's (the image's ENV, the create request's env);
+  // the controller puts nothing of its own there, so commands inherit it as their base.
+  const sandboxEnv = Object.fromEntries(Object.entries(process.env).filter((entry): entry is [string, string] => entry[1] !== undefined && entry[0] !== 'HOME'));
+  const server = await startAgentServer({ socketPath: values.socket, secret, policy: { root: values.root, readOnly: false }, home: values.home, sandboxEnv });
   process.stdout.write(`warren-agent listening on ${server.socketPath}\n`);
   const stop = () => void server.close().then(() => process.exit(0));
   process.on('SIGTERM', stop);

@@ -20,6 +20,12 @@ export interface AgentServerOptions {
   policy?: FilePolicy;
   /** HOME for commands the agent starts. */
   home?: string;
+  /**
+   * The sandbox's environment: the base of every command's. Inside a container it is the
+   * container's own environment (image `ENV` and the create request's `env`); absent, commands
+   * start from a clean default.
+   */
+  sandboxEnv?: Readonly<Record<string, string>>;
   /** The cap on processes Warren runs at once in this sandbox. */
   maxProcesses?: number;
   /** How long an approval request waits for the client (default 30 s). */
@@ -85,7 +91,7 @@ export function createHandlers(
 export async function startAgentServer(options: AgentServerOptions): Promise<AgentServer> {
   const policy = options.policy ?? DEFAULT_POLICY;
   const home = options.home ?? '/tmp';
-  const processes = new ProcessRuntime({ policy, home, maxProcesses: options.maxProcesses });
+  const processes = new ProcessRuntime({ policy, home, sandboxEnv: options.sandboxEnv, maxProcesses: options.maxProcesses });
   const audit = new AuditLog();
   const handlers = createHandlers(policy, home, processes, audit);
   // One handler table per distinct grant (the controller sends one per credential), reused across connections.

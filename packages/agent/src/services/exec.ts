@@ -23,6 +23,7 @@ const ATTACH_CHUNK_BYTES = 256 * 1024;
 export interface ExecOptions {
   policy: FilePolicy;
   home: string;
+  sandboxEnv?: Readonly<Record<string, string>> | undefined;
   /** Shared by every connection of the sandbox: background processes outlive connections. */
   table: ProcessTable;
   /** Where `saveOutput` files go; a folder inside the sandbox. */
@@ -93,6 +94,7 @@ export function execHandlers(options: ExecOptions): { [M in ProcessMethod]: Hand
     cwd: await resolveCwd(options.policy, params.cwd),
     env: params.env,
     home: options.home,
+    sandboxEnv: options.sandboxEnv,
   });
 
   return {

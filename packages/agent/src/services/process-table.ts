@@ -12,16 +12,19 @@ export const DEFAULT_BACKGROUND_BUFFER_BYTES = 1024 * 1024;
 const MAX_EXITED_KEPT = 100;
 
 /**
- * The environment a child starts from. The daemon's own environment never reaches a child: the
- * caller's `env` is laid over this and nothing else, and the tree marker over that.
+ * The environment a child starts from: defaults, then the sandbox's environment (the image's
+ * `ENV` and the create request's `env`, as the container was started with them), then HOME. The
+ * caller's `env` is laid over this, and the tree marker over that. Nothing else of the daemon's
+ * own environment reaches a child.
  */
-export function baseEnvironment(home: string): Record<string, string> {
+export function baseEnvironment(home: string, sandboxEnv: Readonly<Record<string, string>> = {}): Record<string, string> {
   return {
     PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
-    HOME: home,
     LANG: 'C.UTF-8',
     LC_ALL: 'C.UTF-8',
     TERM: 'dumb',
+    ...sandboxEnv,
+    HOME: home,
   };
 }
 
@@ -31,6 +34,8 @@ export interface SpawnSpec {
   cmd: string | readonly string[];
   cwd: string;
   home: string;
+  /** The sandbox's environment, under the call's own `env`. */
+  sandboxEnv?: Readonly<Record<string, string>> | undefined;
   env?: Record<string, string> | undefined;
 }
 
@@ -53,7 +58,7 @@ export async function spawnTagged(spec: SpawnSpec): Promise<TaggedChild> {
   const marker = newMarker();
   const child = spawn(file, args, {
     cwd: spec.cwd,
-    env: { ...baseEnvironment(spec.home), ...spec.env, [MARKER_VARIABLE]: marker },
+    env: { ...baseEnvironment(spec.home, spec.sandboxEnv), ...spec.env, [MARKER_VARIABLE]: marker },
     detached: true,
     stdio: ['pipe', 'pipe', 'pipe'],
   });

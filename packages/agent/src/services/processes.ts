@@ -7,6 +7,8 @@ import { shellHandlers, ShellSessions } from './shell.js';
 export interface ProcessRuntimeOptions {
   policy: FilePolicy;
   home: string;
+  /** The sandbox's environment (image `ENV` and create `env`), the base of every command's. */
+  sandboxEnv?: Readonly<Record<string, string>> | undefined;
   /** The cap on processes Warren runs at once in this sandbox. */
   maxProcesses?: number | undefined;
 }
@@ -24,15 +26,20 @@ export class ProcessRuntime {
   readonly table: ProcessTable;
   readonly shells: ShellSessions;
 
+  /** The sandbox's environment, the base of every command's (and every terminal's). */
+  get sandboxEnv(): Readonly<Record<string, string>> | undefined {
+    return this.options.sandboxEnv;
+  }
+
   constructor(private readonly options: ProcessRuntimeOptions) {
     this.table = new ProcessTable(options.maxProcesses);
-    this.shells = new ShellSessions({ policy: options.policy, home: options.home, table: this.table });
+    this.shells = new ShellSessions({ policy: options.policy, home: options.home, sandboxEnv: options.sandboxEnv, table: this.table });
   }
 
   /** The process and shell handlers; `policy` (the connection's, by default the sandbox's) resolves `cwd`. */
   handlers(policy: FilePolicy = this.options.policy): ReturnType<typeof execHandlers> & ReturnType<typeof shellHandlers> {
     return {
-      ...execHandlers({ policy, home: this.options.home, table: this.table }),
+      ...execHandlers({ policy, home: this.options.home, sandboxEnv: this.options.sandboxEnv, table: this.table }),
       ...shellHandlers(this.shells, policy),
     };
   }

@@ -112,10 +112,10 @@ class ShellSession {
     child.stdin.write(PRELUDE);
   }
 
-  static async open(name: string, table: ProcessTable, spec: { cwd: string; home: string; env?: Record<string, string> | undefined }): Promise<ShellSession> {
+  static async open(name: string, table: ProcessTable, spec: { cwd: string; home: string; sandboxEnv?: Readonly<Record<string, string>> | undefined; env?: Record<string, string> | undefined }): Promise<ShellSession> {
     const release = table.reserve();
     try {
-      const tagged = await spawnTagged({ cmd: ['bash', '--noprofile', '--norc'], cwd: spec.cwd, home: spec.home, env: spec.env });
+      const tagged = await spawnTagged({ cmd: ['bash', '--noprofile', '--norc'], cwd: spec.cwd, home: spec.home, sandboxEnv: spec.sandboxEnv, env: spec.env });
       return new ShellSession(name, tagged, release);
     } catch (err) {
       release();
@@ -280,6 +280,7 @@ function uptimeTicks(): number {
 export interface ShellOptions {
   policy: FilePolicy;
   home: string;
+  sandboxEnv?: Readonly<Record<string, string>> | undefined;
   table: ProcessTable;
 }
 
@@ -297,7 +298,7 @@ export class ShellSessions {
       throw new CodedError('RESOURCE_EXHAUSTED', `This sandbox already has ${MAX_SESSIONS} shell sessions, the most it keeps; close one with shell.close first.`, { maxSessions: MAX_SESSIONS });
     }
     const cwd = await resolveCwd(policy, params.cwd);
-    const session = await ShellSession.open(params.session, this.options.table, { cwd, home: this.options.home, env: params.env });
+    const session = await ShellSession.open(params.session, this.options.table, { cwd, home: this.options.home, sandboxEnv: this.options.sandboxEnv, env: params.env });
     this.sessions.set(params.session, session);
     this.specs.set(params.session, params);
     return { session, created: true };

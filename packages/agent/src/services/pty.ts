@@ -21,7 +21,7 @@ interface Pty {
   pause(): void;
   resume(): void;
 }
-interface PtyModule {
+export interface PtyModule {
   spawn(file: string, args: string[], options: { name: string; cols: number; rows: number; cwd: string; env: Record<string, string>; encoding: null }): Pty;
 }
 
@@ -36,20 +36,29 @@ interface OpenPty {
 // Terminals of every connection of this daemon, by handle: input may come over another connection.
 const open = new Map<string, OpenPty>();
 
-let loading: Promise<PtyModule> | undefined;
-
 /**
  * Loads node-pty (a native module shipped in the runtime volume, outside the bundle). A sandbox
  * where it cannot load answers `PTY_UNAVAILABLE` instead of failing at start.
+ *
+ * @example
+ * const lib = await importPty(() => import('@lydell/node-pty'));
  */
-function loadPty(): Promise<PtyModule> {
-  loading ??= import('@lydell/node-pty').then(
-    (mod) => ((mod as { default?: PtyModule }).default ?? (mod as unknown as PtyModule)),
+export function importPty(importer: () => Promise<unknown>): Promise<PtyModule> {
+  return importer().then(
+    (mod) => ((mod as { default?: PtyModule }).default ?? (mod as PtyModule)),
     (err: unknown) => {
-      loading = undefined;
       throw new CodedError('PTY_UNAVAILABLE', `The terminal library (node-pty) could not load in this sandbox: ${err instanceof Error ? err.message.split('\n')[0] : String(err)}. Commands without a terminal still work.`);
     },
   );
+}
+
+// Loaded once per daemon; a failure is not cached, so the next call tries again.
+let loading: Promise<PtyModule> | undefined;
+function loadPty(): Promise<PtyModule> {
+  loading ??= importPty(() => import('@lydell/node-pty')).catch((err: unknown) => {
+    loading = undefined;
+    throw err;
+  });
   return loading;
 }
 
@@ -71,14 +80,15 @@ function find(handle: string): OpenPty {
  * status. Output leaves as `output` events with binary payloads and pauses the program while the
  * connection is congested.
  */
-export function ptyHandlers(options: { policy: FilePolicy; home: string }): { [M in PtyMethod]: Handler<M> } {
+export function ptyHandlers(options: { policy: FilePolicy; home: string; sandboxEnv?: Readonly<Record<string, string>> | undefined; load?: () => Promise<PtyModule> }): { [M in PtyMethod]: Handler<M> } {
+  const load = options.load ?? loadPty;
   return {
     async 'pty.open'(params, ctx) {
-      const lib = await loadPty();
+      const lib = await load();
       const cwd = await resolveCwd(options.policy, params.cwd);
       const argv = params.cmd === undefined ? defaultShell() : typeof params.cmd === 'string' ? ['/bin/sh', '-c', params.cmd] : params.cmd;
       const marker = newMarker();
-      const env = { ...baseEnvironment(options.home), TERM: 'xterm-256color', COLORTERM: 'truecolor', ...params.env, [MARKER_VARIABLE]: marker };
+      const env = { ...baseEnvironment(options.home, options.sandboxEnv), TERM: 'xterm-256color', COLORTERM: 'truecolor', ...params.env, [MARKER_VARIABLE]: marker };
       const started = performance.now();
       let pty: Pty;
       try {

@@ -3,6 +3,7 @@
 // can misbehave, and small probes.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { rmSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import os from 'node:os';
@@ -43,6 +44,7 @@ function bundleEntry(): Promise<string> {
       ],
       logLevel: 'warning',
     });
+    process.once('exit', () => rmSync(outfile, { force: true }));
     return outfile;
   })();
   return bundled;

@@ -79,11 +79,9 @@ describe('faults', () => {
     expect(await typedOutcome(victim.kill())).toMatch(/^(ok|SANDBOX_NOT_FOUND)$/);
   });
 
-  // Known open bug (controller upgrade + SDK reconnection): once the daemon is dead and its
-  // container has exited, an upgrade answers SANDBOX_NOT_READY (retryable), so the SDK's
-  // reconnecting channel keeps retrying and a call on the open connection waits out its whole
-  // timeout (REQUEST_TIMEOUT) instead of failing at once with a non-retryable "sandbox ended".
-  it.failing("SIGKILL of one sandbox's daemon: a call on the open connection fails fast with a typed error, not its timeout", async () => {
+  // Regression: an upgrade to a sandbox whose container has exited used to answer SANDBOX_NOT_READY
+  // (retryable), so the SDK kept reconnecting and the call waited out its whole timeout.
+  it("SIGKILL of one sandbox's daemon: a call on the open connection fails fast with a typed error, not its timeout", async () => {
     const victim = await create();
     await killDaemon(victim);
     await until('the container to exit', async () => (['exited', 'gone', 'SANDBOX_NOT_FOUND'].includes(await reportedState(victim)) ? true : undefined));

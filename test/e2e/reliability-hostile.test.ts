@@ -261,10 +261,8 @@ describe('hostile clients', () => {
     await healthy(target, 'after-flood');
   });
 
-  // Known open bug (controller, packages/controller/src/http.ts `upgrade`): the cap is checked
-  // against `wss.clients.size` before the awaited daemon connection, and a client is only counted
-  // after `handleUpgrade`, so upgrades arriving together all pass the check.
-  it.failing('authenticated connections are capped at maxConnections even when they arrive all at once', async () => {
+  // Regression: upgrades still waiting for their daemon were not counted, so a burst all passed the cap.
+  it('authenticated connections are capped at maxConnections even when they arrive all at once', async () => {
     // Two SDK connections are open (target, neighbour): the rest of the cap is free.
     const attempts = MAX_CONNECTIONS + 20;
     const opened: WebSocket[] = [];

@@ -42,6 +42,7 @@ type Who = 'operator' | 'sandbox' | 'derived';
 
 /** The REST API and the WebSocket relay to each sandbox's daemon, on one node:http server. */
 export function createHttpServer(deps: HttpServerDeps) {
+  const upgrading = { count: 0 };
   const wss = new WebSocketServer({ noServer: true, maxPayload: Math.min(deps.config.maxMessageBytes, WS_MAX_PAYLOAD_BYTES), perMessageDeflate: false });
 
   const server = createServer((req, res) => {
@@ -50,7 +51,7 @@ export function createHttpServer(deps: HttpServerDeps) {
 
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     socket.on('error', () => socket.destroy());
-    upgrade(deps, wss, req, socket, head).catch((err: unknown) => rejectUpgrade(deps, socket, err));
+    upgrade(deps, wss, upgrading, req, socket, head).catch((err: unknown) => rejectUpgrade(deps, socket, err));
   });
 
   // Heartbeat: a client that has not answered the previous ping by the next one is gone.
@@ -169,36 +170,67 @@ function listFilter(query: URLSearchParams): { labels: Record<string, string>; s
   return { labels, state: parsed.data };
 }
 
-async function upgrade(deps: HttpServerDeps, wss: WebSocketServer, req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+async function upgrade(deps: HttpServerDeps, wss: WebSocketServer, upgrading: { count: number }, req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
   const url = new URL(req.url ?? '/', 'http://controller');
   const match = /^\/v1\/sandboxes\/([A-Za-z0-9]+)\/connect$/.exec(url.pathname);
   if (!match) throw new CodedError('NOT_FOUND', `No WebSocket route at ${url.pathname}; connect to /v1/sandboxes/<id>/connect.`);
   const id = match[1]!;
   checkOriginAndHost(deps.config, req);
   const caller = authenticate(deps.credentials, req, id);
-  if (wss.clients.size >= deps.config.maxConnections) {
+  // Upgrades still waiting for their daemon count too, or a burst would all pass the cap at once.
+  if (wss.clients.size + upgrading.count >= deps.config.maxConnections) {
     throw new CodedError('RESOURCE_EXHAUSTED', `This controller holds its maximum of ${deps.config.maxConnections} connections (maxConnections); close connections you no longer use.`);
   }
   const record = deps.sandboxes.record(id);
   if (record.state === 'paused') throw new CodedError('SANDBOX_NOT_READY', `Sandbox '${id}' is paused; resume it (POST /v1/sandboxes/${id}/resume) before connecting.`, { sandboxId: id });
   const grant = grantFor(record, caller);
-  const agent = await openAgentSocket(deps.sandboxes.socketPath(id), deps.sandboxes.agentSecret(id), 5000, { [GRANT_HEADER]: encodeGrant(grant) }).catch((err: unknown) => {
-    throw new CodedError('SANDBOX_NOT_READY', `The sandbox daemon is not answering: ${(err as Error).message}`, { sandboxId: id });
-  });
-  wss.handleUpgrade(req, socket, head, (client) => {
-    wss.emit('connection', client, req);
-    deps.metrics.connections.inc();
-    client.once('close', () => deps.metrics.connections.dec());
-    const observer = observeCalls(client, agent, deps.metrics);
-    const check = callAccessCheck(grant, deps.metrics);
-    relay(client, agent, {
-      allowFrame: (data) => {
-        const refusal = check(data);
-        if (refusal) observer.forget(data);
-        return refusal;
-      },
+  upgrading.count++;
+  let agent: WebSocket;
+  try {
+    agent = await openAgentSocket(deps.sandboxes.socketPath(id), deps.sandboxes.agentSecret(id), 5000, { [GRANT_HEADER]: encodeGrant(grant) });
+  } catch (err) {
+    upgrading.count--;
+    throw await unreachableDaemon(deps, id, err);
+  }
+  // handleUpgrade calls back synchronously (no async verifyClient here), or not at all when the
+  // client went away meanwhile: then the daemon connection is closed, not leaked.
+  let connected = false;
+  try {
+    wss.handleUpgrade(req, socket, head, (client) => {
+      connected = true;
+      wss.emit('connection', client, req);
+      deps.metrics.connections.inc();
+      client.once('close', () => deps.metrics.connections.dec());
+      const observer = observeCalls(client, agent, deps.metrics);
+      const check = callAccessCheck(grant, deps.metrics);
+      relay(client, agent, {
+        allowFrame: (data) => {
+          const refusal = check(data);
+          if (refusal) observer.forget(data);
+          return refusal;
+        },
+      });
     });
-  });
+  } finally {
+    upgrading.count--;
+    if (!connected) agent.close();
+  }
+}
+
+/**
+ * Why a sandbox's daemon did not answer, as the client should act on it: a sandbox whose
+ * container has ended (its daemon died, or it was stopped from outside) will not come back, so
+ * that is final; anything else may pass, so it is retryable.
+ */
+async function unreachableDaemon(deps: HttpServerDeps, id: string, err: unknown): Promise<CodedError> {
+  const state = await deps.sandboxes.get(id).then(
+    (info) => info.state,
+    () => 'gone' as const,
+  );
+  if (state === 'exited' || state === 'gone') {
+    return new CodedError('SANDBOX_NOT_FOUND', `Sandbox '${id}' has ended: its container is ${state} (its daemon died, or it was stopped from outside). Create a new sandbox.`, { sandboxId: id, state });
+  }
+  return new CodedError('SANDBOX_NOT_READY', `The sandbox daemon is not answering: ${(err as Error).message}`, { sandboxId: id });
 }
 
 /**

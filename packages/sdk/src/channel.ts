@@ -159,7 +159,11 @@ export class ReconnectingChannel implements Channel {
           if (err instanceof WarrenError && !err.isRetryable) break;
         }
       }
-      this.failure = makeError('CONNECTION_CLOSED', `Could not reconnect to the sandbox: ${(lastError as Error)?.message ?? 'closed'}.`, { cause: lastError });
+      // A final answer (the sandbox ended, the credential was refused) says more than "could not reconnect".
+      this.failure =
+        lastError instanceof WarrenError && !lastError.isRetryable
+          ? lastError
+          : makeError('CONNECTION_CLOSED', `Could not reconnect to the sandbox: ${(lastError as Error)?.message ?? 'closed'}.`, { cause: lastError });
       throw this.failure;
     })().finally(() => {
       this.reconnecting = undefined;

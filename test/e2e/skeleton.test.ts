@@ -38,4 +38,12 @@ describe('one sandbox end to end on the real Docker engine', () => {
     expect(noNewPrivs).toMatch(/NoNewPrivs:\s+1/);
     expect(nets).toBe('lo');
   });
+
+  it("runs the daemon with ws's native frame unmasking (bufferutil from the runtime volume)", async () => {
+    await using warren = await startTestController();
+    await using sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });
+    const { pid } = await sandbox.daemonInfo();
+    const maps = await sandbox.commands.run(['grep', '-c', 'bufferutil.node', `/proc/${pid}/maps`]);
+    expect(Number(maps.stdout.trim())).toBeGreaterThan(0);
+  });
 });

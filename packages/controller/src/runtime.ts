@@ -57,39 +57,51 @@ export async function collectRuntime(agentBundlePath: string): Promise<AgentRunt
     else files.push({ name: `lib/${path.basename(name!)}`, content, mode: 0o644 });
   }
   if (!files.some((f) => f.name === LOADER_NAME)) throw new Error(`ldd did not list a loader for ${nodePath}; Warren needs a dynamically linked glibc Node on the host.`);
-  files.push(...(await collectNodePty(agentBundlePath, new Set(files.map((f) => f.name)))));
+  files.push(...(await collectNativePackages(agentBundlePath, new Set(files.map((f) => f.name)))));
   const hash = createHash('sha256');
   for (const file of files) hash.update(file.name).update('\0').update(file.content);
   return { hash: hash.digest('hex').slice(0, 16), files };
 }
 
 /**
- * The agent's terminals (`pty.*`) use node-pty, a native module the bundle leaves out: its package
- * folder and its prebuilt linux-x64 folder go to `node_modules/@lydell/`, where the bundle's
- * `require` finds them, and the libraries its `pty.node` needs beyond Node's own go to `lib/`
- * (the runtime's loader serves them to images without glibc too). Nothing when node-pty is not
- * installed next to the bundle: the agent then answers `PTY_UNAVAILABLE`.
+ * Native packages the bundle leaves out and `require`s at run time from `/opt/warren/node_modules`:
+ * node-pty for the agent's terminals (`pty.*`; without it the agent answers `PTY_UNAVAILABLE`),
+ * and ws's bufferutil, which unmasks frames natively (without it ws falls back to a byte loop in
+ * JavaScript, several milliseconds per MiB). `from` names the package a dependency is resolved
+ * from. A package that is not installed is skipped.
  */
-async function collectNodePty(agentBundlePath: string, have: Set<string>): Promise<RuntimeFile[]> {
-  let main: string;
-  let binary: string;
-  try {
-    main = path.dirname(await realpath(createRequire(agentBundlePath).resolve('@lydell/node-pty/package.json')));
-    binary = path.dirname(await realpath(createRequire(path.join(main, 'package.json')).resolve(`@lydell/node-pty-${process.platform}-${process.arch}/package.json`)));
-  } catch {
-    return [];
+const SHIPPED_PACKAGES: readonly { name: string; from?: string }[] = [
+  { name: '@lydell/node-pty' },
+  { name: `@lydell/node-pty-${process.platform}-${process.arch}`, from: '@lydell/node-pty' },
+  { name: 'bufferutil' },
+  { name: 'node-gyp-build', from: 'bufferutil' },
+];
+
+/**
+ * The shipped packages' folders go to `node_modules/`, and the libraries their `.node` files need
+ * beyond Node's own go to `lib/` (the runtime's loader serves them to images without glibc too).
+ */
+async function collectNativePackages(agentBundlePath: string, have: Set<string>): Promise<RuntimeFile[]> {
+  const folders = new Map<string, string>();
+  for (const { name, from } of SHIPPED_PACKAGES) {
+    const base = from === undefined ? agentBundlePath : folders.get(from);
+    if (base === undefined) continue;
+    try {
+      folders.set(name, path.dirname(await realpath(createRequire(from === undefined ? base : path.join(base, 'package.json')).resolve(`${name}/package.json`))));
+    } catch {
+      // not installed: the agent works without it
+    }
   }
   const files: RuntimeFile[] = [];
-  for (const [folder, name] of [
-    [main, '@lydell/node-pty'],
-    [binary, `@lydell/node-pty-${process.platform}-${process.arch}`],
-  ] as const) {
+  for (const [name, folder] of folders) {
     const entries = (await readdir(folder, { recursive: true, withFileTypes: true })).sort((a, b) => path.join(a.parentPath, a.name).localeCompare(path.join(b.parentPath, b.name)));
     for (const entry of entries) {
       if (!entry.isFile()) continue;
       const absolute = path.join(entry.parentPath, entry.name);
       files.push({ name: `node_modules/${name}/${path.relative(folder, absolute)}`, content: await readFile(absolute), mode: entry.name.endsWith('.node') ? 0o755 : 0o644 });
-      if (!entry.name.endsWith('.node')) continue;
+      // Only this host's binaries (bufferutil also carries other platforms' prebuilds; ldd cannot read them).
+      const hostBinary = entry.name.endsWith('.node') && absolute.includes(`${process.platform}-${process.arch}`);
+      if (!hostBinary) continue;
       const { stdout } = await promisify(execFile)('ldd', [absolute]);
       for (const match of stdout.matchAll(/^\s*(\S+)\s+=>\s+(\/\S+)\s+\(0x[0-9a-f]+\)/gm)) {
         const lib = `lib/${path.basename(match[1]!)}`;

@@ -49,9 +49,9 @@ describe('warren create / ls / info / rm', () => {
     const stateAt = header!.indexOf('STATE');
     for (const row of rows) expect(row.slice(stateAt)).toMatch(/^(running|paused|exited|gone) /);
 
-    // --env reaches the container (the daemon's environment; commands start from a clean one).
-    const env1 = await runCli(['exec', answer.id, '--', 'tr "\\0" "\\n" < /proc/$PPID/environ | grep ^MODE='], { env });
-    expect(env1.stdout).toBe('MODE=cli-test\n');
+    // --env is the sandbox's environment, which every command starts from.
+    const env1 = await runCli(['exec', answer.id, '--', 'echo $MODE'], { env });
+    expect(env1.stdout).toBe('cli-test\n');
 
     const info = await runCli(['info', answer.id], { env });
     expect(info.code).toBe(0);

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
-import { builtinTools, codinTools, filesystemTools, Sandbox, type ToolSet } from '@warren/sdk';
+import { builtinTools, codinTools, filesystemTools, partialReadTools, Sandbox, toolsmithTools, type ToolSet } from '@warren/sdk';
 import { WARREN_BIN } from '../support/cli.js';
 import { startTestController, type TestController } from '../support/fixtures.js';
 
@@ -136,6 +136,49 @@ describe('warren mcp with the official MCP client', () => {
 
     expect((await sandbox.info()).state).toBe('running');
     expect(await sandbox.files.read('b.py')).toBe('x = 41 + 1\nprint(x)\n');
+  });
+
+  it('serves partial_read and every toolsmith tool on one existing sandbox', async () => {
+    await using sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });
+    await sandbox.files.write('test_dataset/calc.py', 'import os\n\n\ndef add(a, b):\n    return a + b\n\n\nif __name__ == "__main__":\n    print(add(1, 2))\n');
+    await sandbox.files.write('test_dataset/test_calc.py', 'from calc import add\n\n\ndef test_ok():\n    assert add(1, 2) == 3\n\n\ndef test_wrong():\n    assert add(1, 1) == 3\n');
+
+    const partial = await connectMcp(['--toolset', 'partial_read', '--sandbox', sandbox.id]);
+    try {
+      expect((await partial.client.listTools()).tools.map((t) => t.name)).toEqual(partialReadTools(fake).map((t) => t.name));
+      const read = await call(partial.client, 'read_partial_files', { requests: [{ path: 'test_dataset/calc.py', start_line: 4, line_count: 2 }] });
+      expect(read.isError).toBe(false);
+      expect(read.text).toContain('def add(a, b):');
+      expect(read.text).not.toContain('import os');
+    } finally {
+      await partial.client.close();
+    }
+
+    const smith = await connectMcp(['--toolset', 'toolsmith', '--sandbox', sandbox.id]);
+    try {
+      expect((await smith.client.listTools()).tools.map((t) => t.name)).toEqual(toolsmithTools(fake).map((t) => t.name));
+      const json = async (name: string, args: Record<string, unknown>) => {
+        const { text } = await call(smith.client, name, args);
+        return JSON.parse(text) as Record<string, unknown>;
+      };
+      const file = './sandbox/test_dataset/calc.py';
+      expect((await call(smith.client, 'read_file', { file_path: file })).text).toContain('def add'); // text on success
+      expect(await json('list_files', { directory: './sandbox/test_dataset' })).not.toHaveProperty('error');
+      expect(await json('run_pylint_analysis', { file_path: file })).not.toHaveProperty('error');
+      expect(await json('run_pytest', { directory: './sandbox/test_dataset' })).toMatchObject({ passed: 1, failed: 1 });
+      expect(await json('get_failing_tests', { directory: './sandbox/test_dataset' })).toMatchObject({ failed_count: 1 });
+      expect(await json('run_single_test', { test_file: './sandbox/test_dataset/test_calc.py', test_name: 'test_ok' })).toMatchObject({ passed: 1, failed: 0 });
+      expect(await json('validate_python_syntax', { code: 'def f(:\n' })).toMatchObject({ valid: false });
+      expect(await json('get_code_metrics', { file_path: file })).toMatchObject({ functions: 1, has_main: true });
+      expect(await json('add_docstring', { file_path: file })).not.toHaveProperty('error');
+      expect(await json('apply_fix', { file_path: file, fixed_code: 'def add(a, b):\n    return a + b\n' })).not.toHaveProperty('error');
+      expect(await json('write_file', { file_path: './sandbox/test_dataset/new.py', content: 'x = 1\n' })).not.toHaveProperty('error');
+      expect(await sandbox.files.read('test_dataset/new.py')).toBe('x = 1\n');
+      const refused = await json('read_file', { file_path: '../etc/passwd' });
+      expect(refused['error']).toMatch(/^SecurityError: /);
+    } finally {
+      await smith.client.close();
+    }
   });
 
   it('fails in one line on stderr when the sandbox does not exist', async () => {

@@ -2,8 +2,9 @@ import type { Readable } from 'node:stream';
 import Docker from 'dockerode';
 import { CodedError } from '@warren/protocol';
 import type { SandboxSettings } from '@warren/protocol';
-import { extract, pack } from 'tar-stream';
+import { extract } from 'tar-stream';
 import { agentCommand, RUNTIME_DIR, runtimeTar, type AgentRuntime } from './runtime.js';
+import { packTar } from './tar.js';
 
 /** Labels Warren sets on its containers; the controller's whole state lives in these. */
 export const LABELS = {
@@ -127,17 +128,7 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
 /** A one-entry tar that makes /workspace belong to the sandbox user (applied before start). */
 async function workspaceOwnerTar(user: string): Promise<Buffer> {
   const [uid, gid = uid] = user.split(':').map(Number);
-  const tar = pack();
-  const chunks: Buffer[] = [];
-  tar.on('data', (chunk: unknown) => chunks.push(chunk as Buffer));
-  const done = new Promise<void>((resolve, reject) => {
-    tar.on('end', resolve);
-    tar.on('error', reject);
-  });
-  tar.entry({ name: `${WORKSPACE.slice(1)}/`, type: 'directory', mode: 0o755, uid: uid!, gid: gid! });
-  tar.finalize();
-  await done;
-  return Buffer.concat(chunks);
+  return packTar([{ header: { name: `${WORKSPACE.slice(1)}/`, type: 'directory', mode: 0o755, uid: uid!, gid: gid! } }]);
 }
 
 /** A Warren container as Docker lists it. */

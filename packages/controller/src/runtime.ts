@@ -4,7 +4,7 @@ import { readdir, readFile, realpath, stat } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { pack } from 'tar-stream';
+import { packTar } from './tar.js';
 
 /** Where the runtime volume is mounted in every sandbox, read-only. */
 export const RUNTIME_DIR = '/opt/warren';
@@ -116,21 +116,13 @@ async function collectNativePackages(agentBundlePath: string, have: Set<string>)
 
 /** The runtime as a tar stream, ending with a `.complete` marker written last. */
 export async function runtimeTar(runtime: AgentRuntime): Promise<Buffer> {
-  const tar = pack();
-  const chunks: Buffer[] = [];
-  tar.on('data', (chunk: unknown) => chunks.push(chunk as Buffer));
-  const done = new Promise<void>((resolve, reject) => {
-    tar.on('end', resolve);
-    tar.on('error', reject);
-  });
   const folders = new Set<string>(['lib/']);
   for (const file of runtime.files) for (let dir = path.posix.dirname(file.name); dir !== '.'; dir = path.posix.dirname(dir)) folders.add(`${dir}/`);
-  for (const folder of [...folders].sort()) tar.entry({ name: folder, type: 'directory', mode: 0o755 });
-  for (const file of runtime.files) tar.entry({ name: file.name, mode: file.mode }, file.content);
-  tar.entry({ name: '.complete', mode: 0o644 }, runtime.hash);
-  tar.finalize();
-  await done;
-  return Buffer.concat(chunks);
+  return packTar([
+    ...[...folders].sort().map((name) => ({ header: { name, type: 'directory' as const, mode: 0o755 } })),
+    ...runtime.files.map((file) => ({ header: { name: file.name, mode: file.mode }, content: file.content })),
+    { header: { name: '.complete', mode: 0o644 }, content: runtime.hash },
+  ]);
 }
 
 /** True when the file exists: used to check the bundle before starting. */

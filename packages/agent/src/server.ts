@@ -65,7 +65,7 @@ export function createHandlers(
     },
     ...fsHandlers(policy),
     ...processes.handlers(policy),
-    ...ptyHandlers({ policy, home }),
+    ...ptyHandlers({ policy, home, sandboxEnv: processes.sandboxEnv }),
   };
   if (!allowExec) {
     // A shell is not bound by the file policy: a handle granted without exec may not start one.

@@ -72,9 +72,13 @@ describe('warren shell in a real terminal (tmux)', () => {
     tmux('send-keys', 'stty size', 'Enter');
     await waitForScreen(/^40 120$/m);
 
-    // Ctrl-C reaches the program in the sandbox, not warren.
-    tmux('send-keys', 'sleep 300', 'Enter');
+    // Ctrl-C reaches the program in the sandbox, not warren. As a person would, wait for the
+    // program to run before pressing it, and for the prompt before typing on (a terminal drops
+    // keys typed ahead when Ctrl-C interrupts).
+    tmux('send-keys', 'echo sleeping; sleep 300', 'Enter');
+    await waitForScreen(/^sleeping$/m);
     tmux('send-keys', 'C-c');
+    await waitForScreen(/\nsleeping\n[\s\S]*\$$/);
     tmux('send-keys', 'echo still-here', 'Enter');
     await waitForScreen(/^still-here$/m);
 

@@ -30,18 +30,19 @@ export async function shellCommand(id: string, argv: string[], options: ShellOpt
     throw err;
   });
 
-  // Keystrokes go out one call at a time, in order.
+  // Keystrokes and resizes go out one call at a time, in the order they happened: keys typed
+  // after a resize reach a program that already has the new size.
   let sending: Promise<unknown> = Promise.resolve();
-  const onInput = (chunk: Buffer) => {
-    sending = sending.then(() => term.write(chunk)).catch(() => undefined);
+  const send = (call: () => Promise<unknown>) => {
+    sending = sending.then(call).catch(() => undefined);
   };
-  const onResize = () => void term.resize(stdout.columns || 80, stdout.rows || 24).catch(() => undefined);
+  const onInput = (chunk: Buffer) => send(() => term.write(chunk));
+  const onResize = () => send(() => term.resize(stdout.columns || 80, stdout.rows || 24));
   const wasRaw = stdin.isTTY ? stdin.isRaw : false;
   if (stdin.isTTY) stdin.setRawMode(true);
   stdin.on('data', onInput);
   stdin.resume();
   stdout.on('resize', onResize);
-  process.on('SIGWINCH', onResize);
   const hangUp = () => term.close();
   process.once('SIGHUP', hangUp);
   process.once('SIGTERM', hangUp);
@@ -51,7 +52,6 @@ export async function shellCommand(id: string, argv: string[], options: ShellOpt
   } finally {
     stdin.off('data', onInput);
     stdout.off('resize', onResize);
-    process.off('SIGWINCH', onResize);
     process.off('SIGHUP', hangUp);
     process.off('SIGTERM', hangUp);
     if (stdin.isTTY) stdin.setRawMode(wasRaw);

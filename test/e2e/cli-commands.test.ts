@@ -93,6 +93,7 @@ describe('warren create / ls / info / rm', () => {
     const ttl = await runCli(['create', '--ttl', 'soon'], { env });
     expect(ttl.code).not.toBe(0);
     expect(ttl.stderr).toContain("'soon' is not a duration");
+    expect(ttl.stderr).toMatch(/^warren: option '--ttl <duration>' argument 'soon' is invalid\. .*\(run warren --help, or warren COMMAND --help, for the options\)\n$/);
     const label = await runCli(['ls', '--label', 'novalue'], { env });
     expect(label.code).not.toBe(0);
     expect(label.stderr).toContain("'novalue' is not KEY=VALUE");

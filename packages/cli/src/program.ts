@@ -39,7 +39,8 @@ export function buildProgram(): Command {
     .version('0.1.0')
     .option('--url <url>', 'the controller (default WARREN_URL, else http://127.0.0.1:7420)')
     .option('--api-key <key>', 'the API key (default WARREN_API_KEY)')
-    .showHelpAfterError('(run warren --help, or warren COMMAND --help, for the options)')
+    // Parse errors in the same one-line shape as every other failure.
+    .configureOutput({ outputError: (text, write) => write(`warren: ${text.trim().replace(/^error: /, '')} (run warren --help, or warren COMMAND --help, for the options)\n`) })
     // Options after `exec ID` / `shell ID` belong to the command run in the sandbox.
     .enablePositionalOptions()
     .addHelpText(

@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { PathNotInSandboxError, Pty } from '@warren/sdk';
+import { NotFoundError, PathNotInSandboxError, Pty } from '@warren/sdk';
 import { startTestAgent } from '../support/fixtures.js';
 
 describe('pty over a real socket to an in-process agent', () => {
@@ -28,5 +28,14 @@ describe('pty over a real socket to an in-process agent', () => {
     await using agent = await startTestAgent();
     const pty = new Pty(() => agent.connection);
     await expect(pty.create({ cols: 80, rows: 24, cwd: '/etc' })).rejects.toBeInstanceOf(PathNotInSandboxError);
+  });
+
+  it('names a program that is not there instead of starting a terminal', async () => {
+    await using agent = await startTestAgent();
+    const pty = new Pty(() => agent.connection);
+    await expect(pty.create({ cols: 80, rows: 24, cmd: ['/nonexistent/tool'] })).rejects.toThrow(NotFoundError);
+    await expect(pty.create({ cols: 80, rows: 24, cmd: ['no-such-program-here'] })).rejects.toThrow(/No program 'no-such-program-here' in the sandbox \(looked in PATH=/);
+    const found = await pty.create({ cols: 80, rows: 24, cmd: ['true'] });
+    expect(await found.wait()).toMatchObject({ exitCode: 0 });
   });
 });

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { accessSync, constants as fsConstants, existsSync, statSync } from 'node:fs';
+import path from 'node:path';
 import { constants } from 'node:os';
 import { CodedError } from '@warren/protocol';
 import type { Handler } from '../dispatch.js';
@@ -69,6 +70,19 @@ function defaultShell(): string[] {
   return existsSync('/bin/bash') ? ['/bin/bash'] : ['/bin/sh'];
 }
 
+/** True when `program` names an executable file: a path as it is, a bare name through PATH. */
+function findProgram(program: string, searchPath: string, cwd: string): boolean {
+  const candidates = program.includes('/') ? [path.resolve(cwd, program)] : searchPath.split(':').filter(Boolean).map((dir) => path.join(dir, program));
+  return candidates.some((file) => {
+    try {
+      accessSync(file, fsConstants.X_OK);
+      return statSync(file).isFile();
+    } catch {
+      return false;
+    }
+  });
+}
+
 function find(handle: string): OpenPty {
   const entry = open.get(handle);
   if (!entry) throw new CodedError('NOT_FOUND', `No open terminal '${handle}': it exited or was never opened. Open one with pty.open.`, { handle });
@@ -88,7 +102,10 @@ export function ptyHandlers(options: { policy: FilePolicy; home: string; sandbox
       const cwd = await resolveCwd(options.policy, params.cwd);
       const argv = params.cmd === undefined ? defaultShell() : typeof params.cmd === 'string' ? ['/bin/sh', '-c', params.cmd] : params.cmd;
       const marker = newMarker();
-      const env = { ...baseEnvironment(options.home, options.sandboxEnv), TERM: 'xterm-256color', COLORTERM: 'truecolor', ...params.env, [MARKER_VARIABLE]: marker };
+      const env: Record<string, string> = { ...baseEnvironment(options.home, options.sandboxEnv), TERM: 'xterm-256color', COLORTERM: 'truecolor', ...params.env, [MARKER_VARIABLE]: marker };
+      if (!findProgram(argv[0]!, env.PATH ?? '', cwd)) {
+        throw new CodedError('NOT_FOUND', `No program '${argv[0]}' in the sandbox (looked in ${argv[0]!.includes('/') ? 'that path' : `PATH=${env.PATH ?? ''}`}). Name an installed program, or run it through a shell with a string cmd.`, { cmd: argv[0] });
+      }
       const started = performance.now();
       let pty: Pty;
       try {

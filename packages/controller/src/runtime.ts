@@ -1,6 +1,7 @@
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { readdir, readFile, realpath, stat } from 'node:fs/promises';
+import { createReadStream } from 'node:fs';
+import { access, readdir, readFile, realpath, stat } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -10,10 +11,14 @@ import { packTar } from './tar.js';
 export const RUNTIME_DIR = '/opt/warren';
 const LOADER_NAME = 'ld-linux-x86-64.so.2';
 
-/** One file of the runtime, as it will sit under {@link RUNTIME_DIR}. */
+/**
+ * One file of the runtime: where it is on the host, and where it sits under {@link RUNTIME_DIR}.
+ * Contents are read only to hash them and when a volume is filled: holding the Node binary's
+ * 100 MB in memory would leave an idle controller at twice its size until a GC happened to run.
+ */
 interface RuntimeFile {
   name: string;
-  content: Buffer;
+  source: string;
   mode: number;
 }
 
@@ -35,15 +40,15 @@ export function agentCommand(args: string[]): string[] {
 
 /** Collects the runtime from this host: `process.execPath`, what `ldd` lists for it, and the bundle. */
 export async function collectRuntime(agentBundlePath: string): Promise<AgentRuntime> {
-  const bundle = await readFile(agentBundlePath).catch((err: NodeJS.ErrnoException) => {
+  await access(agentBundlePath).catch((err: NodeJS.ErrnoException) => {
     if (err.code === 'ENOENT') throw new Error(`The agent bundle ${agentBundlePath} is missing: run 'pnpm build' (scripts/start does).`);
     throw err;
   });
   const nodePath = process.execPath;
   const { stdout } = await promisify(execFile)('ldd', [nodePath]);
   const files: RuntimeFile[] = [
-    { name: 'node', content: await readFile(nodePath), mode: 0o755 },
-    { name: 'warren-agent.mjs', content: bundle, mode: 0o644 },
+    { name: 'node', source: nodePath, mode: 0o755 },
+    { name: 'warren-agent.mjs', source: agentBundlePath, mode: 0o644 },
   ];
   for (const line of stdout.split('\n')) {
     // "libm.so.6 => /lib/x86_64-linux-gnu/libm.so.6 (0x...)" or "/lib64/ld-linux-x86-64.so.2 (0x...)"
@@ -52,14 +57,16 @@ export async function collectRuntime(agentBundlePath: string): Promise<AgentRunt
     const [, name, resolved] = match;
     const source = resolved ?? name!;
     if (!path.isAbsolute(source)) continue; // linux-vdso: provided by the kernel
-    const content = await readFile(source);
-    if (path.basename(source).startsWith('ld-linux')) files.push({ name: LOADER_NAME, content, mode: 0o755 });
-    else files.push({ name: `lib/${path.basename(name!)}`, content, mode: 0o644 });
+    if (path.basename(source).startsWith('ld-linux')) files.push({ name: LOADER_NAME, source, mode: 0o755 });
+    else files.push({ name: `lib/${path.basename(name!)}`, source, mode: 0o644 });
   }
   if (!files.some((f) => f.name === LOADER_NAME)) throw new Error(`ldd did not list a loader for ${nodePath}; Warren needs a dynamically linked glibc Node on the host.`);
   files.push(...(await collectNativePackages(agentBundlePath, new Set(files.map((f) => f.name)))));
   const hash = createHash('sha256');
-  for (const file of files) hash.update(file.name).update('\0').update(file.content);
+  for (const file of files) {
+    hash.update(file.name).update('\0');
+    for await (const chunk of createReadStream(file.source)) hash.update(chunk as Buffer);
+  }
   return { hash: hash.digest('hex').slice(0, 16), files };
 }
 
@@ -98,7 +105,7 @@ async function collectNativePackages(agentBundlePath: string, have: Set<string>)
     for (const entry of entries) {
       if (!entry.isFile()) continue;
       const absolute = path.join(entry.parentPath, entry.name);
-      files.push({ name: `node_modules/${name}/${path.relative(folder, absolute)}`, content: await readFile(absolute), mode: entry.name.endsWith('.node') ? 0o755 : 0o644 });
+      files.push({ name: `node_modules/${name}/${path.relative(folder, absolute)}`, source: absolute, mode: entry.name.endsWith('.node') ? 0o755 : 0o644 });
       // Only this host's binaries (bufferutil also carries other platforms' prebuilds; ldd cannot read them).
       const hostBinary = entry.name.endsWith('.node') && absolute.includes(`${process.platform}-${process.arch}`);
       if (!hostBinary) continue;
@@ -107,7 +114,7 @@ async function collectNativePackages(agentBundlePath: string, have: Set<string>)
         const lib = `lib/${path.basename(match[1]!)}`;
         if (have.has(lib)) continue;
         have.add(lib);
-        files.push({ name: lib, content: await readFile(match[2]!), mode: 0o644 });
+        files.push({ name: lib, source: match[2]!, mode: 0o644 });
       }
     }
   }
@@ -120,7 +127,7 @@ export async function runtimeTar(runtime: AgentRuntime): Promise<Buffer> {
   for (const file of runtime.files) for (let dir = path.posix.dirname(file.name); dir !== '.'; dir = path.posix.dirname(dir)) folders.add(`${dir}/`);
   return packTar([
     ...[...folders].sort().map((name) => ({ header: { name, type: 'directory' as const, mode: 0o755 } })),
-    ...runtime.files.map((file) => ({ header: { name: file.name, mode: file.mode }, content: file.content })),
+    ...(await Promise.all(runtime.files.map(async (file) => ({ header: { name: file.name, mode: file.mode }, content: await readFile(file.source) })))),
     { header: { name: '.complete', mode: 0o644 }, content: runtime.hash },
   ]);
 }

@@ -103,6 +103,17 @@ ensure_docker() {
   step_done "engine $(docker version --format '{{.Server.Version}}' 2>/dev/null) is up"
 }
 
+# Installs the Debian packages of the named commands that are missing (command = package name),
+# in one apt call. Used for what the end-to-end tests drive (tmux types into `warren shell`).
+ensure_commands() {
+  local missing=()
+  for command in "$@"; do command -v "$command" >/dev/null 2>&1 || missing+=("$command"); done
+  ((${#missing[@]})) || return 0
+  step "Installing ${missing[*]} (apt-get install ${missing[*]})"
+  apt_install "${missing[@]}"
+  step_done
+}
+
 ensure_debootstrap() {
   command -v debootstrap >/dev/null 2>&1 && return 0
   step "Installing debootstrap (apt-get install debootstrap)"

@@ -29,7 +29,7 @@ const EXAMPLES: { [M in MethodName]: { params: unknown; result: unknown } } = {
     result: { path: 'a.py', size: 3, mtimeMs: 1700000000000, sha256: 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', unit: 'lines', bytesRead: 3, truncated: false, startLine: 1, endLine: 1, totalLines: 1 },
   },
   'fs.write': {
-    params: { path: 'a.py', mode: 0o644, overwrite: true, hash: false },
+    params: { path: 'a.py', mode: 0o644, overwrite: true, hash: false, append: false },
     result: { path: 'a.py', bytesWritten: 3, sha256: 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', created: true },
   },
   'fs.edit': { params: { path: 'a.py', oldText: 'a', newText: '$1' }, result: { path: 'a.py', line: 1, bytesWritten: 3, sha256: 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' } },

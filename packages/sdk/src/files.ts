@@ -1,12 +1,16 @@
+import { createHash, randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
 import { lstat, mkdir, open, realpath, symlink } from 'node:fs/promises';
 import nodePath from 'node:path';
 import { Readable } from 'node:stream';
 import { extract } from 'tar-stream';
-import { CodedError, TarChecker, type CheckedTarEntry, type LineEdit, type Params, type Result } from '@warren/protocol';
+import { CodedError, TarChecker, type CheckedTarEntry, type LineEdit, type Params, type ParamsIn, type Result } from '@warren/protocol';
 import type { Channel } from './channel.js';
 import type { CallOptions } from './connection.js';
 import { makeError, WarrenError } from './errors.js';
+
+/** Content above this size is written in pieces (each one frame) and moved into place. */
+export const WRITE_CHUNK_BYTES = 16 * 1024 * 1024;
 
 export interface ReadOptions extends CallOptions {
   /** `text` (the default) decodes UTF-8; `bytes` returns the content untouched. */
@@ -161,19 +165,50 @@ export class Files {
 
   /**
    * Writes a whole file atomically (readers see the old or the new content), creating its parent
-   * folders; an existing file keeps its mode.
+   * folders; an existing file keeps its mode. Content of any size: above 16 MiB it travels in
+   * pieces to a hidden temporary file beside the target, which is then moved into place.
    *
    * @example
    * await sandbox.files.write('src/main.py', 'print("hi")\n');
    */
   async write(path: string, data: string | Uint8Array, options: WriteOptions = {}): Promise<Result<'fs.write'>> {
     const payload = typeof data === 'string' ? Buffer.from(data, 'utf8') : data;
+    if (payload.length > WRITE_CHUNK_BYTES) return this.writeInPieces(path, payload, options);
     const params: { path: string; mode?: number; expectedSha256?: string; overwrite?: boolean; hash?: boolean } = { path };
     if (options.hash !== undefined) params.hash = options.hash;
     if (options.mode !== undefined) params.mode = options.mode;
     if (options.expectedSha256 !== undefined) params.expectedSha256 = options.expectedSha256;
     if (options.overwrite !== undefined) params.overwrite = options.overwrite;
     return (await this.connection().call('fs.write', params, { ...options, payload })).result;
+  }
+
+  private async writeInPieces(path: string, payload: Uint8Array, options: WriteOptions): Promise<Result<'fs.write'>> {
+    if (options.expectedSha256 !== undefined) {
+      throw makeError('INVALID_PARAMS', `expectedSha256 applies to writes of at most ${WRITE_CHUNK_BYTES} bytes; this one is ${payload.length}. Check the file's hash with files.stat or readWithHash first.`);
+    }
+    const existing = await this.stat(path, { signal: options.signal, timeoutMs: options.timeoutMs }).catch((err: unknown) => {
+      if (err instanceof WarrenError && err.code === 'NOT_FOUND') return undefined;
+      throw err;
+    });
+    if (existing && options.overwrite === false) throw makeError('ALREADY_EXISTS', `'${path}' already exists; pass overwrite: true to replace it.`);
+    // The temporary name keeps the target's name at its end, so suffix rules treat it alike.
+    const slash = path.lastIndexOf('/');
+    const temp = `${path.slice(0, slash + 1)}.warren-upload-${randomBytes(6).toString('hex')}-${path.slice(slash + 1)}`;
+    const mode = existing?.mode !== undefined ? existing.mode & 0o777 : options.mode;
+    try {
+      for (let offset = 0; offset < payload.length; offset += WRITE_CHUNK_BYTES) {
+        const params: ParamsIn<'fs.write'> = { path: temp, append: offset > 0 };
+        if (offset === 0 && mode !== undefined) params.mode = mode;
+        await this.connection().call('fs.write', params, { ...options, payload: payload.subarray(offset, offset + WRITE_CHUNK_BYTES) });
+      }
+      await this.move(temp, path, { ...options, overwrite: true });
+    } catch (err) {
+      await this.delete(temp).catch(() => undefined);
+      throw err;
+    }
+    const result: Result<'fs.write'> = { path, bytesWritten: payload.length, created: existing === undefined };
+    if (options.hash) result.sha256 = createHash('sha256').update(payload).digest('hex');
+    return result;
   }
 
   /**

@@ -132,6 +132,33 @@ export interface AtomicWriteOptions {
  * the new content and a hard link to the old file is left untouched. An existing file keeps its
  * permission bits.
  */
+/**
+ * Appends to a file in place (creating it with `mode` when missing): not atomic, so callers use it
+ * on a name no reader expects yet. The size limit applies to the file's total.
+ */
+export async function appendWrite(fs: FsContext, resolved: ResolvedPath, display: string, content: Uint8Array, mode = 0o644): Promise<{ created: boolean }> {
+  checkSuffix(fs.policy, resolved, display);
+  checkSize(fs.policy, resolved, display, (resolved.stat?.size ?? 0) + content.length);
+  if (resolved.stat) requireRegularFile(resolved.stat, display);
+  else {
+    await mkdir(path.posix.dirname(resolved.absolute), { recursive: true }).catch((e: unknown) => {
+      throw mapFsError(e, display);
+    });
+  }
+  const handle = resolved.stat
+    ? await openChecked(resolved, display, constants.O_WRONLY | constants.O_APPEND)
+    : await open(resolved.absolute, constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode).catch((e: unknown) => {
+        throw mapFsError(e, display);
+      });
+  try {
+    if (!resolved.stat) await checkKernelName(handle, resolved.absolute, display, true);
+    await handle.write(content);
+  } finally {
+    await handle.close();
+  }
+  return { created: !resolved.stat };
+}
+
 export async function atomicWrite(fs: FsContext, resolved: ResolvedPath, display: string, content: Uint8Array, options: AtomicWriteOptions = {}): Promise<{ created: boolean }> {
   checkSuffix(fs.policy, resolved, display);
   checkSize(fs.policy, resolved, display, content.length);

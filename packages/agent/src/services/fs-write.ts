@@ -1,7 +1,7 @@
 import { CodedError, lineAnchor, lineHash, MAX_TEXT_SCAN_BYTES, parseLineAnchor, type LineEdit } from '@warren/protocol';
 import type { Handler } from '../dispatch.js';
 import { openChecked, requireRegularFile } from '../policy.js';
-import { atomicWrite, decodeText, readWhole, resolveFor, sha256, splitLines, type FsContext, type Line } from './fs-common.js';
+import { appendWrite, atomicWrite, decodeText, readWhole, resolveFor, sha256, splitLines, type FsContext, type Line } from './fs-common.js';
 
 type WriteHandlers = { 'fs.write': Handler<'fs.write'>; 'fs.edit': Handler<'fs.edit'>; 'fs.editLines': Handler<'fs.editLines'> };
 
@@ -30,7 +30,9 @@ export function writeHandlers(fs: FsContext): WriteHandlers {
           await handle.close();
         }
       }
-      const { created } = await atomicWrite(fs, target, params.path, content, { mode: params.mode, overwrite: params.overwrite, unchangedSince });
+      const { created } = params.append
+        ? await appendWrite(fs, target, params.path, content, params.mode)
+        : await atomicWrite(fs, target, params.path, content, { mode: params.mode, overwrite: params.overwrite, unchangedSince });
       return { result: { path: target.display, bytesWritten: content.length, ...(params.hash ? { sha256: sha256(content) } : {}), created } };
     },
 

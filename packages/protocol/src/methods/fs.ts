@@ -83,6 +83,12 @@ export const FsWriteParams = z.strictObject({
   overwrite: z.boolean().default(true),
   /** Also return the new content's SHA-256 (costs about 3 ms per MiB). */
   hash: z.boolean().default(false),
+  /**
+   * Add the content to the end of the file (created if missing) in place, instead of replacing it
+   * atomically: how content larger than one frame is sent in pieces, to a temporary name that is
+   * then moved into place. Size and suffix rules apply to the whole file.
+   */
+  append: z.boolean().default(false),
 });
 export const FsWriteResult = z.strictObject({
   path: z.string(),

@@ -44,6 +44,8 @@ export class Sandbox implements AsyncDisposable {
     readonly token: string,
     private readonly rest: RestClient,
     private readonly connection: ReconnectingChannel,
+    /** How this sandbox started, when this handle created it: time to ready, and whether it came from the warm pool. */
+    readonly startup?: { readyMs: number; pooled: boolean },
   ) {
     this.files = new Files(() => this.connection);
     this.commands = new Commands(() => this.connection);
@@ -68,7 +70,8 @@ export class Sandbox implements AsyncDisposable {
     const { baseUrl: _b, apiKey: _k, signal, reconnect, ...request } = options;
     const created = await rest.create(request, signal);
     try {
-      return new Sandbox(created.id, created.token, rest, await Sandbox.channel(rest, created.id, created.token, reconnect));
+      const channel = await Sandbox.channel(rest, created.id, created.token, reconnect);
+      return new Sandbox(created.id, created.token, rest, channel, { readyMs: created.readyMs, pooled: created.pooled });
     } catch (err) {
       await rest.kill(created.id).catch(() => undefined);
       throw err;

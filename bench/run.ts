@@ -261,7 +261,19 @@ function report(rows: Row[]): void {
   process.stdout.write(`\nWarren vs raw Docker, milliseconds unless noted. Machine: ${machine}\n\n${table}\n\n${notes}\n`);
   const json = { date: new Date().toISOString(), machine, quick: flags.quick, rows };
   void writeOut(flags.json, `${JSON.stringify(json, null, 2)}\n`);
-  if (flags.markdown) void writeOut(flags.markdown, `Run ${json.date} on ${machine}${flags.quick ? ' (quick mode)' : ''}.\n\n${table}\n\n${notes}\n`);
+  if (flags.markdown) void writeMarkdown(flags.markdown, `Run ${json.date} on ${machine}${flags.quick ? ' (quick mode)' : ''}.\n\n${table}\n\n${notes}\n`);
+}
+
+const START_MARK = '<!-- bench:start -->';
+const END_MARK = '<!-- bench:end -->';
+
+/** Replaces the results between the markers of an existing page, keeping the prose around them. */
+async function writeMarkdown(file: string, results: string): Promise<void> {
+  const existing = await readFile(path.resolve(repo, file), 'utf8').catch(() => '');
+  const start = existing.indexOf(START_MARK);
+  const end = existing.indexOf(END_MARK);
+  const block = `${START_MARK}\n${results}${END_MARK}`;
+  await writeOut(file, start >= 0 && end > start ? `${existing.slice(0, start)}${block}${existing.slice(end + END_MARK.length)}` : `${block}\n`);
 }
 
 async function writeOut(file: string, text: string): Promise<void> {

@@ -233,7 +233,7 @@ function compare(name: string, warren: Summary, raw: Summary, rawName: string, t
     parts.push(`>= ${target.minRatio}x faster`);
     met &&= ratio >= target.minRatio;
   }
-  return { name, unit: 'ms', warren, raw, rawName, target: parts.join(', '), met };
+  return parts.length > 0 ? { name, unit: 'ms', warren, raw, rawName, target: parts.join(', '), met } : { name, unit: 'ms', warren, raw, rawName };
 }
 
 function compareSlower(name: string, warren: Summary, raw: Summary, rawName: string, maxFactor: number): Row {

@@ -12,6 +12,9 @@ export function openAgentSocket(socketPath: string, secret: string, timeoutMs = 
       maxPayload: WS_MAX_PAYLOAD_BYTES,
       handshakeTimeout: timeoutMs,
       perMessageDeflate: false,
+      // Masking guards browsers' frames against proxies; on this local unix socket it guards
+      // nothing, and a zero mask lets ws send each payload without copying and masking it.
+      generateMask: (mask: Buffer) => void mask.fill(0),
     });
     const fail = (err: Error) => {
       ws.removeAllListeners();

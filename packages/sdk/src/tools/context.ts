@@ -1,3 +1,4 @@
+import type { CharSlice, LineSlice as FilesLineSlice } from '../files.js';
 import { toolError, type ToolError } from './tool.js';
 
 /** Cancellation for one primitive call. */
@@ -10,14 +11,7 @@ export interface PrimitiveOptions {
  * file's line count. Asked for as `start`..`end` (clamped: below 1 is 1, past the end is the end)
  * and at most `maxLines` lines.
  */
-export interface LineSlice {
-  content: string;
-  /** The first line returned, after clamping. */
-  startLine: number;
-  /** The last line returned; `startLine - 1` when none was (the range starts past its end, or past the file's end). */
-  endLine: number;
-  totalLines: number;
-}
+export type LineSlice = Omit<FilesLineSlice, 'truncated'>;
 
 /** A line range as the line read takes it; absent ends mean the file's first or last line. */
 export interface LineRange {
@@ -27,13 +21,7 @@ export interface LineRange {
 }
 
 /** Characters `offset..offset + charsRead` of a text file (seed 001's `ReadResult`, camel-cased). */
-export interface CharSlice {
-  content: string;
-  offset: number;
-  charsRead: number;
-  totalChars: number;
-  truncated: boolean;
-}
+export type { CharSlice };
 
 /** One entry of a folder listing, its path relative to the folder listed. */
 export interface ListedEntry {

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { pack, type Header } from 'tar-stream';
 import { Sandbox, WarrenError } from '@warren/sdk';
 import { startTestController, type TestController } from '../support/fixtures.js';
+import { codeOf, tar } from '../support/files.js';
 
 /**
  * Hostile paths against a real container. Every case asserts the typed error AND that the
@@ -10,32 +10,6 @@ import { startTestController, type TestController } from '../support/fixtures.js
  */
 const SENTINELS = ['/home/warren/sentinel.txt', '/tmp/sentinel.txt'];
 const SENTINEL_TEXT = 'SENTINEL-do-not-touch\n';
-
-async function codeOf(promise: Promise<unknown>): Promise<string> {
-  try {
-    await promise;
-    return 'OK';
-  } catch (err) {
-    if (err instanceof WarrenError) return err.code;
-    throw err;
-  }
-}
-
-async function tar(entries: { header: Partial<Header> & { name: string }; data?: string }[]): Promise<Buffer> {
-  const p = pack();
-  const chunks: Buffer[] = [];
-  p.on('data', (c: unknown) => chunks.push(c as Buffer));
-  const done = new Promise<void>((resolve) => p.on('end', () => resolve()));
-  for (const { header, data } of entries) {
-    await new Promise<void>((resolve, reject) => {
-      if (data !== undefined) p.entry(header as Header, data, (err) => (err ? reject(err) : resolve()));
-      else p.entry(header as Header, (err) => (err ? reject(err) : resolve()));
-    });
-  }
-  p.finalize();
-  await done;
-  return Buffer.concat(chunks);
-}
 
 describe('hostile paths in a real sandbox', () => {
   let warren: TestController;

@@ -3,18 +3,9 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { lineAnchor } from '@warren/protocol';
-import { Sandbox, WarrenError } from '@warren/sdk';
+import { Sandbox } from '@warren/sdk';
 import { startTestController, type TestController } from '../support/fixtures.js';
-
-async function codeOf(promise: Promise<unknown>): Promise<string> {
-  try {
-    await promise;
-    return 'OK';
-  } catch (err) {
-    if (err instanceof WarrenError) return err.code;
-    throw err;
-  }
-}
+import { codeOf } from '../support/files.js';
 
 describe('every file operation through the controller, in a real container', () => {
   let warren: TestController;

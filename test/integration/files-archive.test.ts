@@ -2,36 +2,9 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { lstat, mkdtemp, readFile, readdir, readlink, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { pack, type Header } from 'tar-stream';
-import { checkArchive, WarrenError } from '@warren/sdk';
+import { checkArchive } from '@warren/sdk';
 import { startTestAgent, type TestAgent } from '../support/fixtures.js';
-
-/** Builds a tar archive from raw headers, hostile ones included. */
-async function tar(entries: { header: Partial<Header> & { name: string }; data?: string }[]): Promise<Buffer> {
-  const p = pack();
-  const chunks: Buffer[] = [];
-  p.on('data', (c: unknown) => chunks.push(c as Buffer));
-  const done = new Promise<void>((resolve) => p.on('end', () => resolve()));
-  for (const { header, data } of entries) {
-    await new Promise<void>((resolve, reject) => {
-      if (data !== undefined) p.entry(header as Header, data, (err) => (err ? reject(err) : resolve()));
-      else p.entry(header as Header, (err) => (err ? reject(err) : resolve()));
-    });
-  }
-  p.finalize();
-  await done;
-  return Buffer.concat(chunks);
-}
-
-async function codeOf(promise: Promise<unknown>): Promise<string> {
-  try {
-    await promise;
-    return 'OK';
-  } catch (err) {
-    if (err instanceof WarrenError) return err.code;
-    throw err;
-  }
-}
+import { codeOf, tar } from '../support/files.js';
 
 describe('glob, and folders as tar archives', () => {
   let agent: TestAgent;

@@ -5,16 +5,7 @@ import path from 'node:path';
 import { lineAnchor } from '@warren/protocol';
 import { WarrenError } from '@warren/sdk';
 import { startTestAgent, type TestAgent } from '../support/fixtures.js';
-
-async function codeOf(promise: Promise<unknown>): Promise<string> {
-  try {
-    await promise;
-    return 'OK';
-  } catch (err) {
-    if (err instanceof WarrenError) return err.code;
-    throw err;
-  }
-}
+import { codeOf } from '../support/files.js';
 
 describe('file operations over a real agent socket', () => {
   let agent: TestAgent;

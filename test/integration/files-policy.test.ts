@@ -7,19 +7,10 @@ import { startAgentServer, type AgentServer } from '@warren/agent';
 import { decodeFrame, encodeFrame, encodeGrant, narrowPolicy, PROTOCOL_VERSION, type FilePolicy } from '@warren/protocol';
 import { WebSocket } from 'ws';
 import { Commands, Connection, Files, WarrenError } from '@warren/sdk';
+import { codeOf } from '../support/files.js';
 
 const filesOf = (c: Connection) => new Files(() => c);
 const commandsOf = (c: Connection) => new Commands(() => c);
-
-async function codeOf(promise: Promise<unknown>): Promise<string> {
-  try {
-    await promise;
-    return 'OK';
-  } catch (err) {
-    if (err instanceof WarrenError) return err.code;
-    throw err;
-  }
-}
 
 describe('per-connection policy, approval and audit', () => {
   let dir: string;

@@ -17,11 +17,11 @@ afterAll(async () => {
   await warren?.[Symbol.asyncDispose]();
 });
 
-/** Waits until no process in the sandbox runs a command line matching `pattern` (a hang guard bounds it). */
-async function waitNoProcess(sandbox: Sandbox, pattern: RegExp): Promise<string> {
+/** Waits until some process in the sandbox runs (or, with `running` false, none runs) a command line matching `pattern`; the test timeout bounds it. */
+async function waitProcess(sandbox: Sandbox, pattern: RegExp, running = true): Promise<string> {
   for (;;) {
     const ps = (await sandbox.commands.run('ps -eo args 2>/dev/null || ps -o args')).stdout;
-    if (!pattern.test(ps)) return ps;
+    if (pattern.test(ps) === running) return ps;
     await new Promise((r) => setTimeout(r, 100));
   }
 }
@@ -64,9 +64,10 @@ describe.each(Object.keys(IMAGES))('sandbox.pty in the %s image', (name) => {
     const sandbox = sandboxes[name]!;
     const term = await sandbox.pty.create({ cols: 80, rows: 24, cmd: 'echo ready; sleep 300; echo not-interrupted' });
     const out = screen(term);
-    // As a person would: press Ctrl-C once the program shows it runs (a key pressed before the
-    // program owns the terminal has no foreground process to interrupt).
+    // Press Ctrl-C only once `sleep` itself runs: a SIGINT that lands while the shell is forking it
+    // can be swallowed by the shell's own handler in the child, and sleep then runs its 300 s.
     await out.waitFor(/ready/);
+    await waitProcess(sandbox, /^\s*sleep 300\s*$/m);
     await term.write(new Uint8Array([0x03]));
     const exit = await term.wait();
     expect(exit.exitCode === 130 || exit.signal === 'SIGINT').toBe(true);
@@ -81,7 +82,7 @@ describe.each(Object.keys(IMAGES))('sandbox.pty in the %s image', (name) => {
     await out.waitFor(/started/);
     await term.kill('SIGKILL');
     expect(await term.wait()).toMatchObject({ exitCode: null, signal: 'SIGKILL' });
-    expect(await waitNoProcess(sandbox, /sleep 1000/)).not.toMatch(/sleep 1000/);
+    expect(await waitProcess(sandbox, /sleep 1000/, false)).not.toMatch(/sleep 1000/);
   });
 });
 
@@ -106,6 +107,6 @@ describe('sandbox.pty errors', () => {
     const term = await sandbox.pty.create({ cols: 80, rows: 24, cmd: 'sleep 1000' });
     term.close();
     await expect(term.wait()).rejects.toThrow();
-    expect(await waitNoProcess(sandbox, /sleep 1000/)).not.toMatch(/sleep 1000/);
+    expect(await waitProcess(sandbox, /sleep 1000/, false)).not.toMatch(/sleep 1000/);
   });
 });

@@ -24,7 +24,7 @@ const config: Config = {
   projects: [
     { ...shared, displayName: 'unit', testMatch: ['<rootDir>/packages/*/test/**/*.test.ts'] },
     { ...shared, displayName: 'integration', testMatch: ['<rootDir>/test/integration/**/*.test.ts'], setupFilesAfterEnv: ['<rootDir>/test/support/timeouts.ts'] },
-    { ...shared, displayName: 'e2e', testMatch: ['<rootDir>/test/e2e/**/*.test.ts'], setupFilesAfterEnv: ['<rootDir>/test/support/timeouts.ts'], slowTestThreshold: 30 },
+    { ...shared, displayName: 'e2e', testMatch: ['<rootDir>/test/e2e/**/*.test.ts'], setupFilesAfterEnv: ['<rootDir>/test/support/timeouts.ts', '<rootDir>/test/support/e2e-retry.ts'], slowTestThreshold: 30 },
   ],
 };
 

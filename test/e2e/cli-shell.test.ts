@@ -20,9 +20,14 @@ function screen(): string {
   return tmux('capture-pane', '-p').replace(/\n+$/, '');
 }
 
-/** Waits for the screen to match; after 20 s (a hang guard) fails showing what the screen holds. */
+/** Waits until some process in the sandbox runs a command line matching `pattern`; the test timeout bounds it. */
+async function waitProcess(pattern: RegExp): Promise<void> {
+  while (!pattern.test((await sandbox.commands.run(['ps', '-eo', 'args'])).stdout)) await new Promise((r) => setTimeout(r, 100));
+}
+
+/** Waits for the screen to match; after 60 s (a hang guard) fails showing what the screen holds. */
 async function waitForScreen(pattern: RegExp): Promise<string> {
-  const deadline = Date.now() + 20_000;
+  const deadline = Date.now() + 60_000;
   for (;;) {
     const text = screen();
     if (pattern.test(text)) return text;
@@ -74,9 +79,11 @@ describe('warren shell in a real terminal (tmux)', () => {
 
     // Ctrl-C reaches the program in the sandbox, not warren. As a person would, wait for the
     // program to run before pressing it, and for the prompt before typing on (a terminal drops
-    // keys typed ahead when Ctrl-C interrupts).
+    // keys typed ahead when Ctrl-C interrupts). `sleeping` on screen is not enough: until bash's
+    // child has exec'd sleep (and taken the terminal), a SIGINT can be swallowed by the fork.
     tmux('send-keys', 'echo sleeping; sleep 300', 'Enter');
     await waitForScreen(/^sleeping$/m);
+    await waitProcess(/^\s*sleep 300\s*$/m);
     tmux('send-keys', 'C-c');
     await waitForScreen(/\nsleeping\n[\s\S]*\$$/);
     tmux('send-keys', 'echo still-here', 'Enter');

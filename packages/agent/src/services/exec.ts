@@ -194,7 +194,14 @@ async function runForeground(params: Params<'process.exec'>, ctx: CallContext, s
   const started = performance.now();
   const { child, marker } = await spawnTagged(spawnSpec);
   const leaderPid = child.pid;
-  const killAll = () => killTree({ marker, leaderPid });
+  // Every tree kill started (timeout, cancel, the leader's exit) is awaited before the answer, so
+  // a leftover that holds no pipe (nohup > /dev/null) is gone too when the caller hears back.
+  const kills: Promise<unknown>[] = [];
+  const killAll = () => {
+    const kill = killTree({ marker, leaderPid });
+    kills.push(kill);
+    return kill;
+  };
 
   const files = params.saveOutput ? savedOutputPaths(outputDir, marker) : undefined;
   const cap = params.outputCapBytes ?? DEFAULT_OUTPUT_CAP_BYTES;
@@ -242,6 +249,7 @@ async function runForeground(params: Params<'process.exec'>, ctx: CallContext, s
       });
       child.once('close', (code, signal) => resolve({ code, signal }));
     });
+    await Promise.all(kills);
     await Promise.all([streams.stdout.end(), streams.stderr.end()]);
     if (ctx.signal.aborted && !timedOut) throw new CodedError('CANCELLED', 'The command was cancelled; every process it started was killed.');
     const result: Result<'process.exec'> = {

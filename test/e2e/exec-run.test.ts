@@ -22,6 +22,15 @@ describe('process.exec in a real sandbox', () => {
     return stdout.split('\n').filter((line) => line.includes(pattern) && !/\bZ/.test(line.split(/\s+/).filter(Boolean)[4] ?? ''));
   }
 
+  /** Polls {@link psGrep} until some process matches (or, with `running` false, none does); the test timeout bounds it. */
+  async function waitPs(pattern: string, running = true): Promise<string[]> {
+    for (;;) {
+      const lines = await psGrep(pattern);
+      if (lines.length > 0 === running) return lines;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
   it('kills the whole tree on timeout: background job, setsid, nohup and double fork; the output so far is returned', async () => {
     const cmd = [
       'sleep 98711 &',
@@ -29,9 +38,12 @@ describe('process.exec in a real sandbox', () => {
       'nohup sleep 98713 >/dev/null 2>&1 &',
       '(sleep 98714 &) &',
       "setsid sh -c 'sleep 98715 & exec sleep 98716' &",
+      // The timeout must find the whole tree: wait until all six sleeps run, however slow the machine.
+      'until [ "$(pgrep -c -f \'^sleep 9871[1-6]$\')" -ge 6 ]; do sleep 0.05; done;',
       'echo started; printf partial >&2; sleep 98719',
     ].join(' ');
-    const result = await sandbox.commands.run(cmd, { timeoutMs: 1_000 });
+    // A timeout long enough for the tree to start and the output to be written on a loaded machine.
+    const result = await sandbox.commands.run(cmd, { timeoutMs: 5_000 });
     expect(result).toMatchObject({ timedOut: true, stdout: 'started\n', stderr: 'partial', exitCode: null });
     expect(await psGrep('sleep 987')).toEqual([]);
   });
@@ -106,12 +118,11 @@ describe('process.exec in a real sandbox', () => {
 
     const controller = new AbortController();
     const running = sandbox.commands.run('sleep 98731', { signal: controller.signal, timeoutMs: 60_000 });
-    await new Promise((r) => setTimeout(r, 300));
+    await waitPs('sleep 98731'); // cancel a command that surely runs
     controller.abort();
     await expect(running).rejects.toBeInstanceOf(CancelledError);
-    // The agent kills asynchronously after the cancel frame; give it a moment, then look.
-    for (let i = 0; i < 50 && (await psGrep('sleep 98731')).length > 0; i++) await new Promise((r) => setTimeout(r, 100));
-    expect(await psGrep('sleep 98731')).toEqual([]);
+    // The SDK rejects at once; the agent kills once the cancel frame reaches it.
+    expect(await waitPs('sleep 98731', false)).toEqual([]);
   });
 
   it('slows the process down when the stream consumer stalls, through the controller relay', async () => {
@@ -134,10 +145,10 @@ describe('process.exec in a real sandbox', () => {
   it('stops a foreground command when the SDK connection is cut', async () => {
     const other = await Sandbox.connect(sandbox.id, { baseUrl: warren.url, apiKey: warren.apiKey });
     const running = other.commands.run('sleep 98741', { timeoutMs: 60_000 });
-    for (let i = 0; i < 50 && (await psGrep('sleep 98741')).length === 0; i++) await new Promise((r) => setTimeout(r, 50));
+    await waitPs('sleep 98741'); // cut the connection of a command that surely runs
     other.close();
     await expect(running).rejects.toThrow();
-    for (let i = 0; i < 50 && (await psGrep('sleep 98741')).length > 0; i++) await new Promise((r) => setTimeout(r, 100));
-    expect(await psGrep('sleep 98741')).toEqual([]);
+    // The agent learns of the cut when the controller closes its side of the relay.
+    expect(await waitPs('sleep 98741', false)).toEqual([]);
   });
 });

@@ -71,11 +71,13 @@ describe('file policy grants and derived tokens', () => {
   });
 
   it('allowExec passes exec through, and a derived token with a ttl stops working when it ends', async () => {
-    const { token } = await sandbox.deriveToken({ inherit: true, allowExec: true, ttlSeconds: 2 });
+    // A ttl a loaded machine surely connects and runs within; then its end is waited out by the
+    // expiry the controller (same clock: it runs in this process) put in the token.
+    const { token, expiresAt } = await sandbox.deriveToken({ inherit: true, allowExec: true, ttlSeconds: 10 });
     const worker = await connectWith(token);
     expect((await worker.commands.run('echo hi')).stdout).toBe('hi\n');
     worker.close();
-    await new Promise((r) => setTimeout(r, 2100));
+    await new Promise((r) => setTimeout(r, Math.max(0, Date.parse(expiresAt!) - Date.now()) + 100));
     await expect(Sandbox.connect(sandbox.id, { baseUrl: warren.url, token })).rejects.toMatchObject({ code: 'UNAUTHORIZED' });
   });
 

@@ -21,7 +21,8 @@ describe('auth and limits', () => {
 
   beforeAll(async () => {
     warren = await startTestController({
-      config: { maxSandboxes: 2, maxConnections: 4, maxMessageBytes: 64 * 1024, heartbeatMs: 300, allowedOrigins: ['http://allowed.example'] },
+      // A heartbeat short enough to watch, long enough that a loaded machine answers every ping in time.
+      config: { maxSandboxes: 2, maxConnections: 4, maxMessageBytes: 64 * 1024, heartbeatMs: 1000, allowedOrigins: ['http://allowed.example'] },
     });
     a = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });
     b = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });
@@ -83,6 +84,11 @@ describe('auth and limits', () => {
       });
       ws.on('error', reject);
     });
+  }
+
+  /** Waits until the controller holds at most `count` client connections (a close completes asynchronously); the test timeout bounds it. */
+  async function connectionsAtMost(count: number): Promise<void> {
+    while (((await warren.controller.metrics.connections.get()).values[0]?.value ?? 0) > count) await new Promise((r) => setTimeout(r, 20));
   }
 
   const UNAUTHORIZED = {
@@ -169,7 +175,7 @@ describe('auth and limits', () => {
     } finally {
       for (const s of open) s.close();
     }
-    await new Promise((r) => setTimeout(r, 300));
+    await connectionsAtMost(2); // a's and b's
     const ws = new WebSocket(`${warren.url.replace(/^http/, 'ws')}/v1/sandboxes/${a.id}/connect`, { headers: { authorization: `Bearer ${a.token}` } });
     await new Promise((resolve, reject) => {
       ws.once('open', resolve);
@@ -182,7 +188,7 @@ describe('auth and limits', () => {
   });
 
   it('keeps live connections through heartbeats and closes one that stops answering pings', async () => {
-    await new Promise((r) => setTimeout(r, 300));
+    await connectionsAtMost(2); // a's and b's: the connections of the tests before are closed
     const live = await Sandbox.connect(a.id, { baseUrl: warren.url, token: a.token });
     try {
       const { port } = new URL(warren.url);

@@ -80,7 +80,9 @@ describe('resource abuse', () => {
 
     // Limits were hit: the pids cgroup refused forks; the memory bomb was killed by the OOM killer.
     const pidsEvents = await cgroupFile(await containerOf(forkBomber.id), 'pids', 'pids.events', 'pids.events');
-    const memoryInfo = await hog.commands.connect(memoryBomb.handle).then((p) => p.info);
+    // Wait for the memory bomb to end rather than look once: at 0.5 CPU shared with two hogs it
+    // may still be allocating when the loop above ends (its 30 s processTimeoutMs bounds the wait).
+    const memoryInfo = await memoryBomb.wait();
     const oom = await cgroupFile(await containerOf(hog.id), 'memory', 'memory.oom_control', 'memory.events');
     process.stderr.write(
       `[reliability] abuse: neighbour ${JSON.stringify(Object.fromEntries(neighbourOutcomes))}, abusers' daemons ${JSON.stringify(Object.fromEntries(daemonOutcomes))}, ` +

@@ -41,11 +41,12 @@ describe('background processes, shell sessions and the process cap on an in-proc
   });
 
   it('sends a chosen signal to the tree, and SIGKILL leaves nothing', async () => {
-    const proc = await commands.start('trap "echo got TERM; exit 7" TERM; while :; do sleep 0.05; done');
-    await new Promise((r) => setTimeout(r, 200));
+    const proc = await commands.start('trap "echo got TERM; exit 7" TERM; echo trapped; while :; do sleep 0.05; done');
+    // Signal only once the trap is set (a SIGTERM before it would kill the shell outright).
+    while ((await proc.output()).stdout !== 'trapped\n') await new Promise((r) => setTimeout(r, 20));
     await proc.kill('SIGTERM');
     expect(await proc.wait({ timeoutMs: 10_000 })).toMatchObject({ running: false, exitCode: 7 });
-    expect((await proc.output()).stdout).toBe('got TERM\n');
+    expect((await proc.output()).stdout).toBe('trapped\ngot TERM\n');
 
     const stubborn = await commands.start('trap "" TERM; sleep 98761 & wait');
     const waited = await stubborn.wait({ timeoutMs: 100 });
@@ -97,10 +98,11 @@ describe('background processes, shell sessions and the process cap on an in-proc
     expect((await shell.run('printf abc')).stdout).toBe('abc');
     expect((await shell.run('cat; echo after-eof')).stdout).toBe('after-eof\n');
 
-    const slept = await shell.run('echo before; sleep 98771; echo never', { timeoutMs: 300 });
+    // Timeouts long enough for the command to start (and print) on a loaded machine before they hit.
+    const slept = await shell.run('echo before; sleep 98771; echo never', { timeoutMs: 2_000 });
     expect(slept).toMatchObject({ timedOut: true, stdout: 'before\n', sessionRestarted: false });
     expect(slept.exitCode).not.toBe(0);
-    const looped = await shell.run('while :; do :; done', { timeoutMs: 300 });
+    const looped = await shell.run('while :; do :; done', { timeoutMs: 2_000 });
     expect(looped).toMatchObject({ timedOut: true, sessionRestarted: false });
     expect(await shell.run('echo $FOO; basename "$PWD"')).toMatchObject({ exitCode: 0, stdout: 'bar\nsub\n' });
     expect(await shell.close()).toBe(true);

@@ -56,7 +56,8 @@ describe('process.exec on an in-process agent', () => {
 
   it('kills the whole tree on timeout (background, setsid, nohup, double fork) and keeps the output so far', async () => {
     const cmd = 'sleep 98711 & setsid sleep 98712 & nohup sleep 98713 >/dev/null 2>&1 & (sleep 98714 &); echo started; echo oops >&2; sleep 98715';
-    const result = await agent.commands.run(cmd, { timeoutMs: 500 });
+    // Long enough for the tree to start and the output to be written on a loaded machine before the timeout hits.
+    const result = await agent.commands.run(cmd, { timeoutMs: 2_000 });
     expect(result).toMatchObject({ timedOut: true, stdout: 'started\n', stderr: 'oops\n', exitCode: null, signal: 'SIGKILL' });
     await until(() => pidsWith('sleep 9871').length === 0, 'every sleep to be gone');
   });

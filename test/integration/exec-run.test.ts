@@ -55,17 +55,17 @@ describe('process.exec on an in-process agent', () => {
   });
 
   it('kills the whole tree on timeout (background, setsid, nohup, double fork) and keeps the output so far', async () => {
-    const cmd = 'sleep 98711 & setsid sleep 98712 & nohup sleep 98713 >/dev/null 2>&1 & (sleep 98714 &); echo started; echo oops >&2; sleep 98715';
+    const cmd = 'sleep 97711 & setsid sleep 97712 & nohup sleep 97713 >/dev/null 2>&1 & (sleep 97714 &); echo started; echo oops >&2; sleep 97715';
     // Long enough for the tree to start and the output to be written on a loaded machine before the timeout hits.
     const result = await agent.commands.run(cmd, { timeoutMs: 2_000 });
     expect(result).toMatchObject({ timedOut: true, stdout: 'started\n', stderr: 'oops\n', exitCode: null, signal: 'SIGKILL' });
-    await until(() => pidsWith('sleep 9871').length === 0, 'every sleep to be gone');
+    await until(() => pidsWith('sleep 9771').length === 0, 'every sleep to be gone');
   });
 
   it('kills what a foreground command left running when it exits', async () => {
-    const result = await agent.commands.run('setsid sleep 98721 & (nohup sleep 98722 >/dev/null 2>&1 &); echo done', { timeoutMs: 10_000 });
+    const result = await agent.commands.run('setsid sleep 97721 & (nohup sleep 97722 >/dev/null 2>&1 &); echo done', { timeoutMs: 10_000 });
     expect(result).toMatchObject({ exitCode: 0, stdout: 'done\n', timedOut: false });
-    await until(() => pidsWith('sleep 9872').length === 0, 'leftovers to be gone');
+    await until(() => pidsWith('sleep 9772').length === 0, 'leftovers to be gone');
   });
 
   it('caps each stream to head + tail with a marker, counts every byte, and saves the full output on request', async () => {
@@ -116,17 +116,17 @@ describe('process.exec on an in-process agent', () => {
 
   it('stops a foreground command on AbortSignal and on a dropped connection', async () => {
     const controller = new AbortController();
-    const running = agent.commands.run('sleep 98731', { signal: controller.signal, timeoutMs: 60_000 });
-    await until(() => pidsWith('sleep 98731').length > 0, 'the command to start');
+    const running = agent.commands.run('sleep 97731', { signal: controller.signal, timeoutMs: 60_000 });
+    await until(() => pidsWith('sleep 97731').length > 0, 'the command to start');
     controller.abort();
     await expect(running).rejects.toBeInstanceOf(CancelledError);
-    await until(() => pidsWith('sleep 98731').length === 0, 'the aborted command to be gone');
+    await until(() => pidsWith('sleep 97731').length === 0, 'the aborted command to be gone');
 
     const other = await agent.connect();
-    const dropped = new Commands(() => other).run('sleep 98732', { timeoutMs: 60_000 });
-    await until(() => pidsWith('sleep 98732').length > 0, 'the command to start');
+    const dropped = new Commands(() => other).run('sleep 97732', { timeoutMs: 60_000 });
+    await until(() => pidsWith('sleep 97732').length > 0, 'the command to start');
     other.close();
     await expect(dropped).rejects.toThrow();
-    await until(() => pidsWith('sleep 98732').length === 0, 'the command of the dropped connection to be gone');
+    await until(() => pidsWith('sleep 97732').length === 0, 'the command of the dropped connection to be gone');
   });
 });

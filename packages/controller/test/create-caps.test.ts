@@ -19,6 +19,11 @@ class StallingDocker extends DockerProvider {
   }
 }
 
+/** Waits until `count` container starts are stalled (each create first prepares its socket folder on disk); the test timeout bounds it. */
+async function stalled(docker: StallingDocker, count: number): Promise<void> {
+  while (docker.waiting.length < count) await new Promise((r) => setTimeout(r, 5));
+}
+
 let stateDir: string;
 beforeEach(async () => {
   stateDir = await mkdtemp(path.join(os.tmpdir(), 'warren-caps-'));
@@ -34,13 +39,13 @@ describe('create caps', () => {
     await service.recover();
     const first = service.create({});
     const second = service.create({});
-    await new Promise((r) => setTimeout(r, 50));
+    await stalled(docker, 2);
     await expect(service.create({})).rejects.toMatchObject({ code: 'RESOURCE_EXHAUSTED', message: expect.stringContaining('maxConcurrentCreates') });
     for (const release of docker.waiting.splice(0)) release();
     await expect(first).rejects.toThrow('released by the test');
     await expect(second).rejects.toThrow('released by the test');
     const third = service.create({});
-    await new Promise((r) => setTimeout(r, 50));
+    await stalled(docker, 1);
     expect(docker.waiting).toHaveLength(1);
     docker.waiting[0]!();
     await expect(third).rejects.toThrow('released by the test');
@@ -51,7 +56,7 @@ describe('create caps', () => {
     const service = new SandboxService(docker, Credentials.inMemory('k'), loadConfig({}, { stateDir, maxSandboxes: 1 }), 'runtime');
     await service.recover();
     const first = service.create({});
-    await new Promise((r) => setTimeout(r, 50));
+    await stalled(docker, 1);
     await expect(service.create({})).rejects.toMatchObject({ code: 'RESOURCE_EXHAUSTED', message: expect.stringContaining('maxSandboxes') });
     docker.waiting[0]!();
     await expect(first).rejects.toThrow();

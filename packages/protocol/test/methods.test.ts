@@ -107,6 +107,14 @@ describe('method registry', () => {
     }
   });
 
+  it('fs.write takes an offset on its own, and refuses one that is negative, fractional, unsafe or combined with append, mode, overwrite: false or expectedSha256', () => {
+    expect(parseParams('fs.write', { path: 'a', offset: 16 })).toMatchObject({ path: 'a', offset: 16, append: false, overwrite: true });
+    for (const offset of [-1, 0.5, 2 ** 53, '1', null]) expect(() => parseParams('fs.write', { path: 'a', offset })).toThrow(/offset/);
+    for (const extra of [{ append: true }, { mode: 0o600 }, { overwrite: false }, { expectedSha256: 'a'.repeat(64) }]) {
+      expect(() => parseParams('fs.write', { path: 'a', offset: 0, ...extra })).toThrow(/offset: .*cannot be combined/);
+    }
+  });
+
   it('refuses a path with a NUL byte', () => {
     expect(() => parseParams('fs.read', { path: 'a\0b' })).toThrow(/NUL/);
   });

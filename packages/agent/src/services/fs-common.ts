@@ -1,9 +1,9 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { Stats } from 'node:fs';
 import { constants } from 'node:fs';
-import { link, lstat, mkdir, open, rename, unlink } from 'node:fs/promises';
+import { link, lstat, mkdir, open, rename, unlink, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
-import { CodedError, describePolicy, type ApprovalRequest, type FilePolicy } from '@warren/protocol';
+import { CodedError, describePolicy, MAX_WRITE_GAP_BYTES, type ApprovalRequest, type FilePolicy } from '@warren/protocol';
 import type { CallContext } from '../dispatch.js';
 import { checkKernelName, checkSize, checkSuffix, mapFsError, openChecked, requireRegularFile, resolvePath, type Intent, type ResolvedPath, type ResolveOptions } from '../policy.js';
 
@@ -49,12 +49,12 @@ export function sha256(bytes: Uint8Array): string {
  * A hard link is a second name of the same file, and it may sit outside the paths a narrowed
  * handle (a `derive()` allow-list, or one of several named paths on one file system) may read.
  * Such a handle does not read multiply-linked files. A plain root is the whole workspace volume,
- * so every name of its files is inside it, and it reads them. Writes never go through a hard link
- * (they replace the name), so they need no check.
+ * so every name of its files is inside it, and it reads them. Whole-file writes never go through a
+ * hard link (they replace the name); writes in place (append, offset) do, so they are checked too.
  */
 export function checkHardLinks(fs: FsContext, info: Stats, display: string): void {
   if (info.isFile() && info.nlink > 1 && (fs.policy.restrict !== undefined || 'paths' in fs.policy)) {
-    throw new CodedError('PATH_NOT_IN_SANDBOX', `'${display}' has ${info.nlink} hard links; this handle only reads files whose one name is inside its paths (another name may be outside them). ${describePolicy(fs.policy)}`, {
+    throw new CodedError('PATH_NOT_IN_SANDBOX', `'${display}' has ${info.nlink} hard links; this handle only reads or changes in place files whose one name is inside its paths (another name may be outside them). ${describePolicy(fs.policy)}`, {
       path: display,
       nlink: info.nlink,
     });
@@ -127,12 +127,6 @@ export interface AtomicWriteOptions {
 }
 
 /**
- * Writes a file atomically: a temporary file in the same folder (created O_EXCL|O_NOFOLLOW and
- * checked to be where it should be), then rename(2) over the target, so a reader sees the old or
- * the new content and a hard link to the old file is left untouched. An existing file keeps its
- * permission bits.
- */
-/**
  * Appends to a file in place (creating it with `mode` when missing): not atomic, so callers use it
  * on a name no reader expects yet. The size limit applies to the file's total.
  */
@@ -151,14 +145,70 @@ export async function appendWrite(fs: FsContext, resolved: ResolvedPath, display
         throw mapFsError(e, display);
       });
   try {
-    if (!resolved.stat) await checkKernelName(handle, resolved.absolute, display, true);
-    await handle.write(content);
+    if (resolved.stat) checkHardLinks(fs, await handle.stat(), display);
+    else await checkKernelName(handle, resolved.absolute, display, true);
+    await writeAll(handle, content, null, display);
   } finally {
     await handle.close();
   }
   return { created: !resolved.stat };
 }
 
+/**
+ * Writes `content` at byte `offset` of an existing regular file, in place and without truncating
+ * it (pwrite(2)); several such writes to one file may run at once. Not atomic, so callers use it on
+ * a name no reader expects yet. The file is opened through {@link openChecked} (no link followed,
+ * the file the walk saw); the size limit applies to where the content ends (or the file's current
+ * size, if larger), and the offset may lie at most `MAX_WRITE_GAP_BYTES` past the current end. A
+ * missing file is `NOT_FOUND`, never created: a piece that arrives after its temporary file was
+ * removed must not bring it back.
+ */
+export async function offsetWrite(fs: FsContext, resolved: ResolvedPath, display: string, content: Uint8Array, offset: number): Promise<void> {
+  checkSuffix(fs.policy, resolved, display);
+  if (!resolved.stat) {
+    throw new CodedError('NOT_FOUND', `No such file: '${display}'. A write at an offset changes an existing file; create it first with a write without offset.`, { path: display });
+  }
+  requireRegularFile(resolved.stat, display);
+  const handle = await openChecked(resolved, display, constants.O_WRONLY);
+  try {
+    const info = await handle.stat();
+    checkHardLinks(fs, info, display);
+    const size = info.size;
+    if (offset > size + MAX_WRITE_GAP_BYTES) {
+      throw new CodedError('INVALID_PARAMS', `offset ${offset} is ${offset - size} bytes past the end of '${display}' (${size} bytes); a write at an offset may start at most ${MAX_WRITE_GAP_BYTES} bytes past the end. Write the content before it first.`, {
+        path: display,
+        offset,
+        size,
+        maxGap: MAX_WRITE_GAP_BYTES,
+      });
+    }
+    checkSize(fs.policy, resolved, display, Math.max(size, offset + content.length));
+    await writeAll(handle, content, offset, display);
+  } finally {
+    await handle.close();
+  }
+}
+
+/** Writes all of `content` at `position` (null: the file's current position), however many write(2) calls it takes. */
+async function writeAll(handle: FileHandle, content: Uint8Array, position: number | null, display: string): Promise<void> {
+  try {
+    for (let done = 0; done < content.length; ) {
+      const { bytesWritten } = await handle.write(content, done, content.length - done, position === null ? null : position + done);
+      done += bytesWritten;
+    }
+  } catch (err) {
+    // EFBIG: past the largest file this file system holds.
+    if ((err as NodeJS.ErrnoException).code === 'EFBIG') throw new CodedError('FILE_TOO_LARGE', `Writing '${display}' there would make it larger than its file system allows.`, { path: display });
+    throw mapFsError(err, display);
+  }
+}
+
+/**
+ * Writes a file atomically: a temporary file in the same folder (created O_EXCL|O_NOFOLLOW and
+ * checked to be where it should be), then rename(2) over the target, so a reader sees the old or
+ * the new content and a hard link to the old file is left untouched. An existing file keeps its
+ * permission bits.
+ */
 export async function atomicWrite(fs: FsContext, resolved: ResolvedPath, display: string, content: Uint8Array, options: AtomicWriteOptions = {}): Promise<{ created: boolean }> {
   checkSuffix(fs.policy, resolved, display);
   checkSize(fs.policy, resolved, display, content.length);

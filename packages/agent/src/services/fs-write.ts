@@ -1,11 +1,11 @@
 import { CodedError, lineAnchor, lineHash, MAX_TEXT_SCAN_BYTES, parseLineAnchor, type LineEdit } from '@warren/protocol';
 import type { Handler } from '../dispatch.js';
 import { openChecked, requireRegularFile } from '../policy.js';
-import { appendWrite, atomicWrite, decodeText, readWhole, resolveFor, sha256, splitLines, type FsContext, type Line } from './fs-common.js';
+import { appendWrite, atomicWrite, decodeText, offsetWrite, readWhole, resolveFor, sha256, splitLines, type FsContext, type Line } from './fs-common.js';
 
 type WriteHandlers = { 'fs.write': Handler<'fs.write'>; 'fs.edit': Handler<'fs.edit'>; 'fs.editLines': Handler<'fs.editLines'> };
 
-/** The writing half of the file service: atomic writes, exact-text edits (seed 001), anchored line edits (seed 004). */
+/** The writing half of the file service: atomic writes, writes in place (append, at an offset), exact-text edits (seed 001), anchored line edits (seed 004). */
 export function writeHandlers(fs: FsContext): WriteHandlers {
   return {
     async 'fs.write'(params, ctx) {
@@ -30,9 +30,10 @@ export function writeHandlers(fs: FsContext): WriteHandlers {
           await handle.close();
         }
       }
-      const { created } = params.append
-        ? await appendWrite(fs, target, params.path, content, params.mode)
-        : await atomicWrite(fs, target, params.path, content, { mode: params.mode, overwrite: params.overwrite, unchangedSince });
+      let created = false;
+      if (params.offset !== undefined) await offsetWrite(fs, target, params.path, content, params.offset);
+      else if (params.append) ({ created } = await appendWrite(fs, target, params.path, content, params.mode));
+      else ({ created } = await atomicWrite(fs, target, params.path, content, { mode: params.mode, overwrite: params.overwrite, unchangedSince }));
       return { result: { path: target.display, bytesWritten: content.length, ...(params.hash ? { sha256: sha256(content) } : {}), created } };
     },
 

@@ -15,6 +15,12 @@ export const MAX_TEXT_SCAN_BYTES = 64 * 1024 * 1024;
 export const MAX_READ_LINES = 100_000;
 /** The most characters one character read returns. */
 export const MAX_READ_CHARS = 4 * 1024 * 1024;
+/**
+ * How far past a file's current end an `fs.write` at an `offset` may start: room for the pieces of
+ * one write sent several at a time to land in any order, without letting one call give a file a
+ * size of its choosing made of holes.
+ */
+export const MAX_WRITE_GAP_BYTES = 64 * 1024 * 1024;
 
 const Sha256 = z.string().regex(/^[0-9a-f]{64}$/, 'a lowercase hex SHA-256');
 const Count = z.number().int().nonnegative();
@@ -72,24 +78,54 @@ export const FsReadResult = z.strictObject({
   totalChars: Count.optional(),
 });
 
-/** The content travels as the request frame's binary payload; none means an empty file. */
-export const FsWriteParams = z.strictObject({
-  path: SandboxPath,
-  /** Permission bits for a new file; an existing file keeps its own. */
-  mode: z.number().int().min(0).max(0o777).optional(),
-  /** Write only when the current content has this SHA-256 (`CONFLICT` otherwise, also when the file is gone). */
-  expectedSha256: Sha256.optional(),
-  /** false: fail with `ALREADY_EXISTS` when the file exists. */
-  overwrite: z.boolean().default(true),
-  /** Also return the new content's SHA-256 (costs about 3 ms per MiB). */
-  hash: z.boolean().default(false),
-  /**
-   * Add the content to the end of the file (created if missing) in place, instead of replacing it
-   * atomically: how content larger than one frame is sent in pieces, to a temporary name that is
-   * then moved into place. Size and suffix rules apply to the whole file.
-   */
-  append: z.boolean().default(false),
-});
+/**
+ * The content travels as the request frame's binary payload; none means an empty file. Three ways
+ * to write, by the fields given:
+ *
+ * - neither `append` nor `offset`: replace the whole file atomically (a temporary file beside it,
+ *   then rename(2)), so a reader sees the old or the new content;
+ * - `append`: add the content to the end of the file, in place (created when missing);
+ * - `offset`: put the content at that byte offset of an existing file, in place, without
+ *   truncating it. Several offset writes to one file may run at once, in any order.
+ *
+ * The in-place kinds are not atomic: callers use them on a name no reader expects yet, as
+ * `files.write` does with content larger than one frame (pieces to a temporary name, then
+ * `fs.move` into place).
+ */
+export const FsWriteParams = z
+  .strictObject({
+    path: SandboxPath,
+    /** Permission bits for a new file; an existing file keeps its own. */
+    mode: z.number().int().min(0).max(0o777).optional(),
+    /** Write only when the current content has this SHA-256 (`CONFLICT` otherwise, also when the file is gone). Whole-file writes only. */
+    expectedSha256: Sha256.optional(),
+    /** false: fail with `ALREADY_EXISTS` when the file exists. Whole-file writes only. */
+    overwrite: z.boolean().default(true),
+    /** Also return the SHA-256 of the content sent (costs about 3 ms per MiB). */
+    hash: z.boolean().default(false),
+    /** Add the content to the end of the file (created if missing), in place. Size and suffix rules apply to the whole file. */
+    append: z.boolean().default(false),
+    /**
+     * Put the content at this byte offset of an existing file, in place, leaving the rest of it as
+     * it is (no truncation). The file must exist (`NOT_FOUND` otherwise: create it with a write
+     * without `offset` first), so a piece that arrives late never brings back a file that was
+     * removed meanwhile. An offset past the end (by at most {@link MAX_WRITE_GAP_BYTES}) extends
+     * the file, the gap reading as zero bytes until written; the mount's size limit applies to the
+     * end of the content.
+     */
+    offset: Count.optional(),
+  })
+  .superRefine((p, ctx) => {
+    if (p.offset === undefined) return;
+    const clash = p.append ? 'append' : p.expectedSha256 !== undefined ? 'expectedSha256' : !p.overwrite ? 'overwrite' : p.mode !== undefined ? 'mode' : undefined;
+    if (clash) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['offset'],
+        message: `offset writes part of an existing file in place and cannot be combined with ${clash === 'overwrite' ? 'overwrite: false' : clash}; create the file with a whole-file write first (that one takes mode, overwrite and expectedSha256)`,
+      });
+    }
+  });
 export const FsWriteResult = z.strictObject({
   path: z.string(),
   bytesWritten: Count,

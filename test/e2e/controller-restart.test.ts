@@ -120,8 +120,12 @@ describe('a controller restart loses nothing', () => {
 
     const second = await startProcess(env);
     expect(second.url).toBe(first.url);
-    await until('the expired sandbox to be reaped', async () => ((await containerGone(doomedContainer)) ? true : undefined));
-    const listed = await Sandbox.list(options);
+    // The reaper removes the container, then the record: wait for both, or the listing can still show it.
+    const listed = await until('the expired sandbox to be reaped', async () => {
+      if (!(await containerGone(doomedContainer))) return undefined;
+      const sandboxes = await Sandbox.list(options);
+      return sandboxes.some((s) => s.id === doomed.id) ? undefined : sandboxes;
+    });
     expect(listed.map((s) => s.id)).toEqual([kept.id]);
     expect(listed[0]).toMatchObject({ state: 'running', labels: { role: 'kept' }, expiresAt: moved.expiresAt });
 

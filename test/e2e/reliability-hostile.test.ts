@@ -132,7 +132,8 @@ describe('hostile clients', () => {
     const raw = await RawClient.open(warren.url, target.id, target.token);
     try {
       raw.send({ type: 'req', id: 'dup', method: 'process.exec', params: { cmd: 'sleep 1; echo first' } });
-      await sleep(100);
+      // Sent at once: frames on one connection arrive in order, so the first call is surely in
+      // flight (a wait here could, on a stalled machine, outlast its one second).
       raw.send({ type: 'req', id: 'dup', method: 'system.info', params: {} });
       const second = await raw.answer('dup');
       expect(outcomeOf(second)).toBe('DUPLICATE_REQUEST_ID');

@@ -9,8 +9,17 @@ import type { Channel } from './channel.js';
 import type { CallOptions } from './connection.js';
 import { makeError, WarrenError } from './errors.js';
 
-/** Content above this size is written in pieces (each one frame) and moved into place. */
+/** Content above this size is written in pieces to a temporary file, then moved into place; up to it, in one frame. */
 export const WRITE_CHUNK_BYTES = 16 * 1024 * 1024;
+/** The size of each piece of a write above {@link WRITE_CHUNK_BYTES} (one frame each). */
+export const WRITE_PIECE_BYTES = 8 * 1024 * 1024;
+/**
+ * How many pieces of one write are on their way at once, so the hops (SDK to controller,
+ * controller to daemon, daemon to disk) work on different pieces at the same time instead of
+ * each waiting for the one before. Each lands at its own offset, so the order they finish in does
+ * not matter.
+ */
+export const WRITE_PIECES_IN_FLIGHT = 3;
 
 export interface ReadOptions extends CallOptions {
   /** `text` (the default) decodes UTF-8; `bytes` returns the content untouched. */
@@ -165,8 +174,10 @@ export class Files {
 
   /**
    * Writes a whole file atomically (readers see the old or the new content), creating its parent
-   * folders; an existing file keeps its mode. Content of any size: above 16 MiB it travels in
-   * pieces to a hidden temporary file beside the target, which is then moved into place.
+   * folders; an existing file keeps its mode. Content of any size: above 16 MiB it travels in 8 MiB
+   * pieces, three on their way at a time, each written at its own offset of a hidden temporary file
+   * beside the target, which is then moved into place. If a piece fails, or the call is aborted or
+   * times out, the temporary file is removed and the target is left as it was.
    *
    * @example
    * await sandbox.files.write('src/main.py', 'print("hi")\n');
@@ -195,16 +206,39 @@ export class Files {
     const slash = path.lastIndexOf('/');
     const temp = `${path.slice(0, slash + 1)}.warren-upload-${randomBytes(6).toString('hex')}-${path.slice(slash + 1)}`;
     const mode = existing?.mode !== undefined ? existing.mode & 0o777 : options.mode;
+    // The first piece to fail stops the others: the rest of a write that will be undone is not sent.
+    const stop = new AbortController();
+    const onAbort = () => stop.abort();
+    options.signal?.addEventListener('abort', onAbort, { once: true });
     try {
-      for (let offset = 0; offset < payload.length; offset += WRITE_CHUNK_BYTES) {
-        const params: ParamsIn<'fs.write'> = { path: temp, append: offset > 0 };
-        if (offset === 0 && mode !== undefined) params.mode = mode;
-        await this.connection().call('fs.write', params, { ...options, payload: payload.subarray(offset, offset + WRITE_CHUNK_BYTES) });
-      }
-      await this.move(temp, path, { ...options, overwrite: true });
+      // An empty whole-file write creates the temporary file (its folders and mode included); the
+      // pieces then go to their offsets, several at once, landing in whatever order they finish.
+      await this.connection().call('fs.write', mode === undefined ? { path: temp } : { path: temp, mode }, options);
+      let next = 0;
+      let failure: { error: unknown } | undefined;
+      const sendPieces = async () => {
+        while (failure === undefined && next < payload.length) {
+          const offset = next;
+          next += WRITE_PIECE_BYTES;
+          const piece = payload.subarray(offset, offset + WRITE_PIECE_BYTES);
+          try {
+            await this.connection().call('fs.write', { path: temp, offset }, { signal: stop.signal, timeoutMs: options.timeoutMs, payload: piece });
+          } catch (error) {
+            failure ??= { error };
+            stop.abort();
+          }
+        }
+      };
+      await Promise.all(Array.from({ length: WRITE_PIECES_IN_FLIGHT }, sendPieces));
+      if (failure) throw failure.error;
+      // overwrite: false is checked again here, atomically: a file that appeared meanwhile is kept.
+      await this.move(temp, path, { ...options, overwrite: options.overwrite !== false });
     } catch (err) {
+      // A piece still on its way after this cannot bring the file back: offset writes never create one.
       await this.delete(temp).catch(() => undefined);
       throw err;
+    } finally {
+      options.signal?.removeEventListener('abort', onAbort);
     }
     const result: Result<'fs.write'> = { path, bytesWritten: payload.length, created: existing === undefined };
     if (options.hash) result.sha256 = createHash('sha256').update(payload).digest('hex');

@@ -77,7 +77,14 @@ export class Connection {
 
   /** Opens a connection and completes the version handshake. */
   static async open(url: string, token: string, timeoutMs = 10_000, headers: Record<string, string> = {}): Promise<Connection> {
-    const ws = new WebSocket(url, { headers: { ...headers, authorization: `Bearer ${token}` }, maxPayload: WS_MAX_PAYLOAD_BYTES, perMessageDeflate: false, handshakeTimeout: timeoutMs });
+    const ws = new WebSocket(url, {
+      headers: { ...headers, authorization: `Bearer ${token}` },
+      maxPayload: WS_MAX_PAYLOAD_BYTES,
+      perMessageDeflate: false,
+      handshakeTimeout: timeoutMs,
+      // A zero mask makes ws send a payload as it is, instead of copying it into a masked buffer.
+      ...(masksNeeded(url) ? {} : { generateMask: (mask: Buffer) => void mask.fill(0) }),
+    });
     await new Promise<void>((resolve, reject) => {
       ws.once('open', resolve);
       ws.once('error', (err) => reject(makeError('CONNECTION_CLOSED', `Could not connect to ${url}: ${err.message}`, { cause: err })));
@@ -219,6 +226,31 @@ export class Connection {
     for (const pending of this.pending.values()) pending.reject(err);
     this.pending.clear();
   }
+}
+
+/**
+ * Whether the frames a client sends to `url` need a real (random) mask. RFC 6455 masks a client's
+ * frames so that bytes its caller chooses cannot pose as HTTP to a proxy on the way that does not
+ * understand WebSocket, and poison that proxy's cache; file content sent through Warren may come
+ * from anywhere (a web page an agent read), so the concern applies to it. Such a proxy cannot read a
+ * TLS connection (`wss:`), and none sits on a unix socket or on loopback: frames sent there go with
+ * a zero mask, which spares a copy and an XOR of every byte sent. Plain `ws:` to any other host
+ * keeps random masks.
+ *
+ * @example
+ * masksNeeded('ws://127.0.0.1:8080/v1/sandboxes/x/connect'); // false
+ * masksNeeded('ws://sandbox-host:8080/v1/sandboxes/x/connect'); // true
+ */
+export function masksNeeded(url: string): boolean {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return true;
+  }
+  if (parsed.protocol === 'wss:' || parsed.protocol === 'ws+unix:') return false;
+  const host = parsed.hostname;
+  return !(host === 'localhost' || host === '[::1]' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host));
 }
 
 function toWarrenError(err: unknown): WarrenError {

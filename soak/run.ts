@@ -297,7 +297,8 @@ async function injectFaults(controller: Controller, slots: Slot[], deadline: num
   if (flags['restart-docker']) {
     await at(0.7);
     stats.faults.push(`Docker engine restart: ${await restartDocker(controller)}`);
-    // Containers stop with the engine (no live-restore): every sandbox has ended.
+    // Containers stop with the engine (no live-restore): the controller starts them again with
+    // their files, but their background tickers are gone, so no sandbox counts as a survivor.
     for (const s of slots) s.victim = true;
   }
 }

@@ -82,9 +82,10 @@ ensure_docker() {
 
   local log=/var/log/warren-dockerd.log
   # dockerd refuses to start twice; if one is already starting (pid file alive), just wait for it.
-  local pid
+  local pid started_here=0
   pid=$(cat /var/run/docker.pid 2>/dev/null || true)
   if [[ -z $pid ]] || ! kill -0 "$pid" 2>/dev/null; then
+    started_here=1
     step "Starting dockerd (log: $log)"
     # setsid + nohup: the daemon must outlive this script and its terminal.
     setsid nohup dockerd >>"$log" 2>&1 </dev/null &
@@ -100,6 +101,9 @@ ensure_docker() {
     fi
     sleep 0.5
   done
+  # Marks the engine as started by Warren's scripts: only such an engine may be restarted by the
+  # engine-restart tests (test/engine), never one the machine's owner runs.
+  ((started_here)) && { cp /var/run/docker.pid /var/run/warren-dockerd.pid 2>/dev/null || true; }
   step_done "engine $(docker version --format '{{.Server.Version}}' 2>/dev/null) is up"
 }
 

@@ -66,31 +66,43 @@ describe('faults', () => {
     });
   }
 
-  it("SIGKILL of one sandbox's daemon: that sandbox is reported ended, connecting again fails typed, others are unaffected", async () => {
+  /** When the sandbox's current daemon started, by the host's clock. */
+  const daemonStart = async (sandbox: Sandbox) => Date.now() - (await sandbox.daemonInfo({ timeoutMs: 5_000 })).uptimeMs;
+
+  /** Kills the daemon and waits until the controller has started the sandbox again (a daemon that started later). */
+  async function killAndAwaitRestart(victim: Sandbox): Promise<void> {
+    const before = await daemonStart(victim);
+    await killDaemon(victim);
+    await until('the sandbox to be started again', async () => ((await daemonStart(victim)) > before + 500 ? true : undefined), 60_000);
+  }
+
+  it("SIGKILL of one sandbox's daemon: the controller starts that sandbox again with its files; others are unaffected", async () => {
     const victim = await create();
     await victim.files.write('before.txt', 'x');
-    await killDaemon(victim);
+    await victim.commands.start('sleep 1000');
+    await killAndAwaitRestart(victim);
 
-    const state = await until('the sandbox to be reported ended', async () => {
-      const s = await reportedState(victim);
-      return ['exited', 'gone', 'SANDBOX_NOT_FOUND'].includes(s) ? s : undefined;
-    });
-    expect(['exited', 'gone', 'SANDBOX_NOT_FOUND']).toContain(state);
-    // Connecting again says why it cannot, with a typed error.
-    const reconnect = await typedOutcome(Sandbox.connect(victim.id, { baseUrl: warren.url, token: victim.token, reconnect: { giveUpAfterMs: 5_000 } }));
-    expect(['SANDBOX_NOT_READY', 'SANDBOX_NOT_FOUND']).toContain(reconnect);
-
+    // The same handle carries on: the SDK reconnected by itself. Files are kept, processes are not.
+    expect((await victim.info()).state).toBe('running');
+    expect(await victim.files.read('before.txt')).toBe('x');
+    expect((await victim.commands.list()).filter((p) => p.running)).toEqual([]);
+    await healthy(victim, 'restarted');
     await healthy(bystander, 'after-daemon-kill');
-    expect(await typedOutcome(victim.kill())).toMatch(/^(ok|SANDBOX_NOT_FOUND)$/);
   });
 
   // Regression: an upgrade to a sandbox whose container has exited used to answer SANDBOX_NOT_READY
-  // (retryable), so the SDK kept reconnecting and the call waited out its whole timeout.
-  it("SIGKILL of one sandbox's daemon: a call on the open connection fails fast with a typed error, not its timeout", async () => {
+  // (retryable), so the SDK kept reconnecting and the call waited out its whole timeout. Now a
+  // daemon that keeps dying is left exited after its restarts, and calls fail fast and typed.
+  it("a daemon that keeps dying is left exited after three restarts, and a call fails fast with a typed error, not its timeout", async () => {
     const victim = await create();
+    for (let restart = 0; restart < 3; restart++) await killAndAwaitRestart(victim);
     await killDaemon(victim);
-    await until('the container to exit', async () => (['exited', 'gone', 'SANDBOX_NOT_FOUND'].includes(await reportedState(victim)) ? true : undefined));
+    await until('the sandbox to be reported ended', async () => (['exited', 'gone', 'SANDBOX_NOT_FOUND'].includes(await reportedState(victim)) ? true : undefined));
     expect(await typedOutcome(victim.daemonInfo({ timeoutMs: 10_000 }))).toMatch(/^(CONNECTION_CLOSED|SANDBOX_NOT_FOUND)$/);
+    const reconnect = await typedOutcome(Sandbox.connect(victim.id, { baseUrl: warren.url, token: victim.token, reconnect: { giveUpAfterMs: 5_000 } }));
+    expect(reconnect).toBe('SANDBOX_NOT_FOUND');
+    await healthy(bystander, 'after-crash-loop');
+    expect(await typedOutcome(victim.kill())).toMatch(/^(ok|SANDBOX_NOT_FOUND)$/);
   });
 
   it('a container removed from outside (docker rm -f) is reported gone, not left hanging', async () => {

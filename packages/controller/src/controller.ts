@@ -4,6 +4,7 @@ import { callAgent } from './agent-link.js';
 import { loadConfig, type ControllerConfig } from './config.js';
 import { Credentials } from './credentials.js';
 import { DockerProvider } from './docker.js';
+import { EngineWatch } from './engine-watch.js';
 import { createHttpServer, serverUrl } from './http.js';
 import { Metrics } from './metrics.js';
 import { WarmPool } from './pool.js';
@@ -52,8 +53,10 @@ export async function startController(options: StartControllerOptions = {}): Pro
   await docker.ping();
   const runtime = await collectRuntime(config.agentBundlePath);
   const runtimeVolume = await docker.ensureRuntimeVolume(runtime, config.defaultImage);
+  const oldRuntimeVolumes = await docker.removeOldRuntimeVolumes(runtimeVolume);
   const metrics: Metrics = new Metrics(() => sandboxes.countByState());
   const sandboxes: SandboxService = new SandboxService(docker, credentials, config, runtimeVolume, metrics);
+  sandboxes.onRestart = (sandboxId, error) => log(error === null ? 'sandbox.restarted' : 'sandbox.restart-failed', { sandboxId, ...(error === null ? {} : { error }) });
   const { recovered, poolMembers } = await sandboxes.recover();
   // Unclaimed pool members of the previous run may be from an older runtime: replace them.
   for (const member of poolMembers) await sandboxes.removePoolMember(member.agentId, member.containerId);
@@ -63,8 +66,15 @@ export async function startController(options: StartControllerOptions = {}): Pro
     pool.fill();
   }
 
+  // Sandboxes whose containers stopped while no controller watched (an engine restart, a host
+  // reboot) come back now; from here on the watch restarts them whenever the engine does.
+  const restartedAtStart = await sandboxes.restartStopped();
+  const engine = new EngineWatch(docker, sandboxes, pool, log);
+  await engine.start();
+
   const readiness = async () => {
     await docker.ping();
+    if (sandboxes.engineAway) throw new Error('the Docker engine restarted and Warren is still starting the sandboxes that stopped with it');
     if (!(await docker.hasImage(config.defaultImage))) throw new Error(`the default image ${config.defaultImage} is not on the Docker engine; build it with scripts/build-images`);
     return { docker: 'ok', defaultImage: config.defaultImage, runtimes: sandboxes.runtimes };
   };
@@ -88,7 +98,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
   server.listen(config.port, config.host);
   await once(server, 'listening');
   const url = serverUrl(server, config.host);
-  log('controller.started', { url, recovered, runtimeVolume });
+  log('controller.started', { url, recovered, restarted: restartedAtStart.restarted.length, restartFailed: restartedAtStart.failed, runtimeVolume, oldRuntimeVolumesRemoved: oldRuntimeVolumes.length });
 
   const reaper = setInterval(() => {
     pool?.fill();
@@ -105,6 +115,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
     if (closed) return;
     closed = true;
     clearInterval(reaper);
+    engine.close();
     await pool?.close();
     if (config.killOnShutdown) for (const record of sandboxes.list()) await sandboxes.kill(record.id).catch(() => undefined);
     for (const ws of wss.clients) ws.terminate();

@@ -167,6 +167,29 @@ export class DockerProvider {
     return name;
   }
 
+  /**
+   * Removes the runtime volumes of earlier agent builds, once they are an hour old. The engine
+   * refuses to remove a volume a container still mounts (a sandbox of an older controller that is
+   * still running), so those stay until a later start finds them free; the hour spares a volume
+   * another controller on this engine has just made and not yet mounted. Returns the names removed.
+   */
+  async removeOldRuntimeVolumes(current: string, minAgeMs = 3_600_000): Promise<string[]> {
+    const { Volumes } = await this.docker.listVolumes({ filters: { label: ['warren.runtime'] } }).catch((e: unknown) => rethrow(e, 'list volumes'));
+    const removed: string[] = [];
+    for (const volume of Volumes ?? []) {
+      const createdAt = Date.parse((volume as { CreatedAt?: string }).CreatedAt ?? '');
+      if (volume.Name === current || !(Date.now() - createdAt >= minAgeMs)) continue;
+      await this.docker
+        .getVolume(volume.Name)
+        .remove()
+        .then(
+          () => removed.push(volume.Name),
+          () => undefined,
+        );
+    }
+    return removed;
+  }
+
   private async volumeIsComplete(volume: string, helperImage: string): Promise<boolean> {
     return this.withHelper(volume, helperImage, async (helper) => {
       const archive = await helper.getArchive({ path: `${RUNTIME_DIR}/.complete` }).catch(() => undefined);
@@ -269,6 +292,55 @@ export class DockerProvider {
 
   async unpause(containerId: string): Promise<void> {
     await this.docker.getContainer(containerId).unpause().catch((e: unknown) => rethrow(e, `resume container ${containerId}`));
+  }
+
+  /** Starts a stopped sandbox container again, with its workspace volume as it was; a running one is left alone. */
+  async startAgain(containerId: string): Promise<void> {
+    await this.docker
+      .getContainer(containerId)
+      .start()
+      .catch((err: { statusCode?: number }) => {
+        if (err.statusCode !== 304) rethrow(err, `start container ${containerId} again`);
+      });
+  }
+
+  /**
+   * Follows the engine's container events for Warren sandboxes: `onEvent` gets each container's
+   * id and action (`die`, `destroy`, ...); `onEnd` runs once when the stream ends, which is how an
+   * engine that stops or restarts shows itself, however briefly it was gone.
+   */
+  async watchSandboxEvents(onEvent: (containerId: string, action: string) => void, onEnd: () => void): Promise<() => void> {
+    const stream = (await this.docker
+      .getEvents({ filters: { type: ['container'], label: [LABELS.sandbox] } })
+      .catch((e: unknown) => rethrow(e, 'follow the Docker engine events'))) as unknown as Readable;
+    let buffered = '';
+    stream.on('data', (chunk: Buffer) => {
+      buffered += chunk.toString('utf8');
+      let newline: number;
+      while ((newline = buffered.indexOf('\n')) >= 0) {
+        const line = buffered.slice(0, newline);
+        buffered = buffered.slice(newline + 1);
+        try {
+          const event = JSON.parse(line) as { id?: string; Action?: string };
+          if (event.id && event.Action) onEvent(event.id, event.Action);
+        } catch {
+          // Not an event line; the engine writes one JSON object per line.
+        }
+      }
+    });
+    let ended = false;
+    const end = () => {
+      if (ended) return;
+      ended = true;
+      onEnd();
+    };
+    stream.once('end', end);
+    stream.once('close', end);
+    stream.once('error', end);
+    return () => {
+      ended = true;
+      stream.destroy();
+    };
   }
 
   /** Removes a sandbox's container and its anonymous volumes; an absent one is not an error. */

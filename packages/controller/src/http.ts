@@ -220,13 +220,21 @@ async function upgrade(deps: HttpServerDeps, wss: WebSocketServer, upgrading: { 
 /**
  * Why a sandbox's daemon did not answer, as the client should act on it: a sandbox whose
  * container has ended (its daemon died, or it was stopped from outside) will not come back, so
- * that is final; anything else may pass, so it is retryable.
+ * that is final; anything else may pass (the engine is away or restarting the sandbox, the daemon
+ * is busy), so it is retryable.
  */
 async function unreachableDaemon(deps: HttpServerDeps, id: string, err: unknown): Promise<CodedError> {
+  if (deps.sandboxes.engineAway) {
+    return new CodedError('SANDBOX_NOT_READY', `Sandbox '${id}' is not answering: the Docker engine is away, and Warren starts the sandbox again when it is back (its files are kept, its processes are not). Retry shortly.`, { sandboxId: id });
+  }
   const state = await deps.sandboxes.get(id).then(
     (info) => info.state,
-    () => 'gone' as const,
+    (e: unknown) => (e instanceof CodedError && e.code === 'SANDBOX_NOT_FOUND' ? ('gone' as const) : ('unknown' as const)),
   );
+  if (state === 'unknown') return new CodedError('SANDBOX_NOT_READY', `Sandbox '${id}' is not answering, and the Docker engine cannot say why: ${(err as Error).message}. Retry shortly.`, { sandboxId: id });
+  if (state === 'exited' && deps.sandboxes.willRestart(id)) {
+    return new CodedError('SANDBOX_NOT_READY', `Sandbox '${id}' stopped, and Warren is starting it again (its files are kept, its processes are not). Retry shortly.`, { sandboxId: id });
+  }
   if (state === 'exited' || state === 'gone') {
     return new CodedError('SANDBOX_NOT_FOUND', `Sandbox '${id}' has ended: its container is ${state} (its daemon died, or it was stopped from outside). Create a new sandbox.`, { sandboxId: id, state });
   }

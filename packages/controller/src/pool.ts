@@ -96,6 +96,16 @@ export class WarmPool implements PoolSource {
     }
   }
 
+  /** Removes the members whose containers stopped (with an engine restart) and refills the pool. */
+  async replaceStopped(): Promise<void> {
+    const states = await this.docker.containerStates();
+    const stopped = this.ready.filter((m) => states.get(m.containerId) !== 'running');
+    for (const member of stopped) this.ready.splice(this.ready.indexOf(member), 1);
+    await Promise.all(stopped.map((m) => this.sandboxes.removePoolMember(m.agentId, m.containerId)));
+    this.failures = 0;
+    this.fill();
+  }
+
   /** Removes the unclaimed members (a restarted controller would remove them anyway). */
   async close(): Promise<void> {
     this.closed = true;

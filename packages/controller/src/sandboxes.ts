@@ -9,6 +9,11 @@ import { LABELS, sandboxLabels, type DockerProvider } from './docker.js';
 import type { Metrics } from './metrics.js';
 import { isBelow, planSandbox, type SandboxPlan } from './sandbox-plan.js';
 
+/** How long the controller keeps trying to start a died sandbox again, and the crash-loop window. */
+export const RESTART_WINDOW_MS = 120_000;
+/** A sandbox whose container died this many times within the window stays `exited`. */
+export const MAX_RESTARTS = 3;
+
 // 24 characters of a 62-letter alphabet: 142 bits of randomness, safe in URLs and container names.
 export const newId = customAlphabet('0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ', 24);
 
@@ -69,6 +74,23 @@ export interface PoolSource {
 export class SandboxService {
   private readonly records = new Map<string, SandboxRecord>();
   private creating = 0;
+  /** Public ids of sandboxes whose stopped containers are being started again. */
+  private readonly restarting = new Set<string>();
+  /** Public ids of sandboxes being killed on purpose: their containers' deaths are not restarted. */
+  private readonly killing = new Set<string>();
+  /** When each sandbox's container last died, for the crash-loop guard. */
+  private readonly deaths = new Map<string, number[]>();
+  /** Public ids of stopped sandboxes the controller no longer tries to start: they stay `exited`. */
+  private readonly givenUp = new Set<string>();
+  /**
+   * True from the moment the Docker engine was lost until the sandboxes that stopped with it have
+   * been started again (set by the engine watch). Connections meanwhile fail retryable.
+   */
+  engineAway = false;
+  /** Counts each sandbox's starts, so a state listed before a restart is not applied after it. */
+  private readonly starts = new Map<string, number>();
+  /** Told of each restart after a container died: `error` null when it is back, else why an attempt failed. */
+  onRestart: ((id: string, error: string | null) => void) | undefined;
   private runtimeNames: string[] = ['runc'];
   private networklessRuntimes: string[] = [];
   /** Set by the warm pool when it is enabled. */
@@ -331,8 +353,20 @@ export class SandboxService {
   /** A sandbox's description with its current state, from Docker. */
   async get(id: string): Promise<SandboxInfo> {
     const record = this.require(id);
-    record.state = toState(await this.docker.containerState(record.containerId));
+    const starts = this.starts.get(id);
+    this.observe(record, await this.docker.containerState(record.containerId), starts);
     return describe(record);
+  }
+
+  /**
+   * Takes the engine's word for a sandbox's state, unless the sandbox was started again since the
+   * engine was asked (`starts`); a death no event reported is handled like one.
+   */
+  private observe(record: SandboxRecord, dockerState: string | undefined, starts: number | undefined): void {
+    if (this.records.get(record.id) !== record || this.restarting.has(record.id) || this.starts.get(record.id) !== starts) return;
+    const was = record.state;
+    record.state = toState(dockerState);
+    if (record.state === 'exited' && was !== 'exited') this.died(record);
   }
 
   /** The record of a sandbox, or SANDBOX_NOT_FOUND. */
@@ -402,7 +436,118 @@ export class SandboxService {
     return describe(record);
   }
 
-  /** Removes an unclaimed warm-pool container and its socket folder. */
+  /**
+   * Starts again every sandbox whose container stopped but still exists and has time left: what
+   * an engine restart or a host reboot leaves behind (containers stop with the engine unless it
+   * runs with live-restore). Four at a time, so fifty sandboxes do not all load the engine at once.
+   */
+  async restartStopped(): Promise<{ restarted: string[]; failed: Record<string, string> }> {
+    const states = await this.docker.containerStates();
+    const stopped = this.list().filter((r) => toState(states.get(r.containerId)) === 'exited' && r.expiresAt > new Date() && !this.restarting.has(r.id));
+    const restarted: string[] = [];
+    const failed: Record<string, string> = {};
+    for (const r of stopped) {
+      r.state = 'exited';
+      this.restarting.add(r.id);
+    }
+    const next = async (): Promise<void> => {
+      for (let record = stopped.shift(); record; record = stopped.shift()) {
+        try {
+          await this.startAgain(record);
+          restarted.push(record.id);
+        } catch (err) {
+          failed[record.id] = (err as Error).message;
+          this.givenUp.add(record.id);
+        } finally {
+          this.restarting.delete(record.id);
+        }
+      }
+    };
+    await Promise.all([next(), next(), next(), next()]);
+    return { restarted, failed };
+  }
+
+  /**
+   * Starts a stopped sandbox container again: a new one-time secret file for its daemon, the same
+   * workspace volume (files are kept; processes are not), and running only once the daemon has
+   * answered a real call.
+   */
+  private async startAgain(record: SandboxRecord): Promise<void> {
+    await rm(this.socketPathOf(record.agentId), { force: true });
+    await this.prepareSocketDir(record.agentId, this.socketDir(record.agentId), record.settings.user);
+    await this.docker.startAgain(record.containerId);
+    await this.waitUntilReady(record.agentId, record.containerId);
+    record.state = 'running';
+    this.givenUp.delete(record.id);
+    this.starts.set(record.id, (this.starts.get(record.id) ?? 0) + 1);
+  }
+
+  /**
+   * True unless the controller has given up on a stopped sandbox: while it is starting the
+   * container again, and also in the moment before it has heard that the container died (a
+   * daemon that is stopping closes its connections first). A connection should then retry.
+   */
+  willRestart(id: string): boolean {
+    const record = this.records.get(id);
+    return record !== undefined && (this.restarting.has(id) || (!this.givenUp.has(id) && record.expiresAt > new Date()));
+  }
+
+  /**
+   * Takes an engine event about a sandbox container: one that died is started again
+   * ({@link SandboxService.died}); one removed from outside is `gone`.
+   */
+  containerEvent(containerId: string, action: string): void {
+    const record = this.list().find((r) => r.containerId === containerId);
+    if (!record) return;
+    if (action === 'destroy' && !this.killing.has(record.id)) record.state = 'gone';
+    if (action === 'die') this.died(record);
+  }
+
+  /**
+   * A sandbox's container stopped (its daemon was killed, the engine is stopping, `docker stop`
+   * from outside): start it again, retrying for up to {@link RESTART_WINDOW_MS} while the engine is
+   * away. One that died {@link MAX_RESTARTS} times within that window stays `exited`, so a
+   * crashing daemon does not loop; so does one whose time is up.
+   */
+  private died(record: SandboxRecord): void {
+    if (this.killing.has(record.id) || this.restarting.has(record.id)) return;
+    record.state = 'exited';
+    const now = Date.now();
+    const recent = (this.deaths.get(record.id) ?? []).filter((t) => now - t < RESTART_WINDOW_MS);
+    this.deaths.set(record.id, [...recent, now]);
+    if (recent.length >= MAX_RESTARTS || record.expiresAt.getTime() <= now) {
+      this.givenUp.add(record.id);
+      return;
+    }
+    this.restarting.add(record.id);
+    void this.restartWithRetries(record, now).finally(() => this.restarting.delete(record.id));
+  }
+
+  private async restartWithRetries(record: SandboxRecord, diedAt: number): Promise<void> {
+    // A container that dies because the engine is stopping would be started only to be stopped
+    // again: give a stopping engine a moment to show itself, and leave the sandbox to the engine
+    // watch's restart while the engine is away.
+    await new Promise((r) => setTimeout(r, 2000).unref());
+    for (let attempt = 0; Date.now() - diedAt < RESTART_WINDOW_MS && this.records.get(record.id) === record; attempt++) {
+      if (this.engineAway) return;
+      try {
+        await this.startAgain(record);
+        this.onRestart?.(record.id, null);
+        return;
+      } catch (err) {
+        // Gone from the engine (removed from outside): nothing to start.
+        if ((await this.docker.containerState(record.containerId).catch(() => 'unknown')) === undefined) {
+          record.state = 'gone';
+          return;
+        }
+        if (attempt % 5 === 4) this.onRestart?.(record.id, (err as Error).message);
+      }
+      await new Promise((r) => setTimeout(r, Math.min(5000, 250 * 2 ** attempt)).unref());
+    }
+    if (!this.engineAway) this.givenUp.add(record.id);
+  }
+
+  /** Removes an unclaimed warm-pool container and its socket folder. */  /** Removes an unclaimed warm-pool container and its socket folder. */
   async removePoolMember(agentId: string, containerId: string): Promise<void> {
     await this.docker.removeSandbox(containerId).catch(() => undefined);
     await rm(this.socketDir(agentId), { recursive: true, force: true });
@@ -411,10 +556,18 @@ export class SandboxService {
   /** Kills a sandbox: its container, workspace volume, socket folder and state file are gone afterwards. */
   async kill(id: string): Promise<void> {
     const record = this.require(id);
-    await this.docker.removeSandbox(record.containerId);
-    await rm(this.socketDir(record.agentId), { recursive: true, force: true });
-    await rm(this.recordFile(id), { force: true });
-    this.records.delete(id);
+    this.killing.add(id);
+    try {
+      await this.docker.removeSandbox(record.containerId);
+      await rm(this.socketDir(record.agentId), { recursive: true, force: true });
+      await rm(this.recordFile(id), { force: true });
+      this.records.delete(id);
+      this.deaths.delete(id);
+      this.givenUp.delete(id);
+      this.starts.delete(id);
+    } finally {
+      this.killing.delete(id);
+    }
   }
 
   /**
@@ -449,11 +602,10 @@ export class SandboxService {
    */
   async refreshStates(): Promise<void> {
     // Only records that existed before the listing: one added meanwhile is not in it.
-    const known = [...this.records.values()];
+    const known = [...this.records.values()].map((record) => ({ record, starts: this.starts.get(record.id) }));
     const states = await this.docker.containerStates();
-    for (const record of known) {
-      if (this.records.get(record.id) !== record) continue;
-      record.state = toState(states.get(record.containerId));
+    for (const { record, starts } of known) {
+      this.observe(record, states.get(record.containerId), starts);
       if (record.state === 'gone') await this.kill(record.id).catch(() => undefined);
     }
   }

@@ -1,0 +1,80 @@
+import type { DockerProvider } from './docker.js';
+import type { WarmPool } from './pool.js';
+import type { SandboxService } from './sandboxes.js';
+
+type Log = (event: string, fields?: Record<string, unknown>) => void;
+
+/** How often a lost engine is asked whether it is back. */
+const PING_INTERVAL_MS = 1000;
+
+/**
+ * Follows the Docker engine for the controller. While the engine runs, a sandbox container that
+ * dies is marked `exited` at once (from the engine's events, not at the next reaper tick). When
+ * the engine goes away (its event stream ends, however briefly it was gone) the watch waits for
+ * it to answer again, then starts the sandboxes that stopped with it and replaces the warm pool's
+ * stopped members. From the loss until those restarts are done, `sandboxes.engineAway` is true,
+ * and connections to a sandbox fail with a retryable error instead of "the sandbox ended".
+ *
+ * @example
+ * const watch = new EngineWatch(docker, sandboxes, pool, log);
+ * await watch.start();
+ * // ... later
+ * watch.close();
+ */
+export class EngineWatch {
+  private stopFollowing: (() => void) | undefined;
+  private closed = false;
+
+  constructor(
+    private readonly docker: DockerProvider,
+    private readonly sandboxes: SandboxService,
+    private readonly pool: WarmPool | undefined,
+    private readonly log: Log,
+  ) {}
+
+  /** Starts following the engine's events; the engine must answer now. */
+  async start(): Promise<void> {
+    await this.follow();
+  }
+
+  close(): void {
+    this.closed = true;
+    this.stopFollowing?.();
+  }
+
+  private async follow(): Promise<void> {
+    this.stopFollowing = await this.docker.watchSandboxEvents(
+      (containerId, action) => this.sandboxes.containerEvent(containerId, action),
+      () => void this.recover(),
+    );
+  }
+
+  /** The engine's event stream ended: wait for the engine, follow it again, restart what stopped. */
+  private async recover(): Promise<void> {
+    if (this.closed) return;
+    this.sandboxes.engineAway = true;
+    this.log('docker.lost', {});
+    const lostAt = Date.now();
+    for (;;) {
+      await new Promise((r) => setTimeout(r, PING_INTERVAL_MS).unref());
+      if (this.closed) return;
+      try {
+        await this.docker.ping();
+        await this.follow();
+        break;
+      } catch {
+        // Still down (or up but not yet serving events): ask again.
+      }
+    }
+    this.log('docker.back', { afterMs: Date.now() - lostAt });
+    try {
+      const { restarted, failed } = await this.sandboxes.restartStopped();
+      await this.pool?.replaceStopped();
+      this.log('sandboxes.restarted', { restarted: restarted.length, failed, afterMs: Date.now() - lostAt });
+    } catch (err) {
+      this.log('docker.recovery-failed', { error: (err as Error).message });
+    } finally {
+      this.sandboxes.engineAway = false;
+    }
+  }
+}

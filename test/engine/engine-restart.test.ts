@@ -1,0 +1,108 @@
+// The Docker engine restarted under a running controller: the controller notices, answers /readyz
+// 503 until its sandboxes are back, starts them again with their files, replaces the warm pool's
+// stopped members, and SDK clients carry on by themselves.
+//
+// This tier restarts the engine, so it runs alone, after the others (scripts/test), and only on an
+// engine that Warren's own scripts started (scripts/lib/common.sh marks it); it never restarts
+// an engine the machine's owner runs.
+import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Sandbox } from '@warren/sdk';
+import { startTestController, type TestController } from '../support/fixtures.js';
+import { typedOutcome, until } from '../support/reliability.js';
+
+const run = promisify(execFile);
+const repo = path.resolve(import.meta.dirname, '..', '..');
+
+function readPid(file: string): string | undefined {
+  try {
+    return readFileSync(file, 'utf8').trim();
+  } catch {
+    return undefined;
+  }
+}
+
+const enginePid = readPid('/var/run/docker.pid');
+const ours = enginePid !== undefined && enginePid === readPid('/var/run/warren-dockerd.pid');
+if (!ours) process.stderr.write('engine restart tests skipped: this Docker engine was not started by scripts/lib/common.sh, and Warren never restarts an engine it does not own.\n');
+
+/** Stops dockerd (its containers stop with it: no live-restore) and waits until it has exited. */
+async function stopEngine(): Promise<void> {
+  const pid = Number(readPid('/var/run/docker.pid'));
+  process.kill(pid, 'SIGTERM');
+  await until(
+    'dockerd to exit',
+    async () => {
+      try {
+        process.kill(pid, 0);
+        return undefined;
+      } catch {
+        return true;
+      }
+    },
+    60_000,
+  );
+}
+
+/** Starts dockerd the way scripts/test does, and waits until it answers. */
+async function startEngine(): Promise<void> {
+  await run('bash', ['-c', `source ${path.join(repo, 'scripts/lib/common.sh')} && ensure_docker`]);
+}
+
+async function readyz(url: string): Promise<number> {
+  return (await fetch(`${url}/readyz`).catch(() => undefined))?.status ?? 0;
+}
+
+(ours ? describe : describe.skip)('the Docker engine restarts under a running controller', () => {
+  let warren: TestController;
+  const events: { event: string; fields: Record<string, unknown> }[] = [];
+  let sandboxes: Sandbox[] = [];
+
+  beforeAll(async () => {
+    warren = await startTestController({ config: { poolSize: 1 }, log: (event, fields = {}) => void events.push({ event, fields }) });
+    sandboxes = await Promise.all(['warren/sandbox:latest', 'warren/test-busybox:latest'].map((image) => Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, image })));
+    await until('the warm pool to fill', async () => (warren.controller.pool?.readyCount === 1 ? true : undefined), 60_000);
+  });
+
+  afterAll(async () => {
+    // Whatever happened above, leave an engine running for whoever comes next.
+    await startEngine().catch(() => undefined);
+    for (const sandbox of sandboxes) await sandbox.kill().catch(() => undefined);
+    await warren?.[Symbol.asyncDispose]();
+  });
+
+  it('answers 503 while the engine is away, then restarts each sandbox with its files', async () => {
+    for (const [i, sandbox] of sandboxes.entries()) {
+      await sandbox.files.write('kept.txt', `written before the restart ${i}`);
+      await sandbox.commands.start('sleep 1000');
+    }
+
+    await stopEngine();
+    expect(await readyz(warren.url)).toBe(503);
+    // A call made while the engine is down waits for the sandbox to come back (the SDK reconnects
+    // and repeats reads), instead of failing with "the sandbox ended".
+    const pending = sandboxes.map((sandbox) => sandbox.files.read('kept.txt', { timeoutMs: 110_000 }));
+    await startEngine();
+
+    expect(await Promise.all(pending)).toEqual(['written before the restart 0', 'written before the restart 1']);
+    await until('/readyz to answer 200', async () => ((await readyz(warren.url)) === 200 ? true : undefined), 60_000);
+    for (const sandbox of sandboxes) {
+      expect((await sandbox.info()).state).toBe('running');
+      expect((await sandbox.commands.run(['echo', 'after'])).stdout).toBe('after\n');
+      // Processes do not survive a container restart; the README says so.
+      expect((await sandbox.commands.list()).filter((p) => p.running)).toEqual([]);
+    }
+    expect(events.map((e) => e.event)).toEqual(expect.arrayContaining(['docker.lost', 'docker.back', 'sandboxes.restarted']));
+    expect(events.find((e) => e.event === 'sandboxes.restarted')?.fields).toMatchObject({ restarted: 2, failed: {} });
+  });
+
+  it('replaces the warm pool members that stopped with the engine, and creates work again', async () => {
+    await until('the warm pool to refill', async () => (warren.controller.pool?.readyCount === 1 ? true : undefined), 60_000);
+    const fresh = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });
+    sandboxes.push(fresh);
+    expect((await fresh.commands.run(['echo', 'pooled'])).stdout).toBe('pooled\n');
+  });
+});

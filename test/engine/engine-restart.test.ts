@@ -25,9 +25,21 @@ function readPid(file: string): string | undefined {
   }
 }
 
-const enginePid = readPid('/var/run/docker.pid');
-const ours = enginePid !== undefined && enginePid === readPid('/var/run/warren-dockerd.pid');
-if (!ours) process.stderr.write('engine restart tests skipped: this Docker engine was not started by scripts/lib/common.sh, and Warren never restarts an engine it does not own.\n');
+/** Why the engine may not be restarted here, or undefined when it may. */
+async function reasonNotToRestart(): Promise<string | undefined> {
+  const enginePid = readPid('/var/run/docker.pid');
+  if (enginePid === undefined || enginePid !== readPid('/var/run/warren-dockerd.pid')) {
+    return 'this Docker engine was not started by scripts/lib/common.sh, and Warren never restarts an engine it does not own';
+  }
+  const { stdout } = await run('docker', ['ps', '--format', '{{.Names}} {{.Label "warren.sandbox"}}']);
+  const others = stdout.split('\n').filter((line) => line.trim() !== '' && line.trim().split(' ').length < 2);
+  if (others.length > 0) return `containers other than Warren sandboxes run on this engine (${others.join(', ')}), and a restart would stop them`;
+  return undefined;
+}
+
+const skipReason = await reasonNotToRestart();
+if (skipReason) process.stderr.write(`engine restart tests skipped: ${skipReason}.\n`);
+const ours = skipReason === undefined;
 
 /** Stops dockerd (its containers stop with it: no live-restore) and waits until it has exited. */
 async function stopEngine(): Promise<void> {

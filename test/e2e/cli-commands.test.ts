@@ -122,6 +122,39 @@ describe('warren exec', () => {
     expect(slow.stderr).toContain('timeout');
   });
 
+  it('streams stdin with -i: the command answers a line before the next one is sent, and may stop reading early', async () => {
+    const { spawn } = await import('node:child_process');
+    const { WARREN_BIN } = await import('../support/cli.js');
+    const child = spawn(process.execPath, [WARREN_BIN, 'exec', '-i', sandbox.id, '--', 'read a; echo "got $a"; read b; echo "got $b"'], { env: { ...process.env, ...env } });
+    let seen = '';
+    const sawFirst = new Promise<void>((resolve) => {
+      child.stdout.on('data', (c: Buffer) => {
+        seen += c.toString();
+        if (seen.includes('got one')) resolve();
+      });
+    });
+    child.stdin.write('one\n');
+    await sawFirst;
+    child.stdin.end('two\n');
+    expect(await new Promise<number | null>((resolve) => child.on('close', resolve))).toBe(0);
+    expect(seen).toBe('got one\ngot two\n');
+
+    // A command that stops reading early ends the call while input is still coming (as
+    // `yes | warren exec -i ID -- head -c 5` would): the rest of the input is dropped.
+    const head = spawn(process.execPath, [WARREN_BIN, 'exec', '-i', sandbox.id, '--', 'head -c 5'], { env: { ...process.env, ...env } });
+    head.stdin.on('error', () => undefined); // EPIPE once warren has exited
+    let headOut = '';
+    head.stdout.on('data', (c: Buffer) => (headOut += c.toString()));
+    const chunk = 'x'.repeat(64 * 1024);
+    const feed = setInterval(() => head.stdin.writable && head.stdin.write(chunk), 10);
+    try {
+      expect(await new Promise<number | null>((resolve) => head.on('close', resolve))).toBe(0);
+    } finally {
+      clearInterval(feed);
+    }
+    expect(headOut).toBe('xxxxx');
+  });
+
   it('shows output before the command ends (streaming, not buffered to the end)', async () => {
     // The command waits for a file the test writes only after it has seen the first line.
     const { spawn } = await import('node:child_process');

@@ -1,6 +1,7 @@
 import { constants } from 'node:os';
 import type { Command } from 'commander';
-import type { CommandResult } from '@warren/sdk';
+import type { ProcessInfo } from '@warren/protocol';
+import type { CommandResult, Sandbox } from '@warren/sdk';
 import { CliError } from './output.js';
 import { connectSandbox } from './sandbox-commands.js';
 
@@ -29,7 +30,7 @@ export async function execCommand(id: string, argv: string[], options: ExecOptio
     const runOptions: Parameters<typeof sandbox.commands.stream>[1] = { timeoutMs: options.timeout !== undefined ? Math.min(options.timeout * 1000, MAX_TIMEOUT_MS) : MAX_TIMEOUT_MS };
     if (options.cwd !== undefined) runOptions.cwd = options.cwd;
     if (options.env && Object.keys(options.env).length) runOptions.env = options.env;
-    if (options.stdin) runOptions.stdin = await readAll(process.stdin);
+    if (options.stdin) return await execWithStdin(sandbox, cmd, runOptions);
     const abort = new AbortController();
     runOptions.signal = abort.signal;
     const onSignal = () => abort.abort();
@@ -54,6 +55,48 @@ export async function execCommand(id: string, argv: string[], options: ExecOptio
 }
 
 /**
+ * `exec -i`: the command runs as a background process with its stdin open, this process's stdin
+ * is sent to it piece by piece as it arrives (each write waits for the sandbox, so a fast producer
+ * is slowed to the command's pace), and its output streams back meanwhile. EOF here closes the
+ * command's stdin; Ctrl-C kills its tree.
+ */
+async function execWithStdin(sandbox: Sandbox, cmd: string | string[], options: Parameters<Sandbox['commands']['stream']>[1] & {}): Promise<number> {
+  const proc = await sandbox.commands.start(cmd, {
+    keepStdinOpen: true,
+    processTimeoutMs: options.timeoutMs,
+    ...(options.cwd === undefined ? {} : { cwd: options.cwd }),
+    ...(options.env === undefined ? {} : { env: options.env }),
+  });
+  const onSignal = () => void proc.kill().catch(() => undefined);
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  const pump = (async () => {
+    try {
+      for await (const chunk of process.stdin) await proc.write(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as string));
+      await proc.closeStdin();
+    } catch {
+      // The command ended (or closed its stdin) before reading everything: the rest is not wanted.
+    }
+  })();
+  try {
+    let info: ProcessInfo | undefined;
+    for await (const event of proc.attach()) {
+      if (event.type === 'exit') info = event.info;
+      else await write(event.type === 'stdout' ? process.stdout : process.stderr, event.data);
+    }
+    info ??= await proc.wait();
+    if (info.timedOut) process.stderr.write(`warren: the command was killed after its ${Math.round(options.timeoutMs! / 1000)} s timeout (pass --timeout SECONDS for longer)\n`);
+    return exitCodeOf(info);
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+    // A terminal's stdin never ends by itself: stop reading it once the command is done.
+    process.stdin.destroy();
+    await pump;
+  }
+}
+
+/**
  * The exit code a shell would report: the command's own, 128 + the signal number when a signal
  * ended it, 124 on a timeout (as `timeout(1)` does).
  *
@@ -72,10 +115,4 @@ function write(stream: NodeJS.WriteStream, data: Buffer): Promise<void> {
     if (stream.write(data)) resolve();
     else stream.once('drain', resolve);
   });
-}
-
-async function readAll(stream: NodeJS.ReadStream): Promise<Uint8Array> {
-  const chunks: Buffer[] = [];
-  for await (const chunk of stream) chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as string));
-  return Buffer.concat(chunks);
 }

@@ -1,9 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { createHash, randomBytes } from 'node:crypto';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { lineAnchor } from '@warren/protocol';
-import { Sandbox } from '@warren/sdk';
+import { Sandbox, WRITE_PIECE_BYTES } from '@warren/sdk';
 import { startTestController, type TestController } from '../support/fixtures.js';
 import { codeOf } from '../support/files.js';
 
@@ -78,6 +79,21 @@ describe('every file operation through the controller, in a real container', () 
     for (const m of ['fs.write', 'fs.read', 'fs.edit', 'fs.editLines', 'fs.copy', 'fs.move', 'fs.delete', 'fs.upload', 'fs.download', 'process.exec']) expect(methods).toContain(m);
     expect(entries.at(-1)).toMatchObject({ method: 'fs.read', paths: ['/etc/shadow'], outcome: 'PATH_NOT_IN_SANDBOX' });
   });
+
+  it('a write larger than one frame goes in pieces through the controller and lands byte-identical; one refused mid-way leaves the old file as it was', async () => {
+    const big = randomBytes(5 * WRITE_PIECE_BYTES + 12_345);
+    await sandbox.files.write('big/data.bin', 'old', { mode: 0o600 });
+    expect(await sandbox.files.write('big/data.bin', big)).toMatchObject({ bytesWritten: big.length, created: false });
+    const inside = await sandbox.commands.run('sha256sum /workspace/big/data.bin && stat -c %a:%U /workspace/big/data.bin && ls -A /workspace/big');
+    expect(inside.stdout).toBe(`${createHash('sha256').update(big).digest('hex')}  /workspace/big/data.bin\n600:warren\ndata.bin\n`);
+
+    await using limited = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, policy: { root: '/workspace', readOnly: false, maxFileBytes: 3 * WRITE_PIECE_BYTES } });
+    await limited.files.write('keep.bin', 'the old content');
+    // The fourth piece would end past the limit; the pieces before it land in the temporary file only.
+    expect(await codeOf(limited.files.write('keep.bin', big))).toBe('FILE_TOO_LARGE');
+    expect(await limited.files.read('keep.bin')).toBe('the old content');
+    expect((await limited.commands.run('ls -A /workspace')).stdout).toBe('keep.bin\n');
+  }, 120_000);
 
   it('asks onApproval through the controller for named paths that want it (seed 001)', async () => {
     await using approving = await Sandbox.create({

@@ -547,7 +547,7 @@ export class SandboxService {
     if (!this.engineAway) this.givenUp.add(record.id);
   }
 
-  /** Removes an unclaimed warm-pool container and its socket folder. */  /** Removes an unclaimed warm-pool container and its socket folder. */
+  /** Removes an unclaimed warm-pool container and its socket folder. */
   async removePoolMember(agentId: string, containerId: string): Promise<void> {
     await this.docker.removeSandbox(containerId).catch(() => undefined);
     await rm(this.socketDir(agentId), { recursive: true, force: true });

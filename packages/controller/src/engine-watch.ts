@@ -24,6 +24,8 @@ const PING_INTERVAL_MS = 1000;
 export class EngineWatch {
   private stopFollowing: (() => void) | undefined;
   private closed = false;
+  private recovering = false;
+  private lostAgain = false;
 
   constructor(
     private readonly docker: DockerProvider,
@@ -51,30 +53,43 @@ export class EngineWatch {
 
   /** The engine's event stream ended: wait for the engine, follow it again, restart what stopped. */
   private async recover(): Promise<void> {
-    if (this.closed) return;
+    // Lost again while recovering (the new stream ended too): the running recovery goes round again.
+    if (this.recovering) return void (this.lostAgain = true);
+    this.recovering = true;
     this.sandboxes.engineAway = true;
-    this.log('docker.lost', {});
     const lostAt = Date.now();
-    for (;;) {
+    try {
+      do {
+        this.lostAgain = false;
+        this.log('docker.lost', {});
+        await this.waitForEngine();
+        if (this.closed) return;
+        this.log('docker.back', { afterMs: Date.now() - lostAt });
+        try {
+          const { restarted, failed } = await this.sandboxes.restartStopped();
+          await this.pool?.replaceStopped();
+          this.log('sandboxes.restarted', { restarted: restarted.length, failed, afterMs: Date.now() - lostAt });
+        } catch (err) {
+          this.log('docker.recovery-failed', { error: (err as Error).message });
+        }
+      } while (this.lostAgain && !this.closed);
+    } finally {
+      this.recovering = false;
+      this.sandboxes.engineAway = false;
+    }
+  }
+
+  /** Pings until the engine answers and serves events again. */
+  private async waitForEngine(): Promise<void> {
+    while (!this.closed) {
       await new Promise((r) => setTimeout(r, PING_INTERVAL_MS).unref());
-      if (this.closed) return;
       try {
         await this.docker.ping();
         await this.follow();
-        break;
+        return;
       } catch {
         // Still down (or up but not yet serving events): ask again.
       }
-    }
-    this.log('docker.back', { afterMs: Date.now() - lostAt });
-    try {
-      const { restarted, failed } = await this.sandboxes.restartStopped();
-      await this.pool?.replaceStopped();
-      this.log('sandboxes.restarted', { restarted: restarted.length, failed, afterMs: Date.now() - lostAt });
-    } catch (err) {
-      this.log('docker.recovery-failed', { error: (err as Error).message });
-    } finally {
-      this.sandboxes.engineAway = false;
     }
   }
 }

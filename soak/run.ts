@@ -10,6 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs, promisify } from 'node:util';
 import { Sandbox, WarrenError } from '@warren/sdk';
+import { reasonNotToRestartEngine, startEngine, stopEngine } from '../test/support/engine.js';
 
 const run = promisify(execFile);
 // Both soak/run.ts and its bundle in .warren/ sit one folder below the repository.
@@ -100,7 +101,7 @@ interface Stats {
   calls: number;
   ok: number;
   errors: Map<string, number>;
-  /** Errors of sandboxes that a fault took down on purpose, apart from the rest. */
+  /** Errors of sandboxes a fault hit on purpose (removed, or restarted), apart from the rest. */
   victimErrors: Map<string, number>;
   untyped: string[];
   mismatches: string[];
@@ -118,7 +119,12 @@ interface Slot {
   clients: Sandbox[];
   /** path -> content of every write that was acknowledged. */
   acked: Map<string, Buffer>;
+  /** A fault hit this sandbox on purpose: its errors are counted apart. */
   victim: boolean;
+  /** Removed from outside: nothing of it is read back. */
+  removed: boolean;
+  /** Started again (daemon killed, engine restarted): files are read back, its ticker is gone. */
+  restarted: boolean;
 }
 
 async function main(): Promise<void> {
@@ -136,7 +142,7 @@ async function main(): Promise<void> {
       );
       for (const owner of batch) {
         const extra = await Promise.all(Array.from({ length: clientsPer - 1 }, () => Sandbox.connect(owner.id, { baseUrl: controller.url, token: owner.token })));
-        slots.push({ index: slots.length, owner, clients: [owner, ...extra], acked: new Map(), victim: false });
+        slots.push({ index: slots.length, owner, clients: [owner, ...extra], acked: new Map(), victim: false, removed: false, restarted: false });
       }
     }
     // A background process in every sandbox: it must outlive a controller SIGKILL.
@@ -149,7 +155,7 @@ async function main(): Promise<void> {
       for (let round = 0; !stopping; round++) {
         stats.peakControllerRss = Math.max(stats.peakControllerRss, await controller.rssBytes());
         if (round % 10 === 0) {
-          for (const s of slots.filter((x) => !x.victim)) {
+          for (const s of slots.filter((x) => !x.removed)) {
             const info = await s.owner.daemonInfo({ timeoutMs: 10_000 }).catch(() => undefined);
             if (info) stats.peakDaemonRss = Math.max(stats.peakDaemonRss, info.rssBytes);
           }
@@ -171,7 +177,9 @@ async function main(): Promise<void> {
     let lost = 0;
     let checked = 0;
     const lostFiles: string[] = [];
-    for (const slot of slots.filter((s) => !s.victim)) {
+    // Every acknowledged write of every sandbox that still exists, restarted ones included: a
+    // restart keeps the workspace.
+    for (const slot of slots.filter((s) => !s.removed)) {
       const fresh = await Sandbox.connect(slot.owner.id, { baseUrl: controller.url, token: slot.owner.token });
       try {
         const listing = (await fresh.commands.run('cd /workspace/soak 2>/dev/null && sha256sum *', { timeoutMs: 120_000 })).stdout;
@@ -187,7 +195,7 @@ async function main(): Promise<void> {
         fresh.close();
       }
     }
-    const survivors = slots.filter((s) => !s.victim);
+    const survivors = slots.filter((s) => !s.removed && !s.restarted);
     const ticking = await countTicking(survivors);
     printSummary({ checked, lost, lostFiles, ticking, survivors: survivors.length });
     if (lost > 0 || stats.untyped.length > 0 || stats.mismatches.length > 0) process.exitCode = 1;
@@ -246,6 +254,15 @@ async function injectFaults(controller: Controller, slots: Slot[], deadline: num
     const when = start + (deadline - start) * fraction;
     while (Date.now() < when) await sleep(Math.min(500, when - Date.now()));
   };
+  /** How long until the controller has started the sandbox again (its daemon started after `killedAt`). */
+  const restarted = async (sandbox: Sandbox, killedAt: number) => {
+    for (;;) {
+      const info = await sandbox.daemonInfo({ timeoutMs: 10_000 }).catch(() => undefined);
+      if (info && Date.now() - info.uptimeMs > killedAt) return `started again with its files after ${((Date.now() - killedAt) / 1000).toFixed(1)} s`;
+      if (Date.now() - killedAt > 120_000) return 'NOT started again within 120 s';
+      await sleep(250);
+    }
+  };
   const ended = async (sandbox: Sandbox) => {
     const t = Date.now();
     for (;;) {
@@ -259,11 +276,14 @@ async function injectFaults(controller: Controller, slots: Slot[], deadline: num
   await at(0.2);
   const daemonVictim = slots[slots.length - 1]!;
   daemonVictim.victim = true;
+  daemonVictim.restarted = true;
   try {
     const { pid } = await daemonVictim.owner.daemonInfo();
     const [container] = await containerIds(daemonVictim.owner.id);
-    await run('docker', ['exec', container!, 'sh', '-c', `kill -9 ${pid}`]);
-    stats.faults.push(`daemon SIGKILL (sandbox ${daemonVictim.owner.id.slice(0, 8)}): ${await ended(daemonVictim.owner)}`);
+    const killedAt = Date.now();
+    // The exec may die with the container (exit 137): that is the kill working.
+    await run('docker', ['exec', container!, 'sh', '-c', `kill -9 ${pid}`]).catch(() => undefined);
+    stats.faults.push(`daemon SIGKILL (sandbox ${daemonVictim.owner.id.slice(0, 8)}): ${await restarted(daemonVictim.owner, killedAt)}`);
   } catch (err) {
     stats.faults.push(`daemon SIGKILL: could not inject: ${(err as Error).message}`);
   }
@@ -271,6 +291,7 @@ async function injectFaults(controller: Controller, slots: Slot[], deadline: num
   await at(0.35);
   const rmVictim = slots[slots.length - 2]!;
   rmVictim.victim = true;
+  rmVictim.removed = true;
   try {
     const [container] = await containerIds(rmVictim.owner.id);
     await run('docker', ['rm', '-f', container!]);
@@ -298,8 +319,8 @@ async function injectFaults(controller: Controller, slots: Slot[], deadline: num
     await at(0.7);
     stats.faults.push(`Docker engine restart: ${await restartDocker(controller)}`);
     // Containers stop with the engine (no live-restore): the controller starts them again with
-    // their files, but their background tickers are gone, so no sandbox counts as a survivor.
-    for (const s of slots) s.victim = true;
+    // their files (read back at the end like the others), but their background tickers are gone.
+    for (const s of slots) s.restarted = true;
   }
 }
 
@@ -315,23 +336,15 @@ async function waitFor(condition: () => boolean, timeoutMs: number): Promise<boo
 /** Restarts dockerd (only with --restart-docker: it stops every container on this engine). */
 async function restartDocker(controller: Controller): Promise<string> {
   const readyz = async () => (await fetch(`${controller.url}/readyz`).catch(() => undefined))?.status ?? 0;
-  const pid = (await readFile('/var/run/docker.pid', 'utf8').catch(() => '')).trim();
-  if (!pid) return 'skipped: no /var/run/docker.pid (dockerd not started by scripts/lib/common.sh)';
-  await run('kill', ['-TERM', pid]);
-  await waitFor(() => {
-    try {
-      process.kill(Number(pid), 0);
-      return false;
-    } catch {
-      return true;
-    }
-  }, 60_000);
+  const refusal = await reasonNotToRestartEngine();
+  if (refusal) return `skipped: ${refusal}`;
+  await stopEngine();
   const whileDown = await readyz();
-  spawn('setsid', ['nohup', 'dockerd'], { stdio: 'ignore', detached: true }).unref();
   const t = Date.now();
+  await startEngine(repo);
   let status = 0;
-  while (Date.now() - t < 90_000 && (status = await readyz()) !== 200) await sleep(500);
-  return `/readyz answered ${whileDown} while the engine was down and ${status} ${((Date.now() - t) / 1000).toFixed(1)} s after it was started again`;
+  while (Date.now() - t < 180_000 && (status = await readyz()) !== 200) await sleep(500);
+  return `/readyz answered ${whileDown} while the engine was down and ${status} ${((Date.now() - t) / 1000).toFixed(1)} s after it was started again (its sandboxes started again by then)`;
 }
 
 async function containerIds(sandboxId: string): Promise<string[]> {
@@ -362,7 +375,7 @@ function printSummary(result: { checked: number; lost: number; lostFiles: string
     `Warren soak: ${flags.duration} with ${sandboxCount} sandboxes x ${clientsPer} SDK clients on ${os.cpus().length} cores, Node ${process.version}`,
     `  calls:              ${stats.calls} (${stats.ok} ok)`,
     `  errors by code:     ${fmt(stats.errors)}`,
-    `  victims' errors:    ${fmt(stats.victimErrors)} (sandboxes a fault ended on purpose)`,
+    `  victims' errors:    ${fmt(stats.victimErrors)} (sandboxes a fault hit on purpose: removed, or restarted)`,
     `  untyped errors:     ${stats.untyped.length}${stats.untyped.length ? ` (${stats.untyped.slice(0, 3).join(' | ')})` : ''}`,
     `  wrong answers:      ${stats.mismatches.length}${stats.mismatches.length ? ` (${stats.mismatches.slice(0, 3).join(' | ')})` : ''}`,
     `  lost writes:        ${result.lost} of ${result.checked} acknowledged writes read back${result.lost ? ` (${result.lostFiles.slice(0, 3).join(', ')})` : ''}`,

@@ -5,64 +5,19 @@
 // This tier restarts the engine, so it runs alone, after the others (scripts/test), and only on an
 // engine that Warren's own scripts started (scripts/lib/common.sh marks it); it never restarts
 // an engine the machine's owner runs.
-import { execFile } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Sandbox } from '@warren/sdk';
+import { reasonNotToRestartEngine, startEngine as startEngineIn, stopEngine } from '../support/engine.js';
 import { startTestController, type TestController } from '../support/fixtures.js';
-import { typedOutcome, until } from '../support/reliability.js';
+import { until } from '../support/reliability.js';
 
-const run = promisify(execFile);
 const repo = path.resolve(import.meta.dirname, '..', '..');
+const startEngine = () => startEngineIn(repo);
 
-function readPid(file: string): string | undefined {
-  try {
-    return readFileSync(file, 'utf8').trim();
-  } catch {
-    return undefined;
-  }
-}
-
-/** Why the engine may not be restarted here, or undefined when it may. */
-async function reasonNotToRestart(): Promise<string | undefined> {
-  const enginePid = readPid('/var/run/docker.pid');
-  if (enginePid === undefined || enginePid !== readPid('/var/run/warren-dockerd.pid')) {
-    return 'this Docker engine was not started by scripts/lib/common.sh, and Warren never restarts an engine it does not own';
-  }
-  const { stdout } = await run('docker', ['ps', '--format', '{{.Names}} {{.Label "warren.sandbox"}}']);
-  const others = stdout.split('\n').filter((line) => line.trim() !== '' && line.trim().split(' ').length < 2);
-  if (others.length > 0) return `containers other than Warren sandboxes run on this engine (${others.join(', ')}), and a restart would stop them`;
-  return undefined;
-}
-
-const skipReason = await reasonNotToRestart();
+const skipReason = await reasonNotToRestartEngine();
 if (skipReason) process.stderr.write(`engine restart tests skipped: ${skipReason}.\n`);
 const ours = skipReason === undefined;
-
-/** Stops dockerd (its containers stop with it: no live-restore) and waits until it has exited. */
-async function stopEngine(): Promise<void> {
-  const pid = Number(readPid('/var/run/docker.pid'));
-  process.kill(pid, 'SIGTERM');
-  await until(
-    'dockerd to exit',
-    async () => {
-      try {
-        process.kill(pid, 0);
-        return undefined;
-      } catch {
-        return true;
-      }
-    },
-    60_000,
-  );
-}
-
-/** Starts dockerd the way scripts/test does, and waits until it answers. */
-async function startEngine(): Promise<void> {
-  await run('bash', ['-c', `source ${path.join(repo, 'scripts/lib/common.sh')} && ensure_docker`]);
-}
 
 async function readyz(url: string): Promise<number> {
   return (await fetch(`${url}/readyz`).catch(() => undefined))?.status ?? 0;

@@ -74,7 +74,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
 
   const readiness = async () => {
     await docker.ping();
-    if (sandboxes.engineAway) throw new Error('the Docker engine restarted and Warren is still starting the sandboxes that stopped with it');
+    if (engine.recovering) throw new Error('the Docker engine restarted and Warren is still starting the sandboxes that stopped with it');
     if (!(await docker.hasImage(config.defaultImage))) throw new Error(`the default image ${config.defaultImage} is not on the Docker engine; build it with scripts/build-images`);
     return { docker: 'ok', defaultImage: config.defaultImage, runtimes: sandboxes.runtimes };
   };

@@ -12,8 +12,9 @@ const PING_INTERVAL_MS = 1000;
  * dies is marked `exited` at once (from the engine's events, not at the next reaper tick). When
  * the engine goes away (its event stream ends, however briefly it was gone) the watch waits for
  * it to answer again, then starts the sandboxes that stopped with it and replaces the warm pool's
- * stopped members. From the loss until those restarts are done, `sandboxes.engineAway` is true,
- * and connections to a sandbox fail with a retryable error instead of "the sandbox ended".
+ * stopped members. While the engine is away `sandboxes.engineAway` is true, and until the restarts
+ * are done {@link EngineWatch.recovering} is: connections to a sandbox meanwhile fail with a
+ * retryable error instead of "the sandbox ended", and `/readyz` answers 503.
  *
  * @example
  * const watch = new EngineWatch(docker, sandboxes, pool, log);
@@ -24,7 +25,8 @@ const PING_INTERVAL_MS = 1000;
 export class EngineWatch {
   private stopFollowing: (() => void) | undefined;
   private closed = false;
-  private recovering = false;
+  /** True from the moment the engine was lost until the sandboxes that stopped with it are back. */
+  recovering = false;
   private lostAgain = false;
 
   constructor(
@@ -56,14 +58,15 @@ export class EngineWatch {
     // Lost again while recovering (the new stream ended too): the running recovery goes round again.
     if (this.recovering) return void (this.lostAgain = true);
     this.recovering = true;
-    this.sandboxes.engineAway = true;
     const lostAt = Date.now();
     try {
       do {
         this.lostAgain = false;
+        this.sandboxes.engineAway = true;
         this.log('docker.lost', {});
         await this.waitForEngine();
         if (this.closed) return;
+        this.sandboxes.engineAway = false;
         this.log('docker.back', { afterMs: Date.now() - lostAt });
         try {
           const { restarted, failed } = await this.sandboxes.restartStopped();

@@ -9,10 +9,34 @@ import { LABELS, sandboxLabels, type DockerProvider } from './docker.js';
 import type { Metrics } from './metrics.js';
 import { isBelow, planSandbox, type SandboxPlan } from './sandbox-plan.js';
 
-/** How long the controller keeps trying to start a died sandbox again, and the crash-loop window. */
+/** The crash-loop window: deaths within it count towards {@link MAX_RESTARTS}. */
 export const RESTART_WINDOW_MS = 120_000;
 /** A sandbox whose container died this many times within the window stays `exited`. */
 export const MAX_RESTARTS = 3;
+/** Failed attempts (the engine answering, the daemon not) before a restart is given up. */
+export const RESTART_ATTEMPTS = 15;
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms).unref());
+
+/** Runs at most `size` tasks at once; the others wait their turn. */
+class Slots {
+  private free: number;
+  private readonly waiting: (() => void)[] = [];
+  constructor(size: number) {
+    this.free = size;
+  }
+  async run<T>(task: () => Promise<T>): Promise<T> {
+    if (this.free > 0) this.free--;
+    else await new Promise<void>((resolve) => this.waiting.push(resolve));
+    try {
+      return await task();
+    } finally {
+      const next = this.waiting.shift();
+      if (next) next();
+      else this.free++;
+    }
+  }
+}
 
 // 24 characters of a 62-letter alphabet: 142 bits of randomness, safe in URLs and container names.
 export const newId = customAlphabet('0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ', 24);
@@ -74,8 +98,10 @@ export interface PoolSource {
 export class SandboxService {
   private readonly records = new Map<string, SandboxRecord>();
   private creating = 0;
-  /** Public ids of sandboxes whose stopped containers are being started again. */
-  private readonly restarting = new Set<string>();
+  /** The restart under way of each sandbox whose stopped container is being started again. */
+  private readonly restarts = new Map<string, Promise<boolean>>();
+  /** At most four containers start again at once, so fifty do not all load the engine together. */
+  private readonly restartSlots = new Slots(4);
   /** Public ids of sandboxes being killed on purpose: their containers' deaths are not restarted. */
   private readonly killing = new Set<string>();
   /** When each sandbox's container last died, for the crash-loop guard. */
@@ -83,8 +109,8 @@ export class SandboxService {
   /** Public ids of stopped sandboxes the controller no longer tries to start: they stay `exited`. */
   private readonly givenUp = new Set<string>();
   /**
-   * True from the moment the Docker engine was lost until the sandboxes that stopped with it have
-   * been started again (set by the engine watch). Connections meanwhile fail retryable.
+   * True while the Docker engine does not answer (set by the engine watch): restarts wait for it,
+   * and connections meanwhile fail retryable.
    */
   engineAway = false;
   /** Counts each sandbox's starts, so a state listed before a restart is not applied after it. */
@@ -363,7 +389,7 @@ export class SandboxService {
    * engine was asked (`starts`); a death no event reported is handled like one.
    */
   private observe(record: SandboxRecord, dockerState: string | undefined, starts: number | undefined): void {
-    if (this.records.get(record.id) !== record || this.restarting.has(record.id) || this.starts.get(record.id) !== starts) return;
+    if (this.records.get(record.id) !== record || this.restarts.has(record.id) || this.starts.get(record.id) !== starts) return;
     const was = record.state;
     record.state = toState(dockerState);
     if (record.state === 'exited' && was !== 'exited') this.died(record);
@@ -439,47 +465,19 @@ export class SandboxService {
   /**
    * Starts again every sandbox whose container stopped but still exists and has time left: what
    * an engine restart or a host reboot leaves behind (containers stop with the engine unless it
-   * runs with live-restore). Four at a time, so fifty sandboxes do not all load the engine at once.
+   * runs with live-restore). Joins the restarts already under way (a container that died while
+   * the engine was stopping). Resolves once each has come back or been given up.
    */
-  async restartStopped(): Promise<{ restarted: string[]; failed: Record<string, string> }> {
+  async restartStopped(): Promise<{ restarted: string[]; failed: string[] }> {
     const states = await this.docker.containerStates();
-    const stopped = this.list().filter((r) => toState(states.get(r.containerId)) === 'exited' && r.expiresAt > new Date() && !this.restarting.has(r.id));
-    const restarted: string[] = [];
-    const failed: Record<string, string> = {};
-    for (const r of stopped) {
-      r.state = 'exited';
-      this.restarting.add(r.id);
-    }
-    const next = async (): Promise<void> => {
-      for (let record = stopped.shift(); record; record = stopped.shift()) {
-        try {
-          await this.startAgain(record);
-          restarted.push(record.id);
-        } catch (err) {
-          failed[record.id] = (err as Error).message;
-          this.givenUp.add(record.id);
-        } finally {
-          this.restarting.delete(record.id);
-        }
-      }
-    };
-    await Promise.all([next(), next(), next(), next()]);
-    return { restarted, failed };
+    const stopped = this.list().filter((r) => toState(states.get(r.containerId)) === 'exited' && r.expiresAt > new Date());
+    const outcomes = await Promise.all(stopped.map((record) => this.restart(record, 0).then((back) => ({ id: record.id, back }))));
+    return { restarted: outcomes.filter((o) => o.back).map((o) => o.id), failed: outcomes.filter((o) => !o.back).map((o) => o.id) };
   }
 
-  /**
-   * Starts a stopped sandbox container again: a new one-time secret file for its daemon, the same
-   * workspace volume (files are kept; processes are not), and running only once the daemon has
-   * answered a real call.
-   */
-  private async startAgain(record: SandboxRecord): Promise<void> {
-    await rm(this.socketPathOf(record.agentId), { force: true });
-    await this.prepareSocketDir(record.agentId, this.socketDir(record.agentId), record.settings.user);
-    await this.docker.startAgain(record.containerId);
-    await this.waitUntilReady(record.agentId, record.containerId);
-    record.state = 'running';
-    this.givenUp.delete(record.id);
-    this.starts.set(record.id, (this.starts.get(record.id) ?? 0) + 1);
+  /** True while the controller is starting this sandbox's container again: a connection should retry. */
+  isRestarting(id: string): boolean {
+    return this.restarts.has(id);
   }
 
   /**
@@ -489,7 +487,7 @@ export class SandboxService {
    */
   willRestart(id: string): boolean {
     const record = this.records.get(id);
-    return record !== undefined && (this.restarting.has(id) || (!this.givenUp.has(id) && record.expiresAt > new Date()));
+    return record !== undefined && (this.restarts.has(id) || (!this.givenUp.has(id) && record.expiresAt > new Date()));
   }
 
   /**
@@ -505,12 +503,12 @@ export class SandboxService {
 
   /**
    * A sandbox's container stopped (its daemon was killed, the engine is stopping, `docker stop`
-   * from outside): start it again, retrying for up to {@link RESTART_WINDOW_MS} while the engine is
-   * away. One that died {@link MAX_RESTARTS} times within that window stays `exited`, so a
-   * crashing daemon does not loop; so does one whose time is up.
+   * from outside): start it again. One that died {@link MAX_RESTARTS} times within
+   * {@link RESTART_WINDOW_MS} stays `exited`, so a crashing daemon does not loop; so does one whose
+   * time is up.
    */
   private died(record: SandboxRecord): void {
-    if (this.killing.has(record.id) || this.restarting.has(record.id)) return;
+    if (this.killing.has(record.id) || this.restarts.has(record.id)) return;
     record.state = 'exited';
     const now = Date.now();
     const recent = (this.deaths.get(record.id) ?? []).filter((t) => now - t < RESTART_WINDOW_MS);
@@ -519,32 +517,62 @@ export class SandboxService {
       this.givenUp.add(record.id);
       return;
     }
-    this.restarting.add(record.id);
-    void this.restartWithRetries(record, now).finally(() => this.restarting.delete(record.id));
+    // A container that died because the engine is stopping would be started only to be stopped
+    // again: give a stopping engine a moment to show itself first.
+    void this.restart(record, 2000);
   }
 
-  private async restartWithRetries(record: SandboxRecord, diedAt: number): Promise<void> {
-    // A container that dies because the engine is stopping would be started only to be stopped
-    // again: give a stopping engine a moment to show itself, and leave the sandbox to the engine
-    // watch's restart while the engine is away.
-    await new Promise((r) => setTimeout(r, 2000).unref());
-    for (let attempt = 0; Date.now() - diedAt < RESTART_WINDOW_MS && this.records.get(record.id) === record; attempt++) {
-      if (this.engineAway) return;
-      try {
-        await this.startAgain(record);
-        this.onRestart?.(record.id, null);
-        return;
-      } catch (err) {
-        // Gone from the engine (removed from outside): nothing to start.
-        if ((await this.docker.containerState(record.containerId).catch(() => 'unknown')) === undefined) {
-          record.state = 'gone';
-          return;
+  /**
+   * The one restart of a sandbox at a time: a second caller joins the first. It waits while the
+   * engine is away (that time does not count), then tries up to {@link RESTART_ATTEMPTS} times
+   * with backoff; four sandboxes start at once at most. Resolves true once the sandbox is back.
+   */
+  private restart(record: SandboxRecord, delayMs: number): Promise<boolean> {
+    const running = this.restarts.get(record.id);
+    if (running) return running;
+    const job = (async () => {
+      await sleep(delayMs);
+      for (let attempt = 0; attempt < RESTART_ATTEMPTS && this.records.get(record.id) === record; ) {
+        if (this.engineAway) {
+          await sleep(1000);
+          continue;
         }
-        if (attempt % 5 === 4) this.onRestart?.(record.id, (err as Error).message);
+        try {
+          const state = await this.docker.containerState(record.containerId);
+          if (state === undefined) {
+            record.state = 'gone';
+            return false;
+          }
+          // Started meanwhile (by another controller, or by hand): nothing to do but use it.
+          if (state !== 'running') await this.restartSlots.run(() => this.startAgain(record));
+          record.state = 'running';
+          this.givenUp.delete(record.id);
+          this.onRestart?.(record.id, null);
+          return true;
+        } catch (err) {
+          attempt++;
+          if (attempt % 5 === 0) this.onRestart?.(record.id, (err as Error).message);
+        }
+        await sleep(Math.min(5000, 250 * 2 ** attempt));
       }
-      await new Promise((r) => setTimeout(r, Math.min(5000, 250 * 2 ** attempt)).unref());
-    }
-    if (!this.engineAway) this.givenUp.add(record.id);
+      this.givenUp.add(record.id);
+      return false;
+    })().finally(() => this.restarts.delete(record.id));
+    this.restarts.set(record.id, job);
+    return job;
+  }
+
+  /**
+   * Starts a stopped sandbox container again: a new one-time secret file for its daemon, the same
+   * workspace volume (files are kept; processes are not), and running only once the daemon has
+   * answered a real call.
+   */
+  private async startAgain(record: SandboxRecord): Promise<void> {
+    await rm(this.socketPathOf(record.agentId), { force: true });
+    await this.prepareSocketDir(record.agentId, this.socketDir(record.agentId), record.settings.user);
+    await this.docker.startAgain(record.containerId);
+    await this.waitUntilReady(record.agentId, record.containerId);
+    this.starts.set(record.id, (this.starts.get(record.id) ?? 0) + 1);
   }
 
   /** Removes an unclaimed warm-pool container and its socket folder. */

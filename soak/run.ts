@@ -5,6 +5,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { execFile } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
+import { createWriteStream, mkdirSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -15,6 +16,10 @@ import { reasonNotToRestartEngine, startEngine, stopEngine } from '../test/suppo
 const run = promisify(execFile);
 // Both soak/run.ts and its bundle in .warren/ sit one folder below the repository.
 const repo = path.resolve(new URL('..', import.meta.url).pathname);
+// The controller's own log (one JSON object per line), kept for after the run.
+const controllerLogPath = path.join(repo, '.warren', 'logs', 'soak-controller.log');
+mkdirSync(path.dirname(controllerLogPath), { recursive: true });
+const controllerLog = createWriteStream(controllerLogPath, { flags: 'w' });
 const MiB = 1024 * 1024;
 /** A hang guard per call: a call that gets no answer at all counts as REQUEST_TIMEOUT. */
 const CALL_TIMEOUT_MS = 30_000;
@@ -66,6 +71,7 @@ class Controller {
     let stderr = '';
     child.stderr!.on('data', (c: Buffer) => {
       stderr = (stderr + c.toString()).slice(-4000);
+      controllerLog.write(c);
     });
     this.url = await new Promise<string>((resolve, reject) => {
       let out = '';
@@ -131,7 +137,7 @@ async function main(): Promise<void> {
   const stateDir = await mkdtemp(path.join(os.tmpdir(), 'warren-soak-'));
   const controller = new Controller(stateDir, `wk_soak_${randomBytes(16).toString('hex')}`);
   await controller.start();
-  log(`controller at ${controller.url} (pid ${controller.child.pid})`);
+  log(`controller at ${controller.url} (pid ${controller.child.pid}; its log: ${path.relative(process.cwd(), controllerLogPath)})`);
   const options = () => ({ baseUrl: controller.url, apiKey: controller.apiKey });
   const slots: Slot[] = [];
   try {

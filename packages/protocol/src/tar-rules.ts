@@ -99,3 +99,23 @@ export class TarChecker {
 
   private readonly dirs = new Set<string>();
 }
+
+/** One entry of a tar archive as a streaming parser yields it (tar-stream's `extract()`): its header, then its bytes. */
+export type TarEntryStream = AsyncIterable<unknown> & { header: TarHeaderLike };
+
+/**
+ * Reads a whole archive from a streaming parser (tar-stream's `extract()`, fed the bytes),
+ * checking each header by the rules above before its bytes are kept. A bad entry throws the
+ * checker's {@link CodedError}; a malformed archive throws the parser's own error.
+ */
+export async function readCheckedTar(entries: AsyncIterable<TarEntryStream>): Promise<{ entry: CheckedTarEntry; data: Buffer }[]> {
+  const checker = new TarChecker();
+  const out: { entry: CheckedTarEntry; data: Buffer }[] = [];
+  for await (const item of entries) {
+    const entry = checker.check(item.header);
+    const chunks: Uint8Array[] = [];
+    for await (const chunk of item) chunks.push(chunk as Uint8Array);
+    out.push({ entry, data: Buffer.concat(chunks) });
+  }
+  return out;
+}

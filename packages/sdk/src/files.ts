@@ -4,7 +4,7 @@ import { lstat, mkdir, open, realpath, symlink } from 'node:fs/promises';
 import nodePath from 'node:path';
 import { Readable } from 'node:stream';
 import { extract } from 'tar-stream';
-import { CodedError, TarChecker, type CheckedTarEntry, type LineEdit, type Params, type ParamsIn, type Result } from '@warren/protocol';
+import { CodedError, readCheckedTar, type CheckedTarEntry, type LineEdit, type Params, type ParamsIn, type Result } from '@warren/protocol';
 import type { Channel } from './channel.js';
 import type { CallOptions } from './connection.js';
 import { makeError, WarrenError } from './errors.js';
@@ -376,23 +376,15 @@ export class Files {
 
 /** Parses and checks a whole archive by the shared tar rules; throws a typed error on the first bad entry. */
 export async function checkArchive(archive: Buffer): Promise<{ entry: CheckedTarEntry; data: Buffer }[]> {
-  const checker = new TarChecker();
-  const out: { entry: CheckedTarEntry; data: Buffer }[] = [];
   const ex = extract();
   Readable.from([archive]).pipe(ex);
   try {
-    for await (const item of ex) {
-      const entry = checker.check(item.header);
-      const chunks: Buffer[] = [];
-      for await (const chunk of item) chunks.push(chunk as Buffer);
-      out.push({ entry, data: Buffer.concat(chunks) });
-    }
+    return await readCheckedTar(ex);
   } catch (err) {
     ex.destroy();
     if (err instanceof CodedError) throw makeError(err.code, err.message, { details: err.details });
     throw makeError('INVALID_PARAMS', `The downloaded archive is not a valid tar archive: ${(err as Error).message}`);
   }
-  return out;
 }
 
 /** Extracts a checked archive into a local folder: O_EXCL|O_NOFOLLOW files, no writes through links. */

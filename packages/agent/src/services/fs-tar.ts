@@ -4,7 +4,7 @@ import { mkdir, open, readlink, rename, rm, symlink, unlink } from 'node:fs/prom
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { extract, pack } from 'tar-stream';
-import { CodedError, isWithin, MAX_FRAME_BYTES, suffixAllowed, TarChecker, type CheckedTarEntry } from '@warren/protocol';
+import { CodedError, isWithin, MAX_FRAME_BYTES, readCheckedTar, suffixAllowed, type CheckedTarEntry } from '@warren/protocol';
 import type { Handler } from '../dispatch.js';
 import { checkKernelName, mapFsError, openChecked, requireRegularFile, resolvePath, type ResolvedPath } from '../policy.js';
 import { checkHardLinks, resolveFor, type FsContext } from './fs-common.js';
@@ -17,23 +17,15 @@ export const MAX_DOWNLOAD_BYTES = MAX_FRAME_BYTES - 1024 * 1024;
 
 /** Parses a whole tar archive in memory, checking every entry by the shared rules before anything is written. */
 export async function parseTar(bytes: Buffer): Promise<{ entry: CheckedTarEntry; data: Buffer }[]> {
-  const checker = new TarChecker();
-  const out: { entry: CheckedTarEntry; data: Buffer }[] = [];
   const ex = extract();
   Readable.from([bytes]).pipe(ex);
   try {
-    for await (const item of ex) {
-      const entry = checker.check(item.header);
-      const chunks: Buffer[] = [];
-      for await (const chunk of item) chunks.push(chunk as Buffer);
-      out.push({ entry, data: Buffer.concat(chunks) });
-    }
+    return await readCheckedTar(ex);
   } catch (err) {
     ex.destroy();
     if (err instanceof CodedError) throw err;
     throw new CodedError('INVALID_PARAMS', `The payload is not a valid tar archive: ${(err as Error).message}. Nothing was written.`);
   }
-  return out;
 }
 
 /** Folder upload and download as tar archives (tar-stream), one frame each way. */

@@ -1,20 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { CancelledError, Sandbox, type CommandEvent } from '@warren/sdk';
-import { startTestController, type TestController } from '../support/fixtures.js';
+import { startTestSandbox, type TestController } from '../support/fixtures.js';
 
 const MiB = 1024 * 1024;
 
 describe('process.exec in a real sandbox', () => {
   let warren: TestController;
   let sandbox: Sandbox;
-  beforeAll(async () => {
-    warren = await startTestController();
-    sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });
-  }, 60_000);
-  afterAll(async () => {
-    await sandbox?.kill().catch(() => undefined);
-    await warren?.[Symbol.asyncDispose]();
-  });
+  beforeAll(async () => ({ warren, sandbox } = await startTestSandbox()), 60_000);
+  afterAll(async () => warren?.[Symbol.asyncDispose]());
 
   /** Every process line `ps` shows inside the sandbox whose command matches. */
   async function psGrep(pattern: string): Promise<string[]> {

@@ -1,18 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Sandbox } from '@warren/sdk';
-import { startTestController, type TestController } from '../support/fixtures.js';
+import { startTestSandbox, type TestController } from '../support/fixtures.js';
 
 describe('background processes and shell sessions in a real sandbox', () => {
   let warren: TestController;
   let sandbox: Sandbox;
-  beforeAll(async () => {
-    warren = await startTestController();
-    sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });
-  }, 60_000);
-  afterAll(async () => {
-    await sandbox?.kill().catch(() => undefined);
-    await warren?.[Symbol.asyncDispose]();
-  });
+  beforeAll(async () => ({ warren, sandbox } = await startTestSandbox()), 60_000);
+  afterAll(async () => warren?.[Symbol.asyncDispose]());
 
   const connect = () => Sandbox.connect(sandbox.id, { baseUrl: warren.url, apiKey: warren.apiKey });
 

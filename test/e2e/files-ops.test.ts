@@ -5,20 +5,14 @@ import os from 'node:os';
 import path from 'node:path';
 import { lineAnchor } from '@warren/protocol';
 import { Sandbox, WRITE_PIECE_BYTES } from '@warren/sdk';
-import { startTestController, type TestController } from '../support/fixtures.js';
+import { startTestSandbox, type TestController } from '../support/fixtures.js';
 import { codeOf } from '../support/files.js';
 
 describe('every file operation through the controller, in a real container', () => {
   let warren: TestController;
   let sandbox: Sandbox;
-  beforeAll(async () => {
-    warren = await startTestController();
-    sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });
-  }, 60_000);
-  afterAll(async () => {
-    await sandbox?.kill().catch(() => undefined);
-    await warren?.[Symbol.asyncDispose]();
-  });
+  beforeAll(async () => ({ warren, sandbox } = await startTestSandbox()), 60_000);
+  afterAll(async () => warren?.[Symbol.asyncDispose]());
 
   it('writes and reads in every mode, as the sandbox user sees them', async () => {
     const text = 'alpha\nβeta\ngamma 😀\n';

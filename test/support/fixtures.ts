@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { startAgentServer, type FilePolicy } from '@warren/agent';
 import { Credentials, startController, type Controller } from '@warren/controller';
-import { Commands, Connection, Files } from '@warren/sdk';
+import { Commands, Connection, Files, Sandbox } from '@warren/sdk';
 
 /** A controller on a free loopback port with a throw-away state folder and API key. */
 export interface TestController extends AsyncDisposable {
@@ -36,6 +36,19 @@ export async function startTestController(config: Parameters<typeof startControl
     await rm(stateDir, { recursive: true, force: true });
   };
   return { url: controller.url, apiKey, controller, [Symbol.asyncDispose]: dispose };
+}
+
+/**
+ * A test controller with one default sandbox, for a test file's `beforeAll`. Disposing the
+ * controller kills the sandbox too.
+ *
+ * @example
+ * beforeAll(async () => ({ warren, sandbox } = await startTestSandbox()), 60_000);
+ * afterAll(async () => warren?.[Symbol.asyncDispose]());
+ */
+export async function startTestSandbox(): Promise<{ warren: TestController; sandbox: Sandbox }> {
+  const warren = await startTestController();
+  return { warren, sandbox: await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey }) };
 }
 
 /** An agent running in this process on a temporary unix socket, with an SDK connection to it. */

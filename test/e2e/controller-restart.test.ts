@@ -1,56 +1,14 @@
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { createInterface } from 'node:readline';
-import { promisify } from 'node:util';
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterAll, describe, expect, it } from '@jest/globals';
 import Docker from 'dockerode';
 import { Sandbox } from '@warren/sdk';
 import { startTestController } from '../support/fixtures.js';
+import { ControllerProcess, freePort } from '../support/reliability.js';
 
-const repo = path.resolve(import.meta.dirname, '..', '..');
-// Inside the controller package, so its dependencies resolve from its node_modules.
-const entry = path.join(repo, 'packages', 'controller', 'node_modules', '.warren-test', 'controller-entry.mjs');
 const docker = new Docker();
-
-/** A controller in its own process, on a fixed port and state folder, so a restart looks the same to clients. */
-class ControllerProcess {
-  private constructor(
-    readonly child: ChildProcess,
-    readonly url: string,
-  ) {}
-
-  static async start(env: Record<string, string>): Promise<ControllerProcess> {
-    const child = spawn(process.execPath, [entry], {
-      env: { ...process.env, WARREN_AGENT_BUNDLE: path.join(repo, 'packages', 'agent', 'dist', 'warren-agent.mjs'), ...env },
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
-    const line = await new Promise<string>((resolve, reject) => {
-      const lines = createInterface({ input: child.stdout! });
-      lines.once('line', resolve);
-      child.once('exit', (code) => reject(new Error(`the controller exited with ${code} before it listened`)));
-    });
-    return new ControllerProcess(child, (JSON.parse(line) as { url: string }).url);
-  }
-
-  async stop(signal: NodeJS.Signals): Promise<void> {
-    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
-    const exited = new Promise((resolve) => this.child.once('exit', resolve));
-    this.child.kill(signal);
-    await exited;
-  }
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 30_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;
@@ -68,10 +26,6 @@ describe('a controller restart loses nothing', () => {
   const stateDirs: string[] = [];
   const processes: ControllerProcess[] = [];
   const containers: string[] = [];
-
-  beforeAll(async () => {
-    await promisify(execFile)(process.execPath, [path.join(repo, 'test', 'support', 'build-controller-entry.mjs'), entry], { cwd: repo });
-  });
 
   afterAll(async () => {
     for (const p of processes) await p.stop('SIGKILL');

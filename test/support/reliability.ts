@@ -76,7 +76,7 @@ export class ControllerProcess {
     const env = previous
       ? previous.env
       : {
-          WARREN_STATE_DIR: await mkdtemp(path.join(os.tmpdir(), 'warren-reliability-')),
+          WARREN_STATE_DIR: extraEnv.WARREN_STATE_DIR ?? (await mkdtemp(path.join(os.tmpdir(), 'warren-reliability-'))),
           WARREN_API_KEY: `wk_test_${randomBytes(16).toString('hex')}`,
           WARREN_PORT: String(await freePort()),
           WARREN_AGENT_BUNDLE: path.join(repo, 'packages', 'agent', 'dist', 'warren-agent.mjs'),

@@ -1,10 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { lstat, mkdtemp, readFile, readdir, readlink, rm, symlink, writeFile } from 'node:fs/promises';
+import { lstat, mkdir, mkdtemp, readFile, readdir, readlink, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { checkArchive } from '@warren/sdk';
+import { checkArchive, extractArchive } from '@warren/sdk';
 import { startTestAgent, type TestAgent } from '../support/fixtures.js';
+import { execFileSync } from 'node:child_process';
 import { codeOf, tar } from '../support/files.js';
+import { archive, END, file, longName, pax, record } from '../support/tar-bytes.js';
 
 describe('glob, and folders as tar archives', () => {
   let agent: TestAgent;
@@ -91,6 +93,51 @@ describe('glob, and folders as tar archives', () => {
     expect(await codeOf(agent.files.upload('bad', archive))).toBe('INVALID_PARAMS');
     expect(await readdir(agent.root)).toEqual(before);
     await expect(checkArchive(archive)).rejects.toMatchObject({ code: 'INVALID_PARAMS' });
+  });
+
+  it.each([
+    ['a PAX path with ..', archive(file('fine.txt', 'fine'), pax(record('path', '../../escaped.txt')), file('x', 'evil'))],
+    ['an absolute PAX path', archive(file('fine.txt', 'fine'), pax(record('path', '/tmp/escaped.txt')), file('x', 'evil'))],
+    ['a PAX path with a NUL', archive(file('fine.txt', 'fine'), pax(record('path', 'ok\0/../../x')), file('x', 'evil'))],
+    ['a PAX size that disagrees with the data', archive(file('fine.txt', 'fine'), pax(record('size', '0')), file('x', 'evil'), file('y', 'y'))],
+    ['a non-numeric PAX size', archive(file('fine.txt', 'fine'), pax(record('size', 'lots')), file('x', 'evil'))],
+    ['a bad PAX length record', archive(file('fine.txt', 'fine'), pax(Buffer.from('5 path=evil\n')), file('x', 'evil'))],
+    ['duplicate PAX records', archive(file('fine.txt', 'fine'), pax(Buffer.concat([record('path', 'a'), record('path', 'b')])), file('x', 'evil'))],
+    ['an absolute GNU long name', archive(file('fine.txt', 'fine'), longName(Buffer.from('/tmp/escaped.txt\0')), file('x', 'evil'))],
+    ['a GNU long name with a NUL inside', archive(file('fine.txt', 'fine'), longName(Buffer.from('ok\0../../x\0')), file('x', 'evil'))],
+    ['a GNU long link that leaves', archive(file('fine.txt', 'fine'), longName(Buffer.from('../../../etc\0'), 'K'), file('l', '', { flag: '2', linkname: 'ok' }))],
+    ['a PAX header with no entry', archive(file('fine.txt', 'fine'), pax(record('path', 'dangling')))],
+    ['an entry hidden after the end blocks', Buffer.concat([file('fine.txt', 'fine'), END, file('hidden.txt', 'hidden'), END])],
+  ])('refuses an archive with %s (written byte by byte), on upload and download, writing nothing', async (_label, bytes) => {
+    const before = await readdir(agent.root);
+    const err = await agent.files.upload('hostile', bytes).catch((e: unknown) => e as { code: string; message: string });
+    expect(err).toMatchObject({ code: 'INVALID_PARAMS', message: expect.stringMatching(/is refused: .*Nothing was written\. Allowed: /) });
+    expect(await readdir(agent.root)).toEqual(before);
+    await expect(checkArchive(bytes)).rejects.toMatchObject({ code: 'INVALID_PARAMS' });
+    const local = await mkdtemp(path.join(os.tmpdir(), 'warren-hostile-'));
+    try {
+      await expect(extractArchive(bytes, path.join(local, 'out'))).rejects.toMatchObject({ code: 'INVALID_PARAMS' });
+      expect(await readdir(local)).toEqual([]);
+    } finally {
+      await rm(local, { recursive: true, force: true });
+    }
+  });
+
+  it.each(['gnu', 'pax', 'ustar'])('uploads an archive GNU tar wrote in %s format, long and non-ASCII names included', async (format) => {
+    const local = await mkdtemp(path.join(os.tmpdir(), 'warren-gnutar-'));
+    try {
+      const deep = format === 'ustar' ? 'd'.repeat(90) : 'd'.repeat(120);
+      const name = format === 'ustar' ? 'plain.txt' : `${'n'.repeat(110)}-ünï.txt`;
+      await mkdir(path.join(local, 'src', deep), { recursive: true });
+      await writeFile(path.join(local, 'src', deep, name), 'long\n');
+      await symlink(`${deep}/${name}`, path.join(local, 'src', 'link'));
+      const bytes = execFileSync('tar', [`--format=${format}`, '-C', path.join(local, 'src'), '-cf', '-', '.']);
+      expect(await agent.files.upload(`gnutar-${format}`, bytes)).toMatchObject({ files: 1, symlinks: 1 });
+      expect(await readFile(path.join(agent.root, `gnutar-${format}`, deep, name), 'utf8')).toBe('long\n');
+      expect(await readlink(path.join(agent.root, `gnutar-${format}`, 'link'))).toBe(`${deep}/${name}`);
+    } finally {
+      await rm(local, { recursive: true, force: true });
+    }
   });
 
   it('refuses a payload that is not a tar archive', async () => {

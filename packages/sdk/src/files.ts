@@ -2,8 +2,6 @@ import { createHash, randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
 import { lstat, mkdir, open, realpath, symlink } from 'node:fs/promises';
 import nodePath from 'node:path';
-import { Readable } from 'node:stream';
-import { extract } from 'tar-stream';
 import { CodedError, readCheckedTar, type CheckedTarEntry, type LineEdit, type Params, type ParamsIn, type Result } from '@warren/protocol';
 import type { Channel } from './channel.js';
 import type { CallOptions } from './connection.js';
@@ -376,14 +374,11 @@ export class Files {
 
 /** Parses and checks a whole archive by the shared tar rules; throws a typed error on the first bad entry. */
 export async function checkArchive(archive: Buffer): Promise<{ entry: CheckedTarEntry; data: Buffer }[]> {
-  const ex = extract();
-  Readable.from([archive]).pipe(ex);
   try {
-    return await readCheckedTar(ex);
+    return readCheckedTar(archive);
   } catch (err) {
-    ex.destroy();
     if (err instanceof CodedError) throw makeError(err.code, err.message, { details: err.details });
-    throw makeError('INVALID_PARAMS', `The downloaded archive is not a valid tar archive: ${(err as Error).message}`);
+    throw err;
   }
 }
 

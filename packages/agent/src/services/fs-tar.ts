@@ -1,13 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
-import { mkdir, open, readlink, rename, rm, symlink, unlink } from 'node:fs/promises';
+import { link, mkdir, open, readlink, rename, rmdir, symlink, unlink } from 'node:fs/promises';
 import path from 'node:path';
-import { Readable } from 'node:stream';
-import { extract, pack } from 'tar-stream';
-import { CodedError, isWithin, MAX_FRAME_BYTES, readCheckedTar, suffixAllowed, type CheckedTarEntry } from '@warren/protocol';
+import { pack } from 'tar-stream';
+import { CodedError, isWithin, MAX_FRAME_BYTES, readCheckedTar, suffixAllowed, type ApprovalRequest, type CheckedTarEntry } from '@warren/protocol';
 import type { Handler } from '../dispatch.js';
 import { checkKernelName, mapFsError, openChecked, requireRegularFile, resolvePath, type ResolvedPath } from '../policy.js';
-import { checkHardLinks, resolveFor, type FsContext } from './fs-common.js';
+import { approve, checkHardLinks, resolveFor, type FsContext } from './fs-common.js';
 import { walkTree } from './fs-walk.js';
 
 type TarHandlers = { 'fs.upload': Handler<'fs.upload'>; 'fs.download': Handler<'fs.download'> };
@@ -15,31 +14,101 @@ type TarHandlers = { 'fs.upload': Handler<'fs.upload'>; 'fs.download': Handler<'
 /** The largest archive one download answers with: what fits in one frame beside its header. */
 export const MAX_DOWNLOAD_BYTES = MAX_FRAME_BYTES - 1024 * 1024;
 
-/** Parses a whole tar archive in memory, checking every entry by the shared rules before anything is written. */
-export async function parseTar(bytes: Buffer): Promise<{ entry: CheckedTarEntry; data: Buffer }[]> {
-  const ex = extract();
-  Readable.from([bytes]).pipe(ex);
-  try {
-    return await readCheckedTar(ex);
-  } catch (err) {
-    ex.destroy();
-    if (err instanceof CodedError) throw err;
-    throw new CodedError('INVALID_PARAMS', `The payload is not a valid tar archive: ${(err as Error).message}. Nothing was written.`);
-  }
+/** One archive entry checked against the policy, ready to be written. */
+interface Planned {
+  entry: CheckedTarEntry;
+  data: Buffer;
+  target: ResolvedPath;
+  display: string;
 }
 
-/** Folder upload and download as tar archives (tar-stream), one frame each way. */
+/**
+ * Writes a checked upload with a journal: each file and link is written to a hidden temporary
+ * name beside its target (created O_EXCL|O_NOFOLLOW and checked to be where it should be), then
+ * moved into place; a file it replaces is first moved aside. When a step fails (no space left,
+ * or the folder changed since the checks), every step is undone in reverse, so the folder is as
+ * it was, and the replaced files are back.
+ */
+async function applyUpload(dest: ResolvedPath, plan: Planned[], display: string): Promise<{ files: number; directories: number; symlinks: number; bytes: number }> {
+  const undo: (() => Promise<unknown>)[] = [];
+  const replaced: string[] = [];
+  const counts = { files: 0, directories: 0, symlinks: 0, bytes: 0 };
+  let current = display;
+  const makeFolders = async (folder: string, mode?: number) => {
+    const first = await mkdir(folder, { recursive: true, mode });
+    if (first === undefined) return;
+    const made = [first, ...path.posix.relative(first, folder).split('/').filter((s) => s !== '').map((_, i, parts) => path.posix.join(first, ...parts.slice(0, i + 1)))];
+    for (const dir of made) undo.push(() => rmdir(dir));
+  };
+  try {
+    await makeFolders(dest.absolute);
+    for (const { entry, data, target, display: entryDisplay } of plan) {
+      current = entryDisplay;
+      await makeFolders(path.posix.dirname(target.absolute));
+      if (entry.kind === 'directory') {
+        await makeFolders(target.absolute, entry.mode | 0o700);
+        counts.directories++;
+        continue;
+      }
+      const temp = besideName(target.absolute, 'new');
+      undo.push(() => unlink(temp));
+      if (entry.kind === 'file') {
+        const handle = await open(temp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, entry.mode);
+        try {
+          await checkKernelName(handle, temp, entryDisplay, true);
+          await handle.writeFile(data);
+          await handle.chmod(entry.mode);
+        } finally {
+          await handle.close();
+        }
+      } else {
+        await symlink(entry.linkname!, temp);
+      }
+      if (target.stat) {
+        const aside = besideName(target.absolute, 'old');
+        await rename(target.absolute, aside);
+        undo.push(() => rename(aside, target.absolute));
+        replaced.push(aside);
+        await rename(temp, target.absolute);
+      } else {
+        // link(2) fails when something appeared at the name since the checks: never replaced unseen.
+        await link(temp, target.absolute);
+        await unlink(temp);
+      }
+      undo.push(() => unlink(target.absolute));
+      if (entry.kind === 'file') {
+        counts.files++;
+        counts.bytes += entry.size;
+      } else counts.symlinks++;
+    }
+  } catch (err) {
+    for (const step of undo.reverse()) await step().catch(() => undefined);
+    const mapped = mapFsError(err, current);
+    if (!(mapped instanceof CodedError)) throw mapped;
+    throw new CodedError(mapped.code, `${mapped.message} The upload stopped there and was undone: '${display}' is as it was.`, mapped.details);
+  }
+  for (const aside of replaced) await unlink(aside).catch(() => undefined);
+  return counts;
+}
+
+/** A hidden name beside `file` for a temporary or set-aside copy. */
+function besideName(file: string, kind: 'new' | 'old'): string {
+  return path.posix.join(path.posix.dirname(file), `.${path.posix.basename(file).slice(0, 180)}.warren-${kind}-${randomBytes(6).toString('hex')}`);
+}
+
+/** Folder upload and download as tar archives, one frame each way. */
 export function tarHandlers(fs: FsContext): TarHandlers {
   return {
     async 'fs.upload'(params, ctx) {
       const payload = ctx.payload ?? Buffer.alloc(0);
-      const dest = await resolveFor(fs, ctx, params.path, 'write', 'upload', { approval: { bytes: payload.length } });
+      const dest = await resolvePath(fs.policy, params.path, 'write');
       if (dest.stat && !dest.stat.isDirectory()) throw new CodedError('NOT_A_DIRECTORY', `'${params.path}' is a file; upload into a folder.`, { path: params.path });
-      const entries = await parseTar(payload);
+      const entries = readCheckedTar(payload);
 
-      // Check every entry against the policy and what already exists, before writing anything.
+      // Check every entry against the policy and what already exists, and ask every approval,
+      // before writing anything.
       const base = params.path.replace(/\/+$/, '') || '.';
-      const plan: { entry: CheckedTarEntry; data: Buffer; target: ResolvedPath }[] = [];
+      const plan: Planned[] = [];
       const conflicts: string[] = [];
       for (const { entry, data } of entries) {
         const display = base === '.' ? entry.name : `${base}/${entry.name}`;
@@ -61,60 +130,26 @@ export function tarHandlers(fs: FsContext): TarHandlers {
             throw new CodedError('UNSUPPORTED_FILE_TYPE', `'${display}' exists and is not a regular file. Nothing was written.`, { entry: entry.name });
           }
         }
-        plan.push({ entry, data, target });
+        plan.push({ entry, data, target, display });
       }
       if (conflicts.length > 0) {
         throw new CodedError('ALREADY_EXISTS', `${conflicts.length} file(s) of the archive already exist (${conflicts.slice(0, 10).join(', ')}${conflicts.length > 10 ? ', ...' : ''}); pass overwrite: true to replace them. Nothing was written.`, {
           conflicts: conflicts.slice(0, 100),
         });
       }
-
-      // Extract into a staging folder inside the same mount, then move each entry into place.
-      const staging = path.posix.join(dest.mountRealRoot, `.warren-upload-${randomBytes(8).toString('hex')}`);
-      await mkdir(staging, { mode: 0o700 }).catch((e: unknown) => {
-        throw mapFsError(e, params.path);
-      });
-      let files = 0;
-      let directories = 0;
-      let symlinks = 0;
-      let bytes = 0;
-      try {
-        const staged = new Map<string, string>();
-        for (const [i, { entry, data }] of plan.entries()) {
-          if (entry.kind !== 'file') continue;
-          const file = path.posix.join(staging, String(i));
-          const handle = await open(file, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, entry.mode);
-          try {
-            await checkKernelName(handle, file, params.path, true);
-            await handle.writeFile(data);
-            await handle.chmod(entry.mode);
-          } finally {
-            await handle.close();
-          }
-          staged.set(entry.name, file);
-        }
-        await mkdir(dest.absolute, { recursive: true });
-        for (const { entry, target } of plan) {
-          await mkdir(path.posix.dirname(target.absolute), { recursive: true });
-          if (entry.kind === 'directory') {
-            await mkdir(target.absolute, { recursive: true, mode: entry.mode | 0o700 });
-            directories++;
-          } else if (entry.kind === 'file') {
-            await rename(staged.get(entry.name)!, target.absolute);
-            files++;
-            bytes += entry.size;
-          } else {
-            if (target.stat) await unlink(target.absolute);
-            await symlink(entry.linkname!, target.absolute);
-            symlinks++;
-          }
-        }
-      } catch (err) {
-        throw mapFsError(err, params.path);
-      } finally {
-        await rm(staging, { recursive: true, force: true }).catch(() => undefined);
+      // One approval per file and link written and per folder made, each under the rules of the
+      // mount it lands in: an approver sees every name, as it does for single writes.
+      const ask = (request: ApprovalRequest) =>
+        approve(ctx, request).catch((err: unknown) => {
+          throw err instanceof CodedError ? new CodedError(err.code, `${err.message} Nothing of the upload was written.`, err.details) : err;
+        });
+      if (!dest.stat && dest.mount.writeApproval) await ask({ operation: 'upload', path: dest.display, bytes: payload.length });
+      for (const { entry, target } of plan) {
+        if (entry.kind === 'directory' && target.stat) continue;
+        if (target.mount.writeApproval) await ask({ operation: 'upload', path: target.display, ...(entry.kind === 'file' ? { bytes: entry.size } : {}) });
       }
-      return { result: { path: dest.display, files, directories, symlinks, bytes } };
+
+      return { result: { path: dest.display, ...(await applyUpload(dest, plan, params.path)) } };
     },
 
     async 'fs.download'(params, ctx) {

@@ -5,8 +5,8 @@ import path from 'node:path';
 import picomatch from 'picomatch';
 import { CodedError, describePolicy, isWithin, mountsOf, suffixAllowed, type EntryType } from '@warren/protocol';
 import type { CallContext, Handler } from '../dispatch.js';
-import { checkKernelName, checkSize, checkSuffix, mapFsError, openChecked, requireRegularFile, typeOf, type ResolvedPath } from '../policy.js';
-import { checkHardLinks, resolveFor, type FsContext } from './fs-common.js';
+import { checkKernelName, checkSize, checkSuffix, mapFsError, openChecked, requireRegularFile, resolvePath, typeOf, type ResolvedPath } from '../policy.js';
+import { approve, checkHardLinks, resolveFor, type FsContext } from './fs-common.js';
 import { walkTree } from './fs-walk.js';
 
 type TreeHandlers = {
@@ -160,7 +160,7 @@ export function treeHandlers(fs: FsContext): TreeHandlers {
 
     async 'fs.copy'(params, ctx) {
       const from = await resolveFor(fs, ctx, params.from, 'read', 'copy', { approval: { to: params.to } });
-      const to = await resolveFor(fs, ctx, params.to, 'write', 'copy', { followLast: false, approval: { to: params.to } });
+      const to = await resolvePath(fs.policy, params.to, 'write', { followLast: false });
       if (!from.stat) throw new CodedError('NOT_FOUND', `No such file or folder: '${params.from}'.`, { path: params.from });
       refuseIntoItself(from, to, params.from, params.to);
       await refuseRootOrMount(fs, to, params.to, 'replace');
@@ -168,7 +168,11 @@ export function treeHandlers(fs: FsContext): TreeHandlers {
         if (!params.overwrite) throw new CodedError('ALREADY_EXISTS', `'${params.to}' already exists; pass overwrite: true to replace it.`, { path: params.to });
         if (to.absolute === from.absolute) throw new CodedError('INVALID_PARAMS', `'${params.from}' and '${params.to}' are the same file.`, { path: params.to });
       }
-      const summary = await copyInto(fs, ctx, from, to, params.to, params.overwrite);
+      // A folder's copy asks once per folder, file and link it writes (before any of it is in
+      // place), so an approver sees every name, as it does for single writes; a file's, once.
+      const approveEach = to.mount.writeApproval ? (display: string, bytes?: number) => approve(ctx, { operation: 'copy', path: display, ...(bytes === undefined ? {} : { bytes }) }) : undefined;
+      if (approveEach && !from.stat.isDirectory()) await approveEach(to.display, from.stat.size);
+      const summary = await copyInto(fs, ctx, from, to, params.to, params.overwrite, from.stat.isDirectory() ? approveEach : undefined);
       return { result: { from: from.display, to: to.display, type: entryType(typeOf(from.stat)), ...summary } };
     },
   };
@@ -237,8 +241,10 @@ function checkNames(fs: FsContext, to: ResolvedPath, display: string): void {
  * Copies a file or a folder tree into a temporary name beside the destination, then renames it
  * into place. Links are copied only when they still point inside the destination's mount from
  * their new place; FIFOs, devices, disallowed suffixes and oversize files are skipped and named.
+ * With `approveEach`, each folder, file and link is approved before it is staged; a deny removes
+ * the staging folder, so nothing is in place.
  */
-async function copyInto(fs: FsContext, ctx: CallContext, from: ResolvedPath, to: ResolvedPath, toDisplay: string, overwrite: boolean) {
+async function copyInto(fs: FsContext, ctx: CallContext, from: ResolvedPath, to: ResolvedPath, toDisplay: string, overwrite: boolean, approveEach?: (display: string, bytes?: number) => Promise<void>) {
   const skipped: { path: string; reason: string }[] = [];
   const skip = (p: string, reason: string) => {
     if (skipped.length < 100) skipped.push({ path: p, reason });
@@ -288,6 +294,8 @@ async function copyInto(fs: FsContext, ctx: CallContext, from: ResolvedPath, to:
       if (!limitOk(from.stat!.size)) throw new CodedError('FILE_TOO_LARGE', `'${toDisplay}' would be ${from.stat!.size} bytes; files under ${to.mount.virtual} may be at most ${to.mount.maxFileBytes} bytes.`);
       await copyFile(from.absolute, from.stat!, staging, toDisplay);
     } else {
+      const destDisplay = (rel: string) => (to.display === '.' ? rel : `${to.display}/${rel}`);
+      await approveEach?.(to.display);
       await mkdir(staging, { mode: from.stat!.mode & 0o777 });
       let count = 0;
       const walk = walkTree(from.absolute, toDisplay, { maxDepth: 64, maxVisited: MAX_COPY_ENTRIES, signal: ctx.signal });
@@ -300,18 +308,26 @@ async function copyInto(fs: FsContext, ctx: CallContext, from: ResolvedPath, to:
         count++;
         const e = step.value;
         const dest = path.posix.join(staging, e.rel);
-        if (e.stat.isDirectory()) await mkdir(dest, { mode: e.stat.mode & 0o777 });
-        else if (e.stat.isFile()) {
+        if (e.stat.isDirectory()) {
+          await approveEach?.(destDisplay(e.rel));
+          await mkdir(dest, { mode: e.stat.mode & 0o777 });
+        } else if (e.stat.isFile()) {
           if (!suffixAllowed(to.mount.suffixes, e.rel) || !suffixAllowed(from.mount.suffixes, e.rel)) skip(e.rel, 'suffix not allowed');
           else if (from.mount.maxFileBytes !== undefined && e.stat.size > from.mount.maxFileBytes) skip(e.rel, 'larger than the size limit');
           else if (!limitOk(e.stat.size)) skip(e.rel, 'larger than the size limit');
-          else await copyFile(e.absolute, e.stat, dest, e.rel);
+          else {
+            await approveEach?.(destDisplay(e.rel), e.stat.size);
+            await copyFile(e.absolute, e.stat, dest, e.rel);
+          }
         } else if (e.stat.isSymbolicLink()) {
           const target = await readlink(e.absolute);
           const finalPlace = path.posix.join(to.absolute, e.rel);
           const lands = path.posix.resolve(path.posix.dirname(finalPlace), target);
           if (target.startsWith('/') || !isWithin(to.mountRealRoot, lands)) skip(e.rel, 'symbolic link would point outside the sandbox');
-          else await symlink(target, dest);
+          else {
+            await approveEach?.(destDisplay(e.rel));
+            await symlink(target, dest);
+          }
         } else skip(e.rel, `${typeOf(e.stat)} is not copied`);
       }
       void count;

@@ -1,5 +1,5 @@
 import type { Stats } from 'node:fs';
-import { constants, lstatSync, readlinkSync, realpathSync } from 'node:fs';
+import { constants, lstatSync, readFileSync, readlinkSync, realpathSync, statfsSync } from 'node:fs';
 import { open, readlink, unlink, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import {
@@ -10,6 +10,8 @@ import {
   isWithin,
   locate,
   mountsOf,
+  RESERVED_FOLDERS,
+  reservedFolderOf,
   suffixAllowed,
   type FilePolicy,
   type Located,
@@ -95,6 +97,8 @@ export async function resolvePath(policy: FilePolicy, input: string, intent: Int
     });
   }
   const walked = await walk(policy, input, mountRealRoot, located.mount.root, located.segments, options.followLast ?? true);
+  const reserved = reservedPlace(walked.physical, walked.stat ? walked.physical : walked.existing, walked.stat);
+  if (reserved) throw notInSandbox(policy, input, reserved);
 
   // The links may have led into a nested mount with stricter rules: apply those too.
   let mount = located.mount;
@@ -200,6 +204,8 @@ function stricter(a: Mount, b: Mount): Mount {
 interface Walked {
   physical: string;
   stat: Stats | undefined;
+  /** The deepest folder of `physical` that exists (when the path itself does not). */
+  existing: string;
 }
 
 async function walk(policy: FilePolicy, input: string, realRoot: string, namedRoot: string, segments: string[], followLast: boolean): Promise<Walked> {
@@ -216,6 +222,10 @@ async function walk(policy: FilePolicy, input: string, realRoot: string, namedRo
       continue;
     }
     const next = current === '/' ? `/${part}` : `${current}/${part}`;
+    // Checked at every step, before the step is looked at: no answer (not even NOT_FOUND or
+    // NOT_A_DIRECTORY) comes from inside a reserved place.
+    const inReserved = reservedPrefix(next);
+    if (inReserved) throw notInSandbox(policy, input, inReserved);
     let info: Stats;
     try {
       info = lstatSync(next);
@@ -224,13 +234,15 @@ async function walk(policy: FilePolicy, input: string, realRoot: string, namedRo
       if (code === 'ENOENT') {
         // The rest does not exist yet (a write creates it). A `..` past a missing folder cannot be taken.
         if (queue.includes('..')) throw new CodedError('NOT_FOUND', `No such file or folder: '${input}'.`, { path: input });
-        return { physical: [next, ...queue.filter((q) => q !== '' && q !== '.')].join('/'), stat: undefined };
+        return { physical: [next, ...queue.filter((q) => q !== '' && q !== '.')].join('/'), stat: undefined, existing: current };
       }
       if (code === 'ENOTDIR') throw new CodedError('NOT_A_DIRECTORY', `A parent of '${input}' is a file, not a folder.`, { path: input });
       if (code === 'ENAMETOOLONG') throw new CodedError('INVALID_PARAMS', `'${input.slice(0, 200)}...' has a name that is too long.`, { path: input.slice(0, 200) });
       if (code === 'EACCES') throw new CodedError('PATH_NOT_WRITABLE', `The sandbox user may not enter a parent folder of '${input}' (EACCES). ${describePolicy(policy)}`, { path: input });
       throw err;
     }
+    const onReserved = reservedFileSystem(next, info);
+    if (onReserved) throw notInSandbox(policy, input, onReserved);
     const last = queue.length === 0;
     if (info.isSymbolicLink() && (!last || followLast)) {
       if (++hops > MAX_SYMLINK_HOPS) throw new CodedError('SYMLINK_LOOP', `'${input}' goes through more than ${MAX_SYMLINK_HOPS} symbolic links (a loop).`, { path: input });
@@ -252,7 +264,7 @@ async function walk(policy: FilePolicy, input: string, realRoot: string, namedRo
     }
     if (!last && !info.isDirectory()) throw new CodedError('NOT_A_DIRECTORY', `A parent of '${input}' is a file, not a folder.`, { path: input });
     current = next;
-    if (last) return { physical: current, stat: info };
+    if (last) return { physical: current, stat: info, existing: current };
   }
   let stat: Stats | undefined;
   try {
@@ -260,7 +272,146 @@ async function walk(policy: FilePolicy, input: string, realRoot: string, namedRo
   } catch {
     stat = undefined;
   }
-  return { physical: current, stat };
+  return { physical: current, stat, existing: current };
+}
+
+/**
+ * Kernel pseudo-file systems by their `statfs` magic: proc, sysfs, devpts, cgroup, cgroup2,
+ * debugfs, tracefs, securityfs, bpf, mqueue, configfs, pstore, efivarfs, binfmt_misc, selinuxfs,
+ * nsfs, fusectl. (devtmpfs reports tmpfs's magic: `/dev` is caught by path and device instead.)
+ */
+const PSEUDO_FS_MAGIC = new Set([
+  0x9fa0, 0x62656572, 0x1cd1, 0x27e0eb, 0x63677270, 0x64626720, 0x74726163, 0x73636673, 0xcafe4a11, 0x19800202, 0x62656570, 0x6165676c, 0xde5e81e4, 0x42494e4d,
+  0xf97cff8c, 0x6e736673, 0x65735543,
+]);
+
+/** File system types whose device number belongs to one mount's memory (never a shared disk). */
+const MEMORY_FS_TYPES = new Set(['proc', 'sysfs', 'devtmpfs', 'tmpfs', 'devpts', 'mqueue', 'cgroup', 'cgroup2', 'debugfs', 'tracefs', 'securityfs', 'bpf', 'configfs', 'pstore', 'efivarfs', 'binfmt_misc', 'selinuxfs', 'nsfs', 'fusectl', 'hugetlbfs', 'autofs']);
+
+/** One line of `/proc/self/mountinfo`. */
+interface MountLine {
+  /** `major:minor` */
+  device: string;
+  /** The folder of its file system that this mount shows. */
+  root: string;
+  mountPoint: string;
+  type: string;
+}
+
+/** What no file call may reach: path prefixes (real paths) and device numbers. */
+export interface ReservedPlaces {
+  prefixes: string[];
+  /** Device numbers (as `stat` gives them) of memory file systems mounted in a reserved folder (the /dev tmpfs, /dev/shm). */
+  devices: Set<number>;
+}
+
+/**
+ * The places out of every policy's reach, from the mount table: the reserved folders
+ * ({@link RESERVED_FOLDERS}) themselves, and every other place where the file system content
+ * mounted in one of them shows again (a bind mount of `/proc`, `/dev/shm` or the socket folder
+ * elsewhere, or a mount of the disk above it): a mount of the same device whose root holds, or
+ * lies inside, the reserved mount's root. Pure, for tests; the daemon reads its own table once.
+ *
+ * @example
+ * reservedPlacesOf(readFileSync('/proc/self/mountinfo', 'utf8')).prefixes; // ['/proc', ..., '/workspace/p']
+ */
+export function reservedPlacesOf(mountinfo: string | undefined): ReservedPlaces {
+  const prefixes = new Set<string>(RESERVED_FOLDERS);
+  const devices = new Set<number>();
+  const mounts: MountLine[] = [];
+  for (const line of (mountinfo ?? '').split('\n')) {
+    const fields = line.split(' ');
+    const dash = fields.indexOf('-');
+    if (fields.length < 10 || dash < 6) continue;
+    mounts.push({ device: fields[2]!, root: unescapeMount(fields[3]!), mountPoint: unescapeMount(fields[4]!), type: fields[dash + 1]! });
+  }
+  const reserved = mounts.filter((m) => reservedFolderOf(m.mountPoint) !== undefined);
+  for (const r of reserved) if (MEMORY_FS_TYPES.has(r.type)) devices.add(deviceNumber(r.device));
+  for (const m of mounts) {
+    if (reservedFolderOf(m.mountPoint) !== undefined) continue;
+    for (const r of reserved) {
+      if (r.device !== m.device) continue;
+      if (isWithin(r.root, m.root)) prefixes.add(m.mountPoint);
+      else if (isWithin(m.root, r.root)) prefixes.add(path.posix.join(m.mountPoint, path.posix.relative(m.root, r.root)));
+    }
+  }
+  return { prefixes: [...prefixes], devices };
+}
+
+/** glibc's makedev: `major:minor` as `stat` reports the device. */
+function deviceNumber(majorMinor: string): number {
+  const [major, minor] = majorMinor.split(':').map(Number) as [number, number];
+  return (minor % 256) + (major % 4096) * 256 + Math.floor(minor / 256) * 2 ** 20 + Math.floor(major / 4096) * 2 ** 32;
+}
+
+/** mountinfo escapes space, tab, newline and backslash as octal (`\040`). */
+function unescapeMount(field: string): string {
+  return field.replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(parseInt(octal, 8)));
+}
+
+let reservedCache: ReservedPlaces | undefined;
+const pseudoByDevice = new Map<number, boolean>();
+
+/** The daemon's reserved places, read once: mounts do not change without CAP_SYS_ADMIN, which it lacks. */
+function reservedPlaces(): ReservedPlaces {
+  if (!reservedCache) {
+    let mountinfo: string | undefined;
+    try {
+      mountinfo = readFileSync('/proc/self/mountinfo', 'utf8');
+    } catch {
+      mountinfo = undefined; // no /proc: the folders by name and the statfs check still stand
+    }
+    reservedCache = reservedPlacesOf(mountinfo);
+  }
+  return reservedCache;
+}
+
+const RESERVED_WHY = `no file call reaches ${RESERVED_FOLDERS.join(', ')} or the kernel's pseudo-file systems, whatever the policy`;
+
+/** Why a real path is in a reserved place by its name alone, or undefined. */
+function reservedPrefix(absolute: string): string | undefined {
+  const prefix = reservedPlaces().prefixes.find((p) => isWithin(p, absolute));
+  return prefix === undefined ? undefined : `it is in ${prefix}; ${RESERVED_WHY}`;
+}
+
+/**
+ * Why a real path (symbolic links already resolved) is out of every policy's reach, or
+ * undefined: it lies in a reserved place ({@link reservedPlacesOf}), or its file system (or, when
+ * it does not exist, that of its deepest existing folder `existing`) is a memory file system
+ * mounted in a reserved folder (by device number, so a bind mount of it anywhere is caught) or a
+ * kernel pseudo-file system (by `statfs` magic, cached per device).
+ *
+ * @example
+ * reservedPlace('/proc/1/environ', '/proc/1/environ', lstatSync('/proc/1/environ')); // 'it is in /proc; no file call reaches ...'
+ */
+export function reservedPlace(absolute: string, existing: string, stat?: Stats): string | undefined {
+  return reservedPrefix(absolute) ?? reservedFileSystem(existing, stat);
+}
+
+/** Why the file system of an existing path (`stat`: its lstat, when at hand) is out of reach, or undefined. */
+function reservedFileSystem(existing: string, stat?: Stats): string | undefined {
+  const places = reservedPlaces();
+  let info = stat;
+  if (!info) {
+    try {
+      info = lstatSync(existing);
+    } catch {
+      return undefined; // vanished meanwhile: the call itself will not find it
+    }
+  }
+  if (places.devices.has(info.dev)) return `it is on a file system mounted in a reserved folder; ${RESERVED_WHY}`;
+  let pseudo = pseudoByDevice.get(info.dev);
+  if (pseudo === undefined) {
+    try {
+      // statfs follows a link: ask about the folder that holds it instead.
+      pseudo = PSEUDO_FS_MAGIC.has(statfsSync(info.isSymbolicLink() ? path.posix.dirname(existing) : existing).type);
+    } catch {
+      pseudo = false;
+    }
+    pseudoByDevice.set(info.dev, pseudo);
+  }
+  if (pseudo) return `it is on a kernel pseudo-file system; ${RESERVED_WHY}`;
+  return undefined;
 }
 
 /** Checks a file name against its mount's suffix list; the error says which suffixes are allowed. */

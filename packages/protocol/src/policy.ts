@@ -31,6 +31,32 @@ const AbsoluteFolder = z
   .max(4096)
   .refine((p) => p.startsWith('/') && !p.includes('\0'), 'must be an absolute in-container path without NUL bytes');
 
+/**
+ * In-container folders no policy may grant: the kernel's pseudo-file systems (`/proc`, `/sys`,
+ * `/dev`), the daemon's socket folder and its runtime. The daemon runs as root, so a file call
+ * there would read its environment or memory, or replace its code. Refused as policy roots when a
+ * policy is parsed; the agent's resolver also refuses every path that lands there (by real path
+ * and by file system), whatever the root, so a root of `/` does not reach them either.
+ */
+export const RESERVED_FOLDERS = ['/proc', '/sys', '/dev', '/run/warren', '/opt/warren'] as const;
+
+/** The reserved folder holding `folder` (an absolute path, normalised here), if any. */
+export function reservedFolderOf(folder: string): string | undefined {
+  const normal = path.posix.resolve('/', folder);
+  return RESERVED_FOLDERS.find((r) => isWithin(r, normal));
+}
+
+/** A policy's in-container root: absolute, and not in or below a reserved folder. */
+const RootFolder = AbsoluteFolder.superRefine((p, ctx) => {
+  const reserved = reservedFolderOf(p);
+  if (reserved !== undefined) {
+    ctx.addIssue({
+      code: 'custom',
+      message: `the root '${p.slice(0, 200)}' is in ${reserved}, which no policy may grant (${RESERVED_FOLDERS.join(', ')} are the kernel's and the daemon's own); choose a folder such as /workspace`,
+    });
+  }
+});
+
 /** An allowed file suffix, dot included: `.py`, `.tar.gz`. Matched case-insensitively against the end of the name. */
 export const Suffix = z.string().min(2).max(32).regex(/^\.[^/\0]+$/, 'a suffix starts with a dot, e.g. ".py"');
 
@@ -53,7 +79,7 @@ export const Restrict = z.strictObject({
 
 /** Seed 001's `RootSandboxConfig`: one folder. */
 export const RootPolicy = z.strictObject({
-  root: AbsoluteFolder,
+  root: RootFolder,
   readOnly: z.boolean().default(false),
   suffixes: Suffixes.optional(),
   maxFileBytes: MaxFileBytes.optional(),
@@ -62,7 +88,7 @@ export const RootPolicy = z.strictObject({
 
 /** Seed 001's `PathConfig`: one named folder. `write_approval` defaults to true, as in the seed. */
 export const PathConfig = z.strictObject({
-  root: AbsoluteFolder,
+  root: RootFolder,
   mode: z.enum(['ro', 'rw']).default('ro'),
   suffixes: Suffixes.optional(),
   maxFileBytes: MaxFileBytes.optional(),
@@ -325,6 +351,8 @@ export function narrowPolicy(parent: FilePolicy, request: DeriveRequest): FilePo
   const parsed = DeriveRequest.safeParse(request);
   if (!parsed.success) throw new CodedError('INVALID_PARAMS', `Invalid derive request: ${parsed.error.issues.map((i) => i.message).join('; ')}`);
   const req = parsed.data;
+  const parentOk = FilePolicy.safeParse(parent);
+  if (!parentOk.success) throw new CodedError('INVALID_PARAMS', `The policy to derive from is not valid: ${parentOk.error.issues.map((i) => i.message).join('; ')}`);
   const list = (v: string | string[] | undefined) => (v === undefined ? undefined : typeof v === 'string' ? [v] : v);
   const allowRead = list(req.allowRead);
   const allowWrite = list(req.allowWrite);

@@ -3,7 +3,7 @@ import { constants } from 'node:fs';
 import { lstat, open, opendir } from 'node:fs/promises';
 import path from 'node:path';
 import { CodedError } from '@warren/protocol';
-import { checkKernelName, mapFsError } from '../policy.js';
+import { checkKernelName, mapFsError, reservedPlace } from '../policy.js';
 
 /** The most names read from one folder; a folder with more is reported truncated, never read whole. */
 export const MAX_DIR_SCAN = 100_000;
@@ -62,6 +62,7 @@ export interface WalkOptions {
 /**
  * Walks a folder breadth first, folder entries sorted by name, never following a symbolic link
  * (links are reported, not entered), so loops and links that leave cannot take it elsewhere.
+ * Reserved places (the kernel's pseudo-file systems, the daemon's folders) are left out.
  */
 export async function* walkTree(absolute: string, display: string, options: WalkOptions): AsyncGenerator<WalkEntry, { truncated: boolean; depthLimited: boolean }> {
   const queue: { absolute: string; rel: string; depth: number }[] = [{ absolute, rel: '', depth: 1 }];
@@ -84,7 +85,7 @@ export async function* walkTree(absolute: string, display: string, options: Walk
       visited++;
       const childAbs = path.posix.join(folder.absolute, dirent.name);
       const stat = await lstat(childAbs).catch(() => undefined);
-      if (!stat) continue;
+      if (!stat || reservedPlace(childAbs, childAbs, stat)) continue; // /proc, /dev, ... and their bind mounts are never listed nor entered
       const entry: WalkEntry = { rel: folder.rel ? `${folder.rel}/${dirent.name}` : dirent.name, absolute: childAbs, stat, depth: folder.depth };
       yield entry;
       if (stat.isDirectory() && (options.descend?.(entry) ?? true)) {

@@ -145,6 +145,7 @@ export async function killTree(selector: TreeSelector, options: KillTreeOptions 
   const signal = options.signal ?? 'SIGKILL';
   const maxRounds = signal === 'SIGKILL' ? (options.maxRounds ?? 200) : 1;
   const killed = new Set<number>();
+  if (signal === 'SIGKILL') freezeThenKill(selector, options.procRoot, killed);
   for (let round = 0; round < maxRounds; round++) {
     if (selector.leaderPid !== undefined) {
       // The group first, in one syscall: it stops a fork loop in the group before the scan.
@@ -161,6 +162,43 @@ export async function killTree(selector: TreeSelector, options: KillTreeOptions 
     await new Promise((resolve) => setTimeout(resolve, round < 5 ? 2 : 10));
   }
   return [...killed];
+}
+
+/**
+ * The first round of a SIGKILL: stops the tree (SIGSTOP) before killing any of it, so no member
+ * exits while the tree is gathered. Killing a parent first would orphan its children, and a child
+ * that cleared its environment (`env -i`) and left the session (`setsid`) is linked to the tree
+ * by its parent alone: frozen, it is found through that parent and killed with it. Synchronous,
+ * so nothing runs between the stop and the kill. A tree with no live member costs one scan, as
+ * before.
+ */
+function freezeThenKill(selector: TreeSelector, procRoot: string | undefined, killed: Set<number>): void {
+  if (selector.leaderPid !== undefined) {
+    try {
+      process.kill(-selector.leaderPid, 'SIGSTOP');
+    } catch {
+      // no such group any more
+    }
+  }
+  const frozen = new Set<number>();
+  for (let round = 0; round < 50; round++) {
+    let grew = false;
+    for (const p of treeMembers(scanProcesses(procRoot), selector)) {
+      if (frozen.has(p.pid)) continue;
+      frozen.add(p.pid);
+      signalPid(p.pid, 'SIGSTOP');
+      grew = true;
+    }
+    if (!grew) break;
+  }
+  if (selector.leaderPid !== undefined) {
+    try {
+      process.kill(-selector.leaderPid, 'SIGKILL');
+    } catch {
+      // no such group any more
+    }
+  }
+  for (const pid of frozen) if (signalPid(pid, 'SIGKILL')) killed.add(pid);
 }
 
 /**

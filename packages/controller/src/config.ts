@@ -21,9 +21,9 @@ export interface ControllerConfig {
   /** The bundled daemon that goes into the runtime volume. */
   agentBundlePath: string;
   /** Default sandbox limits: what a create that asks for nothing gets. */
-  limits: { memoryMb: number; cpus: number; pidsLimit: number; ttlSeconds: number };
+  limits: SandboxLimits;
   /** The most a create may ask for. */
-  maxLimits: { memoryMb: number; cpus: number; pidsLimit: number; ttlSeconds: number };
+  maxLimits: SandboxLimits;
   /** Host folders below which a create may mount host paths; empty refuses every host mount. */
   allowedMountRoots: string[];
   /** Whether a create may ask for `network: 'bridge'`. */
@@ -55,6 +55,20 @@ export interface ControllerConfig {
   allowedHosts: string[];
 }
 
+/** The numbers a create may ask for; the configuration holds a default and a maximum of each. */
+export interface SandboxLimits {
+  memoryMb: number;
+  cpus: number;
+  pidsLimit: number;
+  ttlSeconds: number;
+  /** The RAM-backed /tmp, MiB. */
+  tmpMb: number;
+  /** RLIMIT_NOFILE of every process. */
+  openFiles: number;
+  /** RLIMIT_FSIZE of every process, MiB. */
+  fileSizeMb: number;
+}
+
 /** The default state folder: /var/lib/warren for root, the XDG state folder otherwise. */
 export function defaultStateDir(): string {
   if (process.getuid?.() === 0) return '/var/lib/warren';
@@ -66,6 +80,9 @@ const Limits = z.strictObject({
   cpus: z.number().positive().optional(),
   pidsLimit: z.number().int().min(16).optional(),
   ttlSeconds: z.number().int().min(10).optional(),
+  tmpMb: z.number().int().min(1).optional(),
+  openFiles: z.number().int().min(64).optional(),
+  fileSizeMb: z.number().int().min(1).optional(),
 });
 
 /** The configuration file's shape (JSON or YAML): every key optional, unknown keys refused. */
@@ -100,8 +117,8 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   port: 7420,
   apiKeyHashes: [],
   defaultImage: 'warren/sandbox:latest',
-  limits: { memoryMb: 1024, cpus: 1, pidsLimit: 512, ttlSeconds: 3600 },
-  maxLimits: { memoryMb: 8192, cpus: 4, pidsLimit: 4096, ttlSeconds: 7 * 24 * 3600 },
+  limits: { memoryMb: 1024, cpus: 1, pidsLimit: 512, ttlSeconds: 3600, tmpMb: 256, openFiles: 4096, fileSizeMb: 4096 },
+  maxLimits: { memoryMb: 8192, cpus: 4, pidsLimit: 4096, ttlSeconds: 7 * 24 * 3600, tmpMb: 4096, openFiles: 16384, fileSizeMb: 65536 },
   allowedMountRoots: [],
   allowBridgeNetwork: true,
   readyTimeoutMs: 30_000,

@@ -2,9 +2,7 @@ import type { Readable } from 'node:stream';
 import Docker from 'dockerode';
 import { CodedError } from '@warren/protocol';
 import type { SandboxSettings } from '@warren/protocol';
-import { extract } from 'tar-stream';
 import { agentCommand, RUNTIME_DIR, runtimeTar, type AgentRuntime } from './runtime.js';
-import { packTar } from './tar.js';
 
 /** Labels Warren sets on its containers; the controller's whole state lives in these. */
 export const LABELS = {
@@ -25,8 +23,19 @@ export const LABELS = {
 
 /** Where a sandbox's socket folder is mounted; the daemon listens and finds its secret here. */
 export const SOCKET_DIR_IN_SANDBOX = '/run/warren';
-/** The uid:gid sandboxes run as unless asked otherwise. */
-export const SANDBOX_USER = { uid: 1000, gid: 1000 };
+
+/**
+ * The daemon's capabilities, and nothing else: it runs as the container's root so that sandbox
+ * code (the sandbox user) cannot signal, trace or read it, and it needs exactly these to act for
+ * that user: CHOWN, DAC_OVERRIDE and FOWNER to create and hand over the user's files, SETUID and
+ * SETGID to start commands as the user, KILL to signal the user's processes, and SYS_PTRACE to
+ * read their `/proc/<pid>/environ`, where the tree-kill marker is. Commands lose all of them when
+ * they drop to the sandbox user, and no-new-privileges keeps them from coming back.
+ */
+export const DAEMON_CAPABILITIES = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID', 'KILL', 'SYS_PTRACE'] as const;
+
+/** Defaults for settings that labels of older sandboxes lack. */
+const HARDENING_DEFAULTS = { readOnlyRootfs: true, tmpMb: 256, openFiles: 4096, fileSizeMb: 4096 } as const;
 /** The writable folder every sandbox gets, whatever its image has. */
 export const WORKSPACE = '/workspace';
 
@@ -78,13 +87,15 @@ function workspaceIsMounted(spec: SandboxContainerSpec): boolean {
 }
 
 /**
- * The exact container-create body for a sandbox: hardened whatever the settings say (non-root,
- * every capability dropped, no-new-privileges, pids/memory/CPU limits with swap equal to memory,
- * init, no host namespaces, only the socket folder, the read-only runtime, a private workspace
- * volume and the checked host mounts). Pure, so a unit test can pin it.
+ * The exact container-create body for a sandbox: hardened whatever the settings say (commands
+ * as the non-root sandbox user, the daemon as root with only {@link DAEMON_CAPABILITIES},
+ * no-new-privileges, pids/memory/CPU limits with swap equal to memory, a read-only root file
+ * system with a size-capped /tmp, open-file and file-size limits, init, no host namespaces,
+ * only the socket folder, the read-only runtime, a private workspace volume and the checked host
+ * mounts). Pure, so a unit test can pin it.
  */
 export function containerCreateBody(spec: SandboxContainerSpec): Docker.ContainerCreateOptions {
-  const { settings } = spec;
+  const settings = { ...HARDENING_DEFAULTS, ...spec.settings };
   const memoryBytes = settings.memoryMb * 1024 * 1024;
   const mounts: Docker.MountConfig = [{ Type: 'volume', Source: spec.runtimeVolume, Target: RUNTIME_DIR, ReadOnly: true }];
   // An anonymous volume: Docker copies the image's /workspace into it (if any), the controller
@@ -94,7 +105,7 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
   const hostConfig: Docker.HostConfig = {
     Init: true,
     CapDrop: ['ALL'],
-    CapAdd: [],
+    CapAdd: [...DAEMON_CAPABILITIES],
     SecurityOpt: ['no-new-privileges:true'],
     Privileged: false,
     NetworkMode: settings.network,
@@ -106,6 +117,13 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
     NanoCpus: Math.round(settings.cpus * 1e9),
     Binds: [`${spec.socketDirOnHost}:${SOCKET_DIR_IN_SANDBOX}:rw`],
     Mounts: mounts,
+    ReadonlyRootfs: settings.readOnlyRootfs,
+    // exec: build tools and test runners run programs from /tmp; nosuid/nodev as everywhere.
+    Tmpfs: { '/tmp': `rw,exec,nosuid,nodev,size=${settings.tmpMb}m,mode=1777` },
+    Ulimits: [
+      { Name: 'nofile', Soft: settings.openFiles, Hard: settings.openFiles },
+      { Name: 'fsize', Soft: settings.fileSizeMb * 1024 * 1024, Hard: settings.fileSizeMb * 1024 * 1024 },
+    ],
     Devices: [],
     AutoRemove: false,
     RestartPolicy: { Name: 'no' },
@@ -114,21 +132,16 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
   return {
     name: `warren-${spec.id}`,
     Image: spec.image,
-    Entrypoint: agentCommand(['--socket', `${SOCKET_DIR_IN_SANDBOX}/agent.sock`, '--secret-file', `${SOCKET_DIR_IN_SANDBOX}/secret`, '--root', WORKSPACE, '--home', WORKSPACE]),
+    Entrypoint: agentCommand(['--socket', `${SOCKET_DIR_IN_SANDBOX}/agent.sock`, '--secret-file', `${SOCKET_DIR_IN_SANDBOX}/secret`, '--root', WORKSPACE, '--home', WORKSPACE, '--user', settings.user, ...(workspaceIsMounted(spec) ? [] : ['--own-root'])]),
     Cmd: [],
-    User: settings.user,
+    // The daemon's identity; every command it starts runs as `settings.user`.
+    User: '0:0',
     WorkingDir: settings.workdir,
     Env: Object.entries(spec.env).map(([k, v]) => `${k}=${v}`),
     Labels: spec.labels,
     NetworkDisabled: settings.network === 'none',
     HostConfig: hostConfig,
   };
-}
-
-/** A one-entry tar that makes /workspace belong to the sandbox user (applied before start). */
-async function workspaceOwnerTar(user: string): Promise<Buffer> {
-  const [uid, gid = uid] = user.split(':').map(Number);
-  return packTar([{ header: { name: `${WORKSPACE.slice(1)}/`, type: 'directory', mode: 0o755, uid: uid!, gid: gid! } }]);
 }
 
 /** A Warren container as Docker lists it. */
@@ -143,9 +156,6 @@ export interface SandboxContainer {
  * and every Docker failure comes out as a {@link CodedError}.
  */
 export class DockerProvider {
-  /** Image id to the owner of its /workspace (`uid:gid`, '' when unknown); see {@link DockerProvider.workspaceOwner}. */
-  private readonly workspaceOwners = new Map<string, string>();
-
   constructor(readonly docker: Docker = new Docker()) {}
 
   async ping(): Promise<void> {
@@ -210,57 +220,19 @@ export class DockerProvider {
   }
 
   /**
-   * Creates and starts a sandbox container; returns its id. The workspace volume is handed to the
-   * sandbox user before start, so images without /workspace (plain Debian, busybox) get a
-   * writable one too. A failed start leaves nothing behind.
+   * Creates and starts a sandbox container; returns its id. (The daemon hands /workspace to the
+   * sandbox user when it starts, so images without /workspace get a writable one too.) A failed
+   * start leaves nothing behind.
    */
   async startSandbox(spec: SandboxContainerSpec): Promise<string> {
-    const [container, imageId] = await Promise.all([
-      this.docker.createContainer(containerCreateBody(spec)).catch((e: unknown) => rethrow(e, `create a container from ${spec.image}`)),
-      this.docker
-        .getImage(spec.image)
-        .inspect()
-        .then((info) => info.Id)
-        .catch(() => undefined),
-    ]);
+    const container = await this.docker.createContainer(containerCreateBody(spec)).catch((e: unknown) => rethrow(e, `create a container from ${spec.image}`));
     try {
-      if (!workspaceIsMounted(spec) && (await this.workspaceOwner(container, imageId)) !== spec.settings.user) {
-        await container.putArchive(await workspaceOwnerTar(spec.settings.user), { path: '/' });
-      }
       await container.start();
     } catch (err) {
       await container.remove({ force: true, v: true }).catch(() => undefined);
       rethrow(err, `start the container for sandbox ${spec.id}`);
     }
     return container.id;
-  }
-
-  /**
-   * Who owns /workspace as the image gives it (`uid:gid`), read once per image id from the first
-   * created container's workspace volume (a tar header, before start) and remembered: an image
-   * whose /workspace already belongs to the sandbox user needs no chown on later creates.
-   */
-  private async workspaceOwner(container: Docker.Container, imageId: string | undefined): Promise<string | undefined> {
-    if (imageId === undefined) return undefined;
-    const known = this.workspaceOwners.get(imageId);
-    if (known !== undefined) return known;
-    const stream = (await container.getArchive({ path: WORKSPACE })) as unknown as Readable;
-    const header = await new Promise<{ uid?: number; gid?: number } | undefined>((resolve, reject) => {
-      const entries = extract();
-      entries.on('entry', (h, body) => {
-        resolve(h);
-        body.resume();
-        stream.destroy();
-      });
-      entries.on('finish', () => resolve(undefined));
-      entries.on('error', reject);
-      stream.on('error', () => resolve(undefined));
-      stream.pipe(entries);
-    });
-    const owner = header?.uid === undefined ? '' : `${header.uid}:${header.gid ?? header.uid}`;
-    if (this.workspaceOwners.size > 256) this.workspaceOwners.clear();
-    this.workspaceOwners.set(imageId, owner);
-    return owner;
   }
 
   /** The runtimes the engine has registered (`runc`, and `runsc` where gVisor is installed). */

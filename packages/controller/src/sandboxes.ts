@@ -1,7 +1,8 @@
-import { chown, mkdir, readFile, readdir, realpath, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, readdir, realpath, rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { customAlphabet } from 'nanoid';
 import { CodedError, FilePolicy, SandboxSettings, type CreateSandboxResponse, type SandboxInfo, type SandboxState } from '@warren/protocol';
+import { AgentDirs } from './agent-dir.js';
 import { probeAgent } from './agent-link.js';
 import type { ControllerConfig } from './config.js';
 import type { Credentials } from './credentials.js';
@@ -128,11 +129,13 @@ export class SandboxService {
     readonly config: ControllerConfig,
     readonly runtimeVolume: string,
     readonly metrics?: Metrics,
+    /** The daemons' host folders; by default owned by root when the controller is root. */
+    readonly dirs: AgentDirs = new AgentDirs(config.stateDir, process.getuid?.() === 0 ? { uid: 0, gid: 0 } : undefined),
   ) {}
 
   /** The host path of a daemon socket, by the container's Warren id. */
   socketPathOf(agentId: string): string {
-    return path.join(this.socketDir(agentId), 'agent.sock');
+    return this.dirs.socketPath(agentId);
   }
 
   /** The host path of a sandbox's daemon socket, by public id. */
@@ -143,10 +146,6 @@ export class SandboxService {
   /** The secret that opens a sandbox's daemon, by public id. */
   agentSecret(id: string): string {
     return this.credentials.agentSecret(this.require(id).agentId);
-  }
-
-  socketDir(agentId: string): string {
-    return path.join(this.config.stateDir, 'sandboxes', agentId);
   }
 
   private recordFile(id: string): string {
@@ -302,8 +301,7 @@ export class SandboxService {
    * behind. The warm pool uses it too, with `pool: true`.
    */
   async startContainer(agentId: string, plan: SandboxPlan, times: { createdAt: Date; expiresAt: Date }, pool = false): Promise<string> {
-    const socketDir = this.socketDir(agentId);
-    await this.prepareSocketDir(agentId, socketDir, plan.settings.user);
+    const socketDir = await this.dirs.prepare(agentId, this.credentials.agentSecret(agentId));
     let containerId: string | undefined;
     try {
       containerId = await this.docker.startSandbox({
@@ -319,7 +317,7 @@ export class SandboxService {
       return containerId;
     } catch (err) {
       if (containerId) await this.docker.removeSandbox(containerId).catch(() => undefined);
-      await rm(socketDir, { recursive: true, force: true });
+      await this.dirs.remove(agentId);
       throw err;
     }
   }
@@ -342,18 +340,6 @@ export class SandboxService {
         throw new CodedError('FORBIDDEN', `Refused mount of '${mount.hostPath}': it is a socket, and host sockets are never passed into a sandbox.`, { field: 'mounts', hostPath: mount.hostPath });
       }
       mount.hostPath = real;
-    }
-  }
-
-  /** The folder the daemon listens in: owned by the sandbox user, holding the one-time secret file. */
-  private async prepareSocketDir(agentId: string, dir: string, user: string): Promise<void> {
-    await mkdir(dir, { recursive: true, mode: 0o700 });
-    const secretFile = path.join(dir, 'secret');
-    await writeFile(secretFile, this.credentials.agentSecret(agentId), { mode: 0o600 });
-    if (process.getuid?.() === 0) {
-      const [uid, gid = uid] = user.split(':').map(Number);
-      await chown(dir, uid!, gid!);
-      await chown(secretFile, uid!, gid!);
     }
   }
 
@@ -568,8 +554,7 @@ export class SandboxService {
    * answered a real call.
    */
   private async startAgain(record: SandboxRecord): Promise<void> {
-    await rm(this.socketPathOf(record.agentId), { force: true });
-    await this.prepareSocketDir(record.agentId, this.socketDir(record.agentId), record.settings.user);
+    await this.dirs.prepare(record.agentId, this.credentials.agentSecret(record.agentId));
     await this.docker.startAgain(record.containerId);
     await this.waitUntilReady(record.agentId, record.containerId);
     this.starts.set(record.id, (this.starts.get(record.id) ?? 0) + 1);
@@ -578,7 +563,7 @@ export class SandboxService {
   /** Removes an unclaimed warm-pool container and its socket folder. */
   async removePoolMember(agentId: string, containerId: string): Promise<void> {
     await this.docker.removeSandbox(containerId).catch(() => undefined);
-    await rm(this.socketDir(agentId), { recursive: true, force: true });
+    await this.dirs.remove(agentId);
   }
 
   /** Kills a sandbox: its container, workspace volume, socket folder and state file are gone afterwards. */
@@ -587,7 +572,7 @@ export class SandboxService {
     this.killing.add(id);
     try {
       await this.docker.removeSandbox(record.containerId);
-      await rm(this.socketDir(record.agentId), { recursive: true, force: true });
+      await this.dirs.remove(record.agentId);
       await rm(this.recordFile(id), { force: true });
       this.records.delete(id);
       this.deaths.delete(id);

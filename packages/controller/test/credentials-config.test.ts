@@ -74,7 +74,7 @@ describe('configuration', () => {
     await writeFile(file, ['port: 8000', 'poolSize: 2', 'allowedMountRoots: [/srv/data]', 'limits:', '  memoryMb: 512', 'killOnShutdown: true'].join('\n'));
     const config = loadConfig({ WARREN_CONFIG: file, WARREN_PORT: '9000', WARREN_STATE_DIR: dir }, { heartbeatMs: 1000 });
     expect(config).toMatchObject({ port: 9000, poolSize: 2, allowedMountRoots: ['/srv/data'], killOnShutdown: true, heartbeatMs: 1000, stateDir: dir });
-    expect(config.limits).toEqual({ memoryMb: 512, cpus: 1, pidsLimit: 512, ttlSeconds: 3600 });
+    expect(config.limits).toEqual({ memoryMb: 512, cpus: 1, pidsLimit: 512, ttlSeconds: 3600, tmpMb: 256, openFiles: 4096, fileSizeMb: 4096 });
   });
 
   it('reads JSON, and refuses unknown keys naming them', async () => {

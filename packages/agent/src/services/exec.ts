@@ -7,7 +7,7 @@ import { CodedError, type Params, type ProcessInfo, type Result } from '@warren/
 import type { CallContext, Handler } from '../dispatch.js';
 import { resolvePath, type FilePolicy } from '../policy.js';
 import { CappedOutput, outputAsPayload } from './output.js';
-import { ProcessTable, spawnTagged, type SpawnSpec } from './process-table.js';
+import { ProcessTable, spawnTagged, type SandboxUser, type SpawnSpec } from './process-table.js';
 import { killTree } from './process-tree.js';
 
 export { baseEnvironment } from './process-table.js';
@@ -24,6 +24,7 @@ export interface ExecOptions {
   policy: FilePolicy;
   home: string;
   sandboxEnv?: Readonly<Record<string, string>> | undefined;
+  user?: SandboxUser | undefined;
   /** Shared by every connection of the sandbox: background processes outlive connections. */
   table: ProcessTable;
   /** Where `saveOutput` files go; a folder inside the sandbox. */
@@ -95,6 +96,7 @@ export function execHandlers(options: ExecOptions): { [M in ProcessMethod]: Hand
     env: params.env,
     home: options.home,
     sandboxEnv: options.sandboxEnv,
+    user: options.user,
   });
 
   return {

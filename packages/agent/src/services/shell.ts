@@ -7,7 +7,7 @@ import type { Handler } from '../dispatch.js';
 import type { FilePolicy } from '../policy.js';
 import { resolveCwd } from './exec.js';
 import { CappedOutput, outputAsPayload } from './output.js';
-import { spawnTagged, type ProcessTable, type TaggedChild } from './process-table.js';
+import { spawnTagged, type ProcessTable, type SandboxUser, type TaggedChild } from './process-table.js';
 import { killTree, scanProcesses, signalPid } from './process-tree.js';
 
 export const DEFAULT_SHELL_TIMEOUT_MS = 10 * 60 * 1000;
@@ -112,10 +112,10 @@ class ShellSession {
     child.stdin.write(PRELUDE);
   }
 
-  static async open(name: string, table: ProcessTable, spec: { cwd: string; home: string; sandboxEnv?: Readonly<Record<string, string>> | undefined; env?: Record<string, string> | undefined }): Promise<ShellSession> {
+  static async open(name: string, table: ProcessTable, spec: { cwd: string; home: string; sandboxEnv?: Readonly<Record<string, string>> | undefined; user?: SandboxUser | undefined; env?: Record<string, string> | undefined }): Promise<ShellSession> {
     const release = table.reserve();
     try {
-      const tagged = await spawnTagged({ cmd: ['bash', '--noprofile', '--norc'], cwd: spec.cwd, home: spec.home, sandboxEnv: spec.sandboxEnv, env: spec.env });
+      const tagged = await spawnTagged({ cmd: ['bash', '--noprofile', '--norc'], cwd: spec.cwd, home: spec.home, sandboxEnv: spec.sandboxEnv, user: spec.user, env: spec.env });
       return new ShellSession(name, tagged, release);
     } catch (err) {
       release();
@@ -281,6 +281,7 @@ export interface ShellOptions {
   policy: FilePolicy;
   home: string;
   sandboxEnv?: Readonly<Record<string, string>> | undefined;
+  user?: SandboxUser | undefined;
   table: ProcessTable;
 }
 
@@ -298,7 +299,7 @@ export class ShellSessions {
       throw new CodedError('RESOURCE_EXHAUSTED', `This sandbox already has ${MAX_SESSIONS} shell sessions, the most it keeps; close one with shell.close first.`, { maxSessions: MAX_SESSIONS });
     }
     const cwd = await resolveCwd(policy, params.cwd);
-    const session = await ShellSession.open(params.session, this.options.table, { cwd, home: this.options.home, sandboxEnv: this.options.sandboxEnv, env: params.env });
+    const session = await ShellSession.open(params.session, this.options.table, { cwd, home: this.options.home, sandboxEnv: this.options.sandboxEnv, user: this.options.user, env: params.env });
     this.sessions.set(params.session, session);
     this.specs.set(params.session, params);
     return { session, created: true };

@@ -3,7 +3,8 @@ import { CodedError, type ParamsIn } from '@warren/protocol';
 import { callAgent } from './agent-link.js';
 import { loadConfig, type ControllerConfig } from './config.js';
 import { Credentials } from './credentials.js';
-import { DockerProvider } from './docker.js';
+import { AgentDirs, type HostIdentity } from './agent-dir.js';
+import { DockerProvider, type EngineIsolation } from './docker.js';
 import { EngineWatch } from './engine-watch.js';
 import { createHttpServer, serverUrl } from './http.js';
 import { Metrics } from './metrics.js';
@@ -54,8 +55,10 @@ export async function startController(options: StartControllerOptions = {}): Pro
   const runtime = await collectRuntime(config.agentBundlePath);
   const runtimeVolume = await docker.ensureRuntimeVolume(runtime, config.defaultImage);
   const oldRuntimeVolumes = await docker.removeOldRuntimeVolumes(runtimeVolume);
+  const isolation = await docker.isolation();
+  if (!isolation.limitsEnforced) log('engine.limits-not-enforced', { warning: 'this engine accepts memory, CPU and pids limits without enforcing them (rootless on cgroup v1); sandboxes are not bounded' });
   const metrics: Metrics = new Metrics(() => sandboxes.countByState());
-  const sandboxes: SandboxService = new SandboxService(docker, credentials, config, runtimeVolume, metrics);
+  const sandboxes: SandboxService = new SandboxService(docker, credentials, config, runtimeVolume, metrics, new AgentDirs(config.stateDir, daemonOwner(isolation)));
   sandboxes.onRestart = (sandboxId, error) => log(error === null ? 'sandbox.restarted' : 'sandbox.restart-failed', { sandboxId, ...(error === null ? {} : { error }) });
   const { recovered, poolMembers } = await sandboxes.recover();
   // Unclaimed pool members of the previous run may be from an older runtime: replace them.
@@ -76,7 +79,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
     await docker.ping();
     if (engine.recovering) throw new Error('the Docker engine restarted and Warren is still starting the sandboxes that stopped with it');
     if (!(await docker.hasImage(config.defaultImage))) throw new Error(`the default image ${config.defaultImage} is not on the Docker engine; build it with scripts/build-images`);
-    return { docker: 'ok', defaultImage: config.defaultImage, runtimes: sandboxes.runtimes };
+    return { docker: 'ok', defaultImage: config.defaultImage, runtimes: sandboxes.runtimes, isolation, hardening: sandboxHardening(config) };
   };
   const audit = async (id: string, query: URLSearchParams) => {
     const params: ParamsIn<'audit.list'> = {};
@@ -123,6 +126,22 @@ export async function startController(options: StartControllerOptions = {}): Pro
     await new Promise<void>((resolve) => server.close(() => resolve()));
   };
   return { url, config, sandboxes, metrics, pool, generatedApiKey, close, [Symbol.asyncDispose]: close };
+}
+
+/**
+ * Who the daemon's host folder belongs to: the container's root as the engine maps it. A
+ * controller that is not root cannot hand it over, so the folder stays its own (and the daemon
+ * reaches it with DAC_OVERRIDE).
+ */
+function daemonOwner(isolation: EngineIsolation): HostIdentity | undefined {
+  if (process.getuid?.() !== 0) return undefined;
+  return isolation.usernsRemap ?? { uid: 0, gid: 0 };
+}
+
+/** The hardening every sandbox gets unless its create asks otherwise, for `/readyz`. */
+function sandboxHardening(config: ControllerConfig) {
+  const { tmpMb, openFiles, fileSizeMb, memoryMb, pidsLimit } = config.limits;
+  return { daemonSeparateFromSandboxUser: true, readOnlyRootfs: true, tmpMb, openFiles, fileSizeMb, memoryMb, pidsLimit, network: 'none' };
 }
 
 function jsonLog(event: string, fields: Record<string, unknown> = {}): void {

@@ -144,6 +144,50 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
   };
 }
 
+/** What isolation the engine gives sandboxes, as `/readyz` and `warren doctor` report it. */
+export interface EngineIsolation {
+  /** The host uid/gid of a container's root under user-namespace remap; null without remap. */
+  usernsRemap: { uid: number; gid: number } | null;
+  /** The engine runs without root (rootless Docker or Podman). */
+  rootless: boolean;
+  /** `1` or `2`. */
+  cgroupVersion: string;
+  cgroupDriver: string;
+  /** False where the engine accepts memory, CPU and pids limits without enforcing them (rootless on cgroup v1). */
+  limitsEnforced: boolean;
+  seccomp: boolean;
+  apparmor: boolean;
+  selinux: boolean;
+  /** gVisor (`runsc`) is registered: `runtime: 'runsc'` is available. */
+  gvisor: boolean;
+  runtimes: string[];
+  storageDriver: string;
+}
+
+/**
+ * Reads the engine's isolation from `docker info`. Under user-namespace remap the engine keeps its
+ * data in `<data-root>/<uid>.<gid>`, which is how the remapped root is found.
+ */
+export function engineIsolation(info: { SecurityOptions?: string[]; CgroupVersion?: string; CgroupDriver?: string; Runtimes?: Record<string, unknown>; Driver?: string; DockerRootDir?: string }): EngineIsolation {
+  const options = (info.SecurityOptions ?? []).map((o) => /name=([^,]+)/.exec(o)?.[1] ?? o);
+  const remapped = options.includes('userns') ? /\/(\d+)\.(\d+)\/?$/.exec(info.DockerRootDir ?? '') : null;
+  const cgroupDriver = info.CgroupDriver ?? 'unknown';
+  const runtimes = Object.keys(info.Runtimes ?? { runc: {} });
+  return {
+    usernsRemap: remapped ? { uid: Number(remapped[1]), gid: Number(remapped[2]) } : null,
+    rootless: options.includes('rootless'),
+    cgroupVersion: info.CgroupVersion ?? '1',
+    cgroupDriver,
+    limitsEnforced: cgroupDriver !== 'none',
+    seccomp: options.includes('seccomp'),
+    apparmor: options.includes('apparmor'),
+    selinux: options.includes('selinux'),
+    gvisor: runtimes.includes('runsc'),
+    runtimes,
+    storageDriver: info.Driver ?? 'unknown',
+  };
+}
+
 /** A Warren container as Docker lists it. */
 export interface SandboxContainer {
   containerId: string;
@@ -235,9 +279,9 @@ export class DockerProvider {
     return container.id;
   }
 
-  /** The runtimes the engine has registered (`runc`, and `runsc` where gVisor is installed). */
-  async runtimes(): Promise<string[]> {
-    return (await this.runtimeInfo()).map((r) => r.name);
+  /** What isolation the engine gives; see {@link engineIsolation}. */
+  async isolation(): Promise<EngineIsolation> {
+    return engineIsolation(await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info')));
   }
 
   /** The registered runtimes with the arguments the engine passes them (`--network=none` matters). */

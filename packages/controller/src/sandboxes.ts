@@ -234,7 +234,8 @@ export class SandboxService {
 
   /** Checks a create request against this controller's rules and fills in the defaults. */
   plan(body: unknown): SandboxPlan {
-    return planSandbox(body, { config: this.config, runtimes: this.runtimeNames, networklessRuntimes: this.networklessRuntimes });
+    const uid = process.getuid?.();
+    return planSandbox(body, { config: this.config, runtimes: this.runtimeNames, networklessRuntimes: this.networklessRuntimes, reservedUid: uid === 0 ? undefined : uid });
   }
 
   /**

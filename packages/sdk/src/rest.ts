@@ -57,6 +57,15 @@ export class RestClient {
     return DeriveTokenResponse.parse(await this.request('POST', REST_PATHS.action(id, 'derive'), body, signal));
   }
 
+  /**
+   * `GET /readyz`: whether the controller can create sandboxes now, and what isolation its engine
+   * gives them (user-namespace remap, gVisor, cgroup version, limits enforced, disk quota). A
+   * controller that is not ready throws `SandboxNotReadyError` with the reason.
+   */
+  async readiness(signal?: AbortSignal): Promise<Record<string, unknown>> {
+    return (await this.request('GET', REST_PATHS.readyz, undefined, signal)) as Record<string, unknown>;
+  }
+
   /** The WebSocket URL of a sandbox's connection. */
   connectUrl(id: string): string {
     return `${this.baseUrl.replace(/^http/, 'ws')}${REST_PATHS.connect(id)}`;

@@ -1,12 +1,12 @@
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { CodedError, type Params, type Result } from '@warren/protocol';
 import type { Handler } from '../dispatch.js';
 import type { FilePolicy } from '../policy.js';
 import { resolveCwd } from './exec.js';
 import { CappedOutput, outputAsPayload } from './output.js';
+import { createUserFile, daemonFolder } from './daemon-tmp.js';
 import { spawnTagged, type ProcessTable, type SandboxUser, type TaggedChild } from './process-table.js';
 import { killTree, scanProcesses, signalPid } from './process-tree.js';
 
@@ -90,12 +90,12 @@ class ShellSession {
   private readonly stderr = new SentinelStream(DEFAULT_SHELL_OUTPUT_CAP_BYTES);
   private exited = false;
   private readonly exitedPromise: Promise<void>;
-  private readonly scriptDir: string;
 
   private constructor(
     readonly name: string,
     private readonly tagged: TaggedChild,
     private readonly release: () => void,
+    private readonly user: SandboxUser | undefined,
   ) {
     const { child } = tagged;
     child.stdout.on('data', (chunk: Buffer) => this.stdout.push(chunk));
@@ -107,8 +107,6 @@ class ShellSession {
         resolve();
       }),
     );
-    this.scriptDir = path.join(os.tmpdir(), 'warren-shell', tagged.marker);
-    mkdirSync(this.scriptDir, { recursive: true, mode: 0o700 });
     child.stdin.write(PRELUDE);
   }
 
@@ -116,7 +114,7 @@ class ShellSession {
     const release = table.reserve();
     try {
       const tagged = await spawnTagged({ cmd: ['bash', '--noprofile', '--norc'], cwd: spec.cwd, home: spec.home, sandboxEnv: spec.sandboxEnv, user: spec.user, env: spec.env });
-      return new ShellSession(name, tagged, release);
+      return new ShellSession(name, tagged, release, spec.user);
     } catch (err) {
       release();
       if (err instanceof CodedError && err.code === 'NOT_FOUND') {
@@ -148,9 +146,8 @@ class ShellSession {
     const started = performance.now();
     const startTicks = uptimeTicks();
     const nonce = randomBytes(8).toString('hex');
-    const script = path.join(this.scriptDir, `${nonce}.sh`);
-    mkdirSync(this.scriptDir, { recursive: true, mode: 0o700 }); // a command may have cleaned /tmp
-    writeFileSync(script, cmd.endsWith('\n') ? cmd : `${cmd}\n`, { mode: 0o600 });
+    const script = path.join(daemonFolder('shell'), `${this.tagged.marker}-${nonce}.sh`);
+    createUserFile(script, this.user, cmd.endsWith('\n') ? cmd : `${cmd}\n`);
     let outDone: Completion | undefined;
     let errDone = false;
     let notify: (() => void) | undefined;
@@ -237,7 +234,6 @@ class ShellSession {
     this.tagged.child.stdin.end();
     await killTree({ marker: this.tagged.marker, leaderPid: this.alive ? this.pid : undefined });
     this.release();
-    rmSync(this.scriptDir, { recursive: true, force: true });
   }
 }
 

@@ -372,6 +372,8 @@ export function mapFsError(err: unknown, display: string): unknown {
       return new CodedError('DIRECTORY_NOT_EMPTY', `'${display}' is a folder that is not empty; pass recursive: true to delete it with its contents.`, { path: display });
     case 'ELOOP':
       return new CodedError('SYMLINK_LOOP', `'${display}' is or goes through a symbolic link that file calls do not follow here.`, { path: display });
+    case 'EFBIG':
+      return new CodedError('FILE_TOO_LARGE', `'${display}' would grow past this sandbox's file size limit (its create option fileSizeMb).`, { path: display });
     case 'ENOSPC':
     case 'EDQUOT':
       return new CodedError('RESOURCE_EXHAUSTED', `No space left to write '${display}'.`, { path: display });

@@ -4,17 +4,19 @@ import { callAgent } from './agent-link.js';
 import { loadConfig, type ControllerConfig } from './config.js';
 import { Credentials } from './credentials.js';
 import { AgentDirs, type HostIdentity } from './agent-dir.js';
-import { DockerProvider, type EngineIsolation } from './docker.js';
+import { DockerProvider } from './docker.js';
 import { EngineWatch } from './engine-watch.js';
 import { createHttpServer, serverUrl } from './http.js';
 import { Metrics } from './metrics.js';
 import { WarmPool } from './pool.js';
+import type { ProviderIsolation, SandboxProvider } from './provider.js';
 import { collectRuntime } from './runtime.js';
 import { SandboxService } from './sandboxes.js';
 
 export interface StartControllerOptions {
   config?: Partial<ControllerConfig>;
-  docker?: DockerProvider;
+  /** Where sandboxes run; the local Docker engine by default. */
+  provider?: SandboxProvider;
   credentials?: Credentials;
   log?: (event: string, fields?: Record<string, unknown>) => void;
 }
@@ -50,36 +52,39 @@ export async function startController(options: StartControllerOptions = {}): Pro
     credentials = loaded.credentials;
     generatedApiKey = loaded.generatedApiKey;
   }
-  const docker = options.docker ?? new DockerProvider();
-  await docker.ping();
-  const runtime = await collectRuntime(config.agentBundlePath);
-  const runtimeVolume = await docker.ensureRuntimeVolume(runtime, config.defaultImage);
-  const oldRuntimeVolumes = await docker.removeOldRuntimeVolumes(runtimeVolume);
-  const isolation = await docker.isolation();
+  const provider = options.provider ?? new DockerProvider();
+  await provider.ping();
+  const isolation = await provider.isolation();
+  if (provider instanceof DockerProvider) provider.useAgentDirs(new AgentDirs(config.stateDir, daemonOwner(isolation)));
   if (!isolation.limitsEnforced) log('engine.limits-not-enforced', { warning: 'this engine accepts memory, CPU and pids limits without enforcing them (rootless on cgroup v1); sandboxes are not bounded' });
+  const runtime = await collectRuntime(config.agentBundlePath);
+  const { oldRuntimesRemoved } = await provider.prepare(runtime, config.defaultImage);
   const metrics: Metrics = new Metrics(() => sandboxes.countByState());
-  const sandboxes: SandboxService = new SandboxService(docker, credentials, config, runtimeVolume, metrics, new AgentDirs(config.stateDir, daemonOwner(isolation)));
-  sandboxes.onRestart = (sandboxId, error) => log(error === null ? 'sandbox.restarted' : 'sandbox.restart-failed', { sandboxId, ...(error === null ? {} : { error }) });
+  const sandboxes: SandboxService = new SandboxService({
+    provider,
+    credentials,
+    config,
+    metrics,
+    onRestart: (sandboxId, error) => log(error === null ? 'sandbox.restarted' : 'sandbox.restart-failed', { sandboxId, ...(error === null ? {} : { error }) }),
+    pool: config.poolSize > 0 ? (service) => new WarmPool(service, config.poolSize, log) : undefined,
+  });
+  const pool = sandboxes.pool as WarmPool | undefined;
   const { recovered, poolMembers } = await sandboxes.recover();
   // Unclaimed pool members of the previous run may be from an older runtime: replace them.
   for (const member of poolMembers) await sandboxes.removePoolMember(member.agentId, member.containerId);
-  const pool = config.poolSize > 0 ? new WarmPool(sandboxes, docker, config.poolSize, log) : undefined;
-  if (pool) {
-    sandboxes.pool = pool;
-    pool.fill();
-  }
+  pool?.fill();
 
   // Sandboxes whose containers stopped while no controller watched (an engine restart, a host
   // reboot) come back now; from here on the watch restarts them whenever the engine does.
   const restartedAtStart = await sandboxes.restartStopped();
-  const engine = new EngineWatch(docker, sandboxes, pool, log);
+  const engine = new EngineWatch(provider, sandboxes.supervisor, pool, log);
   await engine.start();
 
   const readiness = async () => {
-    await docker.ping();
+    await provider.ping();
     if (engine.recovering) throw new Error('the Docker engine restarted and Warren is still starting the sandboxes that stopped with it');
-    if (!(await docker.hasImage(config.defaultImage))) throw new Error(`the default image ${config.defaultImage} is not on the Docker engine; build it with scripts/build-images`);
-    return { docker: 'ok', defaultImage: config.defaultImage, runtimes: sandboxes.runtimes, isolation, hardening: sandboxHardening(config) };
+    if (!(await provider.hasImage(config.defaultImage))) throw new Error(`the default image ${config.defaultImage} is not on the Docker engine; build it with scripts/build-images`);
+    return { [provider.name]: 'ok', provider: provider.name, defaultImage: config.defaultImage, runtimes: sandboxes.runtimes, isolation, hardening: sandboxHardening(config) };
   };
   const audit = async (id: string, query: URLSearchParams) => {
     const params: ParamsIn<'audit.list'> = {};
@@ -101,7 +106,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
   server.listen(config.port, config.host);
   await once(server, 'listening');
   const url = serverUrl(server, config.host);
-  log('controller.started', { url, recovered, restarted: restartedAtStart.restarted.length, restartFailed: restartedAtStart.failed, runtimeVolume, oldRuntimeVolumesRemoved: oldRuntimeVolumes.length });
+  log('controller.started', { url, provider: provider.name, recovered, restarted: restartedAtStart.restarted.length, restartFailed: restartedAtStart.failed, oldRuntimesRemoved });
 
   const reaper = setInterval(() => {
     pool?.fill();
@@ -133,7 +138,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
  * controller that is not root cannot hand it over, so the folder stays its own (and the daemon
  * reaches it with DAC_OVERRIDE).
  */
-function daemonOwner(isolation: EngineIsolation): HostIdentity | undefined {
+function daemonOwner(isolation: ProviderIsolation): HostIdentity | undefined {
   if (process.getuid?.() !== 0) return undefined;
   return isolation.usernsRemap ?? { uid: 0, gid: 0 };
 }

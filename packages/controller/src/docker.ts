@@ -2,24 +2,11 @@ import type { Readable } from 'node:stream';
 import Docker from 'dockerode';
 import { CodedError } from '@warren/protocol';
 import type { SandboxSettings } from '@warren/protocol';
+import { AgentDirs } from './agent-dir.js';
+import { LABELS } from './labels.js';
+import { defaultStateDir } from './config.js';
+import type { DaemonEndpoint, ProvidedSandbox, ProviderIsolation, ProviderState, SandboxProvider, SandboxSpec } from './provider.js';
 import { agentCommand, RUNTIME_DIR, runtimeTar, type AgentRuntime } from './runtime.js';
-
-/** Labels Warren sets on its containers; the controller's whole state lives in these. */
-export const LABELS = {
-  sandbox: 'warren.sandbox',
-  /** The instance id of the controller that made the container (derived from its master key). */
-  owner: 'warren.owner',
-  image: 'warren.image',
-  createdAt: 'warren.created-at',
-  expiresAt: 'warren.expires-at',
-  /** JSON of the settings after defaults (resources, network, runtime, user, workdir, mounts). */
-  settings: 'warren.settings',
-  /** JSON of the sandbox's base file policy, when the create set one. */
-  policy: 'warren.policy',
-  /** Set on warm-pool members; their public id is given at claim time (see pool.ts). */
-  pool: 'warren.pool',
-  userPrefix: 'warren.label.',
-} as const;
 
 /** Where a sandbox's socket folder is mounted; the daemon listens and finds its secret here. */
 export const SOCKET_DIR_IN_SANDBOX = '/run/warren';
@@ -50,35 +37,6 @@ export interface SandboxContainerSpec {
   socketDirOnHost: string;
   runtimeVolume: string;
   settings: SandboxSettings;
-}
-
-/**
- * The labels of a sandbox container: identity, owner, expiry and settings, so a restarted
- * controller rebuilds its table from Docker alone.
- */
-export function sandboxLabels(input: {
-  id: string;
-  owner: string;
-  image: string;
-  createdAt: Date;
-  expiresAt: Date;
-  settings: SandboxSettings;
-  policy?: unknown;
-  labels: Record<string, string>;
-  pool?: boolean;
-}): Record<string, string> {
-  const labels: Record<string, string> = {
-    [LABELS.sandbox]: input.id,
-    [LABELS.owner]: input.owner,
-    [LABELS.image]: input.image,
-    [LABELS.createdAt]: input.createdAt.toISOString(),
-    [LABELS.expiresAt]: input.expiresAt.toISOString(),
-    [LABELS.settings]: JSON.stringify(input.settings),
-  };
-  if (input.policy !== undefined) labels[LABELS.policy] = JSON.stringify(input.policy);
-  if (input.pool) labels[LABELS.pool] = '1';
-  for (const [key, value] of Object.entries(input.labels)) labels[`${LABELS.userPrefix}${key}`] = value;
-  return labels;
 }
 
 /** True when a host mount replaces the workspace volume. */
@@ -144,31 +102,11 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
   };
 }
 
-/** What isolation the engine gives sandboxes, as `/readyz` and `warren doctor` report it. */
-export interface EngineIsolation {
-  /** The host uid/gid of a container's root under user-namespace remap; null without remap. */
-  usernsRemap: { uid: number; gid: number } | null;
-  /** The engine runs without root (rootless Docker or Podman). */
-  rootless: boolean;
-  /** `1` or `2`. */
-  cgroupVersion: string;
-  cgroupDriver: string;
-  /** False where the engine accepts memory, CPU and pids limits without enforcing them (rootless on cgroup v1). */
-  limitsEnforced: boolean;
-  seccomp: boolean;
-  apparmor: boolean;
-  selinux: boolean;
-  /** gVisor (`runsc`) is registered: `runtime: 'runsc'` is available. */
-  gvisor: boolean;
-  runtimes: string[];
-  storageDriver: string;
-}
-
 /**
  * Reads the engine's isolation from `docker info`. Under user-namespace remap the engine keeps its
  * data in `<data-root>/<uid>.<gid>`, which is how the remapped root is found.
  */
-export function engineIsolation(info: { SecurityOptions?: string[]; CgroupVersion?: string; CgroupDriver?: string; Runtimes?: Record<string, unknown>; Driver?: string; DockerRootDir?: string }): EngineIsolation {
+export function engineIsolation(info: { SecurityOptions?: string[]; CgroupVersion?: string; CgroupDriver?: string; Runtimes?: Record<string, unknown>; Driver?: string; DockerRootDir?: string }): ProviderIsolation {
   const options = (info.SecurityOptions ?? []).map((o) => /name=([^,]+)/.exec(o)?.[1] ?? o);
   const remapped = options.includes('userns') ? /\/(\d+)\.(\d+)\/?$/.exec(info.DockerRootDir ?? '') : null;
   const cgroupDriver = info.CgroupDriver ?? 'unknown';
@@ -188,22 +126,61 @@ export function engineIsolation(info: { SecurityOptions?: string[]; CgroupVersio
   };
 }
 
-/** A Warren container as Docker lists it. */
-export interface SandboxContainer {
-  containerId: string;
-  labels: Record<string, string>;
-  state: string;
-}
-
 /**
- * The one adapter between Warren and the Docker engine: every dockerode call goes through here,
- * and every Docker failure comes out as a {@link CodedError}.
+ * The Docker engine as a {@link SandboxProvider}: every dockerode call goes through here, and
+ * every Docker failure comes out as a {@link CodedError}. A handle is a container id. The agent
+ * runtime reaches containers from a named volume; the daemon listens in a host folder
+ * ({@link AgentDirs}) bind-mounted at {@link SOCKET_DIR_IN_SANDBOX}.
+ *
+ * @example
+ * const provider = new DockerProvider(new Docker(), new AgentDirs(stateDir, { uid: 0, gid: 0 }));
+ * await provider.prepare(runtime, 'warren/sandbox:latest');
+ * const handle = await provider.create(spec);
  */
-export class DockerProvider {
-  constructor(readonly docker: Docker = new Docker()) {}
+export class DockerProvider implements SandboxProvider {
+  readonly name = 'docker';
+  private runtimeVolume: string | undefined;
+
+  constructor(
+    readonly docker: Docker = new Docker(),
+    /** The daemons' host folders; by default owned by root when the controller is root. */
+    private dirs: AgentDirs = new AgentDirs(defaultStateDir(), process.getuid?.() === 0 ? { uid: 0, gid: 0 } : undefined),
+  ) {}
+
+  /** Where the daemons' folders live and who owns them; set by the controller once it knows the engine's remap. */
+  useAgentDirs(dirs: AgentDirs): void {
+    this.dirs = dirs;
+  }
 
   async ping(): Promise<void> {
     await this.docker.ping().catch((err: unknown) => rethrow(err, 'ping the Docker engine'));
+  }
+
+  async isolation(): Promise<ProviderIsolation> {
+    return engineIsolation(await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info')));
+  }
+
+  /** The registered runtimes with the arguments the engine passes them (`--network=none` matters). */
+  async runtimes(): Promise<{ name: string; args: string[] }[]> {
+    const info = (await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info'))) as { Runtimes?: Record<string, { runtimeArgs?: string[] }> };
+    return Object.entries(info.Runtimes ?? { runc: {} }).map(([name, r]) => ({ name, args: r?.runtimeArgs ?? [] }));
+  }
+
+  /** True when the image is present on the engine (no registry is asked). */
+  async hasImage(image: string): Promise<boolean> {
+    try {
+      await this.docker.getImage(image).inspect();
+      return true;
+    } catch (err) {
+      if ((err as { statusCode?: number }).statusCode === 404) return false;
+      return rethrow(err, `inspect image ${image}`);
+    }
+  }
+
+  /** Fills the runtime volume of this build (see {@link DockerProvider.ensureRuntimeVolume}) and removes old ones. */
+  async prepare(runtime: AgentRuntime, helperImage: string): Promise<{ oldRuntimesRemoved: number }> {
+    this.runtimeVolume = await this.ensureRuntimeVolume(runtime, helperImage);
+    return { oldRuntimesRemoved: (await this.removeOldRuntimeVolumes(this.runtimeVolume)).length };
   }
 
   /**
@@ -264,60 +241,53 @@ export class DockerProvider {
   }
 
   /**
-   * Creates and starts a sandbox container; returns its id. (The daemon hands /workspace to the
-   * sandbox user when it starts, so images without /workspace get a writable one too.) A failed
-   * start leaves nothing behind.
+   * Creates and starts a sandbox container; returns its id. The daemon's folder is made anew
+   * first. (The daemon hands /workspace to the sandbox user when it starts, so images without
+   * /workspace get a writable one too.) A failed start leaves nothing behind.
    */
-  async startSandbox(spec: SandboxContainerSpec): Promise<string> {
-    const container = await this.docker.createContainer(containerCreateBody(spec)).catch((e: unknown) => rethrow(e, `create a container from ${spec.image}`));
+  async create(spec: SandboxSpec): Promise<string> {
+    if (this.runtimeVolume === undefined) throw new CodedError('INTERNAL', 'The Docker provider was asked to create a sandbox before prepare() filled the runtime volume.');
+    const socketDirOnHost = await this.dirs.prepare(spec.agentId, spec.daemonSecret);
+    const body = containerCreateBody({ id: spec.agentId, image: spec.image, env: spec.env, labels: spec.labels, settings: spec.settings, socketDirOnHost, runtimeVolume: this.runtimeVolume });
+    let container: Docker.Container | undefined;
     try {
-      await container.start();
+      container = await this.docker.createContainer(body).catch((e: unknown) => rethrow(e, `create a container from ${spec.image}`));
+      await container.start().catch((e: unknown) => rethrow(e, `start the container for sandbox ${spec.agentId}`));
+      return container.id;
     } catch (err) {
-      await container.remove({ force: true, v: true }).catch(() => undefined);
-      rethrow(err, `start the container for sandbox ${spec.id}`);
+      await container?.remove({ force: true, v: true }).catch(() => undefined);
+      await this.dirs.remove(spec.agentId);
+      throw err;
     }
-    return container.id;
   }
 
-  /** What isolation the engine gives; see {@link engineIsolation}. */
-  async isolation(): Promise<EngineIsolation> {
-    return engineIsolation(await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info')));
+  /** Starts a stopped sandbox container again with a fresh daemon folder; a running one is left alone. */
+  async start(handle: string, agentId: string, daemonSecret: string): Promise<void> {
+    await this.dirs.prepare(agentId, daemonSecret);
+    await this.docker
+      .getContainer(handle)
+      .start()
+      .catch((err: { statusCode?: number }) => {
+        if (err.statusCode !== 304) rethrow(err, `start container ${handle} again`);
+      });
   }
 
-  /** The registered runtimes with the arguments the engine passes them (`--network=none` matters). */
-  async runtimeInfo(): Promise<{ name: string; args: string[] }[]> {
-    const info = (await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info'))) as { Runtimes?: Record<string, { runtimeArgs?: string[] }> };
-    return Object.entries(info.Runtimes ?? { runc: {} }).map(([name, r]) => ({ name, args: r?.runtimeArgs ?? [] }));
-  }
-
-  /** True when the image is present on the engine (no registry is asked). */
-  async hasImage(image: string): Promise<boolean> {
-    try {
-      await this.docker.getImage(image).inspect();
-      return true;
-    } catch (err) {
-      if ((err as { statusCode?: number }).statusCode === 404) return false;
-      return rethrow(err, `inspect image ${image}`);
-    }
+  async stop(handle: string): Promise<void> {
+    await this.docker
+      .getContainer(handle)
+      .stop({ t: 5 })
+      .catch((err: { statusCode?: number }) => {
+        if (err.statusCode !== 304) rethrow(err, `stop container ${handle}`);
+      });
   }
 
   /** Freezes every process of a sandbox (cgroup freezer); its memory and files stay. */
-  async pause(containerId: string): Promise<void> {
-    await this.docker.getContainer(containerId).pause().catch((e: unknown) => rethrow(e, `pause container ${containerId}`));
+  async pause(handle: string): Promise<void> {
+    await this.docker.getContainer(handle).pause().catch((e: unknown) => rethrow(e, `pause container ${handle}`));
   }
 
-  async unpause(containerId: string): Promise<void> {
-    await this.docker.getContainer(containerId).unpause().catch((e: unknown) => rethrow(e, `resume container ${containerId}`));
-  }
-
-  /** Starts a stopped sandbox container again, with its workspace volume as it was; a running one is left alone. */
-  async startAgain(containerId: string): Promise<void> {
-    await this.docker
-      .getContainer(containerId)
-      .start()
-      .catch((err: { statusCode?: number }) => {
-        if (err.statusCode !== 304) rethrow(err, `start container ${containerId} again`);
-      });
+  async resume(handle: string): Promise<void> {
+    await this.docker.getContainer(handle).unpause().catch((e: unknown) => rethrow(e, `resume container ${handle}`));
   }
 
   /**
@@ -325,7 +295,7 @@ export class DockerProvider {
    * id and action (`die`, `destroy`, ...); `onEnd` runs once when the stream ends, which is how an
    * engine that stops or restarts shows itself, however briefly it was gone.
    */
-  async watchSandboxEvents(onEvent: (containerId: string, action: string) => void, onEnd: () => void): Promise<() => void> {
+  async events(onEvent: (handle: string, action: string) => void, onEnd: () => void): Promise<() => void> {
     const stream = (await this.docker
       .getEvents({ filters: { type: ['container'], label: [LABELS.sandbox] } })
       .catch((e: unknown) => rethrow(e, 'follow the Docker engine events'))) as unknown as Readable;
@@ -359,48 +329,65 @@ export class DockerProvider {
     };
   }
 
-  /** Removes a sandbox's container and its anonymous volumes; an absent one is not an error. */
-  async removeSandbox(containerId: string): Promise<void> {
+  /** Removes a sandbox's container, its anonymous volumes and its daemon folder; an absent one is not an error. */
+  async remove(handle: string, agentId: string): Promise<void> {
     await this.docker
-      .getContainer(containerId)
+      .getContainer(handle)
       .remove({ force: true, v: true })
       .catch((err: { statusCode?: number }) => {
-        if (err.statusCode !== 404) rethrow(err, `remove container ${containerId}`);
+        if (err.statusCode !== 404) rethrow(err, `remove container ${handle}`);
       });
+    await this.dirs.remove(agentId);
   }
 
   /** Every Warren sandbox container, running or not. */
-  async listSandboxes(): Promise<SandboxContainer[]> {
+  async list(): Promise<ProvidedSandbox[]> {
     const containers = await this.docker.listContainers({ all: true, filters: { label: [LABELS.sandbox] } }).catch((e: unknown) => rethrow(e, 'list containers'));
-    return containers.map((c) => ({ containerId: c.Id, labels: c.Labels, state: c.State }));
+    return containers.map((c) => ({ handle: c.Id, labels: c.Labels, state: toProviderState(c.State) }));
   }
 
-  /** The engine's view of many containers at once: id to state. */
-  async containerStates(): Promise<Map<string, string>> {
+  /** The engine's view of every Warren container at once: id to state. */
+  async states(): Promise<Map<string, ProviderState>> {
     const containers = await this.docker.listContainers({ all: true, filters: { label: [LABELS.sandbox] } }).catch((e: unknown) => rethrow(e, 'list containers'));
-    return new Map(containers.map((c) => [c.Id, c.State]));
+    return new Map(containers.map((c) => [c.Id, toProviderState(c.State)]));
   }
 
-  /** The container's state (`running`, `paused`, `exited`, ...), or undefined when it is gone. */
-  async containerState(containerId: string): Promise<string | undefined> {
+  /** The container's state, or undefined when it is gone. */
+  async inspect(handle: string): Promise<ProviderState | undefined> {
     try {
-      const info = await this.docker.getContainer(containerId).inspect();
-      return info.State.Status;
+      const info = await this.docker.getContainer(handle).inspect();
+      return toProviderState(info.State.Status);
     } catch (err) {
       if ((err as { statusCode?: number }).statusCode === 404) return undefined;
-      return rethrow(err, `inspect container ${containerId}`);
+      return rethrow(err, `inspect container ${handle}`);
     }
   }
 
+  daemon(agentId: string): DaemonEndpoint {
+    return { socketPath: this.dirs.socketPath(agentId) };
+  }
+
+  async copyIn(handle: string, tar: Buffer, path: string): Promise<void> {
+    await this.docker
+      .getContainer(handle)
+      .putArchive(tar, { path })
+      .catch((e: unknown) => rethrow(e, `copy files into container ${handle}`));
+  }
+
   /** The last lines the container wrote, for error messages when its daemon does not come up. */
-  async logsTail(containerId: string, lines = 20): Promise<string> {
+  async logsTail(handle: string, lines = 20): Promise<string> {
     try {
-      const raw = (await this.docker.getContainer(containerId).logs({ stdout: true, stderr: true, tail: lines })) as unknown as Buffer;
+      const raw = (await this.docker.getContainer(handle).logs({ stdout: true, stderr: true, tail: lines })) as unknown as Buffer;
       return demuxToText(raw);
     } catch {
       return '';
     }
   }
+}
+
+/** Docker's container states as a provider's: created, restarting and dead containers do not run. */
+function toProviderState(state: string): ProviderState {
+  return state === 'running' || state === 'paused' ? state : 'exited';
 }
 
 /** Docker's log stream interleaves 8-byte frame headers with the text; drop them. */

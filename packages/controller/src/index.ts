@@ -1,9 +1,16 @@
 export { startController, type Controller, type StartControllerOptions } from './controller.js';
 export { loadConfig, readConfigFile, defaultStateDir, ConfigFile, type ControllerConfig } from './config.js';
 export { Credentials, API_KEY_HASH_FILE } from './credentials.js';
-export { DockerProvider, containerCreateBody, sandboxLabels, LABELS, WORKSPACE, type SandboxContainerSpec } from './docker.js';
+export { AgentDirs } from './agent-dir.js';
+export { DockerProvider, containerCreateBody, WORKSPACE, type SandboxContainerSpec } from './docker.js';
+export { LABELS, sandboxLabels } from './labels.js';
+export type { SandboxProvider, SandboxSpec, ProvidedSandbox, ProviderState, ProviderIsolation, DaemonEndpoint } from './provider.js';
+export { systemClock, type Clock } from './clock.js';
+export { collectRuntime, type AgentRuntime } from './runtime.js';
 export { planSandbox, type SandboxPlan, type PlanContext } from './sandbox-plan.js';
 export { Metrics } from './metrics.js';
 export { WarmPool } from './pool.js';
-export { SandboxService, type SandboxRecord } from './sandboxes.js';
+export { SandboxService, type SandboxRecord, type SandboxServiceOptions } from './sandboxes.js';
+export { RestartSupervisor, MAX_RESTARTS, RESTART_WINDOW_MS } from './supervisor.js';
+export { Reaper } from './reaper.js';
 export { errorBody } from './http.js';

@@ -6,16 +6,8 @@ import { afterAll, describe, expect, it } from '@jest/globals';
 import Docker from 'dockerode';
 import { Credentials, startController, type Controller } from '@warren/controller';
 import { Sandbox } from '@warren/sdk';
+import { until } from '../support/wait.js';
 
-async function until<T>(what: string, probe: () => T | undefined | Promise<T | undefined>, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 describe('the warm pool', () => {
   const docker = new Docker();

@@ -7,18 +7,10 @@ import Docker from 'dockerode';
 import { Sandbox } from '@warren/sdk';
 import { startTestController } from '../support/fixtures.js';
 import { ControllerProcess, freePort } from '../support/reliability.js';
+import { until } from '../support/wait.js';
 
 const docker = new Docker();
 
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 const containerGone = async (id: string) => docker.getContainer(id).inspect().then(() => undefined, () => true as const);
 

@@ -7,3 +7,4 @@ export { Metrics } from './metrics.js';
 export { WarmPool } from './pool.js';
 export { SandboxService, type SandboxRecord } from './sandboxes.js';
 export { errorBody } from './http.js';
+export { openWorkspaceStore, type WorkspaceStore, type WorkspaceStoreOptions, type WorkspaceStoreDescription, type WorkspaceUsage } from './workspace-store.js';

@@ -24,6 +24,14 @@ export interface ControllerConfig {
   limits: SandboxLimits;
   /** The most a create may ask for. */
   maxLimits: SandboxLimits;
+  /**
+   * Per-sandbox disk quota on /workspace (see docs/security.md): `auto` gives one where the
+   * host can (root, local engine, loop mounts) and falls back to unlimited Docker volumes with the
+   * reason logged; `required` refuses to start without one; `off` always uses volumes.
+   */
+  workspaceQuota: 'auto' | 'required' | 'off';
+  /** Free space (MiB) that sandbox disks always leave on the state folder's file system; default 5% of it, at least 1 GiB. */
+  workspaceReserveMb?: number | undefined;
   /** Host folders below which a create may mount host paths; empty refuses every host mount. */
   allowedMountRoots: string[];
   /** Whether a create may ask for `network: 'bridge'`. */
@@ -67,6 +75,8 @@ export interface SandboxLimits {
   openFiles: number;
   /** RLIMIT_FSIZE of every process, MiB. */
   fileSizeMb: number;
+  /** The size of the workspace's own file system, MiB (where the host gives a disk quota). */
+  diskMb: number;
 }
 
 /** The default state folder: /var/lib/warren for root, the XDG state folder otherwise. */
@@ -83,6 +93,7 @@ const Limits = z.strictObject({
   tmpMb: z.number().int().min(1).optional(),
   openFiles: z.number().int().min(64).optional(),
   fileSizeMb: z.number().int().min(1).optional(),
+  diskMb: z.number().int().min(16).optional(),
 });
 
 /** The configuration file's shape (JSON or YAML): every key optional, unknown keys refused. */
@@ -97,6 +108,8 @@ export const ConfigFile = z.strictObject({
   maxLimits: Limits.optional(),
   allowedMountRoots: z.array(z.string().startsWith('/')).optional(),
   allowBridgeNetwork: z.boolean().optional(),
+  workspaceQuota: z.enum(['auto', 'required', 'off']).optional(),
+  workspaceReserveMb: z.number().int().min(0).optional(),
   readyTimeoutMs: z.number().int().positive().optional(),
   reapIntervalMs: z.number().int().positive().optional(),
   orphanGraceSeconds: z.number().int().min(0).optional(),
@@ -117,8 +130,9 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   port: 7420,
   apiKeyHashes: [],
   defaultImage: 'warren/sandbox:latest',
-  limits: { memoryMb: 1024, cpus: 1, pidsLimit: 512, ttlSeconds: 3600, tmpMb: 256, openFiles: 4096, fileSizeMb: 4096 },
-  maxLimits: { memoryMb: 8192, cpus: 4, pidsLimit: 4096, ttlSeconds: 7 * 24 * 3600, tmpMb: 4096, openFiles: 16384, fileSizeMb: 65536 },
+  limits: { memoryMb: 1024, cpus: 1, pidsLimit: 512, ttlSeconds: 3600, tmpMb: 256, openFiles: 4096, fileSizeMb: 4096, diskMb: 1024 },
+  maxLimits: { memoryMb: 8192, cpus: 4, pidsLimit: 4096, ttlSeconds: 7 * 24 * 3600, tmpMb: 4096, openFiles: 16384, fileSizeMb: 65536, diskMb: 65536 },
+  workspaceQuota: 'auto',
   allowedMountRoots: [],
   allowBridgeNetwork: true,
   readyTimeoutMs: 30_000,
@@ -191,6 +205,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     cpus: num('WARREN_CPUS'),
     pidsLimit: num('WARREN_PIDS_LIMIT'),
     ttlSeconds: num('WARREN_TTL_SECONDS'),
+    diskMb: num('WARREN_DISK_MB'),
   });
   const config: ControllerConfig = {
     ...DEFAULTS,
@@ -206,6 +221,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     maxLimits,
     allowedMountRoots: pick(list('WARREN_ALLOWED_MOUNTS', ':'), file.allowedMountRoots) ?? [],
     allowBridgeNetwork: pick(bool('WARREN_ALLOW_BRIDGE_NETWORK'), file.allowBridgeNetwork) ?? DEFAULTS.allowBridgeNetwork,
+    workspaceQuota: pick(quotaMode(env.WARREN_WORKSPACE_QUOTA), file.workspaceQuota) ?? DEFAULTS.workspaceQuota,
+    workspaceReserveMb: pick(num('WARREN_WORKSPACE_RESERVE_MB'), file.workspaceReserveMb),
     readyTimeoutMs: pick(num('WARREN_READY_TIMEOUT_MS'), file.readyTimeoutMs) ?? DEFAULTS.readyTimeoutMs,
     reapIntervalMs: pick(num('WARREN_REAP_INTERVAL_MS'), file.reapIntervalMs) ?? DEFAULTS.reapIntervalMs,
     orphanGraceSeconds: pick(num('WARREN_ORPHAN_GRACE_SECONDS'), file.orphanGraceSeconds) ?? DEFAULTS.orphanGraceSeconds,
@@ -221,6 +238,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     ...overrides,
   };
   return config;
+}
+
+function quotaMode(raw: string | undefined): ControllerConfig['workspaceQuota'] | undefined {
+  if (raw === undefined || raw === '') return undefined;
+  if (raw === 'auto' || raw === 'required' || raw === 'off') return raw;
+  throw new Error(`WARREN_WORKSPACE_QUOTA must be auto, required or off, got '${raw}'`);
 }
 
 function stripUndefined<T extends object>(value: T): { [K in keyof T]: Exclude<T[K], undefined> } {

@@ -14,3 +14,4 @@ export { SandboxService, type SandboxRecord, type SandboxServiceOptions } from '
 export { RestartSupervisor, MAX_RESTARTS, RESTART_WINDOW_MS } from './supervisor.js';
 export { Reaper } from './reaper.js';
 export { errorBody } from './http.js';
+export { openWorkspaceStore, type WorkspaceStore, type WorkspaceStoreOptions, type WorkspaceStoreDescription, type WorkspaceUsage } from './workspace-store.js';

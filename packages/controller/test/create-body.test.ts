@@ -5,8 +5,8 @@ import { containerCreateBody, planSandbox, sandboxLabels, type PlanContext, type
 const context: PlanContext = {
   config: {
     defaultImage: 'warren/sandbox:latest',
-    limits: { memoryMb: 1024, cpus: 1, pidsLimit: 512, ttlSeconds: 3600, tmpMb: 256, openFiles: 4096, fileSizeMb: 4096 },
-    maxLimits: { memoryMb: 4096, cpus: 4, pidsLimit: 4096, ttlSeconds: 86400, tmpMb: 1024, openFiles: 8192, fileSizeMb: 8192 },
+    limits: { memoryMb: 1024, cpus: 1, pidsLimit: 512, ttlSeconds: 3600, tmpMb: 256, openFiles: 4096, fileSizeMb: 4096, diskMb: 1024 },
+    maxLimits: { memoryMb: 4096, cpus: 4, pidsLimit: 4096, ttlSeconds: 86400, tmpMb: 1024, openFiles: 8192, fileSizeMb: 8192, diskMb: 65536 },
     allowedMountRoots: ['/srv/warren-data'],
     allowBridgeNetwork: true,
     stateDir: '/var/lib/warren',

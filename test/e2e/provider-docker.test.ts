@@ -2,7 +2,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe } from '@jest/globals';
-import { AgentDirs, collectRuntime, DockerProvider, loadConfig, planSandbox, sandboxLabels } from '@warren/controller';
+import { collectRuntime, DockerProvider, loadConfig, planSandbox, sandboxLabels } from '@warren/controller';
 import { providerContract } from '../support/provider-contract.js';
 
 describe('the Docker provider keeps the provider contract', () => {
@@ -12,7 +12,7 @@ describe('the Docker provider keeps the provider contract', () => {
 
   beforeAll(async () => {
     stateDir = await mkdtemp(path.join(os.tmpdir(), 'warren-provider-'));
-    provider = new DockerProvider(undefined, new AgentDirs(stateDir, { uid: 0, gid: 0 }));
+    provider = new DockerProvider({ stateDir });
     const config = loadConfig({}, { stateDir });
     await provider.prepare(await collectRuntime(config.agentBundlePath), config.defaultImage);
   }, 60_000);

@@ -157,7 +157,7 @@ interface Finding {
  */
 export function doctorFindings(ready: Record<string, unknown>): Finding[] {
   const isolation = (ready.isolation ?? {}) as Record<string, unknown>;
-  const quota = (ready.quota ?? isolation.quota) as { quota?: boolean; kind?: string; reason?: string } | undefined;
+  const quota = isolation.diskQuota as { quota?: boolean; kind?: string; reason?: string } | undefined;
   const remap = isolation.usernsRemap as { uid: number } | null | undefined;
   const findings: Finding[] = [
     { what: 'controller', value: String(ready.status ?? 'unknown') },
@@ -179,7 +179,7 @@ export function doctorFindings(ready: Record<string, unknown>): Finding[] {
     {
       what: 'workspace disk quota',
       value: quota?.quota ? `on (${quota.kind ?? 'quota'})` : `off${quota?.reason ? ` (${quota.reason})` : ''}`,
-      ...(!quota?.quota && { advice: 'a sandbox can fill the disk that holds Docker volumes; run the controller as root on a local engine with btrfs-progs installed' }),
+      ...(!quota?.quota && { advice: 'a sandbox can fill the disk that holds Docker volumes; run the controller as root next to a local engine (it needs mkfs.ext4 and loop mounts)' }),
     },
   ];
   return findings;

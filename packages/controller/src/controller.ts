@@ -3,13 +3,12 @@ import { CodedError, type ParamsIn } from '@warren/protocol';
 import { callAgent } from './agent-link.js';
 import { loadConfig, type ControllerConfig } from './config.js';
 import { Credentials } from './credentials.js';
-import { AgentDirs, type HostIdentity } from './agent-dir.js';
 import { DockerProvider } from './docker.js';
 import { EngineWatch } from './engine-watch.js';
 import { createHttpServer, serverUrl } from './http.js';
 import { Metrics } from './metrics.js';
 import { WarmPool } from './pool.js';
-import type { ProviderIsolation, SandboxProvider } from './provider.js';
+import type { SandboxProvider } from './provider.js';
 import { collectRuntime } from './runtime.js';
 import { SandboxService } from './sandboxes.js';
 
@@ -52,13 +51,12 @@ export async function startController(options: StartControllerOptions = {}): Pro
     credentials = loaded.credentials;
     generatedApiKey = loaded.generatedApiKey;
   }
-  const provider = options.provider ?? new DockerProvider();
+  const provider = options.provider ?? new DockerProvider({ stateDir: config.stateDir, workspaceQuota: config.workspaceQuota, workspaceReserveMb: config.workspaceReserveMb, log });
   await provider.ping();
-  const isolation = await provider.isolation();
-  if (provider instanceof DockerProvider) provider.useAgentDirs(new AgentDirs(config.stateDir, daemonOwner(isolation)));
-  if (!isolation.limitsEnforced) log('engine.limits-not-enforced', { warning: 'this engine accepts memory, CPU and pids limits without enforcing them (rootless on cgroup v1); sandboxes are not bounded' });
   const runtime = await collectRuntime(config.agentBundlePath);
   const { oldRuntimesRemoved } = await provider.prepare(runtime, config.defaultImage);
+  const isolation = await provider.isolation();
+  if (!isolation.limitsEnforced) log('engine.limits-not-enforced', { warning: 'this engine accepts memory, CPU and pids limits without enforcing them (rootless on cgroup v1); sandboxes are not bounded' });
   const metrics: Metrics = new Metrics(() => sandboxes.countByState());
   const sandboxes: SandboxService = new SandboxService({
     provider,
@@ -131,16 +129,6 @@ export async function startController(options: StartControllerOptions = {}): Pro
     await new Promise<void>((resolve) => server.close(() => resolve()));
   };
   return { url, config, sandboxes, metrics, pool, generatedApiKey, close, [Symbol.asyncDispose]: close };
-}
-
-/**
- * Who the daemon's host folder belongs to: the container's root as the engine maps it. A
- * controller that is not root cannot hand it over, so the folder stays its own (and the daemon
- * reaches it with DAC_OVERRIDE).
- */
-function daemonOwner(isolation: ProviderIsolation): HostIdentity | undefined {
-  if (process.getuid?.() !== 0) return undefined;
-  return isolation.usernsRemap ?? { uid: 0, gid: 0 };
 }
 
 /** The hardening every sandbox gets unless its create asks otherwise, for `/readyz`. */

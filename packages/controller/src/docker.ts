@@ -2,7 +2,8 @@ import type { Readable } from 'node:stream';
 import Docker from 'dockerode';
 import { CodedError } from '@warren/protocol';
 import type { SandboxSettings } from '@warren/protocol';
-import { AgentDirs } from './agent-dir.js';
+import { AgentDirs, type HostIdentity } from './agent-dir.js';
+import { openWorkspaceStore, type WorkspaceStore } from './workspace-store.js';
 import { LABELS } from './labels.js';
 import { defaultStateDir } from './config.js';
 import type { DaemonEndpoint, ProvidedSandbox, ProviderIsolation, ProviderState, SandboxProvider, SandboxSpec } from './provider.js';
@@ -37,6 +38,8 @@ export interface SandboxContainerSpec {
   socketDirOnHost: string;
   runtimeVolume: string;
   settings: SandboxSettings;
+  /** The sandbox's own disk on the host (the quota), bound at /workspace instead of a volume. */
+  workspaceOnHost?: string | undefined;
 }
 
 /** True when a host mount replaces the workspace volume. */
@@ -56,9 +59,12 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
   const settings = { ...HARDENING_DEFAULTS, ...spec.settings };
   const memoryBytes = settings.memoryMb * 1024 * 1024;
   const mounts: Docker.MountConfig = [{ Type: 'volume', Source: spec.runtimeVolume, Target: RUNTIME_DIR, ReadOnly: true }];
-  // An anonymous volume: Docker copies the image's /workspace into it (if any), the controller
-  // gives it to the sandbox user before start, and `remove({ v: true })` deletes it with the container.
-  if (!workspaceIsMounted(spec)) mounts.push({ Type: 'volume', Source: '', Target: WORKSPACE, ReadOnly: false });
+  // The sandbox's own disk where the host gives a quota (a `Mounts` bind: a missing source fails
+  // the start instead of being made anew on the host's disk, as `Binds` would). Otherwise an
+  // anonymous volume: Docker copies the image's /workspace into it (if any), the daemon hands it
+  // to the sandbox user, and `remove({ v: true })` deletes it with the container.
+  if (spec.workspaceOnHost !== undefined && !workspaceIsMounted(spec)) mounts.push({ Type: 'bind', Source: spec.workspaceOnHost, Target: WORKSPACE, ReadOnly: false, BindOptions: { Propagation: 'rprivate' } });
+  else if (!workspaceIsMounted(spec)) mounts.push({ Type: 'volume', Source: '', Target: WORKSPACE, ReadOnly: false });
   for (const m of settings.mounts) mounts.push({ Type: 'bind', Source: m.hostPath, Target: m.path, ReadOnly: m.readOnly, BindOptions: { Propagation: 'rprivate' } });
   const hostConfig: Docker.HostConfig = {
     Init: true,
@@ -106,7 +112,7 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
  * Reads the engine's isolation from `docker info`. Under user-namespace remap the engine keeps its
  * data in `<data-root>/<uid>.<gid>`, which is how the remapped root is found.
  */
-export function engineIsolation(info: { SecurityOptions?: string[]; CgroupVersion?: string; CgroupDriver?: string; Runtimes?: Record<string, unknown>; Driver?: string; DockerRootDir?: string }): ProviderIsolation {
+export function engineIsolation(info: { SecurityOptions?: string[]; CgroupVersion?: string; CgroupDriver?: string; Runtimes?: Record<string, unknown>; Driver?: string; DockerRootDir?: string }): Omit<ProviderIsolation, 'diskQuota'> {
   const options = (info.SecurityOptions ?? []).map((o) => /name=([^,]+)/.exec(o)?.[1] ?? o);
   const remapped = options.includes('userns') ? /\/(\d+)\.(\d+)\/?$/.exec(info.DockerRootDir ?? '') : null;
   const cgroupDriver = info.CgroupDriver ?? 'unknown';
@@ -139,17 +145,18 @@ export function engineIsolation(info: { SecurityOptions?: string[]; CgroupVersio
  */
 export class DockerProvider implements SandboxProvider {
   readonly name = 'docker';
+  readonly docker: Docker;
+  private readonly options: DockerProviderOptions;
   private runtimeVolume: string | undefined;
+  private dirs: AgentDirs;
+  private workspaces: WorkspaceStore | undefined;
+  /** The host ids of the container's uid 0 (user-namespace remap), learnt in {@link DockerProvider.prepare}. */
+  private remap: { uid: number; gid: number } | null = null;
 
-  constructor(
-    readonly docker: Docker = new Docker(),
-    /** The daemons' host folders; by default owned by root when the controller is root. */
-    private dirs: AgentDirs = new AgentDirs(defaultStateDir(), process.getuid?.() === 0 ? { uid: 0, gid: 0 } : undefined),
-  ) {}
-
-  /** Where the daemons' folders live and who owns them; set by the controller once it knows the engine's remap. */
-  useAgentDirs(dirs: AgentDirs): void {
-    this.dirs = dirs;
+  constructor(options: DockerProviderOptions = {}) {
+    this.options = options;
+    this.docker = options.docker ?? new Docker();
+    this.dirs = new AgentDirs(options.stateDir ?? defaultStateDir(), daemonOwner(null));
   }
 
   async ping(): Promise<void> {
@@ -157,7 +164,8 @@ export class DockerProvider implements SandboxProvider {
   }
 
   async isolation(): Promise<ProviderIsolation> {
-    return engineIsolation(await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info')));
+    const isolation = engineIsolation(await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info')));
+    return { ...isolation, diskQuota: this.workspaces?.describe() ?? { quota: false, kind: 'volume', reason: 'the provider is not prepared yet' } };
   }
 
   /** The registered runtimes with the arguments the engine passes them (`--network=none` matters). */
@@ -177,8 +185,25 @@ export class DockerProvider implements SandboxProvider {
     }
   }
 
-  /** Fills the runtime volume of this build (see {@link DockerProvider.ensureRuntimeVolume}) and removes old ones. */
+  /**
+   * Gets the engine ready for sandboxes: learns its user-namespace remap (who the daemon's folders
+   * and the workspace disks must belong to on the host), opens the workspace disks (a quota where
+   * this host can give one) and removes those whose container is gone, fills the runtime volume
+   * of this build (see {@link DockerProvider.ensureRuntimeVolume}) and removes old ones.
+   */
   async prepare(runtime: AgentRuntime, helperImage: string): Promise<{ oldRuntimesRemoved: number }> {
+    const stateDir = this.options.stateDir ?? defaultStateDir();
+    this.remap = engineIsolation(await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info'))).usernsRemap;
+    this.dirs = new AgentDirs(stateDir, daemonOwner(this.remap));
+    this.workspaces = await openWorkspaceStore({
+      stateDir,
+      mode: this.options.workspaceQuota,
+      remoteEngine: !isLocalEngine(this.docker),
+      reserveBytes: this.options.workspaceReserveMb === undefined ? undefined : this.options.workspaceReserveMb * 1024 * 1024,
+      log: this.options.log,
+    });
+    const known = new Set((await this.list()).map((s) => s.labels[LABELS.sandbox]));
+    for (const agentId of await this.workspaces.list()) if (!known.has(agentId)) await this.workspaces.remove(agentId);
     this.runtimeVolume = await this.ensureRuntimeVolume(runtime, helperImage);
     return { oldRuntimesRemoved: (await this.removeOldRuntimeVolumes(this.runtimeVolume)).length };
   }
@@ -248,22 +273,37 @@ export class DockerProvider implements SandboxProvider {
   async create(spec: SandboxSpec): Promise<string> {
     if (this.runtimeVolume === undefined) throw new CodedError('INTERNAL', 'The Docker provider was asked to create a sandbox before prepare() filled the runtime volume.');
     const socketDirOnHost = await this.dirs.prepare(spec.agentId, spec.daemonSecret);
-    const body = containerCreateBody({ id: spec.agentId, image: spec.image, env: spec.env, labels: spec.labels, settings: spec.settings, socketDirOnHost, runtimeVolume: this.runtimeVolume });
     let container: Docker.Container | undefined;
     try {
+      const workspaceOnHost = await this.workspaceFor(spec);
+      const body = containerCreateBody({ id: spec.agentId, image: spec.image, env: spec.env, labels: spec.labels, settings: spec.settings, socketDirOnHost, runtimeVolume: this.runtimeVolume, workspaceOnHost });
       container = await this.docker.createContainer(body).catch((e: unknown) => rethrow(e, `create a container from ${spec.image}`));
       await container.start().catch((e: unknown) => rethrow(e, `start the container for sandbox ${spec.agentId}`));
       return container.id;
     } catch (err) {
       await container?.remove({ force: true, v: true }).catch(() => undefined);
       await this.dirs.remove(spec.agentId);
+      await this.workspaces?.remove(spec.agentId);
       throw err;
     }
+  }
+
+  /**
+   * The host folder of a sandbox's own disk (its quota), owned by the sandbox user as the host
+   * sees it; undefined where this host gives no quota or a host mount replaces /workspace.
+   */
+  private async workspaceFor(spec: SandboxSpec): Promise<string | undefined> {
+    if (!this.workspaces?.describe().quota || spec.settings.diskMb === undefined || spec.settings.mounts.some((m) => m.path === WORKSPACE)) return undefined;
+    const [uid = 1000, gid = uid] = spec.settings.user.split(':').map(Number);
+    const shift = this.remap ?? { uid: 0, gid: 0 };
+    return this.workspaces.create(spec.agentId, { uid: shift.uid + uid, gid: shift.gid + gid }, spec.settings.diskMb * 1024 * 1024);
   }
 
   /** Starts a stopped sandbox container again with a fresh daemon folder; a running one is left alone. */
   async start(handle: string, agentId: string, daemonSecret: string): Promise<void> {
     await this.dirs.prepare(agentId, daemonSecret);
+    // After a host reboot the sandbox's disk is no longer mounted: mount it before the engine binds it.
+    if (this.workspaces && (await this.workspaces.list()).includes(agentId)) await this.workspaces.attach(agentId);
     await this.docker
       .getContainer(handle)
       .start()
@@ -338,6 +378,7 @@ export class DockerProvider implements SandboxProvider {
         if (err.statusCode !== 404) rethrow(err, `remove container ${handle}`);
       });
     await this.dirs.remove(agentId);
+    await this.workspaces?.remove(agentId);
   }
 
   /** Every Warren sandbox container, running or not. */
@@ -383,6 +424,38 @@ export class DockerProvider implements SandboxProvider {
       return '';
     }
   }
+}
+
+/** What a {@link DockerProvider} is told at construction; everything has a default. */
+export interface DockerProviderOptions {
+  /** The engine; `new Docker()` (DOCKER_HOST or the local socket) by default. */
+  docker?: Docker | undefined;
+  /** The controller's state folder: the daemons' folders and the workspace disks live there. */
+  stateDir?: string | undefined;
+  /** Per-sandbox disk quota on /workspace: `auto` (default), `required` or `off`. */
+  workspaceQuota?: 'auto' | 'required' | 'off' | undefined;
+  /** Free space (MiB) workspace disks always leave on the host. */
+  workspaceReserveMb?: number | undefined;
+  log?: ((event: string, fields?: Record<string, unknown>) => void) | undefined;
+}
+
+/**
+ * Who the daemon's host folder belongs to: the container's root as the engine maps it. A
+ * controller that is not root cannot hand it over, so the folder stays its own (and the daemon
+ * reaches it with DAC_OVERRIDE).
+ */
+function daemonOwner(remap: { uid: number; gid: number } | null): HostIdentity | undefined {
+  if (process.getuid?.() !== 0) return undefined;
+  return remap ?? { uid: 0, gid: 0 };
+}
+
+/**
+ * True when dockerode talks to the engine over a local unix socket (so host folders are shared);
+ * docker-modem keeps the default socket as a function that finds it.
+ */
+function isLocalEngine(docker: Docker): boolean {
+  const socketPath = (docker.modem as { socketPath?: unknown }).socketPath;
+  return typeof socketPath === 'string' || typeof socketPath === 'function';
 }
 
 /** Docker's container states as a provider's: created, restarting and dead containers do not run. */

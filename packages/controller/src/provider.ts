@@ -105,4 +105,6 @@ export interface ProviderIsolation {
   gvisor: boolean;
   runtimes: string[];
   storageDriver: string;
+  /** Whether each sandbox's /workspace is a disk of its own with a size limit (`diskMb`), and why not. */
+  diskQuota: { quota: boolean; kind: string; reason?: string | undefined };
 }

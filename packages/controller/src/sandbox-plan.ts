@@ -24,9 +24,11 @@ export interface PlanContext {
    * host folders belong to it and sandbox code of that uid could enter them.
    */
   reservedUid?: number | undefined;
+  /** Why this host gives no disk quota, when it gives none: an explicit `diskMb` is then refused. */
+  noDiskQuota?: string | undefined;
 }
 
-const CREATE_OPTIONS = 'image, env, cpus, memoryMb, pidsLimit, network (none|bridge), runtime (runc|runsc), user, workdir, policy, ttlSeconds, labels, mounts, readOnlyRootfs, tmpMb, openFiles, fileSizeMb';
+const CREATE_OPTIONS = 'image, env, cpus, memoryMb, pidsLimit, network (none|bridge), runtime (runc|runsc), user, workdir, policy, ttlSeconds, labels, mounts, readOnlyRootfs, tmpMb, openFiles, fileSizeMb, diskMb';
 
 /**
  * Request fields that would unharden a sandbox. They are refused by name with FORBIDDEN, before
@@ -115,6 +117,9 @@ export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
   if (context.reservedUid !== undefined && Number(uid) === context.reservedUid) {
     throw new CodedError('FORBIDDEN', `Refused user '${user}': uid ${uid} is the controller's own, and sandbox code must not share it. Pass another non-zero uid, or run the controller as another user.`, { field: 'user' });
   }
+  if (request.diskMb !== undefined && context.noDiskQuota !== undefined) {
+    throw new CodedError('INVALID_PARAMS', `diskMb was asked for, but this host gives sandboxes no disk quota (${context.noDiskQuota}); leave diskMb out. GET /readyz says what the host gives.`, { field: 'diskMb' });
+  }
   const workdir = path.posix.resolve(request.workdir ?? '/workspace');
   const mounts = (request.mounts ?? []).map((m) => checkMount(m.hostPath, m.path, m.readOnly ?? true, config));
   const targets = new Set<string>();
@@ -141,6 +146,7 @@ export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
       tmpMb: limit('tmpMb', request.tmpMb),
       openFiles: limit('openFiles', request.openFiles),
       fileSizeMb: limit('fileSizeMb', request.fileSizeMb),
+      diskMb: limit('diskMb', request.diskMb),
     },
   };
   if (request.policy !== undefined) plan.policy = request.policy;

@@ -67,6 +67,7 @@ export class SandboxService {
   private creating = 0;
   private runtimeNames: string[] = ['runc'];
   private networklessRuntimes: string[] = [];
+  private noDiskQuota: string | undefined;
 
   constructor(options: SandboxServiceOptions) {
     this.provider = options.provider;
@@ -118,6 +119,8 @@ export class SandboxService {
     const runtimes = await this.provider.runtimes();
     this.runtimeNames = runtimes.map((r) => r.name);
     this.networklessRuntimes = runtimes.filter((r) => r.args.includes('--network=none')).map((r) => r.name);
+    const { diskQuota } = await this.provider.isolation();
+    this.noDiskQuota = diskQuota.quota ? undefined : (diskQuota.reason ?? 'no quota');
     const stored = await this.store.readAll();
     const byAgent = new Map([...stored.values()].map((s) => [s.agentId, s]));
     const poolMembers: { agentId: string; containerId: string; labels: Record<string, string> }[] = [];
@@ -166,7 +169,7 @@ export class SandboxService {
   /** Checks a create request against this controller's rules and fills in the defaults. */
   plan(body: unknown): SandboxPlan {
     const uid = process.getuid?.();
-    return planSandbox(body, { config: this.config, runtimes: this.runtimeNames, networklessRuntimes: this.networklessRuntimes, reservedUid: uid === 0 ? undefined : uid });
+    return planSandbox(body, { config: this.config, runtimes: this.runtimeNames, networklessRuntimes: this.networklessRuntimes, reservedUid: uid === 0 ? undefined : uid, noDiskQuota: this.noDiskQuota });
   }
 
   /**

@@ -107,6 +107,7 @@ describe('the container-create body', () => {
           tmpMb: 256,
           openFiles: 4096,
           fileSizeMb: 4096,
+          diskMb: 1024,
         }),
       },
       NetworkDisabled: true,

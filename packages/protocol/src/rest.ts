@@ -52,6 +52,8 @@ export const CreateSandboxRequest = z.strictObject({
   openFiles: z.number().int().min(64).max(1 << 20).optional(),
   /** The largest file one process may write, in MiB (RLIMIT_FSIZE). */
   fileSizeMb: z.number().int().min(1).max(1 << 24).optional(),
+  /** The size of /workspace's own disk in MiB, where the host gives a disk quota (see /readyz). */
+  diskMb: z.number().int().min(16).max(1 << 24).optional(),
 });
 export type CreateSandboxRequest = z.input<typeof CreateSandboxRequest>;
 
@@ -74,6 +76,7 @@ export const SandboxSettings = z.strictObject({
   tmpMb: z.number().optional(),
   openFiles: z.number().optional(),
   fileSizeMb: z.number().optional(),
+  diskMb: z.number().optional(),
 });
 export type SandboxSettings = z.infer<typeof SandboxSettings>;
 

@@ -136,7 +136,7 @@ build_workspace() {
   step_done
 }
 
-# What the per-sandbox disk quota needs (docs/security-quota.md): mkfs.ext4 and mount with loop
+# What the per-sandbox disk quota needs (docs/disk-quota.md): mkfs.ext4 and mount with loop
 # devices. Only root mounts them, so only root is offered the install.
 ensure_workspace_quota_tools() {
   is_root || return 0

@@ -16,7 +16,7 @@ import { CodedError } from '@warren/protocol';
  *
  * Not btrfs subvolumes with a qgroup limit: any unprivileged process can create a nested
  * subvolume (one ioctl, no capability needed), whose qgroup has no limit, and write past the
- * quota; docs/security-quota.md has the details.
+ * quota; docs/disk-quota.md has the details.
  */
 
 /** What {@link WorkspaceStore.describe} says about this host. */

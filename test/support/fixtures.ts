@@ -70,13 +70,13 @@ export interface TestAgent extends AsyncDisposable {
  * await using agent = await startTestAgent();
  * await agent.files.write('a.txt', 'hi');
  */
-export async function startTestAgent(policy: Partial<FilePolicy> = {}): Promise<TestAgent> {
+export async function startTestAgent(policy: Partial<FilePolicy> = {}, options: { owner?: { uid: number; gid: number } } = {}): Promise<TestAgent> {
   const dir = await mkdtemp(path.join(os.tmpdir(), 'warren-agent-'));
   const root = path.join(dir, 'workspace');
   await import('node:fs/promises').then((fs) => fs.mkdir(root));
   const socketPath = path.join(dir, 'agent.sock');
   const secret = randomBytes(32).toString('hex');
-  const server = await startAgentServer({ socketPath, secret, policy: { root, readOnly: false, ...policy }, home: root });
+  const server = await startAgentServer({ socketPath, secret, policy: { root, readOnly: false, ...policy }, home: root, owner: options.owner });
   const connect = () => Connection.open(`ws+unix://${socketPath}:/`, secret);
   const connection = await connect();
   return {

@@ -70,7 +70,7 @@ export function createHandlers(
         },
       };
     },
-    ...fsHandlers(policy),
+    ...fsHandlers(policy, processes.user),
     ...processes.handlers(policy),
     ...ptyHandlers({ policy, home, sandboxEnv: processes.sandboxEnv, user: processes.user }),
   };

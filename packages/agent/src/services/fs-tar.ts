@@ -7,7 +7,7 @@ import { extract, pack } from 'tar-stream';
 import { CodedError, isWithin, MAX_FRAME_BYTES, readCheckedTar, suffixAllowed, type CheckedTarEntry } from '@warren/protocol';
 import type { Handler } from '../dispatch.js';
 import { checkKernelName, mapFsError, openChecked, requireRegularFile, resolvePath, type ResolvedPath } from '../policy.js';
-import { checkHardLinks, resolveFor, type FsContext } from './fs-common.js';
+import { checkHardLinks, makeFolders, ownHandle, ownPath, resolveFor, type FsContext } from './fs-common.js';
 import { walkTree } from './fs-walk.js';
 
 type TarHandlers = { 'fs.upload': Handler<'fs.upload'>; 'fs.download': Handler<'fs.download'> };
@@ -86,6 +86,7 @@ export function tarHandlers(fs: FsContext): TarHandlers {
           const handle = await open(file, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, entry.mode);
           try {
             await checkKernelName(handle, file, params.path, true);
+            await ownHandle(fs, handle);
             await handle.writeFile(data);
             await handle.chmod(entry.mode);
           } finally {
@@ -93,11 +94,11 @@ export function tarHandlers(fs: FsContext): TarHandlers {
           }
           staged.set(entry.name, file);
         }
-        await mkdir(dest.absolute, { recursive: true });
+        await makeFolders(fs, dest.absolute);
         for (const { entry, target } of plan) {
-          await mkdir(path.posix.dirname(target.absolute), { recursive: true });
+          await makeFolders(fs, path.posix.dirname(target.absolute));
           if (entry.kind === 'directory') {
-            await mkdir(target.absolute, { recursive: true, mode: entry.mode | 0o700 });
+            await makeFolders(fs, target.absolute, entry.mode | 0o700);
             directories++;
           } else if (entry.kind === 'file') {
             await rename(staged.get(entry.name)!, target.absolute);
@@ -106,6 +107,7 @@ export function tarHandlers(fs: FsContext): TarHandlers {
           } else {
             if (target.stat) await unlink(target.absolute);
             await symlink(entry.linkname!, target.absolute);
+            await ownPath(fs, target.absolute);
             symlinks++;
           }
         }

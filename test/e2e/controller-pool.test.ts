@@ -7,6 +7,7 @@ import Docker from 'dockerode';
 import { Credentials, startController, type Controller } from '@warren/controller';
 import { Sandbox } from '@warren/sdk';
 import { until } from '../support/wait.js';
+import { removeStateDir } from '../support/state-dir.js';
 
 
 describe('the warm pool', () => {
@@ -26,7 +27,7 @@ describe('the warm pool', () => {
     const last = controllers.at(-1);
     if (last) for (const r of last.sandboxes.list()) await last.sandboxes.kill(r.id).catch(() => undefined);
     for (const c of controllers) await c.close();
-    await rm(stateDir, { recursive: true, force: true });
+    await removeStateDir(stateDir);
   });
 
   it('hands a matching create a ready sandbox with a fresh identity, refills, starts others cold, and survives a restart', async () => {

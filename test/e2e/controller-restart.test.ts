@@ -8,6 +8,7 @@ import { Sandbox } from '@warren/sdk';
 import { startTestController } from '../support/fixtures.js';
 import { ControllerProcess, freePort } from '../support/reliability.js';
 import { until } from '../support/wait.js';
+import { removeStateDir } from '../support/state-dir.js';
 
 const docker = new Docker();
 
@@ -22,7 +23,7 @@ describe('a controller restart loses nothing', () => {
   afterAll(async () => {
     for (const p of processes) await p.stop('SIGKILL');
     for (const id of containers) await docker.getContainer(id).remove({ force: true, v: true }).catch(() => undefined);
-    for (const dir of stateDirs) await rm(dir, { recursive: true, force: true });
+    for (const dir of stateDirs) await removeStateDir(dir);
   });
 
   const newStateDir = async () => {

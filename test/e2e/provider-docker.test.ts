@@ -4,6 +4,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe } from '@jest/globals';
 import { collectRuntime, DockerProvider, loadConfig, planSandbox, sandboxLabels } from '@warren/controller';
 import { providerContract } from '../support/provider-contract.js';
+import { removeStateDir } from '../support/state-dir.js';
 
 describe('the Docker provider keeps the provider contract', () => {
   let stateDir: string;
@@ -17,7 +18,7 @@ describe('the Docker provider keeps the provider contract', () => {
     await provider.prepare(await collectRuntime(config.agentBundlePath), config.defaultImage);
   }, 60_000);
   afterAll(async () => {
-    await rm(stateDir, { recursive: true, force: true });
+    await removeStateDir(stateDir);
   });
 
   providerContract(() => ({

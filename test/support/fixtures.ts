@@ -5,6 +5,7 @@ import path from 'node:path';
 import { startAgentServer, type FilePolicy } from '@warren/agent';
 import { Credentials, startController, type Controller } from '@warren/controller';
 import { Commands, Connection, Files, Sandbox } from '@warren/sdk';
+import { removeStateDir } from './state-dir.js';
 
 /** A controller on a free loopback port with a throw-away state folder and API key. */
 export interface TestController extends AsyncDisposable {
@@ -33,7 +34,7 @@ export async function startTestController(config: Parameters<typeof startControl
   const dispose = async () => {
     for (const record of controller.sandboxes.list()) await controller.sandboxes.kill(record.id).catch(() => undefined);
     await controller.close();
-    await rm(stateDir, { recursive: true, force: true });
+    await removeStateDir(stateDir);
   };
   return { url: controller.url, apiKey, controller, [Symbol.asyncDispose]: dispose };
 }

@@ -14,6 +14,7 @@ import { decodeFrame, encodeFrame, PROTOCOL_VERSION, type FrameHeader } from '@w
 import { WarrenError } from '@warren/sdk';
 import { WebSocket } from 'ws';
 import { until as waitUntil } from './wait.js';
+import { removeStateDir } from './state-dir.js';
 
 const repo = path.resolve(import.meta.dirname, '..', '..');
 // Inside the controller package, so its dependencies resolve from its node_modules. A name of
@@ -114,7 +115,7 @@ export class ControllerProcess {
   /** Stops the process and removes its state folder (its sandboxes must be killed before). */
   async dispose(): Promise<void> {
     await this.stop('SIGKILL');
-    await rm(this.env.WARREN_STATE_DIR!, { recursive: true, force: true });
+    await removeStateDir(this.env.WARREN_STATE_DIR!);
   }
 }
 

@@ -52,6 +52,10 @@ export interface ControllerConfig {
   /** Caps. */
   maxSandboxes: number;
   maxConcurrentCreates: number;
+  /** Cold creates that may wait for a create slot; more are refused at once (429 with Retry-After). */
+  maxQueuedCreates: number;
+  /** How long a cold create waits for a slot before it is refused (429 with Retry-After). */
+  createQueueTimeoutMs: number;
   maxConnections: number;
   /** The largest WebSocket message accepted from a client, in bytes. */
   maxMessageBytes: number;
@@ -117,6 +121,8 @@ export const ConfigFile = z.strictObject({
   poolSize: z.number().int().min(0).max(100).optional(),
   maxSandboxes: z.number().int().positive().optional(),
   maxConcurrentCreates: z.number().int().positive().optional(),
+  maxQueuedCreates: z.number().int().min(0).optional(),
+  createQueueTimeoutMs: z.number().int().positive().optional(),
   maxConnections: z.number().int().positive().optional(),
   maxMessageBytes: z.number().int().min(1024).optional(),
   heartbeatMs: z.number().int().min(100).optional(),
@@ -142,6 +148,8 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   poolSize: 0,
   maxSandboxes: 100,
   maxConcurrentCreates: 8,
+  maxQueuedCreates: 64,
+  createQueueTimeoutMs: 30_000,
   maxConnections: 1000,
   maxMessageBytes: 64 * 1024 * 1024,
   heartbeatMs: 30_000,
@@ -230,6 +238,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     poolSize: pick(num('WARREN_POOL_SIZE'), file.poolSize) ?? DEFAULTS.poolSize,
     maxSandboxes: pick(num('WARREN_MAX_SANDBOXES'), file.maxSandboxes) ?? DEFAULTS.maxSandboxes,
     maxConcurrentCreates: pick(num('WARREN_MAX_CONCURRENT_CREATES'), file.maxConcurrentCreates) ?? DEFAULTS.maxConcurrentCreates,
+    maxQueuedCreates: pick(num('WARREN_MAX_QUEUED_CREATES'), file.maxQueuedCreates) ?? DEFAULTS.maxQueuedCreates,
+    createQueueTimeoutMs: pick(num('WARREN_CREATE_QUEUE_TIMEOUT_MS'), file.createQueueTimeoutMs) ?? DEFAULTS.createQueueTimeoutMs,
     maxConnections: pick(num('WARREN_MAX_CONNECTIONS'), file.maxConnections) ?? DEFAULTS.maxConnections,
     maxMessageBytes: pick(num('WARREN_MAX_MESSAGE_BYTES'), file.maxMessageBytes) ?? DEFAULTS.maxMessageBytes,
     heartbeatMs: pick(num('WARREN_HEARTBEAT_MS'), file.heartbeatMs) ?? DEFAULTS.heartbeatMs,

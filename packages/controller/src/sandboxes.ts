@@ -8,6 +8,7 @@ import type { Credentials } from './credentials.js';
 import { LABELS, sandboxLabels } from './labels.js';
 import type { Metrics } from './metrics.js';
 import type { DaemonEndpoint, SandboxProvider } from './provider.js';
+import { Slots, type WaitLimits } from './limiter.js';
 import { Reaper } from './reaper.js';
 import { RecordStore, type StoredRecord } from './record-store.js';
 import { isBelow, planSandbox, type SandboxPlan } from './sandbox-plan.js';
@@ -64,7 +65,11 @@ export class SandboxService {
   private readonly metrics: Metrics | undefined;
   private readonly clock: Clock;
   private readonly probe: NonNullable<SandboxServiceOptions['probe']>;
+  /** Creates under way or waiting for a slot (they count towards maxSandboxes). */
   private creating = 0;
+  /** At most `maxConcurrentCreates` cold creates at once; more wait in a bounded queue. */
+  private readonly createSlots: Slots;
+  private readonly createQueueLimits: WaitLimits;
   private runtimeNames: string[] = ['runc'];
   private networklessRuntimes: string[] = [];
   private noDiskQuota: string | undefined;
@@ -77,6 +82,20 @@ export class SandboxService {
     this.clock = options.clock ?? systemClock;
     this.probe = options.probe ?? ((endpoint, secret, timeoutMs) => probeAgent(endpoint.socketPath, secret, timeoutMs));
     this.store = new RecordStore(options.config.stateDir);
+    this.createSlots = new Slots(options.config.maxConcurrentCreates);
+    const { maxQueuedCreates, createQueueTimeoutMs } = options.config;
+    this.createQueueLimits = {
+      maxWaiting: maxQueuedCreates,
+      timeoutMs: createQueueTimeoutMs,
+      refuse: (why) =>
+        new CodedError(
+          'RESOURCE_EXHAUSTED',
+          why === 'queue-full'
+            ? `${maxQueuedCreates} creates are already waiting for one of this controller's ${options.config.maxConcurrentCreates} create slots (maxQueuedCreates); retry after a few seconds.`
+            : `This create waited ${createQueueTimeoutMs} ms for one of this controller's ${options.config.maxConcurrentCreates} create slots (maxConcurrentCreates) and gave up; retry after a few seconds.`,
+          { retryAfterSeconds: Math.max(1, Math.ceil(createQueueTimeoutMs / 10_000)) },
+        ),
+    };
     this.supervisor = new RestartSupervisor({ provider: this.provider, table: this.table, clock: this.clock, bringBack: (record) => this.bringBack(record), onRestart: options.onRestart });
     this.reaper = new Reaper({
       provider: this.provider,
@@ -203,11 +222,20 @@ export class SandboxService {
       this.table.set(record);
       return this.created(record, started, 'pool');
     }
-    if (this.creating >= this.config.maxConcurrentCreates) {
-      throw new CodedError('RESOURCE_EXHAUSTED', `${this.creating} creates are already in progress, the most this controller runs at once (maxConcurrentCreates); retry when one finishes.`);
-    }
     this.creating++;
     try {
+      return await this.createSlots.run(() => this.createCold(plan, started), this.createQueueLimits);
+    } catch (err) {
+      this.metrics?.creates.inc({ source: 'cold', outcome: 'error' });
+      throw err;
+    } finally {
+      this.creating--;
+    }
+  }
+
+  /** A cold create: a new sandbox from the provider, answered once its daemon has answered. */
+  private async createCold(plan: SandboxPlan, started: number): Promise<CreateSandboxResponse> {
+    {
       const id = newId();
       const createdAt = new Date(this.clock.now());
       const expiresAt = new Date(createdAt.getTime() + plan.settings.ttlSeconds * 1000);
@@ -216,11 +244,6 @@ export class SandboxService {
       if (plan.policy !== undefined) record.policy = plan.policy;
       this.table.set(record);
       return this.created(record, started, 'cold');
-    } catch (err) {
-      this.metrics?.creates.inc({ source: 'cold', outcome: 'error' });
-      throw err;
-    } finally {
-      this.creating--;
     }
   }
 

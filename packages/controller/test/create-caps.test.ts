@@ -6,11 +6,11 @@ import { CodedError } from '@warren/protocol';
 import { Credentials, loadConfig, SandboxService } from '../src/index.js';
 import { FakeProvider } from './fakes.js';
 
-/** A provider whose creates wait until the test lets them fail. */
-function stallingProvider(): { provider: FakeProvider; waiting: (() => void)[] } {
+/** A provider whose creates wait until the test lets them through or fail. */
+function stallingProvider(): { provider: FakeProvider; waiting: { pass: () => void; fail: () => void }[] } {
   const provider = new FakeProvider();
-  const waiting: (() => void)[] = [];
-  provider.createGate = () => new Promise((_resolve, reject) => waiting.push(() => reject(new CodedError('UPSTREAM_UNAVAILABLE', 'released by the test'))));
+  const waiting: { pass: () => void; fail: () => void }[] = [];
+  provider.createGate = () => new Promise((resolve, reject) => waiting.push({ pass: resolve, fail: () => reject(new CodedError('UPSTREAM_UNAVAILABLE', 'released by the test')) }));
   return { provider, waiting };
 }
 
@@ -27,33 +27,62 @@ afterEach(async () => {
   await rm(stateDir, { recursive: true, force: true });
 });
 
+const service = (provider: FakeProvider, config: Parameters<typeof loadConfig>[1]) =>
+  new SandboxService({ provider, credentials: Credentials.inMemory('k'), config: loadConfig({}, { stateDir, ...config }), probe: async () => undefined });
+
 describe('create caps', () => {
-  it('refuses a create beyond maxConcurrentCreates with RESOURCE_EXHAUSTED, and counts again once they end', async () => {
+  it('runs at most maxConcurrentCreates at once; the next waits its turn and then runs', async () => {
     const { provider, waiting } = stallingProvider();
-    const service = new SandboxService({ provider, credentials: Credentials.inMemory('k'), config: loadConfig({}, { stateDir, maxConcurrentCreates: 2 }) });
-    await service.recover();
-    const first = service.create({});
-    const second = service.create({});
+    const sandboxes = service(provider, { maxConcurrentCreates: 2 });
+    await sandboxes.recover();
+    const first = sandboxes.create({});
+    const second = sandboxes.create({});
     await stalled(waiting, 2);
-    await expect(service.create({})).rejects.toMatchObject({ code: 'RESOURCE_EXHAUSTED', message: expect.stringContaining('maxConcurrentCreates') });
-    for (const release of waiting.splice(0)) release();
+    const third = sandboxes.create({});
+    await new Promise((r) => setTimeout(r, 50));
+    expect(waiting).toHaveLength(2);
+    waiting[0]!.fail();
     await expect(first).rejects.toThrow('released by the test');
-    await expect(second).rejects.toThrow('released by the test');
-    const third = service.create({});
-    await stalled(waiting, 1);
-    expect(waiting).toHaveLength(1);
-    waiting[0]!();
-    await expect(third).rejects.toThrow('released by the test');
+    await stalled(waiting, 3);
+    waiting[1]!.pass();
+    waiting[2]!.pass();
+    await expect(second).resolves.toMatchObject({ state: 'running' });
+    await expect(third).resolves.toMatchObject({ state: 'running' });
   });
 
-  it('refuses a create beyond maxSandboxes (creates in flight count)', async () => {
+  it('refuses at once when the queue is full, with a retry time (429 + Retry-After over REST)', async () => {
     const { provider, waiting } = stallingProvider();
-    const service = new SandboxService({ provider, credentials: Credentials.inMemory('k'), config: loadConfig({}, { stateDir, maxSandboxes: 1 }) });
-    await service.recover();
-    const first = service.create({});
+    const sandboxes = service(provider, { maxConcurrentCreates: 1, maxQueuedCreates: 1 });
+    await sandboxes.recover();
+    const first = sandboxes.create({});
     await stalled(waiting, 1);
-    await expect(service.create({})).rejects.toMatchObject({ code: 'RESOURCE_EXHAUSTED', message: expect.stringContaining('maxSandboxes') });
-    waiting[0]!();
+    const queued = sandboxes.create({});
+    await expect(sandboxes.create({})).rejects.toMatchObject({ code: 'RESOURCE_EXHAUSTED', message: expect.stringContaining('maxQueuedCreates'), details: { retryAfterSeconds: expect.any(Number) } });
+    waiting[0]!.pass();
+    await stalled(waiting, 2);
+    waiting[1]!.pass();
+    await Promise.all([first, queued]);
+  });
+
+  it('refuses a create that waited createQueueTimeoutMs for a slot', async () => {
+    const { provider, waiting } = stallingProvider();
+    const sandboxes = service(provider, { maxConcurrentCreates: 1, createQueueTimeoutMs: 100 });
+    await sandboxes.recover();
+    const first = sandboxes.create({});
+    await stalled(waiting, 1);
+    await expect(sandboxes.create({})).rejects.toMatchObject({ code: 'RESOURCE_EXHAUSTED', message: expect.stringContaining('waited 100 ms') });
+    waiting[0]!.pass();
+    await first;
+  });
+
+  it('refuses a create beyond maxSandboxes (creates in flight and queued count)', async () => {
+    const { provider, waiting } = stallingProvider();
+    const sandboxes = service(provider, { maxSandboxes: 1 });
+    await sandboxes.recover();
+    const first = sandboxes.create({});
+    await stalled(waiting, 1);
+    await expect(sandboxes.create({})).rejects.toMatchObject({ code: 'RESOURCE_EXHAUSTED', message: expect.stringContaining('maxSandboxes') });
+    waiting[0]!.fail();
     await expect(first).rejects.toThrow();
   });
 });

@@ -107,11 +107,15 @@ ensure_docker() {
   step_done "engine $(docker version --format '{{.Server.Version}}' 2>/dev/null) is up"
 }
 
-# Installs the Debian packages of the named commands that are missing (command = package name),
-# in one apt call. Used for what the end-to-end tests drive (tmux types into `warren shell`).
+# Installs the Debian packages of the named commands that are missing, in one apt call. Each
+# argument is a command that is also its package's name (tmux), or COMMAND=PACKAGE
+# (mkfs.ext4=e2fsprogs). Used for what the tests drive (tmux types into `warren shell`).
 ensure_commands() {
-  local missing=()
-  for command in "$@"; do command -v "$command" >/dev/null 2>&1 || missing+=("$command"); done
+  local missing=() entry
+  for entry in "$@"; do
+    # sbin is searched too: root's tools live there and a user's PATH may leave it out.
+    PATH="$PATH:/usr/sbin:/sbin" command -v "${entry%%=*}" >/dev/null 2>&1 || missing+=("${entry#*=}")
+  done
   ((${#missing[@]})) || return 0
   step "Installing ${missing[*]} (apt-get install ${missing[*]})"
   apt_install "${missing[@]}"
@@ -132,10 +136,18 @@ build_workspace() {
   step_done
 }
 
+# What the per-sandbox disk quota needs (docs/disk-quota.md): mkfs.ext4 and mount with loop
+# devices. Only root mounts them, so only root is offered the install.
+ensure_workspace_quota_tools() {
+  is_root || return 0
+  ensure_commands mkfs.ext4=e2fsprogs mount losetup=mount
+}
+
 # Everything both front-door commands need before they do their own work.
 prepare_everything() {
   ensure_pnpm
   build_workspace
   ensure_docker
+  ensure_workspace_quota_tools
   "$repo_root/scripts/build-images"
 }

@@ -56,11 +56,16 @@ describe('sandboxes on three images, hardened', () => {
     expect((await sandbox.info()).settings).toMatchObject({ user: '2000:2000', memoryMb: 256, pidsLimit: 64, cpus: 0.5, network: 'none', runtime: 'runc' });
   });
 
-  it('probes from inside: uid 1000, no capabilities, no-new-privileges, seccomp filter, no docker socket, no network, mount and unshare refused', async () => {
+  it('probes from inside: uid 1000, no capabilities, no-new-privileges, seccomp filter, no docker socket, no network, mount and unshare refused, read-only root, capped /tmp', async () => {
     const sandbox = await create();
     const script = [
       'echo uid=$(id -u)',
-      'grep -E "^(CapEff|CapPrm|CapBnd|NoNewPrivs|Seccomp):" /proc/self/status',
+      'grep -E "^(CapEff|CapPrm|CapInh|CapAmb|CapBnd|NoNewPrivs|Seccomp):" /proc/self/status',
+      'touch /etc/x 2>/dev/null && echo rootfs=writable || echo rootfs=read-only',
+      'touch /tmp/x && echo tmp=writable || echo tmp=read-only',
+      'echo tmpsize=$(df -k /tmp | tail -1 | tr -s " " | cut -d" " -f2)',
+      'echo nofile=$(ulimit -n)',
+      'echo fsize=$(ulimit -f)',
       'test -e /var/run/docker.sock && echo docker-sock=present || echo docker-sock=absent',
       'test -e /run/docker.sock && echo run-docker-sock=present || echo run-docker-sock=absent',
       'echo nets=$(ls /sys/class/net | tr "\\n" " ")',
@@ -84,7 +89,11 @@ describe('sandboxes on three images, hardened', () => {
       uid: '1000',
       CapEff: '0000000000000000',
       CapPrm: '0000000000000000',
-      CapBnd: '0000000000000000',
+      CapInh: '0000000000000000',
+      CapAmb: '0000000000000000',
+      // The bounding set is the daemon's few (see DAEMON_CAPABILITIES); a command holds none of
+      // them and, with no-new-privileges, no exec can give them back.
+      CapBnd: '00000000000800eb',
       NoNewPrivs: '1',
       Seccomp: '2',
       'docker-sock': 'absent',
@@ -95,6 +104,11 @@ describe('sandboxes on three images, hardened', () => {
       'unshare-user': 'refused',
       'unshare-mount': 'refused',
       runtime: 'read-only',
+      rootfs: 'read-only',
+      tmp: 'writable',
+      tmpsize: String(256 * 1024),
+      nofile: '4096',
+      fsize: String(4096 * 1024 * 2),
     });
   });
 

@@ -1,19 +1,11 @@
-import { readFile } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import Docker from 'dockerode';
 import { Sandbox } from '@warren/sdk';
 import { startTestController, type TestController } from '../support/fixtures.js';
+import { until } from '../support/wait.js';
 
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 20_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 describe('the sandbox lifecycle over REST', () => {
   let warren: TestController;
@@ -82,14 +74,19 @@ describe('the sandbox lifecycle over REST', () => {
     short.close();
   });
 
-  it('kills on DELETE: the container and its workspace volume are removed', async () => {
+  it('kills on DELETE: the container and its workspace (its own disk, or a volume where the host gives no quota) are removed', async () => {
     const doomed = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });
     const containerId = warren.controller.sandboxes.record(doomed.id).containerId;
-    const volume = (await docker.getContainer(containerId).inspect()).Mounts.find((m) => m.Destination === '/workspace')?.Name;
-    expect(volume).toBeTruthy();
+    const workspace = (await docker.getContainer(containerId).inspect()).Mounts.find((m) => m.Destination === '/workspace');
+    expect(workspace).toBeTruthy();
     await doomed.kill();
     await expect(docker.getContainer(containerId).inspect()).rejects.toMatchObject({ statusCode: 404 });
-    await expect(docker.getVolume(volume!).inspect()).rejects.toMatchObject({ statusCode: 404 });
+    if (workspace!.Type === 'volume') await expect(docker.getVolume(workspace!.Name!).inspect()).rejects.toMatchObject({ statusCode: 404 });
+    else {
+      // The disk's mount and image are gone: nothing of it is left on the host.
+      expect(await readFile('/proc/self/mountinfo', 'utf8')).not.toContain(path.dirname(workspace!.Source));
+      await expect(stat(`${path.dirname(workspace!.Source)}.ext4`)).rejects.toMatchObject({ code: 'ENOENT' });
+    }
     expect((await api('DELETE', `/v1/sandboxes/${doomed.id}`)).status).toBe(404);
   });
 

@@ -6,16 +6,9 @@ import { afterAll, describe, expect, it } from '@jest/globals';
 import Docker from 'dockerode';
 import { Credentials, startController, type Controller } from '@warren/controller';
 import { Sandbox } from '@warren/sdk';
+import { until } from '../support/wait.js';
+import { removeStateDir } from '../support/state-dir.js';
 
-async function until<T>(what: string, probe: () => T | undefined | Promise<T | undefined>, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 describe('the warm pool', () => {
   const docker = new Docker();
@@ -34,7 +27,7 @@ describe('the warm pool', () => {
     const last = controllers.at(-1);
     if (last) for (const r of last.sandboxes.list()) await last.sandboxes.kill(r.id).catch(() => undefined);
     for (const c of controllers) await c.close();
-    await rm(stateDir, { recursive: true, force: true });
+    await removeStateDir(stateDir);
   });
 
   it('hands a matching create a ready sandbox with a fresh identity, refills, starts others cold, and survives a restart', async () => {

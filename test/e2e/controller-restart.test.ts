@@ -7,18 +7,11 @@ import Docker from 'dockerode';
 import { Sandbox } from '@warren/sdk';
 import { startTestController } from '../support/fixtures.js';
 import { ControllerProcess, freePort } from '../support/reliability.js';
+import { until } from '../support/wait.js';
+import { removeStateDir } from '../support/state-dir.js';
 
 const docker = new Docker();
 
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 const containerGone = async (id: string) => docker.getContainer(id).inspect().then(() => undefined, () => true as const);
 
@@ -30,7 +23,7 @@ describe('a controller restart loses nothing', () => {
   afterAll(async () => {
     for (const p of processes) await p.stop('SIGKILL');
     for (const id of containers) await docker.getContainer(id).remove({ force: true, v: true }).catch(() => undefined);
-    for (const dir of stateDirs) await rm(dir, { recursive: true, force: true });
+    for (const dir of stateDirs) await removeStateDir(dir);
   });
 
   const newStateDir = async () => {

@@ -28,7 +28,9 @@ describe('hostile paths in a real sandbox', () => {
 
   beforeAll(async () => {
     warren = await startTestController();
-    sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });
+    // A writable root file system, so sandbox code can plant sentinels outside the workspace
+    // (in the image's home folder) for the file API to try to reach.
+    sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, readOnlyRootfs: false });
     await sh(`printf '${SENTINEL_TEXT.replace('\n', '\\n')}' | tee ${SENTINELS.join(' ')} >/dev/null; mkdir -p /workspace/w`);
     baseline = await snapshot();
     expect(baseline.startsWith(SENTINEL_TEXT.repeat(SENTINELS.length))).toBe(true);

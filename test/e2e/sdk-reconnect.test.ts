@@ -6,6 +6,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Credentials, startController, type Controller } from '@warren/controller';
 import { ConnectionClosedError, Sandbox } from '@warren/sdk';
+import { removeStateDir } from '../support/state-dir.js';
 
 /** A port that was free a moment ago, so a restarted controller can come back on the same URL. */
 async function freePort(): Promise<number> {
@@ -36,7 +37,7 @@ describe('the SDK connection comes back by itself after the controller restarts'
   afterAll(async () => {
     await sandbox?.kill().catch(() => undefined);
     await controller?.close();
-    await rm(stateDir, { recursive: true, force: true });
+    await removeStateDir(stateDir);
   });
 
   it('a call made while the controller is down waits and then answers', async () => {

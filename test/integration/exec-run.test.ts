@@ -4,6 +4,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { CancelledError, Commands, type CommandEvent } from '@warren/sdk';
 import { startTestAgent, type TestAgent } from '../support/fixtures.js';
+import { until } from '../support/wait.js';
 
 /** Pids of live processes whose command line contains `needle` (this machine's /proc). */
 function pidsWith(needle: string): number[] {
@@ -21,13 +22,6 @@ function pidsWith(needle: string): number[] {
   return pids;
 }
 
-async function until(check: () => boolean, what: string, ms = 10_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 describe('process.exec on an in-process agent', () => {
   let agent: TestAgent;
@@ -59,13 +53,13 @@ describe('process.exec on an in-process agent', () => {
     // Long enough for the tree to start and the output to be written on a loaded machine before the timeout hits.
     const result = await agent.commands.run(cmd, { timeoutMs: 2_000 });
     expect(result).toMatchObject({ timedOut: true, stdout: 'started\n', stderr: 'oops\n', exitCode: null, signal: 'SIGKILL' });
-    await until(() => pidsWith('sleep 9771').length === 0, 'every sleep to be gone');
+    await until('every sleep to be gone', () => pidsWith('sleep 9771').length === 0 || undefined, 10_000, 20);
   });
 
   it('kills what a foreground command left running when it exits', async () => {
     const result = await agent.commands.run('setsid sleep 97721 & (nohup sleep 97722 >/dev/null 2>&1 &); echo done', { timeoutMs: 10_000 });
     expect(result).toMatchObject({ exitCode: 0, stdout: 'done\n', timedOut: false });
-    await until(() => pidsWith('sleep 9772').length === 0, 'leftovers to be gone');
+    await until('leftovers to be gone', () => pidsWith('sleep 9772').length === 0 || undefined, 10_000, 20);
   });
 
   it('caps each stream to head + tail with a marker, counts every byte, and saves the full output on request', async () => {
@@ -111,22 +105,22 @@ describe('process.exec on an in-process agent', () => {
     // an unthrottled `head` writes in that time.
     expect(rounds * 65536).toBeLessThan(64 * 1024 * 1024);
     await stream.return?.();
-    await until(() => pidsWith(progress).length === 0, 'the producer to be killed after the consumer left');
+    await until('the producer to be killed after the consumer left', () => pidsWith(progress).length === 0 || undefined, 10_000, 20);
   });
 
   it('stops a foreground command on AbortSignal and on a dropped connection', async () => {
     const controller = new AbortController();
     const running = agent.commands.run('sleep 97731', { signal: controller.signal, timeoutMs: 60_000 });
-    await until(() => pidsWith('sleep 97731').length > 0, 'the command to start');
+    await until('the command to start', () => pidsWith('sleep 97731').length > 0 || undefined, 10_000, 20);
     controller.abort();
     await expect(running).rejects.toBeInstanceOf(CancelledError);
-    await until(() => pidsWith('sleep 97731').length === 0, 'the aborted command to be gone');
+    await until('the aborted command to be gone', () => pidsWith('sleep 97731').length === 0 || undefined, 10_000, 20);
 
     const other = await agent.connect();
     const dropped = new Commands(() => other).run('sleep 97732', { timeoutMs: 60_000 });
-    await until(() => pidsWith('sleep 97732').length > 0, 'the command to start');
+    await until('the command to start', () => pidsWith('sleep 97732').length > 0 || undefined, 10_000, 20);
     other.close();
     await expect(dropped).rejects.toThrow();
-    await until(() => pidsWith('sleep 97732').length === 0, 'the command of the dropped connection to be gone');
+    await until('the command of the dropped connection to be gone', () => pidsWith('sleep 97732').length === 0 || undefined, 10_000, 20);
   });
 });

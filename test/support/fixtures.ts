@@ -5,6 +5,7 @@ import path from 'node:path';
 import { startAgentServer, type FilePolicy } from '@warren/agent';
 import { Credentials, startController, type Controller } from '@warren/controller';
 import { Commands, Connection, Files, Sandbox } from '@warren/sdk';
+import { removeStateDir } from './state-dir.js';
 
 /** A controller on a free loopback port with a throw-away state folder and API key. */
 export interface TestController extends AsyncDisposable {
@@ -33,7 +34,7 @@ export async function startTestController(config: Parameters<typeof startControl
   const dispose = async () => {
     for (const record of controller.sandboxes.list()) await controller.sandboxes.kill(record.id).catch(() => undefined);
     await controller.close();
-    await rm(stateDir, { recursive: true, force: true });
+    await removeStateDir(stateDir);
   };
   return { url: controller.url, apiKey, controller, [Symbol.asyncDispose]: dispose };
 }
@@ -70,13 +71,13 @@ export interface TestAgent extends AsyncDisposable {
  * await using agent = await startTestAgent();
  * await agent.files.write('a.txt', 'hi');
  */
-export async function startTestAgent(policy: Partial<FilePolicy> = {}): Promise<TestAgent> {
+export async function startTestAgent(policy: Partial<FilePolicy> = {}, options: { owner?: { uid: number; gid: number } } = {}): Promise<TestAgent> {
   const dir = await mkdtemp(path.join(os.tmpdir(), 'warren-agent-'));
   const root = path.join(dir, 'workspace');
   await import('node:fs/promises').then((fs) => fs.mkdir(root));
   const socketPath = path.join(dir, 'agent.sock');
   const secret = randomBytes(32).toString('hex');
-  const server = await startAgentServer({ socketPath, secret, policy: { root, readOnly: false, ...policy }, home: root });
+  const server = await startAgentServer({ socketPath, secret, policy: { root, readOnly: false, ...policy }, home: root, owner: options.owner });
   const connect = () => Connection.open(`ws+unix://${socketPath}:/`, secret);
   const connection = await connect();
   return {

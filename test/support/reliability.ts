@@ -13,6 +13,8 @@ import { build } from 'esbuild';
 import { decodeFrame, encodeFrame, PROTOCOL_VERSION, type FrameHeader } from '@warren/protocol';
 import { WarrenError } from '@warren/sdk';
 import { WebSocket } from 'ws';
+import { until as waitUntil } from './wait.js';
+import { removeStateDir } from './state-dir.js';
 
 const repo = path.resolve(import.meta.dirname, '..', '..');
 // Inside the controller package, so its dependencies resolve from its node_modules. A name of
@@ -113,7 +115,7 @@ export class ControllerProcess {
   /** Stops the process and removes its state folder (its sandboxes must be killed before). */
   async dispose(): Promise<void> {
     await this.stop('SIGKILL');
-    await rm(this.env.WARREN_STATE_DIR!, { recursive: true, force: true });
+    await removeStateDir(this.env.WARREN_STATE_DIR!);
   }
 }
 
@@ -244,14 +246,9 @@ export async function typedOutcome(call: Promise<unknown>): Promise<string> {
   }
 }
 
-export async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 30_000, everyMs = 200): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe().catch(() => undefined);
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, everyMs));
-  }
+/** Like {@link waitUntil}, but a probe that throws counts as "not yet". */
+export function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 30_000, everyMs = 200): Promise<T> {
+  return waitUntil(what, () => probe().catch(() => undefined), timeoutMs, everyMs);
 }
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -1,10 +1,16 @@
-import { readFile, unlink } from 'node:fs/promises';
+import { lchown, readFile, unlink } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
+import type { SandboxUser } from './services/process-table.js';
 import { startAgentServer } from './server.js';
 
 /**
  * The daemon's entry point inside a sandbox. The secret arrives in a file that is deleted once
  * read, so it is in no environment and no argv, of this process or of any it starts.
+ *
+ * Inside a container the daemon runs as root with a handful of capabilities, and `--user` names
+ * the sandbox user: every command, shell and terminal runs as that user, and every file the
+ * daemon creates is handed to it. Sandbox code therefore cannot signal, trace or read the daemon,
+ * nor reach its socket folder (mode 0700, the daemon's own).
  */
 async function main(): Promise<void> {
   const { values } = parseArgs({
@@ -13,21 +19,43 @@ async function main(): Promise<void> {
       'secret-file': { type: 'string' },
       root: { type: 'string', default: '/workspace' },
       home: { type: 'string', default: process.env.HOME ?? '/tmp' },
+      user: { type: 'string' },
+      'own-root': { type: 'boolean', default: false },
     },
   });
-  if (!values.socket || !values['secret-file']) throw new Error('usage: warren-agent --socket PATH --secret-file PATH [--root DIR]');
+  if (!values.socket || !values['secret-file']) throw new Error('usage: warren-agent --socket PATH --secret-file PATH [--root DIR] [--home DIR] [--user UID:GID [--own-root]]');
+  const user = values.user === undefined ? undefined : parseUser(values.user);
   const secret = (await readFile(values['secret-file'], 'utf8')).trim();
   await unlink(values['secret-file']).catch(() => undefined);
   if (secret.length < 32) throw new Error('the secret file must hold at least 32 characters');
+  if (user && process.getuid?.() === 0) {
+    // Children inherit supplementary groups unless they are cleared: node-pty sets only gid and
+    // uid, so the daemon drops its own (root's) groups once, here.
+    process.setgroups?.([]);
+  }
+  if (user && values['own-root']) {
+    // The workspace is the sandbox's own: hand its top folder (not what it holds) to the user,
+    // whatever the image or a fresh volume made it. Links are not followed.
+    await lchown(values.root, user.uid, user.gid);
+  }
+  // A file size limit (RLIMIT_FSIZE) applies to the daemon too: a write past it must fail with
+  // EFBIG, not kill the daemon with SIGXFSZ.
+  process.on('SIGXFSZ', () => undefined);
 
   // The container's environment is the sandbox's (the image's ENV, the create request's env);
   // the controller puts nothing of its own there, so commands inherit it as their base.
   const sandboxEnv = Object.fromEntries(Object.entries(process.env).filter((entry): entry is [string, string] => entry[1] !== undefined && entry[0] !== 'HOME'));
-  const server = await startAgentServer({ socketPath: values.socket, secret, policy: { root: values.root, readOnly: false }, home: values.home, sandboxEnv });
+  const server = await startAgentServer({ socketPath: values.socket, secret, policy: { root: values.root, readOnly: false }, home: values.home, sandboxEnv, owner: user });
   process.stdout.write(`warren-agent listening on ${server.socketPath}\n`);
   const stop = () => void server.close().then(() => process.exit(0));
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
+}
+
+function parseUser(text: string): SandboxUser {
+  const match = /^(\d{1,10}):(\d{1,10})$/.exec(text);
+  if (!match) throw new Error(`--user must be UID:GID, got '${text}'`);
+  return { uid: Number(match[1]), gid: Number(match[2]) };
 }
 
 main().catch((err: unknown) => {

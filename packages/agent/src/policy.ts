@@ -523,9 +523,12 @@ export function mapFsError(err: unknown, display: string): unknown {
       return new CodedError('DIRECTORY_NOT_EMPTY', `'${display}' is a folder that is not empty; pass recursive: true to delete it with its contents.`, { path: display });
     case 'ELOOP':
       return new CodedError('SYMLINK_LOOP', `'${display}' is or goes through a symbolic link that file calls do not follow here.`, { path: display });
+    case 'EFBIG':
+      return new CodedError('FILE_TOO_LARGE', `'${display}' would grow past this sandbox's file size limit (its create option fileSizeMb).`, { path: display });
+    // A full workspace file system (ENOSPC) and a reached quota (EDQUOT) are the same to the caller.
     case 'ENOSPC':
     case 'EDQUOT':
-      return new CodedError('RESOURCE_EXHAUSTED', `No space left to write '${display}'.`, { path: display });
+      return new CodedError('RESOURCE_EXHAUSTED', `The sandbox's disk is full, so '${display}' was not written. Delete files you no longer need, or create the sandbox with a larger disk (diskMb).`, { path: display, reason: 'disk-full' });
     case 'EACCES':
     case 'EPERM':
     case 'EROFS':

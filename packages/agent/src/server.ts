@@ -1,5 +1,6 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { chmod, unlink } from 'node:fs/promises';
+import { chmod, chown, stat, unlink } from 'node:fs/promises';
+import path from 'node:path';
 import { createServer, type IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { CodedError, decodeGrant, GRANT_HEADER, METHODS, PROTOCOL_VERSION, WS_MAX_PAYLOAD_BYTES, type ConnectionGrant, type MethodName } from '@warren/protocol';
@@ -8,6 +9,7 @@ import { AuditLog } from './audit.js';
 import { AGENT_VERSION, serveConnection } from './connection.js';
 import type { Handlers } from './dispatch.js';
 import { DEFAULT_POLICY, type FilePolicy } from './policy.js';
+import type { SandboxUser } from './services/process-table.js';
 import { ProcessRuntime } from './services/processes.js';
 import { fsHandlers } from './services/fs.js';
 import { ptyHandlers } from './services/pty.js';
@@ -26,6 +28,11 @@ export interface AgentServerOptions {
    * start from a clean default.
    */
   sandboxEnv?: Readonly<Record<string, string>>;
+  /**
+   * The sandbox user: commands, shells and terminals run as it, and files the daemon creates are
+   * handed to it. Absent, both keep the daemon's own identity.
+   */
+  owner?: SandboxUser | undefined;
   /** The cap on processes Warren runs at once in this sandbox. */
   maxProcesses?: number;
   /** How long an approval request waits for the client (default 30 s). */
@@ -63,9 +70,9 @@ export function createHandlers(
         },
       };
     },
-    ...fsHandlers(policy),
+    ...fsHandlers(policy, processes.user),
     ...processes.handlers(policy),
-    ...ptyHandlers({ policy, home, sandboxEnv: processes.sandboxEnv }),
+    ...ptyHandlers({ policy, home, sandboxEnv: processes.sandboxEnv, user: processes.user }),
   };
   if (!allowExec) {
     // A shell is not bound by the file policy: a handle granted without exec may not start one.
@@ -91,7 +98,7 @@ export function createHandlers(
 export async function startAgentServer(options: AgentServerOptions): Promise<AgentServer> {
   const policy = options.policy ?? DEFAULT_POLICY;
   const home = options.home ?? '/tmp';
-  const processes = new ProcessRuntime({ policy, home, sandboxEnv: options.sandboxEnv, maxProcesses: options.maxProcesses });
+  const processes = new ProcessRuntime({ policy, home, sandboxEnv: options.sandboxEnv, user: options.owner, maxProcesses: options.maxProcesses });
   const audit = new AuditLog();
   const handlers = createHandlers(policy, home, processes, audit);
   // One handler table per distinct grant (the controller sends one per credential), reused across connections.
@@ -136,6 +143,12 @@ export async function startAgentServer(options: AgentServerOptions): Promise<Age
     http.listen(options.socketPath, () => resolve());
   });
   await chmod(options.socketPath, 0o600);
+  if (process.getuid?.() === 0) {
+    // The folder's owner is whoever the controller is on the host (as the engine maps it): the
+    // socket goes to the same owner so a controller that is not root can connect to it.
+    const folder = await stat(path.dirname(options.socketPath));
+    await chown(options.socketPath, folder.uid, folder.gid);
+  }
 
   const close = async () => {
     for (const ws of wss.clients) ws.terminate();

@@ -3,7 +3,7 @@ import { mkdir, mkdtemp, realpath, rm, symlink, writeFile } from 'node:fs/promis
 import os from 'node:os';
 import path from 'node:path';
 import { CodedError, type FilePolicy } from '@warren/protocol';
-import { resolvePath } from '../src/policy.js';
+import { mapFsError, resolvePath } from '../src/policy.js';
 
 async function codeOf(promise: Promise<unknown>): Promise<string> {
   try {
@@ -124,5 +124,16 @@ describe('resolvePath on a real folder tree', () => {
     expect((await resolvePath(named, path.join(root, 'src/a.py'), 'read')).display).toBe('/code/a.py');
     // Writing into the nested rw mount through the ro parent's name takes the stricter rules.
     expect(await codeOf(resolvePath(named, '/code/deep/../a.py', 'write'))).toBe('PATH_NOT_WRITABLE');
+  });
+});
+
+describe('mapFsError', () => {
+  it('answers a full disk (ENOSPC) and a reached quota (EDQUOT) with the same typed disk-full error', () => {
+    const [full, quota] = (['ENOSPC', 'EDQUOT'] as const).map((code) => mapFsError(Object.assign(new Error(code), { code }), '/workspace/out.bin') as CodedError);
+    expect(full).toBeInstanceOf(CodedError);
+    expect(full!.code).toBe('RESOURCE_EXHAUSTED');
+    expect(full!.details).toEqual({ path: '/workspace/out.bin', reason: 'disk-full' });
+    expect(full!.message).toMatch(/disk is full.*diskMb/);
+    expect(quota!.toWire()).toEqual(full!.toWire());
   });
 });

@@ -5,7 +5,7 @@ import { execCommand } from './exec.js';
 import { imagesBuildCommand, imagesListCommand } from './images.js';
 import { mcpCommand, TOOLSET_NAMES } from './mcp.js';
 import { shellCommand } from './shell.js';
-import { createCommand, infoCommand, listCommand, logsCommand, removeCommand } from './sandbox-commands.js';
+import { createCommand, doctorCommand, infoCommand, listCommand, logsCommand, removeCommand } from './sandbox-commands.js';
 
 /** Text after a command's help: examples a person can paste. */
 function examples(lines: string[]): string {
@@ -97,6 +97,12 @@ export function buildProgram(): Command {
     .option('--json', 'print JSON instead of a table')
     .addHelpText('after', examples(['warren ls', 'warren ls --label task=t-42 --state running', 'warren ls --json']))
     .action(listCommand);
+
+  withController(program.command('doctor'))
+    .description('Say what isolation the controller\'s Docker host gives sandboxes (user-namespace remap, gVisor, cgroups, limits, disk quota) and what to improve.')
+    .option('--json', 'print the controller\'s /readyz answer as JSON')
+    .addHelpText('after', examples(['warren doctor', 'warren doctor --json']))
+    .action(doctorCommand);
 
   withController(program.command('info'))
     .description("Show a sandbox's state, expiry, labels and settings.")

@@ -143,3 +143,54 @@ function labelText(labels: Record<string, string>): string {
     .map(([k, v]) => `${k}=${v}`)
     .join(',');
 }
+
+/** One finding of `warren doctor`: what the host gives, and what to do when it falls short. */
+interface Finding {
+  what: string;
+  value: string;
+  advice?: string;
+}
+
+/**
+ * What `warren doctor` says about a `/readyz` answer: each isolation property of the host, with
+ * advice where the host gives less than it could.
+ */
+export function doctorFindings(ready: Record<string, unknown>): Finding[] {
+  const isolation = (ready.isolation ?? {}) as Record<string, unknown>;
+  const quota = isolation.diskQuota as { quota?: boolean; kind?: string; reason?: string } | undefined;
+  const remap = isolation.usernsRemap as { uid: number } | null | undefined;
+  const findings: Finding[] = [
+    { what: 'controller', value: String(ready.status ?? 'unknown') },
+    {
+      what: 'user-namespace remap',
+      value: remap ? `on (container root is host uid ${remap.uid})` : 'off',
+      ...(!remap && { advice: "sandbox uid 1000 is host uid 1000; start dockerd with --userns-remap=default so a container escape lands on an unprivileged host uid" }),
+    },
+    { what: 'gVisor (runsc)', value: isolation.gvisor ? 'available: create with runtime "runsc"' : 'not installed', ...(!isolation.gvisor && { advice: 'apt-get install runsc and register it in /etc/docker/daemon.json for a user-space kernel' }) },
+    { what: 'cgroup', value: `v${String(isolation.cgroupVersion ?? '?')} (${String(isolation.cgroupDriver ?? '?')})` },
+    {
+      what: 'resource limits',
+      value: isolation.limitsEnforced === false ? 'NOT enforced' : 'enforced',
+      ...(isolation.limitsEnforced === false && { advice: 'this engine ignores memory, CPU and pids limits (rootless on cgroup v1); use cgroup v2 or a rootful engine' }),
+    },
+    { what: 'seccomp', value: isolation.seccomp ? 'on' : 'off' },
+    { what: 'rootless engine', value: isolation.rootless ? 'yes' : 'no' },
+    { what: 'storage driver', value: String(isolation.storageDriver ?? 'unknown') },
+    {
+      what: 'workspace disk quota',
+      value: quota?.quota ? `on (${quota.kind ?? 'quota'})` : `off${quota?.reason ? ` (${quota.reason})` : ''}`,
+      ...(!quota?.quota && { advice: 'a sandbox can fill the disk that holds Docker volumes; run the controller as root next to a local engine (it needs mkfs.ext4 and loop mounts)' }),
+    },
+  ];
+  return findings;
+}
+
+/** `warren doctor`: what isolation this controller's host gives sandboxes, and what to improve. */
+export async function doctorCommand(options: { json?: boolean }, command: Command): Promise<void> {
+  const ready = await restClient(command).readiness();
+  if (wantsJson(command)) return printJson(ready);
+  const findings = doctorFindings(ready);
+  process.stdout.write(keyValues(findings.map((f) => [f.what, f.value])));
+  const advice = findings.filter((f) => f.advice);
+  if (advice.length) process.stdout.write(`\n${advice.map((f) => `- ${f.what}: ${f.advice}`).join('\n')}\n`);
+}

@@ -1,12 +1,34 @@
 import { CodedError, decodeFrame, encodeFrame, parseResult, PROTOCOL_VERSION, WS_MAX_PAYLOAD_BYTES, type MethodName, type ParamsIn, type Result } from '@warren/protocol';
+import { lstatSync, type Stats } from 'node:fs';
 import { WebSocket } from 'ws';
+
+/** A connection failure as a client may see it: the kind of failure, no host path or host text. */
+function unreachable(code: string | undefined): CodedError {
+  const why = code === 'ENOENT' ? 'it is not listening yet' : code === 'ECONNREFUSED' ? 'it refused the connection' : code === 'ETIMEDOUT' ? 'it did not answer in time' : 'the connection failed';
+  return new CodedError('SANDBOX_NOT_READY', `The sandbox daemon is not reachable: ${why}. Retry shortly; if it persists, look at the sandbox's state.`, code ? { cause: code } : undefined);
+}
 
 /**
  * Opens a WebSocket to a sandbox's daemon over its unix socket, presenting the session secret.
  * Resolves once open; frames are not touched, so the caller can relay them as they are.
+ *
+ * The socket's folder belongs to the daemon, so the path's last step is checked with `lstat`
+ * first: a link or any other kind of file there is refused rather than followed to a host
+ * socket. Failures never name the host path or the host's error text.
  */
 export function openAgentSocket(socketPath: string, secret: string, timeoutMs = 5000, headers: Record<string, string> = {}): Promise<WebSocket> {
   return new Promise((resolve, reject) => {
+    let kind: Stats;
+    try {
+      kind = lstatSync(socketPath);
+    } catch (err) {
+      reject(unreachable((err as NodeJS.ErrnoException).code));
+      return;
+    }
+    if (!kind.isSocket()) {
+      reject(new CodedError('SANDBOX_NOT_READY', "The sandbox daemon's socket is not a socket; the controller does not connect to it. Kill the sandbox and create a new one."));
+      return;
+    }
     const ws = new WebSocket(`ws+unix://${socketPath}:/`, {
       headers: { ...headers, authorization: `Bearer ${secret}` },
       maxPayload: WS_MAX_PAYLOAD_BYTES,
@@ -20,7 +42,7 @@ export function openAgentSocket(socketPath: string, secret: string, timeoutMs = 
       ws.removeAllListeners();
       ws.on('error', () => undefined);
       ws.terminate();
-      reject(err);
+      reject(err instanceof CodedError ? err : unreachable((err as NodeJS.ErrnoException).code));
     };
     ws.once('open', () => {
       ws.removeListener('error', fail);

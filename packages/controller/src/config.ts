@@ -21,9 +21,17 @@ export interface ControllerConfig {
   /** The bundled daemon that goes into the runtime volume. */
   agentBundlePath: string;
   /** Default sandbox limits: what a create that asks for nothing gets. */
-  limits: { memoryMb: number; cpus: number; pidsLimit: number; ttlSeconds: number };
+  limits: SandboxLimits;
   /** The most a create may ask for. */
-  maxLimits: { memoryMb: number; cpus: number; pidsLimit: number; ttlSeconds: number };
+  maxLimits: SandboxLimits;
+  /**
+   * Per-sandbox disk quota on /workspace (see docs/security.md): `auto` gives one where the
+   * host can (root, local engine, loop mounts) and falls back to unlimited Docker volumes with the
+   * reason logged; `required` refuses to start without one; `off` always uses volumes.
+   */
+  workspaceQuota: 'auto' | 'required' | 'off';
+  /** Free space (MiB) that sandbox disks always leave on the state folder's file system; default 5% of it, at least 1 GiB. */
+  workspaceReserveMb?: number | undefined;
   /** Host folders below which a create may mount host paths; empty refuses every host mount. */
   allowedMountRoots: string[];
   /** Whether a create may ask for `network: 'bridge'`. */
@@ -44,6 +52,10 @@ export interface ControllerConfig {
   /** Caps. */
   maxSandboxes: number;
   maxConcurrentCreates: number;
+  /** Cold creates that may wait for a create slot; more are refused at once (429 with Retry-After). */
+  maxQueuedCreates: number;
+  /** How long a cold create waits for a slot before it is refused (429 with Retry-After). */
+  createQueueTimeoutMs: number;
   maxConnections: number;
   /** The largest WebSocket message accepted from a client, in bytes. */
   maxMessageBytes: number;
@@ -53,6 +65,22 @@ export interface ControllerConfig {
   allowedOrigins: string[];
   /** Extra `Host` values allowed on WebSocket upgrades, besides loopback and the bound address. */
   allowedHosts: string[];
+}
+
+/** The numbers a create may ask for; the configuration holds a default and a maximum of each. */
+export interface SandboxLimits {
+  memoryMb: number;
+  cpus: number;
+  pidsLimit: number;
+  ttlSeconds: number;
+  /** The RAM-backed /tmp, MiB. */
+  tmpMb: number;
+  /** RLIMIT_NOFILE of every process. */
+  openFiles: number;
+  /** RLIMIT_FSIZE of every process, MiB. */
+  fileSizeMb: number;
+  /** The size of the workspace's own file system, MiB (where the host gives a disk quota). */
+  diskMb: number;
 }
 
 /** The default state folder: /var/lib/warren for root, the XDG state folder otherwise. */
@@ -66,6 +94,10 @@ const Limits = z.strictObject({
   cpus: z.number().positive().optional(),
   pidsLimit: z.number().int().min(16).optional(),
   ttlSeconds: z.number().int().min(10).optional(),
+  tmpMb: z.number().int().min(1).optional(),
+  openFiles: z.number().int().min(64).optional(),
+  fileSizeMb: z.number().int().min(1).optional(),
+  diskMb: z.number().int().min(16).optional(),
 });
 
 /** The configuration file's shape (JSON or YAML): every key optional, unknown keys refused. */
@@ -80,6 +112,8 @@ export const ConfigFile = z.strictObject({
   maxLimits: Limits.optional(),
   allowedMountRoots: z.array(z.string().startsWith('/')).optional(),
   allowBridgeNetwork: z.boolean().optional(),
+  workspaceQuota: z.enum(['auto', 'required', 'off']).optional(),
+  workspaceReserveMb: z.number().int().min(0).optional(),
   readyTimeoutMs: z.number().int().positive().optional(),
   reapIntervalMs: z.number().int().positive().optional(),
   orphanGraceSeconds: z.number().int().min(0).optional(),
@@ -87,6 +121,8 @@ export const ConfigFile = z.strictObject({
   poolSize: z.number().int().min(0).max(100).optional(),
   maxSandboxes: z.number().int().positive().optional(),
   maxConcurrentCreates: z.number().int().positive().optional(),
+  maxQueuedCreates: z.number().int().min(0).optional(),
+  createQueueTimeoutMs: z.number().int().positive().optional(),
   maxConnections: z.number().int().positive().optional(),
   maxMessageBytes: z.number().int().min(1024).optional(),
   heartbeatMs: z.number().int().min(100).optional(),
@@ -100,8 +136,9 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   port: 7420,
   apiKeyHashes: [],
   defaultImage: 'warren/sandbox:latest',
-  limits: { memoryMb: 1024, cpus: 1, pidsLimit: 512, ttlSeconds: 3600 },
-  maxLimits: { memoryMb: 8192, cpus: 4, pidsLimit: 4096, ttlSeconds: 7 * 24 * 3600 },
+  limits: { memoryMb: 1024, cpus: 1, pidsLimit: 512, ttlSeconds: 3600, tmpMb: 256, openFiles: 4096, fileSizeMb: 4096, diskMb: 1024 },
+  maxLimits: { memoryMb: 8192, cpus: 4, pidsLimit: 4096, ttlSeconds: 7 * 24 * 3600, tmpMb: 4096, openFiles: 16384, fileSizeMb: 65536, diskMb: 65536 },
+  workspaceQuota: 'auto',
   allowedMountRoots: [],
   allowBridgeNetwork: true,
   readyTimeoutMs: 30_000,
@@ -111,6 +148,8 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   poolSize: 0,
   maxSandboxes: 100,
   maxConcurrentCreates: 8,
+  maxQueuedCreates: 64,
+  createQueueTimeoutMs: 30_000,
   maxConnections: 1000,
   maxMessageBytes: 64 * 1024 * 1024,
   heartbeatMs: 30_000,
@@ -174,6 +213,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     cpus: num('WARREN_CPUS'),
     pidsLimit: num('WARREN_PIDS_LIMIT'),
     ttlSeconds: num('WARREN_TTL_SECONDS'),
+    diskMb: num('WARREN_DISK_MB'),
   });
   const config: ControllerConfig = {
     ...DEFAULTS,
@@ -189,6 +229,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     maxLimits,
     allowedMountRoots: pick(list('WARREN_ALLOWED_MOUNTS', ':'), file.allowedMountRoots) ?? [],
     allowBridgeNetwork: pick(bool('WARREN_ALLOW_BRIDGE_NETWORK'), file.allowBridgeNetwork) ?? DEFAULTS.allowBridgeNetwork,
+    workspaceQuota: pick(quotaMode(env.WARREN_WORKSPACE_QUOTA), file.workspaceQuota) ?? DEFAULTS.workspaceQuota,
+    workspaceReserveMb: pick(num('WARREN_WORKSPACE_RESERVE_MB'), file.workspaceReserveMb),
     readyTimeoutMs: pick(num('WARREN_READY_TIMEOUT_MS'), file.readyTimeoutMs) ?? DEFAULTS.readyTimeoutMs,
     reapIntervalMs: pick(num('WARREN_REAP_INTERVAL_MS'), file.reapIntervalMs) ?? DEFAULTS.reapIntervalMs,
     orphanGraceSeconds: pick(num('WARREN_ORPHAN_GRACE_SECONDS'), file.orphanGraceSeconds) ?? DEFAULTS.orphanGraceSeconds,
@@ -196,6 +238,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     poolSize: pick(num('WARREN_POOL_SIZE'), file.poolSize) ?? DEFAULTS.poolSize,
     maxSandboxes: pick(num('WARREN_MAX_SANDBOXES'), file.maxSandboxes) ?? DEFAULTS.maxSandboxes,
     maxConcurrentCreates: pick(num('WARREN_MAX_CONCURRENT_CREATES'), file.maxConcurrentCreates) ?? DEFAULTS.maxConcurrentCreates,
+    maxQueuedCreates: pick(num('WARREN_MAX_QUEUED_CREATES'), file.maxQueuedCreates) ?? DEFAULTS.maxQueuedCreates,
+    createQueueTimeoutMs: pick(num('WARREN_CREATE_QUEUE_TIMEOUT_MS'), file.createQueueTimeoutMs) ?? DEFAULTS.createQueueTimeoutMs,
     maxConnections: pick(num('WARREN_MAX_CONNECTIONS'), file.maxConnections) ?? DEFAULTS.maxConnections,
     maxMessageBytes: pick(num('WARREN_MAX_MESSAGE_BYTES'), file.maxMessageBytes) ?? DEFAULTS.maxMessageBytes,
     heartbeatMs: pick(num('WARREN_HEARTBEAT_MS'), file.heartbeatMs) ?? DEFAULTS.heartbeatMs,
@@ -204,6 +248,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
     ...overrides,
   };
   return config;
+}
+
+function quotaMode(raw: string | undefined): ControllerConfig['workspaceQuota'] | undefined {
+  if (raw === undefined || raw === '') return undefined;
+  if (raw === 'auto' || raw === 'required' || raw === 'off') return raw;
+  throw new Error(`WARREN_WORKSPACE_QUOTA must be auto, required or off, got '${raw}'`);
 }
 
 function stripUndefined<T extends object>(value: T): { [K in keyof T]: Exclude<T[K], undefined> } {

@@ -8,12 +8,14 @@ import { EngineWatch } from './engine-watch.js';
 import { createHttpServer, serverUrl } from './http.js';
 import { Metrics } from './metrics.js';
 import { WarmPool } from './pool.js';
+import type { SandboxProvider } from './provider.js';
 import { collectRuntime } from './runtime.js';
 import { SandboxService } from './sandboxes.js';
 
 export interface StartControllerOptions {
   config?: Partial<ControllerConfig>;
-  docker?: DockerProvider;
+  /** Where sandboxes run; the local Docker engine by default. */
+  provider?: SandboxProvider;
   credentials?: Credentials;
   log?: (event: string, fields?: Record<string, unknown>) => void;
 }
@@ -49,34 +51,38 @@ export async function startController(options: StartControllerOptions = {}): Pro
     credentials = loaded.credentials;
     generatedApiKey = loaded.generatedApiKey;
   }
-  const docker = options.docker ?? new DockerProvider();
-  await docker.ping();
+  const provider = options.provider ?? new DockerProvider({ stateDir: config.stateDir, workspaceQuota: config.workspaceQuota, workspaceReserveMb: config.workspaceReserveMb, log });
+  await provider.ping();
   const runtime = await collectRuntime(config.agentBundlePath);
-  const runtimeVolume = await docker.ensureRuntimeVolume(runtime, config.defaultImage);
-  const oldRuntimeVolumes = await docker.removeOldRuntimeVolumes(runtimeVolume);
+  const { oldRuntimesRemoved } = await provider.prepare(runtime, config.defaultImage);
+  const isolation = await provider.isolation();
+  if (!isolation.limitsEnforced) log('engine.limits-not-enforced', { warning: 'this engine accepts memory, CPU and pids limits without enforcing them (rootless on cgroup v1); sandboxes are not bounded' });
   const metrics: Metrics = new Metrics(() => sandboxes.countByState());
-  const sandboxes: SandboxService = new SandboxService(docker, credentials, config, runtimeVolume, metrics);
-  sandboxes.onRestart = (sandboxId, error) => log(error === null ? 'sandbox.restarted' : 'sandbox.restart-failed', { sandboxId, ...(error === null ? {} : { error }) });
+  const sandboxes: SandboxService = new SandboxService({
+    provider,
+    credentials,
+    config,
+    metrics,
+    onRestart: (sandboxId, error) => log(error === null ? 'sandbox.restarted' : 'sandbox.restart-failed', { sandboxId, ...(error === null ? {} : { error }) }),
+    pool: config.poolSize > 0 ? (service) => new WarmPool(service, config.poolSize, log) : undefined,
+  });
+  const pool = sandboxes.pool as WarmPool | undefined;
   const { recovered, poolMembers } = await sandboxes.recover();
   // Unclaimed pool members of the previous run may be from an older runtime: replace them.
   for (const member of poolMembers) await sandboxes.removePoolMember(member.agentId, member.containerId);
-  const pool = config.poolSize > 0 ? new WarmPool(sandboxes, docker, config.poolSize, log) : undefined;
-  if (pool) {
-    sandboxes.pool = pool;
-    pool.fill();
-  }
+  pool?.fill();
 
   // Sandboxes whose containers stopped while no controller watched (an engine restart, a host
   // reboot) come back now; from here on the watch restarts them whenever the engine does.
   const restartedAtStart = await sandboxes.restartStopped();
-  const engine = new EngineWatch(docker, sandboxes, pool, log);
+  const engine = new EngineWatch(provider, sandboxes.supervisor, pool, log);
   await engine.start();
 
   const readiness = async () => {
-    await docker.ping();
+    await provider.ping();
     if (engine.recovering) throw new Error('the Docker engine restarted and Warren is still starting the sandboxes that stopped with it');
-    if (!(await docker.hasImage(config.defaultImage))) throw new Error(`the default image ${config.defaultImage} is not on the Docker engine; build it with scripts/build-images`);
-    return { docker: 'ok', defaultImage: config.defaultImage, runtimes: sandboxes.runtimes };
+    if (!(await provider.hasImage(config.defaultImage))) throw new Error(`the default image ${config.defaultImage} is not on the Docker engine; build it with scripts/build-images`);
+    return { [provider.name]: 'ok', provider: provider.name, defaultImage: config.defaultImage, runtimes: sandboxes.runtimes, isolation, hardening: sandboxHardening(config) };
   };
   const audit = async (id: string, query: URLSearchParams) => {
     const params: ParamsIn<'audit.list'> = {};
@@ -98,7 +104,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
   server.listen(config.port, config.host);
   await once(server, 'listening');
   const url = serverUrl(server, config.host);
-  log('controller.started', { url, recovered, restarted: restartedAtStart.restarted.length, restartFailed: restartedAtStart.failed, runtimeVolume, oldRuntimeVolumesRemoved: oldRuntimeVolumes.length });
+  log('controller.started', { url, provider: provider.name, recovered, restarted: restartedAtStart.restarted.length, restartFailed: restartedAtStart.failed, oldRuntimesRemoved });
 
   const reaper = setInterval(() => {
     pool?.fill();
@@ -123,6 +129,12 @@ export async function startController(options: StartControllerOptions = {}): Pro
     await new Promise<void>((resolve) => server.close(() => resolve()));
   };
   return { url, config, sandboxes, metrics, pool, generatedApiKey, close, [Symbol.asyncDispose]: close };
+}
+
+/** The hardening every sandbox gets unless its create asks otherwise, for `/readyz`. */
+function sandboxHardening(config: ControllerConfig) {
+  const { tmpMb, openFiles, fileSizeMb, memoryMb, pidsLimit } = config.limits;
+  return { daemonSeparateFromSandboxUser: true, readOnlyRootfs: true, tmpMb, openFiles, fileSizeMb, memoryMb, pidsLimit, network: 'none' };
 }
 
 function jsonLog(event: string, fields: Record<string, unknown> = {}): void {

@@ -2,31 +2,28 @@ import type { Readable } from 'node:stream';
 import Docker from 'dockerode';
 import { CodedError } from '@warren/protocol';
 import type { SandboxSettings } from '@warren/protocol';
-import { extract } from 'tar-stream';
+import { AgentDirs, type HostIdentity } from './agent-dir.js';
+import { openWorkspaceStore, type WorkspaceStore } from './workspace-store.js';
+import { LABELS } from './labels.js';
+import { defaultStateDir } from './config.js';
+import type { DaemonEndpoint, ProvidedSandbox, ProviderIsolation, ProviderState, SandboxProvider, SandboxSpec } from './provider.js';
 import { agentCommand, RUNTIME_DIR, runtimeTar, type AgentRuntime } from './runtime.js';
-import { packTar } from './tar.js';
-
-/** Labels Warren sets on its containers; the controller's whole state lives in these. */
-export const LABELS = {
-  sandbox: 'warren.sandbox',
-  /** The instance id of the controller that made the container (derived from its master key). */
-  owner: 'warren.owner',
-  image: 'warren.image',
-  createdAt: 'warren.created-at',
-  expiresAt: 'warren.expires-at',
-  /** JSON of the settings after defaults (resources, network, runtime, user, workdir, mounts). */
-  settings: 'warren.settings',
-  /** JSON of the sandbox's base file policy, when the create set one. */
-  policy: 'warren.policy',
-  /** Set on warm-pool members; their public id is given at claim time (see pool.ts). */
-  pool: 'warren.pool',
-  userPrefix: 'warren.label.',
-} as const;
 
 /** Where a sandbox's socket folder is mounted; the daemon listens and finds its secret here. */
 export const SOCKET_DIR_IN_SANDBOX = '/run/warren';
-/** The uid:gid sandboxes run as unless asked otherwise. */
-export const SANDBOX_USER = { uid: 1000, gid: 1000 };
+
+/**
+ * The daemon's capabilities, and nothing else: it runs as the container's root so that sandbox
+ * code (the sandbox user) cannot signal, trace or read it, and it needs exactly these to act for
+ * that user: CHOWN, DAC_OVERRIDE and FOWNER to create and hand over the user's files, SETUID and
+ * SETGID to start commands as the user, KILL to signal the user's processes, and SYS_PTRACE to
+ * read their `/proc/<pid>/environ`, where the tree-kill marker is. Commands lose all of them when
+ * they drop to the sandbox user, and no-new-privileges keeps them from coming back.
+ */
+export const DAEMON_CAPABILITIES = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID', 'KILL', 'SYS_PTRACE'] as const;
+
+/** Defaults for settings that labels of older sandboxes lack. */
+const HARDENING_DEFAULTS = { readOnlyRootfs: true, tmpMb: 256, openFiles: 4096, fileSizeMb: 4096 } as const;
 /** The writable folder every sandbox gets, whatever its image has. */
 export const WORKSPACE = '/workspace';
 
@@ -41,35 +38,8 @@ export interface SandboxContainerSpec {
   socketDirOnHost: string;
   runtimeVolume: string;
   settings: SandboxSettings;
-}
-
-/**
- * The labels of a sandbox container: identity, owner, expiry and settings, so a restarted
- * controller rebuilds its table from Docker alone.
- */
-export function sandboxLabels(input: {
-  id: string;
-  owner: string;
-  image: string;
-  createdAt: Date;
-  expiresAt: Date;
-  settings: SandboxSettings;
-  policy?: unknown;
-  labels: Record<string, string>;
-  pool?: boolean;
-}): Record<string, string> {
-  const labels: Record<string, string> = {
-    [LABELS.sandbox]: input.id,
-    [LABELS.owner]: input.owner,
-    [LABELS.image]: input.image,
-    [LABELS.createdAt]: input.createdAt.toISOString(),
-    [LABELS.expiresAt]: input.expiresAt.toISOString(),
-    [LABELS.settings]: JSON.stringify(input.settings),
-  };
-  if (input.policy !== undefined) labels[LABELS.policy] = JSON.stringify(input.policy);
-  if (input.pool) labels[LABELS.pool] = '1';
-  for (const [key, value] of Object.entries(input.labels)) labels[`${LABELS.userPrefix}${key}`] = value;
-  return labels;
+  /** The sandbox's own disk on the host (the quota), bound at /workspace instead of a volume. */
+  workspaceOnHost?: string | undefined;
 }
 
 /** True when a host mount replaces the workspace volume. */
@@ -78,23 +48,28 @@ function workspaceIsMounted(spec: SandboxContainerSpec): boolean {
 }
 
 /**
- * The exact container-create body for a sandbox: hardened whatever the settings say (non-root,
- * every capability dropped, no-new-privileges, pids/memory/CPU limits with swap equal to memory,
- * init, no host namespaces, only the socket folder, the read-only runtime, a private workspace
- * volume and the checked host mounts). Pure, so a unit test can pin it.
+ * The exact container-create body for a sandbox: hardened whatever the settings say (commands
+ * as the non-root sandbox user, the daemon as root with only {@link DAEMON_CAPABILITIES},
+ * no-new-privileges, pids/memory/CPU limits with swap equal to memory, a read-only root file
+ * system with a size-capped /tmp, open-file and file-size limits, init, no host namespaces,
+ * only the socket folder, the read-only runtime, a private workspace volume and the checked host
+ * mounts). Pure, so a unit test can pin it.
  */
 export function containerCreateBody(spec: SandboxContainerSpec): Docker.ContainerCreateOptions {
-  const { settings } = spec;
+  const settings = { ...HARDENING_DEFAULTS, ...spec.settings };
   const memoryBytes = settings.memoryMb * 1024 * 1024;
   const mounts: Docker.MountConfig = [{ Type: 'volume', Source: spec.runtimeVolume, Target: RUNTIME_DIR, ReadOnly: true }];
-  // An anonymous volume: Docker copies the image's /workspace into it (if any), the controller
-  // gives it to the sandbox user before start, and `remove({ v: true })` deletes it with the container.
-  if (!workspaceIsMounted(spec)) mounts.push({ Type: 'volume', Source: '', Target: WORKSPACE, ReadOnly: false });
+  // The sandbox's own disk where the host gives a quota (a `Mounts` bind: a missing source fails
+  // the start instead of being made anew on the host's disk, as `Binds` would). Otherwise an
+  // anonymous volume: Docker copies the image's /workspace into it (if any), the daemon hands it
+  // to the sandbox user, and `remove({ v: true })` deletes it with the container.
+  if (spec.workspaceOnHost !== undefined && !workspaceIsMounted(spec)) mounts.push({ Type: 'bind', Source: spec.workspaceOnHost, Target: WORKSPACE, ReadOnly: false, BindOptions: { Propagation: 'rprivate' } });
+  else if (!workspaceIsMounted(spec)) mounts.push({ Type: 'volume', Source: '', Target: WORKSPACE, ReadOnly: false });
   for (const m of settings.mounts) mounts.push({ Type: 'bind', Source: m.hostPath, Target: m.path, ReadOnly: m.readOnly, BindOptions: { Propagation: 'rprivate' } });
   const hostConfig: Docker.HostConfig = {
     Init: true,
     CapDrop: ['ALL'],
-    CapAdd: [],
+    CapAdd: [...DAEMON_CAPABILITIES],
     SecurityOpt: ['no-new-privileges:true'],
     Privileged: false,
     NetworkMode: settings.network,
@@ -106,6 +81,13 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
     NanoCpus: Math.round(settings.cpus * 1e9),
     Binds: [`${spec.socketDirOnHost}:${SOCKET_DIR_IN_SANDBOX}:rw`],
     Mounts: mounts,
+    ReadonlyRootfs: settings.readOnlyRootfs,
+    // exec: build tools and test runners run programs from /tmp; nosuid/nodev as everywhere.
+    Tmpfs: { '/tmp': `rw,exec,nosuid,nodev,size=${settings.tmpMb}m,mode=1777` },
+    Ulimits: [
+      { Name: 'nofile', Soft: settings.openFiles, Hard: settings.openFiles },
+      { Name: 'fsize', Soft: settings.fileSizeMb * 1024 * 1024, Hard: settings.fileSizeMb * 1024 * 1024 },
+    ],
     Devices: [],
     AutoRemove: false,
     RestartPolicy: { Name: 'no' },
@@ -114,9 +96,10 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
   return {
     name: `warren-${spec.id}`,
     Image: spec.image,
-    Entrypoint: agentCommand(['--socket', `${SOCKET_DIR_IN_SANDBOX}/agent.sock`, '--secret-file', `${SOCKET_DIR_IN_SANDBOX}/secret`, '--root', WORKSPACE, '--home', WORKSPACE]),
+    Entrypoint: agentCommand(['--socket', `${SOCKET_DIR_IN_SANDBOX}/agent.sock`, '--secret-file', `${SOCKET_DIR_IN_SANDBOX}/secret`, '--root', WORKSPACE, '--home', WORKSPACE, '--user', settings.user, ...(workspaceIsMounted(spec) ? [] : ['--own-root'])]),
     Cmd: [],
-    User: settings.user,
+    // The daemon's identity; every command it starts runs as `settings.user`.
+    User: '0:0',
     WorkingDir: settings.workdir,
     Env: Object.entries(spec.env).map(([k, v]) => `${k}=${v}`),
     Labels: spec.labels,
@@ -125,31 +108,104 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
   };
 }
 
-/** A one-entry tar that makes /workspace belong to the sandbox user (applied before start). */
-async function workspaceOwnerTar(user: string): Promise<Buffer> {
-  const [uid, gid = uid] = user.split(':').map(Number);
-  return packTar([{ header: { name: `${WORKSPACE.slice(1)}/`, type: 'directory', mode: 0o755, uid: uid!, gid: gid! } }]);
-}
-
-/** A Warren container as Docker lists it. */
-export interface SandboxContainer {
-  containerId: string;
-  labels: Record<string, string>;
-  state: string;
+/**
+ * Reads the engine's isolation from `docker info`. Under user-namespace remap the engine keeps its
+ * data in `<data-root>/<uid>.<gid>`, which is how the remapped root is found.
+ */
+export function engineIsolation(info: { SecurityOptions?: string[]; CgroupVersion?: string; CgroupDriver?: string; Runtimes?: Record<string, unknown>; Driver?: string; DockerRootDir?: string }): Omit<ProviderIsolation, 'diskQuota'> {
+  const options = (info.SecurityOptions ?? []).map((o) => /name=([^,]+)/.exec(o)?.[1] ?? o);
+  const remapped = options.includes('userns') ? /\/(\d+)\.(\d+)\/?$/.exec(info.DockerRootDir ?? '') : null;
+  const cgroupDriver = info.CgroupDriver ?? 'unknown';
+  const runtimes = Object.keys(info.Runtimes ?? { runc: {} });
+  return {
+    usernsRemap: remapped ? { uid: Number(remapped[1]), gid: Number(remapped[2]) } : null,
+    rootless: options.includes('rootless'),
+    cgroupVersion: info.CgroupVersion ?? '1',
+    cgroupDriver,
+    limitsEnforced: cgroupDriver !== 'none',
+    seccomp: options.includes('seccomp'),
+    apparmor: options.includes('apparmor'),
+    selinux: options.includes('selinux'),
+    gvisor: runtimes.includes('runsc'),
+    runtimes,
+    storageDriver: info.Driver ?? 'unknown',
+  };
 }
 
 /**
- * The one adapter between Warren and the Docker engine: every dockerode call goes through here,
- * and every Docker failure comes out as a {@link CodedError}.
+ * The Docker engine as a {@link SandboxProvider}: every dockerode call goes through here, and
+ * every Docker failure comes out as a {@link CodedError}. A handle is a container id. The agent
+ * runtime reaches containers from a named volume; the daemon listens in a host folder
+ * ({@link AgentDirs}) bind-mounted at {@link SOCKET_DIR_IN_SANDBOX}.
+ *
+ * @example
+ * const provider = new DockerProvider(new Docker(), new AgentDirs(stateDir, { uid: 0, gid: 0 }));
+ * await provider.prepare(runtime, 'warren/sandbox:latest');
+ * const handle = await provider.create(spec);
  */
-export class DockerProvider {
-  /** Image id to the owner of its /workspace (`uid:gid`, '' when unknown); see {@link DockerProvider.workspaceOwner}. */
-  private readonly workspaceOwners = new Map<string, string>();
+export class DockerProvider implements SandboxProvider {
+  readonly name = 'docker';
+  readonly docker: Docker;
+  private readonly options: DockerProviderOptions;
+  private runtimeVolume: string | undefined;
+  private dirs: AgentDirs;
+  private workspaces: WorkspaceStore | undefined;
+  /** The host ids of the container's uid 0 (user-namespace remap), learnt in {@link DockerProvider.prepare}. */
+  private remap: { uid: number; gid: number } | null = null;
 
-  constructor(readonly docker: Docker = new Docker()) {}
+  constructor(options: DockerProviderOptions = {}) {
+    this.options = options;
+    this.docker = options.docker ?? new Docker();
+    this.dirs = new AgentDirs(options.stateDir ?? defaultStateDir(), daemonOwner(null));
+  }
 
   async ping(): Promise<void> {
     await this.docker.ping().catch((err: unknown) => rethrow(err, 'ping the Docker engine'));
+  }
+
+  async isolation(): Promise<ProviderIsolation> {
+    const isolation = engineIsolation(await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info')));
+    return { ...isolation, diskQuota: this.workspaces?.describe() ?? { quota: false, kind: 'volume', reason: 'the provider is not prepared yet' } };
+  }
+
+  /** The registered runtimes with the arguments the engine passes them (`--network=none` matters). */
+  async runtimes(): Promise<{ name: string; args: string[] }[]> {
+    const info = (await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info'))) as { Runtimes?: Record<string, { runtimeArgs?: string[] }> };
+    return Object.entries(info.Runtimes ?? { runc: {} }).map(([name, r]) => ({ name, args: r?.runtimeArgs ?? [] }));
+  }
+
+  /** True when the image is present on the engine (no registry is asked). */
+  async hasImage(image: string): Promise<boolean> {
+    try {
+      await this.docker.getImage(image).inspect();
+      return true;
+    } catch (err) {
+      if ((err as { statusCode?: number }).statusCode === 404) return false;
+      return rethrow(err, `inspect image ${image}`);
+    }
+  }
+
+  /**
+   * Gets the engine ready for sandboxes: learns its user-namespace remap (who the daemon's folders
+   * and the workspace disks must belong to on the host), opens the workspace disks (a quota where
+   * this host can give one) and removes those whose container is gone, fills the runtime volume
+   * of this build (see {@link DockerProvider.ensureRuntimeVolume}) and removes old ones.
+   */
+  async prepare(runtime: AgentRuntime, helperImage: string): Promise<{ oldRuntimesRemoved: number }> {
+    const stateDir = this.options.stateDir ?? defaultStateDir();
+    this.remap = engineIsolation(await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info'))).usernsRemap;
+    this.dirs = new AgentDirs(stateDir, daemonOwner(this.remap));
+    this.workspaces = await openWorkspaceStore({
+      stateDir,
+      mode: this.options.workspaceQuota,
+      remoteEngine: !isLocalEngine(this.docker),
+      reserveBytes: this.options.workspaceReserveMb === undefined ? undefined : this.options.workspaceReserveMb * 1024 * 1024,
+      log: this.options.log,
+    });
+    const known = new Set((await this.list()).map((s) => s.labels[LABELS.sandbox]));
+    for (const agentId of await this.workspaces.list()) if (!known.has(agentId)) await this.workspaces.remove(agentId);
+    this.runtimeVolume = await this.ensureRuntimeVolume(runtime, helperImage);
+    return { oldRuntimesRemoved: (await this.removeOldRuntimeVolumes(this.runtimeVolume)).length };
   }
 
   /**
@@ -210,98 +266,68 @@ export class DockerProvider {
   }
 
   /**
-   * Creates and starts a sandbox container; returns its id. The workspace volume is handed to the
-   * sandbox user before start, so images without /workspace (plain Debian, busybox) get a
-   * writable one too. A failed start leaves nothing behind.
+   * Creates and starts a sandbox container; returns its id. The daemon's folder is made anew
+   * first. (The daemon hands /workspace to the sandbox user when it starts, so images without
+   * /workspace get a writable one too.) A failed start leaves nothing behind.
    */
-  async startSandbox(spec: SandboxContainerSpec): Promise<string> {
-    const [container, imageId] = await Promise.all([
-      this.docker.createContainer(containerCreateBody(spec)).catch((e: unknown) => rethrow(e, `create a container from ${spec.image}`)),
-      this.docker
-        .getImage(spec.image)
-        .inspect()
-        .then((info) => info.Id)
-        .catch(() => undefined),
-    ]);
+  async create(spec: SandboxSpec): Promise<string> {
+    if (this.runtimeVolume === undefined) throw new CodedError('INTERNAL', 'The Docker provider was asked to create a sandbox before prepare() filled the runtime volume.');
+    const socketDirOnHost = await this.dirs.prepare(spec.agentId, spec.daemonSecret);
+    let container: Docker.Container | undefined;
     try {
-      if (!workspaceIsMounted(spec) && (await this.workspaceOwner(container, imageId)) !== spec.settings.user) {
-        await container.putArchive(await workspaceOwnerTar(spec.settings.user), { path: '/' });
-      }
-      await container.start();
+      const workspaceOnHost = await this.workspaceFor(spec);
+      const body = containerCreateBody({ id: spec.agentId, image: spec.image, env: spec.env, labels: spec.labels, settings: spec.settings, socketDirOnHost, runtimeVolume: this.runtimeVolume, workspaceOnHost });
+      container = await this.docker.createContainer(body).catch((e: unknown) => rethrow(e, `create a container from ${spec.image}`));
+      await container.start().catch((e: unknown) => rethrow(e, `start the container for sandbox ${spec.agentId}`));
+      return container.id;
     } catch (err) {
-      await container.remove({ force: true, v: true }).catch(() => undefined);
-      rethrow(err, `start the container for sandbox ${spec.id}`);
+      await container?.remove({ force: true, v: true }).catch(() => undefined);
+      await this.dirs.remove(spec.agentId);
+      await this.workspaces?.remove(spec.agentId);
+      throw err;
     }
-    return container.id;
   }
 
   /**
-   * Who owns /workspace as the image gives it (`uid:gid`), read once per image id from the first
-   * created container's workspace volume (a tar header, before start) and remembered: an image
-   * whose /workspace already belongs to the sandbox user needs no chown on later creates.
+   * The host folder of a sandbox's own disk (its quota), owned by the sandbox user as the host
+   * sees it; undefined where this host gives no quota or a host mount replaces /workspace.
    */
-  private async workspaceOwner(container: Docker.Container, imageId: string | undefined): Promise<string | undefined> {
-    if (imageId === undefined) return undefined;
-    const known = this.workspaceOwners.get(imageId);
-    if (known !== undefined) return known;
-    const stream = (await container.getArchive({ path: WORKSPACE })) as unknown as Readable;
-    const header = await new Promise<{ uid?: number; gid?: number } | undefined>((resolve, reject) => {
-      const entries = extract();
-      entries.on('entry', (h, body) => {
-        resolve(h);
-        body.resume();
-        stream.destroy();
+  private async workspaceFor(spec: SandboxSpec): Promise<string | undefined> {
+    if (!this.workspaces?.describe().quota || spec.settings.diskMb === undefined || spec.settings.mounts.some((m) => m.path === WORKSPACE)) return undefined;
+    const [uid = 1000, gid = uid] = spec.settings.user.split(':').map(Number);
+    const shift = this.remap ?? { uid: 0, gid: 0 };
+    return this.workspaces.create(spec.agentId, { uid: shift.uid + uid, gid: shift.gid + gid }, spec.settings.diskMb * 1024 * 1024);
+  }
+
+  /** Starts a stopped sandbox container again with a fresh daemon folder; a running one is left alone. */
+  async start(handle: string, agentId: string, daemonSecret: string): Promise<void> {
+    await this.dirs.prepare(agentId, daemonSecret);
+    // After a host reboot the sandbox's disk is no longer mounted: mount it before the engine binds it.
+    if (this.workspaces && (await this.workspaces.list()).includes(agentId)) await this.workspaces.attach(agentId);
+    await this.docker
+      .getContainer(handle)
+      .start()
+      .catch((err: { statusCode?: number }) => {
+        if (err.statusCode !== 304) rethrow(err, `start container ${handle} again`);
       });
-      entries.on('finish', () => resolve(undefined));
-      entries.on('error', reject);
-      stream.on('error', () => resolve(undefined));
-      stream.pipe(entries);
-    });
-    const owner = header?.uid === undefined ? '' : `${header.uid}:${header.gid ?? header.uid}`;
-    if (this.workspaceOwners.size > 256) this.workspaceOwners.clear();
-    this.workspaceOwners.set(imageId, owner);
-    return owner;
   }
 
-  /** The runtimes the engine has registered (`runc`, and `runsc` where gVisor is installed). */
-  async runtimes(): Promise<string[]> {
-    return (await this.runtimeInfo()).map((r) => r.name);
-  }
-
-  /** The registered runtimes with the arguments the engine passes them (`--network=none` matters). */
-  async runtimeInfo(): Promise<{ name: string; args: string[] }[]> {
-    const info = (await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info'))) as { Runtimes?: Record<string, { runtimeArgs?: string[] }> };
-    return Object.entries(info.Runtimes ?? { runc: {} }).map(([name, r]) => ({ name, args: r?.runtimeArgs ?? [] }));
-  }
-
-  /** True when the image is present on the engine (no registry is asked). */
-  async hasImage(image: string): Promise<boolean> {
-    try {
-      await this.docker.getImage(image).inspect();
-      return true;
-    } catch (err) {
-      if ((err as { statusCode?: number }).statusCode === 404) return false;
-      return rethrow(err, `inspect image ${image}`);
-    }
+  async stop(handle: string): Promise<void> {
+    await this.docker
+      .getContainer(handle)
+      .stop({ t: 5 })
+      .catch((err: { statusCode?: number }) => {
+        if (err.statusCode !== 304) rethrow(err, `stop container ${handle}`);
+      });
   }
 
   /** Freezes every process of a sandbox (cgroup freezer); its memory and files stay. */
-  async pause(containerId: string): Promise<void> {
-    await this.docker.getContainer(containerId).pause().catch((e: unknown) => rethrow(e, `pause container ${containerId}`));
+  async pause(handle: string): Promise<void> {
+    await this.docker.getContainer(handle).pause().catch((e: unknown) => rethrow(e, `pause container ${handle}`));
   }
 
-  async unpause(containerId: string): Promise<void> {
-    await this.docker.getContainer(containerId).unpause().catch((e: unknown) => rethrow(e, `resume container ${containerId}`));
-  }
-
-  /** Starts a stopped sandbox container again, with its workspace volume as it was; a running one is left alone. */
-  async startAgain(containerId: string): Promise<void> {
-    await this.docker
-      .getContainer(containerId)
-      .start()
-      .catch((err: { statusCode?: number }) => {
-        if (err.statusCode !== 304) rethrow(err, `start container ${containerId} again`);
-      });
+  async resume(handle: string): Promise<void> {
+    await this.docker.getContainer(handle).unpause().catch((e: unknown) => rethrow(e, `resume container ${handle}`));
   }
 
   /**
@@ -309,7 +335,7 @@ export class DockerProvider {
    * id and action (`die`, `destroy`, ...); `onEnd` runs once when the stream ends, which is how an
    * engine that stops or restarts shows itself, however briefly it was gone.
    */
-  async watchSandboxEvents(onEvent: (containerId: string, action: string) => void, onEnd: () => void): Promise<() => void> {
+  async events(onEvent: (handle: string, action: string) => void, onEnd: () => void): Promise<() => void> {
     const stream = (await this.docker
       .getEvents({ filters: { type: ['container'], label: [LABELS.sandbox] } })
       .catch((e: unknown) => rethrow(e, 'follow the Docker engine events'))) as unknown as Readable;
@@ -343,48 +369,98 @@ export class DockerProvider {
     };
   }
 
-  /** Removes a sandbox's container and its anonymous volumes; an absent one is not an error. */
-  async removeSandbox(containerId: string): Promise<void> {
+  /** Removes a sandbox's container, its anonymous volumes and its daemon folder; an absent one is not an error. */
+  async remove(handle: string, agentId: string): Promise<void> {
     await this.docker
-      .getContainer(containerId)
+      .getContainer(handle)
       .remove({ force: true, v: true })
       .catch((err: { statusCode?: number }) => {
-        if (err.statusCode !== 404) rethrow(err, `remove container ${containerId}`);
+        if (err.statusCode !== 404) rethrow(err, `remove container ${handle}`);
       });
+    await this.dirs.remove(agentId);
+    await this.workspaces?.remove(agentId);
   }
 
   /** Every Warren sandbox container, running or not. */
-  async listSandboxes(): Promise<SandboxContainer[]> {
+  async list(): Promise<ProvidedSandbox[]> {
     const containers = await this.docker.listContainers({ all: true, filters: { label: [LABELS.sandbox] } }).catch((e: unknown) => rethrow(e, 'list containers'));
-    return containers.map((c) => ({ containerId: c.Id, labels: c.Labels, state: c.State }));
+    return containers.map((c) => ({ handle: c.Id, labels: c.Labels, state: toProviderState(c.State) }));
   }
 
-  /** The engine's view of many containers at once: id to state. */
-  async containerStates(): Promise<Map<string, string>> {
+  /** The engine's view of every Warren container at once: id to state. */
+  async states(): Promise<Map<string, ProviderState>> {
     const containers = await this.docker.listContainers({ all: true, filters: { label: [LABELS.sandbox] } }).catch((e: unknown) => rethrow(e, 'list containers'));
-    return new Map(containers.map((c) => [c.Id, c.State]));
+    return new Map(containers.map((c) => [c.Id, toProviderState(c.State)]));
   }
 
-  /** The container's state (`running`, `paused`, `exited`, ...), or undefined when it is gone. */
-  async containerState(containerId: string): Promise<string | undefined> {
+  /** The container's state, or undefined when it is gone. */
+  async inspect(handle: string): Promise<ProviderState | undefined> {
     try {
-      const info = await this.docker.getContainer(containerId).inspect();
-      return info.State.Status;
+      const info = await this.docker.getContainer(handle).inspect();
+      return toProviderState(info.State.Status);
     } catch (err) {
       if ((err as { statusCode?: number }).statusCode === 404) return undefined;
-      return rethrow(err, `inspect container ${containerId}`);
+      return rethrow(err, `inspect container ${handle}`);
     }
   }
 
+  daemon(agentId: string): DaemonEndpoint {
+    return { socketPath: this.dirs.socketPath(agentId) };
+  }
+
+  async copyIn(handle: string, tar: Buffer, path: string): Promise<void> {
+    await this.docker
+      .getContainer(handle)
+      .putArchive(tar, { path })
+      .catch((e: unknown) => rethrow(e, `copy files into container ${handle}`));
+  }
+
   /** The last lines the container wrote, for error messages when its daemon does not come up. */
-  async logsTail(containerId: string, lines = 20): Promise<string> {
+  async logsTail(handle: string, lines = 20): Promise<string> {
     try {
-      const raw = (await this.docker.getContainer(containerId).logs({ stdout: true, stderr: true, tail: lines })) as unknown as Buffer;
+      const raw = (await this.docker.getContainer(handle).logs({ stdout: true, stderr: true, tail: lines })) as unknown as Buffer;
       return demuxToText(raw);
     } catch {
       return '';
     }
   }
+}
+
+/** What a {@link DockerProvider} is told at construction; everything has a default. */
+export interface DockerProviderOptions {
+  /** The engine; `new Docker()` (DOCKER_HOST or the local socket) by default. */
+  docker?: Docker | undefined;
+  /** The controller's state folder: the daemons' folders and the workspace disks live there. */
+  stateDir?: string | undefined;
+  /** Per-sandbox disk quota on /workspace: `auto` (default), `required` or `off`. */
+  workspaceQuota?: 'auto' | 'required' | 'off' | undefined;
+  /** Free space (MiB) workspace disks always leave on the host. */
+  workspaceReserveMb?: number | undefined;
+  log?: ((event: string, fields?: Record<string, unknown>) => void) | undefined;
+}
+
+/**
+ * Who the daemon's host folder belongs to: the container's root as the engine maps it. A
+ * controller that is not root cannot hand it over, so the folder stays its own (and the daemon
+ * reaches it with DAC_OVERRIDE).
+ */
+function daemonOwner(remap: { uid: number; gid: number } | null): HostIdentity | undefined {
+  if (process.getuid?.() !== 0) return undefined;
+  return remap ?? { uid: 0, gid: 0 };
+}
+
+/**
+ * True when dockerode talks to the engine over a local unix socket (so host folders are shared);
+ * docker-modem keeps the default socket as a function that finds it.
+ */
+function isLocalEngine(docker: Docker): boolean {
+  const socketPath = (docker.modem as { socketPath?: unknown }).socketPath;
+  return typeof socketPath === 'string' || typeof socketPath === 'function';
+}
+
+/** Docker's container states as a provider's: created, restarting and dead containers do not run. */
+function toProviderState(state: string): ProviderState {
+  return state === 'running' || state === 'paused' ? state : 'exited';
 }
 
 /** Docker's log stream interleaves 8-byte frame headers with the text; drop them. */

@@ -1,6 +1,6 @@
-import type { DockerProvider } from './docker.js';
 import type { WarmPool } from './pool.js';
-import type { SandboxService } from './sandboxes.js';
+import type { SandboxProvider } from './provider.js';
+import type { RestartSupervisor } from './supervisor.js';
 
 type Log = (event: string, fields?: Record<string, unknown>) => void;
 
@@ -12,12 +12,12 @@ const PING_INTERVAL_MS = 1000;
  * dies is marked `exited` at once (from the engine's events, not at the next reaper tick). When
  * the engine goes away (its event stream ends, however briefly it was gone) the watch waits for
  * it to answer again, then starts the sandboxes that stopped with it and replaces the warm pool's
- * stopped members. While the engine is away `sandboxes.engineAway` is true, and until the restarts
+ * stopped members. While the engine is away the supervisor's `engineAway` is true, and until the restarts
  * are done {@link EngineWatch.recovering} is: connections to a sandbox meanwhile fail with a
  * retryable error instead of "the sandbox ended", and `/readyz` answers 503.
  *
  * @example
- * const watch = new EngineWatch(docker, sandboxes, pool, log);
+ * const watch = new EngineWatch(provider, supervisor, pool, log);
  * await watch.start();
  * // ... later
  * watch.close();
@@ -30,8 +30,8 @@ export class EngineWatch {
   private lostAgain = false;
 
   constructor(
-    private readonly docker: DockerProvider,
-    private readonly sandboxes: SandboxService,
+    private readonly provider: SandboxProvider,
+    private readonly supervisor: RestartSupervisor,
     private readonly pool: WarmPool | undefined,
     private readonly log: Log,
   ) {}
@@ -47,8 +47,8 @@ export class EngineWatch {
   }
 
   private async follow(): Promise<void> {
-    this.stopFollowing = await this.docker.watchSandboxEvents(
-      (containerId, action) => this.sandboxes.containerEvent(containerId, action),
+    this.stopFollowing = await this.provider.events(
+      (handle, action) => this.supervisor.event(handle, action),
       () => void this.recover(),
     );
   }
@@ -62,14 +62,14 @@ export class EngineWatch {
     try {
       do {
         this.lostAgain = false;
-        this.sandboxes.engineAway = true;
+        this.supervisor.setEngineAway(true);
         this.log('docker.lost', {});
         await this.waitForEngine();
         if (this.closed) return;
-        this.sandboxes.engineAway = false;
+        this.supervisor.setEngineAway(false);
         this.log('docker.back', { afterMs: Date.now() - lostAt });
         try {
-          const { restarted, failed } = await this.sandboxes.restartStopped();
+          const { restarted, failed } = await this.supervisor.restartStopped();
           await this.pool?.replaceStopped();
           this.log('sandboxes.restarted', { restarted: restarted.length, failed, afterMs: Date.now() - lostAt });
         } catch (err) {
@@ -78,7 +78,7 @@ export class EngineWatch {
       } while (this.lostAgain && !this.closed);
     } finally {
       this.recovering = false;
-      this.sandboxes.engineAway = false;
+      this.supervisor.setEngineAway(false);
     }
   }
 
@@ -87,7 +87,7 @@ export class EngineWatch {
     while (!this.closed) {
       await new Promise((r) => setTimeout(r, PING_INTERVAL_MS).unref());
       try {
-        await this.docker.ping();
+        await this.provider.ping();
         await this.follow();
         return;
       } catch {

@@ -323,6 +323,9 @@ function sendError(deps: HttpServerDeps, res: ServerResponse, err: unknown): voi
   deps.metrics.errors.inc({ code: body.error.code, source: 'rest' });
   if (status >= 500) deps.log('request.failed', { code: body.error.code, message: body.error.message });
   if (res.headersSent) return void res.destroy();
+  // A refusal for load says when to come back (the SDK's create waits that long, then retries).
+  const retryAfter = (body.error.details as { retryAfterSeconds?: unknown } | undefined)?.retryAfterSeconds;
+  if (status === 429 && typeof retryAfter === 'number') res.setHeader('retry-after', String(retryAfter));
   sendJson(res, status, body);
 }
 

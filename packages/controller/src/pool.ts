@@ -1,5 +1,4 @@
 import type { SandboxSettings } from '@warren/protocol';
-import type { DockerProvider } from './docker.js';
 import type { SandboxPlan } from './sandbox-plan.js';
 import { newId, type PoolSource, type SandboxService } from './sandboxes.js';
 
@@ -19,9 +18,8 @@ interface PoolMember {
  * The pool refills in the background, one container at a time.
  *
  * @example
- * const pool = new WarmPool(sandboxes, docker, 2, log);
- * sandboxes.pool = pool;
- * pool.fill();
+ * const sandboxes = new SandboxService({ provider, credentials, config, pool: (service) => new WarmPool(service, 2, log) });
+ * (sandboxes.pool as WarmPool).fill();
  */
 export class WarmPool implements PoolSource {
   private readonly ready: PoolMember[] = [];
@@ -32,7 +30,6 @@ export class WarmPool implements PoolSource {
 
   constructor(
     private readonly sandboxes: SandboxService,
-    private readonly docker: DockerProvider,
     readonly size: number,
     private readonly log: (event: string, fields?: Record<string, unknown>) => void,
   ) {
@@ -82,7 +79,7 @@ export class WarmPool implements PoolSource {
       try {
         const containerId = await this.sandboxes.startContainer(agentId, this.template, { createdAt, expiresAt }, true);
         if (this.closed) {
-          await this.docker.removeSandbox(containerId).catch(() => undefined);
+          await this.sandboxes.removePoolMember(agentId, containerId);
           return;
         }
         this.ready.push({ agentId, containerId, image: this.template.image, settings: this.template.settings });
@@ -98,7 +95,7 @@ export class WarmPool implements PoolSource {
 
   /** Removes the members whose containers stopped (with an engine restart) and refills the pool. */
   async replaceStopped(): Promise<void> {
-    const states = await this.docker.containerStates();
+    const states = await this.sandboxes.provider.states();
     const stopped = this.ready.filter((m) => states.get(m.containerId) !== 'running');
     for (const member of stopped) this.ready.splice(this.ready.indexOf(member), 1);
     await Promise.all(stopped.map((m) => this.sandboxes.removePoolMember(m.agentId, m.containerId)));

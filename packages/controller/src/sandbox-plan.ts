@@ -19,9 +19,16 @@ export interface PlanContext {
   runtimes: readonly string[];
   /** Runtimes registered with `--network=none` among their arguments: they cannot give a network. */
   networklessRuntimes?: readonly string[];
+  /**
+   * A uid no sandbox may run as: the controller's own when it is not root, since the daemons'
+   * host folders belong to it and sandbox code of that uid could enter them.
+   */
+  reservedUid?: number | undefined;
+  /** Why this host gives no disk quota, when it gives none: an explicit `diskMb` is then refused. */
+  noDiskQuota?: string | undefined;
 }
 
-const CREATE_OPTIONS = 'image, env, cpus, memoryMb, pidsLimit, network (none|bridge), runtime (runc|runsc), user, workdir, policy, ttlSeconds, labels, mounts';
+const CREATE_OPTIONS = 'image, env, cpus, memoryMb, pidsLimit, network (none|bridge), runtime (runc|runsc), user, workdir, policy, ttlSeconds, labels, mounts, readOnlyRootfs, tmpMb, openFiles, fileSizeMb, diskMb';
 
 /**
  * Request fields that would unharden a sandbox. They are refused by name with FORBIDDEN, before
@@ -84,7 +91,7 @@ export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
   }
   const request = parsed.data;
 
-  const limit = (name: 'cpus' | 'memoryMb' | 'pidsLimit' | 'ttlSeconds', value: number | undefined): number => {
+  const limit = (name: keyof PlanContext['config']['limits'], value: number | undefined): number => {
     const max = config.maxLimits[name];
     if (value !== undefined && value > max) throw new CodedError('INVALID_PARAMS', `${name} ${value} is above this controller's maximum of ${max}; ask for at most ${max}.`, { field: name, max });
     return value ?? Math.min(config.limits[name], max);
@@ -106,6 +113,12 @@ export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
   const [uid, gid = uid] = user.split(':');
   if (Number(uid) === 0 || Number(gid) === 0) {
     throw new CodedError('FORBIDDEN', `Refused user '${user}': sandboxes never run as uid or gid 0. Pass a numeric non-zero 'uid' or 'uid:gid'.`, { field: 'user' });
+  }
+  if (context.reservedUid !== undefined && Number(uid) === context.reservedUid) {
+    throw new CodedError('FORBIDDEN', `Refused user '${user}': uid ${uid} is the controller's own, and sandbox code must not share it. Pass another non-zero uid, or run the controller as another user.`, { field: 'user' });
+  }
+  if (request.diskMb !== undefined && context.noDiskQuota !== undefined) {
+    throw new CodedError('INVALID_PARAMS', `diskMb was asked for, but this host gives sandboxes no disk quota (${context.noDiskQuota}); leave diskMb out. GET /readyz says what the host gives.`, { field: 'diskMb' });
   }
   const workdir = path.posix.resolve(request.workdir ?? '/workspace');
   const mounts = (request.mounts ?? []).map((m) => checkMount(m.hostPath, m.path, m.readOnly ?? true, config));
@@ -129,6 +142,11 @@ export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
       workdir,
       ttlSeconds: limit('ttlSeconds', request.ttlSeconds),
       mounts,
+      readOnlyRootfs: request.readOnlyRootfs ?? true,
+      tmpMb: limit('tmpMb', request.tmpMb),
+      openFiles: limit('openFiles', request.openFiles),
+      fileSizeMb: limit('fileSizeMb', request.fileSizeMb),
+      diskMb: limit('diskMb', request.diskMb),
     },
   };
   if (request.policy !== undefined) plan.policy = request.policy;

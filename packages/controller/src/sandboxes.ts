@@ -1,184 +1,157 @@
-import { chown, mkdir, readFile, readdir, realpath, rename, rm, stat, writeFile } from 'node:fs/promises';
-import path from 'node:path';
+import { realpath, stat } from 'node:fs/promises';
 import { customAlphabet } from 'nanoid';
-import { CodedError, FilePolicy, SandboxSettings, type CreateSandboxResponse, type SandboxInfo, type SandboxState } from '@warren/protocol';
+import { CodedError, type CreateSandboxResponse, type SandboxInfo, type SandboxSettings } from '@warren/protocol';
 import { probeAgent } from './agent-link.js';
+import { systemClock, type Clock } from './clock.js';
 import type { ControllerConfig } from './config.js';
 import type { Credentials } from './credentials.js';
-import { LABELS, sandboxLabels, type DockerProvider } from './docker.js';
+import { LABELS, sandboxLabels } from './labels.js';
 import type { Metrics } from './metrics.js';
+import type { DaemonEndpoint, SandboxProvider } from './provider.js';
+import { Slots, type WaitLimits } from './limiter.js';
+import { Reaper } from './reaper.js';
+import { RecordStore, type StoredRecord } from './record-store.js';
 import { isBelow, planSandbox, type SandboxPlan } from './sandbox-plan.js';
+import { describe, recordFromLabels, SandboxTable, toState, type ListFilter, type SandboxRecord } from './sandbox-table.js';
+import { RestartSupervisor } from './supervisor.js';
 
-/** The crash-loop window: deaths within it count towards {@link MAX_RESTARTS}. */
-export const RESTART_WINDOW_MS = 120_000;
-/** A sandbox whose container died this many times within the window stays `exited`. */
-export const MAX_RESTARTS = 3;
-/** Failed attempts (the engine answering, the daemon not) before a restart is given up. */
-export const RESTART_ATTEMPTS = 15;
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms).unref());
-
-/** Runs at most `size` tasks at once; the others wait their turn. */
-class Slots {
-  private free: number;
-  private readonly waiting: (() => void)[] = [];
-  constructor(size: number) {
-    this.free = size;
-  }
-  async run<T>(task: () => Promise<T>): Promise<T> {
-    if (this.free > 0) this.free--;
-    else await new Promise<void>((resolve) => this.waiting.push(resolve));
-    try {
-      return await task();
-    } finally {
-      const next = this.waiting.shift();
-      if (next) next();
-      else this.free++;
-    }
-  }
-}
+export type { ListFilter, SandboxRecord } from './sandbox-table.js';
 
 // 24 characters of a 62-letter alphabet: 142 bits of randomness, safe in URLs and container names.
 export const newId = customAlphabet('0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ', 24);
 
-/** What the controller knows of one sandbox. */
-export interface SandboxRecord {
-  /** The public id: in URLs and tokens. */
-  id: string;
-  /**
-   * The container's own Warren id: names its socket folder and keys its daemon secret. Equal to
-   * `id` for a cold create; a warm-pool member keeps the id it was made with.
-   */
-  agentId: string;
-  containerId: string;
-  image: string;
-  createdAt: Date;
-  expiresAt: Date;
-  labels: Record<string, string>;
-  settings: SandboxSettings;
-  /** The base file policy from the create request, if any. */
-  policy?: unknown;
-  /** Last state seen: set by this controller's own actions and refreshed by the reaper. */
-  state: SandboxState;
-  pooled: boolean;
-}
-
-/**
- * What the state folder holds per sandbox, besides the socket folder: the moved expiry (Docker
- * labels cannot change) and, for a claimed warm-pool member, its public identity.
- */
-interface StoredRecord {
-  id: string;
-  agentId: string;
-  expiresAt: string;
-  createdAt?: string;
-  labels?: Record<string, string>;
-  policy?: unknown;
-  ttlSeconds?: number;
-}
-
-/** Filters of {@link SandboxService.list}. */
-export interface ListFilter {
-  labels?: Record<string, string>;
-  state?: SandboxState;
-}
-
-/** Where the warm pool plugs into creates: it may hand over a ready container for a plan. */
+/** Where the warm pool plugs into creates: it may hand over a ready sandbox for a plan. */
 export interface PoolSource {
   take(plan: SandboxPlan): { agentId: string; containerId: string; image: string; settings: SandboxSettings } | undefined;
   readonly readyCount: number;
 }
 
+export interface SandboxServiceOptions {
+  provider: SandboxProvider;
+  credentials: Credentials;
+  config: ControllerConfig;
+  metrics?: Metrics | undefined;
+  clock?: Clock | undefined;
+  /** Told of each restart after a sandbox died: `error` null when it is back, else why an attempt failed. */
+  onRestart?: ((id: string, error: string | null) => void) | undefined;
+  /** Makes the warm pool for this service, when there is one. */
+  pool?: ((service: SandboxService) => PoolSource) | undefined;
+  /** A real call to a daemon (`hello` + `system.info`); unit tests with a fake provider replace it. */
+  probe?: ((endpoint: DaemonEndpoint, secret: string, timeoutMs: number) => Promise<unknown>) | undefined;
+}
+
 /**
- * The sandbox table: creates, finds, pauses, kills and reaps sandboxes. Identity, owner, expiry
- * and settings are in the container labels; a keepalive's moved expiry and a pool claim are in a
- * small file per sandbox in the state folder. {@link SandboxService.recover} rebuilds the table
- * from both after a restart.
+ * The sandbox service: creates, finds, pauses, kills sandboxes, written once against
+ * {@link SandboxProvider}. It composes one part per job: the {@link SandboxTable} of records, the
+ * {@link RecordStore} of moved expiries and pool claims, the {@link RestartSupervisor} and the
+ * {@link Reaper}. Identity, owner, expiry and settings are in the sandbox's labels;
+ * {@link SandboxService.recover} rebuilds the table from those and the stored records after a
+ * restart.
+ *
+ * @example
+ * const sandboxes = new SandboxService({ provider, credentials, config });
+ * await sandboxes.recover();
+ * const created = await sandboxes.create({ image: 'warren/sandbox:latest' });
  */
 export class SandboxService {
-  private readonly records = new Map<string, SandboxRecord>();
+  readonly provider: SandboxProvider;
+  readonly credentials: Credentials;
+  readonly config: ControllerConfig;
+  readonly table = new SandboxTable();
+  readonly supervisor: RestartSupervisor;
+  readonly reaper: Reaper;
+  readonly pool: PoolSource | undefined;
+  private readonly store: RecordStore;
+  private readonly metrics: Metrics | undefined;
+  private readonly clock: Clock;
+  private readonly probe: NonNullable<SandboxServiceOptions['probe']>;
+  /** Creates under way or waiting for a slot (they count towards maxSandboxes). */
   private creating = 0;
-  /** The restart under way of each sandbox whose stopped container is being started again. */
-  private readonly restarts = new Map<string, Promise<boolean>>();
-  /** At most four containers start again at once, so fifty do not all load the engine together. */
-  private readonly restartSlots = new Slots(4);
-  /** Public ids of sandboxes being killed on purpose: their containers' deaths are not restarted. */
-  private readonly killing = new Set<string>();
-  /** When each sandbox's container last died, for the crash-loop guard. */
-  private readonly deaths = new Map<string, number[]>();
-  /** Public ids of stopped sandboxes the controller no longer tries to start: they stay `exited`. */
-  private readonly givenUp = new Set<string>();
-  /**
-   * True while the Docker engine does not answer (set by the engine watch): restarts wait for it,
-   * and connections meanwhile fail retryable.
-   */
-  engineAway = false;
-  /** Counts each sandbox's starts, so a state listed before a restart is not applied after it. */
-  private readonly starts = new Map<string, number>();
-  /** Told of each restart after a container died: `error` null when it is back, else why an attempt failed. */
-  onRestart: ((id: string, error: string | null) => void) | undefined;
+  /** At most `maxConcurrentCreates` cold creates at once; more wait in a bounded queue. */
+  private readonly createSlots: Slots;
+  private readonly createQueueLimits: WaitLimits;
   private runtimeNames: string[] = ['runc'];
   private networklessRuntimes: string[] = [];
-  /** Set by the warm pool when it is enabled. */
-  pool: PoolSource | undefined;
+  private noDiskQuota: string | undefined;
 
-  constructor(
-    readonly docker: DockerProvider,
-    readonly credentials: Credentials,
-    readonly config: ControllerConfig,
-    readonly runtimeVolume: string,
-    readonly metrics?: Metrics,
-  ) {}
-
-  /** The host path of a daemon socket, by the container's Warren id. */
-  socketPathOf(agentId: string): string {
-    return path.join(this.socketDir(agentId), 'agent.sock');
+  constructor(options: SandboxServiceOptions) {
+    this.provider = options.provider;
+    this.credentials = options.credentials;
+    this.config = options.config;
+    this.metrics = options.metrics;
+    this.clock = options.clock ?? systemClock;
+    this.probe = options.probe ?? ((endpoint, secret, timeoutMs) => probeAgent(endpoint.socketPath, secret, timeoutMs));
+    this.store = new RecordStore(options.config.stateDir);
+    this.createSlots = new Slots(options.config.maxConcurrentCreates);
+    const { maxQueuedCreates, createQueueTimeoutMs } = options.config;
+    this.createQueueLimits = {
+      maxWaiting: maxQueuedCreates,
+      timeoutMs: createQueueTimeoutMs,
+      refuse: (why) =>
+        new CodedError(
+          'RESOURCE_EXHAUSTED',
+          why === 'queue-full'
+            ? `${maxQueuedCreates} creates are already waiting for one of this controller's ${options.config.maxConcurrentCreates} create slots (maxQueuedCreates); retry after a few seconds.`
+            : `This create waited ${createQueueTimeoutMs} ms for one of this controller's ${options.config.maxConcurrentCreates} create slots (maxConcurrentCreates) and gave up; retry after a few seconds.`,
+          { retryAfterSeconds: Math.max(1, Math.ceil(createQueueTimeoutMs / 10_000)) },
+        ),
+    };
+    this.supervisor = new RestartSupervisor({ provider: this.provider, table: this.table, clock: this.clock, bringBack: (record) => this.bringBack(record), onRestart: options.onRestart });
+    this.reaper = new Reaper({
+      provider: this.provider,
+      table: this.table,
+      supervisor: this.supervisor,
+      clock: this.clock,
+      orphanGraceSeconds: options.config.orphanGraceSeconds,
+      isMine: (labels) => this.isMine(labels),
+      kill: (id) => this.kill(id),
+    });
+    this.pool = options.pool?.(this);
   }
 
-  /** The host path of a sandbox's daemon socket, by public id. */
+  /** Where the relay reaches a sandbox's daemon (a unix socket path), by public id. */
   socketPath(id: string): string {
-    return this.socketPathOf(this.require(id).agentId);
+    return this.provider.daemon(this.table.require(id).agentId).socketPath;
   }
 
   /** The secret that opens a sandbox's daemon, by public id. */
   agentSecret(id: string): string {
-    return this.credentials.agentSecret(this.require(id).agentId);
+    return this.credentials.agentSecret(this.table.require(id).agentId);
   }
 
-  socketDir(agentId: string): string {
-    return path.join(this.config.stateDir, 'sandboxes', agentId);
-  }
-
-  private recordFile(id: string): string {
-    return path.join(this.config.stateDir, 'records', `${id}.json`);
-  }
-
-  /** Runtimes the engine offers; read at start. */
+  /** Runtimes the backend offers; read at {@link SandboxService.recover}. */
   get runtimes(): readonly string[] {
     return this.runtimeNames;
   }
 
+  /** True while the backend does not answer (connections are told to retry). */
+  get engineAway(): boolean {
+    return this.supervisor.engineAway;
+  }
+
   /**
-   * Rebuilds the table from this controller's containers (owner label = its instance id) and the
-   * per-sandbox state files. Unclaimed warm-pool members are returned for the pool to adopt or
-   * remove; containers of other controllers are left to {@link SandboxService.reapExpired}.
+   * Rebuilds the table from this controller's sandboxes (owner label = its instance id) and the
+   * stored records. Unclaimed warm-pool members are returned for the pool to replace; sandboxes of
+   * other controllers are left to the reaper.
    */
   async recover(): Promise<{ recovered: number; poolMembers: { agentId: string; containerId: string; labels: Record<string, string> }[] }> {
-    const runtimes = await this.docker.runtimeInfo();
+    const runtimes = await this.provider.runtimes();
     this.runtimeNames = runtimes.map((r) => r.name);
     this.networklessRuntimes = runtimes.filter((r) => r.args.includes('--network=none')).map((r) => r.name);
-    const stored = await this.readStoredRecords();
+    const { diskQuota } = await this.provider.isolation();
+    this.noDiskQuota = diskQuota.quota ? undefined : (diskQuota.reason ?? 'no quota');
+    const stored = await this.store.readAll();
     const byAgent = new Map([...stored.values()].map((s) => [s.agentId, s]));
     const poolMembers: { agentId: string; containerId: string; labels: Record<string, string> }[] = [];
-    for (const container of await this.docker.listSandboxes()) {
-      const agentId = container.labels[LABELS.sandbox];
-      if (!agentId || !this.isMine(container.labels)) continue;
+    for (const sandbox of await this.provider.list()) {
+      const agentId = sandbox.labels[LABELS.sandbox];
+      if (!agentId || !this.isMine(sandbox.labels)) continue;
       const claim = byAgent.get(agentId);
-      if (container.labels[LABELS.pool] && !claim) {
-        poolMembers.push({ agentId, containerId: container.containerId, labels: container.labels });
+      if (sandbox.labels[LABELS.pool] && !claim) {
+        poolMembers.push({ agentId, containerId: sandbox.handle, labels: sandbox.labels });
         continue;
       }
-      const record = recordFromLabels(agentId, container.containerId, container.labels, toState(container.state));
+      const record = recordFromLabels(agentId, sandbox.handle, sandbox.labels, toState(sandbox.state));
       if (claim) {
         record.id = claim.id;
         record.expiresAt = new Date(claim.expiresAt);
@@ -186,40 +159,22 @@ export class SandboxService {
         if (claim.labels) record.labels = claim.labels;
         if (claim.policy !== undefined) record.policy = claim.policy;
         if (claim.ttlSeconds !== undefined) record.settings = { ...record.settings, ttlSeconds: claim.ttlSeconds };
-        record.pooled = container.labels[LABELS.pool] === '1';
+        record.pooled = sandbox.labels[LABELS.pool] === '1';
       }
-      this.records.set(record.id, record);
+      this.table.set(record);
     }
-    // State files whose container is gone belong to sandboxes killed while the controller was down.
-    for (const [id, s] of stored) if (!this.records.has(id) && !poolMembers.some((m) => m.agentId === s.agentId)) await rm(this.recordFile(id), { force: true });
-    return { recovered: this.records.size, poolMembers };
+    // Stored records whose sandbox is gone belong to sandboxes killed while the controller was down.
+    for (const [id, s] of stored) if (!this.table.has(id) && !poolMembers.some((m) => m.agentId === s.agentId)) await this.store.remove(id);
+    return { recovered: this.table.size, poolMembers };
   }
 
-  /** True when a container was made by this controller (or by one before owner labels existed). */
+  /** True when labels say this controller made the sandbox (or one from before owner labels existed). */
   isMine(labels: Record<string, string>): boolean {
     const owner = labels[LABELS.owner];
     return owner === undefined || owner === this.credentials.instanceId;
   }
 
-  private async readStoredRecords(): Promise<Map<string, StoredRecord>> {
-    const dir = path.join(this.config.stateDir, 'records');
-    const out = new Map<string, StoredRecord>();
-    const names = await readdir(dir).catch(() => [] as string[]);
-    for (const name of names) {
-      if (!name.endsWith('.json')) continue;
-      try {
-        const data = JSON.parse(await readFile(path.join(dir, name), 'utf8')) as StoredRecord;
-        if (typeof data.id === 'string' && typeof data.agentId === 'string') out.set(data.id, data);
-      } catch {
-        // A torn write: the labels still hold the original expiry.
-      }
-    }
-    return out;
-  }
-
-  private async writeStoredRecord(record: SandboxRecord): Promise<void> {
-    const file = this.recordFile(record.id);
-    await mkdir(path.dirname(file), { recursive: true, mode: 0o700 });
+  private async storeRecord(record: SandboxRecord): Promise<void> {
     const data: StoredRecord = { id: record.id, agentId: record.agentId, expiresAt: record.expiresAt.toISOString() };
     if (record.agentId !== record.id) {
       data.createdAt = record.createdAt.toISOString();
@@ -227,15 +182,13 @@ export class SandboxService {
       data.ttlSeconds = record.settings.ttlSeconds;
       if (record.policy !== undefined) data.policy = record.policy;
     }
-    // Write then rename: a crash leaves the old file or the new one, never half of one.
-    const temp = `${file}.${process.pid}.tmp`;
-    await writeFile(temp, JSON.stringify(data), { mode: 0o600 });
-    await rename(temp, file);
+    await this.store.write(data);
   }
 
   /** Checks a create request against this controller's rules and fills in the defaults. */
   plan(body: unknown): SandboxPlan {
-    return planSandbox(body, { config: this.config, runtimes: this.runtimeNames, networklessRuntimes: this.networklessRuntimes });
+    const uid = process.getuid?.();
+    return planSandbox(body, { config: this.config, runtimes: this.runtimeNames, networklessRuntimes: this.networklessRuntimes, reservedUid: uid === 0 ? undefined : uid, noDiskQuota: this.noDiskQuota });
   }
 
   /**
@@ -246,15 +199,14 @@ export class SandboxService {
     const started = performance.now();
     const plan = this.plan(body);
     await this.checkMountsOnHost(plan);
-    if (this.records.size + this.creating >= this.config.maxSandboxes) {
+    if (this.table.size + this.creating >= this.config.maxSandboxes) {
       throw new CodedError('RESOURCE_EXHAUSTED', `This controller already runs its maximum of ${this.config.maxSandboxes} sandboxes (maxSandboxes); kill one you no longer need, or raise maxSandboxes.`);
     }
     const pooled = this.pool?.take(plan);
     if (pooled) {
-      const id = newId();
-      const createdAt = new Date();
+      const createdAt = new Date(this.clock.now());
       const record: SandboxRecord = {
-        id,
+        id: newId(),
         agentId: pooled.agentId,
         containerId: pooled.containerId,
         image: pooled.image,
@@ -266,29 +218,13 @@ export class SandboxService {
         pooled: true,
       };
       if (plan.policy !== undefined) record.policy = plan.policy;
-      await this.writeStoredRecord(record);
-      this.records.set(id, record);
-      const seconds = (performance.now() - started) / 1000;
-      this.metrics?.creates.inc({ source: 'pool', outcome: 'ok' });
-      this.metrics?.createSeconds.observe({ source: 'pool' }, seconds);
-      return { ...describe(record), token: this.credentials.sandboxToken(id), readyMs: Math.round(seconds * 1000), pooled: true };
-    }
-    if (this.creating >= this.config.maxConcurrentCreates) {
-      throw new CodedError('RESOURCE_EXHAUSTED', `${this.creating} creates are already in progress, the most this controller runs at once (maxConcurrentCreates); retry when one finishes.`);
+      await this.storeRecord(record);
+      this.table.set(record);
+      return this.created(record, started, 'pool');
     }
     this.creating++;
     try {
-      const id = newId();
-      const createdAt = new Date();
-      const expiresAt = new Date(createdAt.getTime() + plan.settings.ttlSeconds * 1000);
-      const containerId = await this.startContainer(id, plan, { createdAt, expiresAt });
-      const record: SandboxRecord = { id, agentId: id, containerId, image: plan.image, createdAt, expiresAt, labels: plan.labels, settings: plan.settings, state: 'running', pooled: false };
-      if (plan.policy !== undefined) record.policy = plan.policy;
-      this.records.set(id, record);
-      const seconds = (performance.now() - started) / 1000;
-      this.metrics?.creates.inc({ source: 'cold', outcome: 'ok' });
-      this.metrics?.createSeconds.observe({ source: 'cold' }, seconds);
-      return { ...describe(record), token: this.credentials.sandboxToken(id), readyMs: Math.round(seconds * 1000), pooled: false };
+      return await this.createSlots.run(() => this.createCold(plan, started), this.createQueueLimits);
     } catch (err) {
       this.metrics?.creates.inc({ source: 'cold', outcome: 'error' });
       throw err;
@@ -297,29 +233,45 @@ export class SandboxService {
     }
   }
 
+  /** A cold create: a new sandbox from the provider, answered once its daemon has answered. */
+  private async createCold(plan: SandboxPlan, started: number): Promise<CreateSandboxResponse> {
+    {
+      const id = newId();
+      const createdAt = new Date(this.clock.now());
+      const expiresAt = new Date(createdAt.getTime() + plan.settings.ttlSeconds * 1000);
+      const containerId = await this.startContainer(id, plan, { createdAt, expiresAt });
+      const record: SandboxRecord = { id, agentId: id, containerId, image: plan.image, createdAt, expiresAt, labels: plan.labels, settings: plan.settings, state: 'running', pooled: false };
+      if (plan.policy !== undefined) record.policy = plan.policy;
+      this.table.set(record);
+      return this.created(record, started, 'cold');
+    }
+  }
+
+  private created(record: SandboxRecord, started: number, source: 'pool' | 'cold'): CreateSandboxResponse {
+    const seconds = (performance.now() - started) / 1000;
+    this.metrics?.creates.inc({ source, outcome: 'ok' });
+    this.metrics?.createSeconds.observe({ source }, seconds);
+    return { ...describe(record), token: this.credentials.sandboxToken(record.id), readyMs: Math.round(seconds * 1000), pooled: source === 'pool' };
+  }
+
   /**
-   * Starts one container for a plan and waits for its daemon; on any failure nothing is left
+   * Starts one sandbox for a plan and waits for its daemon; on any failure nothing is left
    * behind. The warm pool uses it too, with `pool: true`.
    */
   async startContainer(agentId: string, plan: SandboxPlan, times: { createdAt: Date; expiresAt: Date }, pool = false): Promise<string> {
-    const socketDir = this.socketDir(agentId);
-    await this.prepareSocketDir(agentId, socketDir, plan.settings.user);
-    let containerId: string | undefined;
+    const handle = await this.provider.create({
+      agentId,
+      image: plan.image,
+      env: plan.env,
+      labels: sandboxLabels({ id: agentId, owner: this.credentials.instanceId, image: plan.image, ...times, settings: plan.settings, policy: plan.policy, labels: plan.labels, pool }),
+      settings: plan.settings,
+      daemonSecret: this.credentials.agentSecret(agentId),
+    });
     try {
-      containerId = await this.docker.startSandbox({
-        id: agentId,
-        image: plan.image,
-        env: plan.env,
-        labels: sandboxLabels({ id: agentId, owner: this.credentials.instanceId, image: plan.image, ...times, settings: plan.settings, policy: plan.policy, labels: plan.labels, pool }),
-        socketDirOnHost: socketDir,
-        runtimeVolume: this.runtimeVolume,
-        settings: plan.settings,
-      });
-      await this.waitUntilReady(agentId, containerId);
-      return containerId;
+      await this.waitUntilReady(agentId, handle);
+      return handle;
     } catch (err) {
-      if (containerId) await this.docker.removeSandbox(containerId).catch(() => undefined);
-      await rm(socketDir, { recursive: true, force: true });
+      await this.provider.remove(handle, agentId).catch(() => undefined);
       throw err;
     }
   }
@@ -345,352 +297,141 @@ export class SandboxService {
     }
   }
 
-  /** The folder the daemon listens in: owned by the sandbox user, holding the one-time secret file. */
-  private async prepareSocketDir(agentId: string, dir: string, user: string): Promise<void> {
-    await mkdir(dir, { recursive: true, mode: 0o700 });
-    const secretFile = path.join(dir, 'secret');
-    await writeFile(secretFile, this.credentials.agentSecret(agentId), { mode: 0o600 });
-    if (process.getuid?.() === 0) {
-      const [uid, gid = uid] = user.split(':').map(Number);
-      await chown(dir, uid!, gid!);
-      await chown(secretFile, uid!, gid!);
-    }
-  }
-
-  private async waitUntilReady(agentId: string, containerId: string): Promise<void> {
-    const deadline = Date.now() + this.config.readyTimeoutMs;
+  /** Waits until the daemon answers a real call; the backend's log tail goes into the error otherwise. */
+  private async waitUntilReady(agentId: string, handle: string): Promise<void> {
+    const deadline = this.clock.now() + this.config.readyTimeoutMs;
     let lastError: unknown;
-    for (let attempt = 0; Date.now() < deadline; attempt++) {
+    for (let attempt = 0; this.clock.now() < deadline; attempt++) {
       try {
-        await probeAgent(this.socketPathOf(agentId), this.credentials.agentSecret(agentId), Math.max(100, deadline - Date.now()));
+        await this.probe(this.provider.daemon(agentId), this.credentials.agentSecret(agentId), Math.max(100, deadline - this.clock.now()));
         return;
       } catch (err) {
         lastError = err;
       }
-      if (attempt % 20 === 19 && (await this.docker.containerState(containerId)) !== 'running') break;
+      if (attempt % 20 === 19 && (await this.provider.inspect(handle)) !== 'running') break;
       await new Promise((r) => setTimeout(r, Math.min(5 + attempt * 2, 50)));
     }
-    const logs = await this.docker.logsTail(containerId);
+    const logs = await this.provider.logsTail(handle);
     throw new CodedError('SANDBOX_NOT_READY', `The sandbox daemon did not answer within ${this.config.readyTimeoutMs} ms (${String((lastError as Error)?.message ?? lastError)}).${logs ? ` Container output: ${logs}` : ''}`, {
       sandboxId: agentId,
     });
   }
 
-  /** A sandbox's description with its current state, from Docker. */
-  async get(id: string): Promise<SandboxInfo> {
-    const record = this.require(id);
-    const starts = this.starts.get(id);
-    this.observe(record, await this.docker.containerState(record.containerId), starts);
-    return describe(record);
+  /** Starts a stopped sandbox again (new secret delivery, same workspace) and waits for its daemon. */
+  private async bringBack(record: SandboxRecord): Promise<void> {
+    await this.provider.start(record.containerId, record.agentId, this.credentials.agentSecret(record.agentId));
+    await this.waitUntilReady(record.agentId, record.containerId);
   }
 
-  /**
-   * Takes the engine's word for a sandbox's state, unless the sandbox was started again since the
-   * engine was asked (`starts`); a death no event reported is handled like one.
-   */
-  private observe(record: SandboxRecord, dockerState: string | undefined, starts: number | undefined): void {
-    if (this.records.get(record.id) !== record || this.restarts.has(record.id) || this.starts.get(record.id) !== starts) return;
-    const was = record.state;
-    record.state = toState(dockerState);
-    if (record.state === 'exited' && was !== 'exited') this.died(record);
+  /** A sandbox's description with its current state, from the backend. */
+  async get(id: string): Promise<SandboxInfo> {
+    const record = this.table.require(id);
+    const starts = this.supervisor.startsOf(id);
+    this.supervisor.observe(record, await this.provider.inspect(record.containerId), starts);
+    return describe(record);
   }
 
   /** The record of a sandbox, or SANDBOX_NOT_FOUND. */
   record(id: string): SandboxRecord {
-    return this.require(id);
+    return this.table.require(id);
   }
 
   /** Every sandbox this controller knows. */
   list(): SandboxRecord[] {
-    return [...this.records.values()];
+    return this.table.list();
   }
 
-  /** The sandboxes that carry every given label and are in the given state, states fresh from Docker. */
+  /** The sandboxes that carry every given label and are in the given state, states fresh from the backend. */
   async find(filter: ListFilter = {}): Promise<SandboxInfo[]> {
-    await this.refreshStates();
-    return this.list()
-      .filter((r) => Object.entries(filter.labels ?? {}).every(([k, v]) => r.labels[k] === v))
-      .filter((r) => filter.state === undefined || r.state === filter.state)
-      .map(describe);
+    await this.reaper.refreshStates();
+    return this.table.filter(filter);
   }
 
-  /** Counts by state, for the metrics gauge. */
+  /** Counts by state (and ready pool members), for the metrics gauge. */
   countByState(): Record<string, number> {
-    const counts: Record<string, number> = { running: 0, paused: 0, exited: 0 };
-    for (const r of this.records.values()) counts[r.state] = (counts[r.state] ?? 0) + 1;
+    const counts = this.table.countByState();
     if (this.pool) counts.pooled = this.pool.readyCount;
     return counts;
   }
 
   has(id: string): boolean {
-    return this.records.has(id);
+    return this.table.has(id);
   }
 
   /** Moves a sandbox's expiry to `ttlSeconds` from now (shorter or longer), within the maximum. */
   async setTimeout(id: string, ttlSeconds: number): Promise<SandboxInfo> {
-    const record = this.require(id);
+    const record = this.table.require(id);
     const max = this.config.maxLimits.ttlSeconds;
     if (ttlSeconds > max) throw new CodedError('INVALID_PARAMS', `ttlSeconds ${ttlSeconds} is above this controller's maximum of ${max}; ask for at most ${max}.`, { field: 'ttlSeconds', max });
-    record.expiresAt = new Date(Date.now() + ttlSeconds * 1000);
-    await this.writeStoredRecord(record);
+    record.expiresAt = new Date(this.clock.now() + ttlSeconds * 1000);
+    await this.storeRecord(record);
     return describe(record);
   }
 
   /** Moves the expiry to the sandbox's own ttl from now; never shortens it. */
   async keepalive(id: string): Promise<SandboxInfo> {
-    const record = this.require(id);
-    const next = new Date(Date.now() + record.settings.ttlSeconds * 1000);
+    const record = this.table.require(id);
+    const next = new Date(this.clock.now() + record.settings.ttlSeconds * 1000);
     if (next > record.expiresAt) {
       record.expiresAt = next;
-      await this.writeStoredRecord(record);
+      await this.storeRecord(record);
     }
     return describe(record);
   }
 
   /** Freezes the sandbox's processes; connections to it wait until it is resumed. */
   async pause(id: string): Promise<SandboxInfo> {
-    const record = this.require(id);
-    await this.docker.pause(record.containerId);
+    const record = this.table.require(id);
+    await this.provider.pause(record.containerId);
     record.state = 'paused';
     return describe(record);
   }
 
   async resume(id: string): Promise<SandboxInfo> {
-    const record = this.require(id);
-    await this.docker.unpause(record.containerId);
+    const record = this.table.require(id);
+    await this.provider.resume(record.containerId);
     record.state = 'running';
     return describe(record);
   }
 
-  /**
-   * Starts again every sandbox whose container stopped but still exists and has time left: what
-   * an engine restart or a host reboot leaves behind (containers stop with the engine unless it
-   * runs with live-restore). Joins the restarts already under way (a container that died while
-   * the engine was stopping). Resolves once each has come back or been given up.
-   */
-  async restartStopped(): Promise<{ restarted: string[]; failed: string[] }> {
-    const states = await this.docker.containerStates();
-    const stopped = this.list().filter((r) => toState(states.get(r.containerId)) === 'exited' && r.expiresAt > new Date());
-    const outcomes = await Promise.all(stopped.map((record) => this.restart(record, 0).then((back) => ({ id: record.id, back }))));
-    return { restarted: outcomes.filter((o) => o.back).map((o) => o.id), failed: outcomes.filter((o) => !o.back).map((o) => o.id) };
-  }
-
-  /** True while the controller is starting this sandbox's container again: a connection should retry. */
-  isRestarting(id: string): boolean {
-    return this.restarts.has(id);
-  }
-
-  /**
-   * True unless the controller has given up on a stopped sandbox: while it is starting the
-   * container again, and also in the moment before it has heard that the container died (a
-   * daemon that is stopping closes its connections first). A connection should then retry.
-   */
-  willRestart(id: string): boolean {
-    const record = this.records.get(id);
-    return record !== undefined && (this.restarts.has(id) || (!this.givenUp.has(id) && record.expiresAt > new Date()));
-  }
-
-  /**
-   * Takes an engine event about a sandbox container: one that died is started again
-   * ({@link SandboxService.died}); one removed from outside is `gone`.
-   */
-  containerEvent(containerId: string, action: string): void {
-    const record = this.list().find((r) => r.containerId === containerId);
-    if (!record) return;
-    if (action === 'destroy' && !this.killing.has(record.id)) record.state = 'gone';
-    if (action === 'die') this.died(record);
-  }
-
-  /**
-   * A sandbox's container stopped (its daemon was killed, the engine is stopping, `docker stop`
-   * from outside): start it again. One that died {@link MAX_RESTARTS} times within
-   * {@link RESTART_WINDOW_MS} stays `exited`, so a crashing daemon does not loop; so does one whose
-   * time is up.
-   */
-  private died(record: SandboxRecord): void {
-    if (this.killing.has(record.id) || this.restarts.has(record.id)) return;
-    record.state = 'exited';
-    const now = Date.now();
-    const recent = (this.deaths.get(record.id) ?? []).filter((t) => now - t < RESTART_WINDOW_MS);
-    this.deaths.set(record.id, [...recent, now]);
-    if (recent.length >= MAX_RESTARTS || record.expiresAt.getTime() <= now) {
-      this.givenUp.add(record.id);
-      return;
-    }
-    // A container that died because the engine is stopping would be started only to be stopped
-    // again: give a stopping engine a moment to show itself first.
-    void this.restart(record, 2000);
-  }
-
-  /**
-   * The one restart of a sandbox at a time: a second caller joins the first. It waits while the
-   * engine is away (that time does not count), then tries up to {@link RESTART_ATTEMPTS} times
-   * with backoff; four sandboxes start at once at most. Resolves true once the sandbox is back.
-   */
-  private restart(record: SandboxRecord, delayMs: number): Promise<boolean> {
-    const running = this.restarts.get(record.id);
-    if (running) return running;
-    const job = (async () => {
-      await sleep(delayMs);
-      for (let attempt = 0; attempt < RESTART_ATTEMPTS && this.records.get(record.id) === record; ) {
-        if (this.engineAway) {
-          await sleep(1000);
-          continue;
-        }
-        try {
-          const state = await this.docker.containerState(record.containerId);
-          if (state === undefined) {
-            record.state = 'gone';
-            return false;
-          }
-          // Started meanwhile (by another controller, or by hand): nothing to do but use it.
-          if (state !== 'running') await this.restartSlots.run(() => this.startAgain(record));
-          record.state = 'running';
-          this.givenUp.delete(record.id);
-          this.onRestart?.(record.id, null);
-          return true;
-        } catch (err) {
-          attempt++;
-          if (attempt % 5 === 0) this.onRestart?.(record.id, (err as Error).message);
-        }
-        await sleep(Math.min(5000, 250 * 2 ** attempt));
-      }
-      this.givenUp.add(record.id);
-      return false;
-    })().finally(() => this.restarts.delete(record.id));
-    this.restarts.set(record.id, job);
-    return job;
-  }
-
-  /**
-   * Starts a stopped sandbox container again: a new one-time secret file for its daemon, the same
-   * workspace volume (files are kept; processes are not), and running only once the daemon has
-   * answered a real call.
-   */
-  private async startAgain(record: SandboxRecord): Promise<void> {
-    await rm(this.socketPathOf(record.agentId), { force: true });
-    await this.prepareSocketDir(record.agentId, this.socketDir(record.agentId), record.settings.user);
-    await this.docker.startAgain(record.containerId);
-    await this.waitUntilReady(record.agentId, record.containerId);
-    this.starts.set(record.id, (this.starts.get(record.id) ?? 0) + 1);
-  }
-
-  /** Removes an unclaimed warm-pool container and its socket folder. */
+  /** Removes an unclaimed warm-pool member. */
   async removePoolMember(agentId: string, containerId: string): Promise<void> {
-    await this.docker.removeSandbox(containerId).catch(() => undefined);
-    await rm(this.socketDir(agentId), { recursive: true, force: true });
+    await this.provider.remove(containerId, agentId).catch(() => undefined);
   }
 
-  /** Kills a sandbox: its container, workspace volume, socket folder and state file are gone afterwards. */
+  /** Kills a sandbox: its container, workspace, daemon channel and stored record are gone afterwards. */
   async kill(id: string): Promise<void> {
-    const record = this.require(id);
-    this.killing.add(id);
-    try {
-      await this.docker.removeSandbox(record.containerId);
-      await rm(this.socketDir(record.agentId), { recursive: true, force: true });
-      await rm(this.recordFile(id), { force: true });
-      this.records.delete(id);
-      this.deaths.delete(id);
-      this.givenUp.delete(id);
-      this.starts.delete(id);
-    } finally {
-      this.killing.delete(id);
-    }
+    const record = this.table.require(id);
+    await this.supervisor.whileKilling(id, async () => {
+      await this.provider.remove(record.containerId, record.agentId);
+      await this.store.remove(id);
+      this.table.delete(id);
+      this.supervisor.forget(id);
+    });
   }
 
-  /**
-   * Kills every sandbox of this controller whose time is up, and sweeps containers of other
-   * controllers sharing the engine once their labelled expiry plus `orphanGraceSeconds` has
-   * passed. Returns the ids killed.
-   */
-  async reapExpired(now = new Date()): Promise<string[]> {
-    const killed: string[] = [];
-    for (const record of this.list().filter((r) => r.expiresAt <= now)) {
-      await this.kill(record.id).then(
-        () => killed.push(record.id),
-        () => undefined,
-      );
-    }
-    const graceMs = this.config.orphanGraceSeconds * 1000;
-    for (const container of await this.docker.listSandboxes()) {
-      if (this.isMine(container.labels)) continue;
-      const expiresAt = Date.parse(container.labels[LABELS.expiresAt] ?? '');
-      if (Number.isFinite(expiresAt) && expiresAt + graceMs <= now.getTime()) {
-        await this.docker.removeSandbox(container.containerId).catch(() => undefined);
-        killed.push(container.labels[LABELS.sandbox] ?? container.containerId);
-      }
-    }
-    return killed;
+  /** See {@link Reaper.reapExpired}. */
+  reapExpired(now?: number): Promise<string[]> {
+    return this.reaper.reapExpired(now);
   }
 
-  /**
-   * Refreshes every record's state from one container listing. A sandbox whose container was
-   * removed behind the controller's back (`docker rm`) is forgotten, with its socket folder and
-   * state file.
-   */
-  async refreshStates(): Promise<void> {
-    // Only records that existed before the listing: one added meanwhile is not in it.
-    const known = [...this.records.values()].map((record) => ({ record, starts: this.starts.get(record.id) }));
-    const states = await this.docker.containerStates();
-    for (const { record, starts } of known) {
-      this.observe(record, states.get(record.containerId), starts);
-      if (record.state === 'gone') await this.kill(record.id).catch(() => undefined);
-    }
+  /** See {@link Reaper.refreshStates}. */
+  refreshStates(): Promise<void> {
+    return this.reaper.refreshStates();
   }
 
-  private require(id: string): SandboxRecord {
-    const record = this.records.get(id);
-    if (!record) throw new CodedError('SANDBOX_NOT_FOUND', `No sandbox '${id}': it never existed, was killed, or expired. List sandboxes with GET /v1/sandboxes.`, { sandboxId: id });
-    return record;
+  /** See {@link RestartSupervisor.restartStopped}. */
+  restartStopped(): Promise<{ restarted: string[]; failed: string[] }> {
+    return this.supervisor.restartStopped();
   }
-}
 
-function recordFromLabels(agentId: string, containerId: string, labels: Record<string, string>, state: SandboxState): SandboxRecord {
-  const user: Record<string, string> = {};
-  for (const [key, value] of Object.entries(labels)) if (key.startsWith(LABELS.userPrefix)) user[key.slice(LABELS.userPrefix.length)] = value;
-  const settings = SandboxSettings.safeParse(safeJson(labels[LABELS.settings]));
-  const record: SandboxRecord = {
-    id: agentId,
-    agentId,
-    containerId,
-    image: labels[LABELS.image] ?? '',
-    createdAt: new Date(labels[LABELS.createdAt] ?? 0),
-    expiresAt: new Date(labels[LABELS.expiresAt] ?? 0),
-    labels: user,
-    settings: settings.success
-      ? settings.data
-      : { cpus: 1, memoryMb: 1024, pidsLimit: 512, network: 'none', runtime: 'runc', user: '1000:1000', workdir: '/workspace', ttlSeconds: 3600, mounts: [] },
-    state,
-    pooled: false,
-  };
-  const policy = FilePolicy.safeParse(safeJson(labels[LABELS.policy]));
-  if (policy.success) record.policy = policy.data;
-  return record;
-}
-
-function safeJson(text: string | undefined): unknown {
-  if (text === undefined) return undefined;
-  try {
-    return JSON.parse(text);
-  } catch {
-    return undefined;
+  /** See {@link RestartSupervisor.willRestart}. */
+  willRestart(id: string): boolean {
+    return this.supervisor.willRestart(id);
   }
-}
 
-function describe(record: SandboxRecord): SandboxInfo {
-  return {
-    id: record.id,
-    state: record.state,
-    image: record.image,
-    createdAt: record.createdAt.toISOString(),
-    expiresAt: record.expiresAt.toISOString(),
-    labels: record.labels,
-    settings: record.settings,
-  };
-}
-
-/** Docker's container state as a sandbox state. */
-export function toState(dockerState: string | undefined): SandboxState {
-  if (dockerState === 'running' || dockerState === 'paused') return dockerState;
-  return dockerState === undefined ? 'gone' : 'exited';
+  /** See {@link RestartSupervisor.isRestarting}. */
+  isRestarting(id: string): boolean {
+    return this.supervisor.isRestarting(id);
+  }
 }

@@ -5,8 +5,8 @@ import { containerCreateBody, planSandbox, sandboxLabels, type PlanContext, type
 const context: PlanContext = {
   config: {
     defaultImage: 'warren/sandbox:latest',
-    limits: { memoryMb: 1024, cpus: 1, pidsLimit: 512, ttlSeconds: 3600 },
-    maxLimits: { memoryMb: 4096, cpus: 4, pidsLimit: 4096, ttlSeconds: 86400 },
+    limits: { memoryMb: 1024, cpus: 1, pidsLimit: 512, ttlSeconds: 3600, tmpMb: 256, openFiles: 4096, fileSizeMb: 4096, diskMb: 1024 },
+    maxLimits: { memoryMb: 4096, cpus: 4, pidsLimit: 4096, ttlSeconds: 86400, tmpMb: 1024, openFiles: 8192, fileSizeMb: 8192, diskMb: 65536 },
     allowedMountRoots: ['/srv/warren-data'],
     allowBridgeNetwork: true,
     stateDir: '/var/lib/warren',
@@ -39,7 +39,7 @@ function bodyFor(plan: SandboxPlan) {
 const HARDENED = {
   Init: true,
   CapDrop: ['ALL'],
-  CapAdd: [],
+  CapAdd: ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID', 'KILL', 'SYS_PTRACE'],
   SecurityOpt: ['no-new-privileges:true'],
   Privileged: false,
   PidMode: '',
@@ -60,7 +60,7 @@ function refusal(body: unknown): CodedError {
 }
 
 describe('the container-create body', () => {
-  it('is exactly this for an empty request: non-root, no capabilities, no network, limits with swap equal to memory', () => {
+  it('is exactly this for an empty request: commands as 1000, the daemon as root with few capabilities, no network, read-only root, limits with swap equal to memory', () => {
     const body = bodyFor(planSandbox({}, context));
     expect(body).toEqual({
       name: 'warren-abc123',
@@ -79,9 +79,12 @@ describe('the container-create body', () => {
         '/workspace',
         '--home',
         '/workspace',
+        '--user',
+        '1000:1000',
+        '--own-root',
       ],
       Cmd: [],
-      User: '1000:1000',
+      User: '0:0',
       WorkingDir: '/workspace',
       Env: [],
       Labels: {
@@ -90,11 +93,32 @@ describe('the container-create body', () => {
         'warren.image': 'warren/sandbox:latest',
         'warren.created-at': '2026-01-01T00:00:00.000Z',
         'warren.expires-at': '2026-01-01T01:00:00.000Z',
-        'warren.settings': JSON.stringify({ cpus: 1, memoryMb: 1024, pidsLimit: 512, network: 'none', runtime: 'runc', user: '1000:1000', workdir: '/workspace', ttlSeconds: 3600, mounts: [] }),
+        'warren.settings': JSON.stringify({
+          cpus: 1,
+          memoryMb: 1024,
+          pidsLimit: 512,
+          network: 'none',
+          runtime: 'runc',
+          user: '1000:1000',
+          workdir: '/workspace',
+          ttlSeconds: 3600,
+          mounts: [],
+          readOnlyRootfs: true,
+          tmpMb: 256,
+          openFiles: 4096,
+          fileSizeMb: 4096,
+          diskMb: 1024,
+        }),
       },
       NetworkDisabled: true,
       HostConfig: {
         ...HARDENED,
+        ReadonlyRootfs: true,
+        Tmpfs: { '/tmp': 'rw,exec,nosuid,nodev,size=256m,mode=1777' },
+        Ulimits: [
+          { Name: 'nofile', Soft: 4096, Hard: 4096 },
+          { Name: 'fsize', Soft: 4096 * 1024 * 1024, Hard: 4096 * 1024 * 1024 },
+        ],
         NetworkMode: 'none',
         PidsLimit: 512,
         Memory: 1024 * 1024 * 1024,
@@ -120,6 +144,10 @@ describe('the container-create body', () => {
         network: 'bridge',
         user: '1234:1234',
         workdir: '/workspace/src',
+        readOnlyRootfs: false,
+        tmpMb: 1024,
+        openFiles: 8192,
+        fileSizeMb: 100,
         labels: { team: 'red' },
         mounts: [{ hostPath: '/srv/warren-data/ds1/', path: '/mnt/ds1' }, { hostPath: '/srv/warren-data/out', path: '/workspace/out', readOnly: false }],
         policy: { root: '/workspace', readOnly: true },
@@ -129,6 +157,12 @@ describe('the container-create body', () => {
     const body = bodyFor(plan);
     expect(body.HostConfig).toEqual({
       ...HARDENED,
+      ReadonlyRootfs: false,
+      Tmpfs: { '/tmp': 'rw,exec,nosuid,nodev,size=1024m,mode=1777' },
+      Ulimits: [
+        { Name: 'nofile', Soft: 8192, Hard: 8192 },
+        { Name: 'fsize', Soft: 100 * 1024 * 1024, Hard: 100 * 1024 * 1024 },
+      ],
       NetworkMode: 'bridge',
       PidsLimit: 100,
       Memory: 2048 * 1024 * 1024,
@@ -142,7 +176,8 @@ describe('the container-create body', () => {
         { Type: 'bind', Source: '/srv/warren-data/out', Target: '/workspace/out', ReadOnly: false, BindOptions: { Propagation: 'rprivate' } },
       ],
     });
-    expect(body).toMatchObject({ User: '1234:1234', WorkingDir: '/workspace/src', Env: ['A=1'], NetworkDisabled: false, Image: 'warren/test-debian:latest' });
+    expect(body).toMatchObject({ User: '0:0', WorkingDir: '/workspace/src', Env: ['A=1'], NetworkDisabled: false, Image: 'warren/test-debian:latest' });
+    expect(body.Entrypoint?.slice(-3)).toEqual(['--user', '1234:1234', '--own-root']);
     expect(body.Labels).toMatchObject({ 'warren.label.team': 'red', 'warren.policy': JSON.stringify({ root: '/workspace', readOnly: true }) });
   });
 
@@ -158,6 +193,8 @@ describe('the container-create body', () => {
     const body = bodyFor(planSandbox({ mounts: [{ hostPath: '/srv/warren-data/repo', path: '/workspace', readOnly: false }] }, context));
     expect(body.HostConfig?.Mounts?.map((m) => m.Target)).toEqual(['/opt/warren', '/workspace']);
     expect(body.HostConfig?.Mounts?.[1]).toMatchObject({ Type: 'bind', Source: '/srv/warren-data/repo' });
+    // A host folder keeps its owner: the daemon hands over only a workspace of its own.
+    expect(body.Entrypoint).not.toContain('--own-root');
   });
 });
 

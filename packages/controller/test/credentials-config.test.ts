@@ -74,7 +74,7 @@ describe('configuration', () => {
     await writeFile(file, ['port: 8000', 'poolSize: 2', 'allowedMountRoots: [/srv/data]', 'limits:', '  memoryMb: 512', 'killOnShutdown: true'].join('\n'));
     const config = loadConfig({ WARREN_CONFIG: file, WARREN_PORT: '9000', WARREN_STATE_DIR: dir }, { heartbeatMs: 1000 });
     expect(config).toMatchObject({ port: 9000, poolSize: 2, allowedMountRoots: ['/srv/data'], killOnShutdown: true, heartbeatMs: 1000, stateDir: dir });
-    expect(config.limits).toEqual({ memoryMb: 512, cpus: 1, pidsLimit: 512, ttlSeconds: 3600 });
+    expect(config.limits).toEqual({ memoryMb: 512, cpus: 1, pidsLimit: 512, ttlSeconds: 3600, tmpMb: 256, openFiles: 4096, fileSizeMb: 4096, diskMb: 1024 });
   });
 
   it('reads JSON, and refuses unknown keys naming them', async () => {
@@ -90,5 +90,16 @@ describe('configuration', () => {
     expect(config).toMatchObject({ allowedMountRoots: ['/a', '/b'], allowBridgeNetwork: false, allowedOrigins: ['http://x', 'http://y'] });
     expect(() => loadConfig({ WARREN_POOL_SIZE: 'many' })).toThrow(/WARREN_POOL_SIZE/);
     expect(() => loadConfig({ WARREN_KILL_ON_SHUTDOWN: 'maybe' })).toThrow(/WARREN_KILL_ON_SHUTDOWN/);
+  });
+
+  it('reads the disk quota settings from the file and WARREN_* variables, and refuses an unknown mode', async () => {
+    expect(loadConfig({})).toMatchObject({ workspaceQuota: 'auto', workspaceReserveMb: undefined, limits: { diskMb: 1024 }, maxLimits: { diskMb: 65536 } });
+    const file = path.join(dir, 'quota.yaml');
+    await writeFile(file, ['workspaceQuota: required', 'workspaceReserveMb: 4096', 'maxLimits:', '  diskMb: 8192'].join('\n'));
+    expect(loadConfig({ WARREN_CONFIG: file, WARREN_DISK_MB: '2048' })).toMatchObject({ workspaceQuota: 'required', workspaceReserveMb: 4096, limits: { diskMb: 2048 }, maxLimits: { diskMb: 8192 } });
+    expect(loadConfig({ WARREN_CONFIG: file, WARREN_WORKSPACE_QUOTA: 'off' }).workspaceQuota).toBe('off');
+    expect(() => loadConfig({ WARREN_WORKSPACE_QUOTA: 'maybe' })).toThrow(/WARREN_WORKSPACE_QUOTA must be auto, required or off/);
+    await writeFile(file, 'workspaceQuota: sometimes');
+    expect(() => loadConfig({ WARREN_CONFIG: file })).toThrow(/workspaceQuota/);
   });
 });

@@ -14,7 +14,7 @@ function fakeEngine(volumes: { Name: string; CreatedAt: string; inUse?: boolean 
       },
     }),
   };
-  return { docker: new DockerProvider(engine as unknown as Docker), removed };
+  return { docker: new DockerProvider({ docker: engine as unknown as Docker }), removed };
 }
 
 const hoursAgo = (h: number) => new Date(Date.now() - h * 3_600_000).toISOString();

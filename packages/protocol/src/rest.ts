@@ -33,7 +33,7 @@ export const CreateSandboxRequest = z.strictObject({
   pidsLimit: z.number().int().min(16).max(1 << 20).optional(),
   network: NetworkMode.optional(),
   runtime: RuntimeName.optional(),
-  /** Numeric `uid` or `uid:gid` the daemon and every command run as; never 0. Default 1000:1000. */
+  /** Numeric `uid` or `uid:gid` every command runs as (the sandbox user); never 0. Default 1000:1000. */
   user: z.string().regex(/^\d{1,10}(:\d{1,10})?$/, "a numeric 'uid' or 'uid:gid'").optional(),
   /** Working folder of commands; default /workspace. */
   workdir: z.string().min(1).max(4096).startsWith('/').optional(),
@@ -44,6 +44,16 @@ export const CreateSandboxRequest = z.strictObject({
   labels: LabelMap.optional(),
   /** Host folders to mount; each must lie below a folder the operator allowed. */
   mounts: z.array(MountRequest).max(16).optional(),
+  /** Keep the image's own files read-only (default true); /workspace, /tmp and the mounts stay writable. */
+  readOnlyRootfs: z.boolean().optional(),
+  /** Size of the RAM-backed /tmp in MiB (it counts against memoryMb). */
+  tmpMb: z.number().int().min(1).max(1024 * 1024).optional(),
+  /** The most files one process may hold open (RLIMIT_NOFILE). */
+  openFiles: z.number().int().min(64).max(1 << 20).optional(),
+  /** The largest file one process may write, in MiB (RLIMIT_FSIZE). */
+  fileSizeMb: z.number().int().min(1).max(1 << 24).optional(),
+  /** The size of /workspace's own disk in MiB, where the host gives a disk quota (see /readyz). */
+  diskMb: z.number().int().min(16).max(1 << 24).optional(),
 });
 export type CreateSandboxRequest = z.input<typeof CreateSandboxRequest>;
 
@@ -61,6 +71,12 @@ export const SandboxSettings = z.strictObject({
   workdir: z.string(),
   ttlSeconds: z.number(),
   mounts: z.array(z.strictObject({ hostPath: z.string(), path: z.string(), readOnly: z.boolean() })),
+  // Optional so the labels of sandboxes made before these settings existed still parse.
+  readOnlyRootfs: z.boolean().optional(),
+  tmpMb: z.number().optional(),
+  openFiles: z.number().optional(),
+  fileSizeMb: z.number().optional(),
+  diskMb: z.number().optional(),
 });
 export type SandboxSettings = z.infer<typeof SandboxSettings>;
 

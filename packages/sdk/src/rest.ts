@@ -12,6 +12,22 @@ export interface ControllerOptions {
 
 export const DEFAULT_BASE_URL = 'http://127.0.0.1:7420';
 
+/** How many times a create refused for load is tried again. */
+export const CREATE_RETRIES = 5;
+
+/** Waits `ms`, or less when `signal` aborts (the caller then sees the abort on its next request). */
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    }
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}
+
 export function resolveControllerOptions(options: ControllerOptions): { baseUrl: string; apiKey: string | undefined } {
   return { baseUrl: (options.baseUrl ?? process.env.WARREN_URL ?? DEFAULT_BASE_URL).replace(/\/+$/, ''), apiKey: options.apiKey ?? process.env.WARREN_API_KEY };
 }
@@ -23,8 +39,21 @@ export class RestClient {
     private readonly credential: string | undefined,
   ) {}
 
+  /**
+   * Creates a sandbox. A create the controller refused for load (its create queue was full or the
+   * wait ran out: `RESOURCE_EXHAUSTED` with a retry time) is tried again after that time, with
+   * jitter, up to {@link CREATE_RETRIES} times; any other failure is thrown at once.
+   */
   async create(body: CreateSandboxRequest, signal?: AbortSignal): Promise<CreateSandboxResponse> {
-    return CreateSandboxResponse.parse(await this.request('POST', REST_PATHS.sandboxes, body, signal));
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return CreateSandboxResponse.parse(await this.request('POST', REST_PATHS.sandboxes, body, signal));
+      } catch (err) {
+        const retryAfter = (err as { code?: string; details?: { retryAfterSeconds?: unknown } }).details?.retryAfterSeconds;
+        if ((err as { code?: string }).code !== 'RESOURCE_EXHAUSTED' || typeof retryAfter !== 'number' || attempt >= CREATE_RETRIES || signal?.aborted) throw err;
+        await sleep(Math.min(retryAfter, 30) * 1000 * (0.5 + Math.random()), signal);
+      }
+    }
   }
 
   async get(id: string, signal?: AbortSignal): Promise<SandboxInfo> {
@@ -55,6 +84,15 @@ export class RestClient {
 
   async derive(id: string, body: DeriveTokenRequest, signal?: AbortSignal): Promise<DeriveTokenResponse> {
     return DeriveTokenResponse.parse(await this.request('POST', REST_PATHS.action(id, 'derive'), body, signal));
+  }
+
+  /**
+   * `GET /readyz`: whether the controller can create sandboxes now, and what isolation its engine
+   * gives them (user-namespace remap, gVisor, cgroup version, limits enforced, disk quota). A
+   * controller that is not ready throws `SandboxNotReadyError` with the reason.
+   */
+  async readiness(signal?: AbortSignal): Promise<Record<string, unknown>> {
+    return (await this.request('GET', REST_PATHS.readyz, undefined, signal)) as Record<string, unknown>;
   }
 
   /** The WebSocket URL of a sandbox's connection. */

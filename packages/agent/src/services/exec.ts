@@ -1,4 +1,4 @@
-import { createWriteStream, mkdirSync, type WriteStream } from 'node:fs';
+import { createWriteStream, type WriteStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -7,7 +7,8 @@ import { CodedError, type Params, type ProcessInfo, type Result } from '@warren/
 import type { CallContext, Handler } from '../dispatch.js';
 import { resolvePath, type FilePolicy } from '../policy.js';
 import { CappedOutput, outputAsPayload } from './output.js';
-import { ProcessTable, spawnTagged, type SpawnSpec } from './process-table.js';
+import { createUserFile, daemonFolder } from './daemon-tmp.js';
+import { ProcessTable, spawnTagged, type SandboxUser, type SpawnSpec } from './process-table.js';
 import { killTree } from './process-tree.js';
 
 export { baseEnvironment } from './process-table.js';
@@ -24,10 +25,9 @@ export interface ExecOptions {
   policy: FilePolicy;
   home: string;
   sandboxEnv?: Readonly<Record<string, string>> | undefined;
+  user?: SandboxUser | undefined;
   /** Shared by every connection of the sandbox: background processes outlive connections. */
   table: ProcessTable;
-  /** Where `saveOutput` files go; a folder inside the sandbox. */
-  outputDir?: string;
 }
 
 type ProcessMethod = 'process.exec' | 'process.start' | 'process.list' | 'process.wait' | 'process.kill' | 'process.write' | 'process.closeStdin' | 'process.attach';
@@ -56,11 +56,11 @@ class ForegroundStream {
   private fileBytes = 0;
   readonly filePath: string | undefined;
 
-  constructor(cap: number, filePath: string | undefined) {
+  constructor(cap: number, filePath: string | undefined, user?: SandboxUser) {
     this.capped = new CappedOutput(cap);
     this.filePath = filePath;
     if (filePath) {
-      this.file = createWriteStream(filePath, { flags: 'wx', mode: 0o600 });
+      this.file = createWriteStream('', { fd: createUserFile(filePath, user, undefined, true) });
       this.file.on('error', () => (this.file = undefined));
     }
   }
@@ -88,13 +88,13 @@ class ForegroundStream {
 
 export function execHandlers(options: ExecOptions): { [M in ProcessMethod]: Handler<M> } {
   const { table } = options;
-  const outputDir = options.outputDir ?? path.join(os.tmpdir(), 'warren-output');
   const spec = async (params: { cmd: string | string[]; cwd?: string | undefined; env?: Record<string, string> | undefined }) => ({
     cmd: params.cmd,
     cwd: await resolveCwd(options.policy, params.cwd),
     env: params.env,
     home: options.home,
     sandboxEnv: options.sandboxEnv,
+    user: options.user,
   });
 
   return {
@@ -104,7 +104,7 @@ export function execHandlers(options: ExecOptions): { [M in ProcessMethod]: Hand
       }
       const release = table.reserve();
       try {
-        return await runForeground(params, ctx, await spec(params), outputDir);
+        return await runForeground(params, ctx, await spec(params));
       } finally {
         release();
       }
@@ -190,7 +190,7 @@ export function execHandlers(options: ExecOptions): { [M in ProcessMethod]: Hand
   };
 }
 
-async function runForeground(params: Params<'process.exec'>, ctx: CallContext, spawnSpec: SpawnSpec, outputDir: string): Promise<{ result: Result<'process.exec'>; payload: Buffer }> {
+async function runForeground(params: Params<'process.exec'>, ctx: CallContext, spawnSpec: SpawnSpec): Promise<{ result: Result<'process.exec'>; payload: Buffer }> {
   const started = performance.now();
   const { child, marker } = await spawnTagged(spawnSpec);
   const leaderPid = child.pid;
@@ -203,9 +203,9 @@ async function runForeground(params: Params<'process.exec'>, ctx: CallContext, s
     return kill;
   };
 
-  const files = params.saveOutput ? savedOutputPaths(outputDir, marker) : undefined;
+  const files = params.saveOutput ? savedOutputPaths(marker) : undefined;
   const cap = params.outputCapBytes ?? DEFAULT_OUTPUT_CAP_BYTES;
-  const streams = { stdout: new ForegroundStream(cap, files?.stdout), stderr: new ForegroundStream(cap, files?.stderr) };
+  const streams = { stdout: new ForegroundStream(cap, files?.stdout, spawnSpec.user), stderr: new ForegroundStream(cap, files?.stderr, spawnSpec.user) };
   const gate = new PipeGate([child.stdout, child.stderr]);
   let lastDataAt = performance.now();
   for (const name of ['stdout', 'stderr'] as const) {
@@ -273,8 +273,9 @@ async function runForeground(params: Params<'process.exec'>, ctx: CallContext, s
   }
 }
 
-function savedOutputPaths(outputDir: string, marker: string): { stdout: string; stderr: string } {
-  mkdirSync(outputDir, { recursive: true, mode: 0o700 });
+/** Where `saveOutput` files go: a folder only the daemon writes in; each file is the sandbox user's. */
+function savedOutputPaths(marker: string): { stdout: string; stderr: string } {
+  const outputDir = daemonFolder('output');
   return { stdout: path.join(outputDir, `${marker}.stdout`), stderr: path.join(outputDir, `${marker}.stderr`) };
 }
 

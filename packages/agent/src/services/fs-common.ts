@@ -1,15 +1,46 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { Stats } from 'node:fs';
 import { constants } from 'node:fs';
-import { link, lstat, mkdir, open, rename, unlink, type FileHandle } from 'node:fs/promises';
+import { lchown, link, lstat, mkdir, open, rename, unlink, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { CodedError, describePolicy, MAX_WRITE_GAP_BYTES, type ApprovalRequest, type FilePolicy } from '@warren/protocol';
 import type { CallContext } from '../dispatch.js';
 import { checkKernelName, checkSize, checkSuffix, mapFsError, openChecked, requireRegularFile, resolvePath, type Intent, type ResolvedPath, type ResolveOptions } from '../policy.js';
 
-/** What every file handler needs: the connection's policy. */
+/** What every file handler needs: the connection's policy, and who new files belong to. */
 export interface FsContext {
   policy: FilePolicy;
+  /**
+   * The sandbox user. The daemon runs as root, so every file, folder and link it creates is handed
+   * to this user (through the descriptor where there is one, never following a link), and a file
+   * it replaces keeps its owner. Absent, new files keep the daemon's own identity.
+   */
+  owner?: { uid: number; gid: number } | undefined;
+}
+
+/** Hands a file the daemon just created, through its descriptor, to `owner` (or to the sandbox user). */
+export async function ownHandle(fs: FsContext, handle: FileHandle, owner: { uid: number; gid: number } | undefined = fs.owner): Promise<void> {
+  if (owner) await handle.chown(owner.uid, owner.gid);
+}
+
+/** Hands a folder or link the daemon just created to the sandbox user, without following a link. */
+export async function ownPath(fs: FsContext, target: string): Promise<void> {
+  if (fs.owner) await lchown(target, fs.owner.uid, fs.owner.gid);
+}
+
+/**
+ * `mkdir -p` that hands every folder it made (not those that were there) to the sandbox user.
+ * Resolves the first folder it made, or undefined.
+ */
+export async function makeFolders(fs: FsContext, folder: string, mode?: number): Promise<string | undefined> {
+  const first = await mkdir(folder, { recursive: true, ...(mode !== undefined && { mode }) });
+  if (first !== undefined && fs.owner) {
+    for (let made = folder; ; made = path.posix.dirname(made)) {
+      await ownPath(fs, made);
+      if (made === first || made === '/') break;
+    }
+  }
+  return first;
 }
 
 /**
@@ -135,7 +166,7 @@ export async function appendWrite(fs: FsContext, resolved: ResolvedPath, display
   checkSize(fs.policy, resolved, display, (resolved.stat?.size ?? 0) + content.length);
   if (resolved.stat) requireRegularFile(resolved.stat, display);
   else {
-    await mkdir(path.posix.dirname(resolved.absolute), { recursive: true }).catch((e: unknown) => {
+    await makeFolders(fs, path.posix.dirname(resolved.absolute)).catch((e: unknown) => {
       throw mapFsError(e, display);
     });
   }
@@ -146,7 +177,10 @@ export async function appendWrite(fs: FsContext, resolved: ResolvedPath, display
       });
   try {
     if (resolved.stat) checkHardLinks(fs, await handle.stat(), display);
-    else await checkKernelName(handle, resolved.absolute, display, true);
+    else {
+      await checkKernelName(handle, resolved.absolute, display, true);
+      await ownHandle(fs, handle);
+    }
     await writeAll(handle, content, null, display);
   } finally {
     await handle.close();
@@ -218,7 +252,7 @@ export async function atomicWrite(fs: FsContext, resolved: ResolvedPath, display
     if (options.overwrite === false) throw new CodedError('ALREADY_EXISTS', `'${display}' already exists; pass overwrite: true to replace it.`, { path: display });
   }
   const folder = path.posix.dirname(resolved.absolute);
-  await mkdir(folder, { recursive: true }).catch((e: unknown) => {
+  await makeFolders(fs, folder).catch((e: unknown) => {
     throw mapFsError(e, display);
   });
   const mode = resolved.stat ? resolved.stat.mode & 0o777 : (options.mode ?? 0o644);
@@ -229,6 +263,8 @@ export async function atomicWrite(fs: FsContext, resolved: ResolvedPath, display
   let renamed = false;
   try {
     await checkKernelName(handle, temp, display, true);
+    // A replaced file keeps its owner; a new one is the sandbox user's.
+    await ownHandle(fs, handle, fs.owner && resolved.stat ? { uid: resolved.stat.uid, gid: resolved.stat.gid } : fs.owner);
     await handle.writeFile(content);
     await handle.chmod(mode);
     await handle.close();

@@ -1,12 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
-import { link, mkdir, open, readlink, rename, rmdir, symlink, unlink } from 'node:fs/promises';
+import { link, open, readlink, rename, rmdir, symlink, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { pack } from 'tar-stream';
 import { CodedError, isWithin, MAX_FRAME_BYTES, readCheckedTar, suffixAllowed, type ApprovalRequest, type CheckedTarEntry } from '@warren/protocol';
 import type { Handler } from '../dispatch.js';
 import { checkKernelName, mapFsError, openChecked, requireRegularFile, resolvePath, type ResolvedPath } from '../policy.js';
-import { approve, checkHardLinks, resolveFor, type FsContext } from './fs-common.js';
+import { approve, checkHardLinks, makeFolders, ownHandle, ownPath, resolveFor, type FsContext } from './fs-common.js';
 import { walkTree } from './fs-walk.js';
 
 type TarHandlers = { 'fs.upload': Handler<'fs.upload'>; 'fs.download': Handler<'fs.download'> };
@@ -29,24 +29,24 @@ interface Planned {
  * or the folder changed since the checks), every step is undone in reverse, so the folder is as
  * it was, and the replaced files are back.
  */
-async function applyUpload(dest: ResolvedPath, plan: Planned[], display: string): Promise<{ files: number; directories: number; symlinks: number; bytes: number }> {
+async function applyUpload(fs: FsContext, dest: ResolvedPath, plan: Planned[], display: string): Promise<{ files: number; directories: number; symlinks: number; bytes: number }> {
   const undo: (() => Promise<unknown>)[] = [];
   const replaced: string[] = [];
   const counts = { files: 0, directories: 0, symlinks: 0, bytes: 0 };
   let current = display;
-  const makeFolders = async (folder: string, mode?: number) => {
-    const first = await mkdir(folder, { recursive: true, mode });
+  const makeFoldersUndone = async (folder: string, mode?: number) => {
+    const first = await makeFolders(fs, folder, mode);
     if (first === undefined) return;
     const made = [first, ...path.posix.relative(first, folder).split('/').filter((s) => s !== '').map((_, i, parts) => path.posix.join(first, ...parts.slice(0, i + 1)))];
     for (const dir of made) undo.push(() => rmdir(dir));
   };
   try {
-    await makeFolders(dest.absolute);
+    await makeFoldersUndone(dest.absolute);
     for (const { entry, data, target, display: entryDisplay } of plan) {
       current = entryDisplay;
-      await makeFolders(path.posix.dirname(target.absolute));
+      await makeFoldersUndone(path.posix.dirname(target.absolute));
       if (entry.kind === 'directory') {
-        await makeFolders(target.absolute, entry.mode | 0o700);
+        await makeFoldersUndone(target.absolute, entry.mode | 0o700);
         counts.directories++;
         continue;
       }
@@ -56,6 +56,7 @@ async function applyUpload(dest: ResolvedPath, plan: Planned[], display: string)
         const handle = await open(temp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, entry.mode);
         try {
           await checkKernelName(handle, temp, entryDisplay, true);
+          await ownHandle(fs, handle);
           await handle.writeFile(data);
           await handle.chmod(entry.mode);
         } finally {
@@ -63,6 +64,7 @@ async function applyUpload(dest: ResolvedPath, plan: Planned[], display: string)
         }
       } else {
         await symlink(entry.linkname!, temp);
+        await ownPath(fs, temp);
       }
       if (target.stat) {
         const aside = besideName(target.absolute, 'old');
@@ -149,7 +151,7 @@ export function tarHandlers(fs: FsContext): TarHandlers {
         if (target.mount.writeApproval) await ask({ operation: 'upload', path: target.display, ...(entry.kind === 'file' ? { bytes: entry.size } : {}) });
       }
 
-      return { result: { path: dest.display, ...(await applyUpload(dest, plan, params.path)) } };
+      return { result: { path: dest.display, ...(await applyUpload(fs, dest, plan, params.path)) } };
     },
 
     async 'fs.download'(params, ctx) {

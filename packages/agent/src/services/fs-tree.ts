@@ -6,7 +6,7 @@ import picomatch from 'picomatch';
 import { CodedError, describePolicy, isWithin, mountsOf, suffixAllowed, type EntryType } from '@warren/protocol';
 import type { CallContext, Handler } from '../dispatch.js';
 import { checkKernelName, checkSize, checkSuffix, mapFsError, openChecked, requireRegularFile, resolvePath, typeOf, type ResolvedPath } from '../policy.js';
-import { approve, checkHardLinks, resolveFor, type FsContext } from './fs-common.js';
+import { approve, checkHardLinks, makeFolders, ownHandle, ownPath, resolveFor, type FsContext } from './fs-common.js';
 import { walkTree } from './fs-walk.js';
 
 type TreeHandlers = {
@@ -102,7 +102,7 @@ export function treeHandlers(fs: FsContext): TreeHandlers {
         if (target.stat.isDirectory()) return { result: { path: target.display, created: false } };
         throw new CodedError('ALREADY_EXISTS', `'${params.path}' already exists and is a ${typeOf(target.stat)}, not a folder.`, { path: params.path });
       }
-      await mkdir(target.absolute, { recursive: params.parents, mode: 0o755 }).catch((e: unknown) => {
+      await (params.parents ? makeFolders(fs, target.absolute, 0o755) : mkdir(target.absolute, { mode: 0o755 }).then(() => ownPath(fs, target.absolute))).catch((e: unknown) => {
         throw mapFsError(e, params.path);
       });
       return { result: { path: target.display, created: true } };
@@ -144,7 +144,7 @@ export function treeHandlers(fs: FsContext): TreeHandlers {
         if (to.absolute === from.absolute) return { result: { from: from.display, to: to.display, type: entryType(typeOf(from.stat)) } };
         if (to.stat.isDirectory()) await rm(to.absolute, { recursive: true });
       }
-      await mkdir(path.posix.dirname(to.absolute), { recursive: true }).catch((e: unknown) => {
+      await makeFolders(fs, path.posix.dirname(to.absolute)).catch((e: unknown) => {
         throw mapFsError(e, params.to);
       });
       try {
@@ -252,7 +252,7 @@ async function copyInto(fs: FsContext, ctx: CallContext, from: ResolvedPath, to:
   let files = 0;
   let bytes = 0;
   const folder = path.posix.dirname(to.absolute);
-  await mkdir(folder, { recursive: true }).catch((e: unknown) => {
+  await makeFolders(fs, folder).catch((e: unknown) => {
     throw mapFsError(e, toDisplay);
   });
   const staging = path.posix.join(folder, `.${path.posix.basename(to.absolute).slice(0, 180)}.warren-${randomBytes(6).toString('hex')}`);
@@ -267,6 +267,7 @@ async function copyInto(fs: FsContext, ctx: CallContext, from: ResolvedPath, to:
       const out = await open(dest, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, srcStat.mode & 0o777);
       try {
         await checkKernelName(out, dest, toDisplay, true);
+        await ownHandle(fs, out);
         const buffer = Buffer.allocUnsafe(1024 * 1024);
         for (;;) {
           if (ctx.signal.aborted) throw new CodedError('CANCELLED', 'The copy was cancelled.');
@@ -297,6 +298,7 @@ async function copyInto(fs: FsContext, ctx: CallContext, from: ResolvedPath, to:
       const destDisplay = (rel: string) => (to.display === '.' ? rel : `${to.display}/${rel}`);
       await approveEach?.(to.display);
       await mkdir(staging, { mode: from.stat!.mode & 0o777 });
+      await ownPath(fs, staging);
       let count = 0;
       const walk = walkTree(from.absolute, toDisplay, { maxDepth: 64, maxVisited: MAX_COPY_ENTRIES, signal: ctx.signal });
       for (;;) {
@@ -311,6 +313,7 @@ async function copyInto(fs: FsContext, ctx: CallContext, from: ResolvedPath, to:
         if (e.stat.isDirectory()) {
           await approveEach?.(destDisplay(e.rel));
           await mkdir(dest, { mode: e.stat.mode & 0o777 });
+          await ownPath(fs, dest);
         } else if (e.stat.isFile()) {
           if (!suffixAllowed(to.mount.suffixes, e.rel) || !suffixAllowed(from.mount.suffixes, e.rel)) skip(e.rel, 'suffix not allowed');
           else if (from.mount.maxFileBytes !== undefined && e.stat.size > from.mount.maxFileBytes) skip(e.rel, 'larger than the size limit');
@@ -327,6 +330,7 @@ async function copyInto(fs: FsContext, ctx: CallContext, from: ResolvedPath, to:
           else {
             await approveEach?.(destDisplay(e.rel));
             await symlink(target, dest);
+            await ownPath(fs, dest);
           }
         } else skip(e.rel, `${typeOf(e.stat)} is not copied`);
       }

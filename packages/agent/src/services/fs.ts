@@ -32,7 +32,7 @@ type FsMethod =
  * @example
  * const handlers = fsHandlers({ root: '/workspace', readOnly: true });
  */
-export function fsHandlers(policy: FilePolicy): { [M in FsMethod]: Handler<M> } {
-  const fs: FsContext = { policy };
+export function fsHandlers(policy: FilePolicy, owner?: FsContext['owner']): { [M in FsMethod]: Handler<M> } {
+  const fs: FsContext = { policy, owner };
   return { ...readHandlers(fs), ...writeHandlers(fs), ...treeHandlers(fs), ...tarHandlers(fs) };
 }

@@ -30,6 +30,16 @@ export function baseEnvironment(home: string, sandboxEnv: Readonly<Record<string
 
 const OOM_PRELUDE = 'echo 1000 >/proc/self/oom_score_adj 2>/dev/null; ';
 
+/**
+ * The identity commands run as. The daemon runs as the container's root so that sandbox code
+ * cannot signal, trace or read it; everything it starts is dropped to this user (all groups
+ * cleared) before exec. Absent, children keep the daemon's own identity (tests outside a container).
+ */
+export interface SandboxUser {
+  uid: number;
+  gid: number;
+}
+
 export interface SpawnSpec {
   cmd: string | readonly string[];
   cwd: string;
@@ -37,6 +47,8 @@ export interface SpawnSpec {
   /** The sandbox's environment, under the call's own `env`. */
   sandboxEnv?: Readonly<Record<string, string>> | undefined;
   env?: Record<string, string> | undefined;
+  /** Who the child runs as; see {@link SandboxUser}. */
+  user?: SandboxUser | undefined;
 }
 
 /** A started child and the marker every process of its tree carries. */
@@ -61,6 +73,8 @@ export async function spawnTagged(spec: SpawnSpec): Promise<TaggedChild> {
     env: { ...baseEnvironment(spec.home, spec.sandboxEnv), ...spec.env, [MARKER_VARIABLE]: marker },
     detached: true,
     stdio: ['pipe', 'pipe', 'pipe'],
+    // libuv clears supplementary groups, then sets gid and uid in the child before exec.
+    ...(spec.user && { uid: spec.user.uid, gid: spec.user.gid }),
   });
   child.stdin.on('error', () => undefined); // a child that exits before reading its stdin is not an error
   await new Promise<void>((resolve, reject) => {

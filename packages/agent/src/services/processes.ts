@@ -1,7 +1,7 @@
 import type { Handler } from '../dispatch.js';
 import type { FilePolicy } from '../policy.js';
 import { execHandlers } from './exec.js';
-import { ProcessTable } from './process-table.js';
+import { ProcessTable, type SandboxUser } from './process-table.js';
 import { shellHandlers, ShellSessions } from './shell.js';
 
 export interface ProcessRuntimeOptions {
@@ -9,6 +9,8 @@ export interface ProcessRuntimeOptions {
   home: string;
   /** The sandbox's environment (image `ENV` and create `env`), the base of every command's. */
   sandboxEnv?: Readonly<Record<string, string>> | undefined;
+  /** Who commands run as (the sandbox user); absent, the daemon's own identity. */
+  user?: SandboxUser | undefined;
   /** The cap on processes Warren runs at once in this sandbox. */
   maxProcesses?: number | undefined;
 }
@@ -31,15 +33,20 @@ export class ProcessRuntime {
     return this.options.sandboxEnv;
   }
 
+  /** Who commands run as. */
+  get user(): SandboxUser | undefined {
+    return this.options.user;
+  }
+
   constructor(private readonly options: ProcessRuntimeOptions) {
     this.table = new ProcessTable(options.maxProcesses);
-    this.shells = new ShellSessions({ policy: options.policy, home: options.home, sandboxEnv: options.sandboxEnv, table: this.table });
+    this.shells = new ShellSessions({ policy: options.policy, home: options.home, sandboxEnv: options.sandboxEnv, user: options.user, table: this.table });
   }
 
   /** The process and shell handlers; `policy` (the connection's, by default the sandbox's) resolves `cwd`. */
   handlers(policy: FilePolicy = this.options.policy): ReturnType<typeof execHandlers> & ReturnType<typeof shellHandlers> {
     return {
-      ...execHandlers({ policy, home: this.options.home, sandboxEnv: this.options.sandboxEnv, table: this.table }),
+      ...execHandlers({ policy, home: this.options.home, sandboxEnv: this.options.sandboxEnv, user: this.options.user, table: this.table }),
       ...shellHandlers(this.shells, policy),
     };
   }

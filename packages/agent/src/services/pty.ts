@@ -6,7 +6,7 @@ import { CodedError } from '@warren/protocol';
 import type { Handler } from '../dispatch.js';
 import type { FilePolicy } from '../policy.js';
 import { resolveCwd } from './exec.js';
-import { baseEnvironment } from './process-table.js';
+import { baseEnvironment, type SandboxUser } from './process-table.js';
 import { killTree, MARKER_VARIABLE, newMarker } from './process-tree.js';
 
 type PtyMethod = 'pty.open' | 'pty.write' | 'pty.resize' | 'pty.kill';
@@ -23,7 +23,7 @@ interface Pty {
   resume(): void;
 }
 export interface PtyModule {
-  spawn(file: string, args: string[], options: { name: string; cols: number; rows: number; cwd: string; env: Record<string, string>; encoding: null }): Pty;
+  spawn(file: string, args: string[], options: { name: string; cols: number; rows: number; cwd: string; env: Record<string, string>; encoding: null; uid?: number; gid?: number }): Pty;
 }
 
 /** One open terminal: its program, and the marker that finds everything started in it. */
@@ -94,7 +94,7 @@ function find(handle: string): OpenPty {
  * status. Output leaves as `output` events with binary payloads and pauses the program while the
  * connection is congested.
  */
-export function ptyHandlers(options: { policy: FilePolicy; home: string; sandboxEnv?: Readonly<Record<string, string>> | undefined; load?: () => Promise<PtyModule> }): { [M in PtyMethod]: Handler<M> } {
+export function ptyHandlers(options: { policy: FilePolicy; home: string; sandboxEnv?: Readonly<Record<string, string>> | undefined; user?: SandboxUser | undefined; load?: () => Promise<PtyModule> }): { [M in PtyMethod]: Handler<M> } {
   const load = options.load ?? loadPty;
   return {
     async 'pty.open'(params, ctx) {
@@ -109,7 +109,7 @@ export function ptyHandlers(options: { policy: FilePolicy; home: string; sandbox
       const started = performance.now();
       let pty: Pty;
       try {
-        pty = lib.spawn(argv[0]!, argv.slice(1), { name: 'xterm-256color', cols: params.cols, rows: params.rows, cwd, env, encoding: null });
+        pty = lib.spawn(argv[0]!, argv.slice(1), { name: 'xterm-256color', cols: params.cols, rows: params.rows, cwd, env, encoding: null, ...(options.user && { uid: options.user.uid, gid: options.user.gid }) });
       } catch (err) {
         throw new CodedError('PTY_UNAVAILABLE', `Could not open a terminal for '${argv[0]}': ${err instanceof Error ? err.message : String(err)}.`, { cmd: argv[0] });
       }

@@ -1,13 +1,13 @@
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { CodedError, type Params, type Result } from '@warren/protocol';
 import type { Handler } from '../dispatch.js';
 import type { FilePolicy } from '../policy.js';
 import { resolveCwd } from './exec.js';
 import { CappedOutput, outputAsPayload } from './output.js';
-import { spawnTagged, type ProcessTable, type TaggedChild } from './process-table.js';
+import { createUserFile, daemonFolder } from './daemon-tmp.js';
+import { spawnTagged, type ProcessTable, type SandboxUser, type TaggedChild } from './process-table.js';
 import { killTree, scanProcesses, signalPid } from './process-tree.js';
 
 export const DEFAULT_SHELL_TIMEOUT_MS = 10 * 60 * 1000;
@@ -90,12 +90,12 @@ class ShellSession {
   private readonly stderr = new SentinelStream(DEFAULT_SHELL_OUTPUT_CAP_BYTES);
   private exited = false;
   private readonly exitedPromise: Promise<void>;
-  private readonly scriptDir: string;
 
   private constructor(
     readonly name: string,
     private readonly tagged: TaggedChild,
     private readonly release: () => void,
+    private readonly user: SandboxUser | undefined,
   ) {
     const { child } = tagged;
     child.stdout.on('data', (chunk: Buffer) => this.stdout.push(chunk));
@@ -107,16 +107,14 @@ class ShellSession {
         resolve();
       }),
     );
-    this.scriptDir = path.join(os.tmpdir(), 'warren-shell', tagged.marker);
-    mkdirSync(this.scriptDir, { recursive: true, mode: 0o700 });
     child.stdin.write(PRELUDE);
   }
 
-  static async open(name: string, table: ProcessTable, spec: { cwd: string; home: string; sandboxEnv?: Readonly<Record<string, string>> | undefined; env?: Record<string, string> | undefined }): Promise<ShellSession> {
+  static async open(name: string, table: ProcessTable, spec: { cwd: string; home: string; sandboxEnv?: Readonly<Record<string, string>> | undefined; user?: SandboxUser | undefined; env?: Record<string, string> | undefined }): Promise<ShellSession> {
     const release = table.reserve();
     try {
-      const tagged = await spawnTagged({ cmd: ['bash', '--noprofile', '--norc'], cwd: spec.cwd, home: spec.home, sandboxEnv: spec.sandboxEnv, env: spec.env });
-      return new ShellSession(name, tagged, release);
+      const tagged = await spawnTagged({ cmd: ['bash', '--noprofile', '--norc'], cwd: spec.cwd, home: spec.home, sandboxEnv: spec.sandboxEnv, user: spec.user, env: spec.env });
+      return new ShellSession(name, tagged, release, spec.user);
     } catch (err) {
       release();
       if (err instanceof CodedError && err.code === 'NOT_FOUND') {
@@ -148,9 +146,8 @@ class ShellSession {
     const started = performance.now();
     const startTicks = uptimeTicks();
     const nonce = randomBytes(8).toString('hex');
-    const script = path.join(this.scriptDir, `${nonce}.sh`);
-    mkdirSync(this.scriptDir, { recursive: true, mode: 0o700 }); // a command may have cleaned /tmp
-    writeFileSync(script, cmd.endsWith('\n') ? cmd : `${cmd}\n`, { mode: 0o600 });
+    const script = path.join(daemonFolder('shell'), `${this.tagged.marker}-${nonce}.sh`);
+    createUserFile(script, this.user, cmd.endsWith('\n') ? cmd : `${cmd}\n`);
     let outDone: Completion | undefined;
     let errDone = false;
     let notify: (() => void) | undefined;
@@ -237,7 +234,6 @@ class ShellSession {
     this.tagged.child.stdin.end();
     await killTree({ marker: this.tagged.marker, leaderPid: this.alive ? this.pid : undefined });
     this.release();
-    rmSync(this.scriptDir, { recursive: true, force: true });
   }
 }
 
@@ -281,6 +277,7 @@ export interface ShellOptions {
   policy: FilePolicy;
   home: string;
   sandboxEnv?: Readonly<Record<string, string>> | undefined;
+  user?: SandboxUser | undefined;
   table: ProcessTable;
 }
 
@@ -298,7 +295,7 @@ export class ShellSessions {
       throw new CodedError('RESOURCE_EXHAUSTED', `This sandbox already has ${MAX_SESSIONS} shell sessions, the most it keeps; close one with shell.close first.`, { maxSessions: MAX_SESSIONS });
     }
     const cwd = await resolveCwd(policy, params.cwd);
-    const session = await ShellSession.open(params.session, this.options.table, { cwd, home: this.options.home, sandboxEnv: this.options.sandboxEnv, env: params.env });
+    const session = await ShellSession.open(params.session, this.options.table, { cwd, home: this.options.home, sandboxEnv: this.options.sandboxEnv, user: this.options.user, env: params.env });
     this.sessions.set(params.session, session);
     this.specs.set(params.session, params);
     return { session, created: true };

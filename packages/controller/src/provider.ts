@@ -1,0 +1,110 @@
+import type { SandboxSettings } from '@warren/protocol';
+import type { AgentRuntime } from './runtime.js';
+
+/**
+ * The seam between Warren and whatever runs its sandboxes. The Docker engine is one provider
+ * (`docker.ts`); everything else in the controller (records, auth and grants, the relay, the
+ * reaper, restart supervision, the warm pool, limits, metrics) is written once against this
+ * interface. A provider speaks in its own handles (a container id, a pod name); Warren's own id
+ * of a sandbox's runtime unit is its `agentId`, which keys the daemon's secret and channel.
+ */
+export interface SandboxProvider {
+  /** A short name for logs and `/readyz` (`docker`, `kubernetes`). */
+  readonly name: string;
+  /** Resolves when the backend answers; a typed `UPSTREAM_UNAVAILABLE` otherwise. */
+  ping(): Promise<void>;
+  /** What isolation the backend gives sandboxes, for `/readyz` and `warren doctor`. */
+  isolation(): Promise<ProviderIsolation>;
+  /** The runtimes a create may name (`runc`, `runsc`), with the arguments each is registered with. */
+  runtimes(): Promise<{ name: string; args: string[] }[]>;
+  /** True when the image can start without being fetched. */
+  hasImage(image: string): Promise<boolean>;
+  /**
+   * Makes the agent runtime (Node, its libraries, the bundled daemon) available to sandboxes of
+   * any image, once per runtime build; removes those of old builds where it can.
+   */
+  prepare(runtime: AgentRuntime, helperImage: string): Promise<{ oldRuntimesRemoved: number }>;
+  /**
+   * Creates and starts a sandbox, with its daemon's one-time secret delivered where the daemon
+   * reads it. Returns the provider's handle. The daemon may not answer yet; a failure leaves
+   * nothing behind.
+   */
+  create(spec: SandboxSpec): Promise<string>;
+  /** Starts a stopped sandbox again, its workspace as it was, with a new delivery of the secret. */
+  start(handle: string, agentId: string, daemonSecret: string): Promise<void>;
+  /** Stops a sandbox's processes; its files stay and {@link SandboxProvider.start} brings it back. */
+  stop(handle: string): Promise<void>;
+  /** Freezes every process of a sandbox; memory and files stay. */
+  pause(handle: string): Promise<void>;
+  resume(handle: string): Promise<void>;
+  /** Removes a sandbox, its workspace and its daemon channel; an absent one is not an error. */
+  remove(handle: string, agentId: string): Promise<void>;
+  /** The sandbox's state, or undefined when it is gone. */
+  inspect(handle: string): Promise<ProviderState | undefined>;
+  /** The state of every Warren sandbox at once, by handle. */
+  states(): Promise<Map<string, ProviderState>>;
+  /** Every Warren sandbox this backend runs, whoever made it (owner is a label). */
+  list(): Promise<ProvidedSandbox[]>;
+  /**
+   * Follows the backend's sandbox events: `onEvent` gets `die` (its processes stopped) and
+   * `destroy` (removed); `onEnd` runs once when the backend went away, however briefly.
+   * Resolves with a function that stops following.
+   */
+  events(onEvent: (handle: string, action: string) => void, onEnd: () => void): Promise<() => void>;
+  /** How the controller reaches a sandbox's daemon (a unix socket today). */
+  daemon(agentId: string): DaemonEndpoint;
+  /** Copies a tar archive into a sandbox at `path` (the provider's own way in, not the daemon). */
+  copyIn(handle: string, tar: Buffer, path: string): Promise<void>;
+  /** The last lines the sandbox's daemon wrote, for error messages when it does not come up. */
+  logsTail(handle: string): Promise<string>;
+}
+
+/** What a provider runs: provider-neutral, so it carries no engine's types. */
+export interface SandboxSpec {
+  /** Warren's id of this runtime unit (the sandbox id, or a pool member's). */
+  agentId: string;
+  image: string;
+  env: Record<string, string>;
+  /** Every label, Warren's and the caller's, already prefixed (see `sandboxLabels`). */
+  labels: Record<string, string>;
+  settings: SandboxSettings;
+  /** The secret the daemon accepts connections with. */
+  daemonSecret: string;
+}
+
+/** `gone` is `undefined`: a handle the backend no longer knows. */
+export type ProviderState = 'running' | 'paused' | 'exited';
+
+export interface ProvidedSandbox {
+  handle: string;
+  labels: Record<string, string>;
+  state: ProviderState | undefined;
+}
+
+/** Where a daemon listens, as the relay opens it. */
+export interface DaemonEndpoint {
+  /** A unix socket on the controller's side, checked with `lstat` before each connect. */
+  socketPath: string;
+}
+
+/** What isolation a backend gives sandboxes, as `/readyz` and `warren doctor` report it. */
+export interface ProviderIsolation {
+  /** The host uid/gid of a container's root under user-namespace remap; null without remap. */
+  usernsRemap: { uid: number; gid: number } | null;
+  /** The backend runs without root (rootless Docker or Podman). */
+  rootless: boolean;
+  /** `1` or `2`. */
+  cgroupVersion: string;
+  cgroupDriver: string;
+  /** False where memory, CPU and pids limits are accepted without being enforced (rootless on cgroup v1). */
+  limitsEnforced: boolean;
+  seccomp: boolean;
+  apparmor: boolean;
+  selinux: boolean;
+  /** gVisor (`runsc`) is registered: `runtime: 'runsc'` is available. */
+  gvisor: boolean;
+  runtimes: string[];
+  storageDriver: string;
+  /** Whether each sandbox's /workspace is a disk of its own with a size limit (`diskMb`), and why not. */
+  diskQuota: { quota: boolean; kind: string; reason?: string | undefined };
+}

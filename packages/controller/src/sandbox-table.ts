@@ -1,0 +1,143 @@
+import { CodedError, FilePolicy, SandboxSettings, type SandboxInfo, type SandboxState } from '@warren/protocol';
+import { LABELS } from './labels.js';
+import type { ProviderState } from './provider.js';
+
+/** What the controller knows of one sandbox. */
+export interface SandboxRecord {
+  /** The public id: in URLs and tokens. */
+  id: string;
+  /**
+   * Warren's id of the sandbox's runtime unit: keys its daemon secret and channel. Equal to `id`
+   * for a cold create; a warm-pool member keeps the id it was made with.
+   */
+  agentId: string;
+  /** The provider's handle (a container id). */
+  containerId: string;
+  image: string;
+  createdAt: Date;
+  expiresAt: Date;
+  labels: Record<string, string>;
+  settings: SandboxSettings;
+  /** The base file policy from the create request, if any. */
+  policy?: unknown;
+  /** Last state seen: set by this controller's own actions and refreshed by the reaper. */
+  state: SandboxState;
+  pooled: boolean;
+}
+
+/** Filters of {@link SandboxTable.find}. */
+export interface ListFilter {
+  labels?: Record<string, string>;
+  state?: SandboxState;
+}
+
+/**
+ * The sandboxes this controller knows, by public id: lookup, listing and counts. It holds no
+ * behaviour of its own; the service, the supervisor and the reaper change the records.
+ */
+export class SandboxTable {
+  private readonly records = new Map<string, SandboxRecord>();
+
+  get size(): number {
+    return this.records.size;
+  }
+
+  set(record: SandboxRecord): void {
+    this.records.set(record.id, record);
+  }
+
+  delete(id: string): void {
+    this.records.delete(id);
+  }
+
+  has(id: string): boolean {
+    return this.records.has(id);
+  }
+
+  /** The record, or undefined. */
+  find(id: string): SandboxRecord | undefined {
+    return this.records.get(id);
+  }
+
+  /** The record of a sandbox, or `SANDBOX_NOT_FOUND`. */
+  require(id: string): SandboxRecord {
+    const record = this.records.get(id);
+    if (!record) throw new CodedError('SANDBOX_NOT_FOUND', `No sandbox '${id}': it never existed, was killed, or expired. List sandboxes with GET /v1/sandboxes.`, { sandboxId: id });
+    return record;
+  }
+
+  byHandle(handle: string): SandboxRecord | undefined {
+    for (const record of this.records.values()) if (record.containerId === handle) return record;
+    return undefined;
+  }
+
+  list(): SandboxRecord[] {
+    return [...this.records.values()];
+  }
+
+  /** The sandboxes that carry every given label and are in the given state. */
+  filter(filter: ListFilter = {}): SandboxInfo[] {
+    return this.list()
+      .filter((r) => Object.entries(filter.labels ?? {}).every(([k, v]) => r.labels[k] === v))
+      .filter((r) => filter.state === undefined || r.state === filter.state)
+      .map(describe);
+  }
+
+  /** Counts by state, for the metrics gauge. */
+  countByState(): Record<string, number> {
+    const counts: Record<string, number> = { running: 0, paused: 0, exited: 0 };
+    for (const r of this.records.values()) counts[r.state] = (counts[r.state] ?? 0) + 1;
+    return counts;
+  }
+}
+
+/** A record rebuilt from a sandbox's labels (after a controller restart). */
+export function recordFromLabels(agentId: string, handle: string, labels: Record<string, string>, state: SandboxState): SandboxRecord {
+  const user: Record<string, string> = {};
+  for (const [key, value] of Object.entries(labels)) if (key.startsWith(LABELS.userPrefix)) user[key.slice(LABELS.userPrefix.length)] = value;
+  const settings = SandboxSettings.safeParse(safeJson(labels[LABELS.settings]));
+  const record: SandboxRecord = {
+    id: agentId,
+    agentId,
+    containerId: handle,
+    image: labels[LABELS.image] ?? '',
+    createdAt: new Date(labels[LABELS.createdAt] ?? 0),
+    expiresAt: new Date(labels[LABELS.expiresAt] ?? 0),
+    labels: user,
+    settings: settings.success
+      ? settings.data
+      : { cpus: 1, memoryMb: 1024, pidsLimit: 512, network: 'none', runtime: 'runc', user: '1000:1000', workdir: '/workspace', ttlSeconds: 3600, mounts: [] },
+    state,
+    pooled: false,
+  };
+  const policy = FilePolicy.safeParse(safeJson(labels[LABELS.policy]));
+  if (policy.success) record.policy = policy.data;
+  return record;
+}
+
+function safeJson(text: string | undefined): unknown {
+  if (text === undefined) return undefined;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+/** A sandbox as the REST API describes it. */
+export function describe(record: SandboxRecord): SandboxInfo {
+  return {
+    id: record.id,
+    state: record.state,
+    image: record.image,
+    createdAt: record.createdAt.toISOString(),
+    expiresAt: record.expiresAt.toISOString(),
+    labels: record.labels,
+    settings: record.settings,
+  };
+}
+
+/** A provider's state as a sandbox state (`gone` when the provider no longer knows it). */
+export function toState(state: ProviderState | undefined): SandboxState {
+  return state ?? 'gone';
+}

@@ -1,0 +1,473 @@
+import { execFile } from 'node:child_process';
+import { constants } from 'node:fs';
+import { lstat, mkdir, open, readdir, readFile, realpath, rm, rmdir, statfs } from 'node:fs/promises';
+import path from 'node:path';
+import { CodedError } from '@warren/protocol';
+
+/**
+ * Per-sandbox disk quota for `/workspace`.
+ *
+ * Each sandbox's workspace is a file system of its own: a sparse ext4 image of exactly the asked
+ * size in `<stateDir>/workspaces/<agentId>.ext4`, loop-mounted at `<stateDir>/workspaces/<agentId>`,
+ * whose `workspace` folder is bind-mounted into the container. The sandbox cannot write more than
+ * the file system holds (ENOSPC) whatever it does inside, and creates are admitted only while
+ * every image can still grow to its full size without taking the host's file system below a
+ * reserve, so sandboxes together never fill the host.
+ *
+ * Not btrfs subvolumes with a qgroup limit: any unprivileged process can create a nested
+ * subvolume (one ioctl, no capability needed), whose qgroup has no limit, and write past the
+ * quota; docs/disk-quota.md has the details.
+ */
+
+/** What {@link WorkspaceStore.describe} says about this host. */
+export interface WorkspaceStoreDescription {
+  /** True when every new workspace gets a byte limit that the sandbox cannot exceed. */
+  quota: boolean;
+  /** `ext4-image`: a file system of its own per sandbox; `volume`: Docker's anonymous volume, no limit. */
+  kind: 'ext4-image' | 'volume';
+  /** Why there is no quota, when there is none. Never names a host path. */
+  reason?: string;
+}
+
+/** A workspace's usage, as `df` inside the sandbox shows it. */
+export interface WorkspaceUsage {
+  usedBytes: number;
+  limitBytes: number;
+}
+
+/**
+ * The workspaces of this controller's sandboxes. Every method takes the container's Warren id
+ * (`agentId`: letters and digits only) and builds every host path from it; nothing is ever read
+ * from inside a workspace, so nothing a sandbox creates there is followed. Failures are
+ * {@link CodedError}s whose messages name no host path (details go to the log).
+ *
+ * @example
+ * const workspaces = await openWorkspaceStore({ stateDir: config.stateDir });
+ * const hostPath = await workspaces.create(agentId, { uid: 1000, gid: 1000 }, 1024 * 1024 * 1024);
+ * // hostPath === undefined: no quota on this host, use an anonymous volume as before.
+ */
+export interface WorkspaceStore {
+  /** Whether workspaces get a byte limit on this host, and if not, why. */
+  describe(): WorkspaceStoreDescription;
+  /**
+   * Makes the workspace of one sandbox, owned by the given host uid/gid and limited to
+   * `limitBytes`; returns the host folder to bind-mount at `/workspace`, or `undefined` when this
+   * store gives no quota (the caller then uses an anonymous Docker volume).
+   * Throws `RESOURCE_EXHAUSTED` when the host has no room for it.
+   */
+  create(agentId: string, owner: { uid: number; gid: number }, limitBytes: number): Promise<string | undefined>;
+  /**
+   * Makes sure an existing workspace is mounted (after a host reboot it is not) and returns the
+   * same host folder as {@link WorkspaceStore.create}; `undefined` when this store gives no quota.
+   * Call it before starting a stopped sandbox again.
+   */
+  attach(agentId: string): Promise<string | undefined>;
+  /** Unmounts and deletes a workspace and its data. Idempotent. */
+  remove(agentId: string): Promise<void>;
+  /** Usage and limit in bytes, for metrics and `/readyz`; `undefined` when there is no quota or it is not mounted. */
+  usage(agentId: string): Promise<WorkspaceUsage | undefined>;
+  /** The agent ids that have a workspace on this host (to find ones whose sandbox is gone). */
+  list(): Promise<string[]>;
+}
+
+/** How {@link openWorkspaceStore} decides. */
+export interface WorkspaceStoreOptions {
+  /** The controller's state folder; workspaces live in its `workspaces` folder. */
+  stateDir: string;
+  /** `auto` (default): a quota where this host can; `required`: refuse to open without one; `off`: never. */
+  mode?: 'auto' | 'required' | 'off' | undefined;
+  /** The Docker engine runs on another host, which cannot see this host's folders. */
+  remoteEngine?: boolean | undefined;
+  /** Free bytes that workspaces always leave on the host's file system (default {@link defaultReserveBytes}). */
+  reserveBytes?: number | undefined;
+  /** Whether this process may mount file systems; defaults to running as uid 0. */
+  root?: boolean | undefined;
+  /** Where operator-facing details go (host paths, command output). */
+  log?: ((event: string, fields?: Record<string, unknown>) => void) | undefined;
+}
+
+/** The smallest workspace: ext4 with a journal needs a few MiB for itself. */
+export const MIN_WORKSPACE_BYTES = 16 * 1024 * 1024;
+
+const MIB = 1024 * 1024;
+const GIB = 1024 * MIB;
+
+// 4 KiB blocks, an inode per 8 KiB (node_modules-sized files), no blocks reserved for root (the
+// daemon runs as the container's root and must hit the same limit), read-only on errors. The
+// image is a fresh sparse file that reads as zeros, so inode tables and the journal need no
+// zeroing (nodiscard keeps mkfs from punching holes it does not need to).
+const MKFS_ARGS = ['-q', '-F', '-b', '4096', '-i', '8192', '-m', '0', '-e', 'remount-ro', '-E', 'nodiscard,lazy_itable_init=1,lazy_journal_init=1'];
+// `loop` lets mount(8) attach a loop device that detaches itself on unmount; `discard` hands
+// space the sandbox frees back to the host (holes in the sparse image).
+const MOUNT_OPTIONS = 'loop,nosuid,nodev,noatime,discard,noinit_itable';
+
+/**
+ * Opens the workspace store of this controller: per-sandbox ext4 images when the controller runs
+ * as root with a local engine and can mount a loop file system (checked with a 16 MiB probe),
+ * else Docker volumes without a limit, with the reason in `describe()`.
+ *
+ * @example
+ * const workspaces = await openWorkspaceStore({ stateDir: '/var/lib/warren', remoteEngine: false, log });
+ * if (!workspaces.describe().quota) log('no disk quota', { reason: workspaces.describe().reason });
+ */
+export async function openWorkspaceStore(options: WorkspaceStoreOptions): Promise<WorkspaceStore> {
+  const log = options.log ?? (() => undefined);
+  const mode = options.mode ?? 'auto';
+  const withoutQuota = (reason: string): WorkspaceStore => {
+    if (mode === 'required') throw new CodedError('INTERNAL', `workspaceQuota is 'required', but ${reason}.`);
+    log('workspaces.no-quota', { reason });
+    return new VolumeWorkspaces(reason);
+  };
+  const reason = quotaUnavailableReason({ mode, remoteEngine: options.remoteEngine ?? false, root: options.root ?? process.getuid?.() === 0 });
+  if (reason !== undefined) return mode === 'off' ? new VolumeWorkspaces(reason) : withoutQuota(reason);
+  let dir: string;
+  try {
+    dir = await prepareWorkspacesDir(options.stateDir);
+    await probe(dir);
+  } catch (err) {
+    log('workspaces.probe-failed', { error: String(err) });
+    return withoutQuota(probeFailureReason(err));
+  }
+  const host = await statfs(dir);
+  const reserveBytes = options.reserveBytes ?? defaultReserveBytes(host.blocks * host.bsize);
+  log('workspaces.ready', { kind: 'ext4-image', dir, reserveBytes });
+  return new ImageWorkspaces(dir, reserveBytes, log);
+}
+
+/** Why this host gives no quota before anything is tried, or `undefined` when it may. */
+export function quotaUnavailableReason(host: { mode: 'auto' | 'required' | 'off'; remoteEngine: boolean; root: boolean }): string | undefined {
+  if (host.mode === 'off') return "it is turned off (workspaceQuota: 'off')";
+  if (host.remoteEngine) return 'the Docker engine is on another host, which cannot mount this host\'s workspace file systems';
+  if (!host.root) return 'the controller does not run as root, and mounting a workspace file system needs root';
+  return undefined;
+}
+
+/** Free space kept for the host by default: 5% of its file system, at least 1 GiB. */
+export function defaultReserveBytes(fileSystemBytes: number): number {
+  return Math.max(GIB, Math.floor(fileSystemBytes * 0.05));
+}
+
+/** True for an id this store builds paths from: letters and digits only, as Warren's ids are. */
+export function isWorkspaceId(agentId: string): boolean {
+  return /^[0-9A-Za-z]{1,64}$/.test(agentId);
+}
+
+/** A workspace's size: at least {@link MIN_WORKSPACE_BYTES}, rounded up to whole 4 KiB blocks. */
+export function workspaceSizeBytes(limitBytes: number): number {
+  if (!Number.isSafeInteger(limitBytes) || limitBytes < MIN_WORKSPACE_BYTES) {
+    throw new CodedError('INVALID_PARAMS', `A sandbox's disk must be a whole number of bytes of at least ${MIN_WORKSPACE_BYTES / MIB} MiB; ask for diskMb ${MIN_WORKSPACE_BYTES / MIB} or more.`, { minMb: MIN_WORKSPACE_BYTES / MIB });
+  }
+  return Math.ceil(limitBytes / 4096) * 4096;
+}
+
+/**
+ * How many more bytes of workspace the host can promise: its free space, minus what every
+ * existing image may still grow by (size minus what it already takes), minus the reserve.
+ */
+export function roomForWorkspaces(host: { freeBytes: number; reserveBytes: number; images: { sizeBytes: number; allocatedBytes: number }[] }): number {
+  const growth = host.images.reduce((sum, image) => sum + Math.max(0, image.sizeBytes - image.allocatedBytes), 0);
+  return Math.max(0, host.freeBytes - growth - host.reserveBytes);
+}
+
+/** One line of /proc/self/mountinfo, the fields this store needs. */
+export interface MountEntry {
+  mountPoint: string;
+  fsType: string;
+  source: string;
+}
+
+/** Parses /proc/self/mountinfo (see proc(5)); later entries are mounted over earlier ones. */
+export function parseMountInfo(text: string): MountEntry[] {
+  const unescape = (field: string) => field.replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(parseInt(octal, 8)));
+  const entries: MountEntry[] = [];
+  for (const line of text.split('\n')) {
+    const [before, after] = line.split(' - ');
+    if (before === undefined || after === undefined) continue;
+    const mountPoint = before.split(' ')[4];
+    const [fsType, source] = after.split(' ');
+    if (mountPoint === undefined || fsType === undefined || source === undefined) continue;
+    entries.push({ mountPoint: unescape(mountPoint), fsType, source: unescape(source) });
+  }
+  return entries;
+}
+
+/** The host paths of one workspace, all built from the id. */
+function workspacePaths(dir: string, agentId: string): { image: string; mountPoint: string; workspace: string } {
+  if (!isWorkspaceId(agentId)) throw new CodedError('INVALID_PARAMS', 'A workspace id is letters and digits only.');
+  const mountPoint = path.join(dir, agentId);
+  return { image: `${mountPoint}.ext4`, mountPoint, workspace: path.join(mountPoint, 'workspace') };
+}
+
+/** Docker's anonymous volumes, as before: no limit, nothing to do here. */
+class VolumeWorkspaces implements WorkspaceStore {
+  constructor(private readonly reason: string) {}
+
+  describe(): WorkspaceStoreDescription {
+    return { quota: false, kind: 'volume', reason: this.reason };
+  }
+
+  async create(): Promise<undefined> {
+    return undefined;
+  }
+
+  async attach(): Promise<undefined> {
+    return undefined;
+  }
+
+  async remove(): Promise<void> {}
+
+  async usage(): Promise<undefined> {
+    return undefined;
+  }
+
+  async list(): Promise<string[]> {
+    return [];
+  }
+}
+
+class ImageWorkspaces implements WorkspaceStore {
+  /** Creates pass the admission check one at a time, so two cannot both take the last room. */
+  private admission: Promise<unknown> = Promise.resolve();
+
+  constructor(
+    private readonly dir: string,
+    private readonly reserveBytes: number,
+    private readonly log: (event: string, fields?: Record<string, unknown>) => void,
+  ) {}
+
+  describe(): WorkspaceStoreDescription {
+    return { quota: true, kind: 'ext4-image' };
+  }
+
+  async create(agentId: string, owner: { uid: number; gid: number }, limitBytes: number): Promise<string> {
+    const paths = workspacePaths(this.dir, agentId);
+    if (![owner.uid, owner.gid].every((id) => Number.isSafeInteger(id) && id >= 0)) throw new CodedError('INVALID_PARAMS', 'A workspace owner is a numeric uid and gid.');
+    const size = workspaceSizeBytes(limitBytes);
+    await this.admit(paths.image, size);
+    try {
+      await runCommand('mkfs.ext4', [...MKFS_ARGS, paths.image]);
+      await makeMountPoint(this.dir, paths.mountPoint);
+      await runCommand('mount', ['-t', 'ext4', '-o', MOUNT_OPTIONS, paths.image, paths.mountPoint]);
+      await prepareRoot(this.dir, paths, owner);
+      return paths.workspace;
+    } catch (err) {
+      this.log('workspaces.create-failed', { agentId, error: String(err) });
+      await this.remove(agentId).catch((e: unknown) => this.log('workspaces.remove-failed', { agentId, error: String(e) }));
+      throw new CodedError('INTERNAL', "Could not make the sandbox's disk; the controller's log has the details. Try again; if it repeats, tell the operator.");
+    }
+  }
+
+  async attach(agentId: string): Promise<string> {
+    const paths = workspacePaths(this.dir, agentId);
+    const top = await this.mountedAt(paths.mountPoint);
+    if (top === undefined) {
+      const image = await lstat(paths.image).catch(() => undefined);
+      if (!image?.isFile()) throw new CodedError('INTERNAL', "This sandbox's disk is missing on the host, so it cannot start again; kill it and create a new one.");
+      try {
+        await makeMountPoint(this.dir, paths.mountPoint);
+        await runCommand('mount', ['-t', 'ext4', '-o', MOUNT_OPTIONS, paths.image, paths.mountPoint]);
+      } catch (err) {
+        this.log('workspaces.attach-failed', { agentId, error: String(err) });
+        throw new CodedError('INTERNAL', "Could not mount the sandbox's disk again; the controller's log has the details.");
+      }
+    } else if (top.fsType !== 'ext4' || (await loopBackingFile(top.source)) !== paths.image) {
+      this.log('workspaces.attach-failed', { agentId, error: `${paths.mountPoint} holds ${top.fsType} from ${top.source}, not ${paths.image}` });
+      throw new CodedError('INTERNAL', "Something other than the sandbox's disk is mounted where it belongs; the controller's log has the details.");
+    }
+    const workspace = await lstat(paths.workspace).catch(() => undefined);
+    if (!workspace?.isDirectory()) throw new CodedError('INTERNAL', "The sandbox's disk has no workspace folder; kill the sandbox and create a new one.");
+    return paths.workspace;
+  }
+
+  async remove(agentId: string): Promise<void> {
+    const paths = workspacePaths(this.dir, agentId);
+    // Stacked mounts come off one at a time; a few is more than this store ever makes.
+    for (let i = 0; i < 4 && (await this.mountedAt(paths.mountPoint)) !== undefined; i++) await unmount(paths.mountPoint);
+    if ((await this.mountedAt(paths.mountPoint)) !== undefined) throw new CodedError('INTERNAL', "Could not unmount the sandbox's disk; the controller's log has the details.");
+    await rm(paths.image, { force: true });
+    // rmdir, never a recursive delete: once unmounted the mount point is an empty folder of ours.
+    await rmdir(paths.mountPoint).catch((err: NodeJS.ErrnoException) => {
+      if (err.code !== 'ENOENT') this.log('workspaces.mount-point-left', { agentId, error: String(err) });
+    });
+  }
+
+  async usage(agentId: string): Promise<WorkspaceUsage | undefined> {
+    const paths = workspacePaths(this.dir, agentId);
+    if (!(await this.isMountPoint(paths.mountPoint))) return undefined;
+    const fs = await statfs(paths.mountPoint);
+    return { usedBytes: (fs.blocks - fs.bfree) * fs.bsize, limitBytes: fs.blocks * fs.bsize };
+  }
+
+  async list(): Promise<string[]> {
+    const names = await readdir(this.dir);
+    return names.filter((name) => name.endsWith('.ext4')).map((name) => name.slice(0, -'.ext4'.length)).filter(isWorkspaceId).sort();
+  }
+
+  /** Checks that the host has room for `size` more bytes and creates the sparse image, one create at a time. */
+  private async admit(image: string, size: number): Promise<void> {
+    const turn = this.admission.then(async () => {
+      const room = await this.room();
+      if (size > room) {
+        const mb = (bytes: number) => Math.floor(bytes / MIB);
+        throw new CodedError(
+          'RESOURCE_EXHAUSTED',
+          `This host has room for ${mb(room)} MiB more of sandbox disks (it keeps ${mb(this.reserveBytes)} MiB free for itself), and this sandbox asked for ${mb(size)} MiB. Ask for a smaller diskMb, or kill sandboxes you no longer use.`,
+          { requestedMb: mb(size), availableMb: mb(room) },
+        );
+      }
+      const handle = await open(image, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600).catch((err: NodeJS.ErrnoException) => {
+        this.log('workspaces.create-failed', { image, error: String(err) });
+        throw new CodedError('INTERNAL', err.code === 'EEXIST' ? 'This sandbox already has a disk.' : "Could not make the sandbox's disk; the controller's log has the details.");
+      });
+      try {
+        await handle.truncate(size);
+      } catch (err) {
+        await rm(image, { force: true });
+        this.log('workspaces.create-failed', { image, error: String(err) });
+        throw new CodedError('INTERNAL', "Could not make the sandbox's disk; the controller's log has the details.");
+      } finally {
+        await handle.close();
+      }
+    });
+    this.admission = turn.catch(() => undefined);
+    await turn;
+  }
+
+  private async room(): Promise<number> {
+    const host = await statfs(this.dir);
+    const images: { sizeBytes: number; allocatedBytes: number }[] = [];
+    for (const name of await readdir(this.dir)) {
+      if (!name.endsWith('.ext4')) continue;
+      const info = await lstat(path.join(this.dir, name)).catch(() => undefined);
+      if (info?.isFile()) images.push({ sizeBytes: info.size, allocatedBytes: info.blocks * 512 });
+    }
+    return roomForWorkspaces({ freeBytes: host.bavail * host.bsize, reserveBytes: this.reserveBytes, images });
+  }
+
+  /** The top mount at `mountPoint`, if any. */
+  private async mountedAt(mountPoint: string): Promise<MountEntry | undefined> {
+    return parseMountInfo(await readFile('/proc/self/mountinfo', 'utf8')).filter((m) => m.mountPoint === mountPoint).at(-1);
+  }
+
+  /** True when a file system is mounted at `mountPoint` (its device differs from the folder it is in). */
+  private async isMountPoint(mountPoint: string): Promise<boolean> {
+    const [inside, parent] = await Promise.all([lstat(mountPoint).catch(() => undefined), lstat(this.dir)]);
+    return inside !== undefined && inside.dev !== parent.dev;
+  }
+}
+
+/** Makes `<stateDir>/workspaces`: a real folder (no link), root's, 0700. Returns its canonical path. */
+async function prepareWorkspacesDir(stateDir: string): Promise<string> {
+  await mkdir(stateDir, { recursive: true, mode: 0o700 });
+  const dir = path.join(await realpath(stateDir), 'workspaces');
+  await mkdir(dir, { mode: 0o700 }).catch((err: NodeJS.ErrnoException) => {
+    if (err.code !== 'EEXIST') throw err;
+  });
+  const info = await lstat(dir);
+  if (!info.isDirectory() || info.uid !== 0) throw new Error(`${dir} is not a folder owned by root`);
+  if ((info.mode & 0o777) !== 0o700) {
+    const handle = await open(dir, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW);
+    await handle.chmod(0o700).finally(() => handle.close());
+  }
+  return dir;
+}
+
+/** Makes and mounts a 16 MiB workspace and takes it down again: proves mkfs, loop devices and mount work here. */
+async function probe(dir: string): Promise<void> {
+  const image = path.join(dir, '.probe.ext4');
+  const mountPoint = path.join(dir, '.probe');
+  const clean = async () => {
+    if (parseMountInfo(await readFile('/proc/self/mountinfo', 'utf8')).some((m) => m.mountPoint === mountPoint)) await unmount(mountPoint);
+    await rm(image, { force: true });
+    await rmdir(mountPoint).catch(() => undefined);
+  };
+  await clean();
+  try {
+    const handle = await open(image, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
+    await handle.truncate(MIN_WORKSPACE_BYTES).finally(() => handle.close());
+    await runCommand('mkfs.ext4', [...MKFS_ARGS, image]);
+    await makeMountPoint(dir, mountPoint);
+    await runCommand('mount', ['-t', 'ext4', '-o', MOUNT_OPTIONS, image, mountPoint]);
+  } finally {
+    await clean();
+  }
+}
+
+function probeFailureReason(err: unknown): string {
+  if (err instanceof CommandError) {
+    if (err.missing) return `${err.command} is not installed (Debian: apt-get install ${err.command === 'mkfs.ext4' ? 'e2fsprogs' : 'mount'})`;
+    if (err.command === 'mount') return 'this host cannot mount a loop file system (no loop devices, or no permission to mount); the controller log has the details';
+    return `${err.command} failed; the controller log has the details`;
+  }
+  return "the workspace folder in the controller's state folder could not be prepared; the controller log has the details";
+}
+
+/** An empty folder of ours to mount on: made if missing; an existing one must be a plain folder with nothing mounted on it. */
+async function makeMountPoint(dir: string, mountPoint: string): Promise<void> {
+  await mkdir(mountPoint, { mode: 0o700 }).catch((err: NodeJS.ErrnoException) => {
+    if (err.code !== 'EEXIST') throw err;
+  });
+  const [info, parent] = await Promise.all([lstat(mountPoint), lstat(dir)]);
+  if (!info.isDirectory() || info.dev !== parent.dev) throw new Error(`${mountPoint} is not an empty folder to mount on`);
+}
+
+/**
+ * Readies a freshly mounted image, before any container sees it: its root stays root's (0700, so
+ * the mount point hides nothing a sandbox can change), and its `workspace` folder, the one bound
+ * into the container, goes to the sandbox user through a descriptor opened without following links.
+ */
+async function prepareRoot(dir: string, paths: { mountPoint: string; workspace: string }, owner: { uid: number; gid: number }): Promise<void> {
+  const flags = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
+  const root = await open(paths.mountPoint, flags);
+  try {
+    const [info, parent] = await Promise.all([root.stat(), lstat(dir)]);
+    if (info.dev === parent.dev) throw new Error(`${paths.mountPoint} is not mounted`);
+    await root.chmod(0o700);
+  } finally {
+    await root.close();
+  }
+  await mkdir(paths.workspace, { mode: 0o755 });
+  const workspace = await open(paths.workspace, flags);
+  try {
+    await workspace.chown(owner.uid, owner.gid);
+    await workspace.chmod(0o755);
+  } finally {
+    await workspace.close();
+  }
+}
+
+/** The file behind a loop device (`/dev/loopN`), or `undefined` for anything else. */
+async function loopBackingFile(source: string): Promise<string | undefined> {
+  const name = /^\/dev\/(loop\d+)$/.exec(source)?.[1];
+  if (name === undefined) return undefined;
+  return (await readFile(`/sys/block/${name}/loop/backing_file`, 'utf8').catch(() => '')).trim() || undefined;
+}
+
+/** Unmounts; a mount still in use on the host (a shell in it) is detached lazily instead. */
+async function unmount(mountPoint: string): Promise<void> {
+  await runCommand('umount', [mountPoint]).catch(() => runCommand('umount', ['-l', mountPoint]));
+}
+
+/** A failed command, with what it printed (for the log, never for clients: it names host paths). */
+class CommandError extends Error {
+  constructor(
+    readonly command: string,
+    readonly missing: boolean,
+    detail: string,
+  ) {
+    super(`${command}: ${detail}`);
+  }
+}
+
+// Root's tools live in sbin, which a service manager's PATH may leave out.
+const COMMAND_ENV = { PATH: `${process.env.PATH ?? ''}:/usr/local/sbin:/usr/sbin:/sbin:/usr/bin:/bin`, LC_ALL: 'C' };
+
+function runCommand(command: string, args: string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    execFile(command, args, { env: COMMAND_ENV, timeout: 60_000, maxBuffer: 1024 * 1024 }, (err, stdout, stderr) => {
+      if (!err) return resolve(stdout);
+      const missing = (err as NodeJS.ErrnoException).code === 'ENOENT';
+      reject(new CommandError(command, missing, `${[command, ...args].join(' ')} failed: ${String(stderr).trim() || err.message}`));
+    });
+  });
+}

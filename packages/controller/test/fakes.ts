@@ -1,0 +1,158 @@
+import type { Clock, DaemonEndpoint, ProvidedSandbox, ProviderIsolation, ProviderState, SandboxProvider, SandboxSpec } from '../src/index.js';
+
+/**
+ * A fake clock for unit tests: `now()` moves only when the test says so, and `sleep()` resolves
+ * once the clock has been advanced past its end.
+ */
+export class FakeClock implements Clock {
+  private time: number;
+  private readonly sleepers: { until: number; wake: () => void }[] = [];
+
+  constructor(start = Date.parse('2026-01-01T00:00:00Z')) {
+    this.time = start;
+  }
+
+  now(): number {
+    return this.time;
+  }
+
+  sleep(ms: number): Promise<void> {
+    return new Promise((wake) => this.sleepers.push({ until: this.time + ms, wake }));
+  }
+
+  /** Moves time on, waking every sleeper whose time has come, and lets their continuations run. */
+  async advance(ms: number): Promise<void> {
+    this.time += ms;
+    for (let round = 0; round < 20; round++) {
+      const due = this.sleepers.filter((s) => s.until <= this.time);
+      for (const s of due) this.sleepers.splice(this.sleepers.indexOf(s), 1);
+      for (const s of due) s.wake();
+      await new Promise((r) => setImmediate(r));
+    }
+  }
+}
+
+/** One sandbox the fake provider runs. */
+interface FakeSandbox {
+  handle: string;
+  agentId: string;
+  labels: Record<string, string>;
+  state: ProviderState;
+}
+
+/**
+ * An in-memory {@link SandboxProvider} for unit tests: sandboxes are records, states change when
+ * the test says so, and events go to whoever follows. The e2e tier runs the real Docker provider
+ * through the same contract (`test/support/provider-contract.ts`).
+ */
+export class FakeProvider implements SandboxProvider {
+  readonly name = 'fake';
+  readonly sandboxes = new Map<string, FakeSandbox>();
+  readonly calls: string[] = [];
+  /** When set, `create` waits for this before answering (or failing). */
+  createGate: ((spec: SandboxSpec) => Promise<void>) | undefined;
+  /** When set, `start` fails with it. */
+  startFailure: Error | undefined;
+  private followers: { onEvent: (handle: string, action: string) => void; onEnd: () => void }[] = [];
+  private next = 0;
+
+  async ping(): Promise<void> {}
+
+  async isolation(): Promise<ProviderIsolation> {
+    return { usernsRemap: null, rootless: false, cgroupVersion: '2', cgroupDriver: 'fake', limitsEnforced: true, seccomp: true, apparmor: false, selinux: false, gvisor: false, runtimes: ['runc'], storageDriver: 'fake', diskQuota: { quota: false, kind: 'volume', reason: 'a fake provider' } };
+  }
+
+  async runtimes(): Promise<{ name: string; args: string[] }[]> {
+    return [{ name: 'runc', args: [] }];
+  }
+
+  async hasImage(): Promise<boolean> {
+    return true;
+  }
+
+  async prepare(): Promise<{ oldRuntimesRemoved: number }> {
+    return { oldRuntimesRemoved: 0 };
+  }
+
+  async create(spec: SandboxSpec): Promise<string> {
+    this.calls.push(`create ${spec.agentId}`);
+    await this.createGate?.(spec);
+    const handle = `h${++this.next}`;
+    this.sandboxes.set(handle, { handle, agentId: spec.agentId, labels: spec.labels, state: 'running' });
+    return handle;
+  }
+
+  async start(handle: string): Promise<void> {
+    this.calls.push(`start ${handle}`);
+    if (this.startFailure) throw this.startFailure;
+    this.require(handle).state = 'running';
+  }
+
+  async stop(handle: string): Promise<void> {
+    this.require(handle).state = 'exited';
+  }
+
+  async pause(handle: string): Promise<void> {
+    this.require(handle).state = 'paused';
+  }
+
+  async resume(handle: string): Promise<void> {
+    this.require(handle).state = 'running';
+  }
+
+  async remove(handle: string): Promise<void> {
+    this.calls.push(`remove ${handle}`);
+    if (this.sandboxes.delete(handle)) this.emit(handle, 'destroy');
+  }
+
+  async inspect(handle: string): Promise<ProviderState | undefined> {
+    return this.sandboxes.get(handle)?.state;
+  }
+
+  async states(): Promise<Map<string, ProviderState>> {
+    return new Map([...this.sandboxes.values()].map((s) => [s.handle, s.state]));
+  }
+
+  async list(): Promise<ProvidedSandbox[]> {
+    return [...this.sandboxes.values()].map((s) => ({ handle: s.handle, labels: s.labels, state: s.state }));
+  }
+
+  async events(onEvent: (handle: string, action: string) => void, onEnd: () => void): Promise<() => void> {
+    const follower = { onEvent, onEnd };
+    this.followers.push(follower);
+    return () => void (this.followers = this.followers.filter((f) => f !== follower));
+  }
+
+  daemon(agentId: string): DaemonEndpoint {
+    return { socketPath: `/fake/${agentId}.sock` };
+  }
+
+  async copyIn(): Promise<void> {}
+
+  async logsTail(): Promise<string> {
+    return '';
+  }
+
+  /** The test's hand: a sandbox's processes stop, as when its daemon is killed. */
+  die(handle: string): void {
+    this.require(handle).state = 'exited';
+    this.emit(handle, 'die');
+  }
+
+  /** Adds a sandbox made by someone else (another controller), with its labels. */
+  adopt(labels: Record<string, string>, state: ProviderState = 'running'): string {
+    const handle = `h${++this.next}`;
+    this.sandboxes.set(handle, { handle, agentId: labels['warren.sandbox'] ?? handle, labels, state });
+    return handle;
+  }
+
+  private emit(handle: string, action: string): void {
+    for (const f of this.followers) f.onEvent(handle, action);
+  }
+
+  private require(handle: string): FakeSandbox {
+    const sandbox = this.sandboxes.get(handle);
+    if (!sandbox) throw Object.assign(new Error(`no sandbox ${handle}`), { statusCode: 404 });
+    return sandbox;
+  }
+}

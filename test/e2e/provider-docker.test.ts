@@ -1,0 +1,44 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe } from '@jest/globals';
+import { collectRuntime, DockerProvider, loadConfig, planSandbox, sandboxLabels } from '@warren/controller';
+import { providerContract } from '../support/provider-contract.js';
+import { removeStateDir } from '../support/state-dir.js';
+
+describe('the Docker provider keeps the provider contract', () => {
+  let stateDir: string;
+  let provider: DockerProvider;
+  let n = 0;
+
+  beforeAll(async () => {
+    stateDir = await mkdtemp(path.join(os.tmpdir(), 'warren-provider-'));
+    provider = new DockerProvider({ stateDir });
+    const config = loadConfig({}, { stateDir });
+    await provider.prepare(await collectRuntime(config.agentBundlePath), config.defaultImage);
+  }, 60_000);
+  afterAll(async () => {
+    await removeStateDir(stateDir);
+  });
+
+  providerContract(() => ({
+    provider,
+    spec: () => {
+      const agentId = `contract${Date.now()}x${++n}`;
+      const plan = planSandbox({ ttlSeconds: 60 }, { config: loadConfig({}, { stateDir }), runtimes: ['runc'] });
+      const now = new Date();
+      return {
+        agentId,
+        image: plan.image,
+        env: {},
+        labels: sandboxLabels({ id: agentId, owner: 'provider-contract', image: plan.image, createdAt: now, expiresAt: new Date(now.getTime() + 60_000), settings: plan.settings, labels: {} }),
+        settings: plan.settings,
+        daemonSecret: 'x'.repeat(48),
+      };
+    },
+    // SIGKILL from the engine, as when the daemon is killed (create does not wait for the daemon).
+    stopFromOutside: async (handle) => {
+      await provider.docker.getContainer(handle).kill();
+    },
+  }));
+});

@@ -25,11 +25,18 @@ export interface ReconnectOptions {
 const DEFAULTS: Required<ReconnectOptions> = { baseDelayMs: 100, maxDelayMs: 5_000, giveUpAfterMs: 120_000 };
 
 /**
+ * How many times one idempotent call is repeated after its connection dropped. A call whose
+ * connection drops every time may be what drops it (a request that kills the daemon): repeating
+ * it without end would turn one failure into a crash loop.
+ */
+export const MAX_REPEATS = 2;
+
+/**
  * A connection that comes back by itself. When the socket drops (a controller restart, a network
  * blip), it reopens with exponential backoff and full jitter, so a fleet of clients does not
  * reconnect in lockstep. Calls made meanwhile wait for the new connection (within their own
  * timeout). A call that was in flight is repeated only when its method is idempotent and it is
- * not a stream; any other fails with a retryable `ConnectionClosedError` that says it may or may
+ * not a stream, and at most {@link MAX_REPEATS} times; any other fails with a retryable `ConnectionClosedError` that says it may or may
  * not have run.
  *
  * @example
@@ -73,7 +80,7 @@ export class ReconnectingChannel implements Channel {
   async call<M extends MethodName>(method: M, params: ParamsIn<M>, options: RawCallOptions = {}): Promise<CallAnswer<M>> {
     const deadline = Date.now() + (options.timeoutMs ?? DEFAULT_CALL_TIMEOUT_MS);
     const repeatable = METHODS[method].idempotent && options.onEvent === undefined;
-    for (;;) {
+    for (let repeats = 0; ; repeats++) {
       const connection = await this.ready(deadline, options.signal, method);
       try {
         return await connection.call(method, params, { ...options, timeoutMs: Math.max(1, deadline - Date.now()) });
@@ -83,6 +90,13 @@ export class ReconnectingChannel implements Channel {
           throw makeError(
             'CONNECTION_CLOSED',
             `The connection dropped while ${method} was in flight; it may or may not have run, so it was not repeated. The connection is coming back by itself: call again if repeating it is safe.`,
+            { cause: err },
+          );
+        }
+        if (repeats >= MAX_REPEATS) {
+          throw makeError(
+            'CONNECTION_CLOSED',
+            `The connection dropped each of the ${repeats + 1} times ${method} was sent, so it is not sent again: the call itself may be what ends the connection. Check the sandbox (its state, its daemon), then call again if it is safe.`,
             { cause: err },
           );
         }

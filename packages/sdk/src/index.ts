@@ -5,7 +5,7 @@ export { Pty, Terminal, type PtyCreateOptions, type PtyExit } from './pty.js';
 export { ProcessHandle, type AttachEvent, type AttachOptions, type OutputEvent } from './process-handle.js';
 export { ShellSession, type ShellRunResult, type ShellOpenOptions, type ShellRunOptions } from './shell-session.js';
 export { Connection, type CallOptions, type ApprovalHandler } from './connection.js';
-export { ReconnectingChannel, type Channel, type ReconnectOptions } from './channel.js';
+export { MAX_REPEATS, ReconnectingChannel, type Channel, type ReconnectOptions } from './channel.js';
 export { RestClient, DEFAULT_BASE_URL, type ControllerOptions } from './rest.js';
 export * from './errors.js';
 export * from './tools/index.js';

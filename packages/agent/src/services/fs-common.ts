@@ -93,6 +93,10 @@ export function checkHardLinks(fs: FsContext, info: Stats, display: string): voi
 }
 
 /** Reads a whole regular file through {@link openChecked}, applying the mount's suffix and size rules. */
+function tooLargeToRead(display: string, cap: number): CodedError {
+  return new CodedError('FILE_TOO_LARGE', `'${display}' holds more than ${cap} bytes; this call reads at most ${cap} bytes at once. Read a range instead (bytes, lines or chars).`, { path: display, limit: cap });
+}
+
 export async function readWhole(fs: FsContext, resolved: ResolvedPath, display: string, cap: number): Promise<{ bytes: Buffer; info: Stats }> {
   requireRegularFile(resolved.stat, display);
   checkSuffix(fs.policy, resolved, display);
@@ -109,10 +113,48 @@ export async function readWhole(fs: FsContext, resolved: ResolvedPath, display: 
     const info = await handle.stat();
     requireRegularFile(info, display);
     checkHardLinks(fs, info, display);
-    const bytes = await handle.readFile();
+    const bytes = await readBounded(handle, cap, () => tooLargeToRead(display, cap), info.size);
     return { bytes, info };
   } finally {
     await handle.close();
+  }
+}
+
+/**
+ * Reads an open file to its end, holding at most `limit` bytes: the count is of the bytes actually
+ * read, since a file can hold more than its size said when it was looked at (it grew, or it is
+ * sparse and its size was never checked). Past the limit, `tooLarge()` is thrown; nothing larger
+ * than `limit + 1` bytes is ever allocated.
+ */
+export async function readBounded(handle: FileHandle, limit: number, tooLarge: () => CodedError, sizeHint = 0): Promise<Buffer> {
+  let buffer = Buffer.allocUnsafe(Math.min(limit + 1, Math.max(sizeHint + 1, 64 * 1024)));
+  let total = 0;
+  for (;;) {
+    if (total === buffer.length) {
+      if (total > limit) throw tooLarge();
+      const grown = Buffer.allocUnsafe(Math.min(limit + 1, buffer.length * 2));
+      buffer.copy(grown, 0, 0, total);
+      buffer = grown;
+    }
+    const { bytesRead } = await handle.read(buffer, total, buffer.length - total, null);
+    if (bytesRead === 0) break;
+    total += bytesRead;
+  }
+  if (total > limit) throw tooLarge();
+  return buffer.subarray(0, total);
+}
+
+/** The SHA-256 of an open file, read in pieces; past `limit` bytes actually read, `tooLarge()` is thrown. */
+export async function hashBounded(handle: FileHandle, limit: number, tooLarge: () => CodedError): Promise<string> {
+  const hash = createHash('sha256');
+  const piece = Buffer.allocUnsafe(1024 * 1024);
+  let total = 0;
+  for (;;) {
+    const { bytesRead } = await handle.read(piece, 0, piece.length, null);
+    if (bytesRead === 0) return hash.digest('hex');
+    total += bytesRead;
+    if (total > limit) throw tooLarge();
+    hash.update(piece.subarray(0, bytesRead));
   }
 }
 

@@ -6,7 +6,7 @@ import { pack } from 'tar-stream';
 import { CodedError, isWithin, MAX_FRAME_BYTES, readCheckedTar, suffixAllowed, type ApprovalRequest, type CheckedTarEntry } from '@warren/protocol';
 import type { Handler } from '../dispatch.js';
 import { checkKernelName, mapFsError, openChecked, requireRegularFile, resolvePath, type ResolvedPath } from '../policy.js';
-import { approve, checkHardLinks, makeFolders, ownHandle, ownPath, resolveFor, type FsContext } from './fs-common.js';
+import { approve, checkHardLinks, makeFolders, ownHandle, ownPath, readBounded, resolveFor, type FsContext } from './fs-common.js';
 import { walkTree } from './fs-walk.js';
 
 type TarHandlers = { 'fs.upload': Handler<'fs.upload'>; 'fs.download': Handler<'fs.download'> };
@@ -188,7 +188,10 @@ export function tarHandlers(fs: FsContext): TarHandlers {
           const info = await handle.stat();
           requireRegularFile(info, display);
           checkHardLinks(fs, info, display);
-          return await handle.readFile();
+          // What is left of the archive's cap, counted in bytes actually read (a sparse file's
+          // size says nothing about what reading it takes).
+          const room = MAX_DOWNLOAD_BYTES - total - 1024;
+          return await readBounded(handle, Math.max(0, room), () => new CodedError('FILE_TOO_LARGE', `'${params.path}' makes an archive larger than ${MAX_DOWNLOAD_BYTES} bytes, the most one download carries ('${display}' alone holds more than fits); download its subfolders or files one by one.`, { path: params.path, limit: MAX_DOWNLOAD_BYTES }), info.size);
         } finally {
           await handle.close();
         }

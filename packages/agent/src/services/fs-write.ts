@@ -1,7 +1,11 @@
 import { CodedError, lineAnchor, lineHash, MAX_TEXT_SCAN_BYTES, parseLineAnchor, type LineEdit } from '@warren/protocol';
 import type { Handler } from '../dispatch.js';
-import { openChecked, requireRegularFile } from '../policy.js';
-import { appendWrite, atomicWrite, decodeText, offsetWrite, readWhole, resolveFor, sha256, splitLines, type FsContext, type Line } from './fs-common.js';
+import { openChecked, requireRegularFile, resolvePath } from '../policy.js';
+import { withPathLock } from './path-lock.js';
+import { appendWrite, atomicWrite, hashBounded, decodeText, offsetWrite, readWhole, resolveFor, sha256, splitLines, type FsContext, type Line } from './fs-common.js';
+
+/** The most a conditional write (`expectedSha256`) reads to hash the file it replaces. */
+export const MAX_HASHED_BYTES = 4 * 1024 * 1024 * 1024;
 
 type WriteHandlers = { 'fs.write': Handler<'fs.write'>; 'fs.edit': Handler<'fs.edit'>; 'fs.editLines': Handler<'fs.editLines'> };
 
@@ -11,6 +15,15 @@ export function writeHandlers(fs: FsContext): WriteHandlers {
     async 'fs.write'(params, ctx) {
       const content = ctx.payload ?? Buffer.alloc(0);
       const target = await resolveFor(fs, ctx, params.path, 'write', 'write', { approval: { bytes: content.length } });
+      // Writes in place (pieces of a large write at their offsets, appends) run side by side;
+      // whole-file writes wait for an edit of the same file in flight, and it for them.
+      if (params.offset !== undefined) {
+        await offsetWrite(fs, target, params.path, content, params.offset);
+        return { result: { path: target.display, bytesWritten: content.length, ...(params.hash ? { sha256: sha256(content) } : {}), created: false } };
+      }
+      return withPathLock(target.absolute, async () => {
+      // What an earlier write or edit of this file left: looked up again once this one holds the lock.
+      const target = await resolvePath(fs.policy, params.path, 'write');
       let unchangedSince;
       if (params.expectedSha256 !== undefined) {
         if (!target.stat) throw new CodedError('CONFLICT', `'${params.path}' no longer exists, so it cannot have the expected SHA-256; read it again.`, { path: params.path });
@@ -18,7 +31,8 @@ export function writeHandlers(fs: FsContext): WriteHandlers {
         const handle = await openChecked(target, params.path);
         try {
           unchangedSince = await handle.stat();
-          const current = sha256(await handle.readFile());
+          const limit = target.mount.maxFileBytes ?? MAX_HASHED_BYTES;
+          const current = await hashBounded(handle, limit, () => new CodedError('FILE_TOO_LARGE', `'${params.path}' holds more than ${limit} bytes, too much to check expectedSha256 against; write without expectedSha256, or keep the file smaller.`, { path: params.path, limit }));
           if (current !== params.expectedSha256) {
             throw new CodedError('CONFLICT', `'${params.path}' changed since it was read (its SHA-256 is now ${current}); read it again and retry.`, {
               path: params.path,
@@ -31,14 +45,16 @@ export function writeHandlers(fs: FsContext): WriteHandlers {
         }
       }
       let created = false;
-      if (params.offset !== undefined) await offsetWrite(fs, target, params.path, content, params.offset);
-      else if (params.append) ({ created } = await appendWrite(fs, target, params.path, content, params.mode));
+      if (params.append) ({ created } = await appendWrite(fs, target, params.path, content, params.mode));
       else ({ created } = await atomicWrite(fs, target, params.path, content, { mode: params.mode, overwrite: params.overwrite, unchangedSince }));
       return { result: { path: target.display, bytesWritten: content.length, ...(params.hash ? { sha256: sha256(content) } : {}), created } };
+      });
     },
 
     async 'fs.edit'(params, ctx) {
-      const target = await resolveFor(fs, ctx, params.path, 'write', 'edit');
+      const located = await resolveFor(fs, ctx, params.path, 'write', 'edit');
+      return withPathLock(located.absolute, async () => {
+      const target = await resolvePath(fs.policy, params.path, 'write');
       const { bytes, info } = await readWhole(fs, target, params.path, MAX_TEXT_SCAN_BYTES);
       checkExpected(params.path, bytes, params.expectedSha256);
       const text = decodeText(bytes, params.path);
@@ -66,10 +82,13 @@ export function writeHandlers(fs: FsContext): WriteHandlers {
       const next = Buffer.from(text.slice(0, at) + params.newText + text.slice(at + params.oldText.length), 'utf8');
       await atomicWrite(fs, target, params.path, next, { unchangedSince: info });
       return { result: { path: target.display, line: lineOf(text, at), bytesWritten: next.length, sha256: sha256(next) } };
+      });
     },
 
     async 'fs.editLines'(params, ctx) {
-      const target = await resolveFor(fs, ctx, params.path, 'write', 'edit');
+      const located = await resolveFor(fs, ctx, params.path, 'write', 'edit');
+      return withPathLock(located.absolute, async () => {
+      const target = await resolvePath(fs.policy, params.path, 'write');
       const { bytes, info } = await readWhole(fs, target, params.path, MAX_TEXT_SCAN_BYTES);
       checkExpected(params.path, bytes, params.expectedSha256);
       const lines = splitLines(decodeText(bytes, params.path));
@@ -87,6 +106,7 @@ export function writeHandlers(fs: FsContext): WriteHandlers {
           sha256: sha256(next),
         },
       };
+      });
     },
   };
 }

@@ -71,3 +71,22 @@ describe('reads, hashes and downloads are bounded by the bytes they read, not th
     expect(await codeOf(agent.files.download('dir/huge.bin'))).toBe('FILE_TOO_LARGE');
   });
 });
+
+describe('a hostile glob does not hold the daemon', () => {
+  it('many stars and a negation over many long names: answers in bounded time while a stat on the same daemon answers at once', async () => {
+    await using agent = await startTestAgent({ readOnly: true });
+    const { mkdir } = await import('node:fs/promises');
+    await mkdir(path.join(agent.root, 'd'));
+    await Promise.all(Array.from({ length: 300 }, (_, i) => writeFile(path.join(agent.root, 'd', `${'a'.repeat(120)}${i}c`), '')));
+    const other = await agent.connect();
+    const glob = agent.files.glob('.', `!**/${'*a'.repeat(15)}*b`);
+    const started = performance.now();
+    await other.call('fs.stat', { path: 'd' });
+    const statMs = performance.now() - started;
+    const matches = await glob;
+    // Every file, and the folder itself when listed: none of them ends in b.
+    expect(matches.filter((m) => m.startsWith('d/')).length).toBe(300);
+    expect(statMs).toBeLessThan(2_000);
+    other.close();
+  });
+});

@@ -4,7 +4,7 @@ import { AuditLog } from '../src/audit.js';
 import { splitLines } from '../src/services/fs-common.js';
 import { clampLines, sliceChars } from '../src/services/fs-read.js';
 import { applyLineEdits } from '../src/services/fs-write.js';
-import { compileGlob } from '../src/services/fs-tree.js';
+import { compileGlob } from '../src/services/glob.js';
 
 const text = (lines: ReturnType<typeof splitLines>) => lines.map((l) => l.text + l.eol).join('');
 

@@ -298,7 +298,7 @@ export class Files {
   }
 
   /**
-   * Paths below `path` matching a glob (picomatch syntax, dot files included), relative to `path`.
+   * Paths below `path` matching a glob (bash globbing: `*`, `?`, `[a-z]`, `[!a]`, `**`, `{a,b}`, a leading `!`; dot files included), relative to `path`. Matching takes time linear in each path, whatever the pattern.
    *
    * @example
    * await sandbox.files.glob('.', '**\/*.py'); // ['a.py', 'src/b.py']

@@ -2,12 +2,12 @@ import { randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
 import { lstat, mkdir, open, readlink, rename, rm, rmdir, symlink, unlink } from 'node:fs/promises';
 import path from 'node:path';
-import picomatch from 'picomatch';
 import { CodedError, describePolicy, isWithin, mountsOf, suffixAllowed, type EntryType } from '@warren/protocol';
 import type { CallContext, Handler } from '../dispatch.js';
 import { checkKernelName, checkSize, checkSuffix, mapFsError, openChecked, requireRegularFile, resolvePath, typeOf, type ResolvedPath } from '../policy.js';
 import { approve, checkHardLinks, makeFolders, ownHandle, ownPath, resolveFor, type FsContext } from './fs-common.js';
 import { walkTree } from './fs-walk.js';
+import { compileGlob } from './glob.js';
 
 type TreeHandlers = {
   'fs.list': Handler<'fs.list'>;
@@ -18,8 +18,8 @@ type TreeHandlers = {
   'fs.copy': Handler<'fs.copy'>;
 };
 
-/** Glob limits beyond the pattern's length: wildcards, brace groups, and entries looked at. */
-export const GLOB_LIMITS = { maxWildcards: 32, maxBraces: 16, maxScanned: 200_000, maxDepth: 64 } as const;
+/** How far a glob walks: entries looked at, and folder depth (the pattern's own limits are in `glob.ts`). */
+export const GLOB_LIMITS = { maxScanned: 200_000, maxDepth: 64 } as const;
 /** The most entries one copy or move-by-copy handles. */
 export const MAX_COPY_ENTRIES = 100_000;
 
@@ -68,7 +68,8 @@ export function treeHandlers(fs: FsContext): TreeHandlers {
       requireFolder(target, params.path);
       const isMatch = compileGlob(params.pattern);
       const segments = params.pattern.split('/');
-      const maxDepth = segments.some((s) => s.includes('**')) ? GLOB_LIMITS.maxDepth : segments.length;
+      // A negated pattern or one with `**` can match at any depth; otherwise no deeper than its segments.
+      const maxDepth = params.pattern.startsWith('!') || segments.some((s) => s.includes('**')) ? GLOB_LIMITS.maxDepth : segments.length;
       const matches: string[] = [];
       let scanned = 0;
       let truncated = false;
@@ -181,26 +182,6 @@ export function treeHandlers(fs: FsContext): TreeHandlers {
 function requireFolder(target: ResolvedPath, display: string): void {
   if (!target.stat) throw new CodedError('NOT_FOUND', `No such folder: '${display}'.`, { path: display });
   if (!target.stat.isDirectory()) throw new CodedError('NOT_A_DIRECTORY', `'${display}' is a ${typeOf(target.stat)}, not a folder.`, { path: display });
-}
-
-/**
- * Compiles a glob with picomatch, after refusing what would make it slow or let it leave the
- * folder: `..` segments, absolute patterns, too many wildcards or brace groups. Extglobs are off
- * (they are where regular expressions backtrack).
- */
-export function compileGlob(pattern: string): (rel: string) => boolean {
-  const bad = (why: string) => new CodedError('INVALID_PARAMS', `The glob pattern is refused: ${why}. Use a pattern relative to the folder, like '**/*.py'.`, { pattern: pattern.slice(0, 200) });
-  if (pattern.startsWith('/')) throw bad('it is absolute');
-  if (pattern.split('/').some((s) => s === '..')) throw bad('it has a .. segment');
-  if (pattern.includes('\0')) throw bad('it has a NUL byte');
-  if ((pattern.match(/[*?]/g)?.length ?? 0) > GLOB_LIMITS.maxWildcards) throw bad(`it has more than ${GLOB_LIMITS.maxWildcards} wildcards`);
-  if ((pattern.match(/\{/g)?.length ?? 0) > GLOB_LIMITS.maxBraces) throw bad(`it has more than ${GLOB_LIMITS.maxBraces} brace groups`);
-  try {
-    const matcher = picomatch(pattern, { dot: true, noextglob: true, strictSlashes: true });
-    return (rel: string) => matcher(rel);
-  } catch (err) {
-    throw bad((err as Error).message);
-  }
 }
 
 async function refuseRootOrMount(fs: FsContext, target: ResolvedPath, display: string, verb: string): Promise<void> {

@@ -26,7 +26,7 @@ export class AuditLog {
   }
 
   /** Entries with `seq > since` (all when absent), oldest first, at most `limit`. */
-  list(options: { since?: number | undefined; limit: number }): { entries: AuditEntry[]; dropped: boolean; lastSeq: number } {
+  list(options: { since?: number | undefined; limit: number }): { entries: AuditEntry[]; dropped: boolean; lastSeq: number; more: boolean } {
     const oldest = Math.max(0, this.next - this.ring.length);
     const from = Math.max(oldest, options.since === undefined ? 0 : options.since + 1);
     const entries: AuditEntry[] = [];
@@ -34,7 +34,8 @@ export class AuditLog {
       entries.push(this.ring.length < this.capacity ? this.ring[seq]! : this.ring[seq % this.capacity]!);
     }
     const wanted = options.since === undefined ? 0 : options.since + 1;
-    return { entries, dropped: wanted < oldest, lastSeq: this.next - 1 };
+    const last = entries.at(-1)?.seq ?? from - 1;
+    return { entries, dropped: wanted < oldest, lastSeq: this.next - 1, more: last < this.next - 1 };
   }
 }
 

@@ -50,7 +50,16 @@ export function serveConnection(ws: WebSocket, handlers: Handlers, options: Serv
   let greeted = false;
   const inflight = new Map<RequestId, AbortController>();
   const send = (header: FrameHeader, payload?: Uint8Array) => {
-    if (ws.readyState === ws.OPEN) ws.send(encodeFrame(header, payload));
+    if (ws.readyState !== ws.OPEN) return;
+    let frame: Buffer;
+    try {
+      frame = encodeFrame(header, payload);
+    } catch (err) {
+      // An answer too large for one frame: the caller hears so, with its id, instead of nothing.
+      if (header.type === 'err' || !('id' in header) || header.id === null) throw err;
+      frame = encodeFrame({ type: 'err', id: header.id, error: toWireError(err) });
+    }
+    ws.send(frame);
   };
   const sendError = (id: RequestId | null, err: unknown) => send({ type: 'err', id, error: toWireError(err) });
 

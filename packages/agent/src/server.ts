@@ -52,10 +52,13 @@ export function createHandlers(
   processes = new ProcessRuntime({ policy, home }),
   audit = new AuditLog(),
   allowExec = true,
+  allowAudit = true,
 ): Handlers {
   const started = performance.now();
   const handlers: Handlers = {
     async 'audit.list'(params) {
+      // The controller refuses this for a derived handle already; the daemon holds the same line.
+      if (!allowAudit) throw new CodedError('FORBIDDEN', "audit.list reads the sandbox's whole record of calls (every path and command), and this handle is a derived one: only the API key and the sandbox's own token may read it.", { method: 'audit.list' });
       return { result: audit.list(params) };
     },
     async 'system.info'() {
@@ -108,7 +111,7 @@ export async function startAgentServer(options: AgentServerOptions): Promise<Age
     const cached = byGrant.get(header);
     if (cached) return cached;
     const grant: ConnectionGrant = decodeGrant(header);
-    const built = createHandlers(grant.policy, home, processes, audit, grant.allowExec);
+    const built = createHandlers(grant.policy, home, processes, audit, grant.allowExec, grant.allowAudit === true);
     if (byGrant.size >= 256) byGrant.delete(byGrant.keys().next().value!);
     byGrant.set(header, built);
     return built;

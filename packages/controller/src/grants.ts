@@ -13,6 +13,7 @@ import {
   type DeriveTokenResponse,
   type ErrorCode,
   type FilePolicy,
+  type MethodAccess,
   type RequestId,
 } from '@warren/protocol';
 import type { WebSocket } from 'ws';
@@ -34,10 +35,23 @@ export const DEFAULT_POLICY: FilePolicy = { root: DEFAULT_ROOT, readOnly: false 
  * sandbox token; exactly what was signed into a derived token for its holder.
  */
 export function grantFor(record: SandboxRecord, caller: Caller): ConnectionGrant {
-  if (caller.kind !== 'derived') return { policy: (record.policy as FilePolicy | undefined) ?? DEFAULT_POLICY, allowExec: true };
+  if (caller.kind !== 'derived') return { policy: (record.policy as FilePolicy | undefined) ?? DEFAULT_POLICY, allowExec: true, allowAudit: true };
   const parsed = ConnectionGrant.safeParse(caller.grant);
   if (!parsed.success) throw new CodedError('UNAUTHORIZED', 'Missing or invalid credential: send Authorization: Bearer <API key>, or a token of this sandbox.');
-  return parsed.data;
+  // Whatever a derived token was signed with, it never carries the audit right.
+  return { policy: parsed.data.policy, allowExec: parsed.data.allowExec };
+}
+
+/**
+ * The one authorization model: whether a grant may use a kind of access, for a WebSocket method
+ * (checked per frame by the relay) and for the REST route that does the same thing alike.
+ * Returns why not, or undefined when it may. Paths are the daemon's to check.
+ */
+export function refusalFor(grant: ConnectionGrant, access: MethodAccess, what: string): string | undefined {
+  if (access === 'exec' && !grant.allowExec) return `${what} runs a process, and this handle may not run commands (it was derived without allowExec). Use file calls, or a handle derived with allowExec: true.`;
+  if (access === 'write' && writableRoots(grant.policy).length === 0) return `${what} writes, and this connection's file policy is read-only. Use read calls only, or a handle with write access.`;
+  if (access === 'audit' && grant.allowAudit !== true) return `${what} reads the sandbox's whole record of calls (every path and command), which only the API key and the sandbox's own token may read; this handle is a derived one.`;
+  return undefined;
 }
 
 /**
@@ -67,14 +81,11 @@ export function deriveGrant(credentials: Credentials, record: SandboxRecord, cal
  * FORBIDDEN error frame and never reaches the daemon. Paths are the daemon's to check.
  */
 export function callAccessCheck(grant: ConnectionGrant, metrics?: Metrics): (data: Buffer) => Buffer | undefined {
-  const canWrite = writableRoots(grant.policy).length > 0;
   return (data) => {
     const header = peekHeader(data);
     if (header?.type !== 'req' || typeof header.method !== 'string' || !isMethodName(header.method)) return undefined;
     const access = METHODS[header.method].access;
-    let refusal: string | undefined;
-    if (access === 'exec' && !grant.allowExec) refusal = `${header.method} runs a process, and this handle may not run commands (it was derived without allowExec). Use file calls, or a handle derived with allowExec: true.`;
-    if (access === 'write' && !canWrite) refusal = `${header.method} writes, and this connection's file policy is read-only. Use read calls only, or a handle with write access.`;
+    const refusal = refusalFor(grant, access, header.method);
     if (refusal === undefined) return undefined;
     metrics?.calls.inc({ method: header.method, outcome: 'refused' });
     metrics?.errors.inc({ code: 'FORBIDDEN', source: 'call' });

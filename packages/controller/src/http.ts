@@ -18,7 +18,7 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import { openAgentSocket } from './agent-link.js';
 import type { ControllerConfig } from './config.js';
 import type { Credentials } from './credentials.js';
-import { callAccessCheck, deriveGrant, grantFor, observeCalls, type Caller } from './grants.js';
+import { callAccessCheck, deriveGrant, grantFor, observeCalls, refusalFor, type Caller } from './grants.js';
 import type { Metrics } from './metrics.js';
 import { relay } from './relay.js';
 import type { SandboxService } from './sandboxes.js';
@@ -34,7 +34,7 @@ export interface HttpServerDeps {
   /** `/readyz`: resolves when Docker answers and the default image is present. */
   readiness: () => Promise<Record<string, unknown>>;
   /** `GET /v1/sandboxes/:id/audit`: the daemon's audit log of the sandbox. */
-  audit?: (id: string, query: URLSearchParams) => Promise<unknown>;
+  audit: (id: string, query: URLSearchParams) => Promise<unknown>;
 }
 
 /** Which credentials may use a route: `operator` = API key; `sandbox` = that sandbox's token; `derived` = a derived token. */
@@ -140,15 +140,18 @@ async function route(deps: HttpServerDeps, req: IncomingMessage, res: ServerResp
     },
     audit: {
       method: 'GET',
-      who: ['operator', 'sandbox'],
+      who: ['operator', 'sandbox', 'derived'],
       run: async () => {
-        if (!deps.audit) throw new CodedError('UNKNOWN_METHOD', 'This controller has no audit route yet.');
+        // The same rule as audit.list over the WebSocket (one model for every door).
+        const refusal = refusalFor(grantFor(deps.sandboxes.record(id), caller), 'audit', 'GET /v1/sandboxes/<id>/audit');
+        if (refusal !== undefined) throw new CodedError('FORBIDDEN', `This credential may not use this route; it needs the API key or the sandbox's own token. ${refusal}`);
         sendJson(res, 200, await deps.audit(id, url.searchParams));
       },
     },
   };
   const key = action === undefined && method === 'DELETE' ? 'DELETE:' : (action ?? '');
-  const handler = handlers[key];
+  // Own keys only: a route named like an Object.prototype member (constructor, __proto__) is unknown.
+  const handler = Object.hasOwn(handlers, key) ? handlers[key] : undefined;
   if (!handler) throw new CodedError('NOT_FOUND', `No route ${method} ${url.pathname}. Sandbox routes: GET|DELETE /v1/sandboxes/<id>, POST .../keepalive|timeout|pause|resume|derive, GET .../audit.`);
   requireRole(caller, handler.who);
   if (handler.method !== method) throw methodNotAllowed(method, url.pathname, handler.method);
@@ -285,7 +288,7 @@ function requireRole(caller: Caller, who: Who[]): void {
 }
 
 function methodNotAllowed(method: string, path: string, allowed: string): CodedError {
-  return new CodedError('INVALID_PARAMS', `${method} is not supported on ${path}; use ${allowed}.`);
+  return new CodedError('METHOD_NOT_ALLOWED', `${method} is not supported on ${path}; use ${allowed}.`, { allowed });
 }
 
 async function readJson(req: IncomingMessage): Promise<unknown> {

@@ -19,6 +19,10 @@ const LENGTH_BYTES = 4;
  */
 export function encodeFrame(header: FrameHeader, payload?: Uint8Array): Buffer {
   const json = Buffer.from(JSON.stringify(header), 'utf8');
+  const id = 'id' in header ? header.id : null;
+  if (json.length > MAX_HEADER_BYTES) {
+    throw new CodedError('FRAME_TOO_LARGE', `This ${header.type} frame's header is ${json.length} bytes, over the ${MAX_HEADER_BYTES}-byte limit. Ask for less at once (a smaller maxEntries, limit or range).`, id === null ? undefined : { id, limit: MAX_HEADER_BYTES });
+  }
   const prefix = Buffer.allocUnsafe(LENGTH_BYTES);
   prefix.writeUInt32BE(json.length, 0);
   return payload && payload.length > 0 ? Buffer.concat([prefix, json, payload]) : Buffer.concat([prefix, json]);
@@ -68,12 +72,27 @@ export function decodeFrame(data: Buffer | ArrayBuffer | Buffer[] | string): Fra
 function splitFrame(bytes: Buffer): { json: string; payload: Buffer } {
   if (bytes.length < LENGTH_BYTES) throw new CodedError('INVALID_FRAME', 'Frame is shorter than its 4-byte length prefix.');
   const headerLength = bytes.readUInt32BE(0);
-  if (headerLength > MAX_HEADER_BYTES) throw new CodedError('INVALID_FRAME', `Frame header of ${headerLength} bytes exceeds the ${MAX_HEADER_BYTES}-byte limit.`);
+  if (headerLength > MAX_HEADER_BYTES) {
+    const id = leadingId(bytes.subarray(LENGTH_BYTES, LENGTH_BYTES + 256).toString('utf8'));
+    throw new CodedError('FRAME_TOO_LARGE', `Frame header of ${headerLength} bytes exceeds the ${MAX_HEADER_BYTES}-byte limit; send less per call (a large value belongs in a file, written with files.write).`, id === undefined ? undefined : { id });
+  }
   if (LENGTH_BYTES + headerLength > bytes.length) throw new CodedError('INVALID_FRAME', 'Frame header length runs past the end of the frame.');
   return {
     json: bytes.subarray(LENGTH_BYTES, LENGTH_BYTES + headerLength).toString('utf8'),
     payload: bytes.subarray(LENGTH_BYTES + headerLength),
   };
+}
+
+/**
+ * The id of a header too large to parse, read from its start where encoders put it
+ * (`{"type":"req","id":7,...`): only a top-level `id` right after an optional `type` counts, so a
+ * string inside the params cannot pose as one.
+ */
+function leadingId(start: string): RequestId | undefined {
+  const match = /^\{\s*(?:"type"\s*:\s*"[a-z]{1,16}"\s*,\s*)?"id"\s*:\s*(\d{1,16}|"[A-Za-z0-9_.:-]{1,64}")\s*,/.exec(start);
+  if (!match) return undefined;
+  const parsed = RequestId.safeParse(JSON.parse(match[1]!));
+  return parsed.success ? parsed.data : undefined;
 }
 
 function idDetails(bytes: Buffer): { id: RequestId } | undefined {

@@ -118,6 +118,8 @@ export const ConnectionGrant = z.strictObject({
   policy: FilePolicy,
   /** A shell is not bound by the file policy, so a narrowed handle gets exec only when asked for. */
   allowExec: z.boolean(),
+  /** The sandbox's whole audit log: the API key's and the sandbox token's, never a derived handle's. */
+  allowAudit: z.boolean().optional(),
 });
 export type ConnectionGrant = z.output<typeof ConnectionGrant>;
 

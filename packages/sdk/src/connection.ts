@@ -1,4 +1,5 @@
 import {
+  CodedError,
   decodeFrame,
   encodeFrame,
   issueText,
@@ -192,8 +193,16 @@ export class Connection {
     let frame;
     try {
       frame = decodeFrame(data);
-    } catch {
-      return; // a peer that breaks the protocol cannot be matched to a call; the call times out
+    } catch (err) {
+      // A frame that cannot be read fails the call it names, if it names one; otherwise there is
+      // no call to tell (a peer that breaks the protocol), and the calls keep their own timeouts.
+      const id = err instanceof CodedError ? err.details?.id : undefined;
+      const pending = typeof id === 'number' ? this.pending.get(id) : undefined;
+      if (pending) {
+        this.pending.delete(id as number);
+        pending.reject(toWarrenError(err));
+      }
+      return;
     }
     const { header, payload } = frame;
     if (header.type !== 'res' && header.type !== 'err' && header.type !== 'evt') return;
@@ -255,6 +264,7 @@ export function masksNeeded(url: string): boolean {
 
 function toWarrenError(err: unknown): WarrenError {
   if (err instanceof WarrenError) return err;
+  if (err instanceof CodedError) return makeError(err.code, err.message, { details: err.details, cause: err });
   return makeError('INTERNAL', err instanceof Error ? err.message : String(err), { cause: err });
 }
 

@@ -89,6 +89,7 @@ export const SandboxNotReadyError = errorClass('SANDBOX_NOT_READY', 'SandboxNotR
 export const UpstreamUnavailableError = errorClass('UPSTREAM_UNAVAILABLE', 'UpstreamUnavailableError');
 export const PtyUnavailableError = errorClass('PTY_UNAVAILABLE', 'PtyUnavailableError');
 export const InternalError = errorClass('INTERNAL', 'InternalError');
+export const MethodNotAllowedError = errorClass('METHOD_NOT_ALLOWED', 'MethodNotAllowedError');
 export const RequestTimeoutError = errorClass('REQUEST_TIMEOUT', 'RequestTimeoutError');
 export const ConnectionClosedError = errorClass('CONNECTION_CLOSED', 'ConnectionClosedError');
 
@@ -126,6 +127,7 @@ const BY_CODE: { [C in WarrenErrorCode]: ErrorClass } = {
   UPSTREAM_UNAVAILABLE: UpstreamUnavailableError,
   PTY_UNAVAILABLE: PtyUnavailableError,
   INTERNAL: InternalError,
+  METHOD_NOT_ALLOWED: MethodNotAllowedError,
   REQUEST_TIMEOUT: RequestTimeoutError,
   CONNECTION_CLOSED: ConnectionClosedError,
 };

@@ -24,10 +24,13 @@ export const AuditEntry = z.strictObject({
 });
 export type AuditEntry = z.infer<typeof AuditEntry>;
 
+/** The most entries one `audit.list` answers; page with `since` (the last entry's `seq`) for more. */
+export const AUDIT_PAGE_MAX = AUDIT_RING_SIZE;
+
 export const AuditListParams = z.strictObject({
-  /** Only entries with a larger `seq`. */
+  /** Only entries with a larger `seq`: the last `seq` of the page before. */
   since: z.number().int().nonnegative().optional(),
-  limit: z.number().int().positive().max(AUDIT_RING_SIZE).default(1000),
+  limit: z.number().int().positive().max(AUDIT_PAGE_MAX).default(1000),
 });
 export const AuditListResult = z.strictObject({
   entries: z.array(AuditEntry),
@@ -35,8 +38,10 @@ export const AuditListResult = z.strictObject({
   dropped: z.boolean(),
   /** The newest `seq` so far (-1 when nothing was served). */
   lastSeq: z.number().int(),
+  /** True when entries after this page exist: ask again with `since` = the last entry's `seq`. */
+  more: z.boolean().optional(),
 });
 
 export const AUDIT_METHODS = {
-  'audit.list': { params: AuditListParams, result: AuditListResult, access: 'info', idempotent: true },
+  'audit.list': { params: AuditListParams, result: AuditListResult, access: 'audit', idempotent: true },
 } as const satisfies Record<string, MethodSpec>;

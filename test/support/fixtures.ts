@@ -59,8 +59,8 @@ export interface TestAgent extends AsyncDisposable {
   connection: Connection;
   files: Files;
   commands: Commands;
-  /** Opens another connection to the same agent. */
-  connect(): Promise<Connection>;
+  /** Opens another connection to the same agent, with extra upgrade headers (a grant, as the controller sends). */
+  connect(headers?: Record<string, string>): Promise<Connection>;
 }
 
 /**
@@ -78,7 +78,7 @@ export async function startTestAgent(policy: Partial<FilePolicy> = {}, options: 
   const socketPath = path.join(dir, 'agent.sock');
   const secret = randomBytes(32).toString('hex');
   const server = await startAgentServer({ socketPath, secret, policy: { root, readOnly: false, ...policy }, home: root, owner: options.owner });
-  const connect = () => Connection.open(`ws+unix://${socketPath}:/`, secret);
+  const connect = (headers: Record<string, string> = {}) => Connection.open(`ws+unix://${socketPath}:/`, secret, 10_000, headers);
   const connection = await connect();
   return {
     root,

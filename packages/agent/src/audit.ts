@@ -1,4 +1,4 @@
-import { AUDIT_RING_SIZE, type AuditEntry } from '@warren/protocol';
+import { AUDIT_RING_SIZE, MAX_PAGE_BYTES, type AuditEntry } from '@warren/protocol';
 
 /** The fields a finished call reports; `seq` and the ring position are the log's. */
 export type AuditRecord = Omit<AuditEntry, 'seq'>;
@@ -25,17 +25,26 @@ export class AuditLog {
     else this.ring[entry.seq % this.capacity] = entry;
   }
 
-  /** Entries with `seq > since` (all when absent), oldest first, at most `limit`. */
-  list(options: { since?: number | undefined; limit: number }): { entries: AuditEntry[]; dropped: boolean; lastSeq: number; more: boolean } {
+  /**
+   * Entries with `seq > since` (all when absent), oldest first: at most `limit`, and no more than
+   * `MAX_PAGE_BYTES` of JSON, so a page always fits in a frame. `nextCursor` is set when more follow.
+   */
+  list(options: { since?: number | undefined; limit: number }): { entries: AuditEntry[]; dropped: boolean; lastSeq: number; nextCursor?: number } {
     const oldest = Math.max(0, this.next - this.ring.length);
     const from = Math.max(oldest, options.since === undefined ? 0 : options.since + 1);
     const entries: AuditEntry[] = [];
-    for (let seq = from; seq < this.next && entries.length < options.limit; seq++) {
-      entries.push(this.ring.length < this.capacity ? this.ring[seq]! : this.ring[seq % this.capacity]!);
+    let bytes = 0;
+    let seq = from;
+    for (; seq < this.next && entries.length < options.limit; seq++) {
+      const entry = this.ring.length < this.capacity ? this.ring[seq]! : this.ring[seq % this.capacity]!;
+      // Entries are at most a few KiB (paths and commands are cut), so this rarely ends a page.
+      bytes += Buffer.byteLength(JSON.stringify(entry)) + 1;
+      if (bytes > MAX_PAGE_BYTES && entries.length > 0) break;
+      entries.push(entry);
     }
     const wanted = options.since === undefined ? 0 : options.since + 1;
-    const last = entries.at(-1)?.seq ?? from - 1;
-    return { entries, dropped: wanted < oldest, lastSeq: this.next - 1, more: last < this.next - 1 };
+    const page = { entries, dropped: wanted < oldest, lastSeq: this.next - 1 };
+    return seq < this.next ? { ...page, nextCursor: seq - 1 } : page;
   }
 }
 

@@ -4,6 +4,7 @@ import {
   DEFAULT_ROOT,
   DeriveTokenRequest,
   METHODS,
+  RequestId,
   encodeFrame,
   isMethodName,
   issueText,
@@ -14,7 +15,6 @@ import {
   type ErrorCode,
   type FilePolicy,
   type MethodAccess,
-  type RequestId,
 } from '@warren/protocol';
 import type { WebSocket } from 'ws';
 import type { Credentials } from './credentials.js';
@@ -43,15 +43,83 @@ export function grantFor(record: SandboxRecord, caller: Caller): ConnectionGrant
 }
 
 /**
- * The one authorization model: whether a grant may use a kind of access, for a WebSocket method
- * (checked per frame by the relay) and for the REST route that does the same thing alike.
- * Returns why not, or undefined when it may. Paths are the daemon's to check.
+ * What a door needs from its caller: a WebSocket method's access class from the protocol
+ * registry (`read`, `write`, `exec`, `info`, `audit`), or one of the kinds only REST routes have:
+ * `lifecycle` (kill, keepalive, timeout, pause, resume), `derive` (a narrower token: the
+ * narrowing itself is checked by {@link deriveGrant}) and `operator` (create, list, metrics).
  */
-export function refusalFor(grant: ConnectionGrant, access: MethodAccess, what: string): string | undefined {
-  if (access === 'exec' && !grant.allowExec) return `${what} runs a process, and this handle may not run commands (it was derived without allowExec). Use file calls, or a handle derived with allowExec: true.`;
-  if (access === 'write' && writableRoots(grant.policy).length === 0) return `${what} writes, and this connection's file policy is read-only. Use read calls only, or a handle with write access.`;
-  if (access === 'audit' && grant.allowAudit !== true) return `${what} reads the sandbox's whole record of calls (every path and command), which only the API key and the sandbox's own token may read; this handle is a derived one.`;
-  return undefined;
+export type Access = MethodAccess | 'lifecycle' | 'derive' | 'operator';
+
+/** Who is asking, and the grant their connection has (computed only when a rule needs it). */
+export interface Holder {
+  caller: Caller;
+  grant(): ConnectionGrant;
+}
+
+interface Rule {
+  allows(holder: Holder): boolean;
+  /** Who may, for a REST refusal ("it needs ..."). */
+  needs: string;
+  /** Why not, naming the method or route and what would be allowed. */
+  why(what: string): string;
+}
+
+const KEY_OR_TOKEN = "the API key or the sandbox's own token";
+
+/**
+ * The one authorization model, for every door: each kind of access, who has it. The relay asks it
+ * for every WebSocket frame (by the method's access class) and the REST routes ask it by theirs,
+ * so a method and the route that does the same thing (`audit.list` and `GET .../audit`,
+ * `system.info` and `GET /v1/sandboxes/<id>`) cannot disagree. Paths are the daemon's to check,
+ * and the daemon holds the exec and audit lines again from the grant it is handed.
+ */
+const RULES: { readonly [A in Access]: Rule } = {
+  read: { allows: () => true, needs: 'any credential of this sandbox', why: () => '' },
+  info: { allows: () => true, needs: 'any credential of this sandbox', why: () => '' },
+  derive: { allows: () => true, needs: 'any credential of this sandbox', why: () => '' },
+  write: {
+    allows: (h) => writableRoots(h.grant().policy).length > 0,
+    needs: 'a handle with write access',
+    why: (what) => `${what} writes, and this connection's file policy is read-only. Use read calls only, or a handle with write access.`,
+  },
+  exec: {
+    allows: (h) => h.grant().allowExec,
+    needs: 'a handle that may run commands',
+    why: (what) => `${what} runs a process, and this handle may not run commands (it was derived without allowExec). Use file calls, or a handle derived with allowExec: true.`,
+  },
+  audit: {
+    allows: (h) => h.grant().allowAudit === true,
+    needs: KEY_OR_TOKEN,
+    why: (what) => `${what} reads the sandbox's whole record of calls (every path and command), which only ${KEY_OR_TOKEN} may read; this handle is a derived one.`,
+  },
+  lifecycle: {
+    allows: (h) => h.caller.kind === 'operator' || h.caller.kind === 'sandbox',
+    needs: KEY_OR_TOKEN,
+    why: (what) => `${what} changes the sandbox's life (kill, keepalive, timeout, pause, resume), which only ${KEY_OR_TOKEN} may do; this handle is a derived one.`,
+  },
+  operator: {
+    allows: (h) => h.caller.kind === 'operator',
+    needs: 'the API key',
+    why: (what) => `${what} acts on the controller, not on one sandbox, and needs the API key.`,
+  },
+};
+
+/**
+ * Whether `holder` may use a door of this kind of access: undefined when it may, else why not
+ * (a sentence naming `what`, the method or route, and what is allowed instead).
+ *
+ * @example
+ * refusalFor({ caller, grant: () => grant }, METHODS['audit.list'].access, 'audit.list');
+ */
+export function refusalFor(holder: Holder, access: Access, what: string): string | undefined {
+  const rule = RULES[access];
+  return rule.allows(holder) ? undefined : rule.why(what);
+}
+
+/** A REST refusal: FORBIDDEN, saying who may use the route and why this credential may not. */
+export function routeRefusal(holder: Holder, access: Access, what: string): CodedError | undefined {
+  const why = refusalFor(holder, access, what);
+  return why === undefined ? undefined : new CodedError('FORBIDDEN', `This credential may not use this route; it needs ${RULES[access].needs}. ${why}`, { access });
 }
 
 /**
@@ -76,21 +144,21 @@ export function deriveGrant(credentials: Credentials, record: SandboxRecord, cal
 }
 
 /**
- * The per-frame check the relay runs on every client frame: a call whose method needs `exec`
- * when the grant has no exec, or `write` when the grant can write nowhere, is answered with a
- * FORBIDDEN error frame and never reaches the daemon. Paths are the daemon's to check.
+ * The per-frame check the relay runs on every client frame: a call the one rule table refuses
+ * for this connection (by its method's access class) is answered with a FORBIDDEN error frame
+ * carrying the request's id, and never reaches the daemon. Paths are the daemon's to check.
  */
-export function callAccessCheck(grant: ConnectionGrant, metrics?: Metrics): (data: Buffer) => Buffer | undefined {
+export function callAccessCheck(holder: Holder, metrics?: Metrics): (data: Buffer) => Buffer | undefined {
   return (data) => {
     const header = peekHeader(data);
     if (header?.type !== 'req' || typeof header.method !== 'string' || !isMethodName(header.method)) return undefined;
     const access = METHODS[header.method].access;
-    const refusal = refusalFor(grant, access, header.method);
+    const refusal = refusalFor(holder, access, header.method);
     if (refusal === undefined) return undefined;
     metrics?.calls.inc({ method: header.method, outcome: 'refused' });
     metrics?.errors.inc({ code: 'FORBIDDEN', source: 'call' });
-    const id = header.id as RequestId;
-    return encodeFrame({ type: 'err', id: id ?? null, error: { code: 'FORBIDDEN', message: refusal, details: { method: header.method, access } } });
+    const id = RequestId.safeParse(header.id);
+    return encodeFrame({ type: 'err', id: id.success ? id.data : null, error: { code: 'FORBIDDEN', message: refusal, details: { method: header.method, access } } });
   };
 }
 

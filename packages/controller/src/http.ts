@@ -18,9 +18,9 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import { openAgentSocket } from './agent-link.js';
 import type { ControllerConfig } from './config.js';
 import type { Credentials } from './credentials.js';
-import { callAccessCheck, deriveGrant, grantFor, observeCalls, refusalFor, type Caller } from './grants.js';
+import { callAccessCheck, deriveGrant, grantFor, observeCalls, routeRefusal, type Access, type Caller, type Holder } from './grants.js';
 import type { Metrics } from './metrics.js';
-import { relay } from './relay.js';
+import { relay, sizeRefusal } from './relay.js';
 import type { SandboxService } from './sandboxes.js';
 
 const MAX_BODY_BYTES = 1024 * 1024;
@@ -37,13 +37,12 @@ export interface HttpServerDeps {
   audit: (id: string, query: URLSearchParams) => Promise<unknown>;
 }
 
-/** Which credentials may use a route: `operator` = API key; `sandbox` = that sandbox's token; `derived` = a derived token. */
-type Who = 'operator' | 'sandbox' | 'derived';
-
 /** The REST API and the WebSocket relay to each sandbox's daemon, on one node:http server. */
 export function createHttpServer(deps: HttpServerDeps) {
   const upgrading = { count: 0 };
-  const wss = new WebSocketServer({ noServer: true, maxPayload: Math.min(deps.config.maxMessageBytes, WS_MAX_PAYLOAD_BYTES), perMessageDeflate: false });
+  // The socket takes messages up to the protocol's hard cap, so the relay can answer a frame over
+  // maxMessageBytes with its request id (relay.ts) instead of closing the connection.
+  const wss = new WebSocketServer({ noServer: true, maxPayload: WS_MAX_PAYLOAD_BYTES, perMessageDeflate: false });
 
   const server = createServer((req, res) => {
     route(deps, req, res).catch((err: unknown) => sendError(deps, res, err));
@@ -88,7 +87,7 @@ async function route(deps: HttpServerDeps, req: IncomingMessage, res: ServerResp
     return sendJson(res, 200, { status: 'ready', ...checks });
   }
   if (url.pathname === REST_PATHS.metrics && method === 'GET') {
-    requireRole(authenticate(deps.credentials, req, undefined), ['operator']);
+    refuse(controllerWide(authenticate(deps.credentials, req, undefined)), 'operator', 'GET /metrics');
     const text = await deps.metrics.registry.metrics();
     res.writeHead(200, { 'content-type': deps.metrics.registry.contentType }).end(text);
     return;
@@ -100,7 +99,7 @@ async function route(deps: HttpServerDeps, req: IncomingMessage, res: ServerResp
   const caller = authenticate(deps.credentials, req, id);
 
   if (!id) {
-    requireRole(caller, ['operator']);
+    refuse(controllerWide(caller), 'operator', `${method} /v1/sandboxes`);
     if (method === 'POST') {
       const created = await deps.sandboxes.create(await readJson(req));
       deps.log('sandbox.created', { sandboxId: created.id, image: created.image, readyMs: created.readyMs, pooled: created.pooled });
@@ -110,62 +109,74 @@ async function route(deps: HttpServerDeps, req: IncomingMessage, res: ServerResp
     throw methodNotAllowed(method, url.pathname, 'GET, POST');
   }
 
-  const handlers: Record<string, { method: string; who: Who[]; run: () => Promise<void> }> = {
-    '': { method: 'GET', who: ['operator', 'sandbox', 'derived'], run: async () => sendJson(res, 200, await deps.sandboxes.get(id)) },
-    'DELETE:': {
-      method: 'DELETE',
-      who: ['operator', 'sandbox'],
-      run: async () => {
-        await deps.sandboxes.kill(id);
-        deps.log('sandbox.killed', { sandboxId: id });
-        res.writeHead(204).end();
+  // Each route names its kind of access; the rule table in grants.ts decides, as it does for the
+  // WebSocket methods that do the same things (audit.list, system.info).
+  const routes = new Map<string, { method: string; access: Access; run: () => Promise<void> }>([
+    ['', { method: 'GET', access: 'info', run: async () => sendJson(res, 200, await deps.sandboxes.get(id)) }],
+    [
+      'DELETE:',
+      {
+        method: 'DELETE',
+        access: 'lifecycle',
+        run: async () => {
+          await deps.sandboxes.kill(id);
+          deps.log('sandbox.killed', { sandboxId: id });
+          res.writeHead(204).end();
+        },
       },
-    },
-    keepalive: { method: 'POST', who: ['operator', 'sandbox'], run: async () => sendJson(res, 200, await deps.sandboxes.keepalive(id)) },
-    timeout: {
-      method: 'POST',
-      who: ['operator', 'sandbox'],
-      run: async () => {
-        const body = SetTimeoutRequest.safeParse(await readJson(req));
-        if (!body.success) throw new CodedError('INVALID_PARAMS', `Invalid timeout request: ${body.error.issues.map(issueText).join('; ')}. Send { "ttlSeconds": <seconds from now> }.`);
-        sendJson(res, 200, await deps.sandboxes.setTimeout(id, body.data.ttlSeconds));
+    ],
+    ['keepalive', { method: 'POST', access: 'lifecycle', run: async () => sendJson(res, 200, await deps.sandboxes.keepalive(id)) }],
+    [
+      'timeout',
+      {
+        method: 'POST',
+        access: 'lifecycle',
+        run: async () => {
+          const body = SetTimeoutRequest.safeParse(await readJson(req));
+          if (!body.success) throw new CodedError('INVALID_PARAMS', `Invalid timeout request: ${body.error.issues.map(issueText).join('; ')}. Send { "ttlSeconds": <seconds from now> }.`);
+          sendJson(res, 200, await deps.sandboxes.setTimeout(id, body.data.ttlSeconds));
+        },
       },
-    },
-    pause: { method: 'POST', who: ['operator', 'sandbox'], run: async () => sendJson(res, 200, await deps.sandboxes.pause(id)) },
-    resume: { method: 'POST', who: ['operator', 'sandbox'], run: async () => sendJson(res, 200, await deps.sandboxes.resume(id)) },
-    derive: {
-      method: 'POST',
-      who: ['operator', 'sandbox', 'derived'],
-      run: async () => sendJson(res, 201, deriveGrant(deps.credentials, deps.sandboxes.record(id), caller, await readJson(req))),
-    },
-    audit: {
-      method: 'GET',
-      who: ['operator', 'sandbox', 'derived'],
-      run: async () => {
-        // The same rule as audit.list over the WebSocket (one model for every door).
-        const refusal = refusalFor(grantFor(deps.sandboxes.record(id), caller), 'audit', 'GET /v1/sandboxes/<id>/audit');
-        if (refusal !== undefined) throw new CodedError('FORBIDDEN', `This credential may not use this route; it needs the API key or the sandbox's own token. ${refusal}`);
-        sendJson(res, 200, await deps.audit(id, url.searchParams));
-      },
-    },
-  };
-  const key = action === undefined && method === 'DELETE' ? 'DELETE:' : (action ?? '');
-  // Own keys only: a route named like an Object.prototype member (constructor, __proto__) is unknown.
-  const handler = Object.hasOwn(handlers, key) ? handlers[key] : undefined;
+    ],
+    ['pause', { method: 'POST', access: 'lifecycle', run: async () => sendJson(res, 200, await deps.sandboxes.pause(id)) }],
+    ['resume', { method: 'POST', access: 'lifecycle', run: async () => sendJson(res, 200, await deps.sandboxes.resume(id)) }],
+    ['derive', { method: 'POST', access: 'derive', run: async () => sendJson(res, 201, deriveGrant(deps.credentials, deps.sandboxes.record(id), caller, await readJson(req))) }],
+    ['audit', { method: 'GET', access: 'audit', run: async () => sendJson(res, 200, await deps.audit(id, url.searchParams)) }],
+  ]);
+  // A Map holds only the routes put in it: `constructor`, `__proto__` and the like are unknown.
+  const handler = routes.get(action === undefined && method === 'DELETE' ? 'DELETE:' : (action ?? ''));
   if (!handler) throw new CodedError('NOT_FOUND', `No route ${method} ${url.pathname}. Sandbox routes: GET|DELETE /v1/sandboxes/<id>, POST .../keepalive|timeout|pause|resume|derive, GET .../audit.`);
-  requireRole(caller, handler.who);
+  const record = deps.sandboxes.record(id); // throws SANDBOX_NOT_FOUND
+  refuse({ caller, grant: () => grantFor(record, caller) }, handler.access, `${handler.method} /v1/sandboxes/<id>${action === undefined ? '' : `/${action}`}`);
   if (handler.method !== method) throw methodNotAllowed(method, url.pathname, handler.method);
-  deps.sandboxes.record(id); // throws SANDBOX_NOT_FOUND
   await handler.run();
 }
 
+/** A caller on a controller-wide route, where no sandbox (so no grant) is involved. */
+function controllerWide(caller: Caller): Holder {
+  return {
+    caller,
+    grant: () => {
+      throw new CodedError('INTERNAL', 'A controller-wide route asked for a sandbox grant.');
+    },
+  };
+}
+
+/** Throws the rule table's FORBIDDEN when `holder` may not use a route of this access. */
+function refuse(holder: Holder, access: Access, what: string): void {
+  const refusal = routeRefusal(holder, access, what);
+  if (refusal) throw refusal;
+}
+
 function listFilter(query: URLSearchParams): { labels: Record<string, string>; state?: SandboxState } {
-  const labels: Record<string, string> = {};
+  const pairs: [string, string][] = [];
   for (const pair of query.getAll('label')) {
     const eq = pair.indexOf('=');
     if (eq <= 0) throw new CodedError('INVALID_PARAMS', `Label filter '${pair}' is not key=value; use ?label=team=red.`);
-    labels[pair.slice(0, eq)] = pair.slice(eq + 1);
+    pairs.push([pair.slice(0, eq), pair.slice(eq + 1)]);
   }
+  // fromEntries makes own keys, `__proto__` included (an assignment would set the prototype and drop the filter).
+  const labels = Object.fromEntries(pairs);
   const state = query.get('state');
   if (state === null) return { labels };
   const parsed = SandboxState.safeParse(state);
@@ -205,10 +216,10 @@ async function upgrade(deps: HttpServerDeps, wss: WebSocketServer, upgrading: { 
       deps.metrics.connections.inc();
       client.once('close', () => deps.metrics.connections.dec());
       const observer = observeCalls(client, agent, deps.metrics);
-      const check = callAccessCheck(grant, deps.metrics);
+      const check = callAccessCheck({ caller, grant: () => grant }, deps.metrics);
       relay(client, agent, {
         allowFrame: (data) => {
-          const refusal = check(data);
+          const refusal = sizeRefusal(data, deps.config.maxMessageBytes) ?? check(data);
           if (refusal) observer.forget(data);
           return refusal;
         },
@@ -279,12 +290,6 @@ function authenticate(credentials: Credentials, req: IncomingMessage, sandboxId:
     }
   }
   throw new CodedError('UNAUTHORIZED', UNAUTHORIZED_MESSAGE);
-}
-
-function requireRole(caller: Caller, who: Who[]): void {
-  if (who.includes(caller.kind)) return;
-  const allowed = who.map((w) => (w === 'operator' ? 'the API key' : w === 'sandbox' ? "the sandbox's own token" : 'a derived token')).join(' or ');
-  throw new CodedError('FORBIDDEN', `This credential may not use this route; it needs ${allowed}.`);
 }
 
 function methodNotAllowed(method: string, path: string, allowed: string): CodedError {

@@ -1,3 +1,4 @@
+import { CodedError, encodeFrame, frameRequestId, toWireError } from '@warren/protocol';
 import type { WebSocket } from 'ws';
 
 /** Above this many unsent bytes on one side, the relay stops reading the other side. */
@@ -61,4 +62,16 @@ function throttle(from: WebSocket, to: WebSocket): (data: Buffer, isBinary: bool
       setTimeout(check, 5);
     }
   };
+}
+
+/**
+ * The relay's own cap on client frames (the controller's `maxMessageBytes`): a larger frame is
+ * answered `FRAME_TOO_LARGE` with its request id (read from the header's start) instead of
+ * being passed on; undefined for a frame within the cap.
+ */
+export function sizeRefusal(data: Buffer, limit: number): Buffer | undefined {
+  if (data.length <= limit) return undefined;
+  const id = frameRequestId(data) ?? null;
+  const error = new CodedError('FRAME_TOO_LARGE', `This message is ${data.length} bytes; this controller passes on messages of at most ${limit} bytes (maxMessageBytes). Send less per call: write large content in pieces (files.write does).`, id === null ? { limit } : { id, limit });
+  return encodeFrame({ type: 'err', id, error: toWireError(error) });
 }

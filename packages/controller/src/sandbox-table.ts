@@ -78,7 +78,7 @@ export class SandboxTable {
   /** The sandboxes that carry every given label and are in the given state. */
   filter(filter: ListFilter = {}): SandboxInfo[] {
     return this.list()
-      .filter((r) => Object.entries(filter.labels ?? {}).every(([k, v]) => r.labels[k] === v))
+      .filter((r) => Object.entries(filter.labels ?? {}).every(([k, v]) => Object.hasOwn(r.labels, k) && r.labels[k] === v))
       .filter((r) => filter.state === undefined || r.state === filter.state)
       .map(describe);
   }
@@ -93,8 +93,8 @@ export class SandboxTable {
 
 /** A record rebuilt from a sandbox's labels (after a controller restart). */
 export function recordFromLabels(agentId: string, handle: string, labels: Record<string, string>, state: SandboxState): SandboxRecord {
-  const user: Record<string, string> = {};
-  for (const [key, value] of Object.entries(labels)) if (key.startsWith(LABELS.userPrefix)) user[key.slice(LABELS.userPrefix.length)] = value;
+  // fromEntries makes own keys whatever a label is called (an assignment to `__proto__` would not).
+  const user: Record<string, string> = Object.fromEntries(Object.entries(labels).flatMap(([key, value]) => (key.startsWith(LABELS.userPrefix) ? [[key.slice(LABELS.userPrefix.length), value]] : [])));
   const settings = SandboxSettings.safeParse(safeJson(labels[LABELS.settings]));
   const record: SandboxRecord = {
     id: agentId,

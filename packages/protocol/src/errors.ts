@@ -5,7 +5,7 @@
  */
 export const ERROR_CODES = {
   INVALID_FRAME: { status: 400, suggestion: 'Send a binary frame: a 4-byte big-endian header length, a JSON header, then the payload bytes.' },
-  FRAME_TOO_LARGE: { status: 413, suggestion: 'Send less per call: split the content, or use a streaming upload.' },
+  FRAME_TOO_LARGE: { status: 413, suggestion: 'Send or ask for less per call: split the content or use a streaming upload; read a range; ask for a smaller limit, or page with the cursor.' },
   UNKNOWN_METHOD: { status: 404, suggestion: 'Call one of the methods in the protocol registry; upgrade the SDK if the method is new.' },
   METHOD_NOT_ALLOWED: { status: 405, suggestion: 'Use the HTTP method the message names for this route.' },
   INVALID_PARAMS: { status: 400, suggestion: 'Fix the parameters named in the details and call again.' },

@@ -19,9 +19,14 @@ const LENGTH_BYTES = 4;
  */
 export function encodeFrame(header: FrameHeader, payload?: Uint8Array): Buffer {
   const json = Buffer.from(JSON.stringify(header), 'utf8');
-  const id = 'id' in header ? header.id : null;
+  // The sender refuses what the receiver would, with the request's id, so the caller hears why.
+  const id = 'id' in header && header.id !== null ? { id: header.id } : {};
   if (json.length > MAX_HEADER_BYTES) {
-    throw new CodedError('FRAME_TOO_LARGE', `This ${header.type} frame's header is ${json.length} bytes, over the ${MAX_HEADER_BYTES}-byte limit. Ask for less at once (a smaller maxEntries, limit or range).`, id === null ? undefined : { id, limit: MAX_HEADER_BYTES });
+    throw new CodedError('FRAME_TOO_LARGE', `This ${header.type} frame's header is ${json.length} bytes, over the ${MAX_HEADER_BYTES}-byte limit. Ask for less at once (a smaller maxEntries, limit or range, or the next page with a cursor); a large value belongs in a file.`, { ...id, limit: MAX_HEADER_BYTES });
+  }
+  const total = LENGTH_BYTES + json.length + (payload?.length ?? 0);
+  if (total > MAX_FRAME_BYTES) {
+    throw new CodedError('FRAME_TOO_LARGE', `This ${header.type} frame is ${total} bytes, over the ${MAX_FRAME_BYTES}-byte limit. Send or ask for less per call: a range of a file, or content in pieces.`, { ...id, limit: MAX_FRAME_BYTES });
   }
   const prefix = Buffer.allocUnsafe(LENGTH_BYTES);
   prefix.writeUInt32BE(json.length, 0);
@@ -73,7 +78,7 @@ function splitFrame(bytes: Buffer): { json: string; payload: Buffer } {
   if (bytes.length < LENGTH_BYTES) throw new CodedError('INVALID_FRAME', 'Frame is shorter than its 4-byte length prefix.');
   const headerLength = bytes.readUInt32BE(0);
   if (headerLength > MAX_HEADER_BYTES) {
-    const id = leadingId(bytes.subarray(LENGTH_BYTES, LENGTH_BYTES + 256).toString('utf8'));
+    const id = frameRequestId(bytes);
     throw new CodedError('FRAME_TOO_LARGE', `Frame header of ${headerLength} bytes exceeds the ${MAX_HEADER_BYTES}-byte limit; send less per call (a large value belongs in a file, written with files.write).`, id === undefined ? undefined : { id });
   }
   if (LENGTH_BYTES + headerLength > bytes.length) throw new CodedError('INVALID_FRAME', 'Frame header length runs past the end of the frame.');
@@ -83,21 +88,102 @@ function splitFrame(bytes: Buffer): { json: string; payload: Buffer } {
   };
 }
 
+/** How far into a header {@link frameRequestId} looks for a top-level `id`. */
+const ID_SCAN_BYTES = 4096;
+
 /**
- * The id of a header too large to parse, read from its start where encoders put it
- * (`{"type":"req","id":7,...`): only a top-level `id` right after an optional `type` counts, so a
- * string inside the params cannot pose as one.
+ * The request id a frame carries, read without parsing its whole header: the top-level keys of
+ * the header's first 4 KiB are scanned (values skipped, strings and nesting respected), so a frame
+ * too large to decode, or to pass on, can still be answered with its id. Encoders put the id
+ * near the start (`{"type":"req","id":7,...`); a string inside the params cannot pose as it.
+ * Undefined when the id is not there, is not a valid id, or the bytes are not a frame.
+ *
+ * @example
+ * frameRequestId(encodeFrame({ type: 'req', id: 7, method: 'system.info', params: {} })); // 7
  */
-function leadingId(start: string): RequestId | undefined {
-  const match = /^\{\s*(?:"type"\s*:\s*"[a-z]{1,16}"\s*,\s*)?"id"\s*:\s*(\d{1,16}|"[A-Za-z0-9_.:-]{1,64}")\s*,/.exec(start);
-  if (!match) return undefined;
-  const parsed = RequestId.safeParse(JSON.parse(match[1]!));
-  return parsed.success ? parsed.data : undefined;
+export function frameRequestId(bytes: Buffer): RequestId | undefined {
+  if (bytes.length < LENGTH_BYTES) return undefined;
+  const end = Math.min(bytes.length, LENGTH_BYTES + bytes.readUInt32BE(0), LENGTH_BYTES + ID_SCAN_BYTES);
+  return leadingId(bytes.subarray(LENGTH_BYTES, end).toString('utf8'));
+}
+
+function leadingId(text: string): RequestId | undefined {
+  const scanner = new TopLevelScanner(text);
+  try {
+    scanner.expect('{');
+    for (;;) {
+      const key = JSON.parse(scanner.string()) as string;
+      scanner.expect(':');
+      const value = scanner.value();
+      if (key === 'id') {
+        const parsed = RequestId.safeParse(JSON.parse(value));
+        return parsed.success ? parsed.data : undefined;
+      }
+      if (scanner.next() === '}') return undefined;
+      scanner.expect(',');
+    }
+  } catch {
+    return undefined; // the window ended, or the bytes are not JSON: no id to recover
+  }
+}
+
+/** Reads JSON tokens from a prefix of a header; throws when the prefix ends or is not JSON. */
+class TopLevelScanner {
+  private at = 0;
+  constructor(private readonly text: string) {}
+
+  /** The next character that is not white space, without consuming it. */
+  next(): string {
+    while (this.at < this.text.length && ' \t\r\n'.includes(this.text[this.at]!)) this.at++;
+    if (this.at >= this.text.length) throw new Error('end of window');
+    return this.text[this.at]!;
+  }
+
+  expect(char: string): void {
+    if (this.next() !== char) throw new Error(`expected ${char}`);
+    this.at++;
+  }
+
+  /** A JSON string token, quotes included. */
+  string(): string {
+    this.expect('"');
+    const start = this.at - 1;
+    for (;;) {
+      const c = this.text[this.at++];
+      if (c === undefined) throw new Error('end of window');
+      if (c === '\\') this.at++;
+      else if (c === '"') return this.text.slice(start, this.at);
+    }
+  }
+
+  /** Any JSON value's text, nested objects and arrays skipped as a whole. */
+  value(): string {
+    const first = this.next();
+    if (first === '"') return this.string();
+    const start = this.at;
+    if (first === '{' || first === '[') {
+      let depth = 0;
+      for (;;) {
+        const c = this.next();
+        if (c === '"') {
+          this.string();
+          continue;
+        }
+        this.at++;
+        if (c === '{' || c === '[') depth++;
+        else if (c === '}' || c === ']') depth--;
+        if (depth === 0) return this.text.slice(start, this.at);
+      }
+    }
+    while (this.at < this.text.length && !',}] \t\r\n'.includes(this.text[this.at]!)) this.at++;
+    if (this.at >= this.text.length) throw new Error('end of window');
+    return this.text.slice(start, this.at);
+  }
 }
 
 function idDetails(bytes: Buffer): { id: RequestId } | undefined {
-  const id = RequestId.safeParse(peekHeader(bytes)?.id);
-  return id.success ? { id: id.data } : undefined;
+  const id = frameRequestId(bytes) ?? RequestId.safeParse(peekHeader(bytes)?.id).data;
+  return id === undefined ? undefined : { id };
 }
 
 /** One zod issue as a short sentence naming its path. */

@@ -12,8 +12,15 @@ export const MAX_FRAME_BYTES = 32 * 1024 * 1024;
 export const WS_MAX_PAYLOAD_BYTES = 64 * 1024 * 1024;
 
 /**
- * The largest JSON header a frame may carry: room for a listing of 100,000 entries. A header
- * over it is refused with `FRAME_TOO_LARGE` carrying the request's id (read from the header's
- * start), by the sender for an answer and by the receiver for a request.
+ * The largest JSON header a frame may carry. A header over it is refused with `FRAME_TOO_LARGE`
+ * carrying the request's id (read from the header's start), by the sender for an answer and by
+ * the receiver for a request.
  */
 export const MAX_HEADER_BYTES = 16 * 1024 * 1024;
+
+/**
+ * How much JSON one page of a paged answer (`fs.list`, `audit.list`) holds at most before it
+ * stops and hands back a cursor for the rest: below {@link MAX_HEADER_BYTES}, so a page always
+ * fits in a frame whatever its entries are.
+ */
+export const MAX_PAGE_BYTES = 12 * 1024 * 1024;

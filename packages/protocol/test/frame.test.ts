@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { CodedError, decodeFrame, encodeFrame, MAX_FRAME_BYTES, type FrameHeader } from '../src/index.js';
+import { CodedError, decodeFrame, encodeFrame, frameRequestId, MAX_FRAME_BYTES, MAX_HEADER_BYTES, type FrameHeader } from '../src/index.js';
 
 function codeOf(fn: () => unknown): string | undefined {
   try {
@@ -77,13 +77,57 @@ describe('frames', () => {
   });
 
   it('rejects an oversized frame with FRAME_TOO_LARGE, naming its request id', () => {
-    const frame = encodeFrame({ type: 'req', id: 5, method: 'fs.write', params: { path: 'big' } }, Buffer.alloc(MAX_FRAME_BYTES + 1));
+    const frame = Buffer.concat([encodeFrame({ type: 'req', id: 5, method: 'fs.write', params: { path: 'big' } }), Buffer.alloc(MAX_FRAME_BYTES + 1)]);
     try {
       decodeFrame(frame);
       throw new Error('decoded');
     } catch (err) {
       expect((err as CodedError).code).toBe('FRAME_TOO_LARGE');
       expect((err as CodedError).details).toEqual({ id: 5 });
+    }
+  });
+
+  it('refuses to encode a header or a frame over the caps, naming the request id, so the sender can answer instead', () => {
+    const details = (fn: () => unknown) => {
+      try {
+        fn();
+      } catch (err) {
+        return { code: (err as CodedError).code, details: (err as CodedError).details };
+      }
+      return undefined;
+    };
+    const big = 'x'.repeat(MAX_HEADER_BYTES);
+    expect(details(() => encodeFrame({ type: 'res', id: 9, result: { big } }))).toEqual({ code: 'FRAME_TOO_LARGE', details: { id: 9, limit: MAX_HEADER_BYTES } });
+    expect(details(() => encodeFrame({ type: 'res', id: 'r1', result: {} }, Buffer.alloc(MAX_FRAME_BYTES)))).toEqual({ code: 'FRAME_TOO_LARGE', details: { id: 'r1', limit: MAX_FRAME_BYTES } });
+    expect(details(() => encodeFrame({ type: 'res', id: 3, result: {} }, Buffer.alloc(MAX_FRAME_BYTES - 1024)))).toBeUndefined();
+  });
+
+  it('reads the id of a header too large to decode from its first bytes, and only a top-level one', () => {
+    const frameOf = (json: string) => {
+      const body = Buffer.from(json);
+      const prefix = Buffer.alloc(4);
+      prefix.writeUInt32BE(MAX_HEADER_BYTES + 1);
+      return Buffer.concat([prefix, body]);
+    };
+    const filler = 'y'.repeat(8000);
+    const cases: [string, unknown][] = [
+      [`{"type":"req","id":77,"method":"process.exec","params":{"env":{"BIG":"${filler}`, 77],
+      [`{ "id" : "call-1" , "type":"req","params":{"a":"${filler}`, 'call-1'],
+      [`{"type":"req","method":"fs.write","params":{"path":"a\\\"}","nested":[1,{"id":5}]},"id":12,"x":"${filler}`, 12],
+      [`{"type":"req","params":{"id":5,"text":"${filler}`, undefined],
+      [`{"type":"req","note":"\"id\":6","params":"${filler}`, undefined],
+      [`{"type":"req","id":-1,"x":"${filler}`, undefined],
+      [`{"type":"req","id":{"a":1},"x":"${filler}`, undefined],
+      [`{"type":"req","params":"${filler}","id":4}`, undefined],
+      [`not json at all ${filler}`, undefined],
+      ['', undefined],
+    ];
+    for (const [json, id] of cases) expect([json.slice(0, 60), frameRequestId(frameOf(json))]).toEqual([json.slice(0, 60), id]);
+    try {
+      decodeFrame(frameOf(cases[0]![0]));
+      throw new Error('decoded');
+    } catch (err) {
+      expect([(err as CodedError).code, (err as CodedError).details]).toEqual(['FRAME_TOO_LARGE', { id: 77 }]);
     }
   });
 });

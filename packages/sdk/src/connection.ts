@@ -144,7 +144,13 @@ export class Connection {
         timer = setTimeout(() => giveUp(makeError('REQUEST_TIMEOUT', `${method} did not answer within ${timeoutMs} ms; it was cancelled.`)), timeoutMs);
         onAbort = () => giveUp(makeError('CANCELLED', `${method} was cancelled by its AbortSignal.`));
         options.signal?.addEventListener('abort', onAbort, { once: true });
-        this.sendFrame({ type: 'req', id, method, params: checked.data }, options.payload);
+        try {
+          this.sendFrame({ type: 'req', id, method, params: checked.data }, options.payload);
+        } catch (err) {
+          // A request too large for a frame is refused here, as the daemon would, and never sent.
+          this.pending.delete(id);
+          reject(toWarrenError(err));
+        }
       });
       return { result: parseResult(method, answer.result), payload: answer.payload };
     } catch (err) {

@@ -284,17 +284,31 @@ export class Files {
   }
 
   /**
-   * Lists a folder, or its tree with `recursive`; entry paths are relative to the folder.
+   * Lists a folder, or its tree with `recursive`; entry paths are relative to the folder. Returns
+   * up to `limit` entries (default 1000, at most 100,000), fetched in as many pages as that takes
+   * (a page fits in one frame; `timeoutMs` applies to each). `truncated` says entries were left
+   * out; then `nextCursor`, when present, continues the listing: pass it as `cursor`.
    *
    * @example
    * const { entries, truncated } = await sandbox.files.list('.', { recursive: true, limit: 100 });
+   * const all = await sandbox.files.list('node_modules', { recursive: true, limit: 100_000 });
    */
-  async list(path = '.', options: CallOptions & { recursive?: boolean; limit?: number; maxDepth?: number } = {}): Promise<Result<'fs.list'>> {
-    const params: { path: string; recursive?: boolean; maxEntries?: number; maxDepth?: number } = { path };
+  async list(path = '.', options: CallOptions & { recursive?: boolean; limit?: number; maxDepth?: number; cursor?: string } = {}): Promise<Result<'fs.list'>> {
+    const limit = options.limit ?? 1000;
+    const params: { path: string; recursive?: boolean; maxEntries?: number; maxDepth?: number; cursor?: string } = { path };
     if (options.recursive !== undefined) params.recursive = options.recursive;
-    if (options.limit !== undefined) params.maxEntries = options.limit;
     if (options.maxDepth !== undefined) params.maxDepth = options.maxDepth;
-    return (await this.connection().call('fs.list', params, options)).result;
+    let entries: Result<'fs.list'>['entries'] = [];
+    let cursor = options.cursor;
+    for (;;) {
+      const call = { ...params, maxEntries: limit - entries.length, ...(cursor === undefined ? {} : { cursor }) };
+      const page = (await this.connection().call('fs.list', call, options)).result;
+      entries = entries.length === 0 ? page.entries : entries.concat(page.entries);
+      if (page.nextCursor === undefined || entries.length >= limit) {
+        return { path: page.path, entries, truncated: page.truncated, ...(page.nextCursor === undefined ? {} : { nextCursor: page.nextCursor }) };
+      }
+      cursor = page.nextCursor;
+    }
   }
 
   /**

@@ -1,4 +1,4 @@
-import type { CreateSandboxRequest, DeriveTokenRequest, DeriveTokenResponse, Result, SandboxInfo, SandboxState } from '@warren/protocol';
+import { AUDIT_PAGE_MAX, type AuditEntry, type CreateSandboxRequest, type DeriveTokenRequest, type DeriveTokenResponse, type Result, type SandboxInfo, type SandboxState } from '@warren/protocol';
 import { Commands } from './commands.js';
 import { ReconnectingChannel, type ReconnectOptions } from './channel.js';
 import { Connection, type ApprovalHandler, type CallOptions } from './connection.js';
@@ -183,17 +183,38 @@ export class Sandbox implements AsyncDisposable {
   }
 
   /**
-   * The calls the sandbox's daemon served (time, method, paths, outcome, bytes, duration), oldest
-   * first, from its bounded ring of the last 10,000; pass the last `seq` seen as `since` to page.
+   * One page of the calls the sandbox's daemon served (time, method, paths, outcome, bytes,
+   * duration), oldest first, from its bounded ring of the last 10,000: at most `limit` entries
+   * (default 1000), fewer when the page would not fit in a frame. `nextCursor`, present when more
+   * follow, is the `since` of the next page; {@link auditEntries} pages for you. Needs the API key
+   * or the sandbox's own token: a derived handle gets `ForbiddenError`.
    *
    * @example
-   * const { entries } = await sandbox.auditLog({ limit: 50 });
+   * const { entries, nextCursor } = await sandbox.auditLog({ limit: 50 });
+   * const more = nextCursor === undefined ? [] : (await sandbox.auditLog({ since: nextCursor })).entries;
    */
   async auditLog(options: CallOptions & { since?: number; limit?: number } = {}): Promise<Result<'audit.list'>> {
     const params: { since?: number; limit?: number } = {};
     if (options.since !== undefined) params.since = options.since;
     if (options.limit !== undefined) params.limit = options.limit;
     return (await this.connection.call('audit.list', params, options)).result;
+  }
+
+  /**
+   * Every audit entry after `since` (from the oldest kept when absent), page by page as the loop
+   * asks for them; `timeoutMs` applies to each page.
+   *
+   * @example
+   * for await (const entry of sandbox.auditEntries()) if (entry.outcome !== 'ok') console.log(entry.method, entry.outcome);
+   */
+  async *auditEntries(options: CallOptions & { since?: number } = {}): AsyncGenerator<AuditEntry, void, undefined> {
+    let since = options.since;
+    for (;;) {
+      const page = await this.auditLog({ ...options, ...(since === undefined ? {} : { since }), limit: AUDIT_PAGE_MAX });
+      yield* page.entries;
+      if (page.nextCursor === undefined) return;
+      since = page.nextCursor;
+    }
   }
 
   /** Removes the sandbox: its container, files and processes are gone afterwards. */

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
 import { lstat, mkdir, open, readlink, rename, rm, rmdir, symlink, unlink } from 'node:fs/promises';
 import path from 'node:path';
-import { CodedError, describePolicy, isWithin, mountsOf, suffixAllowed, type EntryType } from '@warren/protocol';
+import { CodedError, describePolicy, isWithin, MAX_LIST_ENTRIES, MAX_PAGE_BYTES, mountsOf, suffixAllowed, type EntryType } from '@warren/protocol';
 import type { CallContext, Handler } from '../dispatch.js';
 import { checkKernelName, checkSize, checkSuffix, mapFsError, openChecked, requireRegularFile, resolvePath, typeOf, type ResolvedPath } from '../policy.js';
 import { approve, checkHardLinks, makeFolders, ownHandle, ownPath, resolveFor, type FsContext } from './fs-common.js';
@@ -23,6 +23,14 @@ export const GLOB_LIMITS = { maxScanned: 200_000, maxDepth: 64 } as const;
 /** The most entries one copy or move-by-copy handles. */
 export const MAX_COPY_ENTRIES = 100_000;
 
+/** An upper bound of a list entry's JSON besides its path and link target (keys, type, size, mtime). */
+const ENTRY_JSON_BYTES = 128;
+
+/** The bytes a string takes in JSON: its length when it needs no escaping and is ASCII, else measured. */
+function jsonBytes(text: string): number {
+  return /^[\x20-\x21\x23-\x5b\x5d-\x7e]*$/.test(text) ? text.length + 2 : Buffer.byteLength(JSON.stringify(text));
+}
+
 export function entryType(type: ReturnType<typeof typeOf>): EntryType {
   return type === 'file' || type === 'directory' || type === 'symlink' ? type : 'other';
 }
@@ -33,21 +41,32 @@ export function treeHandlers(fs: FsContext): TreeHandlers {
     async 'fs.list'(params, ctx) {
       const target = await resolveFor(fs, ctx, params.path, 'read', 'list');
       requireFolder(target, params.path);
+      // A cursor is the count of entries the pages before returned: the walk's order is fixed
+      // (breadth first, names sorted), so this page starts that many entries in.
+      const skip = params.cursor === undefined ? 0 : Number(params.cursor);
+      if (skip >= MAX_LIST_ENTRIES) throw new CodedError('INVALID_PARAMS', `cursor '${params.cursor}' is past the ${MAX_LIST_ENTRIES} entries a listing reaches; pass a nextCursor a listing returned.`, { cursor: params.cursor });
+      const pageMax = Math.min(params.maxEntries, MAX_LIST_ENTRIES - skip);
       const entries = [];
       const walk = walkTree(target.absolute, params.path, {
         maxDepth: params.recursive ? params.maxDepth : 1,
-        maxVisited: params.maxEntries + 1,
+        maxVisited: skip + pageMax + 1,
         signal: ctx.signal,
       });
+      let seen = 0;
+      let bytes = 0;
       let truncated = false;
+      // The walk stopped before its end (this page is full, or a cap cut it): a next page reads on.
+      let more = false;
       for (;;) {
         const step = await walk.next();
         if (step.done) {
           truncated = step.value.truncated || (params.recursive && step.value.depthLimited);
+          more = step.value.truncated;
           break;
         }
-        if (entries.length >= params.maxEntries) {
-          truncated = true;
+        if (seen++ < skip) continue;
+        if (entries.length >= pageMax) {
+          truncated = more = true;
           break;
         }
         const e = step.value;
@@ -58,9 +77,19 @@ export function treeHandlers(fs: FsContext): TreeHandlers {
           mtimeMs: e.stat.mtimeMs,
         };
         if (e.stat.isSymbolicLink()) entry.linkTarget = await readlink(e.absolute).catch(() => '');
+        // The page ends before its JSON would pass MAX_PAGE_BYTES, so the answer always fits in a frame.
+        bytes += jsonBytes(entry.path) + (entry.linkTarget === undefined ? 0 : jsonBytes(entry.linkTarget)) + ENTRY_JSON_BYTES;
+        if (bytes > MAX_PAGE_BYTES && entries.length > 0) {
+          truncated = more = true;
+          break;
+        }
         entries.push(entry);
       }
-      return { result: { path: target.display, entries, truncated } };
+      // No cursor past the listing's own cap, nor after a page that found nothing new (a folder
+      // over the scan cap ends the listing there for good).
+      const next = skip + entries.length;
+      const result = { path: target.display, entries, truncated };
+      return { result: more && entries.length > 0 && next < MAX_LIST_ENTRIES ? { ...result, nextCursor: String(next) } : result };
     },
 
     async 'fs.glob'(params, ctx) {

@@ -24,11 +24,14 @@ export const AuditEntry = z.strictObject({
 });
 export type AuditEntry = z.infer<typeof AuditEntry>;
 
-/** The most entries one `audit.list` answers; page with `since` (the last entry's `seq`) for more. */
+/**
+ * The most entries one `audit.list` answers. A page also ends before its JSON passes
+ * `MAX_PAGE_BYTES`, so it always fits in a frame; `nextCursor` says where the rest starts.
+ */
 export const AUDIT_PAGE_MAX = AUDIT_RING_SIZE;
 
 export const AuditListParams = z.strictObject({
-  /** Only entries with a larger `seq`: the last `seq` of the page before. */
+  /** Only entries with a larger `seq`: the page before's `nextCursor` (or the last `seq` seen). */
   since: z.number().int().nonnegative().optional(),
   limit: z.number().int().positive().max(AUDIT_PAGE_MAX).default(1000),
 });
@@ -38,8 +41,11 @@ export const AuditListResult = z.strictObject({
   dropped: z.boolean(),
   /** The newest `seq` so far (-1 when nothing was served). */
   lastSeq: z.number().int(),
-  /** True when entries after this page exist: ask again with `since` = the last entry's `seq`. */
-  more: z.boolean().optional(),
+  /**
+   * Present when entries after this page exist (the page ended at `limit` or at the page size):
+   * pass it as `since` to read on. Absent on the last page.
+   */
+  nextCursor: z.number().int().nonnegative().optional(),
 });
 
 export const AUDIT_METHODS = {

@@ -225,12 +225,26 @@ export const FsStatResult = z.strictObject({
   writable: z.boolean(),
 });
 
+/** The most entries one listing reaches, over all its pages. */
+export const MAX_LIST_ENTRIES = 100_000;
+
+/**
+ * A listing answers in pages: one page holds at most `maxEntries` entries and at most
+ * `MAX_PAGE_BYTES` of JSON, so it always fits in a frame. When more follow, the result has a
+ * `nextCursor`; the same call with `cursor` set to it answers the next page.
+ */
 export const FsListParams = z.strictObject({
   path: SandboxPath.default('.'),
   recursive: z.boolean().default(false),
   /** How deep a recursive listing goes (1 = the folder's own entries). */
   maxDepth: z.number().int().positive().max(64).default(16),
-  maxEntries: z.number().int().positive().max(100_000).default(1000),
+  /** The most entries in this page. */
+  maxEntries: z.number().int().positive().max(MAX_LIST_ENTRIES).default(1000),
+  /** Where this page starts: the `nextCursor` of the page before (same path, recursive and maxDepth). */
+  cursor: z
+    .string()
+    .regex(/^[0-9]{1,6}$/, "a cursor is a page's nextCursor, passed back as it is")
+    .optional(),
 });
 export const ListEntry = z.strictObject({
   /** Relative to the folder listed. */
@@ -243,8 +257,14 @@ export const ListEntry = z.strictObject({
 export const FsListResult = z.strictObject({
   path: z.string(),
   entries: z.array(ListEntry),
-  /** True when a cap (maxEntries, maxDepth, or the scan cap of a huge folder) left entries out. */
+  /**
+   * True when entries were left out of this answer: by the page's end (then `nextCursor` is
+   * set), or for good by maxDepth, the scan cap of a huge folder, or the listing's cap of
+   * `MAX_LIST_ENTRIES`.
+   */
   truncated: z.boolean(),
+  /** Present when more entries follow: pass it back as `cursor` for the next page. */
+  nextCursor: z.string().optional(),
 });
 
 /** The longest glob pattern accepted. */

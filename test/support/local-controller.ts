@@ -1,0 +1,129 @@
+import { randomBytes } from 'node:crypto';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { startAgentServer, type AgentServer } from '@warren/agent';
+import { Credentials, startController, type ControllerConfig, type DaemonEndpoint, type ProvidedSandbox, type ProviderIsolation, type ProviderState, type SandboxProvider, type SandboxSpec } from '@warren/controller';
+
+/** One sandbox of the {@link LocalProvider}: a real daemon in this process. */
+interface LocalSandbox {
+  agentId: string;
+  labels: Record<string, string>;
+  state: ProviderState;
+  server: AgentServer;
+}
+
+/**
+ * A {@link SandboxProvider} whose sandboxes are real daemons in this process, rooted in one
+ * temporary folder (integration tier: the controller's REST routes, its relay and per-frame
+ * checks, and the daemon, over real sockets, without Docker). No isolation: create sandboxes with
+ * `policy: { root: local.root }`, since a daemon outside a container sees the host's paths.
+ */
+class LocalProvider implements SandboxProvider {
+  readonly name = 'local';
+  private readonly sandboxes = new Map<string, LocalSandbox>();
+
+  constructor(
+    readonly dir: string,
+    readonly root: string,
+  ) {}
+
+  async ping(): Promise<void> {}
+  async isolation(): Promise<ProviderIsolation> {
+    return { usernsRemap: null, rootless: false, cgroupVersion: '2', cgroupDriver: 'none', limitsEnforced: false, seccomp: false, apparmor: false, selinux: false, gvisor: false, runtimes: ['runc'], storageDriver: 'none', diskQuota: { quota: false, kind: 'none', reason: 'a local test provider' } };
+  }
+  async runtimes(): Promise<{ name: string; args: string[] }[]> {
+    return [{ name: 'runc', args: [] }];
+  }
+  async hasImage(): Promise<boolean> {
+    return true;
+  }
+  async prepare(): Promise<{ oldRuntimesRemoved: number }> {
+    return { oldRuntimesRemoved: 0 };
+  }
+
+  async create(spec: SandboxSpec): Promise<string> {
+    const server = await startAgentServer({ socketPath: this.daemon(spec.agentId).socketPath, secret: spec.daemonSecret, policy: { root: this.root, readOnly: false }, home: this.root });
+    this.sandboxes.set(spec.agentId, { agentId: spec.agentId, labels: spec.labels, state: 'running', server });
+    return spec.agentId;
+  }
+  async start(): Promise<void> {}
+  async stop(handle: string): Promise<void> {
+    this.require(handle).state = 'exited';
+  }
+  async pause(handle: string): Promise<void> {
+    this.require(handle).state = 'paused';
+  }
+  async resume(handle: string): Promise<void> {
+    this.require(handle).state = 'running';
+  }
+  async remove(handle: string): Promise<void> {
+    await this.sandboxes.get(handle)?.server.close();
+    this.sandboxes.delete(handle);
+  }
+  async inspect(handle: string): Promise<ProviderState | undefined> {
+    return this.sandboxes.get(handle)?.state;
+  }
+  async states(): Promise<Map<string, ProviderState>> {
+    return new Map([...this.sandboxes.values()].map((s) => [s.agentId, s.state]));
+  }
+  async list(): Promise<ProvidedSandbox[]> {
+    return [...this.sandboxes.values()].map((s) => ({ handle: s.agentId, labels: s.labels, state: s.state }));
+  }
+  async events(): Promise<() => void> {
+    return () => undefined;
+  }
+  daemon(agentId: string): DaemonEndpoint {
+    return { socketPath: path.join(this.dir, `${agentId.slice(0, 16)}.sock`) };
+  }
+  async copyIn(): Promise<void> {}
+  async logsTail(): Promise<string> {
+    return '';
+  }
+
+  async closeAll(): Promise<void> {
+    for (const handle of [...this.sandboxes.keys()]) await this.remove(handle);
+  }
+
+  private require(handle: string): LocalSandbox {
+    const sandbox = this.sandboxes.get(handle);
+    if (!sandbox) throw Object.assign(new Error(`no sandbox ${handle}`), { statusCode: 404 });
+    return sandbox;
+  }
+}
+
+/** A real controller whose sandboxes are daemons in this process; see {@link startLocalController}. */
+export interface LocalController extends AsyncDisposable {
+  url: string;
+  apiKey: string;
+  /** The folder every sandbox's policy should name as its root. */
+  root: string;
+}
+
+/**
+ * Starts a real controller (REST, relay, grants) on a loopback port over daemons running in this
+ * process, for integration tests of what the controller decides without Docker.
+ *
+ * @example
+ * await using warren = await startLocalController();
+ * const sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, policy: { root: warren.root } });
+ */
+export async function startLocalController(config: Partial<ControllerConfig> = {}): Promise<LocalController> {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'warren-local-'));
+  const root = path.join(dir, 'workspace');
+  await mkdir(root);
+  const provider = new LocalProvider(dir, root);
+  const apiKey = `wk_test_${randomBytes(16).toString('hex')}`;
+  const controller = await startController({
+    provider,
+    credentials: Credentials.inMemory(apiKey),
+    log: () => undefined,
+    config: { port: 0, host: '127.0.0.1', stateDir: path.join(dir, 'state'), reapIntervalMs: 60_000, ...config },
+  });
+  const dispose = async () => {
+    await controller.close();
+    await provider.closeAll();
+    await rm(dir, { recursive: true, force: true });
+  };
+  return { url: controller.url, apiKey, root, [Symbol.asyncDispose]: dispose };
+}

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { encodeFrame, PROTOCOL_VERSION } from '@warren/protocol';
+import { decodeFrame, encodeFrame, PROTOCOL_VERSION, type FrameHeader } from '@warren/protocol';
 import { Sandbox } from '@warren/sdk';
 import { WebSocket } from 'ws';
 import { startTestController, type TestController } from '../support/fixtures.js';
@@ -181,10 +181,23 @@ describe('auth and limits', () => {
       ws.once('open', resolve);
       ws.once('error', reject);
     });
+    // A message over maxMessageBytes is answered with its request id (null when it names none),
+    // never passed on, and the connection lives on.
+    const answers: FrameHeader[] = [];
+    ws.on('message', (data: Buffer) => answers.push(decodeFrame(data).header));
+    const answered = async (count: number) => {
+      for (let i = 0; i < 100 && answers.length < count; i++) await new Promise((r) => setTimeout(r, 20));
+      return answers[count - 1];
+    };
     ws.send(encodeFrame({ type: 'hello', protocolVersion: PROTOCOL_VERSION }));
-    const closed = new Promise<number>((resolve) => ws.once('close', (code) => resolve(code)));
+    expect(await answered(1)).toMatchObject({ type: 'welcome' });
     ws.send(Buffer.alloc(100 * 1024));
-    expect(await closed).toBe(1009);
+    expect(await answered(2)).toMatchObject({ type: 'err', id: null, error: { code: 'FRAME_TOO_LARGE' } });
+    ws.send(encodeFrame({ type: 'req', id: 5, method: 'fs.write', params: { path: 'big.bin' } }, Buffer.alloc(100 * 1024)));
+    expect(await answered(3)).toMatchObject({ type: 'err', id: 5, error: { code: 'FRAME_TOO_LARGE', details: { id: 5, limit: 64 * 1024 } } });
+    ws.send(encodeFrame({ type: 'req', id: 6, method: 'system.info', params: {} }));
+    expect(await answered(4)).toMatchObject({ type: 'res', id: 6 });
+    ws.close();
   });
 
   it('keeps live connections through heartbeats and closes one that stops answering pings', async () => {

@@ -4,6 +4,7 @@
 // gets a typed answer, and neighbours on the same controller keep working throughout.
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { WS_MAX_PAYLOAD_BYTES } from '@warren/protocol';
 import { Sandbox } from '@warren/sdk';
 import { WebSocket } from 'ws';
 import { ControllerProcess, MiB, outcomeOf, RawClient, sleep, typedOutcome, until } from '../support/reliability.js';
@@ -70,15 +71,19 @@ describe('hostile clients', () => {
     }
   });
 
-  it('a frame above the frame limit gets FRAME_TOO_LARGE with its id; one above the message cap closes only that connection', async () => {
+  it('a frame above the frame limit or the message cap gets FRAME_TOO_LARGE with its id; one above the protocol cap closes only that connection', async () => {
     const raw = await RawClient.open(warren.url, target.id, target.token);
     try {
-      raw.send({ type: 'req', id: 9, method: 'fs.write', params: { path: 'big.bin' } }, Buffer.alloc(33 * MiB, 1));
+      raw.sendJson(JSON.stringify({ type: 'req', id: 9, method: 'fs.write', params: { path: 'big.bin' } }), Buffer.alloc(33 * MiB, 1));
       expect(outcomeOf(await raw.answer(9, 60_000))).toBe('FRAME_TOO_LARGE');
       raw.send({ type: 'req', id: 10, method: 'system.info', params: {} });
       expect(outcomeOf(await raw.answer(10))).toBe('ok');
+      raw.sendJson(JSON.stringify({ type: 'req', id: 11, method: 'fs.write', params: { path: 'bigger.bin' } }), Buffer.alloc(MAX_MESSAGE_BYTES + MiB, 1));
+      expect(outcomeOf(await raw.answer(11, 60_000))).toBe('FRAME_TOO_LARGE');
+      raw.send({ type: 'req', id: 12, method: 'system.info', params: {} });
+      expect(outcomeOf(await raw.answer(12))).toBe('ok');
 
-      raw.send({ type: 'req', id: 11, method: 'fs.write', params: { path: 'bigger.bin' } }, Buffer.alloc(MAX_MESSAGE_BYTES + MiB, 1));
+      raw.sendJson(JSON.stringify({ type: 'req', id: 13, method: 'fs.write', params: { path: 'biggest.bin' } }), Buffer.alloc(WS_MAX_PAYLOAD_BYTES + MiB, 1));
       // 1009 (message too big); 1006 when the controller drops the socket before its close frame gets through.
       expect([1006, 1009]).toContain((await raw.closed).code);
     } finally {

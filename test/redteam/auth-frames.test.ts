@@ -30,22 +30,27 @@ describe('one authorization model for every door, and answers that always reach 
     for (let i = 0; i < 30; i++) await sandbox.files.stat('src/a.txt');
     const first = await sandbox.auditLog({ limit: 10 });
     expect(first.entries).toHaveLength(10);
-    expect(first.more).toBe(true);
-    const second = await sandbox.auditLog({ since: first.entries.at(-1)!.seq, limit: 10 });
+    expect(first.nextCursor).toBe(first.entries.at(-1)!.seq);
+    const second = await sandbox.auditLog({ since: first.nextCursor, limit: 10 });
     expect(second.entries[0]!.seq).toBe(first.entries.at(-1)!.seq + 1);
+    let count = 0;
+    for await (const entry of sandbox.auditEntries()) expect(entry.seq).toBe(count++);
+    expect(count).toBeGreaterThan(30);
     await expect(sandbox.auditLog({ limit: 100_000 })).rejects.toMatchObject({ code: 'INVALID_PARAMS' });
   });
 
-  it('a listing of 100,000 entries answers; an answer too large for a frame is refused with its id at once, not after a timeout', async () => {
+  it('a listing of 100,000 entries with long names answers in pages; an answer too large for a frame is refused with its id at once', async () => {
     // A disk with inodes for 200,000 files (the default 1 GiB one has 131,072).
     await using sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, diskMb: 4096 });
-    await sandbox.commands.run(['sh', '-c', 'mkdir -p /workspace/many && cd /workspace/many && seq 1 100000 | xargs touch'], { timeoutMs: 120_000 });
-    const { entries } = await sandbox.files.list('many', { limit: 100_000, timeoutMs: 60_000 });
-    expect(entries).toHaveLength(100_000);
     await sandbox.commands.run(['sh', '-c', `mkdir -p /workspace/long && cd /workspace/long && seq 1 100000 | sed 's/^/${'n'.repeat(200)}/' | xargs touch`], { timeoutMs: 120_000 });
+    const { entries, truncated } = await sandbox.files.list('long', { limit: 100_000, timeoutMs: 60_000 });
+    expect([entries.length, new Set(entries.map((e) => e.path)).size, truncated]).toEqual([100_000, 100_000, false]);
+    // A glob answer of about 20 MB (5,000 paths of about 4 KB) is over the header cap, and globs are not paged.
+    const deep = `/workspace/deep/${Array.from({ length: 14 }, (_, i) => `${i}`.padEnd(255, 'd')).join('/')}`;
+    await sandbox.commands.run(['sh', '-c', `mkdir -p "$1" && cd "$1" && seq 1 5000 | sed 's/^/${'f'.repeat(240)}/' | xargs touch`, 'sh', deep], { timeoutMs: 60_000 });
     const started = Date.now();
-    await expect(sandbox.files.list('long', { limit: 100_000, timeoutMs: 60_000 })).rejects.toMatchObject({ code: 'FRAME_TOO_LARGE' });
-    expect(Date.now() - started).toBeLessThan(10_000);
+    await expect(sandbox.files.glob('deep', '**/*', { maxResults: 5_000, timeoutMs: 60_000 })).rejects.toMatchObject({ code: 'FRAME_TOO_LARGE' });
+    expect(Date.now() - started).toBeLessThan(5_000);
   });
 
   it('a request with a header over the cap is refused with its id, and the connection lives on', async () => {

@@ -132,7 +132,7 @@ describe('auth and limits', () => {
       expect({ route: `${method} ${route}`, ...answer }).toEqual({
         route: `${method} ${route}`,
         status: 403,
-        body: { error: { code: 'FORBIDDEN', message: expect.stringMatching(/^This credential may not use this route; it needs /), suggestion: expect.any(String) } },
+        body: { error: { code: 'FORBIDDEN', message: expect.stringMatching(/^This credential may not use this route; it needs /), suggestion: expect.any(String), details: { access: expect.stringMatching(/^(lifecycle|audit)$/) } } },
       });
     }
     // ...while each works where it reaches.

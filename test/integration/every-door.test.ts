@@ -38,7 +38,7 @@ describe('every door: one rule for the WebSocket and REST', () => {
   };
 
   beforeAll(async () => {
-    warren = await startLocalController({ maxMessageBytes: 1024 * 1024 });
+    warren = await startLocalController({ maxMessageBytes: 20 * 1024 * 1024 });
     sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, policy: { root: warren.root, readOnly: false } });
     token = sandbox.token;
     await mkdir(path.join(warren.root, 'src'));
@@ -108,7 +108,7 @@ describe('every door: one rule for the WebSocket and REST', () => {
     const raw = await RawClient.open(warren.url, sandbox.id, token);
     try {
       let started = Date.now();
-      raw.send({ type: 'req', id: 41, method: 'fs.write', params: { path: path.join(warren.root, 'big.bin') } }, Buffer.alloc(2 * 1024 * 1024, 1));
+      raw.sendJson(JSON.stringify({ type: 'req', id: 41, method: 'fs.write', params: { path: path.join(warren.root, 'big.bin') } }), Buffer.alloc(21 * 1024 * 1024, 1));
       expect(await raw.answer(41)).toMatchObject({ type: 'err', id: 41, error: { code: 'FRAME_TOO_LARGE', message: expect.stringContaining('maxMessageBytes') } });
       expect(Date.now() - started).toBeLessThan(1_000);
 
@@ -117,7 +117,7 @@ describe('every door: one rule for the WebSocket and REST', () => {
       const prefix = Buffer.alloc(4);
       prefix.writeUInt32BE(header.length);
       started = Date.now();
-      raw.send(Buffer.concat([prefix, header.subarray(0, 600 * 1024)]));
+      raw.send(Buffer.concat([prefix, header]));
       expect(await raw.answer('big-env')).toMatchObject({ type: 'err', id: 'big-env', error: { code: 'FRAME_TOO_LARGE' } });
       expect(Date.now() - started).toBeLessThan(1_000);
 
@@ -127,6 +127,25 @@ describe('every door: one rule for the WebSocket and REST', () => {
       raw.close();
     }
   });
+
+  it('an error answer too large for a frame (1.3 million unknown keys named back) is cut and delivered with its id; the daemon lives on', async () => {
+    const before = await sandbox.daemonInfo();
+    const keys = Array.from({ length: 1_300_000 }, (_, i) => `"k${i}":0`).join(',');
+    const raw = await RawClient.open(warren.url, sandbox.id, token);
+    try {
+      raw.sendJson(`{"type":"req","id":"keys","method":"fs.stat","params":{"path":"a",${keys}}}`);
+      const answer = await raw.answer('keys', 30_000);
+      expect(answer).toMatchObject({ type: 'err', id: 'keys', error: { code: 'INVALID_PARAMS', message: expect.stringContaining('cut') } });
+      // The same without an id to answer to: an error frame with id null, cut too.
+      raw.sendJson(`{"type":"cancel",${keys}}`);
+      expect(await raw.anonymousError(30_000)).toMatchObject({ type: 'err', id: null, error: { code: 'INVALID_FRAME' } });
+      raw.send(encodeFrame({ type: 'req', id: 43, method: 'system.info', params: {} }));
+      expect(outcomeOf(await raw.answer(43))).toBe('ok');
+    } finally {
+      raw.close();
+    }
+    expect((await sandbox.daemonInfo()).uptimeMs).toBeGreaterThan(before.uptimeMs);
+  }, 60_000);
 
   it('unknown REST paths, prototype names included, answer 404 on every route shape; a wrong HTTP method 405', async () => {
     const names = ['constructor', '__proto__', 'toString', 'hasOwnProperty', 'valueOf', 'isPrototypeOf', '__defineGetter__', 'prototype', 'nope'];

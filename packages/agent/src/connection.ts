@@ -11,6 +11,7 @@ import {
   type ApprovalRequest,
   type FrameHeader,
   type RequestId,
+  type WireErrorBody,
 } from '@warren/protocol';
 import { commandOf, pathsOf, type AuditLog } from './audit.js';
 import { dispatch, type Handlers } from './dispatch.js';
@@ -56,8 +57,9 @@ export function serveConnection(ws: WebSocket, handlers: Handlers, options: Serv
       frame = encodeFrame(header, payload);
     } catch (err) {
       // An answer too large for one frame: the caller hears so, with its id, instead of nothing.
-      if (header.type === 'err' || !('id' in header) || header.id === null) throw err;
-      frame = encodeFrame({ type: 'err', id: header.id, error: toWireError(err) });
+      // An error too large (one that names back a huge request) is cut: sending must never throw.
+      const id = 'id' in header ? header.id : null;
+      frame = encodeFrame({ type: 'err', id, error: header.type === 'err' ? cutError(header.error) : toWireError(err) });
     }
     ws.send(frame);
   };
@@ -165,4 +167,11 @@ export function serveConnection(ws: WebSocket, handlers: Handlers, options: Serv
       }
     }
   }
+}
+
+/** The most of an error message a frame carries; the rest is cut (it names back what the caller sent). */
+const MAX_ERROR_MESSAGE_CHARS = 4096;
+
+function cutError(error: WireErrorBody): WireErrorBody {
+  return { code: error.code, message: `${error.message.slice(0, MAX_ERROR_MESSAGE_CHARS)}... (cut: the whole message and its details were too large for a frame)` };
 }

@@ -12,7 +12,7 @@ export const SandboxPath = z
  * policy too; `exec` is not (a shell is not bound by the file policy), so a derived handle gets
  * it only when asked for; `audit` is the sandbox's whole record of calls (every path and command
  * line), so only the API key and the sandbox's own token have it, never a derived handle. The
- * controller checks these with one rule for every door (`allows` in its `grants.ts`): WebSocket
+ * controller checks these with one rule table for every door (`RULES` in its `grants.ts`): WebSocket
  * methods and the REST routes that do the same thing.
  */
 export type MethodAccess = 'read' | 'write' | 'exec' | 'info' | 'audit';

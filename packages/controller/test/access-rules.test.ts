@@ -1,0 +1,65 @@
+import { describe, expect, it } from '@jest/globals';
+import { decodeFrame, encodeFrame, METHODS, type ConnectionGrant, type MethodName } from '@warren/protocol';
+import { callAccessCheck, grantFor, routeRefusal, type Access, type Caller, type Holder } from '../src/grants.js';
+import type { SandboxRecord } from '../src/sandboxes.js';
+
+const policy = { root: '/workspace', readOnly: false };
+const holders: Record<string, Holder> = {
+  'API key': { caller: { kind: 'operator' }, grant: () => ({ policy, allowExec: true, allowAudit: true }) },
+  'sandbox token': { caller: { kind: 'sandbox', sandboxId: 's' }, grant: () => ({ policy, allowExec: true, allowAudit: true }) },
+  'derived, read-only, no exec': derived({ policy: { root: '/workspace', readOnly: true }, allowExec: false }),
+  'derived, read-write, exec': derived({ policy, allowExec: true }),
+};
+
+function derived(grant: ConnectionGrant): Holder {
+  const caller: Caller = { kind: 'derived', sandboxId: 's', grant };
+  return { caller, grant: () => grant };
+}
+
+/** Who may use each kind of access, written out by hand: the table the code must match. */
+const EXPECTED: Record<Access, string[]> = {
+  read: ['API key', 'sandbox token', 'derived, read-only, no exec', 'derived, read-write, exec'],
+  info: ['API key', 'sandbox token', 'derived, read-only, no exec', 'derived, read-write, exec'],
+  derive: ['API key', 'sandbox token', 'derived, read-only, no exec', 'derived, read-write, exec'],
+  write: ['API key', 'sandbox token', 'derived, read-write, exec'],
+  exec: ['API key', 'sandbox token', 'derived, read-write, exec'],
+  audit: ['API key', 'sandbox token'],
+  lifecycle: ['API key', 'sandbox token'],
+  operator: ['API key'],
+};
+
+describe('one rule table for every door', () => {
+  it('every WebSocket method is allowed or refused per frame exactly as its access class says, with the request id', () => {
+    for (const [name, holder] of Object.entries(holders)) {
+      const check = callAccessCheck(holder);
+      for (const method of Object.keys(METHODS) as MethodName[]) {
+        const access = METHODS[method].access;
+        const refusal = check(encodeFrame({ type: 'req', id: `${method}-1`, method, params: {} }));
+        const allowed = EXPECTED[access].includes(name);
+        expect([name, method, refusal === undefined]).toEqual([name, method, allowed]);
+        if (refusal) expect(decodeFrame(refusal).header).toMatchObject({ type: 'err', id: `${method}-1`, error: { code: 'FORBIDDEN', details: { method, access } } });
+      }
+    }
+  });
+
+  it('every REST kind of access decides by the same table, and a method and its route agree', () => {
+    for (const [name, holder] of Object.entries(holders)) {
+      for (const access of Object.keys(EXPECTED) as Access[]) {
+        const refusal = routeRefusal(holder, access, 'the route');
+        expect([name, access, refusal === undefined]).toEqual([name, access, EXPECTED[access].includes(name)]);
+        if (refusal) expect(refusal.message).toMatch(/^This credential may not use this route; it needs .+\. the route /);
+      }
+      const ws = (method: MethodName) => callAccessCheck(holder)(encodeFrame({ type: 'req', id: 1, method, params: {} })) === undefined;
+      expect([name, ws('audit.list')]).toEqual([name, routeRefusal(holder, 'audit', 'GET audit') === undefined]);
+      expect([name, ws('system.info')]).toEqual([name, routeRefusal(holder, 'info', 'GET sandbox') === undefined]);
+    }
+  });
+
+  it('a derived token never carries the audit right, whatever it was signed with', () => {
+    const record = { policy } as unknown as SandboxRecord;
+    const caller: Caller = { kind: 'derived', sandboxId: 's', grant: { policy, allowExec: true, allowAudit: true } };
+    const grant = grantFor(record, caller);
+    expect(grant.allowAudit).toBeUndefined();
+    expect(routeRefusal({ caller, grant: () => grant }, 'audit', 'GET audit')).toBeDefined();
+  });
+});

@@ -42,7 +42,12 @@ describe('globs match like picomatch (bash globbing, dot files included)', () =>
   // `[!a]` is left out: bash (and Warren) read it as a negated class, picomatch without extglobs as the set {!, a}.
   it('with classes and braces too (property)', () => {
     const token = fc.constantFrom('a', 'b', '.', '*', '?', '[ab]', '[^a]', '[a-b]', '{a,b}', '{a,.b}');
-    const segment = fc.array(token, { minLength: 1, maxLength: 4 }).map((t) => t.join('')).filter((s) => s !== '.' && s !== '..');
+    // Stars that meet inside a segment (`**{a,b}`) are left out too: picomatch lets them cross folders
+    // there but not in `**a`; Warren reads both as one star, as bash does.
+    const segment = fc
+      .array(token, { minLength: 1, maxLength: 4 })
+      .map((t) => t.join(''))
+      .filter((s) => s !== '.' && s !== '..' && !s.includes('**'));
     const pattern = fc.array(fc.oneof(segment, fc.constant('**')), { minLength: 1, maxLength: 3 }).map((s) => s.join('/'));
     const name = fc.stringMatching(/^[ab.]{1,5}$/).filter((s) => s !== '.' && s !== '..');
     const rel = fc.array(name, { minLength: 1, maxLength: 3 }).map((s) => s.join('/'));

@@ -30,7 +30,10 @@ async function server(shape: (handlers: Handlers) => Handlers) {
 
 describe('the protocol evolves without breaking deployed clients', () => {
   it('a client that does not know a field a newer server added to a result reads the rest', async () => {
-    await using newer = await server((h) => ({ ...h, 'system.info': async (p, ctx) => ({ result: { ...(await h['system.info'](p, ctx)).result, gpus: 2, region: 'eu' } }) }));
+    await using newer = await server((h) => ({
+      ...h,
+      'system.info': async (p, ctx) => ({ result: { ...(await h['system.info'](p, ctx)).result, gpus: 2, region: 'eu' } }),
+    }));
     const client = await Connection.open(newer.url, randomBytes(8).toString('hex'));
     const { result } = await client.call('system.info', {});
     expect(result).toMatchObject({ agentVersion: expect.any(String) });
@@ -60,7 +63,10 @@ describe('the protocol evolves without breaking deployed clients', () => {
     const answer = new Promise<Buffer>((r) => ws.once('message', r));
     ws.send(encodeFrame({ type: 'hello', protocolVersion: 2 }));
     const { header } = decodeFrame(await answer);
-    expect(header).toMatchObject({ type: 'err', error: { code: 'PROTOCOL_VERSION_MISMATCH', message: expect.stringMatching(/1\.\d+.*2\.0/), details: { client: '2.0' } } });
+    expect(header).toMatchObject({
+      type: 'err',
+      error: { code: 'PROTOCOL_VERSION_MISMATCH', message: expect.stringMatching(/1\.\d+.*2\.0/), details: { client: '2.0' } },
+    });
     ws.terminate();
   });
 });

@@ -42,7 +42,9 @@ describe('one authorization model for every door, and answers that always reach 
     await sandbox.commands.run(['sh', '-c', 'mkdir -p /workspace/many && cd /workspace/many && seq 1 100000 | xargs touch'], { timeoutMs: 120_000 });
     const { entries } = await sandbox.files.list('many', { limit: 100_000, timeoutMs: 60_000 });
     expect(entries).toHaveLength(100_000);
-    await sandbox.commands.run(['sh', '-c', `mkdir -p /workspace/long && cd /workspace/long && seq 1 100000 | sed 's/^/${'n'.repeat(200)}/' | xargs touch`], { timeoutMs: 120_000 });
+    await sandbox.commands.run(['sh', '-c', `mkdir -p /workspace/long && cd /workspace/long && seq 1 100000 | sed 's/^/${'n'.repeat(200)}/' | xargs touch`], {
+      timeoutMs: 120_000,
+    });
     const started = Date.now();
     await expect(sandbox.files.list('long', { limit: 100_000, timeoutMs: 60_000 })).rejects.toMatchObject({ code: 'FRAME_TOO_LARGE' });
     expect(Date.now() - started).toBeLessThan(10_000);
@@ -50,7 +52,9 @@ describe('one authorization model for every door, and answers that always reach 
 
   it('a request with a header over the cap is refused with its id, and the connection lives on', async () => {
     const raw = await RawClient.open(warren.url, sandbox.id, warren.apiKey);
-    const header = Buffer.from(JSON.stringify({ type: 'req', id: 77, method: 'process.exec', params: { cmd: 'true', env: { BIG: 'x'.repeat(17 * 1024 * 1024) } } }));
+    const header = Buffer.from(
+      JSON.stringify({ type: 'req', id: 77, method: 'process.exec', params: { cmd: 'true', env: { BIG: 'x'.repeat(17 * 1024 * 1024) } } }),
+    );
     const prefix = Buffer.alloc(4);
     prefix.writeUInt32BE(header.length);
     raw.send(Buffer.concat([prefix, header]));

@@ -136,7 +136,9 @@ except OSError as e:
     const pid = (await small.daemonInfo()).pid;
     const run = await sandboxCode(small, `head -c 2000000 /dev/zero > /workspace/big; echo "dd=$?"; echo "size=$(stat -c %s /workspace/big)"`);
     expect(run.facts).toMatchObject({ dd: '153', size: String(1024 * 1024) }); // 128 + SIGXFSZ (25)
-    await expect(small.files.write('api-big.bin', Buffer.alloc(2 * 1024 * 1024))).rejects.toMatchObject({ code: expect.stringMatching(/^(TOO_LARGE|RESOURCE_EXHAUSTED|FILE_TOO_LARGE|DISK_FULL)$/) });
+    await expect(small.files.write('api-big.bin', Buffer.alloc(2 * 1024 * 1024))).rejects.toMatchObject({
+      code: expect.stringMatching(/^(TOO_LARGE|RESOURCE_EXHAUSTED|FILE_TOO_LARGE|DISK_FULL)$/),
+    });
     expect((await small.daemonInfo()).pid).toBe(pid);
   });
 

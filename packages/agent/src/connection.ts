@@ -67,7 +67,7 @@ export function serveConnection(ws: WebSocket, handlers: Handlers, options: Serv
   ws.on('message', (data: Buffer | ArrayBuffer | Buffer[], isBinary: boolean) => {
     let frame;
     try {
-      frame = decodeFrame(isBinary ? data : data.toString());
+      frame = decodeFrame(isBinary ? data : Buffer.isBuffer(data) ? data.toString() : '');
     } catch (err) {
       const id = err instanceof CodedError ? (err.details?.id as RequestId | undefined) : undefined;
       sendError(id ?? null, err);
@@ -78,10 +78,17 @@ export function serveConnection(ws: WebSocket, handlers: Handlers, options: Serv
       if (header.type !== 'hello') return sendError(null, new CodedError('HANDSHAKE_REQUIRED', 'The first frame on a connection must be a hello.'));
       if (header.protocolVersion !== PROTOCOL_VERSION) {
         const client = `${header.protocolVersion}.${header.protocolMinor ?? 0}`;
-        sendError(null, new CodedError('PROTOCOL_VERSION_MISMATCH', `This sandbox's daemon speaks protocol ${PROTOCOL_VERSION}.${PROTOCOL_MINOR} (any client of major ${PROTOCOL_VERSION} works); the client speaks ${client}. Use an SDK of major version ${PROTOCOL_VERSION}.`, {
-          server: `${PROTOCOL_VERSION}.${PROTOCOL_MINOR}`,
-          client,
-        }));
+        sendError(
+          null,
+          new CodedError(
+            'PROTOCOL_VERSION_MISMATCH',
+            `This sandbox's daemon speaks protocol ${PROTOCOL_VERSION}.${PROTOCOL_MINOR} (any client of major ${PROTOCOL_VERSION} works); the client speaks ${client}. Use an SDK of major version ${PROTOCOL_VERSION}.`,
+            {
+              server: `${PROTOCOL_VERSION}.${PROTOCOL_MINOR}`,
+              client,
+            },
+          ),
+        );
         ws.close(1002, 'protocol version mismatch');
         return;
       }

@@ -163,17 +163,19 @@ export function readConfigFile(file: string): ConfigFile {
   try {
     text = readFileSync(file, 'utf8');
   } catch (err) {
-    throw new Error(`Cannot read the configuration file ${file}: ${(err as Error).message}`);
+    throw new Error(`Cannot read the configuration file ${file}: ${(err as Error).message}`, { cause: err });
   }
   let raw: unknown;
   try {
     raw = file.endsWith('.json') ? JSON.parse(text) : parseYaml(text);
   } catch (err) {
-    throw new Error(`The configuration file ${file} is not valid ${file.endsWith('.json') ? 'JSON' : 'YAML'}: ${(err as Error).message}`);
+    throw new Error(`The configuration file ${file} is not valid ${file.endsWith('.json') ? 'JSON' : 'YAML'}: ${(err as Error).message}`, { cause: err });
   }
   const parsed = ConfigFile.safeParse(raw ?? {});
   if (!parsed.success) {
-    throw new Error(`The configuration file ${file} is invalid: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(top)'}: ${i.message}`).join('; ')}. See docs/controller.md for every setting.`);
+    throw new Error(
+      `The configuration file ${file} is invalid: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(top)'}: ${i.message}`).join('; ')}. See docs/controller.md for every setting.`,
+    );
   }
   return parsed.data;
 }
@@ -185,7 +187,11 @@ export function readConfigFile(file: string): ConfigFile {
  * @example
  * const config = loadConfig({ ...process.env, WARREN_PORT: '0' });
  */
-export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Partial<ControllerConfig> = {}, configFile: string | undefined = env.WARREN_CONFIG || undefined): ControllerConfig {
+export function loadConfig(
+  env: NodeJS.ProcessEnv = process.env,
+  overrides: Partial<ControllerConfig> = {},
+  configFile: string | undefined = env.WARREN_CONFIG || undefined,
+): ControllerConfig {
   const num = (name: string): number | undefined => {
     const raw = env[name];
     if (raw === undefined || raw === '') return undefined;
@@ -202,7 +208,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
   };
   const list = (name: string, separator: string): string[] | undefined => {
     const raw = env[name];
-    return raw === undefined || raw === '' ? undefined : raw.split(separator).map((s) => s.trim()).filter(Boolean);
+    return raw === undefined || raw === ''
+      ? undefined
+      : raw
+          .split(separator)
+          .map((s) => s.trim())
+          .filter(Boolean);
   };
   const file = configFile ? readConfigFile(configFile) : {};
   const pick = <T>(...values: (T | undefined)[]): T | undefined => values.find((v) => v !== undefined);

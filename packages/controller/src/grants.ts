@@ -23,9 +23,7 @@ import type { SandboxRecord } from './sandboxes.js';
 
 /** Who is calling: the operator (API key), the holder of one sandbox's token, or of a derived token. */
 export type Caller =
-  | { kind: 'operator' }
-  | { kind: 'sandbox'; sandboxId: string }
-  | { kind: 'derived'; sandboxId: string; grant: unknown; expiresAt?: number | undefined };
+  { kind: 'operator' } | { kind: 'sandbox'; sandboxId: string } | { kind: 'derived'; sandboxId: string; grant: unknown; expiresAt?: number | undefined };
 
 /** The policy a sandbox created without one gets: its workspace, read-write. */
 export const DEFAULT_POLICY: FilePolicy = { root: DEFAULT_ROOT, readOnly: false };
@@ -48,9 +46,12 @@ export function grantFor(record: SandboxRecord, caller: Caller): ConnectionGrant
  * Returns why not, or undefined when it may. Paths are the daemon's to check.
  */
 export function refusalFor(grant: ConnectionGrant, access: MethodAccess, what: string): string | undefined {
-  if (access === 'exec' && !grant.allowExec) return `${what} runs a process, and this handle may not run commands (it was derived without allowExec). Use file calls, or a handle derived with allowExec: true.`;
-  if (access === 'write' && writableRoots(grant.policy).length === 0) return `${what} writes, and this connection's file policy is read-only. Use read calls only, or a handle with write access.`;
-  if (access === 'audit' && grant.allowAudit !== true) return `${what} reads the sandbox's whole record of calls (every path and command), which only the API key and the sandbox's own token may read; this handle is a derived one.`;
+  if (access === 'exec' && !grant.allowExec)
+    return `${what} runs a process, and this handle may not run commands (it was derived without allowExec). Use file calls, or a handle derived with allowExec: true.`;
+  if (access === 'write' && writableRoots(grant.policy).length === 0)
+    return `${what} writes, and this connection's file policy is read-only. Use read calls only, or a handle with write access.`;
+  if (access === 'audit' && grant.allowAudit !== true)
+    return `${what} reads the sandbox's whole record of calls (every path and command), which only the API key and the sandbox's own token may read; this handle is a derived one.`;
   return undefined;
 }
 
@@ -61,12 +62,18 @@ export function refusalFor(grant: ConnectionGrant, access: MethodAccess, what: s
 export function deriveGrant(credentials: Credentials, record: SandboxRecord, caller: Caller, body: unknown): DeriveTokenResponse {
   const parsed = DeriveTokenRequest.safeParse(body ?? {});
   if (!parsed.success) {
-    throw new CodedError('INVALID_PARAMS', `Invalid derive request: ${parsed.error.issues.map(issueText).join('; ')}. Fields: allowRead, allowWrite, readonly, inherit, allowExec, ttlSeconds.`);
+    throw new CodedError(
+      'INVALID_PARAMS',
+      `Invalid derive request: ${parsed.error.issues.map(issueText).join('; ')}. Fields: allowRead, allowWrite, readonly, inherit, allowExec, ttlSeconds.`,
+    );
   }
   const { allowExec, ttlSeconds, ...narrowing } = parsed.data;
   const parent = grantFor(record, caller);
   if (allowExec === true && !parent.allowExec) {
-    throw new CodedError('PERMISSION_ESCALATION', 'derive() would widen the parent: allowExec on a handle that may not run commands. A derived handle can only narrow.');
+    throw new CodedError(
+      'PERMISSION_ESCALATION',
+      'derive() would widen the parent: allowExec on a handle that may not run commands. A derived handle can only narrow.',
+    );
   }
   const grant: ConnectionGrant = { policy: narrowPolicy(parent.policy, narrowing), allowExec: allowExec ?? false };
   let expiresAt = ttlSeconds === undefined ? undefined : Date.now() + ttlSeconds * 1000;
@@ -102,7 +109,12 @@ export function observeCalls(client: WebSocket, agent: WebSocket, metrics: Metri
   const inFlight = new Map<RequestId, { method: string; started: number }>();
   client.on('message', (data: Buffer) => {
     const header = peekHeader(data);
-    if (header?.type === 'req' && typeof header.method === 'string' && (typeof header.id === 'number' || typeof header.id === 'string') && isMethodName(header.method)) {
+    if (
+      header?.type === 'req' &&
+      typeof header.method === 'string' &&
+      (typeof header.id === 'number' || typeof header.id === 'string') &&
+      isMethodName(header.method)
+    ) {
       if (inFlight.size < 10_000) inFlight.set(header.id, { method: header.method, started: performance.now() });
     }
   });

@@ -62,7 +62,10 @@ export class SandboxTable {
   /** The record of a sandbox, or `SANDBOX_NOT_FOUND`. */
   require(id: string): SandboxRecord {
     const record = this.records.get(id);
-    if (!record) throw new CodedError('SANDBOX_NOT_FOUND', `No sandbox '${id}': it never existed, was killed, or expired. List sandboxes with GET /v1/sandboxes.`, { sandboxId: id });
+    if (!record)
+      throw new CodedError('SANDBOX_NOT_FOUND', `No sandbox '${id}': it never existed, was killed, or expired. List sandboxes with GET /v1/sandboxes.`, {
+        sandboxId: id,
+      });
     return record;
   }
 

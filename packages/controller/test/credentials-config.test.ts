@@ -96,7 +96,12 @@ describe('configuration', () => {
     expect(loadConfig({})).toMatchObject({ workspaceQuota: 'auto', workspaceReserveMb: undefined, limits: { diskMb: 1024 }, maxLimits: { diskMb: 65536 } });
     const file = path.join(dir, 'quota.yaml');
     await writeFile(file, ['workspaceQuota: required', 'workspaceReserveMb: 4096', 'maxLimits:', '  diskMb: 8192'].join('\n'));
-    expect(loadConfig({ WARREN_CONFIG: file, WARREN_DISK_MB: '2048' })).toMatchObject({ workspaceQuota: 'required', workspaceReserveMb: 4096, limits: { diskMb: 2048 }, maxLimits: { diskMb: 8192 } });
+    expect(loadConfig({ WARREN_CONFIG: file, WARREN_DISK_MB: '2048' })).toMatchObject({
+      workspaceQuota: 'required',
+      workspaceReserveMb: 4096,
+      limits: { diskMb: 2048 },
+      maxLimits: { diskMb: 8192 },
+    });
     expect(loadConfig({ WARREN_CONFIG: file, WARREN_WORKSPACE_QUOTA: 'off' }).workspaceQuota).toBe('off');
     expect(() => loadConfig({ WARREN_WORKSPACE_QUOTA: 'maybe' })).toThrow(/WARREN_WORKSPACE_QUOTA must be auto, required or off/);
     await writeFile(file, 'workspaceQuota: sometimes');

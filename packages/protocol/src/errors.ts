@@ -36,7 +36,10 @@ export const ERROR_CODES = {
   SANDBOX_NOT_FOUND: { status: 404, suggestion: 'The sandbox does not exist or has ended; create a new one.' },
   SANDBOX_NOT_READY: { status: 503, suggestion: 'The sandbox is starting or its daemon is not answering; retry shortly.' },
   UPSTREAM_UNAVAILABLE: { status: 502, suggestion: 'The Docker engine or the sandbox daemon did not answer; check that Docker is running.' },
-  PTY_UNAVAILABLE: { status: 501, suggestion: 'This sandbox cannot open a terminal (the message says why); run commands with commands.run or commands.start instead.' },
+  PTY_UNAVAILABLE: {
+    status: 501,
+    suggestion: 'This sandbox cannot open a terminal (the message says why); run commands with commands.run or commands.start instead.',
+  },
   INTERNAL: { status: 500, suggestion: 'An unexpected error; the message says what failed. Report it if it repeats.' },
 } as const satisfies Record<string, { status: number; suggestion: string }>;
 
@@ -76,9 +79,7 @@ export class CodedError extends Error {
   }
 
   toWire(): WireErrorBody {
-    return this.details === undefined
-      ? { code: this.code, message: this.message }
-      : { code: this.code, message: this.message, details: this.details };
+    return this.details === undefined ? { code: this.code, message: this.message } : { code: this.code, message: this.message, details: this.details };
   }
 }
 

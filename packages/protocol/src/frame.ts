@@ -21,7 +21,11 @@ export function encodeFrame(header: FrameHeader, payload?: Uint8Array): Buffer {
   const json = Buffer.from(JSON.stringify(header), 'utf8');
   const id = 'id' in header ? header.id : null;
   if (json.length > MAX_HEADER_BYTES) {
-    throw new CodedError('FRAME_TOO_LARGE', `This ${header.type} frame's header is ${json.length} bytes, over the ${MAX_HEADER_BYTES}-byte limit. Ask for less at once (a smaller maxEntries, limit or range).`, id === null ? undefined : { id, limit: MAX_HEADER_BYTES });
+    throw new CodedError(
+      'FRAME_TOO_LARGE',
+      `This ${header.type} frame's header is ${json.length} bytes, over the ${MAX_HEADER_BYTES}-byte limit. Ask for less at once (a smaller maxEntries, limit or range).`,
+      id === null ? undefined : { id, limit: MAX_HEADER_BYTES },
+    );
   }
   const prefix = Buffer.allocUnsafe(LENGTH_BYTES);
   prefix.writeUInt32BE(json.length, 0);
@@ -64,7 +68,11 @@ export function decodeFrame(data: Buffer | ArrayBuffer | Buffer[] | string): Fra
   const parsed = FrameHeader.safeParse(raw);
   if (!parsed.success) {
     const id = RequestId.safeParse((raw as { id?: unknown } | null)?.id);
-    throw new CodedError('INVALID_FRAME', `Frame header is invalid: ${parsed.error.issues.map(issueText).join('; ')}`, id.success ? { id: id.data } : undefined);
+    throw new CodedError(
+      'INVALID_FRAME',
+      `Frame header is invalid: ${parsed.error.issues.map(issueText).join('; ')}`,
+      id.success ? { id: id.data } : undefined,
+    );
   }
   return payload.length > 0 ? { header: parsed.data, payload } : { header: parsed.data };
 }
@@ -74,7 +82,11 @@ function splitFrame(bytes: Buffer): { json: string; payload: Buffer } {
   const headerLength = bytes.readUInt32BE(0);
   if (headerLength > MAX_HEADER_BYTES) {
     const id = leadingId(bytes.subarray(LENGTH_BYTES, LENGTH_BYTES + 256).toString('utf8'));
-    throw new CodedError('FRAME_TOO_LARGE', `Frame header of ${headerLength} bytes exceeds the ${MAX_HEADER_BYTES}-byte limit; send less per call (a large value belongs in a file, written with files.write).`, id === undefined ? undefined : { id });
+    throw new CodedError(
+      'FRAME_TOO_LARGE',
+      `Frame header of ${headerLength} bytes exceeds the ${MAX_HEADER_BYTES}-byte limit; send less per call (a large value belongs in a file, written with files.write).`,
+      id === undefined ? undefined : { id },
+    );
   }
   if (LENGTH_BYTES + headerLength > bytes.length) throw new CodedError('INVALID_FRAME', 'Frame header length runs past the end of the frame.');
   return {

@@ -104,9 +104,14 @@ export class Connection {
           const { header } = decodeFrame(data);
           if (header.type === 'welcome' && header.protocolVersion === PROTOCOL_VERSION) resolve();
           else if (header.type === 'welcome') {
-            reject(makeError('PROTOCOL_VERSION_MISMATCH', `The sandbox's daemon speaks protocol ${header.protocolVersion}.${header.protocolMinor ?? 0}; this SDK speaks ${PROTOCOL_VERSION}.${PROTOCOL_MINOR}. Use an SDK of major version ${header.protocolVersion}.`, { details: { server: `${header.protocolVersion}.${header.protocolMinor ?? 0}`, client: `${PROTOCOL_VERSION}.${PROTOCOL_MINOR}` } }));
-          }
-          else if (header.type === 'err') reject(errorFromWire(header.error));
+            reject(
+              makeError(
+                'PROTOCOL_VERSION_MISMATCH',
+                `The sandbox's daemon speaks protocol ${header.protocolVersion}.${header.protocolMinor ?? 0}; this SDK speaks ${PROTOCOL_VERSION}.${PROTOCOL_MINOR}. Use an SDK of major version ${header.protocolVersion}.`,
+                { details: { server: `${header.protocolVersion}.${header.protocolMinor ?? 0}`, client: `${PROTOCOL_VERSION}.${PROTOCOL_MINOR}` } },
+              ),
+            );
+          } else if (header.type === 'err') reject(errorFromWire(header.error));
           else reject(makeError('INVALID_FRAME', `Expected a welcome frame, got '${header.type}'.`));
         } catch (err) {
           reject(toWarrenError(err));
@@ -224,7 +229,7 @@ export class Connection {
   private answerApproval(id: number, method: MethodName, data: unknown): void {
     const handler = this.onApproval;
     void (async () => {
-      let allow = false;
+      let allow: boolean;
       try {
         const request = ApprovalRequest.parse(data);
         allow = handler !== undefined && (await handler(request, method)) === true;

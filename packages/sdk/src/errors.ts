@@ -10,7 +10,13 @@ export type LocalErrorCode = keyof typeof LOCAL_ERROR_CODES;
 /** Every code a {@link WarrenError} can carry. */
 export type WarrenErrorCode = ErrorCode | LocalErrorCode;
 
-const RETRYABLE: ReadonlySet<WarrenErrorCode> = new Set<WarrenErrorCode>(['SANDBOX_NOT_READY', 'UPSTREAM_UNAVAILABLE', 'RESOURCE_EXHAUSTED', 'REQUEST_TIMEOUT', 'CONNECTION_CLOSED']);
+const RETRYABLE: ReadonlySet<WarrenErrorCode> = new Set<WarrenErrorCode>([
+  'SANDBOX_NOT_READY',
+  'UPSTREAM_UNAVAILABLE',
+  'RESOURCE_EXHAUSTED',
+  'REQUEST_TIMEOUT',
+  'CONNECTION_CLOSED',
+]);
 
 /**
  * The base of every error the SDK throws. `code` is stable and machine-readable, `message` says
@@ -71,7 +77,6 @@ export abstract class WarrenInvalidInputError extends WarrenError {}
 
 /** Family: the sandbox or the controller could not be reached or is not ready; usually worth a retry. */
 export abstract class WarrenConnectionError extends WarrenError {}
-
 
 // One class per code; each extends its family and narrows `code` to its own.
 

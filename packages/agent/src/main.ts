@@ -1,5 +1,6 @@
 import { lchown, readFile, unlink } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
+import { DEFAULT_ROOT } from '@warren/protocol';
 import type { SandboxUser } from './services/process-table.js';
 import { startAgentServer } from './server.js';
 
@@ -17,7 +18,7 @@ async function main(): Promise<void> {
     options: {
       socket: { type: 'string' },
       'secret-file': { type: 'string' },
-      root: { type: 'string', default: '/workspace' },
+      root: { type: 'string', default: DEFAULT_ROOT },
       home: { type: 'string', default: process.env.HOME ?? '/tmp' },
       user: { type: 'string' },
       'own-root': { type: 'boolean', default: false },

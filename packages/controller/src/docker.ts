@@ -1,6 +1,6 @@
 import type { Readable } from 'node:stream';
 import Docker from 'dockerode';
-import { CodedError } from '@warren/protocol';
+import { CodedError, DEFAULT_ROOT } from '@warren/protocol';
 import type { SandboxSettings } from '@warren/protocol';
 import { AgentDirs, type HostIdentity } from './agent-dir.js';
 import { openWorkspaceStore, type WorkspaceStore } from './workspace-store.js';
@@ -25,7 +25,7 @@ export const DAEMON_CAPABILITIES = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID',
 /** Defaults for settings that labels of older sandboxes lack. */
 const HARDENING_DEFAULTS = { readOnlyRootfs: true, tmpMb: 256, openFiles: 4096, fileSizeMb: 4096 } as const;
 /** The writable folder every sandbox gets, whatever its image has. */
-export const WORKSPACE = '/workspace';
+export const WORKSPACE = DEFAULT_ROOT;
 
 /** What the controller decided a sandbox container must be. */
 export interface SandboxContainerSpec {

@@ -1,5 +1,5 @@
 import path from 'node:path';
-import { CodedError, CreateSandboxRequest, issueText, type FilePolicy, type SandboxSettings } from '@warren/protocol';
+import { CodedError, CreateSandboxRequest, DEFAULT_ROOT, issueText, type FilePolicy, type SandboxSettings } from '@warren/protocol';
 import type { ControllerConfig } from './config.js';
 
 /** What a create request became once checked and given defaults. */
@@ -153,7 +153,7 @@ export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
       { field: 'diskMb' },
     );
   }
-  const workdir = path.posix.resolve(request.workdir ?? '/workspace');
+  const workdir = path.posix.resolve(request.workdir ?? DEFAULT_ROOT);
   const mounts = (request.mounts ?? []).map((m) => checkMount(m.hostPath, m.path, m.readOnly ?? true, config));
   const targets = new Set<string>();
   for (const m of mounts) {

@@ -1,4 +1,4 @@
-import { CodedError, FilePolicy, SandboxSettings, type SandboxInfo, type SandboxState } from '@warren/protocol';
+import { CodedError, DEFAULT_ROOT, FilePolicy, SandboxSettings, type SandboxInfo, type SandboxState } from '@warren/protocol';
 import { LABELS } from './labels.js';
 import type { ProviderState } from './provider.js';
 
@@ -109,7 +109,7 @@ export function recordFromLabels(agentId: string, handle: string, labels: Record
     labels: user,
     settings: settings.success
       ? settings.data
-      : { cpus: 1, memoryMb: 1024, pidsLimit: 512, network: 'none', runtime: 'runc', user: '1000:1000', workdir: '/workspace', ttlSeconds: 3600, mounts: [] },
+      : { cpus: 1, memoryMb: 1024, pidsLimit: 512, network: 'none', runtime: 'runc', user: '1000:1000', workdir: DEFAULT_ROOT, ttlSeconds: 3600, mounts: [] },
     state,
     pooled: false,
   };

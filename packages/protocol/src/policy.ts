@@ -274,13 +274,6 @@ function place(mount: Mount, normal: string, prefix: string): Located {
   return { mount, virtual: join(mount.virtual), physical: join(mount.root), segments };
 }
 
-/** Maps an in-container path back to the mount that holds it (longest root wins), in the policy's naming. */
-export function locatePhysical(policy: FilePolicy, physical: string): Located | undefined {
-  const byRoot = mountsOf(policy).sort((a, b) => b.root.length - a.root.length);
-  for (const mount of byRoot) if (isWithin(mount.root, physical)) return place(mount, physical, mount.root);
-  return undefined;
-}
-
 /** What a policy lets a caller do at one located path, before any disk check. */
 export function accessAt(policy: FilePolicy, located: Located): { read: boolean; write: boolean } {
   const r = policy.restrict;

@@ -1,4 +1,3 @@
-import type { Handler } from '../dispatch.js';
 import type { FilePolicy } from '../policy.js';
 import { execHandlers } from './exec.js';
 import { ProcessTable, type SandboxUser } from './process-table.js';
@@ -57,4 +56,3 @@ export class ProcessRuntime {
   }
 }
 
-export type ProcessHandlers = { [M in keyof ReturnType<ProcessRuntime['handlers']>]: Handler<M> };

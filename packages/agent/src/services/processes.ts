@@ -55,4 +55,3 @@ export class ProcessRuntime {
     await this.table.close();
   }
 }
-

@@ -23,12 +23,35 @@ const shared = {
 const config: Config = {
   projects: [
     { ...shared, displayName: 'unit', testMatch: ['<rootDir>/packages/*/test/**/*.test.ts'] },
-    { ...shared, displayName: 'integration', testMatch: ['<rootDir>/test/integration/**/*.test.ts'], setupFilesAfterEnv: ['<rootDir>/test/support/timeouts.ts'] },
-    { ...shared, displayName: 'e2e', testMatch: ['<rootDir>/test/e2e/**/*.test.ts'], setupFilesAfterEnv: ['<rootDir>/test/support/timeouts.ts', '<rootDir>/test/support/e2e-retry.ts'], slowTestThreshold: 30 },
+    {
+      ...shared,
+      displayName: 'integration',
+      testMatch: ['<rootDir>/test/integration/**/*.test.ts'],
+      setupFilesAfterEnv: ['<rootDir>/test/support/timeouts.ts'],
+    },
+    {
+      ...shared,
+      displayName: 'e2e',
+      testMatch: ['<rootDir>/test/e2e/**/*.test.ts'],
+      setupFilesAfterEnv: ['<rootDir>/test/support/timeouts.ts', '<rootDir>/test/support/e2e-retry.ts'],
+      slowTestThreshold: 30,
+    },
     // Attacks from inside real sandboxes on a real controller: see docs/security.md.
-    { ...shared, displayName: 'redteam', testMatch: ['<rootDir>/test/redteam/**/*.test.ts'], setupFilesAfterEnv: ['<rootDir>/test/support/timeouts.ts'], slowTestThreshold: 30 },
+    {
+      ...shared,
+      displayName: 'redteam',
+      testMatch: ['<rootDir>/test/redteam/**/*.test.ts'],
+      setupFilesAfterEnv: ['<rootDir>/test/support/timeouts.ts'],
+      slowTestThreshold: 30,
+    },
     // Restarts the Docker engine: scripts/test runs it alone, after the others.
-    { ...shared, displayName: 'engine', testMatch: ['<rootDir>/test/engine/**/*.test.ts'], setupFilesAfterEnv: ['<rootDir>/test/support/timeouts.ts'], slowTestThreshold: 60 },
+    {
+      ...shared,
+      displayName: 'engine',
+      testMatch: ['<rootDir>/test/engine/**/*.test.ts'],
+      setupFilesAfterEnv: ['<rootDir>/test/support/timeouts.ts'],
+      slowTestThreshold: 60,
+    },
   ],
 };
 

@@ -44,7 +44,7 @@ export class RawDocker {
 
   /** `getArchive` of one file, untarred into memory. */
   async getFile(container: Docker.Container, path: string): Promise<Buffer> {
-    const archive = (await container.getArchive({ path })) as NodeJS.ReadableStream;
+    const archive = await container.getArchive({ path });
     const chunks: Buffer[] = [];
     const untar = extract();
     untar.on('entry', (_header, stream, next) => {

@@ -157,7 +157,9 @@ async function concurrency(controller: ControllerProcess): Promise<Row[]> {
   const sandboxes: Sandbox[] = [];
   try {
     for (let i = 0; i < count; i += 5) {
-      const batch = await Promise.all(Array.from({ length: Math.min(5, count - i) }, () => Sandbox.create({ baseUrl: controller.url, apiKey: controller.apiKey, image: flags.image })));
+      const batch = await Promise.all(
+        Array.from({ length: Math.min(5, count - i) }, () => Sandbox.create({ baseUrl: controller.url, apiKey: controller.apiKey, image: flags.image })),
+      );
       sandboxes.push(...batch);
     }
     const calls = flags.quick ? 200 : 1000;
@@ -212,10 +214,14 @@ async function websocketFloor(count: number): Promise<number[]> {
   await new Promise<void>((r) => http.listen(0, '127.0.0.1', r));
   const ws = new WebSocket(`ws://127.0.0.1:${(http.address() as AddressInfo).port}`);
   await new Promise((r) => ws.once('open', r));
-  const samples = await timeIt(count, () => new Promise<void>((resolve) => {
-    ws.once('message', () => resolve());
-    ws.send(Buffer.alloc(64));
-  }));
+  const samples = await timeIt(
+    count,
+    () =>
+      new Promise<void>((resolve) => {
+        ws.once('message', () => resolve());
+        ws.send(Buffer.alloc(64));
+      }),
+  );
   ws.close();
   wss.close();
   http.close();
@@ -257,7 +263,10 @@ function report(rows: Row[]): void {
     r.met === undefined ? '-' : r.met ? 'yes' : 'NO',
   ]);
   const table = [header, header.map(() => '---'), ...lines].map((cells) => `| ${cells.join(' | ')} |`).join('\n');
-  const notes = rows.filter((r) => r.note).map((r) => `- ${r.name}: ${r.note}`).join('\n');
+  const notes = rows
+    .filter((r) => r.note)
+    .map((r) => `- ${r.name}: ${r.note}`)
+    .join('\n');
   const machine = `${os.cpus().length} cores (${os.cpus()[0]?.model ?? 'unknown CPU'}), ${Math.round(os.totalmem() / 1024 ** 3)} GiB, ${os.type()} ${os.release()}, Node ${process.version}`;
   process.stdout.write(`\nWarren vs raw Docker, milliseconds unless noted. Machine: ${machine}\n\n${table}\n\n${notes}\n`);
   const json = { date: new Date().toISOString(), machine, quick: flags.quick, rows };

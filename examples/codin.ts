@@ -7,11 +7,30 @@ import { codinTools, dispatchOpenAIToolCall, Sandbox, toOpenAITools, type Contro
 import { chatModel, show, type ChatMessage, type ScriptedTurn } from './lib/models.js';
 
 const SCRIPT: ScriptedTurn[] = [
-  { calls: [{ name: 'sandbox_write_file', args: { path: 'stats.py', content: 'import sys\nnums = [int(a) for a in sys.argv[1:]]\nprint("mean:", sum(nums) / len(nums))\n' } }] },
+  {
+    calls: [
+      {
+        name: 'sandbox_write_file',
+        args: { path: 'stats.py', content: 'import sys\nnums = [int(a) for a in sys.argv[1:]]\nprint("mean:", sum(nums) / len(nums))\n' },
+      },
+    ],
+  },
   { calls: [{ name: 'sandbox_exec', args: { cmd: 'python3 stats.py' } }] },
   { calls: [{ name: 'sandbox_read_file', args: { path: 'stats.py', start_line: 2, end_line: 3 } }] },
-  { calls: [{ name: 'sandbox_write_file', args: { path: 'stats.py', content: 'import sys\nnums = [int(a) for a in sys.argv[1:]]\nprint("mean:", sum(nums) / len(nums) if nums else 0)\n' } }] },
-  { calls: [{ name: 'sandbox_exec', args: { cmd: 'python3 stats.py && python3 stats.py 1 2 3' } }, { name: 'sandbox_list_files', args: {} }] },
+  {
+    calls: [
+      {
+        name: 'sandbox_write_file',
+        args: { path: 'stats.py', content: 'import sys\nnums = [int(a) for a in sys.argv[1:]]\nprint("mean:", sum(nums) / len(nums) if nums else 0)\n' },
+      },
+    ],
+  },
+  {
+    calls: [
+      { name: 'sandbox_exec', args: { cmd: 'python3 stats.py && python3 stats.py 1 2 3' } },
+      { name: 'sandbox_list_files', args: {} },
+    ],
+  },
   { answer: 'stats.py no longer divides by zero on an empty input.' },
 ];
 

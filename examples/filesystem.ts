@@ -10,7 +10,12 @@ const SCRIPT: ScriptedTurn[] = [
   { calls: [{ name: 'write', args: { path: 'notes/plan.md', content: '# Plan\n\n- draft\n- review\n' } }] },
   { calls: [{ name: 'read', args: { path: 'notes/plan.md', max_chars: 10 } }] },
   { calls: [{ name: 'edit', args: { path: 'notes/plan.md', old_text: '- review\n', new_text: '- review\n- ship\n' } }] },
-  { calls: [{ name: 'copy', args: { source: 'notes/plan.md', destination: 'archive/plan-v1.md' } }, { name: 'write', args: { path: 'run.sh', content: 'rm -rf /' } }] },
+  {
+    calls: [
+      { name: 'copy', args: { source: 'notes/plan.md', destination: 'archive/plan-v1.md' } },
+      { name: 'write', args: { path: 'run.sh', content: 'rm -rf /' } },
+    ],
+  },
   { calls: [{ name: 'list_files', args: { pattern: '**/*.md' } }] },
   { answer: 'The plan now ends with "ship"; a copy is in archive/.' },
 ];

@@ -18,10 +18,20 @@ const SCRIPT: ScriptedTurn[] = [
     ],
   },
   { calls: [{ name: 'list_files', args: { directory: './sandbox/dataset' } }] },
-  { calls: [{ name: 'run_pylint_analysis', args: { file_path: './sandbox/dataset/bad_code.py' } }, { name: 'add_docstring', args: { file_path: './sandbox/dataset/bad_code.py' } }] },
+  {
+    calls: [
+      { name: 'run_pylint_analysis', args: { file_path: './sandbox/dataset/bad_code.py' } },
+      { name: 'add_docstring', args: { file_path: './sandbox/dataset/bad_code.py' } },
+    ],
+  },
   { calls: [{ name: 'validate_python_syntax', args: { code: FIXED } }] },
   { calls: [{ name: 'apply_fix', args: { file_path: './sandbox/dataset/bad_code.py', fixed_code: FIXED } }] },
-  { calls: [{ name: 'run_pylint_analysis', args: { file_path: './sandbox/dataset/bad_code.py' } }, { name: 'run_pytest', args: { directory: './sandbox/dataset' } }] },
+  {
+    calls: [
+      { name: 'run_pylint_analysis', args: { file_path: './sandbox/dataset/bad_code.py' } },
+      { name: 'run_pytest', args: { directory: './sandbox/dataset' } },
+    ],
+  },
   { answer: 'bad_code.py now scores 10/10 and its tests pass.' },
 ];
 

@@ -69,20 +69,20 @@ class Controller {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let stderr = '';
-    child.stderr!.on('data', (c: Buffer) => {
+    child.stderr.on('data', (c: Buffer) => {
       stderr = (stderr + c.toString()).slice(-4000);
       controllerLog.write(c);
     });
     this.url = await new Promise<string>((resolve, reject) => {
       let out = '';
-      child.stdout!.on('data', (c: Buffer) => {
+      child.stdout.on('data', (c: Buffer) => {
         out += c.toString();
         const match = /listening on (http:\/\/\S+)/.exec(out);
         if (match) resolve(match[1]!);
       });
       child.once('exit', (code, signal) => reject(new Error(`the controller exited (${code ?? signal}) before it listened: ${stderr}`)));
     });
-    child.stdout!.resume();
+    child.stdout.resume();
     this.child = child;
   }
 
@@ -116,7 +116,17 @@ interface Stats {
   faults: string[];
 }
 
-const stats: Stats = { calls: 0, ok: 0, errors: new Map(), victimErrors: new Map(), untyped: [], mismatches: [], peakControllerRss: 0, peakDaemonRss: 0, faults: [] };
+const stats: Stats = {
+  calls: 0,
+  ok: 0,
+  errors: new Map(),
+  victimErrors: new Map(),
+  untyped: [],
+  mismatches: [],
+  peakControllerRss: 0,
+  peakDaemonRss: 0,
+  faults: [],
+};
 const bump = (m: Map<string, number>, k: string) => m.set(k, (m.get(k) ?? 0) + 1);
 
 interface Slot {
@@ -144,16 +154,22 @@ async function main(): Promise<void> {
     log(`creating ${sandboxCount} sandboxes, ${clientsPer} SDK clients each`);
     for (let i = 0; i < sandboxCount; i += 5) {
       const batch = await Promise.all(
-        Array.from({ length: Math.min(5, sandboxCount - i) }, () => Sandbox.create({ ...options(), image: flags.image, ttlSeconds: Math.ceil(durationMs / 1000) + 1800, labels: { purpose: 'soak' } })),
+        Array.from({ length: Math.min(5, sandboxCount - i) }, () =>
+          Sandbox.create({ ...options(), image: flags.image, ttlSeconds: Math.ceil(durationMs / 1000) + 1800, labels: { purpose: 'soak' } }),
+        ),
       );
       for (const owner of batch) {
-        const extra = await Promise.all(Array.from({ length: clientsPer - 1 }, () => Sandbox.connect(owner.id, { baseUrl: controller.url, token: owner.token })));
+        const extra = await Promise.all(
+          Array.from({ length: clientsPer - 1 }, () => Sandbox.connect(owner.id, { baseUrl: controller.url, token: owner.token })),
+        );
         slots.push({ index: slots.length, owner, clients: [owner, ...extra], acked: new Map(), victim: false, removed: false, restarted: false });
       }
     }
     // A background process in every sandbox: it must outlive a controller SIGKILL.
     await Promise.all(slots.map((s) => s.owner.files.mkdir('soak', { parents: true })));
-    await Promise.all(slots.map((s) => s.owner.commands.start(['sh', '-c', 'while true; do date +%s%N >> /workspace/tick; sleep 1; done'], { tag: 'soak-ticker' })));
+    await Promise.all(
+      slots.map((s) => s.owner.commands.start(['sh', '-c', 'while true; do date +%s%N >> /workspace/tick; sleep 1; done'], { tag: 'soak-ticker' })),
+    );
 
     const deadline = Date.now() + durationMs;
     let stopping = false;
@@ -172,7 +188,13 @@ async function main(): Promise<void> {
 
     const workers = slots.flatMap((slot) => slot.clients.map((client, c) => work(slot, client, c, () => stopping || Date.now() > deadline)));
     const faults = faultsOn ? injectFaults(controller, slots, deadline) : Promise.resolve();
-    const progress = setInterval(() => log(`${stats.calls} calls, ${stats.ok} ok, errors ${JSON.stringify(Object.fromEntries(stats.errors))}, controller RSS ${(stats.peakControllerRss / MiB).toFixed(0)} MiB peak`), 15_000);
+    const progress = setInterval(
+      () =>
+        log(
+          `${stats.calls} calls, ${stats.ok} ok, errors ${JSON.stringify(Object.fromEntries(stats.errors))}, controller RSS ${(stats.peakControllerRss / MiB).toFixed(0)} MiB peak`,
+        ),
+      15_000,
+    );
     await Promise.all(workers);
     await faults;
     clearInterval(progress);
@@ -239,7 +261,9 @@ async function work(slot: Slot, client: Sandbox, c: number, done: () => boolean)
         if (r.stdout !== `s${seq}\n`) stats.mismatches.push(`${slot.owner.id}: echo answered ${JSON.stringify(r.stdout)}`);
       });
     } else {
-      call = client.commands.run('ls /workspace/soak | wc -l >/dev/null; head -c 16384 /dev/urandom | sha256sum >/dev/null', { timeoutMs: CALL_TIMEOUT_MS }).then(() => undefined);
+      call = client.commands
+        .run('ls /workspace/soak | wc -l >/dev/null; head -c 16384 /dev/urandom | sha256sum >/dev/null', { timeoutMs: CALL_TIMEOUT_MS })
+        .then(() => undefined);
     }
     stats.calls++;
     try {
@@ -272,7 +296,10 @@ async function injectFaults(controller: Controller, slots: Slot[], deadline: num
   const ended = async (sandbox: Sandbox) => {
     const t = Date.now();
     for (;;) {
-      const state = await sandbox.info().then((i) => i.state, (err: unknown) => (err instanceof WarrenError ? err.code : 'UNTYPED'));
+      const state = await sandbox.info().then(
+        (i) => i.state,
+        (err: unknown) => (err instanceof WarrenError ? err.code : 'UNTYPED'),
+      );
       if (['exited', 'gone', 'SANDBOX_NOT_FOUND'].includes(state)) return `reported ${state} after ${((Date.now() - t) / 1000).toFixed(1)} s`;
       if (Date.now() - t > 60_000) return `still reported ${state} after 60 s (NOT detected)`;
       await sleep(250);
@@ -318,7 +345,9 @@ async function injectFaults(controller: Controller, slots: Slot[], deadline: num
     // Calls succeed again through the same clients (the SDK reconnects them).
     const resumed = await waitFor(() => stats.ok > okBefore + 50, 60_000);
     const ticking = await countTicking(slots.filter((s) => !s.victim).slice(0, 5));
-    stats.faults.push(`controller SIGKILL mid-load: restarted in ${(back / 1000).toFixed(1)} s, clients ${resumed ? 'resumed' : 'did NOT resume within 60 s'}, background processes ticking in ${ticking}/${Math.min(5, slots.length - 2)} sandboxes checked`);
+    stats.faults.push(
+      `controller SIGKILL mid-load: restarted in ${(back / 1000).toFixed(1)} s, clients ${resumed ? 'resumed' : 'did NOT resume within 60 s'}, background processes ticking in ${ticking}/${Math.min(5, slots.length - 2)} sandboxes checked`,
+    );
   }
 
   if (flags['restart-docker']) {

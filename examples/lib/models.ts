@@ -116,7 +116,11 @@ export interface AnthropicMessage {
 }
 
 export interface AnthropicModel {
-  create(request: { system: string; messages: AnthropicMessage[]; tools: unknown[] }): Promise<{ content: AnthropicBlock[]; stop_reason: 'tool_use' | 'end_turn' }>;
+  create(request: {
+    system: string;
+    messages: AnthropicMessage[];
+    tools: unknown[];
+  }): Promise<{ content: AnthropicBlock[]; stop_reason: 'tool_use' | 'end_turn' }>;
 }
 
 /** An Anthropic Messages model that plays `turns` in order. */
@@ -155,6 +159,9 @@ export function anthropicModel(turns: ScriptedTurn[]): AnthropicModel {
 
 /** Prints one step of a transcript. */
 export function show(label: string, text: string): void {
-  const indented = text.split('\n').map((line) => `    ${line}`).join('\n');
+  const indented = text
+    .split('\n')
+    .map((line) => `    ${line}`)
+    .join('\n');
   console.log(`  ${label}\n${indented}`);
 }

@@ -107,6 +107,42 @@ ensure_docker() {
   step_done "engine $(docker version --format '{{.Server.Version}}' 2>/dev/null) is up"
 }
 
+# The second engine the red-team tier runs on: dockerd with user-namespace remap (container uid 0
+# is host uid 100000, uid 1000 is 101000), next to the main engine and sharing nothing with it (its
+# own data root, exec root, socket, pid file; no bridge, no iptables: sandboxes use network none).
+# Started only where these scripts may start engines (root with apt), with the sandbox image loaded
+# from the main engine. Prints nothing to stdout; REMAP_DOCKER_HOST is its address.
+REMAP_DIR=/run/warren-remap
+REMAP_DOCKER_HOST=unix://$REMAP_DIR/docker.sock
+remap_engine_answers() { DOCKER_HOST=$REMAP_DOCKER_HOST docker info >/dev/null 2>&1; }
+
+ensure_remap_engine() {
+  if ! remap_engine_answers; then
+    is_root && command -v apt-get >/dev/null 2>&1 || return 1
+    ensure_commands newuidmap=uidmap
+    step "Starting a second dockerd with --userns-remap=default (log: /var/log/warren-remap-dockerd.log)"
+    mkdir -p "$REMAP_DIR" /var/lib/warren-remap-docker
+    chmod o+x /var/lib/warren-remap-docker
+    setsid nohup dockerd --userns-remap=default --data-root /var/lib/warren-remap-docker --exec-root "$REMAP_DIR/exec" \
+      --pidfile "$REMAP_DIR/docker.pid" -H "$REMAP_DOCKER_HOST" --bridge=none --iptables=false --ip-masq=false --ip-forward=false \
+      >>/var/log/warren-remap-dockerd.log 2>&1 </dev/null &
+    local deadline=$((SECONDS + 60))
+    until remap_engine_answers; do
+      ((SECONDS < deadline)) || { tail -n 20 /var/log/warren-remap-dockerd.log >&2; return 1; }
+      sleep 0.5
+    done
+    step_done "up"
+  fi
+  local image=warren/sandbox:latest want have
+  want=$(docker image inspect --format '{{.Id}}' "$image" 2>/dev/null) || return 1
+  have=$(DOCKER_HOST=$REMAP_DOCKER_HOST docker image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
+  if [[ $want != "$have" ]]; then
+    step "Loading $image into the remap engine"
+    docker save "$image" | DOCKER_HOST=$REMAP_DOCKER_HOST docker load -q >/dev/null || return 1
+    step_done
+  fi
+}
+
 # Installs the Debian packages of the named commands that are missing, in one apt call. Each
 # argument is a command that is also its package's name (tmux), or COMMAND=PACKAGE
 # (mkfs.ext4=e2fsprogs). Used for what the tests drive (tmux types into `warren shell`).

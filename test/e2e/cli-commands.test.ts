@@ -93,7 +93,9 @@ describe('warren create / ls / info / rm', () => {
     const ttl = await runCli(['create', '--ttl', 'soon'], { env });
     expect(ttl.code).not.toBe(0);
     expect(ttl.stderr).toContain("'soon' is not a duration");
-    expect(ttl.stderr).toMatch(/^warren: option '--ttl <duration>' argument 'soon' is invalid\. .*\(run warren --help, or warren COMMAND --help, for the options\)\n$/);
+    expect(ttl.stderr).toMatch(
+      /^warren: option '--ttl <duration>' argument 'soon' is invalid\. .*\(run warren --help, or warren COMMAND --help, for the options\)\n$/,
+    );
     const label = await runCli(['ls', '--label', 'novalue'], { env });
     expect(label.code).not.toBe(0);
     expect(label.stderr).toContain("'novalue' is not KEY=VALUE");
@@ -108,7 +110,10 @@ describe('warren exec', () => {
 
   it('runs several arguments as an argv with no shell, in --cwd, with --env', async () => {
     await sandbox.files.mkdir('/workspace/cwd-test');
-    const run = await runCli(['exec', '--cwd', '/workspace/cwd-test', '--env', 'A=1', sandbox.id, '--', 'sh', '-c', 'pwd; echo $A; echo "$0"', 'literal $HOME'], { env });
+    const run = await runCli(
+      ['exec', '--cwd', '/workspace/cwd-test', '--env', 'A=1', sandbox.id, '--', 'sh', '-c', 'pwd; echo $A; echo "$0"', 'literal $HOME'],
+      { env },
+    );
     expect(run).toEqual({ code: 0, stdout: '/workspace/cwd-test\n1\nliteral $HOME\n', stderr: '' });
   });
 
@@ -125,7 +130,9 @@ describe('warren exec', () => {
   it('streams stdin with -i: the command answers a line before the next one is sent, and may stop reading early', async () => {
     const { spawn } = await import('node:child_process');
     const { WARREN_BIN } = await import('../support/cli.js');
-    const child = spawn(process.execPath, [WARREN_BIN, 'exec', '-i', sandbox.id, '--', 'read a; echo "got $a"; read b; echo "got $b"'], { env: { ...process.env, ...env } });
+    const child = spawn(process.execPath, [WARREN_BIN, 'exec', '-i', sandbox.id, '--', 'read a; echo "got $a"; read b; echo "got $b"'], {
+      env: { ...process.env, ...env },
+    });
     let seen = '';
     const sawFirst = new Promise<void>((resolve) => {
       child.stdout.on('data', (c: Buffer) => {
@@ -159,7 +166,11 @@ describe('warren exec', () => {
     // The command waits for a file the test writes only after it has seen the first line.
     const { spawn } = await import('node:child_process');
     const { WARREN_BIN } = await import('../support/cli.js');
-    const child = spawn(process.execPath, [WARREN_BIN, 'exec', sandbox.id, '--', 'echo first; while [ ! -f /workspace/go-flag ]; do sleep 0.1; done; echo second'], { env: { ...process.env, ...env } });
+    const child = spawn(
+      process.execPath,
+      [WARREN_BIN, 'exec', sandbox.id, '--', 'echo first; while [ ! -f /workspace/go-flag ]; do sleep 0.1; done; echo second'],
+      { env: { ...process.env, ...env } },
+    );
     child.stdin.end();
     let seen = '';
     await new Promise<void>((resolve) => {

@@ -17,7 +17,9 @@ afterAll(async () => {
 
 /** Starts `warren serve` and resolves with its banner once it is listening. */
 function startServe(args: string[], env: Record<string, string>): Promise<{ child: ChildProcessWithoutNullStreams; banner: string }> {
-  const child = spawn(process.execPath, [WARREN_BIN, 'serve', ...args], { env: { ...process.env, NODE_OPTIONS: '', WARREN_API_KEY: '', WARREN_CONFIG: '', ...env } });
+  const child = spawn(process.execPath, [WARREN_BIN, 'serve', ...args], {
+    env: { ...process.env, NODE_OPTIONS: '', WARREN_API_KEY: '', WARREN_CONFIG: '', ...env },
+  });
   return new Promise((resolve, reject) => {
     let out = '';
     let err = '';

@@ -65,7 +65,11 @@ describe('auth and limits', () => {
 
   async function call(method: string, route: string, headers: Record<string, string>, body?: unknown): Promise<Answer> {
     if (method === 'WS') return upgrade(route, headers);
-    const res = await fetch(`${warren.url}${route}`, { method, headers: { ...headers, 'content-type': 'application/json' }, body: body === undefined ? null : JSON.stringify(body) });
+    const res = await fetch(`${warren.url}${route}`, {
+      method,
+      headers: { ...headers, 'content-type': 'application/json' },
+      body: body === undefined ? null : JSON.stringify(body),
+    });
     const text = await res.text();
     return { status: res.status, body: text ? JSON.parse(text) : undefined };
   }
@@ -105,7 +109,12 @@ describe('auth and limits', () => {
     for (const [method, route, body] of endpoints(a.id)) {
       for (const credential of bad) {
         const answer = await call(method, route, authHeader(credential), body);
-        expect({ endpoint: `${method} ${route}`, credential, ...answer }).toEqual({ endpoint: `${method} ${route}`, credential, status: 401, body: UNAUTHORIZED });
+        expect({ endpoint: `${method} ${route}`, credential, ...answer }).toEqual({
+          endpoint: `${method} ${route}`,
+          credential,
+          status: 401,
+          body: UNAUTHORIZED,
+        });
         seen.add(JSON.stringify(answer.body));
       }
     }
@@ -118,7 +127,11 @@ describe('auth and limits', () => {
   it("refuses a sandbox's token beyond its sandbox (401) and a derived token on routes beyond its reach (one 403 shape)", async () => {
     const derived = (await a.deriveToken({ inherit: true })).token;
     // A sandbox token is no API key: on the controller-wide routes it is just an invalid credential.
-    for (const [method, route, body] of [['POST', '/v1/sandboxes', {}], ['GET', '/v1/sandboxes'], ['GET', '/metrics']] as const) {
+    for (const [method, route, body] of [
+      ['POST', '/v1/sandboxes', {}],
+      ['GET', '/v1/sandboxes'],
+      ['GET', '/metrics'],
+    ] as const) {
       expect(await call(method, route, { authorization: `Bearer ${a.token}` }, body)).toEqual({ status: 401, body: UNAUTHORIZED });
     }
     const cases: [string, string, string, unknown?][] = [
@@ -132,7 +145,14 @@ describe('auth and limits', () => {
       expect({ route: `${method} ${route}`, ...answer }).toEqual({
         route: `${method} ${route}`,
         status: 403,
-        body: { error: { code: 'FORBIDDEN', message: expect.stringMatching(/^This credential may not use this route; it needs /), suggestion: expect.any(String), details: { access: expect.stringMatching(/^(lifecycle|audit)$/) } } },
+        body: {
+          error: {
+            code: 'FORBIDDEN',
+            message: expect.stringMatching(/^This credential may not use this route; it needs /),
+            suggestion: expect.any(String),
+            details: { access: expect.stringMatching(/^(lifecycle|audit)$/) },
+          },
+        },
       });
     }
     // ...while each works where it reaches.
@@ -148,8 +168,14 @@ describe('auth and limits', () => {
   it('refuses WebSocket upgrades from a foreign Origin or for a foreign Host', async () => {
     const key = { authorization: `Bearer ${warren.apiKey}` };
     const route = `/v1/sandboxes/${a.id}/connect`;
-    expect(await call('WS', route, { ...key, origin: 'http://evil.example' })).toMatchObject({ status: 403, body: { error: { code: 'FORBIDDEN', message: expect.stringContaining('Origin') } } });
-    expect(await call('WS', route, { ...key, host: 'evil.example' })).toMatchObject({ status: 403, body: { error: { code: 'FORBIDDEN', message: expect.stringContaining('Host') } } });
+    expect(await call('WS', route, { ...key, origin: 'http://evil.example' })).toMatchObject({
+      status: 403,
+      body: { error: { code: 'FORBIDDEN', message: expect.stringContaining('Origin') } },
+    });
+    expect(await call('WS', route, { ...key, host: 'evil.example' })).toMatchObject({
+      status: 403,
+      body: { error: { code: 'FORBIDDEN', message: expect.stringContaining('Host') } },
+    });
     expect((await call('WS', route, { ...key, origin: 'http://allowed.example' })).status).toBe(101);
     expect((await call('WS', route, { ...key, host: `localhost:${new URL(warren.url).port}` })).status).toBe(101);
   });

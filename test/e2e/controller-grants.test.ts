@@ -14,7 +14,11 @@ describe('file policy grants and derived tokens', () => {
   beforeAll(async () => {
     warren = await startTestController();
     sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, policy: { root: '/workspace', readOnly: false } });
-    await sandbox.commands.run(['sh', '-c', 'mkdir -p /workspace/src /workspace/out && printf "code" > /workspace/src/a.py && printf "s3cret" > /workspace/secret.txt']);
+    await sandbox.commands.run([
+      'sh',
+      '-c',
+      'mkdir -p /workspace/src /workspace/out && printf "code" > /workspace/src/a.py && printf "s3cret" > /workspace/secret.txt',
+    ]);
   });
   afterAll(async () => {
     for (const w of workers) w.close();
@@ -42,7 +46,9 @@ describe('file policy grants and derived tokens', () => {
     expect(await worker.files.read('/workspace/src/a.py')).toBe('code');
     await expect(worker.files.read('/workspace/secret.txt')).rejects.toMatchObject({ code: expect.stringMatching(/^(PATH_NOT_IN_SANDBOX|FORBIDDEN)$/) });
     await worker.files.write('/workspace/out/result.txt', 'done');
-    await expect(worker.files.write('/workspace/src/a.py', 'overwritten')).rejects.toMatchObject({ code: expect.stringMatching(/^(PATH_NOT_WRITABLE|PATH_NOT_IN_SANDBOX|FORBIDDEN)$/) });
+    await expect(worker.files.write('/workspace/src/a.py', 'overwritten')).rejects.toMatchObject({
+      code: expect.stringMatching(/^(PATH_NOT_WRITABLE|PATH_NOT_IN_SANDBOX|FORBIDDEN)$/),
+    });
     // The relay refuses exec for this grant: the frame never reaches the daemon.
     await expect(worker.commands.run('cat /workspace/secret.txt')).rejects.toMatchObject({ code: 'FORBIDDEN', message: expect.stringContaining('allowExec') });
     expect((await sandbox.commands.run('cat /workspace/src/a.py /workspace/out/result.txt')).stdout).toBe('codedone');
@@ -58,7 +64,11 @@ describe('file policy grants and derived tokens', () => {
   it('derive only narrows: a wider request from a derived token is PERMISSION_ESCALATION', async () => {
     const { token } = await sandbox.deriveToken({ allowRead: ['/workspace/src'] });
     const derive = (body: unknown) =>
-      fetch(`${warren.url}/v1/sandboxes/${sandbox.id}/derive`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      fetch(`${warren.url}/v1/sandboxes/${sandbox.id}/derive`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
     for (const body of [{ allowRead: ['/workspace'] }, { allowWrite: ['/workspace/src'] }, { allowExec: true }, { readonly: false }]) {
       const res = await derive(body);
       expect({ body, status: res.status }).toEqual({ body, status: 403 });
@@ -89,7 +99,8 @@ describe('file policy grants and derived tokens', () => {
   });
 
   it("serves the daemon's audit log over REST: every call, with its outcome, pageable with since", async () => {
-    const get = (query: string, token = warren.apiKey) => fetch(`${warren.url}/v1/sandboxes/${sandbox.id}/audit${query}`, { headers: { authorization: `Bearer ${token}` } });
+    const get = (query: string, token = warren.apiKey) =>
+      fetch(`${warren.url}/v1/sandboxes/${sandbox.id}/audit${query}`, { headers: { authorization: `Bearer ${token}` } });
     const res = await get('');
     expect(res.status).toBe(200);
     const log = (await res.json()) as { entries: { seq: number; method: string; paths: string[]; outcome: string }[]; lastSeq: number; dropped: boolean };

@@ -45,7 +45,11 @@ describe('sandboxes on three images, hardened', () => {
 
   it('applies user, workdir and resource options, and /workspace belongs to that user', async () => {
     const sandbox = await create({ image: 'warren/test-busybox:latest', user: '2000:2000', workdir: '/workspace', memoryMb: 256, pidsLimit: 64, cpus: 0.5 });
-    const run = await sandbox.commands.run(['sh', '-c', 'id -u; id -g; stat -c %u /workspace; cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/pids.max /sys/fs/cgroup/cpu.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes']);
+    const run = await sandbox.commands.run([
+      'sh',
+      '-c',
+      'id -u; id -g; stat -c %u /workspace; cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/pids.max /sys/fs/cgroup/cpu.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes',
+    ]);
     const lines = run.stdout.trim().split('\n');
     expect(lines.slice(0, 3)).toEqual(['2000', '2000', '2000']);
     expect(lines).toContain(String(256 * 1024 * 1024));
@@ -115,8 +119,20 @@ describe('sandboxes on three images, hardened', () => {
   it('refuses hostile create requests over REST with the same error shape, and starts nothing', async () => {
     const before = warren.controller.sandboxes.list().length;
     const post = (body: unknown) =>
-      fetch(`${warren.url}/v1/sandboxes`, { method: 'POST', headers: { authorization: `Bearer ${warren.apiKey}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
-    for (const body of [{ privileged: true }, { capAdd: ['SYS_ADMIN'] }, { network: 'host' }, { pidMode: 'host' }, { mounts: [{ hostPath: '/var/run/docker.sock', path: '/var/run/docker.sock' }] }, { mounts: [{ hostPath: '/etc', path: '/mnt/etc' }] }, { user: '0' }]) {
+      fetch(`${warren.url}/v1/sandboxes`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${warren.apiKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+    for (const body of [
+      { privileged: true },
+      { capAdd: ['SYS_ADMIN'] },
+      { network: 'host' },
+      { pidMode: 'host' },
+      { mounts: [{ hostPath: '/var/run/docker.sock', path: '/var/run/docker.sock' }] },
+      { mounts: [{ hostPath: '/etc', path: '/mnt/etc' }] },
+      { user: '0' },
+    ]) {
       const res = await post(body);
       expect(res.status).toBe(403);
       const json = (await res.json()) as { error: { code: string; message: string; suggestion: string } };
@@ -134,8 +150,18 @@ describe('sandboxes on three images, hardened', () => {
     await mkdir(rw);
     await writeFile(path.join(ro, 'input.csv'), 'a,b\n');
     if (process.getuid?.() === 0) await chown(rw, 1000, 1000);
-    const sandbox = await create({ image: 'warren/test-busybox:latest', mounts: [{ hostPath: ro, path: '/mnt/data' }, { hostPath: rw, path: '/mnt/out', readOnly: false }] });
-    const run = await sandbox.commands.run(['sh', '-c', 'cat /mnt/data/input.csv; touch /mnt/data/x 2>/dev/null && echo ro=writable || echo ro=read-only; echo made > /mnt/out/result.txt']);
+    const sandbox = await create({
+      image: 'warren/test-busybox:latest',
+      mounts: [
+        { hostPath: ro, path: '/mnt/data' },
+        { hostPath: rw, path: '/mnt/out', readOnly: false },
+      ],
+    });
+    const run = await sandbox.commands.run([
+      'sh',
+      '-c',
+      'cat /mnt/data/input.csv; touch /mnt/data/x 2>/dev/null && echo ro=writable || echo ro=read-only; echo made > /mnt/out/result.txt',
+    ]);
     expect(run.stdout).toBe('a,b\nro=read-only\n');
     expect(await readFile(path.join(rw, 'result.txt'), 'utf8')).toBe('made\n');
     expect((await sandbox.info()).settings.mounts).toEqual([

@@ -6,7 +6,6 @@ import { Sandbox } from '@warren/sdk';
 import { startTestController, type TestController } from '../support/fixtures.js';
 import { until } from '../support/wait.js';
 
-
 describe('the sandbox lifecycle over REST', () => {
   let warren: TestController;
   let sandbox: Sandbox;
@@ -22,11 +21,20 @@ describe('the sandbox lifecycle over REST', () => {
   });
 
   const api = (method: string, route: string, body?: unknown) =>
-    fetch(`${warren.url}${route}`, { method, headers: { authorization: `Bearer ${warren.apiKey}`, 'content-type': 'application/json' }, body: body === undefined ? null : JSON.stringify(body) });
+    fetch(`${warren.url}${route}`, {
+      method,
+      headers: { authorization: `Bearer ${warren.apiKey}`, 'content-type': 'application/json' },
+      body: body === undefined ? null : JSON.stringify(body),
+    });
 
   it('gets a sandbox with its settings, and lists by label and state', async () => {
     const info = await sandbox.info();
-    expect(info).toMatchObject({ id: sandbox.id, state: 'running', labels: { suite: 'lifecycle', team: 'red' }, settings: { network: 'none', user: '1000:1000', ttlSeconds: 600 } });
+    expect(info).toMatchObject({
+      id: sandbox.id,
+      state: 'running',
+      labels: { suite: 'lifecycle', team: 'red' },
+      settings: { network: 'none', user: '1000:1000', ttlSeconds: 600 },
+    });
     const options = { baseUrl: warren.url, apiKey: warren.apiKey };
     expect((await Sandbox.list({ ...options, labels: { team: 'red' } })).map((s) => s.id)).toEqual([sandbox.id]);
     expect(await Sandbox.list({ ...options, labels: { team: 'blue' } })).toEqual([]);

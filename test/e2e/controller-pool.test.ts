@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from '@jest/globals';
@@ -9,7 +9,6 @@ import { Sandbox } from '@warren/sdk';
 import { until } from '../support/wait.js';
 import { removeStateDir } from '../support/state-dir.js';
 
-
 describe('the warm pool', () => {
   const docker = new Docker();
   const apiKey = `wk_test_${randomBytes(16).toString('hex')}`;
@@ -18,7 +17,11 @@ describe('the warm pool', () => {
   const controllers: Controller[] = [];
 
   const start = async () => {
-    const controller = await startController({ credentials: Credentials.inMemory(apiKey, masterKey), log: () => undefined, config: { port: 0, stateDir, poolSize: 1, reapIntervalMs: 1000 } });
+    const controller = await startController({
+      credentials: Credentials.inMemory(apiKey, masterKey),
+      log: () => undefined,
+      config: { port: 0, stateDir, poolSize: 1, reapIntervalMs: 1000 },
+    });
     controllers.push(controller);
     return controller;
   };

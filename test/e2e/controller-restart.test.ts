@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from '@jest/globals';
@@ -12,8 +12,14 @@ import { removeStateDir } from '../support/state-dir.js';
 
 const docker = new Docker();
 
-
-const containerGone = async (id: string) => docker.getContainer(id).inspect().then(() => undefined, () => true as const);
+const containerGone = async (id: string) =>
+  docker
+    .getContainer(id)
+    .inspect()
+    .then(
+      () => undefined,
+      () => true as const,
+    );
 
 describe('a controller restart loses nothing', () => {
   const stateDirs: string[] = [];
@@ -22,7 +28,11 @@ describe('a controller restart loses nothing', () => {
 
   afterAll(async () => {
     for (const p of processes) await p.stop('SIGKILL');
-    for (const id of containers) await docker.getContainer(id).remove({ force: true, v: true }).catch(() => undefined);
+    for (const id of containers)
+      await docker
+        .getContainer(id)
+        .remove({ force: true, v: true })
+        .catch(() => undefined);
     for (const dir of stateDirs) await removeStateDir(dir);
   });
 

@@ -53,7 +53,9 @@ describe('process limits in real sandboxes: fork bomb, memory bomb, the process 
     expect(bomb).toMatchObject({ exitCode: null, signal: 'SIGKILL', timedOut: false });
     const after = await memory.daemonInfo();
     expect(after.pid).toBe(before.pid);
-    process.stderr.write(`memory bomb: killed by ${bomb.signal} after ${Math.round(bomb.durationMs)} ms; daemon RSS ${(after.rssBytes / MiB).toFixed(1)} MiB, same pid ${after.pid}\n`);
+    process.stderr.write(
+      `memory bomb: killed by ${bomb.signal} after ${Math.round(bomb.durationMs)} ms; daemon RSS ${(after.rssBytes / MiB).toFixed(1)} MiB, same pid ${after.pid}\n`,
+    );
     expect((await memory.commands.run('echo alive')).stdout).toBe('alive\n');
   });
 });

@@ -61,14 +61,20 @@ describe('process.exec in a real sandbox', () => {
     expect(env.map((line) => line.split('=')[0])).toEqual(['HOME', 'HOSTNAME', 'LANG', 'LC_ALL', 'PATH', 'PWD', 'TERM', 'WARREN_EXEC_ID']);
     const secrets = [warren.controller.sandboxes.agentSecret(sandbox.id), sandbox.token, warren.apiKey];
     // Every environment and command line in the sandbox the sandbox user can read, the daemon's included.
-    const dump = await sandbox.commands.run('for p in /proc/[0-9]*; do tr "\\0" "\\n" < $p/environ; tr "\\0" " " < $p/cmdline; echo; done 2>/dev/null', { outputCapBytes: 8 * MiB });
+    const dump = await sandbox.commands.run('for p in /proc/[0-9]*; do tr "\\0" "\\n" < $p/environ; tr "\\0" " " < $p/cmdline; echo; done 2>/dev/null', {
+      outputCapBytes: 8 * MiB,
+    });
     expect(dump.truncated).toBe(false);
     expect(dump.stdout).toContain('WARREN_EXEC_ID=');
     for (const secret of secrets) expect(dump.stdout).not.toContain(secret);
   });
 
   it("gives commands the sandbox's environment: the create request's env, under each call's own", async () => {
-    await using withEnv = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, env: { PROJECT: 'warren', PATH: '/opt/tools/bin:/usr/local/bin:/usr/bin:/bin' } });
+    await using withEnv = await Sandbox.create({
+      baseUrl: warren.url,
+      apiKey: warren.apiKey,
+      env: { PROJECT: 'warren', PATH: '/opt/tools/bin:/usr/local/bin:/usr/bin:/bin' },
+    });
     const seen = await withEnv.commands.run('echo "$PROJECT $PATH"');
     expect(seen.stdout).toBe('warren /opt/tools/bin:/usr/local/bin:/usr/bin:/bin\n');
     expect((await withEnv.commands.run('echo $PROJECT', { env: { PROJECT: 'override' } })).stdout).toBe('override\n');

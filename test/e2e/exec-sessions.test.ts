@@ -20,7 +20,9 @@ describe('background processes and shell sessions in a real sandbox', () => {
   }
 
   it('kills a background tree with setsid, nohup and double-forked children, checked with ps', async () => {
-    const proc = await sandbox.commands.start("setsid sleep 98811 & nohup sleep 98812 >/dev/null 2>&1 & (sleep 98813 &); sh -c 'sleep 98814 & exec sleep 98815'");
+    const proc = await sandbox.commands.start(
+      "setsid sleep 98811 & nohup sleep 98812 >/dev/null 2>&1 & (sleep 98813 &); sh -c 'sleep 98814 & exec sleep 98815'",
+    );
     // However slow the machine, the kill must find the whole tree: wait for it (the test timeout bounds this).
     while ((await psGrep('sleep 9881')).length < 5) await new Promise((r) => setTimeout(r, 50));
     expect(await psGrep('sleep 9881')).toHaveLength(5);
@@ -30,7 +32,9 @@ describe('background processes and shell sessions in a real sandbox', () => {
   });
 
   it('writes stdin to a background process and reports its exit', async () => {
-    const proc = await sandbox.commands.start(['python3', '-c', 'import sys\nfor line in sys.stdin: print(line.strip().upper(), flush=True)'], { keepStdinOpen: true });
+    const proc = await sandbox.commands.start(['python3', '-c', 'import sys\nfor line in sys.stdin: print(line.strip().upper(), flush=True)'], {
+      keepStdinOpen: true,
+    });
     await proc.write('hello\n');
     await proc.write('world\n');
     await proc.closeStdin();

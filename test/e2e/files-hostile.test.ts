@@ -65,7 +65,13 @@ describe('hostile paths in a real sandbox', () => {
 
   it('NUL bytes are refused before anything is sent, and encoded or look-alike traversal stays a plain name inside', async () => {
     expect(await codeOf(sandbox.files.read('w/a\0/../../../tmp/sentinel.txt'))).toBe('INVALID_PARAMS');
-    for (const name of ['%2e%2e/%2e%2e/tmp/sentinel.txt', '..\\..\\tmp\\sentinel.txt', '\uff0e\uff0e/\uff0e\uff0e/tmp/sentinel.txt', 'w/\u2025/sentinel.txt', 'w\u2215..\u2215..\u2215tmp']) {
+    for (const name of [
+      '%2e%2e/%2e%2e/tmp/sentinel.txt',
+      '..\\..\\tmp\\sentinel.txt',
+      '\uff0e\uff0e/\uff0e\uff0e/tmp/sentinel.txt',
+      'w/\u2025/sentinel.txt',
+      'w\u2215..\u2215..\u2215tmp',
+    ]) {
       expect(await codeOf(sandbox.files.read(name))).toBe('NOT_FOUND');
       await sandbox.files.write(name, 'inside');
       expect(await sandbox.files.read(name)).toBe('inside');
@@ -74,7 +80,9 @@ describe('hostile paths in a real sandbox', () => {
   });
 
   it('symlinks that leave, as the target, as an ancestor, dangling, and through /proc, are refused', async () => {
-    await sh(`cd /workspace/w && ln -s /home/warren/sentinel.txt target && ln -s /tmp anc && ln -s /tmp/newfile-from-api dangling && ln -s ../../tmp/sentinel.txt rel && ln -s /proc/self/root proc && ln -s /proc/self/cwd/.. cwdup`);
+    await sh(
+      `cd /workspace/w && ln -s /home/warren/sentinel.txt target && ln -s /tmp anc && ln -s /tmp/newfile-from-api dangling && ln -s ../../tmp/sentinel.txt rel && ln -s /proc/self/root proc && ln -s /proc/self/cwd/.. cwdup`,
+    );
     for (const input of ['w/target', 'w/anc/sentinel.txt', 'w/dangling', 'w/rel', 'w/proc/tmp/sentinel.txt', 'w/cwdup/tmp/sentinel.txt']) {
       expect([input, await codeOf(sandbox.files.read(input))]).toEqual([input, 'PATH_NOT_IN_SANDBOX']);
       expect([input, await codeOf(sandbox.files.write(input, 'pwned'))]).toEqual([input, 'PATH_NOT_IN_SANDBOX']);
@@ -115,10 +123,22 @@ describe('hostile paths in a real sandbox', () => {
     void swapper.finally(() => (done = true));
     while (!done) {
       const results = await Promise.all([
-        sandbox.files.read('swap/file').then((c) => `read:${c}`, (e: WarrenError) => `read:${e.code}`),
-        sandbox.files.read('swap/dir/sentinel.txt').then((c) => `read:${c}`, (e: WarrenError) => `read:${e.code}`),
-        sandbox.files.write('swap/dir/sentinel.txt', 'inside\n').then(() => 'write:ok', (e: WarrenError) => `write:${e.code}`),
-        sandbox.files.write('swap/file', 'inside\n').then(() => 'write:ok', (e: WarrenError) => `write:${e.code}`),
+        sandbox.files.read('swap/file').then(
+          (c) => `read:${c}`,
+          (e: WarrenError) => `read:${e.code}`,
+        ),
+        sandbox.files.read('swap/dir/sentinel.txt').then(
+          (c) => `read:${c}`,
+          (e: WarrenError) => `read:${e.code}`,
+        ),
+        sandbox.files.write('swap/dir/sentinel.txt', 'inside\n').then(
+          () => 'write:ok',
+          (e: WarrenError) => `write:${e.code}`,
+        ),
+        sandbox.files.write('swap/file', 'inside\n').then(
+          () => 'write:ok',
+          (e: WarrenError) => `write:${e.code}`,
+        ),
       ]);
       for (const r of results) seen.add(r);
     }
@@ -166,7 +186,9 @@ describe('hostile paths in a real sandbox', () => {
   });
 
   it('symlink loops end in SYMLINK_LOOP, and listings and globs never follow them', async () => {
-    await sh('mkdir -p /workspace/loops && cd /workspace/loops && ln -s self self && ln -s b a && ln -s a b && ln -s . dot && i=0; while [ $i -lt 45 ]; do ln -s c$((i+1)) c$i; i=$((i+1)); done; echo end > c45');
+    await sh(
+      'mkdir -p /workspace/loops && cd /workspace/loops && ln -s self self && ln -s b a && ln -s a b && ln -s . dot && i=0; while [ $i -lt 45 ]; do ln -s c$((i+1)) c$i; i=$((i+1)); done; echo end > c45',
+    );
     for (const input of ['loops/self', 'loops/a', 'loops/c0']) expect(await codeOf(sandbox.files.read(input))).toBe('SYMLINK_LOOP');
     expect(await sandbox.files.read('loops/c10')).toBe('end\n');
     expect((await sandbox.files.list('loops', { recursive: true })).entries.length).toBe(50);

@@ -20,8 +20,19 @@ describe('every file operation through the controller, in a real container', () 
     expect(written).toMatchObject({ created: true, bytesWritten: Buffer.byteLength(text) });
     expect((await sandbox.commands.run('stat -c %a:%U /workspace/ops/t.txt')).stdout).toBe('640:warren\n');
     expect(await sandbox.files.read('ops/t.txt')).toBe(text);
-    expect(await sandbox.files.readLines('ops/t.txt', { startLine: 2, lineCount: 5 })).toEqual({ content: 'βeta\ngamma 😀\n', startLine: 2, endLine: 3, totalLines: 3, truncated: false });
-    expect(await sandbox.files.readChars('ops/t.txt', { offset: 6, length: 4 })).toMatchObject({ content: 'βeta', charsRead: 4, totalChars: [...text].length, truncated: true });
+    expect(await sandbox.files.readLines('ops/t.txt', { startLine: 2, lineCount: 5 })).toEqual({
+      content: 'βeta\ngamma 😀\n',
+      startLine: 2,
+      endLine: 3,
+      totalLines: 3,
+      truncated: false,
+    });
+    expect(await sandbox.files.readChars('ops/t.txt', { offset: 6, length: 4 })).toMatchObject({
+      content: 'βeta',
+      charsRead: 4,
+      totalChars: [...text].length,
+      truncated: true,
+    });
     expect(Buffer.from((await sandbox.files.readBytes('ops/t.txt', { offset: 0, length: 5 })).bytes).toString()).toBe('alpha');
     expect(await codeOf(sandbox.files.write('ops/t.txt', 'x', { expectedSha256: '0'.repeat(64) }))).toBe('CONFLICT');
     await sandbox.files.write('ops/t.txt', text.replace('alpha', 'ALPHA'), { expectedSha256: written.sha256! });
@@ -70,7 +81,8 @@ describe('every file operation through the controller, in a real container', () 
     await sandbox.files.read('/etc/shadow').catch(() => undefined);
     const { entries } = await sandbox.auditLog({ limit: 10_000 });
     const methods = new Set(entries.map((e) => e.method));
-    for (const m of ['fs.write', 'fs.read', 'fs.edit', 'fs.editLines', 'fs.copy', 'fs.move', 'fs.delete', 'fs.upload', 'fs.download', 'process.exec']) expect(methods).toContain(m);
+    for (const m of ['fs.write', 'fs.read', 'fs.edit', 'fs.editLines', 'fs.copy', 'fs.move', 'fs.delete', 'fs.upload', 'fs.download', 'process.exec'])
+      expect(methods).toContain(m);
     expect(entries.at(-1)).toMatchObject({ method: 'fs.read', paths: ['/etc/shadow'], outcome: 'PATH_NOT_IN_SANDBOX' });
   });
 
@@ -81,7 +93,11 @@ describe('every file operation through the controller, in a real container', () 
     const inside = await sandbox.commands.run('sha256sum /workspace/big/data.bin && stat -c %a:%U /workspace/big/data.bin && ls -A /workspace/big');
     expect(inside.stdout).toBe(`${createHash('sha256').update(big).digest('hex')}  /workspace/big/data.bin\n600:warren\ndata.bin\n`);
 
-    await using limited = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, policy: { root: '/workspace', readOnly: false, maxFileBytes: 3 * WRITE_PIECE_BYTES } });
+    await using limited = await Sandbox.create({
+      baseUrl: warren.url,
+      apiKey: warren.apiKey,
+      policy: { root: '/workspace', readOnly: false, maxFileBytes: 3 * WRITE_PIECE_BYTES },
+    });
     await limited.files.write('keep.bin', 'the old content');
     // The fourth piece would end past the limit; the pieces before it land in the temporary file only.
     expect(await codeOf(limited.files.write('keep.bin', big))).toBe('FILE_TOO_LARGE');

@@ -27,17 +27,25 @@ describe('reserved places in a real sandbox with a policy root of /', () => {
     }
   });
 
-  it.each(['/proc/self/environ', '/proc/1/environ', '/proc/self/mem', '/sys/fs/cgroup', '/dev/shm', '/dev/null', '/run/warren', '/run/warren/agent.sock', '/opt/warren/warren-agent.mjs', '/opt/warren/node'])(
-    '%s: PATH_NOT_IN_SANDBOX for reads, writes, listings and downloads',
-    async (place) => {
-      expect(await codeOf(sandbox.files.read(place))).toBe('PATH_NOT_IN_SANDBOX');
-      expect(await codeOf(sandbox.files.stat(place))).toBe('PATH_NOT_IN_SANDBOX');
-      expect(await codeOf(sandbox.files.list(place))).toBe('PATH_NOT_IN_SANDBOX');
-      expect(await codeOf(sandbox.files.download(place))).toBe('PATH_NOT_IN_SANDBOX');
-      expect(await codeOf(sandbox.files.write(`${place}/x`, 'x'))).toBe('PATH_NOT_IN_SANDBOX');
-      expect(await codeOf(sandbox.files.copy('/etc/hostname', `${place}/x`))).toBe('PATH_NOT_IN_SANDBOX');
-    },
-  );
+  it.each([
+    '/proc/self/environ',
+    '/proc/1/environ',
+    '/proc/self/mem',
+    '/sys/fs/cgroup',
+    '/dev/shm',
+    '/dev/null',
+    '/run/warren',
+    '/run/warren/agent.sock',
+    '/opt/warren/warren-agent.mjs',
+    '/opt/warren/node',
+  ])('%s: PATH_NOT_IN_SANDBOX for reads, writes, listings and downloads', async (place) => {
+    expect(await codeOf(sandbox.files.read(place))).toBe('PATH_NOT_IN_SANDBOX');
+    expect(await codeOf(sandbox.files.stat(place))).toBe('PATH_NOT_IN_SANDBOX');
+    expect(await codeOf(sandbox.files.list(place))).toBe('PATH_NOT_IN_SANDBOX');
+    expect(await codeOf(sandbox.files.download(place))).toBe('PATH_NOT_IN_SANDBOX');
+    expect(await codeOf(sandbox.files.write(`${place}/x`, 'x'))).toBe('PATH_NOT_IN_SANDBOX');
+    expect(await codeOf(sandbox.files.copy('/etc/hostname', `${place}/x`))).toBe('PATH_NOT_IN_SANDBOX');
+  });
 
   it('refuses links into them, and leaves them out of listings', async () => {
     await sandbox.commands.run('ln -sfn /proc/self /workspace/self && ln -sfn /opt/warren /workspace/rt && ln -sfn /run/warren /workspace/sock');

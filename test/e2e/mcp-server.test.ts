@@ -140,8 +140,14 @@ describe('warren mcp with the official MCP client', () => {
 
   it('serves partial_read and every toolsmith tool on one existing sandbox', async () => {
     await using sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });
-    await sandbox.files.write('test_dataset/calc.py', 'import os\n\n\ndef add(a, b):\n    return a + b\n\n\nif __name__ == "__main__":\n    print(add(1, 2))\n');
-    await sandbox.files.write('test_dataset/test_calc.py', 'from calc import add\n\n\ndef test_ok():\n    assert add(1, 2) == 3\n\n\ndef test_wrong():\n    assert add(1, 1) == 3\n');
+    await sandbox.files.write(
+      'test_dataset/calc.py',
+      'import os\n\n\ndef add(a, b):\n    return a + b\n\n\nif __name__ == "__main__":\n    print(add(1, 2))\n',
+    );
+    await sandbox.files.write(
+      'test_dataset/test_calc.py',
+      'from calc import add\n\n\ndef test_ok():\n    assert add(1, 2) == 3\n\n\ndef test_wrong():\n    assert add(1, 1) == 3\n',
+    );
 
     const partial = await connectMcp(['--toolset', 'partial_read', '--sandbox', sandbox.id]);
     try {

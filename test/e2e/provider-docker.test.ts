@@ -1,4 +1,4 @@
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe } from '@jest/globals';
@@ -31,7 +31,15 @@ describe('the Docker provider keeps the provider contract', () => {
         agentId,
         image: plan.image,
         env: {},
-        labels: sandboxLabels({ id: agentId, owner: 'provider-contract', image: plan.image, createdAt: now, expiresAt: new Date(now.getTime() + 60_000), settings: plan.settings, labels: {} }),
+        labels: sandboxLabels({
+          id: agentId,
+          owner: 'provider-contract',
+          image: plan.image,
+          createdAt: now,
+          expiresAt: new Date(now.getTime() + 60_000),
+          settings: plan.settings,
+          labels: {},
+        }),
         settings: plan.settings,
         daemonSecret: 'x'.repeat(48),
       };

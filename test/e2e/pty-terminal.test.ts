@@ -33,7 +33,11 @@ function screen(term: Terminal): { text: () => string; waitFor: (pattern: RegExp
   const done = (async () => {
     for await (const chunk of term) {
       text += chunk.toString('utf8');
-      for (const w of [...waiters]) if (w.pattern.test(text)) (waiters.splice(waiters.indexOf(w), 1), w.resolve());
+      for (const w of [...waiters]) {
+        if (!w.pattern.test(text)) continue;
+        waiters.splice(waiters.indexOf(w), 1);
+        w.resolve();
+      }
     }
   })();
   return {

@@ -54,7 +54,10 @@ describe('resource abuse', () => {
     await forkBomber.commands.start(['sh', '-c', 'f() { f | f & }; f; sleep 30'], { processTimeoutMs: 15_000, tag: 'forkbomb' });
     await hog.commands.start(['sh', '-c', 'while :; do :; done'], { processTimeoutMs: 30_000, tag: 'cpu' });
     await hog.commands.start(['sh', '-c', 'while :; do :; done'], { processTimeoutMs: 30_000, tag: 'cpu' });
-    const memoryBomb = await hog.commands.start(['python3', '-c', 'a = []\nwhile True: a.append(bytearray(8 * 1024 * 1024))'], { processTimeoutMs: 30_000, tag: 'membomb' });
+    const memoryBomb = await hog.commands.start(['python3', '-c', 'a = []\nwhile True: a.append(bytearray(8 * 1024 * 1024))'], {
+      processTimeoutMs: 30_000,
+      tag: 'membomb',
+    });
     // No disk quota exists (see docs/reliability.md), so the disk writer is bounded: 256 MiB.
     await hog.commands.start(['sh', '-c', 'head -c 268435456 /dev/zero > /workspace/fill; sync'], { processTimeoutMs: 30_000, tag: 'disk' });
 
@@ -65,12 +68,17 @@ describe('resource abuse', () => {
     const since = Date.now();
     for (let round = 0; Date.now() - since < 10_000; round++) {
       const text = `round ${round} ${Math.random()}`;
-      tally(neighbourOutcomes, await typedOutcome((async () => {
-        await neighbour.files.write(`n-${round}.txt`, text);
-        if ((await neighbour.files.read(`n-${round}.txt`)) !== text) throw new Error('neighbour read back something else');
-        const r = await neighbour.commands.run(['echo', String(round)]);
-        if (r.stdout !== `${round}\n`) throw new Error(`neighbour exec answered ${JSON.stringify(r.stdout)}`);
-      })()));
+      tally(
+        neighbourOutcomes,
+        await typedOutcome(
+          (async () => {
+            await neighbour.files.write(`n-${round}.txt`, text);
+            if ((await neighbour.files.read(`n-${round}.txt`)) !== text) throw new Error('neighbour read back something else');
+            const r = await neighbour.commands.run(['echo', String(round)]);
+            if (r.stdout !== `${round}\n`) throw new Error(`neighbour exec answered ${JSON.stringify(r.stdout)}`);
+          })(),
+        ),
+      );
       // The abusers' daemons answer a call that needs no new process.
       for (const s of [forkBomber, hog]) tally(daemonOutcomes, await typedOutcome(s.daemonInfo({ timeoutMs: 30_000 })));
       expect((await fetch(`${warren.url}/healthz`)).status).toBe(200);

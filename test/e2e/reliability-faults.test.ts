@@ -93,11 +93,13 @@ describe('faults', () => {
   // Regression: an upgrade to a sandbox whose container has exited used to answer SANDBOX_NOT_READY
   // (retryable), so the SDK kept reconnecting and the call waited out its whole timeout. Now a
   // daemon that keeps dying is left exited after its restarts, and calls fail fast and typed.
-  it("a daemon that keeps dying is left exited after three restarts, and a call fails fast with a typed error, not its timeout", async () => {
+  it('a daemon that keeps dying is left exited after three restarts, and a call fails fast with a typed error, not its timeout', async () => {
     const victim = await create();
     for (let restart = 0; restart < 3; restart++) await killAndAwaitRestart(victim);
     await killDaemon(victim);
-    await until('the sandbox to be reported ended', async () => (['exited', 'gone', 'SANDBOX_NOT_FOUND'].includes(await reportedState(victim)) ? true : undefined));
+    await until('the sandbox to be reported ended', async () =>
+      ['exited', 'gone', 'SANDBOX_NOT_FOUND'].includes(await reportedState(victim)) ? true : undefined,
+    );
     expect(await typedOutcome(victim.daemonInfo({ timeoutMs: 10_000 }))).toMatch(/^(CONNECTION_CLOSED|SANDBOX_NOT_FOUND)$/);
     const reconnect = await typedOutcome(Sandbox.connect(victim.id, { baseUrl: warren.url, token: victim.token, reconnect: { giveUpAfterMs: 5_000 } }));
     expect(reconnect).toBe('SANDBOX_NOT_FOUND');
@@ -110,7 +112,9 @@ describe('faults', () => {
     const container = await containerOf(victim.id);
     await docker.getContainer(container).remove({ force: true, v: true });
 
-    expect(await typedOutcome(victim.daemonInfo({ timeoutMs: 30_000 }))).toMatch(/^(CONNECTION_CLOSED|SANDBOX_NOT_READY|SANDBOX_NOT_FOUND|UPSTREAM_UNAVAILABLE)$/);
+    expect(await typedOutcome(victim.daemonInfo({ timeoutMs: 30_000 }))).toMatch(
+      /^(CONNECTION_CLOSED|SANDBOX_NOT_READY|SANDBOX_NOT_FOUND|UPSTREAM_UNAVAILABLE)$/,
+    );
     const state = await until('the sandbox to be reported gone', async () => {
       const s = await reportedState(victim);
       return ['gone', 'SANDBOX_NOT_FOUND'].includes(s) ? s : undefined;

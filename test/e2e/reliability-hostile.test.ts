@@ -163,7 +163,12 @@ describe('hostile clients', () => {
     const staller = await RawClient.open(warren.url, target.id, target.token);
     const peaks = { controller: controllerBefore, daemon: daemonBefore };
     try {
-      staller.send({ type: 'req', id: 1, method: 'process.exec', params: { cmd: 'head -c 1073741824 /dev/zero', stream: true, outputCapBytes: 1024, timeoutMs: 300_000 } });
+      staller.send({
+        type: 'req',
+        id: 1,
+        method: 'process.exec',
+        params: { cmd: 'head -c 1073741824 /dev/zero', stream: true, outputCapBytes: 1024, timeoutMs: 300_000 },
+      });
       await until('the stream to flow', async () => ((staller.eventBytes.get('1') ?? 0) > MiB ? true : undefined), 30_000, 20);
       staller.ws.pause(); // stop reading the socket: what arrives stays in the kernel, then the sender's buffers
 
@@ -194,7 +199,11 @@ describe('hostile clients', () => {
       staller.close();
     }
     // The closed connection cancels the command: no `head` left running.
-    await until('the stalled command to be killed', async () => ((await target.commands.run('pgrep -x head || true')).stdout.trim() === '' ? true : undefined), 30_000);
+    await until(
+      'the stalled command to be killed',
+      async () => ((await target.commands.run('pgrep -x head || true')).stdout.trim() === '' ? true : undefined),
+      30_000,
+    );
     await healthy(target, 'after-stall');
   });
 
@@ -276,20 +285,24 @@ describe('hostile clients', () => {
     const attempts = MAX_CONNECTIONS + 20;
     const opened: WebSocket[] = [];
     const outcomes = await Promise.all(
-      Array.from({ length: attempts }, () =>
-        new Promise<string>((resolve) => {
-          const ws = new WebSocket(`${warren.url.replace(/^http/, 'ws')}/v1/sandboxes/${neighbour.id}/connect`, { headers: { authorization: `Bearer ${neighbour.token}` } });
-          ws.on('open', () => {
-            opened.push(ws);
-            resolve('101');
-          });
-          ws.on('unexpected-response', (_req, res) => {
-            let body = '';
-            res.on('data', (c: Buffer) => (body += c.toString()));
-            res.on('end', () => resolve(`${res.statusCode} ${(JSON.parse(body) as { error: { code: string } }).error.code}`));
-          });
-          ws.on('error', (err) => resolve(`error: ${err.message}`));
-        }),
+      Array.from(
+        { length: attempts },
+        () =>
+          new Promise<string>((resolve) => {
+            const ws = new WebSocket(`${warren.url.replace(/^http/, 'ws')}/v1/sandboxes/${neighbour.id}/connect`, {
+              headers: { authorization: `Bearer ${neighbour.token}` },
+            });
+            ws.on('open', () => {
+              opened.push(ws);
+              resolve('101');
+            });
+            ws.on('unexpected-response', (_req, res) => {
+              let body = '';
+              res.on('data', (c: Buffer) => (body += c.toString()));
+              res.on('end', () => resolve(`${res.statusCode} ${(JSON.parse(body) as { error: { code: string } }).error.code}`));
+            });
+            ws.on('error', (err) => resolve(`error: ${err.message}`));
+          }),
       ),
     );
     const tally: Record<string, number> = {};

@@ -22,7 +22,9 @@ describe('load', () => {
       owners.push(...(await Promise.all(Array.from({ length: Math.min(5, SANDBOXES - i) }, () => Sandbox.create({ ...warren.options, memoryMb: 256 })))));
     }
     for (const owner of owners) {
-      const extra = await Promise.all(Array.from({ length: CLIENTS_PER_SANDBOX - 1 }, () => Sandbox.connect(owner.id, { baseUrl: warren.url, token: owner.token })));
+      const extra = await Promise.all(
+        Array.from({ length: CLIENTS_PER_SANDBOX - 1 }, () => Sandbox.connect(owner.id, { baseUrl: warren.url, token: owner.token })),
+      );
       clients.push([owner, ...extra]);
     }
   });
@@ -70,7 +72,14 @@ describe('load', () => {
     };
 
     let next = 0;
-    const sampler = setInterval(() => void warren.rssBytes().then((r) => (peakController = Math.max(peakController, r)), () => undefined), 250);
+    const sampler = setInterval(
+      () =>
+        void warren.rssBytes().then(
+          (r) => (peakController = Math.max(peakController, r)),
+          () => undefined,
+        ),
+      250,
+    );
     try {
       await Promise.all(
         Array.from({ length: IN_FLIGHT }, async () => {
@@ -124,7 +133,12 @@ describe('load', () => {
     let peakController = controllerBefore;
     let peakDaemon = daemonBefore;
     try {
-      reader.send({ type: 'req', id: 1, method: 'process.exec', params: { cmd: 'head -c 1073741824 /dev/zero', stream: true, outputCapBytes: 1024, timeoutMs: 300_000 } });
+      reader.send({
+        type: 'req',
+        id: 1,
+        method: 'process.exec',
+        params: { cmd: 'head -c 1073741824 /dev/zero', stream: true, outputCapBytes: 1024, timeoutMs: 300_000 },
+      });
       await until('the stream to flow', async () => ((reader.eventBytes.get('1') ?? 0) > MiB ? true : undefined), 30_000, 10);
       reader.ws.pause(); // stops reading the socket; the default 30 s heartbeat leaves it open meanwhile
       const stalledAt = reader.eventBytes.get('1') ?? 0;

@@ -26,10 +26,20 @@ describe('builtin tool set (seed 004): a scripted orchestrator loop over Anthrop
 
   it('reads LINE#ID|content, edits by anchors, refuses stale anchors, and runs bash', async () => {
     const source = 'def my_function():\n    return 1\n\nprint(my_function())\n';
-    expect(await send('write_file', { path: 'app.py', content: source })).toEqual({ type: 'tool_result', tool_use_id: expect.any(String), content: `Wrote ${source.length} bytes to app.py` });
+    expect(await send('write_file', { path: 'app.py', content: source })).toEqual({
+      type: 'tool_result',
+      tool_use_id: expect.any(String),
+      content: `Wrote ${source.length} bytes to app.py`,
+    });
 
     const first = (await send('read_file', { path: 'app.py' })).content;
-    expect(first).toBe(source.trimEnd().split('\n').map((line, i) => `${lineAnchor(i + 1, line)}|${line}`).join('\n'));
+    expect(first).toBe(
+      source
+        .trimEnd()
+        .split('\n')
+        .map((line, i) => `${lineAnchor(i + 1, line)}|${line}`)
+        .join('\n'),
+    );
 
     // The model copies anchors out of the read_file output.
     const anchors = first.split('\n').map((line) => line.slice(0, line.indexOf('|')));

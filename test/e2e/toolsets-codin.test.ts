@@ -5,7 +5,11 @@ import { printLines, startToolsetSandbox, type ToolsetSandbox } from '../support
 
 /** What a Chat Completions model sends: a tool call with JSON-encoded arguments. */
 let callCount = 0;
-const call = (name: string, args: Record<string, unknown>): OpenAIChatToolCall => ({ id: `call_${++callCount}`, type: 'function', function: { name, arguments: JSON.stringify(args) } });
+const call = (name: string, args: Record<string, unknown>): OpenAIChatToolCall => ({
+  id: `call_${++callCount}`,
+  type: 'function',
+  function: { name, arguments: JSON.stringify(args) },
+});
 
 describe('codin tool set (seed 000): a scripted orchestrator loop over OpenAI tool calls, on a real sandbox', () => {
   let env: ToolsetSandbox;
@@ -40,9 +44,13 @@ describe('codin tool set (seed 000): a scripted orchestrator loop over OpenAI to
     expect(await send('sandbox_read_file', { path: 'example.py', max_lines: 5 })).toBe(
       '# File: example.py\n# Lines 1-5 of 100 total\n# Output truncated to 5 lines\n\nprint(1)\nprint(2)\nprint(3)\nprint(4)\nprint(5)\n',
     );
-    expect(await send('sandbox_read_file', { path: 'example.py', start_line: -3, end_line: 2 })).toBe('# File: example.py\n# Lines 1-2 of 100 total\n\nprint(1)\nprint(2)\n');
+    expect(await send('sandbox_read_file', { path: 'example.py', start_line: -3, end_line: 2 })).toBe(
+      '# File: example.py\n# Lines 1-2 of 100 total\n\nprint(1)\nprint(2)\n',
+    );
     expect(await send('sandbox_read_file', { path: 'example.py', start_line: 30, end_line: 20 })).toBe('# File: example.py\n# Lines 30-20 of 100 total\n\n');
-    expect(await send('sandbox_read_file', { path: 'example.py', start_line: 99, end_line: 5000 })).toBe('# File: example.py\n# Lines 99-100 of 100 total\n\nprint(99)\nprint(100)\n');
+    expect(await send('sandbox_read_file', { path: 'example.py', start_line: 99, end_line: 5000 })).toBe(
+      '# File: example.py\n# Lines 99-100 of 100 total\n\nprint(99)\nprint(100)\n',
+    );
 
     const run = await send('sandbox_exec', { cmd: 'python3 example.py | tail -2' });
     expect(run).toBe('Exit code: 0\nSTDOUT:\n99\n100\n');

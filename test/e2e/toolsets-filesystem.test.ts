@@ -16,7 +16,7 @@ describe('filesystem tool set (seed 001): a scripted orchestrator loop on a real
     await env?.[Symbol.asyncDispose]();
   });
 
-  it('offers the seed\'s seven tools', () => {
+  it("offers the seed's seven tools", () => {
     expect(toOpenAITools(tools, { api: 'responses' }).map((t) => t.name)).toEqual(['read', 'write', 'edit', 'delete', 'move', 'copy', 'list_files']);
   });
 
@@ -26,7 +26,13 @@ describe('filesystem tool set (seed 001): a scripted orchestrator loop on a real
     const page1 = await send('read', { path: 'notes/todo.md', max_chars: 6 });
     expect(page1.result).toEqual({ content: 'alpha ', truncated: true, total_chars: 16, offset: 0, chars_read: 6 });
     expect(JSON.parse(page1.text)).toEqual(page1.result);
-    expect((await send('read', { path: 'notes/todo.md', offset: 6 })).result).toEqual({ content: 'beta gamma', truncated: false, total_chars: 16, offset: 6, chars_read: 10 });
+    expect((await send('read', { path: 'notes/todo.md', offset: 6 })).result).toEqual({
+      content: 'beta gamma',
+      truncated: false,
+      total_chars: 16,
+      offset: 6,
+      chars_read: 10,
+    });
 
     expect((await send('edit', { path: 'notes/todo.md', old_text: 'beta', new_text: 'BETA' })).text).toBe('Edited notes/todo.md: replaced 1 occurrence');
     const notFound = await send('edit', { path: 'notes/todo.md', old_text: 'delta', new_text: 'x' });
@@ -44,7 +50,7 @@ describe('filesystem tool set (seed 001): a scripted orchestrator loop on a real
     expect(await env.sandbox.files.read('notes/todo.md')).toBe('alpha BETA gamma');
   });
 
-  it('names the seed\'s error classes and says what is allowed', async () => {
+  it("names the seed's error classes and says what is allowed", async () => {
     const outside = await send('read', { path: '../etc/passwd' });
     expect(outside.text).toMatch(/^PathNotInSandboxError: .*outside the sandbox/);
     expect((await send('delete', { path: 'nothing-here.txt' })).text).toMatch(/^SandboxError: /);

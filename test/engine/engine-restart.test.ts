@@ -30,7 +30,9 @@ async function readyz(url: string): Promise<number> {
 
   beforeAll(async () => {
     warren = await startTestController({ config: { poolSize: 1 }, log: (event, fields = {}) => void events.push({ event, fields }) });
-    sandboxes = await Promise.all(['warren/sandbox:latest', 'warren/test-busybox:latest'].map((image) => Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, image })));
+    sandboxes = await Promise.all(
+      ['warren/sandbox:latest', 'warren/test-busybox:latest'].map((image) => Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, image })),
+    );
     await until('the warm pool to fill', async () => (warren.controller.pool?.readyCount === 1 ? true : undefined), 60_000);
   });
 

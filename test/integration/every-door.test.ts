@@ -54,7 +54,7 @@ describe('every door: one rule for the WebSocket and REST', () => {
     await warren?.[Symbol.asyncDispose]();
   });
 
-  it("a derived handle reads no audit log, over the WebSocket as over REST; each method and its REST route agree for every credential", async () => {
+  it('a derived handle reads no audit log, over the WebSocket as over REST; each method and its REST route agree for every credential', async () => {
     const seen: Record<string, unknown> = {};
     for (const [name, credential] of Object.entries(handles)) {
       const derived = name.startsWith('derived');
@@ -66,7 +66,10 @@ describe('every door: one rule for the WebSocket and REST', () => {
     }
     // The refusal says why and what is allowed, and the daemon never saw the call.
     const reader = await Sandbox.connect(sandbox.id, { baseUrl: warren.url, token: handles['derived, one folder, read-only']! });
-    await expect(reader.auditLog()).rejects.toMatchObject({ code: 'FORBIDDEN', message: expect.stringContaining("only the API key or the sandbox's own token") });
+    await expect(reader.auditLog()).rejects.toMatchObject({
+      code: 'FORBIDDEN',
+      message: expect.stringContaining("only the API key or the sandbox's own token"),
+    });
     reader.close();
     const log = await sandbox.auditLog({ limit: 10_000 });
     expect(log.entries.some((e) => e.method === 'audit.list')).toBe(false);
@@ -80,7 +83,12 @@ describe('every door: one rule for the WebSocket and REST', () => {
     expect(await ws(reader, (s) => s.files.read(path.join(warren.root, 'src', 'a.txt')))).toBe('ok');
     expect(await ws(runner, (s) => s.commands.run('true'))).toBe('ok');
     for (const credential of [reader, runner]) {
-      for (const [method, action, body] of [['POST', 'keepalive'], ['POST', 'pause'], ['POST', 'timeout', { ttlSeconds: 600 }], ['DELETE', '']] as const) {
+      for (const [method, action, body] of [
+        ['POST', 'keepalive'],
+        ['POST', 'pause'],
+        ['POST', 'timeout', { ttlSeconds: 600 }],
+        ['DELETE', ''],
+      ] as const) {
         const route = `/v1/sandboxes/${sandbox.id}${action ? `/${action}` : ''}`;
         expect([method, route, await rest(method, route, credential, body)]).toEqual([method, route, { status: 403, code: 'FORBIDDEN' }]);
       }
@@ -92,7 +100,11 @@ describe('every door: one rule for the WebSocket and REST', () => {
 
   it('audit reads are paged over REST: since, limit and nextCursor', async () => {
     for (let i = 0; i < 30; i++) await sandbox.files.stat(path.join(warren.root, 'src', 'a.txt'));
-    const page = async (query: string) => (await fetch(`${warren.url}/v1/sandboxes/${sandbox.id}/audit?${query}`, { headers: { authorization: `Bearer ${token}` } })).json() as Promise<{ entries: { seq: number }[]; nextCursor?: number }>;
+    const page = async (query: string) =>
+      (await fetch(`${warren.url}/v1/sandboxes/${sandbox.id}/audit?${query}`, { headers: { authorization: `Bearer ${token}` } })).json() as Promise<{
+        entries: { seq: number }[];
+        nextCursor?: number;
+      }>;
     const first = await page('limit=10');
     expect(first.entries).toHaveLength(10);
     expect(first.nextCursor).toBe(first.entries.at(-1)!.seq);
@@ -108,12 +120,21 @@ describe('every door: one rule for the WebSocket and REST', () => {
     const raw = await RawClient.open(warren.url, sandbox.id, token);
     try {
       let started = Date.now();
-      raw.sendJson(JSON.stringify({ type: 'req', id: 41, method: 'fs.write', params: { path: path.join(warren.root, 'big.bin') } }), Buffer.alloc(21 * 1024 * 1024, 1));
-      expect(await raw.answer(41)).toMatchObject({ type: 'err', id: 41, error: { code: 'FRAME_TOO_LARGE', message: expect.stringContaining('maxMessageBytes') } });
+      raw.sendJson(
+        JSON.stringify({ type: 'req', id: 41, method: 'fs.write', params: { path: path.join(warren.root, 'big.bin') } }),
+        Buffer.alloc(21 * 1024 * 1024, 1),
+      );
+      expect(await raw.answer(41)).toMatchObject({
+        type: 'err',
+        id: 41,
+        error: { code: 'FRAME_TOO_LARGE', message: expect.stringContaining('maxMessageBytes') },
+      });
       expect(Date.now() - started).toBeLessThan(1_000);
 
       // The daemon's own header cap, behind a controller that passes larger frames.
-      const header = Buffer.from(JSON.stringify({ type: 'req', id: 'big-env', method: 'process.exec', params: { cmd: 'true', env: { BIG: 'x'.repeat(17 * 1024 * 1024) } } }));
+      const header = Buffer.from(
+        JSON.stringify({ type: 'req', id: 'big-env', method: 'process.exec', params: { cmd: 'true', env: { BIG: 'x'.repeat(17 * 1024 * 1024) } } }),
+      );
       const prefix = Buffer.alloc(4);
       prefix.writeUInt32BE(header.length);
       started = Date.now();
@@ -149,7 +170,15 @@ describe('every door: one rule for the WebSocket and REST', () => {
 
   it('unknown REST paths, prototype names included, answer 404 on every route shape; a wrong HTTP method 405', async () => {
     const names = ['constructor', '__proto__', 'toString', 'hasOwnProperty', 'valueOf', 'isPrototypeOf', '__defineGetter__', 'prototype', 'nope'];
-    const shapes = (name: string) => [`/${name}`, `/v1/${name}`, `/v1/sandboxes/${name}`, `/v1/sandboxes/${sandbox.id}/${name}`, `/v1/sandboxes/${name}/audit`, `/v1/sandboxes/${sandbox.id}/${name}/x`, `/v1/sandboxes/${sandbox.id}/audit/${name}`];
+    const shapes = (name: string) => [
+      `/${name}`,
+      `/v1/${name}`,
+      `/v1/sandboxes/${name}`,
+      `/v1/sandboxes/${sandbox.id}/${name}`,
+      `/v1/sandboxes/${name}/audit`,
+      `/v1/sandboxes/${sandbox.id}/${name}/x`,
+      `/v1/sandboxes/${sandbox.id}/audit/${name}`,
+    ];
     const seen = new Set<string>();
     for (const name of names) {
       for (const route of shapes(name)) {
@@ -160,11 +189,18 @@ describe('every door: one rule for the WebSocket and REST', () => {
         }
       }
       // A prototype name as a label filter filters (nothing matches), never lists everything.
-      const filtered = await fetch(`${warren.url}/v1/sandboxes?label=${encodeURIComponent(`${name}=x`)}`, { headers: { authorization: `Bearer ${warren.apiKey}` } });
+      const filtered = await fetch(`${warren.url}/v1/sandboxes?label=${encodeURIComponent(`${name}=x`)}`, {
+        headers: { authorization: `Bearer ${warren.apiKey}` },
+      });
       expect([name, filtered.status, ((await filtered.json()) as { sandboxes: unknown[] }).sandboxes]).toEqual([name, 200, []]);
     }
     expect([...seen].sort()).toEqual(['NOT_FOUND', 'SANDBOX_NOT_FOUND']);
-    for (const [method, route] of [['GET', `/v1/sandboxes/${sandbox.id}/keepalive`], ['POST', `/v1/sandboxes/${sandbox.id}/audit`], ['PUT', '/v1/sandboxes'], ['PUT', `/v1/sandboxes/${sandbox.id}`]] as const) {
+    for (const [method, route] of [
+      ['GET', `/v1/sandboxes/${sandbox.id}/keepalive`],
+      ['POST', `/v1/sandboxes/${sandbox.id}/audit`],
+      ['PUT', '/v1/sandboxes'],
+      ['PUT', `/v1/sandboxes/${sandbox.id}`],
+    ] as const) {
       expect([method, route, await rest(method, route, warren.apiKey)]).toEqual([method, route, { status: 405, code: 'METHOD_NOT_ALLOWED' }]);
     }
   });

@@ -19,7 +19,13 @@ describe('background processes, shell sessions and the process cap on an in-proc
     dir = await mkdtemp(path.join(os.tmpdir(), 'warren-exec-'));
     await mkdir(path.join(dir, 'workspace'));
     secret = randomBytes(32).toString('hex');
-    server = await startAgentServer({ socketPath: path.join(dir, 'agent.sock'), secret, policy: { root: path.join(dir, 'workspace'), readOnly: false }, home: path.join(dir, 'workspace'), maxProcesses: 4 });
+    server = await startAgentServer({
+      socketPath: path.join(dir, 'agent.sock'),
+      secret,
+      policy: { root: path.join(dir, 'workspace'), readOnly: false },
+      home: path.join(dir, 'workspace'),
+      maxProcesses: 4,
+    });
     connection = await connect();
     commands = new Commands(() => connection);
   });

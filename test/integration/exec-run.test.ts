@@ -22,7 +22,6 @@ function pidsWith(needle: string): number[] {
   return pids;
 }
 
-
 describe('process.exec on an in-process agent', () => {
   let agent: TestAgent;
   beforeAll(async () => {

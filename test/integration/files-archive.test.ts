@@ -80,13 +80,22 @@ describe('glob, and folders as tar archives', () => {
     ['a nested .. name', [{ header: { name: 'a/../../evil' }, data: 'x' }]],
     ['a symlink that leaves', [{ header: { name: 'l', type: 'symlink' as const, linkname: '../../x' } }]],
     ['an absolute symlink', [{ header: { name: 'l', type: 'symlink' as const, linkname: '/etc/passwd' } }]],
-    ['a symlink with a late ..', [{ header: { name: 'dot', type: 'symlink' as const, linkname: '.' } }, { header: { name: 'l', type: 'symlink' as const, linkname: 'dot/..' } }]],
+    [
+      'a symlink with a late ..',
+      [{ header: { name: 'dot', type: 'symlink' as const, linkname: '.' } }, { header: { name: 'l', type: 'symlink' as const, linkname: 'dot/..' } }],
+    ],
     ['a write below a symlink', [{ header: { name: 'l', type: 'symlink' as const, linkname: 'sub' } }, { header: { name: 'l/x' }, data: 'x' }]],
     ['a hard link', [{ header: { name: 'h', type: 'link' as const, linkname: 'other' } }]],
     ['a character device', [{ header: { name: 'dev', type: 'character-device' as const, devmajor: 1, devminor: 3 } }]],
     ['a FIFO', [{ header: { name: 'fifo', type: 'fifo' as const } }]],
     ['a setuid file', [{ header: { name: 'suid', mode: 0o4755 }, data: 'x' }]],
-    ['a duplicate name', [{ header: { name: 'd' }, data: 'x' }, { header: { name: 'd' }, data: 'y' }]],
+    [
+      'a duplicate name',
+      [
+        { header: { name: 'd' }, data: 'x' },
+        { header: { name: 'd' }, data: 'y' },
+      ],
+    ],
   ])('refuses an archive with %s, writing nothing, on upload and in the SDK check', async (_label, entries) => {
     const archive = await tar([{ header: { name: 'fine.txt' }, data: 'fine' }, ...entries]);
     const before = await readdir(agent.root);
@@ -105,7 +114,10 @@ describe('glob, and folders as tar archives', () => {
     ['duplicate PAX records', archive(file('fine.txt', 'fine'), pax(Buffer.concat([record('path', 'a'), record('path', 'b')])), file('x', 'evil'))],
     ['an absolute GNU long name', archive(file('fine.txt', 'fine'), longName(Buffer.from('/tmp/escaped.txt\0')), file('x', 'evil'))],
     ['a GNU long name with a NUL inside', archive(file('fine.txt', 'fine'), longName(Buffer.from('ok\0../../x\0')), file('x', 'evil'))],
-    ['a GNU long link that leaves', archive(file('fine.txt', 'fine'), longName(Buffer.from('../../../etc\0'), 'K'), file('l', '', { flag: '2', linkname: 'ok' }))],
+    [
+      'a GNU long link that leaves',
+      archive(file('fine.txt', 'fine'), longName(Buffer.from('../../../etc\0'), 'K'), file('l', '', { flag: '2', linkname: 'ok' })),
+    ],
     ['a PAX header with no entry', archive(file('fine.txt', 'fine'), pax(record('path', 'dangling')))],
     ['an entry hidden after the end blocks', Buffer.concat([file('fine.txt', 'fine'), END, file('hidden.txt', 'hidden'), END])],
   ])('refuses an archive with %s (written byte by byte), on upload and download, writing nothing', async (_label, bytes) => {

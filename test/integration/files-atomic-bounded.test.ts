@@ -10,7 +10,14 @@ describe('read-modify-write is atomic per file', () => {
     await using agent = await startTestAgent();
     const lines = Array.from({ length: 40 }, (_, i) => `line ${i}`);
     await agent.files.write('shared.txt', `${lines.join('\n')}\n`);
-    const outcomes = await Promise.all(lines.map((line, i) => agent.files.edit('shared.txt', `${line}\n`, `edited ${i}\n`).then(() => i, (err: { code?: string }) => err.code ?? 'untyped')));
+    const outcomes = await Promise.all(
+      lines.map((line, i) =>
+        agent.files.edit('shared.txt', `${line}\n`, `edited ${i}\n`).then(
+          () => i,
+          (err: { code?: string }) => err.code ?? 'untyped',
+        ),
+      ),
+    );
     const landed = outcomes.filter((o): o is number => typeof o === 'number');
     expect(outcomes.filter((o) => typeof o !== 'number' && o !== 'CONFLICT')).toEqual([]);
     const text = await agent.files.read('shared.txt');

@@ -25,10 +25,22 @@ describe('file operations over a real agent socket', () => {
     expect(Buffer.from(bytes.bytes)).toEqual(Buffer.from(text).subarray(3, 7));
     expect(bytes).toMatchObject({ unit: 'bytes', offset: 3, bytesRead: 4, truncated: true, size: Buffer.byteLength(text) });
 
-    expect(await agent.files.readLines('r/text.txt', { startLine: 2, endLine: 3 })).toEqual({ content: 'l2 é\nl3 😀\n', startLine: 2, endLine: 3, totalLines: 4, truncated: false });
+    expect(await agent.files.readLines('r/text.txt', { startLine: 2, endLine: 3 })).toEqual({
+      content: 'l2 é\nl3 😀\n',
+      startLine: 2,
+      endLine: 3,
+      totalLines: 4,
+      truncated: false,
+    });
     expect(await agent.files.readLines('r/text.txt', { startLine: -5, lineCount: 2 })).toMatchObject({ startLine: 1, endLine: 2, totalLines: 4 });
     expect(await agent.files.readLines('r/text.txt', { startLine: 3, endLine: 99 })).toMatchObject({ content: 'l3 😀\nl4\n', startLine: 3, endLine: 4 });
-    expect(await agent.files.readLines('r/text.txt', { startLine: 9, endLine: 2 })).toEqual({ content: '', startLine: 9, endLine: 8, totalLines: 4, truncated: false });
+    expect(await agent.files.readLines('r/text.txt', { startLine: 9, endLine: 2 })).toEqual({
+      content: '',
+      startLine: 9,
+      endLine: 8,
+      totalLines: 4,
+      truncated: false,
+    });
     expect(await agent.files.readLines('r/text.txt', { maxLines: 2 })).toMatchObject({ content: 'l1\nl2 é\n', endLine: 2, truncated: true });
 
     // 😀 is one character (two UTF-16 units, four UTF-8 bytes).
@@ -114,13 +126,25 @@ describe('file operations over a real agent socket', () => {
         { op: 'append', pos: lineAnchor(9, 'c'), lines: ['D'] },
       ])
       .catch((e: unknown) => e as WarrenError);
-    expect(err).toMatchObject({ code: 'STALE_ANCHOR', details: { stale: [{ anchor: lineAnchor(2, 'not b'), current: lineAnchor(2, 'b') }, { anchor: lineAnchor(9, 'c'), current: null }] } });
+    expect(err).toMatchObject({
+      code: 'STALE_ANCHOR',
+      details: {
+        stale: [
+          { anchor: lineAnchor(2, 'not b'), current: lineAnchor(2, 'b') },
+          { anchor: lineAnchor(9, 'c'), current: null },
+        ],
+      },
+    });
     expect(await readFile(path.join(agent.root, 'e/c.txt'))).toEqual(before);
     // Overlapping replaces are refused; CRLF and the missing final newline are kept.
-    expect(await codeOf(agent.files.editLines('e/c.txt', [
-      { op: 'replace', pos: lineAnchor(1, 'a'), end: lineAnchor(2, 'b'), lines: ['x'] },
-      { op: 'replace', pos: lineAnchor(2, 'b'), lines: ['y'] },
-    ]))).toBe('INVALID_PARAMS');
+    expect(
+      await codeOf(
+        agent.files.editLines('e/c.txt', [
+          { op: 'replace', pos: lineAnchor(1, 'a'), end: lineAnchor(2, 'b'), lines: ['x'] },
+          { op: 'replace', pos: lineAnchor(2, 'b'), lines: ['y'] },
+        ]),
+      ),
+    ).toBe('INVALID_PARAMS');
     await agent.files.editLines('e/c.txt', [{ op: 'append', pos: lineAnchor(3, 'c'), lines: ['d'] }]);
     expect(await agent.files.read('e/c.txt')).toBe('a\r\nb\r\nc\r\nd');
   });

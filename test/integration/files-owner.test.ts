@@ -31,7 +31,12 @@ const asRoot = process.getuid?.() === 0;
     expect(await Promise.all(['a', 'a/b', 'a/b/c'].map((p) => owned(agent.root, p)))).toEqual([mine, mine, mine]);
 
     await agent.files.copy('deep', 'copied/deep');
-    expect(await Promise.all(['copied', 'copied/deep', 'copied/deep/er', 'copied/deep/er/new.txt'].map((p) => owned(agent.root, p)))).toEqual([mine, mine, mine, mine]);
+    expect(await Promise.all(['copied', 'copied/deep', 'copied/deep/er', 'copied/deep/er/new.txt'].map((p) => owned(agent.root, p)))).toEqual([
+      mine,
+      mine,
+      mine,
+      mine,
+    ]);
 
     await agent.files.upload(
       'up',

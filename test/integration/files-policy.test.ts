@@ -135,7 +135,7 @@ describe('per-connection policy, approval and audit', () => {
       expect(await codeOf(files.write('/out/x.txt', 'x'))).toBe('APPROVAL_DENIED');
       expect(await codeOf(files.write('/data/x.txt', 'x'))).toBe('PATH_NOT_WRITABLE');
       expect(await codeOf(files.read('/src/a.py'))).toBe('PATH_NOT_IN_SANDBOX');
-      await expect(readFile(path.join(root, "out/x.txt"))).rejects.toThrow();
+      await expect(readFile(path.join(root, 'out/x.txt'))).rejects.toThrow();
     });
 
     it('asks onApproval with the operation and path; allow, deny, a throw and no answer in time', async () => {

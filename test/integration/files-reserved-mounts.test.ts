@@ -42,7 +42,12 @@ describe('reserved places mounted inside the workspace', () => {
       target: 'node20',
       format: 'esm',
       conditions: ['warren-source'],
-      plugins: [{ name: 'external-third-party', setup: (b) => b.onResolve({ filter: /^[^./]/ }, (a) => (a.path.startsWith('@warren/') ? undefined : { path: a.path, external: true })) }],
+      plugins: [
+        {
+          name: 'external-third-party',
+          setup: (b) => b.onResolve({ filter: /^[^./]/ }, (a) => (a.path.startsWith('@warren/') ? undefined : { path: a.path, external: true })),
+        },
+      ],
       logLevel: 'warning',
     });
     const q = (p: string) => `'${p}'`;

@@ -98,20 +98,35 @@ describe('reserved places are out of reach whatever the policy root', () => {
   it.each(methods)('%s refuses symbolic links that lead there', async (label, _kind, run) => {
     // delete and move-from act on a link itself (it is in the scratch folder): only paths through one.
     const itself = label === 'fs.delete' || label === 'fs.move from';
-    for (const link of itself ? ['proc/self/status', 'pid1/environ', 'shm/x', 'relative-self/status'] : ['environ', 'pid1', 'shm', 'kernel', 'relative-self', 'proc/self/status', 'pid1/environ', 'shm/x']) {
+    for (const link of itself
+      ? ['proc/self/status', 'pid1/environ', 'shm/x', 'relative-self/status']
+      : ['environ', 'pid1', 'shm', 'kernel', 'relative-self', 'proc/self/status', 'pid1/environ', 'shm/x']) {
       expect([link, await run(path.join(scratch, 'links', link))]).toEqual([link, 'PATH_NOT_IN_SANDBOX']);
     }
   });
 
   it('says why, and what the policy allows', async () => {
     const err = await agent.files.read('/proc/self/environ').catch((e: unknown) => e as WarrenError);
-    expect((err as WarrenError).message).toMatch(/'\/proc\/self\/environ' is outside the sandbox \(it is in \/proc; no file call reaches \/proc, \/sys, \/dev, \/run\/warren, \/opt\/warren or the kernel's pseudo-file systems, whatever the policy\)\. Readable: \//);
+    expect((err as WarrenError).message).toMatch(
+      /'\/proc\/self\/environ' is outside the sandbox \(it is in \/proc; no file call reaches \/proc, \/sys, \/dev, \/run\/warren, \/opt\/warren or the kernel's pseudo-file systems, whatever the policy\)\. Readable: \//,
+    );
   });
 
   it('any spelling of a reserved path is refused (property)', async () => {
     // No magic links among the segments (root, cwd, fd/N): they lead back to ordinary places.
     const segment = fc.constantFrom('.', '', 'self', '1', 'environ', 'status', '..', 'shm', 'kernel', 'warren', 'x');
-    const base = fc.constantFrom('/proc', '/sys', '/dev', '/dev/shm', '/run/warren', '/opt/warren', '/tmp/../proc', '//proc', '/./dev', `${path.dirname(shmFile)}/./`);
+    const base = fc.constantFrom(
+      '/proc',
+      '/sys',
+      '/dev',
+      '/dev/shm',
+      '/run/warren',
+      '/opt/warren',
+      '/tmp/../proc',
+      '//proc',
+      '/./dev',
+      `${path.dirname(shmFile)}/./`,
+    );
     await fc.assert(
       fc.asyncProperty(base, fc.array(segment, { maxLength: 4 }), fc.constantFrom(...methods.map(([, , run]) => run)), async (b, rest, run) => {
         const p = [b, ...rest].join('/');
@@ -142,7 +157,12 @@ describe('reserved places are out of reach whatever the policy root', () => {
   it('ordinary paths under the same root still work', async () => {
     await agent.files.write(path.join(scratch, 'ok.txt'), 'ok');
     expect(await agent.files.read(path.join(scratch, 'ok.txt'))).toBe('ok');
-    expect(await agent.files.read('/etc/hostname').then(() => 'OK', (e: WarrenError) => e.code)).not.toBe('PATH_NOT_IN_SANDBOX');
+    expect(
+      await agent.files.read('/etc/hostname').then(
+        () => 'OK',
+        (e: WarrenError) => e.code,
+      ),
+    ).not.toBe('PATH_NOT_IN_SANDBOX');
     expect(await readdir(scratch)).toContain('ok.txt');
   });
 

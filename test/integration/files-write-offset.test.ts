@@ -4,7 +4,16 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
 import { startAgentServer, type AgentServer } from '@warren/agent';
-import { decodeFrame, encodeFrame, encodeGrant, MAX_WRITE_GAP_BYTES, narrowPolicy, PROTOCOL_VERSION, type FilePolicy, type FrameHeader } from '@warren/protocol';
+import {
+  decodeFrame,
+  encodeFrame,
+  encodeGrant,
+  MAX_WRITE_GAP_BYTES,
+  narrowPolicy,
+  PROTOCOL_VERSION,
+  type FilePolicy,
+  type FrameHeader,
+} from '@warren/protocol';
 import { Connection, WarrenError } from '@warren/sdk';
 import { WebSocket } from 'ws';
 import { codeOf } from '../support/files.js';
@@ -19,7 +28,12 @@ describe('fs.write at an offset', () => {
   let server: AgentServer;
   const opened: Connection[] = [];
   const connect = async (policy?: FilePolicy) => {
-    const connection = await Connection.open(`ws+unix://${socketPath}:/`, secret, 5000, policy ? { 'x-warren-policy': encodeGrant({ policy, allowExec: false }) } : {});
+    const connection = await Connection.open(
+      `ws+unix://${socketPath}:/`,
+      secret,
+      5000,
+      policy ? { 'x-warren-policy': encodeGrant({ policy, allowExec: false }) } : {},
+    );
     opened.push(connection);
     return connection;
   };

@@ -70,7 +70,10 @@ describe('frames and pages: every answer is delivered or refused with its id', (
     await mkdir(deep, { recursive: true });
     touchMany(deep, 5_000, 'f'.repeat(240));
     const started = Date.now();
-    await expect(agent.files.glob('deep', '**/*', { maxResults: 5_000, timeoutMs: 30_000 })).rejects.toMatchObject({ code: 'FRAME_TOO_LARGE', details: { limit: MAX_HEADER_BYTES } });
+    await expect(agent.files.glob('deep', '**/*', { maxResults: 5_000, timeoutMs: 30_000 })).rejects.toMatchObject({
+      code: 'FRAME_TOO_LARGE',
+      details: { limit: MAX_HEADER_BYTES },
+    });
     expect(Date.now() - started).toBeLessThan(5_000);
     expect((await agent.connection.call('system.info', {})).result.pid).toBe(process.pid);
     // A listing of the same tree is paged instead.
@@ -116,7 +119,9 @@ describe('frames and pages: every answer is delivered or refused with its id', (
   }, 60_000);
 
   it('the daemon refuses the audit log to a derived grant, whatever the controller did', async () => {
-    const grant = (allowAudit?: boolean) => ({ [GRANT_HEADER]: encodeGrant({ policy: { root: agent.root, readOnly: true }, allowExec: false, ...(allowAudit === undefined ? {} : { allowAudit }) }) });
+    const grant = (allowAudit?: boolean) => ({
+      [GRANT_HEADER]: encodeGrant({ policy: { root: agent.root, readOnly: true }, allowExec: false, ...(allowAudit === undefined ? {} : { allowAudit }) }),
+    });
     const derived = await agent.connect(grant());
     const own = await agent.connect(grant(true));
     try {

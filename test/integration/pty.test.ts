@@ -35,7 +35,9 @@ describe('pty over a real socket to an in-process agent', () => {
     await using agent = await startTestAgent();
     const pty = new Pty(() => agent.connection);
     await expect(pty.create({ cols: 80, rows: 24, cmd: ['/nonexistent/tool'] })).rejects.toThrow(NotFoundError);
-    await expect(pty.create({ cols: 80, rows: 24, cmd: ['no-such-program-here'] })).rejects.toThrow(/No program 'no-such-program-here' in the sandbox \(looked in PATH=/);
+    await expect(pty.create({ cols: 80, rows: 24, cmd: ['no-such-program-here'] })).rejects.toThrow(
+      /No program 'no-such-program-here' in the sandbox \(looked in PATH=/,
+    );
     const found = await pty.create({ cols: 80, rows: 24, cmd: ['true'] });
     expect(await found.wait()).toMatchObject({ exitCode: 0 });
   });

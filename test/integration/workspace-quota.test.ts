@@ -102,7 +102,7 @@ const root = process.getuid?.() === 0;
     expect((await store.usage('next1'))!.usedBytes).toBeGreaterThanOrEqual(8 * MiB);
   });
 
-  it("the agent answers a write that does not fit with the typed disk-full error, and what the sandbox deletes goes back to the host", async () => {
+  it('the agent answers a write that does not fit with the typed disk-full error, and what the sandbox deletes goes back to the host', async () => {
     const workspace = (await store.create('agent1', SANDBOX_USER, LIMIT))!;
     await using agent = await startTestAgent({ root: workspace });
     expect(await codeOf(agent.files.write('big.bin', Buffer.alloc(2 * LIMIT, 7)))).toBe('RESOURCE_EXHAUSTED');
@@ -139,7 +139,8 @@ const root = process.getuid?.() === 0;
     const noRoom = await thrown(tight.create('huge1', SANDBOX_USER, LIMIT));
     expect(noRoom.code).toBe('RESOURCE_EXHAUSTED');
     expect(noRoom.message).toMatch(/room for 0 MiB.*asked for 32 MiB.*diskMb/);
-    for (const id of ['../escape', 'a/b', '.probe', '', 'x'.repeat(65)]) expect((await thrown(store.create(id, SANDBOX_USER, LIMIT))).code).toBe('INVALID_PARAMS');
+    for (const id of ['../escape', 'a/b', '.probe', '', 'x'.repeat(65)])
+      expect((await thrown(store.create(id, SANDBOX_USER, LIMIT))).code).toBe('INVALID_PARAMS');
     expect((await thrown(store.create('small1', SANDBOX_USER, MiB))).code).toBe('INVALID_PARAMS');
     const missing = await thrown(store.attach('gone1'));
     expect(missing.code).toBe('INTERNAL');
@@ -151,7 +152,9 @@ const root = process.getuid?.() === 0;
     const canary = path.join(stateDir, 'host-file.txt');
     await writeFile(canary, 'host data');
     const workspace = (await store.create('hostile1', SANDBOX_USER, LIMIT))!;
-    const made = await sandboxUserIn(workspace)(`ln -s '${canary}' link && ln -s / root-link && mkfifo fifo && mkdir -p a/b/c/d && ln -s .. a/b/c/d/up && : > a/b/c/d/file`);
+    const made = await sandboxUserIn(workspace)(
+      `ln -s '${canary}' link && ln -s / root-link && mkfifo fifo && mkdir -p a/b/c/d && ln -s .. a/b/c/d/up && : > a/b/c/d/file`,
+    );
     expect(made.exitCode).toBe(0);
     await store.remove('hostile1');
     expect(await readFile(canary, 'utf8')).toBe('host data');

@@ -42,12 +42,16 @@ describe('one authorization model for every door, and answers that always reach 
   it('a listing of 100,000 entries with long names answers in pages; an answer too large for a frame is refused with its id at once', async () => {
     // A disk with inodes for 200,000 files (the default 1 GiB one has 131,072).
     await using sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, diskMb: 4096 });
-    await sandbox.commands.run(['sh', '-c', `mkdir -p /workspace/long && cd /workspace/long && seq 1 100000 | sed 's/^/${'n'.repeat(200)}/' | xargs touch`], { timeoutMs: 120_000 });
+    await sandbox.commands.run(['sh', '-c', `mkdir -p /workspace/long && cd /workspace/long && seq 1 100000 | sed 's/^/${'n'.repeat(200)}/' | xargs touch`], {
+      timeoutMs: 120_000,
+    });
     const { entries, truncated } = await sandbox.files.list('long', { limit: 100_000, timeoutMs: 60_000 });
     expect([entries.length, new Set(entries.map((e) => e.path)).size, truncated]).toEqual([100_000, 100_000, false]);
     // A glob answer of about 20 MB (5,000 paths of about 4 KB) is over the header cap, and globs are not paged.
     const deep = `/workspace/deep/${Array.from({ length: 14 }, (_, i) => `${i}`.padEnd(255, 'd')).join('/')}`;
-    await sandbox.commands.run(['sh', '-c', `mkdir -p "$1" && cd "$1" && seq 1 5000 | sed 's/^/${'f'.repeat(240)}/' | xargs touch`, 'sh', deep], { timeoutMs: 60_000 });
+    await sandbox.commands.run(['sh', '-c', `mkdir -p "$1" && cd "$1" && seq 1 5000 | sed 's/^/${'f'.repeat(240)}/' | xargs touch`, 'sh', deep], {
+      timeoutMs: 60_000,
+    });
     const started = Date.now();
     await expect(sandbox.files.glob('deep', '**/*', { maxResults: 5_000, timeoutMs: 60_000 })).rejects.toMatchObject({ code: 'FRAME_TOO_LARGE' });
     expect(Date.now() - started).toBeLessThan(5_000);
@@ -55,7 +59,9 @@ describe('one authorization model for every door, and answers that always reach 
 
   it('a request with a header over the cap is refused with its id, and the connection lives on', async () => {
     const raw = await RawClient.open(warren.url, sandbox.id, warren.apiKey);
-    const header = Buffer.from(JSON.stringify({ type: 'req', id: 77, method: 'process.exec', params: { cmd: 'true', env: { BIG: 'x'.repeat(17 * 1024 * 1024) } } }));
+    const header = Buffer.from(
+      JSON.stringify({ type: 'req', id: 77, method: 'process.exec', params: { cmd: 'true', env: { BIG: 'x'.repeat(17 * 1024 * 1024) } } }),
+    );
     const prefix = Buffer.alloc(4);
     prefix.writeUInt32BE(header.length);
     raw.send(Buffer.concat([prefix, header]));

@@ -1,4 +1,7 @@
+import { readFile, stat } from 'node:fs/promises';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import Docker from 'dockerode';
 import { Sandbox } from '@warren/sdk';
 import { startTestController, type TestController } from '../support/fixtures.js';
 import { HostSentinel, sandboxCode } from '../support/redteam.js';
@@ -133,8 +136,22 @@ except OSError as e:
     const pid = (await small.daemonInfo()).pid;
     const run = await sandboxCode(small, `head -c 2000000 /dev/zero > /workspace/big; echo "dd=$?"; echo "size=$(stat -c %s /workspace/big)"`);
     expect(run.facts).toMatchObject({ dd: '153', size: String(1024 * 1024) }); // 128 + SIGXFSZ (25)
-    await expect(small.files.write('api-big.bin', Buffer.alloc(2 * 1024 * 1024))).rejects.toMatchObject({ code: expect.stringMatching(/^(TOO_LARGE|RESOURCE_EXHAUSTED|FILE_TOO_LARGE|DISK_FULL)$/) });
+    await expect(small.files.write('api-big.bin', Buffer.alloc(2 * 1024 * 1024))).rejects.toMatchObject({
+      code: expect.stringMatching(/^(TOO_LARGE|RESOURCE_EXHAUSTED|FILE_TOO_LARGE|DISK_FULL)$/),
+    });
     expect((await small.daemonInfo()).pid).toBe(pid);
+  });
+
+  it("on the host, the daemon is the container's root as the engine maps it, and what sandbox code writes is the sandbox user's mapped uid", async () => {
+    const ready = (await (await fetch(`${warren.url}/readyz`)).json()) as { isolation: { usernsRemap: { uid: number; gid: number } | null } };
+    const base = ready.isolation.usernsRemap?.uid ?? 0;
+    if (process.env.WARREN_TEST_ENGINE === 'userns-remap') expect(base).toBeGreaterThan(0);
+    const inspect = await new Docker().getContainer(containerId).inspect();
+    const initStatus = await readFile(`/proc/${inspect.State.Pid}/status`, 'utf8');
+    expect(/Uid:\s+(\d+)/.exec(initStatus)?.[1]).toBe(String(base));
+    await sandboxCode(sandbox, 'echo mine > /workspace/owned-by-me');
+    const workspace = inspect.Mounts.find((m) => m.Destination === '/workspace')!;
+    expect((await stat(path.join(workspace.Source, 'owned-by-me'))).uid).toBe(base + 1000);
   });
 
   it('sees the daemon run as root only from the host: from inside, its processes hold no capability', async () => {

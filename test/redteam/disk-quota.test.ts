@@ -20,7 +20,7 @@ describe('red team: filling the host disk through the workspace', () => {
     await warren?.[Symbol.asyncDispose]();
   });
 
-  it('stops at the sandbox\'s own disk: ENOSPC inside, RESOURCE_EXHAUSTED through the file API, the neighbour untouched, the host keeps its space', async () => {
+  it("stops at the sandbox's own disk: ENOSPC inside, RESOURCE_EXHAUSTED through the file API, the neighbour untouched, the host keeps its space", async () => {
     const ready = (await (await fetch(`${warren.url}/readyz`)).json()) as { isolation: { diskQuota: { quota: boolean; reason?: string } } };
     expect(ready.isolation.diskQuota).toMatchObject({ quota: true });
     await using small = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, diskMb: 32 });
@@ -28,13 +28,21 @@ describe('red team: filling the host disk through the workspace', () => {
     const pid = (await small.daemonInfo()).pid;
     const hostBefore = await statfs(warren.controller.config.stateDir);
 
-    const filled = await fillWorkspace((script) => sandboxCode(small, `cd /workspace && ${script}`).then((r) => ({ exitCode: r.exitCode, stdout: r.stdout, stderr: r.stderr })), 'fill.bin', 200);
+    const filled = await fillWorkspace(
+      (script) => sandboxCode(small, `cd /workspace && ${script}`).then((r) => ({ exitCode: r.exitCode, stdout: r.stdout, stderr: r.stderr })),
+      'fill.bin',
+      200,
+    );
     expect(filled.diskFull).toBe(true);
     expect(filled.bytesWritten).toBeLessThanOrEqual(32 * 1024 * 1024);
     await expect(small.files.write('more.bin', Buffer.alloc(4 * 1024 * 1024))).rejects.toMatchObject({ code: 'RESOURCE_EXHAUSTED' });
     expect((await small.daemonInfo()).pid).toBe(pid);
 
-    const next = await fillWorkspace((script) => sandboxCode(neighbour, `cd /workspace && ${script}`).then((r) => ({ exitCode: r.exitCode, stdout: r.stdout, stderr: r.stderr })), 'eight.bin', 8);
+    const next = await fillWorkspace(
+      (script) => sandboxCode(neighbour, `cd /workspace && ${script}`).then((r) => ({ exitCode: r.exitCode, stdout: r.stdout, stderr: r.stderr })),
+      'eight.bin',
+      8,
+    );
     expect(next).toMatchObject({ exitCode: 0, bytesWritten: 8 * 1024 * 1024 });
 
     const hostAfter = await statfs(warren.controller.config.stateDir);
@@ -43,6 +51,9 @@ describe('red team: filling the host disk through the workspace', () => {
   });
 
   it('refuses a diskMb above the operator maximum, naming it', async () => {
-    await expect(Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, diskMb: 10_000_000 })).rejects.toMatchObject({ code: 'INVALID_PARAMS', message: expect.stringContaining('diskMb') });
+    await expect(Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, diskMb: 10_000_000 })).rejects.toMatchObject({
+      code: 'INVALID_PARAMS',
+      message: expect.stringContaining('diskMb'),
+    });
   });
 });

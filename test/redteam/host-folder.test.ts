@@ -77,7 +77,9 @@ describe('red team: a hostile daemon folder against the controller', () => {
 
   it('a link to a host socket in place of agent.sock: the controller refuses to connect and names no host path', async () => {
     await using sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });
-    expect((await execAsRoot(containerOf(sandbox), ['sh', '-c', `rm -f /run/warren/agent.sock; ln -s ${listenerPath} /run/warren/agent.sock`])).exitCode).toBe(0);
+    expect((await execAsRoot(containerOf(sandbox), ['sh', '-c', `rm -f /run/warren/agent.sock; ln -s ${listenerPath} /run/warren/agent.sock`])).exitCode).toBe(
+      0,
+    );
     const fresh = await Sandbox.connect(sandbox.id, { baseUrl: warren.url, apiKey: warren.apiKey }).catch((err: unknown) => err);
     let failure: unknown = fresh;
     if (fresh instanceof Sandbox) {

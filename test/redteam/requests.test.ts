@@ -21,7 +21,10 @@ describe('red team: requests that would stall or kill the daemon', () => {
     sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, fileSizeMb: 65536 });
     sentinel = await HostSentinel.make();
     // Sandbox code plants what the requests will meet.
-    const planted = await sandboxCode(sandbox, `mkdir -p /workspace/d && cd /workspace/d && truncate -s 50G huge.bin && truncate -s 1536M big.bin && seq 1 300 | sed 's/^/${'a'.repeat(150)}/' | xargs touch && echo planted=yes`);
+    const planted = await sandboxCode(
+      sandbox,
+      `mkdir -p /workspace/d && cd /workspace/d && truncate -s 50G huge.bin && truncate -s 1536M big.bin && seq 1 300 | sed 's/^/${'a'.repeat(150)}/' | xargs touch && echo planted=yes`,
+    );
     expect(planted.facts.planted).toBe('yes');
     const { token } = await sandbox.deriveToken({ allowRead: ['/workspace/d'], readonly: true });
     reader = await Sandbox.connect(sandbox.id, { baseUrl: warren.url, token });
@@ -44,7 +47,8 @@ describe('red team: requests that would stall or kill the daemon', () => {
   };
 
   it('sparse files of 1.5 GiB and 50 GB: downloads and whole reads are refused with FILE_TOO_LARGE, not an out-of-memory daemon', async () => {
-    for (const path of ['/workspace/d/huge.bin', '/workspace/d/big.bin', '/workspace/d']) expect([path, await codeOf(reader.files.download(path))]).toEqual([path, 'FILE_TOO_LARGE']);
+    for (const path of ['/workspace/d/huge.bin', '/workspace/d/big.bin', '/workspace/d'])
+      expect([path, await codeOf(reader.files.download(path))]).toEqual([path, 'FILE_TOO_LARGE']);
     expect(await codeOf(reader.files.read('/workspace/d/big.bin'))).toBe('FILE_TOO_LARGE');
     await unharmed();
   });
@@ -62,7 +66,14 @@ describe('red team: requests that would stall or kill the daemon', () => {
     const lines = Array.from({ length: 30 }, (_, i) => `line ${i}`);
     await sandbox.files.write('/workspace/shared.txt', `${lines.join('\n')}\n`);
     const other = await Sandbox.connect(sandbox.id, { baseUrl: warren.url, apiKey: warren.apiKey });
-    const outcomes = await Promise.all(lines.map((line, i) => (i % 2 ? other : sandbox).files.edit('/workspace/shared.txt', `${line}\n`, `edited ${i}\n`).then(() => i, (err: { code?: string }) => err.code)));
+    const outcomes = await Promise.all(
+      lines.map((line, i) =>
+        (i % 2 ? other : sandbox).files.edit('/workspace/shared.txt', `${line}\n`, `edited ${i}\n`).then(
+          () => i,
+          (err: { code?: string }) => err.code,
+        ),
+      ),
+    );
     other.close();
     const text = await sandbox.files.read('/workspace/shared.txt');
     for (const o of outcomes) {

@@ -23,8 +23,15 @@ export type ScriptRunner = (script: string) => Promise<{ exitCode: number; stdou
  * expect(outcome.diskFull).toBe(true);
  */
 export async function fillWorkspace(run: ScriptRunner, file: string, maxMb: number): Promise<FillOutcome> {
-  if (!/^[\w./-]+$/.test(file) || !Number.isInteger(maxMb) || maxMb < 1) throw new Error(`fillWorkspace: a plain file name and a whole number of MiB, got '${file}' and ${maxMb}`);
-  const script = [`dd if=/dev/zero of='${file}' bs=1048576 count=${maxMb} conv=fsync 2>&1`, 'code=$?', 'echo', 'echo "dd-exit=$code"', `echo "size=$(stat -c %s '${file}' 2>/dev/null || echo 0)"`].join('\n');
+  if (!/^[\w./-]+$/.test(file) || !Number.isInteger(maxMb) || maxMb < 1)
+    throw new Error(`fillWorkspace: a plain file name and a whole number of MiB, got '${file}' and ${maxMb}`);
+  const script = [
+    `dd if=/dev/zero of='${file}' bs=1048576 count=${maxMb} conv=fsync 2>&1`,
+    'code=$?',
+    'echo',
+    'echo "dd-exit=$code"',
+    `echo "size=$(stat -c %s '${file}' 2>/dev/null || echo 0)"`,
+  ].join('\n');
   const { stdout, stderr } = await run(script);
   const output = `${stdout}${stderr}`;
   const exitCode = Number(/dd-exit=(\d+)/.exec(output)?.[1] ?? -1);

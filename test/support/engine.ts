@@ -32,7 +32,7 @@ export async function reasonNotToRestartEngine(): Promise<string | undefined> {
 export async function stopEngine(): Promise<void> {
   const pid = Number(readPid('/var/run/docker.pid'));
   process.kill(pid, 'SIGTERM');
-  for (const deadline = Date.now() + 60_000; ; ) {
+  for (const deadline = Date.now() + 60_000; ;) {
     try {
       process.kill(pid, 0);
     } catch {

@@ -20,8 +20,8 @@ export async function tar(entries: { header: Partial<Header> & { name: string };
   const done = new Promise<void>((resolve) => p.on('end', () => resolve()));
   for (const { header, data } of entries) {
     await new Promise<void>((resolve, reject) => {
-      if (data !== undefined) p.entry(header as Header, data, (err) => (err ? reject(err) : resolve()));
-      else p.entry(header as Header, (err) => (err ? reject(err) : resolve()));
+      if (data !== undefined) p.entry(header, data, (err) => (err ? reject(err) : resolve()));
+      else p.entry(header, (err) => (err ? reject(err) : resolve()));
     });
   }
   p.finalize();

@@ -3,7 +3,17 @@ import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { startAgentServer, type AgentServer } from '@warren/agent';
-import { Credentials, startController, type ControllerConfig, type DaemonEndpoint, type ProvidedSandbox, type ProviderIsolation, type ProviderState, type SandboxProvider, type SandboxSpec } from '@warren/controller';
+import {
+  Credentials,
+  startController,
+  type ControllerConfig,
+  type DaemonEndpoint,
+  type ProvidedSandbox,
+  type ProviderIsolation,
+  type ProviderState,
+  type SandboxProvider,
+  type SandboxSpec,
+} from '@warren/controller';
 
 /** One sandbox of the {@link LocalProvider}: a real daemon in this process. */
 interface LocalSandbox {
@@ -30,7 +40,20 @@ class LocalProvider implements SandboxProvider {
 
   async ping(): Promise<void> {}
   async isolation(): Promise<ProviderIsolation> {
-    return { usernsRemap: null, rootless: false, cgroupVersion: '2', cgroupDriver: 'none', limitsEnforced: false, seccomp: false, apparmor: false, selinux: false, gvisor: false, runtimes: ['runc'], storageDriver: 'none', diskQuota: { quota: false, kind: 'none', reason: 'a local test provider' } };
+    return {
+      usernsRemap: null,
+      rootless: false,
+      cgroupVersion: '2',
+      cgroupDriver: 'none',
+      limitsEnforced: false,
+      seccomp: false,
+      apparmor: false,
+      selinux: false,
+      gvisor: false,
+      runtimes: ['runc'],
+      storageDriver: 'none',
+      diskQuota: { quota: false, kind: 'none', reason: 'a local test provider' },
+    };
   }
   async runtimes(): Promise<{ name: string; args: string[] }[]> {
     return [{ name: 'runc', args: [] }];
@@ -43,7 +66,12 @@ class LocalProvider implements SandboxProvider {
   }
 
   async create(spec: SandboxSpec): Promise<string> {
-    const server = await startAgentServer({ socketPath: this.daemon(spec.agentId).socketPath, secret: spec.daemonSecret, policy: { root: this.root, readOnly: false }, home: this.root });
+    const server = await startAgentServer({
+      socketPath: this.daemon(spec.agentId).socketPath,
+      secret: spec.daemonSecret,
+      policy: { root: this.root, readOnly: false },
+      home: this.root,
+    });
     this.sandboxes.set(spec.agentId, { agentId: spec.agentId, labels: spec.labels, state: 'running', server });
     return spec.agentId;
   }

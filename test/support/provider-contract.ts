@@ -5,9 +5,9 @@ import type { SandboxProvider, SandboxSpec } from '@warren/controller';
 export interface ContractSubject {
   provider: SandboxProvider;
   /** A spec of a sandbox the provider can run (unique `agentId` per call). */
-  spec(): SandboxSpec;
+  spec: () => SandboxSpec;
   /** Makes the sandbox's processes stop from outside (a daemon killed). */
-  stopFromOutside(handle: string): Promise<void>;
+  stopFromOutside: (handle: string) => Promise<void>;
 }
 
 /**

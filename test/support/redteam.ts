@@ -39,7 +39,11 @@ export class HostSentinel {
  * Runs a script as sandbox code (`sh -c`, as the sandbox user) and collects the `key=value`
  * lines it prints as facts, so a test states the outcome of each step in one object.
  */
-export async function sandboxCode(sandbox: Sandbox, script: string, timeoutMs = 60_000): Promise<{ facts: Record<string, string>; stdout: string; stderr: string; exitCode: number }> {
+export async function sandboxCode(
+  sandbox: Sandbox,
+  script: string,
+  timeoutMs = 60_000,
+): Promise<{ facts: Record<string, string>; stdout: string; stderr: string; exitCode: number }> {
   const run = await sandbox.commands.run(['sh', '-c', script], { timeoutMs });
   const facts: Record<string, string> = {};
   for (const line of run.stdout.split('\n')) {

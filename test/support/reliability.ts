@@ -4,7 +4,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { rmSync } from 'node:fs';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -86,7 +86,7 @@ export class ControllerProcess {
         };
     const child = spawn(process.execPath, [entry], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'inherit'] });
     const line = await new Promise<string>((resolve, reject) => {
-      createInterface({ input: child.stdout! }).once('line', resolve);
+      createInterface({ input: child.stdout }).once('line', resolve);
       child.once('exit', (code) => reject(new Error(`the controller exited with ${code} before it listened`)));
     });
     return new ControllerProcess(child, (JSON.parse(line) as { url: string }).url, env.WARREN_API_KEY!, env);
@@ -167,7 +167,11 @@ export class RawClient {
 
   /** Connects to a sandbox through the controller and, unless told not to, completes the hello. */
   static async open(baseUrl: string, sandboxId: string, credential: string, options: { hello?: boolean } = {}): Promise<RawClient> {
-    const ws = new WebSocket(`${baseUrl.replace(/^http/, 'ws')}/v1/sandboxes/${sandboxId}/connect`, { headers: { authorization: `Bearer ${credential}` }, perMessageDeflate: false, maxPayload: 256 * 1024 * 1024 });
+    const ws = new WebSocket(`${baseUrl.replace(/^http/, 'ws')}/v1/sandboxes/${sandboxId}/connect`, {
+      headers: { authorization: `Bearer ${credential}` },
+      perMessageDeflate: false,
+      maxPayload: 256 * 1024 * 1024,
+    });
     await new Promise<void>((resolve, reject) => {
       ws.once('open', resolve);
       ws.once('error', reject);

@@ -68,4 +68,3 @@ export function longName(bytes: Buffer, flag = 'L'): Buffer {
 }
 
 export const archive = (...parts: Buffer[]) => Buffer.concat([...parts, END]);
-

@@ -5,6 +5,7 @@ import {
   encodeFrame,
   isMethodName,
   parseParams,
+  PROTOCOL_MINOR,
   PROTOCOL_VERSION,
   toWireError,
   DEFAULT_APPROVAL_TIMEOUT_MS,
@@ -68,7 +69,7 @@ export function serveConnection(ws: WebSocket, handlers: Handlers, options: Serv
   ws.on('message', (data: Buffer | ArrayBuffer | Buffer[], isBinary: boolean) => {
     let frame;
     try {
-      frame = decodeFrame(isBinary ? data : data.toString());
+      frame = decodeFrame(isBinary ? data : Buffer.isBuffer(data) ? data.toString() : '');
     } catch (err) {
       const id = err instanceof CodedError ? (err.details?.id as RequestId | undefined) : undefined;
       sendError(id ?? null, err);
@@ -78,14 +79,23 @@ export function serveConnection(ws: WebSocket, handlers: Handlers, options: Serv
     if (!greeted) {
       if (header.type !== 'hello') return sendError(null, new CodedError('HANDSHAKE_REQUIRED', 'The first frame on a connection must be a hello.'));
       if (header.protocolVersion !== PROTOCOL_VERSION) {
-        sendError(null, new CodedError('PROTOCOL_VERSION_MISMATCH', `This agent speaks protocol ${PROTOCOL_VERSION}; the client sent ${header.protocolVersion}.`, {
-          server: PROTOCOL_VERSION,
-          client: header.protocolVersion,
-        }));
+        const client = `${header.protocolVersion}.${header.protocolMinor ?? 0}`;
+        sendError(
+          null,
+          new CodedError(
+            'PROTOCOL_VERSION_MISMATCH',
+            `This sandbox's daemon speaks protocol ${PROTOCOL_VERSION}.${PROTOCOL_MINOR} (any client of major ${PROTOCOL_VERSION} works); the client speaks ${client}. Use an SDK of major version ${PROTOCOL_VERSION}.`,
+            {
+              server: `${PROTOCOL_VERSION}.${PROTOCOL_MINOR}`,
+              client,
+            },
+          ),
+        );
         ws.close(1002, 'protocol version mismatch');
         return;
       }
       greeted = true;
+      // The minor is not sent yet: SDKs from before it was declared read the welcome strictly.
       return send({ type: 'welcome', protocolVersion: PROTOCOL_VERSION, server: 'warren-agent', serverVersion: AGENT_VERSION });
     }
     switch (header.type) {
@@ -173,5 +183,8 @@ export function serveConnection(ws: WebSocket, handlers: Handlers, options: Serv
 const MAX_ERROR_MESSAGE_CHARS = 4096;
 
 function cutError(error: WireErrorBody): WireErrorBody {
-  return { code: error.code, message: `${error.message.slice(0, MAX_ERROR_MESSAGE_CHARS)}... (cut: the whole message and its details were too large for a frame)` };
+  return {
+    code: error.code,
+    message: `${error.message.slice(0, MAX_ERROR_MESSAGE_CHARS)}... (cut: the whole message and its details were too large for a frame)`,
+  };
 }

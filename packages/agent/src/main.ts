@@ -1,5 +1,6 @@
 import { lchown, readFile, unlink } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
+import { DEFAULT_ROOT } from '@warren/protocol';
 import type { SandboxUser } from './services/process-table.js';
 import { startAgentServer } from './server.js';
 
@@ -17,13 +18,14 @@ async function main(): Promise<void> {
     options: {
       socket: { type: 'string' },
       'secret-file': { type: 'string' },
-      root: { type: 'string', default: '/workspace' },
+      root: { type: 'string', default: DEFAULT_ROOT },
       home: { type: 'string', default: process.env.HOME ?? '/tmp' },
       user: { type: 'string' },
       'own-root': { type: 'boolean', default: false },
     },
   });
-  if (!values.socket || !values['secret-file']) throw new Error('usage: warren-agent --socket PATH --secret-file PATH [--root DIR] [--home DIR] [--user UID:GID [--own-root]]');
+  if (!values.socket || !values['secret-file'])
+    throw new Error('usage: warren-agent --socket PATH --secret-file PATH [--root DIR] [--home DIR] [--user UID:GID [--own-root]]');
   const user = values.user === undefined ? undefined : parseUser(values.user);
   const secret = (await readFile(values['secret-file'], 'utf8')).trim();
   await unlink(values['secret-file']).catch(() => undefined);
@@ -44,8 +46,17 @@ async function main(): Promise<void> {
 
   // The container's environment is the sandbox's (the image's ENV, the create request's env);
   // the controller puts nothing of its own there, so commands inherit it as their base.
-  const sandboxEnv = Object.fromEntries(Object.entries(process.env).filter((entry): entry is [string, string] => entry[1] !== undefined && entry[0] !== 'HOME'));
-  const server = await startAgentServer({ socketPath: values.socket, secret, policy: { root: values.root, readOnly: false }, home: values.home, sandboxEnv, owner: user });
+  const sandboxEnv = Object.fromEntries(
+    Object.entries(process.env).filter((entry): entry is [string, string] => entry[1] !== undefined && entry[0] !== 'HOME'),
+  );
+  const server = await startAgentServer({
+    socketPath: values.socket,
+    secret,
+    policy: { root: values.root, readOnly: false },
+    home: values.home,
+    sandboxEnv,
+    owner: user,
+  });
   process.stdout.write(`warren-agent listening on ${server.socketPath}\n`);
   const stop = () => void server.close().then(() => process.exit(0));
   process.on('SIGTERM', stop);

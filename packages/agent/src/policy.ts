@@ -92,9 +92,13 @@ export async function resolvePath(policy: FilePolicy, input: string, intent: Int
   try {
     mountRealRoot = realpath(located.mount.root);
   } catch {
-    throw new CodedError('NOT_FOUND', `The sandbox folder ${located.mount.root} (for '${located.mount.virtual}') does not exist in the container. ${describePolicy(policy)}`, {
-      path: input,
-    });
+    throw new CodedError(
+      'NOT_FOUND',
+      `The sandbox folder ${located.mount.root} (for '${located.mount.virtual}') does not exist in the container. ${describePolicy(policy)}`,
+      {
+        path: input,
+      },
+    );
   }
   const walked = await walk(policy, input, mountRealRoot, located.mount.root, located.segments, options.followLast ?? true);
   const reserved = reservedPlace(walked.physical, walked.stat ? walked.physical : walked.existing, walked.stat);
@@ -237,15 +241,20 @@ async function walk(policy: FilePolicy, input: string, realRoot: string, namedRo
         return { physical: [next, ...queue.filter((q) => q !== '' && q !== '.')].join('/'), stat: undefined, existing: current };
       }
       if (code === 'ENOTDIR') throw new CodedError('NOT_A_DIRECTORY', `A parent of '${input}' is a file, not a folder.`, { path: input });
-      if (code === 'ENAMETOOLONG') throw new CodedError('INVALID_PARAMS', `'${input.slice(0, 200)}...' has a name that is too long.`, { path: input.slice(0, 200) });
-      if (code === 'EACCES') throw new CodedError('PATH_NOT_WRITABLE', `The sandbox user may not enter a parent folder of '${input}' (EACCES). ${describePolicy(policy)}`, { path: input });
+      if (code === 'ENAMETOOLONG')
+        throw new CodedError('INVALID_PARAMS', `'${input.slice(0, 200)}...' has a name that is too long.`, { path: input.slice(0, 200) });
+      if (code === 'EACCES')
+        throw new CodedError('PATH_NOT_WRITABLE', `The sandbox user may not enter a parent folder of '${input}' (EACCES). ${describePolicy(policy)}`, {
+          path: input,
+        });
       throw err;
     }
     const onReserved = reservedFileSystem(next, info);
     if (onReserved) throw notInSandbox(policy, input, onReserved);
     const last = queue.length === 0;
     if (info.isSymbolicLink() && (!last || followLast)) {
-      if (++hops > MAX_SYMLINK_HOPS) throw new CodedError('SYMLINK_LOOP', `'${input}' goes through more than ${MAX_SYMLINK_HOPS} symbolic links (a loop).`, { path: input });
+      if (++hops > MAX_SYMLINK_HOPS)
+        throw new CodedError('SYMLINK_LOOP', `'${input}' goes through more than ${MAX_SYMLINK_HOPS} symbolic links (a loop).`, { path: input });
       const target = readlinkSync(next);
       if (target.includes('\0') || target.length === 0) throw leaves();
       if (target.startsWith('/')) {
@@ -286,7 +295,29 @@ const PSEUDO_FS_MAGIC = new Set([
 ]);
 
 /** File system types whose device number belongs to one mount's memory (never a shared disk). */
-const MEMORY_FS_TYPES = new Set(['proc', 'sysfs', 'devtmpfs', 'tmpfs', 'devpts', 'mqueue', 'cgroup', 'cgroup2', 'debugfs', 'tracefs', 'securityfs', 'bpf', 'configfs', 'pstore', 'efivarfs', 'binfmt_misc', 'selinuxfs', 'nsfs', 'fusectl', 'hugetlbfs', 'autofs']);
+const MEMORY_FS_TYPES = new Set([
+  'proc',
+  'sysfs',
+  'devtmpfs',
+  'tmpfs',
+  'devpts',
+  'mqueue',
+  'cgroup',
+  'cgroup2',
+  'debugfs',
+  'tracefs',
+  'securityfs',
+  'bpf',
+  'configfs',
+  'pstore',
+  'efivarfs',
+  'binfmt_misc',
+  'selinuxfs',
+  'nsfs',
+  'fusectl',
+  'hugetlbfs',
+  'autofs',
+]);
 
 /** One line of `/proc/self/mountinfo`. */
 interface MountLine {
@@ -420,10 +451,14 @@ export function checkSuffix(policy: FilePolicy, resolved: ResolvedPath, input: s
   if (!suffixes) return;
   for (const name of [path.posix.basename(resolved.absolute), ...names.map((n) => path.posix.basename(n))]) {
     if (!suffixAllowed(suffixes, name)) {
-      throw new CodedError('SUFFIX_NOT_ALLOWED', `'${input}' has a suffix this sandbox does not allow. Allowed suffixes under ${resolved.mount.virtual}: ${suffixes.join(', ')}. ${describePolicy(policy)}`, {
-        path: input,
-        allowed: suffixes,
-      });
+      throw new CodedError(
+        'SUFFIX_NOT_ALLOWED',
+        `'${input}' has a suffix this sandbox does not allow. Allowed suffixes under ${resolved.mount.virtual}: ${suffixes.join(', ')}. ${describePolicy(policy)}`,
+        {
+          path: input,
+          allowed: suffixes,
+        },
+      );
     }
   }
 }
@@ -432,11 +467,15 @@ export function checkSuffix(policy: FilePolicy, resolved: ResolvedPath, input: s
 export function checkSize(policy: FilePolicy, resolved: ResolvedPath, input: string, size: number): void {
   const limit = resolved.mount.maxFileBytes;
   if (limit !== undefined && size > limit) {
-    throw new CodedError('FILE_TOO_LARGE', `'${input}' is ${size} bytes; files under ${resolved.mount.virtual} may be at most ${limit} bytes. ${describePolicy(policy)}`, {
-      path: input,
-      size,
-      limit,
-    });
+    throw new CodedError(
+      'FILE_TOO_LARGE',
+      `'${input}' is ${size} bytes; files under ${resolved.mount.virtual} may be at most ${limit} bytes. ${describePolicy(policy)}`,
+      {
+        path: input,
+        size,
+        limit,
+      },
+    );
   }
 }
 
@@ -476,7 +515,10 @@ export async function openChecked(resolved: ResolvedPath, display: string, flags
     handle = await open(resolved.absolute, flags | constants.O_NOFOLLOW | constants.O_NONBLOCK);
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ELOOP') throw new CodedError('PATH_NOT_IN_SANDBOX', `'${display}' was replaced by a symbolic link during the call; file calls do not follow it.`, { path: display });
+    if (code === 'ELOOP')
+      throw new CodedError('PATH_NOT_IN_SANDBOX', `'${display}' was replaced by a symbolic link during the call; file calls do not follow it.`, {
+        path: display,
+      });
     throw mapFsError(err, display);
   }
   try {
@@ -520,7 +562,9 @@ export function mapFsError(err: unknown, display: string): unknown {
     case 'EEXIST':
       return new CodedError('ALREADY_EXISTS', `'${display}' already exists.`, { path: display });
     case 'ENOTEMPTY':
-      return new CodedError('DIRECTORY_NOT_EMPTY', `'${display}' is a folder that is not empty; pass recursive: true to delete it with its contents.`, { path: display });
+      return new CodedError('DIRECTORY_NOT_EMPTY', `'${display}' is a folder that is not empty; pass recursive: true to delete it with its contents.`, {
+        path: display,
+      });
     case 'ELOOP':
       return new CodedError('SYMLINK_LOOP', `'${display}' is or goes through a symbolic link that file calls do not follow here.`, { path: display });
     case 'EFBIG':
@@ -528,11 +572,17 @@ export function mapFsError(err: unknown, display: string): unknown {
     // A full workspace file system (ENOSPC) and a reached quota (EDQUOT) are the same to the caller.
     case 'ENOSPC':
     case 'EDQUOT':
-      return new CodedError('RESOURCE_EXHAUSTED', `The sandbox's disk is full, so '${display}' was not written. Delete files you no longer need, or create the sandbox with a larger disk (diskMb).`, { path: display, reason: 'disk-full' });
+      return new CodedError(
+        'RESOURCE_EXHAUSTED',
+        `The sandbox's disk is full, so '${display}' was not written. Delete files you no longer need, or create the sandbox with a larger disk (diskMb).`,
+        { path: display, reason: 'disk-full' },
+      );
     case 'EACCES':
     case 'EPERM':
     case 'EROFS':
-      return new CodedError('PATH_NOT_WRITABLE', `The sandbox user may not do that to '${display}' (${code}): the container's own permissions refuse it.`, { path: display });
+      return new CodedError('PATH_NOT_WRITABLE', `The sandbox user may not do that to '${display}' (${code}): the container's own permissions refuse it.`, {
+        path: display,
+      });
     case 'ENAMETOOLONG':
       return new CodedError('INVALID_PARAMS', `A name in '${display.slice(0, 200)}' is too long.`, { path: display.slice(0, 200) });
     default:

@@ -3,7 +3,16 @@ import { chmod, chown, stat, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { createServer, type IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { CodedError, decodeGrant, GRANT_HEADER, METHODS, PROTOCOL_VERSION, WS_MAX_PAYLOAD_BYTES, type ConnectionGrant, type MethodName } from '@warren/protocol';
+import {
+  CodedError,
+  decodeGrant,
+  GRANT_HEADER,
+  METHODS,
+  PROTOCOL_VERSION,
+  WS_MAX_PAYLOAD_BYTES,
+  type ConnectionGrant,
+  type MethodName,
+} from '@warren/protocol';
 import { WebSocketServer } from 'ws';
 import { AuditLog } from './audit.js';
 import { AGENT_VERSION, serveConnection } from './connection.js';
@@ -58,7 +67,12 @@ export function createHandlers(
   const handlers: Handlers = {
     async 'audit.list'(params) {
       // The controller refuses this for a derived handle already; the daemon holds the same line.
-      if (!allowAudit) throw new CodedError('FORBIDDEN', "audit.list reads the sandbox's whole record of calls (every path and command), and this handle is a derived one: only the API key and the sandbox's own token may read it.", { method: 'audit.list' });
+      if (!allowAudit)
+        throw new CodedError(
+          'FORBIDDEN',
+          "audit.list reads the sandbox's whole record of calls (every path and command), and this handle is a derived one: only the API key and the sandbox's own token may read it.",
+          { method: 'audit.list' },
+        );
       return { result: audit.list(params) };
     },
     async 'system.info'() {
@@ -82,9 +96,13 @@ export function createHandlers(
     for (const method of Object.keys(METHODS) as MethodName[]) {
       if (METHODS[method].access !== 'exec') continue;
       (handlers as Record<string, unknown>)[method] = async () => {
-        throw new CodedError('FORBIDDEN', `${method} runs commands, and this handle was derived without exec (a shell is not bound by the file policy). Use the file methods, or derive a handle with exec allowed.`, {
-          method,
-        });
+        throw new CodedError(
+          'FORBIDDEN',
+          `${method} runs commands, and this handle was derived without exec (a shell is not bound by the file policy). Use the file methods, or derive a handle with exec allowed.`,
+          {
+            method,
+          },
+        );
       };
     }
   }

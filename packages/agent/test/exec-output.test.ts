@@ -49,7 +49,15 @@ describe('RingOutput', () => {
 });
 
 describe('process tree membership', () => {
-  const entry = (pid: number, ppid: number, pgid: number, sid: number, marker?: string, state = 'S'): ProcEntry => ({ pid, ppid, pgid, sid, state, startTicks: 0, marker });
+  const entry = (pid: number, ppid: number, pgid: number, sid: number, marker?: string, state = 'S'): ProcEntry => ({
+    pid,
+    ppid,
+    pgid,
+    sid,
+    state,
+    startTicks: 0,
+    marker,
+  });
 
   it('reads the marker out of an environment block', () => {
     expect(markerOf(Buffer.from('A=1\0WARREN_EXEC_ID=abc\0B=2\0'))).toBe('abc');
@@ -68,8 +76,16 @@ describe('process tree membership', () => {
       entry(24, 20, 20, 20, 'm', 'Z'), // a zombie: nothing to kill
       entry(30, 7, 30, 30, 'other'), // another command's tree
     ];
-    expect(treeMembers(procs, { marker: 'm', leaderPid: 20 }, 7).map((p) => p.pid).sort()).toEqual([20, 21, 22, 23]);
-    expect(treeMembers(procs, { marker: 'm' }, 7).map((p) => p.pid).sort()).toEqual([20, 21, 23]);
+    expect(
+      treeMembers(procs, { marker: 'm', leaderPid: 20 }, 7)
+        .map((p) => p.pid)
+        .sort(),
+    ).toEqual([20, 21, 22, 23]);
+    expect(
+      treeMembers(procs, { marker: 'm' }, 7)
+        .map((p) => p.pid)
+        .sort(),
+    ).toEqual([20, 21, 23]);
   });
 
   describe('scanProcesses over a fake /proc', () => {

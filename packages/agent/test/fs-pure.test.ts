@@ -25,7 +25,11 @@ describe('line and character slicing', () => {
   });
 
   it('splits lines keeping CRLF and a missing final newline', () => {
-    expect(splitLines('a\r\nb\nc')).toEqual([{ text: 'a', eol: '\r\n' }, { text: 'b', eol: '\n' }, { text: 'c', eol: '' }]);
+    expect(splitLines('a\r\nb\nc')).toEqual([
+      { text: 'a', eol: '\r\n' },
+      { text: 'b', eol: '\n' },
+      { text: 'c', eol: '' },
+    ]);
     expect(splitLines('')).toEqual([]);
     expect(splitLines('\n')).toEqual([{ text: '', eol: '\n' }]);
   });
@@ -36,30 +40,85 @@ describe('applyLineEdits (seed 004 batches)', () => {
   const at = (n: number) => lineAnchor(n, String(n));
 
   it('applies every edit against the file as read, whatever the batch order', () => {
-    const forward = applyLineEdits(file, [{ op: 'replace', pos: at(1), lines: ['one'] }, { op: 'append', pos: at(1), lines: ['1.5'] }, { op: 'prepend', pos: at(4), lines: ['3.5'] }], 'f');
-    const backward = applyLineEdits(file, [{ op: 'prepend', pos: at(4), lines: ['3.5'] }, { op: 'append', pos: at(1), lines: ['1.5'] }, { op: 'replace', pos: at(1), lines: ['one'] }], 'f');
+    const forward = applyLineEdits(
+      file,
+      [
+        { op: 'replace', pos: at(1), lines: ['one'] },
+        { op: 'append', pos: at(1), lines: ['1.5'] },
+        { op: 'prepend', pos: at(4), lines: ['3.5'] },
+      ],
+      'f',
+    );
+    const backward = applyLineEdits(
+      file,
+      [
+        { op: 'prepend', pos: at(4), lines: ['3.5'] },
+        { op: 'append', pos: at(1), lines: ['1.5'] },
+        { op: 'replace', pos: at(1), lines: ['one'] },
+      ],
+      'f',
+    );
     expect(text(forward.lines)).toBe('one\n1.5\n2\n3\n3.5\n4\n');
     expect(text(backward.lines)).toBe(text(forward.lines));
   });
 
   it('deletes with an empty replace, splits multi-line strings, keeps insert order', () => {
     expect(text(applyLineEdits(file, [{ op: 'replace', pos: at(2), end: at(3), lines: [] }], 'f').lines)).toBe('1\n4\n');
-    expect(text(applyLineEdits(file, [{ op: 'append', pos: at(4), lines: ['a\nb'] }, { op: 'append', pos: at(4), lines: ['c'] }], 'f').lines)).toBe('1\n2\n3\n4\na\nb\nc\n');
+    expect(
+      text(
+        applyLineEdits(
+          file,
+          [
+            { op: 'append', pos: at(4), lines: ['a\nb'] },
+            { op: 'append', pos: at(4), lines: ['c'] },
+          ],
+          'f',
+        ).lines,
+      ),
+    ).toBe('1\n2\n3\n4\na\nb\nc\n');
   });
 
   it('refuses stale anchors (listing each), overlaps, and inserts inside a replaced range', () => {
     const stale = (() => {
       try {
-        applyLineEdits(file, [{ op: 'replace', pos: lineAnchor(2, 'two'), lines: [] }, { op: 'append', pos: lineAnchor(9, '9'), lines: [] }], 'f');
+        applyLineEdits(
+          file,
+          [
+            { op: 'replace', pos: lineAnchor(2, 'two'), lines: [] },
+            { op: 'append', pos: lineAnchor(9, '9'), lines: [] },
+          ],
+          'f',
+        );
       } catch (err) {
         return err as CodedError;
       }
       return undefined;
     })();
     expect(stale?.code).toBe('STALE_ANCHOR');
-    expect(stale?.details?.stale).toEqual([{ anchor: lineAnchor(2, 'two'), current: at(2) }, { anchor: lineAnchor(9, '9'), current: null }]);
-    expect(() => applyLineEdits(file, [{ op: 'replace', pos: at(1), end: at(3), lines: [] }, { op: 'replace', pos: at(3), lines: [] }], 'f')).toThrow(/overlapping/);
-    expect(() => applyLineEdits(file, [{ op: 'replace', pos: at(1), end: at(3), lines: [] }, { op: 'append', pos: at(2), lines: [] }], 'f')).toThrow(/inside/);
+    expect(stale?.details?.stale).toEqual([
+      { anchor: lineAnchor(2, 'two'), current: at(2) },
+      { anchor: lineAnchor(9, '9'), current: null },
+    ]);
+    expect(() =>
+      applyLineEdits(
+        file,
+        [
+          { op: 'replace', pos: at(1), end: at(3), lines: [] },
+          { op: 'replace', pos: at(3), lines: [] },
+        ],
+        'f',
+      ),
+    ).toThrow(/overlapping/);
+    expect(() =>
+      applyLineEdits(
+        file,
+        [
+          { op: 'replace', pos: at(1), end: at(3), lines: [] },
+          { op: 'append', pos: at(2), lines: [] },
+        ],
+        'f',
+      ),
+    ).toThrow(/inside/);
     expect(() => applyLineEdits(file, [{ op: 'append', pos: 'nope', lines: [] }], 'f')).toThrow(/LINE#ID/);
   });
 });

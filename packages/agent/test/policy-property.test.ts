@@ -8,7 +8,10 @@ import { resolvePath } from '../src/policy.js';
 
 /** Path segments a hostile caller might use, mixed with ordinary names. */
 const segment = fc.oneof(
-  { weight: 8, arbitrary: fc.constantFrom('..', '.', '', 'src', 'pub', 'a.py', 'link-out', 'link-in', 'link-up', 'loop', 'to-secret', 's.txt', 'secret', 'workspace') },
+  {
+    weight: 8,
+    arbitrary: fc.constantFrom('..', '.', '', 'src', 'pub', 'a.py', 'link-out', 'link-in', 'link-up', 'loop', 'to-secret', 's.txt', 'secret', 'workspace'),
+  },
   { weight: 2, arbitrary: fc.constantFrom('workspace2', 'out', 'etc', 'passwd', '\u2024\u2024', '%2e%2e', '..\\..', ' ', 'proc', 'self', 'root') },
   { weight: 1, arbitrary: fc.string({ minLength: 1, maxLength: 4 }).filter((s) => !s.includes('/') && !s.includes('\0')) },
 );
@@ -136,7 +139,7 @@ describe('property: narrowPolicy never widens', () => {
 
   it('refuses to widen with PERMISSION_ESCALATION', () => {
     const ro: FilePolicy = { root: '/workspace', readOnly: true };
-    expect(() => narrowPolicy(ro, { readonly: false })).toThrow(expect.objectContaining({ code: 'PERMISSION_ESCALATION' }) as never);
+    expect(() => narrowPolicy(ro, { readonly: false })).toThrow(expect.objectContaining({ code: 'PERMISSION_ESCALATION' }));
     expect(() => narrowPolicy(ro, { allowWrite: 'src' })).toThrow(/widen/);
     expect(() => narrowPolicy({ root: '/workspace', readOnly: false }, { allowRead: '/etc' })).toThrow(/outside the parent/);
     const narrowed = narrowPolicy({ root: '/workspace', readOnly: false }, { allowRead: 'src' });
@@ -148,7 +151,11 @@ describe('property: narrowPolicy never widens', () => {
     const parent: FilePolicy = { root: '/workspace', readOnly: false };
     expect(narrowPolicy(parent, {})).toEqual({ root: '/workspace', readOnly: false, restrict: { read: [], write: [] } });
     expect(narrowPolicy(parent, { inherit: true })).toEqual(parent);
-    expect(narrowPolicy(parent, { inherit: true, readonly: true })).toEqual({ root: '/workspace', readOnly: true, restrict: { read: ['/workspace'], write: [] } });
+    expect(narrowPolicy(parent, { inherit: true, readonly: true })).toEqual({
+      root: '/workspace',
+      readOnly: true,
+      restrict: { read: ['/workspace'], write: [] },
+    });
     const child = narrowPolicy(parent, { allowRead: 'src', allowWrite: ['out'] });
     expect(canRead(child, 'src/a.py')).toBe(true);
     expect(canWrite(child, 'src/a.py')).toBe(false);

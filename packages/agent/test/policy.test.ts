@@ -129,7 +129,9 @@ describe('resolvePath on a real folder tree', () => {
 
 describe('mapFsError', () => {
   it('answers a full disk (ENOSPC) and a reached quota (EDQUOT) with the same typed disk-full error', () => {
-    const [full, quota] = (['ENOSPC', 'EDQUOT'] as const).map((code) => mapFsError(Object.assign(new Error(code), { code }), '/workspace/out.bin') as CodedError);
+    const [full, quota] = (['ENOSPC', 'EDQUOT'] as const).map(
+      (code) => mapFsError(Object.assign(new Error(code), { code }), '/workspace/out.bin') as CodedError,
+    );
     expect(full).toBeInstanceOf(CodedError);
     expect(full!.code).toBe('RESOURCE_EXHAUSTED');
     expect(full!.details).toEqual({ path: '/workspace/out.bin', reason: 'disk-full' });

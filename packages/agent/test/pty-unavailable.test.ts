@@ -16,7 +16,9 @@ describe('pty where node-pty cannot load', () => {
     const err = await handlers['pty.open']({ cols: 80, rows: 24 }, context()).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(CodedError);
     expect(err).toMatchObject({ code: 'PTY_UNAVAILABLE' });
-    expect((err as Error).message).toBe("The terminal library (node-pty) could not load in this sandbox: Cannot find module '@lydell/node-pty'. Commands without a terminal still work.");
+    expect((err as Error).message).toBe(
+      "The terminal library (node-pty) could not load in this sandbox: Cannot find module '@lydell/node-pty'. Commands without a terminal still work.",
+    );
   });
 
   it('names a terminal handle that is not open', async () => {

@@ -23,11 +23,15 @@ export interface CopyReport {
 export async function copyCommand(source: string, destination: string, options: { overwrite?: boolean }, command: Command): Promise<void> {
   const from = parseRemote(source);
   const to = parseRemote(destination);
-  if (from && to) throw new CliError('Both sides name a sandbox; copy from a sandbox to here, or from here to a sandbox.', 'Copy in two steps through a local folder.');
+  if (from && to)
+    throw new CliError('Both sides name a sandbox; copy from a sandbox to here, or from here to a sandbox.', 'Copy in two steps through a local folder.');
   if (!from && !to) throw new CliError('Neither side names a sandbox.', 'Write one side as ID:/path, e.g. warren cp ./src ID:/workspace/src.');
   const report = to ? await upload(source, to, options.overwrite === true, command) : await download(from!, destination, command);
   if (wantsJson(command)) printJson(report);
-  else process.stdout.write(`${report.from} -> ${report.to}: ${report.kind === 'file' ? `${report.bytes} bytes` : `${report.files} files, ${report.bytes} bytes`}\n`);
+  else
+    process.stdout.write(
+      `${report.from} -> ${report.to}: ${report.kind === 'file' ? `${report.bytes} bytes` : `${report.files} files, ${report.bytes} bytes`}\n`,
+    );
 }
 
 async function upload(local: string, remote: { id: string; path: string }, overwrite: boolean, command: Command): Promise<CopyReport> {
@@ -39,7 +43,11 @@ async function upload(local: string, remote: { id: string; path: string }, overw
     const to = `${remote.id}:${remote.path}`;
     if (stats.isDirectory()) {
       const { archive, files } = await tarFolder(local);
-      const result = await withSpinner(`Uploading ${local} (${archive.length} bytes)`, () => sandbox.files.upload(remote.path, archive, { overwrite, timeoutMs: 300_000 }), `Uploaded ${local}`);
+      const result = await withSpinner(
+        `Uploading ${local} (${archive.length} bytes)`,
+        () => sandbox.files.upload(remote.path, archive, { overwrite, timeoutMs: 300_000 }),
+        `Uploaded ${local}`,
+      );
       return { from: local, to, kind: 'directory', bytes: result.bytes, files: files };
     }
     if (!stats.isFile()) throw new CliError(`'${local}' is neither a file nor a folder.`, 'Copy regular files and folders only.');
@@ -62,8 +70,12 @@ async function download(remote: { id: string; path: string }, local: string, com
       for (const skipped of result.skipped) process.stderr.write(`warren: skipped ${skipped.path}: ${skipped.reason}\n`);
       return { from, to: local, kind: 'directory', bytes: result.bytes, files: result.files };
     }
-    const target = await isDirectory(local) ? path.join(local, path.posix.basename(remote.path)) : local;
-    const content = await withSpinner(`Downloading ${from}`, () => sandbox.files.read(remote.path, { format: 'bytes', timeoutMs: 300_000 }), `Downloaded ${from}`);
+    const target = (await isDirectory(local)) ? path.join(local, path.posix.basename(remote.path)) : local;
+    const content = await withSpinner(
+      `Downloading ${from}`,
+      () => sandbox.files.read(remote.path, { format: 'bytes', timeoutMs: 300_000 }),
+      `Downloaded ${from}`,
+    );
     await writeFile(target, content);
     return { from, to: target, kind: 'file', bytes: content.length, files: 1 };
   } finally {

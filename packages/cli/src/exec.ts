@@ -27,7 +27,9 @@ export async function execCommand(id: string, argv: string[], options: ExecOptio
   const sandbox = await connectSandbox(command, id);
   try {
     const cmd = argv.length === 1 ? argv[0]! : argv;
-    const runOptions: Parameters<typeof sandbox.commands.stream>[1] = { timeoutMs: options.timeout !== undefined ? Math.min(options.timeout * 1000, MAX_TIMEOUT_MS) : MAX_TIMEOUT_MS };
+    const runOptions: Parameters<typeof sandbox.commands.stream>[1] = {
+      timeoutMs: options.timeout !== undefined ? Math.min(options.timeout * 1000, MAX_TIMEOUT_MS) : MAX_TIMEOUT_MS,
+    };
     if (options.cwd !== undefined) runOptions.cwd = options.cwd;
     if (options.env && Object.keys(options.env).length) runOptions.env = options.env;
     if (options.stdin) return await execWithStdin(sandbox, cmd, runOptions);
@@ -43,7 +45,10 @@ export async function execCommand(id: string, argv: string[], options: ExecOptio
         else await write(event.type === 'stdout' ? process.stdout : process.stderr, event.data);
       }
       if (!result) return 1;
-      if (result.timedOut) process.stderr.write(`warren: the command was killed after its ${Math.round(runOptions.timeoutMs! / 1000)} s timeout (pass --timeout SECONDS for longer)\n`);
+      if (result.timedOut)
+        process.stderr.write(
+          `warren: the command was killed after its ${Math.round(runOptions.timeoutMs! / 1000)} s timeout (pass --timeout SECONDS for longer)\n`,
+        );
       return exitCodeOf(result);
     } finally {
       process.off('SIGINT', onSignal);
@@ -85,7 +90,8 @@ async function execWithStdin(sandbox: Sandbox, cmd: string | string[], options: 
       else await write(event.type === 'stdout' ? process.stdout : process.stderr, event.data);
     }
     info ??= await proc.wait();
-    if (info.timedOut) process.stderr.write(`warren: the command was killed after its ${Math.round(options.timeoutMs! / 1000)} s timeout (pass --timeout SECONDS for longer)\n`);
+    if (info.timedOut)
+      process.stderr.write(`warren: the command was killed after its ${Math.round(options.timeoutMs! / 1000)} s timeout (pass --timeout SECONDS for longer)\n`);
     return exitCodeOf(info);
   } finally {
     process.off('SIGINT', onSignal);

@@ -35,10 +35,17 @@ export async function mcpCommand(options: McpOptions, command: Command): Promise
   const controller = controllerOptions(command);
   const owned = options.sandbox === undefined;
   const sandbox = owned
-    ? await Sandbox.create({ ...controller, ...(options.image ? { image: options.image } : {}), ...(options.ttl ? { ttlSeconds: options.ttl } : {}), labels: { 'warren.mcp': options.toolset, ...options.label } })
+    ? await Sandbox.create({
+        ...controller,
+        ...(options.image ? { image: options.image } : {}),
+        ...(options.ttl ? { ttlSeconds: options.ttl } : {}),
+        labels: { 'warren.mcp': options.toolset, ...options.label },
+      })
     : await Sandbox.connect(options.sandbox!, controller);
   const tools = TOOLSETS[options.toolset](sandbox);
-  process.stderr.write(`warren mcp: serving the ${options.toolset} tool set (${tools.length} tools) on sandbox ${sandbox.id}${owned ? ', removed when this server ends' : ''}\n`);
+  process.stderr.write(
+    `warren mcp: serving the ${options.toolset} tool set (${tools.length} tools) on sandbox ${sandbox.id}${owned ? ', removed when this server ends' : ''}\n`,
+  );
 
   let keepalive: NodeJS.Timeout | undefined;
   if (owned) {
@@ -48,7 +55,10 @@ export async function mcpCommand(options: McpOptions, command: Command): Promise
     keepalive.unref();
   }
 
-  const server = new Server({ name: 'warren', version: '0.1.0' }, { capabilities: { tools: {} }, instructions: `Tools of the ${options.toolset} tool set, running in Warren sandbox ${sandbox.id}.` });
+  const server = new Server(
+    { name: 'warren', version: '0.1.0' },
+    { capabilities: { tools: {} }, instructions: `Tools of the ${options.toolset} tool set, running in Warren sandbox ${sandbox.id}.` },
+  );
   server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: toMCPTools(tools) }));
   server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
     const result = await callMCPTool(tools, request.params.name, request.params.arguments ?? {}, { signal: extra.signal });

@@ -1,10 +1,10 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { collectKeyValue, parseDuration, parsePositiveInt, parseState } from './args.js';
 import { copyCommand } from './cp.js';
-import { execCommand } from './exec.js';
+import { execCommand, type ExecOptions } from './exec.js';
 import { imagesBuildCommand, imagesListCommand } from './images.js';
 import { mcpCommand, TOOLSET_NAMES } from './mcp.js';
-import { shellCommand } from './shell.js';
+import { shellCommand, type ShellOptions } from './shell.js';
 import { createCommand, doctorCommand, infoCommand, listCommand, logsCommand, removeCommand } from './sandbox-commands.js';
 
 /** Text after a command's help: examples a person can paste. */
@@ -17,7 +17,9 @@ function examples(lines: string[]): string {
  * command name too (`warren ls --url ...`); the program takes them before it as well.
  */
 function withController(command: Command): Command {
-  return command.option('--url <url>', 'the controller (default WARREN_URL, else http://127.0.0.1:7420)').option('--api-key <key>', 'the API key (default WARREN_API_KEY)');
+  return command
+    .option('--url <url>', 'the controller (default WARREN_URL, else http://127.0.0.1:7420)')
+    .option('--api-key <key>', 'the API key (default WARREN_API_KEY)');
 }
 
 /** The command after `ID`: with options passed through, commander keeps a `--` that follows the id. */
@@ -40,7 +42,9 @@ export function buildProgram(): Command {
     .option('--url <url>', 'the controller (default WARREN_URL, else http://127.0.0.1:7420)')
     .option('--api-key <key>', 'the API key (default WARREN_API_KEY)')
     // Parse errors in the same one-line shape as every other failure.
-    .configureOutput({ outputError: (text, write) => write(`warren: ${text.trim().replace(/^error: /, '')} (run warren --help, or warren COMMAND --help, for the options)\n`) })
+    .configureOutput({
+      outputError: (text, write) => write(`warren: ${text.trim().replace(/^error: /, '')} (run warren --help, or warren COMMAND --help, for the options)\n`),
+    })
     // Options after `exec ID` / `shell ID` belong to the command run in the sandbox.
     .enablePositionalOptions()
     .addHelpText(
@@ -75,7 +79,7 @@ export function buildProgram(): Command {
 
   withController(program.command('create'))
     .description('Create a sandbox and print its id and token.')
-    .option('--image <image>', 'any linux/amd64 image with /bin/sh (default: the controller\'s default image)')
+    .option('--image <image>', "any linux/amd64 image with /bin/sh (default: the controller's default image)")
     .option('--ttl <duration>', 'lifetime before the reaper removes it: seconds or 30s, 10m, 2h, 1d', parseDuration)
     .option('--env <K=V>', 'an environment variable for its commands (repeatable)', collectKeyValue)
     .option('--label <k=v>', 'a label to find it by (repeatable)', collectKeyValue)
@@ -86,7 +90,10 @@ export function buildProgram(): Command {
     })
     .option('--memory <MiB>', 'memory limit in MiB', parsePositiveInt)
     .option('--json', 'print the full answer as JSON')
-    .addHelpText('after', examples(['warren create', 'warren create --image warren/test-debian:latest --ttl 10m', 'warren create --env MODE=test --label task=t-42 --json']))
+    .addHelpText(
+      'after',
+      examples(['warren create', 'warren create --image warren/test-debian:latest --ttl 10m', 'warren create --env MODE=test --label task=t-42 --json']),
+    )
     .action(createCommand);
 
   withController(program.command('ls'))
@@ -99,8 +106,10 @@ export function buildProgram(): Command {
     .action(listCommand);
 
   withController(program.command('doctor'))
-    .description('Say what isolation the controller\'s Docker host gives sandboxes (user-namespace remap, gVisor, cgroups, limits, disk quota) and what to improve.')
-    .option('--json', 'print the controller\'s /readyz answer as JSON')
+    .description(
+      "Say what isolation the controller's Docker host gives sandboxes (user-namespace remap, gVisor, cgroups, limits, disk quota) and what to improve.",
+    )
+    .option('--json', "print the controller's /readyz answer as JSON")
     .addHelpText('after', examples(['warren doctor', 'warren doctor --json']))
     .action(doctorCommand);
 
@@ -130,7 +139,7 @@ export function buildProgram(): Command {
         'warren exec --timeout 30s $ID -- python3 slow.py',
       ]) + '\nSignals: a command ended by a signal exits 128+N; a timeout exits 124.\n',
     )
-    .action(async (id: string, cmd: string[], options, command: Command) => {
+    .action(async (id: string, cmd: string[], options: ExecOptions, command: Command) => {
       process.exitCode = await execCommand(id, withoutSeparator(cmd), options, command);
     });
 
@@ -144,9 +153,9 @@ export function buildProgram(): Command {
     .addHelpText(
       'after',
       examples(['warren shell $ID', 'warren shell $ID -- python3', 'warren shell --cwd /workspace/src $ID -- vim main.py']) +
-        '\nEvery key goes to the sandbox (Ctrl-C interrupts the program there); type exit, or Ctrl-D, to leave. The terminal follows this window\'s size.\n',
+        "\nEvery key goes to the sandbox (Ctrl-C interrupts the program there); type exit, or Ctrl-D, to leave. The terminal follows this window's size.\n",
     )
-    .action(async (id: string, cmd: string[], options, command: Command) => {
+    .action(async (id: string, cmd: string[], options: ShellOptions, command: Command) => {
       process.exitCode = await shellCommand(id, withoutSeparator(cmd), options, command);
     });
 
@@ -191,7 +200,10 @@ export function buildProgram(): Command {
   const images = program
     .command('images')
     .description("Build Warren's Docker images (scripts/build-images) or list them.")
-    .addHelpText('after', examples(['warren images            the same as warren images ls', 'warren images ls --json', 'warren images build', 'warren images build --force']));
+    .addHelpText(
+      'after',
+      examples(['warren images            the same as warren images ls', 'warren images ls --json', 'warren images build', 'warren images build --force']),
+    );
   images
     .command('ls', { isDefault: true })
     .alias('list')
@@ -207,10 +219,12 @@ export function buildProgram(): Command {
     });
 
   withController(program.command('mcp'))
-    .description('Run a Model Context Protocol server on stdio that exposes one tool set over a sandbox: one it creates (and removes when the client goes away) or an existing one (--sandbox).')
+    .description(
+      'Run a Model Context Protocol server on stdio that exposes one tool set over a sandbox: one it creates (and removes when the client goes away) or an existing one (--sandbox).',
+    )
     .addOption(new Option('--toolset <name>', 'the tool set to serve').choices(TOOLSET_NAMES).makeOptionMandatory())
     .option('--sandbox <id>', 'serve this existing sandbox (left running when the client goes away)')
-    .option('--image <image>', 'image of the sandbox it creates (default: the controller\'s default image)')
+    .option('--image <image>', "image of the sandbox it creates (default: the controller's default image)")
     .option('--ttl <duration>', 'ttl of the sandbox it creates, kept alive while the client is connected: seconds or 10m, 2h', parseDuration)
     .option('--label <k=v>', 'a label for the sandbox it creates (repeatable)', collectKeyValue)
     .addHelpText(

@@ -112,7 +112,8 @@ export async function removeCommand(ids: string[], _options: unknown, command: C
     }
   }
   if (wantsJson(command)) printJson(outcomes);
-  else for (const o of outcomes) (o.removed ? process.stdout : process.stderr).write(o.removed ? `${o.id}\n` : `warren: could not remove ${o.id}: ${o.error}\n`);
+  else
+    for (const o of outcomes) (o.removed ? process.stdout : process.stderr).write(o.removed ? `${o.id}\n` : `warren: could not remove ${o.id}: ${o.error}\n`);
   const failed = outcomes.filter((o) => !o.removed).length;
   if (failed) throw new CliError(`${failed} of ${ids.length} sandboxes could not be removed.`, 'Check the ids with warren ls.', 1);
 }
@@ -129,10 +130,18 @@ export async function logsCommand(id: string, options: { since?: number; limit?:
     process.stdout.write(
       table(
         ['SEQ', 'TIME', 'METHOD', 'OUTCOME', 'MS', 'BYTES IN/OUT', 'WHAT'],
-        log.entries.map((e) => [String(e.seq), shortTime(e.time), e.method, e.outcome, e.durationMs.toFixed(1), `${e.bytesIn}/${e.bytesOut}`, e.command ?? e.paths.join(' ')]),
+        log.entries.map((e) => [
+          String(e.seq),
+          shortTime(e.time),
+          e.method,
+          e.outcome,
+          e.durationMs.toFixed(1),
+          `${e.bytesIn}/${e.bytesOut}`,
+          e.command ?? e.paths.join(' '),
+        ]),
       ),
     );
-    if (log.dropped) process.stderr.write('warren: older entries were already dropped from the sandbox\'s ring of the last 10,000 calls\n');
+    if (log.dropped) process.stderr.write("warren: older entries were already dropped from the sandbox's ring of the last 10,000 calls\n");
   } finally {
     sandbox.close();
   }
@@ -157,29 +166,40 @@ interface Finding {
  */
 export function doctorFindings(ready: Record<string, unknown>): Finding[] {
   const isolation = (ready.isolation ?? {}) as Record<string, unknown>;
+  const text = (value: unknown, absent: string) => (typeof value === 'string' || typeof value === 'number' ? String(value) : absent);
   const quota = isolation.diskQuota as { quota?: boolean; kind?: string; reason?: string } | undefined;
   const remap = isolation.usernsRemap as { uid: number } | null | undefined;
   const findings: Finding[] = [
-    { what: 'controller', value: String(ready.status ?? 'unknown') },
+    { what: 'controller', value: text(ready.status, 'unknown') },
     {
       what: 'user-namespace remap',
       value: remap ? `on (container root is host uid ${remap.uid})` : 'off',
-      ...(!remap && { advice: "sandbox uid 1000 is host uid 1000; start dockerd with --userns-remap=default so a container escape lands on an unprivileged host uid" }),
+      ...(!remap && {
+        advice: 'sandbox uid 1000 is host uid 1000; start dockerd with --userns-remap=default so a container escape lands on an unprivileged host uid',
+      }),
     },
-    { what: 'gVisor (runsc)', value: isolation.gvisor ? 'available: create with runtime "runsc"' : 'not installed', ...(!isolation.gvisor && { advice: 'apt-get install runsc and register it in /etc/docker/daemon.json for a user-space kernel' }) },
-    { what: 'cgroup', value: `v${String(isolation.cgroupVersion ?? '?')} (${String(isolation.cgroupDriver ?? '?')})` },
+    {
+      what: 'gVisor (runsc)',
+      value: isolation.gvisor ? 'available: create with runtime "runsc"' : 'not installed',
+      ...(!isolation.gvisor && { advice: 'apt-get install runsc and register it in /etc/docker/daemon.json for a user-space kernel' }),
+    },
+    { what: 'cgroup', value: `v${text(isolation.cgroupVersion, '?')} (${text(isolation.cgroupDriver, '?')})` },
     {
       what: 'resource limits',
       value: isolation.limitsEnforced === false ? 'NOT enforced' : 'enforced',
-      ...(isolation.limitsEnforced === false && { advice: 'this engine ignores memory, CPU and pids limits (rootless on cgroup v1); use cgroup v2 or a rootful engine' }),
+      ...(isolation.limitsEnforced === false && {
+        advice: 'this engine ignores memory, CPU and pids limits (rootless on cgroup v1); use cgroup v2 or a rootful engine',
+      }),
     },
     { what: 'seccomp', value: isolation.seccomp ? 'on' : 'off' },
     { what: 'rootless engine', value: isolation.rootless ? 'yes' : 'no' },
-    { what: 'storage driver', value: String(isolation.storageDriver ?? 'unknown') },
+    { what: 'storage driver', value: text(isolation.storageDriver, 'unknown') },
     {
       what: 'workspace disk quota',
       value: quota?.quota ? `on (${quota.kind ?? 'quota'})` : `off${quota?.reason ? ` (${quota.reason})` : ''}`,
-      ...(!quota?.quota && { advice: 'a sandbox can fill the disk that holds Docker volumes; run the controller as root next to a local engine (it needs mkfs.ext4 and loop mounts)' }),
+      ...(!quota?.quota && {
+        advice: 'a sandbox can fill the disk that holds Docker volumes; run the controller as root next to a local engine (it needs mkfs.ext4 and loop mounts)',
+      }),
     },
   ];
   return findings;

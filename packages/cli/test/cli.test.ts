@@ -11,7 +11,9 @@ describe('formatError', () => {
   });
 
   it('prints a CLI error without a code, and a plain error as its message', () => {
-    expect(formatError(new CliError('Neither side names a sandbox.', 'Write one side as ID:/path.'))).toBe('warren: Neither side names a sandbox. (Write one side as ID:/path.)');
+    expect(formatError(new CliError('Neither side names a sandbox.', 'Write one side as ID:/path.'))).toBe(
+      'warren: Neither side names a sandbox. (Write one side as ID:/path.)',
+    );
     expect(formatError(new Error('boom'))).toBe('warren: boom');
     expect(formatError('text')).toBe('warren: text');
   });
@@ -19,7 +21,15 @@ describe('formatError', () => {
 
 describe('table', () => {
   it('aligns every column to its widest cell, with no trailing spaces', () => {
-    expect(table(['ID', 'STATE', 'LABELS'], [['abc', 'running', ''], ['a', 'gone', 'x=1']])).toBe('ID   STATE    LABELS\nabc  running\na    gone     x=1\n');
+    expect(
+      table(
+        ['ID', 'STATE', 'LABELS'],
+        [
+          ['abc', 'running', ''],
+          ['a', 'gone', 'x=1'],
+        ],
+      ),
+    ).toBe('ID   STATE    LABELS\nabc  running\na    gone     x=1\n');
   });
 
   it('prints the header alone when there are no rows', () => {
@@ -90,7 +100,8 @@ describe('warren --help', () => {
 
   it('lists every command the issue names, with the global options and examples', () => {
     const text = help(program);
-    for (const name of ['serve', 'create', 'ls', 'info', 'exec', 'shell', 'cp', 'rm', 'logs', 'images', 'mcp']) expect(text).toMatch(new RegExp(`^  ${name}\\b`, 'm'));
+    for (const name of ['serve', 'create', 'ls', 'info', 'exec', 'shell', 'cp', 'rm', 'logs', 'images', 'mcp'])
+      expect(text).toMatch(new RegExp(`^  ${name}\\b`, 'm'));
     expect(text).toContain('--url <url>');
     expect(text).toContain('--api-key <key>');
     expect(text).toContain('Examples:');
@@ -115,7 +126,9 @@ describe('warren --help', () => {
     expect(text).toContain('"mcpServers"');
     const json = text.slice(text.indexOf('{'), text.lastIndexOf('}') + 1);
     expect(JSON.parse(json)).toEqual({
-      mcpServers: { warren: { command: 'warren', args: ['mcp', '--toolset', 'codin'], env: { WARREN_URL: 'http://127.0.0.1:7420', WARREN_API_KEY: 'wk_...' } } },
+      mcpServers: {
+        warren: { command: 'warren', args: ['mcp', '--toolset', 'codin'], env: { WARREN_URL: 'http://127.0.0.1:7420', WARREN_API_KEY: 'wk_...' } },
+      },
     });
     for (const toolset of ['codin', 'filesystem', 'toolsmith', 'partial_read', 'builtin']) expect(text).toContain(toolset);
   });

@@ -66,7 +66,11 @@ export class AgentDirs {
     } finally {
       await folder.close();
     }
-    const file = await open(path.join(dir, SECRET_FILE), constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW | constants.O_NONBLOCK, 0o600);
+    const file = await open(
+      path.join(dir, SECRET_FILE),
+      constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW | constants.O_NONBLOCK,
+      0o600,
+    );
     try {
       await file.writeFile(secret);
       if (this.daemonOwner) await file.chown(this.daemonOwner.uid, this.daemonOwner.gid);

@@ -1,11 +1,32 @@
-import { CodedError, decodeFrame, encodeFrame, parseResult, PROTOCOL_VERSION, WS_MAX_PAYLOAD_BYTES, type MethodName, type ParamsIn, type Result } from '@warren/protocol';
+import {
+  CodedError,
+  decodeFrame,
+  encodeFrame,
+  parseResult,
+  PROTOCOL_VERSION,
+  WS_MAX_PAYLOAD_BYTES,
+  type MethodName,
+  type ParamsIn,
+  type Result,
+} from '@warren/protocol';
 import { lstatSync, type Stats } from 'node:fs';
 import { WebSocket } from 'ws';
 
 /** A connection failure as a client may see it: the kind of failure, no host path or host text. */
 function unreachable(code: string | undefined): CodedError {
-  const why = code === 'ENOENT' ? 'it is not listening yet' : code === 'ECONNREFUSED' ? 'it refused the connection' : code === 'ETIMEDOUT' ? 'it did not answer in time' : 'the connection failed';
-  return new CodedError('SANDBOX_NOT_READY', `The sandbox daemon is not reachable: ${why}. Retry shortly; if it persists, look at the sandbox's state.`, code ? { cause: code } : undefined);
+  const why =
+    code === 'ENOENT'
+      ? 'it is not listening yet'
+      : code === 'ECONNREFUSED'
+        ? 'it refused the connection'
+        : code === 'ETIMEDOUT'
+          ? 'it did not answer in time'
+          : 'the connection failed';
+  return new CodedError(
+    'SANDBOX_NOT_READY',
+    `The sandbox daemon is not reachable: ${why}. Retry shortly; if it persists, look at the sandbox's state.`,
+    code ? { cause: code } : undefined,
+  );
 }
 
 /**
@@ -26,7 +47,12 @@ export function openAgentSocket(socketPath: string, secret: string, timeoutMs = 
       return;
     }
     if (!kind.isSocket()) {
-      reject(new CodedError('SANDBOX_NOT_READY', "The sandbox daemon's socket is not a socket; the controller does not connect to it. Kill the sandbox and create a new one."));
+      reject(
+        new CodedError(
+          'SANDBOX_NOT_READY',
+          "The sandbox daemon's socket is not a socket; the controller does not connect to it. Kill the sandbox and create a new one.",
+        ),
+      );
       return;
     }
     const ws = new WebSocket(`ws+unix://${socketPath}:/`, {
@@ -49,7 +75,9 @@ export function openAgentSocket(socketPath: string, secret: string, timeoutMs = 
       resolve(ws);
     });
     ws.once('error', fail);
-    ws.once('unexpected-response', (_req, res) => fail(new CodedError('UPSTREAM_UNAVAILABLE', `The sandbox daemon refused the connection (HTTP ${res.statusCode}).`)));
+    ws.once('unexpected-response', (_req, res) =>
+      fail(new CodedError('UPSTREAM_UNAVAILABLE', `The sandbox daemon refused the connection (HTTP ${res.statusCode}).`)),
+    );
   });
 }
 
@@ -68,11 +96,20 @@ export function probeAgent(socketPath: string, secret: string, timeoutMs = 5000)
  * @example
  * const { entries } = await callAgent(socketPath, secret, 'audit.list', { limit: 100 });
  */
-export async function callAgent<M extends MethodName>(socketPath: string, secret: string, method: M, params: ParamsIn<M>, timeoutMs = 5000): Promise<Result<M>> {
+export async function callAgent<M extends MethodName>(
+  socketPath: string,
+  secret: string,
+  method: M,
+  params: ParamsIn<M>,
+  timeoutMs = 5000,
+): Promise<Result<M>> {
   const ws = await openAgentSocket(socketPath, secret, timeoutMs);
   try {
     return await new Promise<Result<M>>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new CodedError('SANDBOX_NOT_READY', `The sandbox daemon did not answer ${method} within ${timeoutMs} ms.`)), timeoutMs);
+      const timer = setTimeout(
+        () => reject(new CodedError('SANDBOX_NOT_READY', `The sandbox daemon did not answer ${method} within ${timeoutMs} ms.`)),
+        timeoutMs,
+      );
       ws.on('message', (data: Buffer) => {
         try {
           const { header } = decodeFrame(data);
@@ -80,7 +117,7 @@ export async function callAgent<M extends MethodName>(socketPath: string, secret
           else if (header.type === 'res') resolve(parseResult(method, header.result));
           else if (header.type === 'err') reject(new CodedError(header.error.code, header.error.message, header.error.details));
         } catch (err) {
-          reject(err);
+          reject(err instanceof Error ? err : new Error(String(err)));
         }
       });
       ws.once('close', () => reject(new CodedError('SANDBOX_NOT_READY', `The sandbox daemon closed the connection during ${method}.`)));

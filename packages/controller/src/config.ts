@@ -163,17 +163,19 @@ export function readConfigFile(file: string): ConfigFile {
   try {
     text = readFileSync(file, 'utf8');
   } catch (err) {
-    throw new Error(`Cannot read the configuration file ${file}: ${(err as Error).message}`);
+    throw new Error(`Cannot read the configuration file ${file}: ${(err as Error).message}`, { cause: err });
   }
   let raw: unknown;
   try {
     raw = file.endsWith('.json') ? JSON.parse(text) : parseYaml(text);
   } catch (err) {
-    throw new Error(`The configuration file ${file} is not valid ${file.endsWith('.json') ? 'JSON' : 'YAML'}: ${(err as Error).message}`);
+    throw new Error(`The configuration file ${file} is not valid ${file.endsWith('.json') ? 'JSON' : 'YAML'}: ${(err as Error).message}`, { cause: err });
   }
   const parsed = ConfigFile.safeParse(raw ?? {});
   if (!parsed.success) {
-    throw new Error(`The configuration file ${file} is invalid: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(top)'}: ${i.message}`).join('; ')}. See docs/controller.md for every setting.`);
+    throw new Error(
+      `The configuration file ${file} is invalid: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(top)'}: ${i.message}`).join('; ')}. See docs/controller.md for every setting.`,
+    );
   }
   return parsed.data;
 }
@@ -185,75 +187,97 @@ export function readConfigFile(file: string): ConfigFile {
  * @example
  * const config = loadConfig({ ...process.env, WARREN_PORT: '0' });
  */
-export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Partial<ControllerConfig> = {}, configFile: string | undefined = env.WARREN_CONFIG || undefined): ControllerConfig {
-  const num = (name: string): number | undefined => {
-    const raw = env[name];
-    if (raw === undefined || raw === '') return undefined;
-    const value = Number(raw);
-    if (!Number.isFinite(value) || value < 0) throw new Error(`${name} must be a non-negative number, got '${raw}'`);
-    return value;
-  };
-  const bool = (name: string): boolean | undefined => {
-    const raw = env[name];
-    if (raw === undefined || raw === '') return undefined;
-    if (/^(1|true|yes)$/i.test(raw)) return true;
-    if (/^(0|false|no)$/i.test(raw)) return false;
-    throw new Error(`${name} must be true or false, got '${raw}'`);
-  };
-  const list = (name: string, separator: string): string[] | undefined => {
-    const raw = env[name];
-    return raw === undefined || raw === '' ? undefined : raw.split(separator).map((s) => s.trim()).filter(Boolean);
-  };
+export function loadConfig(
+  env: NodeJS.ProcessEnv = process.env,
+  overrides: Partial<ControllerConfig> = {},
+  configFile: string | undefined = env.WARREN_CONFIG || undefined,
+): ControllerConfig {
   const file = configFile ? readConfigFile(configFile) : {};
-  const pick = <T>(...values: (T | undefined)[]): T | undefined => values.find((v) => v !== undefined);
-  const limits = { ...DEFAULTS.limits, ...stripUndefined(file.limits ?? {}) };
-  const maxLimits = { ...DEFAULTS.maxLimits, ...stripUndefined(file.maxLimits ?? {}) };
-  const envLimits = stripUndefined({
-    memoryMb: num('WARREN_MEMORY_MB'),
-    cpus: num('WARREN_CPUS'),
-    pidsLimit: num('WARREN_PIDS_LIMIT'),
-    ttlSeconds: num('WARREN_TTL_SECONDS'),
-    diskMb: num('WARREN_DISK_MB'),
-  });
+  const fromEnv = readEnvironment(env);
+  const limits = { ...DEFAULTS.limits, ...stripUndefined(file.limits ?? {}), ...stripUndefined(fromEnv.limits ?? {}) };
+  const maxLimits = { ...DEFAULTS.maxLimits, ...stripUndefined(file.maxLimits ?? {}), ...stripUndefined(fromEnv.maxLimits ?? {}) };
+  const merged = { ...stripUndefined(file), ...stripUndefined(fromEnv) };
   const config: ControllerConfig = {
     ...DEFAULTS,
-    ...stripUndefined(file),
-    host: pick(env.WARREN_HOST, file.host) ?? DEFAULTS.host,
-    port: pick(num('WARREN_PORT'), file.port) ?? DEFAULTS.port,
-    stateDir: pick(env.WARREN_STATE_DIR, file.stateDir) ?? defaultStateDir(),
+    ...merged,
+    stateDir: merged.stateDir ?? defaultStateDir(),
+    workspaceReserveMb: merged.workspaceReserveMb,
     apiKey: env.WARREN_API_KEY || undefined,
-    apiKeyHashes: [...(file.apiKeyHashes ?? []), ...(list('WARREN_API_KEY_HASHES', ',') ?? [])],
-    defaultImage: pick(env.WARREN_DEFAULT_IMAGE, file.defaultImage) ?? DEFAULTS.defaultImage,
-    agentBundlePath: pick(env.WARREN_AGENT_BUNDLE, file.agentBundlePath) ?? new URL('../../agent/dist/warren-agent.mjs', import.meta.url).pathname,
-    limits: { ...limits, ...envLimits },
+    apiKeyHashes: [...(file.apiKeyHashes ?? []), ...(fromEnv.apiKeyHashes ?? [])],
+    agentBundlePath: merged.agentBundlePath ?? new URL('../../agent/dist/warren-agent.mjs', import.meta.url).pathname,
+    limits,
     maxLimits,
-    allowedMountRoots: pick(list('WARREN_ALLOWED_MOUNTS', ':'), file.allowedMountRoots) ?? [],
-    allowBridgeNetwork: pick(bool('WARREN_ALLOW_BRIDGE_NETWORK'), file.allowBridgeNetwork) ?? DEFAULTS.allowBridgeNetwork,
-    workspaceQuota: pick(quotaMode(env.WARREN_WORKSPACE_QUOTA), file.workspaceQuota) ?? DEFAULTS.workspaceQuota,
-    workspaceReserveMb: pick(num('WARREN_WORKSPACE_RESERVE_MB'), file.workspaceReserveMb),
-    readyTimeoutMs: pick(num('WARREN_READY_TIMEOUT_MS'), file.readyTimeoutMs) ?? DEFAULTS.readyTimeoutMs,
-    reapIntervalMs: pick(num('WARREN_REAP_INTERVAL_MS'), file.reapIntervalMs) ?? DEFAULTS.reapIntervalMs,
-    orphanGraceSeconds: pick(num('WARREN_ORPHAN_GRACE_SECONDS'), file.orphanGraceSeconds) ?? DEFAULTS.orphanGraceSeconds,
-    killOnShutdown: pick(bool('WARREN_KILL_ON_SHUTDOWN'), file.killOnShutdown) ?? DEFAULTS.killOnShutdown,
-    poolSize: pick(num('WARREN_POOL_SIZE'), file.poolSize) ?? DEFAULTS.poolSize,
-    maxSandboxes: pick(num('WARREN_MAX_SANDBOXES'), file.maxSandboxes) ?? DEFAULTS.maxSandboxes,
-    maxConcurrentCreates: pick(num('WARREN_MAX_CONCURRENT_CREATES'), file.maxConcurrentCreates) ?? DEFAULTS.maxConcurrentCreates,
-    maxQueuedCreates: pick(num('WARREN_MAX_QUEUED_CREATES'), file.maxQueuedCreates) ?? DEFAULTS.maxQueuedCreates,
-    createQueueTimeoutMs: pick(num('WARREN_CREATE_QUEUE_TIMEOUT_MS'), file.createQueueTimeoutMs) ?? DEFAULTS.createQueueTimeoutMs,
-    maxConnections: pick(num('WARREN_MAX_CONNECTIONS'), file.maxConnections) ?? DEFAULTS.maxConnections,
-    maxMessageBytes: pick(num('WARREN_MAX_MESSAGE_BYTES'), file.maxMessageBytes) ?? DEFAULTS.maxMessageBytes,
-    heartbeatMs: pick(num('WARREN_HEARTBEAT_MS'), file.heartbeatMs) ?? DEFAULTS.heartbeatMs,
-    allowedOrigins: pick(list('WARREN_ALLOWED_ORIGINS', ','), file.allowedOrigins) ?? [],
-    allowedHosts: pick(list('WARREN_ALLOWED_HOSTS', ','), file.allowedHosts) ?? [],
     ...overrides,
   };
   return config;
 }
 
-function quotaMode(raw: string | undefined): ControllerConfig['workspaceQuota'] | undefined {
-  if (raw === undefined || raw === '') return undefined;
-  if (raw === 'auto' || raw === 'required' || raw === 'off') return raw;
-  throw new Error(`WARREN_WORKSPACE_QUOTA must be auto, required or off, got '${raw}'`);
+/**
+ * Every `WARREN_*` variable and the setting it sets, with how its text is read. The values go
+ * through the same schema as the configuration file ({@link ConfigFile}), so a variable meets the
+ * same limits and gets the same errors as the file would (`WARREN_PORT=99999` is refused).
+ */
+const ENV_SETTINGS: [variable: string, path: string, kind: 'string' | 'number' | 'boolean' | 'list:' | 'list,'][] = [
+  ['WARREN_HOST', 'host', 'string'],
+  ['WARREN_PORT', 'port', 'number'],
+  ['WARREN_STATE_DIR', 'stateDir', 'string'],
+  ['WARREN_API_KEY_HASHES', 'apiKeyHashes', 'list,'],
+  ['WARREN_DEFAULT_IMAGE', 'defaultImage', 'string'],
+  ['WARREN_AGENT_BUNDLE', 'agentBundlePath', 'string'],
+  ['WARREN_MEMORY_MB', 'limits.memoryMb', 'number'],
+  ['WARREN_CPUS', 'limits.cpus', 'number'],
+  ['WARREN_PIDS_LIMIT', 'limits.pidsLimit', 'number'],
+  ['WARREN_TTL_SECONDS', 'limits.ttlSeconds', 'number'],
+  ['WARREN_DISK_MB', 'limits.diskMb', 'number'],
+  ['WARREN_ALLOWED_MOUNTS', 'allowedMountRoots', 'list:'],
+  ['WARREN_ALLOW_BRIDGE_NETWORK', 'allowBridgeNetwork', 'boolean'],
+  ['WARREN_WORKSPACE_QUOTA', 'workspaceQuota', 'string'],
+  ['WARREN_WORKSPACE_RESERVE_MB', 'workspaceReserveMb', 'number'],
+  ['WARREN_READY_TIMEOUT_MS', 'readyTimeoutMs', 'number'],
+  ['WARREN_REAP_INTERVAL_MS', 'reapIntervalMs', 'number'],
+  ['WARREN_ORPHAN_GRACE_SECONDS', 'orphanGraceSeconds', 'number'],
+  ['WARREN_KILL_ON_SHUTDOWN', 'killOnShutdown', 'boolean'],
+  ['WARREN_POOL_SIZE', 'poolSize', 'number'],
+  ['WARREN_MAX_SANDBOXES', 'maxSandboxes', 'number'],
+  ['WARREN_MAX_CONCURRENT_CREATES', 'maxConcurrentCreates', 'number'],
+  ['WARREN_MAX_QUEUED_CREATES', 'maxQueuedCreates', 'number'],
+  ['WARREN_CREATE_QUEUE_TIMEOUT_MS', 'createQueueTimeoutMs', 'number'],
+  ['WARREN_MAX_CONNECTIONS', 'maxConnections', 'number'],
+  ['WARREN_MAX_MESSAGE_BYTES', 'maxMessageBytes', 'number'],
+  ['WARREN_HEARTBEAT_MS', 'heartbeatMs', 'number'],
+  ['WARREN_ALLOWED_ORIGINS', 'allowedOrigins', 'list,'],
+  ['WARREN_ALLOWED_HOSTS', 'allowedHosts', 'list,'],
+];
+
+/** The `WARREN_*` variables as a configuration-file object, checked by the file's schema. */
+function readEnvironment(env: NodeJS.ProcessEnv): ConfigFile {
+  const raw: Record<string, unknown> = {};
+  const variableOf = new Map<string, string>();
+  for (const [variable, at, kind] of ENV_SETTINGS) {
+    const text = env[variable];
+    if (text === undefined || text === '') continue;
+    let value: unknown = text;
+    if (kind === 'number') value = /^-?\d+(\.\d+)?$/.test(text.trim()) ? Number(text) : text;
+    else if (kind === 'boolean') value = /^(1|true|yes)$/i.test(text) ? true : /^(0|false|no)$/i.test(text) ? false : text;
+    else if (kind.startsWith('list'))
+      value = text
+        .split(kind.slice(4))
+        .map((s) => s.trim())
+        .filter(Boolean);
+    const [head, tail] = at.split('.') as [string, string | undefined];
+    if (tail === undefined) raw[head] = value;
+    else raw[head] = { ...(raw[head] as Record<string, unknown> | undefined), [tail]: value };
+    variableOf.set(at, variable);
+  }
+  const parsed = ConfigFile.safeParse(raw);
+  if (!parsed.success) {
+    const problems = parsed.error.issues.map((issue) => {
+      const at = issue.path.map(String).join('.');
+      return `${variableOf.get(at) ?? variableOf.get(String(issue.path[0])) ?? at} (${at}): ${issue.message}`;
+    });
+    throw new Error(`Invalid environment variable: ${problems.join('; ')}. See docs/controller.md for every setting.`);
+  }
+  return parsed.data;
 }
 
 function stripUndefined<T extends object>(value: T): { [K in keyof T]: Exclude<T[K], undefined> } {

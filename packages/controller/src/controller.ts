@@ -51,12 +51,17 @@ export async function startController(options: StartControllerOptions = {}): Pro
     credentials = loaded.credentials;
     generatedApiKey = loaded.generatedApiKey;
   }
-  const provider = options.provider ?? new DockerProvider({ stateDir: config.stateDir, workspaceQuota: config.workspaceQuota, workspaceReserveMb: config.workspaceReserveMb, log });
+  const provider =
+    options.provider ??
+    new DockerProvider({ stateDir: config.stateDir, workspaceQuota: config.workspaceQuota, workspaceReserveMb: config.workspaceReserveMb, log });
   await provider.ping();
   const runtime = await collectRuntime(config.agentBundlePath);
   const { oldRuntimesRemoved } = await provider.prepare(runtime, config.defaultImage);
   const isolation = await provider.isolation();
-  if (!isolation.limitsEnforced) log('engine.limits-not-enforced', { warning: 'this engine accepts memory, CPU and pids limits without enforcing them (rootless on cgroup v1); sandboxes are not bounded' });
+  if (!isolation.limitsEnforced)
+    log('engine.limits-not-enforced', {
+      warning: 'this engine accepts memory, CPU and pids limits without enforcing them (rootless on cgroup v1); sandboxes are not bounded',
+    });
   const metrics: Metrics = new Metrics(() => sandboxes.countByState());
   const sandboxes: SandboxService = new SandboxService({
     provider,
@@ -81,8 +86,16 @@ export async function startController(options: StartControllerOptions = {}): Pro
   const readiness = async () => {
     await provider.ping();
     if (engine.recovering) throw new Error('the Docker engine restarted and Warren is still starting the sandboxes that stopped with it');
-    if (!(await provider.hasImage(config.defaultImage))) throw new Error(`the default image ${config.defaultImage} is not on the Docker engine; build it with scripts/build-images`);
-    return { [provider.name]: 'ok', provider: provider.name, defaultImage: config.defaultImage, runtimes: sandboxes.runtimes, isolation, hardening: sandboxHardening(config) };
+    if (!(await provider.hasImage(config.defaultImage)))
+      throw new Error(`the default image ${config.defaultImage} is not on the Docker engine; build it with scripts/build-images`);
+    return {
+      [provider.name]: 'ok',
+      provider: provider.name,
+      defaultImage: config.defaultImage,
+      runtimes: sandboxes.runtimes,
+      isolation,
+      hardening: sandboxHardening(config),
+    };
   };
   const audit = async (id: string, query: URLSearchParams) => {
     const params: ParamsIn<'audit.list'> = {};
@@ -104,7 +117,14 @@ export async function startController(options: StartControllerOptions = {}): Pro
   server.listen(config.port, config.host);
   await once(server, 'listening');
   const url = serverUrl(server, config.host);
-  log('controller.started', { url, provider: provider.name, recovered, restarted: restartedAtStart.restarted.length, restartFailed: restartedAtStart.failed, oldRuntimesRemoved });
+  log('controller.started', {
+    url,
+    provider: provider.name,
+    recovered,
+    restarted: restartedAtStart.restarted.length,
+    restartFailed: restartedAtStart.failed,
+    oldRuntimesRemoved,
+  });
 
   const reaper = setInterval(() => {
     pool?.fill();
@@ -140,4 +160,3 @@ function sandboxHardening(config: ControllerConfig) {
 function jsonLog(event: string, fields: Record<string, unknown> = {}): void {
   process.stderr.write(`${JSON.stringify({ time: new Date().toISOString(), event, ...fields })}\n`);
 }
-

@@ -37,7 +37,11 @@ export class Credentials {
    * the caller prints the key once. A key from the environment is hashed in memory and never
    * written.
    */
-  static async load(stateDir: string, apiKeyFromEnv: string | undefined, extraDigests: string[] = []): Promise<{ credentials: Credentials; generatedApiKey?: string }> {
+  static async load(
+    stateDir: string,
+    apiKeyFromEnv: string | undefined,
+    extraDigests: string[] = [],
+  ): Promise<{ credentials: Credentials; generatedApiKey?: string }> {
     await mkdir(stateDir, { recursive: true, mode: 0o700 });
     const masterKey = Buffer.from(await readOrCreate(path.join(stateDir, 'master.key'), () => randomBytes(32).toString('hex')), 'hex');
     const digests = extraDigests.map((hex) => Buffer.from(hex, 'hex'));
@@ -107,7 +111,9 @@ export class Credentials {
    * storage.
    */
   deriveToken(token: DerivedToken): string {
-    const payload = Buffer.from(JSON.stringify({ s: token.sandboxId, g: token.grant, e: token.expiresAt, n: randomBytes(6).toString('base64url') })).toString('base64url');
+    const payload = Buffer.from(JSON.stringify({ s: token.sandboxId, g: token.grant, e: token.expiresAt, n: randomBytes(6).toString('base64url') })).toString(
+      'base64url',
+    );
     return `wsd_${payload}.${this.derive('derived', payload)}`;
   }
 

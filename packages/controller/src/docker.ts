@@ -1,6 +1,6 @@
 import type { Readable } from 'node:stream';
 import Docker from 'dockerode';
-import { CodedError } from '@warren/protocol';
+import { CodedError, DEFAULT_ROOT } from '@warren/protocol';
 import type { SandboxSettings } from '@warren/protocol';
 import { AgentDirs, type HostIdentity } from './agent-dir.js';
 import { openWorkspaceStore, type WorkspaceStore } from './workspace-store.js';
@@ -25,7 +25,7 @@ export const DAEMON_CAPABILITIES = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID',
 /** Defaults for settings that labels of older sandboxes lack. */
 const HARDENING_DEFAULTS = { readOnlyRootfs: true, tmpMb: 256, openFiles: 4096, fileSizeMb: 4096 } as const;
 /** The writable folder every sandbox gets, whatever its image has. */
-export const WORKSPACE = '/workspace';
+export const WORKSPACE = DEFAULT_ROOT;
 
 /** What the controller decided a sandbox container must be. */
 export interface SandboxContainerSpec {
@@ -63,9 +63,11 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
   // the start instead of being made anew on the host's disk, as `Binds` would). Otherwise an
   // anonymous volume: Docker copies the image's /workspace into it (if any), the daemon hands it
   // to the sandbox user, and `remove({ v: true })` deletes it with the container.
-  if (spec.workspaceOnHost !== undefined && !workspaceIsMounted(spec)) mounts.push({ Type: 'bind', Source: spec.workspaceOnHost, Target: WORKSPACE, ReadOnly: false, BindOptions: { Propagation: 'rprivate' } });
+  if (spec.workspaceOnHost !== undefined && !workspaceIsMounted(spec))
+    mounts.push({ Type: 'bind', Source: spec.workspaceOnHost, Target: WORKSPACE, ReadOnly: false, BindOptions: { Propagation: 'rprivate' } });
   else if (!workspaceIsMounted(spec)) mounts.push({ Type: 'volume', Source: '', Target: WORKSPACE, ReadOnly: false });
-  for (const m of settings.mounts) mounts.push({ Type: 'bind', Source: m.hostPath, Target: m.path, ReadOnly: m.readOnly, BindOptions: { Propagation: 'rprivate' } });
+  for (const m of settings.mounts)
+    mounts.push({ Type: 'bind', Source: m.hostPath, Target: m.path, ReadOnly: m.readOnly, BindOptions: { Propagation: 'rprivate' } });
   const hostConfig: Docker.HostConfig = {
     Init: true,
     CapDrop: ['ALL'],
@@ -96,7 +98,19 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
   return {
     name: `warren-${spec.id}`,
     Image: spec.image,
-    Entrypoint: agentCommand(['--socket', `${SOCKET_DIR_IN_SANDBOX}/agent.sock`, '--secret-file', `${SOCKET_DIR_IN_SANDBOX}/secret`, '--root', WORKSPACE, '--home', WORKSPACE, '--user', settings.user, ...(workspaceIsMounted(spec) ? [] : ['--own-root'])]),
+    Entrypoint: agentCommand([
+      '--socket',
+      `${SOCKET_DIR_IN_SANDBOX}/agent.sock`,
+      '--secret-file',
+      `${SOCKET_DIR_IN_SANDBOX}/secret`,
+      '--root',
+      WORKSPACE,
+      '--home',
+      WORKSPACE,
+      '--user',
+      settings.user,
+      ...(workspaceIsMounted(spec) ? [] : ['--own-root']),
+    ]),
     Cmd: [],
     // The daemon's identity; every command it starts runs as `settings.user`.
     User: '0:0',
@@ -112,7 +126,17 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
  * Reads the engine's isolation from `docker info`. Under user-namespace remap the engine keeps its
  * data in `<data-root>/<uid>.<gid>`, which is how the remapped root is found.
  */
-export function engineIsolation(info: { SecurityOptions?: string[]; CgroupVersion?: string; CgroupDriver?: string; Runtimes?: Record<string, unknown>; Driver?: string; DockerRootDir?: string }): Omit<ProviderIsolation, 'diskQuota'> {
+/** The fields of `docker info` that say how the engine isolates containers. */
+interface EngineInfo {
+  SecurityOptions?: string[];
+  CgroupVersion?: string;
+  CgroupDriver?: string;
+  Runtimes?: Record<string, unknown>;
+  Driver?: string;
+  DockerRootDir?: string;
+}
+
+export function engineIsolation(info: EngineInfo): Omit<ProviderIsolation, 'diskQuota'> {
   const options = (info.SecurityOptions ?? []).map((o) => /name=([^,]+)/.exec(o)?.[1] ?? o);
   const remapped = options.includes('userns') ? /\/(\d+)\.(\d+)\/?$/.exec(info.DockerRootDir ?? '') : null;
   const cgroupDriver = info.CgroupDriver ?? 'unknown';
@@ -164,13 +188,15 @@ export class DockerProvider implements SandboxProvider {
   }
 
   async isolation(): Promise<ProviderIsolation> {
-    const isolation = engineIsolation(await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info')));
+    const isolation = engineIsolation((await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info'))) as EngineInfo);
     return { ...isolation, diskQuota: this.workspaces?.describe() ?? { quota: false, kind: 'volume', reason: 'the provider is not prepared yet' } };
   }
 
   /** The registered runtimes with the arguments the engine passes them (`--network=none` matters). */
   async runtimes(): Promise<{ name: string; args: string[] }[]> {
-    const info = (await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info'))) as { Runtimes?: Record<string, { runtimeArgs?: string[] }> };
+    const info = (await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info'))) as {
+      Runtimes?: Record<string, { runtimeArgs?: string[] }>;
+    };
     return Object.entries(info.Runtimes ?? { runc: {} }).map(([name, r]) => ({ name, args: r?.runtimeArgs ?? [] }));
   }
 
@@ -193,7 +219,7 @@ export class DockerProvider implements SandboxProvider {
    */
   async prepare(runtime: AgentRuntime, helperImage: string): Promise<{ oldRuntimesRemoved: number }> {
     const stateDir = this.options.stateDir ?? defaultStateDir();
-    this.remap = engineIsolation(await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info'))).usernsRemap;
+    this.remap = engineIsolation((await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info'))) as EngineInfo).usernsRemap;
     this.dirs = new AgentDirs(stateDir, daemonOwner(this.remap));
     this.workspaces = await openWorkspaceStore({
       stateDir,
@@ -214,9 +240,13 @@ export class DockerProvider implements SandboxProvider {
    */
   async ensureRuntimeVolume(runtime: AgentRuntime, helperImage: string): Promise<string> {
     const name = `warren-runtime-${runtime.hash}`;
-    const existing = await this.docker.getVolume(name).inspect().catch(() => undefined);
+    const existing = await this.docker
+      .getVolume(name)
+      .inspect()
+      .catch(() => undefined);
     if (existing && (await this.volumeIsComplete(name, helperImage))) return name;
-    if (!existing) await this.docker.createVolume({ Name: name, Labels: { 'warren.runtime': runtime.hash } }).catch((e: unknown) => rethrow(e, `create volume ${name}`));
+    if (!existing)
+      await this.docker.createVolume({ Name: name, Labels: { 'warren.runtime': runtime.hash } }).catch((e: unknown) => rethrow(e, `create volume ${name}`));
     await this.withHelper(name, helperImage, async (helper) => {
       await helper.putArchive(await runtimeTar(runtime), { path: RUNTIME_DIR });
     });
@@ -256,7 +286,12 @@ export class DockerProvider implements SandboxProvider {
 
   private async withHelper<T>(volume: string, image: string, use: (c: Docker.Container) => Promise<T>): Promise<T> {
     const helper = await this.docker
-      .createContainer({ Image: image, Entrypoint: ['/bin/true'], Cmd: [], HostConfig: { Mounts: [{ Type: 'volume', Source: volume, Target: RUNTIME_DIR }], NetworkMode: 'none' } })
+      .createContainer({
+        Image: image,
+        Entrypoint: ['/bin/true'],
+        Cmd: [],
+        HostConfig: { Mounts: [{ Type: 'volume', Source: volume, Target: RUNTIME_DIR }], NetworkMode: 'none' },
+      })
       .catch((e: unknown) => rethrow(e, `create a helper container from ${image}`));
     try {
       return await use(helper);
@@ -271,12 +306,22 @@ export class DockerProvider implements SandboxProvider {
    * /workspace get a writable one too.) A failed start leaves nothing behind.
    */
   async create(spec: SandboxSpec): Promise<string> {
-    if (this.runtimeVolume === undefined) throw new CodedError('INTERNAL', 'The Docker provider was asked to create a sandbox before prepare() filled the runtime volume.');
+    if (this.runtimeVolume === undefined)
+      throw new CodedError('INTERNAL', 'The Docker provider was asked to create a sandbox before prepare() filled the runtime volume.');
     const socketDirOnHost = await this.dirs.prepare(spec.agentId, spec.daemonSecret);
     let container: Docker.Container | undefined;
     try {
       const workspaceOnHost = await this.workspaceFor(spec);
-      const body = containerCreateBody({ id: spec.agentId, image: spec.image, env: spec.env, labels: spec.labels, settings: spec.settings, socketDirOnHost, runtimeVolume: this.runtimeVolume, workspaceOnHost });
+      const body = containerCreateBody({
+        id: spec.agentId,
+        image: spec.image,
+        env: spec.env,
+        labels: spec.labels,
+        settings: spec.settings,
+        socketDirOnHost,
+        runtimeVolume: this.runtimeVolume,
+        workspaceOnHost,
+      });
       container = await this.docker.createContainer(body).catch((e: unknown) => rethrow(e, `create a container from ${spec.image}`));
       await container.start().catch((e: unknown) => rethrow(e, `start the container for sandbox ${spec.agentId}`));
       return container.id;
@@ -323,11 +368,17 @@ export class DockerProvider implements SandboxProvider {
 
   /** Freezes every process of a sandbox (cgroup freezer); its memory and files stay. */
   async pause(handle: string): Promise<void> {
-    await this.docker.getContainer(handle).pause().catch((e: unknown) => rethrow(e, `pause container ${handle}`));
+    await this.docker
+      .getContainer(handle)
+      .pause()
+      .catch((e: unknown) => rethrow(e, `pause container ${handle}`));
   }
 
   async resume(handle: string): Promise<void> {
-    await this.docker.getContainer(handle).unpause().catch((e: unknown) => rethrow(e, `resume container ${handle}`));
+    await this.docker
+      .getContainer(handle)
+      .unpause()
+      .catch((e: unknown) => rethrow(e, `resume container ${handle}`));
   }
 
   /**
@@ -383,13 +434,17 @@ export class DockerProvider implements SandboxProvider {
 
   /** Every Warren sandbox container, running or not. */
   async list(): Promise<ProvidedSandbox[]> {
-    const containers = await this.docker.listContainers({ all: true, filters: { label: [LABELS.sandbox] } }).catch((e: unknown) => rethrow(e, 'list containers'));
+    const containers = await this.docker
+      .listContainers({ all: true, filters: { label: [LABELS.sandbox] } })
+      .catch((e: unknown) => rethrow(e, 'list containers'));
     return containers.map((c) => ({ handle: c.Id, labels: c.Labels, state: toProviderState(c.State) }));
   }
 
   /** The engine's view of every Warren container at once: id to state. */
   async states(): Promise<Map<string, ProviderState>> {
-    const containers = await this.docker.listContainers({ all: true, filters: { label: [LABELS.sandbox] } }).catch((e: unknown) => rethrow(e, 'list containers'));
+    const containers = await this.docker
+      .listContainers({ all: true, filters: { label: [LABELS.sandbox] } })
+      .catch((e: unknown) => rethrow(e, 'list containers'));
     return new Map(containers.map((c) => [c.Id, toProviderState(c.State)]));
   }
 
@@ -418,7 +473,7 @@ export class DockerProvider implements SandboxProvider {
   /** The last lines the container wrote, for error messages when its daemon does not come up. */
   async logsTail(handle: string, lines = 20): Promise<string> {
     try {
-      const raw = (await this.docker.getContainer(handle).logs({ stdout: true, stderr: true, tail: lines })) as unknown as Buffer;
+      const raw = await this.docker.getContainer(handle).logs({ stdout: true, stderr: true, tail: lines });
       return demuxToText(raw);
     } catch {
       return '';
@@ -480,13 +535,17 @@ function rethrow(err: unknown, doing: string): never {
   const e = err as { statusCode?: number; json?: { message?: string }; reason?: string; code?: string; message?: string };
   const detail = e.json?.message ?? e.reason ?? e.message ?? String(err);
   if (e.code === 'ECONNREFUSED' || e.code === 'ENOENT' || e.code === 'EACCES') {
-    throw new CodedError('UPSTREAM_UNAVAILABLE', `Could not ${doing}: the Docker engine is not reachable (${e.code}). Start Docker (scripts/start does) or set DOCKER_HOST.`);
+    throw new CodedError(
+      'UPSTREAM_UNAVAILABLE',
+      `Could not ${doing}: the Docker engine is not reachable (${e.code}). Start Docker (scripts/start does) or set DOCKER_HOST.`,
+    );
   }
   if (e.statusCode === 404 && /image/i.test(detail)) {
     throw new CodedError('NOT_FOUND', `Could not ${doing}: ${detail}. Build Warren's images with scripts/build-images, or docker pull the image.`);
   }
   if (e.statusCode === 404) throw new CodedError('SANDBOX_NOT_FOUND', `Could not ${doing}: ${detail}`);
-  if (e.statusCode === 409 && /is not paused|is already paused|is paused/i.test(detail)) throw new CodedError('CONFLICT', `Could not ${doing}: ${detail}. Check the sandbox's state with GET /v1/sandboxes/<id>.`);
+  if (e.statusCode === 409 && /is not paused|is already paused|is paused/i.test(detail))
+    throw new CodedError('CONFLICT', `Could not ${doing}: ${detail}. Check the sandbox's state with GET /v1/sandboxes/<id>.`);
   if (e.statusCode === 409) throw new CodedError('CONFLICT', `Could not ${doing}: ${detail}`);
   throw new CodedError('UPSTREAM_UNAVAILABLE', `Could not ${doing}: ${detail}`);
 }

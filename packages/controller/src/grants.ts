@@ -23,9 +23,7 @@ import type { SandboxRecord } from './sandboxes.js';
 
 /** Who is calling: the operator (API key), the holder of one sandbox's token, or of a derived token. */
 export type Caller =
-  | { kind: 'operator' }
-  | { kind: 'sandbox'; sandboxId: string }
-  | { kind: 'derived'; sandboxId: string; grant: unknown; expiresAt?: number | undefined };
+  { kind: 'operator' } | { kind: 'sandbox'; sandboxId: string } | { kind: 'derived'; sandboxId: string; grant: unknown; expiresAt?: number | undefined };
 
 /** The policy a sandbox created without one gets: its workspace, read-write. */
 export const DEFAULT_POLICY: FilePolicy = { root: DEFAULT_ROOT, readOnly: false };
@@ -85,17 +83,20 @@ const RULES: { readonly [A in Access]: Rule } = {
   exec: {
     allows: (h) => h.grant().allowExec,
     needs: 'a handle that may run commands',
-    why: (what) => `${what} runs a process, and this handle may not run commands (it was derived without allowExec). Use file calls, or a handle derived with allowExec: true.`,
+    why: (what) =>
+      `${what} runs a process, and this handle may not run commands (it was derived without allowExec). Use file calls, or a handle derived with allowExec: true.`,
   },
   audit: {
     allows: (h) => h.grant().allowAudit === true,
     needs: KEY_OR_TOKEN,
-    why: (what) => `${what} reads the sandbox's whole record of calls (every path and command), which only ${KEY_OR_TOKEN} may read; this handle is a derived one.`,
+    why: (what) =>
+      `${what} reads the sandbox's whole record of calls (every path and command), which only ${KEY_OR_TOKEN} may read; this handle is a derived one.`,
   },
   lifecycle: {
     allows: (h) => h.caller.kind === 'operator' || h.caller.kind === 'sandbox',
     needs: KEY_OR_TOKEN,
-    why: (what) => `${what} changes the sandbox's life (kill, keepalive, timeout, pause, resume), which only ${KEY_OR_TOKEN} may do; this handle is a derived one.`,
+    why: (what) =>
+      `${what} changes the sandbox's life (kill, keepalive, timeout, pause, resume), which only ${KEY_OR_TOKEN} may do; this handle is a derived one.`,
   },
   operator: {
     allows: (h) => h.caller.kind === 'operator',
@@ -119,7 +120,9 @@ export function refusalFor(holder: Holder, access: Access, what: string): string
 /** A REST refusal: FORBIDDEN, saying who may use the route and why this credential may not. */
 export function routeRefusal(holder: Holder, access: Access, what: string): CodedError | undefined {
   const why = refusalFor(holder, access, what);
-  return why === undefined ? undefined : new CodedError('FORBIDDEN', `This credential may not use this route; it needs ${RULES[access].needs}. ${why}`, { access });
+  return why === undefined
+    ? undefined
+    : new CodedError('FORBIDDEN', `This credential may not use this route; it needs ${RULES[access].needs}. ${why}`, { access });
 }
 
 /**
@@ -129,12 +132,18 @@ export function routeRefusal(holder: Holder, access: Access, what: string): Code
 export function deriveGrant(credentials: Credentials, record: SandboxRecord, caller: Caller, body: unknown): DeriveTokenResponse {
   const parsed = DeriveTokenRequest.safeParse(body ?? {});
   if (!parsed.success) {
-    throw new CodedError('INVALID_PARAMS', `Invalid derive request: ${parsed.error.issues.map(issueText).join('; ')}. Fields: allowRead, allowWrite, readonly, inherit, allowExec, ttlSeconds.`);
+    throw new CodedError(
+      'INVALID_PARAMS',
+      `Invalid derive request: ${parsed.error.issues.map(issueText).join('; ')}. Fields: allowRead, allowWrite, readonly, inherit, allowExec, ttlSeconds.`,
+    );
   }
   const { allowExec, ttlSeconds, ...narrowing } = parsed.data;
   const parent = grantFor(record, caller);
   if (allowExec === true && !parent.allowExec) {
-    throw new CodedError('PERMISSION_ESCALATION', 'derive() would widen the parent: allowExec on a handle that may not run commands. A derived handle can only narrow.');
+    throw new CodedError(
+      'PERMISSION_ESCALATION',
+      'derive() would widen the parent: allowExec on a handle that may not run commands. A derived handle can only narrow.',
+    );
   }
   const grant: ConnectionGrant = { policy: narrowPolicy(parent.policy, narrowing), allowExec: allowExec ?? false };
   let expiresAt = ttlSeconds === undefined ? undefined : Date.now() + ttlSeconds * 1000;
@@ -158,7 +167,11 @@ export function callAccessCheck(holder: Holder, metrics?: Metrics): (data: Buffe
     metrics?.calls.inc({ method: header.method, outcome: 'refused' });
     metrics?.errors.inc({ code: 'FORBIDDEN', source: 'call' });
     const id = RequestId.safeParse(header.id);
-    return encodeFrame({ type: 'err', id: id.success ? id.data : null, error: { code: 'FORBIDDEN', message: refusal, details: { method: header.method, access } } });
+    return encodeFrame({
+      type: 'err',
+      id: id.success ? id.data : null,
+      error: { code: 'FORBIDDEN', message: refusal, details: { method: header.method, access } },
+    });
   };
 }
 
@@ -170,7 +183,12 @@ export function observeCalls(client: WebSocket, agent: WebSocket, metrics: Metri
   const inFlight = new Map<RequestId, { method: string; started: number }>();
   client.on('message', (data: Buffer) => {
     const header = peekHeader(data);
-    if (header?.type === 'req' && typeof header.method === 'string' && (typeof header.id === 'number' || typeof header.id === 'string') && isMethodName(header.method)) {
+    if (
+      header?.type === 'req' &&
+      typeof header.method === 'string' &&
+      (typeof header.id === 'number' || typeof header.id === 'string') &&
+      isMethodName(header.method)
+    ) {
       if (inFlight.size < 10_000) inFlight.set(header.id, { method: header.method, started: performance.now() });
     }
   });

@@ -94,7 +94,11 @@ async function route(deps: HttpServerDeps, req: IncomingMessage, res: ServerResp
   }
 
   const match = /^\/v1\/sandboxes(?:\/([A-Za-z0-9]+)(?:\/([a-z]+))?)?$/.exec(url.pathname);
-  if (!match) throw new CodedError('NOT_FOUND', `No route ${method} ${url.pathname}. Routes: /healthz, /readyz, /metrics, /v1/sandboxes[/<id>[/keepalive|timeout|pause|resume|derive|audit]].`);
+  if (!match)
+    throw new CodedError(
+      'NOT_FOUND',
+      `No route ${method} ${url.pathname}. Routes: /healthz, /readyz, /metrics, /v1/sandboxes[/<id>[/keepalive|timeout|pause|resume|derive|audit]].`,
+    );
   const [, id, action] = match;
   const caller = authenticate(deps.credentials, req, id);
 
@@ -133,19 +137,34 @@ async function route(deps: HttpServerDeps, req: IncomingMessage, res: ServerResp
         access: 'lifecycle',
         run: async () => {
           const body = SetTimeoutRequest.safeParse(await readJson(req));
-          if (!body.success) throw new CodedError('INVALID_PARAMS', `Invalid timeout request: ${body.error.issues.map(issueText).join('; ')}. Send { "ttlSeconds": <seconds from now> }.`);
+          if (!body.success)
+            throw new CodedError(
+              'INVALID_PARAMS',
+              `Invalid timeout request: ${body.error.issues.map(issueText).join('; ')}. Send { "ttlSeconds": <seconds from now> }.`,
+            );
           sendJson(res, 200, await deps.sandboxes.setTimeout(id, body.data.ttlSeconds));
         },
       },
     ],
     ['pause', { method: 'POST', access: 'lifecycle', run: async () => sendJson(res, 200, await deps.sandboxes.pause(id)) }],
     ['resume', { method: 'POST', access: 'lifecycle', run: async () => sendJson(res, 200, await deps.sandboxes.resume(id)) }],
-    ['derive', { method: 'POST', access: 'derive', run: async () => sendJson(res, 201, deriveGrant(deps.credentials, deps.sandboxes.record(id), caller, await readJson(req))) }],
+    [
+      'derive',
+      {
+        method: 'POST',
+        access: 'derive',
+        run: async () => sendJson(res, 201, deriveGrant(deps.credentials, deps.sandboxes.record(id), caller, await readJson(req))),
+      },
+    ],
     ['audit', { method: 'GET', access: 'audit', run: async () => sendJson(res, 200, await deps.audit(id, url.searchParams)) }],
   ]);
   // A Map holds only the routes put in it: `constructor`, `__proto__` and the like are unknown.
   const handler = routes.get(action === undefined && method === 'DELETE' ? 'DELETE:' : (action ?? ''));
-  if (!handler) throw new CodedError('NOT_FOUND', `No route ${method} ${url.pathname}. Sandbox routes: GET|DELETE /v1/sandboxes/<id>, POST .../keepalive|timeout|pause|resume|derive, GET .../audit.`);
+  if (!handler)
+    throw new CodedError(
+      'NOT_FOUND',
+      `No route ${method} ${url.pathname}. Sandbox routes: GET|DELETE /v1/sandboxes/<id>, POST .../keepalive|timeout|pause|resume|derive, GET .../audit.`,
+    );
   const record = deps.sandboxes.record(id); // throws SANDBOX_NOT_FOUND
   refuse({ caller, grant: () => grantFor(record, caller) }, handler.access, `${handler.method} /v1/sandboxes/<id>${action === undefined ? '' : `/${action}`}`);
   if (handler.method !== method) throw methodNotAllowed(method, url.pathname, handler.method);
@@ -184,7 +203,14 @@ function listFilter(query: URLSearchParams): { labels: Record<string, string>; s
   return { labels, state: parsed.data };
 }
 
-async function upgrade(deps: HttpServerDeps, wss: WebSocketServer, upgrading: { count: number }, req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+async function upgrade(
+  deps: HttpServerDeps,
+  wss: WebSocketServer,
+  upgrading: { count: number },
+  req: IncomingMessage,
+  socket: Duplex,
+  head: Buffer,
+): Promise<void> {
   const url = new URL(req.url ?? '/', 'http://controller');
   const match = /^\/v1\/sandboxes\/([A-Za-z0-9]+)\/connect$/.exec(url.pathname);
   if (!match) throw new CodedError('NOT_FOUND', `No WebSocket route at ${url.pathname}; connect to /v1/sandboxes/<id>/connect.`);
@@ -193,10 +219,14 @@ async function upgrade(deps: HttpServerDeps, wss: WebSocketServer, upgrading: { 
   const caller = authenticate(deps.credentials, req, id);
   // Upgrades still waiting for their daemon count too, or a burst would all pass the cap at once.
   if (wss.clients.size + upgrading.count >= deps.config.maxConnections) {
-    throw new CodedError('RESOURCE_EXHAUSTED', `This controller holds its maximum of ${deps.config.maxConnections} connections (maxConnections); close connections you no longer use.`);
+    throw new CodedError(
+      'RESOURCE_EXHAUSTED',
+      `This controller holds its maximum of ${deps.config.maxConnections} connections (maxConnections); close connections you no longer use.`,
+    );
   }
   const record = deps.sandboxes.record(id);
-  if (record.state === 'paused') throw new CodedError('SANDBOX_NOT_READY', `Sandbox '${id}' is paused; resume it (POST /v1/sandboxes/${id}/resume) before connecting.`, { sandboxId: id });
+  if (record.state === 'paused')
+    throw new CodedError('SANDBOX_NOT_READY', `Sandbox '${id}' is paused; resume it (POST /v1/sandboxes/${id}/resume) before connecting.`, { sandboxId: id });
   const grant = grantFor(record, caller);
   upgrading.count++;
   let agent: WebSocket;
@@ -239,18 +269,35 @@ async function upgrade(deps: HttpServerDeps, wss: WebSocketServer, upgrading: { 
  */
 async function unreachableDaemon(deps: HttpServerDeps, id: string, err: unknown): Promise<CodedError> {
   if (deps.sandboxes.engineAway) {
-    return new CodedError('SANDBOX_NOT_READY', `Sandbox '${id}' is not answering: the Docker engine is away, and Warren starts the sandbox again when it is back (its files are kept, its processes are not). Retry shortly.`, { sandboxId: id });
+    return new CodedError(
+      'SANDBOX_NOT_READY',
+      `Sandbox '${id}' is not answering: the Docker engine is away, and Warren starts the sandbox again when it is back (its files are kept, its processes are not). Retry shortly.`,
+      { sandboxId: id },
+    );
   }
   const state = await deps.sandboxes.get(id).then(
     (info) => info.state,
     (e: unknown) => (e instanceof CodedError && e.code === 'SANDBOX_NOT_FOUND' ? ('gone' as const) : ('unknown' as const)),
   );
-  if (state === 'unknown') return new CodedError('SANDBOX_NOT_READY', `Sandbox '${id}' is not answering, and the Docker engine cannot say why: ${(err as Error).message}. Retry shortly.`, { sandboxId: id });
+  if (state === 'unknown')
+    return new CodedError(
+      'SANDBOX_NOT_READY',
+      `Sandbox '${id}' is not answering, and the Docker engine cannot say why: ${(err as Error).message}. Retry shortly.`,
+      { sandboxId: id },
+    );
   if (state === 'exited' && deps.sandboxes.willRestart(id)) {
-    return new CodedError('SANDBOX_NOT_READY', `Sandbox '${id}' stopped, and Warren is starting it again (its files are kept, its processes are not). Retry shortly.`, { sandboxId: id });
+    return new CodedError(
+      'SANDBOX_NOT_READY',
+      `Sandbox '${id}' stopped, and Warren is starting it again (its files are kept, its processes are not). Retry shortly.`,
+      { sandboxId: id },
+    );
   }
   if (state === 'exited' || state === 'gone') {
-    return new CodedError('SANDBOX_NOT_FOUND', `Sandbox '${id}' has ended: its container is ${state} (its daemon died, or it was stopped from outside). Create a new sandbox.`, { sandboxId: id, state });
+    return new CodedError(
+      'SANDBOX_NOT_FOUND',
+      `Sandbox '${id}' has ended: its container is ${state} (its daemon died, or it was stopped from outside). Create a new sandbox.`,
+      { sandboxId: id, state },
+    );
   }
   return new CodedError('SANDBOX_NOT_READY', `The sandbox daemon is not answering: ${(err as Error).message}`, { sandboxId: id });
 }
@@ -263,11 +310,19 @@ async function unreachableDaemon(deps: HttpServerDeps, id: string, err: unknown)
 function checkOriginAndHost(config: ControllerConfig, req: IncomingMessage): void {
   const origin = req.headers.origin;
   if (origin !== undefined && !config.allowedOrigins.includes(origin)) {
-    throw new CodedError('FORBIDDEN', `WebSocket upgrades from Origin '${origin}' are refused; add it to allowedOrigins in the controller's configuration to allow it.`);
+    throw new CodedError(
+      'FORBIDDEN',
+      `WebSocket upgrades from Origin '${origin}' are refused; add it to allowedOrigins in the controller's configuration to allow it.`,
+    );
   }
-  const host = (req.headers.host ?? '').replace(/:\d+$/, '').replace(/^\[(.*)\]$/, '$1').toLowerCase();
-  const allowed = host === 'localhost' || isIP(host) !== 0 || host === config.host.toLowerCase() || config.allowedHosts.map((h) => h.toLowerCase()).includes(host);
-  if (!allowed) throw new CodedError('FORBIDDEN', `WebSocket upgrades for Host '${host}' are refused; use the controller's address, or add the name to allowedHosts.`);
+  const host = (req.headers.host ?? '')
+    .replace(/:\d+$/, '')
+    .replace(/^\[(.*)\]$/, '$1')
+    .toLowerCase();
+  const allowed =
+    host === 'localhost' || isIP(host) !== 0 || host === config.host.toLowerCase() || config.allowedHosts.map((h) => h.toLowerCase()).includes(host);
+  if (!allowed)
+    throw new CodedError('FORBIDDEN', `WebSocket upgrades for Host '${host}' are refused; use the controller's address, or add the name to allowedHosts.`);
 }
 
 const UNAUTHORIZED_MESSAGE = 'Missing or invalid credential: send Authorization: Bearer <API key>, or a token of this sandbox.';
@@ -342,7 +397,9 @@ function rejectUpgrade(deps: HttpServerDeps, socket: Duplex, err: unknown): void
   deps.metrics.errors.inc({ code: body.error.code, source: 'rest' });
   const text = JSON.stringify(body);
   const reason = { 401: 'Unauthorized', 403: 'Forbidden', 404: 'Not Found', 429: 'Too Many Requests', 503: 'Service Unavailable' }[status] ?? 'Error';
-  socket.end(`HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`);
+  socket.end(
+    `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`,
+  );
 }
 
 /** The URL a listening server answers on. */

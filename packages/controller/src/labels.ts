@@ -45,4 +45,3 @@ export function sandboxLabels(input: {
   for (const [key, value] of Object.entries(input.labels)) labels[`${LABELS.userPrefix}${key}`] = value;
   return labels;
 }
-

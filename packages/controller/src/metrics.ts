@@ -31,7 +31,12 @@ export class Metrics {
         for (const [state, count] of Object.entries(countByState())) this.set({ state }, count);
       },
     });
-    this.creates = new Counter({ name: 'warren_sandbox_creates_total', help: 'Sandbox creates, by source (cold, pool) and outcome (ok, error).', labelNames: ['source', 'outcome'], registers });
+    this.creates = new Counter({
+      name: 'warren_sandbox_creates_total',
+      help: 'Sandbox creates, by source (cold, pool) and outcome (ok, error).',
+      labelNames: ['source', 'outcome'],
+      registers,
+    });
     this.createSeconds = new Histogram({
       name: 'warren_sandbox_create_seconds',
       help: 'Seconds from a create request to the daemon answering, by source.',
@@ -39,7 +44,12 @@ export class Metrics {
       buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30],
       registers,
     });
-    this.calls = new Counter({ name: 'warren_calls_total', help: 'Calls relayed to sandbox daemons, by method and outcome (ok, error, refused).', labelNames: ['method', 'outcome'], registers });
+    this.calls = new Counter({
+      name: 'warren_calls_total',
+      help: 'Calls relayed to sandbox daemons, by method and outcome (ok, error, refused).',
+      labelNames: ['method', 'outcome'],
+      registers,
+    });
     this.callSeconds = new Histogram({
       name: 'warren_call_seconds',
       help: 'Seconds from a call frame to its final answer, by method, as seen by the controller.',
@@ -47,7 +57,12 @@ export class Metrics {
       buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30],
       registers,
     });
-    this.errors = new Counter({ name: 'warren_errors_total', help: 'Errors answered, by wire code and source (rest, call).', labelNames: ['code', 'source'], registers });
+    this.errors = new Counter({
+      name: 'warren_errors_total',
+      help: 'Errors answered, by wire code and source (rest, call).',
+      labelNames: ['code', 'source'],
+      registers,
+    });
     this.connections = new Gauge({ name: 'warren_connections', help: 'Open client WebSocket connections.', registers });
   }
 }

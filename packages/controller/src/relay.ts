@@ -72,6 +72,10 @@ function throttle(from: WebSocket, to: WebSocket): (data: Buffer, isBinary: bool
 export function sizeRefusal(data: Buffer, limit: number): Buffer | undefined {
   if (data.length <= limit) return undefined;
   const id = frameRequestId(data) ?? null;
-  const error = new CodedError('FRAME_TOO_LARGE', `This message is ${data.length} bytes; this controller passes on messages of at most ${limit} bytes (maxMessageBytes). Send less per call: write large content in pieces (files.write does).`, id === null ? { limit } : { id, limit });
+  const error = new CodedError(
+    'FRAME_TOO_LARGE',
+    `This message is ${data.length} bytes; this controller passes on messages of at most ${limit} bytes (maxMessageBytes). Send less per call: write large content in pieces (files.write does).`,
+    id === null ? { limit } : { id, limit },
+  );
   return encodeFrame({ type: 'err', id, error: toWireError(error) });
 }

@@ -60,7 +60,8 @@ export async function collectRuntime(agentBundlePath: string): Promise<AgentRunt
     if (path.basename(source).startsWith('ld-linux')) files.push({ name: LOADER_NAME, source, mode: 0o755 });
     else files.push({ name: `lib/${path.basename(name!)}`, source, mode: 0o644 });
   }
-  if (!files.some((f) => f.name === LOADER_NAME)) throw new Error(`ldd did not list a loader for ${nodePath}; Warren needs a dynamically linked glibc Node on the host.`);
+  if (!files.some((f) => f.name === LOADER_NAME))
+    throw new Error(`ldd did not list a loader for ${nodePath}; Warren needs a dynamically linked glibc Node on the host.`);
   files.push(...(await collectNativePackages(agentBundlePath, new Set(files.map((f) => f.name)))));
   const hash = createHash('sha256');
   for (const file of files) {
@@ -94,14 +95,19 @@ async function collectNativePackages(agentBundlePath: string, have: Set<string>)
     const base = from === undefined ? agentBundlePath : folders.get(from);
     if (base === undefined) continue;
     try {
-      folders.set(name, path.dirname(await realpath(createRequire(from === undefined ? base : path.join(base, 'package.json')).resolve(`${name}/package.json`))));
+      folders.set(
+        name,
+        path.dirname(await realpath(createRequire(from === undefined ? base : path.join(base, 'package.json')).resolve(`${name}/package.json`))),
+      );
     } catch {
       // not installed: the agent works without it
     }
   }
   const files: RuntimeFile[] = [];
   for (const [name, folder] of folders) {
-    const entries = (await readdir(folder, { recursive: true, withFileTypes: true })).sort((a, b) => path.join(a.parentPath, a.name).localeCompare(path.join(b.parentPath, b.name)));
+    const entries = (await readdir(folder, { recursive: true, withFileTypes: true })).sort((a, b) =>
+      path.join(a.parentPath, a.name).localeCompare(path.join(b.parentPath, b.name)),
+    );
     for (const entry of entries) {
       if (!entry.isFile()) continue;
       const absolute = path.join(entry.parentPath, entry.name);

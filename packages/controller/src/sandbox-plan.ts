@@ -1,5 +1,5 @@
 import path from 'node:path';
-import { CodedError, CreateSandboxRequest, issueText, type FilePolicy, type SandboxSettings } from '@warren/protocol';
+import { CodedError, CreateSandboxRequest, DEFAULT_ROOT, issueText, type FilePolicy, type SandboxSettings } from '@warren/protocol';
 import type { ControllerConfig } from './config.js';
 
 /** What a create request became once checked and given defaults. */
@@ -28,7 +28,8 @@ export interface PlanContext {
   noDiskQuota?: string | undefined;
 }
 
-const CREATE_OPTIONS = 'image, env, cpus, memoryMb, pidsLimit, network (none|bridge), runtime (runc|runsc), user, workdir, policy, ttlSeconds, labels, mounts, readOnlyRootfs, tmpMb, openFiles, fileSizeMb, diskMb';
+const CREATE_OPTIONS =
+  'image, env, cpus, memoryMb, pidsLimit, network (none|bridge), runtime (runc|runsc), user, workdir, policy, ttlSeconds, labels, mounts, readOnlyRootfs, tmpMb, openFiles, fileSizeMb, diskMb';
 
 /**
  * Request fields that would unharden a sandbox. They are refused by name with FORBIDDEN, before
@@ -80,47 +81,79 @@ export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
     if (Object.hasOwn(raw, field)) throw new CodedError('FORBIDDEN', `Refused '${field}': ${why}. Allowed create options: ${CREATE_OPTIONS}.`, { field });
   }
   if (typeof raw.network === 'string' && !['none', 'bridge'].includes(raw.network)) {
-    throw new CodedError('FORBIDDEN', `Refused network '${raw.network}': a sandbox gets 'none' (the default) or 'bridge'; the host network and other containers' namespaces are never shared.`, { field: 'network' });
+    throw new CodedError(
+      'FORBIDDEN',
+      `Refused network '${raw.network}': a sandbox gets 'none' (the default) or 'bridge'; the host network and other containers' namespaces are never shared.`,
+      { field: 'network' },
+    );
   }
   if (typeof raw.user === 'string' && /^(0(:\d+)?|root)$/.test(raw.user.trim())) {
-    throw new CodedError('FORBIDDEN', `Refused user '${raw.user}': sandboxes never run as root. Pass a numeric non-zero 'uid' or 'uid:gid', or leave it out for 1000:1000.`, { field: 'user' });
+    throw new CodedError(
+      'FORBIDDEN',
+      `Refused user '${raw.user}': sandboxes never run as root. Pass a numeric non-zero 'uid' or 'uid:gid', or leave it out for 1000:1000.`,
+      { field: 'user' },
+    );
   }
   const parsed = CreateSandboxRequest.safeParse(raw);
   if (!parsed.success) {
-    throw new CodedError('INVALID_PARAMS', `Invalid sandbox request: ${parsed.error.issues.map(issueText).join('; ')}. Allowed create options: ${CREATE_OPTIONS}.`);
+    throw new CodedError(
+      'INVALID_PARAMS',
+      `Invalid sandbox request: ${parsed.error.issues.map(issueText).join('; ')}. Allowed create options: ${CREATE_OPTIONS}.`,
+    );
   }
   const request = parsed.data;
 
   const limit = (name: keyof PlanContext['config']['limits'], value: number | undefined): number => {
     const max = config.maxLimits[name];
-    if (value !== undefined && value > max) throw new CodedError('INVALID_PARAMS', `${name} ${value} is above this controller's maximum of ${max}; ask for at most ${max}.`, { field: name, max });
+    if (value !== undefined && value > max)
+      throw new CodedError('INVALID_PARAMS', `${name} ${value} is above this controller's maximum of ${max}; ask for at most ${max}.`, { field: name, max });
     return value ?? Math.min(config.limits[name], max);
   };
   const network = request.network ?? 'none';
   if (network === 'bridge' && !config.allowBridgeNetwork) {
-    throw new CodedError('FORBIDDEN', "This controller does not allow network 'bridge' (allowBridgeNetwork is false); sandboxes get network 'none'.", { field: 'network' });
+    throw new CodedError('FORBIDDEN', "This controller does not allow network 'bridge' (allowBridgeNetwork is false); sandboxes get network 'none'.", {
+      field: 'network',
+    });
   }
   const runtime = request.runtime ?? 'runc';
   if (!context.runtimes.includes(runtime)) {
-    throw new CodedError('INVALID_PARAMS', `Runtime '${runtime}' is not registered with this Docker engine; available: ${context.runtimes.join(', ') || 'runc'}. Install gVisor (runsc) and register it in /etc/docker/daemon.json to use it.`, {
-      field: 'runtime',
-    });
+    throw new CodedError(
+      'INVALID_PARAMS',
+      `Runtime '${runtime}' is not registered with this Docker engine; available: ${context.runtimes.join(', ') || 'runc'}. Install gVisor (runsc) and register it in /etc/docker/daemon.json to use it.`,
+      {
+        field: 'runtime',
+      },
+    );
   }
   if (network === 'bridge' && context.networklessRuntimes?.includes(runtime)) {
-    throw new CodedError('INVALID_PARAMS', `Runtime '${runtime}' is registered with --network=none on this host, so it cannot give a sandbox network 'bridge'; use network 'none', or runtime 'runc' for a networked sandbox.`, { field: 'network' });
+    throw new CodedError(
+      'INVALID_PARAMS',
+      `Runtime '${runtime}' is registered with --network=none on this host, so it cannot give a sandbox network 'bridge'; use network 'none', or runtime 'runc' for a networked sandbox.`,
+      { field: 'network' },
+    );
   }
   const user = request.user ?? '1000:1000';
   const [uid, gid = uid] = user.split(':');
   if (Number(uid) === 0 || Number(gid) === 0) {
-    throw new CodedError('FORBIDDEN', `Refused user '${user}': sandboxes never run as uid or gid 0. Pass a numeric non-zero 'uid' or 'uid:gid'.`, { field: 'user' });
+    throw new CodedError('FORBIDDEN', `Refused user '${user}': sandboxes never run as uid or gid 0. Pass a numeric non-zero 'uid' or 'uid:gid'.`, {
+      field: 'user',
+    });
   }
   if (context.reservedUid !== undefined && Number(uid) === context.reservedUid) {
-    throw new CodedError('FORBIDDEN', `Refused user '${user}': uid ${uid} is the controller's own, and sandbox code must not share it. Pass another non-zero uid, or run the controller as another user.`, { field: 'user' });
+    throw new CodedError(
+      'FORBIDDEN',
+      `Refused user '${user}': uid ${uid} is the controller's own, and sandbox code must not share it. Pass another non-zero uid, or run the controller as another user.`,
+      { field: 'user' },
+    );
   }
   if (request.diskMb !== undefined && context.noDiskQuota !== undefined) {
-    throw new CodedError('INVALID_PARAMS', `diskMb was asked for, but this host gives sandboxes no disk quota (${context.noDiskQuota}); leave diskMb out. GET /readyz says what the host gives.`, { field: 'diskMb' });
+    throw new CodedError(
+      'INVALID_PARAMS',
+      `diskMb was asked for, but this host gives sandboxes no disk quota (${context.noDiskQuota}); leave diskMb out. GET /readyz says what the host gives.`,
+      { field: 'diskMb' },
+    );
   }
-  const workdir = path.posix.resolve(request.workdir ?? '/workspace');
+  const workdir = path.posix.resolve(request.workdir ?? DEFAULT_ROOT);
   const mounts = (request.mounts ?? []).map((m) => checkMount(m.hostPath, m.path, m.readOnly ?? true, config));
   const targets = new Set<string>();
   for (const m of mounts) {
@@ -158,20 +191,38 @@ function checkMount(hostPath: string, target: string, readOnly: boolean, config:
   const host = path.posix.resolve(hostPath);
   const inside = path.posix.resolve(target);
   if (HOST_SOCKET_NAMES.test(host)) {
-    throw new CodedError('FORBIDDEN', `Refused mount of '${hostPath}': a container engine's socket would hand over the host. Mount folders of data only.`, { field: 'mounts', hostPath });
+    throw new CodedError('FORBIDDEN', `Refused mount of '${hostPath}': a container engine's socket would hand over the host. Mount folders of data only.`, {
+      field: 'mounts',
+      hostPath,
+    });
   }
   if (config.allowedMountRoots.length === 0) {
-    throw new CodedError('FORBIDDEN', `Refused mount of '${hostPath}': this controller allows no host mounts (allowedMountRoots is empty). Copy files in with files.write or an upload instead.`, { field: 'mounts', hostPath });
+    throw new CodedError(
+      'FORBIDDEN',
+      `Refused mount of '${hostPath}': this controller allows no host mounts (allowedMountRoots is empty). Copy files in with files.write or an upload instead.`,
+      { field: 'mounts', hostPath },
+    );
   }
   if (!config.allowedMountRoots.some((root) => isBelow(host, path.posix.resolve(root)))) {
-    throw new CodedError('FORBIDDEN', `Refused mount of '${hostPath}': it is not below a folder this controller allows; allowed: ${config.allowedMountRoots.join(', ')}.`, { field: 'mounts', hostPath });
+    throw new CodedError(
+      'FORBIDDEN',
+      `Refused mount of '${hostPath}': it is not below a folder this controller allows; allowed: ${config.allowedMountRoots.join(', ')}.`,
+      { field: 'mounts', hostPath },
+    );
   }
   const stateDir = path.posix.resolve(config.stateDir);
   if (isBelow(host, stateDir) || isBelow(stateDir, host)) {
-    throw new CodedError('FORBIDDEN', `Refused mount of '${hostPath}': it holds or is inside the controller's state folder (keys and sockets).`, { field: 'mounts', hostPath });
+    throw new CodedError('FORBIDDEN', `Refused mount of '${hostPath}': it holds or is inside the controller's state folder (keys and sockets).`, {
+      field: 'mounts',
+      hostPath,
+    });
   }
   if (inside === '/' || RESERVED_TARGETS.some((reserved) => isBelow(inside, reserved))) {
-    throw new CodedError('FORBIDDEN', `Refused mount at '${target}': '/', ${RESERVED_TARGETS.join(', ')} and what lies below them are reserved. Mount below /workspace or /mnt instead.`, { field: 'mounts', path: target });
+    throw new CodedError(
+      'FORBIDDEN',
+      `Refused mount at '${target}': '/', ${RESERVED_TARGETS.join(', ')} and what lies below them are reserved. Mount below /workspace or /mnt instead.`,
+      { field: 'mounts', path: target },
+    );
   }
   return { hostPath: host, path: inside, readOnly };
 }

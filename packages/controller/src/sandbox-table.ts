@@ -1,4 +1,4 @@
-import { CodedError, FilePolicy, SandboxSettings, type SandboxInfo, type SandboxState } from '@warren/protocol';
+import { CodedError, DEFAULT_ROOT, FilePolicy, SandboxSettings, type SandboxInfo, type SandboxState } from '@warren/protocol';
 import { LABELS } from './labels.js';
 import type { ProviderState } from './provider.js';
 
@@ -62,7 +62,10 @@ export class SandboxTable {
   /** The record of a sandbox, or `SANDBOX_NOT_FOUND`. */
   require(id: string): SandboxRecord {
     const record = this.records.get(id);
-    if (!record) throw new CodedError('SANDBOX_NOT_FOUND', `No sandbox '${id}': it never existed, was killed, or expired. List sandboxes with GET /v1/sandboxes.`, { sandboxId: id });
+    if (!record)
+      throw new CodedError('SANDBOX_NOT_FOUND', `No sandbox '${id}': it never existed, was killed, or expired. List sandboxes with GET /v1/sandboxes.`, {
+        sandboxId: id,
+      });
     return record;
   }
 
@@ -94,7 +97,9 @@ export class SandboxTable {
 /** A record rebuilt from a sandbox's labels (after a controller restart). */
 export function recordFromLabels(agentId: string, handle: string, labels: Record<string, string>, state: SandboxState): SandboxRecord {
   // fromEntries makes own keys whatever a label is called (an assignment to `__proto__` would not).
-  const user: Record<string, string> = Object.fromEntries(Object.entries(labels).flatMap(([key, value]) => (key.startsWith(LABELS.userPrefix) ? [[key.slice(LABELS.userPrefix.length), value]] : [])));
+  const user: Record<string, string> = Object.fromEntries(
+    Object.entries(labels).flatMap(([key, value]) => (key.startsWith(LABELS.userPrefix) ? [[key.slice(LABELS.userPrefix.length), value]] : [])),
+  );
   const settings = SandboxSettings.safeParse(safeJson(labels[LABELS.settings]));
   const record: SandboxRecord = {
     id: agentId,
@@ -106,7 +111,7 @@ export function recordFromLabels(agentId: string, handle: string, labels: Record
     labels: user,
     settings: settings.success
       ? settings.data
-      : { cpus: 1, memoryMb: 1024, pidsLimit: 512, network: 'none', runtime: 'runc', user: '1000:1000', workdir: '/workspace', ttlSeconds: 3600, mounts: [] },
+      : { cpus: 1, memoryMb: 1024, pidsLimit: 512, network: 'none', runtime: 'runc', user: '1000:1000', workdir: DEFAULT_ROOT, ttlSeconds: 3600, mounts: [] },
     state,
     pooled: false,
   };

@@ -96,7 +96,13 @@ export class SandboxService {
           { retryAfterSeconds: Math.max(1, Math.ceil(createQueueTimeoutMs / 10_000)) },
         ),
     };
-    this.supervisor = new RestartSupervisor({ provider: this.provider, table: this.table, clock: this.clock, bringBack: (record) => this.bringBack(record), onRestart: options.onRestart });
+    this.supervisor = new RestartSupervisor({
+      provider: this.provider,
+      table: this.table,
+      clock: this.clock,
+      bringBack: (record) => this.bringBack(record),
+      onRestart: options.onRestart,
+    });
     this.reaper = new Reaper({
       provider: this.provider,
       table: this.table,
@@ -188,7 +194,13 @@ export class SandboxService {
   /** Checks a create request against this controller's rules and fills in the defaults. */
   plan(body: unknown): SandboxPlan {
     const uid = process.getuid?.();
-    return planSandbox(body, { config: this.config, runtimes: this.runtimeNames, networklessRuntimes: this.networklessRuntimes, reservedUid: uid === 0 ? undefined : uid, noDiskQuota: this.noDiskQuota });
+    return planSandbox(body, {
+      config: this.config,
+      runtimes: this.runtimeNames,
+      networklessRuntimes: this.networklessRuntimes,
+      reservedUid: uid === 0 ? undefined : uid,
+      noDiskQuota: this.noDiskQuota,
+    });
   }
 
   /**
@@ -200,7 +212,10 @@ export class SandboxService {
     const plan = this.plan(body);
     await this.checkMountsOnHost(plan);
     if (this.table.size + this.creating >= this.config.maxSandboxes) {
-      throw new CodedError('RESOURCE_EXHAUSTED', `This controller already runs its maximum of ${this.config.maxSandboxes} sandboxes (maxSandboxes); kill one you no longer need, or raise maxSandboxes.`);
+      throw new CodedError(
+        'RESOURCE_EXHAUSTED',
+        `This controller already runs its maximum of ${this.config.maxSandboxes} sandboxes (maxSandboxes); kill one you no longer need, or raise maxSandboxes.`,
+      );
     }
     const pooled = this.pool?.take(plan);
     if (pooled) {
@@ -240,7 +255,18 @@ export class SandboxService {
       const createdAt = new Date(this.clock.now());
       const expiresAt = new Date(createdAt.getTime() + plan.settings.ttlSeconds * 1000);
       const containerId = await this.startContainer(id, plan, { createdAt, expiresAt });
-      const record: SandboxRecord = { id, agentId: id, containerId, image: plan.image, createdAt, expiresAt, labels: plan.labels, settings: plan.settings, state: 'running', pooled: false };
+      const record: SandboxRecord = {
+        id,
+        agentId: id,
+        containerId,
+        image: plan.image,
+        createdAt,
+        expiresAt,
+        labels: plan.labels,
+        settings: plan.settings,
+        state: 'running',
+        pooled: false,
+      };
       if (plan.policy !== undefined) record.policy = plan.policy;
       this.table.set(record);
       return this.created(record, started, 'cold');
@@ -263,7 +289,16 @@ export class SandboxService {
       agentId,
       image: plan.image,
       env: plan.env,
-      labels: sandboxLabels({ id: agentId, owner: this.credentials.instanceId, image: plan.image, ...times, settings: plan.settings, policy: plan.policy, labels: plan.labels, pool }),
+      labels: sandboxLabels({
+        id: agentId,
+        owner: this.credentials.instanceId,
+        image: plan.image,
+        ...times,
+        settings: plan.settings,
+        policy: plan.policy,
+        labels: plan.labels,
+        pool,
+      }),
       settings: plan.settings,
       daemonSecret: this.credentials.agentSecret(agentId),
     });
@@ -285,13 +320,23 @@ export class SandboxService {
     const roots = await Promise.all(this.config.allowedMountRoots.map((r) => realpath(r).catch(() => r)));
     for (const mount of plan.settings.mounts) {
       const real = await realpath(mount.hostPath).catch(() => {
-        throw new CodedError('INVALID_PARAMS', `Cannot mount '${mount.hostPath}': it does not exist on the controller's host. Create the folder first.`, { field: 'mounts', hostPath: mount.hostPath });
+        throw new CodedError('INVALID_PARAMS', `Cannot mount '${mount.hostPath}': it does not exist on the controller's host. Create the folder first.`, {
+          field: 'mounts',
+          hostPath: mount.hostPath,
+        });
       });
       if (!roots.some((root) => isBelow(real, root))) {
-        throw new CodedError('FORBIDDEN', `Refused mount of '${mount.hostPath}': it resolves to '${real}', which is not below a folder this controller allows (${this.config.allowedMountRoots.join(', ')}).`, { field: 'mounts', hostPath: mount.hostPath });
+        throw new CodedError(
+          'FORBIDDEN',
+          `Refused mount of '${mount.hostPath}': it resolves to '${real}', which is not below a folder this controller allows (${this.config.allowedMountRoots.join(', ')}).`,
+          { field: 'mounts', hostPath: mount.hostPath },
+        );
       }
       if ((await stat(real)).isSocket()) {
-        throw new CodedError('FORBIDDEN', `Refused mount of '${mount.hostPath}': it is a socket, and host sockets are never passed into a sandbox.`, { field: 'mounts', hostPath: mount.hostPath });
+        throw new CodedError('FORBIDDEN', `Refused mount of '${mount.hostPath}': it is a socket, and host sockets are never passed into a sandbox.`, {
+          field: 'mounts',
+          hostPath: mount.hostPath,
+        });
       }
       mount.hostPath = real;
     }
@@ -312,9 +357,13 @@ export class SandboxService {
       await new Promise((r) => setTimeout(r, Math.min(5 + attempt * 2, 50)));
     }
     const logs = await this.provider.logsTail(handle);
-    throw new CodedError('SANDBOX_NOT_READY', `The sandbox daemon did not answer within ${this.config.readyTimeoutMs} ms (${String((lastError as Error)?.message ?? lastError)}).${logs ? ` Container output: ${logs}` : ''}`, {
-      sandboxId: agentId,
-    });
+    throw new CodedError(
+      'SANDBOX_NOT_READY',
+      `The sandbox daemon did not answer within ${this.config.readyTimeoutMs} ms (${String((lastError as Error)?.message ?? lastError)}).${logs ? ` Container output: ${logs}` : ''}`,
+      {
+        sandboxId: agentId,
+      },
+    );
   }
 
   /** Starts a stopped sandbox again (new secret delivery, same workspace) and waits for its daemon. */
@@ -362,7 +411,11 @@ export class SandboxService {
   async setTimeout(id: string, ttlSeconds: number): Promise<SandboxInfo> {
     const record = this.table.require(id);
     const max = this.config.maxLimits.ttlSeconds;
-    if (ttlSeconds > max) throw new CodedError('INVALID_PARAMS', `ttlSeconds ${ttlSeconds} is above this controller's maximum of ${max}; ask for at most ${max}.`, { field: 'ttlSeconds', max });
+    if (ttlSeconds > max)
+      throw new CodedError('INVALID_PARAMS', `ttlSeconds ${ttlSeconds} is above this controller's maximum of ${max}; ask for at most ${max}.`, {
+        field: 'ttlSeconds',
+        max,
+      });
     record.expiresAt = new Date(this.clock.now() + ttlSeconds * 1000);
     await this.storeRecord(record);
     return describe(record);

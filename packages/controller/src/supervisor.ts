@@ -152,7 +152,7 @@ export class RestartSupervisor {
     const { clock, provider, table } = this.options;
     const job = (async () => {
       await clock.sleep(delayMs);
-      for (let attempt = 0; attempt < RESTART_ATTEMPTS && table.find(record.id) === record; ) {
+      for (let attempt = 0; attempt < RESTART_ATTEMPTS && table.find(record.id) === record;) {
         if (this.away) {
           await clock.sleep(1000);
           continue;

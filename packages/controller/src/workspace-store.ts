@@ -137,7 +137,7 @@ export async function openWorkspaceStore(options: WorkspaceStoreOptions): Promis
 /** Why this host gives no quota before anything is tried, or `undefined` when it may. */
 export function quotaUnavailableReason(host: { mode: 'auto' | 'required' | 'off'; remoteEngine: boolean; root: boolean }): string | undefined {
   if (host.mode === 'off') return "it is turned off (workspaceQuota: 'off')";
-  if (host.remoteEngine) return 'the Docker engine is on another host, which cannot mount this host\'s workspace file systems';
+  if (host.remoteEngine) return "the Docker engine is on another host, which cannot mount this host's workspace file systems";
   if (!host.root) return 'the controller does not run as root, and mounting a workspace file system needs root';
   return undefined;
 }
@@ -155,7 +155,11 @@ export function isWorkspaceId(agentId: string): boolean {
 /** A workspace's size: at least {@link MIN_WORKSPACE_BYTES}, rounded up to whole 4 KiB blocks. */
 export function workspaceSizeBytes(limitBytes: number): number {
   if (!Number.isSafeInteger(limitBytes) || limitBytes < MIN_WORKSPACE_BYTES) {
-    throw new CodedError('INVALID_PARAMS', `A sandbox's disk must be a whole number of bytes of at least ${MIN_WORKSPACE_BYTES / MIB} MiB; ask for diskMb ${MIN_WORKSPACE_BYTES / MIB} or more.`, { minMb: MIN_WORKSPACE_BYTES / MIB });
+    throw new CodedError(
+      'INVALID_PARAMS',
+      `A sandbox's disk must be a whole number of bytes of at least ${MIN_WORKSPACE_BYTES / MIB} MiB; ask for diskMb ${MIN_WORKSPACE_BYTES / MIB} or more.`,
+      { minMb: MIN_WORKSPACE_BYTES / MIB },
+    );
   }
   return Math.ceil(limitBytes / 4096) * 4096;
 }
@@ -241,7 +245,8 @@ class ImageWorkspaces implements WorkspaceStore {
 
   async create(agentId: string, owner: { uid: number; gid: number }, limitBytes: number): Promise<string> {
     const paths = workspacePaths(this.dir, agentId);
-    if (![owner.uid, owner.gid].every((id) => Number.isSafeInteger(id) && id >= 0)) throw new CodedError('INVALID_PARAMS', 'A workspace owner is a numeric uid and gid.');
+    if (![owner.uid, owner.gid].every((id) => Number.isSafeInteger(id) && id >= 0))
+      throw new CodedError('INVALID_PARAMS', 'A workspace owner is a numeric uid and gid.');
     const size = workspaceSizeBytes(limitBytes);
     await this.admit(paths.image, size);
     try {
@@ -262,7 +267,8 @@ class ImageWorkspaces implements WorkspaceStore {
     const top = await this.mountedAt(paths.mountPoint);
     if (top === undefined) {
       const image = await lstat(paths.image).catch(() => undefined);
-      if (!image?.isFile()) throw new CodedError('INTERNAL', "This sandbox's disk is missing on the host, so it cannot start again; kill it and create a new one.");
+      if (!image?.isFile())
+        throw new CodedError('INTERNAL', "This sandbox's disk is missing on the host, so it cannot start again; kill it and create a new one.");
       try {
         await makeMountPoint(this.dir, paths.mountPoint);
         await runCommand('mount', ['-t', 'ext4', '-o', MOUNT_OPTIONS, paths.image, paths.mountPoint]);
@@ -283,7 +289,8 @@ class ImageWorkspaces implements WorkspaceStore {
     const paths = workspacePaths(this.dir, agentId);
     // Stacked mounts come off one at a time; a few is more than this store ever makes.
     for (let i = 0; i < 4 && (await this.mountedAt(paths.mountPoint)) !== undefined; i++) await unmount(paths.mountPoint);
-    if ((await this.mountedAt(paths.mountPoint)) !== undefined) throw new CodedError('INTERNAL', "Could not unmount the sandbox's disk; the controller's log has the details.");
+    if ((await this.mountedAt(paths.mountPoint)) !== undefined)
+      throw new CodedError('INTERNAL', "Could not unmount the sandbox's disk; the controller's log has the details.");
     await rm(paths.image, { force: true });
     // rmdir, never a recursive delete: once unmounted the mount point is an empty folder of ours.
     await rmdir(paths.mountPoint).catch((err: NodeJS.ErrnoException) => {
@@ -300,7 +307,11 @@ class ImageWorkspaces implements WorkspaceStore {
 
   async list(): Promise<string[]> {
     const names = await readdir(this.dir);
-    return names.filter((name) => name.endsWith('.ext4')).map((name) => name.slice(0, -'.ext4'.length)).filter(isWorkspaceId).sort();
+    return names
+      .filter((name) => name.endsWith('.ext4'))
+      .map((name) => name.slice(0, -'.ext4'.length))
+      .filter(isWorkspaceId)
+      .sort();
   }
 
   /** Checks that the host has room for `size` more bytes and creates the sparse image, one create at a time. */
@@ -315,10 +326,15 @@ class ImageWorkspaces implements WorkspaceStore {
           { requestedMb: mb(size), availableMb: mb(room) },
         );
       }
-      const handle = await open(image, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600).catch((err: NodeJS.ErrnoException) => {
-        this.log('workspaces.create-failed', { image, error: String(err) });
-        throw new CodedError('INTERNAL', err.code === 'EEXIST' ? 'This sandbox already has a disk.' : "Could not make the sandbox's disk; the controller's log has the details.");
-      });
+      const handle = await open(image, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600).catch(
+        (err: NodeJS.ErrnoException) => {
+          this.log('workspaces.create-failed', { image, error: String(err) });
+          throw new CodedError(
+            'INTERNAL',
+            err.code === 'EEXIST' ? 'This sandbox already has a disk.' : "Could not make the sandbox's disk; the controller's log has the details.",
+          );
+        },
+      );
       try {
         await handle.truncate(size);
       } catch (err) {
@@ -346,7 +362,9 @@ class ImageWorkspaces implements WorkspaceStore {
 
   /** The top mount at `mountPoint`, if any. */
   private async mountedAt(mountPoint: string): Promise<MountEntry | undefined> {
-    return parseMountInfo(await readFile('/proc/self/mountinfo', 'utf8')).filter((m) => m.mountPoint === mountPoint).at(-1);
+    return parseMountInfo(await readFile('/proc/self/mountinfo', 'utf8'))
+      .filter((m) => m.mountPoint === mountPoint)
+      .at(-1);
   }
 
   /** True when a file system is mounted at `mountPoint` (its device differs from the folder it is in). */
@@ -396,7 +414,8 @@ async function probe(dir: string): Promise<void> {
 function probeFailureReason(err: unknown): string {
   if (err instanceof CommandError) {
     if (err.missing) return `${err.command} is not installed (Debian: apt-get install ${err.command === 'mkfs.ext4' ? 'e2fsprogs' : 'mount'})`;
-    if (err.command === 'mount') return 'this host cannot mount a loop file system (no loop devices, or no permission to mount); the controller log has the details';
+    if (err.command === 'mount')
+      return 'this host cannot mount a loop file system (no loop devices, or no permission to mount); the controller log has the details';
     return `${err.command} failed; the controller log has the details`;
   }
   return "the workspace folder in the controller's state folder could not be prepared; the controller log has the details";

@@ -37,7 +37,8 @@ describe('one rule table for every door', () => {
         const refusal = check(encodeFrame({ type: 'req', id: `${method}-1`, method, params: {} }));
         const allowed = EXPECTED[access].includes(name);
         expect([name, method, refusal === undefined]).toEqual([name, method, allowed]);
-        if (refusal) expect(decodeFrame(refusal).header).toMatchObject({ type: 'err', id: `${method}-1`, error: { code: 'FORBIDDEN', details: { method, access } } });
+        if (refusal)
+          expect(decodeFrame(refusal).header).toMatchObject({ type: 'err', id: `${method}-1`, error: { code: 'FORBIDDEN', details: { method, access } } });
       }
     }
   });

@@ -149,7 +149,10 @@ describe('the container-create body', () => {
         openFiles: 8192,
         fileSizeMb: 100,
         labels: { team: 'red' },
-        mounts: [{ hostPath: '/srv/warren-data/ds1/', path: '/mnt/ds1' }, { hostPath: '/srv/warren-data/out', path: '/workspace/out', readOnly: false }],
+        mounts: [
+          { hostPath: '/srv/warren-data/ds1/', path: '/mnt/ds1' },
+          { hostPath: '/srv/warren-data/out', path: '/workspace/out', readOnly: false },
+        ],
         policy: { root: '/workspace', readOnly: true },
       },
       context,
@@ -186,7 +189,9 @@ describe('the container-create body', () => {
     expect(bodyFor(plan).HostConfig?.Runtime).toBe('runsc');
     expect(bodyFor(planSandbox({}, context)).HostConfig).not.toHaveProperty('Runtime');
     expect(refusal({ runtime: 'runsc' })).toMatchObject({ code: 'INVALID_PARAMS', message: expect.stringContaining('available: runc') });
-    expect(() => planSandbox({ runtime: 'runsc', network: 'bridge' }, { ...context, runtimes: ['runc', 'runsc'], networklessRuntimes: ['runsc'] })).toThrow(/--network=none/);
+    expect(() => planSandbox({ runtime: 'runsc', network: 'bridge' }, { ...context, runtimes: ['runc', 'runsc'], networklessRuntimes: ['runsc'] })).toThrow(
+      /--network=none/,
+    );
   });
 
   it('replaces the workspace volume when a host folder is mounted at /workspace', () => {
@@ -232,7 +237,9 @@ describe('hostile create requests are refused with a clear error', () => {
   });
 
   it('refuses every host mount when the operator allowed none', () => {
-    expect(() => planSandbox({ mounts: [{ hostPath: '/srv/warren-data/x', path: '/mnt/x' }] }, { ...context, config: { ...context.config, allowedMountRoots: [] } })).toThrow(/allows no host mounts/);
+    expect(() =>
+      planSandbox({ mounts: [{ hostPath: '/srv/warren-data/x', path: '/mnt/x' }] }, { ...context, config: { ...context.config, allowedMountRoots: [] } }),
+    ).toThrow(/allows no host mounts/);
   });
 
   it('refuses the state folder even below an allowed folder', () => {
@@ -263,6 +270,8 @@ describe('hostile create requests are refused with a clear error', () => {
   });
 
   it('refuses bridge when the operator turned it off', () => {
-    expect(() => planSandbox({ network: 'bridge' }, { ...context, config: { ...context.config, allowBridgeNetwork: false } })).toThrow(/does not allow network 'bridge'/);
+    expect(() => planSandbox({ network: 'bridge' }, { ...context, config: { ...context.config, allowBridgeNetwork: false } })).toThrow(
+      /does not allow network 'bridge'/,
+    );
   });
 });

@@ -10,7 +10,8 @@ import { FakeProvider } from './fakes.js';
 function stallingProvider(): { provider: FakeProvider; waiting: { pass: () => void; fail: () => void }[] } {
   const provider = new FakeProvider();
   const waiting: { pass: () => void; fail: () => void }[] = [];
-  provider.createGate = () => new Promise((resolve, reject) => waiting.push({ pass: resolve, fail: () => reject(new CodedError('UPSTREAM_UNAVAILABLE', 'released by the test')) }));
+  provider.createGate = () =>
+    new Promise((resolve, reject) => waiting.push({ pass: resolve, fail: () => reject(new CodedError('UPSTREAM_UNAVAILABLE', 'released by the test')) }));
   return { provider, waiting };
 }
 
@@ -57,7 +58,11 @@ describe('create caps', () => {
     const first = sandboxes.create({});
     await stalled(waiting, 1);
     const queued = sandboxes.create({});
-    await expect(sandboxes.create({})).rejects.toMatchObject({ code: 'RESOURCE_EXHAUSTED', message: expect.stringContaining('maxQueuedCreates'), details: { retryAfterSeconds: expect.any(Number) } });
+    await expect(sandboxes.create({})).rejects.toMatchObject({
+      code: 'RESOURCE_EXHAUSTED',
+      message: expect.stringContaining('maxQueuedCreates'),
+      details: { retryAfterSeconds: expect.any(Number) },
+    });
     waiting[0]!.pass();
     await stalled(waiting, 2);
     waiting[1]!.pass();

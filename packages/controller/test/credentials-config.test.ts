@@ -96,10 +96,30 @@ describe('configuration', () => {
     expect(loadConfig({})).toMatchObject({ workspaceQuota: 'auto', workspaceReserveMb: undefined, limits: { diskMb: 1024 }, maxLimits: { diskMb: 65536 } });
     const file = path.join(dir, 'quota.yaml');
     await writeFile(file, ['workspaceQuota: required', 'workspaceReserveMb: 4096', 'maxLimits:', '  diskMb: 8192'].join('\n'));
-    expect(loadConfig({ WARREN_CONFIG: file, WARREN_DISK_MB: '2048' })).toMatchObject({ workspaceQuota: 'required', workspaceReserveMb: 4096, limits: { diskMb: 2048 }, maxLimits: { diskMb: 8192 } });
+    expect(loadConfig({ WARREN_CONFIG: file, WARREN_DISK_MB: '2048' })).toMatchObject({
+      workspaceQuota: 'required',
+      workspaceReserveMb: 4096,
+      limits: { diskMb: 2048 },
+      maxLimits: { diskMb: 8192 },
+    });
     expect(loadConfig({ WARREN_CONFIG: file, WARREN_WORKSPACE_QUOTA: 'off' }).workspaceQuota).toBe('off');
-    expect(() => loadConfig({ WARREN_WORKSPACE_QUOTA: 'maybe' })).toThrow(/WARREN_WORKSPACE_QUOTA must be auto, required or off/);
+    expect(() => loadConfig({ WARREN_WORKSPACE_QUOTA: 'maybe' })).toThrow(/WARREN_WORKSPACE_QUOTA \(workspaceQuota\): Invalid option/);
     await writeFile(file, 'workspaceQuota: sometimes');
     expect(() => loadConfig({ WARREN_CONFIG: file })).toThrow(/workspaceQuota/);
+  });
+
+  it("reads WARREN_* variables through the file's schema: the same limits and the same errors", async () => {
+    expect(() => loadConfig({ WARREN_PORT: '99999' })).toThrow(/WARREN_PORT \(port\): Too big: expected number to be <=65535/);
+    const file = path.join(dir, 'port.json');
+    await writeFile(file, JSON.stringify({ port: 99999 }));
+    expect(() => loadConfig({ WARREN_CONFIG: file })).toThrow(/port: Too big: expected number to be <=65535/);
+    expect(() => loadConfig({ WARREN_POOL_SIZE: '1000' })).toThrow(/WARREN_POOL_SIZE \(poolSize\)/);
+    expect(() => loadConfig({ WARREN_MEMORY_MB: 'lots' })).toThrow(/WARREN_MEMORY_MB \(limits.memoryMb\)/);
+    expect(() => loadConfig({ WARREN_API_KEY_HASHES: 'nothex' })).toThrow(/WARREN_API_KEY_HASHES/);
+    expect(loadConfig({ WARREN_PORT: '8080', WARREN_ALLOWED_MOUNTS: '/a:/b', WARREN_KILL_ON_SHUTDOWN: 'yes' })).toMatchObject({
+      port: 8080,
+      allowedMountRoots: ['/a', '/b'],
+      killOnShutdown: true,
+    });
   });
 });

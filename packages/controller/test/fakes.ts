@@ -59,7 +59,20 @@ export class FakeProvider implements SandboxProvider {
   async ping(): Promise<void> {}
 
   async isolation(): Promise<ProviderIsolation> {
-    return { usernsRemap: null, rootless: false, cgroupVersion: '2', cgroupDriver: 'fake', limitsEnforced: true, seccomp: true, apparmor: false, selinux: false, gvisor: false, runtimes: ['runc'], storageDriver: 'fake', diskQuota: { quota: false, kind: 'volume', reason: 'a fake provider' } };
+    return {
+      usernsRemap: null,
+      rootless: false,
+      cgroupVersion: '2',
+      cgroupDriver: 'fake',
+      limitsEnforced: true,
+      seccomp: true,
+      apparmor: false,
+      selinux: false,
+      gvisor: false,
+      runtimes: ['runc'],
+      storageDriver: 'fake',
+      diskQuota: { quota: false, kind: 'volume', reason: 'a fake provider' },
+    };
   }
 
   async runtimes(): Promise<{ name: string; args: string[] }[]> {

@@ -1,6 +1,14 @@
 import { describe, expect, it } from '@jest/globals';
 import { CodedError } from '@warren/protocol';
-import { defaultReserveBytes, isWorkspaceId, openWorkspaceStore, parseMountInfo, quotaUnavailableReason, roomForWorkspaces, workspaceSizeBytes } from '../src/workspace-store.js';
+import {
+  defaultReserveBytes,
+  isWorkspaceId,
+  openWorkspaceStore,
+  parseMountInfo,
+  quotaUnavailableReason,
+  roomForWorkspaces,
+  workspaceSizeBytes,
+} from '../src/workspace-store.js';
 
 const MiB = 1024 * 1024;
 const GiB = 1024 * MiB;
@@ -24,7 +32,7 @@ describe('workspace sizes and ids', () => {
     expect(workspaceSizeBytes(16 * MiB)).toBe(16 * MiB);
     expect(workspaceSizeBytes(16 * MiB + 1)).toBe(16 * MiB + 4096);
     for (const bad of [MiB, 16 * MiB - 1, 16 * MiB + 0.5, Number.NaN, Infinity]) {
-      expect(() => workspaceSizeBytes(bad)).toThrow(expect.objectContaining({ code: 'INVALID_PARAMS' }) as unknown as Error);
+      expect(() => workspaceSizeBytes(bad)).toThrow(expect.objectContaining({ code: 'INVALID_PARAMS' }));
     }
   });
 

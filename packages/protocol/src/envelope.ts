@@ -14,7 +14,10 @@ export const WireError = z.strictObject({
 /** The first frame a client sends. */
 export const HelloFrame = z.strictObject({
   type: z.literal('hello'),
+  /** The major version: the two ends must share it. */
   protocolVersion: z.number().int().positive(),
+  /** The minor version within the major: declared now so that later releases may send it to this one. */
+  protocolMinor: z.number().int().nonnegative().optional(),
   client: z.string().max(200).optional(),
 });
 
@@ -22,6 +25,7 @@ export const HelloFrame = z.strictObject({
 export const WelcomeFrame = z.strictObject({
   type: z.literal('welcome'),
   protocolVersion: z.number().int().positive(),
+  protocolMinor: z.number().int().nonnegative().optional(),
   server: z.string().max(200),
   serverVersion: z.string().max(100),
 });

@@ -5,7 +5,10 @@
  */
 export const ERROR_CODES = {
   INVALID_FRAME: { status: 400, suggestion: 'Send a binary frame: a 4-byte big-endian header length, a JSON header, then the payload bytes.' },
-  FRAME_TOO_LARGE: { status: 413, suggestion: 'Send or ask for less per call: split the content or use a streaming upload; read a range; ask for a smaller limit, or page with the cursor.' },
+  FRAME_TOO_LARGE: {
+    status: 413,
+    suggestion: 'Send or ask for less per call: split the content or use a streaming upload; read a range; ask for a smaller limit, or page with the cursor.',
+  },
   UNKNOWN_METHOD: { status: 404, suggestion: 'Call one of the methods in the protocol registry; upgrade the SDK if the method is new.' },
   METHOD_NOT_ALLOWED: { status: 405, suggestion: 'Use the HTTP method the message names for this route.' },
   INVALID_PARAMS: { status: 400, suggestion: 'Fix the parameters named in the details and call again.' },
@@ -36,7 +39,10 @@ export const ERROR_CODES = {
   SANDBOX_NOT_FOUND: { status: 404, suggestion: 'The sandbox does not exist or has ended; create a new one.' },
   SANDBOX_NOT_READY: { status: 503, suggestion: 'The sandbox is starting or its daemon is not answering; retry shortly.' },
   UPSTREAM_UNAVAILABLE: { status: 502, suggestion: 'The Docker engine or the sandbox daemon did not answer; check that Docker is running.' },
-  PTY_UNAVAILABLE: { status: 501, suggestion: 'This sandbox cannot open a terminal (the message says why); run commands with commands.run or commands.start instead.' },
+  PTY_UNAVAILABLE: {
+    status: 501,
+    suggestion: 'This sandbox cannot open a terminal (the message says why); run commands with commands.run or commands.start instead.',
+  },
   INTERNAL: { status: 500, suggestion: 'An unexpected error; the message says what failed. Report it if it repeats.' },
 } as const satisfies Record<string, { status: number; suggestion: string }>;
 
@@ -76,9 +82,7 @@ export class CodedError extends Error {
   }
 
   toWire(): WireErrorBody {
-    return this.details === undefined
-      ? { code: this.code, message: this.message }
-      : { code: this.code, message: this.message, details: this.details };
+    return this.details === undefined ? { code: this.code, message: this.message } : { code: this.code, message: this.message, details: this.details };
   }
 }
 

@@ -22,11 +22,19 @@ export function encodeFrame(header: FrameHeader, payload?: Uint8Array): Buffer {
   // The sender refuses what the receiver would, with the request's id, so the caller hears why.
   const id = 'id' in header && header.id !== null ? { id: header.id } : {};
   if (json.length > MAX_HEADER_BYTES) {
-    throw new CodedError('FRAME_TOO_LARGE', `This ${header.type} frame's header is ${json.length} bytes, over the ${MAX_HEADER_BYTES}-byte limit. Ask for less at once (a smaller maxEntries, limit or range, or the next page with a cursor); a large value belongs in a file.`, { ...id, limit: MAX_HEADER_BYTES });
+    throw new CodedError(
+      'FRAME_TOO_LARGE',
+      `This ${header.type} frame's header is ${json.length} bytes, over the ${MAX_HEADER_BYTES}-byte limit. Ask for less at once (a smaller maxEntries, limit or range, or the next page with a cursor); a large value belongs in a file.`,
+      { ...id, limit: MAX_HEADER_BYTES },
+    );
   }
   const total = LENGTH_BYTES + json.length + (payload?.length ?? 0);
   if (total > MAX_FRAME_BYTES) {
-    throw new CodedError('FRAME_TOO_LARGE', `This ${header.type} frame is ${total} bytes, over the ${MAX_FRAME_BYTES}-byte limit. Send or ask for less per call: a range of a file, or content in pieces.`, { ...id, limit: MAX_FRAME_BYTES });
+    throw new CodedError(
+      'FRAME_TOO_LARGE',
+      `This ${header.type} frame is ${total} bytes, over the ${MAX_FRAME_BYTES}-byte limit. Send or ask for less per call: a range of a file, or content in pieces.`,
+      { ...id, limit: MAX_FRAME_BYTES },
+    );
   }
   const prefix = Buffer.allocUnsafe(LENGTH_BYTES);
   prefix.writeUInt32BE(json.length, 0);
@@ -69,7 +77,11 @@ export function decodeFrame(data: Buffer | ArrayBuffer | Buffer[] | string): Fra
   const parsed = FrameHeader.safeParse(raw);
   if (!parsed.success) {
     const id = RequestId.safeParse((raw as { id?: unknown } | null)?.id);
-    throw new CodedError('INVALID_FRAME', `Frame header is invalid: ${parsed.error.issues.map(issueText).join('; ')}`, id.success ? { id: id.data } : undefined);
+    throw new CodedError(
+      'INVALID_FRAME',
+      `Frame header is invalid: ${parsed.error.issues.map(issueText).join('; ')}`,
+      id.success ? { id: id.data } : undefined,
+    );
   }
   return payload.length > 0 ? { header: parsed.data, payload } : { header: parsed.data };
 }
@@ -79,7 +91,11 @@ function splitFrame(bytes: Buffer): { json: string; payload: Buffer } {
   const headerLength = bytes.readUInt32BE(0);
   if (headerLength > MAX_HEADER_BYTES) {
     const id = frameRequestId(bytes);
-    throw new CodedError('FRAME_TOO_LARGE', `Frame header of ${headerLength} bytes exceeds the ${MAX_HEADER_BYTES}-byte limit; send less per call (a large value belongs in a file, written with files.write).`, id === undefined ? undefined : { id });
+    throw new CodedError(
+      'FRAME_TOO_LARGE',
+      `Frame header of ${headerLength} bytes exceeds the ${MAX_HEADER_BYTES}-byte limit; send less per call (a large value belongs in a file, written with files.write).`,
+      id === undefined ? undefined : { id },
+    );
   }
   if (LENGTH_BYTES + headerLength > bytes.length) throw new CodedError('INVALID_FRAME', 'Frame header length runs past the end of the frame.');
   return {

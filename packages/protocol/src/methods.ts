@@ -1,6 +1,6 @@
 import { CodedError } from './errors.js';
 import { issueText } from './frame.js';
-import type { z } from 'zod';
+import { z } from 'zod';
 import { AUDIT_METHODS } from './methods/audit.js';
 import { FS_METHODS } from './methods/fs.js';
 import { PROCESS_METHODS } from './methods/process.js';
@@ -48,9 +48,52 @@ export function parseParams<M extends MethodName>(method: M, params: unknown): P
 
 /** Checks a result on the receiving side; a peer that answers off-contract is an internal error. */
 export function parseResult<M extends MethodName>(method: M, result: unknown): Result<M> {
-  const parsed = METHODS[method].result.safeParse(result);
+  const parsed = tolerant(METHODS[method].result).safeParse(result);
   if (!parsed.success) {
     throw new CodedError('INTERNAL', `The server answered ${method} off-contract: ${parsed.error.issues.map(issueText).join('; ')}`);
   }
   return parsed.data as Result<M>;
+}
+
+const tolerantSchemas = new WeakMap<z.ZodType, z.ZodType>();
+
+/**
+ * The same schema, read tolerantly: objects at any depth keep the fields they know and drop the
+ * ones they do not, instead of refusing them. Answers are read this way (`parseResult`), so a
+ * server can add a field to a result without breaking a deployed client; what a receiver takes
+ * as input (params, frames) stays strict.
+ *
+ * @example
+ * tolerant(z.strictObject({ a: z.number() })).parse({ a: 1, added: true }); // { a: 1 }
+ */
+export function tolerant<T extends z.ZodType>(schema: T): T {
+  const known = tolerantSchemas.get(schema);
+  if (known) return known as T;
+  const loose = loosen(schema);
+  tolerantSchemas.set(schema, loose);
+  return loose as T;
+}
+
+function loosen(schema: z.ZodType): z.ZodType {
+  const def = (schema as unknown as { _zod: { def: Record<string, unknown> & { type: string } } })._zod.def;
+  switch (def.type) {
+    case 'object': {
+      const shape = def.shape as Record<string, z.ZodType>;
+      return z.object(Object.fromEntries(Object.entries(shape).map(([key, value]) => [key, loosen(value)])));
+    }
+    case 'array':
+      return z.array(loosen(def.element as z.ZodType));
+    case 'optional':
+      return loosen(def.innerType as z.ZodType).optional();
+    case 'nullable':
+      return loosen(def.innerType as z.ZodType).nullable();
+    case 'default':
+      return loosen(def.innerType as z.ZodType).default(def.defaultValue as never);
+    case 'union':
+      return z.union((def.options as z.ZodType[]).map(loosen) as [z.ZodType, z.ZodType, ...z.ZodType[]]);
+    case 'record':
+      return z.record(def.keyType as z.ZodString, loosen(def.valueType as z.ZodType));
+    default:
+      return schema;
+  }
 }

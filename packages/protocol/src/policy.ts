@@ -58,7 +58,11 @@ const RootFolder = AbsoluteFolder.superRefine((p, ctx) => {
 });
 
 /** An allowed file suffix, dot included: `.py`, `.tar.gz`. Matched case-insensitively against the end of the name. */
-export const Suffix = z.string().min(2).max(32).regex(/^\.[^/\0]+$/, 'a suffix starts with a dot, e.g. ".py"');
+export const Suffix = z
+  .string()
+  .min(2)
+  .max(32)
+  .regex(/^\.[^/\0]+$/, 'a suffix starts with a dot, e.g. ".py"');
 
 const Suffixes = z.array(Suffix).max(256);
 const MaxFileBytes = z.number().int().positive().max(Number.MAX_SAFE_INTEGER);
@@ -140,7 +144,8 @@ export function decodeGrant(header: string): ConnectionGrant {
     throw new CodedError('INVALID_PARAMS', `The ${GRANT_HEADER} header is not base64url JSON.`);
   }
   const parsed = ConnectionGrant.safeParse(raw);
-  if (!parsed.success) throw new CodedError('INVALID_PARAMS', `The ${GRANT_HEADER} header is not a valid grant: ${parsed.error.issues.map((i) => i.message).join('; ')}`);
+  if (!parsed.success)
+    throw new CodedError('INVALID_PARAMS', `The ${GRANT_HEADER} header is not a valid grant: ${parsed.error.issues.map((i) => i.message).join('; ')}`);
   return parsed.data;
 }
 
@@ -193,7 +198,17 @@ export interface Mount {
 export function mountsOf(policy: FilePolicy): Mount[] {
   if ('root' in policy) {
     const root = path.posix.resolve(policy.root);
-    return [{ virtual: root, root, writable: !policy.readOnly, suffixes: policy.suffixes, maxFileBytes: policy.maxFileBytes, readApproval: false, writeApproval: false }];
+    return [
+      {
+        virtual: root,
+        root,
+        writable: !policy.readOnly,
+        suffixes: policy.suffixes,
+        maxFileBytes: policy.maxFileBytes,
+        readApproval: false,
+        writeApproval: false,
+      },
+    ];
   }
   return Object.entries(policy.paths)
     .map(([name, c]) => ({
@@ -259,13 +274,6 @@ function place(mount: Mount, normal: string, prefix: string): Located {
   return { mount, virtual: join(mount.virtual), physical: join(mount.root), segments };
 }
 
-/** Maps an in-container path back to the mount that holds it (longest root wins), in the policy's naming. */
-export function locatePhysical(policy: FilePolicy, physical: string): Located | undefined {
-  const byRoot = mountsOf(policy).sort((a, b) => b.root.length - a.root.length);
-  for (const mount of byRoot) if (isWithin(mount.root, physical)) return place(mount, physical, mount.root);
-  return undefined;
-}
-
 /** What a policy lets a caller do at one located path, before any disk check. */
 export function accessAt(policy: FilePolicy, located: Located): { read: boolean; write: boolean } {
   const r = policy.restrict;
@@ -320,7 +328,10 @@ export function suffixAllowed(suffixes: readonly string[] | undefined, name: str
 export function describePolicy(policy: FilePolicy): string {
   const readable = readableRoots(policy);
   const writable = writableRoots(policy);
-  const parts = [`Readable: ${readable.length ? readable.join(', ') : 'nothing'}.`, `Writable: ${writable.length ? writable.join(', ') : 'nothing (read-only)'}.`];
+  const parts = [
+    `Readable: ${readable.length ? readable.join(', ') : 'nothing'}.`,
+    `Writable: ${writable.length ? writable.join(', ') : 'nothing (read-only)'}.`,
+  ];
   const mounts = mountsOf(policy);
   for (const m of mounts) {
     const limits: string[] = [];
@@ -354,13 +365,16 @@ export function narrowPolicy(parent: FilePolicy, request: DeriveRequest): FilePo
   if (!parsed.success) throw new CodedError('INVALID_PARAMS', `Invalid derive request: ${parsed.error.issues.map((i) => i.message).join('; ')}`);
   const req = parsed.data;
   const parentOk = FilePolicy.safeParse(parent);
-  if (!parentOk.success) throw new CodedError('INVALID_PARAMS', `The policy to derive from is not valid: ${parentOk.error.issues.map((i) => i.message).join('; ')}`);
+  if (!parentOk.success)
+    throw new CodedError('INVALID_PARAMS', `The policy to derive from is not valid: ${parentOk.error.issues.map((i) => i.message).join('; ')}`);
   const list = (v: string | string[] | undefined) => (v === undefined ? undefined : typeof v === 'string' ? [v] : v);
   const allowRead = list(req.allowRead);
   const allowWrite = list(req.allowWrite);
   const parentWritable = writableRoots(parent).length > 0;
   const escalation = (what: string) =>
-    new CodedError('PERMISSION_ESCALATION', `derive() would widen the parent: ${what}. A derived handle can only narrow. ${describePolicy(parent)}`, { parent: summary(parent) });
+    new CodedError('PERMISSION_ESCALATION', `derive() would widen the parent: ${what}. A derived handle can only narrow. ${describePolicy(parent)}`, {
+      parent: summary(parent),
+    });
 
   if (req.readonly === false && !parentWritable) throw escalation('readonly: false on a read-only parent');
   const place = (p: string, intent: 'read' | 'write'): string => {

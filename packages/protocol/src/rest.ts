@@ -24,36 +24,83 @@ export const RuntimeName = z.enum(['runc', 'runsc']);
 export const CreateSandboxRequest = z.strictObject({
   /** Any linux/amd64 image with /bin/sh; the controller's default image when absent. */
   image: z.string().min(1).max(256).optional(),
-  env: z.record(z.string().min(1).max(256).regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'env names are letters, digits and _'), z.string().max(32 * 1024)).optional(),
+  env: z
+    .record(
+      z
+        .string()
+        .min(1)
+        .max(256)
+        .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'env names are letters, digits and _'),
+      z.string().max(32 * 1024),
+    )
+    .optional(),
   /** CPU share, e.g. 0.5 or 2; at most the controller's `maxLimits.cpus`. */
   cpus: z.number().positive().max(256).optional(),
   /** Memory limit in MiB (swap is set equal to it: no swap). */
-  memoryMb: z.number().int().min(16).max(1024 * 1024).optional(),
+  memoryMb: z
+    .number()
+    .int()
+    .min(16)
+    .max(1024 * 1024)
+    .optional(),
   /** The most processes and threads the sandbox may run at once. */
-  pidsLimit: z.number().int().min(16).max(1 << 20).optional(),
+  pidsLimit: z
+    .number()
+    .int()
+    .min(16)
+    .max(1 << 20)
+    .optional(),
   network: NetworkMode.optional(),
   runtime: RuntimeName.optional(),
   /** Numeric `uid` or `uid:gid` every command runs as (the sandbox user); never 0. Default 1000:1000. */
-  user: z.string().regex(/^\d{1,10}(:\d{1,10})?$/, "a numeric 'uid' or 'uid:gid'").optional(),
+  user: z
+    .string()
+    .regex(/^\d{1,10}(:\d{1,10})?$/, "a numeric 'uid' or 'uid:gid'")
+    .optional(),
   /** Working folder of commands; default /workspace. */
   workdir: z.string().min(1).max(4096).startsWith('/').optional(),
   /** The file policy (seed 001) every connection starts from; default: read-write root /workspace. */
   policy: FilePolicy.optional(),
   /** Seconds until the reaper kills the sandbox. */
-  ttlSeconds: z.number().int().min(10).max(30 * 24 * 3600).optional(),
+  ttlSeconds: z
+    .number()
+    .int()
+    .min(10)
+    .max(30 * 24 * 3600)
+    .optional(),
   labels: LabelMap.optional(),
   /** Host folders to mount; each must lie below a folder the operator allowed. */
   mounts: z.array(MountRequest).max(16).optional(),
   /** Keep the image's own files read-only (default true); /workspace, /tmp and the mounts stay writable. */
   readOnlyRootfs: z.boolean().optional(),
   /** Size of the RAM-backed /tmp in MiB (it counts against memoryMb). */
-  tmpMb: z.number().int().min(1).max(1024 * 1024).optional(),
+  tmpMb: z
+    .number()
+    .int()
+    .min(1)
+    .max(1024 * 1024)
+    .optional(),
   /** The most files one process may hold open (RLIMIT_NOFILE). */
-  openFiles: z.number().int().min(64).max(1 << 20).optional(),
+  openFiles: z
+    .number()
+    .int()
+    .min(64)
+    .max(1 << 20)
+    .optional(),
   /** The largest file one process may write, in MiB (RLIMIT_FSIZE). */
-  fileSizeMb: z.number().int().min(1).max(1 << 24).optional(),
+  fileSizeMb: z
+    .number()
+    .int()
+    .min(1)
+    .max(1 << 24)
+    .optional(),
   /** The size of /workspace's own disk in MiB, where the host gives a disk quota (see /readyz). */
-  diskMb: z.number().int().min(16).max(1 << 24).optional(),
+  diskMb: z
+    .number()
+    .int()
+    .min(16)
+    .max(1 << 24)
+    .optional(),
 });
 export type CreateSandboxRequest = z.input<typeof CreateSandboxRequest>;
 
@@ -107,7 +154,13 @@ export const ListSandboxesResponse = z.strictObject({ sandboxes: z.array(Sandbox
 export type ListSandboxesResponse = z.infer<typeof ListSandboxesResponse>;
 
 /** `POST /v1/sandboxes/:id/timeout`: the sandbox now expires `ttlSeconds` from now. */
-export const SetTimeoutRequest = z.strictObject({ ttlSeconds: z.number().int().min(1).max(30 * 24 * 3600) });
+export const SetTimeoutRequest = z.strictObject({
+  ttlSeconds: z
+    .number()
+    .int()
+    .min(1)
+    .max(30 * 24 * 3600),
+});
 export type SetTimeoutRequest = z.infer<typeof SetTimeoutRequest>;
 
 /**
@@ -118,7 +171,12 @@ export const DeriveTokenRequest = DeriveRequest.extend({
   /** Whether the holder may run commands. A shell is not bound by the file policy: default false. */
   allowExec: z.boolean().optional(),
   /** Seconds the derived token stays valid; without it, as long as the sandbox lives. */
-  ttlSeconds: z.number().int().min(1).max(30 * 24 * 3600).optional(),
+  ttlSeconds: z
+    .number()
+    .int()
+    .min(1)
+    .max(30 * 24 * 3600)
+    .optional(),
 });
 export type DeriveTokenRequest = z.input<typeof DeriveTokenRequest>;
 

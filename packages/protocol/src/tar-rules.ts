@@ -14,7 +14,14 @@ import { CodedError } from './errors.js';
  */
 
 /** The caps of one archive. `maxRecordBytes` is the most one PAX header carries. */
-export const TAR_CAPS = { maxEntries: 100_000, maxDepth: 64, maxNameBytes: 4096, maxBytes: 1024 * 1024 * 1024, maxRecordBytes: 64 * 1024, maxGlobalHeaders: 64 } as const;
+export const TAR_CAPS = {
+  maxEntries: 100_000,
+  maxDepth: 64,
+  maxNameBytes: 4096,
+  maxBytes: 1024 * 1024 * 1024,
+  maxRecordBytes: 64 * 1024,
+  maxGlobalHeaders: 64,
+} as const;
 
 /** The parts of a tar header the rules look at (tar-stream's names). */
 export interface TarHeaderLike {
@@ -51,7 +58,8 @@ export class TarChecker {
    */
   check(header: TarHeaderLike): CheckedTarEntry {
     const entryName = printable(String(header.name ?? '')).slice(0, 200);
-    const refuse = (why: string) => new CodedError('INVALID_PARAMS', `The archive entry '${entryName}' is refused: ${why}. Nothing was written. ${ALLOWED}.`, { entry: entryName });
+    const refuse = (why: string) =>
+      new CodedError('INVALID_PARAMS', `The archive entry '${entryName}' is refused: ${why}. Nothing was written. ${ALLOWED}.`, { entry: entryName });
     if (++this.entries > TAR_CAPS.maxEntries) throw refuse(`the archive has more than ${TAR_CAPS.maxEntries} entries`);
     const raw = String(header.name ?? '');
     if (raw.includes('\0')) throw refuse('its name has a NUL byte');
@@ -191,12 +199,14 @@ export function readCheckedTar(archive: Uint8Array): TarContent[] {
     const meta = header.flag === 'x' || header.flag === 'g' || header.flag === 'L' || header.flag === 'K';
     if (meta) {
       const cap = header.flag === 'L' || header.flag === 'K' ? TAR_CAPS.maxNameBytes + 1 : TAR_CAPS.maxRecordBytes;
-      if (header.size > cap) throw refuseAt(header.at, header.name, `its ${describeFlag(header.flag)} carries ${header.size} bytes, more than the ${cap} allowed`);
+      if (header.size > cap)
+        throw refuseAt(header.at, header.name, `its ${describeFlag(header.flag)} carries ${header.size} bytes, more than the ${cap} allowed`);
       const data = dataOf(bytes, offset, header);
       offset += padded(header.size);
       if (header.flag === 'g') {
         if (pending) throw refuseAt(header.at, header.name, 'a global PAX header lies between a PAX or GNU header and its entry');
-        if (++globals > TAR_CAPS.maxGlobalHeaders) throw refuseAt(header.at, header.name, `the archive has more than ${TAR_CAPS.maxGlobalHeaders} global PAX headers`);
+        if (++globals > TAR_CAPS.maxGlobalHeaders)
+          throw refuseAt(header.at, header.name, `the archive has more than ${TAR_CAPS.maxGlobalHeaders} global PAX headers`);
         const records = parsePax(data, header);
         for (const key of ['path', 'linkpath', 'size']) {
           if (records.has(key)) throw refuseAt(header.at, header.name, `its global PAX header sets '${key}', which would apply to every entry`);
@@ -209,13 +219,15 @@ export function readCheckedTar(archive: Uint8Array): TarContent[] {
         pending.pax = parsePax(data, header);
       } else {
         const key = header.flag === 'L' ? 'longName' : 'longLink';
-        if (pending[key] !== undefined) throw refuseAt(header.at, header.name, `two GNU ${header.flag === 'L' ? 'long names' : 'long links'} precede one entry`);
+        if (pending[key] !== undefined)
+          throw refuseAt(header.at, header.name, `two GNU ${header.flag === 'L' ? 'long names' : 'long links'} precede one entry`);
         pending[key] = parseLongName(data, header);
       }
       continue;
     }
     const type = ENTRY_TYPES[header.flag];
-    if (type === undefined) throw refuseAt(header.at, header.name, `its type flag '${printable(header.flag)}' is not supported (files, folders and symbolic links are)`);
+    if (type === undefined)
+      throw refuseAt(header.at, header.name, `its type flag '${printable(header.flag)}' is not supported (files, folders and symbolic links are)`);
     const entry = applyPending(header, type, pending);
     pending = undefined;
     if (entry.type === 'directory' && entry.size === 0 && isArchiveRoot(entry.name)) continue; // `tar -C dir -c .` names the folder itself `./`
@@ -235,9 +247,11 @@ function applyPending(header: RawHeader, type: string, pending: Pending | undefi
   const paxSize = pax?.get('size');
   const label = paxPath ?? pending?.longName ?? header.name;
   if (paxPath !== undefined && pending?.longName !== undefined) throw refuseAt(header.at, label, 'both a PAX path record and a GNU long name give its name');
-  if (paxLink !== undefined && pending?.longLink !== undefined) throw refuseAt(header.at, label, 'both a PAX linkpath record and a GNU long link give its link target');
+  if (paxLink !== undefined && pending?.longLink !== undefined)
+    throw refuseAt(header.at, label, 'both a PAX linkpath record and a GNU long link give its link target');
   const isLink = type === 'symlink' || type === 'link';
-  if (!isLink && (paxLink !== undefined || pending?.longLink !== undefined)) throw refuseAt(header.at, label, `it is not a link but a PAX linkpath record or GNU long link gives it a link target`);
+  if (!isLink && (paxLink !== undefined || pending?.longLink !== undefined))
+    throw refuseAt(header.at, label, `it is not a link but a PAX linkpath record or GNU long link gives it a link target`);
   if (paxSize !== undefined && Number(paxSize) !== header.size) {
     throw refuseAt(header.at, label, `its PAX size record (${paxSize}) disagrees with its header's size (${header.size})`);
   }
@@ -264,7 +278,13 @@ function parseHeader(block: Buffer, at: number): RawHeader {
   if (!ustar && !magic.equals(GNU_MAGIC)) throw refuseAt(at, label, 'its header is neither ustar nor GNU (old V7 archives are not read)');
   const flag = String.fromCharCode(block[156]!);
   const mode = octal(block, 100, 8, at, label, 'mode');
-  for (const [off, len, field] of [[108, 8, 'uid'], [116, 8, 'gid'], [136, 12, 'mtime'], [329, 8, 'devmajor'], [337, 8, 'devminor']] as const) {
+  for (const [off, len, field] of [
+    [108, 8, 'uid'],
+    [116, 8, 'gid'],
+    [136, 12, 'mtime'],
+    [329, 8, 'devmajor'],
+    [337, 8, 'devminor'],
+  ] as const) {
     numeric(block, off, len, at, label, field);
   }
   const size = numeric(block, 124, 12, at, label, 'size');
@@ -286,7 +306,8 @@ function parsePax(data: Buffer, header: RawHeader): Map<string, string> {
     if (j === i || j - i > 7 || data[j] !== 0x20) throw bad(`the record at byte ${i} does not start with its decimal length and a space`);
     const length = Number(data.toString('latin1', i, j));
     const end = i + length;
-    if (length <= j - i + 1 || end > data.length) throw bad(`the record at byte ${i} says it is ${length} bytes long, which does not fit the header's ${data.length} bytes`);
+    if (length <= j - i + 1 || end > data.length)
+      throw bad(`the record at byte ${i} says it is ${length} bytes long, which does not fit the header's ${data.length} bytes`);
     if (data[end - 1] !== 0x0a) throw bad(`the record at byte ${i} does not end with a newline where its length says`);
     const body = data.subarray(j + 1, end - 1);
     const eq = body.indexOf(0x3d);
@@ -297,12 +318,15 @@ function parsePax(data: Buffer, header: RawHeader): Map<string, string> {
     if (key === 'path' || key === 'linkpath') {
       if (rawValue.length === 0) throw refuseAt(header.at, header.name, `its PAX '${key}' record is empty (which would unset the name the header gives)`);
       if (rawValue.includes(0)) throw refuseAt(header.at, header.name, `its PAX '${key}' record has a NUL byte`);
-      if (rawValue.length > TAR_CAPS.maxNameBytes) throw refuseAt(header.at, header.name, `its PAX '${key}' record is longer than ${TAR_CAPS.maxNameBytes} bytes`);
+      if (rawValue.length > TAR_CAPS.maxNameBytes)
+        throw refuseAt(header.at, header.name, `its PAX '${key}' record is longer than ${TAR_CAPS.maxNameBytes} bytes`);
     }
     const value = utf8(rawValue, header.at, header.name, `PAX '${printable(key)}' record`);
-    if (key === 'size' && !/^[0-9]{1,16}$/.test(value)) throw refuseAt(header.at, header.name, `its PAX size record '${printable(value.slice(0, 40))}' is not a decimal number`);
+    if (key === 'size' && !/^[0-9]{1,16}$/.test(value))
+      throw refuseAt(header.at, header.name, `its PAX size record '${printable(value.slice(0, 40))}' is not a decimal number`);
     if (key.startsWith('GNU.sparse.')) throw refuseAt(header.at, header.name, 'it describes a sparse file (GNU.sparse records), which is not extracted');
-    if (key === 'hdrcharset' && value !== UTF8_CHARSET) throw refuseAt(header.at, header.name, `its PAX hdrcharset is '${printable(value.slice(0, 40))}'; only UTF-8 names are read`);
+    if (key === 'hdrcharset' && value !== UTF8_CHARSET)
+      throw refuseAt(header.at, header.name, `its PAX hdrcharset is '${printable(value.slice(0, 40))}'; only UTF-8 names are read`);
     records.set(key, value);
     i = end;
   }
@@ -321,7 +345,8 @@ function parseLongName(data: Buffer, header: RawHeader): string {
 }
 
 function dataOf(bytes: Buffer, offset: number, header: RawHeader): Buffer {
-  if (offset + padded(header.size) > bytes.length) throw refuseAt(header.at, header.name, `its ${header.size} bytes of data run past the end of the archive (it is cut short)`);
+  if (offset + padded(header.size) > bytes.length)
+    throw refuseAt(header.at, header.name, `its ${header.size} bytes of data run past the end of the archive (it is cut short)`);
   return bytes.subarray(offset, offset + header.size);
 }
 
@@ -381,11 +406,16 @@ function describeFlag(flag: string): string {
 
 /** Control characters shown escaped, so a refusal never carries raw NULs or newlines. */
 function printable(text: string): string {
+  // Control characters are what this shows escaped.
+  // eslint-disable-next-line no-control-regex
   return text.replace(/[\u0000-\u001f\u007f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
 }
 
 function refuseAt(at: number, label: string | undefined, why: string): CodedError {
   const entry = label === undefined ? undefined : printable(label).slice(0, 200);
   const what = entry === undefined ? `The archive's header at byte ${at}` : `The archive entry '${entry}' (header at byte ${at})`;
-  return new CodedError('INVALID_PARAMS', `${what} is refused: ${why}. Nothing was written. ${ALLOWED}.`, { ...(entry === undefined ? {} : { entry }), offset: at });
+  return new CodedError('INVALID_PARAMS', `${what} is refused: ${why}. Nothing was written. ${ALLOWED}.`, {
+    ...(entry === undefined ? {} : { entry }),
+    offset: at,
+  });
 }

@@ -1,5 +1,12 @@
-/** The wire protocol version. Both ends send it in the handshake; a different major is refused. */
+/**
+ * The wire protocol's major version. Both ends send it in the handshake; a different major is
+ * refused with `PROTOCOL_VERSION_MISMATCH` naming both. Within a major, either end may add
+ * methods, optional params and result or event fields: answers are read tolerantly (unknown fields
+ * dropped, see `tolerant`), so a client of 1.x talks to a server of 1.y.
+ */
 export const PROTOCOL_VERSION = 1;
+/** What this build adds within the major; sent alongside it, informational. */
+export const PROTOCOL_MINOR = 1;
 
 /** The largest frame (header + payload) a peer accepts and answers; bigger ones get `FRAME_TOO_LARGE`. */
 export const MAX_FRAME_BYTES = 32 * 1024 * 1024;

@@ -97,8 +97,14 @@ describe('frames', () => {
       return undefined;
     };
     const big = 'x'.repeat(MAX_HEADER_BYTES);
-    expect(details(() => encodeFrame({ type: 'res', id: 9, result: { big } }))).toEqual({ code: 'FRAME_TOO_LARGE', details: { id: 9, limit: MAX_HEADER_BYTES } });
-    expect(details(() => encodeFrame({ type: 'res', id: 'r1', result: {} }, Buffer.alloc(MAX_FRAME_BYTES)))).toEqual({ code: 'FRAME_TOO_LARGE', details: { id: 'r1', limit: MAX_FRAME_BYTES } });
+    expect(details(() => encodeFrame({ type: 'res', id: 9, result: { big } }))).toEqual({
+      code: 'FRAME_TOO_LARGE',
+      details: { id: 9, limit: MAX_HEADER_BYTES },
+    });
+    expect(details(() => encodeFrame({ type: 'res', id: 'r1', result: {} }, Buffer.alloc(MAX_FRAME_BYTES)))).toEqual({
+      code: 'FRAME_TOO_LARGE',
+      details: { id: 'r1', limit: MAX_FRAME_BYTES },
+    });
     expect(details(() => encodeFrame({ type: 'res', id: 3, result: {} }, Buffer.alloc(MAX_FRAME_BYTES - 1024)))).toBeUndefined();
   });
 
@@ -113,9 +119,9 @@ describe('frames', () => {
     const cases: [string, unknown][] = [
       [`{"type":"req","id":77,"method":"process.exec","params":{"env":{"BIG":"${filler}`, 77],
       [`{ "id" : "call-1" , "type":"req","params":{"a":"${filler}`, 'call-1'],
-      [`{"type":"req","method":"fs.write","params":{"path":"a\\\"}","nested":[1,{"id":5}]},"id":12,"x":"${filler}`, 12],
+      [`{"type":"req","method":"fs.write","params":{"path":"a\\\\\\"}","nested":[1,{"id":5}]},"id":12,"x":"${filler}`, 12],
       [`{"type":"req","params":{"id":5,"text":"${filler}`, undefined],
-      [`{"type":"req","note":"\"id\":6","params":"${filler}`, undefined],
+      [`{"type":"req","note":"\\"id\\":6","params":"${filler}`, undefined],
       [`{"type":"req","id":-1,"x":"${filler}`, undefined],
       [`{"type":"req","id":{"a":1},"x":"${filler}`, undefined],
       [`{"type":"req","params":"${filler}","id":4}`, undefined],

@@ -75,22 +75,42 @@ describe('readCheckedTar refuses malformed and hostile headers, naming the entry
     ['a PAX length that is not a number', archive(pax(Buffer.from('x1 path=a\n')), file('a', 'x')), /does not start with its decimal length/],
     ['a PAX length that overruns', archive(pax(Buffer.from('99 path=a\n')), file('a', 'x')), /does not fit/],
     ['a PAX length that misses the newline', archive(pax(Buffer.from('10 path=ab\n')), file('a', 'x')), /does not end with a newline/],
-    ['a PAX length that stops short', archive(pax(Buffer.from('9 path=a\n\n')), file('a', 'x')), /does not start with its decimal length|does not end with a newline/],
+    [
+      'a PAX length that stops short',
+      archive(pax(Buffer.from('9 path=a\n\n')), file('a', 'x')),
+      /does not start with its decimal length|does not end with a newline/,
+    ],
     ['a PAX record with no =', archive(pax(Buffer.from('9 pathab\n')), file('a', 'x')), /not key=value/],
-    ['trailing bytes after the PAX records', archive(pax(Buffer.concat([record('path', 'a'), Buffer.from('junk')])), file('a', 'x')), /does not start with its decimal length/],
+    [
+      'trailing bytes after the PAX records',
+      archive(pax(Buffer.concat([record('path', 'a'), Buffer.from('junk')])), file('a', 'x')),
+      /does not start with its decimal length/,
+    ],
     ['a PAX path with a NUL', archive(pax(record('path', 'ok\0/../../etc/passwd')), file('a', 'x')), /PAX 'path' record has a NUL/],
     ['a PAX linkpath with a NUL', archive(pax(record('linkpath', 'a\0b')), header({ name: 'l', flag: '2', linkname: 'a' })), /PAX 'linkpath' record has a NUL/],
     ['a PAX path with ..', archive(pax(record('path', 'a/../../evil')), file('a', 'x')), /has a \.\. segment/],
     ['an absolute PAX path', archive(pax(record('path', '/etc/cron.d/evil')), file('a', 'x')), /is absolute/],
-    ['an absolute PAX linkpath', archive(pax(record('linkpath', '/etc/shadow')), header({ name: 'l', flag: '2', linkname: 'safe' })), /link target is absolute/],
-    ['a PAX linkpath that leaves', archive(pax(record('linkpath', '../../../x')), header({ name: 'l', flag: '2', linkname: 'safe' })), /leaves the archive folder/],
+    [
+      'an absolute PAX linkpath',
+      archive(pax(record('linkpath', '/etc/shadow')), header({ name: 'l', flag: '2', linkname: 'safe' })),
+      /link target is absolute/,
+    ],
+    [
+      'a PAX linkpath that leaves',
+      archive(pax(record('linkpath', '../../../x')), header({ name: 'l', flag: '2', linkname: 'safe' })),
+      /leaves the archive folder/,
+    ],
     ['an overlong PAX path', archive(pax(record('path', 'a'.repeat(TAR_CAPS.maxNameBytes + 1))), file('a', 'x')), /longer than 4096 bytes/],
     ['an empty PAX path (unsets the name)', archive(pax(record('path', '')), file('a', 'x')), /record is empty/],
     ['a PAX path that is not UTF-8', archive(pax(record('path', Buffer.from([0x61, 0xc3]))), file('a', 'x')), /not UTF-8/],
     ['a PAX header over the record cap', archive(pax(record('comment', 'c'.repeat(TAR_CAPS.maxRecordBytes)))), /more than the 65536 allowed/],
     ['a duplicated PAX record', archive(pax(Buffer.concat([record('path', 'a'), record('path', 'b')])), file('a', 'x')), /record 'path' twice/],
     ['a non-numeric PAX size', archive(pax(record('size', '1e3')), file('a', 'x')), /not a decimal number/],
-    ['a PAX size that disagrees with the data', archive(pax(record('size', '1')), file('a', 'xyz')), /PAX size record \(1\) disagrees with its header's size \(3\)/],
+    [
+      'a PAX size that disagrees with the data',
+      archive(pax(record('size', '1')), file('a', 'xyz')),
+      /PAX size record \(1\) disagrees with its header's size \(3\)/,
+    ],
     ['a larger PAX size that would swallow the next header', archive(pax(record('size', '512')), file('a', 'x'), file('b', 'y')), /disagrees/],
     ['a PAX linkpath on a file', archive(pax(record('linkpath', 'x')), file('a', 'x')), /not a link but/],
     ['GNU sparse records', archive(pax(record('GNU.sparse.map', '0,1')), file('a', 'x')), /sparse file/],
@@ -105,12 +125,28 @@ describe('readCheckedTar refuses malformed and hostile headers, naming the entry
     ['an absolute GNU long name', archive(longName(Buffer.from('/etc/passwd\0')), file('x', 'x')), /is absolute/],
     ['a GNU long name with a NUL inside', archive(longName(Buffer.from('good\0/../../evil\0')), file('x', 'x')), /NUL byte inside/],
     ['an empty GNU long name', archive(longName(Buffer.from('\0')), file('x', 'x')), /GNU long name is empty/],
-    ['an overlong GNU long name', archive(longName(Buffer.from(`${'a'.repeat(TAR_CAPS.maxNameBytes + 1)}\0`)), file('x', 'x')), /GNU long name carries 4098 bytes/],
+    [
+      'an overlong GNU long name',
+      archive(longName(Buffer.from(`${'a'.repeat(TAR_CAPS.maxNameBytes + 1)}\0`)), file('x', 'x')),
+      /GNU long name carries 4098 bytes/,
+    ],
     ['two GNU long names for one entry', archive(longName(Buffer.from('a\0')), longName(Buffer.from('b\0')), file('x', 'x')), /two GNU long names/],
-    ['a GNU long name and a PAX path', archive(longName(Buffer.from('a\0')), pax(record('path', 'b')), file('x', 'x')), /both a PAX path record and a GNU long name/],
-    ['a GNU long link and a PAX linkpath', archive(longName(Buffer.from('a\0'), 'K'), pax(record('linkpath', 'b')), header({ name: 'l', flag: '2' })), /both a PAX linkpath record and a GNU long link/],
+    [
+      'a GNU long name and a PAX path',
+      archive(longName(Buffer.from('a\0')), pax(record('path', 'b')), file('x', 'x')),
+      /both a PAX path record and a GNU long name/,
+    ],
+    [
+      'a GNU long link and a PAX linkpath',
+      archive(longName(Buffer.from('a\0'), 'K'), pax(record('linkpath', 'b')), header({ name: 'l', flag: '2' })),
+      /both a PAX linkpath record and a GNU long link/,
+    ],
     ['a GNU long link on a file', archive(longName(Buffer.from('a\0'), 'K'), file('x', 'x')), /not a link but/],
-    ['an absolute GNU long link', archive(longName(Buffer.from('/etc/shadow\0'), 'K'), header({ name: 'l', flag: '2', linkname: 'safe' })), /link target is absolute/],
+    [
+      'an absolute GNU long link',
+      archive(longName(Buffer.from('/etc/shadow\0'), 'K'), header({ name: 'l', flag: '2', linkname: 'safe' })),
+      /link target is absolute/,
+    ],
     ['a GNU long name with no entry', archive(file('a', 'x'), longName(Buffer.from('b\0'))), /has no entry after it/],
   ];
 
@@ -120,7 +156,9 @@ describe('readCheckedTar refuses malformed and hostile headers, naming the entry
     expect(err.message).toMatch(why);
     expect(err.message).toMatch(/is refused: .*Nothing was written\. Allowed: a ustar, GNU or PAX tar archive/);
     expect(err.message).not.toContain('\0');
-    expect(err.details).toEqual(expect.objectContaining(err.message.startsWith("The archive's header") ? { offset: expect.any(Number) } : { entry: expect.any(String) }));
+    expect(err.details).toEqual(
+      expect.objectContaining(err.message.startsWith("The archive's header") ? { offset: expect.any(Number) } : { entry: expect.any(String) }),
+    );
   });
 
   it('names the entry a PAX path gave, escaped', () => {

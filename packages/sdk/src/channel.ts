@@ -130,7 +130,10 @@ export class ReconnectingChannel implements Channel {
       return await Promise.race([
         waitFor,
         new Promise<never>((_, reject) => {
-          timer = setTimeout(() => reject(makeError('REQUEST_TIMEOUT', `${method} timed out waiting for the connection to come back.`)), Math.max(0, deadline - Date.now()));
+          timer = setTimeout(
+            () => reject(makeError('REQUEST_TIMEOUT', `${method} timed out waiting for the connection to come back.`)),
+            Math.max(0, deadline - Date.now()),
+          );
           onAbort = () => reject(makeError('CANCELLED', `${method} was cancelled while waiting for the connection.`));
           signal?.addEventListener('abort', onAbort, { once: true });
         }),

@@ -67,7 +67,11 @@ export class Commands {
           if (text) (event.event === 'stdout' ? options.onStdout : options.onStderr)?.(text);
         }
       : undefined;
-    const answer = await this.connection().call('process.exec', { ...params, ...(streaming ? { stream: true } : {}) }, { signal: options.signal, timeoutMs: timeoutMs + ANSWER_GRACE_MS, payload, onEvent });
+    const answer = await this.connection().call(
+      'process.exec',
+      { ...params, ...(streaming ? { stream: true } : {}) },
+      { signal: options.signal, timeoutMs: timeoutMs + ANSWER_GRACE_MS, payload, onEvent },
+    );
     for (const name of ['stdout', 'stderr'] as const) {
       const rest = decoders[name].end();
       if (rest && streaming) (name === 'stdout' ? options.onStdout : options.onStderr)?.(rest);
@@ -93,15 +97,19 @@ export class Commands {
     const signal = options.signal ? AbortSignal.any([options.signal, abort.signal]) : abort.signal;
     const queue = new EventQueue<CommandEvent>(connection, () => abort.abort());
     connection
-      .call('process.exec', { ...params, stream: true }, {
-        signal,
-        timeoutMs: timeoutMs + ANSWER_GRACE_MS,
-        payload,
-        onEvent: (event, bytes) => {
-          const output = toOutputEvent(event, bytes);
-          if (output) queue.push(output, output.data.length);
+      .call(
+        'process.exec',
+        { ...params, stream: true },
+        {
+          signal,
+          timeoutMs: timeoutMs + ANSWER_GRACE_MS,
+          payload,
+          onEvent: (event, bytes) => {
+            const output = toOutputEvent(event, bytes);
+            if (output) queue.push(output, output.data.length);
+          },
         },
-      })
+      )
       .then(
         (answer) => {
           queue.push({ type: 'exit', result: withOutput(answer.result, answer.payload) });

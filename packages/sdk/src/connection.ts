@@ -5,6 +5,7 @@ import {
   issueText,
   METHODS,
   parseResult,
+  PROTOCOL_MINOR,
   PROTOCOL_VERSION,
   WS_MAX_PAYLOAD_BYTES,
   ApprovalRequest,
@@ -101,14 +102,23 @@ export class Connection {
         clearTimeout(timer);
         try {
           const { header } = decodeFrame(data);
-          if (header.type === 'welcome') resolve();
-          else if (header.type === 'err') reject(errorFromWire(header.error));
+          if (header.type === 'welcome' && header.protocolVersion === PROTOCOL_VERSION) resolve();
+          else if (header.type === 'welcome') {
+            reject(
+              makeError(
+                'PROTOCOL_VERSION_MISMATCH',
+                `The sandbox's daemon speaks protocol ${header.protocolVersion}.${header.protocolMinor ?? 0}; this SDK speaks ${PROTOCOL_VERSION}.${PROTOCOL_MINOR}. Use an SDK of major version ${header.protocolVersion}.`,
+                { details: { server: `${header.protocolVersion}.${header.protocolMinor ?? 0}`, client: `${PROTOCOL_VERSION}.${PROTOCOL_MINOR}` } },
+              ),
+            );
+          } else if (header.type === 'err') reject(errorFromWire(header.error));
           else reject(makeError('INVALID_FRAME', `Expected a welcome frame, got '${header.type}'.`));
         } catch (err) {
           reject(toWarrenError(err));
         }
       });
     });
+    // The minor is not sent yet: daemons from before it was declared read the hello strictly.
     ws.send(encodeFrame({ type: 'hello', protocolVersion: PROTOCOL_VERSION, client: '@warren/sdk' }));
     try {
       await welcome;
@@ -225,7 +235,7 @@ export class Connection {
   private answerApproval(id: number, method: MethodName, data: unknown): void {
     const handler = this.onApproval;
     void (async () => {
-      let allow = false;
+      let allow: boolean;
       try {
         const request = ApprovalRequest.parse(data);
         allow = handler !== undefined && (await handler(request, method)) === true;

@@ -10,7 +10,13 @@ export type LocalErrorCode = keyof typeof LOCAL_ERROR_CODES;
 /** Every code a {@link WarrenError} can carry. */
 export type WarrenErrorCode = ErrorCode | LocalErrorCode;
 
-const RETRYABLE: ReadonlySet<WarrenErrorCode> = new Set<WarrenErrorCode>(['SANDBOX_NOT_READY', 'UPSTREAM_UNAVAILABLE', 'RESOURCE_EXHAUSTED', 'REQUEST_TIMEOUT', 'CONNECTION_CLOSED']);
+const RETRYABLE: ReadonlySet<WarrenErrorCode> = new Set<WarrenErrorCode>([
+  'SANDBOX_NOT_READY',
+  'UPSTREAM_UNAVAILABLE',
+  'RESOURCE_EXHAUSTED',
+  'REQUEST_TIMEOUT',
+  'CONNECTION_CLOSED',
+]);
 
 /**
  * The base of every error the SDK throws. `code` is stable and machine-readable, `message` says
@@ -25,7 +31,7 @@ export class WarrenError extends Error {
   readonly suggestion: string;
   readonly details: Record<string, unknown> | undefined;
 
-  constructor(code: WarrenErrorCode, message: string, options: { details?: Record<string, unknown> | undefined; cause?: unknown } = {}) {
+  constructor(code: WarrenErrorCode, message: string, options: WarrenErrorOptions = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.name = new.target.name;
     this.code = code;
@@ -43,57 +49,291 @@ export class WarrenError extends Error {
   }
 }
 
-type ErrorClass = new (message: string, options?: { details?: Record<string, unknown> | undefined; cause?: unknown }) => WarrenError;
-
-function errorClass(code: WarrenErrorCode, name: string): ErrorClass {
-  const cls = class extends WarrenError {
-    constructor(message: string, options?: { details?: Record<string, unknown> | undefined; cause?: unknown }) {
-      super(code, message, options);
-    }
-  };
-  Object.defineProperty(cls, 'name', { value: name });
-  return cls;
+/** What every SDK error class takes besides its message. */
+export interface WarrenErrorOptions {
+  details?: Record<string, unknown> | undefined;
+  cause?: unknown;
 }
 
-// One class per code, so callers can `instanceof` the case they handle.
-export const InvalidFrameError = errorClass('INVALID_FRAME', 'InvalidFrameError');
-export const FrameTooLargeError = errorClass('FRAME_TOO_LARGE', 'FrameTooLargeError');
-export const UnknownMethodError = errorClass('UNKNOWN_METHOD', 'UnknownMethodError');
-export const InvalidParamsError = errorClass('INVALID_PARAMS', 'InvalidParamsError');
-export const ProtocolVersionMismatchError = errorClass('PROTOCOL_VERSION_MISMATCH', 'ProtocolVersionMismatchError');
-export const HandshakeRequiredError = errorClass('HANDSHAKE_REQUIRED', 'HandshakeRequiredError');
-export const DuplicateRequestIdError = errorClass('DUPLICATE_REQUEST_ID', 'DuplicateRequestIdError');
-export const UnauthorizedError = errorClass('UNAUTHORIZED', 'UnauthorizedError');
-export const ForbiddenError = errorClass('FORBIDDEN', 'ForbiddenError');
-export const NotFoundError = errorClass('NOT_FOUND', 'NotFoundError');
-export const IsADirectoryError = errorClass('IS_A_DIRECTORY', 'IsADirectoryError');
-export const NotADirectoryError = errorClass('NOT_A_DIRECTORY', 'NotADirectoryError');
-export const AlreadyExistsError = errorClass('ALREADY_EXISTS', 'AlreadyExistsError');
-export const PathNotInSandboxError = errorClass('PATH_NOT_IN_SANDBOX', 'PathNotInSandboxError');
-export const PathNotWritableError = errorClass('PATH_NOT_WRITABLE', 'PathNotWritableError');
-export const PermissionEscalationError = errorClass('PERMISSION_ESCALATION', 'PermissionEscalationError');
-export const SuffixNotAllowedError = errorClass('SUFFIX_NOT_ALLOWED', 'SuffixNotAllowedError');
-export const FileTooLargeError = errorClass('FILE_TOO_LARGE', 'FileTooLargeError');
-export const EditNotFoundError = errorClass('EDIT_NOT_FOUND', 'EditNotFoundError');
-export const EditNotUniqueError = errorClass('EDIT_NOT_UNIQUE', 'EditNotUniqueError');
-export const StaleAnchorError = errorClass('STALE_ANCHOR', 'StaleAnchorError');
-export const ConflictError = errorClass('CONFLICT', 'ConflictError');
-export const UnsupportedFileTypeError = errorClass('UNSUPPORTED_FILE_TYPE', 'UnsupportedFileTypeError');
-export const SymlinkLoopError = errorClass('SYMLINK_LOOP', 'SymlinkLoopError');
-export const DirectoryNotEmptyError = errorClass('DIRECTORY_NOT_EMPTY', 'DirectoryNotEmptyError');
-export const ApprovalDeniedError = errorClass('APPROVAL_DENIED', 'ApprovalDeniedError');
-export const CancelledError = errorClass('CANCELLED', 'CancelledError');
-export const ResourceExhaustedError = errorClass('RESOURCE_EXHAUSTED', 'ResourceExhaustedError');
-export const SandboxNotFoundError = errorClass('SANDBOX_NOT_FOUND', 'SandboxNotFoundError');
-export const SandboxNotReadyError = errorClass('SANDBOX_NOT_READY', 'SandboxNotReadyError');
-export const UpstreamUnavailableError = errorClass('UPSTREAM_UNAVAILABLE', 'UpstreamUnavailableError');
-export const PtyUnavailableError = errorClass('PTY_UNAVAILABLE', 'PtyUnavailableError');
-export const InternalError = errorClass('INTERNAL', 'InternalError');
-export const MethodNotAllowedError = errorClass('METHOD_NOT_ALLOWED', 'MethodNotAllowedError');
-export const RequestTimeoutError = errorClass('REQUEST_TIMEOUT', 'RequestTimeoutError');
-export const ConnectionClosedError = errorClass('CONNECTION_CLOSED', 'ConnectionClosedError');
+// Families: catch every error of one kind at once (`err instanceof WarrenNotFoundError`).
 
-const BY_CODE: { [C in WarrenErrorCode]: ErrorClass } = {
+/** Family: things that do not exist: a path, a sandbox, the text an edit looks for, a method. */
+export abstract class WarrenNotFoundError extends WarrenError {}
+
+/** Family: the credential or the policy does not allow it. */
+export abstract class WarrenForbiddenError extends WarrenError {}
+
+/** Family: the state is not what the call expected: read again and retry. */
+export abstract class WarrenConflictError extends WarrenError {}
+
+/** Family: the call took longer than it was given. */
+export abstract class WarrenTimeoutError extends WarrenError {}
+
+/** Family: a size or count limit was reached. */
+export abstract class WarrenLimitError extends WarrenError {}
+
+/** Family: the call itself is wrong: its parameters, its target's kind, its frame. */
+export abstract class WarrenInvalidInputError extends WarrenError {}
+
+/** Family: the sandbox or the controller could not be reached or is not ready; usually worth a retry. */
+export abstract class WarrenConnectionError extends WarrenError {}
+
+// One class per code; each extends its family and narrows `code` to its own.
+
+export class InvalidFrameError extends WarrenInvalidInputError {
+  declare readonly code: 'INVALID_FRAME';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('INVALID_FRAME', message, options);
+  }
+}
+
+export class FrameTooLargeError extends WarrenLimitError {
+  declare readonly code: 'FRAME_TOO_LARGE';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('FRAME_TOO_LARGE', message, options);
+  }
+}
+
+export class UnknownMethodError extends WarrenNotFoundError {
+  declare readonly code: 'UNKNOWN_METHOD';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('UNKNOWN_METHOD', message, options);
+  }
+}
+
+export class InvalidParamsError extends WarrenInvalidInputError {
+  declare readonly code: 'INVALID_PARAMS';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('INVALID_PARAMS', message, options);
+  }
+}
+
+export class ProtocolVersionMismatchError extends WarrenInvalidInputError {
+  declare readonly code: 'PROTOCOL_VERSION_MISMATCH';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('PROTOCOL_VERSION_MISMATCH', message, options);
+  }
+}
+
+export class HandshakeRequiredError extends WarrenInvalidInputError {
+  declare readonly code: 'HANDSHAKE_REQUIRED';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('HANDSHAKE_REQUIRED', message, options);
+  }
+}
+
+export class DuplicateRequestIdError extends WarrenConflictError {
+  declare readonly code: 'DUPLICATE_REQUEST_ID';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('DUPLICATE_REQUEST_ID', message, options);
+  }
+}
+
+export class UnauthorizedError extends WarrenForbiddenError {
+  declare readonly code: 'UNAUTHORIZED';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('UNAUTHORIZED', message, options);
+  }
+}
+
+export class ForbiddenError extends WarrenForbiddenError {
+  declare readonly code: 'FORBIDDEN';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('FORBIDDEN', message, options);
+  }
+}
+
+export class NotFoundError extends WarrenNotFoundError {
+  declare readonly code: 'NOT_FOUND';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('NOT_FOUND', message, options);
+  }
+}
+
+export class IsADirectoryError extends WarrenInvalidInputError {
+  declare readonly code: 'IS_A_DIRECTORY';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('IS_A_DIRECTORY', message, options);
+  }
+}
+
+export class NotADirectoryError extends WarrenInvalidInputError {
+  declare readonly code: 'NOT_A_DIRECTORY';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('NOT_A_DIRECTORY', message, options);
+  }
+}
+
+export class AlreadyExistsError extends WarrenConflictError {
+  declare readonly code: 'ALREADY_EXISTS';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('ALREADY_EXISTS', message, options);
+  }
+}
+
+export class PathNotInSandboxError extends WarrenForbiddenError {
+  declare readonly code: 'PATH_NOT_IN_SANDBOX';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('PATH_NOT_IN_SANDBOX', message, options);
+  }
+}
+
+export class PathNotWritableError extends WarrenForbiddenError {
+  declare readonly code: 'PATH_NOT_WRITABLE';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('PATH_NOT_WRITABLE', message, options);
+  }
+}
+
+export class PermissionEscalationError extends WarrenForbiddenError {
+  declare readonly code: 'PERMISSION_ESCALATION';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('PERMISSION_ESCALATION', message, options);
+  }
+}
+
+export class SuffixNotAllowedError extends WarrenForbiddenError {
+  declare readonly code: 'SUFFIX_NOT_ALLOWED';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('SUFFIX_NOT_ALLOWED', message, options);
+  }
+}
+
+export class FileTooLargeError extends WarrenLimitError {
+  declare readonly code: 'FILE_TOO_LARGE';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('FILE_TOO_LARGE', message, options);
+  }
+}
+
+export class EditNotFoundError extends WarrenNotFoundError {
+  declare readonly code: 'EDIT_NOT_FOUND';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('EDIT_NOT_FOUND', message, options);
+  }
+}
+
+export class EditNotUniqueError extends WarrenInvalidInputError {
+  declare readonly code: 'EDIT_NOT_UNIQUE';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('EDIT_NOT_UNIQUE', message, options);
+  }
+}
+
+export class StaleAnchorError extends WarrenConflictError {
+  declare readonly code: 'STALE_ANCHOR';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('STALE_ANCHOR', message, options);
+  }
+}
+
+export class ConflictError extends WarrenConflictError {
+  declare readonly code: 'CONFLICT';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('CONFLICT', message, options);
+  }
+}
+
+export class UnsupportedFileTypeError extends WarrenInvalidInputError {
+  declare readonly code: 'UNSUPPORTED_FILE_TYPE';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('UNSUPPORTED_FILE_TYPE', message, options);
+  }
+}
+
+export class SymlinkLoopError extends WarrenInvalidInputError {
+  declare readonly code: 'SYMLINK_LOOP';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('SYMLINK_LOOP', message, options);
+  }
+}
+
+export class DirectoryNotEmptyError extends WarrenConflictError {
+  declare readonly code: 'DIRECTORY_NOT_EMPTY';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('DIRECTORY_NOT_EMPTY', message, options);
+  }
+}
+
+export class ApprovalDeniedError extends WarrenForbiddenError {
+  declare readonly code: 'APPROVAL_DENIED';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('APPROVAL_DENIED', message, options);
+  }
+}
+
+export class CancelledError extends WarrenError {
+  declare readonly code: 'CANCELLED';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('CANCELLED', message, options);
+  }
+}
+
+export class ResourceExhaustedError extends WarrenLimitError {
+  declare readonly code: 'RESOURCE_EXHAUSTED';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('RESOURCE_EXHAUSTED', message, options);
+  }
+}
+
+export class SandboxNotFoundError extends WarrenNotFoundError {
+  declare readonly code: 'SANDBOX_NOT_FOUND';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('SANDBOX_NOT_FOUND', message, options);
+  }
+}
+
+export class SandboxNotReadyError extends WarrenConnectionError {
+  declare readonly code: 'SANDBOX_NOT_READY';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('SANDBOX_NOT_READY', message, options);
+  }
+}
+
+export class UpstreamUnavailableError extends WarrenConnectionError {
+  declare readonly code: 'UPSTREAM_UNAVAILABLE';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('UPSTREAM_UNAVAILABLE', message, options);
+  }
+}
+
+export class PtyUnavailableError extends WarrenError {
+  declare readonly code: 'PTY_UNAVAILABLE';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('PTY_UNAVAILABLE', message, options);
+  }
+}
+
+export class InternalError extends WarrenError {
+  declare readonly code: 'INTERNAL';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('INTERNAL', message, options);
+  }
+}
+
+export class MethodNotAllowedError extends WarrenInvalidInputError {
+  declare readonly code: 'METHOD_NOT_ALLOWED';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('METHOD_NOT_ALLOWED', message, options);
+  }
+}
+
+export class RequestTimeoutError extends WarrenTimeoutError {
+  declare readonly code: 'REQUEST_TIMEOUT';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('REQUEST_TIMEOUT', message, options);
+  }
+}
+
+export class ConnectionClosedError extends WarrenConnectionError {
+  declare readonly code: 'CONNECTION_CLOSED';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('CONNECTION_CLOSED', message, options);
+  }
+}
+
+/** The class of each code: a code without one does not compile, and a unit test checks them all. */
+export const ERROR_CLASSES: { readonly [C in WarrenErrorCode]: new (message: string, options?: WarrenErrorOptions) => WarrenError & { code: C } } = {
   INVALID_FRAME: InvalidFrameError,
   FRAME_TOO_LARGE: FrameTooLargeError,
   UNKNOWN_METHOD: UnknownMethodError,
@@ -133,8 +373,8 @@ const BY_CODE: { [C in WarrenErrorCode]: ErrorClass } = {
 };
 
 /** Builds the SDK error for a code, as its own subclass. */
-export function makeError(code: WarrenErrorCode, message: string, options?: { details?: Record<string, unknown> | undefined; cause?: unknown }): WarrenError {
-  const cls = BY_CODE[code] ?? InternalError;
+export function makeError(code: WarrenErrorCode, message: string, options?: WarrenErrorOptions): WarrenError {
+  const cls = (ERROR_CLASSES as Record<string, (typeof ERROR_CLASSES)[WarrenErrorCode] | undefined>)[code] ?? InternalError;
   return new cls(message, options);
 }
 

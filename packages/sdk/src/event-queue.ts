@@ -106,7 +106,10 @@ export function toOutputEvent(event: EventFrame, bytes: Buffer | undefined): Out
  * Puts a result's output back from the response payload (the protocol's `OutputPayloadLayout`):
  * stdout bytes then stderr bytes, decoded as UTF-8.
  */
-export function withOutput<R extends { stdout: string; stderr: string; outputPayload?: { stdout: number; stderr: number } | undefined }>(result: R, payload: Buffer | undefined): R {
+export function withOutput<R extends { stdout: string; stderr: string; outputPayload?: { stdout: number; stderr: number } | undefined }>(
+  result: R,
+  payload: Buffer | undefined,
+): R {
   const layout = result.outputPayload;
   if (!layout) return result;
   const bytes = payload ?? Buffer.alloc(0);

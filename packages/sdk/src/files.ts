@@ -2,7 +2,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
 import { lstat, mkdir, open, realpath, symlink } from 'node:fs/promises';
 import nodePath from 'node:path';
-import { CodedError, readCheckedTar, type CheckedTarEntry, type LineEdit, type Params, type ParamsIn, type Result } from '@warren/protocol';
+import { CodedError, readCheckedTar, type CheckedTarEntry, type LineEdit, type Params, type Result } from '@warren/protocol';
 import type { Channel } from './channel.js';
 import type { CallOptions } from './connection.js';
 import { makeError, WarrenError } from './errors.js';
@@ -120,7 +120,11 @@ export class Files {
    * @example
    * const { content, startLine, endLine, totalLines } = await sandbox.files.readLines('a.py', { startLine: 10, endLine: 20 });
    */
-  async readLines(path: string, range: { startLine?: number; endLine?: number; lineCount?: number; maxLines?: number } = {}, options: CallOptions = {}): Promise<LineSlice> {
+  async readLines(
+    path: string,
+    range: { startLine?: number; endLine?: number; lineCount?: number; maxLines?: number } = {},
+    options: CallOptions = {},
+  ): Promise<LineSlice> {
     const end = range.endLine ?? (range.lineCount !== undefined ? Math.max(1, range.startLine ?? 1) + range.lineCount - 1 : undefined);
     const lines: { unit: 'lines'; start?: number; end?: number; maxLines?: number } = { unit: 'lines' };
     if (range.startLine !== undefined) lines.start = range.startLine;
@@ -161,7 +165,11 @@ export class Files {
    * const { lines } = await sandbox.files.readAnchored('a.py');
    * lines.map((l) => `${l.anchor}|${l.text}`).join('\n');
    */
-  async readAnchored(path: string, range: { startLine?: number; endLine?: number; maxLines?: number } = {}, options: CallOptions = {}): Promise<Result<'fs.readLines'>> {
+  async readAnchored(
+    path: string,
+    range: { startLine?: number; endLine?: number; maxLines?: number } = {},
+    options: CallOptions = {},
+  ): Promise<Result<'fs.readLines'>> {
     const params: Params<'fs.readLines'> | { path: string } = { path };
     const p = params as { path: string; start?: number; end?: number; maxLines?: number };
     if (range.startLine !== undefined) p.start = range.startLine;
@@ -193,7 +201,10 @@ export class Files {
 
   private async writeInPieces(path: string, payload: Uint8Array, options: WriteOptions): Promise<Result<'fs.write'>> {
     if (options.expectedSha256 !== undefined) {
-      throw makeError('INVALID_PARAMS', `expectedSha256 applies to writes of at most ${WRITE_CHUNK_BYTES} bytes; this one is ${payload.length}. Check the file's hash with files.stat or readWithHash first.`);
+      throw makeError(
+        'INVALID_PARAMS',
+        `expectedSha256 applies to writes of at most ${WRITE_CHUNK_BYTES} bytes; this one is ${payload.length}. Check the file's hash with files.stat or readWithHash first.`,
+      );
     }
     const existing = await this.stat(path, { signal: options.signal, timeoutMs: options.timeoutMs }).catch((err: unknown) => {
       if (err instanceof WarrenError && err.code === 'NOT_FOUND') return undefined;
@@ -322,7 +333,11 @@ export class Files {
   }
 
   /** {@link glob} with its `truncated` flag and scan count. */
-  async globDetailed(path: string, pattern = '**/*', options: CallOptions & { maxResults?: number; includeDirectories?: boolean } = {}): Promise<Result<'fs.glob'>> {
+  async globDetailed(
+    path: string,
+    pattern = '**/*',
+    options: CallOptions & { maxResults?: number; includeDirectories?: boolean } = {},
+  ): Promise<Result<'fs.glob'>> {
     const params: { path: string; pattern: string; maxResults?: number; includeDirectories?: boolean } = { path, pattern };
     if (options.maxResults !== undefined) params.maxResults = options.maxResults;
     if (options.includeDirectories !== undefined) params.includeDirectories = options.includeDirectories;
@@ -341,12 +356,14 @@ export class Files {
 
   /** Moves or renames a file or folder; an existing destination is an error unless `overwrite`. */
   async move(from: string, to: string, options: CallOptions & { overwrite?: boolean } = {}): Promise<Result<'fs.move'>> {
-    return (await this.connection().call('fs.move', options.overwrite === undefined ? { from, to } : { from, to, overwrite: options.overwrite }, options)).result;
+    return (await this.connection().call('fs.move', options.overwrite === undefined ? { from, to } : { from, to, overwrite: options.overwrite }, options))
+      .result;
   }
 
   /** Copies a file or folder; an existing destination is an error unless `overwrite`. */
   async copy(from: string, to: string, options: CallOptions & { overwrite?: boolean } = {}): Promise<Result<'fs.copy'>> {
-    return (await this.connection().call('fs.copy', options.overwrite === undefined ? { from, to } : { from, to, overwrite: options.overwrite }, options)).result;
+    return (await this.connection().call('fs.copy', options.overwrite === undefined ? { from, to } : { from, to, overwrite: options.overwrite }, options))
+      .result;
   }
 
   /**
@@ -355,7 +372,12 @@ export class Files {
    * The archive travels in one frame (up to 32 MiB).
    */
   async upload(path: string, archive: Uint8Array, options: CallOptions & { overwrite?: boolean } = {}): Promise<Result<'fs.upload'>> {
-    return (await this.connection().call('fs.upload', options.overwrite === undefined ? { path } : { path, overwrite: options.overwrite }, { ...options, payload: archive })).result;
+    return (
+      await this.connection().call('fs.upload', options.overwrite === undefined ? { path } : { path, overwrite: options.overwrite }, {
+        ...options,
+        payload: archive,
+      })
+    ).result;
   }
 
   /**
@@ -413,7 +435,10 @@ export async function extractArchive(archive: Buffer, localFolder: string): Prom
       if (!existing) await mkdir(target, { mode: entry.mode | 0o700 });
     } else if (entry.kind === 'file') {
       const handle = await open(target, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, entry.mode).catch((e: unknown) => {
-        throw makeError((e as NodeJS.ErrnoException).code === 'EEXIST' ? 'ALREADY_EXISTS' : 'INTERNAL', `Refusing to extract '${entry.name}': ${(e as Error).message}`);
+        throw makeError(
+          (e as NodeJS.ErrnoException).code === 'EEXIST' ? 'ALREADY_EXISTS' : 'INTERNAL',
+          `Refusing to extract '${entry.name}': ${(e as Error).message}`,
+        );
       });
       try {
         await handle.writeFile(data);

@@ -1,5 +1,17 @@
 export { Sandbox, type SandboxCreateOptions, type SandboxConnectOptions } from './sandbox.js';
-export { Files, WRITE_CHUNK_BYTES, WRITE_PIECE_BYTES, WRITE_PIECES_IN_FLIGHT, checkArchive, extractArchive, type ReadOptions, type WriteOptions, type LineSlice, type CharSlice, type DownloadedArchive } from './files.js';
+export {
+  Files,
+  WRITE_CHUNK_BYTES,
+  WRITE_PIECE_BYTES,
+  WRITE_PIECES_IN_FLIGHT,
+  checkArchive,
+  extractArchive,
+  type ReadOptions,
+  type WriteOptions,
+  type LineSlice,
+  type CharSlice,
+  type DownloadedArchive,
+} from './files.js';
 export { Commands, type CommandResult, type CommandEvent, type RunOptions, type StartOptions } from './commands.js';
 export { Pty, Terminal, type PtyCreateOptions, type PtyExit } from './pty.js';
 export { ProcessHandle, type AttachEvent, type AttachOptions, type OutputEvent } from './process-handle.js';

@@ -104,17 +104,21 @@ export class ProcessHandle {
     let attemptsWithoutProgress = 0;
     const start = (): void => {
       connection
-        .call('process.attach', { ...params, stdoutOffset: received.stdout, stderrOffset: received.stderr }, {
-          signal,
-          timeoutMs: options.timeoutMs ?? LONG_WAIT_MS,
-          onEvent: (event, bytes) => {
-            const output = toOutputEvent(event, bytes);
-            if (!output) return;
-            attemptsWithoutProgress = 0;
-            received[output.type] = output.offset + output.data.length;
-            queue.push(output, output.data.length);
+        .call(
+          'process.attach',
+          { ...params, stdoutOffset: received.stdout, stderrOffset: received.stderr },
+          {
+            signal,
+            timeoutMs: options.timeoutMs ?? LONG_WAIT_MS,
+            onEvent: (event, bytes) => {
+              const output = toOutputEvent(event, bytes);
+              if (!output) return;
+              attemptsWithoutProgress = 0;
+              received[output.type] = output.offset + output.data.length;
+              queue.push(output, output.data.length);
+            },
           },
-        })
+        )
         .then(
           (answer) => {
             this.info = answer.result;

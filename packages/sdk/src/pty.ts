@@ -125,7 +125,10 @@ export class Pty {
       () => queue.end(),
       (err: unknown) => queue.fail(err),
     );
-    const info = await Promise.race([startedPromise, exit.then(() => Promise.reject(makeError('INTERNAL', 'The terminal ended before it reported its start.')))]);
+    const info = await Promise.race([
+      startedPromise,
+      exit.then(() => Promise.reject(makeError('INTERNAL', 'The terminal ended before it reported its start.'))),
+    ]);
     const result = exit.then((answer) => answer.result);
     result.catch(() => undefined); // reported through wait() and the iterator; never unhandled
     return new Terminal(connection, info.handle, info.pid, queue, result, () => abort.abort());

@@ -1,4 +1,13 @@
-import { CreateSandboxResponse, DeriveTokenResponse, ListSandboxesResponse, REST_PATHS, SandboxInfo, type CreateSandboxRequest, type DeriveTokenRequest, type SandboxState } from '@warren/protocol';
+import {
+  CreateSandboxResponse,
+  DeriveTokenResponse,
+  ListSandboxesResponse,
+  REST_PATHS,
+  SandboxInfo,
+  type CreateSandboxRequest,
+  type DeriveTokenRequest,
+  type SandboxState,
+} from '@warren/protocol';
 import { restError } from './connection.js';
 import { makeError } from './errors.js';
 
@@ -50,7 +59,8 @@ export class RestClient {
         return CreateSandboxResponse.parse(await this.request('POST', REST_PATHS.sandboxes, body, signal));
       } catch (err) {
         const retryAfter = (err as { code?: string; details?: { retryAfterSeconds?: unknown } }).details?.retryAfterSeconds;
-        if ((err as { code?: string }).code !== 'RESOURCE_EXHAUSTED' || typeof retryAfter !== 'number' || attempt >= CREATE_RETRIES || signal?.aborted) throw err;
+        if ((err as { code?: string }).code !== 'RESOURCE_EXHAUSTED' || typeof retryAfter !== 'number' || attempt >= CREATE_RETRIES || signal?.aborted)
+          throw err;
         await sleep(Math.min(retryAfter, 30) * 1000 * (0.5 + Math.random()), signal);
       }
     }
@@ -109,7 +119,11 @@ export class RestClient {
       res = await fetch(`${this.baseUrl}${path}`, { method, headers, body: body === undefined ? null : JSON.stringify(body), signal: signal ?? null });
     } catch (err) {
       if (signal?.aborted) throw makeError('CANCELLED', `${method} ${path} was cancelled.`, { cause: err });
-      throw makeError('UPSTREAM_UNAVAILABLE', `Could not reach the Warren controller at ${this.baseUrl}: ${(err as Error).message}. Start it with scripts/start.`, { cause: err });
+      throw makeError(
+        'UPSTREAM_UNAVAILABLE',
+        `Could not reach the Warren controller at ${this.baseUrl}: ${(err as Error).message}. Start it with scripts/start.`,
+        { cause: err },
+      );
     }
     const text = await res.text();
     if (!res.ok) throw restError(res.status, text);

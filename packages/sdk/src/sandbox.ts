@@ -1,4 +1,13 @@
-import { AUDIT_PAGE_MAX, type AuditEntry, type CreateSandboxRequest, type DeriveTokenRequest, type DeriveTokenResponse, type Result, type SandboxInfo, type SandboxState } from '@warren/protocol';
+import {
+  AUDIT_PAGE_MAX,
+  type AuditEntry,
+  type CreateSandboxRequest,
+  type DeriveTokenRequest,
+  type DeriveTokenResponse,
+  type Result,
+  type SandboxInfo,
+  type SandboxState,
+} from '@warren/protocol';
 import { Commands } from './commands.js';
 import { ReconnectingChannel, type ReconnectOptions } from './channel.js';
 import { Connection, type ApprovalHandler, type CallOptions } from './connection.js';
@@ -22,7 +31,11 @@ export interface SandboxConnectOptions extends ControllerOptions {
 
 /**
  * One sandbox: a container on the Warren host, reached over one WebSocket through the
- * controller. Dispose it (or call {@link Sandbox.kill}) to remove the container.
+ * controller. Disposal does what the handle owns: a handle from {@link Sandbox.create} kills its
+ * sandbox (`await using` removes the container when the block ends); a handle from
+ * {@link Sandbox.connect} or {@link Sandbox.derive} only closes its connection, and the sandbox
+ * keeps running for whoever created it. {@link Sandbox.kill} removes the sandbox from any handle
+ * whose credential may.
  *
  * @example
  * await using sandbox = await Sandbox.create({ baseUrl, apiKey });
@@ -46,6 +59,8 @@ export class Sandbox implements AsyncDisposable {
     private readonly connection: ReconnectingChannel,
     /** How this sandbox started, when this handle created it: time to ready, and whether it came from the warm pool. */
     readonly startup?: { readyMs: number; pooled: boolean },
+    /** True for the handle {@link Sandbox.create} returned: disposing it kills the sandbox. */
+    private readonly owns = false,
   ) {
     this.files = new Files(() => this.connection);
     this.commands = new Commands(() => this.connection);
@@ -71,7 +86,7 @@ export class Sandbox implements AsyncDisposable {
     const created = await rest.create(request, signal);
     try {
       const channel = await Sandbox.channel(rest, created.id, created.token, reconnect);
-      return new Sandbox(created.id, created.token, rest, channel, { readyMs: created.readyMs, pooled: created.pooled });
+      return new Sandbox(created.id, created.token, rest, channel, { readyMs: created.readyMs, pooled: created.pooled }, true);
     } catch (err) {
       await rest.kill(created.id).catch(() => undefined);
       throw err;
@@ -228,7 +243,12 @@ export class Sandbox implements AsyncDisposable {
     this.connection.close();
   }
 
+  /**
+   * Kills the sandbox when this handle created it; otherwise (a handle from `connect()` or
+   * `derive()`) closes this handle's connection only.
+   */
   async [Symbol.asyncDispose](): Promise<void> {
-    await this.kill();
+    if (this.owns) await this.kill();
+    else this.close();
   }
 }

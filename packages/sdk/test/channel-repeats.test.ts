@@ -32,7 +32,10 @@ describe('repeats after a dropped connection are bounded', () => {
   it(`sends an idempotent call at most ${MAX_REPEATS + 1} times when every send drops the connection, then fails typed`, async () => {
     const sent: string[] = [];
     const channel = new ReconnectingChannel(async () => droppingConnection(sent), droppingConnection(sent), { baseDelayMs: 1, maxDelayMs: 2 });
-    await expect(channel.call('fs.download', { path: '.' }, { timeoutMs: 10_000 })).rejects.toMatchObject({ code: 'CONNECTION_CLOSED', message: expect.stringContaining('not sent again') });
+    await expect(channel.call('fs.download', { path: '.' }, { timeoutMs: 10_000 })).rejects.toMatchObject({
+      code: 'CONNECTION_CLOSED',
+      message: expect.stringContaining('not sent again'),
+    });
     expect(sent).toEqual(Array(MAX_REPEATS + 1).fill('fs.download'));
     channel.close();
   });
@@ -40,7 +43,10 @@ describe('repeats after a dropped connection are bounded', () => {
   it('never repeats a call that is not idempotent', async () => {
     const sent: string[] = [];
     const channel = new ReconnectingChannel(async () => droppingConnection(sent), droppingConnection(sent), { baseDelayMs: 1, maxDelayMs: 2 });
-    await expect(channel.call('process.exec', { cmd: 'true' }, { timeoutMs: 10_000 })).rejects.toMatchObject({ code: 'CONNECTION_CLOSED', message: expect.stringContaining('may or may not have run') });
+    await expect(channel.call('process.exec', { cmd: 'true' }, { timeoutMs: 10_000 })).rejects.toMatchObject({
+      code: 'CONNECTION_CLOSED',
+      message: expect.stringContaining('may or may not have run'),
+    });
     expect(sent).toEqual(['process.exec']);
     channel.close();
   });

@@ -11,7 +11,7 @@ function fakeChannel(): Channel & { paused: number; resumed: number } {
     pauseReading: () => void channel.paused++,
     resumeReading: () => void channel.resumed++,
   };
-  return channel as unknown as Channel & { paused: number; resumed: number };
+  return channel;
 }
 
 describe('EventQueue', () => {

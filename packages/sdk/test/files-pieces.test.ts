@@ -79,7 +79,14 @@ function fakeDisk(options: { delayMs?: (offset: number) => number; failAt?: numb
     pauseReading: () => undefined,
     resumeReading: () => undefined,
   };
-  return { files, log, channel, get maxInFlight() { return maxInFlight; } };
+  return {
+    files,
+    log,
+    channel,
+    get maxInFlight() {
+      return maxInFlight;
+    },
+  };
 }
 
 const content = randomBytes(5 * WRITE_PIECE_BYTES + 123);

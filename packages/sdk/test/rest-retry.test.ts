@@ -3,7 +3,18 @@ import type { AddressInfo } from 'node:net';
 import { describe, expect, it } from '@jest/globals';
 import { RestClient } from '../src/index.js';
 
-const created = { id: 'abc', state: 'running', image: 'i', createdAt: new Date(0).toISOString(), expiresAt: new Date(0).toISOString(), labels: {}, settings: { cpus: 1, memoryMb: 1, pidsLimit: 16, network: 'none', runtime: 'runc', user: '1000:1000', workdir: '/workspace', ttlSeconds: 10, mounts: [] }, token: 't', readyMs: 1, pooled: false };
+const created = {
+  id: 'abc',
+  state: 'running',
+  image: 'i',
+  createdAt: new Date(0).toISOString(),
+  expiresAt: new Date(0).toISOString(),
+  labels: {},
+  settings: { cpus: 1, memoryMb: 1, pidsLimit: 16, network: 'none', runtime: 'runc', user: '1000:1000', workdir: '/workspace', ttlSeconds: 10, mounts: [] },
+  token: 't',
+  readyMs: 1,
+  pooled: false,
+};
 const busy = { error: { code: 'RESOURCE_EXHAUSTED', message: 'creates are waiting', details: { retryAfterSeconds: 0.05 } } };
 const full = { error: { code: 'RESOURCE_EXHAUSTED', message: 'maxSandboxes', details: {} } };
 
@@ -20,7 +31,11 @@ async function controller(replies: [number, unknown][]): Promise<{ url: string; 
 
 describe('creates refused for load are tried again', () => {
   it('waits the retry time and tries again until the create goes through', async () => {
-    const c = await controller([[429, busy], [429, busy], [201, created]]);
+    const c = await controller([
+      [429, busy],
+      [429, busy],
+      [201, created],
+    ]);
     await expect(new RestClient(c.url, 'k').create({})).resolves.toMatchObject({ id: 'abc' });
     expect(c.calls()).toBe(3);
     await c.close();

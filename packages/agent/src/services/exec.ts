@@ -1,6 +1,5 @@
 import { createWriteStream, type WriteStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
-import os from 'node:os';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
 import { CodedError, type Params, type ProcessInfo, type Result } from '@warren/protocol';
@@ -30,7 +29,8 @@ export interface ExecOptions {
   table: ProcessTable;
 }
 
-type ProcessMethod = 'process.exec' | 'process.start' | 'process.list' | 'process.wait' | 'process.kill' | 'process.write' | 'process.closeStdin' | 'process.attach';
+type ProcessMethod =
+  'process.exec' | 'process.start' | 'process.list' | 'process.wait' | 'process.kill' | 'process.write' | 'process.closeStdin' | 'process.attach';
 
 /** Holds a child's output pipes paused while any consumer (socket, file) is behind. */
 class PipeGate {
@@ -142,7 +142,8 @@ export function execHandlers(options: ExecOptions): { [M in ProcessMethod]: Hand
 
     async 'process.write'(params, ctx) {
       const proc = table.get(params.handle);
-      if (params.data !== undefined && ctx.payload !== undefined) throw new CodedError('INVALID_PARAMS', 'Pass either data (text) or the request payload (bytes), not both.');
+      if (params.data !== undefined && ctx.payload !== undefined)
+        throw new CodedError('INVALID_PARAMS', 'Pass either data (text) or the request payload (bytes), not both.');
       const bytes = ctx.payload ?? Buffer.from(params.data ?? '', 'utf8');
       return { result: { bytesWritten: await proc.write(bytes) } };
     },
@@ -190,7 +191,11 @@ export function execHandlers(options: ExecOptions): { [M in ProcessMethod]: Hand
   };
 }
 
-async function runForeground(params: Params<'process.exec'>, ctx: CallContext, spawnSpec: SpawnSpec): Promise<{ result: Result<'process.exec'>; payload: Buffer }> {
+async function runForeground(
+  params: Params<'process.exec'>,
+  ctx: CallContext,
+  spawnSpec: SpawnSpec,
+): Promise<{ result: Result<'process.exec'>; payload: Buffer }> {
   const started = performance.now();
   const { child, marker } = await spawnTagged(spawnSpec);
   const leaderPid = child.pid;

@@ -5,7 +5,18 @@ import { lchown, link, lstat, mkdir, open, rename, unlink, type FileHandle } fro
 import path from 'node:path';
 import { CodedError, describePolicy, MAX_WRITE_GAP_BYTES, type ApprovalRequest, type FilePolicy } from '@warren/protocol';
 import type { CallContext } from '../dispatch.js';
-import { checkKernelName, checkSize, checkSuffix, mapFsError, openChecked, requireRegularFile, resolvePath, type Intent, type ResolvedPath, type ResolveOptions } from '../policy.js';
+import {
+  checkKernelName,
+  checkSize,
+  checkSuffix,
+  mapFsError,
+  openChecked,
+  requireRegularFile,
+  resolvePath,
+  type Intent,
+  type ResolvedPath,
+  type ResolveOptions,
+} from '../policy.js';
 
 /** What every file handler needs: the connection's policy, and who new files belong to. */
 export interface FsContext {
@@ -65,10 +76,14 @@ export async function resolveFor(
 export async function approve(ctx: CallContext, request: ApprovalRequest): Promise<void> {
   const allowed = ctx.requestApproval ? await ctx.requestApproval(request).catch(() => false) : false;
   if (!allowed) {
-    throw new CodedError('APPROVAL_DENIED', `${request.operation} of '${request.path}' needs approval and was not approved (no handler, a deny, or no answer in time).`, {
-      operation: request.operation,
-      path: request.path,
-    });
+    throw new CodedError(
+      'APPROVAL_DENIED',
+      `${request.operation} of '${request.path}' needs approval and was not approved (no handler, a deny, or no answer in time).`,
+      {
+        operation: request.operation,
+        path: request.path,
+      },
+    );
   }
 }
 
@@ -85,16 +100,24 @@ export function sha256(bytes: Uint8Array): string {
  */
 export function checkHardLinks(fs: FsContext, info: Stats, display: string): void {
   if (info.isFile() && info.nlink > 1 && (fs.policy.restrict !== undefined || 'paths' in fs.policy)) {
-    throw new CodedError('PATH_NOT_IN_SANDBOX', `'${display}' has ${info.nlink} hard links; this handle only reads or changes in place files whose one name is inside its paths (another name may be outside them). ${describePolicy(fs.policy)}`, {
-      path: display,
-      nlink: info.nlink,
-    });
+    throw new CodedError(
+      'PATH_NOT_IN_SANDBOX',
+      `'${display}' has ${info.nlink} hard links; this handle only reads or changes in place files whose one name is inside its paths (another name may be outside them). ${describePolicy(fs.policy)}`,
+      {
+        path: display,
+        nlink: info.nlink,
+      },
+    );
   }
 }
 
 /** Reads a whole regular file through {@link openChecked}, applying the mount's suffix and size rules. */
 function tooLargeToRead(display: string, cap: number): CodedError {
-  return new CodedError('FILE_TOO_LARGE', `'${display}' holds more than ${cap} bytes; this call reads at most ${cap} bytes at once. Read a range instead (bytes, lines or chars).`, { path: display, limit: cap });
+  return new CodedError(
+    'FILE_TOO_LARGE',
+    `'${display}' holds more than ${cap} bytes; this call reads at most ${cap} bytes at once. Read a range instead (bytes, lines or chars).`,
+    { path: display, limit: cap },
+  );
 }
 
 export async function readWhole(fs: FsContext, resolved: ResolvedPath, display: string, cap: number): Promise<{ bytes: Buffer; info: Stats }> {
@@ -102,11 +125,15 @@ export async function readWhole(fs: FsContext, resolved: ResolvedPath, display: 
   checkSuffix(fs.policy, resolved, display);
   checkSize(fs.policy, resolved, display, resolved.stat!.size);
   if (resolved.stat!.size > cap) {
-    throw new CodedError('FILE_TOO_LARGE', `'${display}' is ${resolved.stat!.size} bytes; this call reads at most ${cap} bytes at once. Read a range instead (bytes, lines or chars).`, {
-      path: display,
-      size: resolved.stat!.size,
-      limit: cap,
-    });
+    throw new CodedError(
+      'FILE_TOO_LARGE',
+      `'${display}' is ${resolved.stat!.size} bytes; this call reads at most ${cap} bytes at once. Read a range instead (bytes, lines or chars).`,
+      {
+        path: display,
+        size: resolved.stat!.size,
+        limit: cap,
+      },
+    );
   }
   const handle = await openChecked(resolved, display);
   try {
@@ -163,7 +190,11 @@ export function decodeText(bytes: Buffer, display: string): string {
   try {
     return new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(bytes);
   } catch {
-    throw new CodedError('UNSUPPORTED_FILE_TYPE', `'${display}' is not UTF-8 text; line and text edits only change UTF-8 text files. Write the whole file instead.`, { path: display });
+    throw new CodedError(
+      'UNSUPPORTED_FILE_TYPE',
+      `'${display}' is not UTF-8 text; line and text edits only change UTF-8 text files. Write the whole file instead.`,
+      { path: display },
+    );
   }
 }
 
@@ -214,9 +245,11 @@ export async function appendWrite(fs: FsContext, resolved: ResolvedPath, display
   }
   const handle = resolved.stat
     ? await openChecked(resolved, display, constants.O_WRONLY | constants.O_APPEND)
-    : await open(resolved.absolute, constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode).catch((e: unknown) => {
-        throw mapFsError(e, display);
-      });
+    : await open(resolved.absolute, constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode).catch(
+        (e: unknown) => {
+          throw mapFsError(e, display);
+        },
+      );
   try {
     if (resolved.stat) checkHardLinks(fs, await handle.stat(), display);
     else {
@@ -242,7 +275,11 @@ export async function appendWrite(fs: FsContext, resolved: ResolvedPath, display
 export async function offsetWrite(fs: FsContext, resolved: ResolvedPath, display: string, content: Uint8Array, offset: number): Promise<void> {
   checkSuffix(fs.policy, resolved, display);
   if (!resolved.stat) {
-    throw new CodedError('NOT_FOUND', `No such file: '${display}'. A write at an offset changes an existing file; create it first with a write without offset.`, { path: display });
+    throw new CodedError(
+      'NOT_FOUND',
+      `No such file: '${display}'. A write at an offset changes an existing file; create it first with a write without offset.`,
+      { path: display },
+    );
   }
   requireRegularFile(resolved.stat, display);
   const handle = await openChecked(resolved, display, constants.O_WRONLY);
@@ -251,12 +288,16 @@ export async function offsetWrite(fs: FsContext, resolved: ResolvedPath, display
     checkHardLinks(fs, info, display);
     const size = info.size;
     if (offset > size + MAX_WRITE_GAP_BYTES) {
-      throw new CodedError('INVALID_PARAMS', `offset ${offset} is ${offset - size} bytes past the end of '${display}' (${size} bytes); a write at an offset may start at most ${MAX_WRITE_GAP_BYTES} bytes past the end. Write the content before it first.`, {
-        path: display,
-        offset,
-        size,
-        maxGap: MAX_WRITE_GAP_BYTES,
-      });
+      throw new CodedError(
+        'INVALID_PARAMS',
+        `offset ${offset} is ${offset - size} bytes past the end of '${display}' (${size} bytes); a write at an offset may start at most ${MAX_WRITE_GAP_BYTES} bytes past the end. Write the content before it first.`,
+        {
+          path: display,
+          offset,
+          size,
+          maxGap: MAX_WRITE_GAP_BYTES,
+        },
+      );
     }
     checkSize(fs.policy, resolved, display, Math.max(size, offset + content.length));
     await writeAll(handle, content, offset, display);
@@ -268,13 +309,14 @@ export async function offsetWrite(fs: FsContext, resolved: ResolvedPath, display
 /** Writes all of `content` at `position` (null: the file's current position), however many write(2) calls it takes. */
 async function writeAll(handle: FileHandle, content: Uint8Array, position: number | null, display: string): Promise<void> {
   try {
-    for (let done = 0; done < content.length; ) {
+    for (let done = 0; done < content.length;) {
       const { bytesWritten } = await handle.write(content, done, content.length - done, position === null ? null : position + done);
       done += bytesWritten;
     }
   } catch (err) {
     // EFBIG: past the largest file this file system holds.
-    if ((err as NodeJS.ErrnoException).code === 'EFBIG') throw new CodedError('FILE_TOO_LARGE', `Writing '${display}' there would make it larger than its file system allows.`, { path: display });
+    if ((err as NodeJS.ErrnoException).code === 'EFBIG')
+      throw new CodedError('FILE_TOO_LARGE', `Writing '${display}' there would make it larger than its file system allows.`, { path: display });
     throw mapFsError(err, display);
   }
 }
@@ -285,13 +327,20 @@ async function writeAll(handle: FileHandle, content: Uint8Array, position: numbe
  * the new content and a hard link to the old file is left untouched. An existing file keeps its
  * permission bits.
  */
-export async function atomicWrite(fs: FsContext, resolved: ResolvedPath, display: string, content: Uint8Array, options: AtomicWriteOptions = {}): Promise<{ created: boolean }> {
+export async function atomicWrite(
+  fs: FsContext,
+  resolved: ResolvedPath,
+  display: string,
+  content: Uint8Array,
+  options: AtomicWriteOptions = {},
+): Promise<{ created: boolean }> {
   checkSuffix(fs.policy, resolved, display);
   checkSize(fs.policy, resolved, display, content.length);
   if (resolved.stat) {
     if (resolved.stat.isDirectory()) throw new CodedError('IS_A_DIRECTORY', `'${display}' is a folder, not a file.`, { path: display });
     requireRegularFile(resolved.stat, display);
-    if (options.overwrite === false) throw new CodedError('ALREADY_EXISTS', `'${display}' already exists; pass overwrite: true to replace it.`, { path: display });
+    if (options.overwrite === false)
+      throw new CodedError('ALREADY_EXISTS', `'${display}' already exists; pass overwrite: true to replace it.`, { path: display });
   }
   const folder = path.posix.dirname(resolved.absolute);
   await makeFolders(fs, folder).catch((e: unknown) => {
@@ -319,7 +368,9 @@ export async function atomicWrite(fs: FsContext, resolved: ResolvedPath, display
     }
     if (options.overwrite === false) {
       await link(temp, resolved.absolute).catch((e: unknown) => {
-        throw (e as NodeJS.ErrnoException).code === 'EEXIST' ? new CodedError('ALREADY_EXISTS', `'${display}' already exists; pass overwrite: true to replace it.`, { path: display }) : mapFsError(e, display);
+        throw (e as NodeJS.ErrnoException).code === 'EEXIST'
+          ? new CodedError('ALREADY_EXISTS', `'${display}' already exists; pass overwrite: true to replace it.`, { path: display })
+          : mapFsError(e, display);
       });
       await unlink(temp);
     } else {

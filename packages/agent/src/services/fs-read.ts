@@ -22,14 +22,30 @@ export function readHandlers(fs: FsContext): ReadHandlers {
         const slice = sliceLines(text, range.start, range.end, range.maxLines ?? MAX_READ_LINES);
         const out = Buffer.from(slice.content, 'utf8');
         return {
-          result: { ...base, unit: 'lines', bytesRead: out.length, truncated: slice.truncated, startLine: slice.startLine, endLine: slice.endLine, totalLines: slice.totalLines },
+          result: {
+            ...base,
+            unit: 'lines',
+            bytesRead: out.length,
+            truncated: slice.truncated,
+            startLine: slice.startLine,
+            endLine: slice.endLine,
+            totalLines: slice.totalLines,
+          },
           payload: out,
         };
       }
       const slice = sliceChars(text, range.offset, range.length);
       const out = Buffer.from(slice.content, 'utf8');
       return {
-        result: { ...base, unit: 'chars', bytesRead: out.length, truncated: slice.truncated, offset: range.offset, charsRead: slice.charsRead, totalChars: slice.totalChars },
+        result: {
+          ...base,
+          unit: 'chars',
+          bytesRead: out.length,
+          truncated: slice.truncated,
+          offset: range.offset,
+          charsRead: slice.charsRead,
+          totalChars: slice.totalChars,
+        },
         payload: out,
       };
     },
@@ -41,7 +57,17 @@ export function readHandlers(fs: FsContext): ReadHandlers {
       const { first, last, truncated } = clampLines(lines.length, params.start, params.end, params.maxLines ?? MAX_READ_LINES);
       const out = [];
       for (let n = first; n <= last; n++) out.push({ anchor: lineAnchor(n, lines[n - 1]!.text), text: lines[n - 1]!.text });
-      return { result: { path: target.display, startLine: first, endLine: first + out.length - 1, totalLines: lines.length, truncated, sha256: sha256(bytes), lines: out } };
+      return {
+        result: {
+          path: target.display,
+          startLine: first,
+          endLine: first + out.length - 1,
+          totalLines: lines.length,
+          truncated,
+          sha256: sha256(bytes),
+          lines: out,
+        },
+      };
     },
 
     async 'fs.stat'(params, ctx) {
@@ -66,7 +92,12 @@ export function readHandlers(fs: FsContext): ReadHandlers {
   };
 }
 
-async function readBytes(fs: FsContext, target: Awaited<ReturnType<typeof resolveFor>>, display: string, range: { offset: number; length?: number | undefined }) {
+async function readBytes(
+  fs: FsContext,
+  target: Awaited<ReturnType<typeof resolveFor>>,
+  display: string,
+  range: { offset: number; length?: number | undefined },
+) {
   requireRegularFile(target.stat, display);
   checkSuffix(fs.policy, target, display);
   checkSize(fs.policy, target, display, target.stat!.size);
@@ -103,7 +134,12 @@ async function readBytes(fs: FsContext, target: Awaited<ReturnType<typeof resolv
 }
 
 /** Codin's clamping: below 1 is 1, past the end is the end, start past end is empty; at most `maxLines`. */
-export function clampLines(total: number, start: number | undefined, end: number | undefined, maxLines: number): { first: number; last: number; truncated: boolean } {
+export function clampLines(
+  total: number,
+  start: number | undefined,
+  end: number | undefined,
+  maxLines: number,
+): { first: number; last: number; truncated: boolean } {
   const first = Math.max(1, start ?? 1);
   const wanted = Math.min(total, end ?? total);
   if (first > wanted) return { first, last: first - 1, truncated: false };

@@ -29,7 +29,12 @@ interface Planned {
  * or the folder changed since the checks), every step is undone in reverse, so the folder is as
  * it was, and the replaced files are back.
  */
-async function applyUpload(fs: FsContext, dest: ResolvedPath, plan: Planned[], display: string): Promise<{ files: number; directories: number; symlinks: number; bytes: number }> {
+async function applyUpload(
+  fs: FsContext,
+  dest: ResolvedPath,
+  plan: Planned[],
+  display: string,
+): Promise<{ files: number; directories: number; symlinks: number; bytes: number }> {
   const undo: (() => Promise<unknown>)[] = [];
   const replaced: string[] = [];
   const counts = { files: 0, directories: 0, symlinks: 0, bytes: 0 };
@@ -37,7 +42,14 @@ async function applyUpload(fs: FsContext, dest: ResolvedPath, plan: Planned[], d
   const makeFoldersUndone = async (folder: string, mode?: number) => {
     const first = await makeFolders(fs, folder, mode);
     if (first === undefined) return;
-    const made = [first, ...path.posix.relative(first, folder).split('/').filter((s) => s !== '').map((_, i, parts) => path.posix.join(first, ...parts.slice(0, i + 1)))];
+    const made = [
+      first,
+      ...path.posix
+        .relative(first, folder)
+        .split('/')
+        .filter((s) => s !== '')
+        .map((_, i, parts) => path.posix.join(first, ...parts.slice(0, i + 1))),
+    ];
     for (const dir of made) undo.push(() => rmdir(dir));
   };
   try {
@@ -104,7 +116,8 @@ export function tarHandlers(fs: FsContext): TarHandlers {
     async 'fs.upload'(params, ctx) {
       const payload = ctx.payload ?? Buffer.alloc(0);
       const dest = await resolvePath(fs.policy, params.path, 'write');
-      if (dest.stat && !dest.stat.isDirectory()) throw new CodedError('NOT_A_DIRECTORY', `'${params.path}' is a file; upload into a folder.`, { path: params.path });
+      if (dest.stat && !dest.stat.isDirectory())
+        throw new CodedError('NOT_A_DIRECTORY', `'${params.path}' is a file; upload into a folder.`, { path: params.path });
       const entries = readCheckedTar(payload);
 
       // Check every entry against the policy and what already exists, and ask every approval,
@@ -117,16 +130,26 @@ export function tarHandlers(fs: FsContext): TarHandlers {
         const target = await resolvePath(fs.policy, display, 'write', { followLast: false });
         if (entry.kind === 'file') {
           if (!suffixAllowed(target.mount.suffixes, entry.name)) {
-            throw new CodedError('SUFFIX_NOT_ALLOWED', `The archive entry '${entry.name}' has a suffix this sandbox does not allow (${target.mount.suffixes!.join(', ')}). Nothing was written.`, { entry: entry.name });
+            throw new CodedError(
+              'SUFFIX_NOT_ALLOWED',
+              `The archive entry '${entry.name}' has a suffix this sandbox does not allow (${target.mount.suffixes!.join(', ')}). Nothing was written.`,
+              { entry: entry.name },
+            );
           }
           if (target.mount.maxFileBytes !== undefined && entry.size > target.mount.maxFileBytes) {
-            throw new CodedError('FILE_TOO_LARGE', `The archive entry '${entry.name}' is ${entry.size} bytes; the limit is ${target.mount.maxFileBytes}. Nothing was written.`, { entry: entry.name });
+            throw new CodedError(
+              'FILE_TOO_LARGE',
+              `The archive entry '${entry.name}' is ${entry.size} bytes; the limit is ${target.mount.maxFileBytes}. Nothing was written.`,
+              { entry: entry.name },
+            );
           }
         }
         if (target.stat) {
           const isDir = target.stat.isDirectory();
-          if (entry.kind === 'directory' && !isDir) throw new CodedError('ALREADY_EXISTS', `The archive has a folder '${entry.name}' where a file exists. Nothing was written.`, { entry: entry.name });
-          if (entry.kind !== 'directory' && isDir) throw new CodedError('IS_A_DIRECTORY', `The archive has a file '${entry.name}' where a folder exists. Nothing was written.`, { entry: entry.name });
+          if (entry.kind === 'directory' && !isDir)
+            throw new CodedError('ALREADY_EXISTS', `The archive has a folder '${entry.name}' where a file exists. Nothing was written.`, { entry: entry.name });
+          if (entry.kind !== 'directory' && isDir)
+            throw new CodedError('IS_A_DIRECTORY', `The archive has a file '${entry.name}' where a folder exists. Nothing was written.`, { entry: entry.name });
           if (entry.kind !== 'directory' && !params.overwrite) conflicts.push(entry.name);
           if (entry.kind !== 'directory' && !target.stat.isFile() && !target.stat.isSymbolicLink()) {
             throw new CodedError('UNSUPPORTED_FILE_TYPE', `'${display}' exists and is not a regular file. Nothing was written.`, { entry: entry.name });
@@ -135,9 +158,13 @@ export function tarHandlers(fs: FsContext): TarHandlers {
         plan.push({ entry, data, target, display });
       }
       if (conflicts.length > 0) {
-        throw new CodedError('ALREADY_EXISTS', `${conflicts.length} file(s) of the archive already exist (${conflicts.slice(0, 10).join(', ')}${conflicts.length > 10 ? ', ...' : ''}); pass overwrite: true to replace them. Nothing was written.`, {
-          conflicts: conflicts.slice(0, 100),
-        });
+        throw new CodedError(
+          'ALREADY_EXISTS',
+          `${conflicts.length} file(s) of the archive already exist (${conflicts.slice(0, 10).join(', ')}${conflicts.length > 10 ? ', ...' : ''}); pass overwrite: true to replace them. Nothing was written.`,
+          {
+            conflicts: conflicts.slice(0, 100),
+          },
+        );
       }
       // One approval per file and link written and per folder made, each under the rules of the
       // mount it lands in: an approver sees every name, as it does for single writes.
@@ -176,7 +203,13 @@ export function tarHandlers(fs: FsContext): TarHandlers {
         new Promise<void>((resolve, reject) => {
           total += 512 + (data ? Math.ceil(data.length / 512) * 512 : 0);
           if (total > MAX_DOWNLOAD_BYTES) {
-            reject(new CodedError('FILE_TOO_LARGE', `'${params.path}' makes an archive larger than ${MAX_DOWNLOAD_BYTES} bytes, the most one download carries; download its subfolders one by one.`, { path: params.path, limit: MAX_DOWNLOAD_BYTES }));
+            reject(
+              new CodedError(
+                'FILE_TOO_LARGE',
+                `'${params.path}' makes an archive larger than ${MAX_DOWNLOAD_BYTES} bytes, the most one download carries; download its subfolders one by one.`,
+                { path: params.path, limit: MAX_DOWNLOAD_BYTES },
+              ),
+            );
             return;
           }
           if (data) archive.entry(header, data, (err) => (err ? reject(err) : resolve()));
@@ -191,7 +224,17 @@ export function tarHandlers(fs: FsContext): TarHandlers {
           // What is left of the archive's cap, counted in bytes actually read (a sparse file's
           // size says nothing about what reading it takes).
           const room = MAX_DOWNLOAD_BYTES - total - 1024;
-          return await readBounded(handle, Math.max(0, room), () => new CodedError('FILE_TOO_LARGE', `'${params.path}' makes an archive larger than ${MAX_DOWNLOAD_BYTES} bytes, the most one download carries ('${display}' alone holds more than fits); download its subfolders or files one by one.`, { path: params.path, limit: MAX_DOWNLOAD_BYTES }), info.size);
+          return await readBounded(
+            handle,
+            Math.max(0, room),
+            () =>
+              new CodedError(
+                'FILE_TOO_LARGE',
+                `'${params.path}' makes an archive larger than ${MAX_DOWNLOAD_BYTES} bytes, the most one download carries ('${display}' alone holds more than fits); download its subfolders or files one by one.`,
+                { path: params.path, limit: MAX_DOWNLOAD_BYTES },
+              ),
+            info.size,
+          );
         } finally {
           await handle.close();
         }
@@ -201,7 +244,10 @@ export function tarHandlers(fs: FsContext): TarHandlers {
         if (!source.stat.isDirectory()) {
           requireRegularFile(source.stat, params.path);
           const name = path.posix.basename(source.absolute);
-          await add({ name, type: 'file', mode: source.stat.mode & 0o777, mtime: source.stat.mtime }, await readFile(source.absolute, source.stat, params.path));
+          await add(
+            { name, type: 'file', mode: source.stat.mode & 0o777, mtime: source.stat.mtime },
+            await readFile(source.absolute, source.stat, params.path),
+          );
           files++;
         } else {
           const walk = walkTree(source.absolute, params.path, { maxDepth: 64, maxVisited: 100_000, signal: ctx.signal });
@@ -228,7 +274,8 @@ export function tarHandlers(fs: FsContext): TarHandlers {
               const firstDown = parts.findIndex((s) => s !== '..');
               const lateDotDot = firstDown !== -1 && parts.slice(firstDown).includes('..');
               // Links are kept only when they stay inside the downloaded folder; never followed.
-              if (target.startsWith('/') || lateDotDot || !isWithin(source.absolute, lands) || lands === source.absolute) skip(e.rel, 'symbolic link points outside the downloaded folder');
+              if (target.startsWith('/') || lateDotDot || !isWithin(source.absolute, lands) || lands === source.absolute)
+                skip(e.rel, 'symbolic link points outside the downloaded folder');
               else {
                 await add({ name: e.rel, type: 'symlink', linkname: target, mode: 0o777, mtime: e.stat.mtime });
                 symlinks++;

@@ -44,7 +44,12 @@ export function treeHandlers(fs: FsContext): TreeHandlers {
       // A cursor is the count of entries the pages before returned: the walk's order is fixed
       // (breadth first, names sorted), so this page starts that many entries in.
       const skip = params.cursor === undefined ? 0 : Number(params.cursor);
-      if (skip >= MAX_LIST_ENTRIES) throw new CodedError('INVALID_PARAMS', `cursor '${params.cursor}' is past the ${MAX_LIST_ENTRIES} entries a listing reaches; pass a nextCursor a listing returned.`, { cursor: params.cursor });
+      if (skip >= MAX_LIST_ENTRIES)
+        throw new CodedError(
+          'INVALID_PARAMS',
+          `cursor '${params.cursor}' is past the ${MAX_LIST_ENTRIES} entries a listing reaches; pass a nextCursor a listing returned.`,
+          { cursor: params.cursor },
+        );
       const pageMax = Math.min(params.maxEntries, MAX_LIST_ENTRIES - skip);
       const entries = [];
       const walk = walkTree(target.absolute, params.path, {
@@ -54,9 +59,9 @@ export function treeHandlers(fs: FsContext): TreeHandlers {
       });
       let seen = 0;
       let bytes = 0;
-      let truncated = false;
+      let truncated: boolean;
       // The walk stopped before its end (this page is full, or a cap cut it): a next page reads on.
-      let more = false;
+      let more: boolean;
       for (;;) {
         const step = await walk.next();
         if (step.done) {
@@ -132,9 +137,11 @@ export function treeHandlers(fs: FsContext): TreeHandlers {
         if (target.stat.isDirectory()) return { result: { path: target.display, created: false } };
         throw new CodedError('ALREADY_EXISTS', `'${params.path}' already exists and is a ${typeOf(target.stat)}, not a folder.`, { path: params.path });
       }
-      await (params.parents ? makeFolders(fs, target.absolute, 0o755) : mkdir(target.absolute, { mode: 0o755 }).then(() => ownPath(fs, target.absolute))).catch((e: unknown) => {
-        throw mapFsError(e, params.path);
-      });
+      await (params.parents ? makeFolders(fs, target.absolute, 0o755) : mkdir(target.absolute, { mode: 0o755 }).then(() => ownPath(fs, target.absolute))).catch(
+        (e: unknown) => {
+          throw mapFsError(e, params.path);
+        },
+      );
       return { result: { path: target.display, created: true } };
     },
 
@@ -170,7 +177,8 @@ export function treeHandlers(fs: FsContext): TreeHandlers {
         checkNames(fs, to, params.to);
       }
       if (to.stat) {
-        if (!params.overwrite) throw new CodedError('ALREADY_EXISTS', `'${params.to}' already exists; pass overwrite: true to replace it.`, { path: params.to });
+        if (!params.overwrite)
+          throw new CodedError('ALREADY_EXISTS', `'${params.to}' already exists; pass overwrite: true to replace it.`, { path: params.to });
         if (to.absolute === from.absolute) return { result: { from: from.display, to: to.display, type: entryType(typeOf(from.stat)) } };
         if (to.stat.isDirectory()) await rm(to.absolute, { recursive: true });
       }
@@ -195,12 +203,16 @@ export function treeHandlers(fs: FsContext): TreeHandlers {
       refuseIntoItself(from, to, params.from, params.to);
       await refuseRootOrMount(fs, to, params.to, 'replace');
       if (to.stat) {
-        if (!params.overwrite) throw new CodedError('ALREADY_EXISTS', `'${params.to}' already exists; pass overwrite: true to replace it.`, { path: params.to });
-        if (to.absolute === from.absolute) throw new CodedError('INVALID_PARAMS', `'${params.from}' and '${params.to}' are the same file.`, { path: params.to });
+        if (!params.overwrite)
+          throw new CodedError('ALREADY_EXISTS', `'${params.to}' already exists; pass overwrite: true to replace it.`, { path: params.to });
+        if (to.absolute === from.absolute)
+          throw new CodedError('INVALID_PARAMS', `'${params.from}' and '${params.to}' are the same file.`, { path: params.to });
       }
       // A folder's copy asks once per folder, file and link it writes (before any of it is in
       // place), so an approver sees every name, as it does for single writes; a file's, once.
-      const approveEach = to.mount.writeApproval ? (display: string, bytes?: number) => approve(ctx, { operation: 'copy', path: display, ...(bytes === undefined ? {} : { bytes }) }) : undefined;
+      const approveEach = to.mount.writeApproval
+        ? (display: string, bytes?: number) => approve(ctx, { operation: 'copy', path: display, ...(bytes === undefined ? {} : { bytes }) })
+        : undefined;
       if (approveEach && !from.stat.isDirectory()) await approveEach(to.display, from.stat.size);
       const summary = await copyInto(fs, ctx, from, to, params.to, params.overwrite, from.stat.isDirectory() ? approveEach : undefined);
       return { result: { from: from.display, to: to.display, type: entryType(typeOf(from.stat)), ...summary } };
@@ -216,11 +228,17 @@ function requireFolder(target: ResolvedPath, display: string): void {
 async function refuseRootOrMount(fs: FsContext, target: ResolvedPath, display: string, verb: string): Promise<void> {
   if (!target.stat) return;
   if (target.isMountRoot) {
-    throw new CodedError('PATH_NOT_WRITABLE', `Cannot ${verb} '${display}': it is a sandbox root. Act on the files inside it instead. ${describePolicy(fs.policy)}`, { path: display });
+    throw new CodedError(
+      'PATH_NOT_WRITABLE',
+      `Cannot ${verb} '${display}': it is a sandbox root. Act on the files inside it instead. ${describePolicy(fs.policy)}`,
+      { path: display },
+    );
   }
   for (const mount of mountsOf(fs.policy)) {
     if (target.stat.isDirectory() && isWithin(target.absolute, mount.root)) {
-      throw new CodedError('PATH_NOT_WRITABLE', `Cannot ${verb} '${display}': it holds the sandbox root ${mount.virtual}. ${describePolicy(fs.policy)}`, { path: display });
+      throw new CodedError('PATH_NOT_WRITABLE', `Cannot ${verb} '${display}': it holds the sandbox root ${mount.virtual}. ${describePolicy(fs.policy)}`, {
+        path: display,
+      });
     }
   }
   if (target.stat.isDirectory()) {
@@ -240,10 +258,14 @@ function refuseIntoItself(from: ResolvedPath, to: ResolvedPath, fromDisplay: str
 
 function checkNames(fs: FsContext, to: ResolvedPath, display: string): void {
   if (!suffixAllowed(to.mount.suffixes, to.absolute)) {
-    throw new CodedError('SUFFIX_NOT_ALLOWED', `'${display}' has a suffix this sandbox does not allow. Allowed suffixes under ${to.mount.virtual}: ${to.mount.suffixes!.join(', ')}. ${describePolicy(fs.policy)}`, {
-      path: display,
-      allowed: to.mount.suffixes,
-    });
+    throw new CodedError(
+      'SUFFIX_NOT_ALLOWED',
+      `'${display}' has a suffix this sandbox does not allow. Allowed suffixes under ${to.mount.virtual}: ${to.mount.suffixes!.join(', ')}. ${describePolicy(fs.policy)}`,
+      {
+        path: display,
+        allowed: to.mount.suffixes,
+      },
+    );
   }
 }
 
@@ -254,7 +276,15 @@ function checkNames(fs: FsContext, to: ResolvedPath, display: string): void {
  * With `approveEach`, each folder, file and link is approved before it is staged; a deny removes
  * the staging folder, so nothing is in place.
  */
-async function copyInto(fs: FsContext, ctx: CallContext, from: ResolvedPath, to: ResolvedPath, toDisplay: string, overwrite: boolean, approveEach?: (display: string, bytes?: number) => Promise<void>) {
+async function copyInto(
+  fs: FsContext,
+  ctx: CallContext,
+  from: ResolvedPath,
+  to: ResolvedPath,
+  toDisplay: string,
+  overwrite: boolean,
+  approveEach?: (display: string, bytes?: number) => Promise<void>,
+) {
   const skipped: { path: string; reason: string }[] = [];
   const skip = (p: string, reason: string) => {
     if (skipped.length < 100) skipped.push({ path: p, reason });
@@ -302,7 +332,11 @@ async function copyInto(fs: FsContext, ctx: CallContext, from: ResolvedPath, to:
       checkSuffix(fs.policy, from, toDisplay);
       checkSize(fs.policy, from, toDisplay, from.stat!.size);
       checkNames(fs, to, toDisplay);
-      if (!limitOk(from.stat!.size)) throw new CodedError('FILE_TOO_LARGE', `'${toDisplay}' would be ${from.stat!.size} bytes; files under ${to.mount.virtual} may be at most ${to.mount.maxFileBytes} bytes.`);
+      if (!limitOk(from.stat!.size))
+        throw new CodedError(
+          'FILE_TOO_LARGE',
+          `'${toDisplay}' would be ${from.stat!.size} bytes; files under ${to.mount.virtual} may be at most ${to.mount.maxFileBytes} bytes.`,
+        );
       await copyFile(from.absolute, from.stat!, staging, toDisplay);
     } else {
       const destDisplay = (rel: string) => (to.display === '.' ? rel : `${to.display}/${rel}`);
@@ -314,7 +348,8 @@ async function copyInto(fs: FsContext, ctx: CallContext, from: ResolvedPath, to:
       for (;;) {
         const step = await walk.next();
         if (step.done) {
-          if (step.value.truncated || step.value.depthLimited) throw new CodedError('RESOURCE_EXHAUSTED', `The folder has more than ${MAX_COPY_ENTRIES} entries or is deeper than 64 levels; copy it in parts.`);
+          if (step.value.truncated || step.value.depthLimited)
+            throw new CodedError('RESOURCE_EXHAUSTED', `The folder has more than ${MAX_COPY_ENTRIES} entries or is deeper than 64 levels; copy it in parts.`);
           break;
         }
         count++;

@@ -64,7 +64,11 @@ export interface WalkOptions {
  * (links are reported, not entered), so loops and links that leave cannot take it elsewhere.
  * Reserved places (the kernel's pseudo-file systems, the daemon's folders) are left out.
  */
-export async function* walkTree(absolute: string, display: string, options: WalkOptions): AsyncGenerator<WalkEntry, { truncated: boolean; depthLimited: boolean }> {
+export async function* walkTree(
+  absolute: string,
+  display: string,
+  options: WalkOptions,
+): AsyncGenerator<WalkEntry, { truncated: boolean; depthLimited: boolean }> {
   const queue: { absolute: string; rel: string; depth: number }[] = [{ absolute, rel: '', depth: 1 }];
   let visited = 0;
   let truncated = false;

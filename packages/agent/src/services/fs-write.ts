@@ -2,7 +2,19 @@ import { CodedError, lineAnchor, lineHash, MAX_TEXT_SCAN_BYTES, parseLineAnchor,
 import type { Handler } from '../dispatch.js';
 import { openChecked, requireRegularFile, resolvePath } from '../policy.js';
 import { withPathLock } from './path-lock.js';
-import { appendWrite, atomicWrite, hashBounded, decodeText, offsetWrite, readWhole, resolveFor, sha256, splitLines, type FsContext, type Line } from './fs-common.js';
+import {
+  appendWrite,
+  atomicWrite,
+  hashBounded,
+  decodeText,
+  offsetWrite,
+  readWhole,
+  resolveFor,
+  sha256,
+  splitLines,
+  type FsContext,
+  type Line,
+} from './fs-common.js';
 
 /** The most a conditional write (`expectedSha256`) reads to hash the file it replaces. */
 export const MAX_HASHED_BYTES = 4 * 1024 * 1024 * 1024;
@@ -22,90 +34,110 @@ export function writeHandlers(fs: FsContext): WriteHandlers {
         return { result: { path: target.display, bytesWritten: content.length, ...(params.hash ? { sha256: sha256(content) } : {}), created: false } };
       }
       return withPathLock(target.absolute, async () => {
-      // What an earlier write or edit of this file left: looked up again once this one holds the lock.
-      const target = await resolvePath(fs.policy, params.path, 'write');
-      let unchangedSince;
-      if (params.expectedSha256 !== undefined) {
-        if (!target.stat) throw new CodedError('CONFLICT', `'${params.path}' no longer exists, so it cannot have the expected SHA-256; read it again.`, { path: params.path });
-        requireRegularFile(target.stat, params.path);
-        const handle = await openChecked(target, params.path);
-        try {
-          unchangedSince = await handle.stat();
-          const limit = target.mount.maxFileBytes ?? MAX_HASHED_BYTES;
-          const current = await hashBounded(handle, limit, () => new CodedError('FILE_TOO_LARGE', `'${params.path}' holds more than ${limit} bytes, too much to check expectedSha256 against; write without expectedSha256, or keep the file smaller.`, { path: params.path, limit }));
-          if (current !== params.expectedSha256) {
-            throw new CodedError('CONFLICT', `'${params.path}' changed since it was read (its SHA-256 is now ${current}); read it again and retry.`, {
+        // What an earlier write or edit of this file left: looked up again once this one holds the lock.
+        const target = await resolvePath(fs.policy, params.path, 'write');
+        let unchangedSince;
+        if (params.expectedSha256 !== undefined) {
+          if (!target.stat)
+            throw new CodedError('CONFLICT', `'${params.path}' no longer exists, so it cannot have the expected SHA-256; read it again.`, {
               path: params.path,
-              expected: params.expectedSha256,
-              actual: current,
             });
+          requireRegularFile(target.stat, params.path);
+          const handle = await openChecked(target, params.path);
+          try {
+            unchangedSince = await handle.stat();
+            const limit = target.mount.maxFileBytes ?? MAX_HASHED_BYTES;
+            const current = await hashBounded(
+              handle,
+              limit,
+              () =>
+                new CodedError(
+                  'FILE_TOO_LARGE',
+                  `'${params.path}' holds more than ${limit} bytes, too much to check expectedSha256 against; write without expectedSha256, or keep the file smaller.`,
+                  { path: params.path, limit },
+                ),
+            );
+            if (current !== params.expectedSha256) {
+              throw new CodedError('CONFLICT', `'${params.path}' changed since it was read (its SHA-256 is now ${current}); read it again and retry.`, {
+                path: params.path,
+                expected: params.expectedSha256,
+                actual: current,
+              });
+            }
+          } finally {
+            await handle.close();
           }
-        } finally {
-          await handle.close();
         }
-      }
-      let created = false;
-      if (params.append) ({ created } = await appendWrite(fs, target, params.path, content, params.mode));
-      else ({ created } = await atomicWrite(fs, target, params.path, content, { mode: params.mode, overwrite: params.overwrite, unchangedSince }));
-      return { result: { path: target.display, bytesWritten: content.length, ...(params.hash ? { sha256: sha256(content) } : {}), created } };
+        let created: boolean;
+        if (params.append) ({ created } = await appendWrite(fs, target, params.path, content, params.mode));
+        else ({ created } = await atomicWrite(fs, target, params.path, content, { mode: params.mode, overwrite: params.overwrite, unchangedSince }));
+        return { result: { path: target.display, bytesWritten: content.length, ...(params.hash ? { sha256: sha256(content) } : {}), created } };
       });
     },
 
     async 'fs.edit'(params, ctx) {
       const located = await resolveFor(fs, ctx, params.path, 'write', 'edit');
       return withPathLock(located.absolute, async () => {
-      const target = await resolvePath(fs.policy, params.path, 'write');
-      const { bytes, info } = await readWhole(fs, target, params.path, MAX_TEXT_SCAN_BYTES);
-      checkExpected(params.path, bytes, params.expectedSha256);
-      const text = decodeText(bytes, params.path);
-      const positions: number[] = [];
-      for (let at = text.indexOf(params.oldText); at !== -1; at = text.indexOf(params.oldText, at + params.oldText.length)) {
-        positions.push(at);
-        if (positions.length > 1000) break;
-      }
-      if (positions.length === 0) {
-        throw new CodedError('EDIT_NOT_FOUND', `The text to replace was not found in '${params.path}' (0 matches; the file has ${splitLines(text).length} lines). It must match exactly, whitespace and line breaks included: read the file again and copy it.`, {
-          path: params.path,
-          matches: 0,
-        });
-      }
-      if (positions.length > 1) {
-        const lines = positions.slice(0, 20).map((p) => lineOf(text, p));
-        throw new CodedError('EDIT_NOT_UNIQUE', `The text to replace occurs ${positions.length} times in '${params.path}' (at lines ${lines.join(', ')}${positions.length > 20 ? ', ...' : ''}); it must occur exactly once. Include more surrounding lines so it is unique.`, {
-          path: params.path,
-          matches: positions.length,
-          lines,
-        });
-      }
-      const at = positions[0]!;
-      // Concatenation, not String.replace: `$&`, `$1` and `$$` in newText stay literal.
-      const next = Buffer.from(text.slice(0, at) + params.newText + text.slice(at + params.oldText.length), 'utf8');
-      await atomicWrite(fs, target, params.path, next, { unchangedSince: info });
-      return { result: { path: target.display, line: lineOf(text, at), bytesWritten: next.length, sha256: sha256(next) } };
+        const target = await resolvePath(fs.policy, params.path, 'write');
+        const { bytes, info } = await readWhole(fs, target, params.path, MAX_TEXT_SCAN_BYTES);
+        checkExpected(params.path, bytes, params.expectedSha256);
+        const text = decodeText(bytes, params.path);
+        const positions: number[] = [];
+        for (let at = text.indexOf(params.oldText); at !== -1; at = text.indexOf(params.oldText, at + params.oldText.length)) {
+          positions.push(at);
+          if (positions.length > 1000) break;
+        }
+        if (positions.length === 0) {
+          throw new CodedError(
+            'EDIT_NOT_FOUND',
+            `The text to replace was not found in '${params.path}' (0 matches; the file has ${splitLines(text).length} lines). It must match exactly, whitespace and line breaks included: read the file again and copy it.`,
+            {
+              path: params.path,
+              matches: 0,
+            },
+          );
+        }
+        if (positions.length > 1) {
+          const lines = positions.slice(0, 20).map((p) => lineOf(text, p));
+          throw new CodedError(
+            'EDIT_NOT_UNIQUE',
+            `The text to replace occurs ${positions.length} times in '${params.path}' (at lines ${lines.join(', ')}${positions.length > 20 ? ', ...' : ''}); it must occur exactly once. Include more surrounding lines so it is unique.`,
+            {
+              path: params.path,
+              matches: positions.length,
+              lines,
+            },
+          );
+        }
+        const at = positions[0]!;
+        // Concatenation, not String.replace: `$&`, `$1` and `$$` in newText stay literal.
+        const next = Buffer.from(text.slice(0, at) + params.newText + text.slice(at + params.oldText.length), 'utf8');
+        await atomicWrite(fs, target, params.path, next, { unchangedSince: info });
+        return { result: { path: target.display, line: lineOf(text, at), bytesWritten: next.length, sha256: sha256(next) } };
       });
     },
 
     async 'fs.editLines'(params, ctx) {
       const located = await resolveFor(fs, ctx, params.path, 'write', 'edit');
       return withPathLock(located.absolute, async () => {
-      const target = await resolvePath(fs.policy, params.path, 'write');
-      const { bytes, info } = await readWhole(fs, target, params.path, MAX_TEXT_SCAN_BYTES);
-      checkExpected(params.path, bytes, params.expectedSha256);
-      const lines = splitLines(decodeText(bytes, params.path));
-      const planned = applyLineEdits(lines, params.edits, params.path);
-      const next = Buffer.from(planned.lines.map((l) => l.text + l.eol).join(''), 'utf8');
-      await atomicWrite(fs, target, params.path, next, { unchangedSince: info });
-      return {
-        result: {
-          path: target.display,
-          applied: params.edits.length,
-          totalLines: planned.lines.length,
-          firstChangedLine: planned.firstChanged,
-          lastChangedLine: planned.lastChanged,
-          bytesWritten: next.length,
-          sha256: sha256(next),
-        },
-      };
+        const target = await resolvePath(fs.policy, params.path, 'write');
+        const { bytes, info } = await readWhole(fs, target, params.path, MAX_TEXT_SCAN_BYTES);
+        checkExpected(params.path, bytes, params.expectedSha256);
+        const lines = splitLines(decodeText(bytes, params.path));
+        const planned = applyLineEdits(lines, params.edits, params.path);
+        const next = Buffer.from(planned.lines.map((l) => l.text + l.eol).join(''), 'utf8');
+        await atomicWrite(fs, target, params.path, next, { unchangedSince: info });
+        return {
+          result: {
+            path: target.display,
+            applied: params.edits.length,
+            totalLines: planned.lines.length,
+            firstChangedLine: planned.firstChanged,
+            lastChangedLine: planned.lastChanged,
+            bytesWritten: next.length,
+            sha256: sha256(next),
+          },
+        };
       });
     },
   };
@@ -115,7 +147,11 @@ function checkExpected(display: string, bytes: Buffer, expected: string | undefi
   if (expected === undefined) return;
   const actual = sha256(bytes);
   if (actual !== expected) {
-    throw new CodedError('CONFLICT', `'${display}' changed since it was read (its SHA-256 is now ${actual}); read it again and retry.`, { path: display, expected, actual });
+    throw new CodedError('CONFLICT', `'${display}' changed since it was read (its SHA-256 is now ${actual}); read it again and retry.`, {
+      path: display,
+      expected,
+      actual,
+    });
   }
 }
 
@@ -146,14 +182,16 @@ export function applyLineEdits(lines: Line[], edits: LineEdit[], display: string
   const stale: { anchor: string; current: string | null }[] = [];
   const parse = (anchor: string, field: string): number => {
     const parsed = parseLineAnchor(anchor);
-    if (!parsed) throw new CodedError('INVALID_PARAMS', `'${anchor}' in ${field} is not a LINE#ID anchor (e.g. 10#A1B2); read the file with anchors first.`, { anchor });
+    if (!parsed)
+      throw new CodedError('INVALID_PARAMS', `'${anchor}' in ${field} is not a LINE#ID anchor (e.g. 10#A1B2); read the file with anchors first.`, { anchor });
     const line = lines[parsed.line - 1];
     if (!line) stale.push({ anchor, current: null });
     else if (lineHash(line.text) !== parsed.hash) stale.push({ anchor, current: lineAnchor(parsed.line, line.text) });
     return parsed.line;
   };
   const planned = edits.map((edit, i) => {
-    if (edit.op !== 'replace' && edit.end !== undefined) throw new CodedError('INVALID_PARAMS', `edits[${i}]: 'end' is only for replace; ${edit.op} inserts at one line.`, { index: i });
+    if (edit.op !== 'replace' && edit.end !== undefined)
+      throw new CodedError('INVALID_PARAMS', `edits[${i}]: 'end' is only for replace; ${edit.op} inserts at one line.`, { index: i });
     const pos = parse(edit.pos, `edits[${i}].pos`);
     const end = edit.end === undefined ? pos : parse(edit.end, `edits[${i}].end`);
     if (end < pos) throw new CodedError('INVALID_PARAMS', `edits[${i}]: end (${edit.end}) comes before pos (${edit.pos}).`, { index: i });
@@ -170,13 +208,22 @@ export function applyLineEdits(lines: Line[], edits: LineEdit[], display: string
   const replaces = planned.filter((p) => p.op === 'replace').sort((a, b) => a.pos - b.pos);
   for (let i = 1; i < replaces.length; i++) {
     if (replaces[i]!.pos <= replaces[i - 1]!.end) {
-      throw new CodedError('INVALID_PARAMS', `edits[${replaces[i - 1]!.index}] and edits[${replaces[i]!.index}] replace overlapping lines; merge them into one replace.`, { path: display });
+      throw new CodedError(
+        'INVALID_PARAMS',
+        `edits[${replaces[i - 1]!.index}] and edits[${replaces[i]!.index}] replace overlapping lines; merge them into one replace.`,
+        { path: display },
+      );
     }
   }
   for (const p of planned) {
     if (p.op === 'replace') continue;
-    const inside = replaces.find((r) => p.pos >= r.pos && p.pos <= r.end && !(p.op === 'prepend' && p.pos === r.pos) && !(p.op === 'append' && p.pos === r.end));
-    if (inside) throw new CodedError('INVALID_PARAMS', `edits[${p.index}] inserts inside the lines edits[${inside.index}] replaces; anchor it outside that range.`, { path: display });
+    const inside = replaces.find(
+      (r) => p.pos >= r.pos && p.pos <= r.end && !(p.op === 'prepend' && p.pos === r.pos) && !(p.op === 'append' && p.pos === r.end),
+    );
+    if (inside)
+      throw new CodedError('INVALID_PARAMS', `edits[${p.index}] inserts inside the lines edits[${inside.index}] replaces; anchor it outside that range.`, {
+        path: display,
+      });
   }
 
   const eol = lines[0]?.eol === '\r\n' ? '\r\n' : '\n';

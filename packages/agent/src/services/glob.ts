@@ -34,7 +34,10 @@ type Segment = { kind: 'globstar' } | { kind: 'tokens'; tokens: Token[] };
  * isMatch('src/app/x.tsx'); // true
  */
 export function compileGlob(pattern: string): (rel: string) => boolean {
-  const bad = (why: string) => new CodedError('INVALID_PARAMS', `The glob pattern is refused: ${why}. Use a pattern relative to the folder, like '**/*.py'.`, { pattern: pattern.slice(0, 200) });
+  const bad = (why: string) =>
+    new CodedError('INVALID_PARAMS', `The glob pattern is refused: ${why}. Use a pattern relative to the folder, like '**/*.py'.`, {
+      pattern: pattern.slice(0, 200),
+    });
   let negated = false;
   let body = pattern;
   while (body.startsWith('!')) {

@@ -147,7 +147,11 @@ export class RingOutput {
  * Moves a result's output into the response payload (see the protocol's `OutputPayloadLayout`):
  * output is bytes, and escaping it into the size-limited JSON header would not fit.
  */
-export function outputAsPayload<R extends { stdout: string; stderr: string }>(result: R, stdout: CappedOutput, stderr: CappedOutput): { result: R & { outputPayload: { stdout: number; stderr: number } }; payload: Buffer } {
+export function outputAsPayload<R extends { stdout: string; stderr: string }>(
+  result: R,
+  stdout: CappedOutput,
+  stderr: CappedOutput,
+): { result: R & { outputPayload: { stdout: number; stderr: number } }; payload: Buffer } {
   const out = stdout.bytes();
   const err = stderr.bytes();
   return { result: { ...result, stdout: '', stderr: '', outputPayload: { stdout: out.length, stderr: err.length } }, payload: Buffer.concat([out, err]) };

@@ -89,7 +89,8 @@ export async function spawnTagged(spec: SpawnSpec): Promise<TaggedChild> {
 export function spawnError(err: NodeJS.ErrnoException, file: string): CodedError {
   if (err.code === 'ENOENT') return new CodedError('NOT_FOUND', `No program '${file}' in the sandbox (or the working folder is gone).`, { program: file });
   if (err.code === 'EACCES') return new CodedError('FORBIDDEN', `'${file}' is not executable by the sandbox user.`, { program: file });
-  if (err.code === 'EAGAIN') return new CodedError('RESOURCE_EXHAUSTED', 'The sandbox is out of processes (its pids limit): kill background processes or wait for some to finish.');
+  if (err.code === 'EAGAIN')
+    return new CodedError('RESOURCE_EXHAUSTED', 'The sandbox is out of processes (its pids limit): kill background processes or wait for some to finish.');
   return new CodedError('INTERNAL', `Could not start '${file}': ${err.message}`);
 }
 
@@ -163,9 +164,13 @@ export class BackgroundProcess {
   async write(data: Buffer): Promise<number> {
     const stdin = this.tagged.child.stdin;
     if (!this.stdinOpen || stdin.destroyed || stdin.writableEnded) {
-      throw new CodedError('INVALID_PARAMS', `The stdin of process ${this.handle} is closed: start it with keepStdinOpen: true, and write before closeStdin.`, { handle: this.handle });
+      throw new CodedError('INVALID_PARAMS', `The stdin of process ${this.handle} is closed: start it with keepStdinOpen: true, and write before closeStdin.`, {
+        handle: this.handle,
+      });
     }
-    await new Promise<void>((resolve, reject) => stdin.write(data, (err) => (err ? reject(new CodedError('CONFLICT', `Could not write to the stdin of ${this.handle}: ${err.message}`)) : resolve())));
+    await new Promise<void>((resolve, reject) =>
+      stdin.write(data, (err) => (err ? reject(new CodedError('CONFLICT', `Could not write to the stdin of ${this.handle}: ${err.message}`)) : resolve())),
+    );
     return data.length;
   }
 
@@ -226,7 +231,10 @@ export class ProcessTable {
     return this.running;
   }
 
-  async startBackground(spec: SpawnSpec, options: { tag?: string | undefined; bufferBytes?: number | undefined; keepStdinOpen?: boolean | undefined; timeoutMs?: number | undefined }): Promise<BackgroundProcess> {
+  async startBackground(
+    spec: SpawnSpec,
+    options: { tag?: string | undefined; bufferBytes?: number | undefined; keepStdinOpen?: boolean | undefined; timeoutMs?: number | undefined },
+  ): Promise<BackgroundProcess> {
     const release = this.reserve();
     let tagged: TaggedChild;
     try {
@@ -235,7 +243,9 @@ export class ProcessTable {
       release();
       throw err;
     }
-    const handle = `proc_${randomBytes(9).toString('base64url').replace(/[^A-Za-z0-9]/g, 'x')}`;
+    const handle = `proc_${randomBytes(9)
+      .toString('base64url')
+      .replace(/[^A-Za-z0-9]/g, 'x')}`;
     const cmd = typeof spec.cmd === 'string' ? spec.cmd : spec.cmd.join(' ');
     const proc = new BackgroundProcess(
       handle,
@@ -257,7 +267,11 @@ export class ProcessTable {
   get(handle: string): BackgroundProcess {
     const proc = this.background.get(handle);
     if (!proc) {
-      throw new CodedError('NOT_FOUND', `No background process '${handle}' in this sandbox: it never existed or exited long ago. Call process.list to see the handles that exist.`, { handle });
+      throw new CodedError(
+        'NOT_FOUND',
+        `No background process '${handle}' in this sandbox: it never existed or exited long ago. Call process.list to see the handles that exist.`,
+        { handle },
+      );
     }
     return proc;
   }

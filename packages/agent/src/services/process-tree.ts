@@ -102,7 +102,8 @@ export function treeMembers(procs: ProcEntry[], selector: TreeSelector, self = p
   const members = new Set<number>();
   for (const p of procs) {
     if (p.marker === selector.marker) members.add(p.pid);
-    else if (selector.leaderPid !== undefined && (p.sid === selector.leaderPid || p.pgid === selector.leaderPid || p.pid === selector.leaderPid)) members.add(p.pid);
+    else if (selector.leaderPid !== undefined && (p.sid === selector.leaderPid || p.pgid === selector.leaderPid || p.pid === selector.leaderPid))
+      members.add(p.pid);
   }
   // Descendants of members: a child that cleared its environment still has its parent.
   let grew = true;

@@ -1,4 +1,3 @@
-import type { Handler } from '../dispatch.js';
 import type { FilePolicy } from '../policy.js';
 import { execHandlers } from './exec.js';
 import { ProcessTable, type SandboxUser } from './process-table.js';
@@ -56,5 +55,3 @@ export class ProcessRuntime {
     await this.table.close();
   }
 }
-
-export type ProcessHandlers = { [M in keyof ReturnType<ProcessRuntime['handlers']>]: Handler<M> };

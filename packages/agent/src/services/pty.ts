@@ -23,7 +23,11 @@ interface Pty {
   resume(): void;
 }
 export interface PtyModule {
-  spawn(file: string, args: string[], options: { name: string; cols: number; rows: number; cwd: string; env: Record<string, string>; encoding: null; uid?: number; gid?: number }): Pty;
+  spawn(
+    file: string,
+    args: string[],
+    options: { name: string; cols: number; rows: number; cwd: string; env: Record<string, string>; encoding: null; uid?: number; gid?: number },
+  ): Pty;
 }
 
 /** One open terminal: its program, and the marker that finds everything started in it. */
@@ -46,9 +50,12 @@ const open = new Map<string, OpenPty>();
  */
 export function importPty(importer: () => Promise<unknown>): Promise<PtyModule> {
   return importer().then(
-    (mod) => ((mod as { default?: PtyModule }).default ?? (mod as PtyModule)),
+    (mod) => (mod as { default?: PtyModule }).default ?? (mod as PtyModule),
     (err: unknown) => {
-      throw new CodedError('PTY_UNAVAILABLE', `The terminal library (node-pty) could not load in this sandbox: ${err instanceof Error ? err.message.split('\n')[0] : String(err)}. Commands without a terminal still work.`);
+      throw new CodedError(
+        'PTY_UNAVAILABLE',
+        `The terminal library (node-pty) could not load in this sandbox: ${err instanceof Error ? err.message.split('\n')[0] : String(err)}. Commands without a terminal still work.`,
+      );
     },
   );
 }
@@ -72,7 +79,12 @@ function defaultShell(): string[] {
 
 /** True when `program` names an executable file: a path as it is, a bare name through PATH. */
 function findProgram(program: string, searchPath: string, cwd: string): boolean {
-  const candidates = program.includes('/') ? [path.resolve(cwd, program)] : searchPath.split(':').filter(Boolean).map((dir) => path.join(dir, program));
+  const candidates = program.includes('/')
+    ? [path.resolve(cwd, program)]
+    : searchPath
+        .split(':')
+        .filter(Boolean)
+        .map((dir) => path.join(dir, program));
   return candidates.some((file) => {
     try {
       accessSync(file, fsConstants.X_OK);
@@ -94,7 +106,13 @@ function find(handle: string): OpenPty {
  * status. Output leaves as `output` events with binary payloads and pauses the program while the
  * connection is congested.
  */
-export function ptyHandlers(options: { policy: FilePolicy; home: string; sandboxEnv?: Readonly<Record<string, string>> | undefined; user?: SandboxUser | undefined; load?: () => Promise<PtyModule> }): { [M in PtyMethod]: Handler<M> } {
+export function ptyHandlers(options: {
+  policy: FilePolicy;
+  home: string;
+  sandboxEnv?: Readonly<Record<string, string>> | undefined;
+  user?: SandboxUser | undefined;
+  load?: () => Promise<PtyModule>;
+}): { [M in PtyMethod]: Handler<M> } {
   const load = options.load ?? loadPty;
   return {
     async 'pty.open'(params, ctx) {
@@ -102,16 +120,36 @@ export function ptyHandlers(options: { policy: FilePolicy; home: string; sandbox
       const cwd = await resolveCwd(options.policy, params.cwd);
       const argv = params.cmd === undefined ? defaultShell() : typeof params.cmd === 'string' ? ['/bin/sh', '-c', params.cmd] : params.cmd;
       const marker = newMarker();
-      const env: Record<string, string> = { ...baseEnvironment(options.home, options.sandboxEnv), TERM: 'xterm-256color', COLORTERM: 'truecolor', ...params.env, [MARKER_VARIABLE]: marker };
+      const env: Record<string, string> = {
+        ...baseEnvironment(options.home, options.sandboxEnv),
+        TERM: 'xterm-256color',
+        COLORTERM: 'truecolor',
+        ...params.env,
+        [MARKER_VARIABLE]: marker,
+      };
       if (!findProgram(argv[0]!, env.PATH ?? '', cwd)) {
-        throw new CodedError('NOT_FOUND', `No program '${argv[0]}' in the sandbox (looked in ${argv[0]!.includes('/') ? 'that path' : `PATH=${env.PATH ?? ''}`}). Name an installed program, or run it through a shell with a string cmd.`, { cmd: argv[0] });
+        throw new CodedError(
+          'NOT_FOUND',
+          `No program '${argv[0]}' in the sandbox (looked in ${argv[0]!.includes('/') ? 'that path' : `PATH=${env.PATH ?? ''}`}). Name an installed program, or run it through a shell with a string cmd.`,
+          { cmd: argv[0] },
+        );
       }
       const started = performance.now();
       let pty: Pty;
       try {
-        pty = lib.spawn(argv[0]!, argv.slice(1), { name: 'xterm-256color', cols: params.cols, rows: params.rows, cwd, env, encoding: null, ...(options.user && { uid: options.user.uid, gid: options.user.gid }) });
+        pty = lib.spawn(argv[0]!, argv.slice(1), {
+          name: 'xterm-256color',
+          cols: params.cols,
+          rows: params.rows,
+          cwd,
+          env,
+          encoding: null,
+          ...(options.user && { uid: options.user.uid, gid: options.user.gid }),
+        });
       } catch (err) {
-        throw new CodedError('PTY_UNAVAILABLE', `Could not open a terminal for '${argv[0]}': ${err instanceof Error ? err.message : String(err)}.`, { cmd: argv[0] });
+        throw new CodedError('PTY_UNAVAILABLE', `Could not open a terminal for '${argv[0]}': ${err instanceof Error ? err.message : String(err)}.`, {
+          cmd: argv[0],
+        });
       }
       const handle = randomBytes(12).toString('base64url');
       open.set(handle, { pty, marker, cols: params.cols, rows: params.rows });

@@ -110,15 +110,35 @@ class ShellSession {
     child.stdin.write(PRELUDE);
   }
 
-  static async open(name: string, table: ProcessTable, spec: { cwd: string; home: string; sandboxEnv?: Readonly<Record<string, string>> | undefined; user?: SandboxUser | undefined; env?: Record<string, string> | undefined }): Promise<ShellSession> {
+  static async open(
+    name: string,
+    table: ProcessTable,
+    spec: {
+      cwd: string;
+      home: string;
+      sandboxEnv?: Readonly<Record<string, string>> | undefined;
+      user?: SandboxUser | undefined;
+      env?: Record<string, string> | undefined;
+    },
+  ): Promise<ShellSession> {
     const release = table.reserve();
     try {
-      const tagged = await spawnTagged({ cmd: ['bash', '--noprofile', '--norc'], cwd: spec.cwd, home: spec.home, sandboxEnv: spec.sandboxEnv, user: spec.user, env: spec.env });
+      const tagged = await spawnTagged({
+        cmd: ['bash', '--noprofile', '--norc'],
+        cwd: spec.cwd,
+        home: spec.home,
+        sandboxEnv: spec.sandboxEnv,
+        user: spec.user,
+        env: spec.env,
+      });
       return new ShellSession(name, tagged, release, spec.user);
     } catch (err) {
       release();
       if (err instanceof CodedError && err.code === 'NOT_FOUND') {
-        throw new CodedError('NOT_FOUND', 'Shell sessions need bash, and this sandbox image has none: use process.exec (/bin/sh) instead, or an image with bash.');
+        throw new CodedError(
+          'NOT_FOUND',
+          'Shell sessions need bash, and this sandbox image has none: use process.exec (/bin/sh) instead, or an image with bash.',
+        );
       }
       throw err;
     }
@@ -133,14 +153,22 @@ class ShellSession {
   }
 
   /** Runs one command after any still queued; commands in one session never overlap. */
-  run(cmd: string, timeoutMs: number, cap: number, signal: AbortSignal): Promise<{ result: Omit<Result<'shell.run'>, 'sessionRestarted'>; payload: Buffer; stuck: boolean }> {
+  run(
+    cmd: string,
+    timeoutMs: number,
+    cap: number,
+    signal: AbortSignal,
+  ): Promise<{ result: Omit<Result<'shell.run'>, 'sessionRestarted'>; payload: Buffer; stuck: boolean }> {
     const next = this.queue.then(() => this.runNow(cmd, timeoutMs, cap, signal));
     this.queue = next.catch(() => undefined);
     return next;
   }
 
   private async runNow(cmd: string, timeoutMs: number, cap: number, signal: AbortSignal) {
-    if (!this.alive) throw new CodedError('CONFLICT', `Shell session '${this.name}' has ended (its bash exited, e.g. after \`exit\`); open it again with shell.open.`, { session: this.name });
+    if (!this.alive)
+      throw new CodedError('CONFLICT', `Shell session '${this.name}' has ended (its bash exited, e.g. after \`exit\`); open it again with shell.open.`, {
+        session: this.name,
+      });
     if (signal.aborted) throw new CodedError('CANCELLED', 'shell.run was cancelled before it started.');
     this.busy = true;
     const started = performance.now();
@@ -244,7 +272,11 @@ function commandGroups(shellPid: number, startTicks: number): number[] {
   let grew = true;
   while (grew) {
     grew = false;
-    for (const p of procs) if (!descendants.has(p.pid) && descendants.has(p.ppid)) (descendants.add(p.pid), (grew = true));
+    for (const p of procs) {
+      if (descendants.has(p.pid) || !descendants.has(p.ppid)) continue;
+      descendants.add(p.pid);
+      grew = true;
+    }
   }
   const groups = new Set<number>();
   for (const p of procs) {
@@ -292,10 +324,20 @@ export class ShellSessions {
     const existing = this.sessions.get(params.session);
     if (existing?.alive) return { session: existing, created: false };
     if (!existing && this.sessions.size >= MAX_SESSIONS) {
-      throw new CodedError('RESOURCE_EXHAUSTED', `This sandbox already has ${MAX_SESSIONS} shell sessions, the most it keeps; close one with shell.close first.`, { maxSessions: MAX_SESSIONS });
+      throw new CodedError(
+        'RESOURCE_EXHAUSTED',
+        `This sandbox already has ${MAX_SESSIONS} shell sessions, the most it keeps; close one with shell.close first.`,
+        { maxSessions: MAX_SESSIONS },
+      );
     }
     const cwd = await resolveCwd(policy, params.cwd);
-    const session = await ShellSession.open(params.session, this.options.table, { cwd, home: this.options.home, sandboxEnv: this.options.sandboxEnv, user: this.options.user, env: params.env });
+    const session = await ShellSession.open(params.session, this.options.table, {
+      cwd,
+      home: this.options.home,
+      sandboxEnv: this.options.sandboxEnv,
+      user: this.options.user,
+      env: params.env,
+    });
     this.sessions.set(params.session, session);
     this.specs.set(params.session, params);
     return { session, created: true };
@@ -303,7 +345,12 @@ export class ShellSessions {
 
   get(name: string): ShellSession {
     const session = this.sessions.get(name);
-    if (!session) throw new CodedError('NOT_FOUND', `No shell session '${name}': open it first with shell.open (sessions: ${[...this.sessions.keys()].join(', ') || 'none'}).`, { session: name });
+    if (!session)
+      throw new CodedError(
+        'NOT_FOUND',
+        `No shell session '${name}': open it first with shell.open (sessions: ${[...this.sessions.keys()].join(', ') || 'none'}).`,
+        { session: name },
+      );
     return session;
   }
 
@@ -339,7 +386,12 @@ export function shellHandlers(shells: ShellSessions, policy?: FilePolicy): { [M 
     },
     async 'shell.run'(params, ctx) {
       const session = shells.get(params.session);
-      const { stuck, result, payload } = await session.run(params.cmd, params.timeoutMs ?? DEFAULT_SHELL_TIMEOUT_MS, params.outputCapBytes ?? DEFAULT_SHELL_OUTPUT_CAP_BYTES, ctx.signal);
+      const { stuck, result, payload } = await session.run(
+        params.cmd,
+        params.timeoutMs ?? DEFAULT_SHELL_TIMEOUT_MS,
+        params.outputCapBytes ?? DEFAULT_SHELL_OUTPUT_CAP_BYTES,
+        ctx.signal,
+      );
       if (stuck) await shells.restart(params.session);
       return { result: { ...result, sessionRestarted: stuck }, payload };
     },

@@ -117,7 +117,15 @@ export const FsWriteParams = z
   })
   .superRefine((p, ctx) => {
     if (p.offset === undefined) return;
-    const clash = p.append ? 'append' : p.expectedSha256 !== undefined ? 'expectedSha256' : !p.overwrite ? 'overwrite' : p.mode !== undefined ? 'mode' : undefined;
+    const clash = p.append
+      ? 'append'
+      : p.expectedSha256 !== undefined
+        ? 'expectedSha256'
+        : !p.overwrite
+          ? 'overwrite'
+          : p.mode !== undefined
+            ? 'mode'
+            : undefined;
     if (clash) {
       ctx.addIssue({
         code: 'custom',
@@ -137,7 +145,10 @@ export const FsWriteResult = z.strictObject({
 /** Seed 001's exact-text edit: `oldText` must occur exactly once; `$` in `newText` is literal. */
 export const FsEditParams = z.strictObject({
   path: SandboxPath,
-  oldText: z.string().min(1).max(16 * 1024 * 1024),
+  oldText: z
+    .string()
+    .min(1)
+    .max(16 * 1024 * 1024),
   newText: z.string().max(16 * 1024 * 1024),
   expectedSha256: Sha256.optional(),
 });

@@ -2,10 +2,26 @@ import { z } from 'zod';
 import { SandboxPath, type MethodSpec } from '../method-spec.js';
 
 /** A string runs through `/bin/sh -c`; an array is an argv run with no shell. */
-export const Command = z.union([z.string().min(1).max(1024 * 1024), z.array(z.string().max(1024 * 1024)).min(1).max(10_000)]);
+export const Command = z.union([
+  z
+    .string()
+    .min(1)
+    .max(1024 * 1024),
+  z
+    .array(z.string().max(1024 * 1024))
+    .min(1)
+    .max(10_000),
+]);
 
 /** Variables laid over the clean base environment; the daemon's own environment never reaches a child. */
-export const CommandEnv = z.record(z.string().min(1).max(4096).regex(/^[^=\0]+$/, 'env names must not contain = or NUL'), z.string().max(1024 * 1024));
+export const CommandEnv = z.record(
+  z
+    .string()
+    .min(1)
+    .max(4096)
+    .regex(/^[^=\0]+$/, 'env names must not contain = or NUL'),
+  z.string().max(1024 * 1024),
+);
 
 /** The most a result keeps of each stream (head + tail); more needs `saveOutput` or streaming. */
 export const MAX_OUTPUT_CAP_BYTES = 8 * 1024 * 1024; // two streams at the cap stay well inside one 32 MiB frame
@@ -26,8 +42,16 @@ export const ProcessExecParams = z.strictObject({
    * Text for the child's stdin; bytes travel as the request frame's binary payload instead.
    * Without either the child sees EOF at once.
    */
-  stdin: z.string().max(16 * 1024 * 1024).optional(),
-  timeoutMs: z.number().int().positive().max(24 * 60 * 60 * 1000).optional(),
+  stdin: z
+    .string()
+    .max(16 * 1024 * 1024)
+    .optional(),
+  timeoutMs: z
+    .number()
+    .int()
+    .positive()
+    .max(24 * 60 * 60 * 1000)
+    .optional(),
   /** Bytes kept per stream in the result: the head and the tail, with a marker between. */
   outputCapBytes: OutputCapBytes.optional(),
   /** Also write the full output to files inside the sandbox, whose paths the result names. */
@@ -61,7 +85,11 @@ export const OutputEventData = z.strictObject({ offset: z.number().int().nonnega
 export type OutputEventData = z.infer<typeof OutputEventData>;
 
 /** An opaque background-process handle. */
-export const ProcessHandleId = z.string().min(1).max(64).regex(/^[A-Za-z0-9_-]+$/, 'a process handle has letters, digits, _ and - only');
+export const ProcessHandleId = z
+  .string()
+  .min(1)
+  .max(64)
+  .regex(/^[A-Za-z0-9_-]+$/, 'a process handle has letters, digits, _ and - only');
 
 export const SIGNALS = ['SIGTERM', 'SIGKILL', 'SIGINT', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2', 'SIGSTOP', 'SIGCONT'] as const;
 export const Signal = z.enum(SIGNALS);
@@ -95,9 +123,19 @@ export const ProcessStartParams = z.strictObject({
   /** Keep stdin open for `process.write`; otherwise the child sees EOF at once. */
   keepStdinOpen: z.boolean().optional(),
   /** Killed (whole tree) after this long; without it the process runs until killed or the sandbox ends. */
-  timeoutMs: z.number().int().positive().max(7 * 24 * 60 * 60 * 1000).optional(),
+  timeoutMs: z
+    .number()
+    .int()
+    .positive()
+    .max(7 * 24 * 60 * 60 * 1000)
+    .optional(),
   /** Bytes of each stream kept for `process.attach` (the most recent ones). */
-  bufferBytes: z.number().int().min(4096).max(64 * 1024 * 1024).optional(),
+  bufferBytes: z
+    .number()
+    .int()
+    .min(4096)
+    .max(64 * 1024 * 1024)
+    .optional(),
   /** A label of the caller's choosing, shown by `process.list`. */
   tag: z.string().max(200).optional(),
 });
@@ -107,7 +145,12 @@ export const ProcessHandleParams = z.strictObject({ handle: ProcessHandleId });
 export const ProcessWaitParams = z.strictObject({
   handle: ProcessHandleId,
   /** Answer after this long even if still running (`running: true`); without it, wait for the exit. */
-  timeoutMs: z.number().int().nonnegative().max(24 * 60 * 60 * 1000).optional(),
+  timeoutMs: z
+    .number()
+    .int()
+    .nonnegative()
+    .max(24 * 60 * 60 * 1000)
+    .optional(),
 });
 
 export const ProcessKillParams = z.strictObject({
@@ -117,7 +160,13 @@ export const ProcessKillParams = z.strictObject({
 });
 
 /** The bytes to write travel as the request frame's binary payload, or as `data` text. */
-export const ProcessWriteParams = z.strictObject({ handle: ProcessHandleId, data: z.string().max(16 * 1024 * 1024).optional() });
+export const ProcessWriteParams = z.strictObject({
+  handle: ProcessHandleId,
+  data: z
+    .string()
+    .max(16 * 1024 * 1024)
+    .optional(),
+});
 export const ProcessWriteResult = z.strictObject({ bytesWritten: z.number().int().nonnegative() });
 
 export const ProcessAttachParams = z.strictObject({

@@ -7,7 +7,11 @@ export const PtyCols = z.number().int().min(1).max(1000);
 export const PtyRows = z.number().int().min(1).max(1000);
 
 /** An opaque terminal handle, given by the `started` event of `pty.open`. */
-export const PtyHandle = z.string().min(1).max(64).regex(/^[A-Za-z0-9_-]+$/, 'a terminal handle has letters, digits, _ and - only');
+export const PtyHandle = z
+  .string()
+  .min(1)
+  .max(64)
+  .regex(/^[A-Za-z0-9_-]+$/, 'a terminal handle has letters, digits, _ and - only');
 
 /**
  * Opens a pseudo-terminal running `cmd` (the image's bash, else /bin/sh, when absent). The call
@@ -37,7 +41,13 @@ export const PtyExit = z.strictObject({
 export type PtyExit = z.infer<typeof PtyExit>;
 
 /** Raw input for the terminal: the request frame's binary payload, or `data` text. */
-export const PtyWriteParams = z.strictObject({ handle: PtyHandle, data: z.string().max(1024 * 1024).optional() });
+export const PtyWriteParams = z.strictObject({
+  handle: PtyHandle,
+  data: z
+    .string()
+    .max(1024 * 1024)
+    .optional(),
+});
 export const PtyWriteResult = z.strictObject({ bytesWritten: z.number().int().nonnegative() });
 export const PtyResizeParams = z.strictObject({ handle: PtyHandle, cols: PtyCols, rows: PtyRows });
 export const PtyResizeResult = z.strictObject({ cols: PtyCols, rows: PtyRows });

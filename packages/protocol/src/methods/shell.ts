@@ -3,7 +3,11 @@ import { SandboxPath, type MethodSpec } from '../method-spec.js';
 import { CommandEnv, OutputCapBytes, ProcessExecResult } from './process.js';
 
 /** A shell session's name, chosen by the caller. */
-export const ShellSessionName = z.string().min(1).max(64).regex(/^[A-Za-z0-9_.-]+$/, 'a session name has letters, digits, _ . and - only');
+export const ShellSessionName = z
+  .string()
+  .min(1)
+  .max(64)
+  .regex(/^[A-Za-z0-9_.-]+$/, 'a session name has letters, digits, _ . and - only');
 
 export const ShellOpenParams = z.strictObject({
   session: ShellSessionName,
@@ -22,9 +26,17 @@ export const ShellSessionInfo = z.strictObject({
 export const ShellRunParams = z.strictObject({
   session: ShellSessionName,
   /** Bash source, run in the session's shell: `cd`, `export`, functions and aliases carry over. */
-  cmd: z.string().min(1).max(1024 * 1024),
+  cmd: z
+    .string()
+    .min(1)
+    .max(1024 * 1024),
   /** On expiry the command is interrupted (SIGINT, then SIGKILL); the session stays usable. */
-  timeoutMs: z.number().int().positive().max(24 * 60 * 60 * 1000).optional(),
+  timeoutMs: z
+    .number()
+    .int()
+    .positive()
+    .max(24 * 60 * 60 * 1000)
+    .optional(),
   outputCapBytes: OutputCapBytes.optional(),
 });
 export const ShellRunResult = z.strictObject({

@@ -203,7 +203,8 @@ export async function dispatchOpenAIToolCall(
   call: OpenAIChatToolCall | OpenAIResponsesFunctionCall,
   options: ToolRunOptions = {},
 ): Promise<OpenAIChatToolMessage | OpenAIResponsesFunctionCallOutput> {
-  const { name, rawArguments } = 'function' in call ? { name: call.function.name, rawArguments: call.function.arguments } : { name: call.name, rawArguments: call.arguments };
+  const { name, rawArguments } =
+    'function' in call ? { name: call.function.name, rawArguments: call.function.arguments } : { name: call.name, rawArguments: call.arguments };
   const parsed = parseArguments(name, rawArguments);
   const text = 'error' in parsed ? `Error: ${parsed.error.error}\n${parsed.error.suggestion}` : (await runToolCall(tools, name, parsed.args, options)).text;
   return 'function' in call ? { role: 'tool', tool_call_id: call.id, content: text } : { type: 'function_call_output', call_id: call.call_id, output: text };
@@ -219,7 +220,9 @@ export async function dispatchOpenAIToolCall(
  */
 export async function dispatchAnthropicToolUse(tools: ToolSet, block: AnthropicToolUseBlock, options: ToolRunOptions = {}): Promise<AnthropicToolResultBlock> {
   const outcome = await runToolCall(tools, block.name, block.input, options);
-  return outcome.isError ? { type: 'tool_result', tool_use_id: block.id, content: outcome.text, is_error: true } : { type: 'tool_result', tool_use_id: block.id, content: outcome.text };
+  return outcome.isError
+    ? { type: 'tool_result', tool_use_id: block.id, content: outcome.text, is_error: true }
+    : { type: 'tool_result', tool_use_id: block.id, content: outcome.text };
 }
 
 function parseArguments(name: string, raw: string): { args: unknown } | { error: ToolError } {
@@ -228,7 +231,11 @@ function parseArguments(name: string, raw: string): { args: unknown } | { error:
     return { args: JSON.parse(raw) };
   } catch (err) {
     return {
-      error: toolError('INVALID_ARGUMENTS', `The arguments of ${name} are not valid JSON (${(err as Error).message}).`, `Call ${name} again with a JSON object that matches its schema.`),
+      error: toolError(
+        'INVALID_ARGUMENTS',
+        `The arguments of ${name} are not valid JSON (${(err as Error).message}).`,
+        `Call ${name} again with a JSON object that matches its schema.`,
+      ),
     };
   }
 }

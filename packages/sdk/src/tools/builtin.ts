@@ -42,7 +42,9 @@ export function formatBashOutput(result: ToolCommandResult, timeoutSeconds: numb
   return output === '' || output.endsWith('\n') ? output + notes.join('\n') : `${output}\n${notes.join('\n')}`;
 }
 
-const Anchor = z.string().refine((value) => parseLineAnchor(value) !== undefined, { message: 'must be a LINE#ID anchor such as "10#A1B2", copied from read_file' });
+const Anchor = z
+  .string()
+  .refine((value) => parseLineAnchor(value) !== undefined, { message: 'must be a LINE#ID anchor such as "10#A1B2", copied from read_file' });
 
 const Edit = z.strictObject({
   op: z.enum(['replace', 'append', 'prepend']),
@@ -69,7 +71,9 @@ export function parseEditsJson(text: string): { edits: AnchoredEdit[] } | { prob
   }
   const parsed = BuiltinEdits.safeParse(value);
   if (!parsed.success) {
-    return { problem: `edits_json does not match the edit schema: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`).join('; ')}.` };
+    return {
+      problem: `edits_json does not match the edit schema: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`).join('; ')}.`,
+    };
   }
   for (const edit of parsed.data) {
     if (edit.end !== undefined && edit.op !== 'replace') return { problem: `"end" is only allowed with op "replace" (got op "${edit.op}").` };
@@ -127,7 +131,8 @@ export function builtinTools(target: ToolTarget): ToolSet {
     }),
     defineTool({
       name: 'write_file',
-      description: 'Write full content to a file (relative to the workspace root). Creates the file and its parent folders if they do not exist, replaces it otherwise.',
+      description:
+        'Write full content to a file (relative to the workspace root). Creates the file and its parent folders if they do not exist, replaces it otherwise.',
       input: WriteInput,
       execute: async ({ path, content }, { signal }) => {
         const { bytesWritten } = await files.write(path, content, { signal });
@@ -139,12 +144,16 @@ export function builtinTools(target: ToolTarget): ToolSet {
       description:
         'Apply a list of precise, hash-anchored line edits to a file, all or none. Each edit names lines by the LINE#ID tags read_file printed: ' +
         '"replace" replaces line pos (or pos..end) with lines, "append" inserts lines after pos, "prepend" inserts lines before pos. ' +
-        'Anchors refer to the file as last read, before any of the edits. If a tag\'s hash no longer matches the line, the whole edit is rejected: read the file again and retry.',
+        "Anchors refer to the file as last read, before any of the edits. If a tag's hash no longer matches the line, the whole edit is rejected: read the file again and retry.",
       input: EditInput,
       execute: async ({ file_path, edits_json }, { signal }) => {
         const parsed = parseEditsJson(edits_json);
         if ('problem' in parsed) {
-          return toolError('INVALID_ARGUMENTS', parsed.problem, 'Pass edits_json as a JSON array of {"op", "pos", "end"?, "lines"} objects with anchors copied from read_file.');
+          return toolError(
+            'INVALID_ARGUMENTS',
+            parsed.problem,
+            'Pass edits_json as a JSON array of {"op", "pos", "end"?, "lines"} objects with anchors copied from read_file.',
+          );
         }
         const editLines = need(files.editLines?.bind(files), 'hash-anchored edit', 'edit_file');
         await editLines(file_path, parsed.edits, { signal });

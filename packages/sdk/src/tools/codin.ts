@@ -54,7 +54,9 @@ export function formatCodinRead(path: string, slice: LineSlice, range: CodinRead
  * // 'Exit code: 0\nSTDOUT:\nhi\n'
  */
 export function formatCodinExec(result: ToolCommandResult, timeoutSeconds: number): string {
-  const parts = [result.timedOut ? `Command timed out after ${timeoutSeconds} seconds (killed)` : `Exit code: ${result.exitCode ?? 'none (killed by a signal)'}`];
+  const parts = [
+    result.timedOut ? `Command timed out after ${timeoutSeconds} seconds (killed)` : `Exit code: ${result.exitCode ?? 'none (killed by a signal)'}`,
+  ];
   if (result.stdout !== '') parts.push(`STDOUT:\n${result.stdout}`);
   if (result.stderr !== '') parts.push(`STDERR:\n${result.stderr}`);
   if (result.stdout === '' && result.stderr === '') parts.push('(no output)');
@@ -81,7 +83,13 @@ const ReadInput = z.strictObject({
   path: z.string().min(1).describe('Path to the file to read'),
   start_line: z.number().int().optional().describe('Starting line number (1-indexed, inclusive). If not provided, reads from beginning'),
   end_line: z.number().int().optional().describe('Ending line number (1-indexed, inclusive). If not provided, reads to end'),
-  max_lines: z.number().int().min(1).max(MAX_READ_LINES).default(CODIN_DEFAULT_MAX_LINES).describe('Maximum number of lines to return (default: 1000, to prevent token overflow)'),
+  max_lines: z
+    .number()
+    .int()
+    .min(1)
+    .max(MAX_READ_LINES)
+    .default(CODIN_DEFAULT_MAX_LINES)
+    .describe('Maximum number of lines to return (default: 1000, to prevent token overflow)'),
 });
 
 const WriteInput = z.strictObject({
@@ -128,7 +136,8 @@ export function codinTools(target: ToolTarget): ToolSet {
     }),
     defineTool({
       name: 'sandbox_write_file',
-      description: 'Write content to a file in the sandbox environment. Replaces the file if it exists and creates missing parent folders. Answers "Wrote {n} bytes to {path}".',
+      description:
+        'Write content to a file in the sandbox environment. Replaces the file if it exists and creates missing parent folders. Answers "Wrote {n} bytes to {path}".',
       input: WriteInput,
       execute: async (args, { signal }) => {
         const { bytesWritten } = await files.write(args.path, args.content, { signal });

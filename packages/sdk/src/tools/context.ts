@@ -53,7 +53,10 @@ export interface ToolFiles {
   readAnchored?(path: string, options?: PrimitiveOptions): Promise<{ lines: { anchor: string; text: string }[]; truncated: boolean; totalLines: number }>;
   /** Applies hash-anchored edits atomically; a stale anchor fails with `STALE_ANCHOR` and changes nothing. */
   editLines?(path: string, edits: AnchoredEdit[], options?: PrimitiveOptions): Promise<void>;
-  list?(path: string, options: { recursive: boolean; limit: number; signal?: AbortSignal | undefined }): Promise<{ entries: ListedEntry[]; truncated: boolean }>;
+  list?(
+    path: string,
+    options: { recursive: boolean; limit: number; signal?: AbortSignal | undefined },
+  ): Promise<{ entries: ListedEntry[]; truncated: boolean }>;
   /** Files below `path` matching a glob pattern, relative to `path`. */
   glob?(path: string, pattern: string, options?: PrimitiveOptions): Promise<string[]>;
   delete?(path: string, options?: PrimitiveOptions): Promise<void>;
@@ -74,7 +77,13 @@ export interface ToolCommandResult {
 export interface ToolCommands {
   run(
     cmd: string | string[],
-    options?: { cwd?: string | undefined; env?: Record<string, string> | undefined; timeoutMs?: number | undefined; stdin?: string | undefined; signal?: AbortSignal | undefined },
+    options?: {
+      cwd?: string | undefined;
+      env?: Record<string, string> | undefined;
+      timeoutMs?: number | undefined;
+      stdin?: string | undefined;
+      signal?: AbortSignal | undefined;
+    },
   ): Promise<ToolCommandResult>;
 }
 

@@ -61,7 +61,10 @@ export function filesystemErrorText(error: ToolError): string {
 
 const onError = (error: ToolError): ToolError => ({ ...error, error_class: filesystemErrorClass(error.code) });
 // A credential that may not write at all (a read-only sandbox or derived handle) is, to a model, a path it cannot write.
-const onWriteError = (error: ToolError): ToolError => ({ ...error, error_class: error.code === 'FORBIDDEN' ? 'PathNotWritableError' : filesystemErrorClass(error.code) });
+const onWriteError = (error: ToolError): ToolError => ({
+  ...error,
+  error_class: error.code === 'FORBIDDEN' ? 'PathNotWritableError' : filesystemErrorClass(error.code),
+});
 const toText = (result: unknown): string => {
   if (typeof result === 'object' && result !== null && (result as ToolError).isError === true) return filesystemErrorText(result as ToolError);
   return typeof result === 'string' ? result : JSON.stringify(result, null, 2);

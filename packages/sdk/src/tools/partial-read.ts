@@ -35,27 +35,32 @@ const Request = z
       .min(1)
       .max(PARTIAL_READ_MAX_CHARACTERS)
       .optional()
-      .describe('Character-based reading: the number of characters to read from start_character. Capped at 50,000 characters per request to prevent excessive output.'),
+      .describe(
+        'Character-based reading: the number of characters to read from start_character. Capped at 50,000 characters per request to prevent excessive output.',
+      ),
   })
   .superRefine((request, ctx) => {
     const lines = request.start_line !== undefined || request.line_count !== undefined;
     const chars = request.start_character !== undefined || request.length !== undefined;
     if (lines && chars) {
-      ctx.addIssue({ code: 'custom', message: 'use either line-based parameters (start_line, line_count) or character-based parameters (start_character, length), not both' });
+      ctx.addIssue({
+        code: 'custom',
+        message: 'use either line-based parameters (start_line, line_count) or character-based parameters (start_character, length), not both',
+      });
     } else if (lines && (request.start_line === undefined || request.line_count === undefined)) {
       ctx.addIssue({ code: 'custom', message: 'line-based reading needs both start_line and line_count' });
     } else if (chars && (request.start_character === undefined || request.length === undefined)) {
       ctx.addIssue({ code: 'custom', message: 'character-based reading needs both start_character and length' });
     } else if (!lines && !chars) {
-      ctx.addIssue({ code: 'custom', message: 'specify either line-based parameters (start_line, line_count) or character-based parameters (start_character, length)' });
+      ctx.addIssue({
+        code: 'custom',
+        message: 'specify either line-based parameters (start_line, line_count) or character-based parameters (start_character, length)',
+      });
     }
   });
 
 const Input = z.strictObject({
-  requests: z
-    .array(Request)
-    .min(1)
-    .describe('An array where each object specifies a file and either a range of lines or a range of characters to read.'),
+  requests: z.array(Request).min(1).describe('An array where each object specifies a file and either a range of lines or a range of characters to read.'),
 });
 
 /** One request of `read_partial_files`, after validation. */
@@ -118,7 +123,10 @@ export function formatFailedSegment(request: PartialReadRequest, message: string
  */
 export function parseExcludedExtensions(value: string[] | string | undefined): string[] {
   const list = typeof value === 'string' ? value.split(',') : (value ?? []);
-  return list.map((ext) => ext.trim().toLowerCase()).filter((ext) => ext !== '').map((ext) => (ext.startsWith('.') ? ext : `.${ext}`));
+  return list
+    .map((ext) => ext.trim().toLowerCase())
+    .filter((ext) => ext !== '')
+    .map((ext) => (ext.startsWith('.') ? ext : `.${ext}`));
 }
 
 /**

@@ -3,7 +3,6 @@ import type { Commands } from '../commands.js';
 import { Files } from '../files.js';
 import type { ToolContext, ToolFiles } from './context.js';
 
-
 /** Anything with Warren's `files` and `commands` namespaces: a `Sandbox`, or a test agent. */
 export interface SandboxLike {
   files: Files;

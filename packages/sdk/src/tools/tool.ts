@@ -47,6 +47,8 @@ export type ToolOutputKind = 'text' | 'json';
  * const [readFile] = codinTools(sandbox);
  * const text = readFile.toText(await readFile.run({ path: 'a.py', start_line: 10, end_line: 20 }));
  */
+// `any` by default so that tools of different inputs fit one list (`Tool[]`); each tool checks its input.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
 export interface Tool<Input = any, Output = unknown> {
   readonly name: string;
   /** Written for a model: what the tool does, its defaults and limits. */
@@ -72,9 +74,9 @@ export interface ToolDefinition<S extends z.ZodType, Output> {
   output?: ToolOutputKind;
   execute(args: z.output<S>, options: ToolRunOptions): Promise<Output | ToolError>;
   /** Turns a failure into this tool's error result; the default is {@link toolErrorFrom}. */
-  onError?(error: ToolError, args: unknown): ToolError;
+  onError?: (error: ToolError, args: unknown) => ToolError;
   /** Renders a result as text; the default prints strings as they are and serialises objects as JSON. */
-  toText?(result: Output | ToolError): string;
+  toText?: (result: Output | ToolError) => string;
 }
 
 /**
@@ -171,7 +173,11 @@ export function toolErrorFrom(err: unknown): ToolError {
 
 function invalidArguments(name: string, error: z.ZodError): ToolError {
   const problems = error.issues.map((issue) => `${issue.path.length ? issue.path.join('.') : '(arguments)'}: ${issue.message}`);
-  return toolError('INVALID_ARGUMENTS', `Invalid arguments for ${name}: ${problems.join('; ')}.`, `Call ${name} again with arguments that match its input schema.`);
+  return toolError(
+    'INVALID_ARGUMENTS',
+    `Invalid arguments for ${name}: ${problems.join('; ')}.`,
+    `Call ${name} again with arguments that match its input schema.`,
+  );
 }
 
 /**

@@ -139,7 +139,11 @@ export function summariseFailures(run: PytestReport): Record<string, unknown> {
   return { failed_count: failing.length, failing_tests: failing, error_log: problem ? run.output : '' };
 }
 
-const SandboxDir = z.string().min(1).default(TOOLSMITH_DEFAULT_SANDBOX_DIR).describe('The folder paths are written under (default "./sandbox"); it maps onto the sandbox root.');
+const SandboxDir = z
+  .string()
+  .min(1)
+  .default(TOOLSMITH_DEFAULT_SANDBOX_DIR)
+  .describe('The folder paths are written under (default "./sandbox"); it maps onto the sandbox root.');
 const FilePathArg = z.string().min(1);
 
 const DEFAULTS = {
@@ -167,27 +171,52 @@ export function toolsmithTools(target: ToolTarget, options: ToolsmithOptions = {
   const { files, commands } = asToolContext(target);
 
   /** Runs the Python helper in the sandbox and returns its JSON answer. */
-  async function helper(args: string[], run: { stdin?: string; timeoutMs: number; cwd?: string; signal?: AbortSignal | undefined; what: string }): Promise<Record<string, unknown>> {
-    const result = await commands.run(['python3', '-c', TOOLSMITH_HELPER, ...args], { stdin: run.stdin ?? '', timeoutMs: run.timeoutMs, cwd: run.cwd, signal: run.signal });
+  async function helper(
+    args: string[],
+    run: { stdin?: string; timeoutMs: number; cwd?: string; signal?: AbortSignal | undefined; what: string },
+  ): Promise<Record<string, unknown>> {
+    const result = await commands.run(['python3', '-c', TOOLSMITH_HELPER, ...args], {
+      stdin: run.stdin ?? '',
+      timeoutMs: run.timeoutMs,
+      cwd: run.cwd,
+      signal: run.signal,
+    });
     if (result.timedOut) {
-      throw toolError('REQUEST_TIMEOUT', `${run.what} exceeded ${run.timeoutMs / 1000} seconds and was stopped.`, 'Simplify the test cases or analyse a smaller file.', { exception: 'TimeoutExpired' });
+      throw toolError(
+        'REQUEST_TIMEOUT',
+        `${run.what} exceeded ${run.timeoutMs / 1000} seconds and was stopped.`,
+        'Simplify the test cases or analyse a smaller file.',
+        { exception: 'TimeoutExpired' },
+      );
     }
     const line = result.stdout.trimEnd().split('\n').pop() ?? '';
     let answer: Record<string, unknown>;
     try {
       answer = JSON.parse(line) as Record<string, unknown>;
     } catch {
-      throw toolError('INTERNAL', `${run.what} failed in the sandbox (exit code ${result.exitCode}): ${(result.stderr || result.stdout).slice(-2000).trim()}`, 'Check that python3 is installed in the sandbox image.');
+      throw toolError(
+        'INTERNAL',
+        `${run.what} failed in the sandbox (exit code ${result.exitCode}): ${(result.stderr || result.stdout).slice(-2000).trim()}`,
+        'Check that python3 is installed in the sandbox image.',
+      );
     }
     const syntaxError = answer['syntax_error'] as { message: string; line: number | null; offset: number | null } | undefined;
     if (syntaxError) {
-      throw toolError('INVALID_ARGUMENTS', `${syntaxError.message} (line ${syntaxError.line}, column ${syntaxError.offset})`, 'Fix the syntax error first.', { exception: 'SyntaxError', line: syntaxError.line, offset: syntaxError.offset });
+      throw toolError('INVALID_ARGUMENTS', `${syntaxError.message} (line ${syntaxError.line}, column ${syntaxError.offset})`, 'Fix the syntax error first.', {
+        exception: 'SyntaxError',
+        line: syntaxError.line,
+        offset: syntaxError.offset,
+      });
     }
     if (typeof answer['failure'] === 'string') throw toolError('INTERNAL', `${run.what} failed in the sandbox: ${answer['failure']}`);
     return answer;
   }
 
-  function logged<I, O>(tool: Tool<I, O>, action: ToolsmithAction, details: (args: Record<string, unknown>, result: O | ToolError) => Record<string, unknown>): Tool<I, O> {
+  function logged<I, O>(
+    tool: Tool<I, O>,
+    action: ToolsmithAction,
+    details: (args: Record<string, unknown>, result: O | ToolError) => Record<string, unknown>,
+  ): Tool<I, O> {
     return {
       ...tool,
       run: async (args, runOptions) => {
@@ -214,7 +243,8 @@ export function toolsmithTools(target: ToolTarget, options: ToolsmithOptions = {
     logged(
       defineTool({
         name: 'read_file',
-        description: 'Read the contents of a file inside the sandbox and return it as text. Paths are written under sandbox_dir ("./sandbox/..."); paths outside it fail with a SecurityError.',
+        description:
+          'Read the contents of a file inside the sandbox and return it as text. Paths are written under sandbox_dir ("./sandbox/..."); paths outside it fail with a SecurityError.',
         input: z.strictObject({ file_path: FilePathArg.describe('Path to the file to read'), sandbox_dir: SandboxDir }),
         onError: (error, args) => toolsmithError(error, (args as { file_path?: string })?.file_path, 'read_file', {}),
         toText: (result) => (typeof result === 'string' ? result : jsonText(result)),
@@ -227,7 +257,11 @@ export function toolsmithTools(target: ToolTarget, options: ToolsmithOptions = {
       defineTool({
         name: 'write_file',
         description: 'Write content to a file inside the sandbox, creating parent directories. Returns true on success.',
-        input: z.strictObject({ file_path: FilePathArg.describe('Destination file path'), content: z.string().describe('Content to write to the file'), sandbox_dir: SandboxDir }),
+        input: z.strictObject({
+          file_path: FilePathArg.describe('Destination file path'),
+          content: z.string().describe('Content to write to the file'),
+          sandbox_dir: SandboxDir,
+        }),
         output: 'json',
         onError: (error, args) => toolsmithError(error, (args as { file_path?: string })?.file_path, 'write_file', {}),
         toText: jsonText,
@@ -242,7 +276,8 @@ export function toolsmithTools(target: ToolTarget, options: ToolsmithOptions = {
     logged(
       defineTool({
         name: 'list_files',
-        description: 'List all Python files (.py) within a directory, including subdirectories. Returns a JSON array of paths written the way the directory was given.',
+        description:
+          'List all Python files (.py) within a directory, including subdirectories. Returns a JSON array of paths written the way the directory was given.',
         input: z.strictObject({ directory: FilePathArg.describe('Directory to scan for Python files'), sandbox_dir: SandboxDir }),
         output: 'json',
         onError: (error, args) => toolsmithError(error, (args as { directory?: string })?.directory, 'list_files', { files: [] }),
@@ -264,7 +299,11 @@ export function toolsmithTools(target: ToolTarget, options: ToolsmithOptions = {
           'issues_detail (first 10: line, column, type, symbol, message)}. Times out after 30 seconds.',
         input: z.strictObject({ file_path: FilePathArg.describe('Path to the Python file to analyze'), sandbox_dir: SandboxDir }),
         output: 'json',
-        onError: (error, args) => toolsmithError(error, (args as { file_path?: string })?.file_path, 'run_pylint_analysis', { ...DEFAULTS.run_pylint_analysis, file: (args as { file_path?: string })?.file_path ?? null }),
+        onError: (error, args) =>
+          toolsmithError(error, (args as { file_path?: string })?.file_path, 'run_pylint_analysis', {
+            ...DEFAULTS.run_pylint_analysis,
+            file: (args as { file_path?: string })?.file_path ?? null,
+          }),
         toText: jsonText,
         execute: async ({ file_path, sandbox_dir }, { signal }) => {
           await readSource(file_path, sandbox_dir, signal);
@@ -273,7 +312,11 @@ export function toolsmithTools(target: ToolTarget, options: ToolsmithOptions = {
         },
       }),
       'ANALYSIS',
-      (args, result) => ({ file_path: args['file_path'], score: (result as { score?: number }).score, total_issues: (result as { total_issues?: number }).total_issues }),
+      (args, result) => ({
+        file_path: args['file_path'],
+        score: (result as { score?: number }).score,
+        total_issues: (result as { total_issues?: number }).total_issues,
+      }),
     ),
     logged(
       defineTool({
@@ -283,10 +326,19 @@ export function toolsmithTools(target: ToolTarget, options: ToolsmithOptions = {
           'tests: [{name, status}], error_log (pytest output when something failed)}. Times out after 60 seconds.',
         input: z.strictObject({ directory: FilePathArg.describe('Directory containing test files'), sandbox_dir: SandboxDir }),
         output: 'json',
-        onError: (error, args) => toolsmithError(error, (args as { directory?: string })?.directory, 'run_pytest', { ...DEFAULTS.run_pytest, directory: (args as { directory?: string })?.directory ?? null }),
+        onError: (error, args) =>
+          toolsmithError(error, (args as { directory?: string })?.directory, 'run_pytest', {
+            ...DEFAULTS.run_pytest,
+            directory: (args as { directory?: string })?.directory ?? null,
+          }),
         toText: jsonText,
         execute: async ({ directory, sandbox_dir }, { signal }) => {
-          const run = await helper(['pytest', '.', '.'], { timeoutMs: TOOLSMITH_TIMEOUTS_MS.pytest, cwd: toSandboxPath(directory, sandbox_dir), signal, what: 'pytest' });
+          const run = await helper(['pytest', '.', '.'], {
+            timeoutMs: TOOLSMITH_TIMEOUTS_MS.pytest,
+            cwd: toSandboxPath(directory, sandbox_dir),
+            signal,
+            what: 'pytest',
+          });
           return summarisePytest(directory, run as unknown as PytestReport);
         },
       }),
@@ -312,13 +364,21 @@ export function toolsmithTools(target: ToolTarget, options: ToolsmithOptions = {
         output: 'json',
         onError: (error, args) => {
           const { test_file, test_name } = (args ?? {}) as { test_file?: string; test_name?: string };
-          return toolsmithError(error, test_file, 'run_single_test', { ...DEFAULTS.run_single_test, test_file: test_file ?? null, test_name: test_name ?? null });
+          return toolsmithError(error, test_file, 'run_single_test', {
+            ...DEFAULTS.run_single_test,
+            test_file: test_file ?? null,
+            test_name: test_name ?? null,
+          });
         },
         toText: jsonText,
         execute: async ({ test_file, test_name, sandbox_dir }, { signal }) => {
           await readSource(test_file, sandbox_dir, signal);
           const target = toSandboxPath(test_file, sandbox_dir) + (test_name ? `::${test_name}` : '');
-          const run = (await helper(['pytest', target, '.'], { timeoutMs: TOOLSMITH_TIMEOUTS_MS.singleTest, signal, what: 'pytest' })) as unknown as PytestReport;
+          const run = (await helper(['pytest', target, '.'], {
+            timeoutMs: TOOLSMITH_TIMEOUTS_MS.singleTest,
+            signal,
+            what: 'pytest',
+          })) as unknown as PytestReport;
           const passed = run.tests.filter((t) => t.status === 'passed').length;
           const failed = run.tests.filter((t) => t.status === 'failed' || t.status === 'error').length;
           return { test_file, test_name: test_name ?? null, passed, failed, success: run.exit_code === 0 && failed === 0 && passed > 0, output: run.output };
@@ -330,13 +390,19 @@ export function toolsmithTools(target: ToolTarget, options: ToolsmithOptions = {
     logged(
       defineTool({
         name: 'get_failing_tests',
-        description: 'Run the pytest tests of a directory and return only the failures: {failed_count, failing_tests: [{name, status, message}], error_log}. Times out after 60 seconds.',
+        description:
+          'Run the pytest tests of a directory and return only the failures: {failed_count, failing_tests: [{name, status, message}], error_log}. Times out after 60 seconds.',
         input: z.strictObject({ directory: FilePathArg.describe('Directory containing tests'), sandbox_dir: SandboxDir }),
         output: 'json',
         onError: (error, args) => toolsmithError(error, (args as { directory?: string })?.directory, 'get_failing_tests', DEFAULTS.get_failing_tests),
         toText: jsonText,
         execute: async ({ directory, sandbox_dir }, { signal }) => {
-          const run = await helper(['pytest', '.', '.'], { timeoutMs: TOOLSMITH_TIMEOUTS_MS.pytest, cwd: toSandboxPath(directory, sandbox_dir), signal, what: 'pytest' });
+          const run = await helper(['pytest', '.', '.'], {
+            timeoutMs: TOOLSMITH_TIMEOUTS_MS.pytest,
+            cwd: toSandboxPath(directory, sandbox_dir),
+            signal,
+            what: 'pytest',
+          });
           return summariseFailures(run as unknown as PytestReport);
         },
       }),
@@ -355,12 +421,17 @@ export function toolsmithTools(target: ToolTarget, options: ToolsmithOptions = {
         execute: async ({ code }, { signal }) => {
           const answer = await helper(['syntax'], { stdin: code, timeoutMs: TOOLSMITH_TIMEOUTS_MS.helper, signal, what: 'syntax validation' });
           if (answer['valid'] === true) return { valid: true as const };
-          return toolError('INVALID_ARGUMENTS', `${answer['message']} (line ${answer['line']}, column ${answer['offset']})`, 'Fix the syntax error and validate again.', {
-            exception: 'SyntaxError',
-            line: answer['line'],
-            offset: answer['offset'],
-            text: answer['text'],
-          });
+          return toolError(
+            'INVALID_ARGUMENTS',
+            `${String(answer['message'])} (line ${String(answer['line'])}, column ${String(answer['offset'])})`,
+            'Fix the syntax error and validate again.',
+            {
+              exception: 'SyntaxError',
+              line: answer['line'],
+              offset: answer['offset'],
+              text: answer['text'],
+            },
+          );
         },
       }),
       'ANALYSIS',
@@ -370,9 +441,13 @@ export function toolsmithTools(target: ToolTarget, options: ToolsmithOptions = {
       defineTool({
         name: 'apply_fix',
         description:
-          'Replace the content of an existing Python file with fixed code, after checking the fixed code\'s syntax (nothing is written if it does not compile). ' +
+          "Replace the content of an existing Python file with fixed code, after checking the fixed code's syntax (nothing is written if it does not compile). " +
           'Returns {file_path, original_size, new_size, size_change} in characters.',
-        input: z.strictObject({ file_path: FilePathArg.describe('Path to file to be fixed'), fixed_code: z.string().describe('Corrected code content'), sandbox_dir: SandboxDir }),
+        input: z.strictObject({
+          file_path: FilePathArg.describe('Path to file to be fixed'),
+          fixed_code: z.string().describe('Corrected code content'),
+          sandbox_dir: SandboxDir,
+        }),
         output: 'json',
         onError: (error, args) => toolsmithError(error, (args as { file_path?: string })?.file_path, 'apply_fix', DEFAULTS.apply_fix),
         toText: jsonText,
@@ -380,11 +455,16 @@ export function toolsmithTools(target: ToolTarget, options: ToolsmithOptions = {
           const original = await readSource(file_path, sandbox_dir, signal);
           const check = await helper(['syntax'], { stdin: fixed_code, timeoutMs: TOOLSMITH_TIMEOUTS_MS.helper, signal, what: 'syntax validation' });
           if (check['valid'] !== true) {
-            return toolError('INVALID_ARGUMENTS', `${check['message']} (line ${check['line']}, column ${check['offset']}); the file was not changed.`, 'Fix the syntax error in fixed_code and apply again.', {
-              exception: 'SyntaxError',
-              line: check['line'],
-              offset: check['offset'],
-            });
+            return toolError(
+              'INVALID_ARGUMENTS',
+              `${String(check['message'])} (line ${String(check['line'])}, column ${String(check['offset'])}); the file was not changed.`,
+              'Fix the syntax error in fixed_code and apply again.',
+              {
+                exception: 'SyntaxError',
+                line: check['line'],
+                offset: check['offset'],
+              },
+            );
           }
           await files.write(toSandboxPath(file_path, sandbox_dir), fixed_code, { signal });
           const original_size = codePoints(original);
@@ -398,7 +478,8 @@ export function toolsmithTools(target: ToolTarget, options: ToolsmithOptions = {
     logged(
       defineTool({
         name: 'add_docstring',
-        description: 'Count the functions and classes of a Python file that have no docstring. Returns {file_path, missing_docstrings}; the file is not changed.',
+        description:
+          'Count the functions and classes of a Python file that have no docstring. Returns {file_path, missing_docstrings}; the file is not changed.',
         input: z.strictObject({ file_path: FilePathArg.describe('Path to file to analyze'), sandbox_dir: SandboxDir }),
         output: 'json',
         onError: (error, args) => toolsmithError(error, (args as { file_path?: string })?.file_path, 'add_docstring', DEFAULTS.add_docstring),
@@ -424,7 +505,13 @@ export function toolsmithTools(target: ToolTarget, options: ToolsmithOptions = {
         execute: async ({ file_path, sandbox_dir }, { signal }) => {
           const source = await readSource(file_path, sandbox_dir, signal);
           const answer = await helper(['metrics'], { stdin: source, timeoutMs: TOOLSMITH_TIMEOUTS_MS.helper, signal, what: 'code metrics' });
-          return { file_path, lines_of_code: answer['lines_of_code'], functions: answer['functions'], classes: answer['classes'], has_main: answer['has_main'] };
+          return {
+            file_path,
+            lines_of_code: answer['lines_of_code'],
+            functions: answer['functions'],
+            classes: answer['classes'],
+            has_main: answer['has_main'],
+          };
         },
       }),
       'ANALYSIS',

@@ -63,7 +63,12 @@ describe('a tool is data', () => {
 
   it('turns an SDK error into an error result with its code and suggestion', async () => {
     const result = await readTool.run({ path: 'missing' });
-    expect(result).toEqual({ isError: true, code: 'NOT_FOUND', error: "No file at 'missing'.", suggestion: 'Check the path; list the parent folder to see what exists.' });
+    expect(result).toEqual({
+      isError: true,
+      code: 'NOT_FOUND',
+      error: "No file at 'missing'.",
+      suggestion: 'Check the path; list the parent folder to see what exists.',
+    });
     expect(readTool.toText(result)).toBe("Error: No file at 'missing'.\nCheck the path; list the parent folder to see what exists.");
   });
 
@@ -84,7 +89,9 @@ describe('OpenAI adapter', () => {
 
   it('matches the Responses API function tool format', () => {
     // Responses API: { type: "function", name, description, parameters, strict }
-    expect(toOpenAITools(tools, { api: 'responses' })).toEqual([{ type: 'function', name: 'read_it', description: 'Reads a file.', parameters: readTool.jsonSchema, strict: false }]);
+    expect(toOpenAITools(tools, { api: 'responses' })).toEqual([
+      { type: 'function', name: 'read_it', description: 'Reads a file.', parameters: readTool.jsonSchema, strict: false },
+    ]);
   });
 
   it('answers a Chat Completions tool_call with a role "tool" message', async () => {
@@ -153,7 +160,7 @@ describe('MCP adapter', () => {
   });
 });
 
-describe('every tool of the five sets fits both providers\' published constraints', () => {
+describe("every tool of the five sets fits both providers' published constraints", () => {
   const context = fakeContext();
   const sets: Record<string, ToolSet> = {
     codin: codinTools(context),

@@ -30,7 +30,7 @@ describe('builtin edit_file', () => {
   const source = 'a\nb\nc\nd\n';
   const anchor = (n: number, text: string) => `${n}#${lineHash(text)}`;
 
-  it('applies the seed\'s edit schema (replace pos..end, append, prepend) in one batch', async () => {
+  it("applies the seed's edit schema (replace pos..end, append, prepend) in one batch", async () => {
     const { tool, context } = setup({ 'f.txt': source });
     const edits = [
       { op: 'replace', pos: anchor(2, 'b'), end: anchor(3, 'c'), lines: ['new line 1', 'new line 2'] },
@@ -60,7 +60,9 @@ describe('builtin edit_file', () => {
     expect((notJson as { error: string }).error).toMatch(/^edits_json is not valid JSON/);
     const badAnchor = await tool('edit_file').run({ file_path: 'f.txt', edits_json: '[{"op":"replace","pos":"10","lines":[]}]' });
     expect((badAnchor as { error: string }).error).toContain('0.pos: must be a LINE#ID anchor such as "10#A1B2", copied from read_file');
-    expect(parseEditsJson('[{"op":"append","pos":"1#AAAA","end":"2#AAAA","lines":[]}]')).toEqual({ problem: '"end" is only allowed with op "replace" (got op "append").' });
+    expect(parseEditsJson('[{"op":"append","pos":"1#AAAA","end":"2#AAAA","lines":[]}]')).toEqual({
+      problem: '"end" is only allowed with op "replace" (got op "append").',
+    });
     expect(parseEditsJson('[{"op":"replace","pos":"3#AAAA","end":"2#AAAA","lines":[]}]')).toEqual({ problem: '"end" (2#AAAA) comes before "pos" (3#AAAA).' });
     expect(context.files.calls.filter((c) => c.startsWith('editLines'))).toEqual([]);
   });

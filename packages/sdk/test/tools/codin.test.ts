@@ -24,7 +24,7 @@ describe('codin (seed 000) sandbox_read_file', () => {
   });
   const read = (args: Record<string, unknown>) => tool('sandbox_read_file').run(args);
 
-  it('has the seed\'s names, parameters and defaults', () => {
+  it("has the seed's names, parameters and defaults", () => {
     const [openai] = toOpenAITools([tool('sandbox_read_file')]);
     expect(openai!.function.parameters).toMatchObject({
       properties: { path: { type: 'string' }, start_line: { type: 'integer' }, end_line: { type: 'integer' }, max_lines: { type: 'integer', default: 1000 } },
@@ -37,10 +37,12 @@ describe('codin (seed 000) sandbox_read_file', () => {
     await expect(read({ path: 'small.py' })).resolves.toBe('print("hi")\nprint("there")');
   });
 
-  it('# Read specific line range: the seed\'s example header, to the character', async () => {
+  it("# Read specific line range: the seed's example header, to the character", async () => {
     // Seed 000: "# File: example.py\n# Lines 10-20 of 100 total\n\n[actual file content]"
     await expect(read({ path: 'example.py', start_line: 10, end_line: 20 })).resolves.toBe(`# File: example.py\n# Lines 10-20 of 100 total\n\n${body(10, 20)}`);
-    await expect(read({ path: 'large_file.py', start_line: 10, end_line: 20 })).resolves.toBe(`# File: large_file.py\n# Lines 10-20 of 300 total\n\n${body(10, 20)}`);
+    await expect(read({ path: 'large_file.py', start_line: 10, end_line: 20 })).resolves.toBe(
+      `# File: large_file.py\n# Lines 10-20 of 300 total\n\n${body(10, 20)}`,
+    );
   });
 
   it('# Read from line 50 to end', async () => {
@@ -52,11 +54,15 @@ describe('codin (seed 000) sandbox_read_file', () => {
   });
 
   it('# Read with custom max_lines limit: truncates with the note', async () => {
-    await expect(read({ path: 'log.txt', max_lines: 100 })).resolves.toBe(`# File: log.txt\n# Lines 1-100 of 150 total\n# Output truncated to 100 lines\n\n${body(1, 100)}`);
+    await expect(read({ path: 'log.txt', max_lines: 100 })).resolves.toBe(
+      `# File: log.txt\n# Lines 1-100 of 150 total\n# Output truncated to 100 lines\n\n${body(1, 100)}`,
+    );
   });
 
   it('Files larger than max_lines (default: 1000) are automatically truncated', async () => {
-    await expect(read({ path: 'huge.py' })).resolves.toBe(`# File: huge.py\n# Lines 1-1000 of 1500 total\n# Output truncated to 1000 lines\n\n${body(1, 1000)}`);
+    await expect(read({ path: 'huge.py' })).resolves.toBe(
+      `# File: huge.py\n# Lines 1-1000 of 1500 total\n# Output truncated to 1000 lines\n\n${body(1, 1000)}`,
+    );
     await expect(read({ path: 'huge.py', start_line: 400, end_line: 1450 })).resolves.toBe(
       `# File: huge.py\n# Lines 400-1399 of 1500 total\n# Output truncated to 1000 lines\n\n${body(400, 1399)}`,
     );
@@ -67,7 +73,9 @@ describe('codin (seed 000) sandbox_read_file', () => {
   });
 
   it('Line numbers beyond file length are handled gracefully', async () => {
-    await expect(read({ path: 'example.py', start_line: 95, end_line: 500 })).resolves.toBe(`# File: example.py\n# Lines 95-100 of 100 total\n\n${body(95, 100)}`);
+    await expect(read({ path: 'example.py', start_line: 95, end_line: 500 })).resolves.toBe(
+      `# File: example.py\n# Lines 95-100 of 100 total\n\n${body(95, 100)}`,
+    );
     await expect(read({ path: 'example.py', start_line: 150 })).resolves.toBe('# File: example.py\n# Lines 150-100 of 100 total\n\n');
   });
 
@@ -96,14 +104,18 @@ describe('codin sandbox_write_file, sandbox_exec, sandbox_list_files', () => {
 
   it('runs cmd with cwd, env and timeout (seconds) and formats exit code and streams', async () => {
     const { tool, context } = setup({}, () => ({ exitCode: 2, stdout: 'out\n', stderr: 'err\n' }));
-    await expect(tool('sandbox_exec').run({ cmd: 'make', cwd: 'src', timeout: 5, env: { A: '1' } })).resolves.toBe('Exit code: 2\nSTDOUT:\nout\nSTDERR:\nerr\n');
+    await expect(tool('sandbox_exec').run({ cmd: 'make', cwd: 'src', timeout: 5, env: { A: '1' } })).resolves.toBe(
+      'Exit code: 2\nSTDOUT:\nout\nSTDERR:\nerr\n',
+    );
     expect(context.commands.calls[0]).toEqual({ cmd: 'make', options: { cwd: 'src', env: { A: '1' }, timeoutMs: 5000, signal: undefined } });
     await tool('sandbox_exec').run({ cmd: 'true' });
     expect(context.commands.calls[1]!.options['timeoutMs']).toBe(60_000);
   });
 
   it('formats timeouts, silence and truncation', () => {
-    expect(formatCodinExec({ exitCode: null, stdout: 'partial', stderr: '', timedOut: true, truncated: false }, 5)).toBe('Command timed out after 5 seconds (killed)\nSTDOUT:\npartial\n');
+    expect(formatCodinExec({ exitCode: null, stdout: 'partial', stderr: '', timedOut: true, truncated: false }, 5)).toBe(
+      'Command timed out after 5 seconds (killed)\nSTDOUT:\npartial\n',
+    );
     expect(formatCodinExec({ exitCode: 0, stdout: '', stderr: '', timedOut: false, truncated: false }, 5)).toBe('Exit code: 0\n(no output)\n');
     expect(formatCodinExec({ exitCode: 0, stdout: 'x\n', stderr: '', timedOut: false, truncated: true }, 5)).toBe(
       'Exit code: 0\nSTDOUT:\nx\n(output truncated: the command printed more than the sandbox keeps)\n',

@@ -49,7 +49,9 @@ export class FakeFiles implements ToolFiles {
       for (const anchor of [edit.pos, edit.end].filter((a): a is string => a !== undefined)) {
         const { line, hash } = parseLineAnchor(anchor)!;
         if (lines[line - 1] === undefined || lineHash(lines[line - 1]!) !== hash) {
-          throw new StaleAnchorError(`Anchor ${anchor} is stale: line ${line} is now ${lines[line - 1] === undefined ? 'past the end' : `'${lines[line - 1]}'`}.`);
+          throw new StaleAnchorError(
+            `Anchor ${anchor} is stale: line ${line} is now ${lines[line - 1] === undefined ? 'past the end' : `'${lines[line - 1]}'`}.`,
+          );
         }
       }
     }
@@ -77,7 +79,10 @@ export class FakeFiles implements ToolFiles {
   async glob(path: string, pattern: string) {
     const prefix = path === '.' ? '' : `${path.replace(/\/$/, '')}/`;
     const suffix = pattern.startsWith('**/*') ? pattern.slice(4) : '';
-    return [...this.data.keys()].filter((k) => k.startsWith(prefix) && k.endsWith(suffix)).map((k) => k.slice(prefix.length)).sort();
+    return [...this.data.keys()]
+      .filter((k) => k.startsWith(prefix) && k.endsWith(suffix))
+      .map((k) => k.slice(prefix.length))
+      .sort();
   }
   async delete(path: string) {
     this.get(path);
@@ -103,7 +108,10 @@ export class FakeCommands implements ToolCommands {
   }
 }
 
-export function fakeContext(files: Record<string, string> = {}, answer?: ConstructorParameters<typeof FakeCommands>[0]): ToolContext & { files: FakeFiles; commands: FakeCommands } {
+export function fakeContext(
+  files: Record<string, string> = {},
+  answer?: ConstructorParameters<typeof FakeCommands>[0],
+): ToolContext & { files: FakeFiles; commands: FakeCommands } {
   return { files: new FakeFiles(files), commands: new FakeCommands(answer) };
 }
 

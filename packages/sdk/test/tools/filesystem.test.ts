@@ -10,7 +10,7 @@ function setup(files: Record<string, string> = {}) {
 }
 
 describe('filesystem (seed 001) FileSystemToolset', () => {
-  it('has the seed\'s seven tools, parameters and defaults', () => {
+  it("has the seed's seven tools, parameters and defaults", () => {
     const { tools } = setup();
     expect(tools.map((t) => t.name)).toEqual(['read', 'write', 'edit', 'delete', 'move', 'copy', 'list_files']);
     const byName = Object.fromEntries(toOpenAITools(tools).map((t) => [t.function.name, t.function.parameters]));
@@ -22,7 +22,13 @@ describe('filesystem (seed 001) FileSystemToolset', () => {
 
   it('read returns a ReadResult with every field, paging by offset/max_chars', async () => {
     const { tool } = setup({ 'notes.md': 'abcdefghij' });
-    await expect(tool('read').run({ path: 'notes.md' })).resolves.toEqual({ content: 'abcdefghij', truncated: false, total_chars: 10, offset: 0, chars_read: 10 });
+    await expect(tool('read').run({ path: 'notes.md' })).resolves.toEqual({
+      content: 'abcdefghij',
+      truncated: false,
+      total_chars: 10,
+      offset: 0,
+      chars_read: 10,
+    });
     const page = await tool('read').run({ path: 'notes.md', max_chars: 4, offset: 3 });
     expect(page).toEqual({ content: 'defg', truncated: true, total_chars: 10, offset: 3, chars_read: 4 });
     expect(JSON.parse(tool('read').toText(page))).toEqual(page);
@@ -42,12 +48,16 @@ describe('filesystem (seed 001) FileSystemToolset', () => {
   it('edit failures are EditError with what to do next', async () => {
     const { tool } = setup({ 'a.txt': 'x x' });
     const notFound = await tool('edit').run({ path: 'a.txt', old_text: 'y', new_text: 'z' });
-    expect(tool('edit').toText(notFound)).toBe("EditError: The text to replace does not occur in 'a.txt'.\nRead the file again and copy the exact text to replace, whitespace included.");
+    expect(tool('edit').toText(notFound)).toBe(
+      "EditError: The text to replace does not occur in 'a.txt'.\nRead the file again and copy the exact text to replace, whitespace included.",
+    );
     const notUnique = await tool('edit').run({ path: 'a.txt', old_text: 'x', new_text: 'z' });
-    expect(tool('edit').toText(notUnique)).toBe("EditError: The text to replace occurs 2 times in 'a.txt'.\nInclude more surrounding lines in the text to replace so it occurs once.");
+    expect(tool('edit').toText(notUnique)).toBe(
+      "EditError: The text to replace occurs 2 times in 'a.txt'.\nInclude more surrounding lines in the text to replace so it occurs once.",
+    );
   });
 
-  it('policy errors carry the seed\'s class names and say what IS allowed', async () => {
+  it("policy errors carry the seed's class names and say what IS allowed", async () => {
     const denying: ToolContext = {
       ...fakeContext(),
       files: {
@@ -83,6 +93,10 @@ describe('filesystem (seed 001) FileSystemToolset', () => {
   it('a tool whose primitive the sandbox lacks says so instead of emulating it', async () => {
     const bare: ToolContext = { ...fakeContext(), files: { readText: async () => '', write: async () => ({ bytesWritten: 0 }) } };
     const move = filesystemTools(bare).find((t) => t.name === 'move')!;
-    await expect(move.run({ source: 'a', destination: 'b' })).resolves.toMatchObject({ isError: true, code: 'NOT_AVAILABLE', error: 'move cannot run: this sandbox does not offer the move operation yet.' });
+    await expect(move.run({ source: 'a', destination: 'b' })).resolves.toMatchObject({
+      isError: true,
+      code: 'NOT_AVAILABLE',
+      error: 'move cannot run: this sandbox does not offer the move operation yet.',
+    });
   });
 });

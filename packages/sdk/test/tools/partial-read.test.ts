@@ -19,8 +19,10 @@ function tool(excluded?: string): Tool {
 }
 
 describe('partial_read (seed 003) read_partial_files', () => {
-  it('has the seed\'s parameters and caps in its JSON Schema', () => {
-    const schema = toAnthropicTools([tool()])[0]!.input_schema as unknown as { properties: { requests: { items: { properties: Record<string, Record<string, unknown>> } } } };
+  it("has the seed's parameters and caps in its JSON Schema", () => {
+    const schema = toAnthropicTools([tool()])[0]!.input_schema as unknown as {
+      properties: { requests: { items: { properties: Record<string, Record<string, unknown>> } } };
+    };
     const item = schema.properties.requests.items.properties;
     expect(item['start_line']).toMatchObject({ type: 'integer', minimum: 1 });
     expect(item['line_count']).toMatchObject({ type: 'integer', minimum: 1, maximum: 500 });
@@ -28,28 +30,34 @@ describe('partial_read (seed 003) read_partial_files', () => {
     expect(item['length']).toMatchObject({ type: 'integer', minimum: 1, maximum: 50000 });
   });
 
-  it('Line-Based Reading example: lines 10-20 of MyLargeFile.log and 1-5 of config.ini, with the seed\'s headers', async () => {
+  it("Line-Based Reading example: lines 10-20 of MyLargeFile.log and 1-5 of config.ini, with the seed's headers", async () => {
     const result = await tool().run({
       requests: [
         { path: 'logs/MyLargeFile.log', start_line: 10, line_count: 11 },
         { path: 'config.ini', start_line: 1, line_count: 5 },
       ],
     });
-    expect(result).toBe(`--- File: logs/MyLargeFile.log (lines 10-20) ---\n${body(10, 20, 'log ')}\n\n--- File: config.ini (lines 1-5) ---\n${body(1, 5, 'key')}`);
+    expect(result).toBe(
+      `--- File: logs/MyLargeFile.log (lines 10-20) ---\n${body(10, 20, 'log ')}\n\n--- File: config.ini (lines 1-5) ---\n${body(1, 5, 'key')}`,
+    );
   });
 
-  it('Character-Based Reading example: first 1000 characters and characters 5000-6000, with the seed\'s headers', async () => {
+  it("Character-Based Reading example: first 1000 characters and characters 5000-6000, with the seed's headers", async () => {
     const result = await tool().run({
       requests: [
         { path: 'dist/app.min.js', start_character: 0, length: 1000 },
         { path: 'data/large-dataset.json', start_character: 5000, length: 1000 },
       ],
     });
-    expect(result).toBe(`--- File: dist/app.min.js (characters 0-1000) ---\n${minified.slice(0, 1000)}\n\n--- File: data/large-dataset.json (characters 5000-6000) ---\n${json.slice(5000, 6000)}`);
+    expect(result).toBe(
+      `--- File: dist/app.min.js (characters 0-1000) ---\n${minified.slice(0, 1000)}\n\n--- File: data/large-dataset.json (characters 5000-6000) ---\n${json.slice(5000, 6000)}`,
+    );
   });
 
   it('reads up to the end when line_count or length asks for more than there is', async () => {
-    await expect(tool().run({ requests: [{ path: 'config.ini', start_line: 10, line_count: 500 }] })).resolves.toBe(`--- File: config.ini (lines 10-12) ---\n${body(10, 12, 'key')}`);
+    await expect(tool().run({ requests: [{ path: 'config.ini', start_line: 10, line_count: 500 }] })).resolves.toBe(
+      `--- File: config.ini (lines 10-12) ---\n${body(10, 12, 'key')}`,
+    );
     await expect(tool().run({ requests: [{ path: 'dist/app.min.js', start_character: 1990, length: 50000 }] })).resolves.toBe(
       `--- File: dist/app.min.js (characters 1990-2000) ---\n${minified.slice(1990)}`,
     );
@@ -70,7 +78,9 @@ describe('partial_read (seed 003) read_partial_files', () => {
     expect((lines as { error: string }).error).toContain('requests.0.line_count');
     const chars = await tool().run({ requests: [{ path: 'big.txt', start_character: 0, length: 50_001 }] });
     expect((chars as { error: string }).error).toContain('requests.0.length');
-    await expect(tool().run({ requests: [{ path: 'big.txt', start_line: 1, line_count: 500 }] })).resolves.toBe(`--- File: big.txt (lines 1-500) ---\n${body(1, 500)}`);
+    await expect(tool().run({ requests: [{ path: 'big.txt', start_line: 1, line_count: 500 }] })).resolves.toBe(
+      `--- File: big.txt (lines 1-500) ---\n${body(1, 500)}`,
+    );
   });
 
   it('refuses a request that mixes both modes, or gives half of one', async () => {
@@ -82,7 +92,7 @@ describe('partial_read (seed 003) read_partial_files', () => {
     expect((none as { error: string }).error).toContain('specify either');
   });
 
-  it('applies excludedFileExtensions (the seed\'s CSV) to both modes, and still reads the other requests', async () => {
+  it("applies excludedFileExtensions (the seed's CSV) to both modes, and still reads the other requests", async () => {
     expect(parseExcludedExtensions(' PNG, .exe ,,zip')).toEqual(['.png', '.exe', '.zip']);
     const result = await tool('png,exe').run({
       requests: [

@@ -13,10 +13,12 @@ function setup(files: Record<string, string>, answer?: Answer) {
 }
 
 /** Answers like the Python helper: its JSON on the last line of stdout. */
-const helperSays = (value: unknown): Answer => () => ({ stdout: `noise\n${JSON.stringify(value)}\n` });
+const helperSays =
+  (value: unknown): Answer =>
+  () => ({ stdout: `noise\n${JSON.stringify(value)}\n` });
 
 describe('toolsmith (seed 002)', () => {
-  it('has the seed\'s eleven tools', () => {
+  it("has the seed's eleven tools", () => {
     expect(setup({}).tools.map((t) => t.name)).toEqual([
       'read_file',
       'write_file',
@@ -47,7 +49,10 @@ describe('toolsmith (seed 002)', () => {
     await expect(tool('read_file').run({ file_path: './sandbox/test_dataset/ok_code.py' })).resolves.toBe('x = 1\n');
     await expect(tool('write_file').run({ file_path: './sandbox/fixed_code.py', content: 'y = 2\n' })).resolves.toBe(true);
     expect(context.files.data.get('fixed_code.py')).toBe('y = 2\n');
-    await expect(tool('list_files').run({ directory: './sandbox/test_dataset' })).resolves.toEqual(['./sandbox/test_dataset/ok_code.py', './sandbox/test_dataset/sub/t.py']);
+    await expect(tool('list_files').run({ directory: './sandbox/test_dataset' })).resolves.toEqual([
+      './sandbox/test_dataset/ok_code.py',
+      './sandbox/test_dataset/sub/t.py',
+    ]);
     expect(log.map((e) => [e.agent, e.action, e.operation, e.status])).toEqual([
       ['Toolsmith', 'ANALYSIS', 'read_file', 'success'],
       ['Toolsmith', 'FIX', 'write_file', 'success'],
@@ -58,7 +63,7 @@ describe('toolsmith (seed 002)', () => {
     expect(log[2]!.details).toEqual({ directory: './sandbox/test_dataset', file_count: 2 });
   });
 
-  it('errors are the seed\'s error dictionary: error, file_path, operation and the defaults', async () => {
+  it("errors are the seed's error dictionary: error, file_path, operation and the defaults", async () => {
     const { tool, log } = setup({});
     const result = await tool('get_code_metrics').run({ file_path: './sandbox/missing.py' });
     expect(result).toEqual({
@@ -80,7 +85,14 @@ describe('toolsmith (seed 002)', () => {
   });
 
   it('run_pylint_analysis returns every field the seed lists, from the helper run in the sandbox', async () => {
-    const analysis = { score: 5.5, total_issues: 2, errors: 1, warnings: 1, issues: [{ line: 1 }, { line: 2 }], issues_detail: [{ line: 1, column: 0, type: 'error', symbol: 's', message: 'm' }] };
+    const analysis = {
+      score: 5.5,
+      total_issues: 2,
+      errors: 1,
+      warnings: 1,
+      issues: [{ line: 1 }, { line: 2 }],
+      issues_detail: [{ line: 1, column: 0, type: 'error', symbol: 's', message: 'm' }],
+    };
     const { tool, context } = setup({ 'bad.py': 'x\n' }, helperSays(analysis));
     await expect(tool('run_pylint_analysis').run({ file_path: './sandbox/bad.py' })).resolves.toEqual({ file: './sandbox/bad.py', ...analysis });
     expect(context.commands.calls[0]).toMatchObject({ cmd: ['python3', '-c', TOOLSMITH_HELPER, 'pylint', 'bad.py'], options: { timeoutMs: 30_000 } });
@@ -127,12 +139,21 @@ describe('toolsmith (seed 002)', () => {
       error_log: 'F.s',
     });
     expect(summariseFailures(run)).toEqual({ failed_count: 1, failing_tests: [run.tests[0]], error_log: 'F.s' });
-    expect(summarisePytest('d', { exit_code: 0, output: '.', tests: [{ name: 'a', status: 'passed', message: '' }] })).toMatchObject({ success_rate: 100, error_log: '' });
+    expect(summarisePytest('d', { exit_code: 0, output: '.', tests: [{ name: 'a', status: 'passed', message: '' }] })).toMatchObject({
+      success_rate: 100,
+      error_log: '',
+    });
   });
 
   it('run_pytest runs in the directory (resolved by the sandbox policy) with a 60 s timeout', async () => {
     const { tool, context } = setup({}, helperSays({ exit_code: 5, output: 'no tests ran', tests: [] }));
-    await expect(tool('run_pytest').run({ directory: './sandbox/empty' })).resolves.toMatchObject({ directory: './sandbox/empty', total: 0, success_rate: 0, exit_code: 5, error_log: '' });
+    await expect(tool('run_pytest').run({ directory: './sandbox/empty' })).resolves.toMatchObject({
+      directory: './sandbox/empty',
+      total: 0,
+      success_rate: 0,
+      exit_code: 5,
+      error_log: '',
+    });
     expect(context.commands.calls[0]!.options).toMatchObject({ cwd: 'empty', timeoutMs: 60_000 });
   });
 
@@ -153,23 +174,42 @@ describe('toolsmith (seed 002)', () => {
 
   it('apply_fix checks syntax first, writes, and reports sizes in characters', async () => {
     const { tool, context } = setup({ 'bad.py': 'héllo' }, helperSays({ valid: true }));
-    await expect(tool('apply_fix').run({ file_path: './sandbox/bad.py', fixed_code: 'x = 1\n' })).resolves.toEqual({ file_path: './sandbox/bad.py', original_size: 5, new_size: 6, size_change: 1 });
+    await expect(tool('apply_fix').run({ file_path: './sandbox/bad.py', fixed_code: 'x = 1\n' })).resolves.toEqual({
+      file_path: './sandbox/bad.py',
+      original_size: 5,
+      new_size: 6,
+      size_change: 1,
+    });
     expect(context.files.data.get('bad.py')).toBe('x = 1\n');
     const refused = setup({ 'bad.py': 'old' }, helperSays({ valid: false, message: 'invalid syntax', line: 1, offset: 3 }));
-    await expect(refused.tool('apply_fix').run({ file_path: 'bad.py', fixed_code: 'def (' })).resolves.toMatchObject({ isError: true, error: expect.stringMatching(/^SyntaxError: /), size_change: 0 });
+    await expect(refused.tool('apply_fix').run({ file_path: 'bad.py', fixed_code: 'def (' })).resolves.toMatchObject({
+      isError: true,
+      error: expect.stringMatching(/^SyntaxError: /),
+      size_change: 0,
+    });
     expect(refused.context.files.data.get('bad.py')).toBe('old');
   });
 
-  it('add_docstring and get_code_metrics send the file\'s text to the helper and return the seed\'s fields', async () => {
+  it("add_docstring and get_code_metrics send the file's text to the helper and return the seed's fields", async () => {
     const docs = setup({ 'a.py': 'def f(): pass\n' }, helperSays({ missing_docstrings: 1 }));
     await expect(docs.tool('add_docstring').run({ file_path: 'a.py' })).resolves.toEqual({ file_path: 'a.py', missing_docstrings: 1 });
     expect(docs.context.commands.calls[0]!.options['stdin']).toBe('def f(): pass\n');
     const metrics = setup({ 'a.py': '' }, helperSays({ lines_of_code: 3, functions: 1, classes: 0, has_main: true }));
-    await expect(metrics.tool('get_code_metrics').run({ file_path: 'a.py' })).resolves.toEqual({ file_path: 'a.py', lines_of_code: 3, functions: 1, classes: 0, has_main: true });
+    await expect(metrics.tool('get_code_metrics').run({ file_path: 'a.py' })).resolves.toEqual({
+      file_path: 'a.py',
+      lines_of_code: 3,
+      functions: 1,
+      classes: 0,
+      has_main: true,
+    });
   });
 
   it('code that does not parse is a SyntaxError dictionary', async () => {
     const { tool } = setup({ 'a.py': 'def (' }, helperSays({ syntax_error: { message: 'invalid syntax', line: 1, offset: 5 } }));
-    await expect(tool('add_docstring').run({ file_path: 'a.py' })).resolves.toMatchObject({ error: 'SyntaxError: invalid syntax (line 1, column 5)', missing_docstrings: 0, line: 1 });
+    await expect(tool('add_docstring').run({ file_path: 'a.py' })).resolves.toMatchObject({
+      error: 'SyntaxError: invalid syntax (line 1, column 5)',
+      missing_docstrings: 0,
+      line: 1,
+    });
   });
 });

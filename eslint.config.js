@@ -1,0 +1,37 @@
+// ESLint flat config: typescript-eslint's recommended rules with type information, so promises
+// that are neither awaited nor handled, and promises passed where a callback's result is ignored,
+// are errors. Formatting is Prettier's job (`pnpm format`), not ESLint's.
+import js from '@eslint/js';
+import tseslint from 'typescript-eslint';
+
+export default tseslint.config(
+  { ignores: ['**/dist/**', '**/node_modules/**', '.warren/**', 'bench-results/**', '**/*.d.ts', '**/*.mjs', '**/*.js', '**/*.cjs', 'jest.config.ts'] },
+  js.configs.recommended,
+  ...tseslint.configs.recommendedTypeChecked,
+  {
+    languageOptions: {
+      parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname },
+    },
+    rules: {
+      '@typescript-eslint/no-floating-promises': 'error',
+      '@typescript-eslint/no-misused-promises': 'error',
+      // Handlers and fakes are async by contract (the dispatch table awaits every one), whether
+      // or not a given one awaits anything itself.
+      '@typescript-eslint/require-await': 'off',
+      // Tools report failure as data (seed tool sets): a ToolError value is thrown and the tool
+      // runner catches it and returns it as the result, so throwing non-Error values is the design.
+      '@typescript-eslint/only-throw-error': 'off',
+      // `_name` marks a binding kept on purpose (a destructured field left out, an unused parameter).
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_', caughtErrors: 'none' }],
+    },
+  },
+  {
+    // Tests read JSON answers and hostile inputs as they come; `any` there is the point.
+    files: ['test/**/*.ts', 'packages/*/test/**/*.ts'],
+    rules: {
+      '@typescript-eslint/no-unsafe-assignment': 'off',
+      '@typescript-eslint/no-unsafe-member-access': 'off',
+      '@typescript-eslint/no-unsafe-argument': 'off',
+    },
+  },
+);

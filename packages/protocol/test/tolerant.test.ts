@@ -7,7 +7,7 @@ describe('answers are read tolerantly', () => {
       path: '.',
       entries: [{ path: 'a', type: 'file', size: 1, mtimeMs: 0, addedLater: 'x' }],
       truncated: false,
-      nextCursor: 'c',
+      sortedBy: 'name',
     });
     expect(listed).toEqual({ path: '.', entries: [{ path: 'a', type: 'file', size: 1, mtimeMs: 0 }], truncated: false });
     expect(parseResult('system.info', { agentVersion: '9', protocolVersion: 1, pid: 1, uid: 0, rssBytes: 1, uptimeMs: 1, gpu: true })).not.toHaveProperty(

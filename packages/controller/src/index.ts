@@ -1,5 +1,5 @@
 export { startController, type Controller, type StartControllerOptions } from './controller.js';
-export { loadConfig, readConfigFile, defaultStateDir, ConfigFile, type ControllerConfig } from './config.js';
+export { loadConfig, readConfigFile, defaultStateDir, defaultAgentBundlePath, ConfigFile, type ControllerConfig } from './config.js';
 export { Credentials, API_KEY_HASH_FILE } from './credentials.js';
 export { AgentDirs } from './agent-dir.js';
 export { DockerProvider, containerCreateBody, WORKSPACE, type SandboxContainerSpec } from './docker.js';

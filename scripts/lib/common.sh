@@ -168,6 +168,18 @@ ensure_debootstrap() {
 # Type-checks every package and test (tsc -b) and bundles the agent daemon for the runtime volume.
 build_workspace() {
   step "Type-checking and building (tsc -b, agent bundle)"
+  # tsc -b never deletes: output whose source was renamed or removed would linger (and be packed).
+  local dir out rel
+  for dir in "$repo_root"/packages/*; do
+    [[ -d $dir/dist ]] || continue
+    while IFS= read -r out; do
+      rel=${out#"$dir/dist/"}
+      rel=${rel%.map}
+      rel=${rel%.d.ts}
+      rel=${rel%.js}
+      [[ -f $dir/src/$rel.ts ]] || rm -f "$out"
+    done < <(find "$dir/dist" \( -name '*.js' -o -name '*.d.ts' -o -name '*.map' \) -not -path "$dir/dist/agent/*" -not -name 'warren-agent.*' -not -name '*.tsbuildinfo')
+  done
   (cd "$repo_root" && pnpm exec tsc -b && pnpm --silent --filter @warren/agent bundle) || die "the build failed (see the errors above)"
   step_done
 }

@@ -13,6 +13,7 @@ import {
   type ProviderState,
   type SandboxProvider,
   type SandboxSpec,
+  silentLogger,
 } from '@warren/controller';
 
 /** One sandbox of the {@link LocalProvider}: a real daemon in this process. */
@@ -145,7 +146,7 @@ export async function startLocalController(config: Partial<ControllerConfig> = {
   const controller = await startController({
     provider,
     credentials: Credentials.inMemory(apiKey),
-    log: () => undefined,
+    logger: silentLogger(),
     config: { port: 0, host: '127.0.0.1', stateDir: path.join(dir, 'state'), reapIntervalMs: 60_000, ...config },
   });
   const dispose = async () => {

@@ -1,7 +1,7 @@
 import * as protocol from '@warren/protocol';
-import { PROTOCOL_MINOR, PROTOCOL_VERSION, RestErrorBody } from '@warren/protocol';
+import { PROTOCOL_MINOR, PROTOCOL_VERSION, RestErrorBody, jsonSchemaOptions, protocolJsonSchema } from '@warren/protocol';
 import { z } from 'zod';
-import type { Route } from './routes.js';
+import { ROUTES, type Route } from './routes.js';
 
 /** The version the OpenAPI document states for the REST API. */
 export const REST_API_VERSION = '1.0.0';
@@ -16,29 +16,42 @@ const PROTOCOL_SCHEMAS = new Map<unknown, string>(
 type JsonSchema = Record<string, unknown>;
 
 /**
- * Named schemas in `components.schemas`, one registry per direction: a request body is described
- * as a caller writes it (defaults may be left out), an answer as the server sends it.
+ * Named schemas in `components.schemas`, called by their names in the protocol package. A request
+ * body is described as a caller writes it (fields with defaults may be left out), an answer as the
+ * server sends it, open to fields a newer server may add; a schema used both ways gets two
+ * entries, the request's named `...Input`.
  */
 class Components {
-  private readonly registries = { input: z.registry<{ id: string }>(), output: z.registry<{ id: string }>() };
+  private readonly uses: { schema: z.ZodType; name: string; io: 'input' | 'output'; ref: JsonSchema }[] = [];
 
-  /** A `$ref` to `schema` when it has a name, else the schema inline. */
+  /** A `$ref` to `schema` when it has a name (filled in by {@link Components.finish}), else the schema inline. */
   ref(schema: z.ZodType, io: 'input' | 'output'): JsonSchema {
     const name = PROTOCOL_SCHEMAS.get(schema);
-    if (name === undefined) return withoutDialect(z.toJSONSchema(schema, { io, unrepresentable: 'any' }) as JsonSchema);
-    const id = io === 'input' ? name : `${name}Answer`;
-    const registry = this.registries[io];
-    if (!registry.has(schema)) registry.add(schema, { id });
-    return { $ref: `#/components/schemas/${id}` };
+    if (name === undefined) return withoutDialect(z.toJSONSchema(schema, jsonSchemaOptions(io)) as JsonSchema);
+    const ref: JsonSchema = {};
+    this.uses.push({ schema, name, io, ref });
+    return ref;
   }
 
-  schemas(): Record<string, JsonSchema> {
+  /** Points every `$ref` handed out at its entry, and returns the entries, sorted by name. */
+  finish(): Record<string, JsonSchema> {
+    const usedAs = (io: 'input' | 'output') => new Set(this.uses.filter((use) => use.io === io).map((use) => use.schema));
+    const [inputs, outputs] = [usedAs('input'), usedAs('output')];
+    const registries = { input: z.registry<{ id: string }>(), output: z.registry<{ id: string }>() };
+    for (const use of this.uses) {
+      const id = use.io === 'input' && outputs.has(use.schema) && inputs.has(use.schema) ? `${use.name}Input` : use.name;
+      use.ref.$ref = `#/components/schemas/${id}`;
+      if (!registries[use.io].has(use.schema)) registries[use.io].add(use.schema, { id });
+    }
     const all: Record<string, JsonSchema> = {};
     for (const io of ['input', 'output'] as const) {
-      const { schemas } = z.toJSONSchema(this.registries[io], { io, unrepresentable: 'any', uri: (id) => `#/components/schemas/${id}` }) as {
+      const { schemas } = z.toJSONSchema(registries[io], { ...jsonSchemaOptions(io), uri: (id) => `#/components/schemas/${id}` }) as {
         schemas: Record<string, JsonSchema>;
       };
-      for (const [id, schema] of Object.entries(schemas)) all[id] = withoutDialect(schema);
+      for (const [id, schema] of Object.entries(schemas)) {
+        const { $id: _id, ...rest } = withoutDialect(schema);
+        all[id] = rest;
+      }
     }
     return Object.fromEntries(Object.entries(all).sort(([a], [b]) => a.localeCompare(b)));
   }
@@ -117,7 +130,7 @@ export function openApiDocument(routes: readonly Route[]): Record<string, unknow
     servers: [{ url: 'http://127.0.0.1:7420', description: 'The default address of `warren serve`.' }],
     paths,
     components: {
-      schemas: components.schemas(),
+      schemas: components.finish(),
       securitySchemes: {
         bearer: {
           type: 'http',
@@ -127,4 +140,17 @@ export function openApiDocument(routes: readonly Route[]): Record<string, unknow
       },
     },
   };
+}
+
+/**
+ * The generated API documents as the repository keeps them, by path from the repository's root:
+ * docs/openapi.json (the REST API) and docs/protocol.schema.json (the WebSocket methods).
+ * `pnpm openapi` writes them; a unit test fails when the checked-in ones differ.
+ *
+ * @example
+ * for (const [file, text] of Object.entries(apiDocumentFiles())) writeFileSync(file, text);
+ */
+export function apiDocumentFiles(): Record<string, string> {
+  const text = (document: unknown) => `${JSON.stringify(document, null, 2)}\n`;
+  return { 'docs/openapi.json': text(openApiDocument(ROUTES)), 'docs/protocol.schema.json': text(protocolJsonSchema()) };
 }

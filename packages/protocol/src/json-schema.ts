@@ -19,6 +19,8 @@ export interface MethodJsonSchema {
   idempotent: boolean;
 }
 
+const ZOD_CHECK_FORMATS = new Set(['starts_with', 'ends_with', 'includes']);
+
 /**
  * The options that turn Warren's zod schemas into JSON Schema for one direction: what a receiver
  * takes (`input`: checked strictly, unknown fields refused, fields with defaults optional) or what
@@ -34,6 +36,8 @@ export function jsonSchemaOptions(io: 'input' | 'output'): { io: 'input' | 'outp
     unrepresentable: 'any',
     override: ({ jsonSchema }) => {
       if (io === 'output' && jsonSchema.additionalProperties === false) delete jsonSchema.additionalProperties;
+      // zod names its own string checks as formats (`starts_with`); the `pattern` beside it says the same in standard terms.
+      if (typeof jsonSchema.format === 'string' && ZOD_CHECK_FORMATS.has(jsonSchema.format) && typeof jsonSchema.pattern === 'string') delete jsonSchema.format;
     },
   };
 }

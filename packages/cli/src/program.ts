@@ -73,7 +73,12 @@ export function buildProgram(): Command {
     .option('--print-config', 'print the effective configuration as JSON (secrets redacted) and exit; an invalid setting fails as a start would')
     .addHelpText(
       'after',
-      examples(['warren serve', 'warren serve --port 8080 --host 0.0.0.0', 'warren serve --config /etc/warren.json', 'LOG_LEVEL=debug warren serve --print-config']),
+      examples([
+        'warren serve',
+        'warren serve --port 8080 --host 0.0.0.0',
+        'warren serve --config /etc/warren.json',
+        'LOG_LEVEL=debug warren serve --print-config',
+      ]),
     )
     .action(async (options: { host?: string; port?: number; config?: string; printConfig?: boolean }) => {
       // Loaded on demand: the controller (and dockerode) would slow every other command's start.

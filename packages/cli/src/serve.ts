@@ -1,4 +1,13 @@
-import { API_KEY_HASH_FILE, loadConfig, readConfigFile, readFlags, redactConfig, startController, type Controller, type ControllerConfig } from '@warren/controller';
+import {
+  API_KEY_HASH_FILE,
+  loadConfig,
+  readConfigFile,
+  readFlags,
+  redactConfig,
+  startController,
+  type Controller,
+  type ControllerConfig,
+} from '@warren/controller';
 
 /**
  * The SDK example the README and `warren serve` print: plain JavaScript that Node 20 runs as

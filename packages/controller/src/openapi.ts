@@ -27,7 +27,7 @@ class Components {
   /** A `$ref` to `schema` when it has a name (filled in by {@link Components.finish}), else the schema inline. */
   ref(schema: z.ZodType, io: 'input' | 'output'): JsonSchema {
     const name = PROTOCOL_SCHEMAS.get(schema);
-    if (name === undefined) return withoutDialect(z.toJSONSchema(schema, jsonSchemaOptions(io)) as JsonSchema);
+    if (name === undefined) return withoutDialect(z.toJSONSchema(schema, jsonSchemaOptions(io)));
     const ref: JsonSchema = {};
     this.uses.push({ schema, name, io, ref });
     return ref;

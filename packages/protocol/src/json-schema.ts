@@ -30,7 +30,11 @@ const ZOD_CHECK_FORMATS = new Set(['starts_with', 'ends_with', 'includes']);
  * @example
  * z.toJSONSchema(SandboxInfo, jsonSchemaOptions('output'));
  */
-export function jsonSchemaOptions(io: 'input' | 'output'): { io: 'input' | 'output'; unrepresentable: 'any'; override: (ctx: { jsonSchema: JsonSchema }) => void } {
+export function jsonSchemaOptions(io: 'input' | 'output'): {
+  io: 'input' | 'output';
+  unrepresentable: 'any';
+  override: (ctx: { jsonSchema: JsonSchema }) => void;
+} {
   return {
     io,
     unrepresentable: 'any',

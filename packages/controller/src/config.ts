@@ -236,18 +236,17 @@ export function readFlags(flags: Pick<ConfigFile, 'host' | 'port'>): Partial<Pic
 /**
  * The configuration as `warren serve --print-config` shows it: every setting after defaults, the
  * file, the environment and flags, with credentials (the API key, the API key digests) replaced
- * by {@link REDACTED}, so the output can be pasted into a bug report.
+ * by {@link REDACTED} and unset optional settings shown as null, so the output lists every
+ * setting and can be pasted into a bug report.
  *
  * @example
  * process.stdout.write(`${JSON.stringify(redactConfig(loadConfig()), null, 2)}\n`);
  */
 export function redactConfig(config: ControllerConfig): Record<string, unknown> {
   const { apiKey, apiKeyHashes, ...rest } = config;
-  return {
-    ...rest,
-    apiKey: apiKey === undefined ? null : REDACTED,
-    apiKeyHashes: apiKeyHashes.map(() => REDACTED),
-  };
+  // An unset optional setting is shown as null, so the output lists every setting there is.
+  const shown: Record<string, unknown> = Object.fromEntries(Object.entries(rest).map(([key, value]) => [key, value ?? null]));
+  return { ...shown, apiKey: apiKey === undefined ? null : REDACTED, apiKeyHashes: apiKeyHashes.map(() => REDACTED) };
 }
 
 /**

@@ -47,6 +47,6 @@ describe('redactConfig', () => {
     expect(JSON.stringify(shown)).not.toContain('wk_very_secret');
     expect(JSON.stringify(shown)).not.toContain(digest);
     expect(Object.keys(shown).sort()).toEqual(Object.keys({ ...config, apiKey: null }).sort());
-    expect(redactConfig(loadConfig({})).apiKey).toBeNull();
+    expect(redactConfig(loadConfig({}))).toMatchObject({ apiKey: null, workspaceReserveMb: null, apiKeyHashes: [] });
   });
 });

@@ -269,6 +269,7 @@ export const ROUTES: readonly Route[] = [
     operationId: 'connect',
     summary:
       "WebSocket upgrade: the sandbox's method channel (binary frames; the methods are in docs/protocol.schema.json). " +
+      "Any credential of this sandbox may connect; each request frame is then checked by its method's access class. " +
       'Browsers are refused unless their Origin is allowed.',
     access: 'info',
     websocket: true,

@@ -54,7 +54,7 @@ describe('reserved places are out of reach whatever the policy root', () => {
   const methods: [string, 'read' | 'write', (p: string) => Promise<string>][] = [
     ['fs.read', 'read', (p) => call('fs.read', { path: p })],
     ['fs.read range', 'read', (p) => call('fs.read', { path: p, range: { unit: 'bytes', offset: 0, length: 16 } })],
-    ['fs.readLines', 'read', (p) => call('fs.readLines', { path: p })],
+    ['fs.readAnchored', 'read', (p) => call('fs.readAnchored', { path: p })],
     ['fs.stat', 'read', (p) => call('fs.stat', { path: p })],
     ['fs.list', 'read', (p) => call('fs.list', { path: p })],
     ['fs.list recursive', 'read', (p) => call('fs.list', { path: p, recursive: true, maxDepth: 2 })],

@@ -95,8 +95,7 @@ export function serveConnection(ws: WebSocket, handlers: Handlers, options: Serv
         return;
       }
       greeted = true;
-      // The minor is not sent yet: SDKs from before it was declared read the welcome strictly.
-      return send({ type: 'welcome', protocolVersion: PROTOCOL_VERSION, server: 'warren-agent', serverVersion: AGENT_VERSION });
+      return send({ type: 'welcome', protocolVersion: PROTOCOL_VERSION, protocolMinor: PROTOCOL_MINOR, server: 'warren-agent', serverVersion: AGENT_VERSION });
     }
     switch (header.type) {
       case 'req':

@@ -1,13 +1,13 @@
-import { CodedError, type ApprovalRequest, type MethodName, type Params, type Result } from '@warren/protocol';
+import { CodedError, type ApprovalRequest, type EventData, type EventName, type MethodName, type Params, type Result } from '@warren/protocol';
 
-/** What a handler gets besides its params. */
-export interface CallContext {
+/** What a handler of method `M` gets besides its params. */
+export interface CallContext<M extends MethodName = MethodName> {
   /** Aborted by a cancel frame, the request's own timeout, or the connection closing. */
   signal: AbortSignal;
   /** The request frame's binary payload, for methods whose `payload` is `request`. */
   payload?: Buffer | undefined;
-  /** Sends one event frame for a streaming method. */
-  emit(event: string, data: unknown, payload?: Uint8Array): void;
+  /** Sends one event frame for a streaming method: only the events its registry entry declares, with their data. */
+  emit<E extends EventName<M>>(event: E, data: EventData<M, E>, payload?: Uint8Array): void;
   /**
    * Asks the client to approve an operation (seed 001's read/write approval): an `approval` event
    * on this request, answered by an `approval` frame. Resolves false on a deny, on no answer in
@@ -26,13 +26,13 @@ export interface HandlerReturn<M extends MethodName> {
   payload?: Uint8Array | undefined;
 }
 
-export type Handler<M extends MethodName> = (params: Params<M>, ctx: CallContext) => Promise<HandlerReturn<M>>;
+export type Handler<M extends MethodName> = (params: Params<M>, ctx: CallContext<M>) => Promise<HandlerReturn<M>>;
 
 /** Every method's handler; the type makes a method without one a compile error. */
 export type Handlers = { [M in MethodName]: Handler<M> };
 
 /** Runs one call; throws a {@link CodedError} for anything the caller should see typed. */
-export async function dispatch<M extends MethodName>(handlers: Handlers, method: M, params: Params<M>, ctx: CallContext): Promise<HandlerReturn<M>> {
+export async function dispatch<M extends MethodName>(handlers: Handlers, method: M, params: Params<M>, ctx: CallContext<M>): Promise<HandlerReturn<M>> {
   if (ctx.signal.aborted) throw new CodedError('CANCELLED', `${method} was cancelled before it started.`);
   return handlers[method](params, ctx);
 }

@@ -1,8 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
-import { CodedError, lineAnchor } from '@warren/protocol';
+import { clampLines, CodedError, lineAnchor, splitLines } from '@warren/protocol';
 import { AuditLog } from '../src/audit.js';
-import { splitLines } from '../src/services/fs-common.js';
-import { clampLines, sliceChars } from '../src/services/fs-read.js';
+import { sliceChars } from '../src/services/fs-read.js';
 import { applyLineEdits } from '../src/services/fs-write.js';
 import { compileGlob } from '../src/services/glob.js';
 
@@ -15,6 +14,8 @@ describe('line and character slicing', () => {
     expect(clampLines(10, 7, 3, 1000)).toEqual({ first: 7, last: 6, truncated: false });
     expect(clampLines(10, 1, undefined, 4)).toEqual({ first: 1, last: 4, truncated: true });
     expect(clampLines(0, undefined, undefined, 4)).toEqual({ first: 1, last: 0, truncated: false });
+    // Codin: a negative end is clamped to 1 too, so start 0 .. end -2 reads line 1 (found when the tool tests' fake and the daemon started sharing this code).
+    expect(clampLines(10, 0, -2, 1000)).toEqual({ first: 1, last: 1, truncated: false });
   });
 
   it('counts characters as code points and never splits a surrogate pair', () => {

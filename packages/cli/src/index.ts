@@ -3,3 +3,4 @@ export { buildProgram } from './program.js';
 export { formatError, table, keyValues, timeLeft, CliError } from './output.js';
 export { parseDuration, parseRemote, collectKeyValue } from './args.js';
 export { exitCodeOf } from './exec.js';
+export { CLI_VERSION } from './version.js';

@@ -4,6 +4,7 @@ import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprot
 import type { Command } from 'commander';
 import { builtinTools, callMCPTool, codinTools, filesystemTools, partialReadTools, Sandbox, toMCPTools, toolsmithTools, type ToolSet } from '@warren/sdk';
 import { controllerOptions } from './args.js';
+import { CLI_VERSION } from './version.js';
 
 /** The tool sets `warren mcp --toolset` serves, by name. */
 export const TOOLSETS = {
@@ -56,7 +57,7 @@ export async function mcpCommand(options: McpOptions, command: Command): Promise
   }
 
   const server = new Server(
-    { name: 'warren', version: '0.1.0' },
+    { name: 'warren', version: CLI_VERSION },
     { capabilities: { tools: {} }, instructions: `Tools of the ${options.toolset} tool set, running in Warren sandbox ${sandbox.id}.` },
   );
   server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: toMCPTools(tools) }));

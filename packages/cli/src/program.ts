@@ -5,6 +5,7 @@ import { execCommand, type ExecOptions } from './exec.js';
 import { imagesBuildCommand, imagesListCommand } from './images.js';
 import { mcpCommand, TOOLSET_NAMES } from './mcp.js';
 import { shellCommand, type ShellOptions } from './shell.js';
+import { CLI_VERSION } from './version.js';
 import { createCommand, doctorCommand, infoCommand, listCommand, logsCommand, removeCommand } from './sandbox-commands.js';
 
 /** Text after a command's help: examples a person can paste. */
@@ -38,7 +39,7 @@ export function buildProgram(): Command {
   const program = new Command()
     .name('warren')
     .description('Self-hosted sandboxes for AI agents: one Docker container per task.')
-    .version('0.1.0')
+    .version(CLI_VERSION)
     .option('--url <url>', 'the controller (default WARREN_URL, else http://127.0.0.1:7420)')
     .option('--api-key <key>', 'the API key (default WARREN_API_KEY)')
     // Parse errors in the same one-line shape as every other failure.

@@ -1,7 +1,8 @@
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from '@jest/globals';
 import type { Command } from 'commander';
 import { NotFoundError } from '@warren/sdk';
-import { CliError, collectKeyValue, exitCodeOf, formatError, parseDuration, parseRemote, table, timeLeft } from '../src/index.js';
+import { CLI_VERSION, CliError, collectKeyValue, exitCodeOf, formatError, parseDuration, parseRemote, table, timeLeft } from '../src/index.js';
 import { buildProgram } from '../src/program.js';
 
 describe('formatError', () => {
@@ -97,6 +98,12 @@ describe('warren --help', () => {
     cmd.outputHelp();
     return text;
   };
+
+  it("prints the package's own version, so a published release reports what was installed", () => {
+    const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
+    expect(CLI_VERSION).toBe(version);
+    expect(program.version()).toBe(version);
+  });
 
   it('lists every command the issue names, with the global options and examples', () => {
     const text = help(program);

@@ -3,6 +3,7 @@ import {
   decodeFrame,
   encodeFrame,
   parseResult,
+  PROTOCOL_MINOR,
   PROTOCOL_VERSION,
   WS_MAX_PAYLOAD_BYTES,
   type MethodName,
@@ -121,7 +122,7 @@ export async function callAgent<M extends MethodName>(
         }
       });
       ws.once('close', () => reject(new CodedError('SANDBOX_NOT_READY', `The sandbox daemon closed the connection during ${method}.`)));
-      ws.send(encodeFrame({ type: 'hello', protocolVersion: PROTOCOL_VERSION, client: 'warren-controller' }));
+      ws.send(encodeFrame({ type: 'hello', protocolVersion: PROTOCOL_VERSION, protocolMinor: PROTOCOL_MINOR, client: 'warren-controller' }));
       const clear = () => clearTimeout(timer);
       ws.once('close', clear);
       ws.once('message', clear);

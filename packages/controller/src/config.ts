@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parse as parseYaml } from 'yaml';
@@ -135,6 +135,22 @@ export const ConfigFile = z.strictObject({
 });
 export type ConfigFile = z.infer<typeof ConfigFile>;
 
+/** Where the agent bundle is in a checkout: the agent package's build output. */
+export const WORKSPACE_AGENT_BUNDLE = new URL('../../agent/dist/warren-agent.mjs', import.meta.url).pathname;
+/** Where it is in the published package: `prepack.mjs` copies it into `dist/agent/`. */
+export const PACKAGED_AGENT_BUNDLE = new URL('../dist/agent/warren-agent.mjs', import.meta.url).pathname;
+
+/**
+ * The agent bundle to serve when none is configured: the checkout's own build when the controller
+ * runs from a checkout (always the fresh one), else the copy the published package carries.
+ *
+ * @example
+ * defaultAgentBundlePath((file) => file.endsWith('/agent/dist/warren-agent.mjs')); // the checkout's bundle
+ */
+export function defaultAgentBundlePath(exists: (file: string) => boolean = existsSync): string {
+  return exists(WORKSPACE_AGENT_BUNDLE) ? WORKSPACE_AGENT_BUNDLE : PACKAGED_AGENT_BUNDLE;
+}
+
 const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   host: '127.0.0.1',
   port: 7420,
@@ -209,7 +225,7 @@ export function loadConfig(
     workspaceReserveMb: merged.workspaceReserveMb,
     apiKey: env.WARREN_API_KEY || undefined,
     apiKeyHashes: [...(file.apiKeyHashes ?? []), ...(fromEnv.apiKeyHashes ?? [])],
-    agentBundlePath: merged.agentBundlePath ?? new URL('../../agent/dist/warren-agent.mjs', import.meta.url).pathname,
+    agentBundlePath: merged.agentBundlePath ?? defaultAgentBundlePath(),
     limits,
     maxLimits,
     ...overrides,

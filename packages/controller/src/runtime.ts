@@ -41,7 +41,11 @@ export function agentCommand(args: string[]): string[] {
 /** Collects the runtime from this host: `process.execPath`, what `ldd` lists for it, and the bundle. */
 export async function collectRuntime(agentBundlePath: string): Promise<AgentRuntime> {
   await access(agentBundlePath).catch((err: NodeJS.ErrnoException) => {
-    if (err.code === 'ENOENT') throw new Error(`The agent bundle ${agentBundlePath} is missing: run 'pnpm build' (scripts/start does).`);
+    if (err.code === 'ENOENT')
+      throw new Error(
+        `The agent bundle ${agentBundlePath} is missing: in a checkout run 'pnpm build' (scripts/start does); ` +
+          'an installed @warren/controller carries it in dist/agent/ (reinstall the package), or point WARREN_AGENT_BUNDLE at one.',
+      );
     throw err;
   });
   const nodePath = process.execPath;

@@ -2,7 +2,7 @@ import { mkdtemp, readFile, readdir, rm, stat, writeFile } from 'node:fs/promise
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
-import { Credentials, loadConfig } from '../src/index.js';
+import { Credentials, defaultAgentBundlePath, loadConfig } from '../src/index.js';
 
 let dir: string;
 beforeEach(async () => {
@@ -75,6 +75,12 @@ describe('configuration', () => {
     const config = loadConfig({ WARREN_CONFIG: file, WARREN_PORT: '9000', WARREN_STATE_DIR: dir }, { heartbeatMs: 1000 });
     expect(config).toMatchObject({ port: 9000, poolSize: 2, allowedMountRoots: ['/srv/data'], killOnShutdown: true, heartbeatMs: 1000, stateDir: dir });
     expect(config.limits).toEqual({ memoryMb: 512, cpus: 1, pidsLimit: 512, ttlSeconds: 3600, tmpMb: 256, openFiles: 4096, fileSizeMb: 4096, diskMb: 1024 });
+  });
+
+  it("serves the checkout's agent bundle when there is one, else the copy the published package carries in dist/agent/", () => {
+    expect(defaultAgentBundlePath((file) => file.endsWith('/agent/dist/warren-agent.mjs'))).toMatch(/\/packages\/agent\/dist\/warren-agent\.mjs$/);
+    expect(defaultAgentBundlePath(() => false)).toMatch(/\/packages\/controller\/dist\/agent\/warren-agent\.mjs$/);
+    expect(loadConfig({ WARREN_AGENT_BUNDLE: '/opt/agent.mjs' }).agentBundlePath).toBe('/opt/agent.mjs');
   });
 
   it('reads JSON, and refuses unknown keys naming them', async () => {

@@ -1,28 +1,46 @@
 import { z } from 'zod';
-import { ERROR_CODE_LIST } from './errors.js';
+import { ERROR_CODE_LIST, type ErrorCode, type WireErrorBody } from './errors.js';
 
 /** A request id: unique among the requests in flight on one connection. */
 export const RequestId = z.union([z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER), z.string().min(1).max(64)]);
 export type RequestId = z.infer<typeof RequestId>;
 
-export const WireError = z.strictObject({
-  code: z.enum(ERROR_CODE_LIST),
-  message: z.string(),
-  details: z.record(z.string(), z.unknown()).optional(),
-});
+const KNOWN_CODES: ReadonlySet<string> = new Set(ERROR_CODE_LIST);
+
+/**
+ * An error body, read tolerantly: a code this build does not know (a newer server's) becomes
+ * `INTERNAL` with the server's code kept in `details.code`, and fields added later are dropped.
+ */
+export const WireError = z
+  .object({
+    code: z.string().min(1).max(100),
+    message: z.string(),
+    details: z.record(z.string(), z.unknown()).optional(),
+  })
+  .transform((e): WireErrorBody => {
+    if (KNOWN_CODES.has(e.code)) return { ...e, code: e.code as ErrorCode };
+    return { code: 'INTERNAL', message: e.message, details: { ...e.details, code: e.code } };
+  });
+
+// The handshake and everything a server sends are read tolerantly (`z.object`: fields added by a
+// later minor are dropped), so either end may grow them within a major; requests, cancels and
+// approvals, the client's input to the server, stay strict.
 
 /** The first frame a client sends. */
-export const HelloFrame = z.strictObject({
+export const HelloFrame = z.object({
   type: z.literal('hello'),
   /** The major version: the two ends must share it. */
   protocolVersion: z.number().int().positive(),
-  /** The minor version within the major: declared now so that later releases may send it to this one. */
+  /** The client's minor version within the major (0 when absent, as from the first SDKs). */
   protocolMinor: z.number().int().nonnegative().optional(),
   client: z.string().max(200).optional(),
 });
 
-/** The server's answer to a compatible hello. */
-export const WelcomeFrame = z.strictObject({
+/**
+ * The server's answer to a compatible hello, with its own minor: the two ends then speak the
+ * lower of the two minors (see `negotiatedMinor`).
+ */
+export const WelcomeFrame = z.object({
   type: z.literal('welcome'),
   protocolVersion: z.number().int().positive(),
   protocolMinor: z.number().int().nonnegative().optional(),
@@ -39,21 +57,21 @@ export const RequestFrame = z.strictObject({
 });
 
 /** The final, successful answer to a request. */
-export const ResponseFrame = z.strictObject({
+export const ResponseFrame = z.object({
   type: z.literal('res'),
   id: RequestId,
   result: z.unknown(),
 });
 
 /** The final, failed answer to a request; `id` is null when the frame it answers had none. */
-export const ErrorFrame = z.strictObject({
+export const ErrorFrame = z.object({
   type: z.literal('err'),
   id: RequestId.nullable(),
   error: WireError,
 });
 
 /** One event of a streaming request, before its final `res` or `err`. */
-export const EventFrame = z.strictObject({
+export const EventFrame = z.object({
   type: z.literal('evt'),
   id: RequestId,
   event: z.string().min(1).max(100),

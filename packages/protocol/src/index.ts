@@ -4,7 +4,7 @@ export * from './envelope.js';
 export * from './frame.js';
 export * from './methods.js';
 export * from './rest.js';
-export * from './line-hash.js';
+export * from './lines.js';
 export * from './policy.js';
 export * from './tar-rules.js';
 export * from './json-schema.js';

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { FrameHeader } from './envelope.js';
 import type { MethodAccess } from './method-spec.js';
-import { METHODS, type MethodName } from './methods.js';
+import { COMMON_EVENTS, METHODS, type MethodName } from './methods.js';
 import { PROTOCOL_MINOR, PROTOCOL_VERSION } from './version.js';
 
 /** A JSON Schema (draft 2020-12) document or subschema. */
@@ -17,6 +17,8 @@ export interface MethodJsonSchema {
   /** Which frame carries binary bytes after its JSON header, if any. */
   payload?: 'request' | 'response';
   idempotent: boolean;
+  /** The `data` of each event the method streams before its answer, by event name (bytes travel as the event frame's payload). */
+  events?: Record<string, JsonSchema>;
 }
 
 const ZOD_CHECK_FORMATS = new Set(['starts_with', 'ends_with', 'includes']);
@@ -53,9 +55,9 @@ function convert(schema: z.ZodType, io: 'input' | 'output'): JsonSchema {
 }
 
 /**
- * The params and result of every method in the registry ({@link METHODS}) as JSON Schema, made
- * from the same zod schemas both ends check with, for clients written without this package.
- * Event payloads are not in the registry (their readers check them), so they are not here.
+ * The params, result and event payloads of every method in the registry ({@link METHODS}) as
+ * JSON Schema, made from the same zod schemas both ends check with, for clients written without
+ * this package.
  *
  * @example
  * const { params } = methodJsonSchemas()['fs.read']; // { type: 'object', properties: { path: ... }, ... }
@@ -63,13 +65,15 @@ function convert(schema: z.ZodType, io: 'input' | 'output'): JsonSchema {
 export function methodJsonSchemas(): Record<MethodName, MethodJsonSchema> {
   const methods = {} as Record<MethodName, MethodJsonSchema>;
   for (const name of Object.keys(METHODS).sort() as MethodName[]) {
-    const spec = METHODS[name] as (typeof METHODS)[MethodName] & { payload?: 'request' | 'response' };
+    const spec = METHODS[name] as (typeof METHODS)[MethodName] & { payload?: 'request' | 'response'; events?: Readonly<Record<string, z.ZodType>> };
+    const events = spec.events && Object.fromEntries(Object.entries(spec.events).map(([event, data]) => [event, convert(data, 'output')]));
     methods[name] = {
       params: convert(spec.params, 'input'),
       result: convert(spec.result, 'output'),
       access: spec.access,
       ...(spec.payload ? { payload: spec.payload } : {}),
       idempotent: spec.idempotent,
+      ...(events ? { events } : {}),
     };
   }
   return methods;
@@ -77,8 +81,8 @@ export function methodJsonSchemas(): Record<MethodName, MethodJsonSchema> {
 
 /**
  * The whole wire as one JSON document (checked in as docs/protocol.schema.json, written by
- * `pnpm openapi`): the protocol version, the frame header every binary message starts with, and
- * each method's params and result.
+ * `pnpm openapi`): the protocol version, the frame header every binary message starts with, the
+ * events any request may carry (`commonEvents`), and each method's params, result and events.
  *
  * @example
  * writeFileSync('protocol.schema.json', `${JSON.stringify(protocolJsonSchema(), null, 2)}\n`);
@@ -94,6 +98,7 @@ export function protocolJsonSchema(): JsonSchema {
     protocolVersion: PROTOCOL_VERSION,
     protocolMinor: PROTOCOL_MINOR,
     frameHeader: convert(FrameHeader, 'input'),
+    commonEvents: Object.fromEntries(Object.entries(COMMON_EVENTS).map(([event, data]) => [event, convert(data, 'output')])),
     methods: methodJsonSchemas(),
   };
 }

@@ -26,4 +26,10 @@ export interface MethodSpec {
   payload?: 'request' | 'response';
   /** Safe to send again after a dropped connection. */
   idempotent: boolean;
+  /**
+   * The events a streaming request sends before its answer, each name with its `data` schema
+   * (bytes travel as the event frame's payload). Any request may also carry the events in
+   * `COMMON_EVENTS`.
+   */
+  events?: Readonly<Record<string, z.ZodType>>;
 }

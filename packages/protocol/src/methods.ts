@@ -7,6 +7,7 @@ import { PROCESS_METHODS } from './methods/process.js';
 import { PTY_METHODS } from './methods/pty.js';
 import { SHELL_METHODS } from './methods/shell.js';
 import { SYSTEM_METHODS } from './methods/system.js';
+import { ApprovalRequest } from './policy.js';
 
 export * from './method-spec.js';
 export * from './methods/system.js';
@@ -29,6 +30,24 @@ export type ParamsIn<M extends MethodName> = z.input<(typeof METHODS)[M]['params
 /** What a handler receives (defaults applied). */
 export type Params<M extends MethodName> = z.output<(typeof METHODS)[M]['params']>;
 export type Result<M extends MethodName> = z.output<(typeof METHODS)[M]['result']>;
+
+/**
+ * Events any request may carry whatever its method: `approval` asks the client to allow a read or
+ * write the policy marks for approval (seed 001), answered by an `approval` frame.
+ */
+export const COMMON_EVENTS = { approval: ApprovalRequest } as const;
+
+/** The events method `M` streams (none for most methods), name to `data` schema. */
+export type MethodEvents<M extends MethodName> = (typeof METHODS)[M] extends { events: infer E } ? E : Record<never, never>;
+/** The names of the events method `M` streams. */
+export type EventName<M extends MethodName> = keyof MethodEvents<M> & string;
+/** The `data` of event `E` of method `M`. */
+export type EventData<M extends MethodName, E extends EventName<M>> = MethodEvents<M>[E] extends z.ZodType ? z.output<MethodEvents<M>[E]> : never;
+
+/** A method's event, or one of {@link COMMON_EVENTS}, with its data checked. */
+export type ParsedEvent =
+  | { [M in MethodName]: { [E in EventName<M>]: { method: M; event: E; data: EventData<M, E> } }[EventName<M>] }[MethodName]
+  | { method: MethodName; event: 'approval'; data: ApprovalRequest };
 
 export function isMethodName(name: string): name is MethodName {
   return Object.hasOwn(METHODS, name);
@@ -53,6 +72,24 @@ export function parseResult<M extends MethodName>(method: M, result: unknown): R
     throw new CodedError('INTERNAL', `The server answered ${method} off-contract: ${parsed.error.issues.map(issueText).join('; ')}`);
   }
   return parsed.data as Result<M>;
+}
+
+/**
+ * Checks an event on the receiving side, tolerantly like a result. An event the registry does not
+ * know for that method is `undefined` (a newer server may stream more; a client ignores it); a known
+ * event whose data is off-contract is an internal error.
+ *
+ * @example
+ * const parsed = parseEvent('pty.open', 'started', { handle: 'h1', pid: 7 }); // { method, event: 'started', data }
+ */
+export function parseEvent<M extends MethodName>(method: M, event: string, data: unknown): ParsedEvent | undefined {
+  const events: Readonly<Record<string, z.ZodType>> = { ...COMMON_EVENTS, ...((METHODS[method] as { events?: Record<string, z.ZodType> }).events ?? {}) };
+  if (!Object.hasOwn(events, event)) return undefined;
+  const parsed = tolerant(events[event]!).safeParse(data);
+  if (!parsed.success) {
+    throw new CodedError('INTERNAL', `The server sent ${method}'s '${event}' event off-contract: ${parsed.error.issues.map(issueText).join('; ')}`);
+  }
+  return { method, event, data: parsed.data } as ParsedEvent;
 }
 
 const tolerantSchemas = new WeakMap<z.ZodType, z.ZodType>();

@@ -1,12 +1,27 @@
 /**
- * The wire protocol's major version. Both ends send it in the handshake; a different major is
- * refused with `PROTOCOL_VERSION_MISMATCH` naming both. Within a major, either end may add
- * methods, optional params and result or event fields: answers are read tolerantly (unknown fields
- * dropped, see `tolerant`), so a client of 1.x talks to a server of 1.y.
+ * The wire protocol's major version. Both ends send it in the handshake (`hello`, `welcome`); a
+ * different major is refused with `PROTOCOL_VERSION_MISMATCH` naming both versions. Within a
+ * major, either end may add methods, optional params, result and event fields, and events:
+ * answers, events and the handshake are read tolerantly (unknown fields dropped, unknown events
+ * ignored, see `tolerant` and `parseEvent`), so a client of 1.x talks to a server of 1.y.
  */
 export const PROTOCOL_VERSION = 1;
-/** What this build adds within the major; sent alongside it, informational. */
-export const PROTOCOL_MINOR = 1;
+/**
+ * What this build adds within the major. Both ends send theirs in the handshake and speak the
+ * lower one: a feature of minor N is used only when both ends are at N or later.
+ * 2: line ranges are `startLine`/`endLine` everywhere and anchored lines are `fs.readAnchored`.
+ */
+export const PROTOCOL_MINOR = 2;
+
+/**
+ * The minor both ends of a connection speak: the lower of the two (a peer that sent none is at 0).
+ *
+ * @example
+ * negotiatedMinor(undefined); // 0: a client from before minors were sent
+ */
+export function negotiatedMinor(peerMinor: number | undefined): number {
+  return Math.min(PROTOCOL_MINOR, peerMinor ?? 0);
+}
 
 /** The largest frame (header + payload) a peer accepts and answers; bigger ones get `FRAME_TOO_LARGE`. */
 export const MAX_FRAME_BYTES = 32 * 1024 * 1024;

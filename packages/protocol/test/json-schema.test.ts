@@ -9,8 +9,10 @@ describe('JSON Schema of the WebSocket methods', () => {
     const schemas = methodJsonSchemas();
     expect(Object.keys(schemas).sort()).toEqual(Object.keys(METHODS).sort());
     for (const [name, schema] of Object.entries(schemas)) {
-      const spec = METHODS[name as keyof typeof METHODS] as { access: string; idempotent: boolean; payload?: string };
+      const spec = METHODS[name as keyof typeof METHODS] as { access: string; idempotent: boolean; payload?: string; events?: object };
       expect([name, schema.access, schema.idempotent, schema.payload]).toEqual([name, spec.access, spec.idempotent, spec.payload]);
+      expect([name, Object.keys(schema.events ?? {})]).toEqual([name, Object.keys(spec.events ?? {})]);
+      for (const data of Object.values(schema.events ?? {})) expect(() => ajv.compile(data)).not.toThrow();
       expect(() => ajv.compile(schema.params)).not.toThrow();
       expect(() => ajv.compile(schema.result)).not.toThrow();
     }
@@ -29,8 +31,16 @@ describe('JSON Schema of the WebSocket methods', () => {
     expect(ajv.validate(resize, { handle: 'h_1', cols: 120 })).toBe(false);
   });
 
+  it('describes the events a method streams, from the registry', () => {
+    const { events } = methodJsonSchemas()['pty.open'];
+    expect(Object.keys(events ?? {}).sort()).toEqual(['output', 'started']);
+    expect(ajv.validate(events!.started!, { handle: 'pty_1', pid: 12 })).toBe(true);
+    expect(ajv.validate(events!.started!, { handle: 'pty_1' })).toBe(false);
+  });
+
   it('describes the frame header every message starts with, under the protocol version', () => {
     const document = protocolJsonSchema();
+    expect(Object.keys(document.commonEvents as object)).toEqual(['approval']);
     expect(document).toMatchObject({ $schema: 'https://json-schema.org/draft/2020-12/schema', protocolVersion: PROTOCOL_VERSION });
     const header = ajv.compile(document.frameHeader as object);
     expect(header({ type: 'req', id: 1, method: 'system.info', params: {} })).toBe(true);

@@ -25,7 +25,7 @@ const EXAMPLES: { [M in MethodName]: { params: unknown; result: unknown } } = {
   'pty.resize': { params: { handle: 'h_1', cols: 120, rows: 40 }, result: { cols: 120, rows: 40 } },
   'pty.kill': { params: { handle: 'h_1', signal: 'SIGHUP' }, result: { signalled: 1 } },
   'fs.read': {
-    params: { path: 'a.py', range: { unit: 'lines', start: 1, end: 2, maxLines: 10 }, hash: true },
+    params: { path: 'a.py', range: { unit: 'lines', startLine: 1, endLine: 2, maxLines: 10 }, hash: true },
     result: {
       path: 'a.py',
       size: 3,
@@ -47,8 +47,8 @@ const EXAMPLES: { [M in MethodName]: { params: unknown; result: unknown } } = {
     params: { path: 'a.py', oldText: 'a', newText: '$1' },
     result: { path: 'a.py', line: 1, bytesWritten: 3, sha256: 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' },
   },
-  'fs.readLines': {
-    params: { path: 'a.py', start: 1 },
+  'fs.readAnchored': {
+    params: { path: 'a.py', startLine: 1 },
     result: {
       path: 'a.py',
       startLine: 1,

@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync, realpathSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from '@jest/globals';
 import semver from 'semver';
@@ -10,7 +10,31 @@ const read = (file: string) =>
     engines?: { node?: string };
     dependencies?: Record<string, string>;
     optionalDependencies?: Record<string, string>;
+    peerDependencies?: Record<string, string>;
   };
+
+/** Where Node would load `dep` from when `fromDir` requires it: the first node_modules/dep walking up. */
+function resolvePackageJson(fromDir: string, dep: string): string | undefined {
+  for (let dir = fromDir; ; dir = path.dirname(dir)) {
+    const candidate = path.join(dir, 'node_modules', dep, 'package.json');
+    if (existsSync(candidate)) return realpathSync(candidate);
+    if (dir === path.dirname(dir)) return undefined;
+  }
+}
+
+/** Every package a production install of `dir` brings, direct and transitive, with its declared Node range. */
+function productionTree(dir: string, into = new Map<string, string | undefined>()): Map<string, string | undefined> {
+  const pkg = read(path.join(dir, 'package.json'));
+  const deps = { ...pkg.dependencies, ...pkg.optionalDependencies, ...pkg.peerDependencies };
+  for (const dep of Object.keys(deps)) {
+    const found = resolvePackageJson(dir, dep);
+    // An optional or peer dependency not installed here (another platform's build) is not part of this tree.
+    if (found === undefined || into.has(found)) continue;
+    into.set(found, read(found).engines?.node);
+    productionTree(path.dirname(found), into);
+  }
+  return into;
+}
 
 describe('one declared Node range, which every dependency accepts', () => {
   const ours = read(path.join(root, 'package.json')).engines?.node ?? '';
@@ -31,5 +55,15 @@ describe('one declared Node range, which every dependency accepts', () => {
         expect([dep, theirs, semver.subset(ours, theirs)]).toEqual([dep, theirs, true]);
       }
     }
+  });
+
+  it('no package that an npm install of a published package brings asks for a newer Node (transitively)', () => {
+    const published = ['protocol', 'sdk', 'controller', 'cli'].map((name) => path.join(root, 'packages', name));
+    const tree = new Map<string, string | undefined>();
+    for (const dir of published) productionTree(dir, tree);
+    // The CLI alone brings the MCP SDK, dockerode and their dependencies: well over a hundred.
+    expect(tree.size).toBeGreaterThan(100);
+    const refusing = [...tree].filter(([, theirs]) => theirs !== undefined && !semver.subset(ours, theirs));
+    expect(refusing).toEqual([]);
   });
 });

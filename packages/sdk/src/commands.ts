@@ -1,5 +1,5 @@
 import { StringDecoder } from 'node:string_decoder';
-import type { EventFrame, ParamsIn, ProcessInfo, Result } from '@warren/protocol';
+import type { ParamsIn, ParsedEvent, ProcessInfo, Result } from '@warren/protocol';
 import type { Channel } from './channel.js';
 import { DEFAULT_CALL_TIMEOUT_MS, type CallOptions } from './connection.js';
 import { EventQueue, toOutputEvent, withOutput } from './event-queue.js';
@@ -61,7 +61,7 @@ export class Commands {
     const streaming = options.onStdout !== undefined || options.onStderr !== undefined;
     const decoders = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
     const onEvent = streaming
-      ? (event: EventFrame, bytes: Buffer | undefined) => {
+      ? (event: ParsedEvent, bytes: Buffer | undefined) => {
           if ((event.event !== 'stdout' && event.event !== 'stderr') || !bytes) return;
           const text = decoders[event.event].write(bytes);
           if (text) (event.event === 'stdout' ? options.onStdout : options.onStderr)?.(text);

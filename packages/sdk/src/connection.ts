@@ -8,8 +8,11 @@ import {
   PROTOCOL_MINOR,
   PROTOCOL_VERSION,
   WS_MAX_PAYLOAD_BYTES,
-  ApprovalRequest,
-  type EventFrame,
+  negotiatedMinor,
+  parseEvent,
+  type ApprovalRequest,
+  type WelcomeFrame,
+  type ParsedEvent,
   type FrameHeader,
   type MethodName,
   type ParamsIn,
@@ -28,7 +31,8 @@ export interface CallOptions {
 
 export interface RawCallOptions extends CallOptions {
   payload?: Uint8Array | undefined;
-  onEvent?: ((event: EventFrame, payload: Buffer | undefined) => void) | undefined;
+  /** The call's events, checked against the registry; events this SDK does not know are dropped. */
+  onEvent?: ((event: ParsedEvent, payload: Buffer | undefined) => void) | undefined;
 }
 
 /** A call's answer: the checked result and the response payload, if the method has one. */
@@ -68,7 +72,23 @@ export class Connection {
 
   private readonly closeListeners = new Set<() => void>();
 
-  private constructor(private readonly ws: WebSocket) {
+  /**
+   * The protocol this connection speaks: the shared major, the minor both ends speak (the lower
+   * of the two), and the server's own minor and name from its welcome.
+   */
+  readonly protocol: { version: number; minor: number; serverMinor: number; server: string; serverVersion: string };
+
+  private constructor(
+    private readonly ws: WebSocket,
+    welcome: WelcomeFrame,
+  ) {
+    this.protocol = {
+      version: welcome.protocolVersion,
+      minor: negotiatedMinor(welcome.protocolMinor),
+      serverMinor: welcome.protocolMinor ?? 0,
+      server: welcome.server,
+      serverVersion: welcome.serverVersion,
+    };
     ws.on('message', (data: Buffer) => this.onMessage(data));
     ws.on('close', (code, reason) => {
       this.failAll(makeError('CONNECTION_CLOSED', `The connection to the sandbox closed (${code}${reason.length ? `: ${reason.toString()}` : ''}).`));
@@ -96,13 +116,13 @@ export class Connection {
         res.on('end', () => reject(restError(res.statusCode ?? 0, Buffer.concat(chunks).toString('utf8'))));
       });
     });
-    const welcome = new Promise<void>((resolve, reject) => {
+    const welcome = new Promise<WelcomeFrame>((resolve, reject) => {
       const timer = setTimeout(() => reject(makeError('REQUEST_TIMEOUT', `No handshake answer from ${url} within ${timeoutMs} ms.`)), timeoutMs);
       ws.once('message', (data: Buffer) => {
         clearTimeout(timer);
         try {
           const { header } = decodeFrame(data);
-          if (header.type === 'welcome' && header.protocolVersion === PROTOCOL_VERSION) resolve();
+          if (header.type === 'welcome' && header.protocolVersion === PROTOCOL_VERSION) resolve(header);
           else if (header.type === 'welcome') {
             reject(
               makeError(
@@ -118,15 +138,13 @@ export class Connection {
         }
       });
     });
-    // The minor is not sent yet: daemons from before it was declared read the hello strictly.
-    ws.send(encodeFrame({ type: 'hello', protocolVersion: PROTOCOL_VERSION, client: '@warren/sdk' }));
+    ws.send(encodeFrame({ type: 'hello', protocolVersion: PROTOCOL_VERSION, protocolMinor: PROTOCOL_MINOR, client: '@warren/sdk' }));
     try {
-      await welcome;
+      return new Connection(ws, await welcome);
     } catch (err) {
       ws.terminate();
       throw err;
     }
-    return new Connection(ws);
   }
 
   /**
@@ -225,19 +243,29 @@ export class Connection {
     if (header.id === null || typeof header.id !== 'number') return;
     const pending = this.pending.get(header.id);
     if (!pending) return;
-    if (header.type === 'evt' && header.event === 'approval') return this.answerApproval(header.id, pending.method, header.data);
-    if (header.type === 'evt') return pending.onEvent?.(header, payload);
+    if (header.type === 'evt') {
+      let event;
+      try {
+        event = parseEvent(pending.method, header.event, header.data);
+      } catch (err) {
+        this.pending.delete(header.id);
+        this.sendFrame({ type: 'cancel', id: header.id });
+        return pending.reject(toWarrenError(err));
+      }
+      if (event?.event === 'approval') return this.answerApproval(header.id, pending.method, event.data);
+      if (event) pending.onEvent?.(event, payload);
+      return;
+    }
     this.pending.delete(header.id);
     if (header.type === 'res') pending.resolve({ result: header.result, payload });
     else pending.reject(errorFromWire(header.error));
   }
 
-  private answerApproval(id: number, method: MethodName, data: unknown): void {
+  private answerApproval(id: number, method: MethodName, request: ApprovalRequest): void {
     const handler = this.onApproval;
     void (async () => {
       let allow: boolean;
       try {
-        const request = ApprovalRequest.parse(data);
         allow = handler !== undefined && (await handler(request, method)) === true;
       } catch {
         allow = false;

@@ -1,4 +1,4 @@
-import type { EventFrame } from '@warren/protocol';
+import type { ParsedEvent } from '@warren/protocol';
 import type { Channel } from './channel.js';
 import type { OutputEvent } from './process-handle.js';
 
@@ -95,11 +95,10 @@ export class EventQueue<T> implements AsyncIterableIterator<T> {
   }
 }
 
-/** An output event frame as an {@link OutputEvent}; other events are ignored. */
-export function toOutputEvent(event: EventFrame, bytes: Buffer | undefined): OutputEvent | undefined {
+/** A checked output event as an {@link OutputEvent}; other events are ignored. */
+export function toOutputEvent(event: ParsedEvent, bytes: Buffer | undefined): OutputEvent | undefined {
   if (event.event !== 'stdout' && event.event !== 'stderr') return undefined;
-  const offset = typeof (event.data as { offset?: unknown } | null)?.offset === 'number' ? (event.data as { offset: number }).offset : 0;
-  return { type: event.event, data: bytes ?? Buffer.alloc(0), offset };
+  return { type: event.event, data: bytes ?? Buffer.alloc(0), offset: event.data.offset };
 }
 
 /**

@@ -2,7 +2,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
 import { lstat, mkdir, open, realpath, symlink } from 'node:fs/promises';
 import nodePath from 'node:path';
-import { CodedError, readCheckedTar, type CheckedTarEntry, type LineEdit, type Params, type Result } from '@warren/protocol';
+import { CodedError, readCheckedTar, type CheckedTarEntry, type LineEdit, type Result } from '@warren/protocol';
 import type { Channel } from './channel.js';
 import type { CallOptions } from './connection.js';
 import { makeError, WarrenError } from './errors.js';
@@ -47,6 +47,28 @@ export interface LineSlice {
   truncated: boolean;
 }
 
+/**
+ * A line range, 1-based and inclusive, as every line read takes it: `startLine` (default 1) to
+ * `endLine` (default the last line) or `lineCount` lines, at most `maxLines`. Out-of-range numbers
+ * are clamped; a start past the end is an empty answer.
+ */
+export interface LineRange {
+  startLine?: number | undefined;
+  endLine?: number | undefined;
+  lineCount?: number | undefined;
+  maxLines?: number | undefined;
+}
+
+/** The wire's line bounds of a {@link LineRange}: `lineCount` becomes an `endLine`, absent ends are left out. */
+function lineBounds(range: LineRange): { startLine?: number; endLine?: number; maxLines?: number } {
+  const endLine = range.endLine ?? (range.lineCount !== undefined ? Math.max(1, range.startLine ?? 1) + range.lineCount - 1 : undefined);
+  return {
+    ...(range.startLine !== undefined ? { startLine: range.startLine } : {}),
+    ...(endLine !== undefined ? { endLine } : {}),
+    ...(range.maxLines !== undefined ? { maxLines: range.maxLines } : {}),
+  };
+}
+
 /** Seed 001's `ReadResult`, camel-cased: characters counted as Unicode code points. */
 export interface CharSlice {
   content: string;
@@ -62,12 +84,46 @@ export interface DownloadedArchive extends Result<'fs.download'> {
   entries: CheckedTarEntry[];
 }
 
+/** One entry of a folder listing: its path relative to the folder listed, and its type. */
+export interface ListedEntry {
+  path: string;
+  type: 'file' | 'directory' | 'symlink' | 'other';
+}
+
+/**
+ * The file operations as one interface: what {@link Files} implements and what the seed tool sets
+ * are built on (they take any object with these methods, so a unit test can pass an in-memory
+ * one). Names and arguments are {@link Files}'s; results are the parts a caller relies on.
+ */
+export interface FileOperations {
+  readText(path: string, options?: CallOptions): Promise<string>;
+  write(path: string, data: string | Uint8Array, options?: WriteOptions): Promise<{ bytesWritten: number }>;
+  readLines(path: string, range?: LineRange, options?: CallOptions): Promise<LineSlice>;
+  readChars(path: string, range: { offset?: number; length?: number }, options?: CallOptions): Promise<CharSlice>;
+  readAnchored(
+    path: string,
+    range?: LineRange,
+    options?: CallOptions,
+  ): Promise<{ lines: { anchor: string; text: string }[]; totalLines: number; truncated: boolean }>;
+  /** Replaces `oldText`, which must occur exactly once (`EditNotFoundError` / `EditNotUniqueError` otherwise). */
+  edit(path: string, oldText: string, newText: string, options?: CallOptions): Promise<unknown>;
+  /** Applies hash-anchored edits atomically; a stale anchor fails with `StaleAnchorError` and changes nothing. */
+  editLines(path: string, edits: LineEdit[], options?: CallOptions): Promise<unknown>;
+  list(path?: string, options?: CallOptions & { recursive?: boolean; limit?: number }): Promise<{ entries: ListedEntry[]; truncated: boolean }>;
+  /** Files below `path` matching a glob pattern, relative to `path`. */
+  glob(path: string, pattern?: string, options?: CallOptions): Promise<string[]>;
+  mkdir(path: string, options?: CallOptions & { parents?: boolean }): Promise<unknown>;
+  delete(path: string, options?: CallOptions & { recursive?: boolean }): Promise<unknown>;
+  move(from: string, to: string, options?: CallOptions & { overwrite?: boolean }): Promise<unknown>;
+  copy(from: string, to: string, options?: CallOptions & { overwrite?: boolean }): Promise<unknown>;
+}
+
 /**
  * `sandbox.files`: the file operations, under the sandbox's file policy. In root mode paths are
  * relative to the root (`/workspace` by default) or absolute inside it; with named paths they are
  * `/name/...`. Every failure is a typed {@link WarrenError} whose message says what IS allowed.
  */
-export class Files {
+export class Files implements FileOperations {
   constructor(private readonly connection: () => Channel) {}
 
   /**
@@ -114,23 +170,15 @@ export class Files {
   }
 
   /**
-   * Reads a line range. Give `startLine` with `lineCount` (seed 003) or `endLine` (Codin), and
-   * `maxLines` to cap; out-of-range numbers are clamped, and the file's total line count is reported.
+   * Reads a line range (`fs.read` with the `lines` unit). Give `startLine` with `lineCount` (seed
+   * 003) or `endLine` (Codin), and `maxLines` to cap; out-of-range numbers are clamped, and the
+   * file's total line count is reported.
    *
    * @example
    * const { content, startLine, endLine, totalLines } = await sandbox.files.readLines('a.py', { startLine: 10, endLine: 20 });
    */
-  async readLines(
-    path: string,
-    range: { startLine?: number; endLine?: number; lineCount?: number; maxLines?: number } = {},
-    options: CallOptions = {},
-  ): Promise<LineSlice> {
-    const end = range.endLine ?? (range.lineCount !== undefined ? Math.max(1, range.startLine ?? 1) + range.lineCount - 1 : undefined);
-    const lines: { unit: 'lines'; start?: number; end?: number; maxLines?: number } = { unit: 'lines' };
-    if (range.startLine !== undefined) lines.start = range.startLine;
-    if (end !== undefined) lines.end = end;
-    if (range.maxLines !== undefined) lines.maxLines = range.maxLines;
-    const { result, payload } = await this.connection().call('fs.read', { path, range: lines }, options);
+  async readLines(path: string, range: LineRange = {}, options: CallOptions = {}): Promise<LineSlice> {
+    const { result, payload } = await this.connection().call('fs.read', { path, range: { unit: 'lines', ...lineBounds(range) } }, options);
     return {
       content: (payload ?? Buffer.alloc(0)).toString('utf8'),
       startLine: result.startLine ?? 1,
@@ -159,23 +207,15 @@ export class Files {
   }
 
   /**
-   * Reads lines with their seed-004 anchors (`LINE#ID`), for {@link editLines}.
+   * Reads lines with their seed-004 anchors (`LINE#ID`), for {@link editLines}; the same line
+   * range as {@link readLines}.
    *
    * @example
    * const { lines } = await sandbox.files.readAnchored('a.py');
    * lines.map((l) => `${l.anchor}|${l.text}`).join('\n');
    */
-  async readAnchored(
-    path: string,
-    range: { startLine?: number; endLine?: number; maxLines?: number } = {},
-    options: CallOptions = {},
-  ): Promise<Result<'fs.readLines'>> {
-    const params: Params<'fs.readLines'> | { path: string } = { path };
-    const p = params as { path: string; start?: number; end?: number; maxLines?: number };
-    if (range.startLine !== undefined) p.start = range.startLine;
-    if (range.endLine !== undefined) p.end = range.endLine;
-    if (range.maxLines !== undefined) p.maxLines = range.maxLines;
-    return (await this.connection().call('fs.readLines', p, options)).result;
+  async readAnchored(path: string, range: LineRange = {}, options: CallOptions = {}): Promise<Result<'fs.readAnchored'>> {
+    return (await this.connection().call('fs.readAnchored', { path, ...lineBounds(range) }, options)).result;
   }
 
   /**

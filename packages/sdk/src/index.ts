@@ -8,8 +8,11 @@ export {
   extractArchive,
   type ReadOptions,
   type WriteOptions,
+  type FileOperations,
+  type LineRange,
   type LineSlice,
   type CharSlice,
+  type ListedEntry,
   type DownloadedArchive,
 } from './files.js';
 export { Commands, type CommandResult, type CommandEvent, type RunOptions, type StartOptions } from './commands.js';

@@ -112,10 +112,8 @@ export class Pty {
       signal,
       timeoutMs: TERMINAL_MAX_MS,
       onEvent: (event, bytes) => {
-        if (event.event === 'started') {
-          const parsed = PtyStartedEvent.safeParse(event.data);
-          if (parsed.success) started(parsed.data);
-        } else if (event.event === 'output' && bytes) {
+        if (event.event === 'started') started(event.data);
+        else if (event.event === 'output' && bytes) {
           if (options.onData) options.onData(bytes);
           else queue.push(bytes, bytes.length);
         }

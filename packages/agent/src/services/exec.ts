@@ -193,7 +193,7 @@ export function execHandlers(options: ExecOptions): { [M in ProcessMethod]: Hand
 
 async function runForeground(
   params: Params<'process.exec'>,
-  ctx: CallContext,
+  ctx: CallContext<'process.exec'>,
   spawnSpec: SpawnSpec,
 ): Promise<{ result: Result<'process.exec'>; payload: Buffer }> {
   const started = performance.now();

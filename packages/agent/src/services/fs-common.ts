@@ -198,29 +198,6 @@ export function decodeText(bytes: Buffer, display: string): string {
   }
 }
 
-/** One line of a text file: its text without the terminator, and the terminator (`\n`, `\r\n` or none at the end). */
-export interface Line {
-  text: string;
-  eol: string;
-}
-
-/** Splits text into lines; `a\nb\n` and `a\nb` are both two lines, `` is none. */
-export function splitLines(text: string): Line[] {
-  const lines: Line[] = [];
-  let start = 0;
-  while (start < text.length) {
-    const nl = text.indexOf('\n', start);
-    if (nl === -1) {
-      lines.push({ text: text.slice(start), eol: '' });
-      break;
-    }
-    const crlf = nl > start && text.charCodeAt(nl - 1) === 13;
-    lines.push({ text: text.slice(start, crlf ? nl - 1 : nl), eol: crlf ? '\r\n' : '\n' });
-    start = nl + 1;
-  }
-  return lines;
-}
-
 export interface AtomicWriteOptions {
   /** Permission bits for a new file. */
   mode?: number | undefined;

@@ -1,10 +1,22 @@
 import { readlink } from 'node:fs/promises';
-import { canWrite, CodedError, lineAnchor, MAX_READ_BYTES, MAX_READ_LINES, MAX_TEXT_SCAN_BYTES, type Params, type Result } from '@warren/protocol';
+import {
+  canWrite,
+  clampLines,
+  CodedError,
+  lineAnchor,
+  MAX_READ_BYTES,
+  MAX_READ_LINES,
+  MAX_TEXT_SCAN_BYTES,
+  sliceLines,
+  splitLines,
+  type Params,
+  type Result,
+} from '@warren/protocol';
 import type { Handler } from '../dispatch.js';
 import { checkSize, checkSuffix, openChecked, requireRegularFile, typeOf } from '../policy.js';
-import { checkHardLinks, readWhole, resolveFor, sha256, splitLines, type FsContext } from './fs-common.js';
+import { checkHardLinks, readWhole, resolveFor, sha256, type FsContext } from './fs-common.js';
 
-type ReadHandlers = { 'fs.read': Handler<'fs.read'>; 'fs.readLines': Handler<'fs.readLines'>; 'fs.stat': Handler<'fs.stat'> };
+type ReadHandlers = { 'fs.read': Handler<'fs.read'>; 'fs.readAnchored': Handler<'fs.readAnchored'>; 'fs.stat': Handler<'fs.stat'> };
 
 /** The reading half of the file service: whole files, byte/line/character ranges, anchored lines, stat. */
 export function readHandlers(fs: FsContext): ReadHandlers {
@@ -19,7 +31,7 @@ export function readHandlers(fs: FsContext): ReadHandlers {
       if (!range) return { result: { ...base, unit: 'file', bytesRead: bytes.length, truncated: false }, payload: bytes };
       const text = bytes.toString('utf8');
       if (range.unit === 'lines') {
-        const slice = sliceLines(text, range.start, range.end, range.maxLines ?? MAX_READ_LINES);
+        const slice = sliceLines(text, range.startLine, range.endLine, range.maxLines ?? MAX_READ_LINES);
         const out = Buffer.from(slice.content, 'utf8');
         return {
           result: {
@@ -50,11 +62,11 @@ export function readHandlers(fs: FsContext): ReadHandlers {
       };
     },
 
-    async 'fs.readLines'(params, ctx) {
+    async 'fs.readAnchored'(params, ctx) {
       const target = await resolveFor(fs, ctx, params.path, 'read', 'read');
       const { bytes } = await readWhole(fs, target, params.path, MAX_TEXT_SCAN_BYTES);
       const lines = splitLines(bytes.toString('utf8'));
-      const { first, last, truncated } = clampLines(lines.length, params.start, params.end, params.maxLines ?? MAX_READ_LINES);
+      const { first, last, truncated } = clampLines(lines.length, params.startLine, params.endLine, params.maxLines ?? MAX_READ_LINES);
       const out = [];
       for (let n = first; n <= last; n++) out.push({ anchor: lineAnchor(n, lines[n - 1]!.text), text: lines[n - 1]!.text });
       return {
@@ -131,29 +143,6 @@ async function readBytes(
   } finally {
     await handle.close();
   }
-}
-
-/** Codin's clamping: below 1 is 1, past the end is the end, start past end is empty; at most `maxLines`. */
-export function clampLines(
-  total: number,
-  start: number | undefined,
-  end: number | undefined,
-  maxLines: number,
-): { first: number; last: number; truncated: boolean } {
-  const first = Math.max(1, start ?? 1);
-  const wanted = Math.min(total, end ?? total);
-  if (first > wanted) return { first, last: first - 1, truncated: false };
-  const last = Math.min(wanted, first + maxLines - 1);
-  return { first, last, truncated: last < wanted };
-}
-
-/** Lines `start`..`end` of a text, with their terminators, clamped as {@link clampLines} says. */
-export function sliceLines(text: string, start: number | undefined, end: number | undefined, maxLines: number) {
-  const lines = splitLines(text);
-  const { first, last, truncated } = clampLines(lines.length, start, end, maxLines);
-  let content = '';
-  for (let n = first; n <= last; n++) content += lines[n - 1]!.text + lines[n - 1]!.eol;
-  return { content, startLine: first, endLine: last, totalLines: lines.length, truncated };
 }
 
 /**

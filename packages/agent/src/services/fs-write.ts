@@ -1,20 +1,8 @@
-import { CodedError, lineAnchor, lineHash, MAX_TEXT_SCAN_BYTES, parseLineAnchor, type LineEdit } from '@warren/protocol';
+import { CodedError, lineAnchor, lineHash, MAX_TEXT_SCAN_BYTES, parseLineAnchor, splitLines, type Line, type LineEdit } from '@warren/protocol';
 import type { Handler } from '../dispatch.js';
 import { openChecked, requireRegularFile, resolvePath } from '../policy.js';
 import { withPathLock } from './path-lock.js';
-import {
-  appendWrite,
-  atomicWrite,
-  hashBounded,
-  decodeText,
-  offsetWrite,
-  readWhole,
-  resolveFor,
-  sha256,
-  splitLines,
-  type FsContext,
-  type Line,
-} from './fs-common.js';
+import { appendWrite, atomicWrite, hashBounded, decodeText, offsetWrite, readWhole, resolveFor, sha256, type FsContext } from './fs-common.js';
 
 /** The most a conditional write (`expectedSha256`) reads to hash the file it replaces. */
 export const MAX_HASHED_BYTES = 4 * 1024 * 1024 * 1024;

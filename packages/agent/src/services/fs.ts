@@ -12,7 +12,7 @@ type FsMethod =
   | 'fs.read'
   | 'fs.write'
   | 'fs.edit'
-  | 'fs.readLines'
+  | 'fs.readAnchored'
   | 'fs.editLines'
   | 'fs.stat'
   | 'fs.list'

@@ -31,8 +31,8 @@ export type EntryType = z.infer<typeof EntryType>;
 /**
  * One of four ranges, or none for the whole file:
  * - `bytes`: `offset` and `length` in bytes; the answer's payload is raw bytes.
- * - `lines`: 1-based inclusive `start`..`end` (clamped: below 1 is 1, past the end is the end;
- *   start past end is an empty answer), at most `maxLines`; reports `totalLines`.
+ * - `lines`: 1-based inclusive `startLine`..`endLine` (clamped: below 1 is 1, past the end is
+ *   the end; a start past the end is an empty answer), at most `maxLines`; reports `totalLines`.
  * - `chars`: `offset` and `length` in Unicode code points (never splits a UTF-8 sequence);
  *   reports `totalChars` and `truncated` (seed 001's `ReadResult`).
  */
@@ -40,8 +40,8 @@ export const ReadRange = z.discriminatedUnion('unit', [
   z.strictObject({ unit: z.literal('bytes'), offset: Count.default(0), length: Count.max(MAX_READ_BYTES).optional() }),
   z.strictObject({
     unit: z.literal('lines'),
-    start: z.number().int().optional(),
-    end: z.number().int().optional(),
+    startLine: z.number().int().optional(),
+    endLine: z.number().int().optional(),
     maxLines: z.number().int().positive().max(MAX_READ_LINES).optional(),
   }),
   z.strictObject({ unit: z.literal('chars'), offset: Count.default(0), length: Count.max(MAX_READ_CHARS).optional() }),
@@ -160,11 +160,12 @@ export const FsEditResult = z.strictObject({
   sha256: Sha256,
 });
 
-/** Lines with their seed-004 anchors (`LINE#ID`, see `line-hash.ts`). */
-export const FsReadLinesParams = z.strictObject({
+/** Lines with their seed-004 anchors (`LINE#ID`, see `lineAnchor` in `lines.ts`). */
+export const FsReadAnchoredParams = z.strictObject({
   path: SandboxPath,
-  start: z.number().int().optional(),
-  end: z.number().int().optional(),
+  /** The same line range as `fs.read`'s `lines` unit, clamped the same way. */
+  startLine: z.number().int().optional(),
+  endLine: z.number().int().optional(),
   maxLines: z.number().int().positive().max(MAX_READ_LINES).optional(),
 });
 export const AnchoredLine = z.strictObject({
@@ -173,7 +174,7 @@ export const AnchoredLine = z.strictObject({
   /** The line without its terminator. */
   text: z.string(),
 });
-export const FsReadLinesResult = z.strictObject({
+export const FsReadAnchoredResult = z.strictObject({
   path: z.string(),
   startLine: z.number().int(),
   endLine: z.number().int(),
@@ -340,7 +341,7 @@ export const FS_METHODS = {
   'fs.read': { params: FsReadParams, result: FsReadResult, access: 'read', payload: 'response', idempotent: true },
   'fs.write': { params: FsWriteParams, result: FsWriteResult, access: 'write', payload: 'request', idempotent: true },
   'fs.edit': { params: FsEditParams, result: FsEditResult, access: 'write', idempotent: false },
-  'fs.readLines': { params: FsReadLinesParams, result: FsReadLinesResult, access: 'read', idempotent: true },
+  'fs.readAnchored': { params: FsReadAnchoredParams, result: FsReadAnchoredResult, access: 'read', idempotent: true },
   'fs.editLines': { params: FsEditLinesParams, result: FsEditLinesResult, access: 'write', idempotent: false },
   'fs.stat': { params: FsStatParams, result: FsStatResult, access: 'read', idempotent: true },
   'fs.list': { params: FsListParams, result: FsListResult, access: 'read', idempotent: true },

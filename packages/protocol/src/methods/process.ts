@@ -180,14 +180,16 @@ export const ProcessAttachParams = z.strictObject({
 
 export const ProcessListResult = z.strictObject({ processes: z.array(ProcessInfo) });
 
+const OUTPUT_EVENTS = { stdout: OutputEventData, stderr: OutputEventData };
+
 export const PROCESS_METHODS = {
   // The request payload is stdin; the response payload is the kept output (see OutputPayloadLayout).
-  'process.exec': { params: ProcessExecParams, result: ProcessExecResult, access: 'exec', payload: 'request', idempotent: false },
+  'process.exec': { params: ProcessExecParams, result: ProcessExecResult, access: 'exec', payload: 'request', idempotent: false, events: OUTPUT_EVENTS },
   'process.start': { params: ProcessStartParams, result: ProcessInfo, access: 'exec', idempotent: false },
   'process.list': { params: z.strictObject({}), result: ProcessListResult, access: 'exec', idempotent: true },
   'process.wait': { params: ProcessWaitParams, result: ProcessInfo, access: 'exec', idempotent: true },
   'process.kill': { params: ProcessKillParams, result: ProcessInfo, access: 'exec', idempotent: true },
   'process.write': { params: ProcessWriteParams, result: ProcessWriteResult, access: 'exec', payload: 'request', idempotent: false },
   'process.closeStdin': { params: ProcessHandleParams, result: ProcessInfo, access: 'exec', idempotent: true },
-  'process.attach': { params: ProcessAttachParams, result: ProcessInfo, access: 'exec', idempotent: true },
+  'process.attach': { params: ProcessAttachParams, result: ProcessInfo, access: 'exec', idempotent: true, events: OUTPUT_EVENTS },
 } as const satisfies Record<string, MethodSpec>;

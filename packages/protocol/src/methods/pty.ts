@@ -31,8 +31,9 @@ export const PtyOpenParams = z.strictObject({
 });
 export const PtyStartedEvent = z.strictObject({ handle: PtyHandle, pid: z.number().int() });
 export type PtyStartedEvent = z.infer<typeof PtyStartedEvent>;
-/** The data of an `output` event; the bytes are the frame's payload, starting at `offset`. */
+/** The data of an `output` event; the bytes are the frame's payload, starting at `offset` of everything the terminal printed. */
 export const PtyOutputEvent = z.strictObject({ offset: z.number().int().nonnegative() });
+export type PtyOutputEvent = z.infer<typeof PtyOutputEvent>;
 export const PtyExit = z.strictObject({
   exitCode: z.number().int().nullable(),
   signal: z.string().nullable(),
@@ -59,7 +60,7 @@ export const PtyKillParams = z.strictObject({
 export const PtyKillResult = z.strictObject({ signalled: z.number().int().nonnegative() });
 
 export const PTY_METHODS = {
-  'pty.open': { params: PtyOpenParams, result: PtyExit, access: 'exec', idempotent: false },
+  'pty.open': { params: PtyOpenParams, result: PtyExit, access: 'exec', idempotent: false, events: { started: PtyStartedEvent, output: PtyOutputEvent } },
   'pty.write': { params: PtyWriteParams, result: PtyWriteResult, access: 'exec', payload: 'request', idempotent: false },
   'pty.resize': { params: PtyResizeParams, result: PtyResizeResult, access: 'exec', idempotent: true },
   'pty.kill': { params: PtyKillParams, result: PtyKillResult, access: 'exec', idempotent: true },

@@ -1,8 +1,7 @@
-import { lineAnchor, parseLineAnchor } from '@warren/protocol';
+import { lineAnchor, parseLineAnchor, splitLines } from '@warren/protocol';
 import { z } from 'zod';
 import { need, type AnchoredEdit, type ToolCommandResult } from './context.js';
 import { asToolContext, type ToolTarget } from './sandbox-context.js';
-import { splitLines, stripTerminator } from './text.js';
 import { defineTool, toolError, type ToolSet } from './tool.js';
 
 /** Seed 004's `bash` timeout default, in seconds. */
@@ -18,10 +17,7 @@ export const BUILTIN_DEFAULT_BASH_TIMEOUT_SECONDS = 30;
  */
 export function formatAnchoredLines(text: string): string {
   return splitLines(text)
-    .map((line, index) => {
-      const content = stripTerminator(line);
-      return `${lineAnchor(index + 1, content)}|${content}`;
-    })
+    .map(({ text }, index) => `${lineAnchor(index + 1, text)}|${text}`)
     .join('\n');
 }
 
@@ -124,7 +120,7 @@ export function builtinTools(target: ToolTarget): ToolSet {
       input: ReadInput,
       execute: async ({ path }, { signal }) => {
         if (!files.readAnchored) return formatAnchoredLines(await files.readText(path, { signal }));
-        const { lines, truncated, totalLines } = await files.readAnchored(path, { signal });
+        const { lines, truncated, totalLines } = await files.readAnchored(path, {}, { signal });
         const text = lines.map((line) => `${line.anchor}|${line.text}`).join('\n');
         return truncated ? `${text}\n[showing lines 1-${lines.length} of ${totalLines}: use bash (e.g. sed -n) to see the rest]` : text;
       },

@@ -1,6 +1,7 @@
 import { MAX_READ_LINES } from '@warren/protocol';
 import { z } from 'zod';
-import { need, type LineSlice, type ToolCommandResult } from './context.js';
+import type { LineSlice } from '../files.js';
+import { need, type ToolCommandResult } from './context.js';
 import { asToolContext, type ToolTarget } from './sandbox-context.js';
 import { joinShown } from './text.js';
 import { defineTool, type ToolSet } from './tool.js';
@@ -29,10 +30,10 @@ export interface CodinReadRange {
  * start lies after its end (after clamping) gives the headers, with that range, and no content.
  *
  * @example
- * formatCodinRead('example.py', await files.readLines('example.py', { start: 10, end: 20, maxLines: 1000 }), { start_line: 10, end_line: 20 });
+ * formatCodinRead('example.py', await files.readLines('example.py', { startLine: 10, endLine: 20, maxLines: 1000 }), { start_line: 10, end_line: 20 });
  * // '# File: example.py\n# Lines 10-20 of 100 total\n\n...lines 10 to 20...'
  */
-export function formatCodinRead(path: string, slice: LineSlice, range: CodinReadRange = {}): string {
+export function formatCodinRead(path: string, slice: Omit<LineSlice, 'truncated'>, range: CodinReadRange = {}): string {
   const maxLines = range.max_lines ?? CODIN_DEFAULT_MAX_LINES;
   const total = slice.totalLines;
   if (range.start_line === undefined && range.end_line === undefined && total <= maxLines) return slice.content;
@@ -130,7 +131,7 @@ export function codinTools(target: ToolTarget): ToolSet {
       input: ReadInput,
       execute: async (args, { signal }) => {
         const readLines = need(files.readLines?.bind(files), 'line-range read', 'sandbox_read_file');
-        const slice = await readLines(args.path, { start: args.start_line, end: args.end_line, maxLines: args.max_lines }, { signal });
+        const slice = await readLines(args.path, { startLine: args.start_line, endLine: args.end_line, maxLines: args.max_lines }, { signal });
         return formatCodinRead(args.path, slice, args);
       },
     }),

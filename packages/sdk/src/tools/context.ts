@@ -1,68 +1,16 @@
-import type { CharSlice, LineSlice as FilesLineSlice } from '../files.js';
+import type { LineEdit } from '@warren/protocol';
+import type { FileOperations } from '../files.js';
 import { toolError, type ToolError } from './tool.js';
 
-/** Cancellation for one primitive call. */
-export interface PrimitiveOptions {
-  signal?: AbortSignal | undefined;
-}
+/** One hash-anchored edit (seed 004), anchors as `LINE#ID`: the protocol's `LineEdit`. */
+export type AnchoredEdit = LineEdit;
 
 /**
- * Lines `startLine..endLine` (1-based, inclusive) of a text file, with their terminators, and the
- * file's line count. Asked for as `start`..`end` (clamped: below 1 is 1, past the end is the end)
- * and at most `maxLines` lines.
+ * The file operations a tool set runs on: {@link FileOperations}, of which `readText` and `write`
+ * are required. A tool whose operation the target lacks answers with a `NOT_AVAILABLE` error result
+ * rather than emulating it. A `Sandbox`'s `files` has them all; unit tests pass in-memory ones.
  */
-export type LineSlice = Omit<FilesLineSlice, 'truncated'>;
-
-/** A line range as the line read takes it; absent ends mean the file's first or last line. */
-export interface LineRange {
-  start?: number | undefined;
-  end?: number | undefined;
-  maxLines?: number | undefined;
-}
-
-/** Characters `offset..offset + charsRead` of a text file (seed 001's `ReadResult`, camel-cased). */
-export type { CharSlice };
-
-/** One entry of a folder listing, its path relative to the folder listed. */
-export interface ListedEntry {
-  path: string;
-  type: 'file' | 'directory' | 'symlink' | 'other';
-}
-
-/** One hash-anchored edit (seed 004), anchors as `LINE#ID`. */
-export interface AnchoredEdit {
-  op: 'replace' | 'append' | 'prepend';
-  pos: string;
-  end?: string | undefined;
-  lines: string[];
-}
-
-/**
- * The file primitives the tool sets run on. `readText` and `write` are required; a tool whose
- * primitive is absent answers with a `NOT_AVAILABLE` error result rather than emulating it.
- * {@link toolContext} fills this from a `Sandbox`; unit tests pass fakes.
- */
-export interface ToolFiles {
-  readText(path: string, options?: PrimitiveOptions): Promise<string>;
-  write(path: string, content: string, options?: PrimitiveOptions): Promise<{ bytesWritten: number }>;
-  readLines?(path: string, range: LineRange, options?: PrimitiveOptions): Promise<LineSlice>;
-  readChars?(path: string, range: { offset: number; length: number }, options?: PrimitiveOptions): Promise<CharSlice>;
-  /** Replaces `oldText`, which must occur exactly once (`EDIT_NOT_FOUND` / `EDIT_NOT_UNIQUE` otherwise). */
-  edit?(path: string, oldText: string, newText: string, options?: PrimitiveOptions): Promise<void>;
-  /** Every line with its seed-004 anchor (`LINE#ID`), computed by the same code that checks anchors on edit. */
-  readAnchored?(path: string, options?: PrimitiveOptions): Promise<{ lines: { anchor: string; text: string }[]; truncated: boolean; totalLines: number }>;
-  /** Applies hash-anchored edits atomically; a stale anchor fails with `STALE_ANCHOR` and changes nothing. */
-  editLines?(path: string, edits: AnchoredEdit[], options?: PrimitiveOptions): Promise<void>;
-  list?(
-    path: string,
-    options: { recursive: boolean; limit: number; signal?: AbortSignal | undefined },
-  ): Promise<{ entries: ListedEntry[]; truncated: boolean }>;
-  /** Files below `path` matching a glob pattern, relative to `path`. */
-  glob?(path: string, pattern: string, options?: PrimitiveOptions): Promise<string[]>;
-  delete?(path: string, options?: PrimitiveOptions): Promise<void>;
-  move?(source: string, destination: string, options?: PrimitiveOptions): Promise<void>;
-  copy?(source: string, destination: string, options?: PrimitiveOptions): Promise<void>;
-}
+export type ToolFiles = Pick<FileOperations, 'readText' | 'write'> & Partial<Omit<FileOperations, 'readText' | 'write'>>;
 
 /** What a finished command reports to a tool. */
 export interface ToolCommandResult {

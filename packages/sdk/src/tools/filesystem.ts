@@ -1,6 +1,7 @@
+import { posix } from 'node:path';
 import { MAX_READ_CHARS } from '@warren/protocol';
 import { z } from 'zod';
-import { need } from './context.js';
+import { need, type ToolFiles } from './context.js';
 import { asToolContext, type ToolTarget } from './sandbox-context.js';
 import { defineTool, type ToolError, type ToolErrorCode, type ToolSet } from './tool.js';
 
@@ -150,7 +151,9 @@ export function filesystemTools(target: ToolTarget): ToolSet {
       onError: onWriteError,
       toText,
       execute: async ({ source, destination }, { signal }) => {
-        await need(files.move?.bind(files), 'move', 'move')(source, destination, { signal });
+        const move = need(files.move?.bind(files), 'move', 'move');
+        await makeParent(files, destination, signal);
+        await move(source, destination, { overwrite: true, signal });
         return `Moved ${source} to ${destination}`;
       },
     }),
@@ -161,7 +164,9 @@ export function filesystemTools(target: ToolTarget): ToolSet {
       onError: onWriteError,
       toText,
       execute: async ({ source, destination }, { signal }) => {
-        await need(files.copy?.bind(files), 'copy', 'copy')(source, destination, { signal });
+        const copy = need(files.copy?.bind(files), 'copy', 'copy');
+        await makeParent(files, destination, signal);
+        await copy(source, destination, { overwrite: true, signal });
         return `Copied ${source} to ${destination}`;
       },
     }),
@@ -178,4 +183,10 @@ export function filesystemTools(target: ToolTarget): ToolSet {
       execute: async ({ path, pattern }, { signal }) => need(files.glob?.bind(files), 'glob', 'list_files')(path, pattern, { signal }),
     }),
   ];
+}
+
+/** Seed 001 (like Python's shutil) replaces an existing destination and creates its parent folders. */
+async function makeParent(files: ToolFiles, path: string, signal: AbortSignal | undefined): Promise<void> {
+  const parent = posix.dirname(path);
+  if (parent !== '.' && parent !== '/' && files.mkdir) await files.mkdir(parent, { parents: true, signal });
 }

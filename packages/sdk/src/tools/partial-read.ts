@@ -1,5 +1,6 @@
 import { z } from 'zod';
-import { need, type CharSlice, type LineSlice } from './context.js';
+import type { CharSlice, LineSlice } from '../files.js';
+import { need } from './context.js';
 import { asToolContext, type ToolTarget } from './sandbox-context.js';
 import { defineTool, toolErrorFrom, type ToolSet } from './tool.js';
 
@@ -75,7 +76,7 @@ export type PartialReadRequest = z.output<typeof Request>;
  * formatLineSegment('config.ini', { content: 'a=1\nb=2\n', startLine: 1, endLine: 2, totalLines: 2 });
  * // '--- File: config.ini (lines 1-2) ---\na=1\nb=2'
  */
-export function formatLineSegment(path: string, slice: LineSlice): string {
+export function formatLineSegment(path: string, slice: Omit<LineSlice, 'truncated'>): string {
   const header = `--- File: ${path} (lines ${slice.startLine}-${slice.endLine}) ---`;
   if (slice.endLine < slice.startLine) {
     return `${header}\nNo lines read: start_line ${slice.startLine} is beyond the end of the file (${slice.totalLines} lines).`;
@@ -178,7 +179,7 @@ export function partialReadTools(target: ToolTarget, options: PartialReadOptions
           try {
             if (request.start_line !== undefined) {
               const readLines = need(files.readLines?.bind(files), 'line-range read', 'read_partial_files');
-              const slice = await readLines(request.path, { start: request.start_line, end: request.start_line + request.line_count! - 1 }, { signal });
+              const slice = await readLines(request.path, { startLine: request.start_line, endLine: request.start_line + request.line_count! - 1 }, { signal });
               segments.push(formatLineSegment(request.path, slice));
             } else {
               const readChars = need(files.readChars?.bind(files), 'character-range read', 'read_partial_files');

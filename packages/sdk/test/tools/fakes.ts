@@ -1,7 +1,7 @@
-import { lineHash, parseLineAnchor } from '@warren/protocol';
+import { lineHash, MAX_READ_LINES, parseLineAnchor, sliceLines, splitLines } from '@warren/protocol';
 import { EditNotFoundError, EditNotUniqueError, NotFoundError, StaleAnchorError } from '../../src/errors.js';
-import { splitLines, stripTerminator } from '../../src/tools/text.js';
-import type { AnchoredEdit, CharSlice, LineRange, LineSlice, ToolCommandResult, ToolCommands, ToolContext, ToolFiles } from '../../src/tools/index.js';
+import type { CharSlice, LineRange } from '../../src/files.js';
+import type { AnchoredEdit, ToolCommandResult, ToolCommands, ToolContext, ToolFiles } from '../../src/tools/index.js';
 
 /** An in-memory stand-in for the file primitives: a map from path to text. */
 export class FakeFiles implements ToolFiles {
@@ -27,9 +27,9 @@ export class FakeFiles implements ToolFiles {
     this.data.set(path, content);
     return { bytesWritten: Buffer.byteLength(content) };
   }
-  async readLines(path: string, range: LineRange) {
+  async readLines(path: string, range: LineRange = {}) {
     this.calls.push(`readLines ${path} ${JSON.stringify(range)}`);
-    return sliceLines(this.get(path), range);
+    return sliceLines(this.get(path), range.startLine, range.endLine, range.maxLines ?? MAX_READ_LINES);
   }
   async readChars(path: string, range: { offset: number; length: number }) {
     return sliceChars(this.get(path), range.offset, range.length);
@@ -44,7 +44,7 @@ export class FakeFiles implements ToolFiles {
   /** Checks every anchor against the current text, as the agent does, then applies bottom-up. */
   async editLines(path: string, edits: AnchoredEdit[]) {
     this.calls.push(`editLines ${path} ${JSON.stringify(edits)}`);
-    const lines = splitLines(this.get(path)).map(stripTerminator);
+    const lines = splitLines(this.get(path)).map((line) => line.text);
     for (const edit of edits) {
       for (const anchor of [edit.pos, edit.end].filter((a): a is string => a !== undefined)) {
         const { line, hash } = parseLineAnchor(anchor)!;
@@ -118,16 +118,6 @@ export function fakeContext(
 /** `line 1\n` .. `line N\n`. */
 export function numberedLines(count: number, prefix = 'line '): string {
   return Array.from({ length: count }, (_, i) => `${prefix}${i + 1}\n`).join('');
-}
-
-/** Lines of a text as the agent's line read returns them (same clamping). */
-export function sliceLines(text: string, range: LineRange): LineSlice {
-  const lines = splitLines(text);
-  const startLine = Math.max(1, range.start ?? 1);
-  let endLine = Math.min(lines.length, range.end === undefined ? lines.length : Math.max(1, range.end));
-  if (range.maxLines !== undefined) endLine = Math.min(endLine, startLine + range.maxLines - 1);
-  if (endLine < startLine) endLine = startLine - 1;
-  return { content: lines.slice(startLine - 1, endLine).join(''), startLine, endLine, totalLines: lines.length };
 }
 
 /** Characters (code points) of a text as the agent's character read returns them. */

@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from '@jest/globals';
 import Docker from 'dockerode';
-import { Credentials, startController, type Controller } from '@warren/controller';
+import { Credentials, startController, type Controller, silentLogger } from '@warren/controller';
 import { Sandbox } from '@warren/sdk';
 import { until } from '../support/wait.js';
 import { removeStateDir } from '../support/state-dir.js';
@@ -19,7 +19,7 @@ describe('the warm pool', () => {
   const start = async () => {
     const controller = await startController({
       credentials: Credentials.inMemory(apiKey, masterKey),
-      log: () => undefined,
+      logger: silentLogger(),
       config: { port: 0, stateDir, poolSize: 1, reapIntervalMs: 1000 },
     });
     controllers.push(controller);

@@ -4,7 +4,7 @@ import { createServer } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { Credentials, startController, type Controller } from '@warren/controller';
+import { Credentials, startController, type Controller, silentLogger } from '@warren/controller';
 import { ConnectionClosedError, Sandbox } from '@warren/sdk';
 import { removeStateDir } from '../support/state-dir.js';
 
@@ -25,7 +25,7 @@ describe('the SDK connection comes back by itself after the controller restarts'
   let controller: Controller;
   let sandbox: Sandbox;
 
-  const start = () => startController({ credentials, log: () => undefined, config: { port, stateDir, reapIntervalMs: 60_000 } });
+  const start = () => startController({ credentials, logger: silentLogger(), config: { port, stateDir, reapIntervalMs: 60_000 } });
 
   beforeAll(async () => {
     stateDir = await mkdtemp(path.join(os.tmpdir(), 'warren-reconnect-'));

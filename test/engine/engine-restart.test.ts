@@ -7,6 +7,7 @@
 // an engine the machine's owner runs.
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { createLogger } from '@warren/controller';
 import { Sandbox } from '@warren/sdk';
 import { reasonNotToRestartEngine, startEngine as startEngineIn, stopEngine } from '../support/engine.js';
 import { startTestController, type TestController } from '../support/fixtures.js';
@@ -25,11 +26,14 @@ async function readyz(url: string): Promise<number> {
 
 (ours ? describe : describe.skip)('the Docker engine restarts under a running controller', () => {
   let warren: TestController;
-  const events: { event: string; fields: Record<string, unknown> }[] = [];
+  const events: ({ event: string } & Record<string, unknown>)[] = [];
   let sandboxes: Sandbox[] = [];
 
   beforeAll(async () => {
-    warren = await startTestController({ config: { poolSize: 1 }, log: (event, fields = {}) => void events.push({ event, fields }) });
+    warren = await startTestController({
+      config: { poolSize: 1 },
+      logger: createLogger({ destination: { write: (line) => void events.push(JSON.parse(line) as (typeof events)[number]) } }),
+    });
     sandboxes = await Promise.all(
       ['warren/sandbox:latest', 'warren/test-busybox:latest'].map((image) => Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, image })),
     );
@@ -65,7 +69,7 @@ async function readyz(url: string): Promise<number> {
       expect((await sandbox.commands.list()).filter((p) => p.running)).toEqual([]);
     }
     expect(events.map((e) => e.event)).toEqual(expect.arrayContaining(['docker.lost', 'docker.back', 'sandboxes.restarted']));
-    expect(events.find((e) => e.event === 'sandboxes.restarted')?.fields).toMatchObject({ restarted: 2, failed: [] });
+    expect(events.find((e) => e.event === 'sandboxes.restarted')).toMatchObject({ restarted: 2, failed: [] });
   });
 
   it('replaces the warm pool members that stopped with the engine, and creates work again', async () => {

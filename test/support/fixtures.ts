@@ -3,7 +3,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { startAgentServer, type FilePolicy } from '@warren/agent';
-import { Credentials, startController, type Controller } from '@warren/controller';
+import { Credentials, startController, type Controller, silentLogger } from '@warren/controller';
 import { Commands, Connection, Files, Sandbox } from '@warren/sdk';
 import { removeStateDir } from './state-dir.js';
 
@@ -27,7 +27,7 @@ export async function startTestController(config: Parameters<typeof startControl
   const apiKey = `wk_test_${randomBytes(16).toString('hex')}`;
   const controller = await startController({
     credentials: Credentials.inMemory(apiKey),
-    log: () => undefined,
+    logger: silentLogger(),
     ...config,
     config: { port: 0, stateDir, reapIntervalMs: 1000, ...config.config },
   });

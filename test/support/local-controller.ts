@@ -13,6 +13,8 @@ import {
   type ProviderState,
   type SandboxProvider,
   type SandboxSpec,
+  type Logger,
+  silentLogger,
 } from '@warren/controller';
 
 /** One sandbox of the {@link LocalProvider}: a real daemon in this process. */
@@ -136,7 +138,7 @@ export interface LocalController extends AsyncDisposable {
  * await using warren = await startLocalController();
  * const sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, policy: { root: warren.root } });
  */
-export async function startLocalController(config: Partial<ControllerConfig> = {}): Promise<LocalController> {
+export async function startLocalController(config: Partial<ControllerConfig> = {}, options: { logger?: Logger } = {}): Promise<LocalController> {
   const dir = await mkdtemp(path.join(os.tmpdir(), 'warren-local-'));
   const root = path.join(dir, 'workspace');
   await mkdir(root);
@@ -145,7 +147,7 @@ export async function startLocalController(config: Partial<ControllerConfig> = {
   const controller = await startController({
     provider,
     credentials: Credentials.inMemory(apiKey),
-    log: () => undefined,
+    logger: options.logger ?? silentLogger(),
     config: { port: 0, host: '127.0.0.1', stateDir: path.join(dir, 'state'), reapIntervalMs: 60_000, ...config },
   });
   const dispose = async () => {

@@ -71,8 +71,17 @@ export function buildProgram(): Command {
       return port;
     })
     .option('--config <file>', 'a JSON or YAML config file (default WARREN_CONFIG); WARREN_* variables win over it, flags over both')
-    .addHelpText('after', examples(['warren serve', 'warren serve --port 8080 --host 0.0.0.0', 'warren serve --config /etc/warren.json']))
-    .action(async (options: { host?: string; port?: number; config?: string }) => {
+    .option('--print-config', 'print the effective configuration as JSON (secrets redacted) and exit; an invalid setting fails as a start would')
+    .addHelpText(
+      'after',
+      examples([
+        'warren serve',
+        'warren serve --port 8080 --host 0.0.0.0',
+        'warren serve --config /etc/warren.json',
+        'LOG_LEVEL=debug warren serve --print-config',
+      ]),
+    )
+    .action(async (options: { host?: string; port?: number; config?: string; printConfig?: boolean }) => {
       // Loaded on demand: the controller (and dockerode) would slow every other command's start.
       const { serve } = await import('./serve.js');
       await serve(options);

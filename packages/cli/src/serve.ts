@@ -1,4 +1,13 @@
-import { API_KEY_HASH_FILE, readConfigFile, startController, type Controller } from '@warren/controller';
+import {
+  API_KEY_HASH_FILE,
+  loadConfig,
+  readConfigFile,
+  readFlags,
+  redactConfig,
+  startController,
+  type Controller,
+  type ControllerConfig,
+} from '@warren/controller';
 
 /**
  * The SDK example the README and `warren serve` print: plain JavaScript that Node 20 runs as
@@ -19,19 +28,50 @@ export function sdkExample(url: string): string {
   ].join('\n');
 }
 
+/** The options of `warren serve`. */
+export interface ServeOptions {
+  host?: string;
+  port?: number;
+  config?: string;
+  printConfig?: boolean;
+}
+
+/**
+ * The configuration `warren serve` runs with: defaults, then the file (`--config`, else
+ * `WARREN_CONFIG`), then the environment, then the flags, each checked by the controller's one
+ * schema. A bad setting throws the error a start would, naming the file key, variable or flag.
+ */
+function serveSettings(options: ServeOptions, env: NodeJS.ProcessEnv): { flags: Partial<ControllerConfig>; configFile: string | undefined } {
+  const configFile = options.config ?? (env.WARREN_CONFIG || undefined);
+  if (configFile !== undefined) readConfigFile(configFile); // a bad file fails here, naming the setting
+  return { flags: readFlags({ host: options.host, port: options.port }), configFile };
+}
+
+/**
+ * `warren serve --print-config`: the effective configuration as JSON, with the API key and its
+ * digests redacted, without starting anything. Throws, as a start would, when a setting is invalid.
+ *
+ * @example
+ * process.stdout.write(effectiveConfigText({ port: 8080 }, process.env));
+ */
+export function effectiveConfigText(options: ServeOptions, env: NodeJS.ProcessEnv = process.env): string {
+  const { flags, configFile } = serveSettings(options, env);
+  return `${JSON.stringify(redactConfig(loadConfig(env, flags, configFile)), null, 2)}\n`;
+}
+
 /**
  * `warren serve`: starts the controller in the foreground and prints how to use it. Stopping it
- * (Ctrl-C, SIGTERM) leaves the sandboxes running; the next start picks them up again.
+ * (Ctrl-C, SIGTERM) leaves the sandboxes running; the next start picks them up again. With
+ * `printConfig`, prints the effective configuration instead (see {@link effectiveConfigText}).
  */
-export async function serve(options: { host?: string; port?: number; config?: string }): Promise<Controller> {
-  if (options.config !== undefined) {
-    readConfigFile(options.config); // a bad file fails here, naming the setting
-    process.env.WARREN_CONFIG = options.config;
+export async function serve(options: ServeOptions): Promise<Controller | undefined> {
+  if (options.printConfig) {
+    process.stdout.write(effectiveConfigText(options));
+    return undefined;
   }
-  const config: { host?: string; port?: number } = {};
-  if (options.host !== undefined) config.host = options.host;
-  if (options.port !== undefined) config.port = options.port;
-  const controller = await startController({ config });
+  const { flags, configFile } = serveSettings(options, process.env);
+  if (configFile !== undefined) process.env.WARREN_CONFIG = configFile;
+  const controller = await startController({ config: flags });
   const hashFile = `${controller.config.stateDir}/${API_KEY_HASH_FILE}`;
   const keyLines = controller.generatedApiKey
     ? [`API key:    ${controller.generatedApiKey}`, `            shown this once: only its SHA-256 digest is kept (${hashFile}). Save it now.`]

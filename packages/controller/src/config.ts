@@ -3,6 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { LOG_LEVELS, REDACTED, type LogLevel } from './logger.js';
 
 /** Everything the controller can be told; {@link loadConfig} fills it from a file, the environment and overrides. */
 export interface ControllerConfig {
@@ -65,6 +66,8 @@ export interface ControllerConfig {
   allowedOrigins: string[];
   /** Extra `Host` values allowed on WebSocket upgrades, besides loopback and the bound address. */
   allowedHosts: string[];
+  /** The least severe log level written (`LOG_LEVEL`): fatal, error, warn, info (default), debug, trace or silent. */
+  logLevel: LogLevel;
 }
 
 /** The numbers a create may ask for; the configuration holds a default and a maximum of each. */
@@ -128,6 +131,7 @@ export const ConfigFile = z.strictObject({
   heartbeatMs: z.number().int().min(100).optional(),
   allowedOrigins: z.array(z.string()).optional(),
   allowedHosts: z.array(z.string()).optional(),
+  logLevel: z.enum(LOG_LEVELS).optional(),
 });
 export type ConfigFile = z.infer<typeof ConfigFile>;
 
@@ -171,6 +175,7 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   heartbeatMs: 30_000,
   allowedOrigins: [],
   allowedHosts: [],
+  logLevel: 'info',
 };
 
 /** Reads and checks a configuration file (`.json`, `.yaml` or `.yml`). */
@@ -198,7 +203,7 @@ export function readConfigFile(file: string): ConfigFile {
 
 /**
  * Reads the configuration: defaults, then the file named by `WARREN_CONFIG` (or `configFile`),
- * then `WARREN_*` environment variables, then `overrides`.
+ * then `WARREN_*` environment variables (and `LOG_LEVEL`), then `overrides`.
  *
  * @example
  * const config = loadConfig({ ...process.env, WARREN_PORT: '0' });
@@ -229,7 +234,39 @@ export function loadConfig(
 }
 
 /**
- * Every `WARREN_*` variable and the setting it sets, with how its text is read. The values go
+ * Settings given as command-line flags (`warren serve --host --port`), checked by the file's
+ * schema like the file and the environment, so a flag meets the same limits and errors.
+ *
+ * @example
+ * loadConfig(process.env, readFlags({ port: 8080 }));
+ */
+export function readFlags(flags: Pick<ConfigFile, 'host' | 'port'>): Partial<Pick<ControllerConfig, 'host' | 'port'>> {
+  const parsed = ConfigFile.pick({ host: true, port: true }).safeParse(stripUndefined(flags));
+  if (!parsed.success) {
+    const problems = parsed.error.issues.map((issue) => `--${issue.path.map(String).join('.')}: ${issue.message}`);
+    throw new Error(`Invalid command-line option: ${problems.join('; ')}. See docs/controller.md for every setting.`);
+  }
+  return stripUndefined(parsed.data);
+}
+
+/**
+ * The configuration as `warren serve --print-config` shows it: every setting after defaults, the
+ * file, the environment and flags, with credentials (the API key, the API key digests) replaced
+ * by {@link REDACTED} and unset optional settings shown as null, so the output lists every
+ * setting and can be pasted into a bug report.
+ *
+ * @example
+ * process.stdout.write(`${JSON.stringify(redactConfig(loadConfig()), null, 2)}\n`);
+ */
+export function redactConfig(config: ControllerConfig): Record<string, unknown> {
+  const { apiKey, apiKeyHashes, ...rest } = config;
+  // An unset optional setting is shown as null, so the output lists every setting there is.
+  const shown: Record<string, unknown> = Object.fromEntries(Object.entries(rest).map(([key, value]) => [key, value ?? null]));
+  return { ...shown, apiKey: apiKey === undefined ? null : REDACTED, apiKeyHashes: apiKeyHashes.map(() => REDACTED) };
+}
+
+/**
+ * Every environment variable (`WARREN_*`, and `LOG_LEVEL`) and the setting it sets, with how its text is read. The values go
  * through the same schema as the configuration file ({@link ConfigFile}), so a variable meets the
  * same limits and gets the same errors as the file would (`WARREN_PORT=99999` is refused).
  */
@@ -263,9 +300,10 @@ const ENV_SETTINGS: [variable: string, path: string, kind: 'string' | 'number' |
   ['WARREN_HEARTBEAT_MS', 'heartbeatMs', 'number'],
   ['WARREN_ALLOWED_ORIGINS', 'allowedOrigins', 'list,'],
   ['WARREN_ALLOWED_HOSTS', 'allowedHosts', 'list,'],
+  ['LOG_LEVEL', 'logLevel', 'string'],
 ];
 
-/** The `WARREN_*` variables as a configuration-file object, checked by the file's schema. */
+/** The environment variables as a configuration-file object, checked by the file's schema. */
 function readEnvironment(env: NodeJS.ProcessEnv): ConfigFile {
   const raw: Record<string, unknown> = {};
   const variableOf = new Map<string, string>();

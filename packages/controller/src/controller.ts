@@ -5,6 +5,7 @@ import { loadConfig, type ControllerConfig } from './config.js';
 import { Credentials } from './credentials.js';
 import { DockerProvider } from './docker.js';
 import { EngineWatch } from './engine-watch.js';
+import { createLogger, type Logger } from './logger.js';
 import { createHttpServer, serverUrl } from './http.js';
 import { Metrics } from './metrics.js';
 import { WarmPool } from './pool.js';
@@ -17,7 +18,11 @@ export interface StartControllerOptions {
   /** Where sandboxes run; the local Docker engine by default. */
   provider?: SandboxProvider;
   credentials?: Credentials;
-  log?: (event: string, fields?: Record<string, unknown>) => void;
+  /**
+   * Where the controller logs (JSON lines with levels, access lines included); by default a
+   * logger at the configured `logLevel` on standard error.
+   */
+  logger?: Logger;
 }
 
 /** A running controller. Dispose it to stop serving; sandboxes keep running. */
@@ -43,7 +48,7 @@ export interface Controller extends AsyncDisposable {
  */
 export async function startController(options: StartControllerOptions = {}): Promise<Controller> {
   const config = loadConfig(process.env, options.config);
-  const log = options.log ?? jsonLog;
+  const logger = options.logger ?? createLogger({ level: config.logLevel });
   let generatedApiKey: string | undefined;
   let credentials = options.credentials;
   if (!credentials) {
@@ -53,23 +58,25 @@ export async function startController(options: StartControllerOptions = {}): Pro
   }
   const provider =
     options.provider ??
-    new DockerProvider({ stateDir: config.stateDir, workspaceQuota: config.workspaceQuota, workspaceReserveMb: config.workspaceReserveMb, log });
+    new DockerProvider({ stateDir: config.stateDir, workspaceQuota: config.workspaceQuota, workspaceReserveMb: config.workspaceReserveMb, logger });
   await provider.ping();
   const runtime = await collectRuntime(config.agentBundlePath);
   const { oldRuntimesRemoved } = await provider.prepare(runtime, config.defaultImage);
   const isolation = await provider.isolation();
   if (!isolation.limitsEnforced)
-    log('engine.limits-not-enforced', {
-      warning: 'this engine accepts memory, CPU and pids limits without enforcing them (rootless on cgroup v1); sandboxes are not bounded',
-    });
+    logger.warn(
+      { warning: 'this engine accepts memory, CPU and pids limits without enforcing them (rootless on cgroup v1); sandboxes are not bounded' },
+      'engine.limits-not-enforced',
+    );
   const metrics: Metrics = new Metrics(() => sandboxes.countByState());
   const sandboxes: SandboxService = new SandboxService({
     provider,
     credentials,
     config,
     metrics,
-    onRestart: (sandboxId, error) => log(error === null ? 'sandbox.restarted' : 'sandbox.restart-failed', { sandboxId, ...(error === null ? {} : { error }) }),
-    pool: config.poolSize > 0 ? (service) => new WarmPool(service, config.poolSize, log) : undefined,
+    onRestart: (sandboxId, error) =>
+      error === null ? logger.info({ sandboxId }, 'sandbox.restarted') : logger.error({ sandboxId, error }, 'sandbox.restart-failed'),
+    pool: config.poolSize > 0 ? (service) => new WarmPool(service, config.poolSize, logger) : undefined,
   });
   const pool = sandboxes.pool as WarmPool | undefined;
   const { recovered, poolMembers } = await sandboxes.recover();
@@ -80,7 +87,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
   // Sandboxes whose containers stopped while no controller watched (an engine restart, a host
   // reboot) come back now; from here on the watch restarts them whenever the engine does.
   const restartedAtStart = await sandboxes.restartStopped();
-  const engine = new EngineWatch(provider, sandboxes.supervisor, pool, log);
+  const engine = new EngineWatch(provider, sandboxes.supervisor, pool, logger);
   await engine.start();
 
   const readiness = async () => {
@@ -113,26 +120,29 @@ export async function startController(options: StartControllerOptions = {}): Pro
     if (sandboxes.record(id).state === 'paused') throw new CodedError('SANDBOX_NOT_READY', `Sandbox '${id}' is paused; resume it to read its audit log.`);
     return callAgent(sandboxes.socketPath(id), sandboxes.agentSecret(id), 'audit.list', params);
   };
-  const { server, wss } = createHttpServer({ sandboxes, credentials, config, metrics, log, readiness, audit });
+  const { server, wss } = createHttpServer({ sandboxes, credentials, config, metrics, logger, readiness, audit });
   server.listen(config.port, config.host);
   await once(server, 'listening');
   const url = serverUrl(server, config.host);
-  log('controller.started', {
-    url,
-    provider: provider.name,
-    recovered,
-    restarted: restartedAtStart.restarted.length,
-    restartFailed: restartedAtStart.failed,
-    oldRuntimesRemoved,
-  });
+  logger.info(
+    {
+      url,
+      provider: provider.name,
+      recovered,
+      restarted: restartedAtStart.restarted.length,
+      restartFailed: restartedAtStart.failed,
+      oldRuntimesRemoved,
+    },
+    'controller.started',
+  );
 
   const reaper = setInterval(() => {
     pool?.fill();
     sandboxes
       .refreshStates()
       .then(() => sandboxes.reapExpired())
-      .then((ids: string[]) => ids.length > 0 && log('sandboxes.reaped', { ids }))
-      .catch((err: unknown) => log('reaper.failed', { error: String(err) }));
+      .then((ids: string[]) => ids.length > 0 && logger.info({ ids }, 'sandboxes.reaped'))
+      .catch((err: unknown) => logger.error({ error: String(err) }, 'reaper.failed'));
   }, config.reapIntervalMs);
   reaper.unref();
 
@@ -155,8 +165,4 @@ export async function startController(options: StartControllerOptions = {}): Pro
 function sandboxHardening(config: ControllerConfig) {
   const { tmpMb, openFiles, fileSizeMb, memoryMb, pidsLimit } = config.limits;
   return { daemonSeparateFromSandboxUser: true, readOnlyRootfs: true, tmpMb, openFiles, fileSizeMb, memoryMb, pidsLimit, network: 'none' };
-}
-
-function jsonLog(event: string, fields: Record<string, unknown> = {}): void {
-  process.stderr.write(`${JSON.stringify({ time: new Date().toISOString(), event, ...fields })}\n`);
 }

@@ -5,6 +5,7 @@ import type { SandboxSettings } from '@warren/protocol';
 import { AgentDirs, type HostIdentity } from './agent-dir.js';
 import { openWorkspaceStore, type WorkspaceStore } from './workspace-store.js';
 import { LABELS } from './labels.js';
+import type { Logger } from './logger.js';
 import { defaultStateDir } from './config.js';
 import type { DaemonEndpoint, ProvidedSandbox, ProviderIsolation, ProviderState, SandboxProvider, SandboxSpec } from './provider.js';
 import { agentCommand, RUNTIME_DIR, runtimeTar, type AgentRuntime } from './runtime.js';
@@ -226,7 +227,7 @@ export class DockerProvider implements SandboxProvider {
       mode: this.options.workspaceQuota,
       remoteEngine: !isLocalEngine(this.docker),
       reserveBytes: this.options.workspaceReserveMb === undefined ? undefined : this.options.workspaceReserveMb * 1024 * 1024,
-      log: this.options.log,
+      logger: this.options.logger,
     });
     const known = new Set((await this.list()).map((s) => s.labels[LABELS.sandbox]));
     for (const agentId of await this.workspaces.list()) if (!known.has(agentId)) await this.workspaces.remove(agentId);
@@ -491,7 +492,8 @@ export interface DockerProviderOptions {
   workspaceQuota?: 'auto' | 'required' | 'off' | undefined;
   /** Free space (MiB) workspace disks always leave on the host. */
   workspaceReserveMb?: number | undefined;
-  log?: ((event: string, fields?: Record<string, unknown>) => void) | undefined;
+  /** Where operator-facing details go; nothing is logged without one. */
+  logger?: Logger | undefined;
 }
 
 /**

@@ -1,8 +1,7 @@
 import type { WarmPool } from './pool.js';
 import type { SandboxProvider } from './provider.js';
+import type { Logger } from './logger.js';
 import type { RestartSupervisor } from './supervisor.js';
-
-type Log = (event: string, fields?: Record<string, unknown>) => void;
 
 /** How often a lost engine is asked whether it is back. */
 const PING_INTERVAL_MS = 1000;
@@ -17,7 +16,7 @@ const PING_INTERVAL_MS = 1000;
  * retryable error instead of "the sandbox ended", and `/readyz` answers 503.
  *
  * @example
- * const watch = new EngineWatch(provider, supervisor, pool, log);
+ * const watch = new EngineWatch(provider, supervisor, pool, logger);
  * await watch.start();
  * // ... later
  * watch.close();
@@ -33,7 +32,7 @@ export class EngineWatch {
     private readonly provider: SandboxProvider,
     private readonly supervisor: RestartSupervisor,
     private readonly pool: WarmPool | undefined,
-    private readonly log: Log,
+    private readonly logger: Logger,
   ) {}
 
   /** Starts following the engine's events; the engine must answer now. */
@@ -63,17 +62,17 @@ export class EngineWatch {
       do {
         this.lostAgain = false;
         this.supervisor.setEngineAway(true);
-        this.log('docker.lost', {});
+        this.logger.warn('docker.lost');
         await this.waitForEngine();
         if (this.closed) return;
         this.supervisor.setEngineAway(false);
-        this.log('docker.back', { afterMs: Date.now() - lostAt });
+        this.logger.info({ afterMs: Date.now() - lostAt }, 'docker.back');
         try {
           const { restarted, failed } = await this.supervisor.restartStopped();
           await this.pool?.replaceStopped();
-          this.log('sandboxes.restarted', { restarted: restarted.length, failed, afterMs: Date.now() - lostAt });
+          this.logger.info({ restarted: restarted.length, failed, afterMs: Date.now() - lostAt }, 'sandboxes.restarted');
         } catch (err) {
-          this.log('docker.recovery-failed', { error: (err as Error).message });
+          this.logger.error({ error: (err as Error).message }, 'docker.recovery-failed');
         }
       } while (this.lostAgain && !this.closed);
     } finally {

@@ -1,36 +1,33 @@
+import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { isIP, type AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
-import {
-  CodedError,
-  ERROR_CODES,
-  GRANT_HEADER,
-  REST_PATHS,
-  SandboxState,
-  SetTimeoutRequest,
-  WS_MAX_PAYLOAD_BYTES,
-  encodeGrant,
-  issueText,
-  type ErrorCode,
-  type RestErrorBody,
-} from '@warren/protocol';
+import { CodedError, ERROR_CODES, GRANT_HEADER, WS_MAX_PAYLOAD_BYTES, encodeGrant, type ErrorCode, type RestErrorBody } from '@warren/protocol';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { openAgentSocket } from './agent-link.js';
 import type { ControllerConfig } from './config.js';
 import type { Credentials } from './credentials.js';
-import { callAccessCheck, deriveGrant, grantFor, observeCalls, routeRefusal, type Access, type Caller, type Holder } from './grants.js';
+import { callAccessCheck, grantFor, observeCalls, routeRefusal, type Access, type Caller, type Holder } from './grants.js';
+import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
 import { relay, sizeRefusal } from './relay.js';
+import { ROUTES, routeList, routesAt, sendJson } from './routes.js';
 import type { SandboxService } from './sandboxes.js';
 
-const MAX_BODY_BYTES = 1024 * 1024;
+/** The header a request id travels in, both ways. */
+export const REQUEST_ID_HEADER = 'x-request-id';
+/** An incoming request id is kept when it is a short token of these characters; otherwise a new one is made. */
+const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+/** Paths are logged up to this length: the rest of a hostile URL is not worth a log line's size. */
+const MAX_LOGGED_PATH = 256;
 
 export interface HttpServerDeps {
   sandboxes: SandboxService;
   credentials: Credentials;
   config: ControllerConfig;
   metrics: Metrics;
-  log: (event: string, fields?: Record<string, unknown>) => void;
+  /** Event lines and one access line per request and per WebSocket connection. */
+  logger: Logger;
   /** `/readyz`: resolves when Docker answers and the default image is present. */
   readiness: () => Promise<Record<string, unknown>>;
   /** `GET /v1/sandboxes/:id/audit`: the daemon's audit log of the sandbox. */
@@ -45,12 +42,24 @@ export function createHttpServer(deps: HttpServerDeps) {
   const wss = new WebSocketServer({ noServer: true, maxPayload: WS_MAX_PAYLOAD_BYTES, perMessageDeflate: false });
 
   const server = createServer((req, res) => {
-    route(deps, req, res).catch((err: unknown) => sendError(deps, res, err));
+    const entry: AccessEntry = { requestId: requestIdOf(req), startedAt: performance.now() };
+    res.setHeader(REQUEST_ID_HEADER, entry.requestId);
+    res.once('close', () => logRequest(deps.logger, req, entry, res.statusCode, res.writableFinished));
+    route(deps, req, res, entry).catch((err: unknown) => sendError(deps, res, err, entry));
+  });
+
+  // The 101 answer of an accepted upgrade carries the request id too.
+  const upgradeIds = new WeakMap<IncomingMessage, string>();
+  wss.on('headers', (headers: string[], req: IncomingMessage) => {
+    const requestId = upgradeIds.get(req);
+    if (requestId !== undefined) headers.push(`X-Request-Id: ${requestId}`);
   });
 
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     socket.on('error', () => socket.destroy());
-    upgrade(deps, wss, upgrading, req, socket, head).catch((err: unknown) => rejectUpgrade(deps, socket, err));
+    const entry: AccessEntry = { requestId: requestIdOf(req), startedAt: performance.now() };
+    upgradeIds.set(req, entry.requestId);
+    upgrade(deps, wss, upgrading, req, socket, head, entry).catch((err: unknown) => rejectUpgrade(deps, req, socket, err, entry));
   });
 
   // Heartbeat: a client that has not answered the previous ping by the next one is gone.
@@ -76,99 +85,38 @@ export function createHttpServer(deps: HttpServerDeps) {
   return { server, wss };
 }
 
-async function route(deps: HttpServerDeps, req: IncomingMessage, res: ServerResponse): Promise<void> {
+/** What the access log line of one request or upgrade says, filled in as the request is served. */
+interface AccessEntry {
+  requestId: string;
+  startedAt: number;
+  caller?: Caller['kind'];
+  sandboxId?: string;
+  code?: string;
+}
+
+async function route(deps: HttpServerDeps, req: IncomingMessage, res: ServerResponse, entry: AccessEntry): Promise<void> {
   const url = new URL(req.url ?? '/', 'http://controller');
   const method = req.method ?? 'GET';
-  if (url.pathname === REST_PATHS.healthz && method === 'GET') return sendJson(res, 200, { status: 'ok' });
-  if (url.pathname === REST_PATHS.readyz && method === 'GET') {
-    const checks = await deps.readiness().catch((err: unknown) => {
-      throw new CodedError('SANDBOX_NOT_READY', `Not ready: ${(err as Error).message}`);
-    });
-    return sendJson(res, 200, { status: 'ready', ...checks });
+  const { routes, id } = routesAt(url.pathname);
+  if (routes.length === 0) throw new CodedError('NOT_FOUND', `No route ${method} ${url.pathname}. Routes: ${routeList()}.`);
+  if (id) entry.sandboxId = id;
+  const found = routes.find((r) => r.method === method);
+  const access = found?.access ?? routes.find((r) => r.access !== 'public')?.access ?? 'public';
+  let caller: Caller | undefined;
+  if (access !== 'public') {
+    caller = authenticate(deps.credentials, req, id || undefined);
+    entry.caller = caller.kind;
   }
-  if (url.pathname === REST_PATHS.metrics && method === 'GET') {
-    refuse(controllerWide(authenticate(deps.credentials, req, undefined)), 'operator', 'GET /metrics');
-    const text = await deps.metrics.registry.metrics();
-    res.writeHead(200, { 'content-type': deps.metrics.registry.contentType }).end(text);
-    return;
+  // A sandbox that does not exist is a 404 whatever the method (throws SANDBOX_NOT_FOUND).
+  const record = id ? deps.sandboxes.record(id) : undefined;
+  if (!found) throw methodNotAllowed(method, url.pathname, routes.map((r) => r.method).join(', '));
+  if (caller !== undefined) {
+    const who = caller;
+    const what = `${found.method} ${found.path.replace('{id}', '<id>')}`;
+    const holder = record && found.access !== 'operator' ? { caller: who, grant: () => grantFor(record, who) } : controllerWide(who);
+    refuse(holder, found.access as Access, what);
   }
-
-  const match = /^\/v1\/sandboxes(?:\/([A-Za-z0-9]+)(?:\/([a-z]+))?)?$/.exec(url.pathname);
-  if (!match)
-    throw new CodedError(
-      'NOT_FOUND',
-      `No route ${method} ${url.pathname}. Routes: /healthz, /readyz, /metrics, /v1/sandboxes[/<id>[/keepalive|timeout|pause|resume|derive|audit]].`,
-    );
-  const [, id, action] = match;
-  const caller = authenticate(deps.credentials, req, id);
-
-  if (!id) {
-    refuse(controllerWide(caller), 'operator', `${method} /v1/sandboxes`);
-    if (method === 'POST') {
-      const created = await deps.sandboxes.create(await readJson(req));
-      deps.log('sandbox.created', { sandboxId: created.id, image: created.image, readyMs: created.readyMs, pooled: created.pooled });
-      return sendJson(res, 201, created);
-    }
-    if (method === 'GET') return sendJson(res, 200, { sandboxes: await deps.sandboxes.find(listFilter(url.searchParams)) });
-    throw methodNotAllowed(method, url.pathname, 'GET, POST');
-  }
-
-  // Each route names its kind of access; the rule table in grants.ts decides, as it does for the
-  // WebSocket methods that do the same things (audit.list, system.info).
-  const routes = new Map<string, { method: string; access: Access; run: () => Promise<void> }>([
-    ['', { method: 'GET', access: 'info', run: async () => sendJson(res, 200, await deps.sandboxes.get(id)) }],
-    [
-      'DELETE:',
-      {
-        method: 'DELETE',
-        access: 'lifecycle',
-        run: async () => {
-          await deps.sandboxes.kill(id);
-          deps.log('sandbox.killed', { sandboxId: id });
-          res.writeHead(204).end();
-        },
-      },
-    ],
-    ['keepalive', { method: 'POST', access: 'lifecycle', run: async () => sendJson(res, 200, await deps.sandboxes.keepalive(id)) }],
-    [
-      'timeout',
-      {
-        method: 'POST',
-        access: 'lifecycle',
-        run: async () => {
-          const body = SetTimeoutRequest.safeParse(await readJson(req));
-          if (!body.success)
-            throw new CodedError(
-              'INVALID_PARAMS',
-              `Invalid timeout request: ${body.error.issues.map(issueText).join('; ')}. Send { "ttlSeconds": <seconds from now> }.`,
-            );
-          sendJson(res, 200, await deps.sandboxes.setTimeout(id, body.data.ttlSeconds));
-        },
-      },
-    ],
-    ['pause', { method: 'POST', access: 'lifecycle', run: async () => sendJson(res, 200, await deps.sandboxes.pause(id)) }],
-    ['resume', { method: 'POST', access: 'lifecycle', run: async () => sendJson(res, 200, await deps.sandboxes.resume(id)) }],
-    [
-      'derive',
-      {
-        method: 'POST',
-        access: 'derive',
-        run: async () => sendJson(res, 201, deriveGrant(deps.credentials, deps.sandboxes.record(id), caller, await readJson(req))),
-      },
-    ],
-    ['audit', { method: 'GET', access: 'audit', run: async () => sendJson(res, 200, await deps.audit(id, url.searchParams)) }],
-  ]);
-  // A Map holds only the routes put in it: `constructor`, `__proto__` and the like are unknown.
-  const handler = routes.get(action === undefined && method === 'DELETE' ? 'DELETE:' : (action ?? ''));
-  if (!handler)
-    throw new CodedError(
-      'NOT_FOUND',
-      `No route ${method} ${url.pathname}. Sandbox routes: GET|DELETE /v1/sandboxes/<id>, POST .../keepalive|timeout|pause|resume|derive, GET .../audit.`,
-    );
-  const record = deps.sandboxes.record(id); // throws SANDBOX_NOT_FOUND
-  refuse({ caller, grant: () => grantFor(record, caller) }, handler.access, `${handler.method} /v1/sandboxes/<id>${action === undefined ? '' : `/${action}`}`);
-  if (handler.method !== method) throw methodNotAllowed(method, url.pathname, handler.method);
-  await handler.run();
+  await found.handle({ deps, req, res, query: url.searchParams, id, caller });
 }
 
 /** A caller on a controller-wide route, where no sandbox (so no grant) is involved. */
@@ -187,22 +135,6 @@ function refuse(holder: Holder, access: Access, what: string): void {
   if (refusal) throw refusal;
 }
 
-function listFilter(query: URLSearchParams): { labels: Record<string, string>; state?: SandboxState } {
-  const pairs: [string, string][] = [];
-  for (const pair of query.getAll('label')) {
-    const eq = pair.indexOf('=');
-    if (eq <= 0) throw new CodedError('INVALID_PARAMS', `Label filter '${pair}' is not key=value; use ?label=team=red.`);
-    pairs.push([pair.slice(0, eq), pair.slice(eq + 1)]);
-  }
-  // fromEntries makes own keys, `__proto__` included (an assignment would set the prototype and drop the filter).
-  const labels = Object.fromEntries(pairs);
-  const state = query.get('state');
-  if (state === null) return { labels };
-  const parsed = SandboxState.safeParse(state);
-  if (!parsed.success) throw new CodedError('INVALID_PARAMS', `State filter '${state}' is not one of ${SandboxState.options.join(', ')}.`);
-  return { labels, state: parsed.data };
-}
-
 async function upgrade(
   deps: HttpServerDeps,
   wss: WebSocketServer,
@@ -210,13 +142,19 @@ async function upgrade(
   req: IncomingMessage,
   socket: Duplex,
   head: Buffer,
+  entry: AccessEntry,
 ): Promise<void> {
   const url = new URL(req.url ?? '/', 'http://controller');
-  const match = /^\/v1\/sandboxes\/([A-Za-z0-9]+)\/connect$/.exec(url.pathname);
-  if (!match) throw new CodedError('NOT_FOUND', `No WebSocket route at ${url.pathname}; connect to /v1/sandboxes/<id>/connect.`);
-  const id = match[1]!;
+  const { routes, id } = routesAt(url.pathname);
+  const websocket = routes.find((r) => r.websocket);
+  if (!websocket || !id) {
+    const paths = ROUTES.filter((r) => r.websocket).map((r) => r.path);
+    throw new CodedError('NOT_FOUND', `No WebSocket route at ${url.pathname}; connect to ${paths.join(' or ')}.`);
+  }
+  entry.sandboxId = id;
   checkOriginAndHost(deps.config, req);
   const caller = authenticate(deps.credentials, req, id);
+  entry.caller = caller.kind;
   // Upgrades still waiting for their daemon count too, or a burst would all pass the cap at once.
   if (wss.clients.size + upgrading.count >= deps.config.maxConnections) {
     throw new CodedError(
@@ -244,7 +182,11 @@ async function upgrade(
       connected = true;
       wss.emit('connection', client, req);
       deps.metrics.connections.inc();
-      client.once('close', () => deps.metrics.connections.dec());
+      logUpgrade(deps.logger, req, entry, 101);
+      client.once('close', (code: number) => {
+        deps.metrics.connections.dec();
+        deps.logger.info({ requestId: entry.requestId, sandboxId: id, caller: caller.kind, closeCode: code, durationMs: elapsedMs(entry) }, 'ws.close');
+      });
       const observer = observeCalls(client, agent, deps.metrics);
       const check = callAccessCheck({ caller, grant: () => grant }, deps.metrics);
       relay(client, agent, {
@@ -351,27 +293,6 @@ function methodNotAllowed(method: string, path: string, allowed: string): CodedE
   return new CodedError('METHOD_NOT_ALLOWED', `${method} is not supported on ${path}; use ${allowed}.`, { allowed });
 }
 
-async function readJson(req: IncomingMessage): Promise<unknown> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > MAX_BODY_BYTES) throw new CodedError('FRAME_TOO_LARGE', `Request body exceeds ${MAX_BODY_BYTES} bytes.`);
-    chunks.push(chunk);
-  }
-  if (size === 0) return {};
-  try {
-    return JSON.parse(Buffer.concat(chunks).toString('utf8'));
-  } catch {
-    throw new CodedError('INVALID_PARAMS', 'Request body is not valid JSON.');
-  }
-}
-
-function sendJson(res: ServerResponse, status: number, body: unknown): void {
-  const text = JSON.stringify(body);
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) }).end(text);
-}
-
 /** The one shape of every REST error: code, message, and what to do next. */
 export function errorBody(err: unknown): { status: number; body: RestErrorBody } {
   const coded = err instanceof CodedError ? err : new CodedError('INTERNAL', err instanceof Error ? err.message : String(err));
@@ -381,10 +302,11 @@ export function errorBody(err: unknown): { status: number; body: RestErrorBody }
   return { status: ERROR_CODES[code].status, body };
 }
 
-function sendError(deps: HttpServerDeps, res: ServerResponse, err: unknown): void {
+function sendError(deps: HttpServerDeps, res: ServerResponse, err: unknown, entry: AccessEntry): void {
   const { status, body } = errorBody(err);
+  entry.code = body.error.code;
   deps.metrics.errors.inc({ code: body.error.code, source: 'rest' });
-  if (status >= 500) deps.log('request.failed', { code: body.error.code, message: body.error.message });
+  if (status >= 500) deps.logger.error({ requestId: entry.requestId, code: body.error.code, message: body.error.message }, 'request.failed');
   if (res.headersSent) return void res.destroy();
   // A refusal for load says when to come back (the SDK's create waits that long, then retries).
   const retryAfter = (body.error.details as { retryAfterSeconds?: unknown } | undefined)?.retryAfterSeconds;
@@ -392,14 +314,61 @@ function sendError(deps: HttpServerDeps, res: ServerResponse, err: unknown): voi
   sendJson(res, status, body);
 }
 
-function rejectUpgrade(deps: HttpServerDeps, socket: Duplex, err: unknown): void {
+function rejectUpgrade(deps: HttpServerDeps, req: IncomingMessage, socket: Duplex, err: unknown, entry: AccessEntry): void {
   const { status, body } = errorBody(err);
+  entry.code = body.error.code;
   deps.metrics.errors.inc({ code: body.error.code, source: 'rest' });
+  if (status >= 500) deps.logger.error({ requestId: entry.requestId, code: body.error.code, message: body.error.message }, 'request.failed');
+  logUpgrade(deps.logger, req, entry, status);
   const text = JSON.stringify(body);
   const reason = { 401: 'Unauthorized', 403: 'Forbidden', 404: 'Not Found', 429: 'Too Many Requests', 503: 'Service Unavailable' }[status] ?? 'Error';
   socket.end(
-    `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`,
+    `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\n` +
+      `X-Request-Id: ${entry.requestId}\r\nConnection: close\r\n\r\n${text}`,
   );
+}
+
+/**
+ * The request id of a request: the caller's `X-Request-Id` when it is a short token (letters,
+ * digits, `.` `_` `:` `-`, at most 128), so a proxy's or a client's id follows the request into
+ * Warren's log; otherwise a new UUID. Whatever else was sent is never logged or echoed.
+ *
+ * @example
+ * requestIdOf(req); // 'f3a1c2d4-...' or the caller's own 'req-42'
+ */
+export function requestIdOf(req: IncomingMessage): string {
+  const given = req.headers[REQUEST_ID_HEADER];
+  return typeof given === 'string' && SANE_REQUEST_ID.test(given) ? given : randomUUID();
+}
+
+function elapsedMs(entry: AccessEntry): number {
+  return Math.round((performance.now() - entry.startedAt) * 10) / 10;
+}
+
+/** What an access line says of the request itself: never its headers (credentials), its query or its body. */
+function requestFields(req: IncomingMessage, entry: AccessEntry): Record<string, unknown> {
+  const path = new URL(req.url ?? '/', 'http://controller').pathname;
+  return {
+    requestId: entry.requestId,
+    method: req.method,
+    path: path.length > MAX_LOGGED_PATH ? `${path.slice(0, MAX_LOGGED_PATH)}...` : path,
+    ...(entry.sandboxId ? { sandboxId: entry.sandboxId } : {}),
+    ...(entry.caller ? { caller: entry.caller } : {}),
+    remoteAddress: req.socket.remoteAddress,
+  };
+}
+
+/** The access line of one REST request, written when its answer is sent (or the client went away first). */
+function logRequest(logger: Logger, req: IncomingMessage, entry: AccessEntry, status: number, finished: boolean): void {
+  logger.info(
+    { ...requestFields(req, entry), status, durationMs: elapsedMs(entry), ...(entry.code ? { code: entry.code } : {}), ...(finished ? {} : { aborted: true }) },
+    'http.request',
+  );
+}
+
+/** The access line of one WebSocket upgrade: 101 when it was accepted, else the refusal's status and code. */
+function logUpgrade(logger: Logger, req: IncomingMessage, entry: AccessEntry, status: number): void {
+  logger.info({ ...requestFields(req, entry), status, durationMs: elapsedMs(entry), ...(entry.code ? { code: entry.code } : {}) }, 'ws.connect');
 }
 
 /** The URL a listening server answers on. */

@@ -1,5 +1,6 @@
 export { startController, type Controller, type StartControllerOptions } from './controller.js';
-export { loadConfig, readConfigFile, defaultStateDir, defaultAgentBundlePath, ConfigFile, type ControllerConfig } from './config.js';
+export { loadConfig, readConfigFile, readFlags, redactConfig, defaultStateDir, defaultAgentBundlePath, ConfigFile, type ControllerConfig } from './config.js';
+export { createLogger, silentLogger, LOG_LEVELS, REDACTED, type Logger, type LogLevel, type LoggerOptions } from './logger.js';
 export { Credentials, API_KEY_HASH_FILE } from './credentials.js';
 export { AgentDirs } from './agent-dir.js';
 export { DockerProvider, containerCreateBody, WORKSPACE, type SandboxContainerSpec } from './docker.js';
@@ -13,5 +14,7 @@ export { WarmPool } from './pool.js';
 export { SandboxService, type SandboxRecord, type SandboxServiceOptions } from './sandboxes.js';
 export { RestartSupervisor, MAX_RESTARTS, RESTART_WINDOW_MS } from './supervisor.js';
 export { Reaper } from './reaper.js';
-export { errorBody } from './http.js';
+export { errorBody, requestIdOf, REQUEST_ID_HEADER } from './http.js';
+export { ROUTES, type Route, type RouteAccess, type HttpMethod } from './routes.js';
+export { openApiDocument, apiDocumentFiles, REST_API_VERSION } from './openapi.js';
 export { openWorkspaceStore, type WorkspaceStore, type WorkspaceStoreOptions, type WorkspaceStoreDescription, type WorkspaceUsage } from './workspace-store.js';

@@ -1,8 +1,10 @@
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 
 /**
  * The controller's Prometheus metrics, in a registry of their own (no process-global state, so
- * two controllers in one process, as in tests, do not collide).
+ * two controllers in one process, as in tests, do not collide), with prom-client's default
+ * process metrics beside them (`process_cpu_seconds_total`, `process_resident_memory_bytes`,
+ * `process_open_fds`, `nodejs_eventloop_lag_seconds`, `nodejs_heap_size_used_bytes`, ...).
  *
  * @example
  * const metrics = new Metrics();
@@ -21,6 +23,7 @@ export class Metrics {
 
   constructor(countByState: () => Record<string, number> = () => ({})) {
     const registers = [this.registry];
+    collectDefaultMetrics({ register: this.registry });
     this.sandboxes = new Gauge({
       name: 'warren_sandboxes',
       help: 'Sandboxes this controller knows, by state (running, paused, exited, pooled).',

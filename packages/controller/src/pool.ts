@@ -1,5 +1,6 @@
 import type { SandboxSettings } from '@warren/protocol';
 import type { SandboxPlan } from './sandbox-plan.js';
+import type { Logger } from './logger.js';
 import { newId, type PoolSource, type SandboxService } from './sandboxes.js';
 
 /** One started sandbox whose daemon has answered, waiting to be claimed. */
@@ -18,7 +19,7 @@ interface PoolMember {
  * The pool refills in the background, one container at a time.
  *
  * @example
- * const sandboxes = new SandboxService({ provider, credentials, config, pool: (service) => new WarmPool(service, 2, log) });
+ * const sandboxes = new SandboxService({ provider, credentials, config, pool: (service) => new WarmPool(service, 2, logger) });
  * (sandboxes.pool as WarmPool).fill();
  */
 export class WarmPool implements PoolSource {
@@ -31,7 +32,7 @@ export class WarmPool implements PoolSource {
   constructor(
     private readonly sandboxes: SandboxService,
     readonly size: number,
-    private readonly log: (event: string, fields?: Record<string, unknown>) => void,
+    private readonly logger: Logger,
   ) {
     // The default create, as planned for a request that asks for nothing.
     this.template = sandboxes.plan({});
@@ -86,7 +87,7 @@ export class WarmPool implements PoolSource {
         this.failures = 0;
       } catch (err) {
         this.failures++;
-        this.log('pool.fill-failed', { error: (err as Error).message, failures: this.failures });
+        this.logger.warn({ error: (err as Error).message, failures: this.failures }, 'pool.fill-failed');
         // Back off so a broken image does not spin the engine; the next take() or tick retries.
         await new Promise((r) => setTimeout(r, Math.min(30_000, 500 * 2 ** this.failures)).unref());
       }

@@ -3,6 +3,7 @@ import { constants } from 'node:fs';
 import { lstat, mkdir, open, readdir, readFile, realpath, rm, rmdir, statfs } from 'node:fs/promises';
 import path from 'node:path';
 import { CodedError } from '@warren/protocol';
+import { silentLogger, type Logger } from './logger.js';
 
 /**
  * Per-sandbox disk quota for `/workspace`.
@@ -82,8 +83,8 @@ export interface WorkspaceStoreOptions {
   reserveBytes?: number | undefined;
   /** Whether this process may mount file systems; defaults to running as uid 0. */
   root?: boolean | undefined;
-  /** Where operator-facing details go (host paths, command output). */
-  log?: ((event: string, fields?: Record<string, unknown>) => void) | undefined;
+  /** Where operator-facing details go (host paths, command output); nothing is logged without one. */
+  logger?: Logger | undefined;
 }
 
 /** The smallest workspace: ext4 with a journal needs a few MiB for itself. */
@@ -107,15 +108,15 @@ const MOUNT_OPTIONS = 'loop,nosuid,nodev,noatime,discard,noinit_itable';
  * else Docker volumes without a limit, with the reason in `describe()`.
  *
  * @example
- * const workspaces = await openWorkspaceStore({ stateDir: '/var/lib/warren', remoteEngine: false, log });
- * if (!workspaces.describe().quota) log('no disk quota', { reason: workspaces.describe().reason });
+ * const workspaces = await openWorkspaceStore({ stateDir: '/var/lib/warren', remoteEngine: false, logger });
+ * if (!workspaces.describe().quota) console.log('no disk quota:', workspaces.describe().reason);
  */
 export async function openWorkspaceStore(options: WorkspaceStoreOptions): Promise<WorkspaceStore> {
-  const log = options.log ?? (() => undefined);
+  const logger = options.logger ?? silentLogger();
   const mode = options.mode ?? 'auto';
   const withoutQuota = (reason: string): WorkspaceStore => {
     if (mode === 'required') throw new CodedError('INTERNAL', `workspaceQuota is 'required', but ${reason}.`);
-    log('workspaces.no-quota', { reason });
+    logger.warn({ reason }, 'workspaces.no-quota');
     return new VolumeWorkspaces(reason);
   };
   const reason = quotaUnavailableReason({ mode, remoteEngine: options.remoteEngine ?? false, root: options.root ?? process.getuid?.() === 0 });
@@ -125,13 +126,13 @@ export async function openWorkspaceStore(options: WorkspaceStoreOptions): Promis
     dir = await prepareWorkspacesDir(options.stateDir);
     await probe(dir);
   } catch (err) {
-    log('workspaces.probe-failed', { error: String(err) });
+    logger.warn({ error: String(err) }, 'workspaces.probe-failed');
     return withoutQuota(probeFailureReason(err));
   }
   const host = await statfs(dir);
   const reserveBytes = options.reserveBytes ?? defaultReserveBytes(host.blocks * host.bsize);
-  log('workspaces.ready', { kind: 'ext4-image', dir, reserveBytes });
-  return new ImageWorkspaces(dir, reserveBytes, log);
+  logger.info({ kind: 'ext4-image', dir, reserveBytes }, 'workspaces.ready');
+  return new ImageWorkspaces(dir, reserveBytes, logger);
 }
 
 /** Why this host gives no quota before anything is tried, or `undefined` when it may. */
@@ -236,7 +237,7 @@ class ImageWorkspaces implements WorkspaceStore {
   constructor(
     private readonly dir: string,
     private readonly reserveBytes: number,
-    private readonly log: (event: string, fields?: Record<string, unknown>) => void,
+    private readonly logger: Logger,
   ) {}
 
   describe(): WorkspaceStoreDescription {
@@ -256,8 +257,8 @@ class ImageWorkspaces implements WorkspaceStore {
       await prepareRoot(this.dir, paths, owner);
       return paths.workspace;
     } catch (err) {
-      this.log('workspaces.create-failed', { agentId, error: String(err) });
-      await this.remove(agentId).catch((e: unknown) => this.log('workspaces.remove-failed', { agentId, error: String(e) }));
+      this.logger.error({ agentId, error: String(err) }, 'workspaces.create-failed');
+      await this.remove(agentId).catch((e: unknown) => this.logger.error({ agentId, error: String(e) }, 'workspaces.remove-failed'));
       throw new CodedError('INTERNAL', "Could not make the sandbox's disk; the controller's log has the details. Try again; if it repeats, tell the operator.");
     }
   }
@@ -273,11 +274,11 @@ class ImageWorkspaces implements WorkspaceStore {
         await makeMountPoint(this.dir, paths.mountPoint);
         await runCommand('mount', ['-t', 'ext4', '-o', MOUNT_OPTIONS, paths.image, paths.mountPoint]);
       } catch (err) {
-        this.log('workspaces.attach-failed', { agentId, error: String(err) });
+        this.logger.error({ agentId, error: String(err) }, 'workspaces.attach-failed');
         throw new CodedError('INTERNAL', "Could not mount the sandbox's disk again; the controller's log has the details.");
       }
     } else if (top.fsType !== 'ext4' || (await loopBackingFile(top.source)) !== paths.image) {
-      this.log('workspaces.attach-failed', { agentId, error: `${paths.mountPoint} holds ${top.fsType} from ${top.source}, not ${paths.image}` });
+      this.logger.error({ agentId, error: `${paths.mountPoint} holds ${top.fsType} from ${top.source}, not ${paths.image}` }, 'workspaces.attach-failed');
       throw new CodedError('INTERNAL', "Something other than the sandbox's disk is mounted where it belongs; the controller's log has the details.");
     }
     const workspace = await lstat(paths.workspace).catch(() => undefined);
@@ -294,7 +295,7 @@ class ImageWorkspaces implements WorkspaceStore {
     await rm(paths.image, { force: true });
     // rmdir, never a recursive delete: once unmounted the mount point is an empty folder of ours.
     await rmdir(paths.mountPoint).catch((err: NodeJS.ErrnoException) => {
-      if (err.code !== 'ENOENT') this.log('workspaces.mount-point-left', { agentId, error: String(err) });
+      if (err.code !== 'ENOENT') this.logger.warn({ agentId, error: String(err) }, 'workspaces.mount-point-left');
     });
   }
 
@@ -328,7 +329,7 @@ class ImageWorkspaces implements WorkspaceStore {
       }
       const handle = await open(image, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600).catch(
         (err: NodeJS.ErrnoException) => {
-          this.log('workspaces.create-failed', { image, error: String(err) });
+          this.logger.error({ image, error: String(err) }, 'workspaces.create-failed');
           throw new CodedError(
             'INTERNAL',
             err.code === 'EEXIST' ? 'This sandbox already has a disk.' : "Could not make the sandbox's disk; the controller's log has the details.",
@@ -339,7 +340,7 @@ class ImageWorkspaces implements WorkspaceStore {
         await handle.truncate(size);
       } catch (err) {
         await rm(image, { force: true });
-        this.log('workspaces.create-failed', { image, error: String(err) });
+        this.logger.error({ image, error: String(err) }, 'workspaces.create-failed');
         throw new CodedError('INTERNAL', "Could not make the sandbox's disk; the controller's log has the details.");
       } finally {
         await handle.close();

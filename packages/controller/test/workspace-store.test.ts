@@ -1,5 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { CodedError } from '@warren/protocol';
+import { createLogger } from '../src/logger.js';
 import {
   defaultReserveBytes,
   isWorkspaceId,
@@ -71,15 +72,16 @@ describe('hosts without a quota', () => {
   });
 
   it('fall back to Docker volumes, and create nothing on the host', async () => {
-    const logged: string[] = [];
-    const store = await openWorkspaceStore({ stateDir: '/nonexistent/warren-state', remoteEngine: true, log: (event) => logged.push(event) });
+    const logged: { event: string; level: string }[] = [];
+    const logger = createLogger({ destination: { write: (line) => void logged.push(JSON.parse(line) as { event: string; level: string }) } });
+    const store = await openWorkspaceStore({ stateDir: '/nonexistent/warren-state', remoteEngine: true, logger });
     expect(store.describe()).toEqual({ quota: false, kind: 'volume', reason: expect.stringMatching(/another host/) });
     expect(await store.create('abc', { uid: 1000, gid: 1000 }, GiB)).toBeUndefined();
     expect(await store.attach('abc')).toBeUndefined();
     expect(await store.usage('abc')).toBeUndefined();
     expect(await store.list()).toEqual([]);
     await store.remove('abc');
-    expect(logged).toEqual(['workspaces.no-quota']);
+    expect(logged).toEqual([expect.objectContaining({ event: 'workspaces.no-quota', level: 'warn', reason: expect.stringMatching(/another host/) })]);
   });
 
   it("refuse to open when the quota is 'required'", async () => {

@@ -7,3 +7,4 @@ export * from './rest.js';
 export * from './lines.js';
 export * from './policy.js';
 export * from './tar-rules.js';
+export * from './json-schema.js';

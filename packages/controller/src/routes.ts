@@ -1,0 +1,338 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import {
+  CodedError,
+  CreateSandboxRequest,
+  CreateSandboxResponse,
+  DeriveTokenRequest,
+  DeriveTokenResponse,
+  ListSandboxesResponse,
+  METHODS,
+  SandboxInfo,
+  SandboxState,
+  SetTimeoutRequest,
+  issueText,
+} from '@warren/protocol';
+import { z } from 'zod';
+import { deriveGrant, type Access, type Caller } from './grants.js';
+import type { HttpServerDeps } from './http.js';
+import { openApiDocument } from './openapi.js';
+
+const MAX_BODY_BYTES = 1024 * 1024;
+
+/** The HTTP methods Warren's routes use. */
+export type HttpMethod = 'GET' | 'POST' | 'DELETE';
+
+/**
+ * Who may use a route: `public` needs no credential; any other value is a kind of access that the
+ * rule table in grants.ts decides for the caller (`operator` is the API key only; the rest are
+ * decided on the sandbox the path names).
+ */
+export type RouteAccess = 'public' | Access;
+
+/** What a route's handler gets: the request, the answer, and what the router already checked. */
+export interface RouteContext {
+  deps: HttpServerDeps;
+  req: IncomingMessage;
+  res: ServerResponse;
+  query: URLSearchParams;
+  /** The sandbox id in the path (`{id}`); empty on routes without one. */
+  id: string;
+  /** Who is calling; undefined on public routes. */
+  caller: Caller | undefined;
+}
+
+/** One query parameter, documented in the OpenAPI document. */
+export interface QueryParameter {
+  name: string;
+  description: string;
+  schema: z.ZodType;
+  /** Whether it may be given more than once (`?label=a=1&label=b=2`). */
+  repeated?: boolean;
+}
+
+/** One answer a route gives: JSON with a schema, another content type, or no body. */
+export interface RouteResponse {
+  description: string;
+  schema?: z.ZodType;
+  /** A content type other than JSON (the body is then described in words only). */
+  contentType?: string;
+}
+
+/**
+ * One route of the controller's HTTP server. The router dispatches on this table, and the OpenAPI
+ * document (`GET /v1/openapi.json`, docs/openapi.json) is made from it, so a route cannot exist
+ * without being documented.
+ */
+export interface Route {
+  method: HttpMethod;
+  /** The path, with `{id}` where a sandbox id goes (OpenAPI's template syntax). */
+  path: string;
+  operationId: string;
+  summary: string;
+  access: RouteAccess;
+  query?: readonly QueryParameter[];
+  /** The JSON body's schema, for routes that take one. */
+  body?: z.ZodType;
+  /** The answers on success, by status; every route may also answer an error (`RestErrorBody`). */
+  responses: Readonly<Record<number, RouteResponse>>;
+  /** A WebSocket upgrade: the upgrade handler serves it; a plain request gets a typed refusal. */
+  websocket?: boolean;
+  handle(ctx: RouteContext): Promise<void>;
+}
+
+/** `GET /healthz`: the process answers. */
+export const HealthResponse = z.strictObject({ status: z.literal('ok') });
+/** `GET /readyz`: the engine answers and the default image is there, with what the controller knows of the host. */
+export const ReadyResponse = z.looseObject({ status: z.literal('ready'), provider: z.string(), defaultImage: z.string() });
+
+let document: Record<string, unknown> | undefined;
+
+const AuditQuery = {
+  since: z.number().int().min(0),
+  limit: z.number().int().min(0),
+};
+
+/** The sandbox's info, after an action that changes it. */
+const infoAnswer = (description: string): Record<number, RouteResponse> => ({ 200: { description, schema: SandboxInfo } });
+
+/**
+ * Every route the controller's HTTP server answers, in the order the OpenAPI document lists them.
+ * Each route names its kind of access; the rule table in grants.ts decides, as it does for the
+ * WebSocket methods that do the same things (audit.list, system.info).
+ */
+export const ROUTES: readonly Route[] = [
+  {
+    method: 'GET',
+    path: '/healthz',
+    operationId: 'health',
+    summary: 'Liveness: the controller process answers.',
+    access: 'public',
+    responses: { 200: { description: 'The process is up.', schema: HealthResponse } },
+    handle: async ({ res }) => sendJson(res, 200, { status: 'ok' }),
+  },
+  {
+    method: 'GET',
+    path: '/readyz',
+    operationId: 'ready',
+    summary: 'Readiness: the Docker engine answers and the default image is present (503 SANDBOX_NOT_READY otherwise).',
+    access: 'public',
+    responses: { 200: { description: 'Ready, with the engine isolation report and the default sandbox hardening.', schema: ReadyResponse } },
+    handle: async ({ deps, res }) => {
+      const checks = await deps.readiness().catch((err: unknown) => {
+        throw new CodedError('SANDBOX_NOT_READY', `Not ready: ${(err as Error).message}`);
+      });
+      sendJson(res, 200, { status: 'ready', ...checks });
+    },
+  },
+  {
+    method: 'GET',
+    path: '/metrics',
+    operationId: 'metrics',
+    summary: "Prometheus metrics: Warren's own and the process's (CPU, memory, event loop, file descriptors).",
+    access: 'operator',
+    responses: { 200: { description: 'The Prometheus text exposition format.', contentType: 'text/plain; version=0.0.4' } },
+    handle: async ({ deps, res }) => {
+      const text = await deps.metrics.registry.metrics();
+      res.writeHead(200, { 'content-type': deps.metrics.registry.contentType }).end(text);
+    },
+  },
+  {
+    method: 'GET',
+    path: '/v1/openapi.json',
+    operationId: 'openapi',
+    summary: 'This OpenAPI document. Public: it describes the API and holds no secret.',
+    access: 'public',
+    responses: { 200: { description: 'An OpenAPI 3.1 document.', schema: z.looseObject({ openapi: z.string() }) } },
+    handle: async ({ res }) => sendJson(res, 200, (document ??= openApiDocument(ROUTES))),
+  },
+  {
+    method: 'POST',
+    path: '/v1/sandboxes',
+    operationId: 'createSandbox',
+    summary: 'Create a sandbox; the answer carries its token, shown only here.',
+    access: 'operator',
+    body: CreateSandboxRequest,
+    responses: { 201: { description: 'The sandbox is running and its daemon answered.', schema: CreateSandboxResponse } },
+    handle: async ({ deps, req, res }) => {
+      const created = await deps.sandboxes.create(await readJson(req));
+      deps.logger.info({ sandboxId: created.id, image: created.image, readyMs: created.readyMs, pooled: created.pooled }, 'sandbox.created');
+      sendJson(res, 201, created);
+    },
+  },
+  {
+    method: 'GET',
+    path: '/v1/sandboxes',
+    operationId: 'listSandboxes',
+    summary: 'List the sandboxes that match every filter.',
+    access: 'operator',
+    query: [
+      { name: 'label', description: 'Only sandboxes with this label, as key=value.', schema: z.string(), repeated: true },
+      { name: 'state', description: 'Only sandboxes in this state.', schema: SandboxState },
+    ],
+    responses: { 200: { description: 'The matching sandboxes.', schema: ListSandboxesResponse } },
+    handle: async ({ deps, res, query }) => sendJson(res, 200, { sandboxes: await deps.sandboxes.find(listFilter(query)) }),
+  },
+  {
+    method: 'GET',
+    path: '/v1/sandboxes/{id}',
+    operationId: 'getSandbox',
+    summary: 'Describe one sandbox.',
+    access: 'info',
+    responses: infoAnswer('The sandbox.'),
+    handle: async ({ deps, res, id }) => sendJson(res, 200, await deps.sandboxes.get(id)),
+  },
+  {
+    method: 'DELETE',
+    path: '/v1/sandboxes/{id}',
+    operationId: 'killSandbox',
+    summary: 'Kill the sandbox and remove its container and disk.',
+    access: 'lifecycle',
+    responses: { 204: { description: 'Gone.' } },
+    handle: async ({ deps, res, id }) => {
+      await deps.sandboxes.kill(id);
+      deps.logger.info({ sandboxId: id }, 'sandbox.killed');
+      res.writeHead(204).end();
+    },
+  },
+  {
+    method: 'POST',
+    path: '/v1/sandboxes/{id}/keepalive',
+    operationId: 'keepalive',
+    summary: 'Move the expiry to a full TTL from now.',
+    access: 'lifecycle',
+    responses: infoAnswer('The sandbox, with its new expiry.'),
+    handle: async ({ deps, res, id }) => sendJson(res, 200, await deps.sandboxes.keepalive(id)),
+  },
+  {
+    method: 'POST',
+    path: '/v1/sandboxes/{id}/timeout',
+    operationId: 'setTimeout',
+    summary: 'Set the expiry to ttlSeconds from now.',
+    access: 'lifecycle',
+    body: SetTimeoutRequest,
+    responses: infoAnswer('The sandbox, with its new expiry.'),
+    handle: async ({ deps, req, res, id }) => {
+      const body = SetTimeoutRequest.safeParse(await readJson(req));
+      if (!body.success)
+        throw new CodedError(
+          'INVALID_PARAMS',
+          `Invalid timeout request: ${body.error.issues.map(issueText).join('; ')}. Send { "ttlSeconds": <seconds from now> }.`,
+        );
+      sendJson(res, 200, await deps.sandboxes.setTimeout(id, body.data.ttlSeconds));
+    },
+  },
+  {
+    method: 'POST',
+    path: '/v1/sandboxes/{id}/pause',
+    operationId: 'pause',
+    summary: 'Freeze every process of the sandbox.',
+    access: 'lifecycle',
+    responses: infoAnswer('The paused sandbox.'),
+    handle: async ({ deps, res, id }) => sendJson(res, 200, await deps.sandboxes.pause(id)),
+  },
+  {
+    method: 'POST',
+    path: '/v1/sandboxes/{id}/resume',
+    operationId: 'resume',
+    summary: 'Thaw a paused sandbox.',
+    access: 'lifecycle',
+    responses: infoAnswer('The running sandbox.'),
+    handle: async ({ deps, res, id }) => sendJson(res, 200, await deps.sandboxes.resume(id)),
+  },
+  {
+    method: 'POST',
+    path: '/v1/sandboxes/{id}/derive',
+    operationId: 'deriveToken',
+    summary: "A token for the same sandbox with a narrower grant than the caller's own.",
+    access: 'derive',
+    body: DeriveTokenRequest,
+    responses: { 201: { description: 'The derived token and the grant it carries.', schema: DeriveTokenResponse } },
+    handle: async ({ deps, req, res, id, caller }) =>
+      sendJson(res, 201, deriveGrant(deps.credentials, deps.sandboxes.record(id), caller!, await readJson(req))),
+  },
+  {
+    method: 'GET',
+    path: '/v1/sandboxes/{id}/audit',
+    operationId: 'auditLog',
+    summary: "The daemon's audit log: every call it served, oldest first, in pages.",
+    access: 'audit',
+    query: [
+      { name: 'since', description: 'Entries after this sequence number.', schema: AuditQuery.since },
+      { name: 'limit', description: 'At most this many entries.', schema: AuditQuery.limit },
+    ],
+    responses: { 200: { description: 'One page of the audit log.', schema: METHODS['audit.list'].result } },
+    handle: async ({ deps, res, id, query }) => sendJson(res, 200, await deps.audit(id, query)),
+  },
+  {
+    method: 'GET',
+    path: '/v1/sandboxes/{id}/connect',
+    operationId: 'connect',
+    summary:
+      "WebSocket upgrade: the sandbox's method channel (binary frames; the methods are in docs/protocol.schema.json). " +
+      "Any credential of this sandbox may connect; each request frame is then checked by its method's access class. " +
+      'Browsers are refused unless their Origin is allowed.',
+    access: 'info',
+    websocket: true,
+    responses: { 101: { description: 'Switching protocols: the connection now carries frames to and from the sandbox daemon.' } },
+    handle: async () => {
+      throw new CodedError('INVALID_PARAMS', 'This route is a WebSocket: connect with an upgrade request (the SDK and `warren shell` do).');
+    },
+  },
+];
+
+/** A route's path as a pattern: `{id}` takes a sandbox id (letters and digits). */
+const patterns = new Map(ROUTES.map((route) => [route, new RegExp(`^${route.path.replace('{id}', '([A-Za-z0-9]+)')}$`)]));
+
+/** The routes whose path matches `pathname`, with the sandbox id it names (empty when none). */
+export function routesAt(pathname: string): { routes: Route[]; id: string } {
+  let id = '';
+  const routes = ROUTES.filter((route) => {
+    const match = patterns.get(route)!.exec(pathname);
+    if (match) id = match[1] ?? '';
+    return match !== null;
+  });
+  return { routes, id };
+}
+
+/** Every route, as `METHOD path` lines for a NOT_FOUND message. */
+export function routeList(): string {
+  return ROUTES.map((route) => `${route.method} ${route.path}`).join(', ');
+}
+
+function listFilter(query: URLSearchParams): { labels: Record<string, string>; state?: SandboxState } {
+  const pairs: [string, string][] = [];
+  for (const pair of query.getAll('label')) {
+    const eq = pair.indexOf('=');
+    if (eq <= 0) throw new CodedError('INVALID_PARAMS', `Label filter '${pair}' is not key=value; use ?label=team=red.`);
+    pairs.push([pair.slice(0, eq), pair.slice(eq + 1)]);
+  }
+  // fromEntries makes own keys, `__proto__` included (an assignment would set the prototype and drop the filter).
+  const labels = Object.fromEntries(pairs);
+  const state = query.get('state');
+  if (state === null) return { labels };
+  const parsed = SandboxState.safeParse(state);
+  if (!parsed.success) throw new CodedError('INVALID_PARAMS', `State filter '${state}' is not one of ${SandboxState.options.join(', ')}.`);
+  return { labels, state: parsed.data };
+}
+
+async function readJson(req: IncomingMessage): Promise<unknown> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > MAX_BODY_BYTES) throw new CodedError('FRAME_TOO_LARGE', `Request body exceeds ${MAX_BODY_BYTES} bytes.`);
+    chunks.push(chunk);
+  }
+  if (size === 0) return {};
+  try {
+    return JSON.parse(Buffer.concat(chunks).toString('utf8'));
+  } catch {
+    throw new CodedError('INVALID_PARAMS', 'Request body is not valid JSON.');
+  }
+}
+
+/** Answers with a JSON body. */
+export function sendJson(res: ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) }).end(text);
+}

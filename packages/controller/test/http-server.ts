@@ -1,0 +1,67 @@
+import { once } from 'node:events';
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { createHttpServer, serverUrl } from '../src/http.js';
+import { Credentials, createLogger, loadConfig, Metrics, SandboxService } from '../src/index.js';
+import { FakeProvider } from './fakes.js';
+
+/** The API key of {@link startFakeHttpServer}'s controller. */
+export const API_KEY = 'wk_unit_0123456789abcdef';
+
+/** The controller's HTTP server on a loopback port over the fake provider, with every log line kept. */
+export interface FakeHttpServer extends AsyncDisposable {
+  url: string;
+  sandboxes: SandboxService;
+  metrics: Metrics;
+  /** Every log line written, parsed, in order. */
+  lines: ({ event: string; level: string } & Record<string, unknown>)[];
+  /** Every log line as written, for searches that must not find a secret anywhere. */
+  raw: string[];
+}
+
+/**
+ * Starts the REST server and the upgrade handler of the controller (the same `createHttpServer`
+ * the controller uses) over a fake provider, logging at `debug` into memory.
+ *
+ * @example
+ * await using server = await startFakeHttpServer();
+ * await fetch(`${server.url}/healthz`);
+ */
+export async function startFakeHttpServer(): Promise<FakeHttpServer> {
+  const stateDir = await mkdtemp(path.join(os.tmpdir(), 'warren-http-'));
+  const raw: string[] = [];
+  const lines: FakeHttpServer['lines'] = [];
+  const logger = createLogger({
+    level: 'debug',
+    destination: {
+      write: (line: string) => {
+        raw.push(line);
+        lines.push(JSON.parse(line) as FakeHttpServer['lines'][number]);
+      },
+    },
+  });
+  const config = loadConfig({}, { stateDir, port: 0, host: '127.0.0.1' });
+  const credentials = Credentials.inMemory(API_KEY);
+  const metrics = new Metrics();
+  const sandboxes = new SandboxService({ provider: new FakeProvider(), credentials, config, metrics, probe: async () => undefined });
+  await sandboxes.recover();
+  const { server, wss } = createHttpServer({
+    sandboxes,
+    credentials,
+    config,
+    metrics,
+    logger,
+    readiness: async () => ({ provider: 'fake', defaultImage: config.defaultImage }),
+    audit: async () => ({ entries: [], nextCursor: null }),
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const close = async () => {
+    for (const ws of wss.clients) ws.terminate();
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    await rm(stateDir, { recursive: true, force: true });
+  };
+  return { url: serverUrl(server, '127.0.0.1'), sandboxes, metrics, lines, raw, [Symbol.asyncDispose]: close };
+}

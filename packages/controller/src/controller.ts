@@ -58,7 +58,13 @@ export async function startController(options: StartControllerOptions = {}): Pro
   }
   const provider =
     options.provider ??
-    new DockerProvider({ stateDir: config.stateDir, workspaceQuota: config.workspaceQuota, workspaceReserveMb: config.workspaceReserveMb, logger });
+    new DockerProvider({
+      stateDir: config.stateDir,
+      workspaceQuota: config.workspaceQuota,
+      workspaceReserveMb: config.workspaceReserveMb,
+      daemonChannel: config.daemonChannel,
+      logger,
+    });
   await provider.ping();
   const runtime = await collectRuntime(config.agentBundlePath);
   const { oldRuntimesRemoved } = await provider.prepare(runtime, config.defaultImage);
@@ -118,7 +124,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
     if (since !== undefined) params.since = since;
     if (limit !== undefined) params.limit = limit;
     if (sandboxes.record(id).state === 'paused') throw new CodedError('SANDBOX_NOT_READY', `Sandbox '${id}' is paused; resume it to read its audit log.`);
-    return callAgent(sandboxes.socketPath(id), sandboxes.agentSecret(id), 'audit.list', params);
+    return callAgent(sandboxes.daemonEndpoint(id), sandboxes.agentSecret(id), 'audit.list', params);
   };
   const { server, wss } = createHttpServer({ sandboxes, credentials, config, metrics, logger, readiness, audit });
   server.listen(config.port, config.host);

@@ -38,6 +38,17 @@ export function agentCommand(args: string[]): string[] {
   return [`${RUNTIME_DIR}/${LOADER_NAME}`, '--library-path', `${RUNTIME_DIR}/lib`, `${RUNTIME_DIR}/node`, `${RUNTIME_DIR}/warren-agent.mjs`, ...args];
 }
 
+/**
+ * The bridge the `exec` daemon channel runs in a sandbox: the runtime's Node copying its stdin to
+ * the daemon's socket and the socket to its stdout, ending when either side does.
+ */
+export function bridgeCommand(socketPath: string): string[] {
+  const script =
+    "const s=require('net').connect(process.argv[1]);process.stdin.pipe(s);s.pipe(process.stdout);" +
+    "s.on('error',e=>{process.stderr.write(e.message);process.exit(1)});s.on('close',()=>process.exit(0));process.stdin.on('end',()=>s.end())";
+  return [...agentCommand([]).slice(0, -1), '-e', script, socketPath];
+}
+
 /** Collects the runtime from this host: `process.execPath`, what `ldd` lists for it, and the bundle. */
 export async function collectRuntime(agentBundlePath: string): Promise<AgentRuntime> {
   await access(agentBundlePath).catch((err: NodeJS.ErrnoException) => {

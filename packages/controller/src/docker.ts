@@ -6,12 +6,13 @@ import Docker from 'dockerode';
 import { CodedError, DEFAULT_ROOT } from '@warren/protocol';
 import type { SandboxSettings } from '@warren/protocol';
 import { AgentDirs, type HostIdentity } from './agent-dir.js';
+import { resolveEngine } from './engine-endpoint.js';
 import { openWorkspaceStore, type WorkspaceStore } from './workspace-store.js';
 import { LABELS } from './labels.js';
 import type { Logger } from './logger.js';
 import { defaultStateDir } from './config.js';
 import type { DaemonEndpoint, ProvidedSandbox, ProviderIsolation, ProviderState, SandboxProvider, SandboxSpec } from './provider.js';
-import { agentCommand, bridgeCommand, RUNTIME_DIR, runtimeTar, type AgentRuntime } from './runtime.js';
+import { agentCommand, bridgeCommand, nodeArch, RUNTIME_DIR, runtimeTar, type AgentRuntime } from './runtime.js';
 
 /**
  * Where the daemon listens. With the `socket` channel it is the sandbox's host folder, bound in,
@@ -152,6 +153,7 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
  */
 /** The fields of `docker info` that say how the engine isolates containers. */
 interface EngineInfo {
+  Architecture?: string;
   OperatingSystem?: string;
   SecurityOptions?: string[];
   CgroupVersion?: string;
@@ -184,11 +186,11 @@ export function engineIsolation(info: EngineInfo): Omit<ProviderIsolation, 'disk
 /**
  * The Docker engine as a {@link SandboxProvider}: every dockerode call goes through here, and
  * every Docker failure comes out as a {@link CodedError}. A handle is a container id. The agent
- * runtime reaches containers from a named volume; the daemon listens in a host folder
- * ({@link AgentDirs}) bind-mounted at {@link SOCKET_DIR_IN_SANDBOX}.
+ * runtime reaches containers from a named volume; the daemon is reached through its
+ * {@link DaemonChannel}.
  *
  * @example
- * const provider = new DockerProvider(new Docker(), new AgentDirs(stateDir, { uid: 0, gid: 0 }));
+ * const provider = new DockerProvider({ stateDir, logger });
  * await provider.prepare(runtime, 'warren/sandbox:latest');
  * const handle = await provider.create(spec);
  */
@@ -206,7 +208,7 @@ export class DockerProvider implements SandboxProvider {
 
   constructor(options: DockerProviderOptions = {}) {
     this.options = options;
-    this.docker = options.docker ?? new Docker();
+    this.docker = options.docker ?? new Docker(resolveEngine(process.env).options);
     this.dirs = new AgentDirs(options.stateDir ?? defaultStateDir(), daemonOwner(null));
   }
 
@@ -248,6 +250,12 @@ export class DockerProvider implements SandboxProvider {
     const stateDir = this.options.stateDir ?? defaultStateDir();
     const info = (await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info'))) as EngineInfo;
     this.remap = engineIsolation(info).usernsRemap;
+    // The daemon is this controller's own Node, so the engine must run the same architecture.
+    if (info.Architecture && nodeArch(info.Architecture) !== process.arch)
+      throw new CodedError(
+        'UPSTREAM_UNAVAILABLE',
+        `The Docker engine runs ${info.Architecture} containers, but this controller's Node is ${process.arch}, and it is what runs in each sandbox. Run the controller on a machine of the engine's architecture (or the controller image on the engine itself: docs/install.md).`,
+      );
     const wanted = this.options.daemonChannel ?? 'auto';
     const localEngine = isLocalEngine(this.docker);
     const engineInVm = /docker desktop/i.test(info.OperatingSystem ?? '');
@@ -583,7 +591,7 @@ export class DockerProvider implements SandboxProvider {
 
 /** What a {@link DockerProvider} is told at construction; everything has a default. */
 export interface DockerProviderOptions {
-  /** The engine; `new Docker()` (DOCKER_HOST or the local socket) by default. */
+  /** The engine; by default the one {@link resolveEngine} finds (DOCKER_HOST, the Docker context, the local socket). */
   docker?: Docker | undefined;
   /** The controller's state folder: the daemons' folders and the workspace disks live there. */
   stateDir?: string | undefined;

@@ -19,3 +19,4 @@ export { ROUTES, type Route, type RouteAccess, type HttpMethod } from './routes.
 export { openApiDocument, apiDocumentFiles, REST_API_VERSION } from './openapi.js';
 export { openWorkspaceStore, type WorkspaceStore, type WorkspaceStoreOptions, type WorkspaceStoreDescription, type WorkspaceUsage } from './workspace-store.js';
 export { callAgent, openAgentSocket, probeAgent } from './agent-link.js';
+export { resolveEngine, type EngineEndpoint } from './engine-endpoint.js';

@@ -69,7 +69,7 @@ describe('the container-create body', () => {
       name: 'warren-abc123',
       Image: 'warren/sandbox:latest',
       Entrypoint: [
-        '/opt/warren/ld-linux-x86-64.so.2',
+        '/opt/warren/ld-linux.so',
         '--library-path',
         '/opt/warren/lib',
         '/opt/warren/node',

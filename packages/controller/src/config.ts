@@ -66,8 +66,29 @@ export interface ControllerConfig {
   allowedOrigins: string[];
   /** Extra `Host` values allowed on WebSocket upgrades, besides loopback and the bound address. */
   allowedHosts: string[];
+  /** Images on demand: which registries a create or a pull may fetch from, and the caps of pulls and builds (docs/images.md). */
+  images: ImageSettings;
   /** The least severe log level written (`LOG_LEVEL`): fatal, error, warn, info (default), debug, trace or silent. */
   logLevel: LogLevel;
+}
+
+/** How the controller fetches and builds images. */
+export interface ImageSettings {
+  /**
+   * Registries (optionally with a path: `ghcr.io/my-org`) that images missing from the engine may
+   * be pulled from; `docker.io` by default. Empty: nothing is pulled, only images on the engine run.
+   */
+  allowedRegistries: string[];
+  /** `missing` pulls an image a create names when the engine lacks it; `never` refuses such a create. */
+  pull: 'missing' | 'never';
+  /** The most an image's layers may add up to as downloaded, MiB; a larger pull is stopped and nothing kept. */
+  maxPullMb: number;
+  /** The largest build context (the tar the SDK uploads), MiB. */
+  maxBuildContextMb: number;
+  /** The network of a build's RUN steps: `none` (default) or `bridge` (Docker's default network, which reaches the host). */
+  buildNetwork: 'none' | 'bridge';
+  /** How long one pull or build may take, ms. */
+  timeoutMs: number;
 }
 
 /** The numbers a create may ask for; the configuration holds a default and a maximum of each. */
@@ -103,6 +124,15 @@ const Limits = z.strictObject({
   diskMb: z.number().int().min(16).optional(),
 });
 
+const Images = z.strictObject({
+  allowedRegistries: z.array(z.string().min(1).max(512)).optional(),
+  pull: z.enum(['missing', 'never']).optional(),
+  maxPullMb: z.number().int().min(1).optional(),
+  maxBuildContextMb: z.number().int().min(1).max(4096).optional(),
+  buildNetwork: z.enum(['none', 'bridge']).optional(),
+  timeoutMs: z.number().int().positive().optional(),
+});
+
 /** The configuration file's shape (JSON or YAML): every key optional, unknown keys refused. */
 export const ConfigFile = z.strictObject({
   host: z.string().optional(),
@@ -131,6 +161,7 @@ export const ConfigFile = z.strictObject({
   heartbeatMs: z.number().int().min(100).optional(),
   allowedOrigins: z.array(z.string()).optional(),
   allowedHosts: z.array(z.string()).optional(),
+  images: Images.optional(),
   logLevel: z.enum(LOG_LEVELS).optional(),
 });
 export type ConfigFile = z.infer<typeof ConfigFile>;
@@ -175,6 +206,7 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   heartbeatMs: 30_000,
   allowedOrigins: [],
   allowedHosts: [],
+  images: { allowedRegistries: ['docker.io'], pull: 'missing', maxPullMb: 4096, maxBuildContextMb: 256, buildNetwork: 'none', timeoutMs: 15 * 60_000 },
   logLevel: 'info',
 };
 
@@ -217,6 +249,7 @@ export function loadConfig(
   const fromEnv = readEnvironment(env);
   const limits = { ...DEFAULTS.limits, ...stripUndefined(file.limits ?? {}), ...stripUndefined(fromEnv.limits ?? {}) };
   const maxLimits = { ...DEFAULTS.maxLimits, ...stripUndefined(file.maxLimits ?? {}), ...stripUndefined(fromEnv.maxLimits ?? {}) };
+  const images = { ...DEFAULTS.images, ...stripUndefined(file.images ?? {}), ...stripUndefined(fromEnv.images ?? {}) };
   const merged = { ...stripUndefined(file), ...stripUndefined(fromEnv) };
   const config: ControllerConfig = {
     ...DEFAULTS,
@@ -228,6 +261,7 @@ export function loadConfig(
     agentBundlePath: merged.agentBundlePath ?? defaultAgentBundlePath(),
     limits,
     maxLimits,
+    images,
     ...overrides,
   };
   return config;
@@ -300,6 +334,11 @@ const ENV_SETTINGS: [variable: string, path: string, kind: 'string' | 'number' |
   ['WARREN_HEARTBEAT_MS', 'heartbeatMs', 'number'],
   ['WARREN_ALLOWED_ORIGINS', 'allowedOrigins', 'list,'],
   ['WARREN_ALLOWED_HOSTS', 'allowedHosts', 'list,'],
+  ['WARREN_ALLOWED_REGISTRIES', 'images.allowedRegistries', 'list,'],
+  ['WARREN_IMAGE_PULL', 'images.pull', 'string'],
+  ['WARREN_MAX_PULL_MB', 'images.maxPullMb', 'number'],
+  ['WARREN_MAX_BUILD_CONTEXT_MB', 'images.maxBuildContextMb', 'number'],
+  ['WARREN_BUILD_NETWORK', 'images.buildNetwork', 'string'],
   ['LOG_LEVEL', 'logLevel', 'string'],
 ];
 

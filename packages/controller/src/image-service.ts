@@ -91,7 +91,8 @@ export class ImageService {
   private async join(target: string, onProgress: ((p: PullProgress) => void) | undefined): Promise<void> {
     let pull = this.pulls.get(target);
     if (!pull) {
-      const listeners = new Set<(p: PullProgress) => void>();
+      // The caller listens before the pull starts, so it sees the first line too.
+      const listeners = new Set<(p: PullProgress) => void>(onProgress ? [onProgress] : []);
       const started = performance.now();
       this.logger?.info({ image: target }, 'image.pull.started');
       const done = this.provider

@@ -59,7 +59,7 @@ export interface QueryParameter {
 export interface RouteResponse {
   description: string;
   schema?: z.ZodType;
-  /** A content type other than JSON (the body is then described in words only). */
+  /** A content type other than JSON (with a schema: of each line or part; without one the body is described in words only). */
   contentType?: string;
 }
 
@@ -78,6 +78,8 @@ export interface Route {
   query?: readonly QueryParameter[];
   /** The JSON body's schema, for routes that take one. */
   body?: z.ZodType;
+  /** A body that is not JSON (a tar archive), described in words. */
+  rawBody?: { contentType: string; description: string };
   /** The answers on success, by status; every route may also answer an error (`RestErrorBody`). */
   responses: Readonly<Record<number, RouteResponse>>;
   /** A WebSocket upgrade: the upgrade handler serves it; a plain request gets a typed refusal. */
@@ -324,6 +326,7 @@ export const ROUTES: readonly Route[] = [
       'Build a template image from a Dockerfile; the body is the build context as a tar archive (application/x-tar), checked before the build. ' +
       'The answer is NDJSON: the build output, then one done or error line.',
     access: 'operator',
+    rawBody: { contentType: 'application/x-tar', description: 'The build context: a tar archive of regular files, folders and relative links that stay inside it.' },
     query: [
       { name: 'tag', description: 'The name the image gets, name[:tag] without a registry host.', schema: BuildImageQuery.shape.tag },
       { name: 'dockerfile', description: "The Dockerfile's path inside the context (default Dockerfile).", schema: BuildImageQuery.shape.dockerfile.unwrap() },

@@ -84,7 +84,10 @@ export function dockerfileNeeds(text: string): DockerfileNeeds {
       const jsonForm = /^\s*\[/.test(args.join(' '));
       const remote = (s: string) => /^[a-z][a-z0-9+.-]*:\/\//i.test(s) || /^git@/i.test(s) || /\.git(?:#.*)?$/i.test(s);
       if (jsonForm ? /"[a-z][a-z0-9+.-]*:\/\//i.test(args.join(' ')) : sources.some(remote))
-        throw refuse(instruction, 'ADD of a URL or git repository is fetched by the engine from the host; put the file in the context, or download it in a RUN step');
+        throw refuse(
+          instruction,
+          'ADD of a URL or git repository is fetched by the engine from the host; put the file in the context, or download it in a RUN step',
+        );
     }
   }
   if (!sawFrom) throw new CodedError('INVALID_PARAMS', 'The Dockerfile has no FROM instruction; start it with FROM <image>.');

@@ -111,9 +111,13 @@ export class ImageService {
           (err: unknown) => {
             const timedOut = (err as CodedError).code === 'CANCELLED';
             const failure = timedOut
-              ? new CodedError('IMAGE_PULL_FAILED', `The pull of ${target} took longer than ${this.settings.timeoutMs} ms (images.timeoutMs) and was stopped.`, {
-                  image: target,
-                })
+              ? new CodedError(
+                  'IMAGE_PULL_FAILED',
+                  `The pull of ${target} took longer than ${this.settings.timeoutMs} ms (images.timeoutMs) and was stopped.`,
+                  {
+                    image: target,
+                  },
+                )
               : err;
             this.logger?.warn({ image: target, code: (failure as CodedError).code, message: (failure as Error).message }, 'image.pull.failed');
             throw failure;
@@ -144,10 +148,15 @@ export class ImageService {
     const entries = readCheckedTar(context);
     const found = entries.find((e) => e.entry.name === dockerfile);
     if (!found)
-      throw new CodedError('INVALID_PARAMS', `The build context has no file '${dockerfile}'; put the Dockerfile inside the context folder, or name it with dockerfile.`, {
-        dockerfile,
-      });
-    if (found.entry.kind !== 'file') throw new CodedError('INVALID_PARAMS', `The Dockerfile '${dockerfile}' is a ${found.entry.kind}; it must be a regular file.`);
+      throw new CodedError(
+        'INVALID_PARAMS',
+        `The build context has no file '${dockerfile}'; put the Dockerfile inside the context folder, or name it with dockerfile.`,
+        {
+          dockerfile,
+        },
+      );
+    if (found.entry.kind !== 'file')
+      throw new CodedError('INVALID_PARAMS', `The Dockerfile '${dockerfile}' is a ${found.entry.kind}; it must be a regular file.`);
     const needs = dockerfileNeeds(found.data.toString('utf8'));
     const existing = await this.provider.imageLabels(tag);
     if (existing !== undefined && existing[BUILD_LABEL] === undefined)
@@ -189,7 +198,8 @@ export class ImageService {
   /** Removes an image Warren built (by id or name); any other image is refused with `FORBIDDEN`. */
   async remove(image: string): Promise<void> {
     const labels = await this.provider.imageLabels(image);
-    if (labels === undefined) throw new CodedError('NOT_FOUND', `No image '${image}' is on the engine; GET /v1/images lists the images Warren built.`, { image });
+    if (labels === undefined)
+      throw new CodedError('NOT_FOUND', `No image '${image}' is on the engine; GET /v1/images lists the images Warren built.`, { image });
     if (labels[BUILD_LABEL] === undefined)
       throw new CodedError('FORBIDDEN', `The image '${image}' was not built by Warren; Warren removes only the images it built (GET /v1/images lists them).`, {
         image,
@@ -201,10 +211,15 @@ export class ImageService {
 
 /** The Dockerfile's path inside the context, as the archive names it; refused when it would leave the context. */
 function dockerfilePath(given: string): string {
-  if (given.includes('\0') || given.includes('\\')) throw new CodedError('INVALID_PARAMS', `The Dockerfile path '${given.slice(0, 200)}' has a NUL or a backslash.`);
-  if (path.posix.isAbsolute(given)) throw new CodedError('INVALID_PARAMS', `The Dockerfile path '${given.slice(0, 200)}' is absolute; give it relative to the context folder.`);
+  if (given.includes('\0') || given.includes('\\'))
+    throw new CodedError('INVALID_PARAMS', `The Dockerfile path '${given.slice(0, 200)}' has a NUL or a backslash.`);
+  if (path.posix.isAbsolute(given))
+    throw new CodedError('INVALID_PARAMS', `The Dockerfile path '${given.slice(0, 200)}' is absolute; give it relative to the context folder.`);
   const normal = path.posix.normalize(given);
   if (normal === '..' || normal.startsWith('../') || normal === '.')
-    throw new CodedError('INVALID_PARAMS', `The Dockerfile path '${given.slice(0, 200)}' is outside the context; the Dockerfile must be inside the context folder.`);
+    throw new CodedError(
+      'INVALID_PARAMS',
+      `The Dockerfile path '${given.slice(0, 200)}' is outside the context; the Dockerfile must be inside the context folder.`,
+    );
   return normal.replace(/\/+$/, '');
 }

@@ -1,5 +1,15 @@
 export { startController, type Controller, type StartControllerOptions } from './controller.js';
-export { loadConfig, readConfigFile, readFlags, redactConfig, defaultStateDir, defaultAgentBundlePath, ConfigFile, type ControllerConfig, type ImageSettings } from './config.js';
+export {
+  loadConfig,
+  readConfigFile,
+  readFlags,
+  redactConfig,
+  defaultStateDir,
+  defaultAgentBundlePath,
+  ConfigFile,
+  type ControllerConfig,
+  type ImageSettings,
+} from './config.js';
 export { createLogger, silentLogger, LOG_LEVELS, REDACTED, type Logger, type LogLevel, type LoggerOptions } from './logger.js';
 export { Credentials, API_KEY_HASH_FILE } from './credentials.js';
 export { AgentDirs } from './agent-dir.js';

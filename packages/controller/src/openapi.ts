@@ -111,7 +111,13 @@ export function openApiDocument(routes: readonly Route[]): Record<string, unknow
       ...(parameters.length > 0 ? { parameters } : {}),
       ...(route.body ? { requestBody: { required: false, content: { 'application/json': { schema: components.ref(route.body, 'input') } } } } : {}),
       ...(route.rawBody
-        ? { requestBody: { required: true, description: route.rawBody.description, content: { [route.rawBody.contentType]: { schema: { type: 'string', format: 'binary' } } } } }
+        ? {
+            requestBody: {
+              required: true,
+              description: route.rawBody.description,
+              content: { [route.rawBody.contentType]: { schema: { type: 'string', format: 'binary' } } },
+            },
+          }
         : {}),
       responses,
       security: route.access === 'public' ? [] : [{ bearer: [] }],

@@ -326,7 +326,10 @@ export const ROUTES: readonly Route[] = [
       'Build a template image from a Dockerfile; the body is the build context as a tar archive (application/x-tar), checked before the build. ' +
       'The answer is NDJSON: the build output, then one done or error line.',
     access: 'operator',
-    rawBody: { contentType: 'application/x-tar', description: 'The build context: a tar archive of regular files, folders and relative links that stay inside it.' },
+    rawBody: {
+      contentType: 'application/x-tar',
+      description: 'The build context: a tar archive of regular files, folders and relative links that stay inside it.',
+    },
     query: [
       { name: 'tag', description: 'The name the image gets, name[:tag] without a registry host.', schema: BuildImageQuery.shape.tag },
       { name: 'dockerfile', description: "The Dockerfile's path inside the context (default Dockerfile).", schema: BuildImageQuery.shape.dockerfile.unwrap() },
@@ -335,7 +338,10 @@ export const ROUTES: readonly Route[] = [
     handle: async ({ deps, req, res, query }) => {
       const parsed = BuildImageQuery.safeParse({ tag: query.get('tag') ?? undefined, dockerfile: query.get('dockerfile') ?? undefined });
       if (!parsed.success)
-        throw new CodedError('INVALID_PARAMS', `Invalid build request: ${parsed.error.issues.map(issueText).join('; ')}. Use ?tag=<name[:tag]>&dockerfile=<path>.`);
+        throw new CodedError(
+          'INVALID_PARAMS',
+          `Invalid build request: ${parsed.error.issues.map(issueText).join('; ')}. Use ?tag=<name[:tag]>&dockerfile=<path>.`,
+        );
       const context = await readContext(req, deps.config.images.maxBuildContextMb);
       const abort = new AbortController();
       res.once('close', () => res.writableFinished || abort.abort());
@@ -428,7 +434,12 @@ function eventStream(res: ServerResponse) {
       } catch (err) {
         if (!started) throw err;
         const coded = err instanceof CodedError ? err : new CodedError('INTERNAL', err instanceof Error ? err.message : String(err));
-        const error = { code: coded.code, message: coded.message, suggestion: ERROR_CODES[coded.code].suggestion, ...(coded.details ? { details: coded.details } : {}) };
+        const error = {
+          code: coded.code,
+          message: coded.message,
+          suggestion: ERROR_CODES[coded.code].suggestion,
+          ...(coded.details ? { details: coded.details } : {}),
+        };
         send({ type: 'error', error });
       }
       res.end();
@@ -440,9 +451,13 @@ function eventStream(res: ServerResponse) {
 async function readContext(req: IncomingMessage, maxMb: number): Promise<Buffer> {
   const max = maxMb * 1024 * 1024;
   const tooLarge = () =>
-    new CodedError('BUILD_CONTEXT_TOO_LARGE', `The build context is larger than this controller's ${maxMb} MiB (images.maxBuildContextMb); build from a smaller folder.`, {
-      maxBytes: max,
-    });
+    new CodedError(
+      'BUILD_CONTEXT_TOO_LARGE',
+      `The build context is larger than this controller's ${maxMb} MiB (images.maxBuildContextMb); build from a smaller folder.`,
+      {
+        maxBytes: max,
+      },
+    );
   if (Number(req.headers['content-length'] ?? 0) > max) throw tooLarge();
   const chunks: Buffer[] = [];
   let size = 0;
@@ -454,7 +469,8 @@ async function readContext(req: IncomingMessage, maxMb: number): Promise<Buffer>
     }
     chunks.push(chunk);
   }
-  if (size === 0) throw new CodedError('INVALID_PARAMS', 'The build request has no body; send the build context as a tar archive (warren image build packs a folder).');
+  if (size === 0)
+    throw new CodedError('INVALID_PARAMS', 'The build request has no body; send the build context as a tar archive (warren image build packs a folder).');
   return Buffer.concat(chunks);
 }
 

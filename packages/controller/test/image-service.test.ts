@@ -9,7 +9,14 @@ type Entry = { header: Partial<Header> & { name: string }; body?: string };
 import { BUILD_LABEL, Credentials, dockerfileNeeds, ImageService, loadConfig, SandboxService, type ImageSettings } from '../src/index.js';
 import { FakeProvider } from './fakes.js';
 
-const SETTINGS: ImageSettings = { allowedRegistries: ['docker.io'], pull: 'missing', maxPullMb: 100, maxBuildContextMb: 10, buildNetwork: 'none', timeoutMs: 60_000 };
+const SETTINGS: ImageSettings = {
+  allowedRegistries: ['docker.io'],
+  pull: 'missing',
+  maxPullMb: 100,
+  maxBuildContextMb: 10,
+  buildNetwork: 'none',
+  timeoutMs: 60_000,
+};
 
 function service(settings: Partial<ImageSettings> = {}): { provider: FakeProvider; images: ImageService } {
   const provider = new FakeProvider();
@@ -23,8 +30,8 @@ async function tar(entries: Entry[]): Promise<Buffer> {
   p.on('data', (c: unknown) => void chunks.push(c as Buffer));
   const ended = new Promise<void>((resolve) => p.on('end', () => resolve()));
   for (const { header, body } of entries) {
-    if (body === undefined) p.entry(header as Header);
-    else p.entry(header as Header, body);
+    if (body === undefined) p.entry(header);
+    else p.entry(header, body);
   }
   p.finalize();
   await ended;
@@ -134,9 +141,13 @@ describe('ImageService.build', () => {
     const { provider, images } = service();
     provider.missingImages.add('alpine:3.20');
     const output: string[] = [];
-    const built = await images.build(await tar([dockerfile(), { header: { name: 'app/a.txt', type: 'file' }, body: 'a' }]), { tag: 'tmpl' }, {
-      onOutput: (t) => output.push(t),
-    });
+    const built = await images.build(
+      await tar([dockerfile(), { header: { name: 'app/a.txt', type: 'file' }, body: 'a' }]),
+      { tag: 'tmpl' },
+      {
+        onOutput: (t) => output.push(t),
+      },
+    );
     expect(built.image).toBe('tmpl:latest');
     expect(provider.pulled).toEqual(['docker.io/library/alpine:3.20']);
     expect(provider.builds[0]!.options).toMatchObject({ tag: 'tmpl:latest', dockerfile: 'Dockerfile', network: 'none' });
@@ -153,7 +164,10 @@ describe('ImageService.build', () => {
     ['a device', [{ header: { name: 'dev', type: 'character-device', devmajor: 1, devminor: 3 } }]],
     ['a FIFO', [{ header: { name: 'fifo', type: 'fifo' } }]],
     ['a setuid file', [{ header: { name: 'suid', type: 'file', mode: 0o4755 }, body: 'x' }]],
-    ['a file below a link of the same archive', [{ header: { name: 'l', type: 'symlink', linkname: '.' } }, { header: { name: 'l/x', type: 'file' }, body: 'x' }]],
+    [
+      'a file below a link of the same archive',
+      [{ header: { name: 'l', type: 'symlink', linkname: '.' } }, { header: { name: 'l/x', type: 'file' }, body: 'x' }],
+    ],
   ])('refuses a context with %s before the engine sees it', async (_why, extra) => {
     const { provider, images } = service();
     await expect(images.build(await tar([dockerfile(), ...extra]), { tag: 'tmpl' })).rejects.toMatchObject({ code: 'INVALID_PARAMS' });
@@ -162,9 +176,12 @@ describe('ImageService.build', () => {
 
   it('packs a link that stays inside the context as a link', async () => {
     const { provider, images } = service();
-    await images.build(await tar([dockerfile(), { header: { name: 'a', type: 'file' }, body: 'a' }, { header: { name: 'b', type: 'symlink', linkname: 'a' } }]), {
-      tag: 'tmpl',
-    });
+    await images.build(
+      await tar([dockerfile(), { header: { name: 'a', type: 'file' }, body: 'a' }, { header: { name: 'b', type: 'symlink', linkname: 'a' } }]),
+      {
+        tag: 'tmpl',
+      },
+    );
     expect(provider.builds).toHaveLength(1);
   });
 

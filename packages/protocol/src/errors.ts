@@ -47,7 +47,10 @@ export const ERROR_CODES = {
     status: 403,
     suggestion: "Use an image already on the engine or one from a registry in the controller's allowedRegistries (GET /readyz lists them).",
   },
-  IMAGE_PULL_FAILED: { status: 502, suggestion: 'Check the image name and tag, that the registry answers, and that the image is public or the engine is logged in.' },
+  IMAGE_PULL_FAILED: {
+    status: 502,
+    suggestion: 'Check the image name and tag, that the registry answers, and that the image is public or the engine is logged in.',
+  },
   IMAGE_TOO_LARGE: { status: 507, suggestion: 'Use a smaller image, or ask the operator to raise images.maxPullMb or free disk space on the engine.' },
   BUILD_CONTEXT_TOO_LARGE: {
     status: 413,

@@ -95,7 +95,9 @@ export async function followEngine(
 /** Pushes a local image to the registry its name names. */
 export async function pushImage(docker: Docker, name: string): Promise<void> {
   // The engine wants an X-Registry-Auth header even for a registry without auth: an empty one.
-  await followEngine(docker, (await docker.getImage(name).push({ authconfig: {} } as never)) as unknown as NodeJS.ReadableStream);
+  // Without a callback, push answers a promise of the stream (its types say otherwise).
+  const pushing = docker.getImage(name).push({ authconfig: {} } as never) as unknown as Promise<NodeJS.ReadableStream>;
+  await followEngine(docker, await pushing);
 }
 
 /**

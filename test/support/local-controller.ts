@@ -73,7 +73,7 @@ class LocalProvider implements SandboxProvider {
   async listImages(): Promise<ProvidedImage[]> {
     return [];
   }
-  async imageLabels(): Promise<Record<string, string> | undefined> {
+  async inspectImage(): Promise<{ id: string; labels: Record<string, string> } | undefined> {
     return undefined;
   }
   async removeImage(): Promise<void> {}

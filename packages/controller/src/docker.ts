@@ -345,10 +345,10 @@ export class DockerProvider implements SandboxProvider {
       .sort((a, b) => b.createdAt.localeCompare(a.createdAt));
   }
 
-  async imageLabels(image: string): Promise<Record<string, string> | undefined> {
+  async inspectImage(image: string): Promise<{ id: string; labels: Record<string, string> } | undefined> {
     try {
       const info = await this.docker.getImage(image).inspect();
-      return info.Config?.Labels ?? {};
+      return { id: info.Id, labels: info.Config?.Labels ?? {} };
     } catch (err) {
       if ((err as { statusCode?: number }).statusCode === 404) return undefined;
       return rethrow(err, `inspect image ${image}`);

@@ -158,8 +158,8 @@ export class ImageService {
     if (found.entry.kind !== 'file')
       throw new CodedError('INVALID_PARAMS', `The Dockerfile '${dockerfile}' is a ${found.entry.kind}; it must be a regular file.`);
     const needs = dockerfileNeeds(found.data.toString('utf8'));
-    const existing = await this.provider.imageLabels(tag);
-    if (existing !== undefined && existing[BUILD_LABEL] === undefined)
+    const existing = await this.provider.inspectImage(tag);
+    if (existing !== undefined && existing.labels[BUILD_LABEL] === undefined)
       throw new CodedError(
         'CONFLICT',
         `An image named ${tag} is already on the engine and Warren did not build it; a build does not replace it. Choose another name (e.g. templates/${tag}).`,
@@ -183,6 +183,12 @@ export class ImageService {
         signal: AbortSignal.any(signals),
       });
       this.logger?.info({ image: tag, id, ms: Math.round(performance.now() - started) }, 'image.built');
+      // The earlier build of this name lost its name to this one: remove it unless a sandbox still uses it.
+      if (existing !== undefined && existing.id !== id)
+        await this.provider.removeImage(existing.id).then(
+          () => this.logger?.info({ image: tag, id: existing.id }, 'image.replaced'),
+          () => undefined,
+        );
       return { image: tag, id };
     } catch (err) {
       this.logger?.warn({ image: tag, code: (err as CodedError).code, message: (err as Error).message.split('\n')[0] }, 'image.build.failed');
@@ -197,7 +203,7 @@ export class ImageService {
 
   /** Removes an image Warren built (by id or name); any other image is refused with `FORBIDDEN`. */
   async remove(image: string): Promise<void> {
-    const labels = await this.provider.imageLabels(image);
+    const labels = (await this.provider.inspectImage(image))?.labels;
     if (labels === undefined)
       throw new CodedError('NOT_FOUND', `No image '${image}' is on the engine; GET /v1/images lists the images Warren built.`, { image });
     if (labels[BUILD_LABEL] === undefined)

@@ -132,11 +132,13 @@ export class FakeProvider implements SandboxProvider {
       .map(([tag, labels]) => ({ id: `sha256:${'b'.repeat(64)}`, tags: [tag], createdAt: '2026-01-01T00:00:00.000Z', sizeBytes: 1, labels }));
   }
 
-  async imageLabels(image: string): Promise<Record<string, string> | undefined> {
-    return this.images.get(image);
+  async inspectImage(image: string): Promise<{ id: string; labels: Record<string, string> } | undefined> {
+    const labels = this.images.get(image);
+    return labels === undefined ? undefined : { id: `sha256:${'e'.repeat(64)}`, labels };
   }
 
   async removeImage(image: string): Promise<void> {
+    this.calls.push(`removeImage ${image}`);
     this.images.delete(image);
   }
 

@@ -218,6 +218,8 @@ describe('ImageService.build', () => {
     await expect(images.build(await tar([dockerfile()]), { tag: 'python' })).rejects.toMatchObject({ code: 'CONFLICT' });
     provider.images.set('mine:latest', { [BUILD_LABEL]: 'x' });
     await expect(images.build(await tar([dockerfile()]), { tag: 'mine' })).resolves.toMatchObject({ image: 'mine:latest' });
+    // The earlier build of the name, now nameless, is removed.
+    expect(provider.calls).toContain(`removeImage sha256:${'e'.repeat(64)}`);
   });
 
   it('refuses image names with a registry host', async () => {

@@ -3,6 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { parseAllowList } from './image-ref.js';
 import { LOG_LEVELS, REDACTED, type LogLevel } from './logger.js';
 
 /** Everything the controller can be told; {@link loadConfig} fills it from a file, the environment and overrides. */
@@ -124,8 +125,21 @@ const Limits = z.strictObject({
   diskMb: z.number().int().min(16).optional(),
 });
 
+/** An allow-list entry, checked as the image service reads it (`docker.io`, `ghcr.io/my-org`, `127.0.0.1:5000`). */
+const AllowedRegistry = z
+  .string()
+  .min(1)
+  .max(512)
+  .superRefine((entry, ctx) => {
+    try {
+      parseAllowList([entry]);
+    } catch (err) {
+      ctx.addIssue({ code: 'custom', message: (err as Error).message });
+    }
+  });
+
 const Images = z.strictObject({
-  allowedRegistries: z.array(z.string().min(1).max(512)).optional(),
+  allowedRegistries: z.array(AllowedRegistry).optional(),
   pull: z.enum(['missing', 'never']).optional(),
   maxPullMb: z.number().int().min(1).optional(),
   maxBuildContextMb: z.number().int().min(1).max(4096).optional(),
@@ -366,7 +380,18 @@ function readEnvironment(env: NodeJS.ProcessEnv): ConfigFile {
   if (!parsed.success) {
     const problems = parsed.error.issues.map((issue) => {
       const at = issue.path.map(String).join('.');
-      return `${variableOf.get(at) ?? variableOf.get(String(issue.path[0])) ?? at} (${at}): ${issue.message}`;
+      // The variable of the longest setting that holds the faulty value (a list's item names its list).
+      const variable = issue.path
+        .map((_, i) =>
+          variableOf.get(
+            issue.path
+              .slice(0, issue.path.length - i)
+              .map(String)
+              .join('.'),
+          ),
+        )
+        .find(Boolean);
+      return `${variable ?? at} (${at}): ${issue.message}`;
     });
     throw new Error(`Invalid environment variable: ${problems.join('; ')}. See docs/controller.md for every setting.`);
   }

@@ -80,7 +80,9 @@ describe('images on demand, from a local registry', () => {
     const image = `${registry.host}/warren-e2e/shell:${run}`;
     await publish(await sourceImage(), image);
     const options = { baseUrl: warren.url, apiKey: warren.apiKey, image };
-    const created = await Promise.all([Sandbox.create(options), Sandbox.create(options)]);
+    // One create shows the pull's progress (it pulls first); the other just waits for the same pull.
+    const seen: string[] = [];
+    const created = await Promise.all([Sandbox.create({ ...options, onPullProgress: (e) => seen.push(e.status) }), Sandbox.create(options)]);
     try {
       for (const sandbox of created) {
         expect(await sandbox.commands.run(['sh', '-c', 'echo pulled'])).toMatchObject({ exitCode: 0, stdout: 'pulled\n' });
@@ -93,6 +95,7 @@ describe('images on demand, from a local registry', () => {
     const started = lines.filter((l) => l.event === 'image.pull.started' && l.image === image);
     expect(started).toHaveLength(1);
     expect(lines.some((l) => l.event === 'image.pulled' && l.image === image)).toBe(true);
+    expect(seen.length).toBeGreaterThan(0);
   });
 
   it('Images.pull streams the layer progress of a real download', async () => {

@@ -3,6 +3,7 @@ import { CodedError, readCheckedTar, type ImageInfo } from '@warren/protocol';
 import type { ImageSettings } from './config.js';
 import { dockerfileNeeds } from './dockerfile-check.js';
 import { buildTag, checkAllowed, IMAGE_ID, parseAllowList, parseImageRef, type AllowedRegistry } from './image-ref.js';
+import { Slots } from './limiter.js';
 import type { Logger } from './logger.js';
 import type { PullProgress, SandboxProvider } from './provider.js';
 
@@ -19,6 +20,10 @@ export interface ImageServiceOptions {
   provider: SandboxProvider;
   settings: ImageSettings;
   logger?: Logger | undefined;
+  /** Builds that run at once (each holds its context in memory); 2 by default. */
+  buildsAtOnce?: number | undefined;
+  /** Builds that may wait for one of those; more are refused at once (`RESOURCE_EXHAUSTED`). 4 by default. */
+  buildsWaiting?: number | undefined;
 }
 
 /** What a pull or a build tells its caller as it goes. */
@@ -45,12 +50,36 @@ export class ImageService {
   private readonly allowed: AllowedRegistry[];
   private readonly logger: Logger | undefined;
   private readonly pulls = new Map<string, Pull>();
+  private readonly buildSlots: Slots;
+  private readonly buildsWaiting: number;
 
   constructor(options: ImageServiceOptions) {
     this.provider = options.provider;
     this.settings = options.settings;
     this.allowed = parseAllowList(options.settings.allowedRegistries);
     this.logger = options.logger;
+    this.buildSlots = new Slots(options.buildsAtOnce ?? 2);
+    this.buildsWaiting = options.buildsWaiting ?? 4;
+  }
+
+  /**
+   * Runs one build's work (reading its context, then {@link ImageService.build}) in one of the
+   * build slots: a few builds at once, a few more waiting, and the rest refused with
+   * `RESOURCE_EXHAUSTED` and a retry time, so uploads cannot pile up in memory.
+   */
+  async withBuildSlot<T>(work: () => Promise<T>): Promise<T> {
+    return this.buildSlots.run(work, {
+      maxWaiting: this.buildsWaiting,
+      timeoutMs: this.settings.timeoutMs,
+      refuse: (why) =>
+        new CodedError(
+          'RESOURCE_EXHAUSTED',
+          why === 'queue-full'
+            ? `This controller is already running and queueing as many builds as it takes (${this.buildSlots.busy} running, ${this.buildsWaiting} waiting); retry in a minute.`
+            : `This build waited ${this.settings.timeoutMs} ms (images.timeoutMs) for a build slot and gave up; retry in a minute.`,
+          { retryAfterSeconds: 60 },
+        ),
+    });
   }
 
   /** The allow-list as configured, for `/readyz` and error messages. */

@@ -342,18 +342,22 @@ export const ROUTES: readonly Route[] = [
           'INVALID_PARAMS',
           `Invalid build request: ${parsed.error.issues.map(issueText).join('; ')}. Use ?tag=<name[:tag]>&dockerfile=<path>.`,
         );
-      const context = await readContext(req, deps.config.images.maxBuildContextMb);
-      const abort = new AbortController();
-      res.once('close', () => res.writableFinished || abort.abort());
-      const stream = eventStream(res);
-      await stream.run(async () => {
-        const built = await deps.sandboxes.images.build(context, parsed.data, {
-          onStart: stream.start,
-          onProgress: (p) => stream.send({ type: 'progress', ...p }),
-          onOutput: (text) => stream.send({ type: 'output', text }),
-          signal: abort.signal,
+      const images = deps.sandboxes.images;
+      // The slot is taken before the body is read, so waiting builds hold no context in memory.
+      await images.withBuildSlot(async () => {
+        const context = await readContext(req, deps.config.images.maxBuildContextMb);
+        const abort = new AbortController();
+        res.once('close', () => res.writableFinished || abort.abort());
+        const stream = eventStream(res);
+        await stream.run(async () => {
+          const built = await images.build(context, parsed.data, {
+            onStart: stream.start,
+            onProgress: (p) => stream.send({ type: 'progress', ...p }),
+            onOutput: (text) => stream.send({ type: 'output', text }),
+            signal: abort.signal,
+          });
+          return { type: 'done', image: built.image, id: built.id };
         });
-        return { type: 'done', image: built.image, id: built.id };
       });
     },
   },

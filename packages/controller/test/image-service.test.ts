@@ -310,3 +310,22 @@ describe('creates of images the engine lacks', () => {
     expect(provider.calls.filter((c) => c.startsWith('pull') || c.startsWith('create'))).toEqual([]);
   });
 });
+
+describe('build slots', () => {
+  it('run a few builds at once, queue a few, and refuse the rest with a retry time', async () => {
+    const capped = new ImageService({ provider: new FakeProvider(), settings: SETTINGS, buildsAtOnce: 1, buildsWaiting: 1 });
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const order: string[] = [];
+    const first = capped.withBuildSlot(async () => {
+      order.push('first');
+      await gate;
+    });
+    const second = capped.withBuildSlot(async () => void order.push('second'));
+    await expect(capped.withBuildSlot(async () => undefined)).rejects.toMatchObject({ code: 'RESOURCE_EXHAUSTED', details: { retryAfterSeconds: 60 } });
+    expect(order).toEqual(['first']);
+    release();
+    await Promise.all([first, second]);
+    expect(order).toEqual(['first', 'second']);
+  });
+});

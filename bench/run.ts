@@ -112,9 +112,46 @@ async function main(): Promise<void> {
 
   progress('50 sandboxes, 1,000 concurrent calls');
   rows.push(...(await concurrency(controller)));
-
   await controller.stop();
+
+  progress('daemon channels: exec against socket');
+  rows.push(...(await daemonChannels()));
+
   report(rows);
+}
+
+/**
+ * The `exec` daemon channel (a `docker exec` bridge per connection, for engines that share no
+ * folder) against the `socket` channel: what a new connection costs (connect, handshake, one
+ * small call, close), and what a call on an open connection costs.
+ */
+async function daemonChannels(): Promise<Row[]> {
+  const measure = async (channel: 'socket' | 'exec') => {
+    const controller = await startControllerProcess({ WARREN_DAEMON_CHANNEL: channel, WARREN_POOL_SIZE: '0' });
+    const options = { baseUrl: controller.url, apiKey: controller.apiKey, image: flags.image };
+    const sandbox = await Sandbox.create(options);
+    try {
+      await sandbox.files.write('x', 'x');
+      const connect = summarize(
+        await timeIt(n(30), async () => {
+          const other = await Sandbox.connect(sandbox.id, options);
+          await other.files.stat('x');
+          other.close();
+        }),
+      );
+      const exec = summarize(await timeIt(n(200), () => sandbox.commands.run('true')));
+      return { connect, exec };
+    } finally {
+      await sandbox.kill().catch(() => undefined);
+      await controller.stop();
+    }
+  };
+  const socket = await measure('socket');
+  const exec = await measure('exec');
+  return [
+    compareSlower('connect + first call, exec channel', exec.connect, socket.connect, 'the same on the socket channel', 10),
+    compareSlower('exec `true` on an open connection, exec channel', exec.exec, socket.exec, 'the same on the socket channel', 1.3),
+  ];
 }
 
 /** A file larger than one call's cap, read the way a client must: in ranges. */
@@ -305,11 +342,12 @@ interface ControllerProcess {
 }
 
 /** The controller as its own process, as users run it, so client and server do not share a loop. */
-async function startControllerProcess(): Promise<ControllerProcess> {
+async function startControllerProcess(env: Record<string, string> = {}): Promise<ControllerProcess> {
   const stateDir = await mkdtemp(path.join(os.tmpdir(), 'warren-bench-'));
   const apiKey = `wk_bench_${randomBytes(16).toString('hex')}`;
   const child: ChildProcess = spawn(process.execPath, [path.join(repo, 'packages/cli/bin/warren.js'), 'serve', '--port', '0'], {
-    env: { ...process.env, WARREN_STATE_DIR: stateDir, WARREN_API_KEY: apiKey, WARREN_POOL_SIZE: String(POOL_SIZE) },
+    // Only warnings: the access log is measured by nothing here and would be counted in every call.
+    env: { ...process.env, LOG_LEVEL: 'warn', WARREN_STATE_DIR: stateDir, WARREN_API_KEY: apiKey, WARREN_POOL_SIZE: String(POOL_SIZE), ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let stderr = '';

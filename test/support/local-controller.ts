@@ -8,7 +8,6 @@ import {
   Credentials,
   startController,
   type ControllerConfig,
-  type DaemonEndpoint,
   type ProvidedImage,
   type ProvidedSandbox,
   type ProviderIsolation,
@@ -117,7 +116,7 @@ class LocalProvider implements SandboxProvider {
   async events(): Promise<() => void> {
     return () => undefined;
   }
-  daemon(agentId: string): DaemonEndpoint {
+  daemon(agentId: string): { socketPath: string } {
     return { socketPath: path.join(this.dir, `${agentId.slice(0, 16)}.sock`) };
   }
   async copyIn(): Promise<void> {}

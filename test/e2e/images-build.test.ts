@@ -5,6 +5,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import Docker from 'dockerode';
 import { BuildFailedError, Images, Sandbox } from '@warren/sdk';
+import { runCli } from '../support/cli.js';
 import { codeOf } from '../support/files.js';
 import { startTestController, type TestController } from '../support/fixtures.js';
 
@@ -94,6 +95,22 @@ describe('warren image build, on the engine', () => {
     }
     await images.remove(tag);
     expect(await present(tag)).toBe(false);
+  });
+
+  it('warren image build prints the output on stderr and only the name on stdout; ls and rm find it', async () => {
+    await write({ Dockerfile: `FROM ${base}\nCOPY note /note\nRUN cat /note\n`, note: `cli build ${randomBytes(8).toString('hex')}\n` });
+    const env = { WARREN_URL: warren.url, WARREN_API_KEY: warren.apiKey };
+    const tag = `${PREFIX}cli:${run}`;
+    const built = await runCli(['image', 'build', context, '--tag', tag], { env, timeoutMs: 110_000 });
+    expect(built).toMatchObject({ code: 0, stdout: `${tag}\n` });
+    expect(built.stderr).toMatch(/Step 3\/\d+ : RUN cat \/note[\s\S]*cli build/);
+    const listed = await runCli(['image', 'ls', '--json'], { env });
+    expect((JSON.parse(listed.stdout) as { tags: string[] }[]).some((i) => i.tags.includes(tag))).toBe(true);
+    expect(await runCli(['image', 'rm', tag], { env })).toMatchObject({ code: 0 });
+    expect(await present(tag)).toBe(false);
+    const refused = await runCli(['image', 'build', context, '--tag', 'ghcr.io/x/y'], { env });
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr).toMatch(/INVALID_PARAMS: .*registry host/);
   });
 
   it('a failing step is BuildFailedError with the end of the output, and leaves no image of that name', async () => {

@@ -2,11 +2,13 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { CodedError } from '@warren/protocol';
 import { startAgentServer, type AgentServer } from '@warren/agent';
 import {
   Credentials,
   startController,
   type ControllerConfig,
+  type ProvidedImage,
   type ProvidedSandbox,
   type ProviderIsolation,
   type ProviderState,
@@ -62,6 +64,18 @@ class LocalProvider implements SandboxProvider {
   async hasImage(): Promise<boolean> {
     return true;
   }
+  /** Every image is "there" (the daemons run on the host), so nothing is ever pulled. */
+  async pullImage(): Promise<void> {}
+  async buildImage(): Promise<{ id: string }> {
+    throw new CodedError('INVALID_PARAMS', 'The local test provider runs daemons on the host and builds no images; build against a Docker engine.');
+  }
+  async listImages(): Promise<ProvidedImage[]> {
+    return [];
+  }
+  async inspectImage(): Promise<{ id: string; labels: Record<string, string> } | undefined> {
+    return undefined;
+  }
+  async removeImage(): Promise<void> {}
   async prepare(): Promise<{ oldRuntimesRemoved: number }> {
     return { oldRuntimesRemoved: 0 };
   }

@@ -3,6 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { parseAllowList } from './image-ref.js';
 import { LOG_LEVELS, REDACTED, type LogLevel } from './logger.js';
 
 /** Everything the controller can be told; {@link loadConfig} fills it from a file, the environment and overrides. */
@@ -74,8 +75,29 @@ export interface ControllerConfig {
   allowedOrigins: string[];
   /** Extra `Host` values allowed on WebSocket upgrades, besides loopback and the bound address. */
   allowedHosts: string[];
+  /** Images on demand: which registries a create or a pull may fetch from, and the caps of pulls and builds (docs/images.md). */
+  images: ImageSettings;
   /** The least severe log level written (`LOG_LEVEL`): fatal, error, warn, info (default), debug, trace or silent. */
   logLevel: LogLevel;
+}
+
+/** How the controller fetches and builds images. */
+export interface ImageSettings {
+  /**
+   * Registries (optionally with a path: `ghcr.io/my-org`) that images missing from the engine may
+   * be pulled from; `docker.io` by default. Empty: nothing is pulled, only images on the engine run.
+   */
+  allowedRegistries: string[];
+  /** `missing` pulls an image a create names when the engine lacks it; `never` refuses such a create. */
+  pull: 'missing' | 'never';
+  /** The most an image's layers may add up to as downloaded, MiB; a larger pull is stopped and nothing kept. */
+  maxPullMb: number;
+  /** The largest build context (the tar the SDK uploads), MiB. */
+  maxBuildContextMb: number;
+  /** The network of a build's RUN steps: `none` (default) or `bridge` (Docker's default network, which reaches the host). */
+  buildNetwork: 'none' | 'bridge';
+  /** How long one pull or build may take, ms. */
+  timeoutMs: number;
 }
 
 /** The numbers a create may ask for; the configuration holds a default and a maximum of each. */
@@ -111,6 +133,28 @@ const Limits = z.strictObject({
   diskMb: z.number().int().min(16).optional(),
 });
 
+/** An allow-list entry, checked as the image service reads it (`docker.io`, `ghcr.io/my-org`, `127.0.0.1:5000`). */
+const AllowedRegistry = z
+  .string()
+  .min(1)
+  .max(512)
+  .superRefine((entry, ctx) => {
+    try {
+      parseAllowList([entry]);
+    } catch (err) {
+      ctx.addIssue({ code: 'custom', message: (err as Error).message });
+    }
+  });
+
+const Images = z.strictObject({
+  allowedRegistries: z.array(AllowedRegistry).optional(),
+  pull: z.enum(['missing', 'never']).optional(),
+  maxPullMb: z.number().int().min(1).optional(),
+  maxBuildContextMb: z.number().int().min(1).max(4096).optional(),
+  buildNetwork: z.enum(['none', 'bridge']).optional(),
+  timeoutMs: z.number().int().positive().optional(),
+});
+
 /** The configuration file's shape (JSON or YAML): every key optional, unknown keys refused. */
 export const ConfigFile = z.strictObject({
   host: z.string().optional(),
@@ -140,6 +184,7 @@ export const ConfigFile = z.strictObject({
   heartbeatMs: z.number().int().min(100).optional(),
   allowedOrigins: z.array(z.string()).optional(),
   allowedHosts: z.array(z.string()).optional(),
+  images: Images.optional(),
   logLevel: z.enum(LOG_LEVELS).optional(),
 });
 export type ConfigFile = z.infer<typeof ConfigFile>;
@@ -185,6 +230,7 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   heartbeatMs: 30_000,
   allowedOrigins: [],
   allowedHosts: [],
+  images: { allowedRegistries: ['docker.io'], pull: 'missing', maxPullMb: 4096, maxBuildContextMb: 256, buildNetwork: 'none', timeoutMs: 15 * 60_000 },
   logLevel: 'info',
 };
 
@@ -227,6 +273,7 @@ export function loadConfig(
   const fromEnv = readEnvironment(env);
   const limits = { ...DEFAULTS.limits, ...stripUndefined(file.limits ?? {}), ...stripUndefined(fromEnv.limits ?? {}) };
   const maxLimits = { ...DEFAULTS.maxLimits, ...stripUndefined(file.maxLimits ?? {}), ...stripUndefined(fromEnv.maxLimits ?? {}) };
+  const images = { ...DEFAULTS.images, ...stripUndefined(file.images ?? {}), ...stripUndefined(fromEnv.images ?? {}) };
   const merged = { ...stripUndefined(file), ...stripUndefined(fromEnv) };
   const config: ControllerConfig = {
     ...DEFAULTS,
@@ -238,6 +285,7 @@ export function loadConfig(
     agentBundlePath: merged.agentBundlePath ?? defaultAgentBundlePath(),
     limits,
     maxLimits,
+    images,
     ...overrides,
   };
   return config;
@@ -311,6 +359,11 @@ const ENV_SETTINGS: [variable: string, path: string, kind: 'string' | 'number' |
   ['WARREN_HEARTBEAT_MS', 'heartbeatMs', 'number'],
   ['WARREN_ALLOWED_ORIGINS', 'allowedOrigins', 'list,'],
   ['WARREN_ALLOWED_HOSTS', 'allowedHosts', 'list,'],
+  ['WARREN_ALLOWED_REGISTRIES', 'images.allowedRegistries', 'list,'],
+  ['WARREN_IMAGE_PULL', 'images.pull', 'string'],
+  ['WARREN_MAX_PULL_MB', 'images.maxPullMb', 'number'],
+  ['WARREN_MAX_BUILD_CONTEXT_MB', 'images.maxBuildContextMb', 'number'],
+  ['WARREN_BUILD_NETWORK', 'images.buildNetwork', 'string'],
   ['LOG_LEVEL', 'logLevel', 'string'],
 ];
 
@@ -338,7 +391,18 @@ function readEnvironment(env: NodeJS.ProcessEnv): ConfigFile {
   if (!parsed.success) {
     const problems = parsed.error.issues.map((issue) => {
       const at = issue.path.map(String).join('.');
-      return `${variableOf.get(at) ?? variableOf.get(String(issue.path[0])) ?? at} (${at}): ${issue.message}`;
+      // The variable of the longest setting that holds the faulty value (a list's item names its list).
+      const variable = issue.path
+        .map((_, i) =>
+          variableOf.get(
+            issue.path
+              .slice(0, issue.path.length - i)
+              .map(String)
+              .join('.'),
+          ),
+        )
+        .find(Boolean);
+      return `${variable ?? at} (${at}): ${issue.message}`;
     });
     throw new Error(`Invalid environment variable: ${problems.join('; ')}. See docs/controller.md for every setting.`);
   }

@@ -14,6 +14,7 @@ import { WarmPool } from './pool.js';
 import type { SandboxProvider } from './provider.js';
 import { collectRuntime } from './runtime.js';
 import { SandboxService } from './sandboxes.js';
+import { ImageService } from './image-service.js';
 
 export interface StartControllerOptions {
   config?: Partial<ControllerConfig>;
@@ -85,6 +86,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
     credentials,
     config,
     metrics,
+    images: new ImageService({ provider, settings: config.images, logger }),
     onRestart: (sandboxId, error) =>
       error === null ? logger.info({ sandboxId }, 'sandbox.restarted') : logger.error({ sandboxId, error }, 'sandbox.restart-failed'),
     pool: config.poolSize > 0 ? (service) => new WarmPool(service, config.poolSize, logger) : undefined,
@@ -113,6 +115,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
       runtimes: sandboxes.runtimes,
       isolation,
       hardening: sandboxHardening(config),
+      images: { pull: config.images.pull, allowedRegistries: config.images.allowedRegistries, buildNetwork: config.images.buildNetwork },
     };
   };
   const audit = async (id: string, query: URLSearchParams) => {

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { Duplex, PassThrough, type Readable } from 'node:stream';
+import { Duplex, PassThrough, Readable } from 'node:stream';
 import Docker from 'dockerode';
 import { CodedError, DEFAULT_ROOT } from '@warren/protocol';
 import type { SandboxSettings } from '@warren/protocol';
@@ -11,7 +11,17 @@ import { openWorkspaceStore, type WorkspaceStore } from './workspace-store.js';
 import { LABELS } from './labels.js';
 import type { Logger } from './logger.js';
 import { defaultStateDir } from './config.js';
-import type { DaemonEndpoint, ProvidedSandbox, ProviderIsolation, ProviderState, SandboxProvider, SandboxSpec } from './provider.js';
+import type {
+  BuildOptions,
+  DaemonEndpoint,
+  ProvidedImage,
+  ProvidedSandbox,
+  ProviderIsolation,
+  ProviderState,
+  PullOptions,
+  SandboxProvider,
+  SandboxSpec,
+} from './provider.js';
 import { agentCommand, bridgeCommand, nodeArch, RUNTIME_DIR, runtimeTar, type AgentRuntime } from './runtime.js';
 
 /**
@@ -238,6 +248,153 @@ export class DockerProvider implements SandboxProvider {
       if ((err as { statusCode?: number }).statusCode === 404) return false;
       return rethrow(err, `inspect image ${image}`);
     }
+  }
+
+  /**
+   * Pulls an image through `docker pull`'s API, following its progress (`modem.followProgress`).
+   * The sum of the layers' download sizes is checked as they become known; past `maxBytes` the
+   * request is dropped, which makes the engine cancel the pull and release what it fetched. A
+   * failed pull removes the name if the engine had already tagged it.
+   */
+  async pullImage(image: string, options: PullOptions): Promise<void> {
+    const abort = new AbortController();
+    const onAbort = () => abort.abort();
+    options.signal?.addEventListener('abort', onAbort, { once: true });
+    let refusal: CodedError | undefined;
+    try {
+      const stream = (await this.docker.pull(image, { abortSignal: abort.signal }).catch((e: unknown) => {
+        throw pullFailure(image, e);
+      })) as Readable;
+      const sizes = new Map<string, number>();
+      const stop = (err: CodedError) => {
+        refusal ??= err;
+        abort.abort();
+        stream.destroy();
+      };
+      await new Promise<void>((resolve, reject) => {
+        this.docker.modem.followProgress(
+          stream,
+          (err: Error | null) => (err && !refusal ? reject(pullFailure(image, err)) : resolve()),
+          (event: PullEvent) => {
+            if (refusal) return;
+            if (event.error !== undefined || event.errorDetail !== undefined) return stop(pullFailure(image, event.errorDetail?.message ?? event.error));
+            const total = event.progressDetail?.total;
+            if (event.id !== undefined && typeof total === 'number' && total > 0) {
+              sizes.set(event.id, total);
+              const sum = [...sizes.values()].reduce((a, b) => a + b, 0);
+              if (sum > options.maxBytes)
+                return stop(
+                  new CodedError(
+                    'IMAGE_TOO_LARGE',
+                    `The image ${image} is larger than this controller pulls: its layers add up to more than ${mib(options.maxBytes)} MiB (images.maxPullMb). The pull was stopped and nothing of it was kept.`,
+                    { image, maxBytes: options.maxBytes, seenBytes: sum },
+                  ),
+                );
+            }
+            options.onProgress({ status: event.status ?? '', layer: event.id, current: event.progressDetail?.current, total });
+          },
+        );
+      });
+      if (options.signal?.aborted) refusal ??= new CodedError('CANCELLED', `The pull of ${image} was cancelled; nothing of it was kept.`, { image });
+      if (refusal) throw refusal;
+    } catch (err) {
+      // Whatever the engine already tagged under this name goes: a pull either completes or leaves nothing.
+      await this.docker
+        .getImage(image)
+        .remove({ force: false })
+        .catch(() => undefined);
+      throw err;
+    } finally {
+      options.signal?.removeEventListener('abort', onAbort);
+    }
+  }
+
+  /**
+   * Builds an image with the engine's classic builder (which follows no `# syntax=` directive and
+   * pulls nothing the caller did not check first: its base images are on the engine already).
+   * Intermediate containers are removed, even after a failed step.
+   */
+  async buildImage(context: Buffer, options: BuildOptions): Promise<{ id: string }> {
+    const stream = (await this.docker
+      .buildImage(Readable.from([context]), {
+        t: options.tag,
+        dockerfile: options.dockerfile,
+        labels: options.labels,
+        networkmode: options.network,
+        rm: true,
+        forcerm: true,
+        version: '1',
+        abortSignal: options.signal,
+      } as Docker.ImageBuildOptions)
+      .catch((e: unknown) => rethrow(e, `build the image ${options.tag}`))) as Readable;
+    const tail: string[] = [];
+    let failure: string | undefined;
+    let id: string | undefined;
+    await new Promise<void>((resolve, reject) => {
+      this.docker.modem.followProgress(
+        stream,
+        (err: Error | null) => (err ? reject(err) : resolve()),
+        (event: BuildEvent) => {
+          if (event.stream !== undefined) {
+            options.onOutput(event.stream);
+            tail.push(...event.stream.split('\n').filter(Boolean));
+            tail.splice(0, Math.max(0, tail.length - 40));
+          }
+          if (event.aux?.ID) id = event.aux.ID;
+          if (event.error !== undefined || event.errorDetail !== undefined) failure ??= event.errorDetail?.message ?? event.error ?? 'the build failed';
+        },
+      );
+    }).catch((e: unknown) => {
+      if (options.signal?.aborted) throw new CodedError('CANCELLED', `The build of ${options.tag} was cancelled.`);
+      rethrow(e, `build the image ${options.tag}`);
+    });
+    if (options.signal?.aborted) throw new CodedError('CANCELLED', `The build of ${options.tag} was cancelled.`);
+    if (failure !== undefined || id === undefined) {
+      const reason = failure ?? 'the engine reported no image id';
+      const code = /no space left on device/i.test(reason) ? 'IMAGE_TOO_LARGE' : 'BUILD_FAILED';
+      throw new CodedError(code, `The build of ${options.tag} failed: ${reason.trim()}. The last lines of its output:\n${tail.join('\n')}`, {
+        tag: options.tag,
+        output: tail.join('\n'),
+      });
+    }
+    return { id };
+  }
+
+  async listImages(label: string): Promise<ProvidedImage[]> {
+    const images = await this.docker.listImages({ filters: { label: [label] } }).catch((e: unknown) => rethrow(e, 'list images'));
+    return images
+      .map((i) => ({
+        id: i.Id,
+        tags: (i.RepoTags ?? []).filter((t) => t !== '<none>:<none>'),
+        createdAt: new Date(i.Created * 1000).toISOString(),
+        sizeBytes: i.Size,
+        labels: i.Labels ?? {},
+      }))
+      .sort((a, b) => b.createdAt.localeCompare(a.createdAt));
+  }
+
+  async inspectImage(image: string): Promise<{ id: string; labels: Record<string, string> } | undefined> {
+    try {
+      const info = await this.docker.getImage(image).inspect();
+      return { id: info.Id, labels: info.Config?.Labels ?? {} };
+    } catch (err) {
+      if ((err as { statusCode?: number }).statusCode === 404) return undefined;
+      return rethrow(err, `inspect image ${image}`);
+    }
+  }
+
+  async removeImage(image: string): Promise<void> {
+    await this.docker
+      .getImage(image)
+      .remove()
+      .catch((err: { statusCode?: number }) => {
+        if (err.statusCode === 404) return;
+        if (err.statusCode === 409) {
+          const detail = (err as { json?: { message?: string } }).json?.message ?? 'it is in use';
+          throw new CodedError('CONFLICT', `Could not remove the image ${image}: ${detail}. Kill the sandboxes that use it first.`, { image });
+        }
+        rethrow(err, `remove the image ${image}`);
+      });
   }
 
   /**
@@ -654,6 +811,46 @@ function demuxToText(raw: Buffer): string {
     offset += 8 + size;
   }
   return (offset === 0 ? raw : Buffer.concat(parts)).toString('utf8').trim();
+}
+
+/** One line of the engine's pull progress. */
+interface PullEvent {
+  status?: string;
+  id?: string;
+  progressDetail?: { current?: number; total?: number };
+  error?: string;
+  errorDetail?: { message?: string };
+}
+
+/** One line of the engine's build output. */
+interface BuildEvent {
+  stream?: string;
+  aux?: { ID?: string };
+  error?: string;
+  errorDetail?: { message?: string };
+}
+
+function mib(bytes: number): string {
+  return (bytes / 1024 / 1024).toFixed(bytes < 1024 * 1024 ? 2 : 0);
+}
+
+/** A failed pull as Warren's error: a full disk is `IMAGE_TOO_LARGE`, an engine that is away `UPSTREAM_UNAVAILABLE`, the rest `IMAGE_PULL_FAILED`. */
+function pullFailure(image: string, err: unknown): CodedError {
+  if (err instanceof CodedError) return err;
+  const e = err as { statusCode?: number; json?: { message?: string }; reason?: string; code?: string; message?: string } | string | undefined;
+  const detail = typeof e === 'string' ? e : (e?.json?.message ?? e?.message ?? e?.reason ?? String(err));
+  if (typeof e === 'object' && (e.code === 'ECONNREFUSED' || e.code === 'ENOENT' || e.code === 'EACCES')) return rethrowAsError(err, `pull ${image}`);
+  if (/no space left on device/i.test(detail))
+    return new CodedError('IMAGE_TOO_LARGE', `The image ${image} does not fit on the engine's disk (${detail}); nothing of it was kept.`, { image });
+  return new CodedError('IMAGE_PULL_FAILED', `Could not pull ${image}: ${detail}.`, { image });
+}
+
+function rethrowAsError(err: unknown, doing: string): CodedError {
+  try {
+    rethrow(err, doing);
+  } catch (coded) {
+    return coded as CodedError;
+  }
 }
 
 /** Maps a dockerode failure to a Warren error that says what to do. */

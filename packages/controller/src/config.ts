@@ -3,6 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { DEFAULT_E2B_TEMPLATES, E2bTemplates } from './e2b/templates.js';
 import { LOG_LEVELS, REDACTED, type LogLevel } from './logger.js';
 
 /** Everything the controller can be told; {@link loadConfig} fills it from a file, the environment and overrides. */
@@ -68,6 +69,8 @@ export interface ControllerConfig {
   allowedHosts: string[];
   /** The least severe log level written (`LOG_LEVEL`): fatal, error, warn, info (default), debug, trace or silent. */
   logLevel: LogLevel;
+  /** The E2B gateway's templates (`/e2b`, docs/e2b.md): each name a create request; `base` is the default image. */
+  e2bTemplates: E2bTemplates;
 }
 
 /** The numbers a create may ask for; the configuration holds a default and a maximum of each. */
@@ -132,6 +135,7 @@ export const ConfigFile = z.strictObject({
   allowedOrigins: z.array(z.string()).optional(),
   allowedHosts: z.array(z.string()).optional(),
   logLevel: z.enum(LOG_LEVELS).optional(),
+  e2bTemplates: E2bTemplates.optional(),
 });
 export type ConfigFile = z.infer<typeof ConfigFile>;
 
@@ -176,6 +180,7 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   allowedOrigins: [],
   allowedHosts: [],
   logLevel: 'info',
+  e2bTemplates: DEFAULT_E2B_TEMPLATES,
 };
 
 /** Reads and checks a configuration file (`.json`, `.yaml` or `.yml`). */

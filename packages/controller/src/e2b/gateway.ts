@@ -1,0 +1,62 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { connectNodeAdapter } from '@connectrpc/connect-node';
+import type { HttpServerDeps } from '../http.js';
+import { isControlPlanePath, json, serveControlPlane } from './control-plane.js';
+import { toE2bHttpError } from './errors.js';
+import { serveFiles, serveHealth } from './envd-files.js';
+import { envdRoutes } from './envd-rpc.js';
+
+/** Where the gateway answers: `E2B_API_URL` and `E2B_SANDBOX_URL` are both `<controller URL>/e2b`. */
+export const E2B_PREFIX = '/e2b';
+/** The largest Connect message the gateway reads (envd's requests are small; file bytes go through `/files`). */
+export const MAX_RPC_MESSAGE_BYTES = 4 * 1024 * 1024;
+
+/** Whether a request path belongs to the E2B gateway. */
+export function isE2bPath(pathname: string): boolean {
+  return pathname === E2B_PREFIX || pathname.startsWith(`${E2B_PREFIX}/`);
+}
+
+/**
+ * The E2B-compatible gateway (docs/e2b.md): E2B's control-plane REST API and its in-sandbox envd
+ * API (Connect RPC process and filesystem services, `/files`, `/health`) on one prefix, routed by
+ * path. Every operation runs through the sandbox's daemon with the caller's grant, as Warren's own
+ * API does.
+ *
+ * @example
+ * const e2b = createE2bGateway(deps);
+ * if (isE2bPath(url.pathname)) await e2b(req, res);
+ */
+export function createE2bGateway(deps: HttpServerDeps): (req: IncomingMessage, res: ServerResponse) => Promise<void> {
+  const rpc = connectNodeAdapter({
+    routes: envdRoutes(deps),
+    requestPathPrefix: E2B_PREFIX,
+    readMaxBytes: MAX_RPC_MESSAGE_BYTES,
+    jsonOptions: { ignoreUnknownFields: true },
+    // Unknown RPC names: Connect's own `unimplemented` error body, naming what is served.
+    fallback: (req, res) => {
+      const body = JSON.stringify({
+        code: 'unimplemented',
+        message: `${req.url ?? ''} is not an RPC of Warren's E2B gateway; it serves process.Process and filesystem.Filesystem (docs/e2b.md).`,
+      });
+      res.statusCode = 501;
+      res.setHeader('content-type', 'application/json');
+      res.end(body);
+    },
+  });
+  return async (req, res) => {
+    const url = new URL(req.url ?? '/', 'http://controller');
+    const path = url.pathname.slice(E2B_PREFIX.length) || '/';
+    try {
+      if (/^\/[a-z]+\.[A-Za-z]+\//.test(path)) return await rpc(req, res);
+      if (path === '/health') return await serveHealth(deps, req, res);
+      if (path === '/files') return await serveFiles(deps, req, res, url.searchParams);
+      if (isControlPlanePath(path)) return await serveControlPlane(deps, req, res, path, url.searchParams);
+      json(res, 404, { code: 404, message: `No E2B route ${req.method ?? 'GET'} ${path}. See docs/e2b.md for what this gateway serves.` });
+    } catch (err) {
+      const { status, message } = toE2bHttpError(err);
+      if (status >= 500) deps.logger.error({ path, status, message }, 'e2b.failed');
+      if (res.headersSent) return void res.destroy();
+      json(res, status, { code: status, message });
+    }
+  };
+}

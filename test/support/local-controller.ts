@@ -154,7 +154,7 @@ export async function startLocalController(config: Partial<ControllerConfig> = {
       stateDir: path.join(dir, 'state'),
       reapIntervalMs: 60_000,
       // The E2B gateway's `base` template: this controller's workspace folder as the home and policy root.
-      e2bTemplates: { base: { home: root, create: { policy: { root } } } },
+      e2bTemplates: { base: { home: root, create: { policy: { root, readOnly: false } } } },
       ...config,
     },
   });

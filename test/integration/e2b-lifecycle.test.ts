@@ -1,0 +1,90 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { AuthenticationError, CommandExitError, NotFoundError, Sandbox, SandboxError } from 'e2b';
+import { startLocalController, type LocalController } from '../support/local-controller.js';
+
+/** The real `e2b` SDK against a real controller: E2B_API_URL and E2B_SANDBOX_URL both at `<controller>/e2b`. */
+describe('the e2b SDK against the gateway: lifecycle and commands', () => {
+  let warren: LocalController;
+  let opts: { apiKey: string; apiUrl: string; sandboxUrl: string };
+  beforeAll(async () => {
+    warren = await startLocalController();
+    opts = { apiKey: warren.apiKey, apiUrl: `${warren.url}/e2b`, sandboxUrl: `${warren.url}/e2b` };
+  });
+  afterAll(async () => {
+    await warren[Symbol.asyncDispose]();
+  });
+
+  it('creates, describes, lists, extends, connects to and kills a sandbox', async () => {
+    const sandbox = await Sandbox.create({ ...opts, metadata: { task: 't-42' } });
+    try {
+      expect(await sandbox.isRunning()).toBe(true);
+      const info = await sandbox.getInfo();
+      expect(info).toMatchObject({ sandboxId: sandbox.sandboxId, templateId: 'base', metadata: { task: 't-42' }, state: 'running' });
+      const listed = await Sandbox.list({ ...opts, query: { metadata: { task: 't-42' } } }).nextItems();
+      expect(listed.map((s) => s.sandboxId)).toEqual([sandbox.sandboxId]);
+      expect(await Sandbox.list({ ...opts, query: { metadata: { task: 'other' } } }).nextItems()).toEqual([]);
+      await sandbox.setTimeout(600_000);
+      const longer = await sandbox.getInfo();
+      expect(longer.endAt.getTime() - Date.now()).toBeGreaterThan(500_000);
+      const again = await Sandbox.connect(sandbox.sandboxId, opts);
+      expect((await again.commands.run('echo again')).stdout).toBe('again\n');
+    } finally {
+      expect(await sandbox.kill()).toBe(true);
+    }
+    expect(await sandbox.isRunning()).toBe(false);
+    expect(await Sandbox.kill(sandbox.sandboxId, opts)).toBe(false);
+    await expect(Sandbox.connect(sandbox.sandboxId, opts)).rejects.toThrow(NotFoundError);
+  });
+
+  it('answers an unknown template and a wrong API key with the SDK error classes', async () => {
+    await expect(Sandbox.create('no-such-template', opts)).rejects.toThrow(/Template 'no-such-template' not found.*base/);
+    await expect(Sandbox.create({ ...opts, apiKey: 'e2b_0000' })).rejects.toThrow(AuthenticationError);
+  });
+
+  it('runs foreground, failing, streaming, background and stdin commands', async () => {
+    const sandbox = await Sandbox.create(opts);
+    try {
+      const ok = await sandbox.commands.run('echo out; echo err >&2', { envs: { A: '1' } });
+      expect(ok).toMatchObject({ exitCode: 0, stdout: 'out\n', stderr: 'err\n' });
+      expect((await sandbox.commands.run('echo $A', { envs: { A: 'from-env' } })).stdout).toBe('from-env\n');
+      expect((await sandbox.commands.run('pwd')).stdout.trim()).toBe(warren.root);
+
+      const failed = await sandbox.commands.run('echo partial; exit 3').catch((err: unknown) => err);
+      expect(failed).toBeInstanceOf(CommandExitError);
+      expect(failed).toMatchObject({ exitCode: 3, stdout: 'partial\n' });
+
+      const chunks: string[] = [];
+      await sandbox.commands.run('for i in 1 2 3; do echo line$i; sleep 0.05; done', { onStdout: (data) => void chunks.push(data) });
+      expect(chunks.join('')).toBe('line1\nline2\nline3\n');
+
+      const background = await sandbox.commands.run('sleep 30', { background: true });
+      expect(background.pid).toBeGreaterThan(0);
+      expect((await sandbox.commands.list()).map((p) => p.pid)).toContain(background.pid);
+      expect(await sandbox.commands.kill(background.pid)).toBe(true);
+      const killed = await background.wait().catch((err: unknown) => err);
+      expect(killed).toBeInstanceOf(CommandExitError);
+      expect((killed as CommandExitError).exitCode).toBe(-1);
+      expect(await sandbox.commands.kill(999_999)).toBe(false);
+
+      const cat = await sandbox.commands.run('cat', { background: true, stdin: true });
+      await sandbox.commands.sendStdin(cat.pid, 'hello stdin\n');
+      await sandbox.commands.closeStdin(cat.pid);
+      expect((await cat.wait()).stdout).toBe('hello stdin\n');
+    } finally {
+      await sandbox.kill();
+    }
+  });
+
+  it('ends a command at its timeout with the SDK timeout error', async () => {
+    const sandbox = await Sandbox.create(opts);
+    try {
+      const started = Date.now();
+      const err = await sandbox.commands.run('sleep 20', { timeoutMs: 1000 }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(SandboxError);
+      expect((err as Error).name).toBe('TimeoutError');
+      expect(Date.now() - started).toBeLessThan(10_000);
+    } finally {
+      await sandbox.kill();
+    }
+  });
+});

@@ -350,7 +350,7 @@ function requestFields(req: IncomingMessage, entry: AccessEntry): Record<string,
     path: path.length > MAX_LOGGED_PATH ? `${path.slice(0, MAX_LOGGED_PATH)}...` : path,
     ...(entry.sandboxId ? { sandboxId: entry.sandboxId } : {}),
     ...(entry.caller ? { caller: entry.caller } : {}),
-    remoteAddress: req.socket.remoteAddress,
+    remoteAddress: req.socket?.remoteAddress,
   };
 }
 

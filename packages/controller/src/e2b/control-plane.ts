@@ -16,7 +16,11 @@ const DEFAULT_TIMEOUT_SECONDS = 300;
 const MIN_TTL_SECONDS = 10;
 const MAX_BODY_BYTES = 1024 * 1024;
 
-const Timeout = z.number().int().min(0).max(30 * 24 * 3600);
+const Timeout = z
+  .number()
+  .int()
+  .min(0)
+  .max(30 * 24 * 3600);
 /** `POST /sandboxes` and `POST /v2/sandboxes`: the fields Warren acts on; the rest are checked below or ignored (docs/e2b.md). */
 const NewSandbox = z.looseObject({
   templateID: z.string().min(1).max(256).optional(),
@@ -45,9 +49,11 @@ interface PlaneRoute {
 }
 
 const ID = '([A-Za-z0-9]+)';
-const notServed = (what: string): PlaneRoute['handle'] => async () => {
-  throw new E2bHttpError(501, `${what} is not supported by Warren's E2B gateway (docs/e2b.md lists what is).`);
-};
+const notServed =
+  (what: string): PlaneRoute['handle'] =>
+  async () => {
+    throw new E2bHttpError(501, `${what} is not supported by Warren's E2B gateway (docs/e2b.md lists what is).`);
+  };
 
 /** E2B's control-plane REST API, served on Warren's sandboxes (paths below the gateway's prefix). */
 const PLANE_ROUTES: readonly PlaneRoute[] = [
@@ -88,7 +94,8 @@ export async function serveControlPlane(deps: HttpServerDeps, req: IncomingMessa
   const key = req.headers['x-api-key'];
   const caller = typeof key === 'string' ? callerFor(deps.credentials, key, id || undefined) : undefined;
   if (!caller) throw new E2bHttpError(401, 'Missing or invalid API key: set E2B_API_KEY to a Warren API key (it travels as X-API-Key).');
-  if (caller.kind !== 'operator') throw new E2bHttpError(401, 'The control plane takes the API key only; a sandbox access token reaches that sandbox envd routes.');
+  if (caller.kind !== 'operator')
+    throw new E2bHttpError(401, 'The control plane takes the API key only; a sandbox access token reaches that sandbox envd routes.');
   // A sandbox that does not exist is a 404 whatever the method (throws SANDBOX_NOT_FOUND).
   if (id) deps.sandboxes.record(id);
   const refusal = routeRefusal({ caller, grant: () => grantFor(deps.sandboxes.record(id), caller) }, route.access, `${method} ${path}`);
@@ -101,7 +108,10 @@ export function templateFor(deps: HttpServerDeps, name: string): E2bTemplate {
   const templates = deps.config.e2bTemplates;
   const template = Object.hasOwn(templates, name) ? templates[name] : undefined;
   if (!template)
-    throw new E2bHttpError(404, `Template '${name}' not found. This Warren serves: ${Object.keys(templates).join(', ')} (e2bTemplates in the controller's configuration).`);
+    throw new E2bHttpError(
+      404,
+      `Template '${name}' not found. This Warren serves: ${Object.keys(templates).join(', ')} (e2bTemplates in the controller's configuration).`,
+    );
   return template;
 }
 
@@ -115,7 +125,10 @@ export function homeOf(deps: HttpServerDeps, labels: Record<string, string>): st
 async function create({ deps, req, res }: PlaneContext): Promise<void> {
   const body = parse(NewSandbox, await readJson(req), 'create request');
   if (body.autoPause === true)
-    throw new E2bHttpError(501, 'autoPause (pause on timeout) is not supported by Warren: a sandbox is killed when its timeout passes. Create it without autoPause.');
+    throw new E2bHttpError(
+      501,
+      'autoPause (pause on timeout) is not supported by Warren: a sandbox is killed when its timeout passes. Create it without autoPause.',
+    );
   const templateID = body.templateID ?? 'base';
   const template = templateFor(deps, templateID);
   const base = template.create ?? {};
@@ -135,12 +148,21 @@ async function list({ deps, res, query }: PlaneContext, paged: boolean): Promise
   const metadata = metadataFilter(query.get('metadata'));
   let all = (await deps.sandboxes.find({ labels: metadata })).filter((s) => states.includes(s.state));
   all = all.sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.id.localeCompare(b.id));
-  if (!paged) return json(res, 200, all.map((s) => listed(deps, s)));
+  if (!paged)
+    return json(
+      res,
+      200,
+      all.map((s) => listed(deps, s)),
+    );
   const limit = Math.min(Math.max(Number.parseInt(query.get('limit') ?? '100', 10) || 100, 1), 1000);
   const start = Math.max(Number.parseInt(query.get('nextToken') ?? '0', 10) || 0, 0);
   const page = all.slice(start, start + limit);
   if (start + limit < all.length) res.setHeader('x-next-token', String(start + limit));
-  json(res, 200, page.map((s) => listed(deps, s)));
+  json(
+    res,
+    200,
+    page.map((s) => listed(deps, s)),
+  );
 }
 
 async function detail({ deps, res, id }: PlaneContext): Promise<void> {
@@ -230,7 +252,8 @@ function safeDecode(text: string): string {
 
 function parse<T extends z.ZodType>(schema: T, body: unknown, what: string): z.output<T> {
   const parsed = schema.safeParse(body);
-  if (!parsed.success) throw new E2bHttpError(400, `Invalid ${what}: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(body)'}: ${i.message}`).join('; ')}.`);
+  if (!parsed.success)
+    throw new E2bHttpError(400, `Invalid ${what}: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(body)'}: ${i.message}`).join('; ')}.`);
   return parsed.data;
 }
 

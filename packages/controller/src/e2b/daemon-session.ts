@@ -88,7 +88,7 @@ export class DaemonSession implements AsyncDisposable {
           if (header.type === 'welcome') resolve();
           else reject(new CodedError('UPSTREAM_UNAVAILABLE', `The sandbox daemon answered the handshake with '${header.type}'.`));
         } catch (err) {
-          reject(err as Error);
+          reject(err instanceof Error ? err : new Error(String(err)));
         }
       };
       this.ws.on('message', onMessage);
@@ -119,7 +119,7 @@ export class DaemonSession implements AsyncDisposable {
         method,
         resolve: (answer) => {
           done();
-          resolve(answer as DaemonAnswer<M>);
+          resolve(answer);
         },
         reject: (err) => {
           done();

@@ -27,7 +27,10 @@ export async function serveHealth(deps: HttpServerDeps, req: IncomingMessage, re
  */
 export async function serveFiles(deps: HttpServerDeps, req: IncomingMessage, res: ServerResponse, query: URLSearchParams): Promise<void> {
   if (query.has('signature'))
-    throw new E2bHttpError(401, 'Signed file URLs (downloadUrl/uploadUrl) are not supported by Warren; use files.read and files.write, which send the access token.');
+    throw new E2bHttpError(
+      401,
+      'Signed file URLs (downloadUrl/uploadUrl) are not supported by Warren; use files.read and files.write, which send the access token.',
+    );
   const scope = envdScope(deps, (name) => header(req, name), query.get('username') ?? undefined);
   const method = req.method ?? 'GET';
   if (method !== 'GET' && method !== 'POST') throw new E2bHttpError(405, `${method} is not supported on /files; use GET or POST.`);

@@ -60,7 +60,8 @@ function checkUser(user: string | undefined): void {
 /** Opens a daemon session for the scope's caller with its grant (the relay's rules). */
 export function openSession(scope: EnvdScope): Promise<DaemonSession> {
   const record = scope.deps.sandboxes.record(scope.sandboxId);
-  if (record.state === 'paused') throw new CodedError('SANDBOX_NOT_READY', `Sandbox '${scope.sandboxId}' is paused; connect to it (Sandbox.connect) to resume it.`);
+  if (record.state === 'paused')
+    throw new CodedError('SANDBOX_NOT_READY', `Sandbox '${scope.sandboxId}' is paused; connect to it (Sandbox.connect) to resume it.`);
   return DaemonSession.open(scope.deps.sandboxes, scope.sandboxId, scope.caller, grantFor(record, scope.caller));
 }
 

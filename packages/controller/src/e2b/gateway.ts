@@ -47,7 +47,7 @@ export function createE2bGateway(deps: HttpServerDeps): (req: IncomingMessage, r
     const url = new URL(req.url ?? '/', 'http://controller');
     const path = url.pathname.slice(E2B_PREFIX.length) || '/';
     try {
-      if (/^\/[a-z]+\.[A-Za-z]+\//.test(path)) return await rpc(req, res);
+      if (/^\/[a-z]+\.[A-Za-z]+\//.test(path)) return void rpc(req, res);
       if (path === '/health') return await serveHealth(deps, req, res);
       if (path === '/files') return await serveFiles(deps, req, res, url.searchParams);
       if (isControlPlanePath(path)) return await serveControlPlane(deps, req, res, path, url.searchParams);

@@ -80,7 +80,6 @@ describe('the e2b SDK against the gateway: files', () => {
 
   it('refuses what Warren does not serve with a message naming it', async () => {
     await expect(sandbox.files.watchDir('.', () => undefined)).rejects.toThrow(/not supported by Warren's E2B gateway/);
-    await expect(sandbox.pty.create({ cols: 80, rows: 24, onData: () => undefined })).rejects.toThrow(/PTY.*not supported/);
     await expect(sandbox.commands.run('id', { user: 'root' })).rejects.toThrow(/non-root user/);
     await expect(sandbox.files.read('x', { user: 'root' })).rejects.toThrow(/non-root user/);
   });

@@ -87,4 +87,36 @@ describe('the e2b SDK against the gateway: lifecycle and commands', () => {
       await sandbox.kill();
     }
   });
+
+  it('runs a terminal: output, input, resize, reconnect, kill', async () => {
+    const sandbox = await Sandbox.create(opts);
+    try {
+      let out = '';
+      const decoder = new TextDecoder();
+      const terminal = await sandbox.pty.create({ cols: 40, rows: 10, onData: (data) => void (out += decoder.decode(data)), envs: { PS1: '$ ' } });
+      const waitFor = async (pattern: RegExp) => {
+        for (let i = 0; i < 250 && !pattern.test(out); i++) await new Promise((r) => setTimeout(r, 20));
+        expect(out).toMatch(pattern);
+      };
+      expect((await sandbox.commands.list()).map((p) => p.pid)).toContain(terminal.pid);
+      await sandbox.pty.sendInput(terminal.pid, new TextEncoder().encode('stty size\r'));
+      await waitFor(/10 40/);
+      await sandbox.pty.resize(terminal.pid, { cols: 100, rows: 33 });
+      await terminal.disconnect();
+      let again = '';
+      const reattached = await sandbox.pty.connect(terminal.pid, { onData: (data) => void (again += decoder.decode(data)) });
+      await sandbox.pty.sendInput(terminal.pid, new TextEncoder().encode('stty size; exit 7\r'));
+      const exit = await reattached.wait().catch((err: unknown) => err);
+      expect(exit).toBeInstanceOf(CommandExitError);
+      expect((exit as CommandExitError).exitCode).toBe(7);
+      expect(again).toMatch(/33 100/);
+
+      const killed = await sandbox.pty.create({ cols: 80, rows: 24, onData: () => undefined });
+      expect(await sandbox.pty.kill(killed.pid)).toBe(true);
+      await expect(killed.wait()).rejects.toThrow(CommandExitError);
+      expect(await sandbox.pty.kill(killed.pid)).toBe(false);
+    } finally {
+      await sandbox.kill();
+    }
+  });
 });

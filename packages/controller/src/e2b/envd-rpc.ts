@@ -5,8 +5,9 @@ import type { ProcessInfo as WarrenProcess, Result } from '@warren/protocol';
 import { posix } from 'node:path';
 import type { HttpServerDeps } from '../http.js';
 import { notServed, toConnectError } from './errors.js';
-import { envdScope, openSession, resolvePath, type EnvdScope } from './envd-scope.js';
+import { checkExec, envdScope, openSession, resolvePath, type EnvdScope } from './envd-scope.js';
 import type { DaemonSession } from './daemon-session.js';
+import { PtyRegistry, type PtyEntry, type PtyEvent } from './pty-registry.js';
 import { FileType, Filesystem, type EntryInfo } from './gen/filesystem/filesystem_pb.js';
 import { Process, ProcessEventSchema, Signal, type ProcessSelector } from './gen/process/process_pb.js';
 
@@ -25,6 +26,15 @@ const message = (event: EventCase): EventInit => ({ event: { event } });
 /** Registers envd's `process.Process` and `filesystem.Filesystem` services, each call served through the sandbox's daemon. */
 export function envdRoutes(deps: HttpServerDeps): (router: ConnectRouter) => void {
   const scopeOf = (ctx: HandlerContext) => envdScope(deps, (name) => ctx.requestHeader.get(name) ?? undefined);
+  const ptys = new PtyRegistry();
+  /** The gateway's terminal a selector names, for a caller that may run commands; undefined when it names none. */
+  const ptyOf = (scope: EnvdScope, selector: ProcessSelector | undefined, what: string): PtyEntry | undefined => {
+    const which = selector?.selector;
+    if (which?.case !== 'pid') return undefined;
+    const entry = ptys.get(scope.sandboxId, which.value);
+    if (entry && !entry.ended) checkExec(scope, what);
+    return entry?.ended ? undefined : entry;
+  };
   /** Runs `fn` with a daemon session of the request's caller; Warren errors become Connect errors. */
   async function unary<T>(ctx: HandlerContext, fn: (session: DaemonSession, scope: EnvdScope) => Promise<T>): Promise<T> {
     try {
@@ -43,9 +53,31 @@ export function envdRoutes(deps: HttpServerDeps): (router: ConnectRouter) => voi
   return (router) => {
     router.service(Process, {
       async *start(req, ctx) {
-        if (req.pty) throw notServed('A PTY (sandbox.pty.create)', 'Run commands with sandbox.commands.run; Warren has terminals on its own API (pty.open).');
         const config = req.process;
         if (!config?.cmd) throw new ConnectError('process.cmd is required.', Code.InvalidArgument);
+        if (req.pty) {
+          let entry: PtyEntry;
+          try {
+            const scope = scopeOf(ctx);
+            const size = req.pty.size;
+            entry = await ptys.open(
+              scope,
+              {
+                cols: Math.min(Math.max(size?.cols ?? 80, 1), 1000),
+                rows: Math.min(Math.max(size?.rows ?? 24, 1), 1000),
+                cmd: [config.cmd, ...config.args],
+                cwd: config.cwd === undefined ? scope.home : resolvePath(scope, config.cwd),
+                env: config.envs,
+              },
+              ctx.timeoutMs(),
+            );
+          } catch (err) {
+            throw toConnectError(err);
+          }
+          yield message({ case: 'start', value: { pid: entry.pid } });
+          yield* followPty(entry, ctx);
+          return;
+        }
         let session: DaemonSession | undefined;
         try {
           const scope = scopeOf(ctx);
@@ -70,7 +102,14 @@ export function envdRoutes(deps: HttpServerDeps): (router: ConnectRouter) => voi
       async *connect(req, ctx) {
         let session: DaemonSession | undefined;
         try {
-          session = await openSession(scopeOf(ctx));
+          const scope = scopeOf(ctx);
+          const pty = ptyOf(scope, req.process, 'Process/Connect');
+          if (pty) {
+            yield message({ case: 'start', value: { pid: pty.pid } });
+            yield* followPty(pty, ctx);
+            return;
+          }
+          session = await openSession(scope);
           const found = await find(session, req.process);
           yield message({ case: 'start', value: { pid: found.pid } });
           yield* follow(session, found.handle, ctx);
@@ -81,24 +120,36 @@ export function envdRoutes(deps: HttpServerDeps): (router: ConnectRouter) => voi
         }
       },
       list: (_req, ctx) =>
-        unary(ctx, async (session) => {
+        unary(ctx, async (session, scope) => {
           const { result } = await session.call('process.list', {});
+          const terminals = ptys.running(scope.sandboxId).map((t) => ({ pid: t.pid, config: { cmd: t.cmd, args: [], envs: {} } }));
           return {
             processes: result.processes
               .filter((p) => p.running)
-              .map((p) => ({ pid: p.pid, ...(p.tag !== undefined && { tag: p.tag }), config: { cmd: p.cmd, args: [], envs: {} } })),
+              .map((p) => ({ pid: p.pid, ...(p.tag !== undefined && { tag: p.tag }), config: { cmd: p.cmd, args: [], envs: {} } }))
+              .concat(terminals),
           };
         }),
       sendInput: (req, ctx) =>
-        unary(ctx, async (session) => {
+        unary(ctx, async (session, scope) => {
           const input = req.input?.input;
-          if (input?.case === 'pty') throw notServed('PTY input', 'Warren serves no PTY through this gateway.');
+          const pty = ptyOf(scope, req.process, 'Process/SendInput');
+          if (pty) {
+            await pty.session.call('pty.write', { handle: pty.handle }, { payload: input?.value ?? new Uint8Array() });
+            return {};
+          }
+          if (input?.case === 'pty') throw new ConnectError('PTY input goes to a terminal, and no terminal has this pid.', Code.NotFound);
           const found = await find(session, req.process);
           await session.call('process.write', { handle: found.handle }, { payload: input?.case === 'stdin' ? input.value : new Uint8Array() });
           return {};
         }),
       sendSignal: (req, ctx) =>
-        unary(ctx, async (session) => {
+        unary(ctx, async (session, scope) => {
+          const pty = ptyOf(scope, req.process, 'Process/SendSignal');
+          if (pty) {
+            await pty.session.call('pty.kill', { handle: pty.handle, signal: req.signal === Signal.SIGTERM ? 'SIGTERM' : 'SIGKILL' });
+            return {};
+          }
           const found = await find(session, req.process);
           await session.call('process.kill', { handle: found.handle, signal: req.signal === Signal.SIGTERM ? 'SIGTERM' : 'SIGKILL' });
           return {};
@@ -109,8 +160,17 @@ export function envdRoutes(deps: HttpServerDeps): (router: ConnectRouter) => voi
           await session.call('process.closeStdin', { handle: found.handle });
           return {};
         }),
-      update: async () => {
-        throw notServed('Resizing a PTY (Process/Update)', 'Warren serves no PTY through this gateway.');
+      update: async (req, ctx) => {
+        try {
+          const scope = scopeOf(ctx);
+          const pty = ptyOf(scope, req.process, 'Process/Update');
+          if (!pty) throw new ConnectError('No running terminal has this pid; only terminals (sandbox.pty) can be resized.', Code.NotFound);
+          const size = req.pty?.size;
+          if (size) await pty.session.call('pty.resize', { handle: pty.handle, cols: size.cols, rows: size.rows });
+          return {};
+        } catch (err) {
+          throw toConnectError(err);
+        }
       },
       streamInput: async () => {
         throw notServed('Process/StreamInput (client streaming)', 'Send input with Process/SendInput (commands.sendStdin does).');
@@ -182,46 +242,39 @@ async function find(session: DaemonSession, selector: ProcessSelector | undefine
 }
 
 /**
- * Streams a process's output as envd's data events and ends with its end event, with keepalives
- * while it is quiet. The output comes from `process.attach` (replayed from the start, then live);
- * the process itself lives on if the client goes away.
+ * Turns a source of events into a Connect stream: events wait in a bounded queue for the client,
+ * a keepalive goes out whenever the stream has been quiet for `Keepalive-Ping-Interval` seconds,
+ * and the stream ends when the source calls `finish` (with an error, or with its last event).
+ * A client too slow for {@link MAX_QUEUED_EVENTS} events fails its stream, never the gateway.
  */
-async function* follow(session: DaemonSession, handle: string, ctx: HandlerContext): AsyncGenerator<EventInit> {
+async function* pump(
+  ctx: HandlerContext,
+  start: (push: (event: EventInit) => void, finish: (last: EventInit | Error) => void) => () => void,
+): AsyncGenerator<EventInit> {
   const queue: EventInit[] = [];
   let wake: (() => void) | undefined;
-  let finished: { info?: WarrenProcess; error?: unknown } | undefined;
+  let finished: EventInit | Error | undefined;
+  const finish = (last: EventInit | Error) => {
+    finished ??= last;
+    wake?.();
+  };
   const push = (event: EventInit) => {
+    if (finished) return;
+    if (queue.length >= MAX_QUEUED_EVENTS) return finish(new ConnectError('The client read output too slowly; the stream was ended.', Code.ResourceExhausted));
     queue.push(event);
     wake?.();
   };
-  const attach = session.call(
-    'process.attach',
-    { handle, follow: true },
-    {
-      signal: ctx.signal,
-      onEvent: (name, _data, payload) => {
-        if (queue.length >= MAX_QUEUED_EVENTS) return void session.close();
-        const bytes = new Uint8Array(payload ?? Buffer.alloc(0));
-        if (name === 'stdout') push(message({ case: 'data', value: { output: { case: 'stdout', value: bytes } } }));
-        else if (name === 'stderr') push(message({ case: 'data', value: { output: { case: 'stderr', value: bytes } } }));
-      },
-    },
-  );
-  attach.then(
-    ({ result }) => {
-      finished = { info: result };
-      wake?.();
-    },
-    (error: unknown) => {
-      finished = { error };
-      wake?.();
-    },
-  );
+  const stop = start(push, finish);
+  // A client that went away ends its stream (the process or terminal lives on).
+  const onAbort = () => finish(new ConnectError('The client closed the stream.', Code.Canceled));
+  ctx.signal.addEventListener('abort', onAbort, { once: true });
   const interval = Number.parseInt(ctx.requestHeader.get('keepalive-ping-interval') ?? '', 10);
   const keepaliveMs = (Number.isFinite(interval) && interval > 0 ? interval : DEFAULT_KEEPALIVE_SECONDS) * 1000;
   const keepalive = setInterval(() => push(message({ case: 'keepalive', value: {} })), keepaliveMs);
   try {
     for (;;) {
+      // Nothing more is written to a client that went away or whose deadline passed.
+      if (ctx.signal.aborted) return;
       const next = queue.shift();
       if (next) {
         yield next;
@@ -233,13 +286,58 @@ async function* follow(session: DaemonSession, handle: string, ctx: HandlerConte
     }
   } finally {
     clearInterval(keepalive);
+    ctx.signal.removeEventListener('abort', onAbort);
+    stop();
   }
-  if (finished.error !== undefined) throw finished.error;
-  yield message({ case: 'end', value: endOf(finished.info!) });
+  if (ctx.signal.aborted) return;
+  if (finished instanceof Error) throw toConnectError(finished);
+  yield finished;
+}
+
+/**
+ * Streams a process's output as envd's data events and ends with its end event. The output comes
+ * from `process.attach` (replayed from the start, then live); the process itself lives on if the
+ * client goes away.
+ */
+function follow(session: DaemonSession, handle: string, ctx: HandlerContext): AsyncGenerator<EventInit> {
+  return pump(ctx, (push, finish) => {
+    session
+      .call(
+        'process.attach',
+        { handle, follow: true },
+        {
+          signal: ctx.signal,
+          onEvent: (name, _data, payload) => {
+            const bytes = new Uint8Array(payload ?? Buffer.alloc(0));
+            if (name === 'stdout') push(message({ case: 'data', value: { output: { case: 'stdout', value: bytes } } }));
+            else if (name === 'stderr') push(message({ case: 'data', value: { output: { case: 'stderr', value: bytes } } }));
+          },
+        },
+      )
+      .then(
+        ({ result }) => finish(message({ case: 'end', value: endOf(result) })),
+        (err: unknown) => finish(err instanceof Error ? err : new Error(String(err))),
+      );
+    return () => undefined;
+  });
+}
+
+/** Streams a gateway terminal's output as envd's `pty` data events, then its end; the terminal outlives the stream. */
+function followPty(entry: PtyEntry, ctx: HandlerContext): AsyncGenerator<EventInit> {
+  return pump(ctx, (push, finish) => {
+    const listener = (event: PtyEvent) => {
+      if (event.kind === 'output') return push(message({ case: 'data', value: { output: { case: 'pty', value: event.bytes } } }));
+      if (event.exit) return finish(message({ case: 'end', value: endOf({ exitCode: event.exit.exitCode, signal: event.exit.signal, timedOut: false }) }));
+      finish(event.error ?? new Error('The terminal ended.'));
+    };
+    if (entry.ended) listener(entry.ended);
+    else entry.listeners.add(listener);
+    return () => entry.listeners.delete(listener);
+  });
 }
 
 /** envd's end event: a normal exit's code, or -1 and `signal: ...` for a process ended by a signal. */
-function endOf(info: WarrenProcess): { exitCode: number; exited: boolean; status: string; error?: string } {
+function endOf(info: Pick<WarrenProcess, 'exitCode' | 'signal' | 'timedOut'>): { exitCode: number; exited: boolean; status: string; error?: string } {
   if (info.exitCode !== null) return { exitCode: info.exitCode, exited: true, status: `exit status ${info.exitCode}` };
   const signal = (info.signal ?? 'SIGKILL').replace(/^SIG/, '').toLowerCase();
   const status = `signal: ${signal === 'kill' ? 'killed' : signal === 'term' ? 'terminated' : signal}`;

@@ -1,6 +1,6 @@
 import { posix } from 'node:path';
 import { CodedError } from '@warren/protocol';
-import { callerFor, grantFor, type Caller } from '../grants.js';
+import { callerFor, grantFor, refusalFor, type Caller } from '../grants.js';
 import type { HttpServerDeps } from '../http.js';
 import { homeOf } from './control-plane.js';
 import { DaemonSession } from './daemon-session.js';
@@ -71,4 +71,11 @@ export function resolvePath(scope: EnvdScope, path: string): string {
   if (path === '' || path === '~') return scope.home;
   if (path.startsWith('~/')) return posix.join(scope.home, path.slice(2));
   return path.startsWith('/') ? posix.normalize(path) : posix.join(scope.home, path);
+}
+
+/** Throws FORBIDDEN when the scope's caller may not run commands (the rule table's `exec`), naming `what`. */
+export function checkExec(scope: EnvdScope, what: string): void {
+  const record = scope.deps.sandboxes.record(scope.sandboxId);
+  const refusal = refusalFor({ caller: scope.caller, grant: () => grantFor(record, scope.caller) }, 'exec', what);
+  if (refusal !== undefined) throw new CodedError('FORBIDDEN', refusal);
 }

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { FileNotFoundError, FileType, NotFoundError, Sandbox, SandboxError } from 'e2b';
+import { FileNotFoundError, FileType, FilesystemEventType, NotFoundError, Sandbox, SandboxError, type FilesystemEvent } from 'e2b';
 import { startLocalController, type LocalController } from '../support/local-controller.js';
 
 describe('the e2b SDK against the gateway: files', () => {
@@ -78,8 +78,28 @@ describe('the e2b SDK against the gateway: files', () => {
     expect(run).toBeInstanceOf(SandboxError);
   });
 
+  it('watches a folder: create, write and remove events with names relative to it', async () => {
+    await sandbox.files.makeDir('watched');
+    const events: FilesystemEvent[] = [];
+    const handle = await sandbox.files.watchDir('watched', (event) => void events.push(event), { recursive: true });
+    try {
+      await sandbox.files.write('watched/new.txt', 'a');
+      const seen = async (type: FilesystemEventType, name: string) => {
+        for (let i = 0; i < 200 && !events.some((e) => e.type === type && e.name === name); i++) await new Promise((r) => setTimeout(r, 20));
+        expect(events).toContainEqual(expect.objectContaining({ type, name }));
+      };
+      await seen(FilesystemEventType.CREATE, 'new.txt');
+      await sandbox.files.write('watched/new.txt', 'longer content');
+      await seen(FilesystemEventType.WRITE, 'new.txt');
+      await sandbox.files.remove('watched/new.txt');
+      await seen(FilesystemEventType.REMOVE, 'new.txt');
+    } finally {
+      await handle.stop();
+    }
+    await expect(sandbox.files.watchDir('no-such-folder', () => undefined)).rejects.toThrow(NotFoundError);
+  });
+
   it('refuses what Warren does not serve with a message naming it', async () => {
-    await expect(sandbox.files.watchDir('.', () => undefined)).rejects.toThrow(/not supported by Warren's E2B gateway/);
     await expect(sandbox.commands.run('id', { user: 'root' })).rejects.toThrow(/non-root user/);
     await expect(sandbox.files.read('x', { user: 'root' })).rejects.toThrow(/non-root user/);
   });

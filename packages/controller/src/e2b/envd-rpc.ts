@@ -8,7 +8,7 @@ import { notServed, toConnectError } from './errors.js';
 import { checkExec, envdScope, openSession, resolvePath, type EnvdScope } from './envd-scope.js';
 import type { DaemonSession } from './daemon-session.js';
 import { PtyRegistry, type PtyEntry, type PtyEvent } from './pty-registry.js';
-import { FileType, Filesystem, type EntryInfo } from './gen/filesystem/filesystem_pb.js';
+import { EventType, FileType, Filesystem, WatchDirResponseSchema, type EntryInfo } from './gen/filesystem/filesystem_pb.js';
 import { Process, ProcessEventSchema, Signal, type ProcessSelector } from './gen/process/process_pb.js';
 
 /** The most entries one ListDir answers (Warren's own listing cap). */
@@ -214,9 +214,22 @@ export function envdRoutes(deps: HttpServerDeps): (router: ConnectRouter) => voi
           } while (cursor !== undefined && entries.length < MAX_LIST_ENTRIES);
           return { entries };
         }),
-      watchDir: async function* () {
-        yield* [];
-        throw notServed('Watching a folder (files.watchDir)', 'Poll with files.list, or run inotifywait through commands.run.');
+      async *watchDir(req, ctx) {
+        let session: DaemonSession | undefined;
+        try {
+          const scope = scopeOf(ctx);
+          session = await openSession(scope);
+          const path = resolvePath(scope, req.path);
+          const { result } = await session.call('fs.stat', { path });
+          if (result.type !== 'directory') throw new ConnectError(`'${req.path}' is not a folder; watch a folder.`, Code.InvalidArgument);
+          const first = await snapshot(session, path, req.recursive);
+          yield { event: { case: 'start', value: {} } };
+          yield* watch(session, path, req.recursive, req.includeEntry, first, ctx);
+        } catch (err) {
+          throw toConnectError(err);
+        } finally {
+          session?.close();
+        }
       },
       createWatcher: async () => {
         throw notServed('Watching a folder (Filesystem/CreateWatcher)', 'Poll with files.list.');
@@ -334,6 +347,80 @@ function followPty(entry: PtyEntry, ctx: HandlerContext): AsyncGenerator<EventIn
     else entry.listeners.add(listener);
     return () => entry.listeners.delete(listener);
   });
+}
+
+/** How often a watched folder is listed again (Warren has no file events; the gateway compares listings). */
+export const WATCH_POLL_MS = 250;
+/** The most entries one watched tree may hold; a larger tree fails the watch instead of growing memory. */
+const MAX_WATCHED_ENTRIES = 10_000;
+
+type Seen = Map<string, { type: string; size: number; mtimeMs: number; entry: Result<'fs.list'>['entries'][number] }>;
+
+/** One listing of a watched folder: relative path to what it is. */
+async function snapshot(session: DaemonSession, path: string, recursive: boolean): Promise<Seen> {
+  const seen: Seen = new Map();
+  let cursor: string | undefined;
+  do {
+    const { result } = await session.call('fs.list', {
+      path,
+      recursive,
+      maxDepth: recursive ? 64 : 1,
+      maxEntries: 1000,
+      ...(cursor !== undefined && { cursor }),
+    });
+    for (const e of result.entries) seen.set(e.path, { type: e.type, size: e.size, mtimeMs: e.mtimeMs, entry: e });
+    cursor = result.nextCursor;
+    if (seen.size > MAX_WATCHED_ENTRIES)
+      throw new ConnectError(`The watched tree holds more than ${MAX_WATCHED_ENTRIES} entries; watch a smaller folder.`, Code.ResourceExhausted);
+  } while (cursor !== undefined);
+  return seen;
+}
+
+type WatchInit = MessageInitShape<typeof WatchDirResponseSchema>;
+
+/**
+ * envd's WatchDir on Warren: the folder is listed every {@link WATCH_POLL_MS} ms and compared with
+ * the listing before, so a new entry is CREATE, a gone one REMOVE and a changed size or time WRITE
+ * (no RENAME or CHMOD; a change undone between two listings is not seen). Keepalives as for processes.
+ */
+async function* watch(
+  session: DaemonSession,
+  path: string,
+  recursive: boolean,
+  includeEntry: boolean,
+  first: Seen,
+  ctx: HandlerContext,
+): AsyncGenerator<WatchInit> {
+  let before = first;
+  const interval = Number.parseInt(ctx.requestHeader.get('keepalive-ping-interval') ?? '', 10);
+  const keepaliveMs = (Number.isFinite(interval) && interval > 0 ? interval : DEFAULT_KEEPALIVE_SECONDS) * 1000;
+  let quietSince = Date.now();
+  while (!ctx.signal.aborted) {
+    await new Promise((resolve) => setTimeout(resolve, WATCH_POLL_MS));
+    if (ctx.signal.aborted) return;
+    const now = await snapshot(session, path, recursive);
+    const events: WatchInit[] = [];
+    const event = (name: string, type: EventType, e?: Result<'fs.list'>['entries'][number]) =>
+      events.push({
+        event: { case: 'filesystem', value: { name, type, ...(includeEntry && e && { entry: listedEntry(path, e) }) } },
+      });
+    for (const name of before.keys()) if (!now.has(name)) event(name, EventType.REMOVE);
+    for (const [name, is] of now) {
+      const was = before.get(name);
+      if (!was) event(name, EventType.CREATE, is.entry);
+      else if (was.size !== is.size || was.mtimeMs !== is.mtimeMs) event(name, EventType.WRITE, is.entry);
+    }
+    before = now;
+    if (events.length > 0) quietSince = Date.now();
+    else if (Date.now() - quietSince >= keepaliveMs) {
+      quietSince = Date.now();
+      events.push({ event: { case: 'keepalive', value: {} } });
+    }
+    for (const e of events) {
+      if (ctx.signal.aborted) return;
+      yield e;
+    }
+  }
 }
 
 /** envd's end event: a normal exit's code, or -1 and `signal: ...` for a process ended by a signal. */

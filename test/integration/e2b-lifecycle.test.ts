@@ -36,6 +36,32 @@ describe('the e2b SDK against the gateway: lifecycle and commands', () => {
     await expect(Sandbox.connect(sandbox.sandboxId, opts)).rejects.toThrow(NotFoundError);
   });
 
+  it('pauses, and resumes on connect; serves the older create and connect paths Python and JS 2.45 call', async () => {
+    const sandbox = await Sandbox.create(opts);
+    try {
+      expect(await sandbox.pause()).toBe(true);
+      expect((await sandbox.getInfo()).state).toBe('paused');
+      expect(await sandbox.pause()).toBe(false);
+      const resumed = await Sandbox.connect(sandbox.sandboxId, opts);
+      expect((await resumed.getInfo()).state).toBe('running');
+      expect((await resumed.commands.run('echo back')).stdout).toBe('back\n');
+    } finally {
+      await sandbox.kill();
+    }
+    const headers = { 'x-api-key': warren.apiKey, 'content-type': 'application/json' };
+    const created = await fetch(`${opts.apiUrl}/sandboxes`, {
+      method: 'POST',
+      headers,
+      body: JSON.stringify({ templateID: 'base', timeout: 300, secure: true }),
+    });
+    expect(created.status).toBe(201);
+    const body = (await created.json()) as { sandboxID: string; envdVersion: string; envdAccessToken: string };
+    expect(body).toMatchObject({ templateID: 'base', clientID: expect.any(String), envdVersion: expect.stringMatching(/^0\.\d+\.\d+$/) });
+    const connected = await fetch(`${opts.apiUrl}/sandboxes/${body.sandboxID}/connect`, { method: 'POST', headers, body: JSON.stringify({ timeout: 60 }) });
+    expect(connected.status).toBe(200);
+    expect(await fetch(`${opts.apiUrl}/sandboxes/${body.sandboxID}`, { method: 'DELETE', headers })).toMatchObject({ status: 204 });
+  });
+
   it('answers an unknown template and a wrong API key with the SDK error classes', async () => {
     await expect(Sandbox.create('no-such-template', opts)).rejects.toThrow(/Template 'no-such-template' not found.*base/);
     await expect(Sandbox.create({ ...opts, apiKey: 'e2b_0000' })).rejects.toThrow(AuthenticationError);

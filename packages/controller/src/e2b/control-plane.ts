@@ -235,7 +235,7 @@ function listed(deps: HttpServerDeps, info: SandboxInfo): Record<string, unknown
  * `?metadata=`: E2B's SDK sends `key=value&key2=value2`, each key and value URL-encoded, as one
  * more URL-encoded parameter; `URLSearchParams` undid the outer layer already.
  */
-function metadataFilter(raw: string | null): Record<string, string> {
+export function metadataFilter(raw: string | null): Record<string, string> {
   if (!raw) return {};
   const pairs: [string, string][] = [];
   for (const [key, value] of new URLSearchParams(raw)) pairs.push([safeDecode(key), safeDecode(value)]);

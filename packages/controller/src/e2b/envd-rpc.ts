@@ -15,8 +15,9 @@ import { Process, ProcessEventSchema, Signal, type ProcessSelector } from './gen
 const MAX_LIST_ENTRIES = 100_000;
 /** envd's keepalive interval when the client names none (`Keepalive-Ping-Interval`, seconds). */
 const DEFAULT_KEEPALIVE_SECONDS = 90;
-/** Output events waiting for a slow client before the stream fails (bounded memory per stream). */
+/** Events, and bytes of output, waiting for a slow client before its stream fails (bounded memory per stream). */
 const MAX_QUEUED_EVENTS = 4096;
+const MAX_QUEUED_BYTES = 16 * 1024 * 1024;
 
 /** One message of a Start or Connect stream (both are `{ event: ProcessEvent }`). */
 type EventInit = { event: MessageInitShape<typeof ProcessEventSchema> };
@@ -258,23 +259,26 @@ async function find(session: DaemonSession, selector: ProcessSelector | undefine
  * Turns a source of events into a Connect stream: events wait in a bounded queue for the client,
  * a keepalive goes out whenever the stream has been quiet for `Keepalive-Ping-Interval` seconds,
  * and the stream ends when the source calls `finish` (with an error, or with its last event).
- * A client too slow for {@link MAX_QUEUED_EVENTS} events fails its stream, never the gateway.
+ * A client too slow for {@link MAX_QUEUED_EVENTS} events or {@link MAX_QUEUED_BYTES} bytes fails its stream, never the gateway.
  */
 async function* pump(
   ctx: HandlerContext,
-  start: (push: (event: EventInit) => void, finish: (last: EventInit | Error) => void) => () => void,
+  start: (push: (event: EventInit, bytes?: number) => void, finish: (last: EventInit | Error) => void) => () => void,
 ): AsyncGenerator<EventInit> {
-  const queue: EventInit[] = [];
+  const queue: { event: EventInit; bytes: number }[] = [];
+  let queuedBytes = 0;
   let wake: (() => void) | undefined;
   let finished: EventInit | Error | undefined;
   const finish = (last: EventInit | Error) => {
     finished ??= last;
     wake?.();
   };
-  const push = (event: EventInit) => {
+  const push = (event: EventInit, bytes = 0) => {
     if (finished) return;
-    if (queue.length >= MAX_QUEUED_EVENTS) return finish(new ConnectError('The client read output too slowly; the stream was ended.', Code.ResourceExhausted));
-    queue.push(event);
+    if (queue.length >= MAX_QUEUED_EVENTS || queuedBytes + bytes > MAX_QUEUED_BYTES)
+      return finish(new ConnectError('The client read output too slowly; the stream was ended (the process goes on).', Code.ResourceExhausted));
+    queue.push({ event, bytes });
+    queuedBytes += bytes;
     wake?.();
   };
   const stop = start(push, finish);
@@ -290,7 +294,8 @@ async function* pump(
       if (ctx.signal.aborted) return;
       const next = queue.shift();
       if (next) {
-        yield next;
+        queuedBytes -= next.bytes;
+        yield next.event;
         continue;
       }
       if (finished) break;
@@ -322,8 +327,8 @@ function follow(session: DaemonSession, handle: string, ctx: HandlerContext): As
           signal: ctx.signal,
           onEvent: (name, _data, payload) => {
             const bytes = new Uint8Array(payload ?? Buffer.alloc(0));
-            if (name === 'stdout') push(message({ case: 'data', value: { output: { case: 'stdout', value: bytes } } }));
-            else if (name === 'stderr') push(message({ case: 'data', value: { output: { case: 'stderr', value: bytes } } }));
+            if (name === 'stdout') push(message({ case: 'data', value: { output: { case: 'stdout', value: bytes } } }), bytes.length);
+            else if (name === 'stderr') push(message({ case: 'data', value: { output: { case: 'stderr', value: bytes } } }), bytes.length);
           },
         },
       )
@@ -339,7 +344,7 @@ function follow(session: DaemonSession, handle: string, ctx: HandlerContext): As
 function followPty(entry: PtyEntry, ctx: HandlerContext): AsyncGenerator<EventInit> {
   return pump(ctx, (push, finish) => {
     const listener = (event: PtyEvent) => {
-      if (event.kind === 'output') return push(message({ case: 'data', value: { output: { case: 'pty', value: event.bytes } } }));
+      if (event.kind === 'output') return push(message({ case: 'data', value: { output: { case: 'pty', value: event.bytes } } }), event.bytes.length);
       if (event.exit) return finish(message({ case: 'end', value: endOf({ exitCode: event.exit.exitCode, signal: event.exit.signal, timedOut: false }) }));
       finish(event.error ?? new Error('The terminal ended.'));
     };

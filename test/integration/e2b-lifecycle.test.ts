@@ -96,6 +96,11 @@ describe('the e2b SDK against the gateway: lifecycle and commands', () => {
       await sandbox.commands.sendStdin(cat.pid, 'hello stdin\n');
       await sandbox.commands.closeStdin(cat.pid);
       expect((await cat.wait()).stdout).toBe('hello stdin\n');
+
+      // Calls through the gateway are counted as the relay counts Warren's own.
+      const metrics = await (await fetch(`${warren.url}/metrics`, { headers: { authorization: `Bearer ${warren.apiKey}` } })).text();
+      expect(metrics).toMatch(/warren_calls_total\{method="process\.start",outcome="ok"\} [1-9]/);
+      expect(metrics).toMatch(/warren_calls_total\{method="process\.write",outcome="ok"\} [1-9]/);
     } finally {
       await sandbox.kill();
     }

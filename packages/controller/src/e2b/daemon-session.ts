@@ -16,6 +16,7 @@ import {
 import type { WebSocket } from 'ws';
 import { openAgentSocket } from '../agent-link.js';
 import { refusalFor, type Caller } from '../grants.js';
+import type { Metrics } from '../metrics.js';
 import type { SandboxService } from '../sandboxes.js';
 
 /** One answer of the daemon: the checked result and the frame's binary payload (file bytes, output). */
@@ -61,6 +62,7 @@ export class DaemonSession implements AsyncDisposable {
     private readonly ws: WebSocket,
     private readonly caller: Caller,
     private readonly grant: ConnectionGrant,
+    private readonly metrics: Metrics | undefined,
   ) {
     ws.on('message', (data: Buffer) => this.onMessage(data));
     ws.on('error', () => ws.terminate());
@@ -71,10 +73,13 @@ export class DaemonSession implements AsyncDisposable {
     });
   }
 
-  /** Opens a session to sandbox `id` for `caller`, whose grant the daemon will enforce. Resolves after the handshake. */
-  static async open(sandboxes: SandboxService, id: string, caller: Caller, grant: ConnectionGrant): Promise<DaemonSession> {
+  /**
+   * Opens a session to sandbox `id` for `caller`, whose grant the daemon will enforce. Resolves
+   * after the handshake. Calls are counted in `metrics` as the relay counts them.
+   */
+  static async open(sandboxes: SandboxService, id: string, caller: Caller, grant: ConnectionGrant, metrics?: Metrics): Promise<DaemonSession> {
     const ws = await openAgentSocket(sandboxes.socketPath(id), sandboxes.agentSecret(id), 5000, { [GRANT_HEADER]: encodeGrant(grant) });
-    const session = new DaemonSession(ws, caller, grant);
+    const session = new DaemonSession(ws, caller, grant, metrics);
     await session.handshake();
     return session;
   }
@@ -103,9 +108,19 @@ export class DaemonSession implements AsyncDisposable {
    */
   call<M extends MethodName>(method: M, params: ParamsIn<M>, options: CallOptions = {}): Promise<DaemonAnswer<M>> {
     const refusal = refusalFor({ caller: this.caller, grant: () => this.grant }, METHODS[method].access, method);
-    if (refusal !== undefined) return Promise.reject(new CodedError('FORBIDDEN', refusal, { method }));
+    if (refusal !== undefined) {
+      this.metrics?.calls.inc({ method, outcome: 'refused' });
+      this.metrics?.errors.inc({ code: 'FORBIDDEN', source: 'call' });
+      return Promise.reject(new CodedError('FORBIDDEN', refusal, { method }));
+    }
     if (this.closedError) return Promise.reject(this.closedError);
     const id = this.nextId++;
+    const started = performance.now();
+    const count = (outcome: 'ok' | 'error', code?: string) => {
+      this.metrics?.calls.inc({ method, outcome });
+      this.metrics?.callSeconds.observe({ method }, (performance.now() - started) / 1000);
+      if (code !== undefined) this.metrics?.errors.inc({ code, source: 'call' });
+    };
     return new Promise<DaemonAnswer<M>>((resolve, reject) => {
       const onAbort = () => {
         if (!this.pending.delete(id)) return;
@@ -119,10 +134,12 @@ export class DaemonSession implements AsyncDisposable {
         method,
         resolve: (answer) => {
           done();
+          count('ok');
           resolve(answer);
         },
         reject: (err) => {
           done();
+          count('error', err instanceof CodedError ? err.code : 'INTERNAL');
           reject(err);
         },
         onEvent: options.onEvent,

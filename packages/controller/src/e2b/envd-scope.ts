@@ -62,7 +62,7 @@ export function openSession(scope: EnvdScope): Promise<DaemonSession> {
   const record = scope.deps.sandboxes.record(scope.sandboxId);
   if (record.state === 'paused')
     throw new CodedError('SANDBOX_NOT_READY', `Sandbox '${scope.sandboxId}' is paused; connect to it (Sandbox.connect) to resume it.`);
-  return DaemonSession.open(scope.deps.sandboxes, scope.sandboxId, scope.caller, grantFor(record, scope.caller));
+  return DaemonSession.open(scope.deps.sandboxes, scope.sandboxId, scope.caller, grantFor(record, scope.caller), scope.deps.metrics);
 }
 
 /** An E2B path as the daemon takes it: absolute as given (normalized), relative ones below the home. */

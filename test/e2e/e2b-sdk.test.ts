@@ -18,7 +18,7 @@ describe('the e2b SDK on real sandboxes', () => {
   });
 
   it('runs a program the way E2B documents it: files, commands, exit codes, a terminal', async () => {
-    const sandbox = await Sandbox.create({ ...opts, envVars: { GREETING: 'hi' } });
+    const sandbox = await Sandbox.create({ ...opts, envs: { GREETING: 'hi' } });
     try {
       await sandbox.files.write('hello.py', 'import os\nprint(os.environ["GREETING"], "from the sandbox")\n');
       expect((await sandbox.commands.run('python3 hello.py')).stdout).toBe('hi from the sandbox\n');

@@ -129,4 +129,24 @@ describe('hostile input at the e2b gateway', () => {
     const signed = await fetch(`${base}/files?path=secret-a.txt&signature=v1_abc`, { headers: { 'e2b-sandbox-id': a.sandboxId } });
     expect(signed.status).toBe(401);
   });
+
+  it('reads at most a few uploads at once and refuses more with 429, so upload memory stays bounded', async () => {
+    const headers = { ...envdHeaders(a), 'content-type': 'application/octet-stream' };
+    const held: ReadableStreamDefaultController<Uint8Array>[] = [];
+    const slow = () =>
+      fetch(`${base}/files?path=slow.bin`, {
+        method: 'POST',
+        headers,
+        body: new ReadableStream<Uint8Array>({ start: (c) => void (held.push(c), c.enqueue(new Uint8Array(1024))) }),
+        duplex: 'half',
+      } as RequestInit);
+    const pending = [slow(), slow(), slow(), slow()];
+    await new Promise((r) => setTimeout(r, 300));
+    const refused = await fetch(`${base}/files?path=one-more.bin`, { method: 'POST', headers, body: new Uint8Array(8) });
+    expect(refused.status).toBe(429);
+    expect(refused.headers.get('retry-after')).toBe('1');
+    for (const c of held) c.close();
+    expect((await Promise.all(pending)).map((r) => r.status)).toEqual([200, 200, 200, 200]);
+    expect((await fetch(`${base}/files?path=one-more.bin`, { method: 'POST', headers, body: new Uint8Array(8) })).status).toBe(200);
+  });
 });

@@ -9,6 +9,8 @@ import { envdScope, openSession, resolvePath, sandboxIdOf } from './envd-scope.j
 
 /** The largest upload body (all files of one request together); larger ones get 413. */
 export const MAX_UPLOAD_BYTES = 64 * 1024 * 1024;
+/** Uploads read at once per controller; more are refused with 429, so upload memory stays within this many times {@link MAX_UPLOAD_BYTES}. */
+export const MAX_CONCURRENT_UPLOADS = 4;
 /** Bytes per daemon call when reading or writing a file (well inside one frame). */
 const PIECE_BYTES = 8 * 1024 * 1024;
 
@@ -25,7 +27,13 @@ export async function serveHealth(deps: HttpServerDeps, req: IncomingMessage, re
  * or several (multipart, each part's file name its path). Every byte goes through the daemon's
  * `fs.read` / `fs.write` under the caller's grant, in pieces that fit a frame.
  */
-export async function serveFiles(deps: HttpServerDeps, req: IncomingMessage, res: ServerResponse, query: URLSearchParams): Promise<void> {
+export async function serveFiles(
+  deps: HttpServerDeps,
+  req: IncomingMessage,
+  res: ServerResponse,
+  query: URLSearchParams,
+  uploads: { inFlight: number },
+): Promise<void> {
   if (query.has('signature'))
     throw new E2bHttpError(
       401,
@@ -41,7 +49,17 @@ export async function serveFiles(deps: HttpServerDeps, req: IncomingMessage, res
       if (!path) throw new E2bHttpError(400, 'GET /files needs ?path=<file>.');
       return await download(session, resolvePath(scope, path), res);
     }
-    const files = await uploads(req, query);
+    if (uploads.inFlight >= MAX_CONCURRENT_UPLOADS) {
+      res.setHeader('retry-after', '1');
+      throw new E2bHttpError(429, `This controller is reading ${MAX_CONCURRENT_UPLOADS} uploads already; retry shortly.`);
+    }
+    uploads.inFlight++;
+    let files;
+    try {
+      files = await uploadedFiles(req, query);
+    } finally {
+      uploads.inFlight--;
+    }
     const written = [];
     for (const file of files) {
       const path = resolvePath(scope, file.path);
@@ -77,7 +95,7 @@ async function writeFile(session: DaemonSession, path: string, data: Uint8Array)
 }
 
 /** The files of an upload request: one octet-stream body at `?path=`, or the `file` parts of a multipart body. */
-async function uploads(req: IncomingMessage, query: URLSearchParams): Promise<{ path: string; data: Uint8Array }[]> {
+async function uploadedFiles(req: IncomingMessage, query: URLSearchParams): Promise<{ path: string; data: Uint8Array }[]> {
   const type = header(req, 'content-type') ?? '';
   let body = await readBody(req);
   if (type.startsWith('application/octet-stream')) {

@@ -43,13 +43,14 @@ export function createE2bGateway(deps: HttpServerDeps): (req: IncomingMessage, r
       res.end(body);
     },
   });
+  const uploads = { inFlight: 0 };
   return async (req, res) => {
     const url = new URL(req.url ?? '/', 'http://controller');
     const path = url.pathname.slice(E2B_PREFIX.length) || '/';
     try {
       if (/^\/[a-z]+\.[A-Za-z]+\//.test(path)) return void rpc(req, res);
       if (path === '/health') return await serveHealth(deps, req, res);
-      if (path === '/files') return await serveFiles(deps, req, res, url.searchParams);
+      if (path === '/files') return await serveFiles(deps, req, res, url.searchParams, uploads);
       if (isControlPlanePath(path)) return await serveControlPlane(deps, req, res, path, url.searchParams);
       json(res, 404, { code: 404, message: `No E2B route ${req.method ?? 'GET'} ${path}. See docs/e2b.md for what this gateway serves.` });
     } catch (err) {

@@ -139,7 +139,7 @@ describe('hostile input at the e2b gateway', () => {
         headers,
         body: new ReadableStream<Uint8Array>({ start: (c) => void (held.push(c), c.enqueue(new Uint8Array(1024))) }),
         duplex: 'half',
-      } as RequestInit);
+      });
     const pending = [slow(), slow(), slow(), slow()];
     await new Promise((r) => setTimeout(r, 300));
     const refused = await fetch(`${base}/files?path=one-more.bin`, { method: 'POST', headers, body: new Uint8Array(8) });

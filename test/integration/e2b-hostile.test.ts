@@ -43,6 +43,30 @@ describe('hostile input at the e2b gateway', () => {
     expect(none.status).toBe(401);
   });
 
+  it('gives a derived token as access token exactly its grant: reads, no commands, no writes', async () => {
+    const derive = await fetch(`${warren.url}/v1/sandboxes/${a.sandboxId}/derive`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${warren.apiKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ inherit: true, readonly: true }),
+    });
+    expect(derive.status).toBe(201);
+    const { token } = (await derive.json()) as { token: string };
+    const headers = envdHeaders(a, token);
+    expect(await (await fetch(`${base}/files?path=secret-a.txt`, { headers })).text()).toBe('only a');
+    const run = await fetch(`${base}/process.Process/List`, {
+      method: 'POST',
+      headers: { ...headers, 'content-type': 'application/json', 'connect-protocol-version': '1' },
+      body: '{}',
+    });
+    expect(run.status).toBe(403);
+    expect(await run.json()).toMatchObject({ code: 'permission_denied', message: expect.stringMatching(/may not run commands/) });
+    const form = new FormData();
+    form.append('file', new Blob(['x']), 'written-by-reader.txt');
+    const write = await fetch(`${base}/files`, { method: 'POST', headers, body: form });
+    expect(write.status).toBe(403);
+    expect(await b.files.exists(`${warren.root}/written-by-reader.txt`)).toBe(false);
+  });
+
   it('answers unknown RPCs, unknown routes and unknown sandboxes in E2B shapes', async () => {
     const unknown = await unary(a, 'process.Process/Explode', '{}');
     expect(unknown.status).toBe(501);

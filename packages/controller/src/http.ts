@@ -8,6 +8,7 @@ import { openAgentSocket } from './agent-link.js';
 import type { ControllerConfig } from './config.js';
 import type { Credentials } from './credentials.js';
 import { createE2bGateway, isE2bPath } from './e2b/gateway.js';
+import { sandboxIdOf } from './e2b/envd-scope.js';
 import { callAccessCheck, callerFor, grantFor, observeCalls, routeRefusal, type Access, type Caller, type Holder } from './grants.js';
 import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
@@ -48,7 +49,9 @@ export function createHttpServer(deps: HttpServerDeps) {
     res.setHeader(REQUEST_ID_HEADER, entry.requestId);
     res.once('close', () => logRequest(deps.logger, req, entry, res.statusCode, res.writableFinished));
     // The E2B gateway (docs/e2b.md) speaks E2B's wire on its own prefix; everything else is Warren's route table.
-    const served = isE2bPath(new URL(req.url ?? '/', 'http://controller').pathname) ? e2b(req, res) : route(deps, req, res, entry);
+    const e2bPath = isE2bPath(new URL(req.url ?? '/', 'http://controller').pathname);
+    if (e2bPath) entry.sandboxId = e2bSandboxId(req);
+    const served = e2bPath ? e2b(req, res) : route(deps, req, res, entry);
     served.catch((err: unknown) => sendError(deps, res, err, entry));
   });
 
@@ -121,6 +124,15 @@ async function route(deps: HttpServerDeps, req: IncomingMessage, res: ServerResp
     refuse(holder, found.access as Access, what);
   }
   await found.handle({ deps, req, res, query: url.searchParams, id, caller });
+}
+
+/** The sandbox an E2B request names (header, host name, or `/sandboxes/<id>` path), for its access line. */
+function e2bSandboxId(req: IncomingMessage): string | undefined {
+  const header = (name: string) => {
+    const value = req.headers[name];
+    return Array.isArray(value) ? value[0] : value;
+  };
+  return sandboxIdOf(header) ?? /\/sandboxes\/([A-Za-z0-9]{1,64})(\/|$)/.exec(req.url ?? '')?.[1];
 }
 
 /** A caller on a controller-wide route, where no sandbox (so no grant) is involved. */

@@ -7,7 +7,6 @@ import {
   Credentials,
   startController,
   type ControllerConfig,
-  type DaemonEndpoint,
   type ProvidedSandbox,
   type ProviderIsolation,
   type ProviderState,
@@ -103,7 +102,7 @@ class LocalProvider implements SandboxProvider {
   async events(): Promise<() => void> {
     return () => undefined;
   }
-  daemon(agentId: string): DaemonEndpoint {
+  daemon(agentId: string): { socketPath: string } {
     return { socketPath: path.join(this.dir, `${agentId.slice(0, 16)}.sock`) };
   }
   async copyIn(): Promise<void> {}

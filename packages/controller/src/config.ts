@@ -32,6 +32,14 @@ export interface ControllerConfig {
    * reason logged; `required` refuses to start without one; `off` always uses volumes.
    */
   workspaceQuota: 'auto' | 'required' | 'off';
+  /**
+   * How the controller reaches each sandbox's daemon (see docs/controller.md): `socket` is a unix
+   * socket in a host folder the engine binds into the sandbox (the engine must share the
+   * controller's file system); `exec` is a stream the engine's API opens into the sandbox (any
+   * engine: remote, in a VM such as Docker Desktop, or the controller in a container); `auto`
+   * takes `socket` for a local engine on this machine and `exec` otherwise.
+   */
+  daemonChannel: 'auto' | 'socket' | 'exec';
   /** Free space (MiB) that sandbox disks always leave on the state folder's file system; default 5% of it, at least 1 GiB. */
   workspaceReserveMb?: number | undefined;
   /** Host folders below which a create may mount host paths; empty refuses every host mount. */
@@ -119,6 +127,7 @@ export const ConfigFile = z.strictObject({
   allowedMountRoots: z.array(z.string().startsWith('/')).optional(),
   allowBridgeNetwork: z.boolean().optional(),
   workspaceQuota: z.enum(['auto', 'required', 'off']).optional(),
+  daemonChannel: z.enum(['auto', 'socket', 'exec']).optional(),
   workspaceReserveMb: z.number().int().min(0).optional(),
   readyTimeoutMs: z.number().int().positive().optional(),
   reapIntervalMs: z.number().int().positive().optional(),
@@ -163,6 +172,7 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   limits: { memoryMb: 1024, cpus: 1, pidsLimit: 512, ttlSeconds: 3600, tmpMb: 256, openFiles: 4096, fileSizeMb: 4096, diskMb: 1024 },
   maxLimits: { memoryMb: 8192, cpus: 4, pidsLimit: 4096, ttlSeconds: 7 * 24 * 3600, tmpMb: 4096, openFiles: 16384, fileSizeMb: 65536, diskMb: 65536 },
   workspaceQuota: 'auto',
+  daemonChannel: 'auto',
   allowedMountRoots: [],
   allowBridgeNetwork: true,
   readyTimeoutMs: 30_000,
@@ -290,6 +300,7 @@ const ENV_SETTINGS: [variable: string, path: string, kind: 'string' | 'number' |
   ['WARREN_ALLOWED_MOUNTS', 'allowedMountRoots', 'list:'],
   ['WARREN_ALLOW_BRIDGE_NETWORK', 'allowBridgeNetwork', 'boolean'],
   ['WARREN_WORKSPACE_QUOTA', 'workspaceQuota', 'string'],
+  ['WARREN_DAEMON_CHANNEL', 'daemonChannel', 'string'],
   ['WARREN_WORKSPACE_RESERVE_MB', 'workspaceReserveMb', 'number'],
   ['WARREN_READY_TIMEOUT_MS', 'readyTimeoutMs', 'number'],
   ['WARREN_REAP_INTERVAL_MS', 'reapIntervalMs', 'number'],

@@ -3,7 +3,9 @@ import { CodedError, type ParamsIn } from '@warren/protocol';
 import { callAgent } from './agent-link.js';
 import { loadConfig, type ControllerConfig } from './config.js';
 import { Credentials } from './credentials.js';
+import Docker from 'dockerode';
 import { DockerProvider } from './docker.js';
+import { resolveEngine } from './engine-endpoint.js';
 import { EngineWatch } from './engine-watch.js';
 import { createLogger, type Logger } from './logger.js';
 import { createHttpServer, serverUrl } from './http.js';
@@ -56,9 +58,18 @@ export async function startController(options: StartControllerOptions = {}): Pro
     credentials = loaded.credentials;
     generatedApiKey = loaded.generatedApiKey;
   }
+  // The engine as the docker command finds it (DOCKER_HOST, the current context), said at start.
+  const endpoint = options.provider ? undefined : resolveEngine(process.env);
   const provider =
     options.provider ??
-    new DockerProvider({ stateDir: config.stateDir, workspaceQuota: config.workspaceQuota, workspaceReserveMb: config.workspaceReserveMb, logger });
+    new DockerProvider({
+      docker: new Docker(endpoint!.options),
+      stateDir: config.stateDir,
+      workspaceQuota: config.workspaceQuota,
+      workspaceReserveMb: config.workspaceReserveMb,
+      daemonChannel: config.daemonChannel,
+      logger,
+    });
   await provider.ping();
   const runtime = await collectRuntime(config.agentBundlePath);
   const { oldRuntimesRemoved } = await provider.prepare(runtime, config.defaultImage);
@@ -118,7 +129,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
     if (since !== undefined) params.since = since;
     if (limit !== undefined) params.limit = limit;
     if (sandboxes.record(id).state === 'paused') throw new CodedError('SANDBOX_NOT_READY', `Sandbox '${id}' is paused; resume it to read its audit log.`);
-    return callAgent(sandboxes.socketPath(id), sandboxes.agentSecret(id), 'audit.list', params);
+    return callAgent(sandboxes.daemonEndpoint(id), sandboxes.agentSecret(id), 'audit.list', params);
   };
   const { server, wss } = createHttpServer({ sandboxes, credentials, config, metrics, logger, readiness, audit });
   server.listen(config.port, config.host);
@@ -128,6 +139,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
     {
       url,
       provider: provider.name,
+      ...(endpoint ? { engine: `${endpoint.address} (from ${endpoint.source})` } : {}),
       recovered,
       restarted: restartedAtStart.restarted.length,
       restartFailed: restartedAtStart.failed,

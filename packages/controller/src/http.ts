@@ -185,7 +185,7 @@ async function upgrade(
   upgrading.count++;
   let agent: WebSocket;
   try {
-    agent = await openAgentSocket(deps.sandboxes.socketPath(id), deps.sandboxes.agentSecret(id), 5000, { [GRANT_HEADER]: encodeGrant(grant) });
+    agent = await openAgentSocket(deps.sandboxes.daemonEndpoint(id), deps.sandboxes.agentSecret(id), 5000, { [GRANT_HEADER]: encodeGrant(grant) });
   } catch (err) {
     upgrading.count--;
     throw await unreachableDaemon(deps, id, err);

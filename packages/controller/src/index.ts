@@ -3,7 +3,7 @@ export { loadConfig, readConfigFile, readFlags, redactConfig, defaultStateDir, d
 export { createLogger, silentLogger, LOG_LEVELS, REDACTED, type Logger, type LogLevel, type LoggerOptions } from './logger.js';
 export { Credentials, API_KEY_HASH_FILE } from './credentials.js';
 export { AgentDirs } from './agent-dir.js';
-export { DockerProvider, containerCreateBody, WORKSPACE, type SandboxContainerSpec } from './docker.js';
+export { DockerProvider, chooseChannel, containerCreateBody, WORKSPACE, type DaemonChannel, type SandboxContainerSpec } from './docker.js';
 export { LABELS, sandboxLabels } from './labels.js';
 export type { SandboxProvider, SandboxSpec, ProvidedSandbox, ProviderState, ProviderIsolation, DaemonEndpoint } from './provider.js';
 export { systemClock, type Clock } from './clock.js';
@@ -18,3 +18,5 @@ export { errorBody, requestIdOf, REQUEST_ID_HEADER } from './http.js';
 export { ROUTES, type Route, type RouteAccess, type HttpMethod } from './routes.js';
 export { openApiDocument, apiDocumentFiles, REST_API_VERSION } from './openapi.js';
 export { openWorkspaceStore, type WorkspaceStore, type WorkspaceStoreOptions, type WorkspaceStoreDescription, type WorkspaceUsage } from './workspace-store.js';
+export { callAgent, openAgentSocket, probeAgent } from './agent-link.js';
+export { resolveEngine, type EngineEndpoint } from './engine-endpoint.js';

@@ -1,4 +1,5 @@
 import type { SandboxSettings } from '@warren/protocol';
+import type { Duplex } from 'node:stream';
 import type { AgentRuntime } from './runtime.js';
 
 /**
@@ -51,7 +52,7 @@ export interface SandboxProvider {
    * Resolves with a function that stops following.
    */
   events(onEvent: (handle: string, action: string) => void, onEnd: () => void): Promise<() => void>;
-  /** How the controller reaches a sandbox's daemon (a unix socket today). */
+  /** How the controller reaches a sandbox's daemon. */
   daemon(agentId: string): DaemonEndpoint;
   /** Copies a tar archive into a sandbox at `path` (the provider's own way in, not the daemon). */
   copyIn(handle: string, tar: Buffer, path: string): Promise<void>;
@@ -81,11 +82,12 @@ export interface ProvidedSandbox {
   state: ProviderState | undefined;
 }
 
-/** Where a daemon listens, as the relay opens it. */
-export interface DaemonEndpoint {
-  /** A unix socket on the controller's side, checked with `lstat` before each connect. */
-  socketPath: string;
-}
+/**
+ * How the relay reaches a daemon: a unix socket on the controller's side (checked with `lstat`
+ * before each connect), or a byte stream the provider opens to it (through the engine's API), on
+ * which the relay speaks the same WebSocket.
+ */
+export type DaemonEndpoint = { socketPath: string } | { openStream(): Promise<Duplex> };
 
 /** What isolation a backend gives sandboxes, as `/readyz` and `warren doctor` report it. */
 export interface ProviderIsolation {

@@ -80,7 +80,7 @@ export class SandboxService {
     this.config = options.config;
     this.metrics = options.metrics;
     this.clock = options.clock ?? systemClock;
-    this.probe = options.probe ?? ((endpoint, secret, timeoutMs) => probeAgent(endpoint.socketPath, secret, timeoutMs));
+    this.probe = options.probe ?? ((endpoint, secret, timeoutMs) => probeAgent(endpoint, secret, timeoutMs));
     this.store = new RecordStore(options.config.stateDir);
     this.createSlots = new Slots(options.config.maxConcurrentCreates);
     const { maxQueuedCreates, createQueueTimeoutMs } = options.config;
@@ -115,9 +115,9 @@ export class SandboxService {
     this.pool = options.pool?.(this);
   }
 
-  /** Where the relay reaches a sandbox's daemon (a unix socket path), by public id. */
-  socketPath(id: string): string {
-    return this.provider.daemon(this.table.require(id).agentId).socketPath;
+  /** How the relay reaches a sandbox's daemon, by public id. */
+  daemonEndpoint(id: string): DaemonEndpoint {
+    return this.provider.daemon(this.table.require(id).agentId);
   }
 
   /** The secret that opens a sandbox's daemon, by public id. */

@@ -78,7 +78,7 @@ export class DaemonSession implements AsyncDisposable {
    * after the handshake. Calls are counted in `metrics` as the relay counts them.
    */
   static async open(sandboxes: SandboxService, id: string, caller: Caller, grant: ConnectionGrant, metrics?: Metrics): Promise<DaemonSession> {
-    const ws = await openAgentSocket(sandboxes.socketPath(id), sandboxes.agentSecret(id), 5000, { [GRANT_HEADER]: encodeGrant(grant) });
+    const ws = await openAgentSocket(sandboxes.daemonEndpoint(id), sandboxes.agentSecret(id), 5000, { [GRANT_HEADER]: encodeGrant(grant) });
     const session = new DaemonSession(ws, caller, grant, metrics);
     await session.handshake();
     return session;

@@ -5,6 +5,8 @@ import { openSession, type EnvdScope } from './envd-scope.js';
 /** What a PTY stream carries, before it becomes envd's events. */
 export type PtyEvent = { kind: 'output'; bytes: Uint8Array } | { kind: 'end'; exit?: Result<'pty.open'>; error?: Error };
 
+/** The most terminals the gateway holds open for one sandbox (each holds a daemon connection). */
+export const MAX_TERMINALS_PER_SANDBOX = 32;
 /** How long an ended terminal's end event is kept for a racing Process/Connect (envd does the same). */
 const KEEP_ENDED_MS = 5000;
 
@@ -38,6 +40,11 @@ export class PtyRegistry {
     params: { cols: number; rows: number; cmd: string[]; cwd: string; env: Record<string, string> },
     lifetimeMs: number | undefined,
   ): Promise<PtyEntry> {
+    if (this.running(scope.sandboxId).length >= MAX_TERMINALS_PER_SANDBOX)
+      throw new CodedError(
+        'RESOURCE_EXHAUSTED',
+        `This sandbox has ${MAX_TERMINALS_PER_SANDBOX} terminals open through the E2B gateway, its cap; kill one (sandbox.pty.kill) first.`,
+      );
     const session = await openSession(scope);
     let entry: PtyEntry | undefined;
     let lifetime: NodeJS.Timeout | undefined;

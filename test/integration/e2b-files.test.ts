@@ -29,6 +29,13 @@ describe('the e2b SDK against the gateway: files', () => {
     expect(await sandbox.files.read('empty.txt')).toBe('');
   });
 
+  it('takes octet-stream and gzip uploads, and gzip-asking downloads', async () => {
+    await sandbox.files.write('octet.txt', 'plain octets', { useOctetStream: true });
+    expect(await sandbox.files.read('octet.txt')).toBe('plain octets');
+    await sandbox.files.write('zipped.txt', 'squeezed '.repeat(1000), { gzip: true });
+    expect(await sandbox.files.read('zipped.txt', { gzip: true })).toBe('squeezed '.repeat(1000));
+  });
+
   it('writes many files in one call', async () => {
     const entries = await sandbox.files.write([
       { path: 'many/one.txt', data: '1' },

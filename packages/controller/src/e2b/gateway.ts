@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { Code, ConnectError } from '@connectrpc/connect';
 import { connectNodeAdapter } from '@connectrpc/connect-node';
 import type { HttpServerDeps } from '../http.js';
 import { isControlPlanePath, json, serveControlPlane } from './control-plane.js';
@@ -10,6 +11,21 @@ import { envdRoutes } from './envd-rpc.js';
 export const E2B_PREFIX = '/e2b';
 /** The largest Connect message the gateway reads (envd's requests are small; file bytes go through `/files`). */
 export const MAX_RPC_MESSAGE_BYTES = 4 * 1024 * 1024;
+
+/**
+ * A stream whose client went away is still written to by connect-node (its end-of-stream
+ * envelope), which then prints "handler ... failed: ERR_STREAM_DESTROYED" to standard error for
+ * every disconnect. Such a write is answered here with Connect's `aborted`, which the adapter
+ * takes as the client's own doing and does not print.
+ */
+function quietAfterClose(res: ServerResponse): void {
+  const write = res.write.bind(res) as (chunk: unknown, encoding: BufferEncoding, callback?: (err?: Error | null) => void) => boolean;
+  res.write = ((chunk: unknown, encoding: BufferEncoding, callback?: (err?: Error | null) => void) => {
+    if (!res.destroyed) return write(chunk, encoding, callback);
+    process.nextTick(() => callback?.(new ConnectError('The client went away.', Code.Aborted)));
+    return false;
+  }) as typeof res.write;
+}
 
 /** Whether a request path belongs to the E2B gateway. */
 export function isE2bPath(pathname: string): boolean {
@@ -48,7 +64,10 @@ export function createE2bGateway(deps: HttpServerDeps): (req: IncomingMessage, r
     const url = new URL(req.url ?? '/', 'http://controller');
     const path = url.pathname.slice(E2B_PREFIX.length) || '/';
     try {
-      if (/^\/[a-z]+\.[A-Za-z]+\//.test(path)) return void rpc(req, res);
+      if (/^\/[a-z]+\.[A-Za-z]+\//.test(path)) {
+        quietAfterClose(res);
+        return void rpc(req, res);
+      }
       if (path === '/health') return await serveHealth(deps, req, res);
       if (path === '/files') return await serveFiles(deps, req, res, url.searchParams, uploads);
       if (isControlPlanePath(path)) return await serveControlPlane(deps, req, res, path, url.searchParams);

@@ -87,7 +87,10 @@ export function createHttpServer(deps: HttpServerDeps) {
     }
   }, deps.config.heartbeatMs);
   heartbeat.unref();
-  server.on('close', () => clearInterval(heartbeat));
+  server.on('close', () => {
+    clearInterval(heartbeat);
+    e2b.close();
+  });
 
   return { server, wss };
 }

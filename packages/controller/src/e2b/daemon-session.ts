@@ -170,6 +170,11 @@ export class DaemonSession implements AsyncDisposable {
     }
   }
 
+  /** Whether calls can still be sent: the connection is open and was not closed. */
+  get open(): boolean {
+    return this.closedError === undefined && this.ws.readyState === this.ws.OPEN;
+  }
+
   /** Closes the connection; calls still in flight are cancelled by the daemon (background processes live on). */
   close(): void {
     this.closedError ??= new CodedError('CANCELLED', 'The gateway closed its connection to the sandbox daemon.');

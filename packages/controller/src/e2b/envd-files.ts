@@ -5,7 +5,8 @@ import type { HttpServerDeps } from '../http.js';
 import { json } from './control-plane.js';
 import type { DaemonSession } from './daemon-session.js';
 import { E2bHttpError } from './errors.js';
-import { envdScope, openSession, resolvePath, sandboxIdOf } from './envd-scope.js';
+import { envdScope, resolvePath, sandboxIdOf } from './envd-scope.js';
+import type { SessionPool } from './session-pool.js';
 
 /** The largest upload body (all files of one request together); larger ones get 413. */
 export const MAX_UPLOAD_BYTES = 64 * 1024 * 1024;
@@ -33,6 +34,7 @@ export async function serveFiles(
   res: ServerResponse,
   query: URLSearchParams,
   uploads: { inFlight: number },
+  pool: SessionPool,
 ): Promise<void> {
   if (query.has('signature'))
     throw new E2bHttpError(
@@ -42,8 +44,7 @@ export async function serveFiles(
   const scope = envdScope(deps, (name) => header(req, name), query.get('username') ?? undefined);
   const method = req.method ?? 'GET';
   if (method !== 'GET' && method !== 'POST') throw new E2bHttpError(405, `${method} is not supported on /files; use GET or POST.`);
-  const session = await openSession(scope);
-  try {
+  await pool.run(scope, async (session) => {
     if (method === 'GET') {
       const path = query.get('path');
       if (!path) throw new E2bHttpError(400, 'GET /files needs ?path=<file>.');
@@ -67,9 +68,7 @@ export async function serveFiles(
       written.push({ name: posix.basename(path), type: 'file', path });
     }
     json(res, 200, written);
-  } finally {
-    session.close();
-  }
+  });
 }
 
 async function download(session: DaemonSession, path: string, res: ServerResponse): Promise<void> {
@@ -80,7 +79,8 @@ async function download(session: DaemonSession, path: string, res: ServerRespons
     const length = Math.min(PIECE_BYTES, stat.size - offset);
     const { payload } = await session.call('fs.read', { path, range: { unit: 'bytes', offset, length } });
     if (!payload || payload.length === 0) break;
-    if (!res.write(payload)) await new Promise((resolve) => res.once('drain', resolve));
+    if (!res.write(payload)) await new Promise((resolve) => (res.once('drain', resolve), res.once('close', resolve)));
+    if (res.destroyed) return;
   }
   res.end();
 }

@@ -7,6 +7,7 @@ import type { HttpServerDeps } from '../http.js';
 import { notServed, toConnectError } from './errors.js';
 import { checkExec, envdScope, openSession, resolvePath, type EnvdScope } from './envd-scope.js';
 import type { DaemonSession } from './daemon-session.js';
+import type { SessionPool } from './session-pool.js';
 import { PtyRegistry, type PtyEntry, type PtyEvent } from './pty-registry.js';
 import { EventType, FileType, Filesystem, WatchDirResponseSchema, type EntryInfo } from './gen/filesystem/filesystem_pb.js';
 import { Process, ProcessEventSchema, Signal, type ProcessSelector } from './gen/process/process_pb.js';
@@ -25,7 +26,7 @@ type EventCase = NonNullable<MessageInitShape<typeof ProcessEventSchema>['event'
 const message = (event: EventCase): EventInit => ({ event: { event } });
 
 /** Registers envd's `process.Process` and `filesystem.Filesystem` services, each call served through the sandbox's daemon. */
-export function envdRoutes(deps: HttpServerDeps): (router: ConnectRouter) => void {
+export function envdRoutes(deps: HttpServerDeps, pool: SessionPool): (router: ConnectRouter) => void {
   const scopeOf = (ctx: HandlerContext) => envdScope(deps, (name) => ctx.requestHeader.get(name) ?? undefined);
   const ptys = new PtyRegistry();
   /** The gateway's terminal a selector names, for a caller that may run commands; undefined when it names none. */
@@ -36,16 +37,11 @@ export function envdRoutes(deps: HttpServerDeps): (router: ConnectRouter) => voi
     if (entry && !entry.ended) checkExec(scope, what);
     return entry?.ended ? undefined : entry;
   };
-  /** Runs `fn` with a daemon session of the request's caller; Warren errors become Connect errors. */
+  /** Runs `fn` with a (pooled) daemon session of the request's caller; Warren errors become Connect errors. */
   async function unary<T>(ctx: HandlerContext, fn: (session: DaemonSession, scope: EnvdScope) => Promise<T>): Promise<T> {
     try {
       const scope = scopeOf(ctx);
-      const session = await openSession(scope);
-      try {
-        return await fn(session, scope);
-      } finally {
-        session.close();
-      }
+      return await pool.run(scope, (session) => fn(session, scope));
     } catch (err) {
       throw toConnectError(err);
     }

@@ -6,6 +6,7 @@ import { isControlPlanePath, json, serveControlPlane } from './control-plane.js'
 import { toE2bHttpError } from './errors.js';
 import { serveFiles, serveHealth } from './envd-files.js';
 import { envdRoutes } from './envd-rpc.js';
+import { SessionPool } from './session-pool.js';
 
 /** Where the gateway answers: `E2B_API_URL` and `E2B_SANDBOX_URL` are both `<controller URL>/e2b`. */
 export const E2B_PREFIX = '/e2b';
@@ -27,6 +28,9 @@ function quietAfterClose(res: ServerResponse): void {
   }) as typeof res.write;
 }
 
+/** The gateway: serves one request under {@link E2B_PREFIX}; `close` drops the daemon connections it keeps. */
+export type E2bGateway = ((req: IncomingMessage, res: ServerResponse) => Promise<void>) & { close(): void };
+
 /** Whether a request path belongs to the E2B gateway. */
 export function isE2bPath(pathname: string): boolean {
   return pathname === E2B_PREFIX || pathname.startsWith(`${E2B_PREFIX}/`);
@@ -42,9 +46,10 @@ export function isE2bPath(pathname: string): boolean {
  * const e2b = createE2bGateway(deps);
  * if (isE2bPath(url.pathname)) await e2b(req, res);
  */
-export function createE2bGateway(deps: HttpServerDeps): (req: IncomingMessage, res: ServerResponse) => Promise<void> {
+export function createE2bGateway(deps: HttpServerDeps): E2bGateway {
+  const pool = new SessionPool();
   const rpc = connectNodeAdapter({
-    routes: envdRoutes(deps),
+    routes: envdRoutes(deps, pool),
     requestPathPrefix: E2B_PREFIX,
     readMaxBytes: MAX_RPC_MESSAGE_BYTES,
     jsonOptions: { ignoreUnknownFields: true },
@@ -60,7 +65,7 @@ export function createE2bGateway(deps: HttpServerDeps): (req: IncomingMessage, r
     },
   });
   const uploads = { inFlight: 0 };
-  return async (req, res) => {
+  const serve = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const url = new URL(req.url ?? '/', 'http://controller');
     const path = url.pathname.slice(E2B_PREFIX.length) || '/';
     try {
@@ -69,7 +74,7 @@ export function createE2bGateway(deps: HttpServerDeps): (req: IncomingMessage, r
         return void rpc(req, res);
       }
       if (path === '/health') return await serveHealth(deps, req, res);
-      if (path === '/files') return await serveFiles(deps, req, res, url.searchParams, uploads);
+      if (path === '/files') return await serveFiles(deps, req, res, url.searchParams, uploads, pool);
       if (isControlPlanePath(path)) return await serveControlPlane(deps, req, res, path, url.searchParams);
       json(res, 404, { code: 404, message: `No E2B route ${req.method ?? 'GET'} ${path}. See docs/e2b.md for what this gateway serves.` });
     } catch (err) {
@@ -79,4 +84,5 @@ export function createE2bGateway(deps: HttpServerDeps): (req: IncomingMessage, r
       json(res, status, { code: status, message });
     }
   };
+  return Object.assign(serve, { close: () => pool.close() });
 }

@@ -57,7 +57,12 @@ export class SessionPool {
 
   /** Closes every idle connection (the server is closing). */
   close(): void {
-    for (const list of this.idle.values()) for (const { session, timer } of list) (clearTimeout(timer), session.close());
+    for (const list of this.idle.values()) {
+      for (const { session, timer } of list) {
+        clearTimeout(timer);
+        session.close();
+      }
+    }
     this.idle.clear();
   }
 }

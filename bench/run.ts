@@ -7,6 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { Sandbox } from '@warren/sdk';
+import { Sandbox as E2bSandbox } from 'e2b';
 import { WebSocket, WebSocketServer } from 'ws';
 import { RawDocker } from './raw-docker.js';
 import { summarize, timeIt, type Summary } from './stats.js';
@@ -50,6 +51,9 @@ async function main(): Promise<void> {
     const execWarren = summarize(await timeIt(n(300), () => sandbox.commands.run('true')));
     const execRaw = summarize(await timeIt(n(60), () => raw.exec(rawContainer, ['true'])));
     rows.push(compare('exec `true` round trip', execWarren, execRaw, 'dockerode exec create+start+inspect', { maxP50: 5, minRatio: 10 }));
+
+    progress('the e2b SDK through the gateway');
+    rows.push(...(await e2bRows(controller, execWarren)));
 
     progress('read and write 1 MiB');
     const oneMiB = randomBytes(MiB);
@@ -152,6 +156,37 @@ async function daemonChannels(): Promise<Row[]> {
     // A docker exec per connection is what this channel is: reported, not held to a target.
     compare('connect + first call, exec channel', exec.connect, socket.connect, 'the same on the socket channel', {}),
     compareSlower('exec `true` on an open connection, exec channel', exec.exec, socket.exec, 'the same on the socket channel', 1.3),
+  ];
+}
+
+/**
+ * The official `e2b` SDK through the gateway (docs/e2b.md), beside Warren's own SDK: the p50 of
+ * `commands.run('true')`, and `Sandbox.create()` to the first `commands.run('true')` (the base
+ * template may take a warm-pool member, as Warren's own create of default settings would).
+ */
+async function e2bRows(controller: ControllerProcess, warrenExec: Summary): Promise<Row[]> {
+  const opts = { apiKey: controller.apiKey, apiUrl: `${controller.url}/e2b`, sandboxUrl: `${controller.url}/e2b` };
+  const sandbox = await E2bSandbox.create(opts);
+  let exec: Summary;
+  try {
+    exec = summarize(await timeIt(n(300), () => sandbox.commands.run('true')));
+  } finally {
+    await sandbox.kill().catch(() => undefined);
+  }
+  const firstRun = summarize(
+    await timeIt(
+      n(10),
+      async () => {
+        const s = await E2bSandbox.create(opts);
+        await s.commands.run('true');
+        await s.kill();
+      },
+      1,
+    ),
+  );
+  return [
+    { name: "e2b SDK commands.run('true') via /e2b", unit: 'ms', warren: exec, raw: warrenExec, rawName: "Warren SDK commands.run('true')" },
+    { name: 'e2b SDK Sandbox.create() to first run (incl. kill)', unit: 'ms', warren: firstRun },
   ];
 }
 

@@ -161,7 +161,15 @@ export async function startLocalController(config: Partial<ControllerConfig> = {
     provider,
     credentials: Credentials.inMemory(apiKey),
     logger: options.logger ?? silentLogger(),
-    config: { port: 0, host: '127.0.0.1', stateDir: path.join(dir, 'state'), reapIntervalMs: 60_000, ...config },
+    config: {
+      port: 0,
+      host: '127.0.0.1',
+      stateDir: path.join(dir, 'state'),
+      reapIntervalMs: 60_000,
+      // The E2B gateway's `base` template: this controller's workspace folder as the home and policy root.
+      e2bTemplates: { base: { home: root, create: { policy: { root, readOnly: false } } } },
+      ...config,
+    },
   });
   const dispose = async () => {
     await controller.close();

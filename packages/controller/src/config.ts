@@ -3,6 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { DEFAULT_E2B_TEMPLATES, E2bTemplates } from './e2b/templates.js';
 import { parseAllowList } from './image-ref.js';
 import { LOG_LEVELS, REDACTED, type LogLevel } from './logger.js';
 
@@ -79,6 +80,8 @@ export interface ControllerConfig {
   images: ImageSettings;
   /** The least severe log level written (`LOG_LEVEL`): fatal, error, warn, info (default), debug, trace or silent. */
   logLevel: LogLevel;
+  /** The E2B gateway's templates (`/e2b`, docs/e2b.md): each name a create request; `base` is the default image. */
+  e2bTemplates: E2bTemplates;
 }
 
 /** How the controller fetches and builds images. */
@@ -186,6 +189,7 @@ export const ConfigFile = z.strictObject({
   allowedHosts: z.array(z.string()).optional(),
   images: Images.optional(),
   logLevel: z.enum(LOG_LEVELS).optional(),
+  e2bTemplates: E2bTemplates.optional(),
 });
 export type ConfigFile = z.infer<typeof ConfigFile>;
 
@@ -232,6 +236,7 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   allowedHosts: [],
   images: { allowedRegistries: ['docker.io'], pull: 'missing', maxPullMb: 4096, maxBuildContextMb: 256, buildNetwork: 'none', timeoutMs: 15 * 60_000 },
   logLevel: 'info',
+  e2bTemplates: DEFAULT_E2B_TEMPLATES,
 };
 
 /** Reads and checks a configuration file (`.json`, `.yaml` or `.yml`). */

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { Duplex, PassThrough, Readable } from 'node:stream';
+import { Duplex, Readable } from 'node:stream';
 import Docker from 'dockerode';
 import { CodedError, DEFAULT_ROOT } from '@warren/protocol';
 import type { SandboxSettings } from '@warren/protocol';
@@ -716,16 +716,7 @@ export class DockerProvider implements SandboxProvider {
       .exec({ Cmd: bridgeCommand(`${SOCKET_DIR_IN_SANDBOX}/agent.sock`), AttachStdin: true, AttachStdout: true, AttachStderr: true, Tty: false, User: '0:0' })
       .catch((e: unknown) => rethrow(e, `reach the daemon of sandbox ${agentId} through the engine`));
     const raw = await exec.start({ hijack: true, stdin: true }).catch((e: unknown): never => rethrow(e, `reach the daemon of sandbox ${agentId}`));
-    const stdout = new PassThrough();
-    const stderr = new PassThrough();
-    this.docker.modem.demuxStream(raw, stdout, stderr);
-    stderr.resume();
-    raw.once('end', () => stdout.end());
-    raw.once('close', () => stdout.end());
-    const stream = Duplex.from({ readable: stdout, writable: raw });
-    stream.once('close', () => raw.destroy());
-    // What http and ws ask of a socket; a stream through the engine has no such knobs.
-    return Object.assign(stream, { setTimeout: () => stream, setNoDelay: () => stream, setKeepAlive: () => stream });
+    return new ExecStream(raw);
   }
 
   async copyIn(handle: string, tar: Buffer, path: string): Promise<void> {
@@ -743,6 +734,71 @@ export class DockerProvider implements SandboxProvider {
     } catch {
       return '';
     }
+  }
+}
+
+/**
+ * The engine's attach stream of an exec as a plain byte stream: stdout's frames (the engine
+ * multiplexes stdout and stderr with 8-byte headers) are unwrapped with backpressure, so a slow
+ * reader pauses the engine's connection instead of piling bytes up here; stderr (the bridge's
+ * errors) is dropped; writes go to the exec's stdin. Closing ends stdin first: the engine passes
+ * the EOF to the bridge, which ends its socket, so the daemon learns the connection is gone (the
+ * engine may keep an exec running after its attach connection is dropped).
+ */
+class ExecStream extends Duplex {
+  private pending: Buffer = Buffer.alloc(0);
+
+  constructor(private readonly raw: Duplex) {
+    super({ allowHalfOpen: false });
+    raw.on('data', (chunk: Buffer) => this.unwrap(chunk));
+    raw.once('end', () => this.push(null));
+    raw.once('close', () => this.push(null));
+    raw.on('error', (err) => this.destroy(err));
+  }
+
+  private unwrap(chunk: Buffer): void {
+    this.pending = this.pending.length === 0 ? chunk : Buffer.concat([this.pending, chunk]);
+    let wantsMore = true;
+    while (this.pending.length >= 8) {
+      const size = this.pending.readUInt32BE(4);
+      if (this.pending.length < 8 + size) break;
+      const stream = this.pending[0];
+      const payload = this.pending.subarray(8, 8 + size);
+      this.pending = this.pending.subarray(8 + size);
+      if (stream === 1 && !this.push(payload)) wantsMore = false;
+    }
+    if (!wantsMore) this.raw.pause();
+  }
+
+  override _read(): void {
+    this.raw.resume();
+  }
+
+  override _write(chunk: Buffer, _encoding: BufferEncoding, done: (error?: Error | null) => void): void {
+    this.raw.write(chunk, done);
+  }
+
+  override _final(done: (error?: Error | null) => void): void {
+    this.raw.end();
+    done();
+  }
+
+  override _destroy(error: Error | null, done: (error?: Error | null) => void): void {
+    this.raw.end();
+    const timer = setTimeout(() => this.raw.destroy(), 2_000).unref();
+    this.raw.once('close', () => clearTimeout(timer));
+    done(error);
+  }
+
+  // What http and ws ask of a socket; a stream through the engine has no such knobs.
+  setTimeout(): this {
+    return this;
+  }
+  setNoDelay(): this {
+    return this;
+  }
+  setKeepAlive(): this {
+    return this;
   }
 }
 

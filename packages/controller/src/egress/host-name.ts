@@ -19,7 +19,8 @@ const DNS_NAME = /^([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)*[a-z0-9]([a-z0-9-]{
 export function canonicalHost(raw: string): CanonicalHost {
   if (raw.length === 0) return { kind: 'invalid', reason: 'empty host' };
   if (raw.length > 260) return { kind: 'invalid', reason: 'host longer than 253 characters' };
-  if (/[\s@/\\?#%]/.test(raw) || [...raw].some((c) => c.charCodeAt(0) < 0x20 || c.charCodeAt(0) === 0x7f)) return { kind: 'invalid', reason: 'userinfo, path, escapes or spaces in the host' };
+  if (/[\s@/\\?#%]/.test(raw) || [...raw].some((c) => c.charCodeAt(0) < 0x20 || c.charCodeAt(0) === 0x7f))
+    return { kind: 'invalid', reason: 'userinfo, path, escapes or spaces in the host' };
   if (raw.startsWith('[') !== raw.endsWith(']')) return { kind: 'invalid', reason: 'unbalanced IPv6 brackets' };
   const bare = raw.startsWith('[') ? raw.slice(1, -1) : raw;
   if (net.isIPv6(bare)) return { kind: 'ip', ip: new URL(`http://[${bare}]/`).hostname.slice(1, -1), family: 6 };

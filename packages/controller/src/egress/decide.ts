@@ -128,3 +128,19 @@ export function effectiveEgressPolicy(requested: EgressPolicy | undefined, opera
   }
   return policy;
 }
+
+/**
+ * Whether any port of a name is allowed: the question the DNS responder asks, since a DNS query
+ * carries no port. Operator denials, `none` and IP literals refuse as in {@link decideEgress}.
+ *
+ * @example
+ * decideEgressName(policy, operator, 'registry.npmjs.org').allowed;
+ */
+export function decideEgressName(policy: EgressPolicy, operator: Pick<EgressOperatorConfig, 'deny'>, name: string): EgressDecision {
+  if (policy.mode !== 'allow') return decideEgress(policy, operator, { host: name, port: 443 });
+  const verdict = decideEgress({ mode: 'open' }, operator, { host: name, port: 443 });
+  if (!verdict.allowed) return verdict;
+  const index = policy.rules.findIndex((rule) => hostMatches(rule.host, verdict.host));
+  if (index < 0) return deny(verdict.host, 'no-matching-rule', 'no-matching-rule', `No rule names ${verdict.host}.`);
+  return { allowed: true, host: verdict.host, rule: `rules[${index}]:${policy.rules[index]!.host}` };
+}

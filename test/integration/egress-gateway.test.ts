@@ -6,6 +6,7 @@ import net from 'node:net';
 import tls from 'node:tls';
 import { promisify } from 'node:util';
 import { AddressFloor, parseLabCidrs } from '../../packages/controller/src/egress/address-floor.js';
+import { EgressCa } from '../../packages/controller/src/egress/ca.js';
 import type { EgressOperatorConfig } from '../../packages/controller/src/egress/decide.js';
 import type { EgressEvent } from '../../packages/controller/src/egress/events.js';
 import { EgressGateway } from '../../packages/controller/src/egress/gateway.js';
@@ -60,11 +61,11 @@ function connect(
 }
 
 /** An HTTPS GET over an open tunnel or socket, with the lab CA trusted. */
-function httpsOver(socket: net.Socket, servername: string, path: string, ca: string): Promise<Answer> {
+function httpsOver(socket: net.Socket, servername: string, path: string, ca: string, headers: Record<string, string> = {}): Promise<Answer> {
   return new Promise((resolve, reject) => {
     const secure = tls.connect({ socket, servername, ca });
     secure.on('error', reject);
-    const req = http.request({ createConnection: () => secure, path, headers: { host: servername } });
+    const req = http.request({ createConnection: () => secure, path, headers: { host: servername, ...headers } });
     req.on('response', (res) => void readAll(res).then((body) => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }), reject));
     req.on('error', reject);
     req.end();
@@ -90,6 +91,7 @@ run('egress gateway against a lab network namespace', () => {
   let proxyB: number;
   let placeholder: string;
   let queryPlaceholder: string;
+  let ca: EgressCa;
 
   beforeAll(async () => {
     lab = await EgressLab.start(HOSTS);
@@ -106,14 +108,15 @@ run('egress gateway against a lab network namespace', () => {
       maxConnectionsPerSandbox: 16,
       secrets: { apiKey: SECRET },
     };
-    gateway = new EgressGateway({ operator, onEvent: (e) => events.push(e), headerTimeoutMs: 3000 });
+    ca = (await EgressCa.create()).ca;
+    gateway = new EgressGateway({ operator, onEvent: (e) => events.push(e), headerTimeoutMs: 3000, ca, upstreamCa: [lab.caPem] });
     const { env } = gateway.addSandbox(
       'a',
       {
         mode: 'allow',
         rules: [
           { host: 'registry.test', ports: [80, 443] },
-          { host: 'api.test', ports: [80], methods: ['GET', 'POST'], pathPrefix: '/v1/' },
+          { host: 'api.test', ports: [80, 443], methods: ['GET', 'POST'], pathPrefix: '/v1/' },
           { host: 'rebind.test', ports: [80] },
           { host: 'meta.test', ports: [80] },
           { host: 'mixed.test', ports: [80] },
@@ -266,6 +269,40 @@ run('egress gateway against a lab network namespace', () => {
     expect(JSON.stringify(lab.seen.filter((s) => s.headers.host !== 'api.test'))).not.toContain(SECRET);
     expect(JSON.stringify(events)).not.toContain(SECRET);
     expect(events.find((e) => e.path === '/v1/me')?.secrets).toEqual(['API_KEY', 'QUERY_KEY']);
+  });
+
+  it('intercepts HTTPS to a host with a bound secret or a method/path rule: secret written in, rules per request, Host checked', async () => {
+    const tunnel = await connect(proxyA, 'api.test:443');
+    expect(tunnel.status).toBe(200);
+    const answer = await httpsOver(tunnel.socket, 'api.test', '/v1/secure', ca.certPem, { authorization: `Bearer ${placeholder}` });
+    expect(answer.status).toBe(200);
+    expect(lab.seenAt('/v1/secure').at(-1)).toMatchObject({ scheme: 'https', headers: { authorization: `Bearer ${SECRET}` } });
+    expect(answer.body).not.toContain(SECRET);
+    expect(answer.headers['x-echo-authorization']).toBe(`Bearer ${placeholder}`);
+
+    const wrongPath = await httpsOver((await connect(proxyA, 'api.test:443')).socket, 'api.test', '/admin', ca.certPem);
+    expect([wrongPath.status, JSON.parse(wrongPath.body).reason]).toEqual([403, 'no-matching-rule']);
+    const wrongHost = await httpsOver((await connect(proxyA, 'api.test:443')).socket, 'api.test', '/v1/x', ca.certPem, { host: 'registry.test' });
+    expect([wrongHost.status, JSON.parse(wrongHost.body).reason]).toEqual([421, 'host-mismatch']);
+    expect(lab.seen.filter((s) => s.url === '/admin' || s.url === '/v1/x')).toEqual([]);
+
+    // The sandbox's client sees the gateway's certificate for api.test; spliced hosts keep their own.
+    const peer = await new Promise<string>((resolve, reject) => {
+      void connect(proxyA, 'api.test:443').then(({ socket }) => {
+        const secure = tls.connect({ socket, servername: 'api.test', ca: ca.certPem }, () => {
+          resolve(String(secure.getPeerCertificate().issuer.CN));
+          secure.destroy();
+        });
+        secure.on('error', reject);
+      }, reject);
+    });
+    expect(peer).toBe('Warren egress CA');
+    expect(JSON.stringify(events)).not.toContain(SECRET);
+    expect(events.filter((e) => e.kind === 'https').map((e) => [e.path, e.decision])).toEqual([
+      ['/v1/secure', 'allowed'],
+      ['/admin', 'denied'],
+      ['/v1/x', 'denied'],
+    ]);
   });
 
   it('serves the transparent TLS path by SNI, and a DNS responder that answers only allowed names', async () => {

@@ -42,11 +42,16 @@ export interface EgressQuery {
   method?: string | undefined;
   /** The request target's path (query included or not); only with `method`. */
   path?: string | undefined;
+  /**
+   * A tunnel the gateway can decrypt: a rule with methods or a path prefix admits it for now
+   * (`inspect: true` in the answer), and each request inside is decided again.
+   */
+  inspectable?: boolean | undefined;
 }
 
 /** The verdict, with the rule that decided it (`rules[0]:*.example.com`, `deny[1]:evil.com`, `policy:none`, ...). */
 export type EgressDecision =
-  { allowed: true; host: string; rule: string } | { allowed: false; host: string; rule: string; reason: EgressDenyReason; message: string };
+  { allowed: true; host: string; rule: string; inspect?: true } | { allowed: false; host: string; rule: string; reason: EgressDenyReason; message: string };
 
 function deny(host: string, rule: string, reason: EgressDenyReason, message: string): EgressDecision {
   return { allowed: false, host, rule, reason, message };
@@ -92,7 +97,10 @@ export function decideEgress(policy: EgressPolicy, operator: Pick<EgressOperator
     hostMatched = true;
     if (!(rule.ports ?? [443]).includes(query.port)) continue;
     const needsRequest = rule.methods !== undefined || rule.pathPrefix !== undefined;
-    if (needsRequest && query.method === undefined) continue;
+    if (needsRequest && query.method === undefined) {
+      if (query.inspectable) return { allowed: true, host, rule: `rules[${index}]:${rule.host}`, inspect: true };
+      continue;
+    }
     if (rule.methods !== undefined && !rule.methods.includes(query.method?.toUpperCase() as never)) continue;
     if (rule.pathPrefix !== undefined) {
       if (pathError !== undefined) return deny(host, `rules[${index}]:${rule.host}`, 'ambiguous-path', `The request path is refused: ${pathError}.`);

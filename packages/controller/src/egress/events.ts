@@ -2,7 +2,7 @@ import type { FloorClass } from './address-floor.js';
 import type { EgressDenyReason } from './decide.js';
 
 /** How a connection reached the gateway. */
-export type EgressKind = 'http' | 'connect' | 'sni' | 'dns';
+export type EgressKind = 'http' | 'https' | 'connect' | 'sni' | 'dns';
 
 /**
  * One connection attempt (or one plain-HTTP request, or one DNS question) through the gateway,
@@ -24,6 +24,8 @@ export interface EgressEvent {
   reason?: EgressDenyReason | undefined;
   /** The address class that refused every answer, for `address-floor` denials. */
   floor?: FloorClass | undefined;
+  /** Whether the gateway decrypted this tunnel (its requests are reported as `https` events of their own). */
+  intercepted?: boolean | undefined;
   /** The address the gateway dialled. */
   address?: string | undefined;
   /** Bytes from the sandbox to the upstream, and back. */

@@ -1,14 +1,17 @@
 import dgram from 'node:dgram';
 import http from 'node:http';
+import https from 'node:https';
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import net from 'node:net';
-import type { Duplex } from 'node:stream';
+import { Duplex } from 'node:stream';
+import tls from 'node:tls';
 import { CodedError, type EgressPolicy, type SecretBinding } from '@warren/protocol';
 import dnsPacket from 'dns-packet';
+import type { EgressCa } from './ca.js';
 import { AddressFloor, parseLabCidrs, type FloorClass } from './address-floor.js';
 import { decideEgress, decideEgressName, type EgressDenyReason, type EgressOperatorConfig } from './decide.js';
 import type { EgressEvent, EgressKind } from './events.js';
-import { canonicalHost, normalisePath, splitAuthority } from './host-name.js';
+import { canonicalHost, hostMatches, normalisePath, splitAuthority } from './host-name.js';
 import { DnsResolver, type EgressResolver } from './resolver.js';
 import { applySecrets, brokerSecrets, RedactStream, redactHeaders, type BrokeredSecret } from './secrets.js';
 import { MAX_CLIENT_HELLO_BYTES, parseClientHello } from './tls-hello.js';
@@ -25,6 +28,14 @@ export interface EgressGatewayOptions {
   /** How long to wait for the upstream's TCP connect, and for a client's request head or ClientHello. */
   connectTimeoutMs?: number;
   headerTimeoutMs?: number;
+  /**
+   * The CA that signs the certificates the gateway shows when it intercepts TLS (for secrets
+   * bound to HTTPS hosts and for method/path rules on port 443). Without it, secret bindings are
+   * refused and method/path rules apply to plain HTTP only.
+   */
+  ca?: EgressCa;
+  /** Certificates (PEM) trusted for upstream servers when intercepting; default: Node's bundled roots. */
+  upstreamCa?: string[];
 }
 
 /** What registering a sandbox gives back: the environment its processes get (placeholders, never values). */
@@ -33,6 +44,8 @@ export interface SandboxEgressHandle {
 }
 
 interface Tracked {
+  /** Decided as a tunnel the gateway looks into (method and path rules may admit it). */
+  inspectable?: boolean;
   kind: EgressKind;
   host: string;
   port: number;
@@ -50,6 +63,24 @@ interface SandboxState {
   tracked: Set<Tracked>;
   servers: (net.Server | dgram.Socket)[];
   sockets: Set<net.Socket>;
+}
+
+interface Admitted {
+  host: string;
+  rule: string;
+  address: string;
+  inspect: boolean;
+}
+
+interface ForwardTarget {
+  scheme: 'http' | 'https';
+  host: string;
+  port: number;
+  /** The request URL; brokered query secrets are written into it. */
+  url: URL;
+  rawPath: string;
+  address: string;
+  rule: string;
 }
 
 /** A refusal the gateway answers with; `status` for HTTP clients. */
@@ -101,8 +132,18 @@ export class EgressGateway {
   readonly #onEvent: (event: EgressEvent) => void;
   readonly #connectTimeoutMs: number;
   readonly #headerTimeoutMs: number;
+  readonly #ca: EgressCa | undefined;
+  readonly #upstreamCa: string[] | undefined;
+  /** Decrypted tunnels and whose they are; their requests arrive at {@link #interceptServer}. */
+  readonly #intercepted = new WeakMap<tls.TLSSocket, { state: SandboxState; host: string; port: number; address: string }>();
+  readonly #interceptServer: http.Server;
 
   constructor(options: EgressGatewayOptions) {
+    this.#ca = options.ca;
+    this.#upstreamCa = options.upstreamCa;
+    this.#interceptServer = http.createServer({ requestTimeout: 0, headersTimeout: options.headerTimeoutMs ?? 10_000, maxHeaderSize: 32 * 1024 });
+    this.#interceptServer.on('request', (req: IncomingMessage, res: ServerResponse) => this.#onInterceptedRequest(req, res));
+    this.#interceptServer.on('clientError', (_err, socket) => socket.destroy());
     this.#operator = options.operator;
     this.#resolver = options.resolver ?? new DnsResolver({ servers: options.operator.resolvers });
     this.#floor = options.floor ?? new AddressFloor({ labCidrs: parseLabCidrs(options.operator.labCidrs) });
@@ -117,6 +158,12 @@ export class EgressGateway {
    */
   addSandbox(id: string, policy: EgressPolicy, secrets: readonly SecretBinding[] = []): SandboxEgressHandle {
     if (this.#sandboxes.has(id)) throw new CodedError('ALREADY_EXISTS', `Sandbox ${id} already has egress registered.`);
+    if (secrets.length > 0 && this.#ca === undefined) {
+      throw new CodedError(
+        'INVALID_PARAMS',
+        'Brokered secrets need TLS interception, and this egress gateway has no CA; create the sandbox without `secrets`, or give the gateway its CA.',
+      );
+    }
     const brokered = brokerSecrets(secrets, this.#operator.secrets);
     this.#sandboxes.set(id, { id, policy, version: 1, secrets: brokered, open: 0, tracked: new Set(), servers: [], sockets: new Set() });
     return { env: Object.fromEntries(brokered.map((s) => [s.name, s.placeholder])) };
@@ -131,7 +178,7 @@ export class EgressGateway {
     state.policy = policy;
     state.version += 1;
     for (const t of state.tracked) {
-      const verdict = decideEgress(policy, this.#operator, { host: t.host, port: t.port, method: t.method, path: t.path });
+      const verdict = decideEgress(policy, this.#operator, { host: t.host, port: t.port, method: t.method, path: t.path, inspectable: t.inspectable });
       if (!verdict.allowed) t.destroy();
     }
     return state.version;
@@ -246,10 +293,7 @@ export class EgressGateway {
   }
 
   /** Decides a request, resolves the name and picks the first answer above the floor; throws a {@link Refusal}. */
-  async #admit(
-    state: SandboxState,
-    query: { host: string; port: number; method?: string; path?: string },
-  ): Promise<{ host: string; rule: string; address: string }> {
+  async #admit(state: SandboxState, query: { host: string; port: number; method?: string; path?: string; inspectable?: boolean }): Promise<Admitted> {
     const verdict = decideEgress(state.policy, this.#operator, query);
     if (!verdict.allowed) throw new Refusal(verdict.reason === 'invalid-host' ? 400 : 403, verdict.rule, verdict.reason, verdict.message);
     let answers: string[];
@@ -261,7 +305,7 @@ export class EgressGateway {
     let refusedAs: FloorClass | undefined;
     for (const address of answers) {
       const cls = this.#floor.classify(address);
-      if (cls === undefined) return { host: verdict.host, rule: verdict.rule, address };
+      if (cls === undefined) return { host: verdict.host, rule: verdict.rule, address, inspect: verdict.inspect === true };
       refusedAs ??= cls;
     }
     if (refusedAs === undefined) throw new Refusal(502, verdict.rule, 'resolve-failed', `${verdict.host} has no addresses.`);
@@ -289,38 +333,12 @@ export class EgressGateway {
   async #onRequest(state: SandboxState, req: IncomingMessage, res: ServerResponse): Promise<void> {
     const started = Date.now();
     const release = this.#acquire(state);
-    const base = { kind: 'http' as const, method: req.method };
-    let target: URL | undefined;
+    const raw = req.url ?? '';
     let host = '';
     let port = 80;
-    let path: string | undefined;
-    const deny = (refusal: Refusal) => {
-      release?.();
-      this.#emit(state, {
-        ...base,
-        host,
-        port,
-        path,
-        decision: 'denied',
-        rule: refusal.rule,
-        reason: refusal.reason,
-        floor: refusal.floor,
-        bytesIn: 0,
-        bytesOut: 0,
-        durationMs: Date.now() - started,
-      });
-      const body = JSON.stringify({ error: 'egress_denied', rule: refusal.rule, reason: refusal.reason, message: refusal.message });
-      res.writeHead(refusal.status, {
-        'content-type': 'application/json',
-        'content-length': Buffer.byteLength(body),
-        'x-warren-egress': 'denied',
-        connection: 'close',
-      });
-      res.end(body);
-      req.resume();
-    };
+    const refuse = (refusal: Refusal) => this.#refuseRequest(state, 'http', req, res, host, port, undefined, refusal, started, release);
     if (!release) {
-      return deny(
+      return refuse(
         new Refusal(
           429,
           'limit:connections',
@@ -329,94 +347,171 @@ export class EgressGateway {
         ),
       );
     }
+    let target: URL;
     try {
-      const raw = req.url ?? '';
       if (/^https?:\/\//i.test(raw)) {
         target = new URL(raw);
-        if (target.protocol !== 'http:')
-          throw new Refusal(400, 'scheme', 'invalid-host', 'Send https:// requests through a CONNECT tunnel (set HTTPS_PROXY), not as absolute-form.');
-        if (target.username || target.password) throw new Refusal(400, 'invalid-host', 'invalid-host', 'Userinfo in the request URL is refused.');
         host = target.hostname;
         port = target.port === '' ? 80 : Number(target.port);
+        if (target.protocol !== 'http:')
+          return refuse(new Refusal(400, 'scheme', 'invalid-host', 'Send https:// requests through a CONNECT tunnel (set HTTPS_PROXY), not as absolute-form.'));
+        if (target.username || target.password) return refuse(new Refusal(400, 'invalid-host', 'invalid-host', 'Userinfo in the request URL is refused.'));
         const hostHeader = req.headers.host;
         if (hostHeader !== undefined && !sameAuthority(hostHeader, target.hostname, port, 80)) {
-          throw new Refusal(
-            403,
-            'host-mismatch',
-            'host-mismatch',
-            `The Host header '${hostHeader.slice(0, 200)}' does not match the request URL's host ${target.host}.`,
+          return refuse(
+            new Refusal(
+              403,
+              'host-mismatch',
+              'host-mismatch',
+              `The Host header '${hostHeader.slice(0, 200)}' does not match the request URL's host ${target.host}.`,
+            ),
           );
         }
       } else {
-        // Origin-form: a client that reached the gateway without knowing it (the transparent path); the Host header names the target.
+        // Origin-form: a client that reached the gateway without knowing it is a proxy; the Host header names the target.
         const authority = splitAuthority(req.headers.host ?? '', 80);
-        if (!authority) throw new Refusal(400, 'invalid-host', 'invalid-host', 'The request names no valid Host.');
+        if (!authority || !raw.startsWith('/')) return refuse(new Refusal(400, 'invalid-host', 'invalid-host', 'The request names no valid Host.'));
         ({ host, port } = authority);
-        target = new URL(`http://${authority.host}:${port}${raw.startsWith('/') ? raw : '/'}`);
+        target = new URL(`http://${authority.host}:${port}${raw}`);
       }
-      path = target.pathname;
-      const rawPath = raw.replace(/^https?:\/\/[^/?#]*/i, '') || '/';
-      const normal = normalisePath(rawPath);
-      const admitted = await this.#admit(state, { host, port, method: req.method ?? 'GET', path: rawPath });
-      host = admitted.host;
-      path = 'path' in normal ? normal.path : target.pathname;
-      const headers: OutgoingHttpHeaders = {};
-      for (const [key, value] of Object.entries(req.headers)) if (!HOP_BY_HOP.has(key) && value !== undefined) headers[key] = value;
-      headers.host = port === 80 ? host : `${host}:${port}`;
-      const used = applySecrets(state.secrets, host, headers, target);
-      if (used.length > 0) headers['accept-encoding'] = 'identity'; // so an echoed secret can be found and redacted
-      const upstreamSocket = await this.#dial(admitted.address, port);
-      let bytesOut = 0;
-      let bytesIn = 0;
-      const tracked: Tracked = { kind: 'http', host, port, method: req.method, path, destroy: () => upstreamSocket.destroy() };
-      state.tracked.add(tracked);
-      const finish = (outcome: 'done' | 'error') => {
-        if (!state.tracked.delete(tracked)) return;
-        release();
-        this.#emit(state, {
-          ...base,
-          host,
-          port,
-          path,
-          decision: 'allowed',
-          rule: admitted.rule,
-          address: admitted.address,
-          bytesOut,
-          bytesIn,
-          durationMs: Date.now() - started,
-          secrets: used.length ? used : undefined,
-        });
-        if (outcome === 'error' && !res.headersSent) res.writeHead(502).end();
-        else if (outcome === 'error') res.destroy();
-      };
-      const upstream = http.request({
-        createConnection: () => upstreamSocket,
-        method: req.method,
-        path: target.pathname + target.search,
-        headers,
-        setHost: false,
-      });
-      upstream.on('response', (answer) => {
-        const responseHeaders = redactHeaders(state.secrets, answer.headers);
-        for (const key of Object.keys(responseHeaders)) if (HOP_BY_HOP.has(key) && key !== 'host') delete responseHeaders[key];
-        if (used.length > 0) delete responseHeaders['content-length'];
-        res.writeHead(answer.statusCode ?? 502, answer.statusMessage, responseHeaders);
-        answer.on('data', (chunk: Buffer) => (bytesIn += chunk.length));
-        (used.length > 0 ? answer.pipe(new RedactStream(state.secrets)) : answer).pipe(res);
-        answer.once('end', () => finish('done'));
-        answer.once('error', () => finish('error'));
-      });
-      upstream.on('error', () => finish('error'));
-      upstreamSocket.once('close', () => finish('error'));
-      req.on('data', (chunk: Buffer) => (bytesOut += chunk.length));
-      req.pipe(upstream);
-      res.once('close', () => {
-        if (!res.writableFinished) upstreamSocket.destroy();
-      });
-    } catch (err) {
-      if (err instanceof Refusal) return deny(err);
-      return deny(new Refusal(502, 'upstream', 'resolve-failed', `The upstream did not answer: ${(err as Error).message}.`));
+    } catch {
+      return refuse(new Refusal(400, 'invalid-host', 'invalid-host', 'The request URL is not valid.'));
     }
+    const rawPath = raw.replace(/^https?:\/\/[^/?#]*/i, '') || '/';
+    let admitted: Admitted;
+    try {
+      admitted = await this.#admit(state, { host, port, method: req.method ?? 'GET', path: rawPath });
+    } catch (err) {
+      return refuse(err instanceof Refusal ? err : new Refusal(502, 'upstream', 'resolve-failed', (err as Error).message));
+    }
+    host = admitted.host;
+    this.#forward(state, req, res, { scheme: 'http', host, port, url: target, rawPath, address: admitted.address, rule: admitted.rule }, started, release);
+  }
+
+  /** Answers a refused request with a JSON body naming the rule, and reports it. */
+  #refuseRequest(
+    state: SandboxState,
+    kind: EgressKind,
+    req: IncomingMessage,
+    res: ServerResponse,
+    host: string,
+    port: number,
+    path: string | undefined,
+    refusal: Refusal,
+    started: number,
+    release: (() => void) | undefined,
+  ): void {
+    release?.();
+    this.#emit(state, {
+      kind,
+      host,
+      port,
+      method: req.method,
+      path,
+      decision: 'denied',
+      rule: refusal.rule,
+      reason: refusal.reason,
+      floor: refusal.floor,
+      bytesIn: 0,
+      bytesOut: 0,
+      durationMs: Date.now() - started,
+    });
+    const body = JSON.stringify({ error: 'egress_denied', rule: refusal.rule, reason: refusal.reason, message: refusal.message });
+    if (res.headersSent) return void res.destroy();
+    res.writeHead(refusal.status, {
+      'content-type': 'application/json',
+      'content-length': Buffer.byteLength(body),
+      'x-warren-egress': 'denied',
+      connection: 'close',
+    });
+    res.end(body);
+    req.resume();
+  }
+
+  /** Sends an admitted request to the address the gateway checked, with secrets written in and echoed values redacted. */
+  #forward(state: SandboxState, req: IncomingMessage, res: ServerResponse, target: ForwardTarget, started: number, release: () => void): void {
+    const { host, port, url } = target;
+    const kind: EgressKind = target.scheme === 'http' ? 'http' : 'https';
+    const normal = normalisePath(target.rawPath);
+    const path = 'path' in normal ? normal.path : url.pathname;
+    const headers: OutgoingHttpHeaders = {};
+    for (const [key, value] of Object.entries(req.headers)) if (!HOP_BY_HOP.has(key) && value !== undefined) headers[key] = value;
+    headers.host = port === (target.scheme === 'http' ? 80 : 443) ? host : `${host}:${port}`;
+    const used = applySecrets(state.secrets, host, headers, url);
+    if (used.length > 0) headers['accept-encoding'] = 'identity'; // so an echoed secret can be found and redacted
+    let bytesOut = 0;
+    let bytesIn = 0;
+    const options = { host: target.address, port, method: req.method, path: url.pathname + url.search, headers, setHost: false, agent: false as const };
+    const upstream =
+      target.scheme === 'http'
+        ? http.request({ ...options, timeout: this.#connectTimeoutMs })
+        : https.request({ ...options, servername: host, ca: this.#upstreamCa, timeout: this.#connectTimeoutMs });
+    const tracked: Tracked = { kind, host, port, method: req.method, path, inspectable: target.scheme === 'https', destroy: () => upstream.destroy() };
+    state.tracked.add(tracked);
+    const finish = (error?: Error) => {
+      if (!state.tracked.delete(tracked)) return;
+      release();
+      this.#emit(state, {
+        kind,
+        host,
+        port,
+        method: req.method,
+        path,
+        decision: 'allowed',
+        rule: target.rule,
+        address: target.address,
+        bytesOut,
+        bytesIn,
+        durationMs: Date.now() - started,
+        secrets: used.length ? used : undefined,
+      });
+      if (error && !res.headersSent) {
+        const body = JSON.stringify({ error: 'egress_upstream', message: `The upstream ${host}:${port} failed: ${error.message}` });
+        res.writeHead(502, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), connection: 'close' }).end(body);
+      } else if (error) res.destroy();
+    };
+    upstream.on('timeout', () => upstream.destroy(new Error('no answer in time')));
+    upstream.on('response', (answer) => {
+      upstream.setTimeout(0);
+      const responseHeaders = redactHeaders(state.secrets, answer.headers);
+      for (const key of Object.keys(responseHeaders)) if (HOP_BY_HOP.has(key) && key !== 'host') delete responseHeaders[key];
+      if (used.length > 0) delete responseHeaders['content-length'];
+      res.writeHead(answer.statusCode ?? 502, answer.statusMessage, responseHeaders);
+      answer.on('data', (chunk: Buffer) => (bytesIn += chunk.length));
+      (used.length > 0 ? answer.pipe(new RedactStream(state.secrets)) : answer).pipe(res);
+      res.once('finish', () => finish());
+      answer.once('error', (err) => finish(err));
+    });
+    upstream.on('error', (err) => finish(err));
+    req.on('data', (chunk: Buffer) => (bytesOut += chunk.length));
+    req.pipe(upstream);
+    res.once('close', () => {
+      if (!res.writableFinished) {
+        upstream.destroy();
+        finish(new Error('the client went away'));
+      }
+    });
+  }
+
+  /** A request inside an intercepted tunnel: Host must name the tunnel's host, then the policy decides with method and path. */
+  #onInterceptedRequest(req: IncomingMessage, res: ServerResponse): void {
+    const tunnel = this.#intercepted.get(req.socket as tls.TLSSocket);
+    if (!tunnel) return void res.destroy();
+    const { state, host, port, address } = tunnel;
+    const started = Date.now();
+    const raw = req.url ?? '/';
+    const refuse = (refusal: Refusal) => this.#refuseRequest(state, 'https', req, res, host, port, raw.split('?', 1)[0], refusal, started, undefined);
+    const hostHeader = req.headers.host;
+    if (hostHeader === undefined || !sameAuthority(hostHeader, host, port, 443)) {
+      return refuse(
+        new Refusal(421, 'host-mismatch', 'host-mismatch', `The Host header '${(hostHeader ?? '').slice(0, 200)}' does not match the TLS server name ${host}.`),
+      );
+    }
+    if (!raw.startsWith('/')) return refuse(new Refusal(400, 'invalid-host', 'invalid-host', 'Inside a tunnel, send origin-form requests (a path).'));
+    const verdict = decideEgress(state.policy, this.#operator, { host, port, method: req.method ?? 'GET', path: raw });
+    if (!verdict.allowed) return refuse(new Refusal(403, verdict.rule, verdict.reason, verdict.message));
+    const url = new URL(`https://${host}:${port}${raw}`);
+    this.#forward(state, req, res, { scheme: 'https', host, port, url, rawPath: raw, address, rule: verdict.rule }, started, () => {});
   }
 
   async #onConnect(state: SandboxState, req: IncomingMessage, client: net.Socket, head: Buffer): Promise<void> {
@@ -465,15 +560,16 @@ export class EgressGateway {
       );
     }
     let upstream: net.Socket;
-    let admitted: { host: string; rule: string; address: string };
+    let admitted: Admitted;
     try {
-      admitted = await this.#admit(state, { host: authority.host, port });
+      admitted = await this.#admit(state, { host: authority.host, port, inspectable: this.#ca !== undefined });
       host = admitted.host;
       upstream = await this.#dial(admitted.address, port);
     } catch (err) {
       return refuse(err instanceof Refusal ? err : new Refusal(502, 'upstream', 'resolve-failed', `Could not connect: ${(err as Error).message}.`));
     }
     const tracked = this.#track(state, 'connect', admitted.host, port, client, upstream);
+    tracked.inspectable = this.#ca !== undefined;
     client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
     void this.#spliceAfterHello(state, tracked, client, upstream, head, admitted, port, started, release);
   }
@@ -504,16 +600,19 @@ export class EgressGateway {
       client.destroy();
     };
     if (hello.serverName === undefined) return refuse('', 'sni:missing', 'not-tls');
-    let admitted: { host: string; rule: string; address: string };
+    let admitted: Admitted;
     let upstream: net.Socket;
     try {
-      admitted = await this.#admit(state, { host: hello.serverName, port });
+      admitted = await this.#admit(state, { host: hello.serverName, port, inspectable: this.#ca !== undefined });
       upstream = await this.#dial(admitted.address, port);
     } catch (err) {
       if (err instanceof Refusal) return refuse(hello.serverName.slice(0, 260), err.rule, err.reason, err.floor);
       return refuse(hello.serverName.slice(0, 260), 'upstream', 'resolve-failed');
     }
-    this.#pipe(state, this.#track(state, 'sni', admitted.host, port, client, upstream), client, upstream, hello.data, admitted, port, started, release);
+    const tracked = this.#track(state, 'sni', admitted.host, port, client, upstream);
+    tracked.inspectable = this.#ca !== undefined;
+    if (this.#mustIntercept(state, admitted)) return void this.#intercept(state, tracked, client, upstream, hello.data, admitted, port, started, release);
+    this.#pipe(state, tracked, client, upstream, hello.data, admitted, port, started, release);
   }
 
   /** Reads the first TLS record (bounded in size and time); `serverName` undefined for no SNI, a non-TLS start or a timeout. */
@@ -566,7 +665,7 @@ export class EgressGateway {
     client: net.Socket,
     upstream: net.Socket,
     head: Buffer,
-    admitted: { host: string; rule: string; address: string },
+    admitted: Admitted,
     port: number,
     started: number,
     release: () => void,
@@ -592,7 +691,85 @@ export class EgressGateway {
       });
       return;
     }
+    if (this.#mustIntercept(state, admitted)) return this.#intercept(state, tracked, client, upstream, hello.data, admitted, port, started, release);
     this.#pipe(state, tracked, client, upstream, hello.data, admitted, port, started, release);
+  }
+
+  /** Whether a tunnel must be decrypted: a secret is bound to its host, or only a method/path rule admits it. */
+  #mustIntercept(state: SandboxState, admitted: Admitted): boolean {
+    if (this.#ca === undefined) return false;
+    return admitted.inspect || state.secrets.some((s) => s.hosts.some((pattern) => hostMatches(pattern, admitted.host)));
+  }
+
+  /**
+   * Ends the sandbox's TLS at the gateway with a leaf for the verified host (HTTP/1.1 only), and
+   * hands the decrypted connection to the intercept server, whose requests are decided one by one
+   * and sent on over a fresh, verified TLS connection to the address checked at CONNECT.
+   */
+  async #intercept(
+    state: SandboxState,
+    tracked: Tracked,
+    client: net.Socket,
+    upstream: net.Socket,
+    hello: Buffer,
+    admitted: Admitted,
+    port: number,
+    started: number,
+    release: () => void,
+  ): Promise<void> {
+    upstream.destroy(); // each request goes on over its own verified TLS connection
+    let context: tls.SecureContext;
+    try {
+      context = await (this.#ca as EgressCa).contextFor(admitted.host);
+    } catch {
+      state.tracked.delete(tracked);
+      client.destroy();
+      release();
+      return;
+    }
+    // TLS over a stream that first replays the ClientHello the gateway already read (a bare
+    // net.Socket would hand TLS its file descriptor and lose those bytes).
+    const replay = new Duplex({
+      read: () => void client.resume(),
+      write: (chunk: Buffer, _encoding, done) => void client.write(chunk, (err) => done(err ?? null)),
+      final: (done) => void client.end(() => done()),
+      destroy: (err, done) => {
+        client.destroy();
+        done(err);
+      },
+    });
+    replay.push(hello);
+    client.on('data', (chunk: Buffer) => {
+      if (!replay.push(chunk)) client.pause();
+    });
+    client.once('end', () => replay.push(null));
+    const secure = new tls.TLSSocket(replay, { isServer: true, secureContext: context, ALPNProtocols: ['http/1.1'] });
+    tracked.destroy = () => {
+      secure.destroy();
+      client.destroy();
+    };
+    this.#intercepted.set(secure, { state, host: admitted.host, port, address: admitted.address });
+    const finish = () => {
+      if (!state.tracked.delete(tracked)) return;
+      release();
+      this.#emit(state, {
+        kind: tracked.kind,
+        host: admitted.host,
+        port,
+        decision: 'allowed',
+        rule: admitted.rule,
+        address: admitted.address,
+        intercepted: true,
+        bytesOut: hello.length + client.bytesRead,
+        bytesIn: client.bytesWritten,
+        durationMs: Date.now() - started,
+      });
+    };
+    secure.on('error', () => secure.destroy());
+    secure.once('close', finish);
+    client.once('close', finish);
+    this.#interceptServer.emit('connection', secure);
+    client.resume();
   }
 
   #pipe(
@@ -601,7 +778,7 @@ export class EgressGateway {
     client: net.Socket,
     upstream: net.Socket,
     first: Buffer,
-    admitted: { host: string; rule: string; address: string },
+    admitted: Admitted,
     port: number,
     started: number,
     release: () => void,

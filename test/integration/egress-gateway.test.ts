@@ -354,6 +354,25 @@ run('egress gateway against a lab network namespace', () => {
     expect(events.at(-1)).toMatchObject({ sandboxId: 'b', policyVersion: 3 });
   });
 
+  it('refuses an upstream whose certificate it cannot verify, and never re-signs it', async () => {
+    const untrusting = new EgressGateway({
+      operator,
+      ca,
+      resolver: new DnsResolver({ servers: [`127.0.0.1:${lab.dnsPort}`] }),
+      floor: new AddressFloor({ labCidrs: parseLabCidrs([lab.labCidr]) }),
+    });
+    try {
+      untrusting.addSandbox('d', { mode: 'allow', rules: [{ host: 'api.test', methods: ['GET'] }] });
+      const port = ((await untrusting.listenProxy('d', { host: '127.0.0.1', port: 0 })) as net.AddressInfo).port;
+      const answer = await httpsOver((await connect(port, 'api.test:443')).socket, 'api.test', '/unverified', ca.certPem);
+      expect(answer.status).toBe(502);
+      expect(JSON.parse(answer.body).message).toMatch(/certificate/i);
+      expect(lab.seenAt('/unverified')).toEqual([]);
+    } finally {
+      await untrusting.close();
+    }
+  });
+
   it('refuses the lab network on a gateway whose operator opened no lab ranges', async () => {
     const strict = new EgressGateway({
       operator: { ...operator, labCidrs: [] },

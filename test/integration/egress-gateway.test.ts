@@ -12,9 +12,10 @@ import type { EgressEvent } from '../../packages/controller/src/egress/events.js
 import { EgressGateway } from '../../packages/controller/src/egress/gateway.js';
 import { DnsResolver } from '../../packages/controller/src/egress/resolver.js';
 import { EgressLab } from '../support/egress-lab.js';
+import { until } from '../support/wait.js';
 
 // Every packet in this file goes to loopback or to the network namespace the lab makes.
-const HOSTS = ['registry.test', 'api.test', 'other.test', 'rebind.test', 'meta.test', 'mixed.test'];
+const HOSTS = ['registry.test', 'api.test', 'other.test', 'rebind.test', 'meta.test', 'mixed.test', 'slow.test'];
 const SECRET = 's3cr3t-value-0123456789';
 const run = EgressLab.available() ? describe : describe.skip;
 
@@ -109,7 +110,15 @@ run('egress gateway against a lab network namespace', () => {
       secrets: { apiKey: SECRET },
     };
     ca = (await EgressCa.create()).ca;
-    gateway = new EgressGateway({ operator, onEvent: (e) => events.push(e), headerTimeoutMs: 3000, ca, upstreamCa: [lab.caPem] });
+    lab.silent.add('slow.test');
+    gateway = new EgressGateway({
+      operator,
+      onEvent: (e) => events.push(e),
+      headerTimeoutMs: 2000,
+      ca,
+      upstreamCa: [lab.caPem],
+      resolver: new DnsResolver({ servers: operator.resolvers, timeoutMs: 500, tries: 1 }),
+    });
     const { env } = gateway.addSandbox(
       'a',
       {
@@ -120,6 +129,7 @@ run('egress gateway against a lab network namespace', () => {
           { host: 'rebind.test', ports: [80] },
           { host: 'meta.test', ports: [80] },
           { host: 'mixed.test', ports: [80] },
+          { host: 'slow.test', ports: [80] },
         ],
       },
       [
@@ -312,10 +322,21 @@ run('egress gateway against a lab network namespace', () => {
     expect(JSON.parse(answer.body)).toMatchObject({ scheme: 'https', url: '/transparent' });
     await expectHandshakeRefused(open(), 'api.test', lab.caPem);
     await expectHandshakeRefused(open(), undefined, lab.caPem);
-    expect(events.filter((e) => e.kind === 'sni').map((e) => [e.decision, e.host, e.rule])).toEqual([
+    // A client that ignores proxy variables and talks to a host with a bound secret is intercepted too.
+    const transparentA = (await gateway.listenTransparentTls('a', { host: '127.0.0.1', port: 0 })) as net.AddressInfo;
+    const viaSni = await httpsOver(net.connect({ host: '127.0.0.1', port: transparentA.port }), 'api.test', '/v1/transparent', ca.certPem);
+    expect(viaSni.status).toBe(200);
+    expect(lab.seenAt('/v1/transparent').at(-1)?.headers.authorization).toBe(`Bearer ${SECRET}`);
+    const sniEvents = () => events.filter((e) => e.kind === 'sni' && e.sandboxId === 'b');
+    await until('three transparent-path events', () => (sniEvents().length >= 3 ? true : undefined), 5000, 20);
+    expect(
+      sniEvents()
+        .map((e) => [e.decision, e.host, e.rule])
+        .sort(),
+    ).toEqual([
       ['allowed', 'registry.test', 'rules[0]:registry.test'],
-      ['denied', 'api.test', 'no-matching-rule'],
       ['denied', '', 'sni:missing'],
+      ['denied', 'api.test', 'no-matching-rule'],
     ]);
 
     const responder = await gateway.listenDns('b', { host: '127.0.0.1', port: 0 }, '127.0.0.1');
@@ -352,6 +373,43 @@ run('egress gateway against a lab network namespace', () => {
     gateway.setPolicy('b', { mode: 'none' });
     expect(JSON.parse((await viaProxy(proxyB, 'http://api.test/now')).body).rule).toBe('policy:none');
     expect(events.at(-1)).toMatchObject({ sandboxId: 'b', policyVersion: 3 });
+  });
+
+  it('answers malformed, oversized, slow and unresolvable requests instead of hanging', async () => {
+    for (const authority of ['registry.test:0', 'registry.test:65536', 'registry.test', 'a@registry.test:443']) {
+      const r = await connect(proxyA, authority);
+      expect([authority, r.status, r.body]).toEqual([authority, 400, expect.any(String)]);
+    }
+    const huge = await viaProxy(proxyA, 'http://registry.test/huge', { 'x-padding': 'x'.repeat(40 * 1024) });
+    expect(huge.status).toBe(431);
+    expect(lab.seenAt('/huge')).toEqual([]);
+
+    const started = Date.now();
+    const unresolved = await viaProxy(proxyA, 'http://slow.test/');
+    expect([unresolved.status, JSON.parse(unresolved.body).reason]).toEqual([502, 'resolve-failed']);
+    expect(Date.now() - started).toBeLessThan(5000);
+
+    // A slow request head (slowloris) is cut off after the header timeout.
+    const slow = net.connect({ host: '127.0.0.1', port: proxyA });
+    slow.write('GET http://registry.test/slow HTTP/1.1\r\nHost: registry.test\r\n');
+    const slowStarted = Date.now();
+    await new Promise((resolve) =>
+      slow
+        .once('close', resolve)
+        .on('error', () => {})
+        .resume(),
+    );
+    expect(Date.now() - slowStarted).toBeLessThan(6000);
+
+    // A client that offers only h2 to an intercepted host is refused during the handshake, not left hanging.
+    const h2 = await connect(proxyA, 'api.test:443');
+    const refused = await new Promise<string>((resolve) => {
+      const secure = tls.connect({ socket: h2.socket, servername: 'api.test', ca: ca.certPem, ALPNProtocols: ['h2'] }, () =>
+        resolve(`negotiated ${String(secure.alpnProtocol)}`),
+      );
+      secure.on('error', (err) => resolve(err.message));
+    });
+    expect(refused).toMatch(/no application protocol|alert|negotiated false/i);
   });
 
   it('refuses an upstream whose certificate it cannot verify, and never re-signs it', async () => {

@@ -31,6 +31,8 @@ export class EgressLab {
   dnsPort = 0;
   /** Name → addresses the lab DNS server answers; other names get NXDOMAIN. */
   readonly records = new Map<string, string[]>();
+  /** Names the DNS server never answers (a resolver timeout). */
+  readonly silent = new Set<string>();
   /** Every name the DNS server was asked about. */
   readonly queries: string[] = [];
   #dns: dgram.Socket | undefined;
@@ -165,6 +167,7 @@ export class EgressLab {
       const question = query.questions?.[0];
       if (!question) return;
       this.queries.push(question.name);
+      if (this.silent.has(question.name.toLowerCase())) return;
       const addresses = this.records.get(question.name.toLowerCase());
       const family = question.type === 'A' ? 'A' : question.type === 'AAAA' ? 'AAAA' : undefined;
       const answers = (addresses ?? [])

@@ -141,7 +141,7 @@ export class EgressGateway {
   constructor(options: EgressGatewayOptions) {
     this.#ca = options.ca;
     this.#upstreamCa = options.upstreamCa;
-    this.#interceptServer = http.createServer({ requestTimeout: 0, headersTimeout: options.headerTimeoutMs ?? 10_000, maxHeaderSize: 32 * 1024 });
+    this.#interceptServer = http.createServer(this.#serverOptions(options.headerTimeoutMs ?? 10_000));
     this.#interceptServer.on('request', (req: IncomingMessage, res: ServerResponse) => this.#onInterceptedRequest(req, res));
     this.#interceptServer.on('clientError', (_err, socket) => socket.destroy());
     this.#operator = options.operator;
@@ -210,12 +210,13 @@ export class EgressGateway {
   /** Serves the explicit HTTP proxy (set `HTTP_PROXY`/`HTTPS_PROXY` to it) for one sandbox on a TCP port or unix socket. */
   async listenProxy(id: string, listen: net.ListenOptions): Promise<net.AddressInfo | string> {
     const state = this.#state(id);
-    const server = http.createServer({ requestTimeout: 0, headersTimeout: this.#headerTimeoutMs, maxHeaderSize: 32 * 1024 });
+    const server = http.createServer(this.#serverOptions(this.#headerTimeoutMs));
     server.on('request', (req: IncomingMessage, res: ServerResponse) => void this.#onRequest(state, req, res));
     server.on('connect', (req: IncomingMessage, socket: Duplex, head: Buffer) => void this.#onConnect(state, req, socket as net.Socket, head));
-    server.on('clientError', (_err, socket) => {
-      if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
-      else socket.destroy();
+    server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
+      if (!socket.writable) return void socket.destroy();
+      const status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400;
+      socket.end(`HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
     });
     return this.#listen(state, server, listen);
   }
@@ -245,6 +246,11 @@ export class EgressGateway {
     });
     state.servers.push(socket);
     return socket.address();
+  }
+
+  /** Request heads must arrive within the header timeout (checked every second) and fit in 32 KiB. */
+  #serverOptions(headerTimeoutMs: number): http.ServerOptions {
+    return { requestTimeout: 0, headersTimeout: headerTimeoutMs, connectionsCheckingInterval: 1000, maxHeaderSize: 32 * 1024 };
   }
 
   #state(id: string): SandboxState {
@@ -552,7 +558,9 @@ export class EgressGateway {
           `This sandbox already holds ${this.#operator.maxConnectionsPerSandbox} open connections through the gateway.`,
         ),
       );
-    if (!authority) return refuse(new Refusal(400, 'invalid-host', 'invalid-host', 'CONNECT needs host:port.'));
+    if (!authority) return refuse(new Refusal(400, 'invalid-host', 'invalid-host', 'CONNECT needs host:port with a port of 1-65535.'));
+    const canonical = canonicalHost(authority.host);
+    if (canonical.kind === 'invalid') return refuse(new Refusal(400, 'invalid-host', 'invalid-host', `'${host}' is not a valid host: ${canonical.reason}.`));
     const hostHeader = req.headers.host;
     if (hostHeader !== undefined && !sameAuthority(hostHeader, authority.host, port, port)) {
       return refuse(
@@ -623,6 +631,7 @@ export class EgressGateway {
         clearTimeout(timer);
         client.off('data', onData);
         client.off('close', onClose);
+        client.off('end', onClose);
         client.pause();
         resolve({ serverName, data });
       };
@@ -639,6 +648,7 @@ export class EgressGateway {
       const timer = setTimeout(() => done(undefined), this.#headerTimeoutMs);
       client.on('data', onData);
       client.once('close', onClose);
+      client.once('end', onClose); // a client that half-closes before its hello gives up its slot at once
       client.resume();
       if (data.length > 0) check();
     });

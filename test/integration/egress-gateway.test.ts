@@ -375,6 +375,20 @@ run('egress gateway against a lab network namespace', () => {
     expect(events.at(-1)).toMatchObject({ sandboxId: 'b', policyVersion: 3 });
   });
 
+  it('closes a spliced tunnel when a live update narrows its host to method/path rules it cannot check', async () => {
+    gateway.addSandbox('e', { mode: 'allow', rules: [{ host: 'registry.test' }] });
+    const port = ((await gateway.listenProxy('e', { host: '127.0.0.1', port: 0 })) as net.AddressInfo).port;
+    const tunnel = await connect(port, 'registry.test:443');
+    const secure = await new Promise<tls.TLSSocket>((resolve, reject) => {
+      const s = tls.connect({ socket: tunnel.socket, servername: 'registry.test', ca: lab.caPem }, () => resolve(s));
+      s.on('error', reject);
+    });
+    const closed = new Promise((resolve) => secure.once('close', resolve));
+    gateway.setPolicy('e', { mode: 'allow', rules: [{ host: 'registry.test', methods: ['GET'] }] });
+    await closed;
+    await gateway.removeSandbox('e');
+  });
+
   it('answers malformed, oversized, slow and unresolvable requests instead of hanging', async () => {
     for (const authority of ['registry.test:0', 'registry.test:65536', 'registry.test', 'a@registry.test:443']) {
       const r = await connect(proxyA, authority);

@@ -577,7 +577,6 @@ export class EgressGateway {
       return refuse(err instanceof Refusal ? err : new Refusal(502, 'upstream', 'resolve-failed', `Could not connect: ${(err as Error).message}.`));
     }
     const tracked = this.#track(state, 'connect', admitted.host, port, client, upstream);
-    tracked.inspectable = this.#ca !== undefined;
     client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
     void this.#spliceAfterHello(state, tracked, client, upstream, head, admitted, port, started, release);
   }
@@ -618,7 +617,6 @@ export class EgressGateway {
       return refuse(hello.serverName.slice(0, 260), 'upstream', 'resolve-failed');
     }
     const tracked = this.#track(state, 'sni', admitted.host, port, client, upstream);
-    tracked.inspectable = this.#ca !== undefined;
     if (this.#mustIntercept(state, admitted)) return void this.#intercept(state, tracked, client, upstream, hello.data, admitted, port, started, release);
     this.#pipe(state, tracked, client, upstream, hello.data, admitted, port, started, release);
   }
@@ -758,6 +756,8 @@ export class EgressGateway {
       secure.destroy();
       client.destroy();
     };
+    // Only a tunnel the gateway reads may stay open under method/path rules; a spliced one may not.
+    tracked.inspectable = true;
     this.#intercepted.set(secure, { state, host: admitted.host, port, address: admitted.address });
     const finish = () => {
       if (!state.tracked.delete(tracked)) return;

@@ -204,3 +204,22 @@ describe('egress configuration', () => {
     expect(SecretBinding.safeParse({ ...ok, target: { header: 'X\r\nY', template: '{secret}' } }).success).toBe(false);
   });
 });
+
+describe('egress at create', () => {
+  it('refuses any egress or secrets until the gateway is connected to sandboxes (fail closed), after the operator maximum', async () => {
+    const { planSandbox } = await import('../src/sandbox-plan.js');
+    const config = loadConfig({}, { stateDir: '/tmp/warren-egress-plan' });
+    const context = { config, runtimes: ['runc'] };
+    expect(planSandbox({ egress: { mode: 'none' } }, context).settings.network).toBe('none');
+    expect(() => planSandbox({ egress: { mode: 'allow', rules: [{ host: 'registry.npmjs.org' }] } }, context)).toThrow(/cannot be enforced yet/);
+    const secrets = [{ name: 'K', value: 'v', hosts: ['api.example.com'], target: { query: 'key' } }];
+    expect(() => planSandbox({ secrets }, context)).toThrow(/with brokered secrets cannot be enforced yet/);
+    expect(() => planSandbox({ egress: { mode: 'open' } }, context)).toThrow(/at most 'allow'/);
+    expect(() => planSandbox({ egress: { mode: 'allow', rules: [{ host: 'a.example' }] }, network: 'bridge' }, context)).toThrow(/network 'bridge' bypasses/);
+    const strictDefault = {
+      ...context,
+      config: { ...config, egress: { ...config.egress, defaultPolicy: EgressPolicy.parse({ mode: 'allow', rules: [{ host: 'a.example' }] }) } },
+    };
+    expect(() => planSandbox({}, strictDefault)).toThrow(/cannot be enforced yet/);
+  });
+});

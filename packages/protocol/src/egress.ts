@@ -115,10 +115,3 @@ export const SecretBinding = z
   })
   .refine((b) => (b.value === undefined) !== (b.ref === undefined), 'give exactly one of value or ref');
 export type SecretBinding = z.infer<typeof SecretBinding>;
-
-/** What a create may say about egress: the policy and the brokered secrets. */
-export const EgressCreateOptions = z.strictObject({
-  egress: EgressPolicy.optional(),
-  secrets: z.array(SecretBinding).max(32).optional(),
-});
-export type EgressCreateOptions = z.input<typeof EgressCreateOptions>;

@@ -5,7 +5,20 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['**/dist/**', '**/node_modules/**', '.warren/**', 'bench-results/**', '**/*.d.ts', '**/*.mjs', '**/*.js', '**/*.cjs', 'jest.config.ts'] },
+  {
+    ignores: [
+      '**/dist/**',
+      'packages/controller/src/e2b/gen/**',
+      '**/node_modules/**',
+      '.warren/**',
+      'bench-results/**',
+      '**/*.d.ts',
+      '**/*.mjs',
+      '**/*.js',
+      '**/*.cjs',
+      'jest.config.ts',
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,
   {

@@ -15,7 +15,8 @@ const shared = {
       },
     ],
   },
-  moduleNameMapper: { '^(\\.{1,2}/.*)\\.js$': '$1' },
+  // `e2b` has no `exports` map, so jest would take its CommonJS `main`; its ES module build is `module`.
+  moduleNameMapper: { '^(\\.{1,2}/.*)\\.js$': '$1', '^e2b$': '<rootDir>/node_modules/e2b/dist/index.mjs' },
   testEnvironment: 'node',
   testEnvironmentOptions: { customExportConditions: ['warren-source', 'node', 'node-addons'] },
 } satisfies Config;

@@ -7,6 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { Sandbox } from '@warren/sdk';
+import { Sandbox as E2bSandbox } from 'e2b';
 import { WebSocket, WebSocketServer } from 'ws';
 import { RawDocker } from './raw-docker.js';
 import { summarize, timeIt, type Summary } from './stats.js';
@@ -50,6 +51,9 @@ async function main(): Promise<void> {
     const execWarren = summarize(await timeIt(n(300), () => sandbox.commands.run('true')));
     const execRaw = summarize(await timeIt(n(60), () => raw.exec(rawContainer, ['true'])));
     rows.push(compare('exec `true` round trip', execWarren, execRaw, 'dockerode exec create+start+inspect', { maxP50: 5, minRatio: 10 }));
+
+    progress('the e2b SDK through the gateway');
+    rows.push(...(await e2bRows(controller, execWarren)));
 
     progress('read and write 1 MiB');
     const oneMiB = randomBytes(MiB);
@@ -112,9 +116,78 @@ async function main(): Promise<void> {
 
   progress('50 sandboxes, 1,000 concurrent calls');
   rows.push(...(await concurrency(controller)));
-
   await controller.stop();
+
+  progress('daemon channels: exec against socket');
+  rows.push(...(await daemonChannels()));
+
   report(rows);
+}
+
+/**
+ * The `exec` daemon channel (a `docker exec` bridge per connection, for engines that share no
+ * folder) against the `socket` channel: what a new connection costs (connect, handshake, one
+ * small call, close), and what a call on an open connection costs.
+ */
+async function daemonChannels(): Promise<Row[]> {
+  const measure = async (channel: 'socket' | 'exec') => {
+    const controller = await startControllerProcess({ WARREN_DAEMON_CHANNEL: channel, WARREN_POOL_SIZE: '0' });
+    const options = { baseUrl: controller.url, apiKey: controller.apiKey, image: flags.image };
+    const sandbox = await Sandbox.create(options);
+    try {
+      await sandbox.files.write('x', 'x');
+      const connect = summarize(
+        await timeIt(n(30), async () => {
+          const other = await Sandbox.connect(sandbox.id, options);
+          await other.files.stat('x');
+          other.close();
+        }),
+      );
+      const exec = summarize(await timeIt(n(200), () => sandbox.commands.run('true')));
+      return { connect, exec };
+    } finally {
+      await sandbox.kill().catch(() => undefined);
+      await controller.stop();
+    }
+  };
+  const socket = await measure('socket');
+  const exec = await measure('exec');
+  return [
+    // A docker exec per connection is what this channel is: reported, not held to a target.
+    compare('connect + first call, exec channel', exec.connect, socket.connect, 'the same on the socket channel', {}),
+    compareSlower('exec `true` on an open connection, exec channel', exec.exec, socket.exec, 'the same on the socket channel', 1.3),
+  ];
+}
+
+/**
+ * The official `e2b` SDK through the gateway (docs/e2b.md), beside Warren's own SDK: the p50 of
+ * `commands.run('true')`, and `Sandbox.create()` to the first `commands.run('true')` (the base
+ * template may take a warm-pool member, as Warren's own create of default settings would).
+ */
+async function e2bRows(controller: ControllerProcess, warrenExec: Summary): Promise<Row[]> {
+  const opts = { apiKey: controller.apiKey, apiUrl: `${controller.url}/e2b`, sandboxUrl: `${controller.url}/e2b` };
+  const sandbox = await E2bSandbox.create(opts);
+  let exec: Summary;
+  try {
+    exec = summarize(await timeIt(n(300), () => sandbox.commands.run('true')));
+  } finally {
+    await sandbox.kill().catch(() => undefined);
+  }
+  const firstRun = summarize(
+    await timeIt(
+      n(10),
+      async () => {
+        const s = await E2bSandbox.create(opts);
+        await s.commands.run('true');
+        await s.kill();
+      },
+      1,
+    ),
+  );
+  return [
+    { name: "e2b SDK commands.run('true') via /e2b", unit: 'ms', warren: exec, raw: warrenExec, rawName: "Warren SDK commands.run('true')" },
+    { name: 'e2b SDK Sandbox.create() to first run (incl. kill)', unit: 'ms', warren: firstRun },
+  ];
 }
 
 /** A file larger than one call's cap, read the way a client must: in ranges. */
@@ -305,11 +378,12 @@ interface ControllerProcess {
 }
 
 /** The controller as its own process, as users run it, so client and server do not share a loop. */
-async function startControllerProcess(): Promise<ControllerProcess> {
+async function startControllerProcess(env: Record<string, string> = {}): Promise<ControllerProcess> {
   const stateDir = await mkdtemp(path.join(os.tmpdir(), 'warren-bench-'));
   const apiKey = `wk_bench_${randomBytes(16).toString('hex')}`;
   const child: ChildProcess = spawn(process.execPath, [path.join(repo, 'packages/cli/bin/warren.js'), 'serve', '--port', '0'], {
-    env: { ...process.env, WARREN_STATE_DIR: stateDir, WARREN_API_KEY: apiKey, WARREN_POOL_SIZE: String(POOL_SIZE) },
+    // Only warnings: the access log is measured by nothing here and would be counted in every call.
+    env: { ...process.env, LOG_LEVEL: 'warn', WARREN_STATE_DIR: stateDir, WARREN_API_KEY: apiKey, WARREN_POOL_SIZE: String(POOL_SIZE), ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let stderr = '';

@@ -158,6 +158,13 @@ ensure_commands() {
   step_done
 }
 
+# Debian's Docker registry, which test/e2e/images-pull.test.ts starts on a free loopback port
+# (test/support/registry.ts) to pull images through a create. Only the binary is used: a registry
+# service the package may have started is left alone, since the test picks its own port.
+ensure_registry() {
+  ensure_commands docker-registry
+}
+
 ensure_debootstrap() {
   command -v debootstrap >/dev/null 2>&1 && return 0
   step "Installing debootstrap (apt-get install debootstrap)"

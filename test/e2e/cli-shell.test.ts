@@ -25,9 +25,9 @@ async function waitProcess(pattern: RegExp): Promise<void> {
   while (!pattern.test((await sandbox.commands.run(['ps', '-eo', 'args'])).stdout)) await new Promise((r) => setTimeout(r, 100));
 }
 
-/** Waits for the screen to match; after 60 s (a hang guard) fails showing what the screen holds. */
-async function waitForScreen(pattern: RegExp): Promise<string> {
-  const deadline = Date.now() + 60_000;
+/** Waits for the screen to match; after `timeoutMs` (60 s: a hang guard) fails showing what the screen holds. */
+async function waitForScreen(pattern: RegExp, timeoutMs = 60_000): Promise<string> {
+  const deadline = Date.now() + timeoutMs;
   for (;;) {
     const text = screen();
     if (pattern.test(text)) return text;
@@ -74,8 +74,17 @@ describe('warren shell in a real terminal (tmux)', () => {
     tmux('send-keys', 'stty size', 'Enter');
     await waitForScreen(/^30 100$/m);
     tmux('resize-window', '-x', '120', '-y', '40');
-    tmux('send-keys', 'stty size', 'Enter');
-    await waitForScreen(/^40 120$/m);
+    // The new size travels tmux -> warren -> the sandbox's terminal on its own time: a `stty size`
+    // typed at once can still see the old one, so ask again until the shell sees the new size.
+    for (let attempt = 1; ; attempt++) {
+      tmux('send-keys', 'stty size', 'Enter');
+      const seen = await waitForScreen(/^40 120$/m, 2_000).then(
+        () => true,
+        () => false,
+      );
+      if (seen) break;
+      if (attempt === 30) await waitForScreen(/^40 120$/m, 0);
+    }
 
     // Ctrl-C reaches the program in the sandbox, not warren. As a person would, wait for the
     // program to run before pressing it, and for the prompt before typing on (a terminal drops

@@ -2,18 +2,19 @@ import { mkdtemp } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe } from '@jest/globals';
-import { collectRuntime, DockerProvider, loadConfig, planSandbox, sandboxLabels } from '@warren/controller';
+import { collectRuntime, DockerProvider, loadConfig, planSandbox, probeAgent, sandboxLabels, type DaemonChannel } from '@warren/controller';
 import { providerContract } from '../support/provider-contract.js';
 import { removeStateDir } from '../support/state-dir.js';
 
-describe('the Docker provider keeps the provider contract', () => {
+// Both ways of reaching a daemon: a socket in a host folder, and a stream through the engine's API.
+describe.each<DaemonChannel>(['socket', 'exec'])('the Docker provider keeps the provider contract (daemon channel: %s)', (daemonChannel) => {
   let stateDir: string;
   let provider: DockerProvider;
   let n = 0;
 
   beforeAll(async () => {
     stateDir = await mkdtemp(path.join(os.tmpdir(), 'warren-provider-'));
-    provider = new DockerProvider({ stateDir });
+    provider = new DockerProvider({ stateDir, daemonChannel });
     const config = loadConfig({}, { stateDir });
     await provider.prepare(await collectRuntime(config.agentBundlePath), config.defaultImage);
   }, 60_000);
@@ -48,5 +49,6 @@ describe('the Docker provider keeps the provider contract', () => {
     stopFromOutside: async (handle) => {
       await provider.docker.getContainer(handle).kill();
     },
+    probe: (endpoint, secret) => probeAgent(endpoint, secret, 2000),
   }));
 });

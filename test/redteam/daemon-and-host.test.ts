@@ -13,7 +13,9 @@ import { execAsRoot } from '../support/host.js';
  * checks the documented failure, that the daemon is still the same process, and that a host
  * sentinel file (a stand-in for any host file) is untouched.
  */
-describe('red team: sandbox code against the daemon and the host', () => {
+// Both daemon channels: a socket in a host folder bound in, and a tmpfs of the container's own
+// reached through the engine's API (where the secret comes in the daemon's environment).
+describe.each(['socket', 'exec'] as const)('red team: sandbox code against the daemon and the host (daemon channel: %s)', (daemonChannel) => {
   let warren: TestController;
   let sandbox: Sandbox;
   let sentinel: HostSentinel;
@@ -22,7 +24,7 @@ describe('red team: sandbox code against the daemon and the host', () => {
   let containerId: string;
 
   beforeAll(async () => {
-    warren = await startTestController();
+    warren = await startTestController({ config: { daemonChannel } });
     sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });
     sentinel = await HostSentinel.make();
     const info = await sandbox.daemonInfo();
@@ -160,5 +162,19 @@ except OSError as e:
     const host = await execAsRoot(containerId, ['sh', '-c', `grep -E '^(Uid|CapEff)' /proc/${daemonPid}/status`]);
     expect(host.stdout).toMatch(/Uid:\s+0\s/);
     expect(host.stdout).toMatch(/CapEff:\s+00000000000800eb/);
+  });
+
+  it("never sees the daemon's secret: not in its environment, not in init's or the daemon's, and not on the container's file system", async () => {
+    const secret = warren.controller.sandboxes.agentSecret(sandbox.id);
+    const run = await sandboxCode(
+      sandbox,
+      `env | grep -c WARREN_AGENT_SECRET; echo "env=$?"
+       cat /proc/1/environ >/dev/null; echo "init-environ=$?"
+       cat /proc/${daemonPid}/environ >/dev/null; echo "daemon-environ=$?"
+       grep -rls -- "${secret}" /tmp /workspace /run 2>/dev/null | head -1; echo "found=$(grep -rls -- "${secret}" /tmp /workspace /run 2>/dev/null | wc -l)"`,
+    );
+    expect(run.facts).toMatchObject({ env: '1', 'init-environ': '1', 'daemon-environ': '1', found: '0' });
+    expect(run.stdout).not.toContain(secret);
+    await unharmed();
   });
 });

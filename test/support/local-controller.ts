@@ -2,12 +2,13 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { CodedError } from '@warren/protocol';
 import { startAgentServer, type AgentServer } from '@warren/agent';
 import {
   Credentials,
   startController,
   type ControllerConfig,
-  type DaemonEndpoint,
+  type ProvidedImage,
   type ProvidedSandbox,
   type ProviderIsolation,
   type ProviderState,
@@ -63,6 +64,18 @@ class LocalProvider implements SandboxProvider {
   async hasImage(): Promise<boolean> {
     return true;
   }
+  /** Every image is "there" (the daemons run on the host), so nothing is ever pulled. */
+  async pullImage(): Promise<void> {}
+  async buildImage(): Promise<{ id: string }> {
+    throw new CodedError('INVALID_PARAMS', 'The local test provider runs daemons on the host and builds no images; build against a Docker engine.');
+  }
+  async listImages(): Promise<ProvidedImage[]> {
+    return [];
+  }
+  async inspectImage(): Promise<{ id: string; labels: Record<string, string> } | undefined> {
+    return undefined;
+  }
+  async removeImage(): Promise<void> {}
   async prepare(): Promise<{ oldRuntimesRemoved: number }> {
     return { oldRuntimesRemoved: 0 };
   }
@@ -103,7 +116,7 @@ class LocalProvider implements SandboxProvider {
   async events(): Promise<() => void> {
     return () => undefined;
   }
-  daemon(agentId: string): DaemonEndpoint {
+  daemon(agentId: string): { socketPath: string } {
     return { socketPath: path.join(this.dir, `${agentId.slice(0, 16)}.sock`) };
   }
   async copyIn(): Promise<void> {}
@@ -148,7 +161,15 @@ export async function startLocalController(config: Partial<ControllerConfig> = {
     provider,
     credentials: Credentials.inMemory(apiKey),
     logger: options.logger ?? silentLogger(),
-    config: { port: 0, host: '127.0.0.1', stateDir: path.join(dir, 'state'), reapIntervalMs: 60_000, ...config },
+    config: {
+      port: 0,
+      host: '127.0.0.1',
+      stateDir: path.join(dir, 'state'),
+      reapIntervalMs: 60_000,
+      // The E2B gateway's `base` template: this controller's workspace folder as the home and policy root.
+      e2bTemplates: { base: { home: root, create: { policy: { root, readOnly: false } } } },
+      ...config,
+    },
   });
   const dispose = async () => {
     await controller.close();

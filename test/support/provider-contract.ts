@@ -1,5 +1,5 @@
 import { expect, it } from '@jest/globals';
-import type { SandboxProvider, SandboxSpec } from '@warren/controller';
+import type { DaemonEndpoint, SandboxProvider, SandboxSpec } from '@warren/controller';
 
 /** What a contract run needs from its provider: the provider, and a spec that it can start. */
 export interface ContractSubject {
@@ -8,6 +8,8 @@ export interface ContractSubject {
   spec: () => SandboxSpec;
   /** Makes the sandbox's processes stop from outside (a daemon killed). */
   stopFromOutside: (handle: string) => Promise<void>;
+  /** A real call to a daemon through its endpoint; providers whose sandboxes run a real daemon pass one. */
+  probe?: (endpoint: DaemonEndpoint, secret: string) => Promise<unknown>;
 }
 
 /**
@@ -53,6 +55,29 @@ export function providerContract(subject: () => ContractSubject): void {
     }
   });
 
+  it('reaches the daemon through daemon(), before and after a stop and start', async () => {
+    const { provider, spec, probe } = subject();
+    if (!probe) return; // a fake provider runs no daemon
+    const wanted = spec();
+    const handle = await provider.create(wanted);
+    const answers = () =>
+      waitFor(async () =>
+        probe(provider.daemon(wanted.agentId), wanted.daemonSecret).then(
+          () => true,
+          () => false,
+        ),
+      );
+    try {
+      await answers();
+      await expect(probe(provider.daemon(wanted.agentId), 'not-the-secret'.padEnd(48, 'x'))).rejects.toThrow();
+      await provider.stop(handle);
+      await provider.start(handle, wanted.agentId, wanted.daemonSecret);
+      await answers();
+    } finally {
+      await provider.remove(handle, wanted.agentId);
+    }
+  });
+
   it("reports a sandbox's death as an event, and its removal", async () => {
     const { provider, spec, stopFromOutside } = subject();
     const wanted = spec();
@@ -82,9 +107,9 @@ export function providerContract(subject: () => ContractSubject): void {
   });
 }
 
-async function waitFor(condition: () => boolean, timeoutMs = 20_000): Promise<void> {
+async function waitFor(condition: () => boolean | Promise<boolean>, timeoutMs = 20_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
+  while (!(await condition())) {
     if (Date.now() > deadline) throw new Error('the expected event did not come');
     await new Promise((r) => setTimeout(r, 20));
   }

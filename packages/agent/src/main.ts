@@ -6,7 +6,10 @@ import { startAgentServer } from './server.js';
 
 /**
  * The daemon's entry point inside a sandbox. The secret arrives in a file that is deleted once
- * read, so it is in no environment and no argv, of this process or of any it starts.
+ * read (`--secret-file`), or, where the controller reaches the daemon through the engine's API and
+ * shares no folder with it, in an environment variable (`--secret-env`) that the daemon removes
+ * before anything reads its environment: either way it is in no argv and in the environment of no
+ * command the daemon starts.
  *
  * Inside a container the daemon runs as root with a handful of capabilities, and `--user` names
  * the sandbox user: every command, shell and terminal runs as that user, and every file the
@@ -18,18 +21,18 @@ async function main(): Promise<void> {
     options: {
       socket: { type: 'string' },
       'secret-file': { type: 'string' },
+      'secret-env': { type: 'string' },
       root: { type: 'string', default: DEFAULT_ROOT },
       home: { type: 'string', default: process.env.HOME ?? '/tmp' },
       user: { type: 'string' },
       'own-root': { type: 'boolean', default: false },
     },
   });
-  if (!values.socket || !values['secret-file'])
-    throw new Error('usage: warren-agent --socket PATH --secret-file PATH [--root DIR] [--home DIR] [--user UID:GID [--own-root]]');
+  if (!values.socket || (values['secret-file'] === undefined) === (values['secret-env'] === undefined))
+    throw new Error('usage: warren-agent --socket PATH (--secret-file PATH | --secret-env NAME) [--root DIR] [--home DIR] [--user UID:GID [--own-root]]');
   const user = values.user === undefined ? undefined : parseUser(values.user);
-  const secret = (await readFile(values['secret-file'], 'utf8')).trim();
-  await unlink(values['secret-file']).catch(() => undefined);
-  if (secret.length < 32) throw new Error('the secret file must hold at least 32 characters');
+  const secret = await takeSecret(values['secret-file'], values['secret-env']);
+  if (secret.length < 32) throw new Error('the secret must hold at least 32 characters');
   if (user && process.getuid?.() === 0) {
     // Children inherit supplementary groups unless they are cleared: node-pty sets only gid and
     // uid, so the daemon drops its own (root's) groups once, here.
@@ -61,6 +64,18 @@ async function main(): Promise<void> {
   const stop = () => void server.close().then(() => process.exit(0));
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
+}
+
+/** Reads the secret and removes it from where it came: the file is deleted, the variable unset. */
+async function takeSecret(file: string | undefined, variable: string | undefined): Promise<string> {
+  if (file !== undefined) {
+    const secret = (await readFile(file, 'utf8')).trim();
+    await unlink(file).catch(() => undefined);
+    return secret;
+  }
+  const secret = (process.env[variable!] ?? '').trim();
+  delete process.env[variable!];
+  return secret;
 }
 
 function parseUser(text: string): SandboxUser {

@@ -3,6 +3,7 @@ import { collectKeyValue, parseDuration, parsePositiveInt, parseState } from './
 import { copyCommand } from './cp.js';
 import { execCommand, type ExecOptions } from './exec.js';
 import { imagesBuildCommand, imagesListCommand } from './images.js';
+import { imageBuildCommand, imageListCommand, imagePullCommand, imageRemoveCommand } from './image-commands.js';
 import { mcpCommand, TOOLSET_NAMES } from './mcp.js';
 import { shellCommand, type ShellOptions } from './shell.js';
 import { CLI_VERSION } from './version.js';
@@ -227,6 +228,50 @@ export function buildProgram(): Command {
     .action(async (options: { force?: boolean }) => {
       process.exitCode = await imagesBuildCommand(options);
     });
+
+  const image = program
+    .command('image')
+    .description("Images on the controller's engine: pull one ahead of a create, build a template from a Dockerfile, list and remove what Warren built.")
+    .addHelpText(
+      'after',
+      examples([
+        'warren image pull python:3.12-slim',
+        'warren image build ./template --tag py-tools:1',
+        'warren image build . --tag app:dev --file docker/Dockerfile',
+        'warren create --image py-tools:1',
+        'warren image ls',
+        'warren image rm py-tools:1',
+      ]) + '\nPulls come only from the registries the controller allows (its images.allowedRegistries; see docs/images.md).\n',
+    );
+  withController(image.command('pull'))
+    .argument('<image>', 'an image reference, e.g. alpine:3.20 or ghcr.io/org/tool@sha256:...')
+    .description("Pull an image onto the controller's engine (unless it is there), with progress on stderr; prints the image.")
+    .option('--json', 'print JSON instead of text')
+    .addHelpText('after', examples(['warren image pull alpine:3.20', 'warren image pull ghcr.io/org/tool:1 --json']))
+    .action(imagePullCommand);
+  withController(image.command('build'))
+    .argument('<context>', 'the folder packed as the build context')
+    .description(
+      'Build a template image from a Dockerfile on the controller; the build output streams to stderr, the image name goes to stdout. ' +
+        'The folder is packed without following links; links out of it, sockets and devices are refused.',
+    )
+    .requiredOption('-t, --tag <name>', 'the image name, name[:tag] without a registry host')
+    .option('-f, --file <path>', 'the Dockerfile, relative to the context (default Dockerfile)')
+    .option('--max-context-mb <n>', 'refuse a context larger than this (default 256)', parsePositiveInt)
+    .option('--json', 'print JSON instead of text')
+    .addHelpText('after', examples(['warren image build ./template --tag py-tools:1', 'warren image build . -t app:dev -f docker/Dockerfile 2>build.log']))
+    .action(imageBuildCommand);
+  withController(image.command('ls'))
+    .alias('list')
+    .description('List the images Warren built.')
+    .option('--json', 'print JSON instead of a table')
+    .addHelpText('after', examples(['warren image ls', 'warren image ls --json']))
+    .action(imageListCommand);
+  withController(image.command('rm'))
+    .argument('<image>', 'the image name or id, as warren image ls shows it')
+    .description('Remove an image Warren built (others are refused).')
+    .addHelpText('after', examples(['warren image rm py-tools:1', 'warren image rm sha256:3f1c...']))
+    .action(imageRemoveCommand);
 
   withController(program.command('mcp'))
     .description(

@@ -11,7 +11,9 @@ import {
   type Result,
 } from '@warren/protocol';
 import { lstatSync, type Stats } from 'node:fs';
+import type { Duplex } from 'node:stream';
 import { WebSocket } from 'ws';
+import type { DaemonEndpoint } from './provider.js';
 
 /** A connection failure as a client may see it: the kind of failure, no host path or host text. */
 function unreachable(code: string | undefined): CodedError {
@@ -31,47 +33,68 @@ function unreachable(code: string | undefined): CodedError {
 }
 
 /**
- * Opens a WebSocket to a sandbox's daemon over its unix socket, presenting the session secret.
- * Resolves once open; frames are not touched, so the caller can relay them as they are.
+ * Opens a WebSocket to a sandbox's daemon, presenting the session secret: over its unix socket,
+ * or over the stream the provider opens to it. Resolves once open; frames are not touched, so the
+ * caller can relay them as they are.
  *
- * The socket's folder belongs to the daemon, so the path's last step is checked with `lstat`
- * first: a link or any other kind of file there is refused rather than followed to a host
- * socket. Failures never name the host path or the host's error text.
+ * A socket's folder belongs to the daemon, so the path's last step is checked with `lstat` first:
+ * a link or any other kind of file there is refused rather than followed to a host socket.
+ * Failures never name the host path or the host's error text.
  */
-export function openAgentSocket(socketPath: string, secret: string, timeoutMs = 5000, headers: Record<string, string> = {}): Promise<WebSocket> {
+export function openAgentSocket(endpoint: DaemonEndpoint, secret: string, timeoutMs = 5000, headers: Record<string, string> = {}): Promise<WebSocket> {
   return new Promise((resolve, reject) => {
-    let kind: Stats;
-    try {
-      kind = lstatSync(socketPath);
-    } catch (err) {
-      reject(unreachable((err as NodeJS.ErrnoException).code));
-      return;
+    let url: string;
+    let createConnection: ((options: unknown, onCreate: (err: Error | null, stream?: Duplex) => void) => undefined) | undefined;
+    if ('socketPath' in endpoint) {
+      let kind: Stats;
+      try {
+        kind = lstatSync(endpoint.socketPath);
+      } catch (err) {
+        reject(unreachable((err as NodeJS.ErrnoException).code));
+        return;
+      }
+      if (!kind.isSocket()) {
+        reject(
+          new CodedError(
+            'SANDBOX_NOT_READY',
+            "The sandbox daemon's socket is not a socket; the controller does not connect to it. Kill the sandbox and create a new one.",
+          ),
+        );
+        return;
+      }
+      url = `ws+unix://${endpoint.socketPath}:/`;
+    } else {
+      url = 'ws://warren-daemon/';
+      // http.request takes a stream from createConnection through its callback, once it is open.
+      createConnection = (_options, onCreate) => {
+        endpoint.openStream().then(
+          (stream) => onCreate(null, stream),
+          (err: unknown) => onCreate(err instanceof Error ? err : new Error(String(err))),
+        );
+        return undefined;
+      };
     }
-    if (!kind.isSocket()) {
-      reject(
-        new CodedError(
-          'SANDBOX_NOT_READY',
-          "The sandbox daemon's socket is not a socket; the controller does not connect to it. Kill the sandbox and create a new one.",
-        ),
-      );
-      return;
-    }
-    const ws = new WebSocket(`ws+unix://${socketPath}:/`, {
+    const ws = new WebSocket(url, {
       headers: { ...headers, authorization: `Bearer ${secret}` },
       maxPayload: WS_MAX_PAYLOAD_BYTES,
       handshakeTimeout: timeoutMs,
       perMessageDeflate: false,
-      // Masking guards browsers' frames against proxies; on this local unix socket it guards
+      // Masking guards browsers' frames against proxies; on this private channel it guards
       // nothing, and a zero mask lets ws send each payload without copying and masking it.
       generateMask: (mask: Buffer) => void mask.fill(0),
+      ...(createConnection ? { createConnection: createConnection as never } : {}),
     });
+    // A stream through the engine has no socket timeout for handshakeTimeout to use: time it here.
+    const timer = setTimeout(() => fail(unreachable('ETIMEDOUT')), timeoutMs);
     const fail = (err: Error) => {
+      clearTimeout(timer);
       ws.removeAllListeners();
       ws.on('error', () => undefined);
       ws.terminate();
       reject(err instanceof CodedError ? err : unreachable((err as NodeJS.ErrnoException).code));
     };
     ws.once('open', () => {
+      clearTimeout(timer);
       ws.removeListener('error', fail);
       resolve(ws);
     });
@@ -86,8 +109,8 @@ export function openAgentSocket(socketPath: string, secret: string, timeoutMs = 
  * A real call to the daemon: hello, then `system.info`. The controller calls a sandbox ready only
  * when this answers, not when its container has started.
  */
-export function probeAgent(socketPath: string, secret: string, timeoutMs = 5000): Promise<Result<'system.info'>> {
-  return callAgent(socketPath, secret, 'system.info', {}, timeoutMs);
+export function probeAgent(endpoint: DaemonEndpoint, secret: string, timeoutMs = 5000): Promise<Result<'system.info'>> {
+  return callAgent(endpoint, secret, 'system.info', {}, timeoutMs);
 }
 
 /**
@@ -95,16 +118,16 @@ export function probeAgent(socketPath: string, secret: string, timeoutMs = 5000)
  * controller's own needs: the readiness probe and the audit route.
  *
  * @example
- * const { entries } = await callAgent(socketPath, secret, 'audit.list', { limit: 100 });
+ * const { entries } = await callAgent({ socketPath }, secret, 'audit.list', { limit: 100 });
  */
 export async function callAgent<M extends MethodName>(
-  socketPath: string,
+  endpoint: DaemonEndpoint,
   secret: string,
   method: M,
   params: ParamsIn<M>,
   timeoutMs = 5000,
 ): Promise<Result<M>> {
-  const ws = await openAgentSocket(socketPath, secret, timeoutMs);
+  const ws = await openAgentSocket(endpoint, secret, timeoutMs);
   try {
     return await new Promise<Result<M>>((resolve, reject) => {
       const timer = setTimeout(

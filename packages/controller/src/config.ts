@@ -6,6 +6,8 @@ import { z } from 'zod';
 import { EGRESS_MODES, EgressHostPattern, EgressPolicy } from '@warren/protocol';
 import { parseLabCidrs } from './egress/address-floor.js';
 import type { EgressOperatorConfig } from './egress/decide.js';
+import { DEFAULT_E2B_TEMPLATES, E2bTemplates } from './e2b/templates.js';
+import { parseAllowList } from './image-ref.js';
 import { LOG_LEVELS, REDACTED, type LogLevel } from './logger.js';
 
 /** Everything the controller can be told; {@link loadConfig} fills it from a file, the environment and overrides. */
@@ -34,6 +36,14 @@ export interface ControllerConfig {
    * reason logged; `required` refuses to start without one; `off` always uses volumes.
    */
   workspaceQuota: 'auto' | 'required' | 'off';
+  /**
+   * How the controller reaches each sandbox's daemon (see docs/controller.md): `socket` is a unix
+   * socket in a host folder the engine binds into the sandbox (the engine must share the
+   * controller's file system); `exec` is a stream the engine's API opens into the sandbox (any
+   * engine: remote, in a VM such as Docker Desktop, or the controller in a container); `auto`
+   * takes `socket` for a local engine on this machine and `exec` otherwise.
+   */
+  daemonChannel: 'auto' | 'socket' | 'exec';
   /** Free space (MiB) that sandbox disks always leave on the state folder's file system; default 5% of it, at least 1 GiB. */
   workspaceReserveMb?: number | undefined;
   /** Host folders below which a create may mount host paths; empty refuses every host mount. */
@@ -71,8 +81,31 @@ export interface ControllerConfig {
   allowedHosts: string[];
   /** Per-sandbox network egress through the gateway: defaults, the most a create may ask for, the deny list (docs/network.md). */
   egress: EgressOperatorConfig;
+  /** Images on demand: which registries a create or a pull may fetch from, and the caps of pulls and builds (docs/images.md). */
+  images: ImageSettings;
   /** The least severe log level written (`LOG_LEVEL`): fatal, error, warn, info (default), debug, trace or silent. */
   logLevel: LogLevel;
+  /** The E2B gateway's templates (`/e2b`, docs/e2b.md): each name a create request; `base` is the default image. */
+  e2bTemplates: E2bTemplates;
+}
+
+/** How the controller fetches and builds images. */
+export interface ImageSettings {
+  /**
+   * Registries (optionally with a path: `ghcr.io/my-org`) that images missing from the engine may
+   * be pulled from; `docker.io` by default. Empty: nothing is pulled, only images on the engine run.
+   */
+  allowedRegistries: string[];
+  /** `missing` pulls an image a create names when the engine lacks it; `never` refuses such a create. */
+  pull: 'missing' | 'never';
+  /** The most an image's layers may add up to as downloaded, MiB; a larger pull is stopped and nothing kept. */
+  maxPullMb: number;
+  /** The largest build context (the tar the SDK uploads), MiB. */
+  maxBuildContextMb: number;
+  /** The network of a build's RUN steps: `none` (default) or `bridge` (Docker's default network, which reaches the host). */
+  buildNetwork: 'none' | 'bridge';
+  /** How long one pull or build may take, ms. */
+  timeoutMs: number;
 }
 
 /** The numbers a create may ask for; the configuration holds a default and a maximum of each. */
@@ -108,6 +141,28 @@ const Limits = z.strictObject({
   diskMb: z.number().int().min(16).optional(),
 });
 
+/** An allow-list entry, checked as the image service reads it (`docker.io`, `ghcr.io/my-org`, `127.0.0.1:5000`). */
+const AllowedRegistry = z
+  .string()
+  .min(1)
+  .max(512)
+  .superRefine((entry, ctx) => {
+    try {
+      parseAllowList([entry]);
+    } catch (err) {
+      ctx.addIssue({ code: 'custom', message: (err as Error).message });
+    }
+  });
+
+const Images = z.strictObject({
+  allowedRegistries: z.array(AllowedRegistry).optional(),
+  pull: z.enum(['missing', 'never']).optional(),
+  maxPullMb: z.number().int().min(1).optional(),
+  maxBuildContextMb: z.number().int().min(1).max(4096).optional(),
+  buildNetwork: z.enum(['none', 'bridge']).optional(),
+  timeoutMs: z.number().int().positive().optional(),
+});
+
 /** The configuration file's shape (JSON or YAML): every key optional, unknown keys refused. */
 export const ConfigFile = z.strictObject({
   host: z.string().optional(),
@@ -121,6 +176,7 @@ export const ConfigFile = z.strictObject({
   allowedMountRoots: z.array(z.string().startsWith('/')).optional(),
   allowBridgeNetwork: z.boolean().optional(),
   workspaceQuota: z.enum(['auto', 'required', 'off']).optional(),
+  daemonChannel: z.enum(['auto', 'socket', 'exec']).optional(),
   workspaceReserveMb: z.number().int().min(0).optional(),
   readyTimeoutMs: z.number().int().positive().optional(),
   reapIntervalMs: z.number().int().positive().optional(),
@@ -136,6 +192,7 @@ export const ConfigFile = z.strictObject({
   heartbeatMs: z.number().int().min(100).optional(),
   allowedOrigins: z.array(z.string()).optional(),
   allowedHosts: z.array(z.string()).optional(),
+  images: Images.optional(),
   logLevel: z.enum(LOG_LEVELS).optional(),
   egress: z
     .strictObject({
@@ -174,6 +231,7 @@ export const ConfigFile = z.strictObject({
       }
     })
     .optional(),
+  e2bTemplates: E2bTemplates.optional(),
 });
 export type ConfigFile = z.infer<typeof ConfigFile>;
 
@@ -212,6 +270,7 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   limits: { memoryMb: 1024, cpus: 1, pidsLimit: 512, ttlSeconds: 3600, tmpMb: 256, openFiles: 4096, fileSizeMb: 4096, diskMb: 1024 },
   maxLimits: { memoryMb: 8192, cpus: 4, pidsLimit: 4096, ttlSeconds: 7 * 24 * 3600, tmpMb: 4096, openFiles: 16384, fileSizeMb: 65536, diskMb: 65536 },
   workspaceQuota: 'auto',
+  daemonChannel: 'auto',
   allowedMountRoots: [],
   allowBridgeNetwork: true,
   readyTimeoutMs: 30_000,
@@ -228,8 +287,10 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   heartbeatMs: 30_000,
   allowedOrigins: [],
   allowedHosts: [],
+  images: { allowedRegistries: ['docker.io'], pull: 'missing', maxPullMb: 4096, maxBuildContextMb: 256, buildNetwork: 'none', timeoutMs: 15 * 60_000 },
   logLevel: 'info',
   egress: DEFAULT_EGRESS,
+  e2bTemplates: DEFAULT_E2B_TEMPLATES,
 };
 
 /** Reads and checks a configuration file (`.json`, `.yaml` or `.yml`). */
@@ -271,6 +332,7 @@ export function loadConfig(
   const fromEnv = readEnvironment(env);
   const limits = { ...DEFAULTS.limits, ...stripUndefined(file.limits ?? {}), ...stripUndefined(fromEnv.limits ?? {}) };
   const maxLimits = { ...DEFAULTS.maxLimits, ...stripUndefined(file.maxLimits ?? {}), ...stripUndefined(fromEnv.maxLimits ?? {}) };
+  const images = { ...DEFAULTS.images, ...stripUndefined(file.images ?? {}), ...stripUndefined(fromEnv.images ?? {}) };
   const merged = { ...stripUndefined(file), ...stripUndefined(fromEnv) };
   const config: ControllerConfig = {
     ...DEFAULTS,
@@ -283,6 +345,7 @@ export function loadConfig(
     limits,
     maxLimits,
     egress: { ...DEFAULT_EGRESS, ...stripUndefined(file.egress ?? {}) },
+    images,
     ...overrides,
   };
   return config;
@@ -341,6 +404,7 @@ const ENV_SETTINGS: [variable: string, path: string, kind: 'string' | 'number' |
   ['WARREN_ALLOWED_MOUNTS', 'allowedMountRoots', 'list:'],
   ['WARREN_ALLOW_BRIDGE_NETWORK', 'allowBridgeNetwork', 'boolean'],
   ['WARREN_WORKSPACE_QUOTA', 'workspaceQuota', 'string'],
+  ['WARREN_DAEMON_CHANNEL', 'daemonChannel', 'string'],
   ['WARREN_WORKSPACE_RESERVE_MB', 'workspaceReserveMb', 'number'],
   ['WARREN_READY_TIMEOUT_MS', 'readyTimeoutMs', 'number'],
   ['WARREN_REAP_INTERVAL_MS', 'reapIntervalMs', 'number'],
@@ -356,6 +420,11 @@ const ENV_SETTINGS: [variable: string, path: string, kind: 'string' | 'number' |
   ['WARREN_HEARTBEAT_MS', 'heartbeatMs', 'number'],
   ['WARREN_ALLOWED_ORIGINS', 'allowedOrigins', 'list,'],
   ['WARREN_ALLOWED_HOSTS', 'allowedHosts', 'list,'],
+  ['WARREN_ALLOWED_REGISTRIES', 'images.allowedRegistries', 'list,'],
+  ['WARREN_IMAGE_PULL', 'images.pull', 'string'],
+  ['WARREN_MAX_PULL_MB', 'images.maxPullMb', 'number'],
+  ['WARREN_MAX_BUILD_CONTEXT_MB', 'images.maxBuildContextMb', 'number'],
+  ['WARREN_BUILD_NETWORK', 'images.buildNetwork', 'string'],
   ['LOG_LEVEL', 'logLevel', 'string'],
 ];
 
@@ -383,7 +452,18 @@ function readEnvironment(env: NodeJS.ProcessEnv): ConfigFile {
   if (!parsed.success) {
     const problems = parsed.error.issues.map((issue) => {
       const at = issue.path.map(String).join('.');
-      return `${variableOf.get(at) ?? variableOf.get(String(issue.path[0])) ?? at} (${at}): ${issue.message}`;
+      // The variable of the longest setting that holds the faulty value (a list's item names its list).
+      const variable = issue.path
+        .map((_, i) =>
+          variableOf.get(
+            issue.path
+              .slice(0, issue.path.length - i)
+              .map(String)
+              .join('.'),
+          ),
+        )
+        .find(Boolean);
+      return `${variable ?? at} (${at}): ${issue.message}`;
     });
     throw new Error(`Invalid environment variable: ${problems.join('; ')}. See docs/controller.md for every setting.`);
   }

@@ -3,7 +3,9 @@ import { CodedError, type ParamsIn } from '@warren/protocol';
 import { callAgent } from './agent-link.js';
 import { loadConfig, type ControllerConfig } from './config.js';
 import { Credentials } from './credentials.js';
+import Docker from 'dockerode';
 import { DockerProvider } from './docker.js';
+import { resolveEngine } from './engine-endpoint.js';
 import { EngineWatch } from './engine-watch.js';
 import { createLogger, type Logger } from './logger.js';
 import { createHttpServer, serverUrl } from './http.js';
@@ -12,6 +14,7 @@ import { WarmPool } from './pool.js';
 import type { SandboxProvider } from './provider.js';
 import { collectRuntime } from './runtime.js';
 import { SandboxService } from './sandboxes.js';
+import { ImageService } from './image-service.js';
 
 export interface StartControllerOptions {
   config?: Partial<ControllerConfig>;
@@ -56,9 +59,18 @@ export async function startController(options: StartControllerOptions = {}): Pro
     credentials = loaded.credentials;
     generatedApiKey = loaded.generatedApiKey;
   }
+  // The engine as the docker command finds it (DOCKER_HOST, the current context), said at start.
+  const endpoint = options.provider ? undefined : resolveEngine(process.env);
   const provider =
     options.provider ??
-    new DockerProvider({ stateDir: config.stateDir, workspaceQuota: config.workspaceQuota, workspaceReserveMb: config.workspaceReserveMb, logger });
+    new DockerProvider({
+      docker: new Docker(endpoint!.options),
+      stateDir: config.stateDir,
+      workspaceQuota: config.workspaceQuota,
+      workspaceReserveMb: config.workspaceReserveMb,
+      daemonChannel: config.daemonChannel,
+      logger,
+    });
   await provider.ping();
   const runtime = await collectRuntime(config.agentBundlePath);
   const { oldRuntimesRemoved } = await provider.prepare(runtime, config.defaultImage);
@@ -74,6 +86,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
     credentials,
     config,
     metrics,
+    images: new ImageService({ provider, settings: config.images, logger }),
     onRestart: (sandboxId, error) =>
       error === null ? logger.info({ sandboxId }, 'sandbox.restarted') : logger.error({ sandboxId, error }, 'sandbox.restart-failed'),
     pool: config.poolSize > 0 ? (service) => new WarmPool(service, config.poolSize, logger) : undefined,
@@ -102,6 +115,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
       runtimes: sandboxes.runtimes,
       isolation,
       hardening: sandboxHardening(config),
+      images: { pull: config.images.pull, allowedRegistries: config.images.allowedRegistries, buildNetwork: config.images.buildNetwork },
     };
   };
   const audit = async (id: string, query: URLSearchParams) => {
@@ -118,7 +132,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
     if (since !== undefined) params.since = since;
     if (limit !== undefined) params.limit = limit;
     if (sandboxes.record(id).state === 'paused') throw new CodedError('SANDBOX_NOT_READY', `Sandbox '${id}' is paused; resume it to read its audit log.`);
-    return callAgent(sandboxes.socketPath(id), sandboxes.agentSecret(id), 'audit.list', params);
+    return callAgent(sandboxes.daemonEndpoint(id), sandboxes.agentSecret(id), 'audit.list', params);
   };
   const { server, wss } = createHttpServer({ sandboxes, credentials, config, metrics, logger, readiness, audit });
   server.listen(config.port, config.host);
@@ -128,6 +142,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
     {
       url,
       provider: provider.name,
+      ...(endpoint ? { engine: `${endpoint.address} (from ${endpoint.source})` } : {}),
       recovered,
       restarted: restartedAtStart.restarted.length,
       restartFailed: restartedAtStart.failed,

@@ -1,17 +1,44 @@
-import type { Readable } from 'node:stream';
+import { randomBytes } from 'node:crypto';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { Duplex, PassThrough, Readable } from 'node:stream';
 import Docker from 'dockerode';
 import { CodedError, DEFAULT_ROOT } from '@warren/protocol';
 import type { SandboxSettings } from '@warren/protocol';
 import { AgentDirs, type HostIdentity } from './agent-dir.js';
+import { resolveEngine } from './engine-endpoint.js';
 import { openWorkspaceStore, type WorkspaceStore } from './workspace-store.js';
 import { LABELS } from './labels.js';
 import type { Logger } from './logger.js';
 import { defaultStateDir } from './config.js';
-import type { DaemonEndpoint, ProvidedSandbox, ProviderIsolation, ProviderState, SandboxProvider, SandboxSpec } from './provider.js';
-import { agentCommand, RUNTIME_DIR, runtimeTar, type AgentRuntime } from './runtime.js';
+import type {
+  BuildOptions,
+  DaemonEndpoint,
+  ProvidedImage,
+  ProvidedSandbox,
+  ProviderIsolation,
+  ProviderState,
+  PullOptions,
+  SandboxProvider,
+  SandboxSpec,
+} from './provider.js';
+import { agentCommand, bridgeCommand, nodeArch, RUNTIME_DIR, runtimeTar, type AgentRuntime } from './runtime.js';
 
-/** Where a sandbox's socket folder is mounted; the daemon listens and finds its secret here. */
+/**
+ * Where the daemon listens. With the `socket` channel it is the sandbox's host folder, bound in,
+ * where the daemon also finds its secret; with `exec` it is a tmpfs of the container's own
+ * (mode 0700, root's), reached through the engine's API.
+ */
 export const SOCKET_DIR_IN_SANDBOX = '/run/warren';
+/** The environment variable that carries the daemon's secret with the `exec` channel (the daemon unsets it at once). */
+export const SECRET_VARIABLE = 'WARREN_AGENT_SECRET';
+
+/**
+ * How the controller reaches a daemon: `socket`, a unix socket in a host folder bound into the
+ * sandbox (the engine shares this machine's file system); `exec`, a stream the engine's API opens
+ * into the sandbox (`docker exec` of a small bridge to the daemon's socket), for any engine.
+ */
+export type DaemonChannel = 'socket' | 'exec';
 
 /**
  * The daemon's capabilities, and nothing else: it runs as the container's root so that sandbox
@@ -36,7 +63,8 @@ export interface SandboxContainerSpec {
   env: Record<string, string>;
   /** Every label, Warren's and the caller's, already prefixed. */
   labels: Record<string, string>;
-  socketDirOnHost: string;
+  /** `socket`: the daemon's host folder, bound in. `exec`: the daemon's secret, passed in its environment. */
+  channel: { kind: 'socket'; socketDirOnHost: string } | { kind: 'exec'; daemonSecret: string };
   runtimeVolume: string;
   settings: SandboxSettings;
   /** The sandbox's own disk on the host (the quota), bound at /workspace instead of a volume. */
@@ -82,11 +110,15 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
     Memory: memoryBytes,
     MemorySwap: memoryBytes,
     NanoCpus: Math.round(settings.cpus * 1e9),
-    Binds: [`${spec.socketDirOnHost}:${SOCKET_DIR_IN_SANDBOX}:rw`],
+    Binds: spec.channel.kind === 'socket' ? [`${spec.channel.socketDirOnHost}:${SOCKET_DIR_IN_SANDBOX}:rw`] : [],
     Mounts: mounts,
     ReadonlyRootfs: settings.readOnlyRootfs,
-    // exec: build tools and test runners run programs from /tmp; nosuid/nodev as everywhere.
-    Tmpfs: { '/tmp': `rw,exec,nosuid,nodev,size=${settings.tmpMb}m,mode=1777` },
+    Tmpfs: {
+      // exec: build tools and test runners run programs from /tmp; nosuid/nodev as everywhere.
+      '/tmp': `rw,exec,nosuid,nodev,size=${settings.tmpMb}m,mode=1777`,
+      // The daemon's own folder when no host folder is bound: root's, so sandbox code cannot enter it.
+      ...(spec.channel.kind === 'exec' ? { [SOCKET_DIR_IN_SANDBOX]: 'rw,noexec,nosuid,nodev,size=1m,mode=0700' } : {}),
+    },
     Ulimits: [
       { Name: 'nofile', Soft: settings.openFiles, Hard: settings.openFiles },
       { Name: 'fsize', Soft: settings.fileSizeMb * 1024 * 1024, Hard: settings.fileSizeMb * 1024 * 1024 },
@@ -102,8 +134,7 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
     Entrypoint: agentCommand([
       '--socket',
       `${SOCKET_DIR_IN_SANDBOX}/agent.sock`,
-      '--secret-file',
-      `${SOCKET_DIR_IN_SANDBOX}/secret`,
+      ...(spec.channel.kind === 'socket' ? ['--secret-file', `${SOCKET_DIR_IN_SANDBOX}/secret`] : ['--secret-env', SECRET_VARIABLE]),
       '--root',
       WORKSPACE,
       '--home',
@@ -116,7 +147,10 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
     // The daemon's identity; every command it starts runs as `settings.user`.
     User: '0:0',
     WorkingDir: settings.workdir,
-    Env: Object.entries(spec.env).map(([k, v]) => `${k}=${v}`),
+    Env: [
+      ...Object.entries(spec.env).map(([k, v]) => `${k}=${v}`),
+      ...(spec.channel.kind === 'exec' ? [`${SECRET_VARIABLE}=${spec.channel.daemonSecret}`] : []),
+    ],
     Labels: spec.labels,
     NetworkDisabled: settings.network === 'none',
     HostConfig: hostConfig,
@@ -129,6 +163,8 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
  */
 /** The fields of `docker info` that say how the engine isolates containers. */
 interface EngineInfo {
+  Architecture?: string;
+  OperatingSystem?: string;
   SecurityOptions?: string[];
   CgroupVersion?: string;
   CgroupDriver?: string;
@@ -160,11 +196,11 @@ export function engineIsolation(info: EngineInfo): Omit<ProviderIsolation, 'disk
 /**
  * The Docker engine as a {@link SandboxProvider}: every dockerode call goes through here, and
  * every Docker failure comes out as a {@link CodedError}. A handle is a container id. The agent
- * runtime reaches containers from a named volume; the daemon listens in a host folder
- * ({@link AgentDirs}) bind-mounted at {@link SOCKET_DIR_IN_SANDBOX}.
+ * runtime reaches containers from a named volume; the daemon is reached through its
+ * {@link DaemonChannel}.
  *
  * @example
- * const provider = new DockerProvider(new Docker(), new AgentDirs(stateDir, { uid: 0, gid: 0 }));
+ * const provider = new DockerProvider({ stateDir, logger });
  * await provider.prepare(runtime, 'warren/sandbox:latest');
  * const handle = await provider.create(spec);
  */
@@ -177,10 +213,12 @@ export class DockerProvider implements SandboxProvider {
   private workspaces: WorkspaceStore | undefined;
   /** The host ids of the container's uid 0 (user-namespace remap), learnt in {@link DockerProvider.prepare}. */
   private remap: { uid: number; gid: number } | null = null;
+  /** How daemons are reached, settled in {@link DockerProvider.prepare}. */
+  channel: DaemonChannel = 'socket';
 
   constructor(options: DockerProviderOptions = {}) {
     this.options = options;
-    this.docker = options.docker ?? new Docker();
+    this.docker = options.docker ?? new Docker(resolveEngine(process.env).options);
     this.dirs = new AgentDirs(options.stateDir ?? defaultStateDir(), daemonOwner(null));
   }
 
@@ -213,6 +251,153 @@ export class DockerProvider implements SandboxProvider {
   }
 
   /**
+   * Pulls an image through `docker pull`'s API, following its progress (`modem.followProgress`).
+   * The sum of the layers' download sizes is checked as they become known; past `maxBytes` the
+   * request is dropped, which makes the engine cancel the pull and release what it fetched. A
+   * failed pull removes the name if the engine had already tagged it.
+   */
+  async pullImage(image: string, options: PullOptions): Promise<void> {
+    const abort = new AbortController();
+    const onAbort = () => abort.abort();
+    options.signal?.addEventListener('abort', onAbort, { once: true });
+    let refusal: CodedError | undefined;
+    try {
+      const stream = (await this.docker.pull(image, { abortSignal: abort.signal }).catch((e: unknown) => {
+        throw pullFailure(image, e);
+      })) as Readable;
+      const sizes = new Map<string, number>();
+      const stop = (err: CodedError) => {
+        refusal ??= err;
+        abort.abort();
+        stream.destroy();
+      };
+      await new Promise<void>((resolve, reject) => {
+        this.docker.modem.followProgress(
+          stream,
+          (err: Error | null) => (err && !refusal ? reject(pullFailure(image, err)) : resolve()),
+          (event: PullEvent) => {
+            if (refusal) return;
+            if (event.error !== undefined || event.errorDetail !== undefined) return stop(pullFailure(image, event.errorDetail?.message ?? event.error));
+            const total = event.progressDetail?.total;
+            if (event.id !== undefined && typeof total === 'number' && total > 0) {
+              sizes.set(event.id, total);
+              const sum = [...sizes.values()].reduce((a, b) => a + b, 0);
+              if (sum > options.maxBytes)
+                return stop(
+                  new CodedError(
+                    'IMAGE_TOO_LARGE',
+                    `The image ${image} is larger than this controller pulls: its layers add up to more than ${mib(options.maxBytes)} MiB (images.maxPullMb). The pull was stopped and nothing of it was kept.`,
+                    { image, maxBytes: options.maxBytes, seenBytes: sum },
+                  ),
+                );
+            }
+            options.onProgress({ status: event.status ?? '', layer: event.id, current: event.progressDetail?.current, total });
+          },
+        );
+      });
+      if (options.signal?.aborted) refusal ??= new CodedError('CANCELLED', `The pull of ${image} was cancelled; nothing of it was kept.`, { image });
+      if (refusal) throw refusal;
+    } catch (err) {
+      // Whatever the engine already tagged under this name goes: a pull either completes or leaves nothing.
+      await this.docker
+        .getImage(image)
+        .remove({ force: false })
+        .catch(() => undefined);
+      throw err;
+    } finally {
+      options.signal?.removeEventListener('abort', onAbort);
+    }
+  }
+
+  /**
+   * Builds an image with the engine's classic builder (which follows no `# syntax=` directive and
+   * pulls nothing the caller did not check first: its base images are on the engine already).
+   * Intermediate containers are removed, even after a failed step.
+   */
+  async buildImage(context: Buffer, options: BuildOptions): Promise<{ id: string }> {
+    const stream = (await this.docker
+      .buildImage(Readable.from([context]), {
+        t: options.tag,
+        dockerfile: options.dockerfile,
+        labels: options.labels,
+        networkmode: options.network,
+        rm: true,
+        forcerm: true,
+        version: '1',
+        abortSignal: options.signal,
+      } as Docker.ImageBuildOptions)
+      .catch((e: unknown) => rethrow(e, `build the image ${options.tag}`))) as Readable;
+    const tail: string[] = [];
+    let failure: string | undefined;
+    let id: string | undefined;
+    await new Promise<void>((resolve, reject) => {
+      this.docker.modem.followProgress(
+        stream,
+        (err: Error | null) => (err ? reject(err) : resolve()),
+        (event: BuildEvent) => {
+          if (event.stream !== undefined) {
+            options.onOutput(event.stream);
+            tail.push(...event.stream.split('\n').filter(Boolean));
+            tail.splice(0, Math.max(0, tail.length - 40));
+          }
+          if (event.aux?.ID) id = event.aux.ID;
+          if (event.error !== undefined || event.errorDetail !== undefined) failure ??= event.errorDetail?.message ?? event.error ?? 'the build failed';
+        },
+      );
+    }).catch((e: unknown) => {
+      if (options.signal?.aborted) throw new CodedError('CANCELLED', `The build of ${options.tag} was cancelled.`);
+      rethrow(e, `build the image ${options.tag}`);
+    });
+    if (options.signal?.aborted) throw new CodedError('CANCELLED', `The build of ${options.tag} was cancelled.`);
+    if (failure !== undefined || id === undefined) {
+      const reason = failure ?? 'the engine reported no image id';
+      const code = /no space left on device/i.test(reason) ? 'IMAGE_TOO_LARGE' : 'BUILD_FAILED';
+      throw new CodedError(code, `The build of ${options.tag} failed: ${reason.trim()}. The last lines of its output:\n${tail.join('\n')}`, {
+        tag: options.tag,
+        output: tail.join('\n'),
+      });
+    }
+    return { id };
+  }
+
+  async listImages(label: string): Promise<ProvidedImage[]> {
+    const images = await this.docker.listImages({ filters: { label: [label] } }).catch((e: unknown) => rethrow(e, 'list images'));
+    return images
+      .map((i) => ({
+        id: i.Id,
+        tags: (i.RepoTags ?? []).filter((t) => t !== '<none>:<none>'),
+        createdAt: new Date(i.Created * 1000).toISOString(),
+        sizeBytes: i.Size,
+        labels: i.Labels ?? {},
+      }))
+      .sort((a, b) => b.createdAt.localeCompare(a.createdAt));
+  }
+
+  async inspectImage(image: string): Promise<{ id: string; labels: Record<string, string> } | undefined> {
+    try {
+      const info = await this.docker.getImage(image).inspect();
+      return { id: info.Id, labels: info.Config?.Labels ?? {} };
+    } catch (err) {
+      if ((err as { statusCode?: number }).statusCode === 404) return undefined;
+      return rethrow(err, `inspect image ${image}`);
+    }
+  }
+
+  async removeImage(image: string): Promise<void> {
+    await this.docker
+      .getImage(image)
+      .remove()
+      .catch((err: { statusCode?: number }) => {
+        if (err.statusCode === 404) return;
+        if (err.statusCode === 409) {
+          const detail = (err as { json?: { message?: string } }).json?.message ?? 'it is in use';
+          throw new CodedError('CONFLICT', `Could not remove the image ${image}: ${detail}. Kill the sandboxes that use it first.`, { image });
+        }
+        rethrow(err, `remove the image ${image}`);
+      });
+  }
+
+  /**
    * Gets the engine ready for sandboxes: learns its user-namespace remap (who the daemon's folders
    * and the workspace disks must belong to on the host), opens the workspace disks (a quota where
    * this host can give one) and removes those whose container is gone, fills the runtime volume
@@ -220,7 +405,24 @@ export class DockerProvider implements SandboxProvider {
    */
   async prepare(runtime: AgentRuntime, helperImage: string): Promise<{ oldRuntimesRemoved: number }> {
     const stateDir = this.options.stateDir ?? defaultStateDir();
-    this.remap = engineIsolation((await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info'))) as EngineInfo).usernsRemap;
+    const info = (await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info'))) as EngineInfo;
+    this.remap = engineIsolation(info).usernsRemap;
+    // The daemon is this controller's own Node, so the engine must run the same architecture.
+    if (info.Architecture && nodeArch(info.Architecture) !== process.arch)
+      throw new CodedError(
+        'UPSTREAM_UNAVAILABLE',
+        `The Docker engine runs ${info.Architecture} containers, but this controller's Node is ${process.arch}, and it is what runs in each sandbox. Run the controller on a machine of the engine's architecture (or the controller image on the engine itself: docs/install.md).`,
+      );
+    const wanted = this.options.daemonChannel ?? 'auto';
+    const localEngine = isLocalEngine(this.docker);
+    const engineInVm = /docker desktop/i.test(info.OperatingSystem ?? '');
+    this.channel = chooseChannel(wanted, {
+      localEngine,
+      engineInVm,
+      // Only asked when it decides: a controller in a container, or a folder the engine cannot see.
+      sharesFolders: wanted === 'auto' && localEngine && !engineInVm ? await this.engineSeesFolder(stateDir, helperImage) : false,
+    });
+    this.options.logger?.info({ channel: this.channel }, 'daemon.channel');
     this.dirs = new AgentDirs(stateDir, daemonOwner(this.remap));
     this.workspaces = await openWorkspaceStore({
       stateDir,
@@ -309,7 +511,10 @@ export class DockerProvider implements SandboxProvider {
   async create(spec: SandboxSpec): Promise<string> {
     if (this.runtimeVolume === undefined)
       throw new CodedError('INTERNAL', 'The Docker provider was asked to create a sandbox before prepare() filled the runtime volume.');
-    const socketDirOnHost = await this.dirs.prepare(spec.agentId, spec.daemonSecret);
+    const channel: SandboxContainerSpec['channel'] =
+      this.channel === 'socket'
+        ? { kind: 'socket', socketDirOnHost: await this.dirs.prepare(spec.agentId, spec.daemonSecret) }
+        : { kind: 'exec', daemonSecret: spec.daemonSecret };
     let container: Docker.Container | undefined;
     try {
       const workspaceOnHost = await this.workspaceFor(spec);
@@ -319,7 +524,7 @@ export class DockerProvider implements SandboxProvider {
         env: spec.env,
         labels: spec.labels,
         settings: spec.settings,
-        socketDirOnHost,
+        channel,
         runtimeVolume: this.runtimeVolume,
         workspaceOnHost,
       });
@@ -347,7 +552,8 @@ export class DockerProvider implements SandboxProvider {
 
   /** Starts a stopped sandbox container again with a fresh daemon folder; a running one is left alone. */
   async start(handle: string, agentId: string, daemonSecret: string): Promise<void> {
-    await this.dirs.prepare(agentId, daemonSecret);
+    // With `exec` the secret stays in the container's environment (it is derived, so the same).
+    if (this.channel === 'socket') await this.dirs.prepare(agentId, daemonSecret);
     // After a host reboot the sandbox's disk is no longer mounted: mount it before the engine binds it.
     if (this.workspaces && (await this.workspaces.list()).includes(agentId)) await this.workspaces.attach(agentId);
     await this.docker
@@ -461,7 +667,65 @@ export class DockerProvider implements SandboxProvider {
   }
 
   daemon(agentId: string): DaemonEndpoint {
-    return { socketPath: this.dirs.socketPath(agentId) };
+    if (this.channel === 'socket') return { socketPath: this.dirs.socketPath(agentId) };
+    return { openStream: () => this.openExecStream(agentId) };
+  }
+
+  /**
+   * Whether the engine's containers see the controller's folders: a file with a random name and
+   * content is written under the state folder, bound into a helper container, and read back
+   * through the engine. Any failure means no.
+   */
+  private async engineSeesFolder(stateDir: string, helperImage: string): Promise<boolean> {
+    const name = `channel-probe-${randomBytes(8).toString('hex')}`;
+    const marker = randomBytes(16).toString('hex');
+    const folder = path.join(stateDir, name);
+    try {
+      await mkdir(folder, { recursive: true, mode: 0o755 });
+      await writeFile(path.join(folder, 'marker'), marker);
+      const helper = await this.docker.createContainer({
+        Image: helperImage,
+        Entrypoint: ['/bin/true'],
+        Cmd: [],
+        HostConfig: { Binds: [`${folder}:/probe:ro`], NetworkMode: 'none' },
+      });
+      try {
+        const archive = await helper.getArchive({ path: '/probe/marker' });
+        const chunks: Buffer[] = [];
+        for await (const chunk of archive) chunks.push(chunk as Buffer);
+        return Buffer.concat(chunks).includes(marker);
+      } finally {
+        await helper.remove({ force: true }).catch(() => undefined);
+      }
+    } catch {
+      return false;
+    } finally {
+      await rm(folder, { recursive: true, force: true }).catch(() => undefined);
+    }
+  }
+
+  /**
+   * A byte stream to the daemon's socket through the engine's API: `docker exec` (as the
+   * container's root, which alone may enter the daemon's folder) of a bridge that copies stdin to
+   * the socket and the socket to stdout. The engine frames stdout and stderr on one connection;
+   * they are taken apart here, and the bridge's stderr (its errors) is dropped.
+   */
+  private async openExecStream(agentId: string): Promise<Duplex> {
+    const container = this.docker.getContainer(`warren-${agentId}`);
+    const exec = await container
+      .exec({ Cmd: bridgeCommand(`${SOCKET_DIR_IN_SANDBOX}/agent.sock`), AttachStdin: true, AttachStdout: true, AttachStderr: true, Tty: false, User: '0:0' })
+      .catch((e: unknown) => rethrow(e, `reach the daemon of sandbox ${agentId} through the engine`));
+    const raw = await exec.start({ hijack: true, stdin: true }).catch((e: unknown): never => rethrow(e, `reach the daemon of sandbox ${agentId}`));
+    const stdout = new PassThrough();
+    const stderr = new PassThrough();
+    this.docker.modem.demuxStream(raw, stdout, stderr);
+    stderr.resume();
+    raw.once('end', () => stdout.end());
+    raw.once('close', () => stdout.end());
+    const stream = Duplex.from({ readable: stdout, writable: raw });
+    stream.once('close', () => raw.destroy());
+    // What http and ws ask of a socket; a stream through the engine has no such knobs.
+    return Object.assign(stream, { setTimeout: () => stream, setNoDelay: () => stream, setKeepAlive: () => stream });
   }
 
   async copyIn(handle: string, tar: Buffer, path: string): Promise<void> {
@@ -484,7 +748,7 @@ export class DockerProvider implements SandboxProvider {
 
 /** What a {@link DockerProvider} is told at construction; everything has a default. */
 export interface DockerProviderOptions {
-  /** The engine; `new Docker()` (DOCKER_HOST or the local socket) by default. */
+  /** The engine; by default the one {@link resolveEngine} finds (DOCKER_HOST, the Docker context, the local socket). */
   docker?: Docker | undefined;
   /** The controller's state folder: the daemons' folders and the workspace disks live there. */
   stateDir?: string | undefined;
@@ -492,6 +756,8 @@ export interface DockerProviderOptions {
   workspaceQuota?: 'auto' | 'required' | 'off' | undefined;
   /** Free space (MiB) workspace disks always leave on the host. */
   workspaceReserveMb?: number | undefined;
+  /** How daemons are reached: `auto` (default) picks with {@link chooseChannel}. */
+  daemonChannel?: 'auto' | DaemonChannel | undefined;
   /** Where operator-facing details go; nothing is logged without one. */
   logger?: Logger | undefined;
 }
@@ -504,6 +770,21 @@ export interface DockerProviderOptions {
 function daemonOwner(remap: { uid: number; gid: number } | null): HostIdentity | undefined {
   if (process.getuid?.() !== 0) return undefined;
   return remap ?? { uid: 0, gid: 0 };
+}
+
+/**
+ * The daemon channel for `auto`: `socket` only where the engine certainly shares this process's
+ * folders (a local unix socket, not an engine in a VM such as Docker Desktop, which passes no
+ * unix sockets through its file sharing, and a folder of the controller's that a container of
+ * the engine's was seen to read: a controller in a container with the engine's socket fails
+ * that); `exec` everywhere else.
+ *
+ * @example
+ * chooseChannel('auto', { localEngine: true, engineInVm: true, sharesFolders: true }); // 'exec'
+ */
+export function chooseChannel(wanted: 'auto' | DaemonChannel, where: { localEngine: boolean; engineInVm: boolean; sharesFolders: boolean }): DaemonChannel {
+  if (wanted !== 'auto') return wanted;
+  return where.localEngine && !where.engineInVm && where.sharesFolders ? 'socket' : 'exec';
 }
 
 /**
@@ -530,6 +811,46 @@ function demuxToText(raw: Buffer): string {
     offset += 8 + size;
   }
   return (offset === 0 ? raw : Buffer.concat(parts)).toString('utf8').trim();
+}
+
+/** One line of the engine's pull progress. */
+interface PullEvent {
+  status?: string;
+  id?: string;
+  progressDetail?: { current?: number; total?: number };
+  error?: string;
+  errorDetail?: { message?: string };
+}
+
+/** One line of the engine's build output. */
+interface BuildEvent {
+  stream?: string;
+  aux?: { ID?: string };
+  error?: string;
+  errorDetail?: { message?: string };
+}
+
+function mib(bytes: number): string {
+  return (bytes / 1024 / 1024).toFixed(bytes < 1024 * 1024 ? 2 : 0);
+}
+
+/** A failed pull as Warren's error: a full disk is `IMAGE_TOO_LARGE`, an engine that is away `UPSTREAM_UNAVAILABLE`, the rest `IMAGE_PULL_FAILED`. */
+function pullFailure(image: string, err: unknown): CodedError {
+  if (err instanceof CodedError) return err;
+  const e = err as { statusCode?: number; json?: { message?: string }; reason?: string; code?: string; message?: string } | string | undefined;
+  const detail = typeof e === 'string' ? e : (e?.json?.message ?? e?.message ?? e?.reason ?? String(err));
+  if (typeof e === 'object' && (e.code === 'ECONNREFUSED' || e.code === 'ENOENT' || e.code === 'EACCES')) return rethrowAsError(err, `pull ${image}`);
+  if (/no space left on device/i.test(detail))
+    return new CodedError('IMAGE_TOO_LARGE', `The image ${image} does not fit on the engine's disk (${detail}); nothing of it was kept.`, { image });
+  return new CodedError('IMAGE_PULL_FAILED', `Could not pull ${image}: ${detail}.`, { image });
+}
+
+function rethrowAsError(err: unknown, doing: string): CodedError {
+  try {
+    rethrow(err, doing);
+  } catch (coded) {
+    return coded as CodedError;
+  }
 }
 
 /** Maps a dockerode failure to a Warren error that says what to do. */

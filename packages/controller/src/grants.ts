@@ -215,3 +215,22 @@ export function observeCalls(client: WebSocket, agent: WebSocket, metrics: Metri
     },
   };
 }
+
+/**
+ * Who a presented credential makes its holder: the operator for the API key, and for a sandbox's
+ * own token or a valid derived token of that sandbox, a caller of that sandbox only; undefined
+ * when it is none of these. Every door (REST, WebSocket, the E2B gateway) decides by this.
+ *
+ * @example
+ * callerFor(credentials, req.headers['x-access-token'], sandboxId); // { kind: 'sandbox', sandboxId } or undefined
+ */
+export function callerFor(credentials: Credentials, presented: string, sandboxId: string | undefined): Caller | undefined {
+  if (credentials.isApiKey(presented)) return { kind: 'operator' };
+  if (sandboxId === undefined) return undefined;
+  if (credentials.isSandboxToken(sandboxId, presented)) return { kind: 'sandbox', sandboxId };
+  const derived = credentials.readDerivedToken(presented);
+  if (derived && derived.sandboxId === sandboxId && (derived.expiresAt === undefined || derived.expiresAt > Date.now())) {
+    return { kind: 'derived', sandboxId, grant: derived.grant, expiresAt: derived.expiresAt };
+  }
+  return undefined;
+}

@@ -7,7 +7,9 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import { openAgentSocket } from './agent-link.js';
 import type { ControllerConfig } from './config.js';
 import type { Credentials } from './credentials.js';
-import { callAccessCheck, grantFor, observeCalls, routeRefusal, type Access, type Caller, type Holder } from './grants.js';
+import { createE2bGateway, isE2bPath } from './e2b/gateway.js';
+import { sandboxIdOf } from './e2b/envd-scope.js';
+import { callAccessCheck, callerFor, grantFor, observeCalls, routeRefusal, type Access, type Caller, type Holder } from './grants.js';
 import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
 import { relay, sizeRefusal } from './relay.js';
@@ -41,11 +43,16 @@ export function createHttpServer(deps: HttpServerDeps) {
   // maxMessageBytes with its request id (relay.ts) instead of closing the connection.
   const wss = new WebSocketServer({ noServer: true, maxPayload: WS_MAX_PAYLOAD_BYTES, perMessageDeflate: false });
 
+  const e2b = createE2bGateway(deps);
   const server = createServer((req, res) => {
     const entry: AccessEntry = { requestId: requestIdOf(req), startedAt: performance.now() };
     res.setHeader(REQUEST_ID_HEADER, entry.requestId);
     res.once('close', () => logRequest(deps.logger, req, entry, res.statusCode, res.writableFinished));
-    route(deps, req, res, entry).catch((err: unknown) => sendError(deps, res, err, entry));
+    // The E2B gateway (docs/e2b.md) speaks E2B's wire on its own prefix; everything else is Warren's route table.
+    const e2bPath = isE2bPath(new URL(req.url ?? '/', 'http://controller').pathname);
+    if (e2bPath) entry.sandboxId = e2bSandboxId(req);
+    const served = e2bPath ? e2b(req, res) : route(deps, req, res, entry);
+    served.catch((err: unknown) => sendError(deps, res, err, entry));
   });
 
   // The 101 answer of an accepted upgrade carries the request id too.
@@ -80,7 +87,10 @@ export function createHttpServer(deps: HttpServerDeps) {
     }
   }, deps.config.heartbeatMs);
   heartbeat.unref();
-  server.on('close', () => clearInterval(heartbeat));
+  server.on('close', () => {
+    clearInterval(heartbeat);
+    e2b.close();
+  });
 
   return { server, wss };
 }
@@ -117,6 +127,15 @@ async function route(deps: HttpServerDeps, req: IncomingMessage, res: ServerResp
     refuse(holder, found.access as Access, what);
   }
   await found.handle({ deps, req, res, query: url.searchParams, id, caller });
+}
+
+/** The sandbox an E2B request names (header, host name, or `/sandboxes/<id>` path), for its access line. */
+function e2bSandboxId(req: IncomingMessage): string | undefined {
+  const header = (name: string) => {
+    const value = req.headers[name];
+    return Array.isArray(value) ? value[0] : value;
+  };
+  return sandboxIdOf(header) ?? /\/sandboxes\/([A-Za-z0-9]{1,64})(\/|$)/.exec(req.url ?? '')?.[1];
 }
 
 /** A caller on a controller-wide route, where no sandbox (so no grant) is involved. */
@@ -169,7 +188,7 @@ async function upgrade(
   upgrading.count++;
   let agent: WebSocket;
   try {
-    agent = await openAgentSocket(deps.sandboxes.socketPath(id), deps.sandboxes.agentSecret(id), 5000, { [GRANT_HEADER]: encodeGrant(grant) });
+    agent = await openAgentSocket(deps.sandboxes.daemonEndpoint(id), deps.sandboxes.agentSecret(id), 5000, { [GRANT_HEADER]: encodeGrant(grant) });
   } catch (err) {
     upgrading.count--;
     throw await unreachableDaemon(deps, id, err);
@@ -276,17 +295,9 @@ const UNAUTHORIZED_MESSAGE = 'Missing or invalid credential: send Authorization:
  */
 function authenticate(credentials: Credentials, req: IncomingMessage, sandboxId: string | undefined): Caller {
   const presented = /^Bearer (\S+)$/.exec(req.headers.authorization ?? '')?.[1];
-  if (presented !== undefined) {
-    if (credentials.isApiKey(presented)) return { kind: 'operator' };
-    if (sandboxId !== undefined) {
-      if (credentials.isSandboxToken(sandboxId, presented)) return { kind: 'sandbox', sandboxId };
-      const derived = credentials.readDerivedToken(presented);
-      if (derived && derived.sandboxId === sandboxId && (derived.expiresAt === undefined || derived.expiresAt > Date.now())) {
-        return { kind: 'derived', sandboxId, grant: derived.grant, expiresAt: derived.expiresAt };
-      }
-    }
-  }
-  throw new CodedError('UNAUTHORIZED', UNAUTHORIZED_MESSAGE);
+  const caller = presented === undefined ? undefined : callerFor(credentials, presented, sandboxId);
+  if (caller === undefined) throw new CodedError('UNAUTHORIZED', UNAUTHORIZED_MESSAGE);
+  return caller;
 }
 
 function methodNotAllowed(method: string, path: string, allowed: string): CodedError {
@@ -354,7 +365,7 @@ function requestFields(req: IncomingMessage, entry: AccessEntry): Record<string,
     path: path.length > MAX_LOGGED_PATH ? `${path.slice(0, MAX_LOGGED_PATH)}...` : path,
     ...(entry.sandboxId ? { sandboxId: entry.sandboxId } : {}),
     ...(entry.caller ? { caller: entry.caller } : {}),
-    remoteAddress: req.socket.remoteAddress,
+    remoteAddress: req.socket?.remoteAddress,
   };
 }
 

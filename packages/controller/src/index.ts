@@ -1,11 +1,35 @@
 export { startController, type Controller, type StartControllerOptions } from './controller.js';
-export { loadConfig, readConfigFile, readFlags, redactConfig, defaultStateDir, defaultAgentBundlePath, ConfigFile, type ControllerConfig } from './config.js';
+export {
+  loadConfig,
+  readConfigFile,
+  readFlags,
+  redactConfig,
+  defaultStateDir,
+  defaultAgentBundlePath,
+  ConfigFile,
+  type ControllerConfig,
+  type ImageSettings,
+} from './config.js';
 export { createLogger, silentLogger, LOG_LEVELS, REDACTED, type Logger, type LogLevel, type LoggerOptions } from './logger.js';
 export { Credentials, API_KEY_HASH_FILE } from './credentials.js';
 export { AgentDirs } from './agent-dir.js';
-export { DockerProvider, containerCreateBody, WORKSPACE, type SandboxContainerSpec } from './docker.js';
+export { DockerProvider, chooseChannel, containerCreateBody, WORKSPACE, type DaemonChannel, type SandboxContainerSpec } from './docker.js';
 export { LABELS, sandboxLabels } from './labels.js';
-export type { SandboxProvider, SandboxSpec, ProvidedSandbox, ProviderState, ProviderIsolation, DaemonEndpoint } from './provider.js';
+export type {
+  SandboxProvider,
+  SandboxSpec,
+  ProvidedSandbox,
+  ProviderState,
+  ProviderIsolation,
+  DaemonEndpoint,
+  PullOptions,
+  PullProgress,
+  BuildOptions,
+  ProvidedImage,
+} from './provider.js';
+export { ImageService, BUILD_LABEL, type ImageServiceOptions, type ImageWatch } from './image-service.js';
+export { parseImageRef, parseAllowList, isAllowed, checkAllowed, buildTag, DOCKER_HUB, type ImageRef, type AllowedRegistry } from './image-ref.js';
+export { dockerfileNeeds, type DockerfileNeeds } from './dockerfile-check.js';
 export { systemClock, type Clock } from './clock.js';
 export { collectRuntime, type AgentRuntime } from './runtime.js';
 export { planSandbox, type SandboxPlan, type PlanContext } from './sandbox-plan.js';
@@ -33,3 +57,5 @@ export {
 export { DnsResolver, type EgressResolver } from './egress/resolver.js';
 export { egressEventSink } from './egress/sink.js';
 export type { EgressEvent, EgressKind } from './egress/events.js';
+export { callAgent, openAgentSocket, probeAgent } from './agent-link.js';
+export { resolveEngine, type EngineEndpoint } from './engine-endpoint.js';

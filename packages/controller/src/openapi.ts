@@ -95,7 +95,7 @@ export function openApiDocument(routes: readonly Route[]): Record<string, unknow
     const responses: Record<string, unknown> = {};
     for (const [status, answer] of Object.entries(route.responses)) {
       const content = answer.schema
-        ? { 'application/json': { schema: components.ref(answer.schema, 'output') } }
+        ? { [answer.contentType ?? 'application/json']: { schema: components.ref(answer.schema, 'output') } }
         : answer.contentType
           ? { [answer.contentType]: { schema: { type: 'string' } } }
           : undefined;
@@ -110,6 +110,15 @@ export function openApiDocument(routes: readonly Route[]): Record<string, unknow
       summary: route.summary,
       ...(parameters.length > 0 ? { parameters } : {}),
       ...(route.body ? { requestBody: { required: false, content: { 'application/json': { schema: components.ref(route.body, 'input') } } } } : {}),
+      ...(route.rawBody
+        ? {
+            requestBody: {
+              required: true,
+              description: route.rawBody.description,
+              content: { [route.rawBody.contentType]: { schema: { type: 'string', format: 'binary' } } },
+            },
+          }
+        : {}),
       responses,
       security: route.access === 'public' ? [] : [{ bearer: [] }],
       'x-warren-access': route.access,

@@ -1,4 +1,5 @@
 import type { SandboxSettings } from '@warren/protocol';
+import type { Duplex } from 'node:stream';
 import type { AgentRuntime } from './runtime.js';
 
 /**
@@ -19,6 +20,24 @@ export interface SandboxProvider {
   runtimes(): Promise<{ name: string; args: string[] }[]>;
   /** True when the image can start without being fetched. */
   hasImage(image: string): Promise<boolean>;
+  /**
+   * Fetches an image (a canonical reference, already allowed). `onProgress` gets each status
+   * line. Refused with `IMAGE_TOO_LARGE` when its layers add up to more than `maxBytes` or the
+   * disk fills, `IMAGE_PULL_FAILED` otherwise; a pull that fails leaves no image under the name.
+   */
+  pullImage(image: string, options: PullOptions): Promise<void>;
+  /**
+   * Builds an image from a checked tar of its context, named `options.tag` and labelled with
+   * `options.labels`; `onOutput` gets the build's text as it comes. Refused with `BUILD_FAILED`
+   * and the end of the output when a step fails. Resolves with the image's id.
+   */
+  buildImage(context: Buffer, options: BuildOptions): Promise<{ id: string }>;
+  /** The images that carry `label` (any value), newest first. */
+  listImages(label: string): Promise<ProvidedImage[]>;
+  /** An image's id and labels, or undefined when it is not there. */
+  inspectImage(image: string): Promise<{ id: string; labels: Record<string, string> } | undefined>;
+  /** Removes an image by id or name; an absent one is not an error. An image a sandbox uses is refused (`CONFLICT`). */
+  removeImage(image: string): Promise<void>;
   /**
    * Makes the agent runtime (Node, its libraries, the bundled daemon) available to sandboxes of
    * any image, once per runtime build; removes those of old builds where it can.
@@ -51,7 +70,7 @@ export interface SandboxProvider {
    * Resolves with a function that stops following.
    */
   events(onEvent: (handle: string, action: string) => void, onEnd: () => void): Promise<() => void>;
-  /** How the controller reaches a sandbox's daemon (a unix socket today). */
+  /** How the controller reaches a sandbox's daemon. */
   daemon(agentId: string): DaemonEndpoint;
   /** Copies a tar archive into a sandbox at `path` (the provider's own way in, not the daemon). */
   copyIn(handle: string, tar: Buffer, path: string): Promise<void>;
@@ -72,6 +91,43 @@ export interface SandboxSpec {
   daemonSecret: string;
 }
 
+/** How {@link SandboxProvider.pullImage} reports and bounds a pull. */
+export interface PullOptions {
+  onProgress: (progress: PullProgress) => void;
+  /** The most the image's layers may add up to (as downloaded), in bytes. */
+  maxBytes: number;
+  signal?: AbortSignal | undefined;
+}
+
+/** One status line of a pull. */
+export interface PullProgress {
+  status: string;
+  layer?: string | undefined;
+  current?: number | undefined;
+  total?: number | undefined;
+}
+
+/** How {@link SandboxProvider.buildImage} names and runs a build. */
+export interface BuildOptions {
+  tag: string;
+  /** The Dockerfile's path inside the context. */
+  dockerfile: string;
+  labels: Record<string, string>;
+  /** `none` keeps RUN steps off every network. */
+  network: 'none' | 'bridge';
+  onOutput: (text: string) => void;
+  signal?: AbortSignal | undefined;
+}
+
+/** An image as a provider lists it. */
+export interface ProvidedImage {
+  id: string;
+  tags: string[];
+  createdAt: string;
+  sizeBytes: number;
+  labels: Record<string, string>;
+}
+
 /** `gone` is `undefined`: a handle the backend no longer knows. */
 export type ProviderState = 'running' | 'paused' | 'exited';
 
@@ -81,11 +137,12 @@ export interface ProvidedSandbox {
   state: ProviderState | undefined;
 }
 
-/** Where a daemon listens, as the relay opens it. */
-export interface DaemonEndpoint {
-  /** A unix socket on the controller's side, checked with `lstat` before each connect. */
-  socketPath: string;
-}
+/**
+ * How the relay reaches a daemon: a unix socket on the controller's side (checked with `lstat`
+ * before each connect), or a byte stream the provider opens to it (through the engine's API), on
+ * which the relay speaks the same WebSocket.
+ */
+export type DaemonEndpoint = { socketPath: string } | { openStream(): Promise<Duplex> };
 
 /** What isolation a backend gives sandboxes, as `/readyz` and `warren doctor` report it. */
 export interface ProviderIsolation {

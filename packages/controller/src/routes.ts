@@ -1,6 +1,11 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import {
+  BuildImageQuery,
   CodedError,
+  ERROR_CODES,
+  ImageEvent,
+  ListImagesResponse,
+  PullImageRequest,
   CreateSandboxRequest,
   CreateSandboxResponse,
   DeriveTokenRequest,
@@ -54,7 +59,7 @@ export interface QueryParameter {
 export interface RouteResponse {
   description: string;
   schema?: z.ZodType;
-  /** A content type other than JSON (the body is then described in words only). */
+  /** A content type other than JSON (with a schema: of each line or part; without one the body is described in words only). */
   contentType?: string;
 }
 
@@ -73,6 +78,8 @@ export interface Route {
   query?: readonly QueryParameter[];
   /** The JSON body's schema, for routes that take one. */
   body?: z.ZodType;
+  /** A body that is not JSON (a tar archive), described in words. */
+  rawBody?: { contentType: string; description: string };
   /** The answers on success, by status; every route may also answer an error (`RestErrorBody`). */
   responses: Readonly<Record<number, RouteResponse>>;
   /** A WebSocket upgrade: the upgrade handler serves it; a plain request gets a typed refusal. */
@@ -265,6 +272,97 @@ export const ROUTES: readonly Route[] = [
   },
   {
     method: 'GET',
+    path: '/v1/images',
+    operationId: 'listImages',
+    summary: 'The images Warren built (labelled warren.build), newest first.',
+    access: 'operator',
+    responses: { 200: { description: 'The built images.', schema: ListImagesResponse } },
+    handle: async ({ deps, res }) => sendJson(res, 200, { images: await deps.sandboxes.images.list() }),
+  },
+  {
+    method: 'DELETE',
+    path: '/v1/images',
+    operationId: 'removeImage',
+    summary: 'Remove an image Warren built, by id or name; other images are refused.',
+    access: 'operator',
+    query: [{ name: 'image', description: 'The image id (sha256:...) or name, as GET /v1/images lists it.', schema: z.string().min(1).max(512) }],
+    responses: { 204: { description: 'Gone.' } },
+    handle: async ({ deps, res, query }) => {
+      const image = query.get('image');
+      if (!image) throw new CodedError('INVALID_PARAMS', 'Name the image to remove: DELETE /v1/images?image=<id or name>.');
+      await deps.sandboxes.images.remove(image);
+      res.writeHead(204).end();
+    },
+  },
+  {
+    method: 'POST',
+    path: '/v1/images/pull',
+    operationId: 'pullImage',
+    summary:
+      'Pull an image onto the engine ahead of a create, with progress. Refused before anything is fetched when its registry is not allowed. ' +
+      'The answer is NDJSON: progress lines, then one done or error line.',
+    access: 'operator',
+    body: PullImageRequest,
+    responses: { 200: { description: 'One ImageEvent per line: progress, then done or error.', contentType: 'application/x-ndjson', schema: ImageEvent } },
+    handle: async ({ deps, req, res }) => {
+      const body = PullImageRequest.safeParse(await readJson(req));
+      if (!body.success)
+        throw new CodedError('INVALID_PARAMS', `Invalid pull request: ${body.error.issues.map(issueText).join('; ')}. Send { "image": "<reference>" }.`);
+      const stream = eventStream(res);
+      await stream.run(async () => {
+        await deps.sandboxes.images.ensure(body.data.image, {
+          onStart: stream.start,
+          onProgress: (p) => stream.send({ type: 'progress', ...p }),
+        });
+        return { type: 'done', image: body.data.image };
+      });
+    },
+  },
+  {
+    method: 'POST',
+    path: '/v1/images/build',
+    operationId: 'buildImage',
+    summary:
+      'Build a template image from a Dockerfile; the body is the build context as a tar archive (application/x-tar), checked before the build. ' +
+      'The answer is NDJSON: the build output, then one done or error line.',
+    access: 'operator',
+    rawBody: {
+      contentType: 'application/x-tar',
+      description: 'The build context: a tar archive of regular files, folders and relative links that stay inside it.',
+    },
+    query: [
+      { name: 'tag', description: 'The name the image gets, name[:tag] without a registry host.', schema: BuildImageQuery.shape.tag },
+      { name: 'dockerfile', description: "The Dockerfile's path inside the context (default Dockerfile).", schema: BuildImageQuery.shape.dockerfile.unwrap() },
+    ],
+    responses: { 200: { description: 'One ImageEvent per line: output, then done or error.', contentType: 'application/x-ndjson', schema: ImageEvent } },
+    handle: async ({ deps, req, res, query }) => {
+      const parsed = BuildImageQuery.safeParse({ tag: query.get('tag') ?? undefined, dockerfile: query.get('dockerfile') ?? undefined });
+      if (!parsed.success)
+        throw new CodedError(
+          'INVALID_PARAMS',
+          `Invalid build request: ${parsed.error.issues.map(issueText).join('; ')}. Use ?tag=<name[:tag]>&dockerfile=<path>.`,
+        );
+      const images = deps.sandboxes.images;
+      // The slot is taken before the body is read, so waiting builds hold no context in memory.
+      await images.withBuildSlot(async () => {
+        const context = await readContext(req, deps.config.images.maxBuildContextMb);
+        const abort = new AbortController();
+        res.once('close', () => res.writableFinished || abort.abort());
+        const stream = eventStream(res);
+        await stream.run(async () => {
+          const built = await images.build(context, parsed.data, {
+            onStart: stream.start,
+            onProgress: (p) => stream.send({ type: 'progress', ...p }),
+            onOutput: (text) => stream.send({ type: 'output', text }),
+            signal: abort.signal,
+          });
+          return { type: 'done', image: built.image, id: built.id };
+        });
+      });
+    },
+  },
+  {
+    method: 'GET',
     path: '/v1/sandboxes/{id}/connect',
     operationId: 'connect',
     summary:
@@ -313,6 +411,71 @@ function listFilter(query: URLSearchParams): { labels: Record<string, string>; s
   const parsed = SandboxState.safeParse(state);
   if (!parsed.success) throw new CodedError('INVALID_PARAMS', `State filter '${state}' is not one of ${SandboxState.options.join(', ')}.`);
   return { labels, state: parsed.data };
+}
+
+/**
+ * An NDJSON answer of {@link ImageEvent} lines. Before `start` a failure is an ordinary error
+ * answer with its status; after it, the status is sent, so a failure is the last line, an
+ * `error` event with the same body an error answer has.
+ */
+function eventStream(res: ServerResponse) {
+  let started = false;
+  const start = () => {
+    if (started) return;
+    started = true;
+    res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' });
+  };
+  const send = (event: ImageEvent) => {
+    start();
+    if (!res.writableEnded) res.write(`${JSON.stringify(event)}\n`);
+  };
+  return {
+    start,
+    send,
+    async run(work: () => Promise<ImageEvent>): Promise<void> {
+      try {
+        send(await work());
+      } catch (err) {
+        if (!started) throw err;
+        const coded = err instanceof CodedError ? err : new CodedError('INTERNAL', err instanceof Error ? err.message : String(err));
+        const error = {
+          code: coded.code,
+          message: coded.message,
+          suggestion: ERROR_CODES[coded.code].suggestion,
+          ...(coded.details ? { details: coded.details } : {}),
+        };
+        send({ type: 'error', error });
+      }
+      res.end();
+    },
+  };
+}
+
+/** Reads a build context (a tar archive) of at most `maxMb` MiB; a larger one is refused before it is read to the end. */
+async function readContext(req: IncomingMessage, maxMb: number): Promise<Buffer> {
+  const max = maxMb * 1024 * 1024;
+  const tooLarge = () =>
+    new CodedError(
+      'BUILD_CONTEXT_TOO_LARGE',
+      `The build context is larger than this controller's ${maxMb} MiB (images.maxBuildContextMb); build from a smaller folder.`,
+      {
+        maxBytes: max,
+      },
+    );
+  if (Number(req.headers['content-length'] ?? 0) > max) throw tooLarge();
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > max) {
+      req.destroy();
+      throw tooLarge();
+    }
+    chunks.push(chunk);
+  }
+  if (size === 0)
+    throw new CodedError('INVALID_PARAMS', 'The build request has no body; send the build context as a tar archive (warren image build packs a folder).');
+  return Buffer.concat(chunks);
 }
 
 async function readJson(req: IncomingMessage): Promise<unknown> {

@@ -9,14 +9,19 @@ import { packTar } from './tar.js';
 
 /** Where the runtime volume is mounted in every sandbox, read-only. */
 export const RUNTIME_DIR = '/opt/warren';
-const LOADER_NAME = 'ld-linux-x86-64.so.2';
+/**
+ * The dynamic loader's name in the runtime, whatever the architecture: the host's own loader
+ * (`ld-linux-x86-64.so.2`, `ld-linux-aarch64.so.1`, as `ldd` lists it) is copied here, and a
+ * loader run as a program does not care what it is called.
+ */
+const LOADER_NAME = 'ld-linux.so';
 
 /**
  * One file of the runtime: where it is on the host, and where it sits under {@link RUNTIME_DIR}.
  * Contents are read only to hash them and when a volume is filled: holding the Node binary's
  * 100 MB in memory would leave an idle controller at twice its size until a GC happened to run.
  */
-interface RuntimeFile {
+export interface RuntimeFile {
   name: string;
   source: string;
   mode: number;
@@ -24,8 +29,8 @@ interface RuntimeFile {
 
 /**
  * The agent runtime: the host's Node binary, the shared libraries and loader it needs, and the
- * bundled daemon. Started through its own loader with its own libraries, it runs in any
- * linux/amd64 image, glibc or not, and nothing is baked into the user's image.
+ * bundled daemon. Started through its own loader with its own libraries, it runs in any Linux
+ * image of the host's architecture, glibc or not, and nothing is baked into the user's image.
  */
 export interface AgentRuntime {
   /** Content hash: names the volume, so a changed runtime gets a new one. */
@@ -36,6 +41,17 @@ export interface AgentRuntime {
 /** The command that starts the daemon inside a sandbox. */
 export function agentCommand(args: string[]): string[] {
   return [`${RUNTIME_DIR}/${LOADER_NAME}`, '--library-path', `${RUNTIME_DIR}/lib`, `${RUNTIME_DIR}/node`, `${RUNTIME_DIR}/warren-agent.mjs`, ...args];
+}
+
+/**
+ * The bridge the `exec` daemon channel runs in a sandbox: the runtime's Node copying its stdin to
+ * the daemon's socket and the socket to its stdout, ending when either side does.
+ */
+export function bridgeCommand(socketPath: string): string[] {
+  const script =
+    "const s=require('net').connect(process.argv[1]);process.stdin.pipe(s);s.pipe(process.stdout);" +
+    "s.on('error',e=>{process.stderr.write(e.message);process.exit(1)});s.on('close',()=>process.exit(0));process.stdin.on('end',()=>s.end())";
+  return [...agentCommand([]).slice(0, -1), '-e', script, socketPath];
 }
 
 /** Collects the runtime from this host: `process.execPath`, what `ldd` lists for it, and the bundle. */
@@ -49,21 +65,16 @@ export async function collectRuntime(agentBundlePath: string): Promise<AgentRunt
     throw err;
   });
   const nodePath = process.execPath;
+  if (process.platform !== 'linux')
+    throw new Error(
+      `The controller runs on ${process.platform}, but the daemon it injects into sandboxes is this Node: run the controller on Linux (on macOS, the controller image: docs/install.md).`,
+    );
   const { stdout } = await promisify(execFile)('ldd', [nodePath]);
   const files: RuntimeFile[] = [
     { name: 'node', source: nodePath, mode: 0o755 },
     { name: 'warren-agent.mjs', source: agentBundlePath, mode: 0o644 },
+    ...librariesFromLdd(stdout),
   ];
-  for (const line of stdout.split('\n')) {
-    // "libm.so.6 => /lib/x86_64-linux-gnu/libm.so.6 (0x...)" or "/lib64/ld-linux-x86-64.so.2 (0x...)"
-    const match = /^\s*(\S+)(?:\s+=>\s+(\S+))?\s+\(0x[0-9a-f]+\)/.exec(line);
-    if (!match) continue;
-    const [, name, resolved] = match;
-    const source = resolved ?? name!;
-    if (!path.isAbsolute(source)) continue; // linux-vdso: provided by the kernel
-    if (path.basename(source).startsWith('ld-linux')) files.push({ name: LOADER_NAME, source, mode: 0o755 });
-    else files.push({ name: `lib/${path.basename(name!)}`, source, mode: 0o644 });
-  }
   if (!files.some((f) => f.name === LOADER_NAME))
     throw new Error(`ldd did not list a loader for ${nodePath}; Warren needs a dynamically linked glibc Node on the host.`);
   files.push(...(await collectNativePackages(agentBundlePath, new Set(files.map((f) => f.name)))));
@@ -73,6 +84,36 @@ export async function collectRuntime(agentBundlePath: string): Promise<AgentRunt
     for await (const chunk of createReadStream(file.source)) hash.update(chunk as Buffer);
   }
   return { hash: hash.digest('hex').slice(0, 16), files };
+}
+
+/**
+ * The libraries and the loader `ldd` lists for a binary, as runtime files: the loader (any
+ * architecture's `ld-linux-*`) under {@link LOADER_NAME}, the rest under `lib/`; the kernel's vDSO
+ * has no file and is skipped.
+ *
+ * @example
+ * librariesFromLdd('\tlibc.so.6 => /lib/aarch64-linux-gnu/libc.so.6 (0x0000ffff8e5a0000)\n\t/lib/ld-linux-aarch64.so.1 (0x0000ffff8e7c0000)');
+ * // [{ name: 'lib/libc.so.6', ... }, { name: 'ld-linux.so', source: '/lib/ld-linux-aarch64.so.1', mode: 0o755 }]
+ */
+export function librariesFromLdd(lddOutput: string): RuntimeFile[] {
+  const files: RuntimeFile[] = [];
+  for (const line of lddOutput.split('\n')) {
+    // "libm.so.6 => /lib/x86_64-linux-gnu/libm.so.6 (0x...)" or "/lib64/ld-linux-x86-64.so.2 (0x...)"
+    const match = /^\s*(\S+)(?:\s+=>\s+(\S+))?\s+\(0x[0-9a-f]+\)/.exec(line);
+    if (!match) continue;
+    const [, name, resolved] = match;
+    const source = resolved ?? name!;
+    if (!path.isAbsolute(source)) continue; // linux-vdso: provided by the kernel
+    if (path.basename(source).startsWith('ld-linux')) files.push({ name: LOADER_NAME, source, mode: 0o755 });
+    else files.push({ name: `lib/${path.basename(name!)}`, source, mode: 0o644 });
+  }
+  return files;
+}
+
+/** Docker's name for an architecture (`docker info`'s `Architecture`) as Node's (`process.arch`). */
+export function nodeArch(engineArchitecture: string): string {
+  const names: Record<string, string> = { x86_64: 'x64', amd64: 'x64', aarch64: 'arm64', arm64: 'arm64', armv7l: 'arm', s390x: 's390x', ppc64le: 'ppc64' };
+  return names[engineArchitecture] ?? engineArchitecture;
 }
 
 /**

@@ -5,6 +5,7 @@ import { probeAgent } from './agent-link.js';
 import { systemClock, type Clock } from './clock.js';
 import type { ControllerConfig } from './config.js';
 import type { Credentials } from './credentials.js';
+import { ImageService } from './image-service.js';
 import { LABELS, sandboxLabels } from './labels.js';
 import type { Metrics } from './metrics.js';
 import type { DaemonEndpoint, SandboxProvider } from './provider.js';
@@ -36,6 +37,8 @@ export interface SandboxServiceOptions {
   onRestart?: ((id: string, error: string | null) => void) | undefined;
   /** Makes the warm pool for this service, when there is one. */
   pool?: ((service: SandboxService) => PoolSource) | undefined;
+  /** Pulls the images creates name when the engine lacks them; one over `provider` and `config.images` by default. */
+  images?: ImageService | undefined;
   /** A real call to a daemon (`hello` + `system.info`); unit tests with a fake provider replace it. */
   probe?: ((endpoint: DaemonEndpoint, secret: string, timeoutMs: number) => Promise<unknown>) | undefined;
 }
@@ -61,6 +64,7 @@ export class SandboxService {
   readonly supervisor: RestartSupervisor;
   readonly reaper: Reaper;
   readonly pool: PoolSource | undefined;
+  readonly images: ImageService;
   private readonly store: RecordStore;
   private readonly metrics: Metrics | undefined;
   private readonly clock: Clock;
@@ -80,7 +84,8 @@ export class SandboxService {
     this.config = options.config;
     this.metrics = options.metrics;
     this.clock = options.clock ?? systemClock;
-    this.probe = options.probe ?? ((endpoint, secret, timeoutMs) => probeAgent(endpoint.socketPath, secret, timeoutMs));
+    this.probe = options.probe ?? ((endpoint, secret, timeoutMs) => probeAgent(endpoint, secret, timeoutMs));
+    this.images = options.images ?? new ImageService({ provider: this.provider, settings: options.config.images });
     this.store = new RecordStore(options.config.stateDir);
     this.createSlots = new Slots(options.config.maxConcurrentCreates);
     const { maxQueuedCreates, createQueueTimeoutMs } = options.config;
@@ -115,9 +120,9 @@ export class SandboxService {
     this.pool = options.pool?.(this);
   }
 
-  /** Where the relay reaches a sandbox's daemon (a unix socket path), by public id. */
-  socketPath(id: string): string {
-    return this.provider.daemon(this.table.require(id).agentId).socketPath;
+  /** How the relay reaches a sandbox's daemon, by public id. */
+  daemonEndpoint(id: string): DaemonEndpoint {
+    return this.provider.daemon(this.table.require(id).agentId);
   }
 
   /** The secret that opens a sandbox's daemon, by public id. */
@@ -205,7 +210,9 @@ export class SandboxService {
 
   /**
    * Creates a sandbox and answers once its daemon has answered a real call: from the warm pool
-   * when the request matches its settings, cold otherwise.
+   * when the request matches its settings, cold otherwise. An image the engine lacks is pulled
+   * first (see {@link ImageService.ensure}); the create waits for the pull, and concurrent
+   * creates of the same image share it.
    */
   async create(body: unknown): Promise<CreateSandboxResponse> {
     const started = performance.now();
@@ -239,6 +246,7 @@ export class SandboxService {
     }
     this.creating++;
     try {
+      await this.images.ensure(plan.image);
       return await this.createSlots.run(() => this.createCold(plan, started), this.createQueueLimits);
     } catch (err) {
       this.metrics?.creates.inc({ source: 'cold', outcome: 'error' });

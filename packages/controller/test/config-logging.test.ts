@@ -50,3 +50,31 @@ describe('redactConfig', () => {
     expect(redactConfig(loadConfig({}))).toMatchObject({ apiKey: null, workspaceReserveMb: null, apiKeyHashes: [] });
   });
 });
+
+describe('images settings', () => {
+  it('default to pulls from docker.io only, no build network, and read the file and the variables', async () => {
+    expect(loadConfig({}).images).toEqual({
+      allowedRegistries: ['docker.io'],
+      pull: 'missing',
+      maxPullMb: 4096,
+      maxBuildContextMb: 256,
+      buildNetwork: 'none',
+      timeoutMs: 900_000,
+    });
+    const file = path.join(dir, 'warren.yaml');
+    await writeFile(file, 'images: { allowedRegistries: [], maxPullMb: 10 }\n');
+    expect(loadConfig({ WARREN_CONFIG: file }).images).toMatchObject({ allowedRegistries: [], maxPullMb: 10, pull: 'missing' });
+    expect(loadConfig({ WARREN_CONFIG: file, WARREN_ALLOWED_REGISTRIES: 'ghcr.io/acme, 127.0.0.1:5000', WARREN_IMAGE_PULL: 'never' }).images).toMatchObject({
+      allowedRegistries: ['ghcr.io/acme', '127.0.0.1:5000'],
+      pull: 'never',
+      maxPullMb: 10,
+    });
+  });
+
+  it('refuse a bad registry entry or build network, naming the variable', () => {
+    expect(() => loadConfig({ WARREN_ALLOWED_REGISTRIES: 'docker.io,https://evil.com' })).toThrow(
+      /WARREN_ALLOWED_REGISTRIES \(images\.allowedRegistries\.1\): allowedRegistries: 'https:\/\/evil\.com' does not start with a registry host/,
+    );
+    expect(() => loadConfig({ WARREN_BUILD_NETWORK: 'host' })).toThrow(/WARREN_BUILD_NETWORK \(images\.buildNetwork\): Invalid option/);
+  });
+});

@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { CodedError } from '@warren/protocol';
-import { containerCreateBody, planSandbox, sandboxLabels, type PlanContext, type SandboxPlan } from '../src/index.js';
+import { chooseChannel, containerCreateBody, planSandbox, sandboxLabels, type PlanContext, type SandboxPlan } from '../src/index.js';
 
 const context: PlanContext = {
   config: {
@@ -14,7 +14,10 @@ const context: PlanContext = {
   runtimes: ['runc'],
 };
 
-function bodyFor(plan: SandboxPlan) {
+function bodyFor(
+  plan: SandboxPlan,
+  channel: Parameters<typeof containerCreateBody>[0]['channel'] = { kind: 'socket', socketDirOnHost: '/var/lib/warren/sandboxes/abc123' },
+) {
   return containerCreateBody({
     id: 'abc123',
     image: plan.image,
@@ -29,7 +32,7 @@ function bodyFor(plan: SandboxPlan) {
       policy: plan.policy,
       labels: plan.labels,
     }),
-    socketDirOnHost: '/var/lib/warren/sandboxes/abc123',
+    channel,
     runtimeVolume: 'warren-runtime-0123',
     settings: plan.settings,
   });
@@ -66,7 +69,7 @@ describe('the container-create body', () => {
       name: 'warren-abc123',
       Image: 'warren/sandbox:latest',
       Entrypoint: [
-        '/opt/warren/ld-linux-x86-64.so.2',
+        '/opt/warren/ld-linux.so',
         '--library-path',
         '/opt/warren/lib',
         '/opt/warren/node',
@@ -192,6 +195,26 @@ describe('the container-create body', () => {
     expect(() => planSandbox({ runtime: 'runsc', network: 'bridge' }, { ...context, runtimes: ['runc', 'runsc'], networklessRuntimes: ['runsc'] })).toThrow(
       /--network=none/,
     );
+  });
+
+  it("with the exec channel binds no host folder: the daemon listens in a tmpfs of root's and takes its secret from a variable it unsets", () => {
+    const body = bodyFor(planSandbox({}, context), { kind: 'exec', daemonSecret: 's'.repeat(43) });
+    expect(body.HostConfig?.Binds).toEqual([]);
+    expect(body.HostConfig?.Tmpfs).toMatchObject({ '/run/warren': 'rw,noexec,nosuid,nodev,size=1m,mode=0700' });
+    expect(body.Entrypoint).toEqual(expect.arrayContaining(['--socket', '/run/warren/agent.sock', '--secret-env', 'WARREN_AGENT_SECRET']));
+    expect(body.Entrypoint).not.toContain('--secret-file');
+    expect(body.Env).toContain(`WARREN_AGENT_SECRET=${'s'.repeat(43)}`);
+    expect(body.HostConfig).toMatchObject(HARDENED);
+  });
+
+  it("chooses the socket channel only where the engine certainly shares this machine's folders", () => {
+    const here = { localEngine: true, engineInVm: false, sharesFolders: true };
+    expect(chooseChannel('auto', here)).toBe('socket');
+    expect(chooseChannel('auto', { ...here, localEngine: false })).toBe('exec');
+    expect(chooseChannel('auto', { ...here, engineInVm: true })).toBe('exec');
+    expect(chooseChannel('auto', { ...here, sharesFolders: false })).toBe('exec');
+    expect(chooseChannel('exec', here)).toBe('exec');
+    expect(chooseChannel('socket', { ...here, localEngine: false })).toBe('socket');
   });
 
   it('replaces the workspace volume when a host folder is mounted at /workspace', () => {

@@ -1,4 +1,16 @@
-import type { Clock, DaemonEndpoint, ProvidedSandbox, ProviderIsolation, ProviderState, SandboxProvider, SandboxSpec } from '../src/index.js';
+import {
+  parseImageRef,
+  type BuildOptions,
+  type Clock,
+  type DaemonEndpoint,
+  type ProvidedImage,
+  type ProvidedSandbox,
+  type ProviderIsolation,
+  type ProviderState,
+  type PullOptions,
+  type SandboxProvider,
+  type SandboxSpec,
+} from '../src/index.js';
 
 /**
  * A fake clock for unit tests: `now()` moves only when the test says so, and `sleep()` resolves
@@ -79,8 +91,55 @@ export class FakeProvider implements SandboxProvider {
     return [{ name: 'runc', args: [] }];
   }
 
-  async hasImage(): Promise<boolean> {
-    return true;
+  /** Images the fake engine lacks (by the name a create gives); everything else is there. */
+  readonly missingImages = new Set<string>();
+  /** Canonical references pulled so far, in order. */
+  readonly pulled: string[] = [];
+  /** When set, `pullImage` waits for this before finishing (or failing with what it throws). */
+  pullGate: ((image: string, options: PullOptions) => Promise<void>) | undefined;
+  /** Built images by name, with their labels. */
+  readonly images = new Map<string, Record<string, string>>();
+  builds: { context: Buffer; options: BuildOptions }[] = [];
+
+  async hasImage(image: string): Promise<boolean> {
+    if (!this.missingImages.has(image)) return true;
+    try {
+      const ref = parseImageRef(image);
+      return this.pulled.includes(ref.digest ? `${ref.registry}/${ref.path}@${ref.digest}` : ref.canonical);
+    } catch {
+      return false;
+    }
+  }
+
+  async pullImage(image: string, options: PullOptions): Promise<void> {
+    this.calls.push(`pull ${image}`);
+    options.onProgress({ status: 'Pulling fs layer', layer: 'l1' });
+    await this.pullGate?.(image, options);
+    options.onProgress({ status: 'Pull complete', layer: 'l1' });
+    this.pulled.push(image);
+  }
+
+  async buildImage(context: Buffer, options: BuildOptions): Promise<{ id: string }> {
+    this.builds.push({ context, options });
+    options.onOutput('Step 1/1 : FROM scratch\n');
+    this.images.set(options.tag, options.labels);
+    return { id: `sha256:${'b'.repeat(64)}` };
+  }
+
+  async listImages(label: string): Promise<ProvidedImage[]> {
+    return [...this.images]
+      .filter(([, labels]) => labels[label] !== undefined)
+      .map(([tag, labels]) => ({ id: `sha256:${'b'.repeat(64)}`, tags: [tag], createdAt: '2026-01-01T00:00:00.000Z', sizeBytes: 1, labels }));
+  }
+
+  async inspectImage(image: string): Promise<{ id: string; labels: Record<string, string> } | undefined> {
+    const labels = this.images.get(image);
+    return labels === undefined ? undefined : { id: `sha256:${'e'.repeat(64)}`, labels };
+  }
+
+  async removeImage(image: string): Promise<void> {
+    this.calls.push(`removeImage ${image}`);
+    this.images.delete(image);
   }
 
   async prepare(): Promise<{ oldRuntimesRemoved: number }> {

@@ -43,6 +43,20 @@ export const ERROR_CODES = {
     status: 501,
     suggestion: 'This sandbox cannot open a terminal (the message says why); run commands with commands.run or commands.start instead.',
   },
+  IMAGE_NOT_ALLOWED: {
+    status: 403,
+    suggestion: "Use an image already on the engine or one from a registry in the controller's allowedRegistries (GET /readyz lists them).",
+  },
+  IMAGE_PULL_FAILED: {
+    status: 502,
+    suggestion: 'Check the image name and tag, that the registry answers, and that the image is public or the engine is logged in.',
+  },
+  IMAGE_TOO_LARGE: { status: 507, suggestion: 'Use a smaller image, or ask the operator to raise images.maxPullMb or free disk space on the engine.' },
+  BUILD_CONTEXT_TOO_LARGE: {
+    status: 413,
+    suggestion: 'Build from a smaller folder: leave out build output and dependencies, or ask the operator to raise images.maxBuildContextMb.',
+  },
+  BUILD_FAILED: { status: 422, suggestion: 'Read the build output in the message, fix the Dockerfile or the context, and build again.' },
   INTERNAL: { status: 500, suggestion: 'An unexpected error; the message says what failed. Report it if it repeats.' },
 } as const satisfies Record<string, { status: number; suggestion: string }>;
 

@@ -193,6 +193,65 @@ export const DeriveTokenResponse = z.strictObject({
 });
 export type DeriveTokenResponse = z.infer<typeof DeriveTokenResponse>;
 
+/** `POST /v1/images/pull`: fetch an image onto the engine ahead of a create, with progress. */
+export const PullImageRequest = z.strictObject({
+  /** A Docker image reference (`alpine:3.20`, `ghcr.io/org/tool@sha256:...`); its registry must be allowed. */
+  image: z.string().min(1).max(512),
+});
+export type PullImageRequest = z.infer<typeof PullImageRequest>;
+
+/** The query of `POST /v1/images/build`, whose body is the build context as a tar archive. */
+export const BuildImageQuery = z.strictObject({
+  /** The name the built image gets, `name[:tag]`, lower case, no registry host (`my-template:1`). */
+  tag: z.string().min(1).max(256),
+  /** The Dockerfile's path inside the context; default `Dockerfile`. */
+  dockerfile: z.string().min(1).max(4096).optional(),
+});
+export type BuildImageQuery = z.infer<typeof BuildImageQuery>;
+
+/**
+ * One line of a pull's or a build's answer (`application/x-ndjson`, one JSON object a line), in
+ * order: `progress` (a pull's layer status), `output` (a build step's text), then exactly one of
+ * `done` or `error`. A failure after the answer started comes as an `error` line, since the
+ * HTTP status was already sent.
+ */
+export const ImageEvent = z.discriminatedUnion('type', [
+  z.looseObject({
+    type: z.literal('progress'),
+    /** The engine's status text (`Downloading`, `Pull complete`, ...). */
+    status: z.string(),
+    /** The layer the line is about, when it is about one. */
+    layer: z.string().optional(),
+    current: z.number().optional(),
+    total: z.number().optional(),
+  }),
+  z.looseObject({ type: z.literal('output'), text: z.string() }),
+  z.looseObject({
+    type: z.literal('done'),
+    image: z.string(),
+    /** The engine's image id (`sha256:...`). */
+    id: z.string().optional(),
+  }),
+  z.looseObject({
+    type: z.literal('error'),
+    error: z.looseObject({ code: z.string(), message: z.string(), suggestion: z.string().optional(), details: z.record(z.string(), z.unknown()).optional() }),
+  }),
+]);
+export type ImageEvent = z.infer<typeof ImageEvent>;
+
+/** An image Warren built (`GET /v1/images`). */
+export const ImageInfo = z.looseObject({
+  /** The engine's id, `sha256:...`; `DELETE /v1/images?id=` takes it. */
+  id: z.string(),
+  tags: z.array(z.string()),
+  createdAt: z.string(),
+  sizeBytes: z.number(),
+});
+export type ImageInfo = z.infer<typeof ImageInfo>;
+
+export const ListImagesResponse = z.looseObject({ images: z.array(ImageInfo) });
+export type ListImagesResponse = z.infer<typeof ListImagesResponse>;
+
 /** The body of every REST error answer. */
 export const RestErrorBody = z.strictObject({
   error: z.strictObject({
@@ -212,6 +271,10 @@ export const REST_PATHS = {
   connect: (id: string) => `/v1/sandboxes/${encodeURIComponent(id)}/connect`,
   readyz: '/readyz',
   metrics: '/metrics',
+  /** `GET` Warren-built images, `DELETE ?id=` one of them. */
+  images: '/v1/images',
+  imagesPull: '/v1/images/pull',
+  imagesBuild: '/v1/images/build',
   /** `POST` sub-resources of one sandbox: keepalive, timeout, pause, resume, derive; `GET` audit. */
   action: (id: string, action: 'keepalive' | 'timeout' | 'pause' | 'resume' | 'derive' | 'audit') => `/v1/sandboxes/${encodeURIComponent(id)}/${action}`,
 } as const;

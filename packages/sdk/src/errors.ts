@@ -332,6 +332,46 @@ export class ConnectionClosedError extends WarrenConnectionError {
   }
 }
 
+/** The image names a registry the controller does not pull from (its `allowedRegistries`), or is not a valid reference. */
+export class ImageNotAllowedError extends WarrenForbiddenError {
+  declare readonly code: 'IMAGE_NOT_ALLOWED';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('IMAGE_NOT_ALLOWED', message, options);
+  }
+}
+
+/** The engine could not pull the image: the registry refused or did not answer, or the image does not exist. */
+export class ImagePullFailedError extends WarrenConnectionError {
+  declare readonly code: 'IMAGE_PULL_FAILED';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('IMAGE_PULL_FAILED', message, options);
+  }
+}
+
+/** The image is larger than the controller's `images.maxPullMb`, or the engine's disk filled up; nothing of it was kept. */
+export class ImageTooLargeError extends WarrenLimitError {
+  declare readonly code: 'IMAGE_TOO_LARGE';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('IMAGE_TOO_LARGE', message, options);
+  }
+}
+
+/** The build context is larger than the cap (`maxContextBytes` in the SDK, `images.maxBuildContextMb` on the controller). */
+export class BuildContextTooLargeError extends WarrenLimitError {
+  declare readonly code: 'BUILD_CONTEXT_TOO_LARGE';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('BUILD_CONTEXT_TOO_LARGE', message, options);
+  }
+}
+
+/** A step of the Dockerfile failed; `details.output` holds the end of the build output. */
+export class BuildFailedError extends WarrenInvalidInputError {
+  declare readonly code: 'BUILD_FAILED';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('BUILD_FAILED', message, options);
+  }
+}
+
 /** The class of each code: a code without one does not compile, and a unit test checks them all. */
 export const ERROR_CLASSES: { readonly [C in WarrenErrorCode]: new (message: string, options?: WarrenErrorOptions) => WarrenError & { code: C } } = {
   INVALID_FRAME: InvalidFrameError,
@@ -370,6 +410,11 @@ export const ERROR_CLASSES: { readonly [C in WarrenErrorCode]: new (message: str
   METHOD_NOT_ALLOWED: MethodNotAllowedError,
   REQUEST_TIMEOUT: RequestTimeoutError,
   CONNECTION_CLOSED: ConnectionClosedError,
+  IMAGE_NOT_ALLOWED: ImageNotAllowedError,
+  IMAGE_PULL_FAILED: ImagePullFailedError,
+  IMAGE_TOO_LARGE: ImageTooLargeError,
+  BUILD_CONTEXT_TOO_LARGE: BuildContextTooLargeError,
+  BUILD_FAILED: BuildFailedError,
 };
 
 /** Builds the SDK error for a code, as its own subclass. */

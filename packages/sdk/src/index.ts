@@ -22,5 +22,7 @@ export { ShellSession, type ShellRunResult, type ShellOpenOptions, type ShellRun
 export { Connection, type CallOptions, type ApprovalHandler } from './connection.js';
 export { MAX_REPEATS, ReconnectingChannel, type Channel, type ReconnectOptions } from './channel.js';
 export { RestClient, DEFAULT_BASE_URL, type ControllerOptions } from './rest.js';
+export { Images, type BuildImageOptions, type PullImageOptions, type PullProgressEvent } from './images.js';
+export { packBuildContext, DEFAULT_MAX_CONTEXT_BYTES, type PackContextOptions, type PackedContext } from './build-context.js';
 export * from './errors.js';
 export * from './tools/index.js';

@@ -1,11 +1,14 @@
 import {
   CreateSandboxResponse,
   DeriveTokenResponse,
+  ImageEvent,
+  ListImagesResponse,
   ListSandboxesResponse,
   REST_PATHS,
   SandboxInfo,
   type CreateSandboxRequest,
   type DeriveTokenRequest,
+  type ImageInfo,
   type SandboxState,
 } from '@warren/protocol';
 import { restError } from './connection.js';
@@ -105,18 +108,96 @@ export class RestClient {
     return (await this.request('GET', REST_PATHS.readyz, undefined, signal)) as Record<string, unknown>;
   }
 
+  /**
+   * `POST /v1/images/pull`: pulls an image onto the controller's engine (when it lacks it),
+   * calling `onEvent` with each progress line; resolves at the `done` line and throws the SDK
+   * error of an `error` line (`ImageNotAllowedError`, `ImagePullFailedError`, `ImageTooLargeError`).
+   */
+  async pullImage(image: string, onEvent: (event: ImageEvent) => void, signal?: AbortSignal): Promise<Extract<ImageEvent, { type: 'done' }>> {
+    return this.eventStream('POST', REST_PATHS.imagesPull, JSON.stringify({ image }), 'application/json', onEvent, signal);
+  }
+
+  /**
+   * `POST /v1/images/build`: uploads a packed build context (a tar archive) and builds it,
+   * calling `onEvent` with each output and progress line; resolves at the `done` line.
+   */
+  async buildImage(
+    context: Uint8Array,
+    query: { tag: string; dockerfile?: string | undefined },
+    onEvent: (event: ImageEvent) => void,
+    signal?: AbortSignal,
+  ): Promise<Extract<ImageEvent, { type: 'done' }>> {
+    const qs = new URLSearchParams({ tag: query.tag, ...(query.dockerfile !== undefined ? { dockerfile: query.dockerfile } : {}) });
+    return this.eventStream('POST', `${REST_PATHS.imagesBuild}?${qs.toString()}`, context, 'application/x-tar', onEvent, signal);
+  }
+
+  /** `GET /v1/images`: the images Warren built on the controller's engine. */
+  async listImages(signal?: AbortSignal): Promise<ImageInfo[]> {
+    return ListImagesResponse.parse(await this.request('GET', REST_PATHS.images, undefined, signal)).images;
+  }
+
+  /** `DELETE /v1/images?image=`: removes an image Warren built (by id or name). */
+  async removeImage(image: string, signal?: AbortSignal): Promise<void> {
+    await this.request('DELETE', `${REST_PATHS.images}?${new URLSearchParams({ image }).toString()}`, undefined, signal);
+  }
+
   /** The WebSocket URL of a sandbox's connection. */
   connectUrl(id: string): string {
     return `${this.baseUrl.replace(/^http/, 'ws')}${REST_PATHS.connect(id)}`;
   }
 
-  private async request(method: string, path: string, body: unknown, signal: AbortSignal | undefined): Promise<unknown> {
+  /**
+   * A request whose answer is NDJSON {@link ImageEvent} lines: each goes to `onEvent` as it
+   * arrives (lines of a type this SDK does not know are skipped); the `done` line resolves, an
+   * `error` line throws its SDK error, and an answer that ends without either is
+   * `UpstreamUnavailableError`.
+   */
+  private async eventStream(
+    method: string,
+    path: string,
+    body: string | Uint8Array,
+    contentType: string,
+    onEvent: (event: ImageEvent) => void,
+    signal: AbortSignal | undefined,
+  ): Promise<Extract<ImageEvent, { type: 'done' }>> {
+    const res = await this.send(method, path, { body, contentType }, signal);
+    if (!res.ok || res.body === null) throw restError(res.status, await res.text());
+    const decoder = new TextDecoder();
+    let buffered = '';
+    const take = (line: string): Extract<ImageEvent, { type: 'done' }> | undefined => {
+      if (line.trim() === '') return undefined;
+      const parsed = ImageEvent.safeParse(JSON.parse(line));
+      if (!parsed.success) return undefined;
+      const event = parsed.data;
+      if (event.type === 'error') throw makeError(event.error.code as never, event.error.message, { details: event.error.details });
+      onEvent(event);
+      return event.type === 'done' ? event : undefined;
+    };
+    try {
+      for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+        buffered += decoder.decode(chunk, { stream: true });
+        let newline: number;
+        while ((newline = buffered.indexOf('\n')) >= 0) {
+          const done = take(buffered.slice(0, newline));
+          buffered = buffered.slice(newline + 1);
+          if (done) return done;
+        }
+      }
+    } catch (err) {
+      if (signal?.aborted) throw makeError('CANCELLED', `${method} ${path} was cancelled.`, { cause: err });
+      throw err;
+    }
+    const done = take(buffered);
+    if (done) return done;
+    throw makeError('UPSTREAM_UNAVAILABLE', `The controller's answer to ${method} ${path} ended before it said done; the operation may not have finished.`);
+  }
+
+  private async send(method: string, path: string, payload: { body: string | Uint8Array; contentType: string } | undefined, signal: AbortSignal | undefined) {
     const headers: Record<string, string> = {};
     if (this.credential) headers.authorization = `Bearer ${this.credential}`;
-    if (body !== undefined) headers['content-type'] = 'application/json';
-    let res: Response;
+    if (payload !== undefined) headers['content-type'] = payload.contentType;
     try {
-      res = await fetch(`${this.baseUrl}${path}`, { method, headers, body: body === undefined ? null : JSON.stringify(body), signal: signal ?? null });
+      return await fetch(`${this.baseUrl}${path}`, { method, headers, body: payload === undefined ? null : payload.body, signal: signal ?? null });
     } catch (err) {
       if (signal?.aborted) throw makeError('CANCELLED', `${method} ${path} was cancelled.`, { cause: err });
       throw makeError(
@@ -125,6 +206,10 @@ export class RestClient {
         { cause: err },
       );
     }
+  }
+
+  private async request(method: string, path: string, body: unknown, signal: AbortSignal | undefined): Promise<unknown> {
+    const res = await this.send(method, path, body === undefined ? undefined : { body: JSON.stringify(body), contentType: 'application/json' }, signal);
     const text = await res.text();
     if (!res.ok) throw restError(res.status, text);
     return text ? JSON.parse(text) : undefined;

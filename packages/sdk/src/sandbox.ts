@@ -12,12 +12,19 @@ import { Commands } from './commands.js';
 import { ReconnectingChannel, type ReconnectOptions } from './channel.js';
 import { Connection, type ApprovalHandler, type CallOptions } from './connection.js';
 import { Files } from './files.js';
+import type { PullProgressEvent } from './images.js';
 import { Pty } from './pty.js';
 import { RestClient, resolveControllerOptions, type ControllerOptions } from './rest.js';
 
 /** Options of {@link Sandbox.create}: where the controller is, and what sandbox to make. */
 export interface SandboxCreateOptions extends ControllerOptions, CreateSandboxRequest {
   signal?: AbortSignal;
+  /**
+   * Called with the engine's progress lines while `image` is pulled: with it, the image is pulled
+   * first (`POST /v1/images/pull`, answered at once when the engine has it), then the sandbox is
+   * created. Without it a create of a missing image still pulls it, and simply takes longer.
+   */
+  onPullProgress?: ((event: PullProgressEvent) => void) | undefined;
   /** How a dropped connection comes back (it always does, with backoff and jitter). */
   reconnect?: ReconnectOptions;
 }
@@ -82,7 +89,8 @@ export class Sandbox implements AsyncDisposable {
   static async create(options: SandboxCreateOptions = {}): Promise<Sandbox> {
     const { baseUrl, apiKey } = resolveControllerOptions(options);
     const rest = new RestClient(baseUrl, apiKey);
-    const { baseUrl: _b, apiKey: _k, signal, reconnect, ...request } = options;
+    const { baseUrl: _b, apiKey: _k, signal, reconnect, onPullProgress, ...request } = options;
+    if (onPullProgress && request.image !== undefined) await rest.pullImage(request.image, (e) => e.type === 'progress' && onPullProgress(e), signal);
     const created = await rest.create(request, signal);
     try {
       const channel = await Sandbox.channel(rest, created.id, created.token, reconnect);

@@ -1,0 +1,485 @@
+import type { MessageInitShape } from '@bufbuild/protobuf';
+import { timestampFromMs } from '@bufbuild/protobuf/wkt';
+import { Code, ConnectError, type ConnectRouter, type HandlerContext } from '@connectrpc/connect';
+import type { ProcessInfo as WarrenProcess, Result } from '@warren/protocol';
+import { posix } from 'node:path';
+import type { HttpServerDeps } from '../http.js';
+import { notServed, toConnectError } from './errors.js';
+import { checkExec, envdScope, openSession, resolvePath, type EnvdScope } from './envd-scope.js';
+import type { DaemonSession } from './daemon-session.js';
+import type { SessionPool } from './session-pool.js';
+import { PtyRegistry, type PtyEntry, type PtyEvent } from './pty-registry.js';
+import { EventType, FileType, Filesystem, WatchDirResponseSchema, type EntryInfo } from './gen/filesystem/filesystem_pb.js';
+import { Process, ProcessEventSchema, Signal, type ProcessSelector } from './gen/process/process_pb.js';
+
+/** The most entries one ListDir answers (Warren's own listing cap). */
+const MAX_LIST_ENTRIES = 100_000;
+/** envd's keepalive interval when the client names none (`Keepalive-Ping-Interval`, seconds). */
+const DEFAULT_KEEPALIVE_SECONDS = 90;
+/** Events, and bytes of output, waiting for a slow client before its stream fails (bounded memory per stream). */
+const MAX_QUEUED_EVENTS = 4096;
+const MAX_QUEUED_BYTES = 16 * 1024 * 1024;
+
+/** One message of a Start or Connect stream (both are `{ event: ProcessEvent }`). */
+type EventInit = { event: MessageInitShape<typeof ProcessEventSchema> };
+type EventCase = NonNullable<MessageInitShape<typeof ProcessEventSchema>['event']>;
+const message = (event: EventCase): EventInit => ({ event: { event } });
+
+/** Registers envd's `process.Process` and `filesystem.Filesystem` services, each call served through the sandbox's daemon. */
+export function envdRoutes(deps: HttpServerDeps, pool: SessionPool): (router: ConnectRouter) => void {
+  const scopeOf = (ctx: HandlerContext) => envdScope(deps, (name) => ctx.requestHeader.get(name) ?? undefined);
+  const ptys = new PtyRegistry();
+  /** The gateway's terminal a selector names, for a caller that may run commands; undefined when it names none. */
+  const ptyOf = (scope: EnvdScope, selector: ProcessSelector | undefined, what: string): PtyEntry | undefined => {
+    const which = selector?.selector;
+    if (which?.case !== 'pid') return undefined;
+    const entry = ptys.get(scope.sandboxId, which.value);
+    if (entry && !entry.ended) checkExec(scope, what);
+    return entry?.ended ? undefined : entry;
+  };
+  /** Runs `fn` with a (pooled) daemon session of the request's caller; Warren errors become Connect errors. */
+  async function unary<T>(ctx: HandlerContext, fn: (session: DaemonSession, scope: EnvdScope) => Promise<T>): Promise<T> {
+    try {
+      const scope = scopeOf(ctx);
+      return await pool.run(scope, (session) => fn(session, scope));
+    } catch (err) {
+      throw toConnectError(err);
+    }
+  }
+
+  return (router) => {
+    router.service(Process, {
+      async *start(req, ctx) {
+        const config = req.process;
+        if (!config?.cmd) throw new ConnectError('process.cmd is required.', Code.InvalidArgument);
+        if (req.pty) {
+          let entry: PtyEntry;
+          try {
+            const scope = scopeOf(ctx);
+            const size = req.pty.size;
+            entry = await ptys.open(
+              scope,
+              {
+                cols: Math.min(Math.max(size?.cols ?? 80, 1), 1000),
+                rows: Math.min(Math.max(size?.rows ?? 24, 1), 1000),
+                cmd: [config.cmd, ...config.args],
+                cwd: config.cwd === undefined ? scope.home : resolvePath(scope, config.cwd),
+                env: config.envs,
+              },
+              ctx.timeoutMs(),
+            );
+          } catch (err) {
+            throw toConnectError(err);
+          }
+          yield message({ case: 'start', value: { pid: entry.pid } });
+          yield* followPty(entry, ctx);
+          return;
+        }
+        let session: DaemonSession | undefined;
+        try {
+          const scope = scopeOf(ctx);
+          session = await openSession(scope);
+          const lifetime = ctx.timeoutMs();
+          const { result } = await session.call('process.start', {
+            cmd: [config.cmd, ...config.args],
+            cwd: config.cwd === undefined ? scope.home : resolvePath(scope, config.cwd),
+            ...(Object.keys(config.envs).length > 0 && { env: config.envs }),
+            keepStdinOpen: req.stdin !== false,
+            ...(req.tag !== undefined && { tag: req.tag.slice(0, 200) }),
+            ...(lifetime !== undefined && lifetime > 0 && { timeoutMs: Math.ceil(lifetime) }),
+          });
+          yield message({ case: 'start', value: { pid: result.pid } });
+          yield* follow(session, result.handle, ctx);
+        } catch (err) {
+          throw toConnectError(err);
+        } finally {
+          session?.close();
+        }
+      },
+      async *connect(req, ctx) {
+        let session: DaemonSession | undefined;
+        try {
+          const scope = scopeOf(ctx);
+          const pty = ptyOf(scope, req.process, 'Process/Connect');
+          if (pty) {
+            yield message({ case: 'start', value: { pid: pty.pid } });
+            yield* followPty(pty, ctx);
+            return;
+          }
+          session = await openSession(scope);
+          const found = await find(session, req.process);
+          yield message({ case: 'start', value: { pid: found.pid } });
+          yield* follow(session, found.handle, ctx);
+        } catch (err) {
+          throw toConnectError(err);
+        } finally {
+          session?.close();
+        }
+      },
+      list: (_req, ctx) =>
+        unary(ctx, async (session, scope) => {
+          const { result } = await session.call('process.list', {});
+          const terminals = ptys.running(scope.sandboxId).map((t) => ({ pid: t.pid, config: { cmd: t.cmd, args: [], envs: {} } }));
+          return {
+            processes: result.processes
+              .filter((p) => p.running)
+              .map((p) => ({ pid: p.pid, ...(p.tag !== undefined && { tag: p.tag }), config: { cmd: p.cmd, args: [], envs: {} } }))
+              .concat(terminals),
+          };
+        }),
+      sendInput: (req, ctx) =>
+        unary(ctx, async (session, scope) => {
+          const input = req.input?.input;
+          const pty = ptyOf(scope, req.process, 'Process/SendInput');
+          if (pty) {
+            await pty.session.call('pty.write', { handle: pty.handle }, { payload: input?.value ?? new Uint8Array() });
+            return {};
+          }
+          if (input?.case === 'pty') throw new ConnectError('PTY input goes to a terminal, and no terminal has this pid.', Code.NotFound);
+          const found = await find(session, req.process);
+          await session.call('process.write', { handle: found.handle }, { payload: input?.case === 'stdin' ? input.value : new Uint8Array() });
+          return {};
+        }),
+      sendSignal: (req, ctx) =>
+        unary(ctx, async (session, scope) => {
+          const pty = ptyOf(scope, req.process, 'Process/SendSignal');
+          if (pty) {
+            await pty.session.call('pty.kill', { handle: pty.handle, signal: req.signal === Signal.SIGTERM ? 'SIGTERM' : 'SIGKILL' });
+            return {};
+          }
+          const found = await find(session, req.process);
+          await session.call('process.kill', { handle: found.handle, signal: req.signal === Signal.SIGTERM ? 'SIGTERM' : 'SIGKILL' });
+          return {};
+        }),
+      closeStdin: (req, ctx) =>
+        unary(ctx, async (session) => {
+          const found = await find(session, req.process);
+          await session.call('process.closeStdin', { handle: found.handle });
+          return {};
+        }),
+      update: async (req, ctx) => {
+        try {
+          const scope = scopeOf(ctx);
+          const pty = ptyOf(scope, req.process, 'Process/Update');
+          if (!pty) throw new ConnectError('No running terminal has this pid; only terminals (sandbox.pty) can be resized.', Code.NotFound);
+          const size = req.pty?.size;
+          if (size) await pty.session.call('pty.resize', { handle: pty.handle, cols: size.cols, rows: size.rows });
+          return {};
+        } catch (err) {
+          throw toConnectError(err);
+        }
+      },
+      streamInput: async () => {
+        throw notServed('Process/StreamInput (client streaming)', 'Send input with Process/SendInput (commands.sendStdin does).');
+      },
+    });
+
+    router.service(Filesystem, {
+      stat: (req, ctx) =>
+        unary(ctx, async (session, scope) => {
+          const path = resolvePath(scope, req.path);
+          return { entry: await entryAt(session, path) };
+        }),
+      makeDir: (req, ctx) =>
+        unary(ctx, async (session, scope) => {
+          const path = resolvePath(scope, req.path);
+          const { result } = await session.call('fs.mkdir', { path, parents: true });
+          if (!result.created) throw new ConnectError(`Folder '${req.path}' already exists.`, Code.AlreadyExists);
+          return { entry: await entryAt(session, path) };
+        }),
+      move: (req, ctx) =>
+        unary(ctx, async (session, scope) => {
+          const to = resolvePath(scope, req.destination);
+          await session.call('fs.move', { from: resolvePath(scope, req.source), to });
+          return { entry: await entryAt(session, to) };
+        }),
+      remove: (req, ctx) =>
+        unary(ctx, async (session, scope) => {
+          await session.call('fs.delete', { path: resolvePath(scope, req.path), recursive: true });
+          return {};
+        }),
+      listDir: (req, ctx) =>
+        unary(ctx, async (session, scope) => {
+          const path = resolvePath(scope, req.path);
+          const depth = Math.max(1, Math.min(req.depth || 1, 64));
+          const entries: EntryInit[] = [];
+          let cursor: string | undefined;
+          do {
+            const { result } = await session.call('fs.list', { path, recursive: depth > 1, maxDepth: depth, ...(cursor !== undefined && { cursor }) });
+            for (const e of result.entries) entries.push(listedEntry(path, e));
+            cursor = result.nextCursor;
+          } while (cursor !== undefined && entries.length < MAX_LIST_ENTRIES);
+          return { entries };
+        }),
+      async *watchDir(req, ctx) {
+        let session: DaemonSession | undefined;
+        try {
+          const scope = scopeOf(ctx);
+          session = await openSession(scope);
+          const path = resolvePath(scope, req.path);
+          const { result } = await session.call('fs.stat', { path });
+          if (result.type !== 'directory') throw new ConnectError(`'${req.path}' is not a folder; watch a folder.`, Code.InvalidArgument);
+          const first = await snapshot(session, path, req.recursive);
+          yield { event: { case: 'start', value: {} } };
+          yield* watch(session, path, req.recursive, req.includeEntry, first, ctx);
+        } catch (err) {
+          throw toConnectError(err);
+        } finally {
+          session?.close();
+        }
+      },
+      createWatcher: async () => {
+        throw notServed('Watching a folder (Filesystem/CreateWatcher)', 'Poll with files.list.');
+      },
+      getWatcherEvents: async () => {
+        throw notServed('Watching a folder (Filesystem/GetWatcherEvents)', 'Poll with files.list.');
+      },
+      removeWatcher: async () => {
+        throw notServed('Watching a folder (Filesystem/RemoveWatcher)', 'Poll with files.list.');
+      },
+    });
+  };
+}
+
+/** The Warren process an E2B selector names (`pid` or `tag`), or E2B's not_found. */
+async function find(session: DaemonSession, selector: ProcessSelector | undefined): Promise<WarrenProcess> {
+  const which = selector?.selector;
+  if (which?.case === undefined) throw new ConnectError('Select the process by pid or tag.', Code.InvalidArgument);
+  const { result } = await session.call('process.list', {});
+  const found = result.processes.find((p) => (which.case === 'pid' ? p.pid === which.value : p.tag === which.value));
+  if (!found) throw new ConnectError(`Process with ${which.case} ${which.value} not found (it may have ended).`, Code.NotFound);
+  return found;
+}
+
+/**
+ * Turns a source of events into a Connect stream: events wait in a bounded queue for the client,
+ * a keepalive goes out whenever the stream has been quiet for `Keepalive-Ping-Interval` seconds,
+ * and the stream ends when the source calls `finish` (with an error, or with its last event).
+ * A client too slow for {@link MAX_QUEUED_EVENTS} events or {@link MAX_QUEUED_BYTES} bytes fails its stream, never the gateway.
+ */
+async function* pump(
+  ctx: HandlerContext,
+  start: (push: (event: EventInit, bytes?: number) => void, finish: (last: EventInit | Error) => void) => () => void,
+): AsyncGenerator<EventInit> {
+  const queue: { event: EventInit; bytes: number }[] = [];
+  let queuedBytes = 0;
+  let wake: (() => void) | undefined;
+  let finished: EventInit | Error | undefined;
+  const finish = (last: EventInit | Error) => {
+    finished ??= last;
+    wake?.();
+  };
+  const push = (event: EventInit, bytes = 0) => {
+    if (finished) return;
+    if (queue.length >= MAX_QUEUED_EVENTS || queuedBytes + bytes > MAX_QUEUED_BYTES)
+      return finish(new ConnectError('The client read output too slowly; the stream was ended (the process goes on).', Code.ResourceExhausted));
+    queue.push({ event, bytes });
+    queuedBytes += bytes;
+    wake?.();
+  };
+  const stop = start(push, finish);
+  // A client that went away ends its stream (the process or terminal lives on).
+  const onAbort = () => finish(new ConnectError('The client closed the stream.', Code.Canceled));
+  ctx.signal.addEventListener('abort', onAbort, { once: true });
+  const interval = Number.parseInt(ctx.requestHeader.get('keepalive-ping-interval') ?? '', 10);
+  const keepaliveMs = (Number.isFinite(interval) && interval > 0 ? interval : DEFAULT_KEEPALIVE_SECONDS) * 1000;
+  const keepalive = setInterval(() => push(message({ case: 'keepalive', value: {} })), keepaliveMs);
+  try {
+    for (;;) {
+      // Nothing more is written to a client that went away or whose deadline passed.
+      if (ctx.signal.aborted) return;
+      const next = queue.shift();
+      if (next) {
+        queuedBytes -= next.bytes;
+        yield next.event;
+        continue;
+      }
+      if (finished) break;
+      await new Promise<void>((resolve) => (wake = resolve));
+      wake = undefined;
+    }
+  } finally {
+    clearInterval(keepalive);
+    ctx.signal.removeEventListener('abort', onAbort);
+    stop();
+  }
+  if (ctx.signal.aborted) return;
+  if (finished instanceof Error) throw toConnectError(finished);
+  yield finished;
+}
+
+/**
+ * Streams a process's output as envd's data events and ends with its end event. The output comes
+ * from `process.attach` (replayed from the start, then live); the process itself lives on if the
+ * client goes away.
+ */
+function follow(session: DaemonSession, handle: string, ctx: HandlerContext): AsyncGenerator<EventInit> {
+  return pump(ctx, (push, finish) => {
+    session
+      .call(
+        'process.attach',
+        { handle, follow: true },
+        {
+          signal: ctx.signal,
+          onEvent: (name, _data, payload) => {
+            const bytes = new Uint8Array(payload ?? Buffer.alloc(0));
+            if (name === 'stdout') push(message({ case: 'data', value: { output: { case: 'stdout', value: bytes } } }), bytes.length);
+            else if (name === 'stderr') push(message({ case: 'data', value: { output: { case: 'stderr', value: bytes } } }), bytes.length);
+          },
+        },
+      )
+      .then(
+        ({ result }) => finish(message({ case: 'end', value: endOf(result) })),
+        (err: unknown) => finish(err instanceof Error ? err : new Error(String(err))),
+      );
+    return () => undefined;
+  });
+}
+
+/** Streams a gateway terminal's output as envd's `pty` data events, then its end; the terminal outlives the stream. */
+function followPty(entry: PtyEntry, ctx: HandlerContext): AsyncGenerator<EventInit> {
+  return pump(ctx, (push, finish) => {
+    const listener = (event: PtyEvent) => {
+      if (event.kind === 'output') return push(message({ case: 'data', value: { output: { case: 'pty', value: event.bytes } } }), event.bytes.length);
+      if (event.exit) return finish(message({ case: 'end', value: endOf({ exitCode: event.exit.exitCode, signal: event.exit.signal, timedOut: false }) }));
+      finish(event.error ?? new Error('The terminal ended.'));
+    };
+    if (entry.ended) listener(entry.ended);
+    else entry.listeners.add(listener);
+    return () => entry.listeners.delete(listener);
+  });
+}
+
+/** How often a watched folder is listed again (Warren has no file events; the gateway compares listings). */
+export const WATCH_POLL_MS = 250;
+/** The most entries one watched tree may hold; a larger tree fails the watch instead of growing memory. */
+const MAX_WATCHED_ENTRIES = 10_000;
+
+type Seen = Map<string, { type: string; size: number; mtimeMs: number; entry: Result<'fs.list'>['entries'][number] }>;
+
+/** One listing of a watched folder: relative path to what it is. */
+async function snapshot(session: DaemonSession, path: string, recursive: boolean): Promise<Seen> {
+  const seen: Seen = new Map();
+  let cursor: string | undefined;
+  do {
+    const { result } = await session.call('fs.list', {
+      path,
+      recursive,
+      maxDepth: recursive ? 64 : 1,
+      maxEntries: 1000,
+      ...(cursor !== undefined && { cursor }),
+    });
+    for (const e of result.entries) seen.set(e.path, { type: e.type, size: e.size, mtimeMs: e.mtimeMs, entry: e });
+    cursor = result.nextCursor;
+    if (seen.size > MAX_WATCHED_ENTRIES)
+      throw new ConnectError(`The watched tree holds more than ${MAX_WATCHED_ENTRIES} entries; watch a smaller folder.`, Code.ResourceExhausted);
+  } while (cursor !== undefined);
+  return seen;
+}
+
+type WatchInit = MessageInitShape<typeof WatchDirResponseSchema>;
+
+/**
+ * envd's WatchDir on Warren: the folder is listed every {@link WATCH_POLL_MS} ms and compared with
+ * the listing before, so a new entry is CREATE, a gone one REMOVE and a changed size or time WRITE
+ * (no RENAME or CHMOD; a change undone between two listings is not seen). Keepalives as for processes.
+ */
+async function* watch(
+  session: DaemonSession,
+  path: string,
+  recursive: boolean,
+  includeEntry: boolean,
+  first: Seen,
+  ctx: HandlerContext,
+): AsyncGenerator<WatchInit> {
+  let before = first;
+  const interval = Number.parseInt(ctx.requestHeader.get('keepalive-ping-interval') ?? '', 10);
+  const keepaliveMs = (Number.isFinite(interval) && interval > 0 ? interval : DEFAULT_KEEPALIVE_SECONDS) * 1000;
+  let quietSince = Date.now();
+  while (!ctx.signal.aborted) {
+    await new Promise((resolve) => setTimeout(resolve, WATCH_POLL_MS));
+    if (ctx.signal.aborted) return;
+    const now = await snapshot(session, path, recursive);
+    const events: WatchInit[] = [];
+    const event = (name: string, type: EventType, e?: Result<'fs.list'>['entries'][number]) =>
+      events.push({
+        event: { case: 'filesystem', value: { name, type, ...(includeEntry && e && { entry: listedEntry(path, e) }) } },
+      });
+    for (const name of before.keys()) if (!now.has(name)) event(name, EventType.REMOVE);
+    for (const [name, is] of now) {
+      const was = before.get(name);
+      if (!was) event(name, EventType.CREATE, is.entry);
+      else if (was.size !== is.size || was.mtimeMs !== is.mtimeMs) event(name, EventType.WRITE, is.entry);
+    }
+    before = now;
+    if (events.length > 0) quietSince = Date.now();
+    else if (Date.now() - quietSince >= keepaliveMs) {
+      quietSince = Date.now();
+      events.push({ event: { case: 'keepalive', value: {} } });
+    }
+    for (const e of events) {
+      if (ctx.signal.aborted) return;
+      yield e;
+    }
+  }
+}
+
+/** envd's end event: a normal exit's code, or -1 and `signal: ...` for a process ended by a signal. */
+function endOf(info: Pick<WarrenProcess, 'exitCode' | 'signal' | 'timedOut'>): { exitCode: number; exited: boolean; status: string; error?: string } {
+  if (info.exitCode !== null) return { exitCode: info.exitCode, exited: true, status: `exit status ${info.exitCode}` };
+  const signal = (info.signal ?? 'SIGKILL').replace(/^SIG/, '').toLowerCase();
+  const status = `signal: ${signal === 'kill' ? 'killed' : signal === 'term' ? 'terminated' : signal}`;
+  return { exitCode: -1, exited: false, status, ...(info.timedOut && { error: 'the process ran past its timeout and was killed' }) };
+}
+
+type EntryInit = Omit<EntryInfo, '$typeName' | 'modifiedTime'> & { modifiedTime: ReturnType<typeof timestampFromMs> };
+
+/** envd's EntryInfo of one path, from `fs.stat` (a link described as itself). */
+async function entryAt(session: DaemonSession, path: string): Promise<EntryInit> {
+  const { result } = await session.call('fs.stat', { path, followLinks: false });
+  return entry(path, result);
+}
+
+function entry(path: string, stat: Result<'fs.stat'>): EntryInit {
+  return {
+    name: posix.basename(path),
+    type: fileType(stat.type),
+    path,
+    size: BigInt(stat.size),
+    mode: stat.mode,
+    permissions: permissions(stat.type, stat.mode),
+    owner: '',
+    group: '',
+    modifiedTime: timestampFromMs(Math.round(stat.mtimeMs)),
+    ...(stat.linkTarget !== undefined && { symlinkTarget: stat.linkTarget }),
+  };
+}
+
+function listedEntry(folder: string, e: Result<'fs.list'>['entries'][number]): EntryInit {
+  const path = posix.join(folder, e.path);
+  return {
+    name: posix.basename(path),
+    type: fileType(e.type),
+    path,
+    size: BigInt(e.size),
+    mode: 0,
+    permissions: '',
+    owner: '',
+    group: '',
+    modifiedTime: timestampFromMs(Math.round(e.mtimeMs)),
+    ...(e.linkTarget !== undefined && { symlinkTarget: e.linkTarget }),
+  };
+}
+
+function fileType(type: string): FileType {
+  return type === 'file' ? FileType.FILE : type === 'directory' ? FileType.DIRECTORY : type === 'symlink' ? FileType.SYMLINK : FileType.UNSPECIFIED;
+}
+
+/** `ls -l`'s mode string, e.g. `-rw-r--r--`. */
+export function permissions(type: string, mode: number): string {
+  const kind = type === 'directory' ? 'd' : type === 'symlink' ? 'l' : '-';
+  const bits = 'rwxrwxrwx';
+  let text = '';
+  for (let i = 0; i < 9; i++) text += mode & (1 << (8 - i)) ? bits[i] : '-';
+  return kind + text;
+}

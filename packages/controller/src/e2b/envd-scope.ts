@@ -1,0 +1,81 @@
+import { posix } from 'node:path';
+import { CodedError } from '@warren/protocol';
+import { callerFor, grantFor, refusalFor, type Caller } from '../grants.js';
+import type { HttpServerDeps } from '../http.js';
+import { homeOf } from './control-plane.js';
+import { DaemonSession } from './daemon-session.js';
+
+/** Reads one request header, whether from node:http (`IncomingHttpHeaders`) or a Fetch `Headers`. */
+export type HeaderReader = (name: string) => string | undefined;
+
+/** Who calls envd on which sandbox, and where its relative paths start. */
+export interface EnvdScope {
+  deps: HttpServerDeps;
+  sandboxId: string;
+  caller: Caller;
+  /** The folder relative paths resolve against: the sandbox's template's home. */
+  home: string;
+}
+
+/** The sandbox an envd request is for: the `E2b-Sandbox-Id` header, or the `49983-<id>.<domain>` host name. */
+export function sandboxIdOf(header: HeaderReader): string | undefined {
+  const given = header('e2b-sandbox-id');
+  if (given !== undefined) return /^[A-Za-z0-9]{1,64}$/.test(given) ? given : undefined;
+  return /^\d+-([A-Za-z0-9]{1,64})\./.exec(header('host') ?? '')?.[1];
+}
+
+/**
+ * Authenticates an envd request: the sandbox's access token (Warren's sandbox token, or a
+ * derived token of that sandbox) in `X-Access-Token`, checked by the same `callerFor` as every
+ * other door; a token of another sandbox is refused as unauthenticated. A `user` other than the
+ * sandbox's own is refused: every command runs as the sandbox's non-root user.
+ */
+export function envdScope(deps: HttpServerDeps, header: HeaderReader, user?: string): EnvdScope {
+  const sandboxId = sandboxIdOf(header);
+  if (sandboxId === undefined)
+    throw new CodedError('INVALID_PARAMS', 'Which sandbox? Send the E2b-Sandbox-Id header (the e2b SDK does when E2B_SANDBOX_URL is set).');
+  const token = header('x-access-token');
+  const caller = token === undefined ? undefined : callerFor(deps.credentials, token, sandboxId);
+  if (caller === undefined) throw new CodedError('UNAUTHORIZED', "Missing or invalid access token: send this sandbox's envdAccessToken as X-Access-Token.");
+  checkUser(user ?? basicUser(header('authorization')));
+  const record = deps.sandboxes.record(sandboxId);
+  return { deps, sandboxId, caller, home: homeOf(deps, record.labels) };
+}
+
+function basicUser(authorization: string | undefined): string | undefined {
+  const encoded = /^Basic ([A-Za-z0-9+/=]+)$/.exec(authorization ?? '')?.[1];
+  if (encoded === undefined) return undefined;
+  const decoded = Buffer.from(encoded, 'base64').toString('utf8');
+  return decoded.slice(0, Math.max(0, decoded.indexOf(':'))) || undefined;
+}
+
+function checkUser(user: string | undefined): void {
+  if (user === undefined || user === '' || user === 'user') return;
+  throw new CodedError(
+    'FORBIDDEN',
+    `Warren runs every command and file call as the sandbox's own non-root user; user '${user}' (and sudo) is not available. Leave out the user option.`,
+  );
+}
+
+/** Opens a daemon session for the scope's caller with its grant (the relay's rules). */
+export function openSession(scope: EnvdScope): Promise<DaemonSession> {
+  const record = scope.deps.sandboxes.record(scope.sandboxId);
+  if (record.state === 'paused')
+    throw new CodedError('SANDBOX_NOT_READY', `Sandbox '${scope.sandboxId}' is paused; connect to it (Sandbox.connect) to resume it.`);
+  return DaemonSession.open(scope.deps.sandboxes, scope.sandboxId, scope.caller, grantFor(record, scope.caller), scope.deps.metrics);
+}
+
+/** An E2B path as the daemon takes it: absolute as given (normalized), relative ones below the home. */
+export function resolvePath(scope: EnvdScope, path: string): string {
+  if (path.includes('\0')) throw new CodedError('INVALID_PARAMS', 'A path may not contain NUL.');
+  if (path === '' || path === '~') return scope.home;
+  if (path.startsWith('~/')) return posix.join(scope.home, path.slice(2));
+  return path.startsWith('/') ? posix.normalize(path) : posix.join(scope.home, path);
+}
+
+/** Throws FORBIDDEN when the scope's caller may not run commands (the rule table's `exec`), naming `what`. */
+export function checkExec(scope: EnvdScope, what: string): void {
+  const record = scope.deps.sandboxes.record(scope.sandboxId);
+  const refusal = refusalFor({ caller: scope.caller, grant: () => grantFor(record, scope.caller) }, 'exec', what);
+  if (refusal !== undefined) throw new CodedError('FORBIDDEN', refusal);
+}

@@ -1,0 +1,88 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { Code, ConnectError } from '@connectrpc/connect';
+import { connectNodeAdapter } from '@connectrpc/connect-node';
+import type { HttpServerDeps } from '../http.js';
+import { isControlPlanePath, json, serveControlPlane } from './control-plane.js';
+import { toE2bHttpError } from './errors.js';
+import { serveFiles, serveHealth } from './envd-files.js';
+import { envdRoutes } from './envd-rpc.js';
+import { SessionPool } from './session-pool.js';
+
+/** Where the gateway answers: `E2B_API_URL` and `E2B_SANDBOX_URL` are both `<controller URL>/e2b`. */
+export const E2B_PREFIX = '/e2b';
+/** The largest Connect message the gateway reads (envd's requests are small; file bytes go through `/files`). */
+export const MAX_RPC_MESSAGE_BYTES = 4 * 1024 * 1024;
+
+/**
+ * A stream whose client went away is still written to by connect-node (its end-of-stream
+ * envelope), which then prints "handler ... failed: ERR_STREAM_DESTROYED" to standard error for
+ * every disconnect. Such a write is answered here with Connect's `aborted`, which the adapter
+ * takes as the client's own doing and does not print.
+ */
+function quietAfterClose(res: ServerResponse): void {
+  const write = res.write.bind(res) as (chunk: unknown, encoding: BufferEncoding, callback?: (err?: Error | null) => void) => boolean;
+  res.write = ((chunk: unknown, encoding: BufferEncoding, callback?: (err?: Error | null) => void) => {
+    if (!res.destroyed) return write(chunk, encoding, callback);
+    process.nextTick(() => callback?.(new ConnectError('The client went away.', Code.Aborted)));
+    return false;
+  }) as typeof res.write;
+}
+
+/** The gateway: serves one request under {@link E2B_PREFIX}; `close` drops the daemon connections it keeps. */
+export type E2bGateway = ((req: IncomingMessage, res: ServerResponse) => Promise<void>) & { close(): void };
+
+/** Whether a request path belongs to the E2B gateway. */
+export function isE2bPath(pathname: string): boolean {
+  return pathname === E2B_PREFIX || pathname.startsWith(`${E2B_PREFIX}/`);
+}
+
+/**
+ * The E2B-compatible gateway (docs/e2b.md): E2B's control-plane REST API and its in-sandbox envd
+ * API (Connect RPC process and filesystem services, `/files`, `/health`) on one prefix, routed by
+ * path. Every operation runs through the sandbox's daemon with the caller's grant, as Warren's own
+ * API does.
+ *
+ * @example
+ * const e2b = createE2bGateway(deps);
+ * if (isE2bPath(url.pathname)) await e2b(req, res);
+ */
+export function createE2bGateway(deps: HttpServerDeps): E2bGateway {
+  const pool = new SessionPool();
+  const rpc = connectNodeAdapter({
+    routes: envdRoutes(deps, pool),
+    requestPathPrefix: E2B_PREFIX,
+    readMaxBytes: MAX_RPC_MESSAGE_BYTES,
+    jsonOptions: { ignoreUnknownFields: true },
+    // Unknown RPC names: Connect's own `unimplemented` error body, naming what is served.
+    fallback: (req, res) => {
+      const body = JSON.stringify({
+        code: 'unimplemented',
+        message: `${req.url ?? ''} is not an RPC of Warren's E2B gateway; it serves process.Process and filesystem.Filesystem (docs/e2b.md).`,
+      });
+      res.statusCode = 501;
+      res.setHeader('content-type', 'application/json');
+      res.end(body);
+    },
+  });
+  const uploads = { inFlight: 0 };
+  const serve = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const url = new URL(req.url ?? '/', 'http://controller');
+    const path = url.pathname.slice(E2B_PREFIX.length) || '/';
+    try {
+      if (/^\/[a-z]+\.[A-Za-z]+\//.test(path)) {
+        quietAfterClose(res);
+        return void rpc(req, res);
+      }
+      if (path === '/health') return await serveHealth(deps, req, res);
+      if (path === '/files') return await serveFiles(deps, req, res, url.searchParams, uploads, pool);
+      if (isControlPlanePath(path)) return await serveControlPlane(deps, req, res, path, url.searchParams);
+      json(res, 404, { code: 404, message: `No E2B route ${req.method ?? 'GET'} ${path}. See docs/e2b.md for what this gateway serves.` });
+    } catch (err) {
+      const { status, message } = toE2bHttpError(err);
+      if (status >= 500) deps.logger.error({ path, status, message }, 'e2b.failed');
+      if (res.headersSent) return void res.destroy();
+      json(res, status, { code: status, message });
+    }
+  };
+  return Object.assign(serve, { close: () => pool.close() });
+}

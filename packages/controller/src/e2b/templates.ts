@@ -1,0 +1,26 @@
+import { CreateSandboxRequest } from '@warren/protocol';
+import { z } from 'zod';
+
+/**
+ * What one E2B template name means on this controller: the Warren create request a
+ * `Sandbox.create('<name>')` becomes (image, policy, limits, ...; the controller's defaults for
+ * what it leaves out) and the folder E2B's relative paths and default working folder resolve
+ * against.
+ */
+export const E2bTemplate = z.strictObject({
+  /** Where relative paths and commands without `cwd` start; default `/workspace` (Warren's default policy root). */
+  home: z.string().min(1).max(4096).startsWith('/').optional(),
+  /** The create request; E2B's `timeout`, `envVars` and `metadata` are laid over it. */
+  create: CreateSandboxRequest.optional(),
+});
+export type E2bTemplate = z.infer<typeof E2bTemplate>;
+
+/** Template names to templates, as the configuration file's `e2bTemplates` holds them. */
+export const E2bTemplates = z.record(z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$/, 'template names are letters, digits and . _ : / -'), E2bTemplate);
+export type E2bTemplates = z.infer<typeof E2bTemplates>;
+
+/** E2B's default template, `base`: the controller's default image and settings. */
+export const DEFAULT_E2B_TEMPLATES: E2bTemplates = { base: {} };
+
+/** The home of a template when it names none: Warren's default policy root. */
+export const DEFAULT_E2B_HOME = '/workspace';

@@ -1,0 +1,260 @@
+import path from 'node:path';
+import { CodedError, readCheckedTar, type ImageInfo } from '@warren/protocol';
+import type { ImageSettings } from './config.js';
+import { dockerfileNeeds } from './dockerfile-check.js';
+import { buildTag, checkAllowed, IMAGE_ID, parseAllowList, parseImageRef, type AllowedRegistry } from './image-ref.js';
+import { Slots } from './limiter.js';
+import type { Logger } from './logger.js';
+import type { PullProgress, SandboxProvider } from './provider.js';
+
+/** The label on every image Warren built; its value is when. `GET /v1/images` lists these, and only these may be removed through Warren. */
+export const BUILD_LABEL = 'warren.build';
+
+/** One pull under way, shared by every caller that asked for the same image meanwhile. */
+interface Pull {
+  done: Promise<void>;
+  listeners: Set<(p: PullProgress) => void>;
+}
+
+export interface ImageServiceOptions {
+  provider: SandboxProvider;
+  settings: ImageSettings;
+  logger?: Logger | undefined;
+  /** Builds that run at once (each holds its context in memory); 2 by default. */
+  buildsAtOnce?: number | undefined;
+  /** Builds that may wait for one of those; more are refused at once (`RESOURCE_EXHAUSTED`). 4 by default. */
+  buildsWaiting?: number | undefined;
+}
+
+/** What a pull or a build tells its caller as it goes. */
+export interface ImageWatch {
+  /** Called once every check passed and the long part starts (a streamed answer sends its status here). */
+  onStart?: (() => void) | undefined;
+  onProgress?: ((p: PullProgress) => void) | undefined;
+  onOutput?: ((text: string) => void) | undefined;
+  signal?: AbortSignal | undefined;
+}
+
+/**
+ * Images on demand: makes sure the image a create names is on the engine (pulling it when it is
+ * missing and its registry is allowed), pulls ahead with progress, and builds templates from a
+ * checked context. Concurrent requests for the same missing image share one pull.
+ *
+ * @example
+ * const images = new ImageService({ provider, settings: config.images, logger });
+ * await images.ensure('python:3.12-slim'); // pulled from docker.io if the engine lacks it
+ */
+export class ImageService {
+  private readonly provider: SandboxProvider;
+  readonly settings: ImageSettings;
+  private readonly allowed: AllowedRegistry[];
+  private readonly logger: Logger | undefined;
+  private readonly pulls = new Map<string, Pull>();
+  private readonly buildSlots: Slots;
+  private readonly buildsWaiting: number;
+
+  constructor(options: ImageServiceOptions) {
+    this.provider = options.provider;
+    this.settings = options.settings;
+    this.allowed = parseAllowList(options.settings.allowedRegistries);
+    this.logger = options.logger;
+    this.buildSlots = new Slots(options.buildsAtOnce ?? 2);
+    this.buildsWaiting = options.buildsWaiting ?? 4;
+  }
+
+  /**
+   * Runs one build's work (reading its context, then {@link ImageService.build}) in one of the
+   * build slots: a few builds at once, a few more waiting, and the rest refused with
+   * `RESOURCE_EXHAUSTED` and a retry time, so uploads cannot pile up in memory.
+   */
+  async withBuildSlot<T>(work: () => Promise<T>): Promise<T> {
+    return this.buildSlots.run(work, {
+      maxWaiting: this.buildsWaiting,
+      timeoutMs: this.settings.timeoutMs,
+      refuse: (why) =>
+        new CodedError(
+          'RESOURCE_EXHAUSTED',
+          why === 'queue-full'
+            ? `This controller is already running and queueing as many builds as it takes (${this.buildSlots.busy} running, ${this.buildsWaiting} waiting); retry in a minute.`
+            : `This build waited ${this.settings.timeoutMs} ms (images.timeoutMs) for a build slot and gave up; retry in a minute.`,
+          { retryAfterSeconds: 60 },
+        ),
+    });
+  }
+
+  /** The allow-list as configured, for `/readyz` and error messages. */
+  get allowedRegistries(): readonly string[] {
+    return this.settings.allowedRegistries;
+  }
+
+  /**
+   * Makes sure `image` is on the engine: an image already there is used as it is (whatever its
+   * name); a missing one is pulled when `images.pull` is `missing` and its registry is allowed,
+   * else refused with `IMAGE_NOT_ALLOWED` before anything is fetched. Resolves with whether it
+   * was pulled.
+   */
+  async ensure(image: string, watch: ImageWatch = {}): Promise<{ pulled: boolean }> {
+    if (IMAGE_ID.test(image)) {
+      if (await this.provider.hasImage(image)) return { pulled: false };
+      throw new CodedError('IMAGE_NOT_ALLOWED', `No image with the id ${image} is on the engine, and an id cannot be pulled; name the image by reference.`, {
+        image,
+      });
+    }
+    const ref = parseImageRef(image);
+    if (await this.provider.hasImage(image)) return { pulled: false };
+    if (this.settings.pull === 'never')
+      throw new CodedError(
+        'IMAGE_NOT_ALLOWED',
+        `The image '${image}' is not on the engine, and this controller pulls nothing (images.pull is never); use an image already on the engine, or build one with warren image build.`,
+        { image },
+      );
+    checkAllowed(ref, this.allowed, image);
+    // A digest pins the content: pull by it alone (the engine ignores the tag of `name:tag@digest`).
+    const target = ref.digest !== undefined ? `${ref.registry}/${ref.path}@${ref.digest}` : ref.canonical;
+    watch.onStart?.();
+    await this.join(target, watch.onProgress);
+    return { pulled: true };
+  }
+
+  /** Joins the pull of `target` under way, or starts it. */
+  private async join(target: string, onProgress: ((p: PullProgress) => void) | undefined): Promise<void> {
+    let pull = this.pulls.get(target);
+    if (!pull) {
+      // The caller listens before the pull starts, so it sees the first line too.
+      const listeners = new Set<(p: PullProgress) => void>(onProgress ? [onProgress] : []);
+      const started = performance.now();
+      this.logger?.info({ image: target }, 'image.pull.started');
+      const done = this.provider
+        .pullImage(target, {
+          maxBytes: this.settings.maxPullMb * 1024 * 1024,
+          signal: AbortSignal.timeout(this.settings.timeoutMs),
+          onProgress: (p) => {
+            if (p.status === 'Pull complete' || p.status === 'Already exists' || p.status.startsWith('Digest:') || p.status.startsWith('Status:'))
+              this.logger?.info({ image: target, layer: p.layer, status: p.status }, 'image.pull.progress');
+            else this.logger?.debug({ image: target, ...p }, 'image.pull.progress');
+            for (const listener of listeners) listener(p);
+          },
+        })
+        .then(
+          () => this.logger?.info({ image: target, ms: Math.round(performance.now() - started) }, 'image.pulled'),
+          (err: unknown) => {
+            const timedOut = (err as CodedError).code === 'CANCELLED';
+            const failure = timedOut
+              ? new CodedError(
+                  'IMAGE_PULL_FAILED',
+                  `The pull of ${target} took longer than ${this.settings.timeoutMs} ms (images.timeoutMs) and was stopped.`,
+                  {
+                    image: target,
+                  },
+                )
+              : err;
+            this.logger?.warn({ image: target, code: (failure as CodedError).code, message: (failure as Error).message }, 'image.pull.failed');
+            throw failure;
+          },
+        )
+        .finally(() => this.pulls.delete(target));
+      pull = { done, listeners };
+      this.pulls.set(target, pull);
+    }
+    if (onProgress) pull.listeners.add(onProgress);
+    try {
+      await pull.done;
+    } finally {
+      if (onProgress) pull.listeners.delete(onProgress);
+    }
+  }
+
+  /**
+   * Builds a template image from a tar of its context: the archive is read by the strict reader
+   * (no absolute or `..` names, no links that leave the context, no hard links or special files),
+   * the Dockerfile must be a regular file inside it, its base images go through {@link ensure}
+   * (so the allow-list holds), and the image is labelled {@link BUILD_LABEL}. An image of the same
+   * name that Warren did not build is not replaced (`CONFLICT`).
+   */
+  async build(context: Buffer, request: { tag: string; dockerfile?: string | undefined }, watch: ImageWatch = {}): Promise<{ image: string; id: string }> {
+    const tag = buildTag(request.tag);
+    const dockerfile = dockerfilePath(request.dockerfile ?? 'Dockerfile');
+    const entries = readCheckedTar(context);
+    const found = entries.find((e) => e.entry.name === dockerfile);
+    if (!found)
+      throw new CodedError(
+        'INVALID_PARAMS',
+        `The build context has no file '${dockerfile}'; put the Dockerfile inside the context folder, or name it with dockerfile.`,
+        {
+          dockerfile,
+        },
+      );
+    if (found.entry.kind !== 'file')
+      throw new CodedError('INVALID_PARAMS', `The Dockerfile '${dockerfile}' is a ${found.entry.kind}; it must be a regular file.`);
+    const needs = dockerfileNeeds(found.data.toString('utf8'));
+    const existing = await this.provider.inspectImage(tag);
+    if (existing !== undefined && existing.labels[BUILD_LABEL] === undefined)
+      throw new CodedError(
+        'CONFLICT',
+        `An image named ${tag} is already on the engine and Warren did not build it; a build does not replace it. Choose another name (e.g. templates/${tag}).`,
+        { image: tag },
+      );
+    watch.onStart?.();
+    for (const image of needs.images) {
+      const { pulled } = await this.ensure(image, { onProgress: watch.onProgress });
+      if (pulled) watch.onOutput?.(`Pulled ${image}\n`);
+    }
+    const started = performance.now();
+    this.logger?.info({ image: tag, contextBytes: context.length }, 'image.build.started');
+    const signals = [AbortSignal.timeout(this.settings.timeoutMs), ...(watch.signal ? [watch.signal] : [])];
+    try {
+      const { id } = await this.provider.buildImage(context, {
+        tag,
+        dockerfile,
+        labels: { [BUILD_LABEL]: new Date().toISOString() },
+        network: this.settings.buildNetwork,
+        onOutput: (text) => watch.onOutput?.(text),
+        signal: AbortSignal.any(signals),
+      });
+      this.logger?.info({ image: tag, id, ms: Math.round(performance.now() - started) }, 'image.built');
+      // The earlier build of this name lost its name to this one: remove it unless a sandbox still uses it.
+      if (existing !== undefined && existing.id !== id)
+        await this.provider.removeImage(existing.id).then(
+          () => this.logger?.info({ image: tag, id: existing.id }, 'image.replaced'),
+          () => undefined,
+        );
+      return { image: tag, id };
+    } catch (err) {
+      this.logger?.warn({ image: tag, code: (err as CodedError).code, message: (err as Error).message.split('\n')[0] }, 'image.build.failed');
+      throw err;
+    }
+  }
+
+  /** The images Warren built, newest first. */
+  async list(): Promise<ImageInfo[]> {
+    return (await this.provider.listImages(BUILD_LABEL)).map(({ id, tags, createdAt, sizeBytes }) => ({ id, tags, createdAt, sizeBytes }));
+  }
+
+  /** Removes an image Warren built (by id or name); any other image is refused with `FORBIDDEN`. */
+  async remove(image: string): Promise<void> {
+    const labels = (await this.provider.inspectImage(image))?.labels;
+    if (labels === undefined)
+      throw new CodedError('NOT_FOUND', `No image '${image}' is on the engine; GET /v1/images lists the images Warren built.`, { image });
+    if (labels[BUILD_LABEL] === undefined)
+      throw new CodedError('FORBIDDEN', `The image '${image}' was not built by Warren; Warren removes only the images it built (GET /v1/images lists them).`, {
+        image,
+      });
+    await this.provider.removeImage(image);
+    this.logger?.info({ image }, 'image.removed');
+  }
+}
+
+/** The Dockerfile's path inside the context, as the archive names it; refused when it would leave the context. */
+function dockerfilePath(given: string): string {
+  if (given.includes('\0') || given.includes('\\'))
+    throw new CodedError('INVALID_PARAMS', `The Dockerfile path '${given.slice(0, 200)}' has a NUL or a backslash.`);
+  if (path.posix.isAbsolute(given))
+    throw new CodedError('INVALID_PARAMS', `The Dockerfile path '${given.slice(0, 200)}' is absolute; give it relative to the context folder.`);
+  const normal = path.posix.normalize(given);
+  if (normal === '..' || normal.startsWith('../') || normal === '.')
+    throw new CodedError(
+      'INVALID_PARAMS',
+      `The Dockerfile path '${given.slice(0, 200)}' is outside the context; the Dockerfile must be inside the context folder.`,
+    );
+  return normal.replace(/\/+$/, '');
+}

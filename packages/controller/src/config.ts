@@ -3,6 +3,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { EGRESS_MODES, EgressHostPattern, EgressPolicy } from '@warren/protocol';
+import { parseLabCidrs } from './egress/address-floor.js';
+import type { EgressOperatorConfig } from './egress/decide.js';
 import { DEFAULT_E2B_TEMPLATES, E2bTemplates } from './e2b/templates.js';
 import { parseAllowList } from './image-ref.js';
 import { LOG_LEVELS, REDACTED, type LogLevel } from './logger.js';
@@ -76,6 +79,8 @@ export interface ControllerConfig {
   allowedOrigins: string[];
   /** Extra `Host` values allowed on WebSocket upgrades, besides loopback and the bound address. */
   allowedHosts: string[];
+  /** Per-sandbox network egress through the gateway: defaults, the most a create may ask for, the deny list (docs/network.md). */
+  egress: EgressOperatorConfig;
   /** Images on demand: which registries a create or a pull may fetch from, and the caps of pulls and builds (docs/images.md). */
   images: ImageSettings;
   /** The least severe log level written (`LOG_LEVEL`): fatal, error, warn, info (default), debug, trace or silent. */
@@ -189,6 +194,43 @@ export const ConfigFile = z.strictObject({
   allowedHosts: z.array(z.string()).optional(),
   images: Images.optional(),
   logLevel: z.enum(LOG_LEVELS).optional(),
+  egress: z
+    .strictObject({
+      defaultPolicy: EgressPolicy.optional(),
+      maxMode: z.enum(EGRESS_MODES).optional(),
+      deny: z.array(EgressHostPattern).max(1024).optional(),
+      labCidrs: z.array(z.string()).max(64).optional(),
+      resolvers: z
+        .array(
+          z
+            .string()
+            .regex(/^(\d{1,3}(\.\d{1,3}){3}|\[[0-9a-fA-F:]+\])(:\d{1,5})?$/, "an IP address with an optional port, e.g. '9.9.9.9' or '[2620:fe::fe]:53'"),
+        )
+        .max(8)
+        .optional(),
+      maxConnectionsPerSandbox: z.number().int().min(1).max(100_000).optional(),
+      secrets: z
+        .record(
+          z.string().min(1).max(128),
+          z
+            .string()
+            .min(1)
+            .max(16 * 1024),
+        )
+        .optional(),
+    })
+    .superRefine((egress, ctx) => {
+      try {
+        parseLabCidrs(egress.labCidrs ?? []);
+      } catch (err) {
+        ctx.addIssue({ code: 'custom', path: ['labCidrs'], message: (err as Error).message });
+      }
+      const mode = egress.defaultPolicy?.mode ?? 'none';
+      if (EGRESS_MODES.indexOf(mode) > EGRESS_MODES.indexOf(egress.maxMode ?? DEFAULT_EGRESS.maxMode)) {
+        ctx.addIssue({ code: 'custom', path: ['defaultPolicy'], message: `the default policy's mode '${mode}' is more open than maxMode` });
+      }
+    })
+    .optional(),
   e2bTemplates: E2bTemplates.optional(),
 });
 export type ConfigFile = z.infer<typeof ConfigFile>;
@@ -208,6 +250,17 @@ export const PACKAGED_AGENT_BUNDLE = new URL('../dist/agent/warren-agent.mjs', i
 export function defaultAgentBundlePath(exists: (file: string) => boolean = existsSync): string {
   return exists(WORKSPACE_AGENT_BUNDLE) ? WORKSPACE_AGENT_BUNDLE : PACKAGED_AGENT_BUNDLE;
 }
+
+/** Egress defaults: no way out unless a create asks for allow rules; `open` needs the operator's say-so. */
+export const DEFAULT_EGRESS: EgressOperatorConfig = {
+  defaultPolicy: { mode: 'none' },
+  maxMode: 'allow',
+  deny: [],
+  labCidrs: [],
+  resolvers: [],
+  maxConnectionsPerSandbox: 64,
+  secrets: {},
+};
 
 const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   host: '127.0.0.1',
@@ -236,6 +289,7 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   allowedHosts: [],
   images: { allowedRegistries: ['docker.io'], pull: 'missing', maxPullMb: 4096, maxBuildContextMb: 256, buildNetwork: 'none', timeoutMs: 15 * 60_000 },
   logLevel: 'info',
+  egress: DEFAULT_EGRESS,
   e2bTemplates: DEFAULT_E2B_TEMPLATES,
 };
 
@@ -290,6 +344,7 @@ export function loadConfig(
     agentBundlePath: merged.agentBundlePath ?? defaultAgentBundlePath(),
     limits,
     maxLimits,
+    egress: { ...DEFAULT_EGRESS, ...stripUndefined(file.egress ?? {}) },
     images,
     ...overrides,
   };
@@ -322,9 +377,10 @@ export function readFlags(flags: Pick<ConfigFile, 'host' | 'port'>): Partial<Pic
  * process.stdout.write(`${JSON.stringify(redactConfig(loadConfig()), null, 2)}\n`);
  */
 export function redactConfig(config: ControllerConfig): Record<string, unknown> {
-  const { apiKey, apiKeyHashes, ...rest } = config;
+  const { apiKey, apiKeyHashes, egress, ...rest } = config;
   // An unset optional setting is shown as null, so the output lists every setting there is.
   const shown: Record<string, unknown> = Object.fromEntries(Object.entries(rest).map(([key, value]) => [key, value ?? null]));
+  shown.egress = { ...egress, secrets: Object.fromEntries(Object.keys(egress.secrets).map((name) => [name, REDACTED])) };
   return { ...shown, apiKey: apiKey === undefined ? null : REDACTED, apiKeyHashes: apiKeyHashes.map(() => REDACTED) };
 }
 

@@ -42,5 +42,20 @@ export { errorBody, requestIdOf, REQUEST_ID_HEADER } from './http.js';
 export { ROUTES, type Route, type RouteAccess, type HttpMethod } from './routes.js';
 export { openApiDocument, apiDocumentFiles, REST_API_VERSION } from './openapi.js';
 export { openWorkspaceStore, type WorkspaceStore, type WorkspaceStoreOptions, type WorkspaceStoreDescription, type WorkspaceUsage } from './workspace-store.js';
+export { EgressGateway, type EgressGatewayOptions, type SandboxEgressHandle } from './egress/gateway.js';
+export { EgressCa, EGRESS_CA_CERT_FILE, EGRESS_CA_KEY_FILE } from './egress/ca.js';
+export { AddressFloor, parseLabCidrs, hostAddresses, type FloorClass, type LabCidr } from './egress/address-floor.js';
+export {
+  decideEgress,
+  decideEgressName,
+  effectiveEgressPolicy,
+  type EgressDecision,
+  type EgressDenyReason,
+  type EgressOperatorConfig,
+  type EgressQuery,
+} from './egress/decide.js';
+export { DnsResolver, type EgressResolver } from './egress/resolver.js';
+export { egressEventSink } from './egress/sink.js';
+export type { EgressEvent, EgressKind } from './egress/events.js';
 export { callAgent, openAgentSocket, probeAgent } from './agent-link.js';
 export { resolveEngine, type EngineEndpoint } from './engine-endpoint.js';

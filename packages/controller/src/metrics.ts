@@ -20,6 +20,9 @@ export class Metrics {
   readonly callSeconds: Histogram<'method'>;
   readonly errors: Counter<'code' | 'source'>;
   readonly connections: Gauge;
+  /** Egress gateway attempts, by how they arrived, the decision and the closed reason code (never the host: unbounded). */
+  readonly egress: Counter<'kind' | 'decision' | 'reason'>;
+  readonly egressBytes: Counter<'direction'>;
 
   constructor(countByState: () => Record<string, number> = () => ({})) {
     const registers = [this.registry];
@@ -67,5 +70,17 @@ export class Metrics {
       registers,
     });
     this.connections = new Gauge({ name: 'warren_connections', help: 'Open client WebSocket connections.', registers });
+    this.egress = new Counter({
+      name: 'warren_egress_attempts_total',
+      help: 'Connection attempts through the egress gateway, by kind (http, connect, sni, dns), decision (allowed, denied) and reason code.',
+      labelNames: ['kind', 'decision', 'reason'],
+      registers,
+    });
+    this.egressBytes = new Counter({
+      name: 'warren_egress_bytes_total',
+      help: 'Bytes carried by the egress gateway, by direction (out: sandbox to upstream, in: back).',
+      labelNames: ['direction'],
+      registers,
+    });
   }
 }

@@ -1,6 +1,8 @@
 import path from 'node:path';
+import type { z } from 'zod';
 import { CodedError, CreateSandboxRequest, DEFAULT_ROOT, issueText, type FilePolicy, type SandboxSettings } from '@warren/protocol';
 import type { ControllerConfig } from './config.js';
+import { effectiveEgressPolicy, type EgressOperatorConfig } from './egress/decide.js';
 
 /** What a create request became once checked and given defaults. */
 export interface SandboxPlan {
@@ -14,7 +16,10 @@ export interface SandboxPlan {
 
 /** What the plan needs to know about this host besides the configuration. */
 export interface PlanContext {
-  config: Pick<ControllerConfig, 'defaultImage' | 'limits' | 'maxLimits' | 'allowedMountRoots' | 'allowBridgeNetwork' | 'stateDir'>;
+  config: Pick<ControllerConfig, 'defaultImage' | 'limits' | 'maxLimits' | 'allowedMountRoots' | 'allowBridgeNetwork' | 'stateDir'> & {
+    /** The operator's egress defaults and maximum; absent means the built-in ones (`none`, at most `allow`). */
+    egress?: Pick<EgressOperatorConfig, 'defaultPolicy' | 'maxMode'> | undefined;
+  };
   /** Runtimes the Docker engine has registered (`docker info` Runtimes). */
   runtimes: readonly string[];
   /** Runtimes registered with `--network=none` among their arguments: they cannot give a network. */
@@ -29,7 +34,7 @@ export interface PlanContext {
 }
 
 const CREATE_OPTIONS =
-  'image, env, cpus, memoryMb, pidsLimit, network (none|bridge), runtime (runc|runsc), user, workdir, policy, ttlSeconds, labels, mounts, readOnlyRootfs, tmpMb, openFiles, fileSizeMb, diskMb';
+  'image, env, cpus, memoryMb, pidsLimit, network (none|bridge), egress, secrets, runtime (runc|runsc), user, workdir, policy, ttlSeconds, labels, mounts, readOnlyRootfs, tmpMb, openFiles, fileSizeMb, diskMb';
 
 /**
  * Request fields that would unharden a sandbox. They are refused by name with FORBIDDEN, before
@@ -115,6 +120,7 @@ export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
       field: 'network',
     });
   }
+  checkEgress(request, network, config);
   const runtime = request.runtime ?? 'runc';
   if (!context.runtimes.includes(runtime)) {
     throw new CodedError(
@@ -231,4 +237,25 @@ function checkMount(hostPath: string, target: string, readOnly: boolean, config:
 export function isBelow(child: string, parent: string): boolean {
   if (parent === '/') return true;
   return child === parent || child.startsWith(`${parent}/`);
+}
+
+/**
+ * Egress policy and brokered secrets at create. The gateway that enforces them is not yet
+ * connected to sandbox containers, so anything but `none` is refused (fail closed) rather than
+ * accepted and not enforced; a mode above the operator's `egress.maxMode` is FORBIDDEN first.
+ */
+function checkEgress(request: z.infer<typeof CreateSandboxRequest>, network: string, config: PlanContext['config']): void {
+  const egress = effectiveEgressPolicy(request.egress, config.egress ?? { defaultPolicy: { mode: 'none' }, maxMode: 'allow' });
+  const secrets = request.secrets ?? [];
+  if (egress.mode === 'none' && secrets.length === 0) return;
+  if (network === 'bridge') {
+    throw new CodedError('INVALID_PARAMS', "egress and secrets go through the egress gateway, which network 'bridge' bypasses; leave out network or egress.", {
+      field: 'egress',
+    });
+  }
+  throw new CodedError(
+    'INVALID_PARAMS',
+    `Egress '${egress.mode}'${secrets.length ? ' with brokered secrets' : ''} cannot be enforced yet: the egress gateway is not connected to sandboxes on this controller (docs/network.md). Leave out egress and secrets; the sandbox then has no network.`,
+    { field: request.egress === undefined ? 'secrets' : 'egress' },
+  );
 }

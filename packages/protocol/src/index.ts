@@ -8,3 +8,4 @@ export * from './lines.js';
 export * from './policy.js';
 export * from './tar-rules.js';
 export * from './json-schema.js';
+export * from './egress.js';

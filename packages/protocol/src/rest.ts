@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { EgressPolicy, SecretBinding } from './egress.js';
 import { DeriveRequest, FilePolicy } from './policy.js';
 
 /** Labels are caller metadata; keys and values are bounded so they fit Docker's label limits. */
@@ -51,6 +52,10 @@ export const CreateSandboxRequest = z.strictObject({
     .max(1 << 20)
     .optional(),
   network: NetworkMode.optional(),
+  /** Egress through Warren's gateway (docs/network.md): `none` (default), `allow` rules, or `open`. */
+  egress: EgressPolicy.optional(),
+  /** Credentials the gateway writes into requests to their bound hosts; the sandbox sees placeholders. */
+  secrets: z.array(SecretBinding).max(32).optional(),
   runtime: RuntimeName.optional(),
   /** Numeric `uid` or `uid:gid` every command runs as (the sandbox user); never 0. Default 1000:1000. */
   user: z

@@ -3,8 +3,8 @@ import { CommandExitError, Sandbox } from 'e2b';
 import { startTestController, type TestController } from '../support/fixtures.js';
 
 /**
- * The real `e2b` SDK against a real controller and real containers: the `base` template is the
- * default image with Warren's default hardening, home /workspace (docs/e2b.md).
+ * The real `e2b` SDK against a real controller and real containers: the `base` template is
+ * warren/e2b-base with Warren's default hardening, user `user` at /home/user (docs/e2b.md).
  */
 describe('the e2b SDK on real sandboxes', () => {
   let warren: TestController;
@@ -22,8 +22,15 @@ describe('the e2b SDK on real sandboxes', () => {
     try {
       await sandbox.files.write('hello.py', 'import os\nprint(os.environ["GREETING"], "from the sandbox")\n');
       expect((await sandbox.commands.run('python3 hello.py')).stdout).toBe('hi from the sandbox\n');
-      expect((await sandbox.commands.run('pwd')).stdout.trim()).toBe('/workspace');
+      // Where E2B programs expect to be: user `user`, home and working folder /home/user, writable.
+      expect((await sandbox.commands.run('pwd')).stdout.trim()).toBe('/home/user');
+      expect((await sandbox.commands.run('whoami')).stdout.trim()).toBe('user');
+      expect((await sandbox.commands.run('echo $HOME')).stdout.trim()).toBe('/home/user');
       expect((await sandbox.commands.run('id -u')).stdout.trim()).not.toBe('0');
+      await sandbox.files.write('/home/user/abs.txt', 'absolute');
+      expect(await sandbox.files.read('abs.txt')).toBe('absolute');
+      expect((await sandbox.commands.run('cat /home/user/abs.txt && touch made-by-shell')).stdout).toBe('absolute');
+      expect(await sandbox.files.exists('/home/user/made-by-shell')).toBe(true);
       await expect(sandbox.commands.run('exit 4')).rejects.toBeInstanceOf(CommandExitError);
       await expect(sandbox.commands.run('sudo true')).rejects.toBeInstanceOf(CommandExitError);
       await expect(sandbox.files.write('/etc/evil', 'x')).rejects.toThrow(/403|permission/i);

@@ -71,9 +71,14 @@ export interface SandboxContainerSpec {
   workspaceOnHost?: string | undefined;
 }
 
+/** Where the sandbox's writable disk goes: `/workspace` unless the create asked for another folder. */
+function workspaceOf(settings: SandboxSettings): string {
+  return settings.workspace ?? WORKSPACE;
+}
+
 /** True when a host mount replaces the workspace volume. */
 function workspaceIsMounted(spec: SandboxContainerSpec): boolean {
-  return spec.settings.mounts.some((m) => m.path === WORKSPACE);
+  return spec.settings.mounts.some((m) => m.path === workspaceOf(spec.settings));
 }
 
 /**
@@ -93,8 +98,8 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
   // anonymous volume: Docker copies the image's /workspace into it (if any), the daemon hands it
   // to the sandbox user, and `remove({ v: true })` deletes it with the container.
   if (spec.workspaceOnHost !== undefined && !workspaceIsMounted(spec))
-    mounts.push({ Type: 'bind', Source: spec.workspaceOnHost, Target: WORKSPACE, ReadOnly: false, BindOptions: { Propagation: 'rprivate' } });
-  else if (!workspaceIsMounted(spec)) mounts.push({ Type: 'volume', Source: '', Target: WORKSPACE, ReadOnly: false });
+    mounts.push({ Type: 'bind', Source: spec.workspaceOnHost, Target: workspaceOf(settings), ReadOnly: false, BindOptions: { Propagation: 'rprivate' } });
+  else if (!workspaceIsMounted(spec)) mounts.push({ Type: 'volume', Source: '', Target: workspaceOf(settings), ReadOnly: false });
   for (const m of settings.mounts)
     mounts.push({ Type: 'bind', Source: m.hostPath, Target: m.path, ReadOnly: m.readOnly, BindOptions: { Propagation: 'rprivate' } });
   const hostConfig: Docker.HostConfig = {
@@ -136,9 +141,9 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
       `${SOCKET_DIR_IN_SANDBOX}/agent.sock`,
       ...(spec.channel.kind === 'socket' ? ['--secret-file', `${SOCKET_DIR_IN_SANDBOX}/secret`] : ['--secret-env', SECRET_VARIABLE]),
       '--root',
-      WORKSPACE,
+      workspaceOf(settings),
       '--home',
-      WORKSPACE,
+      workspaceOf(settings),
       '--user',
       settings.user,
       ...(workspaceIsMounted(spec) ? [] : ['--own-root']),
@@ -544,7 +549,8 @@ export class DockerProvider implements SandboxProvider {
    * sees it; undefined where this host gives no quota or a host mount replaces /workspace.
    */
   private async workspaceFor(spec: SandboxSpec): Promise<string | undefined> {
-    if (!this.workspaces?.describe().quota || spec.settings.diskMb === undefined || spec.settings.mounts.some((m) => m.path === WORKSPACE)) return undefined;
+    if (!this.workspaces?.describe().quota || spec.settings.diskMb === undefined || spec.settings.mounts.some((m) => m.path === workspaceOf(spec.settings)))
+      return undefined;
     const [uid = 1000, gid = uid] = spec.settings.user.split(':').map(Number);
     const shift = this.remap ?? { uid: 0, gid: 0 };
     return this.workspaces.create(spec.agentId, { uid: shift.uid + uid, gid: shift.gid + gid }, spec.settings.diskMb * 1024 * 1024);

@@ -159,7 +159,14 @@ export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
       { field: 'diskMb' },
     );
   }
-  const workdir = path.posix.resolve(request.workdir ?? DEFAULT_ROOT);
+  const workspace = path.posix.resolve(request.workspace ?? DEFAULT_ROOT);
+  if (workspace === '/' || RESERVED_TARGETS.some((reserved) => isBelow(workspace, reserved)) || isBelow(workspace, '/tmp'))
+    throw new CodedError(
+      'INVALID_PARAMS',
+      `Refused workspace '${request.workspace}': '/', /tmp, ${RESERVED_TARGETS.join(', ')} and what lies below them are reserved. Use a folder such as /workspace or /home/user.`,
+      { field: 'workspace' },
+    );
+  const workdir = path.posix.resolve(request.workdir ?? workspace);
   const mounts = (request.mounts ?? []).map((m) => checkMount(m.hostPath, m.path, m.readOnly ?? true, config));
   const targets = new Set<string>();
   for (const m of mounts) {
@@ -179,6 +186,7 @@ export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
       runtime,
       user: `${Number(uid)}:${Number(gid)}`,
       workdir,
+      ...(workspace === DEFAULT_ROOT ? {} : { workspace }),
       ttlSeconds: limit('ttlSeconds', request.ttlSeconds),
       mounts,
       readOnlyRootfs: request.readOnlyRootfs ?? true,
@@ -189,6 +197,8 @@ export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
     },
   };
   if (request.policy !== undefined) plan.policy = request.policy;
+  // A workspace elsewhere moves the default policy's root with it.
+  else if (workspace !== DEFAULT_ROOT) plan.policy = { root: workspace, readOnly: false };
   return plan;
 }
 

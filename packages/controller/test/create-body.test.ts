@@ -298,3 +298,20 @@ describe('hostile create requests are refused with a clear error', () => {
     );
   });
 });
+
+describe('the workspace folder', () => {
+  it('moves the disk, the policy root, the working folder and HOME together; reserved places are refused', () => {
+    const plan = planSandbox({ workspace: '/home/user/' }, context);
+    expect(plan.settings).toMatchObject({ workspace: '/home/user', workdir: '/home/user' });
+    expect(plan.policy).toEqual({ root: '/home/user', readOnly: false });
+    const body = bodyFor(plan);
+    expect(body.HostConfig?.Mounts?.find((m) => m.Target === '/home/user')).toMatchObject({ Type: 'volume' });
+    expect(body.HostConfig?.Mounts?.some((m) => m.Target === '/workspace')).toBe(false);
+    expect(body.Entrypoint).toEqual(expect.arrayContaining(['--root', '/home/user', '--home', '/home/user', '--own-root']));
+    // The default stays as it was: no workspace setting, no policy of the plan's own.
+    expect(planSandbox({}, context).settings).not.toHaveProperty('workspace');
+    expect(planSandbox({}, context).policy).toBeUndefined();
+    for (const bad of ['/', '/tmp/x', '/opt/warren', '/run/warren/y', '/proc', '/dev/shm'])
+      expect(() => planSandbox({ workspace: bad }, context)).toThrow(/Refused workspace/);
+  });
+});

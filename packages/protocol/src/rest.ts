@@ -62,9 +62,15 @@ export const CreateSandboxRequest = z.strictObject({
     .string()
     .regex(/^\d{1,10}(:\d{1,10})?$/, "a numeric 'uid' or 'uid:gid'")
     .optional(),
-  /** Working folder of commands; default /workspace. */
+  /**
+   * Where the sandbox's own writable disk is mounted (its quota, the sandbox user's folder), and
+   * so the default policy root, working folder and HOME; default /workspace. An E2B-style
+   * sandbox uses /home/user.
+   */
+  workspace: z.string().min(1).max(4096).startsWith('/').optional(),
+  /** Working folder of commands; default the workspace. */
   workdir: z.string().min(1).max(4096).startsWith('/').optional(),
-  /** The file policy (seed 001) every connection starts from; default: read-write root /workspace. */
+  /** The file policy (seed 001) every connection starts from; default: read-write root at the workspace. */
   policy: FilePolicy.optional(),
   /** Seconds until the reaper kills the sandbox. */
   ttlSeconds: z
@@ -121,6 +127,8 @@ export const SandboxSettings = z.strictObject({
   runtime: RuntimeName,
   user: z.string(),
   workdir: z.string(),
+  /** Where the sandbox's writable disk is mounted; absent (older sandboxes) means /workspace. */
+  workspace: z.string().optional(),
   ttlSeconds: z.number(),
   mounts: z.array(z.strictObject({ hostPath: z.string(), path: z.string(), readOnly: z.boolean() })),
   // Optional so the labels of sandboxes made before these settings existed still parse.

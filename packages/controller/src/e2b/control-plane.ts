@@ -115,11 +115,12 @@ export function templateFor(deps: HttpServerDeps, name: string): E2bTemplate {
   return template;
 }
 
-/** The home folder of a sandbox made through the gateway (its template's), or Warren's default root. */
+/** The home folder of a sandbox made through the gateway: its template's, else its workspace, else Warren's default root. */
 export function homeOf(deps: HttpServerDeps, labels: Record<string, string>): string {
   const name = labels[TEMPLATE_LABEL];
   const templates = deps.config.e2bTemplates;
-  return (name !== undefined && Object.hasOwn(templates, name) ? templates[name]?.home : undefined) ?? DEFAULT_E2B_HOME;
+  const template = name !== undefined && Object.hasOwn(templates, name) ? templates[name] : undefined;
+  return template?.home ?? template?.create?.workspace ?? DEFAULT_E2B_HOME;
 }
 
 async function create({ deps, req, res }: PlaneContext): Promise<void> {

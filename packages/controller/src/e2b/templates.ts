@@ -8,7 +8,7 @@ import { z } from 'zod';
  * against.
  */
 export const E2bTemplate = z.strictObject({
-  /** Where relative paths and commands without `cwd` start; default `/workspace` (Warren's default policy root). */
+  /** Where relative paths and commands without `cwd` start; default the create's `workspace`, else `/workspace`. */
   home: z.string().min(1).max(4096).startsWith('/').optional(),
   /** The create request; E2B's `timeout`, `envVars` and `metadata` are laid over it. */
   create: CreateSandboxRequest.optional(),
@@ -19,8 +19,12 @@ export type E2bTemplate = z.infer<typeof E2bTemplate>;
 export const E2bTemplates = z.record(z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$/, 'template names are letters, digits and . _ : / -'), E2bTemplate);
 export type E2bTemplates = z.infer<typeof E2bTemplates>;
 
-/** E2B's default template, `base`: the controller's default image and settings. */
-export const DEFAULT_E2B_TEMPLATES: E2bTemplates = { base: {} };
+/**
+ * E2B's default template, `base`: `warren/e2b-base` (built by scripts/build-images: the default
+ * sandbox image as user `user`), with the sandbox's disk, the working folder and HOME at
+ * /home/user, as E2B programs expect; the controller's defaults otherwise.
+ */
+export const DEFAULT_E2B_TEMPLATES: E2bTemplates = { base: { home: '/home/user', create: { image: 'warren/e2b-base:latest', workspace: '/home/user' } } };
 
 /** The home of a template when it names none: Warren's default policy root. */
 export const DEFAULT_E2B_HOME = '/workspace';

@@ -151,6 +151,14 @@ export function isAllowed(ref: ImageRef, allowed: readonly AllowedRegistry[]): b
  * checkAllowed(parseImageRef('evil.com/library/alpine'), parseAllowList(['docker.io'])); // throws IMAGE_NOT_ALLOWED
  */
 export function checkAllowed(ref: ImageRef, allowed: readonly AllowedRegistry[], original: string): void {
+  // Warren's own images (warren/sandbox, warren/e2b-base, ...) are built on the engine, never
+  // fetched: a missing one pulled from Docker Hub would be whatever someone published there.
+  if (ref.registry === 'docker.io' && ref.path.startsWith('warren/'))
+    throw new CodedError(
+      'IMAGE_NOT_ALLOWED',
+      `The image '${original.slice(0, 300)}' is one of Warren's own, which are built on the engine and never pulled, and it is not on this engine. Build it with scripts/build-images (or docker compose --profile images build).`,
+      { image: original.slice(0, 300) },
+    );
   if (isAllowed(ref, allowed)) return;
   const list = allowed.map((a) => (a.pathPrefix ? `${a.registry}/${a.pathPrefix}` : a.registry));
   throw new CodedError(

@@ -101,6 +101,14 @@ describe('the registry allow-list', () => {
     expect(isAllowed(parseImageRef('127.0.0.1/x'), allowed)).toBe(false);
   });
 
+  it("never pulls Warren's own image names from Docker Hub, whatever the list allows (a missing one is built, not fetched)", () => {
+    const hub = parseAllowList(['docker.io']);
+    for (const name of ['warren/sandbox:latest', 'warren/e2b-base', 'docker.io/warren/sandbox', 'index.docker.io/warren/test-busybox:latest'])
+      expect(() => checkAllowed(parseImageRef(name), hub, name)).toThrow(/Warren's own, which are built on the engine and never pulled/);
+    expect(() => checkAllowed(parseImageRef('ghcr.io/warren/sandbox'), parseAllowList(['ghcr.io']), 'ghcr.io/warren/sandbox')).not.toThrow();
+    expect(() => checkAllowed(parseImageRef('warrenx/sandbox'), hub, 'warrenx/sandbox')).not.toThrow();
+  });
+
   it('an empty list allows no pull, and says so', () => {
     expect(() => checkAllowed(parseImageRef('alpine'), [], 'alpine')).toThrow(/pulls nothing \(allowedRegistries is empty\)/);
   });

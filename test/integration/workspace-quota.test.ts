@@ -148,6 +148,13 @@ const root = process.getuid?.() === 0;
     expect(await readdir(dir)).toEqual(before);
   });
 
+  it('two removals of one workspace at once (a kill racing the reaper) both succeed, and nothing stays mounted', async () => {
+    await store.create('race1', SANDBOX_USER, LIMIT);
+    await Promise.all([store.remove('race1'), store.remove('race1'), store.remove('race1')]);
+    expect(await store.list()).not.toContain('race1');
+    expect((await readFile('/proc/self/mountinfo', 'utf8')).includes('race1')).toBe(false);
+  });
+
   it('removes a workspace without following anything the sandbox made in it; the host file it pointed at stays', async () => {
     const canary = path.join(stateDir, 'host-file.txt');
     await writeFile(canary, 'host data');

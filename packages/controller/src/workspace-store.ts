@@ -463,9 +463,17 @@ async function loopBackingFile(source: string): Promise<string | undefined> {
   return (await readFile(`/sys/block/${name}/loop/backing_file`, 'utf8').catch(() => '')).trim() || undefined;
 }
 
-/** Unmounts; a mount still in use on the host (a shell in it) is detached lazily instead. */
+/**
+ * Unmounts; a mount still in use on the host (a shell in it) is detached lazily instead. One that
+ * is already gone (another removal of the same sandbox got there first) is not an error.
+ */
 async function unmount(mountPoint: string): Promise<void> {
-  await runCommand('umount', [mountPoint]).catch(() => runCommand('umount', ['-l', mountPoint]));
+  try {
+    await runCommand('umount', [mountPoint]).catch(() => runCommand('umount', ['-l', mountPoint]));
+  } catch (err) {
+    const stillMounted = parseMountInfo(await readFile('/proc/self/mountinfo', 'utf8')).some((m) => m.mountPoint === mountPoint);
+    if (stillMounted) throw err;
+  }
 }
 
 /** A failed command, with what it printed (for the log, never for clients: it names host paths). */

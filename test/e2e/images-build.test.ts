@@ -8,21 +8,12 @@ import { BuildFailedError, Images, Sandbox } from '@warren/sdk';
 import { runCli } from '../support/cli.js';
 import { codeOf } from '../support/files.js';
 import { startTestController, type TestController } from '../support/fixtures.js';
+import { imagePresent } from '../support/registry.js';
 
 const docker = new Docker();
 const run = randomBytes(4).toString('hex');
 /** Every image this file builds is named below this, so afterAll removes them all. */
 const PREFIX = 'warren-e2e-build/';
-
-async function present(name: string): Promise<boolean> {
-  return docker
-    .getImage(name)
-    .inspect()
-    .then(
-      () => true,
-      () => false,
-    );
-}
 
 // Real builds through a real controller: the context packed by the SDK, the output streamed back.
 describe('warren image build, on the engine', () => {
@@ -34,7 +25,7 @@ describe('warren image build, on the engine', () => {
   beforeAll(async () => {
     warren = await startTestController();
     images = new Images({ baseUrl: warren.url, apiKey: warren.apiKey });
-    base = (await present('warren/test-busybox:latest')) ? 'warren/test-busybox:latest' : 'warren/sandbox:latest';
+    base = (await imagePresent(docker, 'warren/test-busybox:latest')) ? 'warren/test-busybox:latest' : 'warren/sandbox:latest';
     context = await mkdtemp(path.join(os.tmpdir(), 'warren-build-'));
   });
   afterAll(async () => {
@@ -85,7 +76,7 @@ describe('warren image build, on the engine', () => {
     await writeFile(path.join(context, 'files', 'nonce'), randomBytes(8).toString('hex'));
     const rebuilt = await images.build({ context, tag, dockerfile: 'docker/Dockerfile' });
     expect(rebuilt.id).not.toBe(built.id);
-    expect(await present(built.id!)).toBe(false);
+    expect(await imagePresent(docker, built.id!)).toBe(false);
 
     const sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, image: tag });
     try {
@@ -94,7 +85,7 @@ describe('warren image build, on the engine', () => {
       await sandbox.kill();
     }
     await images.remove(tag);
-    expect(await present(tag)).toBe(false);
+    expect(await imagePresent(docker, tag)).toBe(false);
   });
 
   it('warren image build prints the output on stderr and only the name on stdout; ls and rm find it', async () => {
@@ -107,7 +98,7 @@ describe('warren image build, on the engine', () => {
     const listed = await runCli(['image', 'ls', '--json'], { env });
     expect((JSON.parse(listed.stdout) as { tags: string[] }[]).some((i) => i.tags.includes(tag))).toBe(true);
     expect(await runCli(['image', 'rm', tag], { env })).toMatchObject({ code: 0 });
-    expect(await present(tag)).toBe(false);
+    expect(await imagePresent(docker, tag)).toBe(false);
     const refused = await runCli(['image', 'build', context, '--tag', 'ghcr.io/x/y'], { env });
     expect(refused.code).not.toBe(0);
     expect(refused.stderr).toMatch(/INVALID_PARAMS: .*registry host/);
@@ -119,7 +110,7 @@ describe('warren image build, on the engine', () => {
     const err = await images.build({ context, tag }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(BuildFailedError);
     expect((err as BuildFailedError).details?.output).toEqual(expect.stringContaining('about-to-fail'));
-    expect(await present(tag)).toBe(false);
+    expect(await imagePresent(docker, tag)).toBe(false);
   });
 
   it('refuses, before building, a base image from a registry that is not allowed and a name that would replace an image Warren did not build', async () => {
@@ -127,6 +118,6 @@ describe('warren image build, on the engine', () => {
     expect(await codeOf(images.build({ context, tag: `${PREFIX}x:${run}` }))).toBe('IMAGE_NOT_ALLOWED');
     await write({ Dockerfile: `FROM ${base}\n` });
     expect(await codeOf(images.build({ context, tag: base }))).toBe('CONFLICT');
-    expect(await present(`${PREFIX}x:${run}`)).toBe(false);
+    expect(await imagePresent(docker, `${PREFIX}x:${run}`)).toBe(false);
   });
 });

@@ -5,22 +5,12 @@ import { createLogger, ImageService } from '@warren/controller';
 import { Images, Sandbox, type PullProgressEvent } from '@warren/sdk';
 import { codeOf } from '../support/files.js';
 import { startTestController, type TestController } from '../support/fixtures.js';
-import { buildRandomImage, pushImage, startRegistry, type TestRegistry } from '../support/registry.js';
+import { buildRandomImage, imagePresent, pushImage, startRegistry, type TestRegistry } from '../support/registry.js';
 
 const docker = new Docker();
 /** Every image this file makes carries it, so afterAll removes them all. */
 const LABEL = { 'warren.e2e': 'images-pull' };
 const run = randomBytes(4).toString('hex');
-
-async function present(name: string): Promise<boolean> {
-  return docker
-    .getImage(name)
-    .inspect()
-    .then(
-      () => true,
-      () => false,
-    );
-}
 
 async function removeImage(name: string): Promise<void> {
   await docker
@@ -31,7 +21,7 @@ async function removeImage(name: string): Promise<void> {
 
 /** A small image with /bin/sh to push: the test busybox image when scripts/build-images made it, else the default image. */
 async function sourceImage(): Promise<string> {
-  return (await present('warren/test-busybox:latest')) ? 'warren/test-busybox:latest' : 'warren/sandbox:latest';
+  return (await imagePresent(docker, 'warren/test-busybox:latest')) ? 'warren/test-busybox:latest' : 'warren/sandbox:latest';
 }
 
 // Pulls through a real controller from a registry the test starts (Debian's docker-registry on 127.0.0.1).
@@ -73,7 +63,7 @@ describe('images on demand, from a local registry', () => {
     await docker.getImage(source).tag({ repo, tag });
     await pushImage(docker, name);
     await removeImage(name);
-    expect(await present(name)).toBe(false);
+    expect(await imagePresent(docker, name)).toBe(false);
   }
 
   it('a create of a missing image pulls it once for concurrent creates, and the sandboxes run', async () => {
@@ -91,7 +81,7 @@ describe('images on demand, from a local registry', () => {
     } finally {
       for (const sandbox of created) await sandbox.kill().catch(() => undefined);
     }
-    expect(await present(image)).toBe(true);
+    expect(await imagePresent(docker, image)).toBe(true);
     const started = lines.filter((l) => l.event === 'image.pull.started' && l.image === image);
     expect(started).toHaveLength(1);
     expect(lines.some((l) => l.event === 'image.pulled' && l.image === image)).toBe(true);
@@ -108,7 +98,7 @@ describe('images on demand, from a local registry', () => {
     const statuses = events.map((e) => e.status);
     expect(statuses).toContain('Pull complete');
     expect(events.some((e) => e.status === 'Downloading' && typeof e.total === 'number' && e.total > 1024 * 1024)).toBe(true);
-    expect(await present(image)).toBe(true);
+    expect(await imagePresent(docker, image)).toBe(true);
   });
 
   it('a pull over images.maxPullMb is stopped with IMAGE_TOO_LARGE and leaves no image', async () => {
@@ -120,10 +110,10 @@ describe('images on demand, from a local registry', () => {
       settings: { ...warren.controller.config.images, maxPullMb: 1 },
     });
     await expect(capped.ensure(image)).rejects.toMatchObject({ code: 'IMAGE_TOO_LARGE' });
-    expect(await present(image)).toBe(false);
+    expect(await imagePresent(docker, image)).toBe(false);
     // The same image pulls under the controller's own cap: nothing half-pulled stood in the way.
     await new Images({ baseUrl: warren.url, apiKey: warren.apiKey }).pull(image);
-    expect(await present(image)).toBe(true);
+    expect(await imagePresent(docker, image)).toBe(true);
   });
 
   it('refuses an image outside the allowed path before any request reaches the registry', async () => {
@@ -140,6 +130,6 @@ describe('images on demand, from a local registry', () => {
   it('answers IMAGE_PULL_FAILED for an image the registry does not have, and leaves nothing', async () => {
     const image = `${registry.host}/warren-e2e/missing:${run}`;
     expect(await codeOf(new Images({ baseUrl: warren.url, apiKey: warren.apiKey }).pull(image))).toBe('IMAGE_PULL_FAILED');
-    expect(await present(image)).toBe(false);
+    expect(await imagePresent(docker, image)).toBe(false);
   });
 });

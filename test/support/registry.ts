@@ -6,6 +6,17 @@ import type Docker from 'dockerode';
 import { pack } from 'tar-stream';
 import { freePort } from './reliability.js';
 
+/** True when the engine has an image of that name or id. */
+export async function imagePresent(docker: Docker, name: string): Promise<boolean> {
+  return docker
+    .getImage(name)
+    .inspect()
+    .then(
+      () => true,
+      () => false,
+    );
+}
+
 /** Debian's registry (`apt-get install docker-registry`; scripts/lib/common.sh ensure_registry). */
 export const REGISTRY_BIN = '/usr/bin/docker-registry';
 

@@ -290,6 +290,25 @@ export class EgressGateway {
     };
   }
 
+  /** The event of a refused attempt: nothing moved, and the refusal says which rule and why. */
+  #emitDenied(
+    state: SandboxState,
+    where: Pick<EgressEvent, 'kind' | 'host' | 'port' | 'method' | 'path'>,
+    refusal: Pick<Refusal, 'rule' | 'reason' | 'floor'>,
+    started: number,
+  ): void {
+    this.#emit(state, {
+      ...where,
+      decision: 'denied',
+      rule: refusal.rule,
+      reason: refusal.reason,
+      floor: refusal.floor,
+      bytesIn: 0,
+      bytesOut: 0,
+      durationMs: Date.now() - started,
+    });
+  }
+
   #emit(state: SandboxState, event: Omit<EgressEvent, 'sandboxId' | 'policyVersion'>): void {
     try {
       this.#onEvent({ sandboxId: state.id, policyVersion: state.version, ...event });
@@ -408,20 +427,7 @@ export class EgressGateway {
     release: (() => void) | undefined,
   ): void {
     release?.();
-    this.#emit(state, {
-      kind,
-      host,
-      port,
-      method: req.method,
-      path,
-      decision: 'denied',
-      rule: refusal.rule,
-      reason: refusal.reason,
-      floor: refusal.floor,
-      bytesIn: 0,
-      bytesOut: 0,
-      durationMs: Date.now() - started,
-    });
+    this.#emitDenied(state, { kind, host, port, method: req.method, path }, refusal, started);
     const body = JSON.stringify({ error: 'egress_denied', rule: refusal.rule, reason: refusal.reason, message: refusal.message });
     if (res.headersSent) return void res.destroy();
     res.writeHead(refusal.status, {
@@ -528,18 +534,7 @@ export class EgressGateway {
     const release = this.#acquire(state);
     const refuse = (refusal: Refusal) => {
       release?.();
-      this.#emit(state, {
-        kind: 'connect',
-        host,
-        port,
-        decision: 'denied',
-        rule: refusal.rule,
-        reason: refusal.reason,
-        floor: refusal.floor,
-        bytesIn: 0,
-        bytesOut: 0,
-        durationMs: Date.now() - started,
-      });
+      this.#emitDenied(state, { kind: 'connect', host, port }, refusal, started);
       const body = JSON.stringify({ error: 'egress_denied', rule: refusal.rule, reason: refusal.reason, message: refusal.message });
       if (client.writable && !client.destroyed) {
         const reason = http.STATUS_CODES[refusal.status] ?? 'Forbidden';
@@ -603,7 +598,7 @@ export class EgressGateway {
     const hello = await this.#readHello(client, Buffer.alloc(0));
     const refuse = (host: string, rule: string, reason: EgressDenyReason, floor?: FloorClass) => {
       release();
-      this.#emit(state, { kind: 'sni', host, port, decision: 'denied', rule, reason, floor, bytesIn: 0, bytesOut: 0, durationMs: Date.now() - started });
+      this.#emitDenied(state, { kind: 'sni', host, port }, { rule, reason, floor }, started);
       client.destroy();
     };
     if (hello.serverName === undefined) return refuse('', 'sni:missing', 'not-tls');

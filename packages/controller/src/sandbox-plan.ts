@@ -160,10 +160,11 @@ export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
     );
   }
   const workspace = path.posix.resolve(request.workspace ?? DEFAULT_ROOT);
-  if (workspace === '/' || RESERVED_TARGETS.some((reserved) => isBelow(workspace, reserved)) || isBelow(workspace, '/tmp'))
+  // Neither in nor above a reserved place: a volume over /run or /opt would be the sandbox user's.
+  if (workspace === '/' || [...RESERVED_TARGETS, '/tmp'].some((reserved) => isBelow(workspace, reserved) || isBelow(reserved, workspace)))
     throw new CodedError(
       'INVALID_PARAMS',
-      `Refused workspace '${request.workspace}': '/', /tmp, ${RESERVED_TARGETS.join(', ')} and what lies below them are reserved. Use a folder such as /workspace or /home/user.`,
+      `Refused workspace '${request.workspace}': '/', /tmp, ${RESERVED_TARGETS.join(', ')}, what lies below them and the folders above them are reserved. Use a folder such as /workspace or /home/user.`,
       { field: 'workspace' },
     );
   const workdir = path.posix.resolve(request.workdir ?? workspace);

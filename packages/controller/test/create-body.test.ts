@@ -311,7 +311,7 @@ describe('the workspace folder', () => {
     // The default stays as it was: no workspace setting, no policy of the plan's own.
     expect(planSandbox({}, context).settings).not.toHaveProperty('workspace');
     expect(planSandbox({}, context).policy).toBeUndefined();
-    for (const bad of ['/', '/tmp/x', '/opt/warren', '/run/warren/y', '/proc', '/dev/shm'])
+    for (const bad of ['/', '/tmp/x', '/opt/warren', '/run/warren/y', '/proc', '/dev/shm', '/opt', '/run', '/home/user/../../run'])
       expect(() => planSandbox({ workspace: bad }, context)).toThrow(/Refused workspace/);
   });
 });

@@ -75,10 +75,11 @@ export function envdRoutes(deps: HttpServerDeps, pool: SessionPool): (router: Co
           yield* followPty(entry, ctx);
           return;
         }
-        let session: DaemonSession | undefined;
+        let lease: Awaited<ReturnType<SessionPool['lease']>> | undefined;
         try {
           const scope = scopeOf(ctx);
-          session = await openSession(scope);
+          lease = await pool.lease(scope);
+          const session = lease.session;
           const lifetime = ctx.timeoutMs();
           const { result } = await session.call('process.start', {
             cmd: [config.cmd, ...config.args],
@@ -93,11 +94,11 @@ export function envdRoutes(deps: HttpServerDeps, pool: SessionPool): (router: Co
         } catch (err) {
           throw toConnectError(err);
         } finally {
-          session?.close();
+          lease?.release();
         }
       },
       async *connect(req, ctx) {
-        let session: DaemonSession | undefined;
+        let lease: Awaited<ReturnType<SessionPool['lease']>> | undefined;
         try {
           const scope = scopeOf(ctx);
           const pty = ptyOf(scope, req.process, 'Process/Connect');
@@ -106,14 +107,14 @@ export function envdRoutes(deps: HttpServerDeps, pool: SessionPool): (router: Co
             yield* followPty(pty, ctx);
             return;
           }
-          session = await openSession(scope);
-          const found = await find(session, req.process);
+          lease = await pool.lease(scope);
+          const found = await find(lease.session, req.process);
           yield message({ case: 'start', value: { pid: found.pid } });
-          yield* follow(session, found.handle, ctx);
+          yield* follow(lease.session, found.handle, ctx);
         } catch (err) {
           throw toConnectError(err);
         } finally {
-          session?.close();
+          lease?.release();
         }
       },
       list: (_req, ctx) =>

@@ -3,7 +3,7 @@ import { FrameHeader } from './envelope.js';
 import { ERROR_CODES } from './errors.js';
 import type { MethodAccess } from './method-spec.js';
 import { COMMON_EVENTS, METHODS, type MethodName } from './methods.js';
-import { PROTOCOL_MINOR, PROTOCOL_VERSION } from './version.js';
+import { MAX_FRAME_BYTES, MAX_HEADER_BYTES, PROTOCOL_MINOR, PROTOCOL_VERSION, WS_MAX_PAYLOAD_BYTES } from './version.js';
 
 /** A JSON Schema (draft 2020-12) document or subschema. */
 export type JsonSchema = Record<string, unknown>;
@@ -100,6 +100,8 @@ export function protocolJsonSchema(): JsonSchema {
       'Params are checked strictly; results may gain fields within a major version, so readers should ignore fields they do not know.',
     protocolVersion: PROTOCOL_VERSION,
     protocolMinor: PROTOCOL_MINOR,
+    // The sizes both ends refuse beyond (see version.ts): a frame, its JSON header, one WebSocket message.
+    limits: { maxFrameBytes: MAX_FRAME_BYTES, maxHeaderBytes: MAX_HEADER_BYTES, wsMaxPayloadBytes: WS_MAX_PAYLOAD_BYTES },
     frameHeader: convert(FrameHeader, 'input'),
     commonEvents: Object.fromEntries(Object.entries(COMMON_EVENTS).map(([event, data]) => [event, convert(data, 'output')])),
     methods: methodJsonSchemas(),

@@ -235,7 +235,11 @@ class Connection:
                 data = await self._ws.recv()
                 self._on_message(data)
         except ConnectionClosed as err:
-            reason = f"{err.code}{': ' + err.reason if err.reason else ''}"
+            sent = getattr(err, "sent", None)
+            if sent is not None and sent.code == 1009:
+                reason = f"1009: the server sent a message over the {WS_MAX_PAYLOAD_BYTES}-byte cap"
+            else:
+                reason = f"{err.code}{': ' + err.reason if err.reason else ''}"
         except asyncio.CancelledError:
             pass
         finally:

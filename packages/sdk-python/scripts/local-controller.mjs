@@ -1,10 +1,11 @@
-// A real Warren controller over in-process daemons (test/support/local-controller.ts, the
-// integration tier's), for the Python SDK's tests: it prints one JSON line with the URL, the API
-// key and the root folder sandboxes must name in their policy, then runs until its stdin closes
-// (the test process ended, however it ended) or it gets SIGTERM.
+// A real Warren controller for the Python SDK's tests: over in-process daemons
+// (test/support/local-controller.ts, the integration tier's), or with --docker over the Docker
+// engine (test/support/fixtures.ts, the e2e tier's). It prints one JSON line with the URL, the API
+// key and the root folder sandboxes name in their policy, then runs until its stdin closes (the
+// test process ended, however it ended) or it gets SIGTERM; stopping kills its sandboxes.
 //
-//   node packages/sdk-python/scripts/local-controller.mjs
-//   {"url":"http://127.0.0.1:40123","apiKey":"wk_test_...","root":"/tmp/warren-local-.../workspace"}
+//   node packages/sdk-python/scripts/local-controller.mjs [--docker]
+//   {"url":"http://127.0.0.1:40123","apiKey":"wk_test_...","root":"/tmp/warren-local-.../workspace","engine":"local"}
 import { rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
@@ -14,8 +15,9 @@ import { build } from 'esbuild';
 const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 // Inside the controller package, so the bundle's third-party imports resolve from its node_modules.
 const outfile = path.join(repo, 'packages', 'controller', 'node_modules', '.warren-test', `local-controller-python-${process.pid}.mjs`);
+const docker = process.argv.includes('--docker');
 await build({
-  entryPoints: [path.join(repo, 'test', 'support', 'local-controller.ts')],
+  entryPoints: [path.join(repo, 'test', 'support', docker ? 'fixtures.ts' : 'local-controller.ts')],
   outfile,
   bundle: true,
   platform: 'node',
@@ -39,9 +41,10 @@ await build({
 process.env.WARREN_AGENT_BUNDLE ??= path.join(repo, 'packages', 'agent', 'dist', 'warren-agent.mjs');
 // Kept until exit: modules the bundle loads later (node-pty, on the first terminal) resolve from its place.
 process.once('exit', () => rmSync(outfile, { force: true }));
-const { startLocalController } = await import(outfile);
-const local = await startLocalController();
-process.stdout.write(`${JSON.stringify({ url: local.url, apiKey: local.apiKey, root: local.root })}\n`);
+const support = await import(outfile);
+const local = docker ? await support.startTestController() : await support.startLocalController();
+const root = docker ? '/workspace' : local.root;
+process.stdout.write(`${JSON.stringify({ url: local.url, apiKey: local.apiKey, root, engine: docker ? 'docker' : 'local' })}\n`);
 
 let stopping = false;
 const stop = async () => {

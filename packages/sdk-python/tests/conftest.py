@@ -39,24 +39,29 @@ class Controller:
     url: str
     api_key: str
     root: str
+    #: 'local' (daemons in the controller's process) or 'docker' (real containers).
+    engine: str = "local"
 
 
 @pytest.fixture(scope="session")
 def controller() -> Iterator[Controller]:
-    """A real Warren controller; WARREN_TEST_URL/WARREN_TEST_API_KEY/WARREN_TEST_ROOT use a running one instead."""
+    """A real Warren controller: over in-process daemons, or over the Docker engine with
+    WARREN_PY_ENGINE=docker; WARREN_TEST_URL/WARREN_TEST_API_KEY/WARREN_TEST_ROOT use a running one."""
     if os.environ.get("WARREN_TEST_URL"):
-        yield Controller(os.environ["WARREN_TEST_URL"], os.environ["WARREN_TEST_API_KEY"], os.environ.get("WARREN_TEST_ROOT", "/workspace"))
+        root = os.environ.get("WARREN_TEST_ROOT", "/workspace")
+        yield Controller(os.environ["WARREN_TEST_URL"], os.environ["WARREN_TEST_API_KEY"], root, "docker")
         return
-    proc = subprocess.Popen(
-        ["node", str(PACKAGE / "scripts" / "local-controller.mjs")], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
+    args = ["node", str(PACKAGE / "scripts" / "local-controller.mjs")]
+    if os.environ.get("WARREN_PY_ENGINE") == "docker":
+        args.append("--docker")
+    proc = subprocess.Popen(args, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
         if not line:
             raise RuntimeError(f"the local controller did not start (exit code {proc.wait(30)}); run `pnpm build` first")
         info = json.loads(line)
-        yield Controller(info["url"], info["apiKey"], info["root"])
+        yield Controller(info["url"], info["apiKey"], info["root"], info["engine"])
     finally:
         assert proc.stdin is not None
         proc.stdin.close()  # the script stops its controller when its stdin ends

@@ -9,7 +9,7 @@ import os
 import secrets
 import tarfile
 from pathlib import Path
-from typing import Any, List
+from typing import Any, Dict, List
 
 import pytest
 
@@ -35,13 +35,18 @@ from warren.sync import Sandbox as SyncSandbox
 pytestmark = pytest.mark.controller
 
 
+def opts(controller: Any, **more: Any) -> Dict[str, Any]:
+    """Where the controller is, and a policy rooted where its sandboxes keep their files."""
+    return {"base_url": controller.url, "api_key": controller.api_key, "policy": {"root": controller.root}, **more}
+
+
 def unique() -> str:
     return f"py-{secrets.token_hex(4)}"
 
 
 async def test_lifecycle_create_list_info_keepalive_timeout_connect_and_kill(controller: Any) -> None:
     label = unique()
-    sandbox = await Sandbox.create(base_url=controller.url, api_key=controller.api_key, policy={"root": controller.root}, labels={"test": label})
+    sandbox = await Sandbox.create(**opts(controller, labels={"test": label}))
     try:
         assert sandbox.startup is not None and sandbox.protocol.version == 1
         listed = await Sandbox.list(base_url=controller.url, api_key=controller.api_key, labels={"test": label})
@@ -65,7 +70,7 @@ async def test_lifecycle_create_list_info_keepalive_timeout_connect_and_kill(con
 
 
 async def test_async_with_create_kills_the_sandbox_at_the_end(controller: Any) -> None:
-    async with Sandbox.create(base_url=controller.url, api_key=controller.api_key, policy={"root": controller.root}) as sandbox:
+    async with Sandbox.create(**opts(controller)) as sandbox:
         ident = sandbox.id
         assert await sandbox.files.exists(".")
     remaining = await Sandbox.list(base_url=controller.url, api_key=controller.api_key)
@@ -84,7 +89,7 @@ async def test_create_options_are_checked_before_anything_is_sent(controller: An
 
 
 async def test_files_every_read_write_edit_list_and_search_operation(controller: Any) -> None:
-    async with Sandbox.create(base_url=controller.url, api_key=controller.api_key, policy={"root": controller.root}) as sandbox:
+    async with Sandbox.create(**opts(controller)) as sandbox:
         files = sandbox.files
         d = unique()
         text = "l1\nl2 é\nl3 😀\nl4\n"
@@ -108,7 +113,7 @@ async def test_files_every_read_write_edit_list_and_search_operation(controller:
         assert first.created and first.sha256
         content, sha = await files.read_with_hash(f"{d}/w.sh")
         assert sha == first.sha256 and content == b"#!/bin/sh\necho 1\n"
-        assert (os.stat(Path(controller.root) / d / "w.sh").st_mode & 0o777) == 0o755
+        assert (await sandbox.commands.run(f"stat -c %a {d}/w.sh")).stdout == "755\n"
         await files.write(f"{d}/w.sh", "echo 2\n", expected_sha256=first.sha256)
         with pytest.raises(ConflictError):
             await files.write(f"{d}/w.sh", "echo 3\n", expected_sha256=first.sha256)
@@ -149,7 +154,7 @@ async def test_files_every_read_write_edit_list_and_search_operation(controller:
 
 
 async def test_files_upload_and_download_round_trip_and_extract_locally(controller: Any, tmp_path: Path) -> None:
-    async with Sandbox.create(base_url=controller.url, api_key=controller.api_key, policy={"root": controller.root}) as sandbox:
+    async with Sandbox.create(**opts(controller)) as sandbox:
         d = unique()
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -172,7 +177,7 @@ async def test_files_upload_and_download_round_trip_and_extract_locally(controll
 
 
 async def test_large_write_and_read_in_pieces(controller: Any) -> None:
-    async with Sandbox.create(base_url=controller.url, api_key=controller.api_key, policy={"root": controller.root}) as sandbox:
+    async with Sandbox.create(**opts(controller)) as sandbox:
         d = unique()
         data = secrets.token_bytes(20 * 1024 * 1024)
         written = await sandbox.files.write(f"{d}/big.bin", data, hash=True)
@@ -184,7 +189,7 @@ async def test_large_write_and_read_in_pieces(controller: Any) -> None:
 
 
 async def test_exec_run_stream_stdin_timeout_and_cancel(controller: Any) -> None:
-    async with Sandbox.create(base_url=controller.url, api_key=controller.api_key, policy={"root": controller.root}) as sandbox:
+    async with Sandbox.create(**opts(controller)) as sandbox:
         result = await sandbox.commands.run("echo out; echo err >&2; exit 3")
         assert (result.exit_code, result.stdout, result.stderr, result.truncated) == (3, "out\n", "err\n", False)
         assert (await sandbox.commands.run(["printf", "%s", "a b"])).stdout == "a b"
@@ -215,12 +220,12 @@ async def test_exec_run_stream_stdin_timeout_and_cancel(controller: Any) -> None
         with pytest.raises(asyncio.CancelledError):
             await task
         await asyncio.sleep(2.5)
-        assert not os.path.exists(marker)
+        assert (await sandbox.commands.run(f"test -e {marker}")).exit_code == 1
         assert (await sandbox.commands.run("echo still")).stdout == "still\n"
 
 
 async def test_background_process_stdin_attach_reattach_and_kill(controller: Any) -> None:
-    async with Sandbox.create(base_url=controller.url, api_key=controller.api_key, policy={"root": controller.root}) as sandbox:
+    async with Sandbox.create(**opts(controller)) as sandbox:
         proc = await sandbox.commands.start("cat", keep_stdin_open=True, tag="echoer")
         assert proc.info.running and proc.info.tag == "echoer"
         assert await proc.write("hello\n") == 6
@@ -253,7 +258,7 @@ async def test_background_process_stdin_attach_reattach_and_kill(controller: Any
 
 
 async def test_shell_session_keeps_state(controller: Any) -> None:
-    async with Sandbox.create(base_url=controller.url, api_key=controller.api_key, policy={"root": controller.root}) as sandbox:
+    async with Sandbox.create(**opts(controller)) as sandbox:
         shell = await sandbox.commands.shell(unique())
         await shell.run("export MODE=test; cd /tmp")
         result = await shell.run("pwd; echo $MODE")
@@ -262,7 +267,7 @@ async def test_shell_session_keeps_state(controller: Any) -> None:
 
 
 async def test_pty_runs_an_interactive_shell_and_resizes(controller: Any) -> None:
-    async with Sandbox.create(base_url=controller.url, api_key=controller.api_key, policy={"root": controller.root}) as sandbox:
+    async with Sandbox.create(**opts(controller)) as sandbox:
         term = await sandbox.pty.create(80, 24, cmd=["/bin/sh"])
         assert term.pid > 0
         await term.resize(100, 30)
@@ -276,7 +281,7 @@ async def test_pty_runs_an_interactive_shell_and_resizes(controller: Any) -> Non
 
 
 async def test_derived_tokens_narrow_and_never_widen(controller: Any) -> None:
-    async with Sandbox.create(base_url=controller.url, api_key=controller.api_key, policy={"root": controller.root}) as sandbox:
+    async with Sandbox.create(**opts(controller)) as sandbox:
         d = unique()
         await sandbox.files.write(f"{d}/docs/a.md", "# doc\n")
         reader = await sandbox.derive(allow_read=[f"{controller.root}/{d}/docs"], readonly=True)
@@ -291,7 +296,7 @@ async def test_derived_tokens_narrow_and_never_widen(controller: Any) -> None:
 
 
 def test_the_sync_wrapper_drives_the_same_calls_without_await(controller: Any) -> None:
-    with SyncSandbox.create(base_url=controller.url, api_key=controller.api_key, policy={"root": controller.root}) as sandbox:
+    with SyncSandbox.create(**opts(controller)) as sandbox:
         d = unique()
         sandbox.files.write(f"{d}/a.py", "print(6 * 7)\n")
         assert sandbox.files.read(f"{d}/a.py") == "print(6 * 7)\n"

@@ -101,7 +101,7 @@ ERROR_CODES: Dict[str, tuple] = {
 
 class AuditListParams(_Strict):
     since: Optional[conint(strict=True, ge=0, le=9007199254740991)] = Field(None)
-    limit: Optional[conint(strict=True, le=10000, gt=0)] = Field(None)
+    limit: conint(strict=True, le=10000, gt=0) = Field(1000)
 
 
 class AuditListResultEntriesItem(_Tolerant):
@@ -126,7 +126,7 @@ class AuditListResult(_Tolerant):
 class FsCopyParams(_Strict):
     from_: constr(strict=True, min_length=1, max_length=4096) = Field(..., alias='from')
     to: constr(strict=True, min_length=1, max_length=4096) = Field(...)
-    overwrite: Optional[StrictBool] = Field(None)
+    overwrite: StrictBool = Field(False)
 
 
 class FsCopyResultSkippedItem(_Tolerant):
@@ -145,7 +145,7 @@ class FsCopyResult(_Tolerant):
 
 class FsDeleteParams(_Strict):
     path: constr(strict=True, min_length=1, max_length=4096) = Field(...)
-    recursive: Optional[StrictBool] = Field(None)
+    recursive: StrictBool = Field(False)
 
 
 class FsDeleteResult(_Tolerant):
@@ -204,10 +204,10 @@ class FsEditLinesResult(_Tolerant):
 
 
 class FsGlobParams(_Strict):
-    path: Optional[constr(strict=True, min_length=1, max_length=4096)] = Field(None)
-    pattern: Optional[constr(strict=True, min_length=1, max_length=1024)] = Field(None)
-    max_results: Optional[conint(strict=True, le=100000, gt=0)] = Field(None, alias='maxResults')
-    include_directories: Optional[StrictBool] = Field(None, alias='includeDirectories')
+    path: constr(strict=True, min_length=1, max_length=4096) = Field('.')
+    pattern: constr(strict=True, min_length=1, max_length=1024) = Field('**/*')
+    max_results: conint(strict=True, le=100000, gt=0) = Field(1000, alias='maxResults')
+    include_directories: StrictBool = Field(False, alias='includeDirectories')
 
 
 class FsGlobResult(_Tolerant):
@@ -218,10 +218,10 @@ class FsGlobResult(_Tolerant):
 
 
 class FsListParams(_Strict):
-    path: Optional[constr(strict=True, min_length=1, max_length=4096)] = Field(None)
-    recursive: Optional[StrictBool] = Field(None)
-    max_depth: Optional[conint(strict=True, le=64, gt=0)] = Field(None, alias='maxDepth')
-    max_entries: Optional[conint(strict=True, le=100000, gt=0)] = Field(None, alias='maxEntries')
+    path: constr(strict=True, min_length=1, max_length=4096) = Field('.')
+    recursive: StrictBool = Field(False)
+    max_depth: conint(strict=True, le=64, gt=0) = Field(16, alias='maxDepth')
+    max_entries: conint(strict=True, le=100000, gt=0) = Field(1000, alias='maxEntries')
     cursor: Optional[constr(strict=True, regex='^[0-9]{1,6}$')] = Field(None)
 
 
@@ -242,7 +242,7 @@ class FsListResult(_Tolerant):
 
 class FsMkdirParams(_Strict):
     path: constr(strict=True, min_length=1, max_length=4096) = Field(...)
-    parents: Optional[StrictBool] = Field(None)
+    parents: StrictBool = Field(True)
 
 
 class FsMkdirResult(_Tolerant):
@@ -261,7 +261,7 @@ class FsMoveResult(_Tolerant):
 
 class FsReadParamsRangeBytes(_Strict):
     unit: Literal['bytes'] = Field(...)
-    offset: Optional[conint(strict=True, ge=0, le=9007199254740991)] = Field(None)
+    offset: conint(strict=True, ge=0, le=9007199254740991) = Field(0)
     length: Optional[conint(strict=True, ge=0, le=16777216)] = Field(None)
 
 
@@ -274,14 +274,14 @@ class FsReadParamsRangeLines(_Strict):
 
 class FsReadParamsRangeChars(_Strict):
     unit: Literal['chars'] = Field(...)
-    offset: Optional[conint(strict=True, ge=0, le=9007199254740991)] = Field(None)
+    offset: conint(strict=True, ge=0, le=9007199254740991) = Field(0)
     length: Optional[conint(strict=True, ge=0, le=4194304)] = Field(None)
 
 
 class FsReadParams(_Strict):
     path: constr(strict=True, min_length=1, max_length=4096) = Field(...)
     range: Optional[Union[FsReadParamsRangeBytes, FsReadParamsRangeLines, FsReadParamsRangeChars]] = Field(None)
-    hash: Optional[StrictBool] = Field(None)
+    hash: StrictBool = Field(False)
 
 
 class FsReadResult(_Tolerant):
@@ -324,7 +324,7 @@ class FsReadAnchoredResult(_Tolerant):
 
 class FsStatParams(_Strict):
     path: constr(strict=True, min_length=1, max_length=4096) = Field(...)
-    follow_links: Optional[StrictBool] = Field(None, alias='followLinks')
+    follow_links: StrictBool = Field(True, alias='followLinks')
 
 
 class FsStatResult(_Tolerant):
@@ -341,7 +341,7 @@ class FsStatResult(_Tolerant):
 
 class FsUploadParams(_Strict):
     path: constr(strict=True, min_length=1, max_length=4096) = Field(...)
-    overwrite: Optional[StrictBool] = Field(None)
+    overwrite: StrictBool = Field(False)
 
 
 class FsUploadResult(_Tolerant):
@@ -356,9 +356,9 @@ class FsWriteParams(_Strict):
     path: constr(strict=True, min_length=1, max_length=4096) = Field(...)
     mode: Optional[conint(strict=True, ge=0, le=511)] = Field(None)
     expected_sha256: Optional[constr(strict=True, regex='^[0-9a-f]{64}$')] = Field(None, alias='expectedSha256')
-    overwrite: Optional[StrictBool] = Field(None)
-    hash: Optional[StrictBool] = Field(None)
-    append: Optional[StrictBool] = Field(None)
+    overwrite: StrictBool = Field(True)
+    hash: StrictBool = Field(False)
+    append: StrictBool = Field(False)
     offset: Optional[conint(strict=True, ge=0, le=9007199254740991)] = Field(None)
 
 
@@ -701,7 +701,7 @@ class CreateSandboxRequestEgressOpen(_Strict):
 
 class CreateSandboxRequestSecretsItemTargetVariant1(_Strict):
     header: constr(strict=True, min_length=1, max_length=128, regex="^[A-Za-z0-9!#$%&'*+.^_`|~-]+$") = Field(...)
-    template: Optional[constr(strict=True, max_length=1024)] = Field(None)
+    template: constr(strict=True, max_length=1024) = Field('{secret}')
 
 
 class CreateSandboxRequestSecretsItemTargetVariant2(_Strict):
@@ -723,7 +723,7 @@ class CreateSandboxRequestPolicyVariant1Restrict(_Strict):
 
 class CreateSandboxRequestPolicyVariant1(_Strict):
     root: constr(strict=True, min_length=1, max_length=4096) = Field(...)
-    read_only: Optional[StrictBool] = Field(None, alias='readOnly')
+    read_only: StrictBool = Field(False, alias='readOnly')
     suffixes: Optional[conlist(constr(strict=True, min_length=2, max_length=32, regex='^\\.[^/\\0]+$'), max_items=256)] = Field(None)
     max_file_bytes: Optional[conint(strict=True, le=9007199254740991, gt=0)] = Field(None, alias='maxFileBytes')
     restrict: Optional[CreateSandboxRequestPolicyVariant1Restrict] = Field(None)
@@ -731,11 +731,11 @@ class CreateSandboxRequestPolicyVariant1(_Strict):
 
 class CreateSandboxRequestPolicyVariant2PathsValue(_Strict):
     root: constr(strict=True, min_length=1, max_length=4096) = Field(...)
-    mode: Optional[Literal['ro', 'rw']] = Field(None)
+    mode: Literal['ro', 'rw'] = Field('ro')
     suffixes: Optional[conlist(constr(strict=True, min_length=2, max_length=32, regex='^\\.[^/\\0]+$'), max_items=256)] = Field(None)
     max_file_bytes: Optional[conint(strict=True, le=9007199254740991, gt=0)] = Field(None, alias='maxFileBytes')
-    write_approval: Optional[StrictBool] = Field(None, alias='writeApproval')
-    read_approval: Optional[StrictBool] = Field(None, alias='readApproval')
+    write_approval: StrictBool = Field(True, alias='writeApproval')
+    read_approval: StrictBool = Field(False, alias='readApproval')
 
 
 class CreateSandboxRequestPolicyVariant2(_Strict):
@@ -746,7 +746,7 @@ class CreateSandboxRequestPolicyVariant2(_Strict):
 class CreateSandboxRequestMountsItem(_Strict):
     host_path: constr(strict=True, min_length=1, max_length=4096, regex='^\\/.*') = Field(..., alias='hostPath')
     path: constr(strict=True, min_length=1, max_length=4096, regex='^\\/.*') = Field(...)
-    read_only: Optional[StrictBool] = Field(None, alias='readOnly')
+    read_only: StrictBool = Field(True, alias='readOnly')
 
 
 class CreateSandboxRequest(_Strict):

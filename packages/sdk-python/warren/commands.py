@@ -64,7 +64,7 @@ def with_output(result: R, payload: Optional[bytes]) -> R:
 
 
 def _exec_params(cmd: Union[str, Sequence[str]], cwd: Optional[str], env: Optional[Dict[str, str]], stdin: Any, cap: Optional[int], save: Optional[bool], timeout: float) -> Dict[str, Any]:
-    params: Dict[str, Any] = {"cmd": cmd if isinstance(cmd, str) else list(cmd), "timeoutMs": int(timeout * 1000)}
+    params: Dict[str, Any] = {"cmd": cmd if isinstance(cmd, str) else list(cmd), "timeoutMs": round(timeout * 1000)}
     if cwd is not None:
         params["cwd"] = cwd
     if env is not None:

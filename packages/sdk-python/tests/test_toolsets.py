@@ -11,11 +11,11 @@ from typing import Any, Callable, Dict, List
 import pytest
 
 from warren import Sandbox
-from warren.tools import TOOL_SETS, Tool, builtin_tools, filesystem_tools, is_tool_error, run_tool_call
+from warren.tools import TOOL_SETS, Tool, builtin_tools, codin_tools, filesystem_tools, is_tool_error, partial_read_tools, run_tool_call
 
 FIXTURES = Path(__file__).resolve().parents[3] / "test" / "fixtures" / "toolsets"
 TRANSCRIPTS = sorted(FIXTURES.glob("*.json"))
-SETS: Dict[str, Callable[[Any], List[Tool]]] = {"builtin": builtin_tools, "filesystem": filesystem_tools}
+SETS: Dict[str, Callable[[Any], List[Tool]]] = {"builtin": builtin_tools, "codin": codin_tools, "filesystem": filesystem_tools, "partialRead": partial_read_tools}
 
 
 @pytest.mark.parametrize("path", TRANSCRIPTS, ids=[p.name for p in TRANSCRIPTS])
@@ -24,6 +24,8 @@ async def test_transcripts_shared_with_the_typescript_tool_sets(controller: Any,
     async with Sandbox.create(base_url=controller.url, api_key=controller.api_key, policy={"root": controller.root}) as sandbox:
         await sandbox.commands.run(f"rm -rf {transcript['folder']}")  # the local controller's sandboxes share one root
         tools = SETS[transcript["toolSet"]](sandbox)
+        for file, content in transcript.get("files", {}).items():
+            await sandbox.files.write(file, content)
         for step in transcript["steps"]:
             outcome = await run_tool_call(tools, step["tool"], step["args"])
             seen = {"tool": step["tool"], "isError": outcome.is_error, "text": outcome.text}

@@ -12,7 +12,9 @@ Example::
 
 from ._definitions import TOOL_SETS, ToolDefinition
 from .builtin import builtin_tools, format_bash_output, parse_edits_json
+from .codin import codin_tools, format_codin_exec, format_codin_list, format_codin_read
 from .filesystem import filesystem_error_class, filesystem_error_text, filesystem_tools
+from .partial_read import partial_read_tools
 from .tool import Tool, ToolCallOutcome, ToolError, error_text, is_tool_error, run_tool_call, tool_error
 
 __all__ = [
@@ -22,6 +24,11 @@ __all__ = [
     "ToolDefinition",
     "ToolError",
     "builtin_tools",
+    "codin_tools",
+    "format_codin_exec",
+    "format_codin_list",
+    "format_codin_read",
+    "partial_read_tools",
     "error_text",
     "filesystem_error_class",
     "filesystem_error_text",

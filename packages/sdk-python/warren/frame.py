@@ -10,14 +10,17 @@ from __future__ import annotations
 import json
 import struct
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Optional, Type, Union, get_args
 
-from pydantic import ValidationError, parse_obj_as
+from pydantic import BaseModel, ValidationError
 
 from ._protocol import MAX_FRAME_BYTES, MAX_HEADER_BYTES, FrameHeader
 from .errors import FrameTooLargeError, InvalidFrameError
 
 RequestId = Union[int, str]
+
+# The frame header schema is a union discriminated by `type`: each frame is checked against its own member.
+_BY_TYPE: Dict[str, Type[BaseModel]] = {get_args(m.__fields__["type"].outer_type_)[0]: m for m in get_args(FrameHeader)}
 
 _LENGTH = struct.Struct(">I")
 #: How far into a header :func:`frame_request_id` looks for a top-level ``id``.
@@ -69,12 +72,13 @@ def decode_frame(data: Union[bytes, str]) -> Frame:
         raw = json.loads(data[_LENGTH.size : _LENGTH.size + length].decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         raise InvalidFrameError("Frame header is not valid JSON.") from None
+    model = _BY_TYPE.get(raw.get("type")) if isinstance(raw, dict) else None
     try:
-        parse_obj_as(FrameHeader, raw)  # type: ignore[arg-type]
+        if model is None:
+            raise InvalidFrameError(f"Frame header is invalid: type: must be one of {', '.join(sorted(_BY_TYPE))}", details=_header_id(raw))
+        model.parse_obj(raw)
     except ValidationError as err:
-        ident = raw.get("id") if isinstance(raw, dict) else None
-        details = {"id": ident} if _valid_id(ident) else None
-        raise InvalidFrameError(f"Frame header is invalid: {_issues(err)}", details=details) from None
+        raise InvalidFrameError(f"Frame header is invalid: {_issues(err)}", details=_header_id(raw)) from None
     payload = data[_LENGTH.size + length :]
     return Frame(raw, bytes(payload) if payload else None)
 
@@ -124,6 +128,11 @@ def _valid_id(value: Any) -> bool:
     if isinstance(value, int):
         return 0 <= value <= 9007199254740991
     return isinstance(value, str) and 1 <= len(value) <= 64
+
+
+def _header_id(raw: Any) -> Optional[Dict[str, Any]]:
+    ident = raw.get("id") if isinstance(raw, dict) else None
+    return {"id": ident} if _valid_id(ident) else None
 
 
 def _id_details(data: bytes) -> Optional[Dict[str, Any]]:

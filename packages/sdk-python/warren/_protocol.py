@@ -4,7 +4,7 @@
 # fmt: off
 """The wire's models: every method's params, result and events, the REST bodies and the error codes."""
 
-from typing import Any, Dict, List, Literal, Mapping, NamedTuple, Optional, Type, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Literal, Mapping, NamedTuple, Optional, Type, Union
 
 from pydantic import BaseModel, Extra, Field, StrictBool, StrictFloat, StrictInt, StrictStr, confloat, conint, conlist, constr
 
@@ -99,33 +99,157 @@ ERROR_CODES: Dict[str, tuple] = {
 }
 
 
+if TYPE_CHECKING:
+    _C1 = int
+    _C2 = int
+    _C3 = int
+    _C4 = float
+    _C5 = int
+    _C6 = str
+    _C7 = str
+    _C8 = str
+    _C9 = str
+    _C10 = int
+    _C11 = str
+    _C12 = str
+    _C15 = str
+    _C16 = int
+    _C17 = int
+    _C18 = str
+    _C19 = int
+    _C20 = int
+    _C21 = int
+    _C22 = str
+    _C23 = str
+    _C25 = str
+    _C26 = int
+    _C27 = int
+    _C28 = int
+    _C29 = int
+    _C30 = str
+    _C31 = int
+    _C32 = int
+    _C33 = str
+    _C34 = str
+    _C35 = str
+    _C36 = str
+    _C37 = str
+    _C38 = str
+    _C39 = str
+    _C40 = int
+    _C41 = float
+    _C42 = int
+    _C43 = str
+    _C44 = int
+    _C47 = str
+    _C49 = str
+    _C50 = str
+    _C51 = str
+    _C53 = str
+    _C54 = str
+    _C56 = str
+    _C57 = str
+    _C58 = str
+    _C61 = str
+    _C62 = int
+    _C63 = str
+    _C64 = str
+    _C66 = int
+    _C67 = int
+    _C68 = int
+    _C69 = int
+    _C70 = int
+    _C71 = str
+else:
+    _C1 = conint(strict=True, ge=0, le=9007199254740991)
+    _C2 = conint(strict=True, le=10000, gt=0)
+    _C3 = conint(strict=True, ge=0)
+    _C4 = confloat(strict=True, ge=0)
+    _C5 = conint(strict=True, ge=-9007199254740991, le=9007199254740991)
+    _C6 = constr(strict=True, min_length=1, max_length=4096)
+    _C7 = constr(strict=True, min_length=1, max_length=16777216)
+    _C8 = constr(strict=True, max_length=16777216)
+    _C9 = constr(strict=True, regex='^[0-9a-f]{64}$')
+    _C10 = conint(strict=True, le=9007199254740991, gt=0)
+    _C11 = constr(strict=True, min_length=3, max_length=20)
+    _C12 = constr(strict=True, max_length=1048576)
+    _C15 = constr(strict=True, min_length=1, max_length=1024)
+    _C16 = conint(strict=True, le=100000, gt=0)
+    _C17 = conint(strict=True, le=64, gt=0)
+    _C18 = constr(strict=True, regex='^[0-9]{1,6}$')
+    _C19 = conint(strict=True, ge=0, le=16777216)
+    _C20 = conint(strict=True, ge=0, le=4194304)
+    _C21 = conint(strict=True, ge=0, le=511)
+    _C22 = constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_-]+$')
+    _C23 = constr(strict=True, min_length=1, max_length=1048576)
+    _C25 = constr(strict=True, min_length=1, max_length=4096, regex='^[^=\\0]+$')
+    _C26 = conint(strict=True, le=86400000, gt=0)
+    _C27 = conint(strict=True, ge=1024, le=8388608)
+    _C28 = conint(strict=True, le=604800000, gt=0)
+    _C29 = conint(strict=True, ge=4096, le=67108864)
+    _C30 = constr(strict=True, max_length=200)
+    _C31 = conint(strict=True, ge=0, le=86400000)
+    _C32 = conint(strict=True, ge=1, le=1000)
+    _C33 = constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_.-]+$')
+    _C34 = constr(strict=True, max_length=100)
+    _C35 = constr(strict=True, min_length=1, max_length=64)
+    _C36 = constr(strict=True, min_length=1, max_length=100)
+    _C37 = constr(strict=True, min_length=1, max_length=256)
+    _C38 = constr(strict=True, min_length=1, max_length=256, regex='^[A-Za-z_][A-Za-z0-9_]*$')
+    _C39 = constr(strict=True, max_length=32768)
+    _C40 = conint(strict=True, le=256, gt=0)
+    _C41 = confloat(strict=True, le=256, gt=0)
+    _C42 = conint(strict=True, ge=16, le=1048576)
+    _C43 = constr(strict=True, min_length=1, max_length=253)
+    _C44 = conint(strict=True, ge=1, le=65535)
+    _C47 = constr(strict=True, min_length=1, max_length=1024, regex='^\\/.*')
+    _C49 = constr(strict=True, min_length=1, max_length=128, regex='^[A-Za-z_][A-Za-z0-9_]*$')
+    _C50 = constr(strict=True, min_length=1, max_length=16384)
+    _C51 = constr(strict=True, min_length=1, max_length=128)
+    _C53 = constr(strict=True, min_length=1, max_length=128, regex="^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+    _C54 = constr(strict=True, max_length=1024)
+    _C56 = constr(strict=True, regex='^\\d{1,10}(:\\d{1,10})?$')
+    _C57 = constr(strict=True, min_length=1, max_length=4096, regex='^\\/.*')
+    _C58 = constr(strict=True, min_length=2, max_length=32, regex='^\\.[^/\\0]+$')
+    _C61 = constr(strict=True, min_length=1, max_length=256, regex='^[A-Za-z0-9._-]+(\\/[A-Za-z0-9._-]+)*$')
+    _C62 = conint(strict=True, ge=10, le=2592000)
+    _C63 = constr(strict=True, regex='^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$')
+    _C64 = constr(strict=True, max_length=256)
+    _C66 = conint(strict=True, ge=1, le=1048576)
+    _C67 = conint(strict=True, ge=64, le=1048576)
+    _C68 = conint(strict=True, ge=1, le=16777216)
+    _C69 = conint(strict=True, ge=16, le=16777216)
+    _C70 = conint(strict=True, ge=1, le=2592000)
+    _C71 = constr(strict=True, min_length=1, max_length=512)
+
+
 class AuditListParams(_Strict):
-    since: Optional[conint(strict=True, ge=0, le=9007199254740991)] = Field(None)
-    limit: conint(strict=True, le=10000, gt=0) = Field(1000)
+    since: Optional[_C1] = Field(None)
+    limit: _C2 = Field(1000)
 
 
 class AuditListResultEntriesItem(_Tolerant):
-    seq: conint(strict=True, ge=0, le=9007199254740991) = Field(...)
+    seq: _C1 = Field(...)
     time: StrictStr = Field(...)
     method: StrictStr = Field(...)
     paths: List[StrictStr] = Field(...)
     command: Optional[StrictStr] = Field(None)
     outcome: StrictStr = Field(...)
-    bytes_in: conint(strict=True, ge=0, le=9007199254740991) = Field(..., alias='bytesIn')
-    bytes_out: conint(strict=True, ge=0, le=9007199254740991) = Field(..., alias='bytesOut')
-    duration_ms: Union[conint(strict=True, ge=0), confloat(strict=True, ge=0)] = Field(..., alias='durationMs')
+    bytes_in: _C1 = Field(..., alias='bytesIn')
+    bytes_out: _C1 = Field(..., alias='bytesOut')
+    duration_ms: Union[_C3, _C4] = Field(..., alias='durationMs')
 
 
 class AuditListResult(_Tolerant):
     entries: List[AuditListResultEntriesItem] = Field(...)
     dropped: StrictBool = Field(...)
-    last_seq: conint(strict=True, ge=-9007199254740991, le=9007199254740991) = Field(..., alias='lastSeq')
-    next_cursor: Optional[conint(strict=True, ge=0, le=9007199254740991)] = Field(None, alias='nextCursor')
+    last_seq: _C5 = Field(..., alias='lastSeq')
+    next_cursor: Optional[_C1] = Field(None, alias='nextCursor')
 
 
 class FsCopyParams(_Strict):
-    from_: constr(strict=True, min_length=1, max_length=4096) = Field(..., alias='from')
-    to: constr(strict=True, min_length=1, max_length=4096) = Field(...)
+    from_: _C6 = Field(..., alias='from')
+    to: _C6 = Field(...)
     overwrite: StrictBool = Field(False)
 
 
@@ -138,13 +262,13 @@ class FsCopyResult(_Tolerant):
     from_: StrictStr = Field(..., alias='from')
     to: StrictStr = Field(...)
     type: Literal['file', 'directory', 'symlink', 'other'] = Field(...)
-    files: conint(strict=True, ge=0, le=9007199254740991) = Field(...)
-    bytes: conint(strict=True, ge=0, le=9007199254740991) = Field(...)
+    files: _C1 = Field(...)
+    bytes: _C1 = Field(...)
     skipped: List[FsCopyResultSkippedItem] = Field(...)
 
 
 class FsDeleteParams(_Strict):
-    path: constr(strict=True, min_length=1, max_length=4096) = Field(...)
+    path: _C6 = Field(...)
     recursive: StrictBool = Field(False)
 
 
@@ -154,59 +278,71 @@ class FsDeleteResult(_Tolerant):
 
 
 class FsDownloadParams(_Strict):
-    path: constr(strict=True, min_length=1, max_length=4096) = Field(...)
+    path: _C6 = Field(...)
 
 
 class FsDownloadResult(_Tolerant):
     path: StrictStr = Field(...)
-    files: conint(strict=True, ge=0, le=9007199254740991) = Field(...)
-    directories: conint(strict=True, ge=0, le=9007199254740991) = Field(...)
-    symlinks: conint(strict=True, ge=0, le=9007199254740991) = Field(...)
-    bytes: conint(strict=True, ge=0, le=9007199254740991) = Field(...)
+    files: _C1 = Field(...)
+    directories: _C1 = Field(...)
+    symlinks: _C1 = Field(...)
+    bytes: _C1 = Field(...)
     skipped: List[FsCopyResultSkippedItem] = Field(...)
 
 
 class FsEditParams(_Strict):
-    path: constr(strict=True, min_length=1, max_length=4096) = Field(...)
-    old_text: constr(strict=True, min_length=1, max_length=16777216) = Field(..., alias='oldText')
-    new_text: constr(strict=True, max_length=16777216) = Field(..., alias='newText')
-    expected_sha256: Optional[constr(strict=True, regex='^[0-9a-f]{64}$')] = Field(None, alias='expectedSha256')
+    path: _C6 = Field(...)
+    old_text: _C7 = Field(..., alias='oldText')
+    new_text: _C8 = Field(..., alias='newText')
+    expected_sha256: Optional[_C9] = Field(None, alias='expectedSha256')
 
 
 class FsEditResult(_Tolerant):
     path: StrictStr = Field(...)
-    line: conint(strict=True, le=9007199254740991, gt=0) = Field(...)
-    bytes_written: conint(strict=True, ge=0, le=9007199254740991) = Field(..., alias='bytesWritten')
-    sha256: constr(strict=True, regex='^[0-9a-f]{64}$') = Field(...)
+    line: _C10 = Field(...)
+    bytes_written: _C1 = Field(..., alias='bytesWritten')
+    sha256: _C9 = Field(...)
+
+
+if TYPE_CHECKING:
+    _C13 = List[_C12]
+else:
+    _C13 = conlist(_C12, max_items=100000)
 
 
 class FsEditLinesParamsEditsItem(_Strict):
     op: Literal['replace', 'append', 'prepend'] = Field(...)
-    pos: constr(strict=True, min_length=3, max_length=20) = Field(...)
-    end: Optional[constr(strict=True, min_length=3, max_length=20)] = Field(None)
-    lines: conlist(constr(strict=True, max_length=1048576), max_items=100000) = Field(...)
+    pos: _C11 = Field(...)
+    end: Optional[_C11] = Field(None)
+    lines: _C13 = Field(...)
+
+
+if TYPE_CHECKING:
+    _C14 = List[FsEditLinesParamsEditsItem]
+else:
+    _C14 = conlist(FsEditLinesParamsEditsItem, min_items=1, max_items=1000)
 
 
 class FsEditLinesParams(_Strict):
-    path: constr(strict=True, min_length=1, max_length=4096) = Field(...)
-    edits: conlist(FsEditLinesParamsEditsItem, min_items=1, max_items=1000) = Field(...)
-    expected_sha256: Optional[constr(strict=True, regex='^[0-9a-f]{64}$')] = Field(None, alias='expectedSha256')
+    path: _C6 = Field(...)
+    edits: _C14 = Field(...)
+    expected_sha256: Optional[_C9] = Field(None, alias='expectedSha256')
 
 
 class FsEditLinesResult(_Tolerant):
     path: StrictStr = Field(...)
-    applied: conint(strict=True, ge=0, le=9007199254740991) = Field(...)
-    total_lines: conint(strict=True, ge=0, le=9007199254740991) = Field(..., alias='totalLines')
-    first_changed_line: conint(strict=True, le=9007199254740991, gt=0) = Field(..., alias='firstChangedLine')
-    last_changed_line: conint(strict=True, ge=0, le=9007199254740991) = Field(..., alias='lastChangedLine')
-    bytes_written: conint(strict=True, ge=0, le=9007199254740991) = Field(..., alias='bytesWritten')
-    sha256: constr(strict=True, regex='^[0-9a-f]{64}$') = Field(...)
+    applied: _C1 = Field(...)
+    total_lines: _C1 = Field(..., alias='totalLines')
+    first_changed_line: _C10 = Field(..., alias='firstChangedLine')
+    last_changed_line: _C1 = Field(..., alias='lastChangedLine')
+    bytes_written: _C1 = Field(..., alias='bytesWritten')
+    sha256: _C9 = Field(...)
 
 
 class FsGlobParams(_Strict):
-    path: constr(strict=True, min_length=1, max_length=4096) = Field('.')
-    pattern: constr(strict=True, min_length=1, max_length=1024) = Field('**/*')
-    max_results: conint(strict=True, le=100000, gt=0) = Field(1000, alias='maxResults')
+    path: _C6 = Field('.')
+    pattern: _C15 = Field('**/*')
+    max_results: _C16 = Field(1000, alias='maxResults')
     include_directories: StrictBool = Field(False, alias='includeDirectories')
 
 
@@ -214,21 +350,21 @@ class FsGlobResult(_Tolerant):
     path: StrictStr = Field(...)
     matches: List[StrictStr] = Field(...)
     truncated: StrictBool = Field(...)
-    scanned: conint(strict=True, ge=0, le=9007199254740991) = Field(...)
+    scanned: _C1 = Field(...)
 
 
 class FsListParams(_Strict):
-    path: constr(strict=True, min_length=1, max_length=4096) = Field('.')
+    path: _C6 = Field('.')
     recursive: StrictBool = Field(False)
-    max_depth: conint(strict=True, le=64, gt=0) = Field(16, alias='maxDepth')
-    max_entries: conint(strict=True, le=100000, gt=0) = Field(1000, alias='maxEntries')
-    cursor: Optional[constr(strict=True, regex='^[0-9]{1,6}$')] = Field(None)
+    max_depth: _C17 = Field(16, alias='maxDepth')
+    max_entries: _C16 = Field(1000, alias='maxEntries')
+    cursor: Optional[_C18] = Field(None)
 
 
 class FsListResultEntriesItem(_Tolerant):
     path: StrictStr = Field(...)
     type: Literal['file', 'directory', 'symlink', 'other'] = Field(...)
-    size: conint(strict=True, ge=0, le=9007199254740991) = Field(...)
+    size: _C1 = Field(...)
     mtime_ms: Union[StrictInt, StrictFloat] = Field(..., alias='mtimeMs')
     link_target: Optional[StrictStr] = Field(None, alias='linkTarget')
 
@@ -241,7 +377,7 @@ class FsListResult(_Tolerant):
 
 
 class FsMkdirParams(_Strict):
-    path: constr(strict=True, min_length=1, max_length=4096) = Field(...)
+    path: _C6 = Field(...)
     parents: StrictBool = Field(True)
 
 
@@ -261,50 +397,50 @@ class FsMoveResult(_Tolerant):
 
 class FsReadParamsRangeBytes(_Strict):
     unit: Literal['bytes'] = Field(...)
-    offset: conint(strict=True, ge=0, le=9007199254740991) = Field(0)
-    length: Optional[conint(strict=True, ge=0, le=16777216)] = Field(None)
+    offset: _C1 = Field(0)
+    length: Optional[_C19] = Field(None)
 
 
 class FsReadParamsRangeLines(_Strict):
     unit: Literal['lines'] = Field(...)
-    start_line: Optional[conint(strict=True, ge=-9007199254740991, le=9007199254740991)] = Field(None, alias='startLine')
-    end_line: Optional[conint(strict=True, ge=-9007199254740991, le=9007199254740991)] = Field(None, alias='endLine')
-    max_lines: Optional[conint(strict=True, le=100000, gt=0)] = Field(None, alias='maxLines')
+    start_line: Optional[_C5] = Field(None, alias='startLine')
+    end_line: Optional[_C5] = Field(None, alias='endLine')
+    max_lines: Optional[_C16] = Field(None, alias='maxLines')
 
 
 class FsReadParamsRangeChars(_Strict):
     unit: Literal['chars'] = Field(...)
-    offset: conint(strict=True, ge=0, le=9007199254740991) = Field(0)
-    length: Optional[conint(strict=True, ge=0, le=4194304)] = Field(None)
+    offset: _C1 = Field(0)
+    length: Optional[_C20] = Field(None)
 
 
 class FsReadParams(_Strict):
-    path: constr(strict=True, min_length=1, max_length=4096) = Field(...)
+    path: _C6 = Field(...)
     range: Optional[Union[FsReadParamsRangeBytes, FsReadParamsRangeLines, FsReadParamsRangeChars]] = Field(None)
     hash: StrictBool = Field(False)
 
 
 class FsReadResult(_Tolerant):
     path: StrictStr = Field(...)
-    size: conint(strict=True, ge=0, le=9007199254740991) = Field(...)
+    size: _C1 = Field(...)
     mtime_ms: Union[StrictInt, StrictFloat] = Field(..., alias='mtimeMs')
-    sha256: Optional[constr(strict=True, regex='^[0-9a-f]{64}$')] = Field(None)
+    sha256: Optional[_C9] = Field(None)
     unit: Literal['file', 'bytes', 'lines', 'chars'] = Field(...)
-    bytes_read: conint(strict=True, ge=0, le=9007199254740991) = Field(..., alias='bytesRead')
+    bytes_read: _C1 = Field(..., alias='bytesRead')
     truncated: StrictBool = Field(...)
-    offset: Optional[conint(strict=True, ge=0, le=9007199254740991)] = Field(None)
-    start_line: Optional[conint(strict=True, ge=-9007199254740991, le=9007199254740991)] = Field(None, alias='startLine')
-    end_line: Optional[conint(strict=True, ge=-9007199254740991, le=9007199254740991)] = Field(None, alias='endLine')
-    total_lines: Optional[conint(strict=True, ge=0, le=9007199254740991)] = Field(None, alias='totalLines')
-    chars_read: Optional[conint(strict=True, ge=0, le=9007199254740991)] = Field(None, alias='charsRead')
-    total_chars: Optional[conint(strict=True, ge=0, le=9007199254740991)] = Field(None, alias='totalChars')
+    offset: Optional[_C1] = Field(None)
+    start_line: Optional[_C5] = Field(None, alias='startLine')
+    end_line: Optional[_C5] = Field(None, alias='endLine')
+    total_lines: Optional[_C1] = Field(None, alias='totalLines')
+    chars_read: Optional[_C1] = Field(None, alias='charsRead')
+    total_chars: Optional[_C1] = Field(None, alias='totalChars')
 
 
 class FsReadAnchoredParams(_Strict):
-    path: constr(strict=True, min_length=1, max_length=4096) = Field(...)
-    start_line: Optional[conint(strict=True, ge=-9007199254740991, le=9007199254740991)] = Field(None, alias='startLine')
-    end_line: Optional[conint(strict=True, ge=-9007199254740991, le=9007199254740991)] = Field(None, alias='endLine')
-    max_lines: Optional[conint(strict=True, le=100000, gt=0)] = Field(None, alias='maxLines')
+    path: _C6 = Field(...)
+    start_line: Optional[_C5] = Field(None, alias='startLine')
+    end_line: Optional[_C5] = Field(None, alias='endLine')
+    max_lines: Optional[_C16] = Field(None, alias='maxLines')
 
 
 class FsReadAnchoredResultLinesItem(_Tolerant):
@@ -314,80 +450,80 @@ class FsReadAnchoredResultLinesItem(_Tolerant):
 
 class FsReadAnchoredResult(_Tolerant):
     path: StrictStr = Field(...)
-    start_line: conint(strict=True, ge=-9007199254740991, le=9007199254740991) = Field(..., alias='startLine')
-    end_line: conint(strict=True, ge=-9007199254740991, le=9007199254740991) = Field(..., alias='endLine')
-    total_lines: conint(strict=True, ge=0, le=9007199254740991) = Field(..., alias='totalLines')
+    start_line: _C5 = Field(..., alias='startLine')
+    end_line: _C5 = Field(..., alias='endLine')
+    total_lines: _C1 = Field(..., alias='totalLines')
     truncated: StrictBool = Field(...)
-    sha256: constr(strict=True, regex='^[0-9a-f]{64}$') = Field(...)
+    sha256: _C9 = Field(...)
     lines: List[FsReadAnchoredResultLinesItem] = Field(...)
 
 
 class FsStatParams(_Strict):
-    path: constr(strict=True, min_length=1, max_length=4096) = Field(...)
+    path: _C6 = Field(...)
     follow_links: StrictBool = Field(True, alias='followLinks')
 
 
 class FsStatResult(_Tolerant):
     path: StrictStr = Field(...)
     type: Literal['file', 'directory', 'symlink', 'other'] = Field(...)
-    size: conint(strict=True, ge=0, le=9007199254740991) = Field(...)
-    mode: conint(strict=True, ge=-9007199254740991, le=9007199254740991) = Field(...)
+    size: _C1 = Field(...)
+    mode: _C5 = Field(...)
     mtime_ms: Union[StrictInt, StrictFloat] = Field(..., alias='mtimeMs')
-    nlink: conint(strict=True, ge=0, le=9007199254740991) = Field(...)
+    nlink: _C1 = Field(...)
     link_target: Optional[StrictStr] = Field(None, alias='linkTarget')
     readable: StrictBool = Field(...)
     writable: StrictBool = Field(...)
 
 
 class FsUploadParams(_Strict):
-    path: constr(strict=True, min_length=1, max_length=4096) = Field(...)
+    path: _C6 = Field(...)
     overwrite: StrictBool = Field(False)
 
 
 class FsUploadResult(_Tolerant):
     path: StrictStr = Field(...)
-    files: conint(strict=True, ge=0, le=9007199254740991) = Field(...)
-    directories: conint(strict=True, ge=0, le=9007199254740991) = Field(...)
-    symlinks: conint(strict=True, ge=0, le=9007199254740991) = Field(...)
-    bytes: conint(strict=True, ge=0, le=9007199254740991) = Field(...)
+    files: _C1 = Field(...)
+    directories: _C1 = Field(...)
+    symlinks: _C1 = Field(...)
+    bytes: _C1 = Field(...)
 
 
 class FsWriteParams(_Strict):
-    path: constr(strict=True, min_length=1, max_length=4096) = Field(...)
-    mode: Optional[conint(strict=True, ge=0, le=511)] = Field(None)
-    expected_sha256: Optional[constr(strict=True, regex='^[0-9a-f]{64}$')] = Field(None, alias='expectedSha256')
+    path: _C6 = Field(...)
+    mode: Optional[_C21] = Field(None)
+    expected_sha256: Optional[_C9] = Field(None, alias='expectedSha256')
     overwrite: StrictBool = Field(True)
     hash: StrictBool = Field(False)
     append: StrictBool = Field(False)
-    offset: Optional[conint(strict=True, ge=0, le=9007199254740991)] = Field(None)
+    offset: Optional[_C1] = Field(None)
 
 
 class FsWriteResult(_Tolerant):
     path: StrictStr = Field(...)
-    bytes_written: conint(strict=True, ge=0, le=9007199254740991) = Field(..., alias='bytesWritten')
-    sha256: Optional[constr(strict=True, regex='^[0-9a-f]{64}$')] = Field(None)
+    bytes_written: _C1 = Field(..., alias='bytesWritten')
+    sha256: Optional[_C9] = Field(None)
     created: StrictBool = Field(...)
 
 
 class ProcessAttachParams(_Strict):
-    handle: constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_-]+$') = Field(...)
-    stdout_offset: Optional[conint(strict=True, ge=0, le=9007199254740991)] = Field(None, alias='stdoutOffset')
-    stderr_offset: Optional[conint(strict=True, ge=0, le=9007199254740991)] = Field(None, alias='stderrOffset')
+    handle: _C22 = Field(...)
+    stdout_offset: Optional[_C1] = Field(None, alias='stdoutOffset')
+    stderr_offset: Optional[_C1] = Field(None, alias='stderrOffset')
     follow: Optional[StrictBool] = Field(None)
 
 
 class ProcessAttachResultStdout(_Tolerant):
-    start: conint(strict=True, ge=0, le=9007199254740991) = Field(...)
-    end: conint(strict=True, ge=0, le=9007199254740991) = Field(...)
+    start: _C1 = Field(...)
+    end: _C1 = Field(...)
 
 
 class ProcessAttachResult(_Tolerant):
-    handle: constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_-]+$') = Field(...)
-    pid: conint(strict=True, ge=-9007199254740991, le=9007199254740991) = Field(...)
+    handle: _C22 = Field(...)
+    pid: _C5 = Field(...)
     cmd: StrictStr = Field(...)
     tag: Optional[StrictStr] = Field(None)
     running: StrictBool = Field(...)
-    exit_code: Optional[conint(strict=True, ge=-9007199254740991, le=9007199254740991)] = Field(..., alias='exitCode')
+    exit_code: Optional[_C5] = Field(..., alias='exitCode')
     signal: Optional[StrictStr] = Field(...)
     timed_out: StrictBool = Field(..., alias='timedOut')
     started_at: StrictStr = Field(..., alias='startedAt')
@@ -398,45 +534,51 @@ class ProcessAttachResult(_Tolerant):
 
 
 class ProcessAttachStdoutEvent(_Tolerant):
-    offset: conint(strict=True, ge=0, le=9007199254740991) = Field(...)
+    offset: _C1 = Field(...)
 
 
 ProcessAttachStderrEvent = ProcessAttachStdoutEvent
 
 
 class ProcessCloseStdinParams(_Strict):
-    handle: constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_-]+$') = Field(...)
+    handle: _C22 = Field(...)
 
 
 ProcessCloseStdinResult = ProcessAttachResult
 
 
+if TYPE_CHECKING:
+    _C24 = List[_C12]
+else:
+    _C24 = conlist(_C12, min_items=1, max_items=10000)
+
+
 class ProcessExecParams(_Strict):
-    cmd: Union[constr(strict=True, min_length=1, max_length=1048576), conlist(constr(strict=True, max_length=1048576), min_items=1, max_items=10000)] = Field(...)
-    cwd: Optional[constr(strict=True, min_length=1, max_length=4096)] = Field(None)
-    env: Optional[Dict[constr(strict=True, min_length=1, max_length=4096, regex='^[^=\\0]+$'), constr(strict=True, max_length=1048576)]] = Field(None)
-    stdin: Optional[constr(strict=True, max_length=16777216)] = Field(None)
-    timeout_ms: Optional[conint(strict=True, le=86400000, gt=0)] = Field(None, alias='timeoutMs')
-    output_cap_bytes: Optional[conint(strict=True, ge=1024, le=8388608)] = Field(None, alias='outputCapBytes')
+    cmd: Union[_C23, _C24] = Field(...)
+    cwd: Optional[_C6] = Field(None)
+    env: Optional[Dict[_C25, _C12]] = Field(None)
+    stdin: Optional[_C8] = Field(None)
+    timeout_ms: Optional[_C26] = Field(None, alias='timeoutMs')
+    output_cap_bytes: Optional[_C27] = Field(None, alias='outputCapBytes')
     save_output: Optional[StrictBool] = Field(None, alias='saveOutput')
     stream: Optional[StrictBool] = Field(None)
 
 
 class ProcessExecResultOutputPayload(_Tolerant):
-    stdout: conint(strict=True, ge=0, le=9007199254740991) = Field(...)
-    stderr: conint(strict=True, ge=0, le=9007199254740991) = Field(...)
+    stdout: _C1 = Field(...)
+    stderr: _C1 = Field(...)
 
 
 class ProcessExecResult(_Tolerant):
-    exit_code: Optional[conint(strict=True, ge=-9007199254740991, le=9007199254740991)] = Field(..., alias='exitCode')
+    exit_code: Optional[_C5] = Field(..., alias='exitCode')
     signal: Optional[StrictStr] = Field(...)
     stdout: StrictStr = Field(...)
     stderr: StrictStr = Field(...)
-    duration_ms: Union[conint(strict=True, ge=0), confloat(strict=True, ge=0)] = Field(..., alias='durationMs')
+    duration_ms: Union[_C3, _C4] = Field(..., alias='durationMs')
     timed_out: StrictBool = Field(..., alias='timedOut')
     truncated: StrictBool = Field(...)
-    stdout_bytes: conint(strict=True, ge=0, le=9007199254740991) = Field(..., alias='stdoutBytes')
-    stderr_bytes: conint(strict=True, ge=0, le=9007199254740991) = Field(..., alias='stderrBytes')
+    stdout_bytes: _C1 = Field(..., alias='stdoutBytes')
+    stderr_bytes: _C1 = Field(..., alias='stderrBytes')
     stdout_file: Optional[StrictStr] = Field(None, alias='stdoutFile')
     stderr_file: Optional[StrictStr] = Field(None, alias='stderrFile')
     output_payload: Optional[ProcessExecResultOutputPayload] = Field(None, alias='outputPayload')
@@ -449,7 +591,7 @@ ProcessExecStderrEvent = ProcessAttachStdoutEvent
 
 
 class ProcessKillParams(_Strict):
-    handle: constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_-]+$') = Field(...)
+    handle: _C22 = Field(...)
     signal: Optional[Literal['SIGTERM', 'SIGKILL', 'SIGINT', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2', 'SIGSTOP', 'SIGCONT']] = Field(None)
 
 
@@ -465,85 +607,85 @@ class ProcessListResult(_Tolerant):
 
 
 class ProcessStartParams(_Strict):
-    cmd: Union[constr(strict=True, min_length=1, max_length=1048576), conlist(constr(strict=True, max_length=1048576), min_items=1, max_items=10000)] = Field(...)
-    cwd: Optional[constr(strict=True, min_length=1, max_length=4096)] = Field(None)
-    env: Optional[Dict[constr(strict=True, min_length=1, max_length=4096, regex='^[^=\\0]+$'), constr(strict=True, max_length=1048576)]] = Field(None)
+    cmd: Union[_C23, _C24] = Field(...)
+    cwd: Optional[_C6] = Field(None)
+    env: Optional[Dict[_C25, _C12]] = Field(None)
     keep_stdin_open: Optional[StrictBool] = Field(None, alias='keepStdinOpen')
-    timeout_ms: Optional[conint(strict=True, le=604800000, gt=0)] = Field(None, alias='timeoutMs')
-    buffer_bytes: Optional[conint(strict=True, ge=4096, le=67108864)] = Field(None, alias='bufferBytes')
-    tag: Optional[constr(strict=True, max_length=200)] = Field(None)
+    timeout_ms: Optional[_C28] = Field(None, alias='timeoutMs')
+    buffer_bytes: Optional[_C29] = Field(None, alias='bufferBytes')
+    tag: Optional[_C30] = Field(None)
 
 
 ProcessStartResult = ProcessAttachResult
 
 
 class ProcessWaitParams(_Strict):
-    handle: constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_-]+$') = Field(...)
-    timeout_ms: Optional[conint(strict=True, ge=0, le=86400000)] = Field(None, alias='timeoutMs')
+    handle: _C22 = Field(...)
+    timeout_ms: Optional[_C31] = Field(None, alias='timeoutMs')
 
 
 ProcessWaitResult = ProcessAttachResult
 
 
 class ProcessWriteParams(_Strict):
-    handle: constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_-]+$') = Field(...)
-    data: Optional[constr(strict=True, max_length=16777216)] = Field(None)
+    handle: _C22 = Field(...)
+    data: Optional[_C8] = Field(None)
 
 
 class ProcessWriteResult(_Tolerant):
-    bytes_written: conint(strict=True, ge=0, le=9007199254740991) = Field(..., alias='bytesWritten')
+    bytes_written: _C1 = Field(..., alias='bytesWritten')
 
 
 PtyKillParams = ProcessKillParams
 
 
 class PtyKillResult(_Tolerant):
-    signalled: conint(strict=True, ge=0, le=9007199254740991) = Field(...)
+    signalled: _C1 = Field(...)
 
 
 class PtyOpenParams(_Strict):
-    cols: conint(strict=True, ge=1, le=1000) = Field(...)
-    rows: conint(strict=True, ge=1, le=1000) = Field(...)
-    cmd: Optional[Union[constr(strict=True, min_length=1, max_length=1048576), conlist(constr(strict=True, max_length=1048576), min_items=1, max_items=10000)]] = Field(None)
-    cwd: Optional[constr(strict=True, min_length=1, max_length=4096)] = Field(None)
-    env: Optional[Dict[constr(strict=True, min_length=1, max_length=4096, regex='^[^=\\0]+$'), constr(strict=True, max_length=1048576)]] = Field(None)
+    cols: _C32 = Field(...)
+    rows: _C32 = Field(...)
+    cmd: Optional[Union[_C23, _C24]] = Field(None)
+    cwd: Optional[_C6] = Field(None)
+    env: Optional[Dict[_C25, _C12]] = Field(None)
 
 
 class PtyOpenResult(_Tolerant):
-    exit_code: Optional[conint(strict=True, ge=-9007199254740991, le=9007199254740991)] = Field(..., alias='exitCode')
+    exit_code: Optional[_C5] = Field(..., alias='exitCode')
     signal: Optional[StrictStr] = Field(...)
-    duration_ms: Union[conint(strict=True, ge=0), confloat(strict=True, ge=0)] = Field(..., alias='durationMs')
+    duration_ms: Union[_C3, _C4] = Field(..., alias='durationMs')
 
 
 class PtyOpenStartedEvent(_Tolerant):
-    handle: constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_-]+$') = Field(...)
-    pid: conint(strict=True, ge=-9007199254740991, le=9007199254740991) = Field(...)
+    handle: _C22 = Field(...)
+    pid: _C5 = Field(...)
 
 
 PtyOpenOutputEvent = ProcessAttachStdoutEvent
 
 
 class PtyResizeParams(_Strict):
-    handle: constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_-]+$') = Field(...)
-    cols: conint(strict=True, ge=1, le=1000) = Field(...)
-    rows: conint(strict=True, ge=1, le=1000) = Field(...)
+    handle: _C22 = Field(...)
+    cols: _C32 = Field(...)
+    rows: _C32 = Field(...)
 
 
 class PtyResizeResult(_Tolerant):
-    cols: conint(strict=True, ge=1, le=1000) = Field(...)
-    rows: conint(strict=True, ge=1, le=1000) = Field(...)
+    cols: _C32 = Field(...)
+    rows: _C32 = Field(...)
 
 
 class PtyWriteParams(_Strict):
-    handle: constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_-]+$') = Field(...)
-    data: Optional[constr(strict=True, max_length=1048576)] = Field(None)
+    handle: _C22 = Field(...)
+    data: Optional[_C12] = Field(None)
 
 
 PtyWriteResult = ProcessWriteResult
 
 
 class ShellCloseParams(_Strict):
-    session: constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_.-]+$') = Field(...)
+    session: _C33 = Field(...)
 
 
 class ShellCloseResult(_Tolerant):
@@ -554,8 +696,8 @@ ShellListParams = ProcessListParams
 
 
 class ShellListResultSessionsItem(_Tolerant):
-    session: constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_.-]+$') = Field(...)
-    pid: conint(strict=True, ge=-9007199254740991, le=9007199254740991) = Field(...)
+    session: _C33 = Field(...)
+    pid: _C5 = Field(...)
     busy: StrictBool = Field(...)
 
 
@@ -564,35 +706,35 @@ class ShellListResult(_Tolerant):
 
 
 class ShellOpenParams(_Strict):
-    session: constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_.-]+$') = Field(...)
-    cwd: Optional[constr(strict=True, min_length=1, max_length=4096)] = Field(None)
-    env: Optional[Dict[constr(strict=True, min_length=1, max_length=4096, regex='^[^=\\0]+$'), constr(strict=True, max_length=1048576)]] = Field(None)
+    session: _C33 = Field(...)
+    cwd: Optional[_C6] = Field(None)
+    env: Optional[Dict[_C25, _C12]] = Field(None)
 
 
 class ShellOpenResult(_Tolerant):
-    session: constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_.-]+$') = Field(...)
-    pid: conint(strict=True, ge=-9007199254740991, le=9007199254740991) = Field(...)
+    session: _C33 = Field(...)
+    pid: _C5 = Field(...)
     created: StrictBool = Field(...)
     busy: StrictBool = Field(...)
 
 
 class ShellRunParams(_Strict):
-    session: constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_.-]+$') = Field(...)
-    cmd: constr(strict=True, min_length=1, max_length=1048576) = Field(...)
-    timeout_ms: Optional[conint(strict=True, le=86400000, gt=0)] = Field(None, alias='timeoutMs')
-    output_cap_bytes: Optional[conint(strict=True, ge=1024, le=8388608)] = Field(None, alias='outputCapBytes')
+    session: _C33 = Field(...)
+    cmd: _C23 = Field(...)
+    timeout_ms: Optional[_C26] = Field(None, alias='timeoutMs')
+    output_cap_bytes: Optional[_C27] = Field(None, alias='outputCapBytes')
 
 
 class ShellRunResult(_Tolerant):
-    exit_code: Optional[conint(strict=True, ge=-9007199254740991, le=9007199254740991)] = Field(..., alias='exitCode')
+    exit_code: Optional[_C5] = Field(..., alias='exitCode')
     signal: Optional[StrictStr] = Field(...)
     stdout: StrictStr = Field(...)
     stderr: StrictStr = Field(...)
-    duration_ms: Union[conint(strict=True, ge=0), confloat(strict=True, ge=0)] = Field(..., alias='durationMs')
+    duration_ms: Union[_C3, _C4] = Field(..., alias='durationMs')
     timed_out: StrictBool = Field(..., alias='timedOut')
     truncated: StrictBool = Field(...)
-    stdout_bytes: conint(strict=True, ge=0, le=9007199254740991) = Field(..., alias='stdoutBytes')
-    stderr_bytes: conint(strict=True, ge=0, le=9007199254740991) = Field(..., alias='stderrBytes')
+    stdout_bytes: _C1 = Field(..., alias='stdoutBytes')
+    stderr_bytes: _C1 = Field(..., alias='stderrBytes')
     stdout_file: Optional[StrictStr] = Field(None, alias='stdoutFile')
     stderr_file: Optional[StrictStr] = Field(None, alias='stderrFile')
     output_payload: Optional[ProcessExecResultOutputPayload] = Field(None, alias='outputPayload')
@@ -604,68 +746,68 @@ SystemInfoParams = ProcessListParams
 
 class SystemInfoResult(_Tolerant):
     agent_version: StrictStr = Field(..., alias='agentVersion')
-    protocol_version: conint(strict=True, ge=-9007199254740991, le=9007199254740991) = Field(..., alias='protocolVersion')
-    pid: conint(strict=True, ge=-9007199254740991, le=9007199254740991) = Field(...)
-    uid: conint(strict=True, ge=-9007199254740991, le=9007199254740991) = Field(...)
-    rss_bytes: conint(strict=True, ge=0, le=9007199254740991) = Field(..., alias='rssBytes')
-    uptime_ms: Union[conint(strict=True, ge=0), confloat(strict=True, ge=0)] = Field(..., alias='uptimeMs')
+    protocol_version: _C5 = Field(..., alias='protocolVersion')
+    pid: _C5 = Field(...)
+    uid: _C5 = Field(...)
+    rss_bytes: _C1 = Field(..., alias='rssBytes')
+    uptime_ms: Union[_C3, _C4] = Field(..., alias='uptimeMs')
 
 
 class FrameHeaderHello(_Tolerant):
     type: Literal['hello'] = Field(...)
-    protocol_version: conint(strict=True, le=9007199254740991, gt=0) = Field(..., alias='protocolVersion')
-    protocol_minor: Optional[conint(strict=True, ge=0, le=9007199254740991)] = Field(None, alias='protocolMinor')
-    client: Optional[constr(strict=True, max_length=200)] = Field(None)
+    protocol_version: _C10 = Field(..., alias='protocolVersion')
+    protocol_minor: Optional[_C1] = Field(None, alias='protocolMinor')
+    client: Optional[_C30] = Field(None)
 
 
 class FrameHeaderWelcome(_Tolerant):
     type: Literal['welcome'] = Field(...)
-    protocol_version: conint(strict=True, le=9007199254740991, gt=0) = Field(..., alias='protocolVersion')
-    protocol_minor: Optional[conint(strict=True, ge=0, le=9007199254740991)] = Field(None, alias='protocolMinor')
-    server: constr(strict=True, max_length=200) = Field(...)
-    server_version: constr(strict=True, max_length=100) = Field(..., alias='serverVersion')
+    protocol_version: _C10 = Field(..., alias='protocolVersion')
+    protocol_minor: Optional[_C1] = Field(None, alias='protocolMinor')
+    server: _C30 = Field(...)
+    server_version: _C34 = Field(..., alias='serverVersion')
 
 
 class FrameHeaderReq(_Tolerant):
     type: Literal['req'] = Field(...)
-    id: Union[conint(strict=True, ge=0, le=9007199254740991), constr(strict=True, min_length=1, max_length=64)] = Field(...)
-    method: constr(strict=True, min_length=1, max_length=100) = Field(...)
+    id: Union[_C1, _C35] = Field(...)
+    method: _C36 = Field(...)
     params: Any = Field(...)
 
 
 class FrameHeaderRes(_Tolerant):
     type: Literal['res'] = Field(...)
-    id: Union[conint(strict=True, ge=0, le=9007199254740991), constr(strict=True, min_length=1, max_length=64)] = Field(...)
+    id: Union[_C1, _C35] = Field(...)
     result: Any = Field(...)
 
 
 class FrameHeaderErrError(_Tolerant):
-    code: constr(strict=True, min_length=1, max_length=100) = Field(...)
+    code: _C36 = Field(...)
     message: StrictStr = Field(...)
     details: Optional[Dict[StrictStr, Any]] = Field(None)
 
 
 class FrameHeaderErr(_Tolerant):
     type: Literal['err'] = Field(...)
-    id: Optional[Union[conint(strict=True, ge=0, le=9007199254740991), constr(strict=True, min_length=1, max_length=64)]] = Field(...)
+    id: Optional[Union[_C1, _C35]] = Field(...)
     error: FrameHeaderErrError = Field(...)
 
 
 class FrameHeaderEvt(_Tolerant):
     type: Literal['evt'] = Field(...)
-    id: Union[conint(strict=True, ge=0, le=9007199254740991), constr(strict=True, min_length=1, max_length=64)] = Field(...)
-    event: constr(strict=True, min_length=1, max_length=100) = Field(...)
+    id: Union[_C1, _C35] = Field(...)
+    event: _C36 = Field(...)
     data: Any = Field(...)
 
 
 class FrameHeaderCancel(_Tolerant):
     type: Literal['cancel'] = Field(...)
-    id: Union[conint(strict=True, ge=0, le=9007199254740991), constr(strict=True, min_length=1, max_length=64)] = Field(...)
+    id: Union[_C1, _C35] = Field(...)
 
 
 class FrameHeaderApproval(_Tolerant):
     type: Literal['approval'] = Field(...)
-    id: Union[conint(strict=True, ge=0, le=9007199254740991), constr(strict=True, min_length=1, max_length=64)] = Field(...)
+    id: Union[_C1, _C35] = Field(...)
     allow: StrictBool = Field(...)
 
 
@@ -676,101 +818,149 @@ class ApprovalEvent(_Tolerant):
     operation: StrictStr = Field(...)
     path: StrictStr = Field(...)
     to: Optional[StrictStr] = Field(None)
-    bytes: Optional[conint(strict=True, ge=0, le=9007199254740991)] = Field(None)
+    bytes: Optional[_C1] = Field(None)
 
 
 class CreateSandboxRequestEgressNone(_Strict):
     mode: Literal['none'] = Field(...)
 
 
+if TYPE_CHECKING:
+    _C45 = List[_C44]
+else:
+    _C45 = conlist(_C44, min_items=1, max_items=16)
+
+
+if TYPE_CHECKING:
+    _C46 = List[Literal['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']]
+else:
+    _C46 = conlist(Literal['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'], min_items=1, max_items=7)
+
+
 class CreateSandboxRequestEgressAllowRulesItem(_Strict):
-    host: constr(strict=True, min_length=1, max_length=253) = Field(...)
-    ports: Optional[conlist(conint(strict=True, ge=1, le=65535), min_items=1, max_items=16)] = Field(None)
-    methods: Optional[conlist(Literal['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'], min_items=1, max_items=7)] = Field(None)
-    path_prefix: Optional[constr(strict=True, min_length=1, max_length=1024, regex='^\\/.*')] = Field(None, alias='pathPrefix')
+    host: _C43 = Field(...)
+    ports: Optional[_C45] = Field(None)
+    methods: Optional[_C46] = Field(None)
+    path_prefix: Optional[_C47] = Field(None, alias='pathPrefix')
+
+
+if TYPE_CHECKING:
+    _C48 = List[CreateSandboxRequestEgressAllowRulesItem]
+else:
+    _C48 = conlist(CreateSandboxRequestEgressAllowRulesItem, min_items=1, max_items=256)
 
 
 class CreateSandboxRequestEgressAllow(_Strict):
     mode: Literal['allow'] = Field(...)
-    rules: conlist(CreateSandboxRequestEgressAllowRulesItem, min_items=1, max_items=256) = Field(...)
+    rules: _C48 = Field(...)
 
 
 class CreateSandboxRequestEgressOpen(_Strict):
     mode: Literal['open'] = Field(...)
 
 
+if TYPE_CHECKING:
+    _C52 = List[_C43]
+else:
+    _C52 = conlist(_C43, min_items=1, max_items=32)
+
+
 class CreateSandboxRequestSecretsItemTargetVariant1(_Strict):
-    header: constr(strict=True, min_length=1, max_length=128, regex="^[A-Za-z0-9!#$%&'*+.^_`|~-]+$") = Field(...)
-    template: constr(strict=True, max_length=1024) = Field('{secret}')
+    header: _C53 = Field(...)
+    template: _C54 = Field('{secret}')
 
 
 class CreateSandboxRequestSecretsItemTargetVariant2(_Strict):
-    query: constr(strict=True, min_length=1, max_length=128) = Field(...)
+    query: _C51 = Field(...)
 
 
 class CreateSandboxRequestSecretsItem(_Strict):
-    name: constr(strict=True, min_length=1, max_length=128, regex='^[A-Za-z_][A-Za-z0-9_]*$') = Field(...)
-    value: Optional[constr(strict=True, min_length=1, max_length=16384)] = Field(None)
-    ref: Optional[constr(strict=True, min_length=1, max_length=128)] = Field(None)
-    hosts: conlist(constr(strict=True, min_length=1, max_length=253), min_items=1, max_items=32) = Field(...)
+    name: _C49 = Field(...)
+    value: Optional[_C50] = Field(None)
+    ref: Optional[_C51] = Field(None)
+    hosts: _C52 = Field(...)
     target: Union[CreateSandboxRequestSecretsItemTargetVariant1, CreateSandboxRequestSecretsItemTargetVariant2] = Field(...)
 
 
+if TYPE_CHECKING:
+    _C55 = List[CreateSandboxRequestSecretsItem]
+else:
+    _C55 = conlist(CreateSandboxRequestSecretsItem, max_items=32)
+
+
+if TYPE_CHECKING:
+    _C59 = List[_C58]
+else:
+    _C59 = conlist(_C58, max_items=256)
+
+
+if TYPE_CHECKING:
+    _C60 = List[_C6]
+else:
+    _C60 = conlist(_C6, max_items=256)
+
+
 class CreateSandboxRequestPolicyVariant1Restrict(_Strict):
-    read: conlist(constr(strict=True, min_length=1, max_length=4096), max_items=256) = Field(...)
-    write: conlist(constr(strict=True, min_length=1, max_length=4096), max_items=256) = Field(...)
+    read: _C60 = Field(...)
+    write: _C60 = Field(...)
 
 
 class CreateSandboxRequestPolicyVariant1(_Strict):
-    root: constr(strict=True, min_length=1, max_length=4096) = Field(...)
+    root: _C6 = Field(...)
     read_only: StrictBool = Field(False, alias='readOnly')
-    suffixes: Optional[conlist(constr(strict=True, min_length=2, max_length=32, regex='^\\.[^/\\0]+$'), max_items=256)] = Field(None)
-    max_file_bytes: Optional[conint(strict=True, le=9007199254740991, gt=0)] = Field(None, alias='maxFileBytes')
+    suffixes: Optional[_C59] = Field(None)
+    max_file_bytes: Optional[_C10] = Field(None, alias='maxFileBytes')
     restrict: Optional[CreateSandboxRequestPolicyVariant1Restrict] = Field(None)
 
 
 class CreateSandboxRequestPolicyVariant2PathsValue(_Strict):
-    root: constr(strict=True, min_length=1, max_length=4096) = Field(...)
+    root: _C6 = Field(...)
     mode: Literal['ro', 'rw'] = Field('ro')
-    suffixes: Optional[conlist(constr(strict=True, min_length=2, max_length=32, regex='^\\.[^/\\0]+$'), max_items=256)] = Field(None)
-    max_file_bytes: Optional[conint(strict=True, le=9007199254740991, gt=0)] = Field(None, alias='maxFileBytes')
+    suffixes: Optional[_C59] = Field(None)
+    max_file_bytes: Optional[_C10] = Field(None, alias='maxFileBytes')
     write_approval: StrictBool = Field(True, alias='writeApproval')
     read_approval: StrictBool = Field(False, alias='readApproval')
 
 
 class CreateSandboxRequestPolicyVariant2(_Strict):
-    paths: Dict[constr(strict=True, min_length=1, max_length=256, regex='^[A-Za-z0-9._-]+(\\/[A-Za-z0-9._-]+)*$'), CreateSandboxRequestPolicyVariant2PathsValue] = Field(...)
+    paths: Dict[_C61, CreateSandboxRequestPolicyVariant2PathsValue] = Field(...)
     restrict: Optional[CreateSandboxRequestPolicyVariant1Restrict] = Field(None)
 
 
 class CreateSandboxRequestMountsItem(_Strict):
-    host_path: constr(strict=True, min_length=1, max_length=4096, regex='^\\/.*') = Field(..., alias='hostPath')
-    path: constr(strict=True, min_length=1, max_length=4096, regex='^\\/.*') = Field(...)
+    host_path: _C57 = Field(..., alias='hostPath')
+    path: _C57 = Field(...)
     read_only: StrictBool = Field(True, alias='readOnly')
 
 
+if TYPE_CHECKING:
+    _C65 = List[CreateSandboxRequestMountsItem]
+else:
+    _C65 = conlist(CreateSandboxRequestMountsItem, max_items=16)
+
+
 class CreateSandboxRequest(_Strict):
-    image: Optional[constr(strict=True, min_length=1, max_length=256)] = Field(None)
-    env: Optional[Dict[constr(strict=True, min_length=1, max_length=256, regex='^[A-Za-z_][A-Za-z0-9_]*$'), constr(strict=True, max_length=32768)]] = Field(None)
-    cpus: Optional[Union[conint(strict=True, le=256, gt=0), confloat(strict=True, le=256, gt=0)]] = Field(None)
-    memory_mb: Optional[conint(strict=True, ge=16, le=1048576)] = Field(None, alias='memoryMb')
-    pids_limit: Optional[conint(strict=True, ge=16, le=1048576)] = Field(None, alias='pidsLimit')
+    image: Optional[_C37] = Field(None)
+    env: Optional[Dict[_C38, _C39]] = Field(None)
+    cpus: Optional[Union[_C40, _C41]] = Field(None)
+    memory_mb: Optional[_C42] = Field(None, alias='memoryMb')
+    pids_limit: Optional[_C42] = Field(None, alias='pidsLimit')
     network: Optional[Literal['none', 'bridge']] = Field(None)
     egress: Optional[Union[CreateSandboxRequestEgressNone, CreateSandboxRequestEgressAllow, CreateSandboxRequestEgressOpen]] = Field(None)
-    secrets: Optional[conlist(CreateSandboxRequestSecretsItem, max_items=32)] = Field(None)
+    secrets: Optional[_C55] = Field(None)
     runtime: Optional[Literal['runc', 'runsc']] = Field(None)
-    user: Optional[constr(strict=True, regex='^\\d{1,10}(:\\d{1,10})?$')] = Field(None)
-    workspace: Optional[constr(strict=True, min_length=1, max_length=4096, regex='^\\/.*')] = Field(None)
-    workdir: Optional[constr(strict=True, min_length=1, max_length=4096, regex='^\\/.*')] = Field(None)
+    user: Optional[_C56] = Field(None)
+    workspace: Optional[_C57] = Field(None)
+    workdir: Optional[_C57] = Field(None)
     policy: Optional[Union[CreateSandboxRequestPolicyVariant1, CreateSandboxRequestPolicyVariant2]] = Field(None)
-    ttl_seconds: Optional[conint(strict=True, ge=10, le=2592000)] = Field(None, alias='ttlSeconds')
-    labels: Optional[Dict[constr(strict=True, regex='^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$'), constr(strict=True, max_length=256)]] = Field(None)
-    mounts: Optional[conlist(CreateSandboxRequestMountsItem, max_items=16)] = Field(None)
+    ttl_seconds: Optional[_C62] = Field(None, alias='ttlSeconds')
+    labels: Optional[Dict[_C63, _C64]] = Field(None)
+    mounts: Optional[_C65] = Field(None)
     read_only_rootfs: Optional[StrictBool] = Field(None, alias='readOnlyRootfs')
-    tmp_mb: Optional[conint(strict=True, ge=1, le=1048576)] = Field(None, alias='tmpMb')
-    open_files: Optional[conint(strict=True, ge=64, le=1048576)] = Field(None, alias='openFiles')
-    file_size_mb: Optional[conint(strict=True, ge=1, le=16777216)] = Field(None, alias='fileSizeMb')
-    disk_mb: Optional[conint(strict=True, ge=16, le=16777216)] = Field(None, alias='diskMb')
+    tmp_mb: Optional[_C66] = Field(None, alias='tmpMb')
+    open_files: Optional[_C67] = Field(None, alias='openFiles')
+    file_size_mb: Optional[_C68] = Field(None, alias='fileSizeMb')
+    disk_mb: Optional[_C69] = Field(None, alias='diskMb')
 
 
 class CreateSandboxResponseSettingsMountsItem(_Tolerant):
@@ -806,17 +996,17 @@ class CreateSandboxResponse(_Tolerant):
     labels: Dict[StrictStr, StrictStr] = Field(...)
     settings: CreateSandboxResponseSettings = Field(...)
     token: StrictStr = Field(...)
-    ready_ms: Union[conint(strict=True, ge=0), confloat(strict=True, ge=0)] = Field(..., alias='readyMs')
+    ready_ms: Union[_C3, _C4] = Field(..., alias='readyMs')
     pooled: StrictBool = Field(...)
 
 
 class DeriveTokenRequest(_Strict):
-    allow_read: Optional[Union[constr(strict=True, min_length=1, max_length=4096), conlist(constr(strict=True, min_length=1, max_length=4096), max_items=256)]] = Field(None, alias='allowRead')
-    allow_write: Optional[Union[constr(strict=True, min_length=1, max_length=4096), conlist(constr(strict=True, min_length=1, max_length=4096), max_items=256)]] = Field(None, alias='allowWrite')
+    allow_read: Optional[Union[_C6, _C60]] = Field(None, alias='allowRead')
+    allow_write: Optional[Union[_C6, _C60]] = Field(None, alias='allowWrite')
     readonly: Optional[StrictBool] = Field(None)
     inherit: Optional[StrictBool] = Field(None)
     allow_exec: Optional[StrictBool] = Field(None, alias='allowExec')
-    ttl_seconds: Optional[conint(strict=True, ge=1, le=2592000)] = Field(None, alias='ttlSeconds')
+    ttl_seconds: Optional[_C70] = Field(None, alias='ttlSeconds')
 
 
 class DeriveTokenResponse(_Tolerant):
@@ -871,7 +1061,7 @@ class ListImagesResponse(_Tolerant):
 
 
 class PullImageRequest(_Strict):
-    image: constr(strict=True, min_length=1, max_length=512) = Field(...)
+    image: _C71 = Field(...)
 
 
 class RestErrorBodyError(_Tolerant):
@@ -899,7 +1089,7 @@ SandboxState = Literal['running', 'paused', 'exited', 'gone']
 
 
 class SetTimeoutRequest(_Strict):
-    ttl_seconds: conint(strict=True, ge=1, le=2592000) = Field(..., alias='ttlSeconds')
+    ttl_seconds: _C70 = Field(..., alias='ttlSeconds')
 
 
 class ListSandboxesResponse(_Tolerant):

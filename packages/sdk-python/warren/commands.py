@@ -52,6 +52,11 @@ class AttachExit:
     type: str = "exit"
 
 
+def _cancel(task: "Optional[asyncio.Task[Any]]") -> None:
+    if task is not None:
+        task.cancel()
+
+
 def with_output(result: R, payload: Optional[bytes]) -> R:
     """Puts a result's output back from the response payload: stdout bytes, then stderr bytes."""
     layout = getattr(result, "output_payload", None)
@@ -147,7 +152,7 @@ class Commands:
         connection = self._connection()
         payload = stdin if isinstance(stdin, (bytes, bytearray)) else None
         task: "Optional[asyncio.Task[Any]]" = None
-        queue: "EventStream[Union[OutputEvent, ExitEvent]]" = EventStream(connection, lambda: task.cancel() if task else None)
+        queue: "EventStream[Union[OutputEvent, ExitEvent]]" = EventStream(connection, lambda: _cancel(task))
 
         def on_event(name: str, data: BaseModel, body: Optional[bytes]) -> None:
             if name in ("stdout", "stderr"):
@@ -296,7 +301,7 @@ class ProcessHandle:
             if isinstance(event, OutputEvent):
                 offsets[event.type] = event.offset + len(event.data)
 
-        queue: "EventStream[Union[OutputEvent, AttachExit]]" = EventStream(connection, lambda: task.cancel() if task else None, taken)
+        queue: "EventStream[Union[OutputEvent, AttachExit]]" = EventStream(connection, lambda: _cancel(task), taken)
         received = {
             "stdout": self.offsets["stdout"] if stdout_offset is None else stdout_offset,
             "stderr": self.offsets["stderr"] if stderr_offset is None else stderr_offset,

@@ -129,7 +129,7 @@ class Files:
         timeout: Optional[float] = None,
     ) -> LineSlice:
         """Reads a line range, 1-based and inclusive; out-of-range numbers are clamped."""
-        rng = {"unit": "lines", **_line_bounds(start_line, end_line, line_count, max_lines)}
+        rng: Dict[str, Any] = {"unit": "lines", **_line_bounds(start_line, end_line, line_count, max_lines)}
         result, payload = await self._connection().call("fs.read", {"path": path, "range": rng}, timeout=timeout)
         return LineSlice(
             (payload or b"").decode("utf-8", errors="replace"),
@@ -158,7 +158,7 @@ class Files:
         timeout: Optional[float] = None,
     ) -> FsReadAnchoredResult:
         """Reads lines with their seed-004 anchors (``LINE#ID``), for :meth:`edit_lines`."""
-        params = {"path": path, **_line_bounds(start_line, end_line, line_count, max_lines)}
+        params: Dict[str, Any] = {"path": path, **_line_bounds(start_line, end_line, line_count, max_lines)}
         result, _ = await self._connection().call("fs.readAnchored", params, timeout=timeout)
         return result  # type: ignore[no-any-return]
 

@@ -72,7 +72,7 @@ def decode_frame(data: Union[bytes, str]) -> Frame:
         raw = json.loads(data[_LENGTH.size : _LENGTH.size + length].decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         raise InvalidFrameError("Frame header is not valid JSON.") from None
-    model = _BY_TYPE.get(raw.get("type")) if isinstance(raw, dict) else None
+    model = _BY_TYPE.get(str(raw.get("type"))) if isinstance(raw, dict) else None
     try:
         if model is None:
             raise InvalidFrameError(f"Frame header is invalid: type: must be one of {', '.join(sorted(_BY_TYPE))}", details=_header_id(raw))

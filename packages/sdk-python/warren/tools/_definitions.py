@@ -3,7 +3,7 @@
 # fmt: off
 """The seed tool sets as data: each tool's name, description, output kind, input JSON Schema and input model."""
 
-from typing import Any, Dict, List, Literal, NamedTuple, Optional, Type, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Literal, NamedTuple, Optional, Type, Union
 
 from pydantic import BaseModel, Extra, Field, StrictBool, StrictFloat, StrictInt, StrictStr, confloat, conint, conlist, constr
 
@@ -19,122 +19,150 @@ class ToolDefinition(NamedTuple):
     json_schema: Dict[str, Any]
     input: Type[BaseModel]
 
+if TYPE_CHECKING:
+    _C1 = str
+    _C2 = int
+    _C3 = float
+    _C4 = int
+    _C5 = int
+    _C6 = int
+    _C7 = int
+    _C8 = int
+    _C9 = int
+    _C10 = int
+else:
+    _C1 = constr(strict=True, min_length=1)
+    _C2 = conint(strict=True, gt=0)
+    _C3 = confloat(strict=True, gt=0)
+    _C4 = conint(strict=True)
+    _C5 = conint(strict=True, ge=1, le=100000)
+    _C6 = conint(strict=True, ge=1)
+    _C7 = conint(strict=True, ge=1, le=4194304)
+    _C8 = conint(strict=True, ge=0)
+    _C9 = conint(strict=True, ge=1, le=500)
+    _C10 = conint(strict=True, ge=1, le=50000)
+
 class BuiltinReadFileInput(_Strict):
-    path: constr(strict=True, min_length=1) = Field(...)
+    path: _C1 = Field(...)
 
 class BuiltinWriteFileInput(_Strict):
-    path: constr(strict=True, min_length=1) = Field(...)
+    path: _C1 = Field(...)
     content: StrictStr = Field(...)
 
 class BuiltinEditFileInput(_Strict):
-    file_path: constr(strict=True, min_length=1) = Field(...)
-    edits_json: constr(strict=True, min_length=1) = Field(...)
+    file_path: _C1 = Field(...)
+    edits_json: _C1 = Field(...)
 
 class BuiltinBashInput(_Strict):
-    command: constr(strict=True, min_length=1) = Field(...)
-    timeout: Union[conint(strict=True, gt=0), confloat(strict=True, gt=0)] = Field(30)
+    command: _C1 = Field(...)
+    timeout: Union[_C2, _C3] = Field(30)
 
 class CodinSandboxReadFileInput(_Strict):
-    path: constr(strict=True, min_length=1) = Field(...)
-    start_line: Optional[conint(strict=True)] = Field(None)
-    end_line: Optional[conint(strict=True)] = Field(None)
-    max_lines: conint(strict=True, ge=1, le=100000) = Field(1000)
+    path: _C1 = Field(...)
+    start_line: Optional[_C4] = Field(None)
+    end_line: Optional[_C4] = Field(None)
+    max_lines: _C5 = Field(1000)
 
 class CodinSandboxWriteFileInput(_Strict):
-    path: constr(strict=True, min_length=1) = Field(...)
+    path: _C1 = Field(...)
     content: StrictStr = Field(...)
 
 class CodinSandboxExecInput(_Strict):
-    cmd: constr(strict=True, min_length=1) = Field(...)
-    cwd: Optional[constr(strict=True, min_length=1)] = Field(None)
-    timeout: Optional[Union[conint(strict=True, gt=0), confloat(strict=True, gt=0)]] = Field(None)
+    cmd: _C1 = Field(...)
+    cwd: Optional[_C1] = Field(None)
+    timeout: Optional[Union[_C2, _C3]] = Field(None)
     env: Optional[Dict[StrictStr, StrictStr]] = Field(None)
 
 class CodinSandboxListFilesInput(_Strict):
-    path: constr(strict=True, min_length=1) = Field('.')
+    path: _C1 = Field('.')
     recursive: StrictBool = Field(False)
-    max_files: conint(strict=True, ge=1) = Field(100)
+    max_files: _C6 = Field(100)
 
 class FilesystemReadInput(_Strict):
-    path: constr(strict=True, min_length=1) = Field(...)
-    max_chars: conint(strict=True, ge=1, le=4194304) = Field(20000)
-    offset: conint(strict=True, ge=0) = Field(0)
+    path: _C1 = Field(...)
+    max_chars: _C7 = Field(20000)
+    offset: _C8 = Field(0)
 
 class FilesystemWriteInput(_Strict):
-    path: constr(strict=True, min_length=1) = Field(...)
+    path: _C1 = Field(...)
     content: StrictStr = Field(...)
 
 class FilesystemEditInput(_Strict):
-    path: constr(strict=True, min_length=1) = Field(...)
-    old_text: constr(strict=True, min_length=1) = Field(...)
+    path: _C1 = Field(...)
+    old_text: _C1 = Field(...)
     new_text: StrictStr = Field(...)
 
 class FilesystemDeleteInput(_Strict):
-    path: constr(strict=True, min_length=1) = Field(...)
+    path: _C1 = Field(...)
 
 class FilesystemMoveInput(_Strict):
-    source: constr(strict=True, min_length=1) = Field(...)
-    destination: constr(strict=True, min_length=1) = Field(...)
+    source: _C1 = Field(...)
+    destination: _C1 = Field(...)
 
 class FilesystemCopyInput(_Strict):
-    source: constr(strict=True, min_length=1) = Field(...)
-    destination: constr(strict=True, min_length=1) = Field(...)
+    source: _C1 = Field(...)
+    destination: _C1 = Field(...)
 
 class FilesystemListFilesInput(_Strict):
-    path: constr(strict=True, min_length=1) = Field('.')
-    pattern: constr(strict=True, min_length=1) = Field('**/*')
+    path: _C1 = Field('.')
+    pattern: _C1 = Field('**/*')
 
 class PartialReadReadPartialFilesInputRequestsItem(_Strict):
-    path: constr(strict=True, min_length=1) = Field(...)
-    start_line: Optional[conint(strict=True, ge=1)] = Field(None)
-    line_count: Optional[conint(strict=True, ge=1, le=500)] = Field(None)
-    start_character: Optional[conint(strict=True, ge=0)] = Field(None)
-    length: Optional[conint(strict=True, ge=1, le=50000)] = Field(None)
+    path: _C1 = Field(...)
+    start_line: Optional[_C6] = Field(None)
+    line_count: Optional[_C9] = Field(None)
+    start_character: Optional[_C8] = Field(None)
+    length: Optional[_C10] = Field(None)
+
+if TYPE_CHECKING:
+    _C11 = List[PartialReadReadPartialFilesInputRequestsItem]
+else:
+    _C11 = conlist(PartialReadReadPartialFilesInputRequestsItem, min_items=1)
 
 class PartialReadReadPartialFilesInput(_Strict):
-    requests: conlist(PartialReadReadPartialFilesInputRequestsItem, min_items=1) = Field(...)
+    requests: _C11 = Field(...)
 
 class ToolsmithReadFileInput(_Strict):
-    file_path: constr(strict=True, min_length=1) = Field(...)
-    sandbox_dir: constr(strict=True, min_length=1) = Field('./sandbox')
+    file_path: _C1 = Field(...)
+    sandbox_dir: _C1 = Field('./sandbox')
 
 class ToolsmithWriteFileInput(_Strict):
-    file_path: constr(strict=True, min_length=1) = Field(...)
+    file_path: _C1 = Field(...)
     content: StrictStr = Field(...)
-    sandbox_dir: constr(strict=True, min_length=1) = Field('./sandbox')
+    sandbox_dir: _C1 = Field('./sandbox')
 
 class ToolsmithListFilesInput(_Strict):
-    directory: constr(strict=True, min_length=1) = Field(...)
-    sandbox_dir: constr(strict=True, min_length=1) = Field('./sandbox')
+    directory: _C1 = Field(...)
+    sandbox_dir: _C1 = Field('./sandbox')
 
 class ToolsmithRunPylintAnalysisInput(_Strict):
-    file_path: constr(strict=True, min_length=1) = Field(...)
-    sandbox_dir: constr(strict=True, min_length=1) = Field('./sandbox')
+    file_path: _C1 = Field(...)
+    sandbox_dir: _C1 = Field('./sandbox')
 
 class ToolsmithRunPytestInput(_Strict):
-    directory: constr(strict=True, min_length=1) = Field(...)
-    sandbox_dir: constr(strict=True, min_length=1) = Field('./sandbox')
+    directory: _C1 = Field(...)
+    sandbox_dir: _C1 = Field('./sandbox')
 
 class ToolsmithRunSingleTestInput(_Strict):
-    test_file: constr(strict=True, min_length=1) = Field(...)
-    test_name: Optional[constr(strict=True, min_length=1)] = Field(None)
-    sandbox_dir: constr(strict=True, min_length=1) = Field('./sandbox')
+    test_file: _C1 = Field(...)
+    test_name: Optional[_C1] = Field(None)
+    sandbox_dir: _C1 = Field('./sandbox')
 
 class ToolsmithGetFailingTestsInput(_Strict):
-    directory: constr(strict=True, min_length=1) = Field(...)
-    sandbox_dir: constr(strict=True, min_length=1) = Field('./sandbox')
+    directory: _C1 = Field(...)
+    sandbox_dir: _C1 = Field('./sandbox')
 
 class ToolsmithValidatePythonSyntaxInput(_Strict):
     code: StrictStr = Field(...)
 
 class ToolsmithApplyFixInput(_Strict):
-    file_path: constr(strict=True, min_length=1) = Field(...)
+    file_path: _C1 = Field(...)
     fixed_code: StrictStr = Field(...)
-    sandbox_dir: constr(strict=True, min_length=1) = Field('./sandbox')
+    sandbox_dir: _C1 = Field('./sandbox')
 
 class ToolsmithAddDocstringInput(_Strict):
-    file_path: constr(strict=True, min_length=1) = Field(...)
-    sandbox_dir: constr(strict=True, min_length=1) = Field('./sandbox')
+    file_path: _C1 = Field(...)
+    sandbox_dir: _C1 = Field('./sandbox')
 
 ToolsmithGetCodeMetricsInput = ToolsmithAddDocstringInput
 

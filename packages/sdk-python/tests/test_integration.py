@@ -24,6 +24,8 @@ from warren import (
     OutputEvent,
     PermissionEscalationError,
     ForbiddenError,
+    ConnectionClosedError,
+    ReconnectOptions,
     Sandbox,
     SandboxNotFoundError,
     StaleAnchorError,
@@ -305,3 +307,39 @@ def test_the_sync_wrapper_drives_the_same_calls_without_await(controller: Any) -
         assert [e.type for e in stream] == ["stdout", "stdout", "exit"] or [e.type for e in sandbox.commands.stream("echo x")][-1] == "exit"
         ident = sandbox.id
     assert ident not in [s.id for s in SyncSandbox.list(base_url=controller.url, api_key=controller.api_key)]
+
+
+def drop(sandbox: Sandbox) -> None:
+    """Cuts the sandbox handle's socket, as a network blip or a controller restart would."""
+    sandbox._connection._current._ws.transport.abort()
+
+
+async def test_a_dropped_connection_comes_back_by_itself(controller: Any) -> None:
+    async with Sandbox.create(**opts(controller, reconnect=ReconnectOptions(base_delay=0.01))) as sandbox:
+        d = unique()
+        await sandbox.files.write(f"{d}/a.txt", "kept\n")
+        drop(sandbox)
+        assert await sandbox.files.read(f"{d}/a.txt") == "kept\n"  # idempotent: waits for the new connection
+        assert sandbox._connection.reconnects == 1
+
+        # A call that is not idempotent, in flight when the socket drops, is not sent again.
+        running = asyncio.ensure_future(sandbox.commands.run(f"sleep 0.5; echo x >> {d}/runs.txt"))
+        await asyncio.sleep(0.2)
+        drop(sandbox)
+        with pytest.raises(ConnectionClosedError, match="may or may not have run"):
+            await running
+        await asyncio.sleep(0.6)
+        runs = (await sandbox.commands.run(f"cat {d}/runs.txt 2>/dev/null | wc -l")).stdout.strip()
+        assert runs in ("0", "1")  # it ran once or was stopped with its connection, never twice
+
+        # A following attach resumes on the new connection from the bytes it already had.
+        proc = await sandbox.commands.start("for i in 1 2 3 4; do echo line$i; sleep 0.3; done")
+        collected = b""
+        async with proc.attach() as events:
+            async for event in events:
+                if isinstance(event, OutputEvent):
+                    collected += event.data
+                    if collected == b"line1\n":
+                        drop(sandbox)
+        assert collected == b"line1\nline2\nline3\nline4\n"
+        assert sandbox._connection.reconnects == 3

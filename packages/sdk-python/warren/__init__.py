@@ -15,6 +15,7 @@ Example::
 
 from ._protocol import ERROR_CODES, METHODS, PROTOCOL_MINOR, PROTOCOL_VERSION, SandboxInfo
 from .archive import ArchiveEntry, check_archive
+from .channel import MAX_REPEATS, Channel, ReconnectOptions
 from .commands import AttachExit, CommandResult, Commands, ExitEvent, OutputEvent, ProcessHandle, ProcessInfo, ShellSession
 from .connection import Connection, ProtocolInfo
 from .errors import *  # noqa: F401,F403 - every error class is public API
@@ -27,6 +28,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ArchiveEntry",
+    "Channel",
+    "MAX_REPEATS",
+    "ReconnectOptions",
     "AttachExit",
     "CharSlice",
     "CommandResult",

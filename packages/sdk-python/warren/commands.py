@@ -11,7 +11,8 @@ from pydantic import BaseModel
 
 from ._protocol import ProcessExecResult, ProcessWaitResult, ShellRunResult
 from ._stream import EventStream
-from .connection import DEFAULT_CALL_TIMEOUT, Connection
+from .connection import DEFAULT_CALL_TIMEOUT, Caller
+from .errors import ConnectionClosedError
 
 #: The outcome of a finished command; a non-zero ``exit_code`` is information, not an exception.
 CommandResult = ProcessExecResult
@@ -86,7 +87,7 @@ def _exec_params(cmd: Union[str, Sequence[str]], cwd: Optional[str], env: Option
 class Commands:
     """Processes in the sandbox."""
 
-    def __init__(self, connection: Callable[[], Connection]) -> None:
+    def __init__(self, connection: Callable[[], Caller]) -> None:
         self._connection = connection
 
     async def run(
@@ -219,7 +220,7 @@ class Commands:
 class ShellSession:
     """A named bash session in the sandbox."""
 
-    def __init__(self, connection: Callable[[], Connection], name: str, pid: int) -> None:
+    def __init__(self, connection: Callable[[], Caller], name: str, pid: int) -> None:
         self._connection = connection
         self.name = name
         self.pid = pid
@@ -243,7 +244,7 @@ class ProcessHandle:
     """A background process. Its handle is a plain string: another client gets it back with
     ``sandbox.commands.connect(handle)`` and attaches from the offsets it last saw."""
 
-    def __init__(self, connection: Callable[[], Connection], info: ProcessInfo) -> None:
+    def __init__(self, connection: Callable[[], Caller], info: ProcessInfo) -> None:
         self._connection = connection
         self.info = info
         #: One past the last byte this handle has yielded, per stream.
@@ -315,15 +316,27 @@ class ProcessHandle:
                 queue.push(OutputEvent(name, chunk, start), len(chunk))
 
         async def produce() -> None:
-            try:
-                params = {"handle": self.handle, "stdoutOffset": received["stdout"], "stderrOffset": received["stderr"], "follow": follow}
-                result, _ = await connection.call("process.attach", params, on_event=on_event, timeout=LONG_WAIT if timeout is None else timeout)
-            except asyncio.CancelledError:
-                queue.end()
-                raise
-            except BaseException as err:  # noqa: BLE001 - handed to the consumer
-                queue.fail(err)
-                return
+            # After a dropped connection the attach resumes on the new one from what has arrived, so
+            # nothing is shown twice and nothing still buffered is missed.
+            attempts = 0
+            while True:
+                before = dict(received)
+                try:
+                    params = {"handle": self.handle, "stdoutOffset": received["stdout"], "stderrOffset": received["stderr"], "follow": follow}
+                    result, _ = await connection.call("process.attach", params, on_event=on_event, timeout=LONG_WAIT if timeout is None else timeout)
+                    break
+                except asyncio.CancelledError:
+                    queue.end()
+                    raise
+                except ConnectionClosedError as err:
+                    attempts = 0 if received != before else attempts + 1
+                    if follow and attempts <= MAX_REATTACH_ATTEMPTS:
+                        continue
+                    queue.fail(err)
+                    return
+                except BaseException as err:  # noqa: BLE001 - handed to the consumer
+                    queue.fail(err)
+                    return
             self.info = ProcessInfo.parse_obj(result.dict(by_alias=True))
             queue.push(AttachExit(self.info))
             queue.end()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Set, Tuple, Union
+from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Protocol, Set, Tuple, Union
 from urllib.parse import urlparse
 
 import websockets
@@ -40,6 +40,25 @@ DEFAULT_CALL_TIMEOUT = 60.0
 EventHandler = Callable[[str, BaseModel, Optional[bytes]], None]
 #: Decides one approval request (seed 001): return True to allow.
 ApprovalHandler = Callable[[ApprovalEvent, str], Union[bool, Awaitable[bool]]]
+
+
+class Caller(Protocol):
+    """What the namespaces (files, commands, pty) call through: a :class:`Connection`, or the
+    reconnecting :class:`~warren.channel.Channel` a Sandbox holds."""
+
+    async def call(
+        self,
+        method: str,
+        params: Mapping[str, Any],
+        *,
+        payload: Optional[bytes] = None,
+        on_event: Optional[EventHandler] = None,
+        timeout: Optional[float] = None,
+    ) -> Tuple[Any, Optional[bytes]]: ...
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
 
 
 @dataclass

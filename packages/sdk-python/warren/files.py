@@ -25,7 +25,7 @@ from ._protocol import (
     FsWriteResult,
 )
 from .archive import ArchiveEntry, check_archive, extract_archive
-from .connection import Connection
+from .connection import Caller
 from .errors import AlreadyExistsError, InvalidParamsError, NotFoundError
 
 #: Content above this size is written in pieces to a temporary file, then moved into place.
@@ -91,7 +91,7 @@ class Files:
     """File operations. Paths are relative to the sandbox root or absolute inside it; every failure is a
     typed :class:`~warren.errors.WarrenError` whose message says what IS allowed."""
 
-    def __init__(self, connection: Callable[[], Connection]) -> None:
+    def __init__(self, connection: Callable[[], Caller]) -> None:
         self._connection = connection
 
     async def read(self, path: str, *, format: str = "text", timeout: Optional[float] = None) -> Union[str, bytes]:

@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from ._protocol import PtyOpenResult
 from ._stream import EventStream
-from .connection import Connection
+from .connection import Caller
 from .errors import InternalError
 
 #: How a terminal ends: its exit code or signal, and how long it ran.
@@ -23,7 +23,7 @@ class Terminal:
     """An interactive program on a pseudo-terminal. Iterate it (``async for chunk in term``) for its
     raw output bytes; send keystrokes with :meth:`write`. ``async with`` hangs it up at the end."""
 
-    def __init__(self, connection: Connection, handle: str, pid: int, output: "EventStream[bytes]", exit: "asyncio.Task[PtyExit]") -> None:
+    def __init__(self, connection: Caller, handle: str, pid: int, output: "EventStream[bytes]", exit: "asyncio.Task[PtyExit]") -> None:
         self._connection = connection
         #: Names this terminal in ``pty.write``, ``pty.resize`` and ``pty.kill``.
         self.handle = handle
@@ -69,7 +69,7 @@ class Terminal:
 class Pty:
     """Interactive programs on pseudo-terminals."""
 
-    def __init__(self, connection: Callable[[], Connection]) -> None:
+    def __init__(self, connection: Callable[[], Caller]) -> None:
         self._connection = connection
 
     async def create(

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Dict, Generator, List, Mapping, Optional, Type
+from typing import Any, AsyncIterator, Awaitable, Dict, Generator, List, Mapping, Optional, Type
 
 from pydantic import BaseModel, ValidationError
 
 from ._protocol import AuditListResult, CreateSandboxRequest, DeriveTokenRequest, DeriveTokenResponse, SandboxInfo, SystemInfoResult
+from .channel import Channel, ReconnectOptions
 from .commands import Commands
 from .connection import ApprovalHandler, Connection
 from .errors import InvalidParamsError
@@ -41,12 +42,13 @@ class Sandbox:
             result = await sandbox.commands.run("python3 a.py")
     """
 
-    def __init__(self, sandbox_id: str, token: str, rest: RestClient, connection: Connection, *, owns: bool = False, startup: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(self, sandbox_id: str, token: str, rest: RestClient, connection: Channel, *, owns: bool = False, startup: Optional[Dict[str, Any]] = None) -> None:
         #: The sandbox id.
         self.id = sandbox_id
         #: The credential that reaches this sandbox only; hand it to a worker instead of the API key.
         self.token = token
         self._rest = rest
+        #: The sandbox's calls; the connection under it comes back by itself when it drops.
         self._connection = connection
         self._owns = owns
         #: How this sandbox started, when this handle created it: ``readyMs`` and ``pooled``.
@@ -56,21 +58,30 @@ class Sandbox:
         self.pty = Pty(lambda: self._connection)
 
     @staticmethod
-    def create(*, base_url: Optional[str] = None, api_key: Optional[str] = None, **options: Any) -> "_Creating":
+    async def _channel(rest: RestClient, sandbox_id: str, credential: str, reconnect: Optional[ReconnectOptions]) -> Channel:
+        """One reconnecting channel to a sandbox: its first connection is open before this returns."""
+
+        def open() -> Awaitable[Connection]:
+            return Connection.open(rest.connect_url(sandbox_id), credential)
+
+        return Channel(open, await open(), reconnect)
+
+    @staticmethod
+    def create(*, base_url: Optional[str] = None, api_key: Optional[str] = None, reconnect: Optional[ReconnectOptions] = None, **options: Any) -> "_Creating":
         """Creates a sandbox and connects to it; await it, or use it with ``async with`` (which kills it at the end).
 
         ``options`` are the REST create body (docs/openapi.json ``CreateSandboxRequest``), in Python's
         names or the wire's: ``image``, ``ttl_seconds``, ``policy``, ``labels``, ``env``, ...
         """
-        return _Creating(base_url, api_key, options)
+        return _Creating(base_url, api_key, reconnect, options)
 
     @classmethod
-    async def _create(cls, base_url: Optional[str], api_key: Optional[str], options: Mapping[str, Any]) -> "Sandbox":
+    async def _create(cls, base_url: Optional[str], api_key: Optional[str], reconnect: Optional[ReconnectOptions], options: Mapping[str, Any]) -> "Sandbox":
         url, key = resolve_controller(base_url, api_key)
         rest = RestClient(url, key)
         created = await rest.create(_wire(CreateSandboxRequest, options, "sandbox options"))
         try:
-            connection = await Connection.open(rest.connect_url(created.id), created.token)
+            connection = await Sandbox._channel(rest, created.id, created.token, reconnect)
         except BaseException:
             try:
                 await rest.kill(created.id)
@@ -80,12 +91,20 @@ class Sandbox:
         return cls(created.id, created.token, rest, connection, owns=True, startup={"readyMs": created.ready_ms, "pooled": created.pooled})
 
     @classmethod
-    async def connect(cls, sandbox_id: str, *, token: Optional[str] = None, base_url: Optional[str] = None, api_key: Optional[str] = None) -> "Sandbox":
+    async def connect(
+        cls,
+        sandbox_id: str,
+        *,
+        token: Optional[str] = None,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        reconnect: Optional[ReconnectOptions] = None,
+    ) -> "Sandbox":
         """Connects to a sandbox that already exists, with its token (or the API key)."""
         url, key = resolve_controller(base_url, api_key)
         credential = token if token is not None else key
         rest = RestClient(url, credential)
-        return cls(sandbox_id, token or "", rest, await Connection.open(rest.connect_url(sandbox_id), credential or ""))
+        return cls(sandbox_id, token or "", rest, await Sandbox._channel(rest, sandbox_id, credential or "", reconnect))
 
     @staticmethod
     async def list(
@@ -136,7 +155,7 @@ class Sandbox:
         """A narrower handle on this sandbox (seed 001 ``derive()``); widening raises PermissionEscalationError."""
         token = (await self.derive_token(**request)).token
         rest = RestClient(self._rest.base_url, token)
-        return Sandbox(self.id, token, rest, await Connection.open(rest.connect_url(self.id), token))
+        return Sandbox(self.id, token, rest, await Sandbox._channel(rest, self.id, token, None))
 
     async def daemon_info(self, *, timeout: Optional[float] = None) -> SystemInfoResult:
         """Asks the sandbox's daemon about itself: a real round trip through the controller."""
@@ -182,8 +201,8 @@ class _Creating:
     """What :meth:`Sandbox.create` returns: awaitable (``await Sandbox.create()``) and an async
     context manager (``async with Sandbox.create() as sandbox``) that kills the sandbox at the end."""
 
-    def __init__(self, base_url: Optional[str], api_key: Optional[str], options: Mapping[str, Any]) -> None:
-        self._args = (base_url, api_key, options)
+    def __init__(self, base_url: Optional[str], api_key: Optional[str], reconnect: Optional[ReconnectOptions], options: Mapping[str, Any]) -> None:
+        self._args = (base_url, api_key, reconnect, options)
         self._sandbox: Optional[Sandbox] = None
 
     def __await__(self) -> Generator[Any, None, Sandbox]:

@@ -131,7 +131,7 @@ class Sandbox(_Proxy):
     @classmethod
     def create(cls, **options: Any) -> "Sandbox":
         """Creates a sandbox; ``with`` kills it at the end of the block."""
-        return cls(_Loop.run(_async.Sandbox._create(options.pop("base_url", None), options.pop("api_key", None), options)))
+        return cls(_Loop.run(_async.Sandbox._create(options.pop("base_url", None), options.pop("api_key", None), options.pop("reconnect", None), options)))
 
     @classmethod
     def connect(cls, sandbox_id: str, **options: Any) -> "Sandbox":

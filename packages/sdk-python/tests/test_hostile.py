@@ -352,3 +352,42 @@ async def test_download_checks_what_the_sandbox_sends_and_download_to_writes_not
             assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
         finally:
             await conn.close()
+
+
+async def test_approval_requests_are_answered_by_the_handler_and_denied_without_one() -> None:
+    async def script(ws: Any, req: Dict[str, Any], _seen: Any) -> None:
+        await ws.send(encode_frame({"type": "evt", "id": req["id"], "event": "approval", "data": {"operation": "write", "path": "/out/a.txt", "bytes": 3}}))
+        answer = decode_frame(await ws.recv()).header
+        _seen.append(answer)
+        if answer["allow"]:
+            await ws.send(encode_frame({"type": "res", "id": req["id"], "result": {"path": "/out/a.txt", "bytesWritten": 3, "created": True}}))
+        else:
+            await ws.send(encode_frame({"type": "err", "id": req["id"], "error": {"code": "APPROVAL_DENIED", "message": "write of '/out/a.txt' needs approval"}}))
+
+    server = Server(script)
+    async with server as url:
+        conn = await Connection.open(url, "t")
+        try:
+            with pytest.raises(WarrenError) as denied:
+                await conn.call("fs.write", {"path": "/out/a.txt"}, payload=b"abc")
+            assert denied.value.code == "APPROVAL_DENIED"
+            asked: List[Any] = []
+
+            async def allow(request: Any, method: str) -> bool:
+                asked.append((request.operation, request.path, method))
+                return True
+
+            conn.on_approval = allow
+            result, _ = await conn.call("fs.write", {"path": "/out/a.txt"}, payload=b"abc")
+            assert result.bytes_written == 3 and asked == [("write", "/out/a.txt", "fs.write")]
+
+            def broken(request: Any, method: str) -> bool:
+                raise RuntimeError("a handler that fails denies")
+
+            conn.on_approval = broken
+            with pytest.raises(WarrenError, match="needs approval"):
+                await conn.call("fs.write", {"path": "/out/a.txt"}, payload=b"abc")
+            answers = [h["allow"] for h in server.seen if h["type"] == "approval"]
+            assert answers == [False, True, False]
+        finally:
+            await conn.close()

@@ -60,6 +60,15 @@ async def test_lifecycle_create_list_info_keepalive_timeout_connect_and_kill(con
         after = (await sandbox.set_timeout(30)).expires_at
         assert after != before
         assert (await sandbox.daemon_info()).protocol_version == 1
+        assert (await sandbox.pause()).state == "paused"
+        assert (await sandbox.info()).state == "paused"
+        assert (await sandbox.resume()).state == "running"
+        assert (await sandbox.commands.run("echo awake")).stdout == "awake\n"
+
+        page = await sandbox.audit_log(limit=1000)
+        assert "system.info" in [e.method for e in page.entries] and "process.exec" in [e.method for e in page.entries]
+        everything = [e async for e in sandbox.audit_entries()]
+        assert [e.method for e in everything][: len(page.entries)] == [e.method for e in page.entries]
 
         # Another handle, with the sandbox's own token: closing it leaves the sandbox running.
         async with await Sandbox.connect(sandbox.id, token=sandbox.token, base_url=controller.url) as again:

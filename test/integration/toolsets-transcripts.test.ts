@@ -1,7 +1,17 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { builtinTools, codinTools, filesystemTools, isToolError, partialReadTools, runToolCall, type ToolSet, type ToolTarget } from '@warren/sdk';
+import {
+  builtinTools,
+  codinTools,
+  filesystemTools,
+  isToolError,
+  partialReadTools,
+  runToolCall,
+  toolsmithTools,
+  type ToolSet,
+  type ToolTarget,
+} from '@warren/sdk';
 import { startTestAgent, type TestAgent } from '../support/fixtures.js';
 
 /**
@@ -27,6 +37,7 @@ const SETS: Record<string, (target: ToolTarget) => ToolSet> = {
   codin: codinTools,
   filesystem: filesystemTools,
   partialRead: partialReadTools,
+  toolsmith: toolsmithTools,
 };
 
 describe('tool-set transcripts shared with the Python SDK', () => {

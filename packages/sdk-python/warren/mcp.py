@@ -17,7 +17,7 @@ import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .sandbox import Sandbox
-from .tools import builtin_tools, codin_tools, filesystem_tools, partial_read_tools
+from .tools import builtin_tools, codin_tools, filesystem_tools, partial_read_tools, toolsmith_tools
 from .tools.adapters import call_mcp_tool, to_mcp_tools
 from .tools.tool import Tool
 
@@ -28,6 +28,7 @@ TOOL_SETS: Dict[str, Callable[[Any], List[Tool]]] = {
     "codin": codin_tools,
     "filesystem": filesystem_tools,
     "partialRead": partial_read_tools,
+    "toolsmith": toolsmith_tools,
 }
 
 

@@ -15,6 +15,7 @@ from .builtin import builtin_tools, format_bash_output, parse_edits_json
 from .codin import codin_tools, format_codin_exec, format_codin_list, format_codin_read
 from .filesystem import filesystem_error_class, filesystem_error_text, filesystem_tools
 from .partial_read import partial_read_tools
+from .toolsmith import summarise_failures, summarise_pytest, to_sandbox_path, toolsmith_error, toolsmith_tools
 from .tool import Tool, ToolCallOutcome, ToolError, error_text, is_tool_error, run_tool_call, tool_error
 
 __all__ = [
@@ -37,5 +38,10 @@ __all__ = [
     "is_tool_error",
     "parse_edits_json",
     "run_tool_call",
+    "summarise_failures",
+    "summarise_pytest",
+    "to_sandbox_path",
+    "toolsmith_error",
+    "toolsmith_tools",
     "tool_error",
 ]

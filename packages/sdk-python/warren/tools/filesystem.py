@@ -30,11 +30,11 @@ def filesystem_error_text(error: ToolError) -> str:
     return f"{name}: {error['error']}\n{error['suggestion']}" if error.get("suggestion") else f"{name}: {error['error']}"
 
 
-def _on_error(error: ToolError) -> ToolError:
+def _on_error(error: ToolError, _args: Any = None) -> ToolError:
     return {**error, "error_class": filesystem_error_class(error["code"])}
 
 
-def _on_write_error(error: ToolError) -> ToolError:
+def _on_write_error(error: ToolError, _args: Any = None) -> ToolError:
     # A credential that may not write at all is, to a model, a path it cannot write.
     return {**error, "error_class": "PathNotWritableError" if error["code"] == "FORBIDDEN" else filesystem_error_class(error["code"])}
 

@@ -59,9 +59,20 @@ def js_number(value: Any) -> str:
     return str(value)
 
 
+def _js_values(value: Any) -> Any:
+    """Values as JavaScript holds them: a whole float is a number like any other (``2``, not ``2.0``)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _js_values(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_js_values(v) for v in value]
+    return value
+
+
 def to_json(value: Any) -> str:
     """``JSON.stringify(value, null, 2)``, as the TypeScript tool sets serialise results."""
-    return json.dumps(value, indent=2, ensure_ascii=False)
+    return json.dumps(_js_values(value), indent=2, ensure_ascii=False)
 
 
 def utf16_length(text: str) -> int:
@@ -79,7 +90,8 @@ class Tool:
 
     definition: ToolDefinition
     execute: Execute
-    on_error: Callable[[ToolError], ToolError] = lambda error: error
+    #: Turns a failure into this tool's error result; it gets the error and the arguments as given.
+    on_error: Callable[[ToolError, Any], ToolError] = lambda error, args: error
     render: Optional[Callable[[Any], str]] = None
 
     @property
@@ -106,15 +118,16 @@ class Tool:
         except ValidationError as err:
             problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(arguments)'}: {e['msg']}" for e in err.errors())
             return self.on_error(
-                tool_error("INVALID_ARGUMENTS", f"Invalid arguments for {self.name}: {problems}.", f"Call {self.name} again with arguments that match its input schema.")
+                tool_error("INVALID_ARGUMENTS", f"Invalid arguments for {self.name}: {problems}.", f"Call {self.name} again with arguments that match its input schema."),
+                args,
             )
         try:
             result = await self.execute(parsed)
         except (WarrenError, ToolFailure) as err:
-            return self.on_error(tool_error_from(err))
+            return self.on_error(tool_error_from(err), args)
         except Exception as err:  # noqa: BLE001 - a tool reports, never raises
-            return self.on_error(tool_error_from(err))
-        return self.on_error(result) if is_tool_error(result) else result
+            return self.on_error(tool_error_from(err), args)
+        return self.on_error(result, args) if is_tool_error(result) else result
 
     def to_text(self, result: Any) -> str:
         """The text a model reads for a result of this tool."""

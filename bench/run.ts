@@ -1,11 +1,11 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
+import { parseArgs, promisify } from 'node:util';
 import { Sandbox } from '@warren/sdk';
 import { Sandbox as E2bSandbox } from 'e2b';
 import { WebSocket, WebSocketServer } from 'ws';
@@ -65,6 +65,9 @@ async function main(): Promise<void> {
     const readWarren = summarize(await timeIt(n(100), () => sandbox.files.read('bench-1m.bin', { format: 'bytes' })));
     const readRaw = summarize(await timeIt(n(50), () => raw.getFile(rawContainer, '/tmp/bench-1m.bin')));
     rows.push(compare('read 1 MiB', readWarren, readRaw, 'getArchive', { maxP50: 10, minRatio: 5 }));
+
+    progress('the Python SDK');
+    rows.push(...(await pythonRows(controller, sandbox, { exec: execWarren, write: writeWarren, read: readWarren })));
 
     // Before the 100 MiB rows, whose buffers leave all three processes collecting garbage.
     progress('small call');
@@ -187,6 +190,30 @@ async function e2bRows(controller: ControllerProcess, warrenExec: Summary): Prom
   return [
     { name: "e2b SDK commands.run('true') via /e2b", unit: 'ms', warren: exec, raw: warrenExec, rawName: "Warren SDK commands.run('true')" },
     { name: 'e2b SDK Sandbox.create() to first run (incl. kill)', unit: 'ms', warren: firstRun },
+  ];
+}
+
+/**
+ * The Python SDK (packages/sdk-python) on the same sandbox, beside the TypeScript SDK's rows:
+ * `commands.run('true')`, and a 1 MiB write and read. Its script prints the samples; a machine
+ * without the SDK's dependencies (`ensure_python_sdk_deps`) gets rows that say so.
+ */
+async function pythonRows(controller: ControllerProcess, sandbox: Sandbox, ts: { exec: Summary; write: Summary; read: Summary }): Promise<Row[]> {
+  const script = path.join(repo, 'packages', 'sdk-python', 'scripts', 'bench.py');
+  const python = process.env.WARREN_PYTHON ?? '/usr/bin/python3';
+  const args = [script, '--url', controller.url, '--sandbox', sandbox.id, '--token', sandbox.token, '--exec', String(n(300)), '--io', String(n(100))];
+  let samples: { exec: number[]; write: number[]; read: number[] };
+  try {
+    const { stdout } = await promisify(execFile)(python, args, { maxBuffer: 16 * 1024 * 1024 });
+    samples = JSON.parse(stdout.trim().split('\n').pop() ?? '') as typeof samples;
+  } catch (err) {
+    const note = `skipped: ${(err as Error).message.split('\n')[0]} (scripts/test python installs its dependencies)`;
+    return [{ name: "Python SDK commands.run('true')", unit: 'ms', note }];
+  }
+  return [
+    { name: "Python SDK commands.run('true')", unit: 'ms', warren: summarize(samples.exec), raw: ts.exec, rawName: 'the TypeScript SDK' },
+    { name: 'Python SDK write 1 MiB', unit: 'ms', warren: summarize(samples.write), raw: ts.write, rawName: 'the TypeScript SDK' },
+    { name: 'Python SDK read 1 MiB', unit: 'ms', warren: summarize(samples.read), raw: ts.read, rawName: 'the TypeScript SDK' },
   ];
 }
 

@@ -191,6 +191,22 @@ build_workspace() {
   step_done
 }
 
+# The Python SDK's interpreter and its dependencies, from Debian's archive only (packages/sdk-python:
+# websockets 10, pydantic 1; pytest, mypy and setuptools for its tests). Debian's own python3 is used (WARREN_PYTHON overrides it):
+# a python3 earlier on PATH (pyenv, a venv) does not see the packages apt installs.
+python_sdk_python() { printf '%s' "${WARREN_PYTHON:-/usr/bin/python3}"; }
+ensure_python_sdk_deps() {
+  local python
+  python=$(python_sdk_python)
+  if [[ -x $python ]] && "$python" -c 'import sys, websockets, pydantic, pytest, mypy, setuptools; sys.exit(not (sys.version_info >= (3, 11) and pydantic.VERSION.startswith("1.")))' 2>/dev/null; then
+    return 0
+  fi
+  step "Installing the Python SDK's dependencies (apt-get install python3 python3-websockets python3-pydantic python3-pytest python3-mypy python3-setuptools)"
+  apt_install python3 python3-websockets python3-pydantic python3-pytest python3-mypy python3-setuptools
+  "$python" -c 'import websockets, pydantic, pytest, mypy, setuptools' || die "$python cannot import websockets, pydantic, pytest, mypy and setuptools after installing them"
+  step_done
+}
+
 # What the per-sandbox disk quota needs (docs/disk-quota.md): mkfs.ext4 and mount with loop
 # devices. Only root mounts them, so only root is offered the install.
 ensure_workspace_quota_tools() {

@@ -1,8 +1,9 @@
 import { z } from 'zod';
 import { FrameHeader } from './envelope.js';
+import { ERROR_CODES } from './errors.js';
 import type { MethodAccess } from './method-spec.js';
 import { COMMON_EVENTS, METHODS, type MethodName } from './methods.js';
-import { PROTOCOL_MINOR, PROTOCOL_VERSION } from './version.js';
+import { MAX_FRAME_BYTES, MAX_HEADER_BYTES, PROTOCOL_MINOR, PROTOCOL_VERSION, WS_MAX_PAYLOAD_BYTES } from './version.js';
 
 /** A JSON Schema (draft 2020-12) document or subschema. */
 export type JsonSchema = Record<string, unknown>;
@@ -82,7 +83,9 @@ export function methodJsonSchemas(): Record<MethodName, MethodJsonSchema> {
 /**
  * The whole wire as one JSON document (checked in as docs/protocol.schema.json, written by
  * `pnpm openapi`): the protocol version, the frame header every binary message starts with, the
- * events any request may carry (`commonEvents`), and each method's params, result and events.
+ * events any request may carry (`commonEvents`), each method's params, result and events, and the
+ * closed list of error codes with their HTTP status and suggestion (`errorCodes`), from which
+ * clients in other languages generate their error classes (packages/sdk-python).
  *
  * @example
  * writeFileSync('protocol.schema.json', `${JSON.stringify(protocolJsonSchema(), null, 2)}\n`);
@@ -97,8 +100,11 @@ export function protocolJsonSchema(): JsonSchema {
       'Params are checked strictly; results may gain fields within a major version, so readers should ignore fields they do not know.',
     protocolVersion: PROTOCOL_VERSION,
     protocolMinor: PROTOCOL_MINOR,
+    // The sizes both ends refuse beyond (see version.ts): a frame, its JSON header, one WebSocket message.
+    limits: { maxFrameBytes: MAX_FRAME_BYTES, maxHeaderBytes: MAX_HEADER_BYTES, wsMaxPayloadBytes: WS_MAX_PAYLOAD_BYTES },
     frameHeader: convert(FrameHeader, 'input'),
     commonEvents: Object.fromEntries(Object.entries(COMMON_EVENTS).map(([event, data]) => [event, convert(data, 'output')])),
     methods: methodJsonSchemas(),
+    errorCodes: ERROR_CODES,
   };
 }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { Ajv2020 } from 'ajv/dist/2020.js';
-import { METHODS, methodJsonSchemas, protocolJsonSchema, PROTOCOL_VERSION } from '../src/index.js';
+import { ERROR_CODE_LIST, ERROR_CODES, METHODS, methodJsonSchemas, protocolJsonSchema, PROTOCOL_VERSION } from '../src/index.js';
 
 const ajv = new Ajv2020({ strict: false });
 
@@ -46,5 +46,11 @@ describe('JSON Schema of the WebSocket methods', () => {
     expect(header({ type: 'req', id: 1, method: 'system.info', params: {} })).toBe(true);
     expect(header({ type: 'cancel', id: 1 })).toBe(true);
     expect(header({ type: 'nope', id: 1 })).toBe(false);
+  });
+
+  it('carries every wire error code with its status and suggestion, for clients in other languages', () => {
+    const codes = protocolJsonSchema().errorCodes as Record<string, { status: number; suggestion: string }>;
+    expect(Object.keys(codes)).toEqual(ERROR_CODE_LIST);
+    expect(codes.NOT_FOUND).toEqual(ERROR_CODES.NOT_FOUND);
   });
 });

@@ -1,0 +1,158 @@
+"""The controller's REST API (docs/openapi.json), with its errors turned into SDK error classes.
+
+HTTP goes through the standard library (``urllib``) on a worker thread, so the package needs
+nothing beyond Debian's ``python3-websockets`` and ``python3-pydantic``. Answers are checked against
+the models generated from the OpenAPI document.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, Dict, List, Mapping, Optional, Type, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from ._protocol import CreateSandboxRequest, CreateSandboxResponse, DeriveTokenRequest, DeriveTokenResponse, ListSandboxesResponse, SandboxInfo
+from .errors import InternalError, InvalidParamsError, UpstreamUnavailableError, WarrenError, make_error
+
+DEFAULT_BASE_URL = "http://127.0.0.1:7420"
+#: How many times a create refused for load is tried again.
+CREATE_RETRIES = 5
+#: The most of an answer body this client reads.
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def resolve_controller(base_url: Optional[str], api_key: Optional[str]) -> "tuple[str, Optional[str]]":
+    """The controller's URL (``WARREN_URL`` or http://127.0.0.1:7420) and API key (``WARREN_API_KEY``)."""
+    url = base_url or os.environ.get("WARREN_URL") or DEFAULT_BASE_URL
+    return url.rstrip("/"), api_key if api_key is not None else os.environ.get("WARREN_API_KEY")
+
+
+def rest_error(status: int, text: str) -> WarrenError:
+    """Turns a REST error answer (status + JSON body) into its SDK error."""
+    try:
+        body = json.loads(text)
+        error = body.get("error") if isinstance(body, dict) else None
+        if isinstance(error, dict) and isinstance(error.get("code"), str) and isinstance(error.get("message"), str):
+            details = error.get("details")
+            return make_error(error["code"], error["message"], details if isinstance(details, dict) else None)
+    except ValueError:
+        pass
+    code = "UNAUTHORIZED" if status == 401 else "UPSTREAM_UNAVAILABLE"
+    return make_error(code, f"The controller answered HTTP {status}: {text[:500]}")
+
+
+def check_body(model: Type[M], body: Mapping[str, Any], what: str) -> Dict[str, Any]:
+    """Checks a request body strictly against its generated model; returns it as given."""
+    try:
+        model.parse_obj(body)
+    except ValidationError as err:
+        issues = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()[:10])
+        raise InvalidParamsError(f"Invalid {what}: {issues}") from None
+    return dict(body)
+
+
+class RestClient:
+    """Calls the controller's REST routes with one credential."""
+
+    def __init__(self, base_url: str, credential: Optional[str]) -> None:
+        self.base_url = base_url
+        self._credential = credential
+
+    def connect_url(self, sandbox_id: str) -> str:
+        """The WebSocket URL of a sandbox's connection."""
+        base = "ws" + self.base_url[4:] if self.base_url.startswith("http") else self.base_url
+        return f"{base}/v1/sandboxes/{urllib.parse.quote(sandbox_id, safe='')}/connect"
+
+    async def create(self, body: Mapping[str, Any]) -> CreateSandboxResponse:
+        """Creates a sandbox; a create refused for load (``RESOURCE_EXHAUSTED`` with a retry time) is tried again."""
+        checked = check_body(CreateSandboxRequest, body, "sandbox options")
+        attempt = 0
+        while True:
+            try:
+                return await self._answer(CreateSandboxResponse, "POST", "/v1/sandboxes", checked)
+            except WarrenError as err:
+                retry_after = (err.details or {}).get("retryAfterSeconds")
+                if err.code != "RESOURCE_EXHAUSTED" or not isinstance(retry_after, (int, float)) or attempt >= CREATE_RETRIES:
+                    raise
+                attempt += 1
+                await asyncio.sleep(min(float(retry_after), 30.0) * (0.5 + random.random()))
+
+    async def get(self, sandbox_id: str) -> SandboxInfo:
+        return await self._answer(SandboxInfo, "GET", self._path(sandbox_id), None)
+
+    async def kill(self, sandbox_id: str) -> None:
+        await self._request("DELETE", self._path(sandbox_id), None)
+
+    async def list(self, labels: Optional[Mapping[str, str]] = None, state: Optional[str] = None) -> List[SandboxInfo]:
+        query = [("label", f"{k}={v}") for k, v in (labels or {}).items()]
+        if state:
+            query.append(("state", state))
+        qs = urllib.parse.urlencode(query)
+        return (await self._answer(ListSandboxesResponse, "GET", f"/v1/sandboxes{'?' + qs if qs else ''}", None)).sandboxes
+
+    async def action(self, sandbox_id: str, action: str) -> SandboxInfo:
+        """``keepalive``, ``pause``, ``resume``: one POST on a sandbox, answered with its description."""
+        return await self._answer(SandboxInfo, "POST", f"{self._path(sandbox_id)}/{action}", None)
+
+    async def set_timeout(self, sandbox_id: str, ttl_seconds: int) -> SandboxInfo:
+        return await self._answer(SandboxInfo, "POST", f"{self._path(sandbox_id)}/timeout", {"ttlSeconds": ttl_seconds})
+
+    async def derive(self, sandbox_id: str, body: Mapping[str, Any]) -> DeriveTokenResponse:
+        checked = check_body(DeriveTokenRequest, body, "derive request")
+        return await self._answer(DeriveTokenResponse, "POST", f"{self._path(sandbox_id)}/derive", checked)
+
+    async def readiness(self) -> Dict[str, Any]:
+        """``GET /readyz``: whether the controller can create sandboxes now, and the isolation it gives them."""
+        answer = await self._request("GET", "/readyz", None)
+        return answer if isinstance(answer, dict) else {}
+
+    @staticmethod
+    def _path(sandbox_id: str) -> str:
+        return f"/v1/sandboxes/{urllib.parse.quote(sandbox_id, safe='')}"
+
+    async def _answer(self, model: Type[M], method: str, path: str, body: Optional[Mapping[str, Any]]) -> M:
+        answer = await self._request(method, path, body)
+        try:
+            return model.parse_obj(answer)
+        except ValidationError as err:
+            issues = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()[:10])
+            raise InternalError(f"The controller answered {method} {path} off-contract: {issues}") from None
+
+    async def _request(self, method: str, path: str, body: Optional[Mapping[str, Any]]) -> Any:
+        return await asyncio.to_thread(self._blocking_request, method, path, body)
+
+    def _blocking_request(self, method: str, path: str, body: Optional[Mapping[str, Any]]) -> Any:
+        headers = {"accept": "application/json"}
+        if self._credential:
+            headers["authorization"] = f"Bearer {self._credential}"
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode("utf-8")
+            headers["content-type"] = "application/json"
+        request = urllib.request.Request(f"{self.base_url}{path}", data=data, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=120) as res:  # noqa: S310 - the controller's own URL
+                text = res.read(MAX_ANSWER_BYTES + 1)
+        except urllib.error.HTTPError as err:
+            raise rest_error(err.code, err.read(64 * 1024).decode("utf-8", errors="replace")) from None
+        except (urllib.error.URLError, OSError) as err:
+            raise UpstreamUnavailableError(
+                f"Could not reach the Warren controller at {self.base_url}: {getattr(err, 'reason', err)}. Start it with scripts/start."
+            ) from None
+        if len(text) > MAX_ANSWER_BYTES:
+            raise InternalError(f"The controller's answer to {method} {path} is over {MAX_ANSWER_BYTES} bytes.")
+        if not text:
+            return None
+        try:
+            return json.loads(text)
+        except ValueError:
+            raise InternalError(f"The controller's answer to {method} {path} is not JSON.") from None

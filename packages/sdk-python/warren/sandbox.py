@@ -1,0 +1,217 @@
+"""``Sandbox``: one sandbox, reached over one WebSocket through the controller."""
+
+from __future__ import annotations
+
+from typing import Any, AsyncIterator, Awaitable, Dict, Generator, List, Mapping, Optional, Type
+
+from pydantic import BaseModel, ValidationError
+
+from ._protocol import AuditListResult, CreateSandboxRequest, DeriveTokenRequest, DeriveTokenResponse, SandboxInfo, SystemInfoResult
+from .channel import Channel, ReconnectOptions
+from .commands import Commands
+from .connection import ApprovalHandler, Connection
+from .errors import InvalidParamsError
+from .files import Files
+from .pty import Pty
+from .rest import RestClient, resolve_controller
+
+#: The most entries one ``audit.list`` page asks for.
+AUDIT_PAGE_MAX = 10_000
+
+
+def _wire(model: Type[BaseModel], options: Mapping[str, Any], what: str) -> Dict[str, Any]:
+    """Options given in Python's names (``ttl_seconds``) or the wire's (``ttlSeconds``), checked
+    strictly against the generated model and returned in the wire's names."""
+    try:
+        return model.parse_obj(dict(options)).dict(by_alias=True, exclude_unset=True)
+    except ValidationError as err:
+        issues = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()[:10])
+        raise InvalidParamsError(f"Invalid {what}: {issues}") from None
+
+
+class Sandbox:
+    """One sandbox. ``sandbox.files``, ``sandbox.commands`` and ``sandbox.pty`` are its capabilities.
+
+    Leaving ``async with`` does what the handle owns: a handle from :meth:`create` kills its sandbox;
+    one from :meth:`connect` or :meth:`derive` only closes its connection.
+
+    Example::
+
+        async with Sandbox.create(base_url=url, api_key=key) as sandbox:
+            await sandbox.files.write("a.py", "print(6 * 7)")
+            result = await sandbox.commands.run("python3 a.py")
+    """
+
+    def __init__(self, sandbox_id: str, token: str, rest: RestClient, connection: Channel, *, owns: bool = False, startup: Optional[Dict[str, Any]] = None) -> None:
+        #: The sandbox id.
+        self.id = sandbox_id
+        #: The credential that reaches this sandbox only; hand it to a worker instead of the API key.
+        self.token = token
+        self._rest = rest
+        #: The sandbox's calls; the connection under it comes back by itself when it drops.
+        self._connection = connection
+        self._owns = owns
+        #: How this sandbox started, when this handle created it: ``readyMs`` and ``pooled``.
+        self.startup = startup
+        self.files = Files(lambda: self._connection)
+        self.commands = Commands(lambda: self._connection)
+        self.pty = Pty(lambda: self._connection)
+
+    @staticmethod
+    async def _channel(rest: RestClient, sandbox_id: str, credential: str, reconnect: Optional[ReconnectOptions]) -> Channel:
+        """One reconnecting channel to a sandbox: its first connection is open before this returns."""
+
+        def open() -> Awaitable[Connection]:
+            return Connection.open(rest.connect_url(sandbox_id), credential)
+
+        return Channel(open, await open(), reconnect)
+
+    @staticmethod
+    def create(*, base_url: Optional[str] = None, api_key: Optional[str] = None, reconnect: Optional[ReconnectOptions] = None, **options: Any) -> "_Creating":
+        """Creates a sandbox and connects to it; await it, or use it with ``async with`` (which kills it at the end).
+
+        ``options`` are the REST create body (docs/openapi.json ``CreateSandboxRequest``), in Python's
+        names or the wire's: ``image``, ``ttl_seconds``, ``policy``, ``labels``, ``env``, ...
+        """
+        return _Creating(base_url, api_key, reconnect, options)
+
+    @classmethod
+    async def _create(cls, base_url: Optional[str], api_key: Optional[str], reconnect: Optional[ReconnectOptions], options: Mapping[str, Any]) -> "Sandbox":
+        url, key = resolve_controller(base_url, api_key)
+        rest = RestClient(url, key)
+        created = await rest.create(_wire(CreateSandboxRequest, options, "sandbox options"))
+        try:
+            connection = await Sandbox._channel(rest, created.id, created.token, reconnect)
+        except BaseException:
+            try:
+                await rest.kill(created.id)
+            except Exception:
+                pass
+            raise
+        return cls(created.id, created.token, rest, connection, owns=True, startup={"readyMs": created.ready_ms, "pooled": created.pooled})
+
+    @classmethod
+    async def connect(
+        cls,
+        sandbox_id: str,
+        *,
+        token: Optional[str] = None,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        reconnect: Optional[ReconnectOptions] = None,
+    ) -> "Sandbox":
+        """Connects to a sandbox that already exists, with its token (or the API key)."""
+        url, key = resolve_controller(base_url, api_key)
+        credential = token if token is not None else key
+        rest = RestClient(url, credential)
+        return cls(sandbox_id, token or "", rest, await Sandbox._channel(rest, sandbox_id, credential or "", reconnect))
+
+    @staticmethod
+    async def list(
+        *, labels: Optional[Mapping[str, str]] = None, state: Optional[str] = None, base_url: Optional[str] = None, api_key: Optional[str] = None
+    ) -> List[SandboxInfo]:
+        """Sandboxes on the controller, filtered by labels (all must match) and state; needs the API key."""
+        url, key = resolve_controller(base_url, api_key)
+        return await RestClient(url, key).list(labels, state)
+
+    @property
+    def protocol(self) -> Any:
+        """What this connection speaks: the major, the negotiated minor, the server's minor and name."""
+        return self._connection.protocol
+
+    @property
+    def on_approval(self) -> Optional[ApprovalHandler]:
+        """Answers the sandbox's approval requests (seed 001); return True to allow. None denies."""
+        return self._connection.on_approval
+
+    @on_approval.setter
+    def on_approval(self, handler: Optional[ApprovalHandler]) -> None:
+        self._connection.on_approval = handler
+
+    async def info(self) -> SandboxInfo:
+        """The sandbox's state as the controller sees it."""
+        return await self._rest.get(self.id)
+
+    async def set_timeout(self, ttl_seconds: int) -> SandboxInfo:
+        """Moves the sandbox's expiry to ``ttl_seconds`` from now (shorter or longer)."""
+        return await self._rest.set_timeout(self.id, ttl_seconds)
+
+    async def keepalive(self) -> SandboxInfo:
+        """Moves the expiry to the sandbox's own ttl from now; never shortens it."""
+        return await self._rest.action(self.id, "keepalive")
+
+    async def pause(self) -> SandboxInfo:
+        """Freezes every process in the sandbox; calls wait until :meth:`resume`."""
+        return await self._rest.action(self.id, "pause")
+
+    async def resume(self) -> SandboxInfo:
+        return await self._rest.action(self.id, "resume")
+
+    async def derive_token(self, **request: Any) -> DeriveTokenResponse:
+        """A narrower token for this sandbox (``allow_read``, ``allow_write``, ``readonly``, ``allow_exec``, ``ttl_seconds``)."""
+        return await self._rest.derive(self.id, _wire(DeriveTokenRequest, request, "derive request"))
+
+    async def derive(self, **request: Any) -> "Sandbox":
+        """A narrower handle on this sandbox (seed 001 ``derive()``); widening raises PermissionEscalationError."""
+        token = (await self.derive_token(**request)).token
+        rest = RestClient(self._rest.base_url, token)
+        return Sandbox(self.id, token, rest, await Sandbox._channel(rest, self.id, token, None))
+
+    async def daemon_info(self, *, timeout: Optional[float] = None) -> SystemInfoResult:
+        """Asks the sandbox's daemon about itself: a real round trip through the controller."""
+        result, _ = await self._connection.call("system.info", {}, timeout=timeout)
+        return result  # type: ignore[no-any-return]
+
+    async def audit_log(self, *, since: Optional[int] = None, limit: Optional[int] = None, timeout: Optional[float] = None) -> AuditListResult:
+        """One page of the calls the sandbox's daemon served, oldest first; ``next_cursor`` continues."""
+        params = {k: v for k, v in (("since", since), ("limit", limit)) if v is not None}
+        result, _ = await self._connection.call("audit.list", params, timeout=timeout)
+        return result  # type: ignore[no-any-return]
+
+    async def audit_entries(self, *, since: Optional[int] = None, timeout: Optional[float] = None) -> AsyncIterator[Any]:
+        """Every audit entry after ``since``, page by page as the loop asks for them."""
+        while True:
+            page = await self.audit_log(since=since, limit=AUDIT_PAGE_MAX, timeout=timeout)
+            for entry in page.entries:
+                yield entry
+            if page.next_cursor is None:
+                return
+            since = page.next_cursor
+
+    async def kill(self) -> None:
+        """Removes the sandbox: its container, files and processes are gone afterwards."""
+        await self._connection.close()
+        await self._rest.kill(self.id)
+
+    async def close(self) -> None:
+        """Closes this client's connection; the sandbox keeps running."""
+        await self._connection.close()
+
+    async def __aenter__(self) -> "Sandbox":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self._owns:
+            await self.kill()
+        else:
+            await self.close()
+
+
+class _Creating:
+    """What :meth:`Sandbox.create` returns: awaitable (``await Sandbox.create()``) and an async
+    context manager (``async with Sandbox.create() as sandbox``) that kills the sandbox at the end."""
+
+    def __init__(self, base_url: Optional[str], api_key: Optional[str], reconnect: Optional[ReconnectOptions], options: Mapping[str, Any]) -> None:
+        self._args = (base_url, api_key, reconnect, options)
+        self._sandbox: Optional[Sandbox] = None
+
+    def __await__(self) -> Generator[Any, None, Sandbox]:
+        return Sandbox._create(*self._args).__await__()
+
+    async def __aenter__(self) -> Sandbox:
+        self._sandbox = await Sandbox._create(*self._args)
+        return self._sandbox
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self._sandbox is not None:
+            await self._sandbox.__aexit__(*exc)

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { mkdir, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Duplex, Readable } from 'node:stream';
 import Docker from 'dockerode';
@@ -7,6 +7,7 @@ import { CodedError, DEFAULT_ROOT } from '@warren/protocol';
 import type { SandboxSettings } from '@warren/protocol';
 import { AgentDirs, type HostIdentity } from './agent-dir.js';
 import { resolveEngine } from './engine-endpoint.js';
+import { detectEngine, hardLimits, processLimitCandidates, unenforcedLimits, type EngineKind, type EngineLimitsInfo } from './engine-kind.js';
 import { openWorkspaceStore, type WorkspaceStore } from './workspace-store.js';
 import { LABELS } from './labels.js';
 import type { Logger } from './logger.js';
@@ -69,6 +70,11 @@ export interface SandboxContainerSpec {
   settings: SandboxSettings;
   /** The sandbox's own disk on the host (the quota), bound at /workspace instead of a volume. */
   workspaceOnHost?: string | undefined;
+  /**
+   * RLIMIT_NPROC of every process, set only where the engine would otherwise pick one above its
+   * own hard limit (Podman); Docker leaves the engine's. The pids limit bounds one sandbox.
+   */
+  processLimit?: number | undefined;
 }
 
 /** Where the sandbox's writable disk goes: `/workspace` unless the create asked for another folder. */
@@ -127,6 +133,7 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
     Ulimits: [
       { Name: 'nofile', Soft: settings.openFiles, Hard: settings.openFiles },
       { Name: 'fsize', Soft: settings.fileSizeMb * 1024 * 1024, Hard: settings.fileSizeMb * 1024 * 1024 },
+      ...(spec.processLimit === undefined ? [] : [{ Name: 'nproc', Soft: spec.processLimit, Hard: spec.processLimit }]),
     ],
     Devices: [],
     AutoRemove: false,
@@ -162,33 +169,35 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
   };
 }
 
-/**
- * Reads the engine's isolation from `docker info`. Under user-namespace remap the engine keeps its
- * data in `<data-root>/<uid>.<gid>`, which is how the remapped root is found.
- */
 /** The fields of `docker info` that say how the engine isolates containers. */
-interface EngineInfo {
+interface EngineInfo extends EngineLimitsInfo {
   Architecture?: string;
   OperatingSystem?: string;
-  SecurityOptions?: string[];
-  CgroupVersion?: string;
-  CgroupDriver?: string;
   Runtimes?: Record<string, unknown>;
+  DefaultRuntime?: string;
   Driver?: string;
   DockerRootDir?: string;
 }
 
-export function engineIsolation(info: EngineInfo): Omit<ProviderIsolation, 'diskQuota'> {
+/**
+ * Reads the engine's isolation from `docker info`. Under user-namespace remap the engine keeps its
+ * data in `<data-root>/<uid>.<gid>`, which is how the remapped root is found. Podman lists every
+ * runtime it knows a path for, installed or not, so on Podman only its default runtime counts.
+ */
+export function engineIsolation(info: EngineInfo, engine?: EngineKind): Omit<ProviderIsolation, 'diskQuota'> {
   const options = (info.SecurityOptions ?? []).map((o) => /name=([^,]+)/.exec(o)?.[1] ?? o);
   const remapped = options.includes('userns') ? /\/(\d+)\.(\d+)\/?$/.exec(info.DockerRootDir ?? '') : null;
   const cgroupDriver = info.CgroupDriver ?? 'unknown';
-  const runtimes = Object.keys(info.Runtimes ?? { runc: {} });
+  const runtimes = engine?.name === 'podman' ? [info.DefaultRuntime ?? 'runc'] : Object.keys(info.Runtimes ?? { runc: {} });
+  const limitsNotEnforced = unenforcedLimits(info);
   return {
+    ...(engine ? { engine } : {}),
     usernsRemap: remapped ? { uid: Number(remapped[1]), gid: Number(remapped[2]) } : null,
     rootless: options.includes('rootless'),
     cgroupVersion: info.CgroupVersion ?? '1',
     cgroupDriver,
-    limitsEnforced: cgroupDriver !== 'none',
+    limitsEnforced: limitsNotEnforced === undefined,
+    ...(limitsNotEnforced === undefined ? {} : { limitsNotEnforced }),
     seccomp: options.includes('seccomp'),
     apparmor: options.includes('apparmor'),
     selinux: options.includes('selinux'),
@@ -220,6 +229,10 @@ export class DockerProvider implements SandboxProvider {
   private remap: { uid: number; gid: number } | null = null;
   /** How daemons are reached, settled in {@link DockerProvider.prepare}. */
   channel: DaemonChannel = 'socket';
+  /** The product behind the API (Docker or Podman), learnt in {@link DockerProvider.prepare}. */
+  engine: EngineKind | undefined;
+  /** RLIMIT_NPROC of sandboxes where the engine needs one said (Podman), chosen in {@link DockerProvider.prepare}. */
+  processLimit: number | undefined;
 
   constructor(options: DockerProviderOptions = {}) {
     this.options = options;
@@ -232,7 +245,7 @@ export class DockerProvider implements SandboxProvider {
   }
 
   async isolation(): Promise<ProviderIsolation> {
-    const isolation = engineIsolation((await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info'))) as EngineInfo);
+    const isolation = engineIsolation((await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info'))) as EngineInfo, this.engine);
     return { ...isolation, diskQuota: this.workspaces?.describe() ?? { quota: false, kind: 'volume', reason: 'the provider is not prepared yet' } };
   }
 
@@ -240,7 +253,10 @@ export class DockerProvider implements SandboxProvider {
   async runtimes(): Promise<{ name: string; args: string[] }[]> {
     const info = (await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info'))) as {
       Runtimes?: Record<string, { runtimeArgs?: string[] }>;
+      DefaultRuntime?: string;
     };
+    // Podman lists every runtime it has a path for, installed or not: only its default is certain.
+    if (this.engine?.name === 'podman') return [{ name: info.DefaultRuntime ?? 'runc', args: [] }];
     return Object.entries(info.Runtimes ?? { runc: {} }).map(([name, r]) => ({ name, args: r?.runtimeArgs ?? [] }));
   }
 
@@ -411,7 +427,9 @@ export class DockerProvider implements SandboxProvider {
   async prepare(runtime: AgentRuntime, helperImage: string): Promise<{ oldRuntimesRemoved: number }> {
     const stateDir = this.options.stateDir ?? defaultStateDir();
     const info = (await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info'))) as EngineInfo;
-    this.remap = engineIsolation(info).usernsRemap;
+    this.engine = detectEngine(await this.docker.version().catch((e: unknown) => rethrow(e, 'read the Docker engine version')));
+    this.options.logger?.info({ engine: this.engine.name, version: this.engine.version, apiVersion: this.engine.apiVersion }, 'engine.detected');
+    this.remap = engineIsolation(info, this.engine).usernsRemap;
     // The daemon is this controller's own Node, so the engine must run the same architecture.
     if (info.Architecture && nodeArch(info.Architecture) !== process.arch)
       throw new CodedError(
@@ -439,7 +457,58 @@ export class DockerProvider implements SandboxProvider {
     const known = new Set((await this.list()).map((s) => s.labels[LABELS.sandbox]));
     for (const agentId of await this.workspaces.list()) if (!known.has(agentId)) await this.workspaces.remove(agentId);
     this.runtimeVolume = await this.ensureRuntimeVolume(runtime, helperImage);
+    if (this.engine.name === 'podman') this.processLimit = await this.chooseProcessLimit(helperImage);
     return { oldRuntimesRemoved: (await this.removeOldRuntimeVolumes(this.runtimeVolume)).length };
+  }
+
+  /**
+   * The largest RLIMIT_NPROC a container of this engine starts with (see
+   * {@link processLimitCandidates}): each candidate is tried on a helper container that runs
+   * `/bin/true`, since only a start shows whether the engine may set it. The configured value is
+   * tried alone, and a refusal says which setting to lower.
+   */
+  private async chooseProcessLimit(helperImage: string): Promise<number> {
+    let ownHard: number | undefined;
+    try {
+      ownHard = hardLimits(await readFile('/proc/self/limits', 'utf8')).processes;
+    } catch {
+      ownHard = undefined;
+    }
+    const candidates = processLimitCandidates(this.options.processLimit, ownHard);
+    let refusal = '';
+    for (const limit of candidates) {
+      const helper = await this.docker
+        .createContainer({
+          Image: helperImage,
+          Entrypoint: ['/bin/true'],
+          Cmd: [],
+          User: '0:0',
+          // Podman's own open-files default is above such an engine's hard limit too: the sandboxes' default goes with it.
+          HostConfig: {
+            NetworkMode: 'none',
+            Ulimits: [
+              { Name: 'nproc', Soft: limit, Hard: limit },
+              { Name: 'nofile', Soft: HARDENING_DEFAULTS.openFiles, Hard: HARDENING_DEFAULTS.openFiles },
+            ],
+          },
+        })
+        .catch((e: unknown) => rethrow(e, `create a helper container from ${helperImage}`));
+      try {
+        await helper.start();
+        this.options.logger?.info({ processLimit: limit, tried: candidates }, 'engine.process-limit');
+        return limit;
+      } catch (err) {
+        refusal = (err as { json?: { message?: string } }).json?.message ?? String(err);
+        if (!/rlimit/i.test(refusal)) rethrow(err, 'start a helper container to learn the engine\'s process limit');
+      } finally {
+        await helper.remove({ force: true }).catch(() => undefined);
+      }
+    }
+    throw new CodedError(
+      'NOT_SUPPORTED',
+      `The ${this.engine?.name ?? 'container'} engine refused every process limit Warren tried (${candidates.join(', ')}): ${refusal}. ` +
+        'Set engine.processLimit (WARREN_PROCESS_LIMIT) to at most the engine\'s own hard limit (ulimit -Hu of the engine\'s service).',
+    );
   }
 
   /**
@@ -532,6 +601,7 @@ export class DockerProvider implements SandboxProvider {
         channel,
         runtimeVolume: this.runtimeVolume,
         workspaceOnHost,
+        processLimit: this.processLimit,
       });
       container = await this.docker.createContainer(body).catch((e: unknown) => rethrow(e, `create a container from ${spec.image}`));
       await container.start().catch((e: unknown) => rethrow(e, `start the container for sandbox ${spec.agentId}`));
@@ -822,6 +892,8 @@ export interface DockerProviderOptions {
   daemonChannel?: 'auto' | DaemonChannel | undefined;
   /** Where operator-facing details go; nothing is logged without one. */
   logger?: Logger | undefined;
+  /** RLIMIT_NPROC for sandboxes on engines that need one said (Podman); by default the largest the engine accepts. */
+  processLimit?: number | undefined;
 }
 
 /**
@@ -923,6 +995,12 @@ function rethrow(err: unknown, doing: string): never {
     throw new CodedError(
       'UPSTREAM_UNAVAILABLE',
       `Could not ${doing}: the Docker engine is not reachable (${e.code}). Start Docker (scripts/start does) or set DOCKER_HOST.`,
+    );
+  }
+  if (/error setting rlimit/i.test(detail)) {
+    throw new CodedError(
+      'INVALID_PARAMS',
+      `Could not ${doing}: the engine may not set a resource limit this high (${detail}). Lower limits.openFiles (or engine.processLimit) to at most the engine's hard limits (ulimit -Hn, ulimit -Hu of the engine's service).`,
     );
   }
   if (e.statusCode === 404 && /image/i.test(detail)) {

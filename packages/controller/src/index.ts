@@ -9,6 +9,7 @@ export {
   ConfigFile,
   type ControllerConfig,
   type ImageSettings,
+  type EngineSettings,
 } from './config.js';
 export { createLogger, silentLogger, LOG_LEVELS, REDACTED, type Logger, type LogLevel, type LoggerOptions } from './logger.js';
 export { Credentials, API_KEY_HASH_FILE } from './credentials.js';
@@ -59,3 +60,14 @@ export { egressEventSink } from './egress/sink.js';
 export type { EgressEvent, EgressKind } from './egress/events.js';
 export { callAgent, openAgentSocket, probeAgent } from './agent-link.js';
 export { resolveEngine, type EngineEndpoint } from './engine-endpoint.js';
+export {
+  detectEngine,
+  unenforcedLimits,
+  checkLimitsEnforced,
+  hardLimits,
+  processLimitCandidates,
+  type EngineKind,
+  type EngineName,
+  type EngineVersionAnswer,
+  type EngineLimitsInfo,
+} from './engine-kind.js';

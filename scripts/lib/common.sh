@@ -143,6 +143,51 @@ ensure_remap_engine() {
   fi
 }
 
+# Podman as a second engine (docs/install.md, Podman): Debian's podman with catatonit (the init
+# that `Init: true` needs there), its Docker-compatible API service on its own socket, and Warren's
+# images copied in from the Docker engine (builds are offline here: Podman gets what Docker built).
+# Its store (/var/lib/containers) and socket share nothing with dockerd. Returns non-zero where
+# this machine cannot run it (not root, no apt); PODMAN_DOCKER_HOST is its address.
+PODMAN_DIR=/run/warren-podman
+PODMAN_DOCKER_HOST=unix://$PODMAN_DIR/podman.sock
+PODMAN_LOG=/var/log/warren-podman.log
+podman_answers() { curl -sf --max-time 5 --unix-socket "$PODMAN_DIR/podman.sock" http://podman/_ping >/dev/null 2>&1; }
+
+ensure_podman() {
+  if ! podman_answers; then
+    is_root && command -v apt-get >/dev/null 2>&1 || return 1
+    ensure_commands podman catatonit curl
+    step "Starting podman system service on $PODMAN_DOCKER_HOST (log: $PODMAN_LOG)"
+    mkdir -p "$PODMAN_DIR"
+    # --time=0: the service never exits for being idle; setsid + nohup: it outlives this script.
+    setsid nohup podman system service --time=0 "$PODMAN_DOCKER_HOST" >>"$PODMAN_LOG" 2>&1 </dev/null &
+    echo $! >"$PODMAN_DIR/service.pid"
+    local deadline=$((SECONDS + 60))
+    until podman_answers; do
+      ((SECONDS < deadline)) || { tail -n 20 "$PODMAN_LOG" >&2; return 1; }
+      sleep 0.5
+    done
+    step_done "Podman $(podman version --format '{{.Server.Version}}' 2>/dev/null || podman --version) is up"
+  fi
+  load_images_into_podman warren/sandbox:latest warren/test-debian:latest warren/test-busybox:latest
+}
+
+# Copies images from the Docker engine into Podman's store where Podman lacks them or has another
+# build (the same image id means the same content). Podman names them localhost/<name>; Warren's
+# short names still resolve to them.
+load_images_into_podman() {
+  local image want have missing=()
+  for image in "$@"; do
+    want=$(docker image inspect --format '{{.Id}}' "$image" 2>/dev/null) || { echo "no $image on the Docker engine to copy into Podman" >&2; return 1; }
+    have=$(podman image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
+    [[ ${want#sha256:} == "${have#sha256:}" ]] || missing+=("$image")
+  done
+  ((${#missing[@]})) || return 0
+  step "Loading ${missing[*]} into Podman (docker save | podman load)"
+  docker save "${missing[@]}" | podman load -q >/dev/null || return 1
+  step_done
+}
+
 # Installs the Debian packages of the named commands that are missing, in one apt call. Each
 # argument is a command that is also its package's name (tmux), or COMMAND=PACKAGE
 # (mkfs.ext4=e2fsprogs). Used for what the tests drive (tmux types into `warren shell`).

@@ -973,13 +973,20 @@ function pullFailure(image: string, err: unknown): CodedError {
   if (err instanceof CodedError) return err;
   const e = err as { statusCode?: number; json?: { message?: string }; reason?: string; code?: string; message?: string } | string | undefined;
   const detail = typeof e === 'string' ? e : (e?.json?.message ?? e?.message ?? e?.reason ?? String(err));
-  if (typeof e === 'object' && (e.code === 'ECONNREFUSED' || e.code === 'ENOENT' || e.code === 'EACCES')) return rethrowAsError(err, `pull ${image}`);
+  if (typeof e === 'object' && (e.code === 'ECONNREFUSED' || e.code === 'ENOENT' || e.code === 'EACCES')) return engineError(err, `pull ${image}`);
   if (/no space left on device/i.test(detail))
     return new CodedError('IMAGE_TOO_LARGE', `The image ${image} does not fit on the engine's disk (${detail}); nothing of it was kept.`, { image });
   return new CodedError('IMAGE_PULL_FAILED', `Could not pull ${image}: ${detail}.`, { image });
 }
 
-function rethrowAsError(err: unknown, doing: string): CodedError {
+/**
+ * A dockerode failure as the Warren error {@link DockerProvider} throws for it, for callers that
+ * report rather than throw.
+ *
+ * @example
+ * engineError({ statusCode: 404, json: Buffer.from('Not Found\n') }, 'update container x').code; // 'NOT_SUPPORTED'
+ */
+export function engineError(err: unknown, doing: string): CodedError {
   try {
     rethrow(err, doing);
   } catch (coded) {
@@ -989,8 +996,8 @@ function rethrowAsError(err: unknown, doing: string): CodedError {
 
 /** Maps a dockerode failure to a Warren error that says what to do. */
 function rethrow(err: unknown, doing: string): never {
-  const e = err as { statusCode?: number; json?: { message?: string }; reason?: string; code?: string; message?: string };
-  const detail = e.json?.message ?? e.reason ?? e.message ?? String(err);
+  const e = err as { statusCode?: number; json?: { message?: string } | Buffer | string; reason?: string; code?: string; message?: string };
+  const detail = (typeof e.json === 'object' && !Buffer.isBuffer(e.json) ? e.json?.message : undefined) ?? e.reason ?? e.message ?? String(err);
   if (e.code === 'ECONNREFUSED' || e.code === 'ENOENT' || e.code === 'EACCES') {
     throw new CodedError(
       'UPSTREAM_UNAVAILABLE',
@@ -1006,8 +1013,13 @@ function rethrow(err: unknown, doing: string): never {
   if (e.statusCode === 404 && /image/i.test(detail)) {
     throw new CodedError('NOT_FOUND', `Could not ${doing}: ${detail}. Build Warren's images with scripts/build-images, or docker pull the image.`);
   }
+  // An engine without the endpoint (Podman 4.3 has no `container update`) answers a bare 404 body, not a container's.
+  const body = Buffer.isBuffer(e.json) || typeof e.json === 'string' ? String(e.json) : e.json?.message;
+  if (e.statusCode === 404 && /^\s*(404 )?(page )?not found\s*$/i.test(body ?? ''))
+    throw new CodedError('NOT_SUPPORTED', `Could not ${doing}: this engine has no API for it (it answered '404 ${(body ?? '').trim()}'; Podman 4.3 lacks some of Docker's).`);
   if (e.statusCode === 404) throw new CodedError('SANDBOX_NOT_FOUND', `Could not ${doing}: ${detail}`);
-  if (e.statusCode === 409 && /is not paused|is already paused|is paused/i.test(detail))
+  // Docker answers 409 to a pause of a paused container; Podman answers 500 'container state improper'.
+  if ((e.statusCode === 409 || e.statusCode === 500) && /is not paused|is already paused|is paused|container state improper/i.test(detail))
     throw new CodedError('CONFLICT', `Could not ${doing}: ${detail}. Check the sandbox's state with GET /v1/sandboxes/<id>.`);
   if (e.statusCode === 409) throw new CodedError('CONFLICT', `Could not ${doing}: ${detail}`);
   throw new CodedError('UPSTREAM_UNAVAILABLE', `Could not ${doing}: ${detail}`);

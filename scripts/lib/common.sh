@@ -188,6 +188,54 @@ load_images_into_podman() {
   step_done
 }
 
+# Rootless Docker of an unprivileged user (docs/install.md, rootless Docker), for
+# test/e2e/engine-non-root.test.ts: rootlesskit and slirp4netns, a user warren-rootless (uid 1101)
+# with subordinate ids, /dev/net/tun open to users (0666, as most distributions ship it; here it is
+# 0600 and rootlesskit fails without it), and dockerd-rootless.sh with its own data root and
+# socket under /run/user/1101. It shares nothing with the root dockerd. On cgroup v1 its cgroup
+# driver is none: limits are not enforced, which is what the test checks Warren refuses.
+# Returns non-zero where this machine cannot run it; ROOTLESS_DOCKER_HOST is its address.
+ROOTLESS_UID=1101
+ROOTLESS_USER=warren-rootless
+ROOTLESS_DIR=/run/user/$ROOTLESS_UID
+ROOTLESS_DOCKER_HOST=unix://$ROOTLESS_DIR/docker.sock
+ROOTLESS_LOG=/var/log/warren-rootless-dockerd.log
+rootless_docker_answers() { DOCKER_HOST=$ROOTLESS_DOCKER_HOST docker info >/dev/null 2>&1; }
+
+ensure_rootless_docker() {
+  local contrib=/usr/share/docker.io/contrib
+  if ! rootless_docker_answers; then
+    is_root && command -v apt-get >/dev/null 2>&1 && [[ -x $contrib/dockerd-rootless.sh ]] || return 1
+    ensure_commands rootlesskit slirp4netns newuidmap=uidmap setpriv=util-linux
+    id -u "$ROOTLESS_USER" >/dev/null 2>&1 || useradd -m -u "$ROOTLESS_UID" -s /usr/sbin/nologin "$ROOTLESS_USER" || return 1
+    grep -q "^$ROOTLESS_USER:" /etc/subuid || echo "$ROOTLESS_USER:200000:65536" >>/etc/subuid
+    grep -q "^$ROOTLESS_USER:" /etc/subgid || echo "$ROOTLESS_USER:200000:65536" >>/etc/subgid
+    [[ -c /dev/net/tun ]] && chmod 0666 /dev/net/tun
+    install -d -m 0700 -o "$ROOTLESS_USER" -g "$ROOTLESS_USER" "$ROOTLESS_DIR"
+    step "Starting rootless dockerd as $ROOTLESS_USER on $ROOTLESS_DOCKER_HOST (log: $ROOTLESS_LOG)"
+    local home
+    home=$(getent passwd "$ROOTLESS_USER" | cut -d: -f6)
+    setsid nohup setpriv --reuid="$ROOTLESS_UID" --regid="$ROOTLESS_UID" --init-groups -- \
+      env -i HOME="$home" XDG_RUNTIME_DIR="$ROOTLESS_DIR" PATH="$contrib:/usr/sbin:/usr/bin:/sbin:/bin" \
+      dockerd-rootless.sh --data-root "$home/.local/share/docker" --host "$ROOTLESS_DOCKER_HOST" \
+      --exec-root "$ROOTLESS_DIR/docker-exec" --pidfile "$ROOTLESS_DIR/docker.pid" >>"$ROOTLESS_LOG" 2>&1 </dev/null &
+    local deadline=$((SECONDS + 60))
+    until rootless_docker_answers; do
+      ((SECONDS < deadline)) || { tail -n 20 "$ROOTLESS_LOG" >&2; return 1; }
+      sleep 0.5
+    done
+    step_done "up (cgroup driver: $(DOCKER_HOST=$ROOTLESS_DOCKER_HOST docker info --format '{{.CgroupDriver}}'))"
+  fi
+  local image=warren/sandbox:latest want have
+  want=$(docker image inspect --format '{{.Id}}' "$image" 2>/dev/null) || return 1
+  have=$(DOCKER_HOST=$ROOTLESS_DOCKER_HOST docker image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
+  if [[ $want != "$have" ]]; then
+    step "Loading $image into rootless Docker"
+    docker save "$image" | DOCKER_HOST=$ROOTLESS_DOCKER_HOST docker load -q >/dev/null || return 1
+    step_done
+  fi
+}
+
 # Installs the Debian packages of the named commands that are missing, in one apt call. Each
 # argument is a command that is also its package's name (tmux), or COMMAND=PACKAGE
 # (mkfs.ext4=e2fsprogs). Used for what the tests drive (tmux types into `warren shell`).

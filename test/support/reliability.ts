@@ -109,14 +109,17 @@ export class ControllerProcess {
           ],
         ]
       : [process.execPath, [entry]];
-    const child = spawn(command[0], command[1], { env: { ...process.env, ...env, ...(user ? { HOME: env.WARREN_STATE_DIR! } : {}) }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(command[0], command[1], {
+      env: { ...process.env, ...env, ...(user ? { HOME: env.WARREN_STATE_DIR! } : {}) },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stderr = '';
-    child.stderr!.on('data', (chunk: Buffer) => {
+    child.stderr.on('data', (chunk: Buffer) => {
       process.stderr.write(chunk);
       stderr = (stderr + chunk.toString('utf8')).slice(-4000);
     });
     const line = await new Promise<string>((resolve, reject) => {
-      createInterface({ input: child.stdout! }).once('line', resolve);
+      createInterface({ input: child.stdout }).once('line', resolve);
       child.once('exit', (code) => reject(new Error(`the controller exited with ${code} before it listened: ${stderr.trim()}`)));
     });
     return new ControllerProcess(child, (JSON.parse(line) as { url: string }).url, env.WARREN_API_KEY!, env);

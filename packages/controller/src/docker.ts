@@ -499,7 +499,7 @@ export class DockerProvider implements SandboxProvider {
         return limit;
       } catch (err) {
         refusal = (err as { json?: { message?: string } }).json?.message ?? String(err);
-        if (!/rlimit/i.test(refusal)) rethrow(err, 'start a helper container to learn the engine\'s process limit');
+        if (!/rlimit/i.test(refusal)) rethrow(err, "start a helper container to learn the engine's process limit");
       } finally {
         await helper.remove({ force: true }).catch(() => undefined);
       }
@@ -507,7 +507,7 @@ export class DockerProvider implements SandboxProvider {
     throw new CodedError(
       'NOT_SUPPORTED',
       `The ${this.engine?.name ?? 'container'} engine refused every process limit Warren tried (${candidates.join(', ')}): ${refusal}. ` +
-        'Set engine.processLimit (WARREN_PROCESS_LIMIT) to at most the engine\'s own hard limit (ulimit -Hu of the engine\'s service).',
+        "Set engine.processLimit (WARREN_PROCESS_LIMIT) to at most the engine's own hard limit (ulimit -Hu of the engine's service).",
     );
   }
 
@@ -1016,7 +1016,10 @@ function rethrow(err: unknown, doing: string): never {
   // An engine without the endpoint (Podman 4.3 has no `container update`) answers a bare 404 body, not a container's.
   const body = Buffer.isBuffer(e.json) || typeof e.json === 'string' ? String(e.json) : e.json?.message;
   if (e.statusCode === 404 && /^\s*(404 )?(page )?not found\s*$/i.test(body ?? ''))
-    throw new CodedError('NOT_SUPPORTED', `Could not ${doing}: this engine has no API for it (it answered '404 ${(body ?? '').trim()}'; Podman 4.3 lacks some of Docker's).`);
+    throw new CodedError(
+      'NOT_SUPPORTED',
+      `Could not ${doing}: this engine has no API for it (it answered '404 ${(body ?? '').trim()}'; Podman 4.3 lacks some of Docker's).`,
+    );
   if (e.statusCode === 404) throw new CodedError('SANDBOX_NOT_FOUND', `Could not ${doing}: ${detail}`);
   // Docker answers 409 to a pause of a paused container; Podman answers 500 'container state improper'.
   if ((e.statusCode === 409 || e.statusCode === 500) && /is not paused|is already paused|is paused|container state improper/i.test(detail))

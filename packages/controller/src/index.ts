@@ -14,7 +14,16 @@ export {
 export { createLogger, silentLogger, LOG_LEVELS, REDACTED, type Logger, type LogLevel, type LoggerOptions } from './logger.js';
 export { Credentials, API_KEY_HASH_FILE } from './credentials.js';
 export { AgentDirs } from './agent-dir.js';
-export { DockerProvider, chooseChannel, containerCreateBody, engineError, engineIsolation, WORKSPACE, type DaemonChannel, type SandboxContainerSpec } from './docker.js';
+export {
+  DockerProvider,
+  chooseChannel,
+  containerCreateBody,
+  engineError,
+  engineIsolation,
+  WORKSPACE,
+  type DaemonChannel,
+  type SandboxContainerSpec,
+} from './docker.js';
 export { LABELS, sandboxLabels } from './labels.js';
 export type {
   SandboxProvider,

@@ -103,7 +103,12 @@ describe('an engine that accepts limits without enforcing them', () => {
 
 describe('Podman in the isolation report', () => {
   it('offers only its default runtime, since it lists runtimes it has no binary for', () => {
-    const info = { CgroupDriver: 'cgroupfs', Runtimes: { crun: {}, runc: {}, runsc: {}, kata: {} }, DefaultRuntime: 'runc', SecurityOptions: ['name=seccomp,profile=default'] };
+    const info = {
+      CgroupDriver: 'cgroupfs',
+      Runtimes: { crun: {}, runc: {}, runsc: {}, kata: {} },
+      DefaultRuntime: 'runc',
+      SecurityOptions: ['name=seccomp,profile=default'],
+    };
     expect(engineIsolation(info, detectEngine(PODMAN_VERSION))).toMatchObject({ runtimes: ['runc'], gvisor: false, limitsEnforced: true, seccomp: true });
     expect(engineIsolation(info, detectEngine(DOCKER_VERSION)).runtimes).toEqual(['crun', 'runc', 'runsc', 'kata']);
   });
@@ -118,7 +123,10 @@ describe('the process limit Podman containers get', () => {
       'Max locked memory         unlimited            unlimited            bytes     ',
     ].join('\n');
     expect(hardLimits(text)).toEqual({ processes: 96365, openFiles: 20000 });
-    expect(hardLimits('Max processes             unlimited            unlimited            processes \n')).toEqual({ processes: undefined, openFiles: undefined });
+    expect(hardLimits('Max processes             unlimited            unlimited            processes \n')).toEqual({
+      processes: undefined,
+      openFiles: undefined,
+    });
   });
 
   it('tries this process hard limit first, then smaller ones never above it; a configured value alone', () => {
@@ -161,7 +169,10 @@ describe('the process limit Podman containers get', () => {
 describe('engine settings', () => {
   it('are off by default and read from the environment through the file schema', () => {
     expect(loadConfig({}).engine).toEqual({ allowUnenforcedLimits: false });
-    expect(loadConfig({ WARREN_ALLOW_UNENFORCED_LIMITS: '1', WARREN_PROCESS_LIMIT: '8192' }).engine).toEqual({ allowUnenforcedLimits: true, processLimit: 8192 });
+    expect(loadConfig({ WARREN_ALLOW_UNENFORCED_LIMITS: '1', WARREN_PROCESS_LIMIT: '8192' }).engine).toEqual({
+      allowUnenforcedLimits: true,
+      processLimit: 8192,
+    });
     expect(() => loadConfig({ WARREN_PROCESS_LIMIT: '10' })).toThrow(/WARREN_PROCESS_LIMIT \(engine\.processLimit\)/);
     expect(() => loadConfig({ WARREN_ALLOW_UNENFORCED_LIMITS: 'perhaps' })).toThrow(/WARREN_ALLOW_UNENFORCED_LIMITS/);
   });
@@ -187,7 +198,8 @@ describe("Podman's answers as Warren's errors", () => {
   });
 
   it('a limit above the engine hard limit is INVALID_PARAMS naming the settings to lower', () => {
-    const message = 'runc: runc create failed: ... error setting rlimits for ready process: error setting rlimit type 7: operation not permitted: OCI permission denied';
+    const message =
+      'runc: runc create failed: ... error setting rlimits for ready process: error setting rlimit type 7: operation not permitted: OCI permission denied';
     const err = engineError({ statusCode: 500, json: { message } }, 'start the container for sandbox abc');
     expect(err.code).toBe('INVALID_PARAMS');
     expect(err.message).toMatch(/limits\.openFiles \(or engine\.processLimit\)/);

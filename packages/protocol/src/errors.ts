@@ -45,7 +45,8 @@ export const ERROR_CODES = {
   },
   NOT_SUPPORTED: {
     status: 501,
-    suggestion: "This engine cannot do that (the message says which engine and why); use another way the message names, or an engine that can (docs/install.md).",
+    suggestion:
+      'This engine cannot do that (the message says which engine and why); use another way the message names, or an engine that can (docs/install.md).',
   },
   IMAGE_NOT_ALLOWED: {
     status: 403,

@@ -1,6 +1,9 @@
 import { describe, expect, it } from '@jest/globals';
 import Docker from 'dockerode';
-import { Sandbox } from '@warren/sdk';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { Images, Sandbox } from '@warren/sdk';
 import { testEngine } from '../support/engine.js';
 import { startTestController } from '../support/fixtures.js';
 import { execAsRoot } from '../support/host.js';
@@ -46,10 +49,41 @@ describe('sandbox hardening as the engine applies it', () => {
     expect(attack.stdout).toMatch(/kill=1\nread=1\n/);
     expect((await sandbox.commands.run('echo alive')).stdout).toBe('alive\n');
 
+    // No namespaces of its own: a user namespace would give sandbox code root's reach into kernel code
+    // (Podman's default seccomp allows it; Warren gives Podman sandboxes a profile that does not).
+    const namespaces = await sandbox.commands.run([
+      'sh',
+      '-c',
+      'for flags in -U -Ur -n -m -p; do unshare $flags true 2>/dev/null && echo "$flags ok" || echo "$flags refused"; done; ' +
+        'python3 -c "import os; os.unshare(os.CLONE_NEWUSER)" 2>/dev/null && echo "py ok" || echo "py refused"',
+    ]);
+    expect(namespaces.stdout).toBe('-U refused\n-Ur refused\n-n refused\n-m refused\n-p refused\npy refused\n');
+
     // The memory and pids limits hold from inside (cgroup v1 or v2 files).
     const limits = await sandbox.commands.run(
       'cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes; cat /sys/fs/cgroup/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids/pids.max',
     );
     expect(limits.stdout.trim().split('\n')).toEqual([String(256 * 1024 * 1024), '128']);
+  });
+
+  // Podman 4.3's compat build ran RUN steps on the host's network whatever networkmode said (seen
+  // here): Warren refuses builds there. Docker's builds are tested in images-build.test.ts.
+  it('refuses image builds on Podman with NOT_SUPPORTED, and starts none', async () => {
+    const engine = await testEngine();
+    if (engine.name !== 'podman') {
+      console.warn(`skipped on ${engine.name}: its builds are tested in images-build.test.ts`);
+      return;
+    }
+    await using warren = await startTestController();
+    const context = await mkdtemp(path.join(os.tmpdir(), 'warren-podman-build-'));
+    try {
+      await writeFile(path.join(context, 'Dockerfile'), 'FROM warren/test-busybox:latest\nRUN ls /sys/class/net\n');
+      const images = new Images({ baseUrl: warren.url, apiKey: warren.apiKey });
+      const tag = `warren-e2e-podman/refused:${process.pid}`;
+      await expect(images.build({ context, tag })).rejects.toMatchObject({ code: 'NOT_SUPPORTED', message: expect.stringMatching(/host's network/) });
+      expect((await images.list()).some((i) => i.tags.some((t) => t.endsWith(tag)))).toBe(false);
+    } finally {
+      await rm(context, { recursive: true, force: true });
+    }
   });
 });

@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Duplex, Readable } from 'node:stream';
@@ -9,6 +9,7 @@ import { AgentDirs, type HostIdentity } from './agent-dir.js';
 import { resolveEngine } from './engine-endpoint.js';
 import { detectEngine, hardLimits, processLimitCandidates, unenforcedLimits, type EngineKind, type EngineLimitsInfo } from './engine-kind.js';
 import { openWorkspaceStore, type WorkspaceStore } from './workspace-store.js';
+import { closeNamespaces, PODMAN_DEFAULT_SECCOMP, type SeccompProfile } from './seccomp.js';
 import { LABELS } from './labels.js';
 import type { Logger } from './logger.js';
 import { defaultStateDir } from './config.js';
@@ -75,6 +76,8 @@ export interface SandboxContainerSpec {
    * own hard limit (Podman); Docker leaves the engine's. The pids limit bounds one sandbox.
    */
   processLimit?: number | undefined;
+  /** A seccomp profile file on the engine's host, where the engine's default is too open (Podman: {@link closeNamespaces}). */
+  seccompProfile?: string | undefined;
 }
 
 /** Where the sandbox's writable disk goes: `/workspace` unless the create asked for another folder. */
@@ -112,7 +115,7 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
     Init: true,
     CapDrop: ['ALL'],
     CapAdd: [...DAEMON_CAPABILITIES],
-    SecurityOpt: ['no-new-privileges:true'],
+    SecurityOpt: ['no-new-privileges:true', ...(spec.seccompProfile === undefined ? [] : [`seccomp=${spec.seccompProfile}`])],
     Privileged: false,
     NetworkMode: settings.network,
     PidMode: '',
@@ -233,6 +236,8 @@ export class DockerProvider implements SandboxProvider {
   engine: EngineKind | undefined;
   /** RLIMIT_NPROC of sandboxes where the engine needs one said (Podman), chosen in {@link DockerProvider.prepare}. */
   processLimit: number | undefined;
+  /** The seccomp profile file sandboxes get where the engine's default lets them make namespaces (Podman). */
+  seccompProfile: string | undefined;
 
   constructor(options: DockerProviderOptions = {}) {
     this.options = options;
@@ -336,6 +341,15 @@ export class DockerProvider implements SandboxProvider {
    * Intermediate containers are removed, even after a failed step.
    */
   async buildImage(context: Buffer, options: BuildOptions): Promise<{ id: string }> {
+    // Seen on Podman 4.3: a compat build's RUN steps ran in the host's network namespace whatever
+    // `networkmode` said, so a build could reach the host and the network. Refused rather than trusted.
+    if (this.engine?.name === 'podman')
+      throw new CodedError(
+        'NOT_SUPPORTED',
+        `Image builds are refused on Podman ${this.engine.version}: its Docker-compatible build runs RUN steps on the host's network whatever images.buildNetwork says. ` +
+          'Build the image with podman build on the engine host (it is then on the engine and a create can name it), or use Docker.',
+        { engine: 'podman' },
+      );
     const stream = (await this.docker
       .buildImage(Readable.from([context]), {
         t: options.tag,
@@ -439,12 +453,11 @@ export class DockerProvider implements SandboxProvider {
     const wanted = this.options.daemonChannel ?? 'auto';
     const localEngine = isLocalEngine(this.docker);
     const engineInVm = /docker desktop/i.test(info.OperatingSystem ?? '');
-    this.channel = chooseChannel(wanted, {
-      localEngine,
-      engineInVm,
-      // Only asked when it decides: a controller in a container, or a folder the engine cannot see.
-      sharesFolders: wanted === 'auto' && localEngine && !engineInVm ? await this.engineSeesFolder(stateDir, helperImage) : false,
-    });
+    // Only asked when it decides: a controller in a container, or a folder the engine cannot see.
+    const sharesFolders =
+      (wanted === 'auto' || this.engine.name === 'podman') && localEngine && !engineInVm && (await this.engineSeesFolder(stateDir, helperImage));
+    this.channel = chooseChannel(wanted, { localEngine, engineInVm, sharesFolders });
+    if (this.engine.name === 'podman') this.seccompProfile = await this.podmanSeccompProfile(stateDir, sharesFolders);
     this.options.logger?.info({ channel: this.channel }, 'daemon.channel');
     this.dirs = new AgentDirs(stateDir, daemonOwner(this.remap));
     this.workspaces = await openWorkspaceStore({
@@ -459,6 +472,32 @@ export class DockerProvider implements SandboxProvider {
     this.runtimeVolume = await this.ensureRuntimeVolume(runtime, helperImage);
     if (this.engine.name === 'podman') this.processLimit = await this.chooseProcessLimit(helperImage);
     return { oldRuntimesRemoved: (await this.removeOldRuntimeVolumes(this.runtimeVolume)).length };
+  }
+
+  /**
+   * Writes Podman's default seccomp profile with namespaces closed ({@link closeNamespaces}) into
+   * the state folder and returns its path, which Podman reads on its own host (its API takes a
+   * path, not the profile). Without it sandbox code could make user namespaces, which Docker's
+   * default refuses; so a Podman whose host this controller does not share is refused.
+   */
+  private async podmanSeccompProfile(stateDir: string, sharesFolders: boolean): Promise<string> {
+    let base: SeccompProfile;
+    try {
+      if (!sharesFolders) throw new Error("the engine does not see this controller's folders");
+      base = JSON.parse(await readFile(PODMAN_DEFAULT_SECCOMP, 'utf8')) as SeccompProfile;
+    } catch (err) {
+      throw new CodedError(
+        'NOT_SUPPORTED',
+        `Podman's default seccomp profile lets sandbox code make user namespaces, and Warren closes them with a profile file on the engine's host; it cannot here (${(err as Error).message}). ` +
+          `Run the controller on the Podman host with ${PODMAN_DEFAULT_SECCOMP} present (the containers-common package), or use Docker (docs/install.md, Podman).`,
+      );
+    }
+    const text = `${JSON.stringify(closeNamespaces(base))}\n`;
+    const file = path.join(stateDir, `seccomp-podman-${createHash('sha256').update(text).digest('hex').slice(0, 16)}.json`);
+    await mkdir(stateDir, { recursive: true });
+    await writeFile(file, text, { mode: 0o644 });
+    this.options.logger?.info({ seccompProfile: file }, 'engine.seccomp-profile');
+    return file;
   }
 
   /**
@@ -602,6 +641,7 @@ export class DockerProvider implements SandboxProvider {
         runtimeVolume: this.runtimeVolume,
         workspaceOnHost,
         processLimit: this.processLimit,
+        seccompProfile: this.seccompProfile,
       });
       container = await this.docker.createContainer(body).catch((e: unknown) => rethrow(e, `create a container from ${spec.image}`));
       await container.start().catch((e: unknown) => rethrow(e, `start the container for sandbox ${spec.agentId}`));

@@ -24,6 +24,7 @@ export {
   type DaemonChannel,
   type SandboxContainerSpec,
 } from './docker.js';
+export { closeNamespaces, PODMAN_DEFAULT_SECCOMP, type SeccompProfile, type SeccompRule } from './seccomp.js';
 export { LABELS, sandboxLabels } from './labels.js';
 export type {
   SandboxProvider,

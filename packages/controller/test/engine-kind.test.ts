@@ -2,6 +2,7 @@ import { describe, expect, it } from '@jest/globals';
 import { CodedError } from '@warren/protocol';
 import {
   checkLimitsEnforced,
+  closeNamespaces,
   containerCreateBody,
   detectEngine,
   engineError,
@@ -10,6 +11,7 @@ import {
   loadConfig,
   processLimitCandidates,
   unenforcedLimits,
+  type SeccompRule,
 } from '../src/index.js';
 
 // `GET /version` as Podman 4.3.1's `podman system service` and Docker 20.10 answer it on Debian 12 (trimmed).
@@ -203,5 +205,46 @@ describe("Podman's answers as Warren's errors", () => {
     const err = engineError({ statusCode: 500, json: { message } }, 'start the container for sandbox abc');
     expect(err.code).toBe('INVALID_PARAMS');
     expect(err.message).toMatch(/limits\.openFiles \(or engine\.processLimit\)/);
+  });
+});
+
+describe("Podman's seccomp profile with namespaces closed", () => {
+  // The shape of Podman 4.3's /usr/share/containers/seccomp.json: one big allow rule that includes clone, clone3 and unshare.
+  const podmanDefault = {
+    defaultAction: 'SCMP_ACT_ERRNO',
+    defaultErrnoRet: 38,
+    syscalls: [
+      { names: ['bdflush', 'userfaultfd'], action: 'SCMP_ACT_ERRNO', errnoRet: 1 },
+      { names: ['read', 'clone', 'clone3', 'unshare', 'write'], action: 'SCMP_ACT_ALLOW', args: [] },
+      { names: ['setns'], action: 'SCMP_ACT_ALLOW', includes: { caps: ['CAP_SYS_ADMIN'] } },
+      { name: 'unshare', action: 'SCMP_ACT_ALLOW' },
+    ],
+  };
+
+  it('takes clone, clone3 and unshare out of every allow rule and keeps the rest', () => {
+    const closed = closeNamespaces(podmanDefault);
+    expect(closed.defaultAction).toBe('SCMP_ACT_ERRNO');
+    expect(closed.syscalls[0]).toEqual(podmanDefault.syscalls[0]);
+    expect(closed.syscalls[1]).toMatchObject({ names: ['read', 'write'], action: 'SCMP_ACT_ALLOW' });
+    expect(closed.syscalls[2]).toEqual(podmanDefault.syscalls[2]);
+    const allowedUnconditionally = closed.syscalls
+      .filter((r: SeccompRule) => r.action === 'SCMP_ACT_ALLOW' && !(r.args ?? []).length)
+      .flatMap((r: SeccompRule) => r.names ?? [r.name]);
+    expect(allowedUnconditionally).not.toEqual(expect.arrayContaining(['unshare']));
+    expect(allowedUnconditionally).not.toContain('clone');
+    expect(allowedUnconditionally).not.toContain('clone3');
+  });
+
+  it('refuses unshare, allows clone only without namespace flags, and answers clone3 ENOSYS (so libc falls back to clone)', () => {
+    const added = closeNamespaces(podmanDefault).syscalls.slice(-3);
+    expect(added).toEqual([
+      { names: ['unshare'], action: 'SCMP_ACT_ERRNO', errnoRet: 1 },
+      { names: ['clone'], action: 'SCMP_ACT_ALLOW', args: [{ index: 0, value: 0x7e020000, valueTwo: 0, op: 'SCMP_CMP_MASKED_EQ' }] },
+      { names: ['clone3'], action: 'SCMP_ACT_ERRNO', errnoRet: 38 },
+    ]);
+  });
+
+  it('refuses a profile whose default allows, since a clone with namespace flags would pass', () => {
+    expect(() => closeNamespaces({ defaultAction: 'SCMP_ACT_ALLOW', syscalls: [] })).toThrow(/cannot refuse a clone/);
   });
 });

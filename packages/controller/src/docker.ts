@@ -534,13 +534,15 @@ export class DockerProvider implements SandboxProvider {
         .catch((e: unknown) => rethrow(e, `create a helper container from ${helperImage}`));
       try {
         await helper.start();
+        // It runs /bin/true: once it has exited the engine removes it without a race with its exit.
+        await helper.wait().catch(() => undefined);
         this.options.logger?.info({ processLimit: limit, tried: candidates }, 'engine.process-limit');
         return limit;
       } catch (err) {
         refusal = (err as { json?: { message?: string } }).json?.message ?? String(err);
         if (!/rlimit/i.test(refusal)) rethrow(err, "start a helper container to learn the engine's process limit");
       } finally {
-        await helper.remove({ force: true }).catch(() => undefined);
+        await removeHelper(helper);
       }
     }
     throw new CodedError(
@@ -612,7 +614,7 @@ export class DockerProvider implements SandboxProvider {
     try {
       return await use(helper);
     } finally {
-      await helper.remove({ force: true }).catch(() => undefined);
+      await removeHelper(helper);
     }
   }
 
@@ -811,7 +813,7 @@ export class DockerProvider implements SandboxProvider {
         for await (const chunk of archive) chunks.push(chunk as Buffer);
         return Buffer.concat(chunks).includes(marker);
       } finally {
-        await helper.remove({ force: true }).catch(() => undefined);
+        await removeHelper(helper);
       }
     } catch {
       return false;
@@ -968,6 +970,19 @@ export function chooseChannel(wanted: 'auto' | DaemonChannel, where: { localEngi
 function isLocalEngine(docker: Docker): boolean {
   const socketPath = (docker.modem as { socketPath?: unknown }).socketPath;
   return typeof socketPath === 'string' || typeof socketPath === 'function';
+}
+
+/** Removes a helper container, once more after a moment if the engine was still busy with it (Podman, just after its exit). */
+async function removeHelper(helper: Docker.Container): Promise<void> {
+  for (let attempt = 0; attempt < 3; attempt++) {
+    try {
+      await helper.remove({ force: true });
+      return;
+    } catch (err) {
+      if ((err as { statusCode?: number }).statusCode === 404) return;
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+  }
 }
 
 /** Docker's container states as a provider's: created, restarting and dead containers do not run. */

@@ -143,6 +143,99 @@ ensure_remap_engine() {
   fi
 }
 
+# Podman as a second engine (docs/install.md, Podman): Debian's podman with catatonit (the init
+# that `Init: true` needs there), its Docker-compatible API service on its own socket, and Warren's
+# images copied in from the Docker engine (builds are offline here: Podman gets what Docker built).
+# Its store (/var/lib/containers) and socket share nothing with dockerd. Returns non-zero where
+# this machine cannot run it (not root, no apt); PODMAN_DOCKER_HOST is its address.
+PODMAN_DIR=/run/warren-podman
+PODMAN_DOCKER_HOST=unix://$PODMAN_DIR/podman.sock
+PODMAN_LOG=/var/log/warren-podman.log
+podman_answers() { curl -sf --max-time 5 --unix-socket "$PODMAN_DIR/podman.sock" http://podman/_ping >/dev/null 2>&1; }
+
+ensure_podman() {
+  if ! podman_answers; then
+    is_root && command -v apt-get >/dev/null 2>&1 || return 1
+    ensure_commands podman catatonit curl
+    step "Starting podman system service on $PODMAN_DOCKER_HOST (log: $PODMAN_LOG)"
+    mkdir -p "$PODMAN_DIR"
+    # --time=0: the service never exits for being idle; setsid + nohup: it outlives this script.
+    setsid nohup podman system service --time=0 "$PODMAN_DOCKER_HOST" >>"$PODMAN_LOG" 2>&1 </dev/null &
+    echo $! >"$PODMAN_DIR/service.pid"
+    local deadline=$((SECONDS + 60))
+    until podman_answers; do
+      ((SECONDS < deadline)) || { tail -n 20 "$PODMAN_LOG" >&2; return 1; }
+      sleep 0.5
+    done
+    step_done "Podman $(podman version --format '{{.Server.Version}}' 2>/dev/null || podman --version) is up"
+  fi
+  load_images_into_podman warren/sandbox:latest warren/test-debian:latest warren/test-busybox:latest
+}
+
+# Copies images from the Docker engine into Podman's store where Podman lacks them or has another
+# build (the same image id means the same content). Podman names them localhost/<name>; Warren's
+# short names still resolve to them.
+load_images_into_podman() {
+  local image want have missing=()
+  for image in "$@"; do
+    want=$(docker image inspect --format '{{.Id}}' "$image" 2>/dev/null) || { echo "no $image on the Docker engine to copy into Podman" >&2; return 1; }
+    have=$(podman image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
+    [[ ${want#sha256:} == "${have#sha256:}" ]] || missing+=("$image")
+  done
+  ((${#missing[@]})) || return 0
+  step "Loading ${missing[*]} into Podman (docker save | podman load)"
+  docker save "${missing[@]}" | podman load -q >/dev/null || return 1
+  step_done
+}
+
+# Rootless Docker of an unprivileged user (docs/install.md, rootless Docker), for
+# test/e2e/engine-non-root.test.ts: rootlesskit and slirp4netns, a user warren-rootless (uid 1101)
+# with subordinate ids, /dev/net/tun open to users (0666, as most distributions ship it; here it is
+# 0600 and rootlesskit fails without it), and dockerd-rootless.sh with its own data root and
+# socket under /run/user/1101. It shares nothing with the root dockerd. On cgroup v1 its cgroup
+# driver is none: limits are not enforced, which is what the test checks Warren refuses.
+# Returns non-zero where this machine cannot run it; ROOTLESS_DOCKER_HOST is its address.
+ROOTLESS_UID=1101
+ROOTLESS_USER=warren-rootless
+ROOTLESS_DIR=/run/user/$ROOTLESS_UID
+ROOTLESS_DOCKER_HOST=unix://$ROOTLESS_DIR/docker.sock
+ROOTLESS_LOG=/var/log/warren-rootless-dockerd.log
+rootless_docker_answers() { DOCKER_HOST=$ROOTLESS_DOCKER_HOST docker info >/dev/null 2>&1; }
+
+ensure_rootless_docker() {
+  local contrib=/usr/share/docker.io/contrib
+  if ! rootless_docker_answers; then
+    is_root && command -v apt-get >/dev/null 2>&1 && [[ -x $contrib/dockerd-rootless.sh ]] || return 1
+    ensure_commands rootlesskit slirp4netns newuidmap=uidmap setpriv=util-linux
+    id -u "$ROOTLESS_USER" >/dev/null 2>&1 || useradd -m -u "$ROOTLESS_UID" -s /usr/sbin/nologin "$ROOTLESS_USER" || return 1
+    grep -q "^$ROOTLESS_USER:" /etc/subuid || echo "$ROOTLESS_USER:200000:65536" >>/etc/subuid
+    grep -q "^$ROOTLESS_USER:" /etc/subgid || echo "$ROOTLESS_USER:200000:65536" >>/etc/subgid
+    [[ -c /dev/net/tun ]] && chmod 0666 /dev/net/tun
+    install -d -m 0700 -o "$ROOTLESS_USER" -g "$ROOTLESS_USER" "$ROOTLESS_DIR"
+    step "Starting rootless dockerd as $ROOTLESS_USER on $ROOTLESS_DOCKER_HOST (log: $ROOTLESS_LOG)"
+    local home
+    home=$(getent passwd "$ROOTLESS_USER" | cut -d: -f6)
+    setsid nohup setpriv --reuid="$ROOTLESS_UID" --regid="$ROOTLESS_UID" --init-groups -- \
+      env -i HOME="$home" XDG_RUNTIME_DIR="$ROOTLESS_DIR" PATH="$contrib:/usr/sbin:/usr/bin:/sbin:/bin" \
+      dockerd-rootless.sh --data-root "$home/.local/share/docker" --host "$ROOTLESS_DOCKER_HOST" \
+      --exec-root "$ROOTLESS_DIR/docker-exec" --pidfile "$ROOTLESS_DIR/docker.pid" >>"$ROOTLESS_LOG" 2>&1 </dev/null &
+    local deadline=$((SECONDS + 60))
+    until rootless_docker_answers; do
+      ((SECONDS < deadline)) || { tail -n 20 "$ROOTLESS_LOG" >&2; return 1; }
+      sleep 0.5
+    done
+    step_done "up (cgroup driver: $(DOCKER_HOST=$ROOTLESS_DOCKER_HOST docker info --format '{{.CgroupDriver}}'))"
+  fi
+  local image=warren/sandbox:latest want have
+  want=$(docker image inspect --format '{{.Id}}' "$image" 2>/dev/null) || return 1
+  have=$(DOCKER_HOST=$ROOTLESS_DOCKER_HOST docker image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
+  if [[ $want != "$have" ]]; then
+    step "Loading $image into rootless Docker"
+    docker save "$image" | DOCKER_HOST=$ROOTLESS_DOCKER_HOST docker load -q >/dev/null || return 1
+    step_done
+  fi
+}
+
 # Installs the Debian packages of the named commands that are missing, in one apt call. Each
 # argument is a command that is also its package's name (tmux), or COMMAND=PACKAGE
 # (mkfs.ext4=e2fsprogs). Used for what the tests drive (tmux types into `warren shell`).

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { CancelledError, Sandbox, type CommandEvent } from '@warren/sdk';
+import { testEngine } from '../support/engine.js';
 import { startTestSandbox, type TestController } from '../support/fixtures.js';
 
 const MiB = 1024 * 1024;
@@ -58,7 +59,9 @@ describe('process.exec in a real sandbox', () => {
     expect((await sandbox.commands.run(['cat', `/proc/${daemon.pid}/oom_score_adj`])).stdout).toBe('0\n');
     // The defaults, the container's own environment (Docker's HOSTNAME; the image's ENV and the create
     // env when there are any), the shell's PWD and the tree marker: nothing of the daemon's.
-    expect(env.map((line) => line.split('=')[0])).toEqual(['HOME', 'HOSTNAME', 'LANG', 'LC_ALL', 'PATH', 'PWD', 'TERM', 'WARREN_EXEC_ID']);
+    // Podman marks every container with container=podman (systemd's convention); Docker adds nothing.
+    const engineOwn = (await testEngine()).name === 'podman' ? ['container'] : [];
+    expect(env.map((line) => line.split('=')[0])).toEqual(['HOME', 'HOSTNAME', 'LANG', 'LC_ALL', 'PATH', 'PWD', 'TERM', 'WARREN_EXEC_ID', ...engineOwn]);
     const secrets = [warren.controller.sandboxes.agentSecret(sandbox.id), sandbox.token, warren.apiKey];
     // Every environment and command line in the sandbox the sandbox user can read, the daemon's included.
     const dump = await sandbox.commands.run('for p in /proc/[0-9]*; do tr "\\0" "\\n" < $p/environ; tr "\\0" " " < $p/cmdline; echo; done 2>/dev/null', {

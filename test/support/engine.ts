@@ -5,6 +5,8 @@ import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
+import Docker from 'dockerode';
+import { detectEngine, type EngineKind } from '@warren/controller';
 
 const run = promisify(execFile);
 
@@ -46,4 +48,15 @@ export async function stopEngine(): Promise<void> {
 /** Starts dockerd the way scripts/test does (which marks it as Warren's again), and waits until it answers. */
 export async function startEngine(repoRoot: string): Promise<void> {
   await run('bash', ['-c', `source ${path.join(repoRoot, 'scripts/lib/common.sh')} && ensure_docker`]);
+}
+
+let engineKind: Promise<EngineKind> | undefined;
+
+/**
+ * The engine the e2e tier runs against (DOCKER_HOST): Docker, or Podman in the Podman pass of
+ * scripts/test. Tests use it to skip, with the reason, exactly what an engine cannot do.
+ */
+export function testEngine(): Promise<EngineKind> {
+  engineKind ??= new Docker().version().then(detectEngine);
+  return engineKind;
 }

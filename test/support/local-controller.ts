@@ -168,6 +168,8 @@ export async function startLocalController(config: Partial<ControllerConfig> = {
       reapIntervalMs: 60_000,
       // The E2B gateway's `base` template: this controller's workspace folder as the home and policy root.
       e2bTemplates: { base: { home: root, create: { policy: { root, readOnly: false } } } },
+      // In-process daemons have no cgroups: the refusal of an engine without enforced limits is for real engines.
+      engine: { allowUnenforcedLimits: true },
       ...config,
     },
   });

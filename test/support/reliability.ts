@@ -4,7 +4,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { rmSync } from 'node:fs';
-import { mkdtemp, readFile } from 'node:fs/promises';
+import { chown, mkdtemp, readFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -60,6 +60,14 @@ export async function freePort(): Promise<number> {
   return port;
 }
 
+/** Who a {@link ControllerProcess} runs as, when not as the test's own user. */
+export interface ControllerUser {
+  uid: number;
+  gid: number;
+  /** Supplementary groups, e.g. the `docker` group's id. */
+  groups: number[];
+}
+
 /** A controller in its own process: its pid for /proc, SIGKILL-able, restartable on the same port and state. */
 export class ControllerProcess {
   private constructor(
@@ -71,9 +79,11 @@ export class ControllerProcess {
 
   /**
    * Starts a controller with a fresh state folder and API key, or with `env` from an earlier
-   * one (same port, state folder and key: a restart).
+   * one (same port, state folder and key: a restart). With `user`, it runs as that uid, gid and
+   * supplementary groups (`setpriv`), its state folder handed to it: a non-root controller.
+   * A controller that exits before it listens rejects with the end of what it wrote to stderr.
    */
-  static async start(extraEnv: Record<string, string> = {}, previous?: ControllerProcess): Promise<ControllerProcess> {
+  static async start(extraEnv: Record<string, string> = {}, previous?: ControllerProcess, options: { user?: ControllerUser } = {}): Promise<ControllerProcess> {
     const entry = await bundleEntry();
     const env = previous
       ? previous.env
@@ -84,10 +94,33 @@ export class ControllerProcess {
           WARREN_AGENT_BUNDLE: path.join(repo, 'packages', 'agent', 'dist', 'warren-agent.mjs'),
           ...extraEnv,
         };
-    const child = spawn(process.execPath, [entry], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'inherit'] });
+    const user = options.user;
+    if (user && !previous) await chown(env.WARREN_STATE_DIR!, user.uid, user.gid);
+    const command: [string, string[]] = user
+      ? [
+          'setpriv',
+          [
+            `--reuid=${user.uid}`,
+            `--regid=${user.gid}`,
+            ...(user.groups.length > 0 ? [`--groups=${user.groups.join(',')}`] : ['--clear-groups']),
+            '--',
+            process.execPath,
+            entry,
+          ],
+        ]
+      : [process.execPath, [entry]];
+    const child = spawn(command[0], command[1], {
+      env: { ...process.env, ...env, ...(user ? { HOME: env.WARREN_STATE_DIR! } : {}) },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stderr = '';
+    child.stderr.on('data', (chunk: Buffer) => {
+      process.stderr.write(chunk);
+      stderr = (stderr + chunk.toString('utf8')).slice(-4000);
+    });
     const line = await new Promise<string>((resolve, reject) => {
       createInterface({ input: child.stdout }).once('line', resolve);
-      child.once('exit', (code) => reject(new Error(`the controller exited with ${code} before it listened`)));
+      child.once('exit', (code) => reject(new Error(`the controller exited with ${code} before it listened: ${stderr.trim()}`)));
     });
     return new ControllerProcess(child, (JSON.parse(line) as { url: string }).url, env.WARREN_API_KEY!, env);
   }

@@ -87,6 +87,19 @@ export interface ControllerConfig {
   logLevel: LogLevel;
   /** The E2B gateway's templates (`/e2b`, docs/e2b.md): each name a create request; `base` is the default image. */
   e2bTemplates: E2bTemplates;
+  /** What the controller accepts of the container engine (docs/install.md: Podman, rootless Docker). */
+  engine: EngineSettings;
+}
+
+/** How the controller copes with engines that differ from a rootful Docker engine. */
+export interface EngineSettings {
+  /**
+   * Start on an engine that accepts memory, CPU and pids limits without enforcing them (rootless
+   * Docker on cgroup v1: cgroup driver `none`). Off by default: the controller refuses to start there.
+   */
+  allowUnenforcedLimits: boolean;
+  /** RLIMIT_NPROC of sandboxes on engines that set one (Podman); by default the largest the engine accepts. */
+  processLimit?: number | undefined;
 }
 
 /** How the controller fetches and builds images. */
@@ -163,6 +176,11 @@ const Images = z.strictObject({
   timeoutMs: z.number().int().positive().optional(),
 });
 
+const Engine = z.strictObject({
+  allowUnenforcedLimits: z.boolean().optional(),
+  processLimit: z.number().int().min(64).optional(),
+});
+
 /** The configuration file's shape (JSON or YAML): every key optional, unknown keys refused. */
 export const ConfigFile = z.strictObject({
   host: z.string().optional(),
@@ -232,6 +250,7 @@ export const ConfigFile = z.strictObject({
     })
     .optional(),
   e2bTemplates: E2bTemplates.optional(),
+  engine: Engine.optional(),
 });
 export type ConfigFile = z.infer<typeof ConfigFile>;
 
@@ -291,6 +310,7 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   logLevel: 'info',
   egress: DEFAULT_EGRESS,
   e2bTemplates: DEFAULT_E2B_TEMPLATES,
+  engine: { allowUnenforcedLimits: false },
 };
 
 /** Reads and checks a configuration file (`.json`, `.yaml` or `.yml`). */
@@ -333,6 +353,7 @@ export function loadConfig(
   const limits = { ...DEFAULTS.limits, ...stripUndefined(file.limits ?? {}), ...stripUndefined(fromEnv.limits ?? {}) };
   const maxLimits = { ...DEFAULTS.maxLimits, ...stripUndefined(file.maxLimits ?? {}), ...stripUndefined(fromEnv.maxLimits ?? {}) };
   const images = { ...DEFAULTS.images, ...stripUndefined(file.images ?? {}), ...stripUndefined(fromEnv.images ?? {}) };
+  const engine = { ...DEFAULTS.engine, ...stripUndefined(file.engine ?? {}), ...stripUndefined(fromEnv.engine ?? {}) };
   const merged = { ...stripUndefined(file), ...stripUndefined(fromEnv) };
   const config: ControllerConfig = {
     ...DEFAULTS,
@@ -346,6 +367,7 @@ export function loadConfig(
     maxLimits,
     egress: { ...DEFAULT_EGRESS, ...stripUndefined(file.egress ?? {}) },
     images,
+    engine,
     ...overrides,
   };
   return config;
@@ -425,6 +447,8 @@ const ENV_SETTINGS: [variable: string, path: string, kind: 'string' | 'number' |
   ['WARREN_MAX_PULL_MB', 'images.maxPullMb', 'number'],
   ['WARREN_MAX_BUILD_CONTEXT_MB', 'images.maxBuildContextMb', 'number'],
   ['WARREN_BUILD_NETWORK', 'images.buildNetwork', 'string'],
+  ['WARREN_ALLOW_UNENFORCED_LIMITS', 'engine.allowUnenforcedLimits', 'boolean'],
+  ['WARREN_PROCESS_LIMIT', 'engine.processLimit', 'number'],
   ['LOG_LEVEL', 'logLevel', 'string'],
 ];
 

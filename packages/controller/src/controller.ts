@@ -6,6 +6,7 @@ import { Credentials } from './credentials.js';
 import Docker from 'dockerode';
 import { DockerProvider } from './docker.js';
 import { resolveEngine } from './engine-endpoint.js';
+import { checkLimitsEnforced } from './engine-kind.js';
 import { EngineWatch } from './engine-watch.js';
 import { createLogger, type Logger } from './logger.js';
 import { createHttpServer, serverUrl } from './http.js';
@@ -69,17 +70,18 @@ export async function startController(options: StartControllerOptions = {}): Pro
       workspaceQuota: config.workspaceQuota,
       workspaceReserveMb: config.workspaceReserveMb,
       daemonChannel: config.daemonChannel,
+      processLimit: config.engine.processLimit,
       logger,
     });
   await provider.ping();
   const runtime = await collectRuntime(config.agentBundlePath);
   const { oldRuntimesRemoved } = await provider.prepare(runtime, config.defaultImage);
   const isolation = await provider.isolation();
-  if (!isolation.limitsEnforced)
-    logger.warn(
-      { warning: 'this engine accepts memory, CPU and pids limits without enforcing them (rootless on cgroup v1); sandboxes are not bounded' },
-      'engine.limits-not-enforced',
-    );
+  if (!isolation.limitsEnforced) {
+    const reason = isolation.limitsNotEnforced ?? 'the engine accepts memory, CPU and pids limits without enforcing them';
+    checkLimitsEnforced(reason, config.engine.allowUnenforcedLimits);
+    logger.warn({ warning: `${reason}; sandboxes are not bounded (engine.allowUnenforcedLimits is on)` }, 'engine.limits-not-enforced');
+  }
   const metrics: Metrics = new Metrics(() => sandboxes.countByState());
   const sandboxes: SandboxService = new SandboxService({
     provider,

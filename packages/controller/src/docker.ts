@@ -1,5 +1,5 @@
-import { randomBytes } from 'node:crypto';
-import { mkdir, rm, writeFile } from 'node:fs/promises';
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Duplex, Readable } from 'node:stream';
 import Docker from 'dockerode';
@@ -7,7 +7,9 @@ import { CodedError, DEFAULT_ROOT } from '@warren/protocol';
 import type { SandboxSettings } from '@warren/protocol';
 import { AgentDirs, type HostIdentity } from './agent-dir.js';
 import { resolveEngine } from './engine-endpoint.js';
+import { detectEngine, hardLimits, processLimitCandidates, unenforcedLimits, type EngineKind, type EngineLimitsInfo } from './engine-kind.js';
 import { openWorkspaceStore, type WorkspaceStore } from './workspace-store.js';
+import { closeNamespaces, PODMAN_DEFAULT_SECCOMP, type SeccompProfile } from './seccomp.js';
 import { LABELS } from './labels.js';
 import type { Logger } from './logger.js';
 import { defaultStateDir } from './config.js';
@@ -69,6 +71,13 @@ export interface SandboxContainerSpec {
   settings: SandboxSettings;
   /** The sandbox's own disk on the host (the quota), bound at /workspace instead of a volume. */
   workspaceOnHost?: string | undefined;
+  /**
+   * RLIMIT_NPROC of every process, set only where the engine would otherwise pick one above its
+   * own hard limit (Podman); Docker leaves the engine's. The pids limit bounds one sandbox.
+   */
+  processLimit?: number | undefined;
+  /** A seccomp profile file on the engine's host, where the engine's default is too open (Podman: {@link closeNamespaces}). */
+  seccompProfile?: string | undefined;
 }
 
 /** Where the sandbox's writable disk goes: `/workspace` unless the create asked for another folder. */
@@ -106,7 +115,7 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
     Init: true,
     CapDrop: ['ALL'],
     CapAdd: [...DAEMON_CAPABILITIES],
-    SecurityOpt: ['no-new-privileges:true'],
+    SecurityOpt: ['no-new-privileges:true', ...(spec.seccompProfile === undefined ? [] : [`seccomp=${spec.seccompProfile}`])],
     Privileged: false,
     NetworkMode: settings.network,
     PidMode: '',
@@ -127,6 +136,7 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
     Ulimits: [
       { Name: 'nofile', Soft: settings.openFiles, Hard: settings.openFiles },
       { Name: 'fsize', Soft: settings.fileSizeMb * 1024 * 1024, Hard: settings.fileSizeMb * 1024 * 1024 },
+      ...(spec.processLimit === undefined ? [] : [{ Name: 'nproc', Soft: spec.processLimit, Hard: spec.processLimit }]),
     ],
     Devices: [],
     AutoRemove: false,
@@ -162,33 +172,35 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
   };
 }
 
-/**
- * Reads the engine's isolation from `docker info`. Under user-namespace remap the engine keeps its
- * data in `<data-root>/<uid>.<gid>`, which is how the remapped root is found.
- */
 /** The fields of `docker info` that say how the engine isolates containers. */
-interface EngineInfo {
+interface EngineInfo extends EngineLimitsInfo {
   Architecture?: string;
   OperatingSystem?: string;
-  SecurityOptions?: string[];
-  CgroupVersion?: string;
-  CgroupDriver?: string;
   Runtimes?: Record<string, unknown>;
+  DefaultRuntime?: string;
   Driver?: string;
   DockerRootDir?: string;
 }
 
-export function engineIsolation(info: EngineInfo): Omit<ProviderIsolation, 'diskQuota'> {
+/**
+ * Reads the engine's isolation from `docker info`. Under user-namespace remap the engine keeps its
+ * data in `<data-root>/<uid>.<gid>`, which is how the remapped root is found. Podman lists every
+ * runtime it knows a path for, installed or not, so on Podman only its default runtime counts.
+ */
+export function engineIsolation(info: EngineInfo, engine?: EngineKind): Omit<ProviderIsolation, 'diskQuota'> {
   const options = (info.SecurityOptions ?? []).map((o) => /name=([^,]+)/.exec(o)?.[1] ?? o);
   const remapped = options.includes('userns') ? /\/(\d+)\.(\d+)\/?$/.exec(info.DockerRootDir ?? '') : null;
   const cgroupDriver = info.CgroupDriver ?? 'unknown';
-  const runtimes = Object.keys(info.Runtimes ?? { runc: {} });
+  const runtimes = engine?.name === 'podman' ? [info.DefaultRuntime ?? 'runc'] : Object.keys(info.Runtimes ?? { runc: {} });
+  const limitsNotEnforced = unenforcedLimits(info);
   return {
+    ...(engine ? { engine } : {}),
     usernsRemap: remapped ? { uid: Number(remapped[1]), gid: Number(remapped[2]) } : null,
     rootless: options.includes('rootless'),
     cgroupVersion: info.CgroupVersion ?? '1',
     cgroupDriver,
-    limitsEnforced: cgroupDriver !== 'none',
+    limitsEnforced: limitsNotEnforced === undefined,
+    ...(limitsNotEnforced === undefined ? {} : { limitsNotEnforced }),
     seccomp: options.includes('seccomp'),
     apparmor: options.includes('apparmor'),
     selinux: options.includes('selinux'),
@@ -220,6 +232,12 @@ export class DockerProvider implements SandboxProvider {
   private remap: { uid: number; gid: number } | null = null;
   /** How daemons are reached, settled in {@link DockerProvider.prepare}. */
   channel: DaemonChannel = 'socket';
+  /** The product behind the API (Docker or Podman), learnt in {@link DockerProvider.prepare}. */
+  engine: EngineKind | undefined;
+  /** RLIMIT_NPROC of sandboxes where the engine needs one said (Podman), chosen in {@link DockerProvider.prepare}. */
+  processLimit: number | undefined;
+  /** The seccomp profile file sandboxes get where the engine's default lets them make namespaces (Podman). */
+  seccompProfile: string | undefined;
 
   constructor(options: DockerProviderOptions = {}) {
     this.options = options;
@@ -232,7 +250,7 @@ export class DockerProvider implements SandboxProvider {
   }
 
   async isolation(): Promise<ProviderIsolation> {
-    const isolation = engineIsolation((await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info'))) as EngineInfo);
+    const isolation = engineIsolation((await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info'))) as EngineInfo, this.engine);
     return { ...isolation, diskQuota: this.workspaces?.describe() ?? { quota: false, kind: 'volume', reason: 'the provider is not prepared yet' } };
   }
 
@@ -240,7 +258,10 @@ export class DockerProvider implements SandboxProvider {
   async runtimes(): Promise<{ name: string; args: string[] }[]> {
     const info = (await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info'))) as {
       Runtimes?: Record<string, { runtimeArgs?: string[] }>;
+      DefaultRuntime?: string;
     };
+    // Podman lists every runtime it has a path for, installed or not: only its default is certain.
+    if (this.engine?.name === 'podman') return [{ name: info.DefaultRuntime ?? 'runc', args: [] }];
     return Object.entries(info.Runtimes ?? { runc: {} }).map(([name, r]) => ({ name, args: r?.runtimeArgs ?? [] }));
   }
 
@@ -320,6 +341,15 @@ export class DockerProvider implements SandboxProvider {
    * Intermediate containers are removed, even after a failed step.
    */
   async buildImage(context: Buffer, options: BuildOptions): Promise<{ id: string }> {
+    // Seen on Podman 4.3: a compat build's RUN steps ran in the host's network namespace whatever
+    // `networkmode` said, so a build could reach the host and the network. Refused rather than trusted.
+    if (this.engine?.name === 'podman')
+      throw new CodedError(
+        'NOT_SUPPORTED',
+        `Image builds are refused on Podman ${this.engine.version}: its Docker-compatible build runs RUN steps on the host's network whatever images.buildNetwork says. ` +
+          'Build the image with podman build on the engine host (it is then on the engine and a create can name it), or use Docker.',
+        { engine: 'podman' },
+      );
     const stream = (await this.docker
       .buildImage(Readable.from([context]), {
         t: options.tag,
@@ -411,7 +441,9 @@ export class DockerProvider implements SandboxProvider {
   async prepare(runtime: AgentRuntime, helperImage: string): Promise<{ oldRuntimesRemoved: number }> {
     const stateDir = this.options.stateDir ?? defaultStateDir();
     const info = (await this.docker.info().catch((e: unknown) => rethrow(e, 'read the Docker engine info'))) as EngineInfo;
-    this.remap = engineIsolation(info).usernsRemap;
+    this.engine = detectEngine(await this.docker.version().catch((e: unknown) => rethrow(e, 'read the Docker engine version')));
+    this.options.logger?.info({ engine: this.engine.name, version: this.engine.version, apiVersion: this.engine.apiVersion }, 'engine.detected');
+    this.remap = engineIsolation(info, this.engine).usernsRemap;
     // The daemon is this controller's own Node, so the engine must run the same architecture.
     if (info.Architecture && nodeArch(info.Architecture) !== process.arch)
       throw new CodedError(
@@ -421,12 +453,11 @@ export class DockerProvider implements SandboxProvider {
     const wanted = this.options.daemonChannel ?? 'auto';
     const localEngine = isLocalEngine(this.docker);
     const engineInVm = /docker desktop/i.test(info.OperatingSystem ?? '');
-    this.channel = chooseChannel(wanted, {
-      localEngine,
-      engineInVm,
-      // Only asked when it decides: a controller in a container, or a folder the engine cannot see.
-      sharesFolders: wanted === 'auto' && localEngine && !engineInVm ? await this.engineSeesFolder(stateDir, helperImage) : false,
-    });
+    // Only asked when it decides: a controller in a container, or a folder the engine cannot see.
+    const sharesFolders =
+      (wanted === 'auto' || this.engine.name === 'podman') && localEngine && !engineInVm && (await this.engineSeesFolder(stateDir, helperImage));
+    this.channel = chooseChannel(wanted, { localEngine, engineInVm, sharesFolders });
+    if (this.engine.name === 'podman') this.seccompProfile = await this.podmanSeccompProfile(stateDir, sharesFolders);
     this.options.logger?.info({ channel: this.channel }, 'daemon.channel');
     this.dirs = new AgentDirs(stateDir, daemonOwner(this.remap));
     this.workspaces = await openWorkspaceStore({
@@ -439,7 +470,86 @@ export class DockerProvider implements SandboxProvider {
     const known = new Set((await this.list()).map((s) => s.labels[LABELS.sandbox]));
     for (const agentId of await this.workspaces.list()) if (!known.has(agentId)) await this.workspaces.remove(agentId);
     this.runtimeVolume = await this.ensureRuntimeVolume(runtime, helperImage);
+    if (this.engine.name === 'podman') this.processLimit = await this.chooseProcessLimit(helperImage);
     return { oldRuntimesRemoved: (await this.removeOldRuntimeVolumes(this.runtimeVolume)).length };
+  }
+
+  /**
+   * Writes Podman's default seccomp profile with namespaces closed ({@link closeNamespaces}) into
+   * the state folder and returns its path, which Podman reads on its own host (its API takes a
+   * path, not the profile). Without it sandbox code could make user namespaces, which Docker's
+   * default refuses; so a Podman whose host this controller does not share is refused.
+   */
+  private async podmanSeccompProfile(stateDir: string, sharesFolders: boolean): Promise<string> {
+    let base: SeccompProfile;
+    try {
+      if (!sharesFolders) throw new Error("the engine does not see this controller's folders");
+      base = JSON.parse(await readFile(PODMAN_DEFAULT_SECCOMP, 'utf8')) as SeccompProfile;
+    } catch (err) {
+      throw new CodedError(
+        'NOT_SUPPORTED',
+        `Podman's default seccomp profile lets sandbox code make user namespaces, and Warren closes them with a profile file on the engine's host; it cannot here (${(err as Error).message}). ` +
+          `Run the controller on the Podman host with ${PODMAN_DEFAULT_SECCOMP} present (the containers-common package), or use Docker (docs/install.md, Podman).`,
+      );
+    }
+    const text = `${JSON.stringify(closeNamespaces(base))}\n`;
+    const file = path.join(stateDir, `seccomp-podman-${createHash('sha256').update(text).digest('hex').slice(0, 16)}.json`);
+    await mkdir(stateDir, { recursive: true });
+    await writeFile(file, text, { mode: 0o644 });
+    this.options.logger?.info({ seccompProfile: file }, 'engine.seccomp-profile');
+    return file;
+  }
+
+  /**
+   * The largest RLIMIT_NPROC a container of this engine starts with (see
+   * {@link processLimitCandidates}): each candidate is tried on a helper container that runs
+   * `/bin/true`, since only a start shows whether the engine may set it. The configured value is
+   * tried alone, and a refusal says which setting to lower.
+   */
+  private async chooseProcessLimit(helperImage: string): Promise<number> {
+    let ownHard: number | undefined;
+    try {
+      ownHard = hardLimits(await readFile('/proc/self/limits', 'utf8')).processes;
+    } catch {
+      ownHard = undefined;
+    }
+    const candidates = processLimitCandidates(this.options.processLimit, ownHard);
+    let refusal = '';
+    for (const limit of candidates) {
+      const helper = await this.docker
+        .createContainer({
+          Image: helperImage,
+          Entrypoint: ['/bin/true'],
+          Cmd: [],
+          User: '0:0',
+          // Podman's own open-files default is above such an engine's hard limit too: the sandboxes' default goes with it.
+          HostConfig: {
+            NetworkMode: 'none',
+            Ulimits: [
+              { Name: 'nproc', Soft: limit, Hard: limit },
+              { Name: 'nofile', Soft: HARDENING_DEFAULTS.openFiles, Hard: HARDENING_DEFAULTS.openFiles },
+            ],
+          },
+        })
+        .catch((e: unknown) => rethrow(e, `create a helper container from ${helperImage}`));
+      try {
+        await helper.start();
+        // It runs /bin/true: once it has exited the engine removes it without a race with its exit.
+        await helper.wait().catch(() => undefined);
+        this.options.logger?.info({ processLimit: limit, tried: candidates }, 'engine.process-limit');
+        return limit;
+      } catch (err) {
+        refusal = (err as { json?: { message?: string } }).json?.message ?? String(err);
+        if (!/rlimit/i.test(refusal)) rethrow(err, "start a helper container to learn the engine's process limit");
+      } finally {
+        await removeHelper(helper);
+      }
+    }
+    throw new CodedError(
+      'NOT_SUPPORTED',
+      `The ${this.engine?.name ?? 'container'} engine refused every process limit Warren tried (${candidates.join(', ')}): ${refusal}. ` +
+        "Set engine.processLimit (WARREN_PROCESS_LIMIT) to at most the engine's own hard limit (ulimit -Hu of the engine's service).",
+    );
   }
 
   /**
@@ -504,7 +614,7 @@ export class DockerProvider implements SandboxProvider {
     try {
       return await use(helper);
     } finally {
-      await helper.remove({ force: true }).catch(() => undefined);
+      await removeHelper(helper);
     }
   }
 
@@ -532,6 +642,8 @@ export class DockerProvider implements SandboxProvider {
         channel,
         runtimeVolume: this.runtimeVolume,
         workspaceOnHost,
+        processLimit: this.processLimit,
+        seccompProfile: this.seccompProfile,
       });
       container = await this.docker.createContainer(body).catch((e: unknown) => rethrow(e, `create a container from ${spec.image}`));
       await container.start().catch((e: unknown) => rethrow(e, `start the container for sandbox ${spec.agentId}`));
@@ -701,7 +813,7 @@ export class DockerProvider implements SandboxProvider {
         for await (const chunk of archive) chunks.push(chunk as Buffer);
         return Buffer.concat(chunks).includes(marker);
       } finally {
-        await helper.remove({ force: true }).catch(() => undefined);
+        await removeHelper(helper);
       }
     } catch {
       return false;
@@ -822,6 +934,8 @@ export interface DockerProviderOptions {
   daemonChannel?: 'auto' | DaemonChannel | undefined;
   /** Where operator-facing details go; nothing is logged without one. */
   logger?: Logger | undefined;
+  /** RLIMIT_NPROC for sandboxes on engines that need one said (Podman); by default the largest the engine accepts. */
+  processLimit?: number | undefined;
 }
 
 /**
@@ -856,6 +970,19 @@ export function chooseChannel(wanted: 'auto' | DaemonChannel, where: { localEngi
 function isLocalEngine(docker: Docker): boolean {
   const socketPath = (docker.modem as { socketPath?: unknown }).socketPath;
   return typeof socketPath === 'string' || typeof socketPath === 'function';
+}
+
+/** Removes a helper container, once more after a moment if the engine was still busy with it (Podman, just after its exit). */
+async function removeHelper(helper: Docker.Container): Promise<void> {
+  for (let attempt = 0; attempt < 3; attempt++) {
+    try {
+      await helper.remove({ force: true });
+      return;
+    } catch (err) {
+      if ((err as { statusCode?: number }).statusCode === 404) return;
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+  }
 }
 
 /** Docker's container states as a provider's: created, restarting and dead containers do not run. */
@@ -901,13 +1028,20 @@ function pullFailure(image: string, err: unknown): CodedError {
   if (err instanceof CodedError) return err;
   const e = err as { statusCode?: number; json?: { message?: string }; reason?: string; code?: string; message?: string } | string | undefined;
   const detail = typeof e === 'string' ? e : (e?.json?.message ?? e?.message ?? e?.reason ?? String(err));
-  if (typeof e === 'object' && (e.code === 'ECONNREFUSED' || e.code === 'ENOENT' || e.code === 'EACCES')) return rethrowAsError(err, `pull ${image}`);
+  if (typeof e === 'object' && (e.code === 'ECONNREFUSED' || e.code === 'ENOENT' || e.code === 'EACCES')) return engineError(err, `pull ${image}`);
   if (/no space left on device/i.test(detail))
     return new CodedError('IMAGE_TOO_LARGE', `The image ${image} does not fit on the engine's disk (${detail}); nothing of it was kept.`, { image });
   return new CodedError('IMAGE_PULL_FAILED', `Could not pull ${image}: ${detail}.`, { image });
 }
 
-function rethrowAsError(err: unknown, doing: string): CodedError {
+/**
+ * A dockerode failure as the Warren error {@link DockerProvider} throws for it, for callers that
+ * report rather than throw.
+ *
+ * @example
+ * engineError({ statusCode: 404, json: Buffer.from('Not Found\n') }, 'update container x').code; // 'NOT_SUPPORTED'
+ */
+export function engineError(err: unknown, doing: string): CodedError {
   try {
     rethrow(err, doing);
   } catch (coded) {
@@ -917,19 +1051,33 @@ function rethrowAsError(err: unknown, doing: string): CodedError {
 
 /** Maps a dockerode failure to a Warren error that says what to do. */
 function rethrow(err: unknown, doing: string): never {
-  const e = err as { statusCode?: number; json?: { message?: string }; reason?: string; code?: string; message?: string };
-  const detail = e.json?.message ?? e.reason ?? e.message ?? String(err);
+  const e = err as { statusCode?: number; json?: { message?: string } | Buffer | string; reason?: string; code?: string; message?: string };
+  const detail = (typeof e.json === 'object' && !Buffer.isBuffer(e.json) ? e.json?.message : undefined) ?? e.reason ?? e.message ?? String(err);
   if (e.code === 'ECONNREFUSED' || e.code === 'ENOENT' || e.code === 'EACCES') {
     throw new CodedError(
       'UPSTREAM_UNAVAILABLE',
       `Could not ${doing}: the Docker engine is not reachable (${e.code}). Start Docker (scripts/start does) or set DOCKER_HOST.`,
     );
   }
+  if (/error setting rlimit/i.test(detail)) {
+    throw new CodedError(
+      'INVALID_PARAMS',
+      `Could not ${doing}: the engine may not set a resource limit this high (${detail}). Lower limits.openFiles (or engine.processLimit) to at most the engine's hard limits (ulimit -Hn, ulimit -Hu of the engine's service).`,
+    );
+  }
   if (e.statusCode === 404 && /image/i.test(detail)) {
     throw new CodedError('NOT_FOUND', `Could not ${doing}: ${detail}. Build Warren's images with scripts/build-images, or docker pull the image.`);
   }
+  // An engine without the endpoint (Podman 4.3 has no `container update`) answers a bare 404 body, not a container's.
+  const body = Buffer.isBuffer(e.json) || typeof e.json === 'string' ? String(e.json) : e.json?.message;
+  if (e.statusCode === 404 && /^\s*(404 )?(page )?not found\s*$/i.test(body ?? ''))
+    throw new CodedError(
+      'NOT_SUPPORTED',
+      `Could not ${doing}: this engine has no API for it (it answered '404 ${(body ?? '').trim()}'; Podman 4.3 lacks some of Docker's).`,
+    );
   if (e.statusCode === 404) throw new CodedError('SANDBOX_NOT_FOUND', `Could not ${doing}: ${detail}`);
-  if (e.statusCode === 409 && /is not paused|is already paused|is paused/i.test(detail))
+  // Docker answers 409 to a pause of a paused container; Podman answers 500 'container state improper'.
+  if ((e.statusCode === 409 || e.statusCode === 500) && /is not paused|is already paused|is paused|container state improper/i.test(detail))
     throw new CodedError('CONFLICT', `Could not ${doing}: ${detail}. Check the sandbox's state with GET /v1/sandboxes/<id>.`);
   if (e.statusCode === 409) throw new CodedError('CONFLICT', `Could not ${doing}: ${detail}`);
   throw new CodedError('UPSTREAM_UNAVAILABLE', `Could not ${doing}: ${detail}`);

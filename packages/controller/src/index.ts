@@ -9,11 +9,22 @@ export {
   ConfigFile,
   type ControllerConfig,
   type ImageSettings,
+  type EngineSettings,
 } from './config.js';
 export { createLogger, silentLogger, LOG_LEVELS, REDACTED, type Logger, type LogLevel, type LoggerOptions } from './logger.js';
 export { Credentials, API_KEY_HASH_FILE } from './credentials.js';
 export { AgentDirs } from './agent-dir.js';
-export { DockerProvider, chooseChannel, containerCreateBody, WORKSPACE, type DaemonChannel, type SandboxContainerSpec } from './docker.js';
+export {
+  DockerProvider,
+  chooseChannel,
+  containerCreateBody,
+  engineError,
+  engineIsolation,
+  WORKSPACE,
+  type DaemonChannel,
+  type SandboxContainerSpec,
+} from './docker.js';
+export { closeNamespaces, PODMAN_DEFAULT_SECCOMP, type SeccompProfile, type SeccompRule } from './seccomp.js';
 export { LABELS, sandboxLabels } from './labels.js';
 export type {
   SandboxProvider,
@@ -59,3 +70,14 @@ export { egressEventSink } from './egress/sink.js';
 export type { EgressEvent, EgressKind } from './egress/events.js';
 export { callAgent, openAgentSocket, probeAgent } from './agent-link.js';
 export { resolveEngine, type EngineEndpoint } from './engine-endpoint.js';
+export {
+  detectEngine,
+  unenforcedLimits,
+  checkLimitsEnforced,
+  hardLimits,
+  processLimitCandidates,
+  type EngineKind,
+  type EngineName,
+  type EngineVersionAnswer,
+  type EngineLimitsInfo,
+} from './engine-kind.js';

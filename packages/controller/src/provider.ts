@@ -155,6 +155,10 @@ export interface ProviderIsolation {
   cgroupDriver: string;
   /** False where memory, CPU and pids limits are accepted without being enforced (rootless on cgroup v1). */
   limitsEnforced: boolean;
+  /** Why limits are not enforced, when they are not. */
+  limitsNotEnforced?: string | undefined;
+  /** The product behind the engine API (Docker or Podman) and its version, where the provider knows it. */
+  engine?: { name: string; version: string; apiVersion: string } | undefined;
   seccomp: boolean;
   apparmor: boolean;
   selinux: boolean;

@@ -43,6 +43,11 @@ export const ERROR_CODES = {
     status: 501,
     suggestion: 'This sandbox cannot open a terminal (the message says why); run commands with commands.run or commands.start instead.',
   },
+  NOT_SUPPORTED: {
+    status: 501,
+    suggestion:
+      'This engine cannot do that (the message says which engine and why); use another way the message names, or an engine that can (docs/install.md).',
+  },
   IMAGE_NOT_ALLOWED: {
     status: 403,
     suggestion: "Use an image already on the engine or one from a registry in the controller's allowedRegistries (GET /readyz lists them).",

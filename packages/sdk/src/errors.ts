@@ -332,6 +332,14 @@ export class ConnectionClosedError extends WarrenConnectionError {
   }
 }
 
+/** The engine behind the controller cannot do what was asked (Podman without `container update`, an engine that enforces no limits); the message says what can. */
+export class NotSupportedError extends WarrenError {
+  declare readonly code: 'NOT_SUPPORTED';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('NOT_SUPPORTED', message, options);
+  }
+}
+
 /** The image names a registry the controller does not pull from (its `allowedRegistries`), or is not a valid reference. */
 export class ImageNotAllowedError extends WarrenForbiddenError {
   declare readonly code: 'IMAGE_NOT_ALLOWED';
@@ -406,6 +414,7 @@ export const ERROR_CLASSES: { readonly [C in WarrenErrorCode]: new (message: str
   SANDBOX_NOT_READY: SandboxNotReadyError,
   UPSTREAM_UNAVAILABLE: UpstreamUnavailableError,
   PTY_UNAVAILABLE: PtyUnavailableError,
+  NOT_SUPPORTED: NotSupportedError,
   INTERNAL: InternalError,
   METHOD_NOT_ALLOWED: MethodNotAllowedError,
   REQUEST_TIMEOUT: RequestTimeoutError,

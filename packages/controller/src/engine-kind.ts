@@ -1,0 +1,120 @@
+import { CodedError } from '@warren/protocol';
+
+/** Which product answers the Docker API: Docker's own engine, or Podman's `podman system service`. */
+export type EngineName = 'docker' | 'podman';
+
+/** The engine behind the Docker API, as its `version` answer names it. */
+export interface EngineKind {
+  name: EngineName;
+  /** The product's own version (`20.10.24`, `4.3.1`). */
+  version: string;
+  /** The Docker API version it speaks (`1.41`). */
+  apiVersion: string;
+}
+
+/** The fields of the engine's `GET /version` answer that name the product. */
+export interface EngineVersionAnswer {
+  Version?: string;
+  ApiVersion?: string;
+  Platform?: { Name?: string };
+  Components?: { Name?: string; Version?: string }[];
+}
+
+/**
+ * Tells Podman from Docker by the `version` answer: Podman lists a component named
+ * `Podman Engine` (Docker lists `Engine`), and older services say Podman in the platform name.
+ *
+ * @example
+ * detectEngine({ Version: '4.3.1', ApiVersion: '1.41', Components: [{ Name: 'Podman Engine', Version: '4.3.1' }] });
+ * // { name: 'podman', version: '4.3.1', apiVersion: '1.41' }
+ */
+export function detectEngine(answer: EngineVersionAnswer): EngineKind {
+  const podman = (answer.Components ?? []).find((c) => /podman/i.test(c.Name ?? ''));
+  const isPodman = podman !== undefined || /podman/i.test(answer.Platform?.Name ?? '');
+  return {
+    name: isPodman ? 'podman' : 'docker',
+    version: podman?.Version ?? answer.Version ?? 'unknown',
+    apiVersion: answer.ApiVersion ?? 'unknown',
+  };
+}
+
+/** The fields of the engine's `GET /info` answer that say whether resource limits are enforced. */
+export interface EngineLimitsInfo {
+  CgroupDriver?: string;
+  CgroupVersion?: string;
+  MemoryLimit?: boolean;
+  PidsLimit?: boolean;
+  CpuCfsQuota?: boolean;
+  SecurityOptions?: string[];
+}
+
+/**
+ * Why the engine would accept memory, CPU or pids limits without enforcing them, or undefined
+ * when it enforces them. Rootless Docker on cgroup v1 has the cgroup driver `none`; an engine
+ * without the memory, pids or CPU-quota controllers says so in `MemoryLimit`, `PidsLimit` and
+ * `CpuCfsQuota` (rootless on cgroup v2 without delegated controllers).
+ *
+ * @example
+ * unenforcedLimits({ CgroupDriver: 'none', CgroupVersion: '1' }); // 'the cgroup driver is none (...)'
+ */
+export function unenforcedLimits(info: EngineLimitsInfo): string | undefined {
+  const rootless = (info.SecurityOptions ?? []).some((o) => /name=rootless/.test(o));
+  if (info.CgroupDriver === 'none')
+    return `the engine's cgroup driver is 'none'${rootless ? ` (rootless on cgroup v${info.CgroupVersion ?? '1'})` : ''}: it creates no cgroups for containers`;
+  const missing = [
+    info.MemoryLimit === false ? 'memory' : undefined,
+    info.PidsLimit === false ? 'pids' : undefined,
+    info.CpuCfsQuota === false ? 'CPU quota' : undefined,
+  ].filter((m): m is string => m !== undefined);
+  if (missing.length > 0) return `the engine has no ${missing.join(', ')} limit support${rootless ? ' (rootless without delegated cgroup controllers)' : ''}`;
+  return undefined;
+}
+
+/**
+ * Refuses an engine that would silently ignore sandbox limits (`reason`, from
+ * {@link unenforcedLimits}), unless the operator said it may (`engine.allowUnenforcedLimits`).
+ *
+ * @example
+ * checkLimitsEnforced(unenforcedLimits({ CgroupDriver: 'none' }), false); // throws NOT_SUPPORTED
+ */
+export function checkLimitsEnforced(reason: string | undefined, allowUnenforced: boolean): void {
+  if (reason === undefined || allowUnenforced) return;
+  throw new CodedError(
+    'NOT_SUPPORTED',
+    `This engine would accept every sandbox's memory, CPU and pids limits without enforcing them: ${reason}. ` +
+      'Sandbox code could use all of the host. Run the engine with cgroup v2 and delegated controllers (docs/install.md, rootless Docker), ' +
+      'or start the controller with engine.allowUnenforcedLimits: true (WARREN_ALLOW_UNENFORCED_LIMITS=1) to accept unbounded sandboxes.',
+    { reason },
+  );
+}
+
+/**
+ * The hard limits of this process from `/proc/self/limits` (`Max processes`, `Max open files`);
+ * undefined where a limit is unlimited or absent.
+ *
+ * @example
+ * hardLimits('Max processes  32768  32768  processes\n'); // { processes: 32768, openFiles: undefined }
+ */
+export function hardLimits(procLimits: string): { processes: number | undefined; openFiles: number | undefined } {
+  const hard = (name: string) => {
+    const match = new RegExp(`^${name}\\s+\\S+\\s+(\\d+|unlimited)\\s`, 'm').exec(procLimits);
+    return match?.[1] === undefined || match[1] === 'unlimited' ? undefined : Number(match[1]);
+  };
+  return { processes: hard('Max processes'), openFiles: hard('Max open files') };
+}
+
+/**
+ * The RLIMIT_NPROC values to try on Podman, largest first: Podman sets a process limit on every
+ * container (Docker leaves the engine's own), and its default is above the hard limit of an
+ * engine without CAP_SYS_RESOURCE, which fails every start. The configured value alone when the
+ * operator set one; otherwise this process's hard limit and smaller fallbacks. `nproc` counts
+ * every process of the uid on the host, so the pids limit, not this, bounds one sandbox.
+ *
+ * @example
+ * processLimitCandidates(undefined, 96365); // [96365, 32768, 4096]
+ */
+export function processLimitCandidates(configured: number | undefined, ownHard: number | undefined): number[] {
+  if (configured !== undefined) return [configured];
+  const ceiling = ownHard ?? 1 << 20;
+  return [...new Set([ceiling, 32768, 4096].filter((n) => n <= ceiling))].sort((a, b) => b - a);
+}

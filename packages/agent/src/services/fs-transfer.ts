@@ -463,6 +463,9 @@ async function packFile(
       failed = reject;
     });
     const stream = archive.entry({ ...header, size }, (err) => (err ? failed(err) : done()));
+    // A destroyed archive fails its open entry: the callback above reports it.
+    stream.on('error', () => undefined);
+    finished.catch(() => undefined);
     let position = 0;
     while (position < size) {
       if (signal.aborted) throw new CodedError('CANCELLED', 'The download was cancelled.');

@@ -177,6 +177,22 @@ describe('streamed uploads and downloads of any size, through a real controller'
     expect(await sandbox.files.read('abort/a.txt')).toBe('old');
   });
 
+  it('undoes an upload whose connection closes halfway', async () => {
+    const child = await sandbox.derive({ inherit: true });
+    let hang: () => void = () => undefined;
+    const stalled = (async function* () {
+      yield archive(file('gone/half.bin', randomBytes(3 * MiB))).subarray(0, 2 * MiB);
+      await new Promise<void>((resolve) => (hang = resolve));
+    })();
+    const upload = child.files.upload('closing', stalled, { onProgress: ({ bytes }) => bytes > 0 && child.close() });
+    expect(await codeOf(upload)).toMatch(/CONNECTION_CLOSED|CANCELLED/);
+    hang();
+    // The daemon sees the connection end and undoes what the upload staged and made.
+    for (let i = 0; i < 100 && (await readdir(warren.root)).includes('closing'); i++) await new Promise((r) => setTimeout(r, 20));
+    expect(await readdir(warren.root)).not.toContain('closing');
+    expect(await leftovers(warren.root)).toEqual([]);
+  }, 30_000);
+
   it('ends hostile downloads with a typed error: a file grown without end, a huge sparse file, a FIFO', async () => {
     await mkdir(path.join(warren.root, 'hostile'), { recursive: true });
     const growing = path.join(warren.root, 'hostile/growing.log');

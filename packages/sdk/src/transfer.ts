@@ -145,22 +145,34 @@ export async function uploadArchive(
     const id = uploadId;
     const inFlight: Promise<number>[] = [];
     let offset = 0;
-    for await (const piece of pieces(archive, TRANSFER_CHUNK_BYTES)) {
-      if (dog.signal.aborted) throw dog.explain(undefined);
-      const sent = channel.call('fs.uploadChunk', { uploadId: id, offset }, { ...call, payload: piece }).then(({ result }) => result.received);
-      // Awaited in order below; a piece that fails before its turn must not count as unhandled.
-      sent.catch(() => undefined);
-      inFlight.push(sent);
-      offset += piece.length;
-      dog.alive();
-      if (inFlight.length >= UPLOAD_PIECES_IN_FLIGHT) {
-        report(await inFlight.shift()!);
+    let acked = 0;
+    // The source is the caller's: a stalled one must not hold an aborted upload.
+    const stopped = new Promise<never>((_, reject) => dog.signal.addEventListener('abort', () => reject(dog.explain(undefined)), { once: true }));
+    stopped.catch(() => undefined);
+    const source = pieces(archive, TRANSFER_CHUNK_BYTES);
+    try {
+      for (;;) {
+        const next = await Promise.race([source.next(), stopped]);
+        if (next.done) break;
+        const piece = next.value;
+        const sent = channel.call('fs.uploadChunk', { uploadId: id, offset }, { ...call, payload: piece }).then(({ result }) => {
+          dog.alive();
+          if (result.received > acked) {
+            acked = result.received;
+            report(acked);
+          }
+          return result.received;
+        });
+        // A piece that fails stops the upload at once, even while the source is between pieces.
+        sent.catch((err: unknown) => dog.stop(toWarren(err)));
+        inFlight.push(sent);
+        offset += piece.length;
         dog.alive();
+        if (inFlight.length >= UPLOAD_PIECES_IN_FLIGHT) await Promise.race([inFlight.shift()!, stopped]);
       }
-    }
-    while (inFlight.length > 0) {
-      report(await inFlight.shift()!);
-      dog.alive();
+      while (inFlight.length > 0) await Promise.race([inFlight.shift()!, stopped]);
+    } finally {
+      void source.return(undefined).catch(() => undefined);
     }
     const { result } = await channel.call('fs.uploadCommit', { uploadId: id }, call);
     report(offset);

@@ -305,9 +305,12 @@ export function transferHandlers(fs: FsContext): TransferHandlers {
       if (!dest.stat && dest.mount.writeApproval) await approve(ctx, { operation: 'upload', path: dest.display });
       const id = `up_${randomBytes(16).toString('hex')}`;
       const base = params.path.replace(/\/+$/, '') || '.';
-      const upload = new Upload(id, owner, fs, dest, base, params.overwrite, () => uploads.delete(id));
-      uploads.set(id, upload);
       const onClose = () => void upload.fail(new CodedError('CANCELLED', 'The connection closed during the upload; nothing of it was written.'));
+      const upload = new Upload(id, owner, fs, dest, base, params.overwrite, () => {
+        uploads.delete(id);
+        owner.removeEventListener('abort', onClose);
+      });
+      uploads.set(id, upload);
       owner.addEventListener('abort', onClose, { once: true });
       await upload.begin();
       return { result: { uploadId: id, path: dest.display } };

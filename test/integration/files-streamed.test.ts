@@ -7,6 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { MAX_FRAME_BYTES } from '@warren/protocol';
 import { Sandbox, type TransferProgress } from '@warren/sdk';
+import { runCli } from '../support/cli.js';
 import { codeOf } from '../support/files.js';
 import { archive, file } from '../support/tar-bytes.js';
 import { startLocalController, type LocalController } from '../support/local-controller.js';
@@ -223,6 +224,31 @@ describe('streamed uploads and downloads of any size, through a real controller'
     expect(folder.skipped).toEqual([{ path: 'fifo', reason: 'not a regular file, folder or link' }]);
     expect(await readdir(path.join(local, 'hostile'))).toEqual(['ok.txt']);
   }, 60_000);
+
+  it('warren cp streams a file past the frame limit and a folder both ways, with no progress output off a terminal', async () => {
+    const env = { WARREN_URL: warren.url, WARREN_API_KEY: warren.apiKey };
+    const folder = path.join(local, 'cp-up');
+    await mkdir(path.join(folder, 'sub'), { recursive: true });
+    const big = randomBytes(MAX_FRAME_BYTES + 5 * MiB);
+    await writeFile(path.join(folder, 'sub/big.bin'), big);
+    await writeFile(path.join(folder, 'a.txt'), 'alpha\n');
+    const up = await runCli(['cp', folder, `${sandbox.id}:${warren.root}/cp`, '--json'], { env, timeoutMs: 120_000 });
+    expect([up.code, up.stderr]).toEqual([0, '']);
+    expect(JSON.parse(up.stdout)).toMatchObject({ kind: 'directory', files: 2, bytes: big.length + 6 });
+    expect(await digests(path.join(warren.root, 'cp'))).toEqual(await digests(folder));
+
+    const one = await runCli(['cp', path.join(folder, 'sub/big.bin'), `${sandbox.id}:${warren.root}/cp/`], { env, timeoutMs: 120_000 });
+    expect([one.code, one.stderr]).toEqual([0, '']);
+    expect(one.stdout).toBe(`${path.join(folder, 'sub/big.bin')} -> ${sandbox.id}:${warren.root}/cp/big.bin: ${big.length} bytes\n`);
+
+    const down = path.join(local, 'cp-down');
+    const back = await runCli(['cp', `${sandbox.id}:${warren.root}/cp`, down], { env, timeoutMs: 120_000 });
+    expect([back.code, back.stderr]).toEqual([0, '']);
+    expect(await digests(down)).toEqual(await digests(path.join(warren.root, 'cp')));
+    const file = await runCli(['cp', `${sandbox.id}:${warren.root}/cp/big.bin`, `${local}/`], { env, timeoutMs: 120_000 });
+    expect([file.code, file.stderr]).toEqual([0, '']);
+    expect((await readFile(path.join(local, 'big.bin'))).equals(big)).toBe(true);
+  }, 180_000);
 
   it('applies the policy and the grant to streamed data: read-only handles, suffixes, file size, approvals', async () => {
     const small = path.join(local, 'small.txt');

@@ -21,6 +21,8 @@ export const TAR_CAPS = {
   maxBytes: 1024 * 1024 * 1024,
   maxRecordBytes: 64 * 1024,
   maxGlobalHeaders: 64,
+  /** Zero padding allowed after the end-of-archive blocks. */
+  maxTrailerBytes: 1024 * 1024,
 } as const;
 
 /** The parts of a tar header the rules look at (tar-stream's names). */
@@ -196,6 +198,7 @@ export class CheckedTarStream {
   private current: RawHeader | undefined;
   private remaining = 0;
   private seen = false;
+  private trailer = 0;
 
   constructor(options: TarStreamOptions = {}) {
     this.checker = new TarChecker(options.maxBytes);
@@ -218,6 +221,10 @@ export class CheckedTarStream {
         case 'trailer': {
           const rest = take(bytes.length - i);
           if (!isZero(rest)) throw refuseAt(this.offset - rest.length, undefined, 'there are bytes after the end-of-archive blocks');
+          this.trailer += rest.length;
+          // Tar pads to its record size (10 KiB by default); a stream of zeros without end is not an archive.
+          if (this.trailer > TAR_CAPS.maxTrailerBytes)
+            throw refuseAt(this.offset, undefined, `more than ${TAR_CAPS.maxTrailerBytes} bytes of padding follow the end-of-archive blocks`);
           break;
         }
         case 'header': {

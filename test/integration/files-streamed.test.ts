@@ -6,6 +6,7 @@ import { appendFile, mkdir, mkdtemp, readdir, readFile, rm, truncate, writeFile 
 import os from 'node:os';
 import path from 'node:path';
 import { MAX_FRAME_BYTES } from '@warren/protocol';
+import { createHandlers, type CallContext } from '@warren/agent';
 import { Sandbox, type TransferProgress } from '@warren/sdk';
 import { runCli } from '../support/cli.js';
 import { codeOf } from '../support/files.js';
@@ -314,3 +315,46 @@ async function* slowly(bytes: Buffer, abort: AbortController): AsyncGenerator<Bu
   await new Promise((resolve) => setTimeout(resolve, 200));
   yield bytes.subarray(4 * 1024 * 1024);
 }
+
+describe('an upload abandoned while a piece is in progress', () => {
+  it('undoes what that piece made after it stops, not before (an abort while an approval is pending)', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'warren-race-'));
+    try {
+      await mkdir(path.join(dir, 'in'));
+      await writeFile(path.join(dir, 'in/a.txt'), 'old');
+      const handlers = createHandlers({ paths: { data: { root: dir, mode: 'rw', writeApproval: true, readApproval: false } } }, dir);
+      const connection = new AbortController();
+      let release: (allow: boolean) => void = () => undefined;
+      let asked: () => void = () => undefined;
+      const approvalAsked = new Promise<void>((resolve) => (asked = resolve));
+      const ctx: CallContext = {
+        signal: new AbortController().signal,
+        connection: connection.signal,
+        emit: () => undefined,
+        congested: () => false,
+        drained: async () => undefined,
+        requestApproval: () =>
+          new Promise<boolean>((resolve) => {
+            release = resolve;
+            asked();
+          }),
+      };
+      const { result } = await handlers['fs.uploadOpen']({ path: '/data/in', overwrite: true }, ctx);
+      const bytes = archive(file('a.txt', randomBytes(512 * 1024)), file('b.txt', 'b'));
+      const piece = handlers['fs.uploadChunk']({ uploadId: result.uploadId, offset: 0 }, { ...ctx, payload: bytes }).then(
+        () => 'OK',
+        (e: { code: string }) => e.code,
+      );
+      expect(await Promise.race([approvalAsked.then(() => 'asked'), piece])).toBe('asked');
+      const aborted = handlers['fs.uploadAbort']({ uploadId: result.uploadId }, ctx);
+      release(true);
+      expect(await aborted).toEqual({ result: { aborted: true } });
+      expect(await piece).toBe('CANCELLED');
+      expect(await readdir(path.join(dir, 'in'))).toEqual(['a.txt']);
+      expect(await readFile(path.join(dir, 'in/a.txt'), 'utf8')).toBe('old');
+      await expect(handlers['fs.uploadCommit']({ uploadId: result.uploadId }, ctx)).rejects.toMatchObject({ code: 'NOT_FOUND' });
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }, 20_000);
+});

@@ -93,6 +93,7 @@ class Upload {
         }
         this.received += payload.length;
         for (const step of this.reader.push(payload)) {
+          this.check();
           if (ctx.signal.aborted) throw new CodedError('CANCELLED', 'The upload was cancelled; nothing of it was written.');
           if (step.type === 'entry') await this.stage(step.entry, ctx);
           else if (step.type === 'data') await writeAll(this.current!.handle, step.data);
@@ -111,6 +112,7 @@ class Upload {
       this.guard(async () => {
         this.reader.end();
         for (const { temp, target } of this.staged) {
+          this.check();
           this.currentDisplay = target.display;
           if (target.stat) {
             const aside = besideName(target.absolute, 'old');
@@ -126,6 +128,8 @@ class Upload {
           }
           this.undo.push(() => unlink(target.absolute));
         }
+        this.done = true;
+        this.undo.length = 0;
         this.finish();
         for (const aside of this.replaced) await unlink(aside).catch(() => undefined);
         return this.counts;
@@ -137,15 +141,27 @@ class Upload {
 
   private readonly replaced: string[] = [];
 
-  /** Abandons the upload: every step undone. Safe to call more than once. */
-  async fail(err: unknown): Promise<void> {
-    if (this.failure !== undefined) return;
+  /**
+   * Abandons the upload: every step undone. Safe to call more than once, and never after a commit
+   * that went through. From outside the queue (an abort, the connection closing, the idle timer)
+   * it first lets the piece in progress stop at its next step, so nothing it was making is missed.
+   */
+  async fail(err: unknown, inQueue = false): Promise<void> {
+    if (this.failure !== undefined || this.done) return;
     this.failure = err;
     this.finish();
+    if (!inQueue) await this.queue;
     await this.current?.handle.close().catch(() => undefined);
     this.current = undefined;
     for (const step of this.undo.reverse()) await step().catch(() => undefined);
     this.undo.length = 0;
+  }
+
+  private done = false;
+
+  /** Throws the failure once the upload was abandoned: a piece in progress stops at its next step. */
+  private check(): void {
+    if (this.failure !== undefined) throw this.failure;
   }
 
   private finish(): void {
@@ -168,8 +184,8 @@ class Upload {
               mapped.details,
             )
           : mapped;
-      await this.fail(wrapped);
-      throw wrapped;
+      await this.fail(wrapped, true);
+      throw this.failure ?? wrapped;
     }
   }
 

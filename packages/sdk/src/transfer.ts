@@ -147,12 +147,11 @@ export async function uploadArchive(
     let offset = 0;
     let acked = 0;
     // The source is the caller's: a stalled one must not hold an aborted upload.
-    const stopped = new Promise<never>((_, reject) => dog.signal.addEventListener('abort', () => reject(dog.explain(undefined)), { once: true }));
-    stopped.catch(() => undefined);
+    const orStop = <T>(work: Promise<T>) => untilAborted(work, dog.signal, () => dog.explain(undefined));
     const source = pieces(archive, TRANSFER_CHUNK_BYTES);
     try {
       for (;;) {
-        const next = await Promise.race([source.next(), stopped]);
+        const next = await orStop(source.next());
         if (next.done) break;
         const piece = next.value;
         const sent = channel.call('fs.uploadChunk', { uploadId: id, offset }, { ...call, payload: piece }).then(({ result }) => {
@@ -168,9 +167,9 @@ export async function uploadArchive(
         inFlight.push(sent);
         offset += piece.length;
         dog.alive();
-        if (inFlight.length >= UPLOAD_PIECES_IN_FLIGHT) await Promise.race([inFlight.shift()!, stopped]);
+        if (inFlight.length >= UPLOAD_PIECES_IN_FLIGHT) await orStop(inFlight.shift()!);
       }
-      while (inFlight.length > 0) await Promise.race([inFlight.shift()!, stopped]);
+      while (inFlight.length > 0) await orStop(inFlight.shift()!);
     } finally {
       void source.return(undefined).catch(() => undefined);
     }
@@ -185,6 +184,29 @@ export async function uploadArchive(
   } finally {
     dog.close();
   }
+}
+
+/**
+ * `work`, or the error of `reason()` once `signal` aborts, whichever comes first. The listener goes
+ * when `work` settles: racing against one promise that lives as long as the transfer would keep
+ * every piece the race ever resolved with reachable until the end.
+ */
+function untilAborted<T>(work: Promise<T>, signal: AbortSignal, reason: () => unknown): Promise<T> {
+  if (signal.aborted) return Promise.reject(reason() as Error);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(reason() as Error);
+    signal.addEventListener('abort', onAbort, { once: true });
+    work.then(
+      (value) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(value);
+      },
+      (err: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(err as Error);
+      },
+    );
+  });
 }
 
 /** One local entry to upload: its archive header and, for a file, where to read it. */

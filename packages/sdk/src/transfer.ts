@@ -191,10 +191,10 @@ export async function uploadArchive(
  * when `work` settles: racing against one promise that lives as long as the transfer would keep
  * every piece the race ever resolved with reachable until the end.
  */
-function untilAborted<T>(work: Promise<T>, signal: AbortSignal, reason: () => unknown): Promise<T> {
-  if (signal.aborted) return Promise.reject(reason() as Error);
+function untilAborted<T>(work: Promise<T>, signal: AbortSignal, reason: () => Error): Promise<T> {
+  if (signal.aborted) return Promise.reject(reason());
   return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(reason() as Error);
+    const onAbort = () => reject(reason());
     signal.addEventListener('abort', onAbort, { once: true });
     work.then(
       (value) => {
@@ -203,7 +203,7 @@ function untilAborted<T>(work: Promise<T>, signal: AbortSignal, reason: () => un
       },
       (err: unknown) => {
         signal.removeEventListener('abort', onAbort);
-        reject(err as Error);
+        reject(toWarren(err));
       },
     );
   });

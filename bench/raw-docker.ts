@@ -1,3 +1,6 @@
+import { createReadStream, createWriteStream } from 'node:fs';
+import { stat } from 'node:fs/promises';
+import { pipeline } from 'node:stream/promises';
 import Docker from 'dockerode';
 import { pack, extract } from 'tar-stream';
 
@@ -57,6 +60,25 @@ export class RawDocker {
       archive.pipe(untar);
     });
     return Buffer.concat(chunks);
+  }
+
+  /** What `docker cp FILE CONTAINER:FOLDER` does: one file streamed from disk into `putArchive`. */
+  async copyIn(container: Docker.Container, folder: string, local: string, name: string): Promise<void> {
+    const { size } = await stat(local);
+    const tar = pack();
+    const entry = tar.entry({ name, size, mode: 0o644, uid: 1000, gid: 1000 });
+    const sent = pipeline(createReadStream(local), entry as unknown as NodeJS.WritableStream).then(() => tar.finalize());
+    await Promise.all([container.putArchive(tar as unknown as NodeJS.ReadableStream, { path: folder }), sent]);
+  }
+
+  /** What `docker cp CONTAINER:FILE LOCAL` does: `getArchive` streamed, its one file written to disk. */
+  async copyOut(container: Docker.Container, path: string, local: string): Promise<void> {
+    const archive = await container.getArchive({ path });
+    const untar = extract();
+    untar.on('entry', (_header, stream, next) => {
+      pipeline(stream, createWriteStream(local)).then(() => next(), next);
+    });
+    await pipeline(archive, untar);
   }
 
   async remove(container: Docker.Container): Promise<void> {

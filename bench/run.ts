@@ -83,6 +83,9 @@ async function main(): Promise<void> {
     const bigReadWarren = summarize(await timeIt(n(8), () => readInRanges(sandbox, 'bench-100m.bin', hundredMiB.length), 1));
     const bigReadRaw = summarize(await timeIt(n(8), () => raw.getFile(rawContainer, '/tmp/bench-100m.bin'), 1));
     rows.push(compare('read 100 MiB (16 MiB ranges)', bigReadWarren, bigReadRaw, 'getArchive', {}));
+
+    progress('upload and download 100 MiB, streamed');
+    rows.push(...(await streamedTransfers(sandbox, raw, rawContainer, hundredMiB)));
   } finally {
     await sandbox.kill().catch(() => undefined);
     await raw.remove(rawContainer);
@@ -218,6 +221,51 @@ async function pythonRows(controller: ControllerProcess, sandbox: Sandbox, ts: {
 }
 
 /** A file larger than one call's cap, read the way a client must: in ranges. */
+/**
+ * `files.uploadFrom` / `files.downloadFile` of a 100 MiB file on disk (streamed in pieces, with
+ * bounded memory) against what `docker cp` does (a tar stream through `putArchive` /
+ * `getArchive`), with the throughput of each in the note.
+ */
+async function streamedTransfers(
+  sandbox: Sandbox,
+  raw: RawDocker,
+  rawContainer: Awaited<ReturnType<RawDocker['createAndStart']>>,
+  content: Buffer,
+): Promise<Row[]> {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'warren-bench-'));
+  try {
+    const local = path.join(dir, 'up.bin');
+    await writeFile(local, content);
+    const mibPerSecond = (s: Summary) => `${((content.length / MiB / s.p50) * 1000).toFixed(0)} MiB/s`;
+    const upWarren = summarize(await timeIt(n(8), () => sandbox.files.uploadFrom(local, 'bench-up.bin', { overwrite: true }), 1));
+    const upRaw = summarize(await timeIt(n(8), () => raw.copyIn(rawContainer, '/tmp', local, 'bench-up.bin'), 1));
+    const down = path.join(dir, 'down.bin');
+    const downWarren = summarize(await timeIt(n(8), () => sandbox.files.downloadFile('bench-up.bin', down, { overwrite: true }), 1));
+    const downRaw = summarize(
+      await timeIt(
+        n(8),
+        async () => {
+          await rm(down, { force: true });
+          await raw.copyOut(rawContainer, '/tmp/bench-up.bin', down);
+        },
+        1,
+      ),
+    );
+    return [
+      {
+        ...compare('upload 100 MiB file (streamed, uploadFrom)', upWarren, upRaw, 'docker cp in (putArchive stream)', {}),
+        note: `${mibPerSecond(upWarren)} vs ${mibPerSecond(upRaw)}`,
+      },
+      {
+        ...compare('download 100 MiB file (streamed, downloadFile)', downWarren, downRaw, 'docker cp out (getArchive stream)', {}),
+        note: `${mibPerSecond(downWarren)} vs ${mibPerSecond(downRaw)}`,
+      },
+    ];
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
 async function readInRanges(sandbox: Sandbox, path: string, size: number): Promise<void> {
   for (let offset = 0; offset < size; offset += 16 * MiB) await sandbox.files.readBytes(path, { offset, length: 16 * MiB });
 }

@@ -1,13 +1,14 @@
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from '@jest/globals';
 import { createHandlers, serveConnection, type Handlers } from '@warren/agent';
 import { decodeFrame, encodeFrame, PROTOCOL_MINOR, type FrameHeader } from '@warren/protocol';
-import { Connection, InternalError } from '@warren/sdk';
+import { Connection, Files, InternalError } from '@warren/sdk';
 import { WebSocket, WebSocketServer } from 'ws';
+import { archive, file } from '../support/tar-bytes.js';
 
 /** A daemon on a unix socket whose handlers the test shapes: a newer or an older server. */
 async function server(shape: (handlers: Handlers) => Handlers) {
@@ -186,5 +187,28 @@ describe('the protocol evolves without breaking deployed clients', () => {
       error: { code: 'PROTOCOL_VERSION_MISMATCH', message: expect.stringMatching(/1\.\d+.*2\.0/), details: { client: '2.0' } },
     });
     ws.terminate();
+  });
+
+  it('streamed transfers against a daemon of minor 2: a typed UNKNOWN_METHOD, and downloadTo falls back to one frame', async () => {
+    const tar = archive(file('old.txt', 'from an older daemon'));
+    await using old = await scripted({ type: 'welcome', protocolVersion: 1, protocolMinor: 2, server: 'warren-agent', serverVersion: '0.0.9' }, (req) => {
+      if (req.method === 'fs.download')
+        return [[{ type: 'res', id: req.id, result: { path: 'd', files: 1, directories: 0, symlinks: 0, bytes: tar.length, skipped: [] } }, tar]];
+      return [[{ type: 'err', id: req.id, error: { code: 'UNKNOWN_METHOD', message: `Unknown method '${req.method}'.` } }]];
+    });
+    const client = await Connection.open(old.url, 'secret');
+    const local = await mkdtemp(path.join(os.tmpdir(), 'warren-old-'));
+    try {
+      expect(client.protocol.minor).toBe(2);
+      const files = new Files(() => client);
+      await files.downloadTo('d', path.join(local, 'd'));
+      expect(await readFile(path.join(local, 'd/old.txt'), 'utf8')).toBe('from an older daemon');
+      await writeFile(path.join(local, 'up.txt'), 'x');
+      await expect(files.uploadFrom(path.join(local, 'up.txt'), 'up.txt')).rejects.toMatchObject({ code: 'UNKNOWN_METHOD' });
+      await expect(files.downloadFile('d/old.txt', path.join(local, 'f.txt'))).rejects.toMatchObject({ code: 'UNKNOWN_METHOD' });
+    } finally {
+      client.close();
+      await rm(local, { recursive: true, force: true });
+    }
   });
 });

@@ -51,6 +51,7 @@ export function serveConnection(ws: WebSocket, handlers: Handlers, options: Serv
   const approvals = new Map<RequestId, (allow: boolean) => void>();
   let greeted = false;
   const inflight = new Map<RequestId, AbortController>();
+  const connection = new AbortController();
   const send = (header: FrameHeader, payload?: Uint8Array) => {
     if (ws.readyState !== ws.OPEN) return;
     let frame: Buffer;
@@ -112,6 +113,7 @@ export function serveConnection(ws: WebSocket, handlers: Handlers, options: Serv
   });
 
   ws.on('close', () => {
+    connection.abort();
     for (const controller of inflight.values()) controller.abort();
     inflight.clear();
   });
@@ -148,6 +150,7 @@ export function serveConnection(ws: WebSocket, handlers: Handlers, options: Serv
       const { result, payload: out } = await dispatch(handlers, method, params, {
         requestApproval: (request) => requestApproval(id, controller.signal, request),
         signal: controller.signal,
+        connection: connection.signal,
         payload,
         emit: (event, data, eventPayload) => send({ type: 'evt', id, event, data }, eventPayload),
         congested: () => ws.bufferedAmount > SEND_HIGH_WATER_BYTES,

@@ -4,6 +4,12 @@ import { CodedError, type ApprovalRequest, type EventData, type EventName, type 
 export interface CallContext<M extends MethodName = MethodName> {
   /** Aborted by a cancel frame, the request's own timeout, or the connection closing. */
   signal: AbortSignal;
+  /**
+   * The connection the call came on: aborted when it closes. State that outlives one call (a
+   * streamed upload) is bound to it, so only that connection continues it and its end undoes it.
+   * Absent where calls come from no connection (unit tests).
+   */
+  connection?: AbortSignal | undefined;
   /** The request frame's binary payload, for methods whose `payload` is `request`. */
   payload?: Buffer | undefined;
   /** Sends one event frame for a streaming method: only the events its registry entry declares, with their data. */

@@ -1,9 +1,9 @@
-import { lstat, readdir, readFile, readlink, writeFile } from 'node:fs/promises';
+import { lstat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Command } from 'commander';
-import { pack } from 'tar-stream';
+import type { TransferProgress } from '@warren/sdk';
 import { parseRemote, wantsJson } from './args.js';
-import { CliError, printJson, withSpinner } from './output.js';
+import { CliError, printJson, progressLine, withSpinner } from './output.js';
 import { connectSandbox } from './sandbox-commands.js';
 
 /** What one `warren cp` moved. */
@@ -16,9 +16,11 @@ export interface CopyReport {
 }
 
 /**
- * `warren cp SRC DST`: copies a file or a folder between this machine and a sandbox (one side is
- * `ID:/path`). A folder travels as one tar archive (at most 32 MiB) and lands as DST itself:
- * its contents go into DST, which is created when missing.
+ * `warren cp SRC DST`: copies a file or a folder of any size between this machine and a sandbox
+ * (one side is `ID:/path`). Both travel streamed, as a tar archive in pieces, with a progress bar
+ * on a terminal. A folder lands as DST itself: its contents go into DST, which is created when
+ * missing. A file replaces an existing DST file; a folder's files replace existing ones only with
+ * `--overwrite`.
  */
 export async function copyCommand(source: string, destination: string, options: { overwrite?: boolean }, command: Command): Promise<void> {
   const from = parseRemote(source);
@@ -34,27 +36,27 @@ export async function copyCommand(source: string, destination: string, options: 
     );
 }
 
+/** Runs a transfer under the terminal's spinner, its text a progress bar (nothing when not a terminal). */
+function withProgress<T>(label: string, work: (onProgress: (progress: TransferProgress) => void) => Promise<T>, doneText: string): Promise<T> {
+  const started = performance.now();
+  return withSpinner(label, (update) => work((progress) => update(progressLine(label, progress, performance.now() - started))), doneText);
+}
+
 async function upload(local: string, remote: { id: string; path: string }, overwrite: boolean, command: Command): Promise<CopyReport> {
   const stats = await lstat(local).catch(() => {
     throw new CliError(`No file or folder at '${local}' on this machine.`, 'Check the local path.');
   });
+  if (!stats.isDirectory() && !stats.isFile()) throw new CliError(`'${local}' is neither a file nor a folder.`, 'Copy regular files and folders only.');
   const sandbox = await connectSandbox(command, remote.id);
   try {
-    const to = `${remote.id}:${remote.path}`;
-    if (stats.isDirectory()) {
-      const { archive, files } = await tarFolder(local);
-      const result = await withSpinner(
-        `Uploading ${local} (${archive.length} bytes)`,
-        () => sandbox.files.upload(remote.path, archive, { overwrite, timeoutMs: 300_000 }),
-        `Uploaded ${local}`,
-      );
-      return { from: local, to, kind: 'directory', bytes: result.bytes, files: files };
-    }
-    if (!stats.isFile()) throw new CliError(`'${local}' is neither a file nor a folder.`, 'Copy regular files and folders only.');
-    const remotePath = remote.path.endsWith('/') ? `${remote.path}${path.basename(local)}` : remote.path;
-    const content = await readFile(local);
-    await withSpinner(`Uploading ${local}`, () => sandbox.files.write(remotePath, content, { timeoutMs: 300_000 }), `Uploaded ${local}`);
-    return { from: local, to: `${remote.id}:${remotePath}`, kind: 'file', bytes: content.length, files: 1 };
+    const remotePath = stats.isFile() && remote.path.endsWith('/') ? `${remote.path}${path.basename(local)}` : remote.path;
+    const result = await withProgress(
+      `Uploading ${local}`,
+      // A file replaces the one it lands on, as cp does; a folder's files only with --overwrite.
+      (onProgress) => sandbox.files.uploadFrom(local, remotePath, { overwrite: stats.isFile() || overwrite, onProgress }),
+      `Uploaded ${local}`,
+    );
+    return { from: local, to: `${remote.id}:${remotePath}`, kind: result.kind, bytes: result.bytes, files: result.files };
   } finally {
     sandbox.close();
   }
@@ -66,18 +68,21 @@ async function download(remote: { id: string; path: string }, local: string, com
     const from = `${remote.id}:${remote.path}`;
     const stat = await sandbox.files.stat(remote.path);
     if (stat.type === 'directory') {
-      const result = await withSpinner(`Downloading ${from}`, () => sandbox.files.downloadTo(remote.path, local, { timeoutMs: 300_000 }), `Downloaded ${from}`);
+      const result = await withProgress(
+        `Downloading ${from}`,
+        (onProgress) => sandbox.files.downloadTo(remote.path, local, { onProgress }),
+        `Downloaded ${from}`,
+      );
       for (const skipped of result.skipped) process.stderr.write(`warren: skipped ${skipped.path}: ${skipped.reason}\n`);
       return { from, to: local, kind: 'directory', bytes: result.bytes, files: result.files };
     }
     const target = (await isDirectory(local)) ? path.join(local, path.posix.basename(remote.path)) : local;
-    const content = await withSpinner(
+    const result = await withProgress(
       `Downloading ${from}`,
-      () => sandbox.files.read(remote.path, { format: 'bytes', timeoutMs: 300_000 }),
+      (onProgress) => sandbox.files.downloadFile(remote.path, target, { overwrite: true, onProgress }),
       `Downloaded ${from}`,
     );
-    await writeFile(target, content);
-    return { from, to: target, kind: 'file', bytes: content.length, files: 1 };
+    return { from, to: target, kind: 'file', bytes: stat.size ?? result.bytes, files: 1 };
   } finally {
     sandbox.close();
   }
@@ -88,39 +93,4 @@ async function isDirectory(local: string): Promise<boolean> {
     (s) => s.isDirectory(),
     () => false,
   );
-}
-
-/**
- * Packs a local folder's contents (names relative to it) into a tar archive: files, folders and
- * symbolic links as they are (links are not followed; the sandbox refuses ones that leave).
- */
-export async function tarFolder(folder: string): Promise<{ archive: Buffer; files: number }> {
-  const tar = pack();
-  const chunks: Buffer[] = [];
-  tar.on('data', (chunk: unknown) => chunks.push(chunk as Buffer));
-  const done = new Promise<void>((resolve, reject) => {
-    tar.on('end', resolve);
-    tar.on('error', reject);
-  });
-  let files = 0;
-  const walk = async (dir: string, rel: string): Promise<void> => {
-    for (const entry of (await readdir(dir, { withFileTypes: true })).sort((a, b) => a.name.localeCompare(b.name))) {
-      const absolute = path.join(dir, entry.name);
-      const name = rel ? `${rel}/${entry.name}` : entry.name;
-      const stats = await lstat(absolute);
-      if (stats.isDirectory()) {
-        tar.entry({ name: `${name}/`, type: 'directory', mode: stats.mode & 0o777, mtime: stats.mtime });
-        await walk(absolute, name);
-      } else if (stats.isFile()) {
-        tar.entry({ name, mode: stats.mode & 0o777, mtime: stats.mtime }, await readFile(absolute));
-        files += 1;
-      } else if (stats.isSymbolicLink()) {
-        tar.entry({ name, type: 'symlink', linkname: await readlink(absolute), mode: 0o777, mtime: stats.mtime });
-      }
-    }
-  };
-  await walk(folder, '');
-  tar.finalize();
-  await done;
-  return { archive: Buffer.concat(chunks), files };
 }

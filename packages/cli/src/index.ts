@@ -1,6 +1,6 @@
 export { serve, sdkExample } from './serve.js';
 export { buildProgram } from './program.js';
-export { formatError, table, keyValues, timeLeft, CliError } from './output.js';
+export { formatError, table, keyValues, timeLeft, CliError, formatBytes, progressLine } from './output.js';
 export { parseDuration, parseRemote, collectKeyValue } from './args.js';
 export { exitCodeOf } from './exec.js';
 export { CLI_VERSION } from './version.js';

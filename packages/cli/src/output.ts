@@ -87,6 +87,35 @@ export async function withSpinner<T>(text: string, work: (update: (text: string)
   }
 }
 
+/** A byte count as `512 B`, `3.4 KiB`, `98.1 MiB`, `1.20 GiB`. */
+export function formatBytes(bytes: number): string {
+  if (bytes < 1024) return `${bytes} B`;
+  if (bytes < 1024 ** 2) return `${(bytes / 1024).toFixed(1)} KiB`;
+  if (bytes < 1024 ** 3) return `${(bytes / 1024 ** 2).toFixed(1)} MiB`;
+  return `${(bytes / 1024 ** 3).toFixed(2)} GiB`;
+}
+
+/**
+ * One line of a transfer's progress: a bar and a percentage when the total is known, the bytes
+ * moved, and the rate so far.
+ *
+ * @example
+ * progressLine('Uploading ./data', { bytes: 50 * 2 ** 20, totalBytes: 200 * 2 ** 20 }, 1000);
+ * // 'Uploading ./data [█████░░░░░░░░░░░░░░░]  25% 50.0/200.0 MiB 52.4 MB/s'
+ */
+export function progressLine(label: string, progress: { bytes: number; totalBytes?: number | undefined }, elapsedMs: number, width = 20): string {
+  const rate = elapsedMs > 0 ? `${(((progress.bytes / elapsedMs) * 1000) / 1e6).toFixed(1)} MB/s` : '';
+  const total = progress.totalBytes;
+  if (total === undefined || total <= 0) return `${label} ${formatBytes(progress.bytes)} ${rate}`.trimEnd();
+  const fraction = Math.min(1, progress.bytes / total);
+  const filled = Math.round(fraction * width);
+  const bar = `[${'█'.repeat(filled)}${'░'.repeat(width - filled)}]`;
+  const unit = total < 1024 ** 2 ? 'KiB' : total < 1024 ** 3 ? 'MiB' : 'GiB';
+  const scale = unit === 'KiB' ? 1024 : unit === 'MiB' ? 1024 ** 2 : 1024 ** 3;
+  const amounts = `${(progress.bytes / scale).toFixed(1)}/${(total / scale).toFixed(1)} ${unit}`;
+  return `${label} ${bar} ${String(Math.floor(fraction * 100)).padStart(3)}% ${amounts} ${rate}`.trimEnd();
+}
+
 /** `2026-11-21T23:14:39.000Z` as `2026-11-21 23:14:39`: short enough for a table. */
 export function shortTime(iso: string): string {
   return iso.replace('T', ' ').replace(/\.\d+Z$|Z$/, '');

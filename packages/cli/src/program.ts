@@ -171,10 +171,12 @@ export function buildProgram(): Command {
     });
 
   withController(program.command('cp'))
-    .description('Copy a file or folder between here and a sandbox (one side is ID:/path). Folders travel as one tar archive of at most 32 MiB.')
+    .description(
+      'Copy a file or folder of any size between here and a sandbox (one side is ID:/path). It streams in pieces, with a progress bar on a terminal.',
+    )
     .argument('<src>', 'a local path, or ID:/path in a sandbox')
     .argument('<dst>', 'a local path, or ID:/path in a sandbox')
-    .option('--overwrite', 'replace files that already exist (uploads of folders)')
+    .option('--overwrite', 'replace files that already exist (uploads of folders; a file always replaces the one it lands on)')
     .option('--json', 'print what was copied as JSON')
     .addHelpText(
       'after',

@@ -2,7 +2,19 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, it } from '@jest/globals';
 import type { Command } from 'commander';
 import { NotFoundError } from '@warren/sdk';
-import { CLI_VERSION, CliError, collectKeyValue, exitCodeOf, formatError, parseDuration, parseRemote, table, timeLeft } from '../src/index.js';
+import {
+  CLI_VERSION,
+  CliError,
+  collectKeyValue,
+  exitCodeOf,
+  formatBytes,
+  formatError,
+  parseDuration,
+  parseRemote,
+  progressLine,
+  table,
+  timeLeft,
+} from '../src/index.js';
 import { buildProgram } from '../src/program.js';
 
 describe('formatError', () => {
@@ -75,6 +87,22 @@ describe('exitCodeOf', () => {
     expect(exitCodeOf({ exitCode: null, signal: 'SIGTERM', timedOut: false })).toBe(143);
     expect(exitCodeOf({ exitCode: null, signal: 'SIGKILL', timedOut: true })).toBe(124);
     expect(exitCodeOf({ exitCode: null, signal: null, timedOut: false })).toBe(1);
+  });
+});
+
+describe('progressLine: the one-line bar of warren cp', () => {
+  const MiB = 2 ** 20;
+  it('draws a bar, a percentage, the amounts and the rate when the total is known', () => {
+    expect(progressLine('Uploading ./data', { bytes: 50 * MiB, totalBytes: 200 * MiB }, 1000)).toBe(
+      'Uploading ./data [█████░░░░░░░░░░░░░░░]  25% 50.0/200.0 MiB 52.4 MB/s',
+    );
+    expect(progressLine('x', { bytes: 3 * 2 ** 30, totalBytes: 3 * 2 ** 30 }, 2000, 4)).toBe('x [████] 100% 3.0/3.0 GiB 1610.6 MB/s');
+  });
+  it('never overflows the bar, and shows only bytes without a total', () => {
+    expect(progressLine('x', { bytes: 300, totalBytes: 100 }, 0, 4)).toBe('x [████] 100% 0.3/0.1 KiB');
+    expect(progressLine('Downloading', { bytes: 1536 }, 0)).toBe('Downloading 1.5 KiB');
+    expect(formatBytes(512)).toBe('512 B');
+    expect(formatBytes(5 * MiB)).toBe('5.0 MiB');
   });
 });
 

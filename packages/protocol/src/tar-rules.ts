@@ -21,6 +21,8 @@ export const TAR_CAPS = {
   maxBytes: 1024 * 1024 * 1024,
   maxRecordBytes: 64 * 1024,
   maxGlobalHeaders: 64,
+  /** Zero padding allowed after the end-of-archive blocks. */
+  maxTrailerBytes: 1024 * 1024,
 } as const;
 
 /** The parts of a tar header the rules look at (tar-stream's names). */
@@ -49,6 +51,9 @@ export class TarChecker {
   private readonly links = new Set<string>();
   private entries = 0;
   private bytes = 0;
+
+  /** @param maxBytes the most file bytes in all ({@link TAR_CAPS}.maxBytes unless set). */
+  constructor(private readonly maxBytes: number = TAR_CAPS.maxBytes) {}
 
   /**
    * Checks one header; throws `INVALID_PARAMS` naming the entry and the rule it breaks: absolute
@@ -86,7 +91,7 @@ export class TarChecker {
     if (this.names.has(name)) throw refuse('the archive holds this name twice');
     const size = kind === 'file' ? Math.max(0, header.size ?? 0) : 0;
     this.bytes += size;
-    if (this.bytes > TAR_CAPS.maxBytes) throw refuse(`the archive holds more than ${TAR_CAPS.maxBytes} bytes`);
+    if (this.bytes > this.maxBytes) throw refuse(`the archive holds more than ${this.maxBytes} bytes`);
     const entry: CheckedTarEntry = { name, kind, mode: mode & 0o777, size };
     if (kind === 'symlink') {
       const target = String(header.linkname ?? '');
@@ -160,10 +165,192 @@ interface Pending {
   at: number;
 }
 
+/** One step of a streamed archive: an entry's header, a piece of its data, or its end. */
+export type TarStreamEvent = { type: 'entry'; entry: CheckedTarEntry } | { type: 'data'; data: Buffer } | { type: 'end' };
+
+/** Options of {@link CheckedTarStream}. */
+export interface TarStreamOptions {
+  /** The most file bytes the archive may hold in all; {@link TAR_CAPS}.maxBytes unless set. */
+  maxBytes?: number | undefined;
+}
+
+/**
+ * The strict tar reader of {@link readCheckedTar}, fed piece by piece: the same rules, applied to
+ * each header as it arrives, holding at most one header block or one PAX/GNU record header
+ * ({@link TAR_CAPS}.maxRecordBytes) in memory. Entry data is handed on as views into the pieces
+ * fed, never gathered. A refused archive throws `INVALID_PARAMS` from {@link push} or {@link end};
+ * what the caller did with earlier entries is its to undo.
+ *
+ * @example
+ * const reader = new CheckedTarStream();
+ * for await (const piece of source) for (const step of reader.push(piece)) await handle(step);
+ * reader.end(); // throws when the archive is cut short
+ */
+export class CheckedTarStream {
+  private readonly checker: TarChecker;
+  private offset = 0;
+  private state: 'header' | 'meta' | 'data' | 'padding' | 'trailer' = 'header';
+  private readonly block = Buffer.alloc(BLOCK);
+  private blockFill = 0;
+  private pending: Pending | undefined;
+  private globals = 0;
+  private meta: { header: RawHeader; data: Buffer; fill: number } | undefined;
+  private current: RawHeader | undefined;
+  private remaining = 0;
+  private seen = false;
+  private trailer = 0;
+
+  constructor(options: TarStreamOptions = {}) {
+    this.checker = new TarChecker(options.maxBytes);
+  }
+
+  /** Reads the next piece; returns what it completed, in order. Throws `INVALID_PARAMS` on the first rule broken. */
+  push(piece: Uint8Array): TarStreamEvent[] {
+    const bytes = Buffer.from(piece.buffer, piece.byteOffset, piece.byteLength);
+    const out: TarStreamEvent[] = [];
+    let i = 0;
+    if (bytes.length > 0) this.seen = true;
+    while (i < bytes.length) {
+      const take = (n: number) => {
+        const slice = bytes.subarray(i, i + Math.min(n, bytes.length - i));
+        i += slice.length;
+        this.offset += slice.length;
+        return slice;
+      };
+      switch (this.state) {
+        case 'trailer': {
+          const rest = take(bytes.length - i);
+          if (!isZero(rest)) throw refuseAt(this.offset - rest.length, undefined, 'there are bytes after the end-of-archive blocks');
+          this.trailer += rest.length;
+          // Tar pads to its record size (10 KiB by default); a stream of zeros without end is not an archive.
+          if (this.trailer > TAR_CAPS.maxTrailerBytes)
+            throw refuseAt(this.offset, undefined, `more than ${TAR_CAPS.maxTrailerBytes} bytes of padding follow the end-of-archive blocks`);
+          break;
+        }
+        case 'header': {
+          const slice = take(BLOCK - this.blockFill);
+          slice.copy(this.block, this.blockFill);
+          this.blockFill += slice.length;
+          if (this.blockFill === BLOCK) {
+            this.blockFill = 0;
+            this.onHeader(this.offset - BLOCK, out);
+          }
+          break;
+        }
+        case 'meta': {
+          const meta = this.meta!;
+          const slice = take(padded(meta.header.size) - meta.fill);
+          slice.copy(meta.data, meta.fill, 0, Math.max(0, Math.min(slice.length, meta.header.size - meta.fill)));
+          meta.fill += slice.length;
+          if (meta.fill === padded(meta.header.size)) {
+            this.meta = undefined;
+            this.state = 'header';
+            this.onMeta(meta.header, meta.data);
+          }
+          break;
+        }
+        case 'data': {
+          const slice = take(this.remaining);
+          this.remaining -= slice.length;
+          if (slice.length > 0) out.push({ type: 'data', data: slice });
+          if (this.remaining === 0) this.endData(out);
+          break;
+        }
+        case 'padding': {
+          const slice = take(this.remaining);
+          this.remaining -= slice.length;
+          if (this.remaining === 0) this.state = 'header';
+          break;
+        }
+      }
+    }
+    return out;
+  }
+
+  /** Says the archive ended; throws `INVALID_PARAMS` unless it ended where an archive may (an empty input is an empty archive). */
+  end(): void {
+    if (this.state === 'trailer' || (!this.seen && this.state === 'header')) return;
+    if (this.state === 'header')
+      throw refuseAt(this.offset - this.blockFill, undefined, 'the archive ends without its end-of-archive blocks (it is cut short)');
+    const header = this.meta?.header ?? this.current!;
+    throw refuseAt(header.at, header.name, `its ${header.size} bytes of data run past the end of the archive (it is cut short)`);
+  }
+
+  private onHeader(at: number, out: TarStreamEvent[]): void {
+    const block = this.block;
+    if (isZero(block)) {
+      if (this.pending) throw refuseAt(this.pending.at, undefined, 'a PAX or GNU long-name header has no entry after it');
+      this.state = 'trailer';
+      return;
+    }
+    const header = parseHeader(Buffer.from(block), at);
+    if (header.flag === 'x' || header.flag === 'g' || header.flag === 'L' || header.flag === 'K') {
+      const cap = header.flag === 'L' || header.flag === 'K' ? TAR_CAPS.maxNameBytes + 1 : TAR_CAPS.maxRecordBytes;
+      if (header.size > cap)
+        throw refuseAt(header.at, header.name, `its ${describeFlag(header.flag)} carries ${header.size} bytes, more than the ${cap} allowed`);
+      this.meta = { header, data: Buffer.alloc(header.size), fill: 0 };
+      this.state = 'meta';
+      if (header.size === 0) {
+        this.meta = undefined;
+        this.state = 'header';
+        this.onMeta(header, Buffer.alloc(0));
+      }
+      return;
+    }
+    const type = ENTRY_TYPES[header.flag];
+    if (type === undefined)
+      throw refuseAt(header.at, header.name, `its type flag '${printable(header.flag)}' is not supported (files, folders and symbolic links are)`);
+    const entry = applyPending(header, type, this.pending);
+    this.pending = undefined;
+    const sized = { ...header, size: entry.size };
+    this.current = sized;
+    this.remaining = entry.size;
+    // `tar -C dir -c .` names the folder itself `./`: skipped, not an entry.
+    const root = entry.type === 'directory' && entry.size === 0 && isArchiveRoot(entry.name);
+    if (!root) {
+      const checked = this.checker.check(entry);
+      if (checked.kind !== 'file' && entry.size !== 0)
+        throw refuseAt(header.at, checked.name, `it is a ${checked.kind} but carries ${entry.size} bytes of data`);
+      out.push({ type: 'entry', entry: checked });
+    }
+    this.state = 'data';
+    if (entry.size === 0) this.endData(out, root);
+  }
+
+  private endData(out: TarStreamEvent[], root = false): void {
+    if (!root) out.push({ type: 'end' });
+    this.remaining = padded(this.current!.size) - this.current!.size;
+    this.state = this.remaining === 0 ? 'header' : 'padding';
+  }
+
+  private onMeta(header: RawHeader, data: Buffer): void {
+    if (header.flag === 'g') {
+      if (this.pending) throw refuseAt(header.at, header.name, 'a global PAX header lies between a PAX or GNU header and its entry');
+      if (++this.globals > TAR_CAPS.maxGlobalHeaders)
+        throw refuseAt(header.at, header.name, `the archive has more than ${TAR_CAPS.maxGlobalHeaders} global PAX headers`);
+      const records = parsePax(data, header);
+      for (const key of ['path', 'linkpath', 'size']) {
+        if (records.has(key)) throw refuseAt(header.at, header.name, `its global PAX header sets '${key}', which would apply to every entry`);
+      }
+      return;
+    }
+    const pending = (this.pending ??= { at: header.at });
+    if (header.flag === 'x') {
+      if (pending.pax) throw refuseAt(header.at, header.name, 'two PAX headers precede one entry');
+      pending.pax = parsePax(data, header);
+    } else {
+      const key = header.flag === 'L' ? 'longName' : 'longLink';
+      if (pending[key] !== undefined) throw refuseAt(header.at, header.name, `two GNU ${header.flag === 'L' ? 'long names' : 'long links'} precede one entry`);
+      pending[key] = parseLongName(data, header);
+    }
+  }
+}
+
 /**
  * Reads a whole archive held in memory and checks it by every rule here before returning
  * anything, so a caller writes nothing from a refused archive. Throws `INVALID_PARAMS` naming the
  * entry (or the header's byte offset) and what is allowed. An empty input is an empty archive.
+ * It is {@link CheckedTarStream} fed the whole archive at once, so both read by the same rules.
  *
  * Refused beyond {@link TarChecker}'s rules: a bad checksum or magic, a numeric field that is not
  * octal, data or padding cut short, bytes after the end-of-archive blocks; PAX records whose
@@ -179,65 +366,21 @@ interface Pending {
  * for (const { entry, data } of readCheckedTar(archive)) console.log(entry.kind, entry.name, data.length);
  */
 export function readCheckedTar(archive: Uint8Array): TarContent[] {
-  const bytes = Buffer.from(archive.buffer, archive.byteOffset, archive.byteLength);
-  const checker = new TarChecker();
+  const reader = new CheckedTarStream();
   const out: TarContent[] = [];
-  if (bytes.length === 0) return out;
-  let offset = 0;
-  let pending: Pending | undefined;
-  let globals = 0;
-  for (;;) {
-    if (offset + BLOCK > bytes.length) throw refuseAt(offset, undefined, 'the archive ends without its end-of-archive blocks (it is cut short)');
-    const block = bytes.subarray(offset, offset + BLOCK);
-    if (isZero(block)) {
-      if (pending) throw refuseAt(pending.at, undefined, 'a PAX or GNU long-name header has no entry after it');
-      if (!isZero(bytes.subarray(offset))) throw refuseAt(offset, undefined, 'there are bytes after the end-of-archive blocks');
-      return out;
-    }
-    const header = parseHeader(block, offset);
-    offset += BLOCK;
-    const meta = header.flag === 'x' || header.flag === 'g' || header.flag === 'L' || header.flag === 'K';
-    if (meta) {
-      const cap = header.flag === 'L' || header.flag === 'K' ? TAR_CAPS.maxNameBytes + 1 : TAR_CAPS.maxRecordBytes;
-      if (header.size > cap)
-        throw refuseAt(header.at, header.name, `its ${describeFlag(header.flag)} carries ${header.size} bytes, more than the ${cap} allowed`);
-      const data = dataOf(bytes, offset, header);
-      offset += padded(header.size);
-      if (header.flag === 'g') {
-        if (pending) throw refuseAt(header.at, header.name, 'a global PAX header lies between a PAX or GNU header and its entry');
-        if (++globals > TAR_CAPS.maxGlobalHeaders)
-          throw refuseAt(header.at, header.name, `the archive has more than ${TAR_CAPS.maxGlobalHeaders} global PAX headers`);
-        const records = parsePax(data, header);
-        for (const key of ['path', 'linkpath', 'size']) {
-          if (records.has(key)) throw refuseAt(header.at, header.name, `its global PAX header sets '${key}', which would apply to every entry`);
-        }
-        continue;
-      }
-      pending ??= { at: header.at };
-      if (header.flag === 'x') {
-        if (pending.pax) throw refuseAt(header.at, header.name, 'two PAX headers precede one entry');
-        pending.pax = parsePax(data, header);
-      } else {
-        const key = header.flag === 'L' ? 'longName' : 'longLink';
-        if (pending[key] !== undefined)
-          throw refuseAt(header.at, header.name, `two GNU ${header.flag === 'L' ? 'long names' : 'long links'} precede one entry`);
-        pending[key] = parseLongName(data, header);
-      }
-      continue;
-    }
-    const type = ENTRY_TYPES[header.flag];
-    if (type === undefined)
-      throw refuseAt(header.at, header.name, `its type flag '${printable(header.flag)}' is not supported (files, folders and symbolic links are)`);
-    const entry = applyPending(header, type, pending);
-    pending = undefined;
-    if (entry.type === 'directory' && entry.size === 0 && isArchiveRoot(entry.name)) continue; // `tar -C dir -c .` names the folder itself `./`
-    const checked = checker.check(entry);
-    if (checked.kind !== 'file' && entry.size !== 0) throw refuseAt(header.at, checked.name, `it is a ${checked.kind} but carries ${entry.size} bytes of data`);
-    const data = dataOf(bytes, offset, { ...header, size: entry.size });
-    offset += padded(entry.size);
-    out.push({ entry: checked, data });
+  let parts: Buffer[] = [];
+  for (const step of reader.push(archive)) {
+    if (step.type === 'entry') {
+      out.push({ entry: step.entry, data: EMPTY });
+      parts = [];
+    } else if (step.type === 'data') parts.push(step.data);
+    else out[out.length - 1]!.data = parts.length === 1 ? parts[0]! : Buffer.concat(parts);
   }
+  reader.end();
+  return out;
 }
+
+const EMPTY = Buffer.alloc(0);
 
 /** The entry as the checker sees it, after the PAX records and GNU long names that precede it. */
 function applyPending(header: RawHeader, type: string, pending: Pending | undefined): TarHeaderLike & { size: number } {
@@ -342,12 +485,6 @@ function parseLongName(data: Buffer, header: RawHeader): string {
   if (text.length === 0) throw refuseAt(header.at, header.name, `its ${what} is empty`);
   if (text.length > TAR_CAPS.maxNameBytes) throw refuseAt(header.at, header.name, `its ${what} is longer than ${TAR_CAPS.maxNameBytes} bytes`);
   return utf8(text, header.at, header.name, what);
-}
-
-function dataOf(bytes: Buffer, offset: number, header: RawHeader): Buffer {
-  if (offset + padded(header.size) > bytes.length)
-    throw refuseAt(header.at, header.name, `its ${header.size} bytes of data run past the end of the archive (it is cut short)`);
-  return bytes.subarray(offset, offset + header.size);
 }
 
 function padded(size: number): number {

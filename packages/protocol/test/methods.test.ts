@@ -100,6 +100,14 @@ const EXAMPLES: { [M in MethodName]: { params: unknown; result: unknown } } = {
     },
   },
   'fs.download': { params: { path: 'd' }, result: { path: 'd', files: 1, directories: 0, symlinks: 0, bytes: 1024, skipped: [] } },
+  'fs.uploadOpen': { params: { path: 'd', overwrite: true }, result: { uploadId: `up_${'0'.repeat(32)}`, path: 'd' } },
+  'fs.uploadChunk': { params: { uploadId: `up_${'a'.repeat(32)}`, offset: 1048576 }, result: { received: 2097152 } },
+  'fs.uploadCommit': { params: { uploadId: `up_${'a'.repeat(32)}` }, result: { path: 'd', files: 1, directories: 0, symlinks: 0, bytes: 3 } },
+  'fs.uploadAbort': { params: { uploadId: `up_${'a'.repeat(32)}` }, result: { aborted: true } },
+  'fs.downloadStream': {
+    params: { path: 'd', maxBytes: 1024 },
+    result: { path: 'd', files: 1, directories: 0, symlinks: 0, bytes: 1024, skipped: [] },
+  },
   'process.exec': {
     params: { cmd: 'echo hi', cwd: '.', env: { A: '1' }, stdin: 'x', timeoutMs: 1000 },
     result: { exitCode: 0, signal: null, stdout: 'hi\n', stderr: '', durationMs: 3, timedOut: false, truncated: false, stdoutBytes: 3, stderrBytes: 0 },

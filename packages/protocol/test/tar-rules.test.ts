@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { CodedError, readCheckedTar, TAR_CAPS } from '../src/index.js';
+import { CheckedTarStream, CodedError, readCheckedTar, TAR_CAPS } from '../src/index.js';
 import { archive, END, file, header, longName, pad, pax, record } from '../../../test/support/tar-bytes.js';
 
 function refusal(bytes: Buffer): CodedError {
@@ -12,28 +12,60 @@ function refusal(bytes: Buffer): CodedError {
   throw new Error('the archive was accepted');
 }
 
+/** Reads `bytes` through {@link CheckedTarStream} in pieces of `piece` bytes: entries with their gathered data. */
+function streamed(bytes: Buffer, piece: number): { name: string; kind: string; data: string }[] {
+  const reader = new CheckedTarStream();
+  const out: { name: string; kind: string; data: string }[] = [];
+  let open = false;
+  for (let i = 0; i < bytes.length || i === 0; i += piece) {
+    for (const step of reader.push(bytes.subarray(i, i + piece))) {
+      if (step.type === 'entry') {
+        expect(open).toBe(false);
+        open = true;
+        out.push({ name: step.entry.name, kind: step.entry.kind, data: '' });
+      } else if (step.type === 'data') out[out.length - 1]!.data += step.data.toString();
+      else open = false;
+    }
+    if (bytes.length === 0) break;
+  }
+  reader.end();
+  expect(open).toBe(false);
+  return out;
+}
+
+function streamedRefusal(bytes: Buffer, piece: number): CodedError {
+  try {
+    streamed(bytes, piece);
+  } catch (err) {
+    if (err instanceof CodedError) return err;
+    throw err;
+  }
+  throw new Error('the streamed archive was accepted');
+}
+
+const PIECES = [1, 7, 511, 512, 513, 100_000];
+
 describe('readCheckedTar: well-formed archives', () => {
   it('reads files, folders, links, a ustar prefix, GNU long names and PAX records', () => {
     const long = `${'d'.repeat(150)}/${'n'.repeat(150)}.txt`;
-    const entries = readCheckedTar(
-      archive(
-        header({ name: './', flag: '5', mode: 0o755 }),
-        header({ name: 'dir/', flag: '5', mode: 0o755 }),
-        file('dir/a.txt', 'hello'),
-        header({ name: 'b.txt', prefix: 'dir/sub', size: 0 }),
-        header({ name: 'old-style-dir/', flag: '0' }),
-        longName(Buffer.from(`${long}\0`)),
-        file('././@LongLink-truncated', 'long'),
-        pax(Buffer.concat([record('path', 'dir/ünï.txt'), record('mtime', '1700000000.5'), record('size', '3')])),
-        file('PaxHeader-placeholder', 'abc'),
-        pax(record('linkpath', `dir/${'t'.repeat(200)}`)),
-        header({ name: 'link', flag: '2', linkname: 'PaxHeader' }),
-        longName(Buffer.from('dir/a.txt'), 'K'),
-        header({ name: 'link2', flag: '2', magic: 'gnu' }),
-        pax(Buffer.concat([record('comment', 'a commit id'), record('mtime', '1')]), 'g'),
-        file('last.txt', Buffer.alloc(0)),
-      ),
+    const bytes = archive(
+      header({ name: './', flag: '5', mode: 0o755 }),
+      header({ name: 'dir/', flag: '5', mode: 0o755 }),
+      file('dir/a.txt', 'hello'),
+      header({ name: 'b.txt', prefix: 'dir/sub', size: 0 }),
+      header({ name: 'old-style-dir/', flag: '0' }),
+      longName(Buffer.from(`${long}\0`)),
+      file('././@LongLink-truncated', 'long'),
+      pax(Buffer.concat([record('path', 'dir/ünï.txt'), record('mtime', '1700000000.5'), record('size', '3')])),
+      file('PaxHeader-placeholder', 'abc'),
+      pax(record('linkpath', `dir/${'t'.repeat(200)}`)),
+      header({ name: 'link', flag: '2', linkname: 'PaxHeader' }),
+      longName(Buffer.from('dir/a.txt'), 'K'),
+      header({ name: 'link2', flag: '2', magic: 'gnu' }),
+      pax(Buffer.concat([record('comment', 'a commit id'), record('mtime', '1')]), 'g'),
+      file('last.txt', Buffer.alloc(0)),
     );
+    const entries = readCheckedTar(bytes);
     expect(entries.map(({ entry, data }) => [entry.kind, entry.name, data.toString()])).toEqual([
       ['directory', 'dir', ''],
       ['file', 'dir/a.txt', 'hello'],
@@ -45,6 +77,11 @@ describe('readCheckedTar: well-formed archives', () => {
       ['symlink', 'link2', ''],
       ['file', 'last.txt', ''],
     ]);
+    for (const piece of PIECES) {
+      expect(streamed(bytes, piece).map(({ kind, name, data }) => [kind, name, data])).toEqual(
+        entries.map(({ entry, data }) => [entry.kind, entry.name, data.toString()]),
+      );
+    }
     expect(entries[6]!.entry.linkname).toBe(`dir/${'t'.repeat(200)}`);
     expect(entries[7]!.entry.linkname).toBe('dir/a.txt');
   });
@@ -150,7 +187,12 @@ describe('readCheckedTar refuses malformed and hostile headers, naming the entry
     ['a GNU long name with no entry', archive(file('a', 'x'), longName(Buffer.from('b\0'))), /has no entry after it/],
   ];
 
-  it.each(cases)('%s', (_label, bytes, why) => {
+  it.each(cases)('%s, whole or in pieces of any size', (_label, bytes, why) => {
+    for (const piece of PIECES) {
+      const streamedErr = streamedRefusal(bytes, piece);
+      expect(streamedErr.code).toBe('INVALID_PARAMS');
+      expect(streamedErr.message).toMatch(why);
+    }
     const err = refusal(bytes);
     expect(err.code).toBe('INVALID_PARAMS');
     expect(err.message).toMatch(why);

@@ -47,7 +47,7 @@ class MethodSpec(NamedTuple):
     events: Mapping[str, Type[BaseModel]]
 
 PROTOCOL_VERSION = 1
-PROTOCOL_MINOR = 2
+PROTOCOL_MINOR = 3
 #: The largest frame (header + payload) a peer accepts; bigger ones get FRAME_TOO_LARGE.
 MAX_FRAME_BYTES = 33554432
 #: The largest JSON header a frame may carry.
@@ -90,6 +90,7 @@ ERROR_CODES: Dict[str, tuple] = {
     'SANDBOX_NOT_READY': (503, 'The sandbox is starting or its daemon is not answering; retry shortly.'),
     'UPSTREAM_UNAVAILABLE': (502, 'The Docker engine or the sandbox daemon did not answer; check that Docker is running.'),
     'PTY_UNAVAILABLE': (501, 'This sandbox cannot open a terminal (the message says why); run commands with commands.run or commands.start instead.'),
+    'NOT_SUPPORTED': (501, 'This engine cannot do that (the message says which engine and why); use another way the message names, or an engine that can (docs/install.md).'),
     'IMAGE_NOT_ALLOWED': (403, "Use an image already on the engine or one from a registry in the controller's allowedRegistries (GET /readyz lists them)."),
     'IMAGE_PULL_FAILED': (502, 'Check the image name and tag, that the registry answers, and that the image is public or the engine is logged in.'),
     'IMAGE_TOO_LARGE': (507, 'Use a smaller image, or ask the operator to raise images.maxPullMb or free disk space on the engine.'),
@@ -118,48 +119,49 @@ if TYPE_CHECKING:
     _C18 = str
     _C19 = int
     _C20 = int
-    _C21 = int
-    _C22 = str
+    _C21 = str
+    _C22 = int
     _C23 = str
-    _C25 = str
-    _C26 = int
+    _C24 = str
+    _C26 = str
     _C27 = int
     _C28 = int
     _C29 = int
-    _C30 = str
-    _C31 = int
+    _C30 = int
+    _C31 = str
     _C32 = int
-    _C33 = str
+    _C33 = int
     _C34 = str
     _C35 = str
     _C36 = str
     _C37 = str
     _C38 = str
     _C39 = str
-    _C40 = int
-    _C41 = float
-    _C42 = int
-    _C43 = str
-    _C44 = int
-    _C47 = str
-    _C49 = str
+    _C40 = str
+    _C41 = int
+    _C42 = float
+    _C43 = int
+    _C44 = str
+    _C45 = int
+    _C48 = str
     _C50 = str
     _C51 = str
-    _C53 = str
+    _C52 = str
     _C54 = str
-    _C56 = str
+    _C55 = str
     _C57 = str
     _C58 = str
-    _C61 = str
-    _C62 = int
-    _C63 = str
+    _C59 = str
+    _C62 = str
+    _C63 = int
     _C64 = str
-    _C66 = int
+    _C65 = str
     _C67 = int
     _C68 = int
     _C69 = int
     _C70 = int
-    _C71 = str
+    _C71 = int
+    _C72 = str
 else:
     _C1 = conint(strict=True, ge=0, le=9007199254740991)
     _C2 = conint(strict=True, le=10000, gt=0)
@@ -179,48 +181,49 @@ else:
     _C18 = constr(strict=True, regex='^[0-9]{1,6}$')
     _C19 = conint(strict=True, ge=0, le=16777216)
     _C20 = conint(strict=True, ge=0, le=4194304)
-    _C21 = conint(strict=True, ge=0, le=511)
-    _C22 = constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_-]+$')
-    _C23 = constr(strict=True, min_length=1, max_length=1048576)
-    _C25 = constr(strict=True, min_length=1, max_length=4096, regex='^[^=\\0]+$')
-    _C26 = conint(strict=True, le=86400000, gt=0)
-    _C27 = conint(strict=True, ge=1024, le=8388608)
-    _C28 = conint(strict=True, le=604800000, gt=0)
-    _C29 = conint(strict=True, ge=4096, le=67108864)
-    _C30 = constr(strict=True, max_length=200)
-    _C31 = conint(strict=True, ge=0, le=86400000)
-    _C32 = conint(strict=True, ge=1, le=1000)
-    _C33 = constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_.-]+$')
-    _C34 = constr(strict=True, max_length=100)
-    _C35 = constr(strict=True, min_length=1, max_length=64)
-    _C36 = constr(strict=True, min_length=1, max_length=100)
-    _C37 = constr(strict=True, min_length=1, max_length=256)
-    _C38 = constr(strict=True, min_length=1, max_length=256, regex='^[A-Za-z_][A-Za-z0-9_]*$')
-    _C39 = constr(strict=True, max_length=32768)
-    _C40 = conint(strict=True, le=256, gt=0)
-    _C41 = confloat(strict=True, le=256, gt=0)
-    _C42 = conint(strict=True, ge=16, le=1048576)
-    _C43 = constr(strict=True, min_length=1, max_length=253)
-    _C44 = conint(strict=True, ge=1, le=65535)
-    _C47 = constr(strict=True, min_length=1, max_length=1024, regex='^\\/.*')
-    _C49 = constr(strict=True, min_length=1, max_length=128, regex='^[A-Za-z_][A-Za-z0-9_]*$')
-    _C50 = constr(strict=True, min_length=1, max_length=16384)
-    _C51 = constr(strict=True, min_length=1, max_length=128)
-    _C53 = constr(strict=True, min_length=1, max_length=128, regex="^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
-    _C54 = constr(strict=True, max_length=1024)
-    _C56 = constr(strict=True, regex='^\\d{1,10}(:\\d{1,10})?$')
-    _C57 = constr(strict=True, min_length=1, max_length=4096, regex='^\\/.*')
-    _C58 = constr(strict=True, min_length=2, max_length=32, regex='^\\.[^/\\0]+$')
-    _C61 = constr(strict=True, min_length=1, max_length=256, regex='^[A-Za-z0-9._-]+(\\/[A-Za-z0-9._-]+)*$')
-    _C62 = conint(strict=True, ge=10, le=2592000)
-    _C63 = constr(strict=True, regex='^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$')
-    _C64 = constr(strict=True, max_length=256)
-    _C66 = conint(strict=True, ge=1, le=1048576)
-    _C67 = conint(strict=True, ge=64, le=1048576)
-    _C68 = conint(strict=True, ge=1, le=16777216)
-    _C69 = conint(strict=True, ge=16, le=16777216)
-    _C70 = conint(strict=True, ge=1, le=2592000)
-    _C71 = constr(strict=True, min_length=1, max_length=512)
+    _C21 = constr(strict=True, regex='^up_[0-9a-f]{32}$')
+    _C22 = conint(strict=True, ge=0, le=511)
+    _C23 = constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_-]+$')
+    _C24 = constr(strict=True, min_length=1, max_length=1048576)
+    _C26 = constr(strict=True, min_length=1, max_length=4096, regex='^[^=\\0]+$')
+    _C27 = conint(strict=True, le=86400000, gt=0)
+    _C28 = conint(strict=True, ge=1024, le=8388608)
+    _C29 = conint(strict=True, le=604800000, gt=0)
+    _C30 = conint(strict=True, ge=4096, le=67108864)
+    _C31 = constr(strict=True, max_length=200)
+    _C32 = conint(strict=True, ge=0, le=86400000)
+    _C33 = conint(strict=True, ge=1, le=1000)
+    _C34 = constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_.-]+$')
+    _C35 = constr(strict=True, max_length=100)
+    _C36 = constr(strict=True, min_length=1, max_length=64)
+    _C37 = constr(strict=True, min_length=1, max_length=100)
+    _C38 = constr(strict=True, min_length=1, max_length=256)
+    _C39 = constr(strict=True, min_length=1, max_length=256, regex='^[A-Za-z_][A-Za-z0-9_]*$')
+    _C40 = constr(strict=True, max_length=32768)
+    _C41 = conint(strict=True, le=256, gt=0)
+    _C42 = confloat(strict=True, le=256, gt=0)
+    _C43 = conint(strict=True, ge=16, le=1048576)
+    _C44 = constr(strict=True, min_length=1, max_length=253)
+    _C45 = conint(strict=True, ge=1, le=65535)
+    _C48 = constr(strict=True, min_length=1, max_length=1024, regex='^\\/.*')
+    _C50 = constr(strict=True, min_length=1, max_length=128, regex='^[A-Za-z_][A-Za-z0-9_]*$')
+    _C51 = constr(strict=True, min_length=1, max_length=16384)
+    _C52 = constr(strict=True, min_length=1, max_length=128)
+    _C54 = constr(strict=True, min_length=1, max_length=128, regex="^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+    _C55 = constr(strict=True, max_length=1024)
+    _C57 = constr(strict=True, regex='^\\d{1,10}(:\\d{1,10})?$')
+    _C58 = constr(strict=True, min_length=1, max_length=4096, regex='^\\/.*')
+    _C59 = constr(strict=True, min_length=2, max_length=32, regex='^\\.[^/\\0]+$')
+    _C62 = constr(strict=True, min_length=1, max_length=256, regex='^[A-Za-z0-9._-]+(\\/[A-Za-z0-9._-]+)*$')
+    _C63 = conint(strict=True, ge=10, le=2592000)
+    _C64 = constr(strict=True, regex='^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$')
+    _C65 = constr(strict=True, max_length=256)
+    _C67 = conint(strict=True, ge=1, le=1048576)
+    _C68 = conint(strict=True, ge=64, le=1048576)
+    _C69 = conint(strict=True, ge=1, le=16777216)
+    _C70 = conint(strict=True, ge=16, le=16777216)
+    _C71 = conint(strict=True, ge=1, le=2592000)
+    _C72 = constr(strict=True, min_length=1, max_length=512)
 
 
 class AuditListParams(_Strict):
@@ -288,6 +291,22 @@ class FsDownloadResult(_Tolerant):
     symlinks: _C1 = Field(...)
     bytes: _C1 = Field(...)
     skipped: List[FsCopyResultSkippedItem] = Field(...)
+
+
+class FsDownloadStreamParams(_Strict):
+    path: _C6 = Field(...)
+    max_bytes: Optional[_C1] = Field(None, alias='maxBytes')
+
+
+FsDownloadStreamResult = FsDownloadResult
+
+
+class FsDownloadStreamStartEvent(_Tolerant):
+    total_bytes: _C1 = Field(..., alias='totalBytes')
+
+
+class FsDownloadStreamDataEvent(_Tolerant):
+    offset: _C1 = Field(...)
 
 
 class FsEditParams(_Strict):
@@ -488,9 +507,40 @@ class FsUploadResult(_Tolerant):
     bytes: _C1 = Field(...)
 
 
+class FsUploadAbortParams(_Strict):
+    upload_id: _C21 = Field(..., alias='uploadId')
+
+
+class FsUploadAbortResult(_Tolerant):
+    aborted: StrictBool = Field(...)
+
+
+class FsUploadChunkParams(_Strict):
+    upload_id: _C21 = Field(..., alias='uploadId')
+    offset: _C1 = Field(...)
+
+
+class FsUploadChunkResult(_Tolerant):
+    received: _C1 = Field(...)
+
+
+FsUploadCommitParams = FsUploadAbortParams
+
+
+FsUploadCommitResult = FsUploadResult
+
+
+FsUploadOpenParams = FsUploadParams
+
+
+class FsUploadOpenResult(_Tolerant):
+    upload_id: _C21 = Field(..., alias='uploadId')
+    path: StrictStr = Field(...)
+
+
 class FsWriteParams(_Strict):
     path: _C6 = Field(...)
-    mode: Optional[_C21] = Field(None)
+    mode: Optional[_C22] = Field(None)
     expected_sha256: Optional[_C9] = Field(None, alias='expectedSha256')
     overwrite: StrictBool = Field(True)
     hash: StrictBool = Field(False)
@@ -506,7 +556,7 @@ class FsWriteResult(_Tolerant):
 
 
 class ProcessAttachParams(_Strict):
-    handle: _C22 = Field(...)
+    handle: _C23 = Field(...)
     stdout_offset: Optional[_C1] = Field(None, alias='stdoutOffset')
     stderr_offset: Optional[_C1] = Field(None, alias='stderrOffset')
     follow: Optional[StrictBool] = Field(None)
@@ -518,7 +568,7 @@ class ProcessAttachResultStdout(_Tolerant):
 
 
 class ProcessAttachResult(_Tolerant):
-    handle: _C22 = Field(...)
+    handle: _C23 = Field(...)
     pid: _C5 = Field(...)
     cmd: StrictStr = Field(...)
     tag: Optional[StrictStr] = Field(None)
@@ -533,33 +583,32 @@ class ProcessAttachResult(_Tolerant):
     stderr: ProcessAttachResultStdout = Field(...)
 
 
-class ProcessAttachStdoutEvent(_Tolerant):
-    offset: _C1 = Field(...)
+ProcessAttachStdoutEvent = FsDownloadStreamDataEvent
 
 
-ProcessAttachStderrEvent = ProcessAttachStdoutEvent
+ProcessAttachStderrEvent = FsDownloadStreamDataEvent
 
 
 class ProcessCloseStdinParams(_Strict):
-    handle: _C22 = Field(...)
+    handle: _C23 = Field(...)
 
 
 ProcessCloseStdinResult = ProcessAttachResult
 
 
 if TYPE_CHECKING:
-    _C24 = List[_C12]
+    _C25 = List[_C12]
 else:
-    _C24 = conlist(_C12, min_items=1, max_items=10000)
+    _C25 = conlist(_C12, min_items=1, max_items=10000)
 
 
 class ProcessExecParams(_Strict):
-    cmd: Union[_C23, _C24] = Field(...)
+    cmd: Union[_C24, _C25] = Field(...)
     cwd: Optional[_C6] = Field(None)
-    env: Optional[Dict[_C25, _C12]] = Field(None)
+    env: Optional[Dict[_C26, _C12]] = Field(None)
     stdin: Optional[_C8] = Field(None)
-    timeout_ms: Optional[_C26] = Field(None, alias='timeoutMs')
-    output_cap_bytes: Optional[_C27] = Field(None, alias='outputCapBytes')
+    timeout_ms: Optional[_C27] = Field(None, alias='timeoutMs')
+    output_cap_bytes: Optional[_C28] = Field(None, alias='outputCapBytes')
     save_output: Optional[StrictBool] = Field(None, alias='saveOutput')
     stream: Optional[StrictBool] = Field(None)
 
@@ -584,14 +633,14 @@ class ProcessExecResult(_Tolerant):
     output_payload: Optional[ProcessExecResultOutputPayload] = Field(None, alias='outputPayload')
 
 
-ProcessExecStdoutEvent = ProcessAttachStdoutEvent
+ProcessExecStdoutEvent = FsDownloadStreamDataEvent
 
 
-ProcessExecStderrEvent = ProcessAttachStdoutEvent
+ProcessExecStderrEvent = FsDownloadStreamDataEvent
 
 
 class ProcessKillParams(_Strict):
-    handle: _C22 = Field(...)
+    handle: _C23 = Field(...)
     signal: Optional[Literal['SIGTERM', 'SIGKILL', 'SIGINT', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2', 'SIGSTOP', 'SIGCONT']] = Field(None)
 
 
@@ -607,28 +656,28 @@ class ProcessListResult(_Tolerant):
 
 
 class ProcessStartParams(_Strict):
-    cmd: Union[_C23, _C24] = Field(...)
+    cmd: Union[_C24, _C25] = Field(...)
     cwd: Optional[_C6] = Field(None)
-    env: Optional[Dict[_C25, _C12]] = Field(None)
+    env: Optional[Dict[_C26, _C12]] = Field(None)
     keep_stdin_open: Optional[StrictBool] = Field(None, alias='keepStdinOpen')
-    timeout_ms: Optional[_C28] = Field(None, alias='timeoutMs')
-    buffer_bytes: Optional[_C29] = Field(None, alias='bufferBytes')
-    tag: Optional[_C30] = Field(None)
+    timeout_ms: Optional[_C29] = Field(None, alias='timeoutMs')
+    buffer_bytes: Optional[_C30] = Field(None, alias='bufferBytes')
+    tag: Optional[_C31] = Field(None)
 
 
 ProcessStartResult = ProcessAttachResult
 
 
 class ProcessWaitParams(_Strict):
-    handle: _C22 = Field(...)
-    timeout_ms: Optional[_C31] = Field(None, alias='timeoutMs')
+    handle: _C23 = Field(...)
+    timeout_ms: Optional[_C32] = Field(None, alias='timeoutMs')
 
 
 ProcessWaitResult = ProcessAttachResult
 
 
 class ProcessWriteParams(_Strict):
-    handle: _C22 = Field(...)
+    handle: _C23 = Field(...)
     data: Optional[_C8] = Field(None)
 
 
@@ -644,11 +693,11 @@ class PtyKillResult(_Tolerant):
 
 
 class PtyOpenParams(_Strict):
-    cols: _C32 = Field(...)
-    rows: _C32 = Field(...)
-    cmd: Optional[Union[_C23, _C24]] = Field(None)
+    cols: _C33 = Field(...)
+    rows: _C33 = Field(...)
+    cmd: Optional[Union[_C24, _C25]] = Field(None)
     cwd: Optional[_C6] = Field(None)
-    env: Optional[Dict[_C25, _C12]] = Field(None)
+    env: Optional[Dict[_C26, _C12]] = Field(None)
 
 
 class PtyOpenResult(_Tolerant):
@@ -658,26 +707,26 @@ class PtyOpenResult(_Tolerant):
 
 
 class PtyOpenStartedEvent(_Tolerant):
-    handle: _C22 = Field(...)
+    handle: _C23 = Field(...)
     pid: _C5 = Field(...)
 
 
-PtyOpenOutputEvent = ProcessAttachStdoutEvent
+PtyOpenOutputEvent = FsDownloadStreamDataEvent
 
 
 class PtyResizeParams(_Strict):
-    handle: _C22 = Field(...)
-    cols: _C32 = Field(...)
-    rows: _C32 = Field(...)
+    handle: _C23 = Field(...)
+    cols: _C33 = Field(...)
+    rows: _C33 = Field(...)
 
 
 class PtyResizeResult(_Tolerant):
-    cols: _C32 = Field(...)
-    rows: _C32 = Field(...)
+    cols: _C33 = Field(...)
+    rows: _C33 = Field(...)
 
 
 class PtyWriteParams(_Strict):
-    handle: _C22 = Field(...)
+    handle: _C23 = Field(...)
     data: Optional[_C12] = Field(None)
 
 
@@ -685,7 +734,7 @@ PtyWriteResult = ProcessWriteResult
 
 
 class ShellCloseParams(_Strict):
-    session: _C33 = Field(...)
+    session: _C34 = Field(...)
 
 
 class ShellCloseResult(_Tolerant):
@@ -696,7 +745,7 @@ ShellListParams = ProcessListParams
 
 
 class ShellListResultSessionsItem(_Tolerant):
-    session: _C33 = Field(...)
+    session: _C34 = Field(...)
     pid: _C5 = Field(...)
     busy: StrictBool = Field(...)
 
@@ -706,23 +755,23 @@ class ShellListResult(_Tolerant):
 
 
 class ShellOpenParams(_Strict):
-    session: _C33 = Field(...)
+    session: _C34 = Field(...)
     cwd: Optional[_C6] = Field(None)
-    env: Optional[Dict[_C25, _C12]] = Field(None)
+    env: Optional[Dict[_C26, _C12]] = Field(None)
 
 
 class ShellOpenResult(_Tolerant):
-    session: _C33 = Field(...)
+    session: _C34 = Field(...)
     pid: _C5 = Field(...)
     created: StrictBool = Field(...)
     busy: StrictBool = Field(...)
 
 
 class ShellRunParams(_Strict):
-    session: _C33 = Field(...)
-    cmd: _C23 = Field(...)
-    timeout_ms: Optional[_C26] = Field(None, alias='timeoutMs')
-    output_cap_bytes: Optional[_C27] = Field(None, alias='outputCapBytes')
+    session: _C34 = Field(...)
+    cmd: _C24 = Field(...)
+    timeout_ms: Optional[_C27] = Field(None, alias='timeoutMs')
+    output_cap_bytes: Optional[_C28] = Field(None, alias='outputCapBytes')
 
 
 class ShellRunResult(_Tolerant):
@@ -757,57 +806,57 @@ class FrameHeaderHello(_Tolerant):
     type: Literal['hello'] = Field(...)
     protocol_version: _C10 = Field(..., alias='protocolVersion')
     protocol_minor: Optional[_C1] = Field(None, alias='protocolMinor')
-    client: Optional[_C30] = Field(None)
+    client: Optional[_C31] = Field(None)
 
 
 class FrameHeaderWelcome(_Tolerant):
     type: Literal['welcome'] = Field(...)
     protocol_version: _C10 = Field(..., alias='protocolVersion')
     protocol_minor: Optional[_C1] = Field(None, alias='protocolMinor')
-    server: _C30 = Field(...)
-    server_version: _C34 = Field(..., alias='serverVersion')
+    server: _C31 = Field(...)
+    server_version: _C35 = Field(..., alias='serverVersion')
 
 
 class FrameHeaderReq(_Tolerant):
     type: Literal['req'] = Field(...)
-    id: Union[_C1, _C35] = Field(...)
-    method: _C36 = Field(...)
+    id: Union[_C1, _C36] = Field(...)
+    method: _C37 = Field(...)
     params: Any = Field(...)
 
 
 class FrameHeaderRes(_Tolerant):
     type: Literal['res'] = Field(...)
-    id: Union[_C1, _C35] = Field(...)
+    id: Union[_C1, _C36] = Field(...)
     result: Any = Field(...)
 
 
 class FrameHeaderErrError(_Tolerant):
-    code: _C36 = Field(...)
+    code: _C37 = Field(...)
     message: StrictStr = Field(...)
     details: Optional[Dict[StrictStr, Any]] = Field(None)
 
 
 class FrameHeaderErr(_Tolerant):
     type: Literal['err'] = Field(...)
-    id: Optional[Union[_C1, _C35]] = Field(...)
+    id: Optional[Union[_C1, _C36]] = Field(...)
     error: FrameHeaderErrError = Field(...)
 
 
 class FrameHeaderEvt(_Tolerant):
     type: Literal['evt'] = Field(...)
-    id: Union[_C1, _C35] = Field(...)
-    event: _C36 = Field(...)
+    id: Union[_C1, _C36] = Field(...)
+    event: _C37 = Field(...)
     data: Any = Field(...)
 
 
 class FrameHeaderCancel(_Tolerant):
     type: Literal['cancel'] = Field(...)
-    id: Union[_C1, _C35] = Field(...)
+    id: Union[_C1, _C36] = Field(...)
 
 
 class FrameHeaderApproval(_Tolerant):
     type: Literal['approval'] = Field(...)
-    id: Union[_C1, _C35] = Field(...)
+    id: Union[_C1, _C36] = Field(...)
     allow: StrictBool = Field(...)
 
 
@@ -826,33 +875,33 @@ class CreateSandboxRequestEgressNone(_Strict):
 
 
 if TYPE_CHECKING:
-    _C45 = List[_C44]
+    _C46 = List[_C45]
 else:
-    _C45 = conlist(_C44, min_items=1, max_items=16)
+    _C46 = conlist(_C45, min_items=1, max_items=16)
 
 
 if TYPE_CHECKING:
-    _C46 = List[Literal['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']]
+    _C47 = List[Literal['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']]
 else:
-    _C46 = conlist(Literal['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'], min_items=1, max_items=7)
+    _C47 = conlist(Literal['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'], min_items=1, max_items=7)
 
 
 class CreateSandboxRequestEgressAllowRulesItem(_Strict):
-    host: _C43 = Field(...)
-    ports: Optional[_C45] = Field(None)
-    methods: Optional[_C46] = Field(None)
-    path_prefix: Optional[_C47] = Field(None, alias='pathPrefix')
+    host: _C44 = Field(...)
+    ports: Optional[_C46] = Field(None)
+    methods: Optional[_C47] = Field(None)
+    path_prefix: Optional[_C48] = Field(None, alias='pathPrefix')
 
 
 if TYPE_CHECKING:
-    _C48 = List[CreateSandboxRequestEgressAllowRulesItem]
+    _C49 = List[CreateSandboxRequestEgressAllowRulesItem]
 else:
-    _C48 = conlist(CreateSandboxRequestEgressAllowRulesItem, min_items=1, max_items=256)
+    _C49 = conlist(CreateSandboxRequestEgressAllowRulesItem, min_items=1, max_items=256)
 
 
 class CreateSandboxRequestEgressAllow(_Strict):
     mode: Literal['allow'] = Field(...)
-    rules: _C48 = Field(...)
+    rules: _C49 = Field(...)
 
 
 class CreateSandboxRequestEgressOpen(_Strict):
@@ -860,55 +909,55 @@ class CreateSandboxRequestEgressOpen(_Strict):
 
 
 if TYPE_CHECKING:
-    _C52 = List[_C43]
+    _C53 = List[_C44]
 else:
-    _C52 = conlist(_C43, min_items=1, max_items=32)
+    _C53 = conlist(_C44, min_items=1, max_items=32)
 
 
 class CreateSandboxRequestSecretsItemTargetVariant1(_Strict):
-    header: _C53 = Field(...)
-    template: _C54 = Field('{secret}')
+    header: _C54 = Field(...)
+    template: _C55 = Field('{secret}')
 
 
 class CreateSandboxRequestSecretsItemTargetVariant2(_Strict):
-    query: _C51 = Field(...)
+    query: _C52 = Field(...)
 
 
 class CreateSandboxRequestSecretsItem(_Strict):
-    name: _C49 = Field(...)
-    value: Optional[_C50] = Field(None)
-    ref: Optional[_C51] = Field(None)
-    hosts: _C52 = Field(...)
+    name: _C50 = Field(...)
+    value: Optional[_C51] = Field(None)
+    ref: Optional[_C52] = Field(None)
+    hosts: _C53 = Field(...)
     target: Union[CreateSandboxRequestSecretsItemTargetVariant1, CreateSandboxRequestSecretsItemTargetVariant2] = Field(...)
 
 
 if TYPE_CHECKING:
-    _C55 = List[CreateSandboxRequestSecretsItem]
+    _C56 = List[CreateSandboxRequestSecretsItem]
 else:
-    _C55 = conlist(CreateSandboxRequestSecretsItem, max_items=32)
+    _C56 = conlist(CreateSandboxRequestSecretsItem, max_items=32)
 
 
 if TYPE_CHECKING:
-    _C59 = List[_C58]
+    _C60 = List[_C59]
 else:
-    _C59 = conlist(_C58, max_items=256)
+    _C60 = conlist(_C59, max_items=256)
 
 
 if TYPE_CHECKING:
-    _C60 = List[_C6]
+    _C61 = List[_C6]
 else:
-    _C60 = conlist(_C6, max_items=256)
+    _C61 = conlist(_C6, max_items=256)
 
 
 class CreateSandboxRequestPolicyVariant1Restrict(_Strict):
-    read: _C60 = Field(...)
-    write: _C60 = Field(...)
+    read: _C61 = Field(...)
+    write: _C61 = Field(...)
 
 
 class CreateSandboxRequestPolicyVariant1(_Strict):
     root: _C6 = Field(...)
     read_only: StrictBool = Field(False, alias='readOnly')
-    suffixes: Optional[_C59] = Field(None)
+    suffixes: Optional[_C60] = Field(None)
     max_file_bytes: Optional[_C10] = Field(None, alias='maxFileBytes')
     restrict: Optional[CreateSandboxRequestPolicyVariant1Restrict] = Field(None)
 
@@ -916,51 +965,51 @@ class CreateSandboxRequestPolicyVariant1(_Strict):
 class CreateSandboxRequestPolicyVariant2PathsValue(_Strict):
     root: _C6 = Field(...)
     mode: Literal['ro', 'rw'] = Field('ro')
-    suffixes: Optional[_C59] = Field(None)
+    suffixes: Optional[_C60] = Field(None)
     max_file_bytes: Optional[_C10] = Field(None, alias='maxFileBytes')
     write_approval: StrictBool = Field(True, alias='writeApproval')
     read_approval: StrictBool = Field(False, alias='readApproval')
 
 
 class CreateSandboxRequestPolicyVariant2(_Strict):
-    paths: Dict[_C61, CreateSandboxRequestPolicyVariant2PathsValue] = Field(...)
+    paths: Dict[_C62, CreateSandboxRequestPolicyVariant2PathsValue] = Field(...)
     restrict: Optional[CreateSandboxRequestPolicyVariant1Restrict] = Field(None)
 
 
 class CreateSandboxRequestMountsItem(_Strict):
-    host_path: _C57 = Field(..., alias='hostPath')
-    path: _C57 = Field(...)
+    host_path: _C58 = Field(..., alias='hostPath')
+    path: _C58 = Field(...)
     read_only: StrictBool = Field(True, alias='readOnly')
 
 
 if TYPE_CHECKING:
-    _C65 = List[CreateSandboxRequestMountsItem]
+    _C66 = List[CreateSandboxRequestMountsItem]
 else:
-    _C65 = conlist(CreateSandboxRequestMountsItem, max_items=16)
+    _C66 = conlist(CreateSandboxRequestMountsItem, max_items=16)
 
 
 class CreateSandboxRequest(_Strict):
-    image: Optional[_C37] = Field(None)
-    env: Optional[Dict[_C38, _C39]] = Field(None)
-    cpus: Optional[Union[_C40, _C41]] = Field(None)
-    memory_mb: Optional[_C42] = Field(None, alias='memoryMb')
-    pids_limit: Optional[_C42] = Field(None, alias='pidsLimit')
+    image: Optional[_C38] = Field(None)
+    env: Optional[Dict[_C39, _C40]] = Field(None)
+    cpus: Optional[Union[_C41, _C42]] = Field(None)
+    memory_mb: Optional[_C43] = Field(None, alias='memoryMb')
+    pids_limit: Optional[_C43] = Field(None, alias='pidsLimit')
     network: Optional[Literal['none', 'bridge']] = Field(None)
     egress: Optional[Union[CreateSandboxRequestEgressNone, CreateSandboxRequestEgressAllow, CreateSandboxRequestEgressOpen]] = Field(None)
-    secrets: Optional[_C55] = Field(None)
+    secrets: Optional[_C56] = Field(None)
     runtime: Optional[Literal['runc', 'runsc']] = Field(None)
-    user: Optional[_C56] = Field(None)
-    workspace: Optional[_C57] = Field(None)
-    workdir: Optional[_C57] = Field(None)
+    user: Optional[_C57] = Field(None)
+    workspace: Optional[_C58] = Field(None)
+    workdir: Optional[_C58] = Field(None)
     policy: Optional[Union[CreateSandboxRequestPolicyVariant1, CreateSandboxRequestPolicyVariant2]] = Field(None)
-    ttl_seconds: Optional[_C62] = Field(None, alias='ttlSeconds')
-    labels: Optional[Dict[_C63, _C64]] = Field(None)
-    mounts: Optional[_C65] = Field(None)
+    ttl_seconds: Optional[_C63] = Field(None, alias='ttlSeconds')
+    labels: Optional[Dict[_C64, _C65]] = Field(None)
+    mounts: Optional[_C66] = Field(None)
     read_only_rootfs: Optional[StrictBool] = Field(None, alias='readOnlyRootfs')
-    tmp_mb: Optional[_C66] = Field(None, alias='tmpMb')
-    open_files: Optional[_C67] = Field(None, alias='openFiles')
-    file_size_mb: Optional[_C68] = Field(None, alias='fileSizeMb')
-    disk_mb: Optional[_C69] = Field(None, alias='diskMb')
+    tmp_mb: Optional[_C67] = Field(None, alias='tmpMb')
+    open_files: Optional[_C68] = Field(None, alias='openFiles')
+    file_size_mb: Optional[_C69] = Field(None, alias='fileSizeMb')
+    disk_mb: Optional[_C70] = Field(None, alias='diskMb')
 
 
 class CreateSandboxResponseSettingsMountsItem(_Tolerant):
@@ -1001,12 +1050,12 @@ class CreateSandboxResponse(_Tolerant):
 
 
 class DeriveTokenRequest(_Strict):
-    allow_read: Optional[Union[_C6, _C60]] = Field(None, alias='allowRead')
-    allow_write: Optional[Union[_C6, _C60]] = Field(None, alias='allowWrite')
+    allow_read: Optional[Union[_C6, _C61]] = Field(None, alias='allowRead')
+    allow_write: Optional[Union[_C6, _C61]] = Field(None, alias='allowWrite')
     readonly: Optional[StrictBool] = Field(None)
     inherit: Optional[StrictBool] = Field(None)
     allow_exec: Optional[StrictBool] = Field(None, alias='allowExec')
-    ttl_seconds: Optional[_C70] = Field(None, alias='ttlSeconds')
+    ttl_seconds: Optional[_C71] = Field(None, alias='ttlSeconds')
 
 
 class DeriveTokenResponse(_Tolerant):
@@ -1061,7 +1110,7 @@ class ListImagesResponse(_Tolerant):
 
 
 class PullImageRequest(_Strict):
-    image: _C71 = Field(...)
+    image: _C72 = Field(...)
 
 
 class RestErrorBodyError(_Tolerant):
@@ -1089,7 +1138,7 @@ SandboxState = Literal['running', 'paused', 'exited', 'gone']
 
 
 class SetTimeoutRequest(_Strict):
-    ttl_seconds: _C70 = Field(..., alias='ttlSeconds')
+    ttl_seconds: _C71 = Field(..., alias='ttlSeconds')
 
 
 class ListSandboxesResponse(_Tolerant):
@@ -1102,6 +1151,7 @@ METHODS: Dict[str, MethodSpec] = {
     'fs.copy': MethodSpec(FsCopyParams, FsCopyResult, 'write', None, False, {}),
     'fs.delete': MethodSpec(FsDeleteParams, FsDeleteResult, 'write', None, False, {}),
     'fs.download': MethodSpec(FsDownloadParams, FsDownloadResult, 'read', 'response', True, {}),
+    'fs.downloadStream': MethodSpec(FsDownloadStreamParams, FsDownloadStreamResult, 'read', None, False, {'start': FsDownloadStreamStartEvent, 'data': FsDownloadStreamDataEvent}),
     'fs.edit': MethodSpec(FsEditParams, FsEditResult, 'write', None, False, {}),
     'fs.editLines': MethodSpec(FsEditLinesParams, FsEditLinesResult, 'write', None, False, {}),
     'fs.glob': MethodSpec(FsGlobParams, FsGlobResult, 'read', None, True, {}),
@@ -1112,6 +1162,10 @@ METHODS: Dict[str, MethodSpec] = {
     'fs.readAnchored': MethodSpec(FsReadAnchoredParams, FsReadAnchoredResult, 'read', None, True, {}),
     'fs.stat': MethodSpec(FsStatParams, FsStatResult, 'read', None, True, {}),
     'fs.upload': MethodSpec(FsUploadParams, FsUploadResult, 'write', 'request', False, {}),
+    'fs.uploadAbort': MethodSpec(FsUploadAbortParams, FsUploadAbortResult, 'write', None, True, {}),
+    'fs.uploadChunk': MethodSpec(FsUploadChunkParams, FsUploadChunkResult, 'write', 'request', False, {}),
+    'fs.uploadCommit': MethodSpec(FsUploadCommitParams, FsUploadCommitResult, 'write', None, False, {}),
+    'fs.uploadOpen': MethodSpec(FsUploadOpenParams, FsUploadOpenResult, 'write', None, False, {}),
     'fs.write': MethodSpec(FsWriteParams, FsWriteResult, 'write', 'request', True, {}),
     'process.attach': MethodSpec(ProcessAttachParams, ProcessAttachResult, 'exec', None, True, {'stdout': ProcessAttachStdoutEvent, 'stderr': ProcessAttachStderrEvent}),
     'process.closeStdin': MethodSpec(ProcessCloseStdinParams, ProcessCloseStdinResult, 'exec', None, True, {}),

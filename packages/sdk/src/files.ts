@@ -6,6 +6,10 @@ import { CodedError, readCheckedTar, type CheckedTarEntry, type LineEdit, type R
 import type { Channel } from './channel.js';
 import type { CallOptions } from './connection.js';
 import { makeError, WarrenError } from './errors.js';
+import { downloadFile, downloadTo, uploadArchive, uploadFrom, type TransferOptions } from './transfer.js';
+
+/** An archive up to this size goes to `upload` in one frame (works with every daemon); a larger one is streamed. */
+export const UPLOAD_ONE_FRAME_BYTES = 16 * 1024 * 1024;
 
 /** Content above this size is written in pieces to a temporary file, then moved into place; up to it, in one frame. */
 export const WRITE_CHUNK_BYTES = 16 * 1024 * 1024;
@@ -407,22 +411,62 @@ export class Files implements FileOperations {
   }
 
   /**
-   * Extracts a tar archive into a folder of the sandbox. The agent checks every entry before
-   * writing anything (no absolute or `..` names, no links that leave, no devices or setuid bits).
-   * The archive travels in one frame (up to 32 MiB).
+   * Extracts a tar archive into a folder of the sandbox. The agent checks every entry before it
+   * lands (no absolute or `..` names, no links that leave, no devices or setuid bits, the policy's
+   * suffixes, sizes and approvals); a refused archive leaves nothing behind. An archive of up to
+   * 16 MiB travels in one frame; a larger one, or a stream of bytes (`AsyncIterable`), is streamed
+   * in pieces of any total size (protocol minor 3), with `onProgress` counting archive bytes.
+   *
+   * @example
+   * await sandbox.files.upload('src', tarBytes, { overwrite: true });
+   * await sandbox.files.upload('data', createReadStream('big.tar'), { onProgress: ({ bytes }) => console.log(bytes) });
    */
-  async upload(path: string, archive: Uint8Array, options: CallOptions & { overwrite?: boolean } = {}): Promise<Result<'fs.upload'>> {
-    return (
-      await this.connection().call('fs.upload', options.overwrite === undefined ? { path } : { path, overwrite: options.overwrite }, {
+  async upload(
+    path: string,
+    archive: Uint8Array | AsyncIterable<Uint8Array>,
+    options: TransferOptions & { overwrite?: boolean; totalBytes?: number } = {},
+  ): Promise<Result<'fs.upload'>> {
+    if (archive instanceof Uint8Array && archive.length <= UPLOAD_ONE_FRAME_BYTES) {
+      const answer = await this.connection().call('fs.upload', options.overwrite === undefined ? { path } : { path, overwrite: options.overwrite }, {
         ...options,
         payload: archive,
-      })
-    ).result;
+      });
+      options.onProgress?.({ bytes: archive.length, totalBytes: archive.length });
+      return answer.result;
+    }
+    const source =
+      archive instanceof Uint8Array
+        ? (async function* () {
+            yield archive;
+          })()
+        : archive;
+    const totalBytes = archive instanceof Uint8Array ? archive.length : options.totalBytes;
+    return uploadArchive(this.connection(), path, source, { ...options, totalBytes });
+  }
+
+  /**
+   * Streams a local file or folder of any size into the sandbox, with bounded memory on every
+   * hop: a folder's contents land in `path` (created when missing), a file lands at `path`. Links
+   * in the folder travel as links (the sandbox refuses ones that leave it); special files are left
+   * out. `onProgress` counts file bytes the sandbox has taken. Nothing lands until the whole
+   * archive arrived and passed every check; a failure or an abort leaves the sandbox as it was.
+   *
+   * @example
+   * await sandbox.files.uploadFrom('./dataset', 'data', { onProgress: ({ bytes, totalBytes }) => console.log(bytes, totalBytes) });
+   * await sandbox.files.uploadFrom('./model.bin', 'models/model.bin', { overwrite: true });
+   */
+  uploadFrom(
+    localPath: string,
+    path: string,
+    options: TransferOptions & { overwrite?: boolean } = {},
+  ): Promise<Result<'fs.upload'> & { kind: 'file' | 'directory' }> {
+    return uploadFrom(this.connection(), localPath, path, options);
   }
 
   /**
    * Downloads a file or folder as a tar archive (up to 32 MiB), and checks every entry by the
    * same rules as uploads before returning it: a hostile archive throws `InvalidParamsError`.
+   * For anything larger, stream it to disk with {@link downloadTo} or {@link downloadFile}.
    *
    * @example
    * const { archive, entries } = await sandbox.files.download('src');
@@ -435,16 +479,37 @@ export class Files implements FileOperations {
   }
 
   /**
-   * Downloads a file or folder and extracts it into a local folder (created when missing; existing
-   * files are never replaced, and nothing is written through a link).
+   * Streams a file or folder of any size into a local folder (created when missing): a folder's
+   * contents land in it, a file lands in it under its own name. Entries are checked by the shared
+   * tar rules as they arrive; existing local files are never replaced and nothing is written
+   * through a link. A failed or aborted download removes what it made. `maxBytes` refuses an
+   * archive larger than that (the sandbox decides what it sends: a cap bounds it).
    *
    * @example
-   * await sandbox.files.downloadTo('src', './out/src');
+   * await sandbox.files.downloadTo('src', './out/src', { onProgress: ({ bytes, totalBytes }) => console.log(bytes, totalBytes) });
    */
-  async downloadTo(path: string, localFolder: string, options: CallOptions = {}): Promise<Result<'fs.download'>> {
-    const { result, payload } = await this.connection().call('fs.download', { path }, options);
-    await extractArchive(payload ?? Buffer.alloc(0), localFolder);
-    return result;
+  async downloadTo(path: string, localFolder: string, options: TransferOptions & { maxBytes?: number } = {}): Promise<Result<'fs.download'>> {
+    try {
+      return await downloadTo(this.connection(), path, localFolder, options);
+    } catch (err) {
+      // A daemon before protocol minor 3: the archive in one frame, as before.
+      if (!(err instanceof WarrenError) || err.code !== 'UNKNOWN_METHOD') throw err;
+      const { result, payload } = await this.connection().call('fs.download', { path }, options);
+      await extractArchive(payload ?? Buffer.alloc(0), localFolder);
+      return result;
+    }
+  }
+
+  /**
+   * Streams one sandbox file of any size to a local file: written under a temporary name beside
+   * it and moved into place at the end, so the local file is the whole download or untouched. An
+   * existing local file is replaced only with `overwrite`.
+   *
+   * @example
+   * await sandbox.files.downloadFile('out/result.parquet', './result.parquet', { overwrite: true });
+   */
+  downloadFile(path: string, localFile: string, options: TransferOptions & { maxBytes?: number; overwrite?: boolean } = {}): Promise<Result<'fs.download'>> {
+    return downloadFile(this.connection(), path, localFile, options);
   }
 }
 

@@ -4,6 +4,7 @@ export {
   WRITE_CHUNK_BYTES,
   WRITE_PIECE_BYTES,
   WRITE_PIECES_IN_FLIGHT,
+  UPLOAD_ONE_FRAME_BYTES,
   checkArchive,
   extractArchive,
   type ReadOptions,
@@ -19,6 +20,7 @@ export { Commands, type CommandResult, type CommandEvent, type RunOptions, type 
 export { Pty, Terminal, type PtyCreateOptions, type PtyExit } from './pty.js';
 export { ProcessHandle, type AttachEvent, type AttachOptions, type OutputEvent } from './process-handle.js';
 export { ShellSession, type ShellRunResult, type ShellOpenOptions, type ShellRunOptions } from './shell-session.js';
+export { TRANSFER_IDLE_MS, UPLOAD_PIECES_IN_FLIGHT, type TransferOptions, type TransferProgress } from './transfer.js';
 export { Connection, type CallOptions, type ApprovalHandler } from './connection.js';
 export { MAX_REPEATS, ReconnectingChannel, type Channel, type ReconnectOptions } from './channel.js';
 export { RestClient, DEFAULT_BASE_URL, type ControllerOptions } from './rest.js';

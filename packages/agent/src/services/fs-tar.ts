@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
-import { link, open, readlink, rename, rmdir, symlink, unlink } from 'node:fs/promises';
+import type { Stats } from 'node:fs';
+import { link, open, readlink, rename, rmdir, symlink, unlink, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { pack } from 'tar-stream';
 import { CodedError, isWithin, MAX_FRAME_BYTES, readCheckedTar, suffixAllowed, type ApprovalRequest, type CheckedTarEntry } from '@warren/protocol';
@@ -106,7 +107,7 @@ async function applyUpload(
 }
 
 /** A hidden name beside `file` for a temporary or set-aside copy. */
-function besideName(file: string, kind: 'new' | 'old'): string {
+export function besideName(file: string, kind: 'new' | 'old'): string {
   return path.posix.join(path.posix.dirname(file), `.${path.posix.basename(file).slice(0, 180)}.warren-${kind}-${randomBytes(6).toString('hex')}`);
 }
 
@@ -192,105 +193,140 @@ export function tarHandlers(fs: FsContext): TarHandlers {
         archive.on('error', reject);
       });
       let total = 0;
-      let files = 0;
-      let directories = 0;
-      let symlinks = 0;
-      const skipped: { path: string; reason: string }[] = [];
-      const skip = (p: string, reason: string) => {
-        if (skipped.length < 100) skipped.push({ path: p, reason });
-      };
+      const tooLarge = (what: string) =>
+        new CodedError(
+          'FILE_TOO_LARGE',
+          `'${params.path}' makes an archive larger than ${MAX_DOWNLOAD_BYTES} bytes, the most one fs.download carries${what}; download it with fs.downloadStream (sandbox.files.downloadTo), which streams any size.`,
+          { path: params.path, limit: MAX_DOWNLOAD_BYTES },
+        );
       const add = (header: Parameters<typeof archive.entry>[0], data?: Buffer) =>
         new Promise<void>((resolve, reject) => {
           total += 512 + (data ? Math.ceil(data.length / 512) * 512 : 0);
-          if (total > MAX_DOWNLOAD_BYTES) {
-            reject(
-              new CodedError(
-                'FILE_TOO_LARGE',
-                `'${params.path}' makes an archive larger than ${MAX_DOWNLOAD_BYTES} bytes, the most one download carries; download its subfolders one by one.`,
-                { path: params.path, limit: MAX_DOWNLOAD_BYTES },
-              ),
-            );
-            return;
-          }
+          if (total > MAX_DOWNLOAD_BYTES) return reject(tooLarge(''));
           if (data) archive.entry(header, data, (err) => (err ? reject(err) : resolve()));
           else archive.entry(header, (err) => (err ? reject(err) : resolve()));
         });
-      const readFile = async (absolute: string, stat: import('node:fs').Stats, display: string) => {
-        const handle = await openChecked({ ...source, absolute, stat }, display);
-        try {
-          const info = await handle.stat();
-          requireRegularFile(info, display);
-          checkHardLinks(fs, info, display);
-          // What is left of the archive's cap, counted in bytes actually read (a sparse file's
-          // size says nothing about what reading it takes).
-          const room = MAX_DOWNLOAD_BYTES - total - 1024;
-          return await readBounded(
-            handle,
-            Math.max(0, room),
-            () =>
-              new CodedError(
-                'FILE_TOO_LARGE',
-                `'${params.path}' makes an archive larger than ${MAX_DOWNLOAD_BYTES} bytes, the most one download carries ('${display}' alone holds more than fits); download its subfolders or files one by one.`,
-                { path: params.path, limit: MAX_DOWNLOAD_BYTES },
-              ),
-            info.size,
-          );
-        } finally {
-          await handle.close();
-        }
-      };
-
+      const entries = downloadEntries(fs, source, params.path, ctx.signal);
       try {
-        if (!source.stat.isDirectory()) {
-          requireRegularFile(source.stat, params.path);
-          const name = path.posix.basename(source.absolute);
-          await add(
-            { name, type: 'file', mode: source.stat.mode & 0o777, mtime: source.stat.mtime },
-            await readFile(source.absolute, source.stat, params.path),
-          );
-          files++;
-        } else {
-          const walk = walkTree(source.absolute, params.path, { maxDepth: 64, maxVisited: 100_000, signal: ctx.signal });
-          for (;;) {
-            const step = await walk.next();
-            if (step.done) {
-              if (step.value.truncated || step.value.depthLimited) skip('.', 'the folder is larger than 100000 entries or 64 levels; the rest was left out');
-              break;
-            }
-            const e = step.value;
-            if (e.stat.isDirectory()) {
-              await add({ name: `${e.rel}/`, type: 'directory', mode: e.stat.mode & 0o777, mtime: e.stat.mtime });
-              directories++;
-            } else if (e.stat.isFile()) {
-              if (!suffixAllowed(source.mount.suffixes, e.rel)) skip(e.rel, 'suffix not allowed');
-              else {
-                await add({ name: e.rel, type: 'file', mode: e.stat.mode & 0o777, mtime: e.stat.mtime }, await readFile(e.absolute, e.stat, e.rel));
-                files++;
-              }
-            } else if (e.stat.isSymbolicLink()) {
-              const target = await readlink(e.absolute);
-              const lands = path.posix.resolve(path.posix.dirname(e.absolute), target);
-              const parts = target.split('/').filter((s) => s !== '' && s !== '.');
-              const firstDown = parts.findIndex((s) => s !== '..');
-              const lateDotDot = firstDown !== -1 && parts.slice(firstDown).includes('..');
-              // Links are kept only when they stay inside the downloaded folder; never followed.
-              if (target.startsWith('/') || lateDotDot || !isWithin(source.absolute, lands) || lands === source.absolute)
-                skip(e.rel, 'symbolic link points outside the downloaded folder');
-              else {
-                await add({ name: e.rel, type: 'symlink', linkname: target, mode: 0o777, mtime: e.stat.mtime });
-                symlinks++;
-              }
-            } else skip(e.rel, 'not a regular file, folder or link');
+        for (;;) {
+          const step = await entries.next();
+          if (step.done) {
+            archive.finalize();
+            await finished;
+            const tar = Buffer.concat(chunks);
+            return { result: { path: source.display, ...step.value, bytes: tar.length }, payload: tar };
+          }
+          const { header, file } = step.value;
+          if (!file) {
+            await add(header);
+            continue;
+          }
+          const handle = await openDownloadFile(fs, source, file);
+          try {
+            // What is left of the archive's cap, counted in bytes actually read (a sparse file's
+            // size says nothing about what reading it takes).
+            const room = MAX_DOWNLOAD_BYTES - total - 1024;
+            const data = await readBounded(handle, Math.max(0, room), () => tooLarge(` ('${file.display}' alone holds more than fits)`), file.stat.size);
+            await add({ ...header, size: data.length }, data);
+          } finally {
+            await handle.close();
           }
         }
-        archive.finalize();
-        await finished;
       } catch (err) {
         archive.destroy();
+        await entries.return(undefined as never).catch(() => undefined);
         throw mapFsError(err, params.path);
       }
-      const tar = Buffer.concat(chunks);
-      return { result: { path: source.display, files, directories, symlinks, bytes: tar.length, skipped }, payload: tar };
     },
   };
+}
+
+/** One entry of a download: its tar header, and for a file where to read its bytes. */
+export interface DownloadEntry {
+  header: { name: string; type: 'file' | 'directory' | 'symlink'; mode: number; mtime: Date; linkname?: string; size?: number };
+  file?: { absolute: string; stat: Stats; display: string };
+}
+
+/** What a download counts besides its bytes. */
+export interface DownloadCounts {
+  files: number;
+  directories: number;
+  symlinks: number;
+  skipped: { path: string; reason: string }[];
+}
+
+/**
+ * The entries of a download, in archive order, never following a link: the file itself, or the
+ * folder's tree (folders, regular files with an allowed suffix, links that stay inside it). What
+ * is left out is counted in `skipped` (at most 100 named). Returns the counts when done.
+ */
+export async function* downloadEntries(
+  fs: FsContext,
+  source: ResolvedPath,
+  display: string,
+  signal: AbortSignal,
+): AsyncGenerator<DownloadEntry, DownloadCounts> {
+  const counts: DownloadCounts = { files: 0, directories: 0, symlinks: 0, skipped: [] };
+  const skip = (p: string, reason: string) => {
+    if (counts.skipped.length < 100) counts.skipped.push({ path: p, reason });
+  };
+  if (!source.stat!.isDirectory()) {
+    requireRegularFile(source.stat, display);
+    const name = path.posix.basename(source.absolute);
+    yield {
+      header: { name, type: 'file', mode: source.stat!.mode & 0o777, mtime: source.stat!.mtime },
+      file: { absolute: source.absolute, stat: source.stat!, display },
+    };
+    counts.files++;
+    return counts;
+  }
+  const walk = walkTree(source.absolute, display, { maxDepth: 64, maxVisited: 100_000, signal });
+  for (;;) {
+    const step = await walk.next();
+    if (step.done) {
+      if (step.value.truncated || step.value.depthLimited) skip('.', 'the folder is larger than 100000 entries or 64 levels; the rest was left out');
+      return counts;
+    }
+    const e = step.value;
+    if (e.stat.isDirectory()) {
+      yield { header: { name: `${e.rel}/`, type: 'directory', mode: e.stat.mode & 0o777, mtime: e.stat.mtime } };
+      counts.directories++;
+    } else if (e.stat.isFile()) {
+      if (!suffixAllowed(source.mount.suffixes, e.rel)) skip(e.rel, 'suffix not allowed');
+      else {
+        yield {
+          header: { name: e.rel, type: 'file', mode: e.stat.mode & 0o777, mtime: e.stat.mtime },
+          file: { absolute: e.absolute, stat: e.stat, display: e.rel },
+        };
+        counts.files++;
+      }
+    } else if (e.stat.isSymbolicLink()) {
+      const target = await readlink(e.absolute);
+      const lands = path.posix.resolve(path.posix.dirname(e.absolute), target);
+      const parts = target.split('/').filter((s) => s !== '' && s !== '.');
+      const firstDown = parts.findIndex((s) => s !== '..');
+      const lateDotDot = firstDown !== -1 && parts.slice(firstDown).includes('..');
+      // Links are kept only when they stay inside the downloaded folder; never followed.
+      if (target.startsWith('/') || lateDotDot || !isWithin(source.absolute, lands) || lands === source.absolute)
+        skip(e.rel, 'symbolic link points outside the downloaded folder');
+      else {
+        yield { header: { name: e.rel, type: 'symlink', linkname: target, mode: 0o777, mtime: e.stat.mtime } };
+        counts.symlinks++;
+      }
+    } else skip(e.rel, 'not a regular file, folder or link');
+  }
+}
+
+/** Opens one file of a download through the policy's checks: a regular file, no hard links a narrowed handle may not read. */
+export async function openDownloadFile(fs: FsContext, source: ResolvedPath, file: NonNullable<DownloadEntry['file']>): Promise<FileHandle> {
+  const handle = await openChecked({ ...source, absolute: file.absolute, stat: file.stat }, file.display);
+  try {
+    const info = await handle.stat();
+    requireRegularFile(info, file.display);
+    checkHardLinks(fs, info, file.display);
+    return handle;
+  } catch (err) {
+    await handle.close();
+    throw err;
+  }
 }

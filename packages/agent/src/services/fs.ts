@@ -3,6 +3,7 @@ import type { Handler } from '../dispatch.js';
 import type { FsContext } from './fs-common.js';
 import { readHandlers } from './fs-read.js';
 import { tarHandlers } from './fs-tar.js';
+import { transferHandlers } from './fs-transfer.js';
 import { treeHandlers } from './fs-tree.js';
 import { writeHandlers } from './fs-write.js';
 
@@ -22,7 +23,12 @@ type FsMethod =
   | 'fs.move'
   | 'fs.copy'
   | 'fs.upload'
-  | 'fs.download';
+  | 'fs.download'
+  | 'fs.uploadOpen'
+  | 'fs.uploadChunk'
+  | 'fs.uploadCommit'
+  | 'fs.uploadAbort'
+  | 'fs.downloadStream';
 
 /**
  * The file service for one connection's policy: every `fs.*` method. Each handler resolves its
@@ -34,5 +40,5 @@ type FsMethod =
  */
 export function fsHandlers(policy: FilePolicy, owner?: FsContext['owner']): { [M in FsMethod]: Handler<M> } {
   const fs: FsContext = { policy, owner };
-  return { ...readHandlers(fs), ...writeHandlers(fs), ...treeHandlers(fs), ...tarHandlers(fs) };
+  return { ...readHandlers(fs), ...writeHandlers(fs), ...treeHandlers(fs), ...tarHandlers(fs), ...transferHandlers(fs) };
 }

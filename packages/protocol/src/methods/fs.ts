@@ -337,6 +337,49 @@ export const FsDownloadResult = z.strictObject({
   skipped: z.array(z.strictObject({ path: z.string(), reason: z.string() })),
 });
 
+/**
+ * The most archive bytes one piece of a streamed transfer carries (one `fs.uploadChunk` payload
+ * or one `data` event of `fs.downloadStream`): far below the frame limit, so pieces of different
+ * transfers and other calls interleave on one connection.
+ */
+export const TRANSFER_CHUNK_BYTES = 1024 * 1024;
+
+/** A streamed upload's handle, from `fs.uploadOpen`: valid on the connection that opened it only. */
+const UploadId = z.string().regex(/^up_[0-9a-f]{32}$/, 'an upload id from fs.uploadOpen');
+
+/**
+ * Streamed upload, step 1: opens an upload of a tar archive of any size into a folder. The
+ * archive then travels in order as `fs.uploadChunk` payloads, is checked entry by entry as it
+ * arrives (the rules of `fs.upload`), and lands only at `fs.uploadCommit`.
+ */
+export const FsUploadOpenParams = FsUploadParams;
+export const FsUploadOpenResult = z.strictObject({ uploadId: UploadId, path: z.string() });
+/** Step 2: the next piece of the archive (the request payload, at most {@link TRANSFER_CHUNK_BYTES}), at its byte offset. */
+export const FsUploadChunkParams = z.strictObject({ uploadId: UploadId, offset: Count });
+export const FsUploadChunkResult = z.strictObject({ received: Count });
+/** Step 3: the archive is complete; its entries are moved into place. */
+export const FsUploadCommitParams = z.strictObject({ uploadId: UploadId });
+/** Abandons an upload: nothing of it stays. Closing the connection does the same. */
+export const FsUploadAbortParams = z.strictObject({ uploadId: UploadId });
+export const FsUploadAbortResult = z.strictObject({ aborted: z.boolean() });
+
+/**
+ * Streamed download of a file or folder as a tar archive of any size: a `start` event with what
+ * the archive will carry, then `data` events whose payloads are the archive in order, then the
+ * counts. Backpressure holds the daemon's reading while the caller is behind.
+ */
+export const FsDownloadStreamParams = z.strictObject({
+  path: SandboxPath,
+  /** Refuse with `FILE_TOO_LARGE` once the archive passes this many bytes. */
+  maxBytes: Count.optional(),
+});
+const DownloadStreamEvents = {
+  /** `totalBytes`: the file bytes the archive will carry, as counted when it started (files may change meanwhile). */
+  start: z.strictObject({ totalBytes: Count }),
+  /** The payload is the next piece of the archive; `offset` is where it starts. */
+  data: z.strictObject({ offset: Count }),
+};
+
 export const FS_METHODS = {
   'fs.read': { params: FsReadParams, result: FsReadResult, access: 'read', payload: 'response', idempotent: true },
   'fs.write': { params: FsWriteParams, result: FsWriteResult, access: 'write', payload: 'request', idempotent: true },
@@ -352,4 +395,9 @@ export const FS_METHODS = {
   'fs.copy': { params: FsCopyParams, result: FsCopyResult, access: 'write', idempotent: false },
   'fs.upload': { params: FsUploadParams, result: FsUploadResult, access: 'write', payload: 'request', idempotent: false },
   'fs.download': { params: FsDownloadParams, result: FsDownloadResult, access: 'read', payload: 'response', idempotent: true },
+  'fs.uploadOpen': { params: FsUploadOpenParams, result: FsUploadOpenResult, access: 'write', idempotent: false },
+  'fs.uploadChunk': { params: FsUploadChunkParams, result: FsUploadChunkResult, access: 'write', payload: 'request', idempotent: false },
+  'fs.uploadCommit': { params: FsUploadCommitParams, result: FsUploadResult, access: 'write', idempotent: false },
+  'fs.uploadAbort': { params: FsUploadAbortParams, result: FsUploadAbortResult, access: 'write', idempotent: true },
+  'fs.downloadStream': { params: FsDownloadStreamParams, result: FsDownloadResult, access: 'read', idempotent: false, events: DownloadStreamEvents },
 } as const satisfies Record<string, MethodSpec>;

@@ -59,3 +59,7 @@ export { egressEventSink } from './egress/sink.js';
 export type { EgressEvent, EgressKind } from './egress/events.js';
 export { callAgent, openAgentSocket, probeAgent } from './agent-link.js';
 export { resolveEngine, type EngineEndpoint } from './engine-endpoint.js';
+export { KubernetesProvider, podState, startVerdict, warrenLabels, type KubernetesProviderOptions, type StartVerdict } from './kubernetes/provider.js';
+export { sandboxPod, podName, selectableLabels, LABELS_ANNOTATION, MANAGED_BY, EXPIRES_LABEL, type SandboxPodInput } from './kubernetes/pod-spec.js';
+export { kubeError, readRefusal, type ApiRefusal } from './kubernetes/errors.js';
+export { runtimeImageTar, runtimeImageName } from './kubernetes/runtime-image.js';

@@ -43,6 +43,10 @@ export const ERROR_CODES = {
     status: 501,
     suggestion: 'This sandbox cannot open a terminal (the message says why); run commands with commands.run or commands.start instead.',
   },
+  NOT_SUPPORTED: {
+    status: 501,
+    suggestion: 'This controller\'s backend cannot do that (the message says why and what it can do instead); GET /readyz names the backend.',
+  },
   IMAGE_NOT_ALLOWED: {
     status: 403,
     suggestion: "Use an image already on the engine or one from a registry in the controller's allowedRegistries (GET /readyz lists them).",

@@ -304,6 +304,14 @@ export class PtyUnavailableError extends WarrenError {
   }
 }
 
+/** The controller's backend cannot do this at all (pause on Kubernetes, image builds without a Docker engine). */
+export class NotSupportedError extends WarrenError {
+  declare readonly code: 'NOT_SUPPORTED';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('NOT_SUPPORTED', message, options);
+  }
+}
+
 export class InternalError extends WarrenError {
   declare readonly code: 'INTERNAL';
   constructor(message: string, options?: WarrenErrorOptions) {
@@ -406,6 +414,7 @@ export const ERROR_CLASSES: { readonly [C in WarrenErrorCode]: new (message: str
   SANDBOX_NOT_READY: SandboxNotReadyError,
   UPSTREAM_UNAVAILABLE: UpstreamUnavailableError,
   PTY_UNAVAILABLE: PtyUnavailableError,
+  NOT_SUPPORTED: NotSupportedError,
   INTERNAL: InternalError,
   METHOD_NOT_ALLOWED: MethodNotAllowedError,
   REQUEST_TIMEOUT: RequestTimeoutError,

@@ -7,6 +7,7 @@
 #   scripts/lib/k8s-cluster.sh up      build + start the cluster (reuses a running one); prints the kubeconfig path
 #   scripts/lib/k8s-cluster.sh down    stops everything this script started and removes the node netns
 #   scripts/lib/k8s-cluster.sh status  exits 0 when the cluster answers with two Ready nodes
+#   scripts/lib/k8s-cluster.sh load-image FILE   imports an image archive on both nodes
 #
 # Everything lives outside the checkout:
 #   $WARREN_K8S_CACHE (default /var/cache/warren-k8s)/<debian-version>/bin   the build, keyed by package version
@@ -29,7 +30,8 @@ pod_cidr2=10.232.2.0/24
 service_cidr=10.233.0.0/24
 api_port=16443
 etcd_port=12379
-images=(warren/sandbox warren/test-busybox warren/test-debian)
+# The default image, and a busybox (musl) one that shows the runtime injected into any image.
+images=(warren/sandbox warren/test-busybox)
 
 k8s_version() {
   apt-cache showsrc kubernetes 2>/dev/null | awk '/^Version:/ { print $2; exit }'
@@ -385,10 +387,20 @@ down() {
   ip link del "$bridge" 2>/dev/null || true
 }
 
+# Imports an image archive (docker-archive or OCI) into both nodes' containerd.
+load_image() {
+  local file=$1 n
+  [[ -f $file ]] || die "no image archive at $file"
+  for n in 1 2; do
+    ctr -a "$state/node$n/containerd.sock" -n k8s.io images import "$file" >/dev/null || die "could not import $file on node $n"
+  done
+}
+
 case ${1:-} in
   build) build ;;
+  load-image) load_image "${2:?usage: load-image FILE}" ;;
   up) up ;;
   down) down ;;
   status) status ;;
-  *) printf 'usage: %s build|up|down|status\n' "$0" >&2; exit 2 ;;
+  *) printf 'usage: %s build|up|down|status|load-image FILE\n' "$0" >&2; exit 2 ;;
 esac

@@ -249,7 +249,7 @@ export class KubernetesProvider implements SandboxProvider {
    * Deletes the sandbox's pod (its emptyDirs go with it): a short grace for the daemon, a wait for
    * the kubelet to confirm, then a forced delete when it does not (a node that went away).
    */
-  async remove(handle: string): Promise<void> {
+  async remove(handle: string, _agentId?: string): Promise<void> {
     await this.deletePod(handle, 2);
     const deadline = Date.now() + 15_000;
     while (Date.now() < deadline) {

@@ -1,0 +1,138 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { CoreV1Api, RbacAuthorizationV1Api } from '@kubernetes/client-node';
+import { probeAgent, type KubernetesProvider } from '@warren/controller';
+import { Sandbox } from '@warren/sdk';
+import { startTestController, type TestController } from '../support/fixtures.js';
+import { openK8sFixture, shippedRole, type K8sFixture } from '../support/k8s-cluster.js';
+import { until } from '../support/wait.js';
+
+describe('Warren on a real two-node Kubernetes cluster', () => {
+  let fixture: K8sFixture;
+  let provider: KubernetesProvider;
+  let core: CoreV1Api;
+
+  beforeAll(async () => {
+    fixture = await openK8sFixture();
+    provider = await fixture.provider();
+    core = fixture.admin.makeApiClient(CoreV1Api);
+  }, 180_000);
+  afterAll(async () => {
+    await fixture?.close();
+  });
+
+  it('runs sandboxes on either node and reaches both daemons', async () => {
+    const placed: string[] = [];
+    for (const node of ['node1', 'node2']) {
+      const pinned = await fixture.provider({ nodeSelector: { 'warren.dev/test-node': node } });
+      const spec = fixture.spec();
+      const handle = await pinned.create(spec);
+      try {
+        const pod = await core.readNamespacedPod({ name: handle, namespace: fixture.namespace });
+        placed.push(pod.spec!.nodeName!);
+        const info = await probeAgent(pinned.daemon(spec.agentId), spec.daemonSecret, 10_000);
+        expect(info).toBeDefined();
+      } finally {
+        await pinned.remove(handle, spec.agentId);
+      }
+    }
+    expect(placed).toEqual(['node1', 'node2']);
+  });
+
+  it('ships a Role with exactly the verbs the provider needs, and nothing cluster-wide', async () => {
+    const role = await shippedRole();
+    const rules = Object.fromEntries(role.rules!.flatMap((r) => r.resources!.map((res) => [res, [...r.verbs].sort()])));
+    expect(rules).toEqual({
+      pods: ['create', 'delete', 'get', 'list', 'patch', 'watch'],
+      'pods/exec': ['create', 'get'],
+      'pods/portforward': ['create', 'get'],
+      'pods/log': ['get'],
+    });
+    expect(role.rules!.every((r) => r.apiGroups!.length === 1 && r.apiGroups![0] === '')).toBe(true);
+  });
+
+  it('turns an RBAC refusal into FORBIDDEN with the cluster reason: exec with create only fails the handshake', async () => {
+    const rbac = fixture.admin.makeApiClient(RbacAuthorizationV1Api);
+    const spec = fixture.spec();
+    const handle = await provider.create(spec);
+    try {
+      const role = await rbac.readNamespacedRole({ name: 'warren-controller', namespace: fixture.namespace });
+      const narrowed = role.rules!.map((r) => (r.resources!.includes('pods/exec') ? { ...r, verbs: ['create'] } : r));
+      await rbac.replaceNamespacedRole({ name: 'warren-controller', namespace: fixture.namespace, body: { ...role, rules: narrowed } });
+      try {
+        await until('the narrowed Role to take effect', async () =>
+          probeAgent(provider.daemon(spec.agentId), spec.daemonSecret, 5000).then(
+            () => undefined,
+            () => true,
+          ),
+        );
+        await expect(probeAgent(provider.daemon(spec.agentId), spec.daemonSecret, 5000)).rejects.toMatchObject({ code: 'FORBIDDEN' });
+      } finally {
+        const fresh = await rbac.readNamespacedRole({ name: 'warren-controller', namespace: fixture.namespace });
+        await rbac.replaceNamespacedRole({ name: 'warren-controller', namespace: fixture.namespace, body: { ...fresh, rules: role.rules } });
+      }
+      // Without any right in another namespace, the same user is refused there with the cluster's words.
+      const elsewhere = await fixture.provider({ namespace: 'default' });
+      await expect(elsewhere.ping()).rejects.toMatchObject({ code: 'FORBIDDEN', message: expect.stringMatching(/warren-tester.*cannot list resource "pods"/) });
+    } finally {
+      await provider.remove(handle, spec.agentId);
+    }
+  });
+
+  it('reports a pod deleted behind its back as died and destroyed, and a missing image with the kubelet reason', async () => {
+    const seen: string[] = [];
+    const stop = await provider.events(
+      (handle, action) => seen.push(`${handle}:${action}`),
+      () => undefined,
+    );
+    try {
+      const spec = fixture.spec();
+      const handle = await provider.create(spec);
+      await core.deleteNamespacedPod({ name: handle, namespace: fixture.namespace, gracePeriodSeconds: 0 });
+      await until('the destroy event', () => seen.includes(`${handle}:destroy`) || undefined);
+      expect(seen).toContain(`${handle}:die`);
+      expect(await provider.inspect(handle)).toBeUndefined();
+    } finally {
+      stop();
+    }
+    const missing = fixture.spec({ image: 'warren/not-on-any-node:1' });
+    await expect(provider.create(missing)).rejects.toMatchObject({ code: 'NOT_FOUND', message: expect.stringMatching(/ErrImageNeverPull/) });
+    expect((await provider.list()).some((s) => s.labels['warren.sandbox'] === missing.agentId)).toBe(false);
+  });
+
+  it('refuses pause and a too-large sandbox with typed errors', async () => {
+    const huge = fixture.spec();
+    huge.settings = { ...huge.settings, memoryMb: 512 * 1024 };
+    const quick = await fixture.provider({ unschedulableGraceMs: 1000 });
+    await expect(quick.create(huge)).rejects.toMatchObject({ code: 'RESOURCE_EXHAUSTED', message: expect.stringMatching(/Insufficient memory/) });
+    await expect(provider.pause('warren-anything')).rejects.toMatchObject({ code: 'NOT_SUPPORTED' });
+  });
+
+  describe('through the controller and the SDK', () => {
+    let warren: TestController;
+
+    beforeAll(async () => {
+      warren = await startTestController({ provider: await fixture.provider() });
+    }, 60_000);
+    afterAll(async () => {
+      await warren?.[Symbol.asyncDispose]();
+    });
+
+    it('creates, runs commands, writes and reads files, lists and kills', async () => {
+      const sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, labels: { suite: 'k8s' }, ttlSeconds: 300 });
+      try {
+        const run = await sandbox.commands.run('id -u && cat /proc/1/cmdline | tr "\\0" " " && echo hello > /workspace/a.txt && touch /etc/x 2>&1 || true');
+        expect(run.exitCode).toBe(0);
+        expect(run.stdout).toMatch(/^1000\n/);
+        expect(run.stdout).toMatch(/Read-only file system/);
+        expect(await sandbox.files.read('/workspace/a.txt')).toBe('hello\n');
+        await sandbox.files.write('/workspace/b.txt', 'from the sdk');
+        expect((await sandbox.commands.run('cat /workspace/b.txt')).stdout).toBe('from the sdk');
+        const listed = await Sandbox.list({ baseUrl: warren.url, apiKey: warren.apiKey, labels: { suite: 'k8s' } });
+        expect(listed.map((s) => s.id)).toEqual([sandbox.id]);
+      } finally {
+        await sandbox.kill();
+      }
+      expect((await provider.list()).some((s) => s.labels['warren.sandbox'] === sandbox.id)).toBe(false);
+    });
+  });
+});

@@ -40,7 +40,7 @@ export async function shippedRole(): Promise<V1Role> {
   const docs = loadAllYaml(await readFile(path.join(repoRoot, 'deploy/kubernetes/rbac.yaml'), 'utf8')) as { kind: string }[];
   const role = docs.find((d) => d.kind === 'Role');
   if (!role) throw new Error('deploy/kubernetes/rbac.yaml has no Role');
-  return role as V1Role;
+  return role;
 }
 
 /**

@@ -167,7 +167,7 @@ describe('reading pod status', () => {
       conditions: [{ type: 'PodScheduled', status: 'False', reason: 'Unschedulable', message: '0/2 nodes are available: 2 Insufficient memory.' }],
     };
     expect(startVerdict(pod(status as never), 'img', false).kind).toBe('waiting');
-    const v = startVerdict(pod(status as never), 'img', true);
+    const v = startVerdict(pod(status), 'img', true);
     expect(v.kind === 'failed' && v.error.code).toBe('RESOURCE_EXHAUSTED');
     expect(v.kind === 'failed' && v.error.message).toMatch(/Insufficient memory/);
   });

@@ -125,6 +125,14 @@ describe('Warren on a real two-node Kubernetes cluster', () => {
         expect(run.stdout).toMatch(/^1000\n/);
         expect(run.stdout).toMatch(/Read-only file system/);
         expect(await sandbox.files.read('/workspace/a.txt')).toBe('hello\n');
+        // The daemon's socket folder is an emptyDir (world-writable as made): the daemon must have
+        // made it its own before listening, or sandbox code could swap the socket for its own.
+        const attack = await sandbox.commands.run(
+          'stat -c %a:%u /run/warren; mv /run/warren/agent.sock /tmp/x; touch /run/warren/agent.sock.evil; ls /run/warren',
+        );
+        expect(attack.stdout).toMatch(/^700:0\n/);
+        expect(attack.stderr).toMatch(/Permission denied/);
+        expect(attack.stdout).not.toMatch(/agent\.sock\.evil/);
         await sandbox.files.write('/workspace/b.txt', 'from the sdk');
         expect((await sandbox.commands.run('cat /workspace/b.txt')).stdout).toBe('from the sdk');
         const listed = await Sandbox.list({ baseUrl: warren.url, apiKey: warren.apiKey, labels: { suite: 'k8s' } });

@@ -314,12 +314,19 @@ admin_api() { curl -sk -H "Authorization: Bearer $(token_of admin)" "https://$no
 
 status() {
   [[ -f $state/pki/tokens.csv ]] || return 1
-  admin_api /api/v1/nodes 2>/dev/null | node -e '
-    let s = ""; process.stdin.on("data", (d) => (s += d)).on("end", () => {
-      const nodes = JSON.parse(s).items ?? [];
-      const ready = nodes.filter((n) => n.status.conditions.some((c) => c.type === "Ready" && c.status === "True"));
+  local nodes leases
+  nodes=$(admin_api /api/v1/nodes 2>/dev/null) || return 1
+  leases=$(admin_api /apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases 2>/dev/null) || return 1
+  # Ready, and a node lease renewed in the last 40 s: a Ready condition left in etcd by a cluster
+  # that was stopped does not count (kubelets renew their lease every 10 s).
+  NODES=$nodes LEASES=$leases node -e '
+    try {
+      const nodes = JSON.parse(process.env.NODES).items ?? [];
+      const leases = JSON.parse(process.env.LEASES).items ?? [];
+      const renewed = new Set(leases.filter((l) => Date.now() - Date.parse(l.spec.renewTime) < 40000).map((l) => l.metadata.name));
+      const ready = nodes.filter((n) => renewed.has(n.metadata.name) && n.status.conditions.some((c) => c.type === "Ready" && c.status === "True"));
       process.exit(ready.length >= 2 ? 0 : 1);
-    });'
+    } catch { process.exit(1); }' 2>/dev/null
 }
 
 up() {

@@ -1,3 +1,4 @@
+import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe } from '@jest/globals';
 import { Exec } from '@kubernetes/client-node';
 import { probeAgent, type KubernetesProvider } from '@warren/controller';
@@ -33,7 +34,8 @@ describe('the Kubernetes provider keeps the provider contract', () => {
             handle,
             'sandbox',
             ['/opt/warren/ld-linux.so', '--library-path', '/opt/warren/lib', '/opt/warren/node', '-e', script],
-            null,
+            // The API server wants at least one stream.
+            new Writable({ write: (_chunk, _encoding, done) => done() }),
             null,
             null,
             false,

@@ -397,6 +397,8 @@ down() {
     rm -f "$state/run/$name.pid"
   done
   sleep 2
+  # What the kubelets and containerds mounted below the state folder (emptyDirs, overlay roots).
+  findmnt -rn -o TARGET | grep "^$state/" | sort -r | while read -r target; do umount -l "$target" 2>/dev/null || true; done
   ip netns del "$node2_ns" 2>/dev/null || true
   ip link del "$bridge" 2>/dev/null || true
 }

@@ -45,7 +45,7 @@ export const ERROR_CODES = {
   },
   NOT_SUPPORTED: {
     status: 501,
-    suggestion: 'This controller\'s backend cannot do that (the message says why and what it can do instead); GET /readyz names the backend.',
+    suggestion: "This controller's backend cannot do that (the message says why and what it can do instead); GET /readyz names the backend.",
   },
   IMAGE_NOT_ALLOWED: {
     status: 403,

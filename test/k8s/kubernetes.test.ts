@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { CoreV1Api, RbacAuthorizationV1Api } from '@kubernetes/client-node';
+import { Writable, type Duplex } from 'node:stream';
+import { CoreV1Api, Exec, RbacAuthorizationV1Api } from '@kubernetes/client-node';
 import { probeAgent, type KubernetesProvider } from '@warren/controller';
 import { Sandbox } from '@warren/sdk';
 import { startTestController, type TestController } from '../support/fixtures.js';
@@ -101,6 +102,23 @@ describe('Warren on a real two-node Kubernetes cluster', () => {
     expect((await provider.list()).some((s) => s.labels['warren.sandbox'] === missing.agentId)).toBe(false);
   });
 
+  it('leaves no bridge process behind in the sandbox once a daemon connection is closed', async () => {
+    const spec = fixture.spec();
+    const handle = await provider.create(spec);
+    try {
+      for (let i = 0; i < 4; i++) await probeAgent(provider.daemon(spec.agentId), spec.daemonSecret, 10_000);
+      // Each connection was an exec of a bridge (`node -e ...` with the socket path); closing it must end the bridge.
+      const count = `let n=0;for (const p of require('fs').readdirSync('/proc')) { try { const c=require('fs').readFileSync('/proc/'+p+'/cmdline','utf8'); if (Number(p)!==process.pid && c.includes('agent.sock') && !c.includes('warren-agent.mjs')) n++ } catch {} } process.stdout.write(String(n))`;
+      // The count sees a bridge while a connection is open (so the check below cannot pass by counting nothing).
+      const open = await (provider.daemon(spec.agentId) as { openStream(): Promise<Duplex> }).openStream();
+      await until('the open bridge to be seen', async () => ((await execOutput(fixture, handle, count)) === '1' ? true : undefined), 20_000, 500);
+      open.destroy();
+      await until('the bridges to end', async () => ((await execOutput(fixture, handle, count)) === '0' ? true : undefined), 20_000, 500);
+    } finally {
+      await provider.remove(handle, spec.agentId);
+    }
+  });
+
   it('refuses pause and a too-large sandbox with typed errors', async () => {
     const huge = fixture.spec();
     huge.settings = { ...huge.settings, memoryMb: 512 * 1024 };
@@ -146,3 +164,29 @@ describe('Warren on a real two-node Kubernetes cluster', () => {
     });
   });
 });
+
+/** Runs a script with the runtime's Node in a sandbox pod as the admin, and returns its stdout. */
+async function execOutput(fixture: K8sFixture, pod: string, script: string): Promise<string> {
+  let out = '';
+  const stdout = new Writable({
+    write: (chunk: Buffer, _encoding, done) => {
+      out += chunk.toString('utf8');
+      done();
+    },
+  });
+  await new Promise<void>((resolve, reject) => {
+    new Exec(fixture.admin)
+      .exec(
+        fixture.namespace,
+        pod,
+        'sandbox',
+        ['/opt/warren/ld-linux.so', '--library-path', '/opt/warren/lib', '/opt/warren/node', '-e', script],
+        stdout,
+        null,
+        null,
+        false,
+      )
+      .then((ws) => ws.once('close', () => resolve()), reject);
+  });
+  return out.trim();
+}

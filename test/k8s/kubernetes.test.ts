@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Writable, type Duplex } from 'node:stream';
-import { CoreV1Api, Exec, RbacAuthorizationV1Api } from '@kubernetes/client-node';
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { CoreV1Api, Exec, KubernetesObjectApi, loadAllYaml, RbacAuthorizationV1Api, type KubernetesObject } from '@kubernetes/client-node';
 import { probeAgent, type KubernetesProvider } from '@warren/controller';
 import { Sandbox } from '@warren/sdk';
 import { startTestController, type TestController } from '../support/fixtures.js';
@@ -49,6 +51,27 @@ describe('Warren on a real two-node Kubernetes cluster', () => {
       'pods/log': ['get'],
     });
     expect(role.rules!.every((r) => r.apiGroups!.length === 1 && r.apiGroups![0] === '')).toBe(true);
+  });
+
+  it('ships manifests the API server accepts (server-side dry run of every object but the namespace)', async () => {
+    const objects = KubernetesObjectApi.makeApiClient(fixture.admin);
+    const folder = path.resolve(import.meta.dirname, '../../deploy/kubernetes');
+    const kinds: string[] = [];
+    // A namespace of its own: the fixture's already holds the Role under the same name.
+    const namespace = `${fixture.namespace}-manifests`;
+    await core.createNamespace({ body: { metadata: { name: namespace } } });
+    try {
+      for (const file of ['rbac.yaml', 'network-policy.yaml', 'controller.yaml']) {
+        for (const doc of loadAllYaml(await readFile(path.join(folder, file), 'utf8')) as KubernetesObject[]) {
+          const body = JSON.parse(JSON.stringify(doc).replaceAll('"namespace":"warren"', `"namespace":"${namespace}"`)) as KubernetesObject;
+          await objects.create(body, undefined, 'All');
+          kinds.push(body.kind!);
+        }
+      }
+    } finally {
+      await core.deleteNamespace({ name: namespace }).catch(() => undefined);
+    }
+    expect(kinds.sort()).toEqual(['ConfigMap', 'Deployment', 'NetworkPolicy', 'Role', 'RoleBinding', 'Service', 'ServiceAccount']);
   });
 
   it('turns an RBAC refusal into FORBIDDEN with the cluster reason: exec with create only fails the handshake', async () => {

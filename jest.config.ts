@@ -45,6 +45,14 @@ const config: Config = {
       setupFilesAfterEnv: ['<rootDir>/test/support/timeouts.ts'],
       slowTestThreshold: 30,
     },
+    // A real two-node Kubernetes cluster (scripts/lib/k8s-cluster.sh up): the Kubernetes provider.
+    {
+      ...shared,
+      displayName: 'k8s',
+      testMatch: ['<rootDir>/test/k8s/**/*.test.ts'],
+      setupFilesAfterEnv: ['<rootDir>/test/support/timeouts.ts'],
+      slowTestThreshold: 60,
+    },
     // Restarts the Docker engine: scripts/test runs it alone, after the others.
     {
       ...shared,

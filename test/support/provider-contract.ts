@@ -10,6 +10,11 @@ export interface ContractSubject {
   stopFromOutside: (handle: string) => Promise<void>;
   /** A real call to a daemon through its endpoint; providers whose sandboxes run a real daemon pass one. */
   probe?: (endpoint: DaemonEndpoint, secret: string) => Promise<unknown>;
+  /**
+   * Backends that cannot freeze or stop a sandbox with its files kept (Kubernetes) say so: the
+   * contract then holds them to refusing with `NOT_SUPPORTED` and leaving the sandbox running.
+   */
+  unsupported?: { pause?: boolean; stopStart?: boolean };
 }
 
 /**
@@ -37,11 +42,20 @@ export function providerContract(subject: () => ContractSubject): void {
     await provider.remove(handle, wanted.agentId);
   });
 
-  it('pauses and resumes; stops and starts again', async () => {
-    const { provider, spec } = subject();
+  it('pauses and resumes; stops and starts again (or refuses with NOT_SUPPORTED and keeps running)', async () => {
+    const { provider, spec, unsupported } = subject();
     const wanted = spec();
     const handle = await provider.create(wanted);
     try {
+      if (unsupported?.pause) await expect(provider.pause(handle)).rejects.toMatchObject({ code: 'NOT_SUPPORTED' });
+      if (unsupported?.stopStart) {
+        await expect(provider.stop(handle)).rejects.toMatchObject({ code: 'NOT_SUPPORTED' });
+        await expect(provider.start(handle, wanted.agentId, wanted.daemonSecret)).rejects.toMatchObject({ code: 'NOT_SUPPORTED' });
+      }
+      if (unsupported?.pause || unsupported?.stopStart) {
+        expect(await provider.inspect(handle)).toBe('running');
+        return;
+      }
       await provider.pause(handle);
       expect(await provider.inspect(handle)).toBe('paused');
       await provider.resume(handle);
@@ -56,7 +70,7 @@ export function providerContract(subject: () => ContractSubject): void {
   });
 
   it('reaches the daemon through daemon(), before and after a stop and start', async () => {
-    const { provider, spec, probe } = subject();
+    const { provider, spec, probe, unsupported } = subject();
     if (!probe) return; // a fake provider runs no daemon
     const wanted = spec();
     const handle = await provider.create(wanted);
@@ -70,6 +84,7 @@ export function providerContract(subject: () => ContractSubject): void {
     try {
       await answers();
       await expect(probe(provider.daemon(wanted.agentId), 'not-the-secret'.padEnd(48, 'x'))).rejects.toThrow();
+      if (unsupported?.stopStart) return;
       await provider.stop(handle);
       await provider.start(handle, wanted.agentId, wanted.daemonSecret);
       await answers();

@@ -1,4 +1,5 @@
-import { lchown, readFile, unlink } from 'node:fs/promises';
+import { chmod, chown, lchown, lstat, readFile, unlink } from 'node:fs/promises';
+import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { DEFAULT_ROOT } from '@warren/protocol';
 import type { SandboxUser } from './services/process-table.js';
@@ -26,10 +27,13 @@ async function main(): Promise<void> {
       home: { type: 'string', default: process.env.HOME ?? '/tmp' },
       user: { type: 'string' },
       'own-root': { type: 'boolean', default: false },
+      'private-socket-dir': { type: 'boolean', default: false },
     },
   });
   if (!values.socket || (values['secret-file'] === undefined) === (values['secret-env'] === undefined))
-    throw new Error('usage: warren-agent --socket PATH (--secret-file PATH | --secret-env NAME) [--root DIR] [--home DIR] [--user UID:GID [--own-root]]');
+    throw new Error(
+      'usage: warren-agent --socket PATH (--secret-file PATH | --secret-env NAME) [--root DIR] [--home DIR] [--user UID:GID [--own-root]] [--private-socket-dir]',
+    );
   const user = values.user === undefined ? undefined : parseUser(values.user);
   const secret = await takeSecret(values['secret-file'], values['secret-env']);
   if (secret.length < 32) throw new Error('the secret must hold at least 32 characters');
@@ -43,6 +47,7 @@ async function main(): Promise<void> {
     // whatever the image or a fresh volume made it. Links are not followed.
     await lchown(values.root, user.uid, user.gid);
   }
+  if (values['private-socket-dir']) await makePrivate(path.dirname(values.socket));
   // A file size limit (RLIMIT_FSIZE) applies to the daemon too: a write past it must fail with
   // EFBIG, not kill the daemon with SIGXFSZ.
   process.on('SIGXFSZ', () => undefined);
@@ -64,6 +69,21 @@ async function main(): Promise<void> {
   const stop = () => void server.close().then(() => process.exit(0));
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
+}
+
+/**
+ * Makes the socket's folder the daemon's alone (mode 0700, its owner) before the socket exists:
+ * where the folder comes from a volume made world-writable (a Kubernetes `emptyDir`), sandbox
+ * code could otherwise replace the daemon's socket with its own and read the controller's secret.
+ * A link or a non-folder there is refused.
+ */
+async function makePrivate(folder: string): Promise<void> {
+  const info = await lstat(folder);
+  if (!info.isDirectory()) throw new Error(`--private-socket-dir: ${folder} is not a folder`);
+  const uid = process.getuid?.() ?? 0;
+  const gid = process.getgid?.() ?? 0;
+  if (info.uid !== uid || info.gid !== gid) await chown(folder, uid, gid);
+  await chmod(folder, 0o700);
 }
 
 /** Reads the secret and removes it from where it came: the file is deleted, the variable unset. */

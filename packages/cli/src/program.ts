@@ -88,6 +88,19 @@ export function buildProgram(): Command {
       await serve(options);
     });
 
+  program
+    .command('runtime-image')
+    .description(
+      "Write Warren's runtime (this Node, its libraries, the daemon) as an image archive for Kubernetes nodes, and print its name (docs/kubernetes.md).",
+    )
+    .requiredOption('-o, --output <file>', 'where to write the archive (docker-archive format: docker load, ctr images import, skopeo)')
+    .option('--repository <name>', 'the image name without the tag', 'warren/runtime')
+    .addHelpText('after', examples(['warren runtime-image -o runtime.tar', 'ctr -n k8s.io images import runtime.tar']))
+    .action(async (options: { output: string; repository: string }) => {
+      const { writeRuntimeImage } = await import('./serve.js');
+      process.stdout.write(`${await writeRuntimeImage(options.output, options.repository)}\n`);
+    });
+
   withController(program.command('create'))
     .description('Create a sandbox and print its id and token.')
     .option('--image <image>', "any linux/amd64 image with /bin/sh (default: the controller's default image)")

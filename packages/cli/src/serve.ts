@@ -1,5 +1,9 @@
+import { writeFile } from 'node:fs/promises';
 import {
   API_KEY_HASH_FILE,
+  collectRuntime,
+  runtimeImageName,
+  runtimeImageTar,
   loadConfig,
   readConfigFile,
   readFlags,
@@ -97,4 +101,19 @@ export async function serve(options: ServeOptions): Promise<Controller | undefin
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);
   return controller;
+}
+
+/**
+ * Writes this controller's runtime as an image archive and returns the image's name: the name the
+ * Kubernetes provider asks for by default, so the archive must come from the same installation
+ * (the controller image) that serves.
+ *
+ * @example
+ * await writeRuntimeImage('runtime.tar'); // 'warren/runtime:0123abcd...'
+ */
+export async function writeRuntimeImage(output: string, repository = 'warren/runtime'): Promise<string> {
+  const runtime = await collectRuntime(loadConfig().agentBundlePath);
+  const name = runtimeImageName(runtime, repository);
+  await writeFile(output, await runtimeImageTar(runtime, name));
+  return name;
 }

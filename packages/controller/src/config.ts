@@ -89,6 +89,27 @@ export interface ControllerConfig {
   e2bTemplates: E2bTemplates;
   /** What the controller accepts of the container engine (docs/install.md: Podman, rootless Docker). */
   engine: EngineSettings;
+  /** What runs the sandboxes: the Docker engine (default) or a Kubernetes cluster (docs/kubernetes.md). */
+  provider: 'docker' | 'kubernetes';
+  /** How the `kubernetes` provider reaches its cluster and what its pods get. */
+  kubernetes: KubernetesSettings;
+}
+
+/** The `kubernetes` provider's settings (docs/kubernetes.md). */
+export interface KubernetesSettings {
+  /** Where sandbox pods live; absent: the controller's own namespace in a cluster, else the kubeconfig context's, else `default`. */
+  namespace?: string | undefined;
+  /** A kubeconfig file; absent: the in-cluster service account, or KUBECONFIG / ~/.kube/config. */
+  kubeconfig?: string | undefined;
+  /** The image holding Warren's runtime; absent: `warren/runtime:<runtime hash>` (`warren runtime-image` writes it). */
+  runtimeImage?: string | undefined;
+  /** `runtimeClassName` per Warren runtime, e.g. `{ runsc: gvisor }`; only `runc` without. */
+  runtimeClasses: Record<string, string>;
+  imagePullPolicy: 'Always' | 'IfNotPresent' | 'Never';
+  /** Added to every sandbox pod's nodeSelector. */
+  nodeSelector: Record<string, string>;
+  /** How long a create waits for the pod to run. */
+  startTimeoutMs: number;
 }
 
 /** How the controller copes with engines that differ from a rootful Docker engine. */
@@ -251,6 +272,21 @@ export const ConfigFile = z.strictObject({
     .optional(),
   e2bTemplates: E2bTemplates.optional(),
   engine: Engine.optional(),
+  provider: z.enum(['docker', 'kubernetes']).optional(),
+  kubernetes: z
+    .strictObject({
+      namespace: z
+        .string()
+        .regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, 'a Kubernetes namespace name')
+        .optional(),
+      kubeconfig: z.string().min(1).optional(),
+      runtimeImage: z.string().min(1).optional(),
+      runtimeClasses: z.record(z.enum(['runsc']), z.string().min(1).max(253)).optional(),
+      imagePullPolicy: z.enum(['Always', 'IfNotPresent', 'Never']).optional(),
+      nodeSelector: z.record(z.string().min(1).max(317), z.string().max(63)).optional(),
+      startTimeoutMs: z.number().int().positive().optional(),
+    })
+    .optional(),
 });
 export type ConfigFile = z.infer<typeof ConfigFile>;
 
@@ -311,6 +347,8 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   egress: DEFAULT_EGRESS,
   e2bTemplates: DEFAULT_E2B_TEMPLATES,
   engine: { allowUnenforcedLimits: false },
+  provider: 'docker',
+  kubernetes: { runtimeClasses: {}, imagePullPolicy: 'IfNotPresent', nodeSelector: {}, startTimeoutMs: 120_000 },
 };
 
 /** Reads and checks a configuration file (`.json`, `.yaml` or `.yml`). */
@@ -368,6 +406,7 @@ export function loadConfig(
     egress: { ...DEFAULT_EGRESS, ...stripUndefined(file.egress ?? {}) },
     images,
     engine,
+    kubernetes: { ...DEFAULTS.kubernetes, ...stripUndefined(file.kubernetes ?? {}), ...stripUndefined(fromEnv.kubernetes ?? {}) },
     ...overrides,
   };
   return config;
@@ -449,6 +488,10 @@ const ENV_SETTINGS: [variable: string, path: string, kind: 'string' | 'number' |
   ['WARREN_BUILD_NETWORK', 'images.buildNetwork', 'string'],
   ['WARREN_ALLOW_UNENFORCED_LIMITS', 'engine.allowUnenforcedLimits', 'boolean'],
   ['WARREN_PROCESS_LIMIT', 'engine.processLimit', 'number'],
+  ['WARREN_PROVIDER', 'provider', 'string'],
+  ['WARREN_K8S_NAMESPACE', 'kubernetes.namespace', 'string'],
+  ['WARREN_KUBECONFIG', 'kubernetes.kubeconfig', 'string'],
+  ['WARREN_K8S_RUNTIME_IMAGE', 'kubernetes.runtimeImage', 'string'],
   ['LOG_LEVEL', 'logLevel', 'string'],
 ];
 

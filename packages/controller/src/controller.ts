@@ -5,6 +5,7 @@ import { loadConfig, type ControllerConfig } from './config.js';
 import { Credentials } from './credentials.js';
 import Docker from 'dockerode';
 import { DockerProvider } from './docker.js';
+import { KubernetesProvider } from './kubernetes/provider.js';
 import { resolveEngine } from './engine-endpoint.js';
 import { checkLimitsEnforced } from './engine-kind.js';
 import { EngineWatch } from './engine-watch.js';
@@ -61,18 +62,20 @@ export async function startController(options: StartControllerOptions = {}): Pro
     generatedApiKey = loaded.generatedApiKey;
   }
   // The engine as the docker command finds it (DOCKER_HOST, the current context), said at start.
-  const endpoint = options.provider ? undefined : resolveEngine(process.env);
+  const endpoint = options.provider || config.provider !== 'docker' ? undefined : resolveEngine(process.env);
   const provider =
     options.provider ??
-    new DockerProvider({
-      docker: new Docker(endpoint!.options),
-      stateDir: config.stateDir,
-      workspaceQuota: config.workspaceQuota,
-      workspaceReserveMb: config.workspaceReserveMb,
-      daemonChannel: config.daemonChannel,
-      processLimit: config.engine.processLimit,
-      logger,
-    });
+    (config.provider === 'kubernetes'
+      ? new KubernetesProvider({ ...config.kubernetes, logger })
+      : new DockerProvider({
+          docker: new Docker(endpoint!.options),
+          stateDir: config.stateDir,
+          workspaceQuota: config.workspaceQuota,
+          workspaceReserveMb: config.workspaceReserveMb,
+          daemonChannel: config.daemonChannel,
+          processLimit: config.engine.processLimit,
+          logger,
+        }));
   await provider.ping();
   const runtime = await collectRuntime(config.agentBundlePath);
   const { oldRuntimesRemoved } = await provider.prepare(runtime, config.defaultImage);

@@ -77,6 +77,26 @@ describe('configuration', () => {
     expect(config.limits).toEqual({ memoryMb: 512, cpus: 1, pidsLimit: 512, ttlSeconds: 3600, tmpMb: 256, openFiles: 4096, fileSizeMb: 4096, diskMb: 1024 });
   });
 
+  it('selects the Kubernetes provider with its settings from the file and the environment, and refuses a bad namespace', async () => {
+    const file = path.join(dir, 'warren.yaml');
+    await writeFile(
+      file,
+      ['provider: kubernetes', 'kubernetes:', '  namespace: sandboxes', '  runtimeClasses: { runsc: gvisor }', '  imagePullPolicy: Never'].join('\n'),
+    );
+    const config = loadConfig({ WARREN_CONFIG: file, WARREN_KUBECONFIG: '/etc/warren/kubeconfig' });
+    expect(config.provider).toBe('kubernetes');
+    expect(config.kubernetes).toEqual({
+      namespace: 'sandboxes',
+      kubeconfig: '/etc/warren/kubeconfig',
+      runtimeClasses: { runsc: 'gvisor' },
+      imagePullPolicy: 'Never',
+      nodeSelector: {},
+      startTimeoutMs: 120_000,
+    });
+    expect(loadConfig({}).provider).toBe('docker');
+    expect(() => loadConfig({ WARREN_K8S_NAMESPACE: 'Not_A_Namespace' })).toThrow(/WARREN_K8S_NAMESPACE.*a Kubernetes namespace name/);
+  });
+
   it("serves the checkout's agent bundle when there is one, else the copy the published package carries in dist/agent/", () => {
     expect(defaultAgentBundlePath((file) => file.endsWith('/agent/dist/warren-agent.mjs'))).toMatch(/\/packages\/agent\/dist\/warren-agent\.mjs$/);
     expect(defaultAgentBundlePath(() => false)).toMatch(/\/packages\/controller\/dist\/agent\/warren-agent\.mjs$/);

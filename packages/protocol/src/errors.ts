@@ -46,7 +46,7 @@ export const ERROR_CODES = {
   NOT_SUPPORTED: {
     status: 501,
     suggestion:
-      'This engine cannot do that (the message says which engine and why); use another way the message names, or an engine that can (docs/install.md).',
+      'This backend cannot do that (the message says which and why, and what it can do instead); GET /readyz names the engine or cluster (docs/install.md, docs/kubernetes.md).',
   },
   IMAGE_NOT_ALLOWED: {
     status: 403,

@@ -90,7 +90,7 @@ ERROR_CODES: Dict[str, tuple] = {
     'SANDBOX_NOT_READY': (503, 'The sandbox is starting or its daemon is not answering; retry shortly.'),
     'UPSTREAM_UNAVAILABLE': (502, 'The Docker engine or the sandbox daemon did not answer; check that Docker is running.'),
     'PTY_UNAVAILABLE': (501, 'This sandbox cannot open a terminal (the message says why); run commands with commands.run or commands.start instead.'),
-    'NOT_SUPPORTED': (501, 'This engine cannot do that (the message says which engine and why); use another way the message names, or an engine that can (docs/install.md).'),
+    'NOT_SUPPORTED': (501, 'This backend cannot do that (the message says which and why, and what it can do instead); GET /readyz names the engine or cluster (docs/install.md, docs/kubernetes.md).'),
     'IMAGE_NOT_ALLOWED': (403, "Use an image already on the engine or one from a registry in the controller's allowedRegistries (GET /readyz lists them)."),
     'IMAGE_PULL_FAILED': (502, 'Check the image name and tag, that the registry answers, and that the image is public or the engine is logged in.'),
     'IMAGE_TOO_LARGE': (507, 'Use a smaller image, or ask the operator to raise images.maxPullMb or free disk space on the engine.'),

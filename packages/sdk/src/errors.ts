@@ -304,6 +304,14 @@ export class PtyUnavailableError extends WarrenError {
   }
 }
 
+/** The controller's backend cannot do this at all (pause on Kubernetes, image builds on Podman, an engine that enforces no limits); the message says what can. */
+export class NotSupportedError extends WarrenError {
+  declare readonly code: 'NOT_SUPPORTED';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('NOT_SUPPORTED', message, options);
+  }
+}
+
 export class InternalError extends WarrenError {
   declare readonly code: 'INTERNAL';
   constructor(message: string, options?: WarrenErrorOptions) {
@@ -329,14 +337,6 @@ export class ConnectionClosedError extends WarrenConnectionError {
   declare readonly code: 'CONNECTION_CLOSED';
   constructor(message: string, options?: WarrenErrorOptions) {
     super('CONNECTION_CLOSED', message, options);
-  }
-}
-
-/** The engine behind the controller cannot do what was asked (Podman without `container update`, an engine that enforces no limits); the message says what can. */
-export class NotSupportedError extends WarrenError {
-  declare readonly code: 'NOT_SUPPORTED';
-  constructor(message: string, options?: WarrenErrorOptions) {
-    super('NOT_SUPPORTED', message, options);
   }
 }
 

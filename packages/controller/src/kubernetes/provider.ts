@@ -1,0 +1,505 @@
+import { readFileSync } from 'node:fs';
+import type { Duplex } from 'node:stream';
+import { CoreV1Api, Exec, KubeConfig, Watch, type V1Pod } from '@kubernetes/client-node';
+import { CodedError } from '@warren/protocol';
+import { SOCKET_DIR_IN_SANDBOX } from '../docker.js';
+import { LABELS } from '../labels.js';
+import type { Logger } from '../logger.js';
+import type { DaemonEndpoint, ProvidedImage, ProvidedSandbox, ProviderIsolation, ProviderState, SandboxProvider, SandboxSpec } from '../provider.js';
+import { bridgeCommand, type AgentRuntime } from '../runtime.js';
+import { kubeError } from './errors.js';
+import { PodExecStream } from './exec-stream.js';
+import { LABELS_ANNOTATION, MANAGED_BY, podName, SANDBOX_CONTAINER, sandboxPod } from './pod-spec.js';
+
+/** The in-cluster service account's namespace file. */
+const IN_CLUSTER_NAMESPACE = '/var/run/secrets/kubernetes.io/serviceaccount/namespace';
+/** Waiting reasons of a container that will not start by waiting longer. */
+const IMAGE_MISSING = new Set(['ErrImageNeverPull', 'InvalidImageName']);
+const IMAGE_FAILED = new Set(['ErrImagePull', 'ImagePullBackOff']);
+const CANNOT_START = new Set(['CreateContainerConfigError', 'CreateContainerError', 'RunContainerError', 'CrashLoopBackOff']);
+
+/** What a {@link KubernetesProvider} is told at construction. */
+export interface KubernetesProviderOptions {
+  /** A loaded configuration; otherwise `kubeconfig` is read, or the in-cluster service account. */
+  kubeConfig?: KubeConfig | undefined;
+  /** A kubeconfig file; absent: the in-cluster service account (or KUBECONFIG / ~/.kube/config outside a cluster). */
+  kubeconfig?: string | undefined;
+  /** Where sandbox pods live; absent: the controller's own namespace in-cluster, `default` outside. */
+  namespace?: string | undefined;
+  /** The image with Warren's runtime (see `runtimeImageTar`); absent: `warren/runtime:<runtime hash>`. */
+  runtimeImage?: string | undefined;
+  /** `runtimeClassName` per Warren runtime, e.g. `{ runsc: 'gvisor' }` where the cluster has gVisor. */
+  runtimeClasses?: Record<string, string> | undefined;
+  imagePullPolicy?: 'Always' | 'IfNotPresent' | 'Never' | undefined;
+  /** Added to every sandbox pod's nodeSelector. */
+  nodeSelector?: Record<string, string> | undefined;
+  /** How long a create waits for the pod's container to run (default 120 s). */
+  startTimeoutMs?: number | undefined;
+  /** How long a pod may stay unschedulable before the create gives up with the scheduler's reason (default 15 s). */
+  unschedulableGraceMs?: number | undefined;
+  logger?: Logger | undefined;
+}
+
+/**
+ * Kubernetes as a {@link SandboxProvider}: one plain Pod per sandbox (see {@link sandboxPod}) in
+ * one namespace, followed by watches; a handle is a pod name. The daemon is reached through the
+ * API server's exec (a bridge to its socket), which works from inside and outside the cluster and
+ * with no pod network at all. Every API failure comes out as a {@link CodedError} with the
+ * cluster's reason. Pods cannot be frozen or stopped with their files kept, so `pause`, `stop`
+ * and `start` are `NOT_SUPPORTED`, as are image pulls and builds (the nodes pull by policy).
+ *
+ * @example
+ * const provider = new KubernetesProvider({ kubeconfig: '/etc/warren/kubeconfig', namespace: 'warren-sandboxes' });
+ * await provider.prepare(runtime, 'warren/sandbox:latest');
+ * const pod = await provider.create(spec);
+ */
+export class KubernetesProvider implements SandboxProvider {
+  readonly name = 'kubernetes';
+  readonly namespace: string;
+  readonly kubeConfig: KubeConfig;
+  readonly core: CoreV1Api;
+  private readonly exec: Exec;
+  private readonly watch: Watch;
+  private readonly options: KubernetesProviderOptions;
+  private runtimeImage: string | undefined;
+
+  constructor(options: KubernetesProviderOptions = {}) {
+    this.options = options;
+    this.kubeConfig = options.kubeConfig ?? loadKubeConfig(options.kubeconfig);
+    this.namespace = options.namespace ?? defaultNamespace(this.kubeConfig);
+    this.core = this.kubeConfig.makeApiClient(CoreV1Api);
+    this.exec = new Exec(this.kubeConfig);
+    this.watch = new Watch(this.kubeConfig);
+  }
+
+  /** Asks for one pod of the namespace: proves the server answers and that the controller may list pods. */
+  async ping(): Promise<void> {
+    await this.core.listNamespacedPod({ namespace: this.namespace, limit: 1 }).catch((e: unknown) => {
+      throw kubeError(e, `list pods in namespace ${this.namespace}`);
+    });
+  }
+
+  /**
+   * What the pod template asks of every node. Nodes are not read (the Role grants no node access),
+   * so what the kubelets do with it (cgroup version, whether seccomp is on) is not known here.
+   */
+  async isolation(): Promise<ProviderIsolation> {
+    const runtimes = ['runc', ...Object.keys(this.options.runtimeClasses ?? {})];
+    return {
+      usernsRemap: null,
+      rootless: false,
+      cgroupVersion: 'unknown',
+      cgroupDriver: 'kubelet',
+      limitsEnforced: true,
+      seccomp: true,
+      apparmor: false,
+      selinux: false,
+      gvisor: runtimes.includes('runsc'),
+      runtimes,
+      storageDriver: 'kubernetes',
+      diskQuota: { quota: true, kind: 'emptyDir', reason: "diskMb is the workspace emptyDir's sizeLimit: the kubelet evicts a pod past it" },
+    };
+  }
+
+  async runtimes(): Promise<{ name: string; args: string[] }[]> {
+    return [{ name: 'runc', args: [] }, ...Object.keys(this.options.runtimeClasses ?? {}).map((name) => ({ name, args: [] }))];
+  }
+
+  /** Nodes fetch images by the pull policy; a missing one fails the create with the kubelet's reason. */
+  async hasImage(): Promise<boolean> {
+    return true;
+  }
+
+  pullImage(image: string): Promise<void> {
+    return Promise.reject(notSupported(`pull ${image}`, "the cluster's nodes pull images themselves, by the pull policy (kubernetes.imagePullPolicy)"));
+  }
+
+  buildImage(): Promise<{ id: string }> {
+    return Promise.reject(notSupported('build images', 'build with your CI and push to a registry the nodes pull from'));
+  }
+
+  /** The controller sees no node's images: none are listed. */
+  async listImages(): Promise<ProvidedImage[]> {
+    return [];
+  }
+
+  async inspectImage(): Promise<{ id: string; labels: Record<string, string> } | undefined> {
+    return undefined;
+  }
+
+  removeImage(image: string): Promise<void> {
+    return Promise.reject(notSupported(`remove ${image}`, "the nodes' kubelets collect unused images themselves"));
+  }
+
+  /** Settles the runtime image sandboxes copy their runtime from: this runtime's build unless one is configured. */
+  async prepare(runtime: AgentRuntime): Promise<{ oldRuntimesRemoved: number }> {
+    this.runtimeImage = this.options.runtimeImage ?? `warren/runtime:${runtime.hash}`;
+    await this.ping();
+    return { oldRuntimesRemoved: 0 };
+  }
+
+  /**
+   * Creates the sandbox's pod and waits (by a watch from the create's resourceVersion) until its
+   * container runs. A pod that cannot run (image missing, unschedulable past the grace, a failed
+   * init, a start error) is deleted and the create fails with the cluster's reason.
+   */
+  async create(spec: SandboxSpec): Promise<string> {
+    if (this.runtimeImage === undefined) throw new CodedError('INTERNAL', 'The Kubernetes provider was asked to create a sandbox before prepare().');
+    const body = sandboxPod({
+      ...spec,
+      runtimeImage: this.runtimeImage,
+      runtimeClasses: this.options.runtimeClasses ?? {},
+      imagePullPolicy: this.options.imagePullPolicy ?? 'IfNotPresent',
+      nodeSelector: this.options.nodeSelector,
+    });
+    const name = body.metadata!.name!;
+    const created = await this.core.createNamespacedPod({ namespace: this.namespace, body }).catch((e: unknown) => {
+      throw kubeError(e, `create the pod for sandbox ${spec.agentId} from ${spec.image}`);
+    });
+    try {
+      await this.untilRunning(name, created.metadata?.resourceVersion, spec.image);
+      return name;
+    } catch (err) {
+      await this.deletePod(name, 0).catch(() => undefined);
+      throw err;
+    }
+  }
+
+  /** Follows one pod until its sandbox container runs, or fails with why it will not. */
+  private async untilRunning(name: string, resourceVersion: string | undefined, image: string): Promise<void> {
+    const timeoutMs = this.options.startTimeoutMs ?? 120_000;
+    const graceMs = this.options.unschedulableGraceMs ?? 15_000;
+    const startedAt = Date.now();
+    await new Promise<void>((resolve, reject) => {
+      let settled = false;
+      let abort: AbortController | undefined;
+      const finish = (err?: CodedError) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        abort?.abort();
+        if (err) reject(err);
+        else resolve();
+      };
+      const timer = setTimeout(
+        () => finish(new CodedError('SANDBOX_NOT_READY', `The pod ${name} did not start within ${timeoutMs} ms (${lastSeen}).`)),
+        timeoutMs,
+      );
+      let lastSeen = 'no status yet';
+      const look = (pod: V1Pod) => {
+        const verdict = startVerdict(pod, image, Date.now() - startedAt >= graceMs);
+        lastSeen = verdict.seen;
+        if (verdict.kind === 'running') finish();
+        else if (verdict.kind === 'failed') finish(verdict.error);
+      };
+      const follow = (from: string | undefined) => {
+        this.watch
+          .watch(
+            `/api/v1/namespaces/${this.namespace}/pods`,
+            { fieldSelector: `metadata.name=${name}`, ...(from ? { resourceVersion: from } : {}), allowWatchBookmarks: false },
+            (phase: string, pod: V1Pod) => {
+              if (phase === 'DELETED') return finish(new CodedError('SANDBOX_NOT_FOUND', `The pod ${name} was deleted while it was starting.`));
+              if (phase === 'ADDED' || phase === 'MODIFIED') look(pod);
+            },
+            // A watch the server ends early (or a stale resourceVersion) is followed again from a fresh read.
+            () => {
+              if (settled) return;
+              this.core.readNamespacedPod({ name, namespace: this.namespace }).then(
+                (pod) => {
+                  look(pod);
+                  if (!settled) follow(pod.metadata?.resourceVersion);
+                },
+                (e: unknown) => finish(kubeError(e, `follow the pod ${name} while it starts`)),
+              );
+            },
+          )
+          .then(
+            (controller) => {
+              abort = controller;
+              if (settled) controller.abort();
+            },
+            (e: unknown) => finish(kubeError(e, `watch the pod ${name}`)),
+          );
+      };
+      follow(resourceVersion);
+      // An unschedulable pod gets no new event when the grace ends: look once more then.
+      setTimeout(() => {
+        if (!settled) this.core.readNamespacedPod({ name, namespace: this.namespace }).then(look, () => undefined);
+      }, graceMs + 50).unref();
+    });
+  }
+
+  start(handle: string): Promise<void> {
+    return Promise.reject(notSupported(`start ${handle} again`, 'a pod that stopped cannot run again with its files; kill the sandbox and create a new one'));
+  }
+
+  stop(handle: string): Promise<void> {
+    return Promise.reject(notSupported(`stop ${handle}`, 'pods cannot be stopped with their files kept; kill the sandbox instead'));
+  }
+
+  pause(handle: string): Promise<void> {
+    return Promise.reject(notSupported(`pause ${handle}`, 'Kubernetes has no way to freeze a pod; keep it running or kill it'));
+  }
+
+  resume(handle: string): Promise<void> {
+    return Promise.reject(notSupported(`resume ${handle}`, 'Kubernetes has no way to freeze a pod, so none is paused'));
+  }
+
+  /**
+   * Deletes the sandbox's pod (its emptyDirs go with it): a short grace for the daemon, a wait for
+   * the kubelet to confirm, then a forced delete when it does not (a node that went away).
+   */
+  async remove(handle: string, _agentId?: string): Promise<void> {
+    await this.deletePod(handle, 2);
+    const deadline = Date.now() + 15_000;
+    while (Date.now() < deadline) {
+      if ((await this.inspectRaw(handle)) === undefined) return;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    this.options.logger?.warn({ pod: handle }, 'kubernetes.pod.force-delete');
+    await this.deletePod(handle, 0);
+  }
+
+  private async deletePod(name: string, gracePeriodSeconds: number): Promise<void> {
+    await this.core.deleteNamespacedPod({ name, namespace: this.namespace, gracePeriodSeconds }).catch((e: unknown) => {
+      const err = kubeError(e, `delete the pod ${name}`);
+      if (err.code !== 'SANDBOX_NOT_FOUND') throw err;
+    });
+  }
+
+  private async inspectRaw(name: string): Promise<V1Pod | undefined> {
+    try {
+      return await this.core.readNamespacedPod({ name, namespace: this.namespace });
+    } catch (e) {
+      const err = kubeError(e, `read the pod ${name}`);
+      if (err.code === 'SANDBOX_NOT_FOUND') return undefined;
+      throw err;
+    }
+  }
+
+  async inspect(handle: string): Promise<ProviderState | undefined> {
+    const pod = await this.inspectRaw(handle);
+    return pod === undefined ? undefined : podState(pod);
+  }
+
+  async states(): Promise<Map<string, ProviderState>> {
+    return new Map((await this.listPods()).items.map((pod) => [pod.metadata!.name!, podState(pod)]));
+  }
+
+  async list(): Promise<ProvidedSandbox[]> {
+    return (await this.listPods()).items.map((pod) => ({ handle: pod.metadata!.name!, labels: warrenLabels(pod), state: podState(pod) }));
+  }
+
+  private async listPods() {
+    return this.core.listNamespacedPod({ namespace: this.namespace, labelSelector: `${MANAGED_BY.key}=${MANAGED_BY.value}` }).catch((e: unknown) => {
+      throw kubeError(e, `list the sandbox pods in namespace ${this.namespace}`);
+    });
+  }
+
+  /**
+   * Follows Warren's pods with a watch: `die` once when a pod's sandbox container stops (or the
+   * pod fails or starts terminating), `destroy` when the pod is gone. A watch the server closes
+   * (they time out by design) is taken up again from the last resourceVersion, after a list that
+   * reports what changed meanwhile; `onEnd` runs only when the API server cannot be reached.
+   */
+  async events(onEvent: (handle: string, action: string) => void, onEnd: () => void): Promise<() => void> {
+    const dead = new Set<string>();
+    const known = new Set<string>();
+    let stopped = false;
+    let abort: AbortController | undefined;
+    const see = (pod: V1Pod) => {
+      const name = pod.metadata!.name!;
+      known.add(name);
+      if (podState(pod) === 'exited' && !dead.has(name)) {
+        dead.add(name);
+        onEvent(name, 'die');
+      }
+    };
+    const gone = (name: string) => {
+      if (!dead.has(name)) onEvent(name, 'die');
+      onEvent(name, 'destroy');
+      dead.delete(name);
+      known.delete(name);
+    };
+    const resync = async (): Promise<string | undefined> => {
+      const list = await this.listPods();
+      const present = new Set(list.items.map((p) => p.metadata!.name!));
+      for (const name of [...known]) if (!present.has(name)) gone(name);
+      for (const pod of list.items) see(pod);
+      return list.metadata?.resourceVersion;
+    };
+    const follow = async (from: string | undefined): Promise<void> => {
+      abort = await this.watch.watch(
+        `/api/v1/namespaces/${this.namespace}/pods`,
+        { labelSelector: `${MANAGED_BY.key}=${MANAGED_BY.value}`, ...(from ? { resourceVersion: from } : {}) },
+        (phase: string, pod: V1Pod) => {
+          if (phase === 'DELETED') gone(pod.metadata!.name!);
+          else if (phase === 'ADDED' || phase === 'MODIFIED') see(pod);
+        },
+        () => {
+          if (stopped) return;
+          resync()
+            .then((version) => (stopped ? undefined : follow(version)))
+            .catch(() => {
+              if (stopped) return;
+              stopped = true;
+              onEnd();
+            });
+        },
+      );
+      if (stopped) abort.abort();
+    };
+    await follow(await resync());
+    return () => {
+      stopped = true;
+      abort?.abort();
+    };
+  }
+
+  /** The daemon through the API server's exec of a bridge to its socket; needs `pods/exec` get and create. */
+  daemon(agentId: string): DaemonEndpoint {
+    return { openStream: () => this.openBridge(agentId) };
+  }
+
+  private async openBridge(agentId: string): Promise<Duplex> {
+    return PodExecStream.open(this.exec, this.namespace, podName(agentId), SANDBOX_CONTAINER, bridgeCommand(`${SOCKET_DIR_IN_SANDBOX}/agent.sock`)).catch(
+      (e: unknown) => {
+        throw execError(e, agentId);
+      },
+    );
+  }
+
+  copyIn(handle: string): Promise<void> {
+    return Promise.reject(notSupported(`copy an archive into ${handle}`, "write files through the sandbox's daemon (files.write)"));
+  }
+
+  /** The last lines the sandbox container wrote, for error messages when its daemon does not come up. */
+  async logsTail(handle: string, lines = 20): Promise<string> {
+    try {
+      return (await this.core.readNamespacedPodLog({ name: handle, namespace: this.namespace, container: SANDBOX_CONTAINER, tailLines: lines })).trim();
+    } catch {
+      return '';
+    }
+  }
+}
+
+/** Where a starting pod stands: running, still coming, or failed with Warren's error. */
+export type StartVerdict = { kind: 'running'; seen: string } | { kind: 'waiting'; seen: string } | { kind: 'failed'; seen: string; error: CodedError };
+
+/**
+ * Reads a starting pod's status: the sandbox container running is success; an image the node does
+ * not have (with `Never`) or cannot pull, an init container that failed, a start error, a failed
+ * pod, or a pod the scheduler placed nowhere past the grace are failures carrying the cluster's
+ * reason. Pure, so unit tests pin it on recorded statuses.
+ */
+export function startVerdict(pod: V1Pod, image: string, pastGrace: boolean): StartVerdict {
+  const name = pod.metadata?.name ?? 'the pod';
+  const status = pod.status ?? {};
+  const main = status.containerStatuses?.find((c) => c.name === SANDBOX_CONTAINER);
+  if (main?.state?.running) return { kind: 'running', seen: 'running' };
+  if (pod.metadata?.deletionTimestamp) return failed(name, 'SANDBOX_NOT_FOUND', 'is being deleted');
+  for (const c of [...(status.initContainerStatuses ?? []), ...(status.containerStatuses ?? [])]) {
+    const waiting = c.state?.waiting;
+    const reason = waiting?.reason ?? '';
+    const what = `${c.name === SANDBOX_CONTAINER ? `the image ${image}` : `the runtime image ${c.image}`}: ${reason}${waiting?.message ? ` (${waiting.message})` : ''}`;
+    if (IMAGE_MISSING.has(reason))
+      return failed(
+        name,
+        'NOT_FOUND',
+        `cannot start, the node does not have ${what}. Load the image on every node, or set kubernetes.imagePullPolicy to pull it`,
+      );
+    if (IMAGE_FAILED.has(reason)) return failed(name, 'IMAGE_PULL_FAILED', `cannot start, the node could not pull ${what}`);
+    if (CANNOT_START.has(reason))
+      return failed(name, 'UPSTREAM_UNAVAILABLE', `cannot start ${c.name}: ${reason}${waiting?.message ? ` (${waiting.message})` : ''}`);
+    const done = c.state?.terminated;
+    if (done && (c.name !== SANDBOX_CONTAINER ? done.exitCode !== 0 : true))
+      return failed(
+        name,
+        'UPSTREAM_UNAVAILABLE',
+        `${c.name} ended (exit ${done.exitCode}, ${done.reason ?? 'no reason'}${done.message ? `: ${done.message}` : ''})`,
+      );
+  }
+  if (status.phase === 'Failed' || status.phase === 'Succeeded')
+    return failed(name, 'UPSTREAM_UNAVAILABLE', `ended before it ran (${status.reason ?? status.phase}${status.message ? `: ${status.message}` : ''})`);
+  const unschedulable = status.conditions?.find((c) => c.type === 'PodScheduled' && c.status === 'False' && c.reason === 'Unschedulable');
+  if (unschedulable && pastGrace)
+    return failed(
+      name,
+      'RESOURCE_EXHAUSTED',
+      `cannot be placed on any node: ${unschedulable.message ?? 'the scheduler found no node'}. Ask for less cpus or memoryMb, or add nodes`,
+    );
+  return { kind: 'waiting', seen: unschedulable ? `unschedulable: ${unschedulable.message ?? ''}` : `phase ${status.phase ?? 'unknown'}` };
+}
+
+function failed(
+  name: string,
+  code: 'NOT_FOUND' | 'IMAGE_PULL_FAILED' | 'UPSTREAM_UNAVAILABLE' | 'RESOURCE_EXHAUSTED' | 'SANDBOX_NOT_FOUND',
+  text: string,
+): StartVerdict {
+  return { kind: 'failed', seen: text, error: new CodedError(code, `The sandbox pod ${name} ${text}.`) };
+}
+
+/** A pod as a provider state: its sandbox container running (or still starting) is `running`; anything that ended is `exited`. */
+export function podState(pod: V1Pod): ProviderState {
+  if (pod.metadata?.deletionTimestamp) return 'exited';
+  const phase = pod.status?.phase;
+  if (phase === 'Failed' || phase === 'Succeeded') return 'exited';
+  const main = pod.status?.containerStatuses?.find((c) => c.name === SANDBOX_CONTAINER);
+  if (main?.state?.terminated) return 'exited';
+  return 'running';
+}
+
+/** Warren's labels of a pod, from its annotation (written by the controller; read as untrusted text all the same). */
+export function warrenLabels(pod: V1Pod): Record<string, string> {
+  const raw = pod.metadata?.annotations?.[LABELS_ANNOTATION];
+  if (raw !== undefined) {
+    try {
+      const parsed = JSON.parse(raw) as unknown;
+      if (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed)) {
+        const labels = Object.fromEntries(Object.entries(parsed).filter((entry): entry is [string, string] => typeof entry[1] === 'string'));
+        if (typeof labels[LABELS.sandbox] === 'string') return labels;
+      }
+    } catch {
+      // fall back to the selectable labels
+    }
+  }
+  return { ...(pod.metadata?.labels ?? {}) };
+}
+
+function notSupported(doing: string, instead: string): CodedError {
+  return new CodedError('NOT_SUPPORTED', `Cannot ${doing} on Kubernetes: ${instead}.`);
+}
+
+/** An exec the API server refused: RBAC without `get` and `create` on pods/exec shows up as a failed WebSocket handshake. */
+function execError(err: unknown, agentId: string): CodedError {
+  const text = err instanceof Error ? err.message : String((err as { message?: unknown })?.message ?? err);
+  if (/\b403\b/.test(text))
+    return new CodedError(
+      'FORBIDDEN',
+      `Could not reach the daemon of sandbox ${agentId}: the cluster refused the exec (${text}). The controller's Role needs pods/exec with both get and create (deploy/kubernetes/rbac.yaml).`,
+    );
+  if (/\b404\b/.test(text)) return new CodedError('SANDBOX_NOT_FOUND', `Could not reach the daemon of sandbox ${agentId}: its pod is gone (${text}).`);
+  return new CodedError('UPSTREAM_UNAVAILABLE', `Could not reach the daemon of sandbox ${agentId} through the API server's exec: ${text}`);
+}
+
+/** The kubeconfig file named, else the in-cluster service account, else KUBECONFIG or ~/.kube/config. */
+function loadKubeConfig(file: string | undefined): KubeConfig {
+  const config = new KubeConfig();
+  try {
+    if (file !== undefined) config.loadFromFile(file);
+    else config.loadFromDefault();
+  } catch (err) {
+    throw new CodedError('UPSTREAM_UNAVAILABLE', `Could not load the Kubernetes configuration${file ? ` from ${file}` : ''}: ${(err as Error).message}`);
+  }
+  if (!config.getCurrentCluster())
+    throw new CodedError('UPSTREAM_UNAVAILABLE', 'No Kubernetes cluster is configured: set kubernetes.kubeconfig, or run the controller in a cluster.');
+  return config;
+}
+
+function defaultNamespace(config: KubeConfig): string {
+  try {
+    return readFileSync(IN_CLUSTER_NAMESPACE, 'utf8').trim();
+  } catch {
+    return config.getContextObject(config.getCurrentContext())?.namespace ?? 'default';
+  }
+}

@@ -1,0 +1,215 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Writable, type Duplex } from 'node:stream';
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { CoreV1Api, Exec, KubernetesObjectApi, loadAllYaml, RbacAuthorizationV1Api, type KubernetesObject } from '@kubernetes/client-node';
+import { probeAgent, type KubernetesProvider } from '@warren/controller';
+import { Sandbox } from '@warren/sdk';
+import { startTestController, type TestController } from '../support/fixtures.js';
+import { openK8sFixture, shippedRole, type K8sFixture } from '../support/k8s-cluster.js';
+import { until } from '../support/wait.js';
+
+describe('Warren on a real two-node Kubernetes cluster', () => {
+  let fixture: K8sFixture;
+  let provider: KubernetesProvider;
+  let core: CoreV1Api;
+
+  beforeAll(async () => {
+    fixture = await openK8sFixture();
+    provider = await fixture.provider();
+    core = fixture.admin.makeApiClient(CoreV1Api);
+  }, 180_000);
+  afterAll(async () => {
+    await fixture?.close();
+  });
+
+  it('runs sandboxes on either node and reaches both daemons', async () => {
+    const placed: string[] = [];
+    for (const node of ['node1', 'node2']) {
+      const pinned = await fixture.provider({ nodeSelector: { 'warren.dev/test-node': node } });
+      const spec = fixture.spec();
+      const handle = await pinned.create(spec);
+      try {
+        const pod = await core.readNamespacedPod({ name: handle, namespace: fixture.namespace });
+        placed.push(pod.spec!.nodeName!);
+        const info = await probeAgent(pinned.daemon(spec.agentId), spec.daemonSecret, 10_000);
+        expect(info).toBeDefined();
+      } finally {
+        await pinned.remove(handle, spec.agentId);
+      }
+    }
+    expect(placed).toEqual(['node1', 'node2']);
+  });
+
+  it('ships a Role with exactly the verbs the provider needs, and nothing cluster-wide', async () => {
+    const role = await shippedRole();
+    const rules = Object.fromEntries(role.rules!.flatMap((r) => r.resources!.map((res) => [res, [...r.verbs].sort()])));
+    expect(rules).toEqual({
+      pods: ['create', 'delete', 'get', 'list', 'patch', 'watch'],
+      'pods/exec': ['create', 'get'],
+      'pods/portforward': ['create', 'get'],
+      'pods/log': ['get'],
+    });
+    expect(role.rules!.every((r) => r.apiGroups!.length === 1 && r.apiGroups![0] === '')).toBe(true);
+  });
+
+  it('ships manifests the API server accepts (server-side dry run of every object but the namespace)', async () => {
+    const objects = KubernetesObjectApi.makeApiClient(fixture.admin);
+    const folder = path.resolve(import.meta.dirname, '../../deploy/kubernetes');
+    const kinds: string[] = [];
+    // A namespace of its own: the fixture's already holds the Role under the same name.
+    const namespace = `${fixture.namespace}-manifests`;
+    await core.createNamespace({ body: { metadata: { name: namespace } } });
+    try {
+      for (const file of ['rbac.yaml', 'network-policy.yaml', 'controller.yaml']) {
+        for (const doc of loadAllYaml(await readFile(path.join(folder, file), 'utf8')) as KubernetesObject[]) {
+          const body = JSON.parse(JSON.stringify(doc).replaceAll('"namespace":"warren"', `"namespace":"${namespace}"`)) as KubernetesObject;
+          await objects.create(body, undefined, 'All');
+          kinds.push(body.kind!);
+        }
+      }
+    } finally {
+      await core.deleteNamespace({ name: namespace }).catch(() => undefined);
+    }
+    expect(kinds.sort()).toEqual(['ConfigMap', 'Deployment', 'NetworkPolicy', 'Role', 'RoleBinding', 'Service', 'ServiceAccount']);
+  });
+
+  it('turns an RBAC refusal into FORBIDDEN with the cluster reason: exec with create only fails the handshake', async () => {
+    const rbac = fixture.admin.makeApiClient(RbacAuthorizationV1Api);
+    const spec = fixture.spec();
+    const handle = await provider.create(spec);
+    try {
+      const role = await rbac.readNamespacedRole({ name: 'warren-controller', namespace: fixture.namespace });
+      const narrowed = role.rules!.map((r) => (r.resources!.includes('pods/exec') ? { ...r, verbs: ['create'] } : r));
+      await rbac.replaceNamespacedRole({ name: 'warren-controller', namespace: fixture.namespace, body: { ...role, rules: narrowed } });
+      try {
+        await until('the narrowed Role to take effect', async () =>
+          probeAgent(provider.daemon(spec.agentId), spec.daemonSecret, 5000).then(
+            () => undefined,
+            () => true,
+          ),
+        );
+        await expect(probeAgent(provider.daemon(spec.agentId), spec.daemonSecret, 5000)).rejects.toMatchObject({ code: 'FORBIDDEN' });
+      } finally {
+        const fresh = await rbac.readNamespacedRole({ name: 'warren-controller', namespace: fixture.namespace });
+        await rbac.replaceNamespacedRole({ name: 'warren-controller', namespace: fixture.namespace, body: { ...fresh, rules: role.rules } });
+      }
+      // Without any right in another namespace, the same user is refused there at start, with the cluster's words.
+      await expect(fixture.provider({ namespace: 'default' })).rejects.toMatchObject({
+        code: 'FORBIDDEN',
+        message: expect.stringMatching(/warren-tester.*cannot list resource "pods"/),
+      });
+    } finally {
+      await provider.remove(handle, spec.agentId);
+    }
+  });
+
+  it('reports a pod deleted behind its back as died and destroyed, and a missing image with the kubelet reason', async () => {
+    const seen: string[] = [];
+    const stop = await provider.events(
+      (handle, action) => seen.push(`${handle}:${action}`),
+      () => undefined,
+    );
+    try {
+      const spec = fixture.spec();
+      const handle = await provider.create(spec);
+      await core.deleteNamespacedPod({ name: handle, namespace: fixture.namespace, gracePeriodSeconds: 0 });
+      await until('the destroy event', () => seen.includes(`${handle}:destroy`) || undefined);
+      expect(seen).toContain(`${handle}:die`);
+      expect(await provider.inspect(handle)).toBeUndefined();
+    } finally {
+      stop();
+    }
+    const missing = fixture.spec({ image: 'warren/not-on-any-node:1' });
+    await expect(provider.create(missing)).rejects.toMatchObject({ code: 'NOT_FOUND', message: expect.stringMatching(/ErrImageNeverPull/) });
+    expect((await provider.list()).some((s) => s.labels['warren.sandbox'] === missing.agentId)).toBe(false);
+  });
+
+  it('leaves no bridge process behind in the sandbox once a daemon connection is closed', async () => {
+    const spec = fixture.spec();
+    const handle = await provider.create(spec);
+    try {
+      for (let i = 0; i < 4; i++) await probeAgent(provider.daemon(spec.agentId), spec.daemonSecret, 10_000);
+      // Each connection was an exec of a bridge (`node -e ...` with the socket path); closing it must end the bridge.
+      const count = `let n=0;for (const p of require('fs').readdirSync('/proc')) { try { const c=require('fs').readFileSync('/proc/'+p+'/cmdline','utf8'); if (Number(p)!==process.pid && c.includes('agent.sock') && !c.includes('warren-agent.mjs')) n++ } catch {} } process.stdout.write(String(n))`;
+      // The count sees a bridge while a connection is open (so the check below cannot pass by counting nothing).
+      const open = await (provider.daemon(spec.agentId) as { openStream(): Promise<Duplex> }).openStream();
+      await until('the open bridge to be seen', async () => ((await execOutput(fixture, handle, count)) === '1' ? true : undefined), 20_000, 500);
+      open.destroy();
+      await until('the bridges to end', async () => ((await execOutput(fixture, handle, count)) === '0' ? true : undefined), 20_000, 500);
+    } finally {
+      await provider.remove(handle, spec.agentId);
+    }
+  });
+
+  it('refuses pause and a too-large sandbox with typed errors', async () => {
+    const huge = fixture.spec();
+    huge.settings = { ...huge.settings, memoryMb: 512 * 1024 };
+    const quick = await fixture.provider({ unschedulableGraceMs: 1000 });
+    await expect(quick.create(huge)).rejects.toMatchObject({ code: 'RESOURCE_EXHAUSTED', message: expect.stringMatching(/Insufficient memory/) });
+    await expect(provider.pause('warren-anything')).rejects.toMatchObject({ code: 'NOT_SUPPORTED' });
+  });
+
+  describe('through the controller and the SDK', () => {
+    let warren: TestController;
+
+    beforeAll(async () => {
+      warren = await startTestController({ provider: await fixture.provider() });
+    }, 60_000);
+    afterAll(async () => {
+      await warren?.[Symbol.asyncDispose]();
+    });
+
+    it('creates, runs commands, writes and reads files, lists and kills', async () => {
+      const sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, labels: { suite: 'k8s' }, ttlSeconds: 300 });
+      try {
+        const run = await sandbox.commands.run('id -u && cat /proc/1/cmdline | tr "\\0" " " && echo hello > /workspace/a.txt && touch /etc/x 2>&1 || true');
+        expect(run.exitCode).toBe(0);
+        expect(run.stdout).toMatch(/^1000\n/);
+        expect(run.stdout).toMatch(/Read-only file system/);
+        expect(await sandbox.files.read('/workspace/a.txt')).toBe('hello\n');
+        // The daemon's socket folder is an emptyDir (world-writable as made): the daemon must have
+        // made it its own before listening, or sandbox code could swap the socket for its own.
+        const attack = await sandbox.commands.run(
+          'stat -c %a:%u /run/warren; mv /run/warren/agent.sock /tmp/x; touch /run/warren/agent.sock.evil; ls /run/warren',
+        );
+        expect(attack.stdout).toMatch(/^700:0\n/);
+        expect(attack.stderr).toMatch(/Permission denied/);
+        expect(attack.stdout).not.toMatch(/agent\.sock\.evil/);
+        await sandbox.files.write('/workspace/b.txt', 'from the sdk');
+        expect((await sandbox.commands.run('cat /workspace/b.txt')).stdout).toBe('from the sdk');
+        const listed = await Sandbox.list({ baseUrl: warren.url, apiKey: warren.apiKey, labels: { suite: 'k8s' } });
+        expect(listed.map((s) => s.id)).toEqual([sandbox.id]);
+      } finally {
+        await sandbox.kill();
+      }
+      expect((await provider.list()).some((s) => s.labels['warren.sandbox'] === sandbox.id)).toBe(false);
+    });
+  });
+});
+
+/** Runs a script with the runtime's Node in a sandbox pod as the admin, and returns its stdout. */
+async function execOutput(fixture: K8sFixture, pod: string, script: string): Promise<string> {
+  let out = '';
+  const stdout = new Writable({
+    write: (chunk: Buffer, _encoding, done) => {
+      out += chunk.toString('utf8');
+      done();
+    },
+  });
+  await new Promise<void>((resolve, reject) => {
+    new Exec(fixture.admin)
+      .exec(
+        fixture.namespace,
+        pod,
+        'sandbox',
+        ['/opt/warren/ld-linux.so', '--library-path', '/opt/warren/lib', '/opt/warren/node', '-e', script],
+        stdout,
+        null,
+        null,
+        false,
+      )
+      .then((ws) => ws.once('close', () => resolve()), reject);
+  });
+  return out.trim();
+}

@@ -104,9 +104,17 @@ export class EgressRelay {
       });
     };
     socket.on('data', (chunk: Buffer) => {
-      stream.unacked += chunk.length;
-      ctx.emit('data', { stream: id }, chunk);
-      if (stream.unacked >= EGRESS_STREAM_WINDOW) socket.pause();
+      // Never past the window: what does not fit goes back to be read once the controller acknowledges.
+      const room = EGRESS_STREAM_WINDOW - stream.unacked;
+      const part = chunk.length > room ? chunk.subarray(0, room) : chunk;
+      if (part.length > 0) {
+        stream.unacked += part.length;
+        ctx.emit('data', { stream: id }, part);
+      }
+      if (part.length < chunk.length) {
+        socket.pause();
+        socket.unshift(chunk.subarray(part.length));
+      } else if (stream.unacked >= EGRESS_STREAM_WINDOW) socket.pause();
       else if (ctx.congested()) {
         socket.pause();
         resumeWhenDrained();
@@ -132,7 +140,13 @@ export class EgressRelay {
       stream.unacked = Math.max(0, stream.unacked - params.ack);
       if (stream.unacked < EGRESS_STREAM_WINDOW && socket.isPaused()) socket.resume();
     }
-    if (params.close === true) return void socket.destroy();
+    if (params.close === true) {
+      // The gateway side is gone: what was already written still goes out, then the socket closes.
+      socket.end();
+      socket.once('finish', () => socket.destroy());
+      setTimeout(() => socket.destroy(), 10_000).unref();
+      return;
+    }
     if (payload !== undefined && payload.length > 0 && socket.writable) {
       await new Promise<void>((resolve) => socket.write(payload, () => resolve()));
     }

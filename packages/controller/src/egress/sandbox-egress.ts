@@ -161,6 +161,11 @@ export class SandboxEgress {
     attached.reconnect.unref();
   }
 
+  /** The port the sandbox's relay listens on (the configured one; the picked one where it is 0), once connected. */
+  relayPort(agentId: string): number | undefined {
+    return this.#attached.get(agentId)?.tunnel?.port;
+  }
+
   /** Swaps a sandbox's policy; open connections it no longer allows are closed before this returns. */
   update(agentId: string, policy: EgressPolicy): { policy: EgressPolicy; version: number } {
     const version = this.gateway.setPolicy(agentId, policy);

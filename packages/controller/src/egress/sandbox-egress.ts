@@ -166,6 +166,11 @@ export class SandboxEgress {
     return this.#attached.get(agentId)?.tunnel?.port;
   }
 
+  /** How many relayed connections the sandbox holds open now. */
+  openConnections(agentId: string): number {
+    return this.#attached.get(agentId)?.tunnel?.connections ?? 0;
+  }
+
   /** Swaps a sandbox's policy; open connections it no longer allows are closed before this returns. */
   update(agentId: string, policy: EgressPolicy): { policy: EgressPolicy; version: number } {
     const version = this.gateway.setPolicy(agentId, policy);

@@ -103,6 +103,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
     caPem: egressCa.certPem,
     maxConnections: config.egress.maxConnectionsPerSandbox,
     logger,
+    log: egressLog,
   });
   const sandboxes: SandboxService = new SandboxService({
     egress,

@@ -6,6 +6,7 @@ import path from 'node:path';
 import { EGRESS_RELAY_PORT, EGRESS_TRUST_DIR, type EgressPolicy, type SecretBinding } from '@warren/protocol';
 import type { Logger } from '../logger.js';
 import type { DaemonEndpoint } from '../provider.js';
+import type { EgressLog } from './egress-log.js';
 import type { EgressGateway } from './gateway.js';
 import { EgressTunnel, type EgressTunnelOptions } from './tunnel.js';
 
@@ -19,6 +20,8 @@ export interface SandboxEgressOptions {
   /** The loopback port of the relay inside sandboxes. */
   relayPort?: number;
   logger?: Logger | undefined;
+  /** The sandboxes' egress log: a removed sandbox's events are dropped from it. */
+  log?: EgressLog | undefined;
   /** Opens a tunnel; {@link EgressTunnel.open} by default. */
   openTunnel?: (options: EgressTunnelOptions) => Promise<EgressTunnel>;
 }
@@ -192,6 +195,7 @@ export class SandboxEgress {
       await rm(attached.socketPath, { force: true });
     }
     await this.gateway.removeSandbox(agentId);
+    this.#options.log?.forget(agentId);
   }
 
   /** Closes every tunnel and the gateway's listeners. */

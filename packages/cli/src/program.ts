@@ -218,6 +218,7 @@ export function buildProgram(): Command {
     .description('Show the egress policy the gateway enforces now, and its version.')
     .argument('<id>', 'the sandbox id')
     .option('--json', 'print JSON')
+    .addHelpText('after', examples(['warren network show $ID', 'warren network show $ID --json']))
     .action(networkShowCommand);
   withController(network.command('update'))
     .description("Replace a running sandbox's egress policy without a restart; open connections it no longer allows are closed.")

@@ -508,8 +508,9 @@ export class SandboxService {
   async kill(id: string): Promise<void> {
     const record = this.table.require(id);
     await this.supervisor.whileKilling(id, async () => {
-      await this.provider.remove(record.containerId, record.agentId);
+      // The relay first, so its tunnel ends as closed on purpose rather than as a dropped channel.
       await this.egress?.remove(record.agentId);
+      await this.provider.remove(record.containerId, record.agentId);
       await this.store.remove(id);
       this.table.delete(id);
       this.supervisor.forget(id);

@@ -9,6 +9,7 @@ import { parseArgs, promisify } from 'node:util';
 import { Sandbox } from '@warren/sdk';
 import { Sandbox as E2bSandbox } from 'e2b';
 import { WebSocket, WebSocketServer } from 'ws';
+import { egressLatency } from './egress.js';
 import { RawDocker } from './raw-docker.js';
 import { summarize, timeIt, type Summary } from './stats.js';
 
@@ -126,6 +127,13 @@ async function main(): Promise<void> {
 
   progress('daemon channels: exec against socket');
   rows.push(...(await daemonChannels()));
+
+  progress('egress: a small GET through the relay and gateway');
+  const egress = await egressLatency(n(300));
+  // The added latency is reported, not held to a target: it is one relay hop, one tunnel and one proxy.
+  rows.push(
+    compare('egress: small HTTP GET through relay + gateway', egress.viaGateway, egress.direct, 'the same GET straight to the upstream on loopback', {}),
+  );
 
   report(rows);
 }

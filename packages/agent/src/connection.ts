@@ -163,8 +163,9 @@ export function serveConnection(ws: WebSocket, handlers: Handlers, options: Serv
       sendError(id, err);
     } finally {
       inflight.delete(id);
-      // The one place every served call is recorded (the audit log of seed 002).
-      if (options.audit && method !== 'audit.list') {
+      // The one place every served call is recorded (the audit log of seed 002); the relay's
+      // per-chunk egress.send is not a call of the sandbox's (its connections are the gateway's events).
+      if (options.audit && method !== 'audit.list' && method !== 'egress.send') {
         const command = commandOf(rawParams);
         options.audit.add({
           time,

@@ -22,6 +22,7 @@ import type { SandboxUser } from './services/process-table.js';
 import { ProcessRuntime } from './services/processes.js';
 import { fsHandlers } from './services/fs.js';
 import { ptyHandlers } from './services/pty.js';
+import { EgressRelay, type EgressRelayOptions } from './services/egress-relay.js';
 
 export interface AgentServerOptions {
   /** Where to listen: a unix socket path, in a folder the controller can reach. */
@@ -46,6 +47,8 @@ export interface AgentServerOptions {
   maxProcesses?: number;
   /** How long an approval request waits for the client (default 30 s). */
   approvalTimeoutMs?: number;
+  /** The egress relay's options (where the CA goes); the relay serves only the controller's own connection. */
+  egress?: EgressRelayOptions;
 }
 
 /** A running agent; dispose it to stop listening and drop its connections. */
@@ -62,6 +65,7 @@ export function createHandlers(
   audit = new AuditLog(),
   allowExec = true,
   allowAudit = true,
+  relay?: EgressRelay,
 ): Handlers {
   const started = performance.now();
   const handlers: Handlers = {
@@ -90,6 +94,7 @@ export function createHandlers(
     ...fsHandlers(policy, processes.user),
     ...processes.handlers(policy),
     ...ptyHandlers({ policy, home, sandboxEnv: processes.sandboxEnv, user: processes.user }),
+    ...(relay?.handlers() ?? controllerOnly()),
   };
   if (!allowExec) {
     // A shell is not bound by the file policy: a handle granted without exec may not start one.
@@ -121,7 +126,8 @@ export async function startAgentServer(options: AgentServerOptions): Promise<Age
   const home = options.home ?? '/tmp';
   const processes = new ProcessRuntime({ policy, home, sandboxEnv: options.sandboxEnv, user: options.owner, maxProcesses: options.maxProcesses });
   const audit = new AuditLog();
-  const handlers = createHandlers(policy, home, processes, audit);
+  // The controller's own connection carries no grant header: only it gets the egress relay.
+  const handlers = createHandlers(policy, home, processes, audit, true, true, new EgressRelay(options.egress));
   // One handler table per distinct grant (the controller sends one per credential), reused across connections.
   const byGrant = new Map<string, Handlers>();
   const handlersFor = (header: string | undefined): Handlers => {
@@ -178,6 +184,14 @@ export async function startAgentServer(options: AgentServerOptions): Promise<Age
     await unlink(options.socketPath).catch(() => undefined);
   };
   return { socketPath: options.socketPath, close, [Symbol.asyncDispose]: close };
+}
+
+/** The egress relay's methods on a relayed client's connection: the controller's alone. */
+function controllerOnly(): Pick<Handlers, 'egress.serve' | 'egress.send'> {
+  const refuse = (method: string) => async (): Promise<never> => {
+    throw new CodedError('FORBIDDEN', `${method} is the controller's own channel to the daemon (the egress relay); no client may call it.`, { method });
+  };
+  return { 'egress.serve': refuse('egress.serve'), 'egress.send': refuse('egress.send') };
 }
 
 // Hashing both sides first gives equal-length inputs, so timingSafeEqual never throws and the

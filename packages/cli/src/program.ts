@@ -7,6 +7,7 @@ import { imageBuildCommand, imageListCommand, imagePullCommand, imageRemoveComma
 import { mcpCommand, TOOLSET_NAMES } from './mcp.js';
 import { shellCommand, type ShellOptions } from './shell.js';
 import { CLI_VERSION } from './version.js';
+import { egressLogsCommand, networkShowCommand, networkUpdateCommand } from './network-commands.js';
 import { createCommand, doctorCommand, infoCommand, listCommand, logsCommand, removeCommand } from './sandbox-commands.js';
 
 /** Text after a command's help: examples a person can paste. */
@@ -220,8 +221,30 @@ export function buildProgram(): Command {
     })
     .option('--limit <n>', 'at most this many entries (default 1000)', parsePositiveInt)
     .option('--json', 'print JSON')
-    .addHelpText('after', examples(['warren logs $ID', 'warren logs $ID --since 120 --limit 50 --json']))
-    .action(logsCommand);
+    .option('--egress', "show the sandbox's egress gateway events instead: every connection attempt, allowed or denied, and the rule")
+    .option('--follow', 'with --egress: keep printing new events as they come')
+    .addHelpText('after', examples(['warren logs $ID', 'warren logs $ID --since 120 --limit 50 --json', 'warren logs --egress --follow $ID']))
+    .action((id: string, options: { since?: number; limit?: number; egress?: boolean; follow?: boolean }, command: Command) =>
+      options.egress ? egressLogsCommand(id, options, command) : logsCommand(id, options, command),
+    );
+
+  const network = program.command('network').description("A sandbox's egress policy through Warren's gateway (docs/network.md).");
+  withController(network.command('show'))
+    .description('Show the egress policy the gateway enforces now, and its version.')
+    .argument('<id>', 'the sandbox id')
+    .option('--json', 'print JSON')
+    .addHelpText('after', examples(['warren network show $ID', 'warren network show $ID --json']))
+    .action(networkShowCommand);
+  withController(network.command('update'))
+    .description("Replace a running sandbox's egress policy without a restart; open connections it no longer allows are closed.")
+    .argument('<id>', 'the sandbox id')
+    .option('--allow <host[:port,...]...>', 'allow a host (exact or *.suffix; port 443 unless given); repeatable')
+    .option('--none', 'no way out')
+    .option('--open', 'any public host (where the operator permits it)')
+    .option('--policy <json>', 'the whole policy as JSON')
+    .option('--json', 'print JSON')
+    .addHelpText('after', examples(['warren network update $ID --allow pypi.org --allow files.pythonhosted.org', 'warren network update $ID --none']))
+    .action(networkUpdateCommand);
 
   const images = program
     .command('images')

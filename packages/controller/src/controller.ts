@@ -17,6 +17,11 @@ import type { SandboxProvider } from './provider.js';
 import { collectRuntime } from './runtime.js';
 import { SandboxService } from './sandboxes.js';
 import { ImageService } from './image-service.js';
+import { EgressCa } from './egress/ca.js';
+import { EgressLog } from './egress/egress-log.js';
+import { EgressGateway } from './egress/gateway.js';
+import { SandboxEgress } from './egress/sandbox-egress.js';
+import { egressEventSink } from './egress/sink.js';
 
 export interface StartControllerOptions {
   config?: Partial<ControllerConfig>;
@@ -28,6 +33,8 @@ export interface StartControllerOptions {
    * logger at the configured `logLevel` on standard error.
    */
   logger?: Logger;
+  /** Certificates (PEM) the egress gateway trusts for upstream servers it intercepts; Node's bundled roots by default (tests bring their own). */
+  egressUpstreamCa?: string[] | undefined;
 }
 
 /** A running controller. Dispose it to stop serving; sandboxes keep running. */
@@ -86,7 +93,25 @@ export async function startController(options: StartControllerOptions = {}): Pro
     logger.warn({ warning: `${reason}; sandboxes are not bounded (engine.allowUnenforcedLimits is on)` }, 'engine.limits-not-enforced');
   }
   const metrics: Metrics = new Metrics(() => sandboxes.countByState());
+  // The egress gateway: every way out of a sandbox with an egress policy, reached through each
+  // sandbox's relay over its daemon channel (docs/network.md). Its events go to the metrics, the
+  // log and the sandbox's egress log.
+  const egressCa = await EgressCa.loadOrCreate(config.stateDir);
+  const egressLog = new EgressLog();
+  const egress = await SandboxEgress.create({
+    gateway: new EgressGateway({
+      operator: config.egress,
+      ca: egressCa,
+      upstreamCa: options.egressUpstreamCa,
+      onEvent: egressEventSink({ metrics, logger, forward: (event) => egressLog.add(event) }),
+    }),
+    caPem: egressCa.certPem,
+    maxConnections: config.egress.maxConnectionsPerSandbox,
+    logger,
+    log: egressLog,
+  });
   const sandboxes: SandboxService = new SandboxService({
+    egress,
     provider,
     credentials,
     config,
@@ -139,7 +164,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
     if (sandboxes.record(id).state === 'paused') throw new CodedError('SANDBOX_NOT_READY', `Sandbox '${id}' is paused; resume it to read its audit log.`);
     return callAgent(sandboxes.daemonEndpoint(id), sandboxes.agentSecret(id), 'audit.list', params);
   };
-  const { server, wss } = createHttpServer({ sandboxes, credentials, config, metrics, logger, readiness, audit });
+  const { server, wss } = createHttpServer({ sandboxes, credentials, config, metrics, logger, readiness, audit, egressLog });
   server.listen(config.port, config.host);
   await once(server, 'listening');
   const url = serverUrl(server, config.host);
@@ -177,6 +202,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
     for (const ws of wss.clients) ws.terminate();
     server.closeAllConnections();
     await new Promise<void>((resolve) => server.close(() => resolve()));
+    await egress.close();
   };
   return { url, config, sandboxes, metrics, pool, generatedApiKey, close, [Symbol.asyncDispose]: close };
 }

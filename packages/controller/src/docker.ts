@@ -3,7 +3,7 @@ import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Duplex, Readable } from 'node:stream';
 import Docker from 'dockerode';
-import { CodedError, DEFAULT_ROOT } from '@warren/protocol';
+import { CodedError, DEFAULT_ROOT, EGRESS_TRUST_DIR } from '@warren/protocol';
 import type { SandboxSettings } from '@warren/protocol';
 import { AgentDirs, type HostIdentity } from './agent-dir.js';
 import { resolveEngine } from './engine-endpoint.js';
@@ -132,6 +132,8 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
       '/tmp': `rw,exec,nosuid,nodev,size=${settings.tmpMb}m,mode=1777`,
       // The daemon's own folder when no host folder is bound: root's, so sandbox code cannot enter it.
       ...(spec.channel.kind === 'exec' ? { [SOCKET_DIR_IN_SANDBOX]: 'rw,noexec,nosuid,nodev,size=1m,mode=0700' } : {}),
+      // Where the daemon writes the egress CA and trust bundle: root's, readable by the sandbox user, not writable by it.
+      [EGRESS_TRUST_DIR]: 'rw,noexec,nosuid,nodev,size=2m,mode=0755',
     },
     Ulimits: [
       { Name: 'nofile', Soft: settings.openFiles, Hard: settings.openFiles },

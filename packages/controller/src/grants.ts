@@ -98,6 +98,11 @@ const RULES: { readonly [A in Access]: Rule } = {
     why: (what) =>
       `${what} changes the sandbox's life (kill, keepalive, timeout, pause, resume), which only ${KEY_OR_TOKEN} may do; this handle is a derived one.`,
   },
+  controller: {
+    allows: () => false,
+    needs: 'the controller itself',
+    why: (what) => `${what} is the controller's own channel to the daemon (the egress relay); no credential may call it.`,
+  },
   operator: {
     allows: (h) => h.caller.kind === 'operator',
     needs: 'the API key',

@@ -12,6 +12,7 @@ import { sandboxIdOf } from './e2b/envd-scope.js';
 import { callAccessCheck, callerFor, grantFor, observeCalls, routeRefusal, type Access, type Caller, type Holder } from './grants.js';
 import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
+import type { EgressLog } from './egress/egress-log.js';
 import { relay, sizeRefusal } from './relay.js';
 import { ROUTES, routeList, routesAt, sendJson } from './routes.js';
 import type { SandboxService } from './sandboxes.js';
@@ -34,6 +35,8 @@ export interface HttpServerDeps {
   readiness: () => Promise<Record<string, unknown>>;
   /** `GET /v1/sandboxes/:id/audit`: the daemon's audit log of the sandbox. */
   audit: (id: string, query: URLSearchParams) => Promise<unknown>;
+  /** The sandboxes' recent egress gateway events (`GET /v1/sandboxes/:id/egress`); absent without a gateway. */
+  egressLog?: EgressLog | undefined;
 }
 
 /** The REST API and the WebSocket relay to each sandbox's daemon, on one node:http server. */

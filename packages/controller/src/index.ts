@@ -6,6 +6,7 @@ export {
   redactConfig,
   defaultStateDir,
   defaultAgentBundlePath,
+  DEFAULT_EGRESS,
   ConfigFile,
   type ControllerConfig,
   type ImageSettings,
@@ -67,6 +68,9 @@ export {
 } from './egress/decide.js';
 export { DnsResolver, type EgressResolver } from './egress/resolver.js';
 export { egressEventSink } from './egress/sink.js';
+export { EgressTunnel, type EgressTunnelOptions } from './egress/tunnel.js';
+export { SandboxEgress, egressEnvironment, type SandboxEgressOptions } from './egress/sandbox-egress.js';
+export { EgressLog, type EgressLogEntry } from './egress/egress-log.js';
 export type { EgressEvent, EgressKind } from './egress/events.js';
 export { callAgent, openAgentSocket, probeAgent } from './agent-link.js';
 export { resolveEngine, type EngineEndpoint } from './engine-endpoint.js';

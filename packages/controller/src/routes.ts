@@ -15,6 +15,9 @@ import {
   SandboxInfo,
   SandboxState,
   SetTimeoutRequest,
+  UpdateNetworkRequest,
+  NetworkPolicyResponse,
+  EgressLogResponse,
   issueText,
 } from '@warren/protocol';
 import { z } from 'zod';
@@ -269,6 +272,65 @@ export const ROUTES: readonly Route[] = [
     ],
     responses: { 200: { description: 'One page of the audit log.', schema: METHODS['audit.list'].result } },
     handle: async ({ deps, res, id, query }) => sendJson(res, 200, await deps.audit(id, query)),
+  },
+  {
+    method: 'GET',
+    path: '/v1/sandboxes/{id}/network',
+    operationId: 'getNetwork',
+    summary: "The sandbox's egress policy and its version (version 0: created without egress, so it has no way out and no relay).",
+    access: 'lifecycle',
+    responses: { 200: { description: 'The policy the gateway enforces now.', schema: NetworkPolicyResponse } },
+    handle: async ({ deps, res, id }) => {
+      // A sandbox created without egress has no relay at all: its policy is none, version 0.
+      const current = deps.sandboxes.egressOf(id) ?? { policy: { mode: 'none' as const }, version: 0 };
+      sendJson(res, 200, { egress: current.policy, version: current.version });
+    },
+  },
+  {
+    method: 'POST',
+    path: '/v1/sandboxes/{id}/network',
+    operationId: 'updateNetwork',
+    summary: "Replace the sandbox's egress policy without a restart; connections it no longer allows are closed before the answer.",
+    access: 'lifecycle',
+    body: UpdateNetworkRequest,
+    responses: { 200: { description: 'The new policy and its version.', schema: NetworkPolicyResponse } },
+    handle: async ({ deps, req, res, id }) => {
+      const body = UpdateNetworkRequest.safeParse(await readJson(req));
+      if (!body.success)
+        throw new CodedError(
+          'INVALID_PARAMS',
+          `Invalid network update: ${body.error.issues.map(issueText).join('; ')}. Send { "egress": { "mode": "allow", "rules": [{ "host": "pypi.org" }] } } (or mode none / open).`,
+        );
+      const updated = deps.sandboxes.updateEgress(id, body.data.egress);
+      deps.logger.info({ sandboxId: id, mode: updated.policy.mode, version: updated.version }, 'sandbox.egress-updated');
+      sendJson(res, 200, { egress: updated.policy, version: updated.version });
+    },
+  },
+  {
+    method: 'GET',
+    path: '/v1/sandboxes/{id}/egress',
+    operationId: 'egressLog',
+    summary: "The sandbox's recent egress events: every connection attempt through the gateway, allowed or denied, and by which rule.",
+    access: 'audit',
+    query: [
+      { name: 'since', description: 'Entries after this sequence number.', schema: AuditQuery.since },
+      { name: 'limit', description: 'At most this many entries.', schema: AuditQuery.limit },
+    ],
+    responses: { 200: { description: 'The events, oldest first.', schema: EgressLogResponse } },
+    handle: async ({ deps, res, id, query }) => {
+      const record = deps.sandboxes.record(id);
+      const number = (name: string): number | undefined => {
+        const raw = query.get(name);
+        if (raw === null) return undefined;
+        const value = Number(raw);
+        if (!Number.isInteger(value) || value < 0) throw new CodedError('INVALID_PARAMS', `?${name}= must be a whole number, got '${raw}'.`);
+        return value;
+      };
+      const since = number('since');
+      const limit = number('limit');
+      const page = deps.egressLog?.list(record.agentId, { ...(since === undefined ? {} : { since }), ...(limit === undefined ? {} : { limit }) });
+      sendJson(res, 200, page ?? { entries: [], lastSeq: -1 });
+    },
   },
   {
     method: 'GET',

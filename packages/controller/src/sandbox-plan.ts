@@ -1,6 +1,16 @@
 import path from 'node:path';
 import type { z } from 'zod';
-import { CodedError, CreateSandboxRequest, DEFAULT_ROOT, issueText, type FilePolicy, type SandboxSettings } from '@warren/protocol';
+import {
+  CodedError,
+  CreateSandboxRequest,
+  DEFAULT_ROOT,
+  EGRESS_TRUST_DIR,
+  issueText,
+  type EgressPolicy,
+  type FilePolicy,
+  type SandboxSettings,
+  type SecretBinding,
+} from '@warren/protocol';
 import type { ControllerConfig } from './config.js';
 import { effectiveEgressPolicy, type EgressOperatorConfig } from './egress/decide.js';
 
@@ -12,6 +22,9 @@ export interface SandboxPlan {
   settings: SandboxSettings;
   /** The base file policy, when the request set one. */
   policy?: FilePolicy;
+  /** The egress policy (the operator's default when the request named none) and the brokered secrets. */
+  egress: EgressPolicy;
+  secrets: SecretBinding[];
 }
 
 /** What the plan needs to know about this host besides the configuration. */
@@ -64,7 +77,7 @@ const HOSTILE_FIELDS: Record<string, string> = {
 };
 
 /** Paths inside the sandbox a mount may not cover: the runtime, the daemon's socket, the kernel's. */
-const RESERVED_TARGETS = ['/opt/warren', '/run/warren', '/proc', '/sys', '/dev'];
+const RESERVED_TARGETS = ['/opt/warren', '/run/warren', EGRESS_TRUST_DIR, '/proc', '/sys', '/dev'];
 
 /** Host sockets that would hand over the host; refused even below an allowed folder. */
 const HOST_SOCKET_NAMES = /(^|\/)(docker|containerd|podman|crio|dockershim)\.sock$/;
@@ -120,7 +133,7 @@ export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
       field: 'network',
     });
   }
-  checkEgress(request, network, config);
+  const egress = checkEgress(request, network, config);
   const runtime = request.runtime ?? 'runc';
   if (!context.runtimes.includes(runtime)) {
     throw new CodedError(
@@ -196,6 +209,8 @@ export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
       fileSizeMb: limit('fileSizeMb', request.fileSizeMb),
       diskMb: limit('diskMb', request.diskMb),
     },
+    egress,
+    secrets: request.secrets ?? [],
   };
   if (request.policy !== undefined) plan.policy = request.policy;
   // A workspace elsewhere moves the default policy's root with it.
@@ -251,22 +266,18 @@ export function isBelow(child: string, parent: string): boolean {
 }
 
 /**
- * Egress policy and brokered secrets at create. The gateway that enforces them is not yet
- * connected to sandbox containers, so anything but `none` is refused (fail closed) rather than
- * accepted and not enforced; a mode above the operator's `egress.maxMode` is FORBIDDEN first.
+ * Egress policy and brokered secrets at create: the operator's default when the request names no
+ * policy, a mode above `egress.maxMode` FORBIDDEN, and either refused with `network: bridge`, which
+ * would bypass the gateway.
  */
-function checkEgress(request: z.infer<typeof CreateSandboxRequest>, network: string, config: PlanContext['config']): void {
+function checkEgress(request: z.infer<typeof CreateSandboxRequest>, network: string, config: PlanContext['config']): EgressPolicy {
   const egress = effectiveEgressPolicy(request.egress, config.egress ?? { defaultPolicy: { mode: 'none' }, maxMode: 'allow' });
   const secrets = request.secrets ?? [];
-  if (egress.mode === 'none' && secrets.length === 0) return;
+  if (egress.mode === 'none' && secrets.length === 0) return egress;
   if (network === 'bridge') {
     throw new CodedError('INVALID_PARAMS', "egress and secrets go through the egress gateway, which network 'bridge' bypasses; leave out network or egress.", {
       field: 'egress',
     });
   }
-  throw new CodedError(
-    'INVALID_PARAMS',
-    `Egress '${egress.mode}'${secrets.length ? ' with brokered secrets' : ''} cannot be enforced yet: the egress gateway is not connected to sandboxes on this controller (docs/network.md). Leave out egress and secrets; the sandbox then has no network.`,
-    { field: request.egress === undefined ? 'secrets' : 'egress' },
-  );
+  return egress;
 }

@@ -1,10 +1,12 @@
 import { realpath, stat } from 'node:fs/promises';
 import { customAlphabet } from 'nanoid';
-import { CodedError, type CreateSandboxResponse, type SandboxInfo, type SandboxSettings } from '@warren/protocol';
+import { CodedError, type CreateSandboxResponse, type EgressPolicy, type SandboxInfo, type SandboxSettings } from '@warren/protocol';
 import { probeAgent } from './agent-link.js';
 import { systemClock, type Clock } from './clock.js';
 import type { ControllerConfig } from './config.js';
 import type { Credentials } from './credentials.js';
+import { effectiveEgressPolicy } from './egress/decide.js';
+import type { SandboxEgress } from './egress/sandbox-egress.js';
 import { ImageService } from './image-service.js';
 import { LABELS, sandboxLabels } from './labels.js';
 import type { Metrics } from './metrics.js';
@@ -41,6 +43,8 @@ export interface SandboxServiceOptions {
   images?: ImageService | undefined;
   /** A real call to a daemon (`hello` + `system.info`); unit tests with a fake provider replace it. */
   probe?: ((endpoint: DaemonEndpoint, secret: string, timeoutMs: number) => Promise<unknown>) | undefined;
+  /** Connects sandboxes with an egress policy or secrets to the egress gateway; absent, such creates are refused. */
+  egress?: SandboxEgress | undefined;
 }
 
 /**
@@ -69,6 +73,8 @@ export class SandboxService {
   private readonly metrics: Metrics | undefined;
   private readonly clock: Clock;
   private readonly probe: NonNullable<SandboxServiceOptions['probe']>;
+  /** The egress gateway's wiring, when this controller runs one. */
+  readonly egress: SandboxEgress | undefined;
   /** Creates under way or waiting for a slot (they count towards maxSandboxes). */
   private creating = 0;
   /** At most `maxConcurrentCreates` cold creates at once; more wait in a bounded queue. */
@@ -85,6 +91,7 @@ export class SandboxService {
     this.metrics = options.metrics;
     this.clock = options.clock ?? systemClock;
     this.probe = options.probe ?? ((endpoint, secret, timeoutMs) => probeAgent(endpoint, secret, timeoutMs));
+    this.egress = options.egress;
     this.images = options.images ?? new ImageService({ provider: this.provider, settings: options.config.images });
     this.store = new RecordStore(options.config.stateDir);
     this.createSlots = new Slots(options.config.maxConcurrentCreates);
@@ -224,7 +231,13 @@ export class SandboxService {
         `This controller already runs its maximum of ${this.config.maxSandboxes} sandboxes (maxSandboxes); kill one you no longer need, or raise maxSandboxes.`,
       );
     }
-    const pooled = this.pool?.take(plan);
+    const withEgress = usesEgress(plan);
+    if (withEgress && !this.egress)
+      throw new CodedError('INVALID_PARAMS', 'This controller runs no egress gateway, so egress and secrets cannot be enforced; leave them out.', {
+        field: 'egress',
+      });
+    // Pool members were made without a relay or placeholders: a sandbox with egress is always cold.
+    const pooled = withEgress ? undefined : this.pool?.take(plan);
     if (pooled) {
       const createdAt = new Date(this.clock.now());
       const record: SandboxRecord = {
@@ -293,30 +306,60 @@ export class SandboxService {
    * behind. The warm pool uses it too, with `pool: true`.
    */
   async startContainer(agentId: string, plan: SandboxPlan, times: { createdAt: Date; expiresAt: Date }, pool = false): Promise<string> {
-    const handle = await this.provider.create({
-      agentId,
-      image: plan.image,
-      env: plan.env,
-      labels: sandboxLabels({
-        id: agentId,
-        owner: this.credentials.instanceId,
+    const egress = usesEgress(plan) ? this.egress : undefined;
+    // The egress environment (proxy, trust stores, placeholders) goes last: a create's env cannot point the proxy elsewhere.
+    const env = egress ? { ...plan.env, ...(await egress.register(agentId, plan.egress, plan.secrets)) } : plan.env;
+    let handle: string;
+    try {
+      handle = await this.provider.create({
+        agentId,
         image: plan.image,
-        ...times,
+        env,
+        labels: sandboxLabels({
+          id: agentId,
+          owner: this.credentials.instanceId,
+          image: plan.image,
+          ...times,
+          settings: plan.settings,
+          policy: plan.policy,
+          labels: plan.labels,
+          pool,
+        }),
         settings: plan.settings,
-        policy: plan.policy,
-        labels: plan.labels,
-        pool,
-      }),
-      settings: plan.settings,
-      daemonSecret: this.credentials.agentSecret(agentId),
-    });
+        daemonSecret: this.credentials.agentSecret(agentId),
+      });
+    } catch (err) {
+      await egress?.remove(agentId);
+      throw err;
+    }
     try {
       await this.waitUntilReady(agentId, handle);
+      await egress?.connect(agentId, this.provider.daemon(agentId), this.credentials.agentSecret(agentId));
       return handle;
     } catch (err) {
+      await egress?.remove(agentId);
       await this.provider.remove(handle, agentId).catch(() => undefined);
       throw err;
     }
+  }
+
+  /** Swaps a sandbox's egress policy at once (within the operator's maximum); see {@link SandboxEgress.update}. */
+  updateEgress(id: string, policy: EgressPolicy): { policy: EgressPolicy; version: number } {
+    const record = this.table.require(id);
+    if (!this.egress?.has(record.agentId))
+      throw new CodedError(
+        'INVALID_PARAMS',
+        `Sandbox '${id}' was created without egress, so it has no relay to the gateway; create a sandbox with an egress policy (even { mode: 'none' } with secrets) to update it later.`,
+        { field: 'egress' },
+      );
+    const effective = effectiveEgressPolicy(policy, { defaultPolicy: policy, maxMode: this.config.egress.maxMode });
+    return this.egress.update(record.agentId, effective);
+  }
+
+  /** A sandbox's egress policy and version, or undefined when it has none through the gateway. */
+  egressOf(id: string): { policy: EgressPolicy; version: number } | undefined {
+    const record = this.table.require(id);
+    return this.egress?.has(record.agentId) ? this.egress.policyOf(record.agentId) : undefined;
   }
 
   /**
@@ -378,6 +421,7 @@ export class SandboxService {
   private async bringBack(record: SandboxRecord): Promise<void> {
     await this.provider.start(record.containerId, record.agentId, this.credentials.agentSecret(record.agentId));
     await this.waitUntilReady(record.agentId, record.containerId);
+    await this.egress?.connect(record.agentId, this.provider.daemon(record.agentId), this.credentials.agentSecret(record.agentId));
   }
 
   /** A sandbox's description with its current state, from the backend. */
@@ -464,6 +508,8 @@ export class SandboxService {
   async kill(id: string): Promise<void> {
     const record = this.table.require(id);
     await this.supervisor.whileKilling(id, async () => {
+      // The relay first, so its tunnel ends as closed on purpose rather than as a dropped channel.
+      await this.egress?.remove(record.agentId);
       await this.provider.remove(record.containerId, record.agentId);
       await this.store.remove(id);
       this.table.delete(id);
@@ -495,4 +541,9 @@ export class SandboxService {
   isRestarting(id: string): boolean {
     return this.supervisor.isRestarting(id);
   }
+}
+
+/** Whether a plan needs the egress gateway: a policy other than `none`, or brokered secrets. */
+function usesEgress(plan: SandboxPlan): boolean {
+  return plan.egress.mode !== 'none' || plan.secrets.length > 0;
 }

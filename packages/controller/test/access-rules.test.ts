@@ -26,6 +26,7 @@ const EXPECTED: Record<Access, string[]> = {
   audit: ['API key', 'sandbox token'],
   lifecycle: ['API key', 'sandbox token'],
   operator: ['API key'],
+  controller: [],
 };
 
 describe('one rule table for every door', () => {

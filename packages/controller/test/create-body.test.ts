@@ -117,7 +117,7 @@ describe('the container-create body', () => {
       HostConfig: {
         ...HARDENED,
         ReadonlyRootfs: true,
-        Tmpfs: { '/tmp': 'rw,exec,nosuid,nodev,size=256m,mode=1777' },
+        Tmpfs: { '/tmp': 'rw,exec,nosuid,nodev,size=256m,mode=1777', '/run/warren-egress': 'rw,noexec,nosuid,nodev,size=2m,mode=0755' },
         Ulimits: [
           { Name: 'nofile', Soft: 4096, Hard: 4096 },
           { Name: 'fsize', Soft: 4096 * 1024 * 1024, Hard: 4096 * 1024 * 1024 },
@@ -164,7 +164,7 @@ describe('the container-create body', () => {
     expect(body.HostConfig).toEqual({
       ...HARDENED,
       ReadonlyRootfs: false,
-      Tmpfs: { '/tmp': 'rw,exec,nosuid,nodev,size=1024m,mode=1777' },
+      Tmpfs: { '/tmp': 'rw,exec,nosuid,nodev,size=1024m,mode=1777', '/run/warren-egress': 'rw,noexec,nosuid,nodev,size=2m,mode=0755' },
       Ulimits: [
         { Name: 'nofile', Soft: 8192, Hard: 8192 },
         { Name: 'fsize', Soft: 100 * 1024 * 1024, Hard: 100 * 1024 * 1024 },

@@ -206,20 +206,25 @@ describe('egress configuration', () => {
 });
 
 describe('egress at create', () => {
-  it('refuses any egress or secrets until the gateway is connected to sandboxes (fail closed), after the operator maximum', async () => {
+  it('plans the policy (the default when none is named) and the secrets, after the operator maximum; bridge is refused with either', async () => {
     const { planSandbox } = await import('../src/sandbox-plan.js');
     const config = loadConfig({}, { stateDir: '/tmp/warren-egress-plan' });
     const context = { config, runtimes: ['runc'] };
     expect(planSandbox({ egress: { mode: 'none' } }, context).settings.network).toBe('none');
-    expect(() => planSandbox({ egress: { mode: 'allow', rules: [{ host: 'registry.npmjs.org' }] } }, context)).toThrow(/cannot be enforced yet/);
+    expect(planSandbox({}, context).egress).toEqual({ mode: 'none' });
+    const allow = planSandbox({ egress: { mode: 'allow', rules: [{ host: 'registry.npmjs.org' }] } }, context);
+    expect([allow.egress, allow.settings.network]).toEqual([{ mode: 'allow', rules: [{ host: 'registry.npmjs.org' }] }, 'none']);
     const secrets = [{ name: 'K', value: 'v', hosts: ['api.example.com'], target: { query: 'key' } }];
-    expect(() => planSandbox({ secrets }, context)).toThrow(/with brokered secrets cannot be enforced yet/);
+    expect(planSandbox({ secrets }, context).secrets).toEqual(secrets);
     expect(() => planSandbox({ egress: { mode: 'open' } }, context)).toThrow(/at most 'allow'/);
     expect(() => planSandbox({ egress: { mode: 'allow', rules: [{ host: 'a.example' }] }, network: 'bridge' }, context)).toThrow(/network 'bridge' bypasses/);
+    expect(() => planSandbox({ secrets, network: 'bridge' }, context)).toThrow(/network 'bridge' bypasses/);
     const strictDefault = {
       ...context,
       config: { ...config, egress: { ...config.egress, defaultPolicy: EgressPolicy.parse({ mode: 'allow', rules: [{ host: 'a.example' }] }) } },
     };
-    expect(() => planSandbox({}, strictDefault)).toThrow(/cannot be enforced yet/);
+    expect(planSandbox({}, strictDefault).egress).toEqual({ mode: 'allow', rules: [{ host: 'a.example' }] });
+    const mountable = { ...context, config: { ...config, allowedMountRoots: ['/srv'] } };
+    expect(() => planSandbox({ mounts: [{ hostPath: '/srv/data', path: '/run/warren-egress' }] }, mountable)).toThrow(/run\/warren-egress/);
   });
 });

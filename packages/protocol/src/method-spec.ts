@@ -11,11 +11,13 @@ export const SandboxPath = z
  * What a method needs from its caller's credential: `read` and `write` are governed by the file
  * policy too; `exec` is not (a shell is not bound by the file policy), so a derived handle gets
  * it only when asked for; `audit` is the sandbox's whole record of calls (every path and command
- * line), so only the API key and the sandbox's own token have it, never a derived handle. The
+ * line), so only the API key and the sandbox's own token have it, never a derived handle;
+ * `controller` is the controller's own channel to the daemon (the egress relay), which no
+ * credential may call through the relay. The
  * controller checks these with one rule table for every door (`RULES` in its `grants.ts`): WebSocket
  * methods and the REST routes that do the same thing.
  */
-export type MethodAccess = 'read' | 'write' | 'exec' | 'info' | 'audit';
+export type MethodAccess = 'read' | 'write' | 'exec' | 'info' | 'audit' | 'controller';
 
 /** One method's contract; both ends import the same entry. */
 export interface MethodSpec {

@@ -271,6 +271,48 @@ export const RestErrorBody = z.strictObject({
 });
 export type RestErrorBody = z.infer<typeof RestErrorBody>;
 
+/**
+ * `POST /v1/sandboxes/{id}/network`: replace a running sandbox's egress policy (no restart). Open
+ * connections the new policy no longer allows are closed before the answer.
+ *
+ * @example
+ * { egress: { mode: 'allow', rules: [{ host: 'pypi.org' }, { host: 'files.pythonhosted.org' }] } }
+ */
+export const UpdateNetworkRequest = z.strictObject({ egress: EgressPolicy });
+export type UpdateNetworkRequest = z.infer<typeof UpdateNetworkRequest>;
+
+/** A sandbox's egress policy and its version (each update adds one; gateway events carry it; 0 for a sandbox created without egress). */
+export const NetworkPolicyResponse = z.strictObject({ egress: EgressPolicy, version: z.number().int().nonnegative() });
+export type NetworkPolicyResponse = z.infer<typeof NetworkPolicyResponse>;
+
+/** One connection attempt through the egress gateway, as the sandbox's egress log keeps it (no secret values, no queries). */
+export const EgressLogEntry = z.looseObject({
+  seq: z.number().int().nonnegative(),
+  time: z.string(),
+  sandboxId: z.string(),
+  kind: z.enum(['http', 'https', 'connect', 'sni', 'dns']),
+  host: z.string(),
+  port: z.number().int(),
+  method: z.string().optional(),
+  path: z.string().optional(),
+  decision: z.enum(['allowed', 'denied']),
+  rule: z.string(),
+  reason: z.string().optional(),
+  floor: z.string().optional(),
+  intercepted: z.boolean().optional(),
+  address: z.string().optional(),
+  bytesOut: z.number().nonnegative(),
+  bytesIn: z.number().nonnegative(),
+  durationMs: z.number().nonnegative(),
+  secrets: z.array(z.string()).optional(),
+  policyVersion: z.number().int(),
+});
+export type EgressLogEntry = z.infer<typeof EgressLogEntry>;
+
+/** `GET /v1/sandboxes/{id}/egress`: the sandbox's recent gateway events after `since`, oldest first. */
+export const EgressLogResponse = z.strictObject({ entries: z.array(EgressLogEntry), lastSeq: z.number().int() });
+export type EgressLogResponse = z.infer<typeof EgressLogResponse>;
+
 /** The REST paths, in one place for the controller's router and the SDK's client. */
 export const REST_PATHS = {
   healthz: '/healthz',
@@ -283,6 +325,7 @@ export const REST_PATHS = {
   images: '/v1/images',
   imagesPull: '/v1/images/pull',
   imagesBuild: '/v1/images/build',
-  /** `POST` sub-resources of one sandbox: keepalive, timeout, pause, resume, derive; `GET` audit. */
-  action: (id: string, action: 'keepalive' | 'timeout' | 'pause' | 'resume' | 'derive' | 'audit') => `/v1/sandboxes/${encodeURIComponent(id)}/${action}`,
+  /** `POST` sub-resources of one sandbox: keepalive, timeout, pause, resume, derive, network; `GET` audit, network, egress. */
+  action: (id: string, action: 'keepalive' | 'timeout' | 'pause' | 'resume' | 'derive' | 'audit' | 'network' | 'egress') =>
+    `/v1/sandboxes/${encodeURIComponent(id)}/${action}`,
 } as const;

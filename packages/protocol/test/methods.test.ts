@@ -19,6 +19,8 @@ const PROCESS_INFO = {
 
 /** One valid params and result example per method: a method added without one fails here. */
 const EXAMPLES: { [M in MethodName]: { params: unknown; result: unknown } } = {
+  'egress.serve': { params: { port: 0, maxConnections: 8 }, result: {} },
+  'egress.send': { params: { stream: 1, ack: 1024, end: true }, result: {} },
   'system.info': { params: {}, result: { agentVersion: '0.1.0', protocolVersion: 1, pid: 7, uid: 1000, rssBytes: 1, uptimeMs: 2 } },
   'pty.open': { params: { cols: 80, rows: 24, cmd: ['/bin/bash'], cwd: '.', env: { A: '1' } }, result: { exitCode: 0, signal: null, durationMs: 5 } },
   'pty.write': { params: { handle: 'h_1', data: 'ls\r' }, result: { bytesWritten: 3 } },

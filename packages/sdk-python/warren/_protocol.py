@@ -106,124 +106,136 @@ if TYPE_CHECKING:
     _C3 = int
     _C4 = float
     _C5 = int
-    _C6 = str
-    _C7 = str
-    _C8 = str
-    _C9 = str
-    _C10 = int
-    _C11 = str
+    _C6 = int
+    _C7 = int
+    _C8 = int
+    _C9 = int
+    _C10 = str
+    _C11 = int
     _C12 = str
+    _C13 = str
+    _C14 = str
     _C15 = str
     _C16 = int
-    _C17 = int
+    _C17 = str
     _C18 = str
-    _C19 = int
-    _C20 = int
     _C21 = str
     _C22 = int
-    _C23 = str
+    _C23 = int
     _C24 = str
-    _C26 = str
-    _C27 = int
+    _C25 = int
+    _C26 = int
+    _C27 = str
     _C28 = int
-    _C29 = int
-    _C30 = int
-    _C31 = str
-    _C32 = int
+    _C29 = str
+    _C30 = str
+    _C32 = str
     _C33 = int
-    _C34 = str
-    _C35 = str
-    _C36 = str
+    _C34 = int
+    _C35 = int
+    _C36 = int
     _C37 = str
-    _C38 = str
-    _C39 = str
+    _C38 = int
+    _C39 = int
     _C40 = str
-    _C41 = int
-    _C42 = float
-    _C43 = int
+    _C41 = str
+    _C42 = str
+    _C43 = str
     _C44 = str
-    _C45 = int
-    _C48 = str
+    _C45 = str
+    _C46 = str
+    _C47 = int
+    _C48 = float
+    _C49 = int
     _C50 = str
-    _C51 = str
-    _C52 = str
-    _C54 = str
+    _C53 = str
     _C55 = str
+    _C56 = str
     _C57 = str
-    _C58 = str
     _C59 = str
+    _C60 = str
     _C62 = str
-    _C63 = int
+    _C63 = str
     _C64 = str
-    _C65 = str
-    _C67 = int
+    _C67 = str
     _C68 = int
-    _C69 = int
-    _C70 = int
-    _C71 = int
-    _C72 = str
+    _C69 = str
+    _C70 = str
+    _C72 = int
+    _C73 = int
+    _C74 = int
+    _C75 = int
+    _C76 = int
+    _C77 = str
+    _C79 = str
 else:
     _C1 = conint(strict=True, ge=0, le=9007199254740991)
     _C2 = conint(strict=True, le=10000, gt=0)
     _C3 = conint(strict=True, ge=0)
     _C4 = confloat(strict=True, ge=0)
     _C5 = conint(strict=True, ge=-9007199254740991, le=9007199254740991)
-    _C6 = constr(strict=True, min_length=1, max_length=4096)
-    _C7 = constr(strict=True, min_length=1, max_length=16777216)
-    _C8 = constr(strict=True, max_length=16777216)
-    _C9 = constr(strict=True, regex='^[0-9a-f]{64}$')
-    _C10 = conint(strict=True, le=9007199254740991, gt=0)
-    _C11 = constr(strict=True, min_length=3, max_length=20)
-    _C12 = constr(strict=True, max_length=1048576)
-    _C15 = constr(strict=True, min_length=1, max_length=1024)
-    _C16 = conint(strict=True, le=100000, gt=0)
-    _C17 = conint(strict=True, le=64, gt=0)
-    _C18 = constr(strict=True, regex='^[0-9]{1,6}$')
-    _C19 = conint(strict=True, ge=0, le=16777216)
-    _C20 = conint(strict=True, ge=0, le=4194304)
-    _C21 = constr(strict=True, regex='^up_[0-9a-f]{32}$')
-    _C22 = conint(strict=True, ge=0, le=511)
-    _C23 = constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_-]+$')
-    _C24 = constr(strict=True, min_length=1, max_length=1048576)
-    _C26 = constr(strict=True, min_length=1, max_length=4096, regex='^[^=\\0]+$')
-    _C27 = conint(strict=True, le=86400000, gt=0)
-    _C28 = conint(strict=True, ge=1024, le=8388608)
-    _C29 = conint(strict=True, le=604800000, gt=0)
-    _C30 = conint(strict=True, ge=4096, le=67108864)
-    _C31 = constr(strict=True, max_length=200)
-    _C32 = conint(strict=True, ge=0, le=86400000)
-    _C33 = conint(strict=True, ge=1, le=1000)
-    _C34 = constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_.-]+$')
-    _C35 = constr(strict=True, max_length=100)
-    _C36 = constr(strict=True, min_length=1, max_length=64)
-    _C37 = constr(strict=True, min_length=1, max_length=100)
-    _C38 = constr(strict=True, min_length=1, max_length=256)
-    _C39 = constr(strict=True, min_length=1, max_length=256, regex='^[A-Za-z_][A-Za-z0-9_]*$')
-    _C40 = constr(strict=True, max_length=32768)
-    _C41 = conint(strict=True, le=256, gt=0)
-    _C42 = confloat(strict=True, le=256, gt=0)
-    _C43 = conint(strict=True, ge=16, le=1048576)
-    _C44 = constr(strict=True, min_length=1, max_length=253)
-    _C45 = conint(strict=True, ge=1, le=65535)
-    _C48 = constr(strict=True, min_length=1, max_length=1024, regex='^\\/.*')
-    _C50 = constr(strict=True, min_length=1, max_length=128, regex='^[A-Za-z_][A-Za-z0-9_]*$')
-    _C51 = constr(strict=True, min_length=1, max_length=16384)
-    _C52 = constr(strict=True, min_length=1, max_length=128)
-    _C54 = constr(strict=True, min_length=1, max_length=128, regex="^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
-    _C55 = constr(strict=True, max_length=1024)
-    _C57 = constr(strict=True, regex='^\\d{1,10}(:\\d{1,10})?$')
-    _C58 = constr(strict=True, min_length=1, max_length=4096, regex='^\\/.*')
-    _C59 = constr(strict=True, min_length=2, max_length=32, regex='^\\.[^/\\0]+$')
-    _C62 = constr(strict=True, min_length=1, max_length=256, regex='^[A-Za-z0-9._-]+(\\/[A-Za-z0-9._-]+)*$')
-    _C63 = conint(strict=True, ge=10, le=2592000)
-    _C64 = constr(strict=True, regex='^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$')
-    _C65 = constr(strict=True, max_length=256)
-    _C67 = conint(strict=True, ge=1, le=1048576)
-    _C68 = conint(strict=True, ge=64, le=1048576)
-    _C69 = conint(strict=True, ge=1, le=16777216)
-    _C70 = conint(strict=True, ge=16, le=16777216)
-    _C71 = conint(strict=True, ge=1, le=2592000)
-    _C72 = constr(strict=True, min_length=1, max_length=512)
+    _C6 = conint(strict=True, ge=1, le=2147483647)
+    _C7 = conint(strict=True, ge=0, le=262144)
+    _C8 = conint(strict=True, ge=0, le=65535)
+    _C9 = conint(strict=True, ge=1, le=4096)
+    _C10 = constr(strict=True, max_length=16384, regex='^-----BEGIN CERTIFICATE-----[A-Za-z0-9+/=\\r\\n-]+-----END CERTIFICATE-----\\s*$')
+    _C11 = conint(strict=True, ge=1, le=65535)
+    _C12 = constr(strict=True, min_length=1, max_length=4096)
+    _C13 = constr(strict=True, min_length=1, max_length=16777216)
+    _C14 = constr(strict=True, max_length=16777216)
+    _C15 = constr(strict=True, regex='^[0-9a-f]{64}$')
+    _C16 = conint(strict=True, le=9007199254740991, gt=0)
+    _C17 = constr(strict=True, min_length=3, max_length=20)
+    _C18 = constr(strict=True, max_length=1048576)
+    _C21 = constr(strict=True, min_length=1, max_length=1024)
+    _C22 = conint(strict=True, le=100000, gt=0)
+    _C23 = conint(strict=True, le=64, gt=0)
+    _C24 = constr(strict=True, regex='^[0-9]{1,6}$')
+    _C25 = conint(strict=True, ge=0, le=16777216)
+    _C26 = conint(strict=True, ge=0, le=4194304)
+    _C27 = constr(strict=True, regex='^up_[0-9a-f]{32}$')
+    _C28 = conint(strict=True, ge=0, le=511)
+    _C29 = constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_-]+$')
+    _C30 = constr(strict=True, min_length=1, max_length=1048576)
+    _C32 = constr(strict=True, min_length=1, max_length=4096, regex='^[^=\\0]+$')
+    _C33 = conint(strict=True, le=86400000, gt=0)
+    _C34 = conint(strict=True, ge=1024, le=8388608)
+    _C35 = conint(strict=True, le=604800000, gt=0)
+    _C36 = conint(strict=True, ge=4096, le=67108864)
+    _C37 = constr(strict=True, max_length=200)
+    _C38 = conint(strict=True, ge=0, le=86400000)
+    _C39 = conint(strict=True, ge=1, le=1000)
+    _C40 = constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_.-]+$')
+    _C41 = constr(strict=True, max_length=100)
+    _C42 = constr(strict=True, min_length=1, max_length=64)
+    _C43 = constr(strict=True, min_length=1, max_length=100)
+    _C44 = constr(strict=True, min_length=1, max_length=256)
+    _C45 = constr(strict=True, min_length=1, max_length=256, regex='^[A-Za-z_][A-Za-z0-9_]*$')
+    _C46 = constr(strict=True, max_length=32768)
+    _C47 = conint(strict=True, le=256, gt=0)
+    _C48 = confloat(strict=True, le=256, gt=0)
+    _C49 = conint(strict=True, ge=16, le=1048576)
+    _C50 = constr(strict=True, min_length=1, max_length=253)
+    _C53 = constr(strict=True, min_length=1, max_length=1024, regex='^\\/.*')
+    _C55 = constr(strict=True, min_length=1, max_length=128, regex='^[A-Za-z_][A-Za-z0-9_]*$')
+    _C56 = constr(strict=True, min_length=1, max_length=16384)
+    _C57 = constr(strict=True, min_length=1, max_length=128)
+    _C59 = constr(strict=True, min_length=1, max_length=128, regex="^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+    _C60 = constr(strict=True, max_length=1024)
+    _C62 = constr(strict=True, regex='^\\d{1,10}(:\\d{1,10})?$')
+    _C63 = constr(strict=True, min_length=1, max_length=4096, regex='^\\/.*')
+    _C64 = constr(strict=True, min_length=2, max_length=32, regex='^\\.[^/\\0]+$')
+    _C67 = constr(strict=True, min_length=1, max_length=256, regex='^[A-Za-z0-9._-]+(\\/[A-Za-z0-9._-]+)*$')
+    _C68 = conint(strict=True, ge=10, le=2592000)
+    _C69 = constr(strict=True, regex='^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$')
+    _C70 = constr(strict=True, max_length=256)
+    _C72 = conint(strict=True, ge=1, le=1048576)
+    _C73 = conint(strict=True, ge=64, le=1048576)
+    _C74 = conint(strict=True, ge=1, le=16777216)
+    _C75 = conint(strict=True, ge=16, le=16777216)
+    _C76 = conint(strict=True, ge=1, le=2592000)
+    _C77 = constr(strict=True, regex='^(\\*\\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$')
+    _C79 = constr(strict=True, min_length=1, max_length=512)
 
 
 class AuditListParams(_Strict):
@@ -250,9 +262,46 @@ class AuditListResult(_Tolerant):
     next_cursor: Optional[_C1] = Field(None, alias='nextCursor')
 
 
+class EgressSendParams(_Strict):
+    stream: _C6 = Field(...)
+    ack: Optional[_C7] = Field(None)
+    end: Optional[StrictBool] = Field(None)
+    close: Optional[StrictBool] = Field(None)
+
+
+class EgressSendResult(_Tolerant):
+    pass
+
+
+class EgressServeParams(_Strict):
+    port: _C8 = Field(3128)
+    max_connections: _C9 = Field(256, alias='maxConnections')
+    ca_pem: Optional[_C10] = Field(None, alias='caPem')
+
+
+EgressServeResult = EgressSendResult
+
+
+class EgressServeListeningEvent(_Tolerant):
+    port: _C11 = Field(...)
+
+
+class EgressServeOpenEvent(_Tolerant):
+    stream: _C6 = Field(...)
+
+
+EgressServeDataEvent = EgressServeOpenEvent
+
+
+EgressServeEndEvent = EgressServeOpenEvent
+
+
+EgressServeCloseEvent = EgressServeOpenEvent
+
+
 class FsCopyParams(_Strict):
-    from_: _C6 = Field(..., alias='from')
-    to: _C6 = Field(...)
+    from_: _C12 = Field(..., alias='from')
+    to: _C12 = Field(...)
     overwrite: StrictBool = Field(False)
 
 
@@ -271,7 +320,7 @@ class FsCopyResult(_Tolerant):
 
 
 class FsDeleteParams(_Strict):
-    path: _C6 = Field(...)
+    path: _C12 = Field(...)
     recursive: StrictBool = Field(False)
 
 
@@ -281,7 +330,7 @@ class FsDeleteResult(_Tolerant):
 
 
 class FsDownloadParams(_Strict):
-    path: _C6 = Field(...)
+    path: _C12 = Field(...)
 
 
 class FsDownloadResult(_Tolerant):
@@ -294,7 +343,7 @@ class FsDownloadResult(_Tolerant):
 
 
 class FsDownloadStreamParams(_Strict):
-    path: _C6 = Field(...)
+    path: _C12 = Field(...)
     max_bytes: Optional[_C1] = Field(None, alias='maxBytes')
 
 
@@ -310,58 +359,58 @@ class FsDownloadStreamDataEvent(_Tolerant):
 
 
 class FsEditParams(_Strict):
-    path: _C6 = Field(...)
-    old_text: _C7 = Field(..., alias='oldText')
-    new_text: _C8 = Field(..., alias='newText')
-    expected_sha256: Optional[_C9] = Field(None, alias='expectedSha256')
+    path: _C12 = Field(...)
+    old_text: _C13 = Field(..., alias='oldText')
+    new_text: _C14 = Field(..., alias='newText')
+    expected_sha256: Optional[_C15] = Field(None, alias='expectedSha256')
 
 
 class FsEditResult(_Tolerant):
     path: StrictStr = Field(...)
-    line: _C10 = Field(...)
+    line: _C16 = Field(...)
     bytes_written: _C1 = Field(..., alias='bytesWritten')
-    sha256: _C9 = Field(...)
+    sha256: _C15 = Field(...)
 
 
 if TYPE_CHECKING:
-    _C13 = List[_C12]
+    _C19 = List[_C18]
 else:
-    _C13 = conlist(_C12, max_items=100000)
+    _C19 = conlist(_C18, max_items=100000)
 
 
 class FsEditLinesParamsEditsItem(_Strict):
     op: Literal['replace', 'append', 'prepend'] = Field(...)
-    pos: _C11 = Field(...)
-    end: Optional[_C11] = Field(None)
-    lines: _C13 = Field(...)
+    pos: _C17 = Field(...)
+    end: Optional[_C17] = Field(None)
+    lines: _C19 = Field(...)
 
 
 if TYPE_CHECKING:
-    _C14 = List[FsEditLinesParamsEditsItem]
+    _C20 = List[FsEditLinesParamsEditsItem]
 else:
-    _C14 = conlist(FsEditLinesParamsEditsItem, min_items=1, max_items=1000)
+    _C20 = conlist(FsEditLinesParamsEditsItem, min_items=1, max_items=1000)
 
 
 class FsEditLinesParams(_Strict):
-    path: _C6 = Field(...)
-    edits: _C14 = Field(...)
-    expected_sha256: Optional[_C9] = Field(None, alias='expectedSha256')
+    path: _C12 = Field(...)
+    edits: _C20 = Field(...)
+    expected_sha256: Optional[_C15] = Field(None, alias='expectedSha256')
 
 
 class FsEditLinesResult(_Tolerant):
     path: StrictStr = Field(...)
     applied: _C1 = Field(...)
     total_lines: _C1 = Field(..., alias='totalLines')
-    first_changed_line: _C10 = Field(..., alias='firstChangedLine')
+    first_changed_line: _C16 = Field(..., alias='firstChangedLine')
     last_changed_line: _C1 = Field(..., alias='lastChangedLine')
     bytes_written: _C1 = Field(..., alias='bytesWritten')
-    sha256: _C9 = Field(...)
+    sha256: _C15 = Field(...)
 
 
 class FsGlobParams(_Strict):
-    path: _C6 = Field('.')
-    pattern: _C15 = Field('**/*')
-    max_results: _C16 = Field(1000, alias='maxResults')
+    path: _C12 = Field('.')
+    pattern: _C21 = Field('**/*')
+    max_results: _C22 = Field(1000, alias='maxResults')
     include_directories: StrictBool = Field(False, alias='includeDirectories')
 
 
@@ -373,11 +422,11 @@ class FsGlobResult(_Tolerant):
 
 
 class FsListParams(_Strict):
-    path: _C6 = Field('.')
+    path: _C12 = Field('.')
     recursive: StrictBool = Field(False)
-    max_depth: _C17 = Field(16, alias='maxDepth')
-    max_entries: _C16 = Field(1000, alias='maxEntries')
-    cursor: Optional[_C18] = Field(None)
+    max_depth: _C23 = Field(16, alias='maxDepth')
+    max_entries: _C22 = Field(1000, alias='maxEntries')
+    cursor: Optional[_C24] = Field(None)
 
 
 class FsListResultEntriesItem(_Tolerant):
@@ -396,7 +445,7 @@ class FsListResult(_Tolerant):
 
 
 class FsMkdirParams(_Strict):
-    path: _C6 = Field(...)
+    path: _C12 = Field(...)
     parents: StrictBool = Field(True)
 
 
@@ -417,24 +466,24 @@ class FsMoveResult(_Tolerant):
 class FsReadParamsRangeBytes(_Strict):
     unit: Literal['bytes'] = Field(...)
     offset: _C1 = Field(0)
-    length: Optional[_C19] = Field(None)
+    length: Optional[_C25] = Field(None)
 
 
 class FsReadParamsRangeLines(_Strict):
     unit: Literal['lines'] = Field(...)
     start_line: Optional[_C5] = Field(None, alias='startLine')
     end_line: Optional[_C5] = Field(None, alias='endLine')
-    max_lines: Optional[_C16] = Field(None, alias='maxLines')
+    max_lines: Optional[_C22] = Field(None, alias='maxLines')
 
 
 class FsReadParamsRangeChars(_Strict):
     unit: Literal['chars'] = Field(...)
     offset: _C1 = Field(0)
-    length: Optional[_C20] = Field(None)
+    length: Optional[_C26] = Field(None)
 
 
 class FsReadParams(_Strict):
-    path: _C6 = Field(...)
+    path: _C12 = Field(...)
     range: Optional[Union[FsReadParamsRangeBytes, FsReadParamsRangeLines, FsReadParamsRangeChars]] = Field(None)
     hash: StrictBool = Field(False)
 
@@ -443,7 +492,7 @@ class FsReadResult(_Tolerant):
     path: StrictStr = Field(...)
     size: _C1 = Field(...)
     mtime_ms: Union[StrictInt, StrictFloat] = Field(..., alias='mtimeMs')
-    sha256: Optional[_C9] = Field(None)
+    sha256: Optional[_C15] = Field(None)
     unit: Literal['file', 'bytes', 'lines', 'chars'] = Field(...)
     bytes_read: _C1 = Field(..., alias='bytesRead')
     truncated: StrictBool = Field(...)
@@ -456,10 +505,10 @@ class FsReadResult(_Tolerant):
 
 
 class FsReadAnchoredParams(_Strict):
-    path: _C6 = Field(...)
+    path: _C12 = Field(...)
     start_line: Optional[_C5] = Field(None, alias='startLine')
     end_line: Optional[_C5] = Field(None, alias='endLine')
-    max_lines: Optional[_C16] = Field(None, alias='maxLines')
+    max_lines: Optional[_C22] = Field(None, alias='maxLines')
 
 
 class FsReadAnchoredResultLinesItem(_Tolerant):
@@ -473,12 +522,12 @@ class FsReadAnchoredResult(_Tolerant):
     end_line: _C5 = Field(..., alias='endLine')
     total_lines: _C1 = Field(..., alias='totalLines')
     truncated: StrictBool = Field(...)
-    sha256: _C9 = Field(...)
+    sha256: _C15 = Field(...)
     lines: List[FsReadAnchoredResultLinesItem] = Field(...)
 
 
 class FsStatParams(_Strict):
-    path: _C6 = Field(...)
+    path: _C12 = Field(...)
     follow_links: StrictBool = Field(True, alias='followLinks')
 
 
@@ -495,7 +544,7 @@ class FsStatResult(_Tolerant):
 
 
 class FsUploadParams(_Strict):
-    path: _C6 = Field(...)
+    path: _C12 = Field(...)
     overwrite: StrictBool = Field(False)
 
 
@@ -508,7 +557,7 @@ class FsUploadResult(_Tolerant):
 
 
 class FsUploadAbortParams(_Strict):
-    upload_id: _C21 = Field(..., alias='uploadId')
+    upload_id: _C27 = Field(..., alias='uploadId')
 
 
 class FsUploadAbortResult(_Tolerant):
@@ -516,7 +565,7 @@ class FsUploadAbortResult(_Tolerant):
 
 
 class FsUploadChunkParams(_Strict):
-    upload_id: _C21 = Field(..., alias='uploadId')
+    upload_id: _C27 = Field(..., alias='uploadId')
     offset: _C1 = Field(...)
 
 
@@ -534,14 +583,14 @@ FsUploadOpenParams = FsUploadParams
 
 
 class FsUploadOpenResult(_Tolerant):
-    upload_id: _C21 = Field(..., alias='uploadId')
+    upload_id: _C27 = Field(..., alias='uploadId')
     path: StrictStr = Field(...)
 
 
 class FsWriteParams(_Strict):
-    path: _C6 = Field(...)
-    mode: Optional[_C22] = Field(None)
-    expected_sha256: Optional[_C9] = Field(None, alias='expectedSha256')
+    path: _C12 = Field(...)
+    mode: Optional[_C28] = Field(None)
+    expected_sha256: Optional[_C15] = Field(None, alias='expectedSha256')
     overwrite: StrictBool = Field(True)
     hash: StrictBool = Field(False)
     append: StrictBool = Field(False)
@@ -551,12 +600,12 @@ class FsWriteParams(_Strict):
 class FsWriteResult(_Tolerant):
     path: StrictStr = Field(...)
     bytes_written: _C1 = Field(..., alias='bytesWritten')
-    sha256: Optional[_C9] = Field(None)
+    sha256: Optional[_C15] = Field(None)
     created: StrictBool = Field(...)
 
 
 class ProcessAttachParams(_Strict):
-    handle: _C23 = Field(...)
+    handle: _C29 = Field(...)
     stdout_offset: Optional[_C1] = Field(None, alias='stdoutOffset')
     stderr_offset: Optional[_C1] = Field(None, alias='stderrOffset')
     follow: Optional[StrictBool] = Field(None)
@@ -568,7 +617,7 @@ class ProcessAttachResultStdout(_Tolerant):
 
 
 class ProcessAttachResult(_Tolerant):
-    handle: _C23 = Field(...)
+    handle: _C29 = Field(...)
     pid: _C5 = Field(...)
     cmd: StrictStr = Field(...)
     tag: Optional[StrictStr] = Field(None)
@@ -590,25 +639,25 @@ ProcessAttachStderrEvent = FsDownloadStreamDataEvent
 
 
 class ProcessCloseStdinParams(_Strict):
-    handle: _C23 = Field(...)
+    handle: _C29 = Field(...)
 
 
 ProcessCloseStdinResult = ProcessAttachResult
 
 
 if TYPE_CHECKING:
-    _C25 = List[_C12]
+    _C31 = List[_C18]
 else:
-    _C25 = conlist(_C12, min_items=1, max_items=10000)
+    _C31 = conlist(_C18, min_items=1, max_items=10000)
 
 
 class ProcessExecParams(_Strict):
-    cmd: Union[_C24, _C25] = Field(...)
-    cwd: Optional[_C6] = Field(None)
-    env: Optional[Dict[_C26, _C12]] = Field(None)
-    stdin: Optional[_C8] = Field(None)
-    timeout_ms: Optional[_C27] = Field(None, alias='timeoutMs')
-    output_cap_bytes: Optional[_C28] = Field(None, alias='outputCapBytes')
+    cmd: Union[_C30, _C31] = Field(...)
+    cwd: Optional[_C12] = Field(None)
+    env: Optional[Dict[_C32, _C18]] = Field(None)
+    stdin: Optional[_C14] = Field(None)
+    timeout_ms: Optional[_C33] = Field(None, alias='timeoutMs')
+    output_cap_bytes: Optional[_C34] = Field(None, alias='outputCapBytes')
     save_output: Optional[StrictBool] = Field(None, alias='saveOutput')
     stream: Optional[StrictBool] = Field(None)
 
@@ -640,7 +689,7 @@ ProcessExecStderrEvent = FsDownloadStreamDataEvent
 
 
 class ProcessKillParams(_Strict):
-    handle: _C23 = Field(...)
+    handle: _C29 = Field(...)
     signal: Optional[Literal['SIGTERM', 'SIGKILL', 'SIGINT', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2', 'SIGSTOP', 'SIGCONT']] = Field(None)
 
 
@@ -656,29 +705,29 @@ class ProcessListResult(_Tolerant):
 
 
 class ProcessStartParams(_Strict):
-    cmd: Union[_C24, _C25] = Field(...)
-    cwd: Optional[_C6] = Field(None)
-    env: Optional[Dict[_C26, _C12]] = Field(None)
+    cmd: Union[_C30, _C31] = Field(...)
+    cwd: Optional[_C12] = Field(None)
+    env: Optional[Dict[_C32, _C18]] = Field(None)
     keep_stdin_open: Optional[StrictBool] = Field(None, alias='keepStdinOpen')
-    timeout_ms: Optional[_C29] = Field(None, alias='timeoutMs')
-    buffer_bytes: Optional[_C30] = Field(None, alias='bufferBytes')
-    tag: Optional[_C31] = Field(None)
+    timeout_ms: Optional[_C35] = Field(None, alias='timeoutMs')
+    buffer_bytes: Optional[_C36] = Field(None, alias='bufferBytes')
+    tag: Optional[_C37] = Field(None)
 
 
 ProcessStartResult = ProcessAttachResult
 
 
 class ProcessWaitParams(_Strict):
-    handle: _C23 = Field(...)
-    timeout_ms: Optional[_C32] = Field(None, alias='timeoutMs')
+    handle: _C29 = Field(...)
+    timeout_ms: Optional[_C38] = Field(None, alias='timeoutMs')
 
 
 ProcessWaitResult = ProcessAttachResult
 
 
 class ProcessWriteParams(_Strict):
-    handle: _C23 = Field(...)
-    data: Optional[_C8] = Field(None)
+    handle: _C29 = Field(...)
+    data: Optional[_C14] = Field(None)
 
 
 class ProcessWriteResult(_Tolerant):
@@ -693,11 +742,11 @@ class PtyKillResult(_Tolerant):
 
 
 class PtyOpenParams(_Strict):
-    cols: _C33 = Field(...)
-    rows: _C33 = Field(...)
-    cmd: Optional[Union[_C24, _C25]] = Field(None)
-    cwd: Optional[_C6] = Field(None)
-    env: Optional[Dict[_C26, _C12]] = Field(None)
+    cols: _C39 = Field(...)
+    rows: _C39 = Field(...)
+    cmd: Optional[Union[_C30, _C31]] = Field(None)
+    cwd: Optional[_C12] = Field(None)
+    env: Optional[Dict[_C32, _C18]] = Field(None)
 
 
 class PtyOpenResult(_Tolerant):
@@ -707,7 +756,7 @@ class PtyOpenResult(_Tolerant):
 
 
 class PtyOpenStartedEvent(_Tolerant):
-    handle: _C23 = Field(...)
+    handle: _C29 = Field(...)
     pid: _C5 = Field(...)
 
 
@@ -715,26 +764,26 @@ PtyOpenOutputEvent = FsDownloadStreamDataEvent
 
 
 class PtyResizeParams(_Strict):
-    handle: _C23 = Field(...)
-    cols: _C33 = Field(...)
-    rows: _C33 = Field(...)
+    handle: _C29 = Field(...)
+    cols: _C39 = Field(...)
+    rows: _C39 = Field(...)
 
 
 class PtyResizeResult(_Tolerant):
-    cols: _C33 = Field(...)
-    rows: _C33 = Field(...)
+    cols: _C39 = Field(...)
+    rows: _C39 = Field(...)
 
 
 class PtyWriteParams(_Strict):
-    handle: _C23 = Field(...)
-    data: Optional[_C12] = Field(None)
+    handle: _C29 = Field(...)
+    data: Optional[_C18] = Field(None)
 
 
 PtyWriteResult = ProcessWriteResult
 
 
 class ShellCloseParams(_Strict):
-    session: _C34 = Field(...)
+    session: _C40 = Field(...)
 
 
 class ShellCloseResult(_Tolerant):
@@ -745,7 +794,7 @@ ShellListParams = ProcessListParams
 
 
 class ShellListResultSessionsItem(_Tolerant):
-    session: _C34 = Field(...)
+    session: _C40 = Field(...)
     pid: _C5 = Field(...)
     busy: StrictBool = Field(...)
 
@@ -755,23 +804,23 @@ class ShellListResult(_Tolerant):
 
 
 class ShellOpenParams(_Strict):
-    session: _C34 = Field(...)
-    cwd: Optional[_C6] = Field(None)
-    env: Optional[Dict[_C26, _C12]] = Field(None)
+    session: _C40 = Field(...)
+    cwd: Optional[_C12] = Field(None)
+    env: Optional[Dict[_C32, _C18]] = Field(None)
 
 
 class ShellOpenResult(_Tolerant):
-    session: _C34 = Field(...)
+    session: _C40 = Field(...)
     pid: _C5 = Field(...)
     created: StrictBool = Field(...)
     busy: StrictBool = Field(...)
 
 
 class ShellRunParams(_Strict):
-    session: _C34 = Field(...)
-    cmd: _C24 = Field(...)
-    timeout_ms: Optional[_C27] = Field(None, alias='timeoutMs')
-    output_cap_bytes: Optional[_C28] = Field(None, alias='outputCapBytes')
+    session: _C40 = Field(...)
+    cmd: _C30 = Field(...)
+    timeout_ms: Optional[_C33] = Field(None, alias='timeoutMs')
+    output_cap_bytes: Optional[_C34] = Field(None, alias='outputCapBytes')
 
 
 class ShellRunResult(_Tolerant):
@@ -804,59 +853,59 @@ class SystemInfoResult(_Tolerant):
 
 class FrameHeaderHello(_Tolerant):
     type: Literal['hello'] = Field(...)
-    protocol_version: _C10 = Field(..., alias='protocolVersion')
+    protocol_version: _C16 = Field(..., alias='protocolVersion')
     protocol_minor: Optional[_C1] = Field(None, alias='protocolMinor')
-    client: Optional[_C31] = Field(None)
+    client: Optional[_C37] = Field(None)
 
 
 class FrameHeaderWelcome(_Tolerant):
     type: Literal['welcome'] = Field(...)
-    protocol_version: _C10 = Field(..., alias='protocolVersion')
+    protocol_version: _C16 = Field(..., alias='protocolVersion')
     protocol_minor: Optional[_C1] = Field(None, alias='protocolMinor')
-    server: _C31 = Field(...)
-    server_version: _C35 = Field(..., alias='serverVersion')
+    server: _C37 = Field(...)
+    server_version: _C41 = Field(..., alias='serverVersion')
 
 
 class FrameHeaderReq(_Tolerant):
     type: Literal['req'] = Field(...)
-    id: Union[_C1, _C36] = Field(...)
-    method: _C37 = Field(...)
+    id: Union[_C1, _C42] = Field(...)
+    method: _C43 = Field(...)
     params: Any = Field(...)
 
 
 class FrameHeaderRes(_Tolerant):
     type: Literal['res'] = Field(...)
-    id: Union[_C1, _C36] = Field(...)
+    id: Union[_C1, _C42] = Field(...)
     result: Any = Field(...)
 
 
 class FrameHeaderErrError(_Tolerant):
-    code: _C37 = Field(...)
+    code: _C43 = Field(...)
     message: StrictStr = Field(...)
     details: Optional[Dict[StrictStr, Any]] = Field(None)
 
 
 class FrameHeaderErr(_Tolerant):
     type: Literal['err'] = Field(...)
-    id: Optional[Union[_C1, _C36]] = Field(...)
+    id: Optional[Union[_C1, _C42]] = Field(...)
     error: FrameHeaderErrError = Field(...)
 
 
 class FrameHeaderEvt(_Tolerant):
     type: Literal['evt'] = Field(...)
-    id: Union[_C1, _C36] = Field(...)
-    event: _C37 = Field(...)
+    id: Union[_C1, _C42] = Field(...)
+    event: _C43 = Field(...)
     data: Any = Field(...)
 
 
 class FrameHeaderCancel(_Tolerant):
     type: Literal['cancel'] = Field(...)
-    id: Union[_C1, _C36] = Field(...)
+    id: Union[_C1, _C42] = Field(...)
 
 
 class FrameHeaderApproval(_Tolerant):
     type: Literal['approval'] = Field(...)
-    id: Union[_C1, _C36] = Field(...)
+    id: Union[_C1, _C42] = Field(...)
     allow: StrictBool = Field(...)
 
 
@@ -875,33 +924,33 @@ class CreateSandboxRequestEgressNone(_Strict):
 
 
 if TYPE_CHECKING:
-    _C46 = List[_C45]
+    _C51 = List[_C11]
 else:
-    _C46 = conlist(_C45, min_items=1, max_items=16)
+    _C51 = conlist(_C11, min_items=1, max_items=16)
 
 
 if TYPE_CHECKING:
-    _C47 = List[Literal['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']]
+    _C52 = List[Literal['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']]
 else:
-    _C47 = conlist(Literal['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'], min_items=1, max_items=7)
+    _C52 = conlist(Literal['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'], min_items=1, max_items=7)
 
 
 class CreateSandboxRequestEgressAllowRulesItem(_Strict):
-    host: _C44 = Field(...)
-    ports: Optional[_C46] = Field(None)
-    methods: Optional[_C47] = Field(None)
-    path_prefix: Optional[_C48] = Field(None, alias='pathPrefix')
+    host: _C50 = Field(...)
+    ports: Optional[_C51] = Field(None)
+    methods: Optional[_C52] = Field(None)
+    path_prefix: Optional[_C53] = Field(None, alias='pathPrefix')
 
 
 if TYPE_CHECKING:
-    _C49 = List[CreateSandboxRequestEgressAllowRulesItem]
+    _C54 = List[CreateSandboxRequestEgressAllowRulesItem]
 else:
-    _C49 = conlist(CreateSandboxRequestEgressAllowRulesItem, min_items=1, max_items=256)
+    _C54 = conlist(CreateSandboxRequestEgressAllowRulesItem, min_items=1, max_items=256)
 
 
 class CreateSandboxRequestEgressAllow(_Strict):
     mode: Literal['allow'] = Field(...)
-    rules: _C49 = Field(...)
+    rules: _C54 = Field(...)
 
 
 class CreateSandboxRequestEgressOpen(_Strict):
@@ -909,107 +958,107 @@ class CreateSandboxRequestEgressOpen(_Strict):
 
 
 if TYPE_CHECKING:
-    _C53 = List[_C44]
+    _C58 = List[_C50]
 else:
-    _C53 = conlist(_C44, min_items=1, max_items=32)
+    _C58 = conlist(_C50, min_items=1, max_items=32)
 
 
 class CreateSandboxRequestSecretsItemTargetVariant1(_Strict):
-    header: _C54 = Field(...)
-    template: _C55 = Field('{secret}')
+    header: _C59 = Field(...)
+    template: _C60 = Field('{secret}')
 
 
 class CreateSandboxRequestSecretsItemTargetVariant2(_Strict):
-    query: _C52 = Field(...)
+    query: _C57 = Field(...)
 
 
 class CreateSandboxRequestSecretsItem(_Strict):
-    name: _C50 = Field(...)
-    value: Optional[_C51] = Field(None)
-    ref: Optional[_C52] = Field(None)
-    hosts: _C53 = Field(...)
+    name: _C55 = Field(...)
+    value: Optional[_C56] = Field(None)
+    ref: Optional[_C57] = Field(None)
+    hosts: _C58 = Field(...)
     target: Union[CreateSandboxRequestSecretsItemTargetVariant1, CreateSandboxRequestSecretsItemTargetVariant2] = Field(...)
 
 
 if TYPE_CHECKING:
-    _C56 = List[CreateSandboxRequestSecretsItem]
+    _C61 = List[CreateSandboxRequestSecretsItem]
 else:
-    _C56 = conlist(CreateSandboxRequestSecretsItem, max_items=32)
+    _C61 = conlist(CreateSandboxRequestSecretsItem, max_items=32)
 
 
 if TYPE_CHECKING:
-    _C60 = List[_C59]
+    _C65 = List[_C64]
 else:
-    _C60 = conlist(_C59, max_items=256)
+    _C65 = conlist(_C64, max_items=256)
 
 
 if TYPE_CHECKING:
-    _C61 = List[_C6]
+    _C66 = List[_C12]
 else:
-    _C61 = conlist(_C6, max_items=256)
+    _C66 = conlist(_C12, max_items=256)
 
 
 class CreateSandboxRequestPolicyVariant1Restrict(_Strict):
-    read: _C61 = Field(...)
-    write: _C61 = Field(...)
+    read: _C66 = Field(...)
+    write: _C66 = Field(...)
 
 
 class CreateSandboxRequestPolicyVariant1(_Strict):
-    root: _C6 = Field(...)
+    root: _C12 = Field(...)
     read_only: StrictBool = Field(False, alias='readOnly')
-    suffixes: Optional[_C60] = Field(None)
-    max_file_bytes: Optional[_C10] = Field(None, alias='maxFileBytes')
+    suffixes: Optional[_C65] = Field(None)
+    max_file_bytes: Optional[_C16] = Field(None, alias='maxFileBytes')
     restrict: Optional[CreateSandboxRequestPolicyVariant1Restrict] = Field(None)
 
 
 class CreateSandboxRequestPolicyVariant2PathsValue(_Strict):
-    root: _C6 = Field(...)
+    root: _C12 = Field(...)
     mode: Literal['ro', 'rw'] = Field('ro')
-    suffixes: Optional[_C60] = Field(None)
-    max_file_bytes: Optional[_C10] = Field(None, alias='maxFileBytes')
+    suffixes: Optional[_C65] = Field(None)
+    max_file_bytes: Optional[_C16] = Field(None, alias='maxFileBytes')
     write_approval: StrictBool = Field(True, alias='writeApproval')
     read_approval: StrictBool = Field(False, alias='readApproval')
 
 
 class CreateSandboxRequestPolicyVariant2(_Strict):
-    paths: Dict[_C62, CreateSandboxRequestPolicyVariant2PathsValue] = Field(...)
+    paths: Dict[_C67, CreateSandboxRequestPolicyVariant2PathsValue] = Field(...)
     restrict: Optional[CreateSandboxRequestPolicyVariant1Restrict] = Field(None)
 
 
 class CreateSandboxRequestMountsItem(_Strict):
-    host_path: _C58 = Field(..., alias='hostPath')
-    path: _C58 = Field(...)
+    host_path: _C63 = Field(..., alias='hostPath')
+    path: _C63 = Field(...)
     read_only: StrictBool = Field(True, alias='readOnly')
 
 
 if TYPE_CHECKING:
-    _C66 = List[CreateSandboxRequestMountsItem]
+    _C71 = List[CreateSandboxRequestMountsItem]
 else:
-    _C66 = conlist(CreateSandboxRequestMountsItem, max_items=16)
+    _C71 = conlist(CreateSandboxRequestMountsItem, max_items=16)
 
 
 class CreateSandboxRequest(_Strict):
-    image: Optional[_C38] = Field(None)
-    env: Optional[Dict[_C39, _C40]] = Field(None)
-    cpus: Optional[Union[_C41, _C42]] = Field(None)
-    memory_mb: Optional[_C43] = Field(None, alias='memoryMb')
-    pids_limit: Optional[_C43] = Field(None, alias='pidsLimit')
+    image: Optional[_C44] = Field(None)
+    env: Optional[Dict[_C45, _C46]] = Field(None)
+    cpus: Optional[Union[_C47, _C48]] = Field(None)
+    memory_mb: Optional[_C49] = Field(None, alias='memoryMb')
+    pids_limit: Optional[_C49] = Field(None, alias='pidsLimit')
     network: Optional[Literal['none', 'bridge']] = Field(None)
     egress: Optional[Union[CreateSandboxRequestEgressNone, CreateSandboxRequestEgressAllow, CreateSandboxRequestEgressOpen]] = Field(None)
-    secrets: Optional[_C56] = Field(None)
+    secrets: Optional[_C61] = Field(None)
     runtime: Optional[Literal['runc', 'runsc']] = Field(None)
-    user: Optional[_C57] = Field(None)
-    workspace: Optional[_C58] = Field(None)
-    workdir: Optional[_C58] = Field(None)
+    user: Optional[_C62] = Field(None)
+    workspace: Optional[_C63] = Field(None)
+    workdir: Optional[_C63] = Field(None)
     policy: Optional[Union[CreateSandboxRequestPolicyVariant1, CreateSandboxRequestPolicyVariant2]] = Field(None)
-    ttl_seconds: Optional[_C63] = Field(None, alias='ttlSeconds')
-    labels: Optional[Dict[_C64, _C65]] = Field(None)
-    mounts: Optional[_C66] = Field(None)
+    ttl_seconds: Optional[_C68] = Field(None, alias='ttlSeconds')
+    labels: Optional[Dict[_C69, _C70]] = Field(None)
+    mounts: Optional[_C71] = Field(None)
     read_only_rootfs: Optional[StrictBool] = Field(None, alias='readOnlyRootfs')
-    tmp_mb: Optional[_C67] = Field(None, alias='tmpMb')
-    open_files: Optional[_C68] = Field(None, alias='openFiles')
-    file_size_mb: Optional[_C69] = Field(None, alias='fileSizeMb')
-    disk_mb: Optional[_C70] = Field(None, alias='diskMb')
+    tmp_mb: Optional[_C72] = Field(None, alias='tmpMb')
+    open_files: Optional[_C73] = Field(None, alias='openFiles')
+    file_size_mb: Optional[_C74] = Field(None, alias='fileSizeMb')
+    disk_mb: Optional[_C75] = Field(None, alias='diskMb')
 
 
 class CreateSandboxResponseSettingsMountsItem(_Tolerant):
@@ -1050,18 +1099,45 @@ class CreateSandboxResponse(_Tolerant):
 
 
 class DeriveTokenRequest(_Strict):
-    allow_read: Optional[Union[_C6, _C61]] = Field(None, alias='allowRead')
-    allow_write: Optional[Union[_C6, _C61]] = Field(None, alias='allowWrite')
+    allow_read: Optional[Union[_C12, _C66]] = Field(None, alias='allowRead')
+    allow_write: Optional[Union[_C12, _C66]] = Field(None, alias='allowWrite')
     readonly: Optional[StrictBool] = Field(None)
     inherit: Optional[StrictBool] = Field(None)
     allow_exec: Optional[StrictBool] = Field(None, alias='allowExec')
-    ttl_seconds: Optional[_C71] = Field(None, alias='ttlSeconds')
+    ttl_seconds: Optional[_C76] = Field(None, alias='ttlSeconds')
 
 
 class DeriveTokenResponse(_Tolerant):
     token: StrictStr = Field(...)
     grant: Dict[StrictStr, Any] = Field(...)
     expires_at: Optional[StrictStr] = Field(None, alias='expiresAt')
+
+
+class EgressLogResponseEntriesItem(_Tolerant):
+    seq: _C1 = Field(...)
+    time: StrictStr = Field(...)
+    sandbox_id: StrictStr = Field(..., alias='sandboxId')
+    kind: Literal['http', 'https', 'connect', 'sni', 'dns'] = Field(...)
+    host: StrictStr = Field(...)
+    port: _C5 = Field(...)
+    method: Optional[StrictStr] = Field(None)
+    path: Optional[StrictStr] = Field(None)
+    decision: Literal['allowed', 'denied'] = Field(...)
+    rule: StrictStr = Field(...)
+    reason: Optional[StrictStr] = Field(None)
+    floor: Optional[StrictStr] = Field(None)
+    intercepted: Optional[StrictBool] = Field(None)
+    address: Optional[StrictStr] = Field(None)
+    bytes_out: Union[_C3, _C4] = Field(..., alias='bytesOut')
+    bytes_in: Union[_C3, _C4] = Field(..., alias='bytesIn')
+    duration_ms: Union[_C3, _C4] = Field(..., alias='durationMs')
+    secrets: Optional[List[StrictStr]] = Field(None)
+    policy_version: _C5 = Field(..., alias='policyVersion')
+
+
+class EgressLogResponse(_Tolerant):
+    entries: List[EgressLogResponseEntriesItem] = Field(...)
+    last_seq: _C5 = Field(..., alias='lastSeq')
 
 
 class ImageEventProgress(_Tolerant):
@@ -1109,8 +1185,39 @@ class ListImagesResponse(_Tolerant):
     images: List[ListImagesResponseImagesItem] = Field(...)
 
 
+class NetworkPolicyResponseEgressNone(_Tolerant):
+    mode: Literal['none'] = Field(...)
+
+
+class NetworkPolicyResponseEgressAllowRulesItem(_Tolerant):
+    host: _C77 = Field(...)
+    ports: Optional[_C51] = Field(None)
+    methods: Optional[_C52] = Field(None)
+    path_prefix: Optional[_C53] = Field(None, alias='pathPrefix')
+
+
+if TYPE_CHECKING:
+    _C78 = List[NetworkPolicyResponseEgressAllowRulesItem]
+else:
+    _C78 = conlist(NetworkPolicyResponseEgressAllowRulesItem, min_items=1, max_items=256)
+
+
+class NetworkPolicyResponseEgressAllow(_Tolerant):
+    mode: Literal['allow'] = Field(...)
+    rules: _C78 = Field(...)
+
+
+class NetworkPolicyResponseEgressOpen(_Tolerant):
+    mode: Literal['open'] = Field(...)
+
+
+class NetworkPolicyResponse(_Tolerant):
+    egress: Union[NetworkPolicyResponseEgressNone, NetworkPolicyResponseEgressAllow, NetworkPolicyResponseEgressOpen] = Field(...)
+    version: _C1 = Field(...)
+
+
 class PullImageRequest(_Strict):
-    image: _C72 = Field(...)
+    image: _C79 = Field(...)
 
 
 class RestErrorBodyError(_Tolerant):
@@ -1138,7 +1245,37 @@ SandboxState = Literal['running', 'paused', 'exited', 'gone']
 
 
 class SetTimeoutRequest(_Strict):
-    ttl_seconds: _C71 = Field(..., alias='ttlSeconds')
+    ttl_seconds: _C76 = Field(..., alias='ttlSeconds')
+
+
+class UpdateNetworkRequestEgressNone(_Tolerant):
+    mode: Literal['none'] = Field(...)
+
+
+class UpdateNetworkRequestEgressAllowRulesItem(_Tolerant):
+    host: _C50 = Field(...)
+    ports: Optional[_C51] = Field(None)
+    methods: Optional[_C52] = Field(None)
+    path_prefix: Optional[_C53] = Field(None, alias='pathPrefix')
+
+
+if TYPE_CHECKING:
+    _C80 = List[UpdateNetworkRequestEgressAllowRulesItem]
+else:
+    _C80 = conlist(UpdateNetworkRequestEgressAllowRulesItem, min_items=1, max_items=256)
+
+
+class UpdateNetworkRequestEgressAllow(_Tolerant):
+    mode: Literal['allow'] = Field(...)
+    rules: _C80 = Field(...)
+
+
+class UpdateNetworkRequestEgressOpen(_Tolerant):
+    mode: Literal['open'] = Field(...)
+
+
+class UpdateNetworkRequest(_Tolerant):
+    egress: Union[UpdateNetworkRequestEgressNone, UpdateNetworkRequestEgressAllow, UpdateNetworkRequestEgressOpen] = Field(...)
 
 
 class ListSandboxesResponse(_Tolerant):
@@ -1148,6 +1285,8 @@ class ListSandboxesResponse(_Tolerant):
 #: The method registry: name to params, result, access, payload side, idempotence and events.
 METHODS: Dict[str, MethodSpec] = {
     'audit.list': MethodSpec(AuditListParams, AuditListResult, 'audit', None, True, {}),
+    'egress.send': MethodSpec(EgressSendParams, EgressSendResult, 'controller', 'request', False, {}),
+    'egress.serve': MethodSpec(EgressServeParams, EgressServeResult, 'controller', None, False, {'listening': EgressServeListeningEvent, 'open': EgressServeOpenEvent, 'data': EgressServeDataEvent, 'end': EgressServeEndEvent, 'close': EgressServeCloseEvent}),
     'fs.copy': MethodSpec(FsCopyParams, FsCopyResult, 'write', None, False, {}),
     'fs.delete': MethodSpec(FsDeleteParams, FsDeleteResult, 'write', None, False, {}),
     'fs.download': MethodSpec(FsDownloadParams, FsDownloadResult, 'read', 'response', True, {}),

@@ -6,6 +6,9 @@ import {
   ListSandboxesResponse,
   REST_PATHS,
   SandboxInfo,
+  NetworkPolicyResponse,
+  EgressLogResponse,
+  type EgressPolicy,
   type CreateSandboxRequest,
   type DeriveTokenRequest,
   type ImageInfo,
@@ -93,6 +96,25 @@ export class RestClient {
 
   async setTimeout(id: string, ttlSeconds: number, signal?: AbortSignal): Promise<SandboxInfo> {
     return SandboxInfo.parse(await this.request('POST', REST_PATHS.action(id, 'timeout'), { ttlSeconds }, signal));
+  }
+
+  /** `POST /v1/sandboxes/{id}/network`: replaces the sandbox's egress policy. */
+  async updateNetwork(id: string, egress: EgressPolicy, signal?: AbortSignal): Promise<NetworkPolicyResponse> {
+    return NetworkPolicyResponse.parse(await this.request('POST', REST_PATHS.action(id, 'network'), { egress }, signal));
+  }
+
+  /** `GET /v1/sandboxes/{id}/network`: the sandbox's egress policy and its version. */
+  async network(id: string, signal?: AbortSignal): Promise<NetworkPolicyResponse> {
+    return NetworkPolicyResponse.parse(await this.request('GET', REST_PATHS.action(id, 'network'), undefined, signal));
+  }
+
+  /** `GET /v1/sandboxes/{id}/egress`: the sandbox's recent egress events after `since`. */
+  async egressLog(id: string, query: { since?: number; limit?: number } = {}, signal?: AbortSignal): Promise<EgressLogResponse> {
+    const search = new URLSearchParams();
+    if (query.since !== undefined) search.set('since', String(query.since));
+    if (query.limit !== undefined) search.set('limit', String(query.limit));
+    const suffix = search.size > 0 ? `?${search.toString()}` : '';
+    return EgressLogResponse.parse(await this.request('GET', `${REST_PATHS.action(id, 'egress')}${suffix}`, undefined, signal));
   }
 
   async derive(id: string, body: DeriveTokenRequest, signal?: AbortSignal): Promise<DeriveTokenResponse> {

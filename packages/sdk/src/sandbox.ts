@@ -4,6 +4,9 @@ import {
   type CreateSandboxRequest,
   type DeriveTokenRequest,
   type DeriveTokenResponse,
+  type EgressLogResponse,
+  type EgressPolicy,
+  type NetworkPolicyResponse,
   type Result,
   type SandboxInfo,
   type SandboxState,
@@ -56,6 +59,8 @@ export class Sandbox implements AsyncDisposable {
   readonly commands: Commands;
   /** Interactive programs on pseudo-terminals (`sandbox.pty.create({ cols, rows })`). */
   readonly pty: Pty;
+  /** The sandbox's egress policy through Warren's gateway: read it, replace it live, read its events. */
+  readonly network: Network;
 
   private constructor(
     /** The sandbox id: 142 random bits. */
@@ -72,6 +77,7 @@ export class Sandbox implements AsyncDisposable {
     this.files = new Files(() => this.connection);
     this.commands = new Commands(() => this.connection);
     this.pty = new Pty(() => this.connection);
+    this.network = new Network(rest, id);
   }
 
   /** One reconnecting channel to a sandbox: the first connection is opened before this returns. */
@@ -258,5 +264,51 @@ export class Sandbox implements AsyncDisposable {
   async [Symbol.asyncDispose](): Promise<void> {
     if (this.owns) await this.kill();
     else this.close();
+  }
+}
+
+/**
+ * A sandbox's way out through the egress gateway (docs/network.md). Needs the API key or the
+ * sandbox's own token; a sandbox created without `egress` or `secrets` has no relay to update.
+ *
+ * @example
+ * await sandbox.network.update({ mode: 'allow', rules: [{ host: 'pypi.org' }, { host: 'files.pythonhosted.org' }] });
+ * const { entries } = await sandbox.network.events();
+ */
+export class Network {
+  constructor(
+    private readonly rest: RestClient,
+    private readonly id: string,
+  ) {}
+
+  /**
+   * Replaces the egress policy at once, without a restart: new connections are decided under it,
+   * and open ones it no longer allows are closed before this resolves. Resolves with the policy and
+   * its version.
+   *
+   * @example
+   * const { version } = await sandbox.network.update({ mode: 'none' });
+   */
+  update(egress: EgressPolicy, options: { signal?: AbortSignal } = {}): Promise<NetworkPolicyResponse> {
+    return this.rest.updateNetwork(this.id, egress, options.signal);
+  }
+
+  /** The policy the gateway enforces now, and its version. */
+  get(options: { signal?: AbortSignal } = {}): Promise<NetworkPolicyResponse> {
+    return this.rest.network(this.id, options.signal);
+  }
+
+  /**
+   * The sandbox's recent egress events (every connection attempt, allowed or denied, by which
+   * rule), oldest first; pass the last `seq` seen as `since` to read on.
+   *
+   * @example
+   * const { entries, lastSeq } = await sandbox.network.events({ since: -1 });
+   */
+  events(options: { since?: number; limit?: number; signal?: AbortSignal } = {}): Promise<EgressLogResponse> {
+    const query: { since?: number; limit?: number } = {};
+    if (options.since !== undefined && options.since >= 0) query.since = options.since;
+    if (options.limit !== undefined) query.limit = options.limit;
+    return this.rest.egressLog(this.id, query, options.signal);
   }
 }

@@ -385,6 +385,7 @@ async function streamDownload(
     timeoutMs: NO_TIMEOUT_MS,
     onEvent: (event, payload) => {
       dog.alive();
+      if (event.method !== 'fs.downloadStream') return;
       if (event.event === 'start') {
         totalBytes = event.data.totalBytes;
         options.onProgress?.({ bytes: 0, totalBytes });

@@ -1,0 +1,207 @@
+import { createHash } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { EGRESS_RELAY_PORT, EGRESS_TRUST_DIR, type EgressPolicy, type SecretBinding } from '@warren/protocol';
+import type { Logger } from '../logger.js';
+import type { DaemonEndpoint } from '../provider.js';
+import type { EgressLog } from './egress-log.js';
+import type { EgressGateway } from './gateway.js';
+import { EgressTunnel, type EgressTunnelOptions } from './tunnel.js';
+
+/** Options of {@link SandboxEgress.create}. */
+export interface SandboxEgressOptions {
+  gateway: EgressGateway;
+  /** The interception CA's certificate (never its key), installed in each sandbox's trust stores. */
+  caPem?: string | undefined;
+  /** Relayed connections one sandbox may hold (the gateway's own per-sandbox cap applies as well). */
+  maxConnections: number;
+  /** The loopback port of the relay inside sandboxes. */
+  relayPort?: number;
+  logger?: Logger | undefined;
+  /** The sandboxes' egress log: a removed sandbox's events are dropped from it. */
+  log?: EgressLog | undefined;
+  /** Opens a tunnel; {@link EgressTunnel.open} by default. */
+  openTunnel?: (options: EgressTunnelOptions) => Promise<EgressTunnel>;
+}
+
+interface Attached {
+  socketPath: string;
+  tunnel?: EgressTunnel | undefined;
+  reconnect?: NodeJS.Timeout | undefined;
+  channel?: { endpoint: DaemonEndpoint; secret: string } | undefined;
+}
+
+/**
+ * The environment a sandbox with egress gets: the proxy variables (lower and upper case, since
+ * tools differ), loopback exempt, Node's switch to honour them, the trust-store variables when
+ * the gateway can intercept, and the secret placeholders.
+ *
+ * @example
+ * egressEnvironment(3128, true, { OPENAI_API_KEY: 'WARREN_SECRET_...' }).HTTPS_PROXY; // 'http://127.0.0.1:3128'
+ */
+export function egressEnvironment(port: number, withCa: boolean, placeholders: Record<string, string>): Record<string, string> {
+  const proxy = `http://127.0.0.1:${port}`;
+  const noProxy = 'localhost,127.0.0.1,::1';
+  const env: Record<string, string> = {
+    HTTP_PROXY: proxy,
+    HTTPS_PROXY: proxy,
+    ALL_PROXY: proxy,
+    http_proxy: proxy,
+    https_proxy: proxy,
+    all_proxy: proxy,
+    NO_PROXY: noProxy,
+    no_proxy: noProxy,
+    NODE_USE_ENV_PROXY: '1',
+  };
+  if (withCa) {
+    const bundle = `${EGRESS_TRUST_DIR}/bundle.pem`;
+    Object.assign(env, {
+      NODE_EXTRA_CA_CERTS: `${EGRESS_TRUST_DIR}/ca.pem`,
+      SSL_CERT_FILE: bundle,
+      REQUESTS_CA_BUNDLE: bundle,
+      CURL_CA_BUNDLE: bundle,
+      GIT_SSL_CAINFO: bundle,
+      PIP_CERT: bundle,
+    });
+  }
+  return { ...env, ...placeholders };
+}
+
+/**
+ * Connects sandboxes to the egress gateway. Per sandbox: {@link register} gives it a policy, its
+ * secret bindings and a gateway listener on a unix socket in a folder only the controller can
+ * enter (mode 0700, never mounted anywhere), and returns the environment the container is created
+ * with; {@link connect}, once the daemon answers, opens the {@link EgressTunnel} that carries each
+ * connection a sandbox process makes to its loopback relay into that listener. The listener a
+ * connection arrives on is the sandbox's identity, so no sandbox can speak as another. A tunnel
+ * that drops is opened again while the sandbox is registered.
+ *
+ * @example
+ * const egress = await SandboxEgress.create({ gateway, caPem: ca.certPem, maxConnections: 64 });
+ * const env = await egress.register(id, { mode: 'allow', rules: [{ host: 'registry.npmjs.org' }] }, []);
+ * // ... create the container with env, wait for the daemon ...
+ * await egress.connect(id, provider.daemon(id), secret);
+ */
+export class SandboxEgress {
+  readonly #attached = new Map<string, Attached>();
+  readonly #options: SandboxEgressOptions;
+  readonly #socketDir: string;
+
+  private constructor(options: SandboxEgressOptions, socketDir: string) {
+    this.#options = options;
+    this.#socketDir = socketDir;
+  }
+
+  static async create(options: SandboxEgressOptions): Promise<SandboxEgress> {
+    // Short, so socket paths stay under the 108-byte limit; mkdtemp makes it 0700 and ours.
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'warren-egress-'));
+    return new SandboxEgress(options, dir);
+  }
+
+  get gateway(): EgressGateway {
+    return this.#options.gateway;
+  }
+
+  /** Whether a sandbox (by agent id) has egress through the gateway. */
+  has(agentId: string): boolean {
+    return this.#attached.has(agentId);
+  }
+
+  /** Registers a sandbox and its gateway listener; returns the environment to create its container with. */
+  async register(agentId: string, policy: EgressPolicy, secrets: readonly SecretBinding[]): Promise<Record<string, string>> {
+    const { env: placeholders } = this.gateway.addSandbox(agentId, policy, secrets);
+    const socketPath = path.join(this.#socketDir, `${createHash('sha256').update(agentId).digest('hex').slice(0, 24)}.sock`);
+    try {
+      await rm(socketPath, { force: true });
+      await this.gateway.listenProxy(agentId, { path: socketPath });
+    } catch (err) {
+      await this.gateway.removeSandbox(agentId);
+      throw err;
+    }
+    this.#attached.set(agentId, { socketPath });
+    return egressEnvironment(this.#options.relayPort ?? EGRESS_RELAY_PORT, this.#options.caPem !== undefined, placeholders);
+  }
+
+  /**
+   * Starts the sandbox's relay over its daemon channel (again, after a restart of the sandbox);
+   * resolves once the daemon listens on the sandbox's loopback.
+   */
+  async connect(agentId: string, endpoint: DaemonEndpoint, secret: string): Promise<void> {
+    const attached = this.#attached.get(agentId);
+    if (!attached) return;
+    attached.channel = { endpoint, secret };
+    clearTimeout(attached.reconnect);
+    attached.tunnel?.close('replaced');
+    const open = this.#options.openTunnel ?? ((o: EgressTunnelOptions) => EgressTunnel.open(o));
+    const tunnel = await open({
+      endpoint,
+      secret,
+      connectGateway: () => net.connect(attached.socketPath),
+      port: this.#options.relayPort ?? EGRESS_RELAY_PORT,
+      maxConnections: this.#options.maxConnections,
+      caPem: this.#options.caPem,
+    });
+    if (this.#attached.get(agentId) !== attached) return void tunnel.close('sandbox removed');
+    attached.tunnel = tunnel;
+    void tunnel.closed.then((reason) => this.#onTunnelClosed(agentId, attached, tunnel, reason, 0));
+  }
+
+  /** Reopens a dropped tunnel with backoff, while the sandbox is registered and no newer tunnel replaced it. */
+  #onTunnelClosed(agentId: string, attached: Attached, tunnel: EgressTunnel, reason: string, attempt: number): void {
+    if (this.#attached.get(agentId) !== attached || attached.tunnel !== tunnel || reason === 'replaced') return;
+    this.#options.logger?.warn({ sandboxId: agentId, reason, attempt }, 'egress.tunnel-closed');
+    const channel = attached.channel;
+    if (!channel) return;
+    attached.reconnect = setTimeout(
+      () => {
+        if (this.#attached.get(agentId) !== attached || attached.tunnel !== tunnel) return;
+        this.connect(agentId, channel.endpoint, channel.secret).catch(() => this.#onTunnelClosed(agentId, attached, tunnel, reason, attempt + 1));
+      },
+      Math.min(30_000, 500 * 2 ** Math.min(attempt, 6)),
+    );
+    attached.reconnect.unref();
+  }
+
+  /** The port the sandbox's relay listens on (the configured one; the picked one where it is 0), once connected. */
+  relayPort(agentId: string): number | undefined {
+    return this.#attached.get(agentId)?.tunnel?.port;
+  }
+
+  /** How many relayed connections the sandbox holds open now. */
+  openConnections(agentId: string): number {
+    return this.#attached.get(agentId)?.tunnel?.connections ?? 0;
+  }
+
+  /** Swaps a sandbox's policy; open connections it no longer allows are closed before this returns. */
+  update(agentId: string, policy: EgressPolicy): { policy: EgressPolicy; version: number } {
+    const version = this.gateway.setPolicy(agentId, policy);
+    return { policy, version };
+  }
+
+  /** A sandbox's policy and its version. */
+  policyOf(agentId: string): { policy: EgressPolicy; version: number } {
+    return this.gateway.policyOf(agentId);
+  }
+
+  /** Closes a sandbox's tunnel and forgets it at the gateway. */
+  async remove(agentId: string): Promise<void> {
+    const attached = this.#attached.get(agentId);
+    this.#attached.delete(agentId);
+    if (attached) {
+      clearTimeout(attached.reconnect);
+      attached.tunnel?.close('sandbox removed');
+      await rm(attached.socketPath, { force: true });
+    }
+    await this.gateway.removeSandbox(agentId);
+    this.#options.log?.forget(agentId);
+  }
+
+  /** Closes every tunnel and the gateway's listeners. */
+  async close(): Promise<void> {
+    for (const id of [...this.#attached.keys()]) await this.remove(id);
+    await this.gateway.close();
+    await rm(this.#socketDir, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,233 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { DEFAULT_EGRESS } from '@warren/controller';
+import { Sandbox } from '@warren/sdk';
+import { EgressLab } from '../support/egress-lab.js';
+import { startTestController, type TestController } from '../support/fixtures.js';
+import { until } from '../support/wait.js';
+
+// Every packet in this file goes to loopback or to the network namespace the lab makes: the
+// sandboxes have network none, and the gateway (in this process) dials only the lab's upstream.
+const SECRET = 'e2e-s3cr3t-value-0f1e2d3c4b5a';
+const run = EgressLab.available() ? describe : describe.skip;
+
+/** A Python script run in the sandbox: urllib honours HTTP(S)_PROXY and, through OpenSSL, SSL_CERT_FILE. */
+const FETCH = `
+import json, os, ssl, sys, urllib.request, urllib.error
+url = sys.argv[1]
+ctx = ssl.create_default_context(cafile=sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2] else None
+headers = {}
+if os.environ.get('API_KEY'):
+    headers['Authorization'] = 'Bearer ' + os.environ['API_KEY']
+try:
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=15, context=ctx) as r:
+        print(json.dumps({'status': r.status, 'body': r.read().decode()}))
+except urllib.error.HTTPError as e:
+    print(json.dumps({'status': e.code, 'body': e.read().decode()}))
+except Exception as e:
+    print(json.dumps({'status': -1, 'body': type(e).__name__ + ': ' + str(e)}))
+`;
+
+interface Fetched {
+  status: number;
+  body: string;
+}
+
+async function fetchIn(sandbox: Sandbox, url: string, cafile = ''): Promise<Fetched> {
+  const { stdout, stderr } = await sandbox.commands.run(['python3', '/workspace/fetch.py', url, cafile], { timeoutMs: 30_000 });
+  try {
+    return JSON.parse(stdout.trim().split('\n').at(-1) ?? '') as Fetched;
+  } catch {
+    throw new Error(`fetch.py said: ${stdout} ${stderr}`);
+  }
+}
+
+async function controllerWith(lab: EgressLab, daemonChannel: 'socket' | 'exec'): Promise<TestController> {
+  return startTestController({
+    config: {
+      daemonChannel,
+      egress: {
+        ...DEFAULT_EGRESS,
+        labCidrs: [lab.labCidr],
+        resolvers: [`127.0.0.1:${lab.dnsPort}`],
+        maxConnectionsPerSandbox: 16,
+      },
+    },
+    egressUpstreamCa: [lab.caPem],
+  });
+}
+
+run('egress through the gateway from real sandboxes (network none, relay over the daemon channel)', () => {
+  let lab: EgressLab;
+  let warren: TestController;
+
+  beforeAll(async () => {
+    lab = await EgressLab.start(['registry.test', 'api.test', 'other.test', 'meta.test', 'private.test']);
+    for (const name of ['registry.test', 'api.test', 'other.test']) lab.records.set(name, [lab.upstreamAddress]);
+    lab.records.set('meta.test', ['169.254.169.254']);
+    lab.records.set('private.test', ['10.1.2.3']);
+    warren = await controllerWith(lab, 'socket');
+  });
+
+  afterAll(async () => {
+    await warren?.[Symbol.asyncDispose]();
+    await lab?.stop();
+  });
+
+  it('allows the allowed host over HTTP and HTTPS, refuses the rest clearly, and brokers a secret the sandbox never sees', async () => {
+    await using sandbox = await Sandbox.create({
+      baseUrl: warren.url,
+      apiKey: warren.apiKey,
+      egress: {
+        mode: 'allow',
+        rules: [
+          { host: 'registry.test', ports: [80, 443] },
+          { host: 'api.test', ports: [443] },
+          { host: 'meta.test', ports: [80] },
+          { host: 'private.test', ports: [80] },
+        ],
+      },
+      secrets: [{ name: 'API_KEY', value: SECRET, hosts: ['api.test'], target: { header: 'Authorization', template: 'Bearer {secret}' } }],
+    });
+    await sandbox.files.write('fetch.py', FETCH);
+    await sandbox.files.write('lab-ca.pem', lab.caPem);
+
+    const plain = await fetchIn(sandbox, 'http://registry.test/simple/left-pad');
+    expect([plain.status, JSON.parse(plain.body).url]).toEqual([200, '/simple/left-pad']);
+    // Spliced: the sandbox's TLS goes end to end to the upstream (verified with the lab's CA).
+    const spliced = await fetchIn(sandbox, 'https://registry.test/tls', '/workspace/lab-ca.pem');
+    expect([spliced.status, JSON.parse(spliced.body).scheme]).toEqual([200, 'https']);
+    // Intercepted: the sandbox trusts Warren's CA through SSL_CERT_FILE; the upstream gets the real key.
+    const brokered = await fetchIn(sandbox, 'https://api.test/v1/models');
+    expect(brokered.status).toBe(200);
+    expect(lab.seenAt('/v1/models').at(-1)?.headers.authorization).toBe(`Bearer ${SECRET}`);
+    expect(brokered.body).not.toContain(SECRET);
+
+    const denied = await fetchIn(sandbox, 'http://other.test/');
+    expect(denied.status).toBe(403);
+    expect(JSON.parse(denied.body)).toMatchObject({ error: 'egress_denied', rule: 'no-matching-rule' });
+    expect((await fetchIn(sandbox, `http://${lab.upstreamAddress}/`)).status).toBe(403);
+    const meta = await fetchIn(sandbox, 'http://meta.test/latest/meta-data/');
+    expect([meta.status, JSON.parse(meta.body).reason]).toEqual([403, 'address-floor']);
+    const priv = await fetchIn(sandbox, 'http://private.test/');
+    expect([priv.status, JSON.parse(priv.body).reason]).toEqual([403, 'address-floor']);
+    // The controller's own port: not reachable directly (no route), and below the floor through the relay.
+    const port = new URL(warren.url).port;
+    const own = await sandbox.commands.run([
+      'python3',
+      '-c',
+      [
+        'import socket',
+        'try:',
+        `  socket.create_connection(('127.0.0.1', ${port}), timeout=5); print('direct open')`,
+        'except OSError as e:',
+        "  print('direct refused')",
+        "s = socket.create_connection(('127.0.0.1', 3128), timeout=10)",
+        `s.sendall(b'GET http://127.0.0.1:${port}/healthz HTTP/1.1\\r\\nHost: 127.0.0.1:${port}\\r\\n\\r\\n')`,
+        "print(s.recv(200).split(b'\\r\\n')[0].decode())",
+      ].join('\n'),
+    ]);
+    expect(own.stdout.trim().split('\n')).toEqual(['direct refused', 'HTTP/1.1 403 Forbidden']);
+
+    // The secret is nowhere inside: not in the environment, not in any process's, not in a file.
+    const env = await sandbox.commands.run('env');
+    expect(env.stdout).toMatch(/^API_KEY=WARREN_SECRET_[0-9a-f]{32}$/m);
+    expect(env.stdout).toMatch(/^SSL_CERT_FILE=\/run\/warren-egress\/bundle.pem$/m);
+    // The pattern matches the value without spelling it, so the search's own command line is not a hit.
+    const pattern = `${SECRET.slice(0, -1)}[${SECRET.slice(-1)}]`;
+    const search = await sandbox.commands.run(
+      `grep -rls '${pattern}' /proc/[0-9]*/environ /proc/[0-9]*/cmdline /workspace /tmp /run/warren-egress /etc 2>/dev/null; echo done`,
+    );
+    expect(search.stdout.trim()).toBe('done');
+    // Only loopback: the container has no other interface.
+    const links = await sandbox.commands.run("awk 'NR>2 {print $1}' /proc/net/dev");
+    expect(links.stdout.trim()).toBe('lo:');
+
+    const events = await sandbox.network.events();
+    expect(events.entries.some((e) => e.decision === 'denied' && e.host === 'other.test')).toBe(true);
+    expect(events.entries.some((e) => e.decision === 'allowed' && e.host === 'api.test' && (e.secrets ?? []).includes('API_KEY'))).toBe(true);
+    expect(JSON.stringify(events)).not.toContain(SECRET);
+  });
+
+  it('takes a live policy update without a restart', async () => {
+    await using sandbox = await Sandbox.create({
+      baseUrl: warren.url,
+      apiKey: warren.apiKey,
+      egress: { mode: 'allow', rules: [{ host: 'registry.test', ports: [80] }] },
+    });
+    await sandbox.files.write('fetch.py', FETCH);
+    expect((await fetchIn(sandbox, 'http://registry.test/a')).status).toBe(200);
+    expect((await fetchIn(sandbox, 'http://other.test/a')).status).toBe(403);
+    const updated = await sandbox.network.update({ mode: 'allow', rules: [{ host: 'other.test', ports: [80] }] });
+    expect(updated.version).toBe(2);
+    expect((await sandbox.network.get()).egress).toEqual({ mode: 'allow', rules: [{ host: 'other.test', ports: [80] }] });
+    expect((await fetchIn(sandbox, 'http://other.test/b')).status).toBe(200);
+    expect((await fetchIn(sandbox, 'http://registry.test/b')).status).toBe(403);
+    await sandbox.network.update({ mode: 'none' });
+    expect(JSON.parse((await fetchIn(sandbox, 'http://other.test/c')).body).rule).toBe('policy:none');
+  });
+
+  it('gives a sandbox with egress none no route at all: no relay, no interface, no packet out', async () => {
+    await using sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });
+    const probe = await sandbox.commands.run([
+      'python3',
+      '-c',
+      `import socket\nfor target in [('127.0.0.1', 3128), ('${lab.upstreamAddress}', 80)]:\n  try:\n    socket.create_connection(target, timeout=5); print('open')\n  except OSError as e:\n    print('closed', e.errno)`,
+    ]);
+    expect(probe.stdout).not.toContain('open');
+    expect((await sandbox.commands.run("awk 'NR>2 {print $1}' /proc/net/dev")).stdout.trim()).toBe('lo:');
+    expect((await sandbox.commands.run('env')).stdout).not.toMatch(/PROXY/);
+    await expect(sandbox.network.update({ mode: 'allow', rules: [{ host: 'registry.test' }] })).rejects.toThrow(/created without egress/);
+  });
+
+  it('keeps serving one sandbox while another floods its relay, and each sandbox reaches only its own gateway', async () => {
+    const create = () =>
+      Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, egress: { mode: 'allow', rules: [{ host: 'registry.test', ports: [80] }] } });
+    await using flooder = await create();
+    await using calm = await create();
+    await calm.files.write('fetch.py', FETCH);
+    const flood = flooder.commands.run(
+      [
+        'python3',
+        '-c',
+        "import socket, time\nheld = []\nfor i in range(200):\n  try:\n    held.append(socket.create_connection(('127.0.0.1', 3128), timeout=5))\n  except OSError:\n    pass\ntime.sleep(6)\nalive = 0\nfor s in held:\n  s.setblocking(False)\n  try:\n    alive += 0 if s.recv(1) == b'' else 1\n  except BlockingIOError:\n    alive += 1\n  except OSError:\n    pass\nprint(len(held), alive)",
+      ],
+      { timeoutMs: 60_000 },
+    );
+    await until('the flooder to hold its relay full', () => (warren.controller.sandboxes.egress?.openConnections(flooder.id) ?? 0) >= 16 || undefined, 20_000);
+    const served = await fetchIn(calm, 'http://registry.test/calm');
+    expect(served.status).toBe(200);
+    const [, alive] = (await flood).stdout.trim().split(' ').map(Number);
+    expect(alive).toBeLessThanOrEqual(16);
+    const mine = (await calm.network.events()).entries;
+    expect(mine.every((e) => e.sandboxId === calm.id)).toBe(true);
+  });
+});
+
+run('egress over the exec daemon channel (remote engines, Docker Desktop)', () => {
+  let lab: EgressLab;
+  let warren: TestController;
+
+  beforeAll(async () => {
+    lab = await EgressLab.start(['registry.test']);
+    lab.records.set('registry.test', [lab.upstreamAddress]);
+    warren = await controllerWith(lab, 'exec');
+  });
+
+  afterAll(async () => {
+    await warren?.[Symbol.asyncDispose]();
+    await lab?.stop();
+  });
+
+  it('carries HTTP and HTTPS through the relay when the daemon is reached through the engine', async () => {
+    await using sandbox = await Sandbox.create({
+      baseUrl: warren.url,
+      apiKey: warren.apiKey,
+      egress: { mode: 'allow', rules: [{ host: 'registry.test', ports: [80, 443] }] },
+    });
+    await sandbox.files.write('fetch.py', FETCH);
+    await sandbox.files.write('lab-ca.pem', lab.caPem);
+    expect((await fetchIn(sandbox, 'http://registry.test/exec')).status).toBe(200);
+    expect((await fetchIn(sandbox, 'https://registry.test/exec-tls', '/workspace/lab-ca.pem')).status).toBe(200);
+    expect((await fetchIn(sandbox, 'http://other.test/')).status).toBe(403);
+  });
+});

@@ -22,6 +22,8 @@ import type { SandboxUser } from './services/process-table.js';
 import { ProcessRuntime } from './services/processes.js';
 import { fsHandlers } from './services/fs.js';
 import { ptyHandlers } from './services/pty.js';
+import { portHandlers } from './services/ports.js';
+import { watchHandlers } from './services/watch.js';
 
 export interface AgentServerOptions {
   /** Where to listen: a unix socket path, in a folder the controller can reach. */
@@ -90,6 +92,8 @@ export function createHandlers(
     ...fsHandlers(policy, processes.user),
     ...processes.handlers(policy),
     ...ptyHandlers({ policy, home, sandboxEnv: processes.sandboxEnv, user: processes.user }),
+    ...watchHandlers(policy),
+    ...portHandlers(),
   };
   if (!allowExec) {
     // A shell is not bound by the file policy: a handle granted without exec may not start one.

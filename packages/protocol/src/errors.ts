@@ -43,6 +43,10 @@ export const ERROR_CODES = {
     status: 501,
     suggestion: 'This sandbox cannot open a terminal (the message says why); run commands with commands.run or commands.start instead.',
   },
+  PORT_UNREACHABLE: {
+    status: 502,
+    suggestion: 'Nothing listens on that port inside the sandbox: start the server first, listening on 127.0.0.1 (or 0.0.0.0), then retry.',
+  },
   IMAGE_NOT_ALLOWED: {
     status: 403,
     suggestion: "Use an image already on the engine or one from a registry in the controller's allowedRegistries (GET /readyz lists them).",

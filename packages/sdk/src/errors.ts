@@ -304,6 +304,14 @@ export class PtyUnavailableError extends WarrenError {
   }
 }
 
+/** Nothing listens on the port a tunnel or port URL names inside the sandbox. */
+export class PortUnreachableError extends WarrenConnectionError {
+  declare readonly code: 'PORT_UNREACHABLE';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('PORT_UNREACHABLE', message, options);
+  }
+}
+
 export class InternalError extends WarrenError {
   declare readonly code: 'INTERNAL';
   constructor(message: string, options?: WarrenErrorOptions) {
@@ -406,6 +414,7 @@ export const ERROR_CLASSES: { readonly [C in WarrenErrorCode]: new (message: str
   SANDBOX_NOT_READY: SandboxNotReadyError,
   UPSTREAM_UNAVAILABLE: UpstreamUnavailableError,
   PTY_UNAVAILABLE: PtyUnavailableError,
+  PORT_UNREACHABLE: PortUnreachableError,
   INTERNAL: InternalError,
   METHOD_NOT_ALLOWED: MethodNotAllowedError,
   REQUEST_TIMEOUT: RequestTimeoutError,

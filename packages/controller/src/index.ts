@@ -13,11 +13,12 @@ export {
 export { createLogger, silentLogger, LOG_LEVELS, REDACTED, type Logger, type LogLevel, type LoggerOptions } from './logger.js';
 export { Credentials, API_KEY_HASH_FILE } from './credentials.js';
 export { AgentDirs } from './agent-dir.js';
-export { DockerProvider, chooseChannel, containerCreateBody, WORKSPACE, type DaemonChannel, type SandboxContainerSpec } from './docker.js';
+export { DockerProvider, chooseChannel, containerCreateBody, statsFromEngine, WORKSPACE, type DaemonChannel, type SandboxContainerSpec } from './docker.js';
 export { LABELS, sandboxLabels } from './labels.js';
 export type {
   SandboxProvider,
   SandboxSpec,
+  SandboxStats,
   ProvidedSandbox,
   ProviderState,
   ProviderIsolation,
@@ -59,3 +60,4 @@ export { egressEventSink } from './egress/sink.js';
 export type { EgressEvent, EgressKind } from './egress/events.js';
 export { callAgent, openAgentSocket, probeAgent } from './agent-link.js';
 export { resolveEngine, type EngineEndpoint } from './engine-endpoint.js';
+export { PortTunnel } from './ports/tunnel.js';

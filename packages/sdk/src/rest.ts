@@ -4,8 +4,12 @@ import {
   ImageEvent,
   ListImagesResponse,
   ListSandboxesResponse,
+  PortUrlResponse,
   REST_PATHS,
   SandboxInfo,
+  SandboxMetrics,
+  tolerant,
+  type PortUrlRequest,
   type CreateSandboxRequest,
   type DeriveTokenRequest,
   type ImageInfo,
@@ -93,6 +97,14 @@ export class RestClient {
 
   async setTimeout(id: string, ttlSeconds: number, signal?: AbortSignal): Promise<SandboxInfo> {
     return SandboxInfo.parse(await this.request('POST', REST_PATHS.action(id, 'timeout'), { ttlSeconds }, signal));
+  }
+
+  async metrics(id: string, signal?: AbortSignal): Promise<SandboxMetrics> {
+    return tolerant(SandboxMetrics).parse(await this.request('GET', `/v1/sandboxes/${encodeURIComponent(id)}/metrics`, undefined, signal));
+  }
+
+  async portUrl(id: string, body: PortUrlRequest, signal?: AbortSignal): Promise<PortUrlResponse> {
+    return tolerant(PortUrlResponse).parse(await this.request('POST', `/v1/sandboxes/${encodeURIComponent(id)}/port-urls`, body, signal));
   }
 
   async derive(id: string, body: DeriveTokenRequest, signal?: AbortSignal): Promise<DeriveTokenResponse> {

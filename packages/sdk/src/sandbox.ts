@@ -6,6 +6,7 @@ import {
   type DeriveTokenResponse,
   type Result,
   type SandboxInfo,
+  type SandboxMetrics,
   type SandboxState,
 } from '@warren/protocol';
 import { Commands } from './commands.js';
@@ -14,6 +15,7 @@ import { Connection, type ApprovalHandler, type CallOptions } from './connection
 import { Files } from './files.js';
 import type { PullProgressEvent } from './images.js';
 import { Pty } from './pty.js';
+import { Ports } from './ports.js';
 import { RestClient, resolveControllerOptions, type ControllerOptions } from './rest.js';
 
 /** Options of {@link Sandbox.create}: where the controller is, and what sandbox to make. */
@@ -56,6 +58,8 @@ export class Sandbox implements AsyncDisposable {
   readonly commands: Commands;
   /** Interactive programs on pseudo-terminals (`sandbox.pty.create({ cols, rows })`). */
   readonly pty: Pty;
+  /** Servers listening inside the sandbox: browser URLs and raw connections (`sandbox.ports.url(3000)`). */
+  readonly ports: Ports;
 
   private constructor(
     /** The sandbox id: 142 random bits. */
@@ -72,6 +76,7 @@ export class Sandbox implements AsyncDisposable {
     this.files = new Files(() => this.connection);
     this.commands = new Commands(() => this.connection);
     this.pty = new Pty(() => this.connection);
+    this.ports = new Ports(() => this.connection, rest, id);
   }
 
   /** One reconnecting channel to a sandbox: the first connection is opened before this returns. */
@@ -171,6 +176,17 @@ export class Sandbox implements AsyncDisposable {
     const { token } = await this.deriveToken(request, options);
     const rest = new RestClient(this.rest.baseUrl, token);
     return new Sandbox(this.id, token, rest, await Sandbox.channel(rest, this.id, token, options.reconnect));
+  }
+
+  /**
+   * What the sandbox uses now (CPU, memory, pids, network), as the engine measures it from the
+   * sandbox's cgroup; `cpuPercent` is the share since the controller's previous sample.
+   *
+   * @example
+   * const { cpuPercent, memoryBytes, pids } = await sandbox.metrics();
+   */
+  metrics(options: { signal?: AbortSignal } = {}): Promise<SandboxMetrics> {
+    return this.rest.metrics(this.id, options.signal);
   }
 
   /** The sandbox's state as the controller sees it. */

@@ -190,5 +190,9 @@ describe('ports served through the controller, over in-process daemons', () => {
     expect(first.cpuSeconds).toBeGreaterThan(0);
     const second = await sandbox.metrics();
     expect(second.cpuPercent).toBeGreaterThanOrEqual(0);
+    // The E2B gateway's getMetrics answers the same sample in E2B's shape.
+    const e2b = await fetch(`${warren.url}/e2b/sandboxes/${sandbox.id}/metrics`, { headers: { 'x-api-key': warren.apiKey } });
+    expect(e2b.status).toBe(200);
+    expect(await e2b.json()).toEqual([expect.objectContaining({ cpuCount: expect.any(Number), memUsed: expect.any(Number), cpuUsedPct: expect.any(Number) })]);
   });
 });

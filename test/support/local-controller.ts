@@ -14,6 +14,7 @@ import {
   type ProviderState,
   type SandboxProvider,
   type SandboxSpec,
+  type SandboxStats,
   type Logger,
   silentLogger,
 } from '@warren/controller';
@@ -122,6 +123,12 @@ class LocalProvider implements SandboxProvider {
   async copyIn(): Promise<void> {}
   async logsTail(): Promise<string> {
     return '';
+  }
+  /** The daemons share this process: its own counters stand in for a cgroup's. */
+  async stats(handle: string): Promise<SandboxStats | undefined> {
+    if (this.sandboxes.get(handle)?.state !== 'running') return undefined;
+    const cpu = process.cpuUsage();
+    return { cpuSeconds: (cpu.user + cpu.system) / 1e6, memoryBytes: process.memoryUsage.rss(), pids: 1 };
   }
 
   async closeAll(): Promise<void> {

@@ -4,6 +4,7 @@ import { open, readlink, unlink, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import {
   accessAt,
+  canRead,
   CodedError,
   DEFAULT_ROOT,
   describePolicy,
@@ -150,6 +151,32 @@ export function displayPhysical(policy: FilePolicy, resolved: ResolvedPath, phys
   const rel = path.posix.relative(resolved.mountRealRoot, physical);
   const located = locate(policy, rel === '' ? resolved.mount.virtual : `${resolved.mount.virtual}/${rel}`);
   return located ? displayOf(policy, located) : physical;
+}
+
+/**
+ * Whether a path found below a resolved one (by walking folders or by a watch, never through a
+ * link) may be read under this policy: at the name it is shown by, and at the mount its physical
+ * place lies in. A narrowed handle's allow-lists apply to each path it learns of, not only to the
+ * one it named.
+ *
+ * @example
+ * mayReadFound(policy, resolved, '/workspace/src/a.py'); // false for a handle that may read only 'docs'
+ */
+export function mayReadFound(policy: FilePolicy, resolved: ResolvedPath, physical: string): boolean {
+  if (!canRead(policy, virtualOf(resolved, physical))) return false;
+  for (const mount of mountsOf(policy)) {
+    // A nested mount the path physically lies in applies its own allow-list too.
+    let realRoot: string;
+    try {
+      realRoot = realpath(mount.root);
+    } catch {
+      continue;
+    }
+    if (realRoot === resolved.mountRealRoot || !isWithin(realRoot, physical) || realRoot.length <= resolved.mountRealRoot.length) continue;
+    const rel = path.posix.relative(realRoot, physical);
+    if (!canRead(policy, rel === '' ? mount.virtual : `${mount.virtual === '/' ? '' : mount.virtual}/${rel}`)) return false;
+  }
+  return true;
 }
 
 /** Maps a found in-container path (under a real mount root) to the policy's naming, for re-checks. */

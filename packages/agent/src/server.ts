@@ -23,6 +23,8 @@ import { ProcessRuntime } from './services/processes.js';
 import { fsHandlers } from './services/fs.js';
 import { ptyHandlers } from './services/pty.js';
 import { EgressRelay, type EgressRelayOptions } from './services/egress-relay.js';
+import { portHandlers } from './services/ports.js';
+import { watchHandlers } from './services/watch.js';
 
 export interface AgentServerOptions {
   /** Where to listen: a unix socket path, in a folder the controller can reach. */
@@ -95,6 +97,8 @@ export function createHandlers(
     ...processes.handlers(policy),
     ...ptyHandlers({ policy, home, sandboxEnv: processes.sandboxEnv, user: processes.user }),
     ...(relay?.handlers() ?? controllerOnly()),
+    ...watchHandlers(policy),
+    ...portHandlers(),
   };
   if (!allowExec) {
     // A shell is not bound by the file policy: a handle granted without exec may not start one.

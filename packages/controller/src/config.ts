@@ -75,6 +75,10 @@ export interface ControllerConfig {
   maxMessageBytes: number;
   /** Ping interval; a connection that has not answered the previous ping is closed. */
   heartbeatMs: number;
+  /** The most port tunnels (HTTP requests in flight and WebSockets through `/v1/sandboxes/:id/ports/:port`) open to one sandbox. */
+  maxPortConnectionsPerSandbox: number;
+  /** How long an app behind a port URL may take to send its response headers. */
+  portResponseTimeoutMs: number;
   /** Extra `Origin` values allowed on WebSocket upgrades (non-browser clients send none). */
   allowedOrigins: string[];
   /** Extra `Host` values allowed on WebSocket upgrades, besides loopback and the bound address. */
@@ -229,6 +233,8 @@ export const ConfigFile = z.strictObject({
   maxConnections: z.number().int().positive().optional(),
   maxMessageBytes: z.number().int().min(1024).optional(),
   heartbeatMs: z.number().int().min(100).optional(),
+  maxPortConnectionsPerSandbox: z.number().int().min(1).max(10_000).optional(),
+  portResponseTimeoutMs: z.number().int().min(100).optional(),
   allowedOrigins: z.array(z.string()).optional(),
   allowedHosts: z.array(z.string()).optional(),
   images: Images.optional(),
@@ -340,6 +346,8 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   maxConnections: 1000,
   maxMessageBytes: 64 * 1024 * 1024,
   heartbeatMs: 30_000,
+  maxPortConnectionsPerSandbox: 64,
+  portResponseTimeoutMs: 60_000,
   allowedOrigins: [],
   allowedHosts: [],
   images: { allowedRegistries: ['docker.io'], pull: 'missing', maxPullMb: 4096, maxBuildContextMb: 256, buildNetwork: 'none', timeoutMs: 15 * 60_000 },
@@ -479,6 +487,8 @@ const ENV_SETTINGS: [variable: string, path: string, kind: 'string' | 'number' |
   ['WARREN_MAX_CONNECTIONS', 'maxConnections', 'number'],
   ['WARREN_MAX_MESSAGE_BYTES', 'maxMessageBytes', 'number'],
   ['WARREN_HEARTBEAT_MS', 'heartbeatMs', 'number'],
+  ['WARREN_MAX_PORT_CONNECTIONS_PER_SANDBOX', 'maxPortConnectionsPerSandbox', 'number'],
+  ['WARREN_PORT_RESPONSE_TIMEOUT_MS', 'portResponseTimeoutMs', 'number'],
   ['WARREN_ALLOWED_ORIGINS', 'allowedOrigins', 'list,'],
   ['WARREN_ALLOWED_HOSTS', 'allowedHosts', 'list,'],
   ['WARREN_ALLOWED_REGISTRIES', 'images.allowedRegistries', 'list,'],

@@ -132,6 +132,19 @@ export class Credentials {
     }
   }
 
+  /**
+   * The signature of a browser URL for one sandbox port until `expiresAt` (ms since the epoch):
+   * scoped to that sandbox and port, so it opens nothing else, and checked without storage.
+   */
+  portSignature(sandboxId: string, port: number, expiresAt: number): string {
+    return this.derive('port', `${sandboxId}:${port}:${expiresAt}`);
+  }
+
+  /** True when `presented` is {@link portSignature} of that sandbox, port and expiry (compared in constant time). */
+  isPortSignature(sandboxId: string, port: number, expiresAt: number, presented: string): boolean {
+    return timingSafeEqual(digest(presented), digest(this.portSignature(sandboxId, port, expiresAt)));
+  }
+
   private derive(purpose: string, value: string): string {
     return createHmac('sha256', this.masterKey).update(`${purpose}:${value}`).digest('base64url');
   }

@@ -13,6 +13,7 @@ import { callAccessCheck, callerFor, grantFor, observeCalls, routeRefusal, type 
 import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
 import type { EgressLog } from './egress/egress-log.js';
+import { isPortPath, PortProxy } from './ports/proxy.js';
 import { relay, sizeRefusal } from './relay.js';
 import { ROUTES, routeList, routesAt, sendJson } from './routes.js';
 import type { SandboxService } from './sandboxes.js';
@@ -47,10 +48,23 @@ export function createHttpServer(deps: HttpServerDeps) {
   const wss = new WebSocketServer({ noServer: true, maxPayload: WS_MAX_PAYLOAD_BYTES, perMessageDeflate: false });
 
   const e2b = createE2bGateway(deps);
+  const ports = new PortProxy({
+    sandboxes: deps.sandboxes,
+    credentials: deps.credentials,
+    metrics: deps.metrics,
+    maxPortConnectionsPerSandbox: deps.config.maxPortConnectionsPerSandbox,
+    portResponseTimeoutMs: deps.config.portResponseTimeoutMs,
+  });
   const server = createServer((req, res) => {
     const entry: AccessEntry = { requestId: requestIdOf(req), startedAt: performance.now() };
     res.setHeader(REQUEST_ID_HEADER, entry.requestId);
     res.once('close', () => logRequest(deps.logger, req, entry, res.statusCode, res.writableFinished));
+    // A sandbox's port (ports/proxy.ts): the app's own answer, not a JSON route.
+    if (isPortPath(req.url ?? '/')) {
+      entry.sandboxId = /^\/v1\/sandboxes\/([A-Za-z0-9]{1,64})\//.exec(req.url ?? '')?.[1];
+      ports.serve(req, res).catch((err: unknown) => sendError(deps, res, err, entry));
+      return;
+    }
     // The E2B gateway (docs/e2b.md) speaks E2B's wire on its own prefix; everything else is Warren's route table.
     const e2bPath = isE2bPath(new URL(req.url ?? '/', 'http://controller').pathname);
     if (e2bPath) entry.sandboxId = e2bSandboxId(req);
@@ -69,6 +83,10 @@ export function createHttpServer(deps: HttpServerDeps) {
     socket.on('error', () => socket.destroy());
     const entry: AccessEntry = { requestId: requestIdOf(req), startedAt: performance.now() };
     upgradeIds.set(req, entry.requestId);
+    if (isPortPath(req.url ?? '/')) {
+      ports.upgrade(req, socket, head).catch((err: unknown) => rejectUpgrade(deps, req, socket, err, entry));
+      return;
+    }
     upgrade(deps, wss, upgrading, req, socket, head, entry).catch((err: unknown) => rejectUpgrade(deps, req, socket, err, entry));
   });
 

@@ -21,6 +21,7 @@ export {
   containerCreateBody,
   engineError,
   engineIsolation,
+  statsFromEngine,
   WORKSPACE,
   type DaemonChannel,
   type SandboxContainerSpec,
@@ -30,6 +31,7 @@ export { LABELS, sandboxLabels } from './labels.js';
 export type {
   SandboxProvider,
   SandboxSpec,
+  SandboxStats,
   ProvidedSandbox,
   ProviderState,
   ProviderIsolation,
@@ -89,3 +91,4 @@ export { KubernetesProvider, podState, startVerdict, warrenLabels, type Kubernet
 export { sandboxPod, podName, selectableLabels, LABELS_ANNOTATION, MANAGED_BY, EXPIRES_LABEL, type SandboxPodInput } from './kubernetes/pod-spec.js';
 export { kubeError, readRefusal, type ApiRefusal } from './kubernetes/errors.js';
 export { runtimeImageTar, runtimeImageName } from './kubernetes/runtime-image.js';
+export { PortTunnel } from './ports/tunnel.js';

@@ -76,6 +76,19 @@ export interface SandboxProvider {
   copyIn(handle: string, tar: Buffer, path: string): Promise<void>;
   /** The last lines the sandbox's daemon wrote, for error messages when it does not come up. */
   logsTail(handle: string): Promise<string>;
+  /** What the sandbox uses now, as the backend measures it (cgroup counters), or undefined when it is not running. */
+  stats(handle: string): Promise<SandboxStats | undefined>;
+}
+
+/** One sample of a sandbox's use, as a provider reads it from its engine (never from inside the sandbox). */
+export interface SandboxStats {
+  cpuSeconds: number;
+  memoryBytes: number;
+  memoryLimitBytes?: number | undefined;
+  memoryPeakBytes?: number | undefined;
+  pids: number;
+  pidsLimit?: number | undefined;
+  network?: { rxBytes: number; txBytes: number } | undefined;
 }
 
 /** What a provider runs: provider-neutral, so it carries no engine's types. */

@@ -18,8 +18,12 @@ import {
   UpdateNetworkRequest,
   NetworkPolicyResponse,
   EgressLogResponse,
+  SandboxMetrics,
+  PortUrlRequest,
+  PortUrlResponse,
   issueText,
 } from '@warren/protocol';
+import { PORT_EXPIRY_PARAM, PORT_SIGNATURE_PARAM } from './ports/proxy.js';
 import { z } from 'zod';
 import { deriveGrant, type Access, type Caller } from './grants.js';
 import type { HttpServerDeps } from './http.js';
@@ -330,6 +334,35 @@ export const ROUTES: readonly Route[] = [
       const limit = number('limit');
       const page = deps.egressLog?.list(record.agentId, { ...(since === undefined ? {} : { since }), ...(limit === undefined ? {} : { limit }) });
       sendJson(res, 200, page ?? { entries: [], lastSeq: -1 });
+    },
+  },
+  {
+    method: 'GET',
+    path: '/v1/sandboxes/{id}/metrics',
+    operationId: 'sandboxMetrics',
+    summary: 'What the sandbox uses now (CPU, memory, pids, network), as the engine measures it.',
+    access: 'info',
+    responses: { 200: { description: 'One sample.', schema: SandboxMetrics } },
+    handle: async ({ deps, res, id }) => sendJson(res, 200, await deps.sandboxes.usage(id)),
+  },
+  {
+    method: 'POST',
+    path: '/v1/sandboxes/{id}/port-urls',
+    operationId: 'signPortUrl',
+    summary: 'A signed, expiring URL that opens one port of the sandbox in a browser (see /v1/sandboxes/{id}/ports/{port}/).',
+    access: 'exec',
+    body: PortUrlRequest,
+    responses: { 201: { description: 'The URL path and when it stops working.', schema: PortUrlResponse } },
+    handle: async ({ deps, req, res, id }) => {
+      deps.sandboxes.record(id);
+      const body = PortUrlRequest.safeParse(await readJson(req));
+      if (!body.success) throw new CodedError('INVALID_PARAMS', `Invalid port URL request: ${body.error.issues.map(issueText).join('; ')}`);
+      const expiresAt = Date.now() + (body.data.ttlSeconds ?? 3600) * 1000;
+      const sig = deps.credentials.portSignature(id, body.data.port, expiresAt);
+      sendJson(res, 201, {
+        path: `/v1/sandboxes/${id}/ports/${body.data.port}/?${PORT_SIGNATURE_PARAM}=${sig}&${PORT_EXPIRY_PARAM}=${expiresAt}`,
+        expiresAt: new Date(expiresAt).toISOString(),
+      });
     },
   },
   {

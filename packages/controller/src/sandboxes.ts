@@ -1,6 +1,6 @@
 import { realpath, stat } from 'node:fs/promises';
 import { customAlphabet } from 'nanoid';
-import { CodedError, type CreateSandboxResponse, type EgressPolicy, type SandboxInfo, type SandboxSettings } from '@warren/protocol';
+import { CodedError, type CreateSandboxResponse, type EgressPolicy, type SandboxInfo, type SandboxMetrics, type SandboxSettings } from '@warren/protocol';
 import { probeAgent } from './agent-link.js';
 import { systemClock, type Clock } from './clock.js';
 import type { ControllerConfig } from './config.js';
@@ -77,6 +77,8 @@ export class SandboxService {
   readonly egress: SandboxEgress | undefined;
   /** Creates under way or waiting for a slot (they count towards maxSandboxes). */
   private creating = 0;
+  /** The last CPU sample taken per sandbox, for the CPU share between two samples. */
+  private readonly lastSamples = new Map<string, { at: number; cpuSeconds: number }>();
   /** At most `maxConcurrentCreates` cold creates at once; more wait in a bounded queue. */
   private readonly createSlots: Slots;
   private readonly createQueueLimits: WaitLimits;
@@ -430,6 +432,26 @@ export class SandboxService {
     const starts = this.supervisor.startsOf(id);
     this.supervisor.observe(record, await this.provider.inspect(record.containerId), starts);
     return describe(record);
+  }
+
+  /**
+   * One sample of what a sandbox uses, from the backend (cgroup counters the engine reads), with
+   * its CPU share since the previous sample taken here. SANDBOX_NOT_READY when it is not running.
+   */
+  async usage(id: string): Promise<SandboxMetrics> {
+    const record = this.table.require(id);
+    const stats = await this.provider.stats(record.containerId);
+    if (!stats)
+      throw new CodedError('SANDBOX_NOT_READY', `Sandbox '${id}' is not running, so it uses nothing to measure; resume or restart it first.`, {
+        sandboxId: id,
+      });
+    const now = performance.now();
+    const previous = this.lastSamples.get(id);
+    this.lastSamples.set(id, { at: now, cpuSeconds: stats.cpuSeconds });
+    if (this.lastSamples.size > 10_000) this.lastSamples.delete(this.lastSamples.keys().next().value!);
+    const elapsed = previous ? (now - previous.at) / 1000 : 0;
+    const cpuPercent = previous && elapsed > 0 ? Math.max(0, ((stats.cpuSeconds - previous.cpuSeconds) / elapsed) * 100) : undefined;
+    return { sandboxId: id, time: new Date().toISOString(), ...stats, ...(cpuPercent === undefined ? {} : { cpuPercent: Math.round(cpuPercent * 10) / 10 }) };
   }
 
   /** The record of a sandbox, or SANDBOX_NOT_FOUND. */

@@ -10,6 +10,7 @@ import {
   type PullOptions,
   type SandboxProvider,
   type SandboxSpec,
+  type SandboxStats,
 } from '../src/index.js';
 
 /**
@@ -204,6 +205,16 @@ export class FakeProvider implements SandboxProvider {
   async logsTail(): Promise<string> {
     return '';
   }
+
+  /** Fixed numbers while running: what a test sees is the controller's handling, not a measurement. */
+  async stats(handle: string): Promise<SandboxStats | undefined> {
+    const sandbox = this.sandboxes.get(handle);
+    if (sandbox?.state !== 'running') return undefined;
+    this.cpuSeconds += 0.5;
+    return { cpuSeconds: this.cpuSeconds, memoryBytes: 64 * 1024 * 1024, memoryLimitBytes: 512 * 1024 * 1024, pids: 3, pidsLimit: 256 };
+  }
+  /** CPU seconds the fake's sandboxes have "used": half a second more at every sample. */
+  cpuSeconds = 0;
 
   /** The test's hand: a sandbox's processes stop, as when its daemon is killed. */
   die(handle: string): void {

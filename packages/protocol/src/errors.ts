@@ -48,6 +48,10 @@ export const ERROR_CODES = {
     suggestion:
       'This backend cannot do that (the message says which and why, and what it can do instead); GET /readyz names the engine or cluster (docs/install.md, docs/kubernetes.md).',
   },
+  PORT_UNREACHABLE: {
+    status: 502,
+    suggestion: 'Nothing listens on that port inside the sandbox: start the server first, listening on 127.0.0.1 (or 0.0.0.0), then retry.',
+  },
   IMAGE_NOT_ALLOWED: {
     status: 403,
     suggestion: "Use an image already on the engine or one from a registry in the controller's allowedRegistries (GET /readyz lists them).",

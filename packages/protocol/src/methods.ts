@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { AUDIT_METHODS } from './methods/audit.js';
 import { EGRESS_METHODS } from './methods/egress.js';
 import { FS_METHODS } from './methods/fs.js';
+import { LIVE_METHODS } from './methods/live.js';
 import { PROCESS_METHODS } from './methods/process.js';
 import { PTY_METHODS } from './methods/pty.js';
 import { SHELL_METHODS } from './methods/shell.js';
@@ -18,13 +19,23 @@ export * from './methods/process.js';
 export * from './methods/pty.js';
 export * from './methods/shell.js';
 export * from './methods/egress.js';
+export * from './methods/live.js';
 
 /**
  * The method registry: the one place a method exists. Each domain keeps its schemas in its own
  * module under `methods/`; the agent dispatches on this table, the controller checks access with
  * it, the SDK types its calls from it.
  */
-export const METHODS = { ...SYSTEM_METHODS, ...FS_METHODS, ...PROCESS_METHODS, ...SHELL_METHODS, ...AUDIT_METHODS, ...PTY_METHODS, ...EGRESS_METHODS } as const;
+export const METHODS = {
+  ...SYSTEM_METHODS,
+  ...FS_METHODS,
+  ...PROCESS_METHODS,
+  ...SHELL_METHODS,
+  ...AUDIT_METHODS,
+  ...PTY_METHODS,
+  ...EGRESS_METHODS,
+  ...LIVE_METHODS,
+} as const;
 
 export type MethodName = keyof typeof METHODS;
 /** What a caller passes (defaults not yet applied). */

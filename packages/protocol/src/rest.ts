@@ -201,6 +201,50 @@ export const DeriveTokenResponse = z.strictObject({
 });
 export type DeriveTokenResponse = z.infer<typeof DeriveTokenResponse>;
 
+/**
+ * `GET /v1/sandboxes/:id/metrics`: one sample of what the sandbox uses, as the engine reports it
+ * (cgroup counters read by the engine, never anything the sandbox itself says). A field the
+ * engine does not report is absent.
+ */
+export const SandboxMetrics = z.looseObject({
+  sandboxId: z.string(),
+  /** When the sample was taken (ISO 8601). */
+  time: z.string(),
+  /** CPU time used since the sandbox started, in seconds. */
+  cpuSeconds: z.number().nonnegative(),
+  /** CPU used since the previous sample the controller took, as a percentage of one core (absent for the first sample). */
+  cpuPercent: z.number().nonnegative().optional(),
+  /** Memory in use (page cache that can be dropped is not counted), and the limit. */
+  memoryBytes: z.number().int().nonnegative(),
+  memoryLimitBytes: z.number().int().nonnegative().optional(),
+  /** The most memory in use at once, where the engine's cgroup reports it. */
+  memoryPeakBytes: z.number().int().nonnegative().optional(),
+  pids: z.number().int().nonnegative(),
+  pidsLimit: z.number().int().nonnegative().optional(),
+  /** Bytes received and sent, summed over the sandbox's network interfaces (absent with `network: none`). */
+  network: z.strictObject({ rxBytes: z.number().int().nonnegative(), txBytes: z.number().int().nonnegative() }).optional(),
+});
+export type SandboxMetrics = z.infer<typeof SandboxMetrics>;
+
+/** `POST /v1/sandboxes/:id/port-urls`: a signed, expiring URL for a browser to reach one port. */
+export const PortUrlRequest = z.strictObject({
+  port: z.number().int().min(1).max(65535),
+  /** How long the URL works (default an hour, at most a week). */
+  ttlSeconds: z
+    .number()
+    .int()
+    .min(1)
+    .max(7 * 24 * 3600)
+    .optional(),
+});
+export type PortUrlRequest = z.input<typeof PortUrlRequest>;
+export const PortUrlResponse = z.strictObject({
+  /** The URL path and query (join it to the controller's address): `/v1/sandboxes/<id>/ports/<port>/?warren_sig=...&warren_exp=...`. */
+  path: z.string(),
+  expiresAt: z.string(),
+});
+export type PortUrlResponse = z.infer<typeof PortUrlResponse>;
+
 /** `POST /v1/images/pull`: fetch an image onto the engine ahead of a create, with progress. */
 export const PullImageRequest = z.strictObject({
   /** A Docker image reference (`alpine:3.20`, `ghcr.io/org/tool@sha256:...`); its registry must be allowed. */

@@ -11,7 +11,9 @@ export const PROTOCOL_VERSION = 1;
  * lower one: a feature of minor N is used only when both ends are at N or later.
  * 2: line ranges are `startLine`/`endLine` everywhere and anchored lines are `fs.readAnchored`.
  * 3: streamed transfers of any size (`fs.uploadOpen` / `fs.uploadChunk` / `fs.uploadCommit` /
- *    `fs.uploadAbort`, `fs.downloadStream`); an older daemon answers them `UNKNOWN_METHOD`.
+ *    `fs.uploadAbort`, `fs.downloadStream`), file watching (`fs.watch`), port tunnels
+ *    (`port.open`, `port.write`) and the controller's egress relay (`egress.serve`, `egress.send`);
+ *    an older daemon answers them `UNKNOWN_METHOD`.
  */
 export const PROTOCOL_MINOR = 3;
 

@@ -26,6 +26,9 @@ const EXAMPLES: { [M in MethodName]: { params: unknown; result: unknown } } = {
   'pty.write': { params: { handle: 'h_1', data: 'ls\r' }, result: { bytesWritten: 3 } },
   'pty.resize': { params: { handle: 'h_1', cols: 120, rows: 40 }, result: { cols: 120, rows: 40 } },
   'pty.kill': { params: { handle: 'h_1', signal: 'SIGHUP' }, result: { signalled: 1 } },
+  'fs.watch': { params: { path: 'src', recursive: true, coalesceMs: 20 }, result: { ended: 'removed' } },
+  'port.open': { params: { port: 3000, host: '127.0.0.1', connectTimeoutMs: 1000 }, result: { bytesIn: 10, bytesOut: 20 } },
+  'port.write': { params: { handle: 't_1', end: true }, result: { bytesWritten: 10 } },
   'fs.read': {
     params: { path: 'a.py', range: { unit: 'lines', startLine: 1, endLine: 2, maxLines: 10 }, hash: true },
     result: {

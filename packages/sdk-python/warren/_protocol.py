@@ -91,6 +91,7 @@ ERROR_CODES: Dict[str, tuple] = {
     'UPSTREAM_UNAVAILABLE': (502, 'The Docker engine or the sandbox daemon did not answer; check that Docker is running.'),
     'PTY_UNAVAILABLE': (501, 'This sandbox cannot open a terminal (the message says why); run commands with commands.run or commands.start instead.'),
     'NOT_SUPPORTED': (501, 'This backend cannot do that (the message says which and why, and what it can do instead); GET /readyz names the engine or cluster (docs/install.md, docs/kubernetes.md).'),
+    'PORT_UNREACHABLE': (502, 'Nothing listens on that port inside the sandbox: start the server first, listening on 127.0.0.1 (or 0.0.0.0), then retry.'),
     'IMAGE_NOT_ALLOWED': (403, "Use an image already on the engine or one from a registry in the controller's allowedRegistries (GET /readyz lists them)."),
     'IMAGE_PULL_FAILED': (502, 'Check the image name and tag, that the registry answers, and that the image is public or the engine is logged in.'),
     'IMAGE_TOO_LARGE': (507, 'Use a smaller image, or ask the operator to raise images.maxPullMb or free disk space on the engine.'),
@@ -127,47 +128,50 @@ if TYPE_CHECKING:
     _C26 = int
     _C27 = str
     _C28 = int
-    _C29 = str
-    _C30 = str
+    _C29 = int
+    _C30 = int
+    _C31 = str
     _C32 = str
-    _C33 = int
-    _C34 = int
+    _C34 = str
     _C35 = int
     _C36 = int
-    _C37 = str
+    _C37 = int
     _C38 = int
-    _C39 = int
-    _C40 = str
-    _C41 = str
+    _C39 = str
+    _C40 = int
+    _C41 = int
     _C42 = str
     _C43 = str
     _C44 = str
     _C45 = str
     _C46 = str
-    _C47 = int
-    _C48 = float
+    _C47 = str
+    _C48 = str
     _C49 = int
-    _C50 = str
-    _C53 = str
+    _C50 = float
+    _C51 = int
+    _C52 = str
     _C55 = str
-    _C56 = str
     _C57 = str
+    _C58 = str
     _C59 = str
-    _C60 = str
+    _C61 = str
     _C62 = str
-    _C63 = str
     _C64 = str
-    _C67 = str
-    _C68 = int
+    _C65 = str
+    _C66 = str
     _C69 = str
-    _C70 = str
-    _C72 = int
-    _C73 = int
+    _C70 = int
+    _C71 = str
+    _C72 = str
     _C74 = int
     _C75 = int
     _C76 = int
-    _C77 = str
+    _C77 = int
+    _C78 = int
     _C79 = str
+    _C81 = int
+    _C82 = str
 else:
     _C1 = conint(strict=True, ge=0, le=9007199254740991)
     _C2 = conint(strict=True, le=10000, gt=0)
@@ -194,48 +198,51 @@ else:
     _C25 = conint(strict=True, ge=0, le=16777216)
     _C26 = conint(strict=True, ge=0, le=4194304)
     _C27 = constr(strict=True, regex='^up_[0-9a-f]{32}$')
-    _C28 = conint(strict=True, ge=0, le=511)
-    _C29 = constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_-]+$')
-    _C30 = constr(strict=True, min_length=1, max_length=1048576)
-    _C32 = constr(strict=True, min_length=1, max_length=4096, regex='^[^=\\0]+$')
-    _C33 = conint(strict=True, le=86400000, gt=0)
-    _C34 = conint(strict=True, ge=1024, le=8388608)
-    _C35 = conint(strict=True, le=604800000, gt=0)
-    _C36 = conint(strict=True, ge=4096, le=67108864)
-    _C37 = constr(strict=True, max_length=200)
-    _C38 = conint(strict=True, ge=0, le=86400000)
-    _C39 = conint(strict=True, ge=1, le=1000)
-    _C40 = constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_.-]+$')
-    _C41 = constr(strict=True, max_length=100)
-    _C42 = constr(strict=True, min_length=1, max_length=64)
-    _C43 = constr(strict=True, min_length=1, max_length=100)
-    _C44 = constr(strict=True, min_length=1, max_length=256)
-    _C45 = constr(strict=True, min_length=1, max_length=256, regex='^[A-Za-z_][A-Za-z0-9_]*$')
-    _C46 = constr(strict=True, max_length=32768)
-    _C47 = conint(strict=True, le=256, gt=0)
-    _C48 = confloat(strict=True, le=256, gt=0)
-    _C49 = conint(strict=True, ge=16, le=1048576)
-    _C50 = constr(strict=True, min_length=1, max_length=253)
-    _C53 = constr(strict=True, min_length=1, max_length=1024, regex='^\\/.*')
-    _C55 = constr(strict=True, min_length=1, max_length=128, regex='^[A-Za-z_][A-Za-z0-9_]*$')
-    _C56 = constr(strict=True, min_length=1, max_length=16384)
-    _C57 = constr(strict=True, min_length=1, max_length=128)
-    _C59 = constr(strict=True, min_length=1, max_length=128, regex="^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
-    _C60 = constr(strict=True, max_length=1024)
-    _C62 = constr(strict=True, regex='^\\d{1,10}(:\\d{1,10})?$')
-    _C63 = constr(strict=True, min_length=1, max_length=4096, regex='^\\/.*')
-    _C64 = constr(strict=True, min_length=2, max_length=32, regex='^\\.[^/\\0]+$')
-    _C67 = constr(strict=True, min_length=1, max_length=256, regex='^[A-Za-z0-9._-]+(\\/[A-Za-z0-9._-]+)*$')
-    _C68 = conint(strict=True, ge=10, le=2592000)
-    _C69 = constr(strict=True, regex='^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$')
-    _C70 = constr(strict=True, max_length=256)
-    _C72 = conint(strict=True, ge=1, le=1048576)
-    _C73 = conint(strict=True, ge=64, le=1048576)
-    _C74 = conint(strict=True, ge=1, le=16777216)
-    _C75 = conint(strict=True, ge=16, le=16777216)
-    _C76 = conint(strict=True, ge=1, le=2592000)
-    _C77 = constr(strict=True, regex='^(\\*\\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$')
-    _C79 = constr(strict=True, min_length=1, max_length=512)
+    _C28 = conint(strict=True, ge=0, le=5000)
+    _C29 = conint(strict=True, ge=0, le=511)
+    _C30 = conint(strict=True, ge=100, le=60000)
+    _C31 = constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_-]+$')
+    _C32 = constr(strict=True, min_length=1, max_length=1048576)
+    _C34 = constr(strict=True, min_length=1, max_length=4096, regex='^[^=\\0]+$')
+    _C35 = conint(strict=True, le=86400000, gt=0)
+    _C36 = conint(strict=True, ge=1024, le=8388608)
+    _C37 = conint(strict=True, le=604800000, gt=0)
+    _C38 = conint(strict=True, ge=4096, le=67108864)
+    _C39 = constr(strict=True, max_length=200)
+    _C40 = conint(strict=True, ge=0, le=86400000)
+    _C41 = conint(strict=True, ge=1, le=1000)
+    _C42 = constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_.-]+$')
+    _C43 = constr(strict=True, max_length=100)
+    _C44 = constr(strict=True, min_length=1, max_length=64)
+    _C45 = constr(strict=True, min_length=1, max_length=100)
+    _C46 = constr(strict=True, min_length=1, max_length=256)
+    _C47 = constr(strict=True, min_length=1, max_length=256, regex='^[A-Za-z_][A-Za-z0-9_]*$')
+    _C48 = constr(strict=True, max_length=32768)
+    _C49 = conint(strict=True, le=256, gt=0)
+    _C50 = confloat(strict=True, le=256, gt=0)
+    _C51 = conint(strict=True, ge=16, le=1048576)
+    _C52 = constr(strict=True, min_length=1, max_length=253)
+    _C55 = constr(strict=True, min_length=1, max_length=1024, regex='^\\/.*')
+    _C57 = constr(strict=True, min_length=1, max_length=128, regex='^[A-Za-z_][A-Za-z0-9_]*$')
+    _C58 = constr(strict=True, min_length=1, max_length=16384)
+    _C59 = constr(strict=True, min_length=1, max_length=128)
+    _C61 = constr(strict=True, min_length=1, max_length=128, regex="^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+    _C62 = constr(strict=True, max_length=1024)
+    _C64 = constr(strict=True, regex='^\\d{1,10}(:\\d{1,10})?$')
+    _C65 = constr(strict=True, min_length=1, max_length=4096, regex='^\\/.*')
+    _C66 = constr(strict=True, min_length=2, max_length=32, regex='^\\.[^/\\0]+$')
+    _C69 = constr(strict=True, min_length=1, max_length=256, regex='^[A-Za-z0-9._-]+(\\/[A-Za-z0-9._-]+)*$')
+    _C70 = conint(strict=True, ge=10, le=2592000)
+    _C71 = constr(strict=True, regex='^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$')
+    _C72 = constr(strict=True, max_length=256)
+    _C74 = conint(strict=True, ge=1, le=1048576)
+    _C75 = conint(strict=True, ge=64, le=1048576)
+    _C76 = conint(strict=True, ge=1, le=16777216)
+    _C77 = conint(strict=True, ge=16, le=16777216)
+    _C78 = conint(strict=True, ge=1, le=2592000)
+    _C79 = constr(strict=True, regex='^(\\*\\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$')
+    _C81 = conint(strict=True, ge=1, le=604800)
+    _C82 = constr(strict=True, min_length=1, max_length=512)
 
 
 class AuditListParams(_Strict):
@@ -587,9 +594,40 @@ class FsUploadOpenResult(_Tolerant):
     path: StrictStr = Field(...)
 
 
+class FsWatchParams(_Strict):
+    path: _C12 = Field(...)
+    recursive: StrictBool = Field(True)
+    coalesce_ms: _C28 = Field(50, alias='coalesceMs')
+
+
+class FsWatchResult(_Tolerant):
+    ended: Literal['removed'] = Field(...)
+
+
+class FsWatchReadyEvent(_Tolerant):
+    path: StrictStr = Field(...)
+    watched_folders: _C1 = Field(..., alias='watchedFolders')
+
+
+class FsWatchChangesEventChangesItem(_Tolerant):
+    type: Literal['create', 'write', 'remove', 'rename'] = Field(...)
+    path: StrictStr = Field(...)
+    from_: Optional[StrictStr] = Field(None, alias='from')
+    directory: Optional[StrictBool] = Field(None)
+
+
+class FsWatchChangesEvent(_Tolerant):
+    changes: List[FsWatchChangesEventChangesItem] = Field(...)
+
+
+class FsWatchOverflowEvent(_Tolerant):
+    reason: Literal['queue', 'watch-limit', 'kernel'] = Field(...)
+    dropped: _C1 = Field(...)
+
+
 class FsWriteParams(_Strict):
     path: _C12 = Field(...)
-    mode: Optional[_C28] = Field(None)
+    mode: Optional[_C29] = Field(None)
     expected_sha256: Optional[_C15] = Field(None, alias='expectedSha256')
     overwrite: StrictBool = Field(True)
     hash: StrictBool = Field(False)
@@ -604,8 +642,35 @@ class FsWriteResult(_Tolerant):
     created: StrictBool = Field(...)
 
 
+class PortOpenParams(_Strict):
+    port: _C11 = Field(...)
+    host: Literal['127.0.0.1', '::1'] = Field('127.0.0.1')
+    connect_timeout_ms: _C30 = Field(5000, alias='connectTimeoutMs')
+
+
+class PortOpenResult(_Tolerant):
+    bytes_in: _C1 = Field(..., alias='bytesIn')
+    bytes_out: _C1 = Field(..., alias='bytesOut')
+
+
+class PortOpenConnectedEvent(_Tolerant):
+    handle: _C31 = Field(...)
+
+
+PortOpenDataEvent = EgressSendResult
+
+
+class PortWriteParams(_Strict):
+    handle: _C31 = Field(...)
+    end: StrictBool = Field(False)
+
+
+class PortWriteResult(_Tolerant):
+    bytes_written: _C1 = Field(..., alias='bytesWritten')
+
+
 class ProcessAttachParams(_Strict):
-    handle: _C29 = Field(...)
+    handle: _C31 = Field(...)
     stdout_offset: Optional[_C1] = Field(None, alias='stdoutOffset')
     stderr_offset: Optional[_C1] = Field(None, alias='stderrOffset')
     follow: Optional[StrictBool] = Field(None)
@@ -617,7 +682,7 @@ class ProcessAttachResultStdout(_Tolerant):
 
 
 class ProcessAttachResult(_Tolerant):
-    handle: _C29 = Field(...)
+    handle: _C31 = Field(...)
     pid: _C5 = Field(...)
     cmd: StrictStr = Field(...)
     tag: Optional[StrictStr] = Field(None)
@@ -639,25 +704,25 @@ ProcessAttachStderrEvent = FsDownloadStreamDataEvent
 
 
 class ProcessCloseStdinParams(_Strict):
-    handle: _C29 = Field(...)
+    handle: _C31 = Field(...)
 
 
 ProcessCloseStdinResult = ProcessAttachResult
 
 
 if TYPE_CHECKING:
-    _C31 = List[_C18]
+    _C33 = List[_C18]
 else:
-    _C31 = conlist(_C18, min_items=1, max_items=10000)
+    _C33 = conlist(_C18, min_items=1, max_items=10000)
 
 
 class ProcessExecParams(_Strict):
-    cmd: Union[_C30, _C31] = Field(...)
+    cmd: Union[_C32, _C33] = Field(...)
     cwd: Optional[_C12] = Field(None)
-    env: Optional[Dict[_C32, _C18]] = Field(None)
+    env: Optional[Dict[_C34, _C18]] = Field(None)
     stdin: Optional[_C14] = Field(None)
-    timeout_ms: Optional[_C33] = Field(None, alias='timeoutMs')
-    output_cap_bytes: Optional[_C34] = Field(None, alias='outputCapBytes')
+    timeout_ms: Optional[_C35] = Field(None, alias='timeoutMs')
+    output_cap_bytes: Optional[_C36] = Field(None, alias='outputCapBytes')
     save_output: Optional[StrictBool] = Field(None, alias='saveOutput')
     stream: Optional[StrictBool] = Field(None)
 
@@ -689,7 +754,7 @@ ProcessExecStderrEvent = FsDownloadStreamDataEvent
 
 
 class ProcessKillParams(_Strict):
-    handle: _C29 = Field(...)
+    handle: _C31 = Field(...)
     signal: Optional[Literal['SIGTERM', 'SIGKILL', 'SIGINT', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2', 'SIGSTOP', 'SIGCONT']] = Field(None)
 
 
@@ -705,33 +770,32 @@ class ProcessListResult(_Tolerant):
 
 
 class ProcessStartParams(_Strict):
-    cmd: Union[_C30, _C31] = Field(...)
+    cmd: Union[_C32, _C33] = Field(...)
     cwd: Optional[_C12] = Field(None)
-    env: Optional[Dict[_C32, _C18]] = Field(None)
+    env: Optional[Dict[_C34, _C18]] = Field(None)
     keep_stdin_open: Optional[StrictBool] = Field(None, alias='keepStdinOpen')
-    timeout_ms: Optional[_C35] = Field(None, alias='timeoutMs')
-    buffer_bytes: Optional[_C36] = Field(None, alias='bufferBytes')
-    tag: Optional[_C37] = Field(None)
+    timeout_ms: Optional[_C37] = Field(None, alias='timeoutMs')
+    buffer_bytes: Optional[_C38] = Field(None, alias='bufferBytes')
+    tag: Optional[_C39] = Field(None)
 
 
 ProcessStartResult = ProcessAttachResult
 
 
 class ProcessWaitParams(_Strict):
-    handle: _C29 = Field(...)
-    timeout_ms: Optional[_C38] = Field(None, alias='timeoutMs')
+    handle: _C31 = Field(...)
+    timeout_ms: Optional[_C40] = Field(None, alias='timeoutMs')
 
 
 ProcessWaitResult = ProcessAttachResult
 
 
 class ProcessWriteParams(_Strict):
-    handle: _C29 = Field(...)
+    handle: _C31 = Field(...)
     data: Optional[_C14] = Field(None)
 
 
-class ProcessWriteResult(_Tolerant):
-    bytes_written: _C1 = Field(..., alias='bytesWritten')
+ProcessWriteResult = PortWriteResult
 
 
 PtyKillParams = ProcessKillParams
@@ -742,11 +806,11 @@ class PtyKillResult(_Tolerant):
 
 
 class PtyOpenParams(_Strict):
-    cols: _C39 = Field(...)
-    rows: _C39 = Field(...)
-    cmd: Optional[Union[_C30, _C31]] = Field(None)
+    cols: _C41 = Field(...)
+    rows: _C41 = Field(...)
+    cmd: Optional[Union[_C32, _C33]] = Field(None)
     cwd: Optional[_C12] = Field(None)
-    env: Optional[Dict[_C32, _C18]] = Field(None)
+    env: Optional[Dict[_C34, _C18]] = Field(None)
 
 
 class PtyOpenResult(_Tolerant):
@@ -756,7 +820,7 @@ class PtyOpenResult(_Tolerant):
 
 
 class PtyOpenStartedEvent(_Tolerant):
-    handle: _C29 = Field(...)
+    handle: _C31 = Field(...)
     pid: _C5 = Field(...)
 
 
@@ -764,26 +828,26 @@ PtyOpenOutputEvent = FsDownloadStreamDataEvent
 
 
 class PtyResizeParams(_Strict):
-    handle: _C29 = Field(...)
-    cols: _C39 = Field(...)
-    rows: _C39 = Field(...)
+    handle: _C31 = Field(...)
+    cols: _C41 = Field(...)
+    rows: _C41 = Field(...)
 
 
 class PtyResizeResult(_Tolerant):
-    cols: _C39 = Field(...)
-    rows: _C39 = Field(...)
+    cols: _C41 = Field(...)
+    rows: _C41 = Field(...)
 
 
 class PtyWriteParams(_Strict):
-    handle: _C29 = Field(...)
+    handle: _C31 = Field(...)
     data: Optional[_C18] = Field(None)
 
 
-PtyWriteResult = ProcessWriteResult
+PtyWriteResult = PortWriteResult
 
 
 class ShellCloseParams(_Strict):
-    session: _C40 = Field(...)
+    session: _C42 = Field(...)
 
 
 class ShellCloseResult(_Tolerant):
@@ -794,7 +858,7 @@ ShellListParams = ProcessListParams
 
 
 class ShellListResultSessionsItem(_Tolerant):
-    session: _C40 = Field(...)
+    session: _C42 = Field(...)
     pid: _C5 = Field(...)
     busy: StrictBool = Field(...)
 
@@ -804,23 +868,23 @@ class ShellListResult(_Tolerant):
 
 
 class ShellOpenParams(_Strict):
-    session: _C40 = Field(...)
+    session: _C42 = Field(...)
     cwd: Optional[_C12] = Field(None)
-    env: Optional[Dict[_C32, _C18]] = Field(None)
+    env: Optional[Dict[_C34, _C18]] = Field(None)
 
 
 class ShellOpenResult(_Tolerant):
-    session: _C40 = Field(...)
+    session: _C42 = Field(...)
     pid: _C5 = Field(...)
     created: StrictBool = Field(...)
     busy: StrictBool = Field(...)
 
 
 class ShellRunParams(_Strict):
-    session: _C40 = Field(...)
-    cmd: _C30 = Field(...)
-    timeout_ms: Optional[_C33] = Field(None, alias='timeoutMs')
-    output_cap_bytes: Optional[_C34] = Field(None, alias='outputCapBytes')
+    session: _C42 = Field(...)
+    cmd: _C32 = Field(...)
+    timeout_ms: Optional[_C35] = Field(None, alias='timeoutMs')
+    output_cap_bytes: Optional[_C36] = Field(None, alias='outputCapBytes')
 
 
 class ShellRunResult(_Tolerant):
@@ -855,57 +919,57 @@ class FrameHeaderHello(_Tolerant):
     type: Literal['hello'] = Field(...)
     protocol_version: _C16 = Field(..., alias='protocolVersion')
     protocol_minor: Optional[_C1] = Field(None, alias='protocolMinor')
-    client: Optional[_C37] = Field(None)
+    client: Optional[_C39] = Field(None)
 
 
 class FrameHeaderWelcome(_Tolerant):
     type: Literal['welcome'] = Field(...)
     protocol_version: _C16 = Field(..., alias='protocolVersion')
     protocol_minor: Optional[_C1] = Field(None, alias='protocolMinor')
-    server: _C37 = Field(...)
-    server_version: _C41 = Field(..., alias='serverVersion')
+    server: _C39 = Field(...)
+    server_version: _C43 = Field(..., alias='serverVersion')
 
 
 class FrameHeaderReq(_Tolerant):
     type: Literal['req'] = Field(...)
-    id: Union[_C1, _C42] = Field(...)
-    method: _C43 = Field(...)
+    id: Union[_C1, _C44] = Field(...)
+    method: _C45 = Field(...)
     params: Any = Field(...)
 
 
 class FrameHeaderRes(_Tolerant):
     type: Literal['res'] = Field(...)
-    id: Union[_C1, _C42] = Field(...)
+    id: Union[_C1, _C44] = Field(...)
     result: Any = Field(...)
 
 
 class FrameHeaderErrError(_Tolerant):
-    code: _C43 = Field(...)
+    code: _C45 = Field(...)
     message: StrictStr = Field(...)
     details: Optional[Dict[StrictStr, Any]] = Field(None)
 
 
 class FrameHeaderErr(_Tolerant):
     type: Literal['err'] = Field(...)
-    id: Optional[Union[_C1, _C42]] = Field(...)
+    id: Optional[Union[_C1, _C44]] = Field(...)
     error: FrameHeaderErrError = Field(...)
 
 
 class FrameHeaderEvt(_Tolerant):
     type: Literal['evt'] = Field(...)
-    id: Union[_C1, _C42] = Field(...)
-    event: _C43 = Field(...)
+    id: Union[_C1, _C44] = Field(...)
+    event: _C45 = Field(...)
     data: Any = Field(...)
 
 
 class FrameHeaderCancel(_Tolerant):
     type: Literal['cancel'] = Field(...)
-    id: Union[_C1, _C42] = Field(...)
+    id: Union[_C1, _C44] = Field(...)
 
 
 class FrameHeaderApproval(_Tolerant):
     type: Literal['approval'] = Field(...)
-    id: Union[_C1, _C42] = Field(...)
+    id: Union[_C1, _C44] = Field(...)
     allow: StrictBool = Field(...)
 
 
@@ -924,33 +988,33 @@ class CreateSandboxRequestEgressNone(_Strict):
 
 
 if TYPE_CHECKING:
-    _C51 = List[_C11]
+    _C53 = List[_C11]
 else:
-    _C51 = conlist(_C11, min_items=1, max_items=16)
+    _C53 = conlist(_C11, min_items=1, max_items=16)
 
 
 if TYPE_CHECKING:
-    _C52 = List[Literal['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']]
+    _C54 = List[Literal['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']]
 else:
-    _C52 = conlist(Literal['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'], min_items=1, max_items=7)
+    _C54 = conlist(Literal['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'], min_items=1, max_items=7)
 
 
 class CreateSandboxRequestEgressAllowRulesItem(_Strict):
-    host: _C50 = Field(...)
-    ports: Optional[_C51] = Field(None)
-    methods: Optional[_C52] = Field(None)
-    path_prefix: Optional[_C53] = Field(None, alias='pathPrefix')
+    host: _C52 = Field(...)
+    ports: Optional[_C53] = Field(None)
+    methods: Optional[_C54] = Field(None)
+    path_prefix: Optional[_C55] = Field(None, alias='pathPrefix')
 
 
 if TYPE_CHECKING:
-    _C54 = List[CreateSandboxRequestEgressAllowRulesItem]
+    _C56 = List[CreateSandboxRequestEgressAllowRulesItem]
 else:
-    _C54 = conlist(CreateSandboxRequestEgressAllowRulesItem, min_items=1, max_items=256)
+    _C56 = conlist(CreateSandboxRequestEgressAllowRulesItem, min_items=1, max_items=256)
 
 
 class CreateSandboxRequestEgressAllow(_Strict):
     mode: Literal['allow'] = Field(...)
-    rules: _C54 = Field(...)
+    rules: _C56 = Field(...)
 
 
 class CreateSandboxRequestEgressOpen(_Strict):
@@ -958,55 +1022,55 @@ class CreateSandboxRequestEgressOpen(_Strict):
 
 
 if TYPE_CHECKING:
-    _C58 = List[_C50]
+    _C60 = List[_C52]
 else:
-    _C58 = conlist(_C50, min_items=1, max_items=32)
+    _C60 = conlist(_C52, min_items=1, max_items=32)
 
 
 class CreateSandboxRequestSecretsItemTargetVariant1(_Strict):
-    header: _C59 = Field(...)
-    template: _C60 = Field('{secret}')
+    header: _C61 = Field(...)
+    template: _C62 = Field('{secret}')
 
 
 class CreateSandboxRequestSecretsItemTargetVariant2(_Strict):
-    query: _C57 = Field(...)
+    query: _C59 = Field(...)
 
 
 class CreateSandboxRequestSecretsItem(_Strict):
-    name: _C55 = Field(...)
-    value: Optional[_C56] = Field(None)
-    ref: Optional[_C57] = Field(None)
-    hosts: _C58 = Field(...)
+    name: _C57 = Field(...)
+    value: Optional[_C58] = Field(None)
+    ref: Optional[_C59] = Field(None)
+    hosts: _C60 = Field(...)
     target: Union[CreateSandboxRequestSecretsItemTargetVariant1, CreateSandboxRequestSecretsItemTargetVariant2] = Field(...)
 
 
 if TYPE_CHECKING:
-    _C61 = List[CreateSandboxRequestSecretsItem]
+    _C63 = List[CreateSandboxRequestSecretsItem]
 else:
-    _C61 = conlist(CreateSandboxRequestSecretsItem, max_items=32)
+    _C63 = conlist(CreateSandboxRequestSecretsItem, max_items=32)
 
 
 if TYPE_CHECKING:
-    _C65 = List[_C64]
+    _C67 = List[_C66]
 else:
-    _C65 = conlist(_C64, max_items=256)
+    _C67 = conlist(_C66, max_items=256)
 
 
 if TYPE_CHECKING:
-    _C66 = List[_C12]
+    _C68 = List[_C12]
 else:
-    _C66 = conlist(_C12, max_items=256)
+    _C68 = conlist(_C12, max_items=256)
 
 
 class CreateSandboxRequestPolicyVariant1Restrict(_Strict):
-    read: _C66 = Field(...)
-    write: _C66 = Field(...)
+    read: _C68 = Field(...)
+    write: _C68 = Field(...)
 
 
 class CreateSandboxRequestPolicyVariant1(_Strict):
     root: _C12 = Field(...)
     read_only: StrictBool = Field(False, alias='readOnly')
-    suffixes: Optional[_C65] = Field(None)
+    suffixes: Optional[_C67] = Field(None)
     max_file_bytes: Optional[_C16] = Field(None, alias='maxFileBytes')
     restrict: Optional[CreateSandboxRequestPolicyVariant1Restrict] = Field(None)
 
@@ -1014,51 +1078,51 @@ class CreateSandboxRequestPolicyVariant1(_Strict):
 class CreateSandboxRequestPolicyVariant2PathsValue(_Strict):
     root: _C12 = Field(...)
     mode: Literal['ro', 'rw'] = Field('ro')
-    suffixes: Optional[_C65] = Field(None)
+    suffixes: Optional[_C67] = Field(None)
     max_file_bytes: Optional[_C16] = Field(None, alias='maxFileBytes')
     write_approval: StrictBool = Field(True, alias='writeApproval')
     read_approval: StrictBool = Field(False, alias='readApproval')
 
 
 class CreateSandboxRequestPolicyVariant2(_Strict):
-    paths: Dict[_C67, CreateSandboxRequestPolicyVariant2PathsValue] = Field(...)
+    paths: Dict[_C69, CreateSandboxRequestPolicyVariant2PathsValue] = Field(...)
     restrict: Optional[CreateSandboxRequestPolicyVariant1Restrict] = Field(None)
 
 
 class CreateSandboxRequestMountsItem(_Strict):
-    host_path: _C63 = Field(..., alias='hostPath')
-    path: _C63 = Field(...)
+    host_path: _C65 = Field(..., alias='hostPath')
+    path: _C65 = Field(...)
     read_only: StrictBool = Field(True, alias='readOnly')
 
 
 if TYPE_CHECKING:
-    _C71 = List[CreateSandboxRequestMountsItem]
+    _C73 = List[CreateSandboxRequestMountsItem]
 else:
-    _C71 = conlist(CreateSandboxRequestMountsItem, max_items=16)
+    _C73 = conlist(CreateSandboxRequestMountsItem, max_items=16)
 
 
 class CreateSandboxRequest(_Strict):
-    image: Optional[_C44] = Field(None)
-    env: Optional[Dict[_C45, _C46]] = Field(None)
-    cpus: Optional[Union[_C47, _C48]] = Field(None)
-    memory_mb: Optional[_C49] = Field(None, alias='memoryMb')
-    pids_limit: Optional[_C49] = Field(None, alias='pidsLimit')
+    image: Optional[_C46] = Field(None)
+    env: Optional[Dict[_C47, _C48]] = Field(None)
+    cpus: Optional[Union[_C49, _C50]] = Field(None)
+    memory_mb: Optional[_C51] = Field(None, alias='memoryMb')
+    pids_limit: Optional[_C51] = Field(None, alias='pidsLimit')
     network: Optional[Literal['none', 'bridge']] = Field(None)
     egress: Optional[Union[CreateSandboxRequestEgressNone, CreateSandboxRequestEgressAllow, CreateSandboxRequestEgressOpen]] = Field(None)
-    secrets: Optional[_C61] = Field(None)
+    secrets: Optional[_C63] = Field(None)
     runtime: Optional[Literal['runc', 'runsc']] = Field(None)
-    user: Optional[_C62] = Field(None)
-    workspace: Optional[_C63] = Field(None)
-    workdir: Optional[_C63] = Field(None)
+    user: Optional[_C64] = Field(None)
+    workspace: Optional[_C65] = Field(None)
+    workdir: Optional[_C65] = Field(None)
     policy: Optional[Union[CreateSandboxRequestPolicyVariant1, CreateSandboxRequestPolicyVariant2]] = Field(None)
-    ttl_seconds: Optional[_C68] = Field(None, alias='ttlSeconds')
-    labels: Optional[Dict[_C69, _C70]] = Field(None)
-    mounts: Optional[_C71] = Field(None)
+    ttl_seconds: Optional[_C70] = Field(None, alias='ttlSeconds')
+    labels: Optional[Dict[_C71, _C72]] = Field(None)
+    mounts: Optional[_C73] = Field(None)
     read_only_rootfs: Optional[StrictBool] = Field(None, alias='readOnlyRootfs')
-    tmp_mb: Optional[_C72] = Field(None, alias='tmpMb')
-    open_files: Optional[_C73] = Field(None, alias='openFiles')
-    file_size_mb: Optional[_C74] = Field(None, alias='fileSizeMb')
-    disk_mb: Optional[_C75] = Field(None, alias='diskMb')
+    tmp_mb: Optional[_C74] = Field(None, alias='tmpMb')
+    open_files: Optional[_C75] = Field(None, alias='openFiles')
+    file_size_mb: Optional[_C76] = Field(None, alias='fileSizeMb')
+    disk_mb: Optional[_C77] = Field(None, alias='diskMb')
 
 
 class CreateSandboxResponseSettingsMountsItem(_Tolerant):
@@ -1099,12 +1163,12 @@ class CreateSandboxResponse(_Tolerant):
 
 
 class DeriveTokenRequest(_Strict):
-    allow_read: Optional[Union[_C12, _C66]] = Field(None, alias='allowRead')
-    allow_write: Optional[Union[_C12, _C66]] = Field(None, alias='allowWrite')
+    allow_read: Optional[Union[_C12, _C68]] = Field(None, alias='allowRead')
+    allow_write: Optional[Union[_C12, _C68]] = Field(None, alias='allowWrite')
     readonly: Optional[StrictBool] = Field(None)
     inherit: Optional[StrictBool] = Field(None)
     allow_exec: Optional[StrictBool] = Field(None, alias='allowExec')
-    ttl_seconds: Optional[_C76] = Field(None, alias='ttlSeconds')
+    ttl_seconds: Optional[_C78] = Field(None, alias='ttlSeconds')
 
 
 class DeriveTokenResponse(_Tolerant):
@@ -1190,21 +1254,21 @@ class NetworkPolicyResponseEgressNone(_Tolerant):
 
 
 class NetworkPolicyResponseEgressAllowRulesItem(_Tolerant):
-    host: _C77 = Field(...)
-    ports: Optional[_C51] = Field(None)
-    methods: Optional[_C52] = Field(None)
-    path_prefix: Optional[_C53] = Field(None, alias='pathPrefix')
+    host: _C79 = Field(...)
+    ports: Optional[_C53] = Field(None)
+    methods: Optional[_C54] = Field(None)
+    path_prefix: Optional[_C55] = Field(None, alias='pathPrefix')
 
 
 if TYPE_CHECKING:
-    _C78 = List[NetworkPolicyResponseEgressAllowRulesItem]
+    _C80 = List[NetworkPolicyResponseEgressAllowRulesItem]
 else:
-    _C78 = conlist(NetworkPolicyResponseEgressAllowRulesItem, min_items=1, max_items=256)
+    _C80 = conlist(NetworkPolicyResponseEgressAllowRulesItem, min_items=1, max_items=256)
 
 
 class NetworkPolicyResponseEgressAllow(_Tolerant):
     mode: Literal['allow'] = Field(...)
-    rules: _C78 = Field(...)
+    rules: _C80 = Field(...)
 
 
 class NetworkPolicyResponseEgressOpen(_Tolerant):
@@ -1216,8 +1280,18 @@ class NetworkPolicyResponse(_Tolerant):
     version: _C1 = Field(...)
 
 
+class PortUrlRequest(_Tolerant):
+    port: _C11 = Field(...)
+    ttl_seconds: Optional[_C81] = Field(None, alias='ttlSeconds')
+
+
+class PortUrlResponse(_Tolerant):
+    path: StrictStr = Field(...)
+    expires_at: StrictStr = Field(..., alias='expiresAt')
+
+
 class PullImageRequest(_Strict):
-    image: _C79 = Field(...)
+    image: _C82 = Field(...)
 
 
 class RestErrorBodyError(_Tolerant):
@@ -1241,11 +1315,29 @@ class SandboxInfo(_Tolerant):
     settings: CreateSandboxResponseSettings = Field(...)
 
 
+class SandboxMetricsNetwork(_Tolerant):
+    rx_bytes: _C1 = Field(..., alias='rxBytes')
+    tx_bytes: _C1 = Field(..., alias='txBytes')
+
+
+class SandboxMetrics(_Tolerant):
+    sandbox_id: StrictStr = Field(..., alias='sandboxId')
+    time: StrictStr = Field(...)
+    cpu_seconds: Union[_C3, _C4] = Field(..., alias='cpuSeconds')
+    cpu_percent: Optional[Union[_C3, _C4]] = Field(None, alias='cpuPercent')
+    memory_bytes: _C1 = Field(..., alias='memoryBytes')
+    memory_limit_bytes: Optional[_C1] = Field(None, alias='memoryLimitBytes')
+    memory_peak_bytes: Optional[_C1] = Field(None, alias='memoryPeakBytes')
+    pids: _C1 = Field(...)
+    pids_limit: Optional[_C1] = Field(None, alias='pidsLimit')
+    network: Optional[SandboxMetricsNetwork] = Field(None)
+
+
 SandboxState = Literal['running', 'paused', 'exited', 'gone']
 
 
 class SetTimeoutRequest(_Strict):
-    ttl_seconds: _C76 = Field(..., alias='ttlSeconds')
+    ttl_seconds: _C78 = Field(..., alias='ttlSeconds')
 
 
 class UpdateNetworkRequestEgressNone(_Tolerant):
@@ -1253,21 +1345,21 @@ class UpdateNetworkRequestEgressNone(_Tolerant):
 
 
 class UpdateNetworkRequestEgressAllowRulesItem(_Tolerant):
-    host: _C50 = Field(...)
-    ports: Optional[_C51] = Field(None)
-    methods: Optional[_C52] = Field(None)
-    path_prefix: Optional[_C53] = Field(None, alias='pathPrefix')
+    host: _C52 = Field(...)
+    ports: Optional[_C53] = Field(None)
+    methods: Optional[_C54] = Field(None)
+    path_prefix: Optional[_C55] = Field(None, alias='pathPrefix')
 
 
 if TYPE_CHECKING:
-    _C80 = List[UpdateNetworkRequestEgressAllowRulesItem]
+    _C83 = List[UpdateNetworkRequestEgressAllowRulesItem]
 else:
-    _C80 = conlist(UpdateNetworkRequestEgressAllowRulesItem, min_items=1, max_items=256)
+    _C83 = conlist(UpdateNetworkRequestEgressAllowRulesItem, min_items=1, max_items=256)
 
 
 class UpdateNetworkRequestEgressAllow(_Tolerant):
     mode: Literal['allow'] = Field(...)
-    rules: _C80 = Field(...)
+    rules: _C83 = Field(...)
 
 
 class UpdateNetworkRequestEgressOpen(_Tolerant):
@@ -1305,7 +1397,10 @@ METHODS: Dict[str, MethodSpec] = {
     'fs.uploadChunk': MethodSpec(FsUploadChunkParams, FsUploadChunkResult, 'write', 'request', False, {}),
     'fs.uploadCommit': MethodSpec(FsUploadCommitParams, FsUploadCommitResult, 'write', None, False, {}),
     'fs.uploadOpen': MethodSpec(FsUploadOpenParams, FsUploadOpenResult, 'write', None, False, {}),
+    'fs.watch': MethodSpec(FsWatchParams, FsWatchResult, 'read', None, False, {'ready': FsWatchReadyEvent, 'changes': FsWatchChangesEvent, 'overflow': FsWatchOverflowEvent}),
     'fs.write': MethodSpec(FsWriteParams, FsWriteResult, 'write', 'request', True, {}),
+    'port.open': MethodSpec(PortOpenParams, PortOpenResult, 'exec', None, False, {'connected': PortOpenConnectedEvent, 'data': PortOpenDataEvent}),
+    'port.write': MethodSpec(PortWriteParams, PortWriteResult, 'exec', 'request', False, {}),
     'process.attach': MethodSpec(ProcessAttachParams, ProcessAttachResult, 'exec', None, True, {'stdout': ProcessAttachStdoutEvent, 'stderr': ProcessAttachStderrEvent}),
     'process.closeStdin': MethodSpec(ProcessCloseStdinParams, ProcessCloseStdinResult, 'exec', None, True, {}),
     'process.exec': MethodSpec(ProcessExecParams, ProcessExecResult, 'exec', 'request', False, {'stdout': ProcessExecStdoutEvent, 'stderr': ProcessExecStderrEvent}),

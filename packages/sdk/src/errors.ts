@@ -312,6 +312,14 @@ export class NotSupportedError extends WarrenError {
   }
 }
 
+/** Nothing listens on the port a tunnel or port URL names inside the sandbox. */
+export class PortUnreachableError extends WarrenConnectionError {
+  declare readonly code: 'PORT_UNREACHABLE';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('PORT_UNREACHABLE', message, options);
+  }
+}
+
 export class InternalError extends WarrenError {
   declare readonly code: 'INTERNAL';
   constructor(message: string, options?: WarrenErrorOptions) {
@@ -415,6 +423,7 @@ export const ERROR_CLASSES: { readonly [C in WarrenErrorCode]: new (message: str
   UPSTREAM_UNAVAILABLE: UpstreamUnavailableError,
   PTY_UNAVAILABLE: PtyUnavailableError,
   NOT_SUPPORTED: NotSupportedError,
+  PORT_UNREACHABLE: PortUnreachableError,
   INTERNAL: InternalError,
   METHOD_NOT_ALLOWED: MethodNotAllowedError,
   REQUEST_TIMEOUT: RequestTimeoutError,

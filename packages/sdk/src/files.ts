@@ -10,6 +10,7 @@ import { downloadFile, downloadTo, uploadArchive, uploadFrom, type TransferOptio
 
 /** An archive up to this size goes to `upload` in one frame (works with every daemon); a larger one is streamed. */
 export const UPLOAD_ONE_FRAME_BYTES = 16 * 1024 * 1024;
+import { startWatch, type Watcher, type WatchOptions } from './watch.js';
 
 /** Content above this size is written in pieces to a temporary file, then moved into place; up to it, in one frame. */
 export const WRITE_CHUNK_BYTES = 16 * 1024 * 1024;
@@ -129,6 +130,21 @@ export interface FileOperations {
  */
 export class Files implements FileOperations {
   constructor(private readonly connection: () => Channel) {}
+
+  /**
+   * Watches a folder (recursively by default) for changes. Resolves once the watch is armed;
+   * iterate the {@link Watcher} or pass `onEvent`, and close it (or `await using`) when done.
+   * Writes to one file within `coalesceMs` come as one event; an `overflow` event means changes
+   * were dropped and the folder should be rescanned. A dropped connection ends the watch with
+   * an error rather than resuming it silently.
+   *
+   * @example
+   * await using watcher = await sandbox.files.watch('src', { recursive: true });
+   * for await (const event of watcher) if (event.type !== 'overflow') console.log(event.type, event.path);
+   */
+  watch(path: string, options: WatchOptions = {}): Promise<Watcher> {
+    return startWatch(this.connection(), path, options);
+  }
 
   /**
    * Reads a whole file (at most 16 MiB; read larger files by range).

@@ -18,6 +18,8 @@ export {
 } from './files.js';
 export { Commands, type CommandResult, type CommandEvent, type RunOptions, type StartOptions } from './commands.js';
 export { Pty, Terminal, type PtyCreateOptions, type PtyExit } from './pty.js';
+export { Ports, PortConnection } from './ports.js';
+export { Watcher, type WatchEvent, type WatchOptions, type WatchChange } from './watch.js';
 export { ProcessHandle, type AttachEvent, type AttachOptions, type OutputEvent } from './process-handle.js';
 export { ShellSession, type ShellRunResult, type ShellOpenOptions, type ShellRunOptions } from './shell-session.js';
 export { TRANSFER_IDLE_MS, UPLOAD_PIECES_IN_FLIGHT, type TransferOptions, type TransferProgress } from './transfer.js';

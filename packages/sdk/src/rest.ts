@@ -4,11 +4,15 @@ import {
   ImageEvent,
   ListImagesResponse,
   ListSandboxesResponse,
+  PortUrlResponse,
   REST_PATHS,
   SandboxInfo,
   NetworkPolicyResponse,
   EgressLogResponse,
   type EgressPolicy,
+  SandboxMetrics,
+  tolerant,
+  type PortUrlRequest,
   type CreateSandboxRequest,
   type DeriveTokenRequest,
   type ImageInfo,
@@ -115,6 +119,14 @@ export class RestClient {
     if (query.limit !== undefined) search.set('limit', String(query.limit));
     const suffix = search.size > 0 ? `?${search.toString()}` : '';
     return EgressLogResponse.parse(await this.request('GET', `${REST_PATHS.action(id, 'egress')}${suffix}`, undefined, signal));
+  }
+
+  async metrics(id: string, signal?: AbortSignal): Promise<SandboxMetrics> {
+    return tolerant(SandboxMetrics).parse(await this.request('GET', `/v1/sandboxes/${encodeURIComponent(id)}/metrics`, undefined, signal));
+  }
+
+  async portUrl(id: string, body: PortUrlRequest, signal?: AbortSignal): Promise<PortUrlResponse> {
+    return tolerant(PortUrlResponse).parse(await this.request('POST', `/v1/sandboxes/${encodeURIComponent(id)}/port-urls`, body, signal));
   }
 
   async derive(id: string, body: DeriveTokenRequest, signal?: AbortSignal): Promise<DeriveTokenResponse> {

@@ -9,6 +9,7 @@ import {
   type NetworkPolicyResponse,
   type Result,
   type SandboxInfo,
+  type SandboxMetrics,
   type SandboxState,
 } from '@warren/protocol';
 import { Commands } from './commands.js';
@@ -17,6 +18,7 @@ import { Connection, type ApprovalHandler, type CallOptions } from './connection
 import { Files } from './files.js';
 import type { PullProgressEvent } from './images.js';
 import { Pty } from './pty.js';
+import { Ports } from './ports.js';
 import { RestClient, resolveControllerOptions, type ControllerOptions } from './rest.js';
 
 /** Options of {@link Sandbox.create}: where the controller is, and what sandbox to make. */
@@ -61,6 +63,8 @@ export class Sandbox implements AsyncDisposable {
   readonly pty: Pty;
   /** The sandbox's egress policy through Warren's gateway: read it, replace it live, read its events. */
   readonly network: Network;
+  /** Servers listening inside the sandbox: browser URLs and raw connections (`sandbox.ports.url(3000)`). */
+  readonly ports: Ports;
 
   private constructor(
     /** The sandbox id: 142 random bits. */
@@ -78,6 +82,7 @@ export class Sandbox implements AsyncDisposable {
     this.commands = new Commands(() => this.connection);
     this.pty = new Pty(() => this.connection);
     this.network = new Network(rest, id);
+    this.ports = new Ports(() => this.connection, rest, id);
   }
 
   /** One reconnecting channel to a sandbox: the first connection is opened before this returns. */
@@ -177,6 +182,17 @@ export class Sandbox implements AsyncDisposable {
     const { token } = await this.deriveToken(request, options);
     const rest = new RestClient(this.rest.baseUrl, token);
     return new Sandbox(this.id, token, rest, await Sandbox.channel(rest, this.id, token, options.reconnect));
+  }
+
+  /**
+   * What the sandbox uses now (CPU, memory, pids, network), as the engine measures it from the
+   * sandbox's cgroup; `cpuPercent` is the share since the controller's previous sample.
+   *
+   * @example
+   * const { cpuPercent, memoryBytes, pids } = await sandbox.metrics();
+   */
+  metrics(options: { signal?: AbortSignal } = {}): Promise<SandboxMetrics> {
+    return this.rest.metrics(this.id, options.signal);
   }
 
   /** The sandbox's state as the controller sees it. */

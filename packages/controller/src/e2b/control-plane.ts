@@ -68,7 +68,7 @@ const PLANE_ROUTES: readonly PlaneRoute[] = [
   { method: 'POST', pattern: new RegExp(`^/sandboxes/${ID}/connect$`), access: 'lifecycle', handle: connect },
   { method: 'POST', pattern: new RegExp(`^/sandboxes/${ID}/resume$`), access: 'lifecycle', handle: connect },
   { method: 'POST', pattern: new RegExp(`^/sandboxes/${ID}/pause$`), access: 'lifecycle', handle: pause },
-  { method: 'GET', pattern: new RegExp(`^/sandboxes/${ID}/metrics$`), access: 'info', handle: async ({ res }) => json(res, 200, []) },
+  { method: 'GET', pattern: new RegExp(`^/sandboxes/${ID}/metrics$`), access: 'info', handle: metrics },
   { method: 'PUT', pattern: new RegExp(`^/sandboxes/${ID}/network$`), access: 'lifecycle', handle: notServed('Changing network rules') },
   { method: 'POST', pattern: new RegExp(`^/sandboxes/${ID}/(fork|snapshots)$`), access: 'lifecycle', handle: notServed('Forks and snapshots') },
   { method: 'POST', pattern: new RegExp(`^/sandboxes/${ID}/refreshes$`), access: 'lifecycle', handle: keepalive },
@@ -186,6 +186,27 @@ async function setTimeoutRoute({ deps, req, res, id }: PlaneContext): Promise<vo
 async function keepalive({ deps, res, id }: PlaneContext): Promise<void> {
   await deps.sandboxes.keepalive(id);
   res.writeHead(204).end();
+}
+
+/**
+ * E2B's metrics: one `SandboxMetric`, now, from Warren's engine sample (E2B keeps a history; Warren
+ * answers the latest only). The disk fields are 0: Warren does not measure the workspace yet.
+ */
+async function metrics({ deps, res, id }: PlaneContext): Promise<void> {
+  const sample = await deps.sandboxes.usage(id);
+  const { cpus } = deps.sandboxes.record(id).settings;
+  json(res, 200, [
+    {
+      timestamp: sample.time,
+      timestampUnix: Math.floor(Date.parse(sample.time) / 1000),
+      cpuCount: Math.max(1, Math.ceil(cpus)),
+      cpuUsedPct: sample.cpuPercent ?? 0,
+      memUsed: sample.memoryBytes,
+      memTotal: sample.memoryLimitBytes ?? 0,
+      diskUsed: 0,
+      diskTotal: 0,
+    },
+  ]);
 }
 
 /** Connect (and the older resume): resumes a paused sandbox (201), or extends a running one's end, never shortening it (200). */

@@ -170,6 +170,18 @@ export class DaemonSession implements AsyncDisposable {
     }
   }
 
+  /**
+   * Stops reading the daemon's frames until {@link resumeReading}: the daemon's send buffer then
+   * fills and a streaming call (a port tunnel) stops producing, so a slow reader costs no memory here.
+   */
+  pauseReading(): void {
+    this.ws.pause();
+  }
+
+  resumeReading(): void {
+    this.ws.resume();
+  }
+
   /** Whether calls can still be sent: the connection is open and was not closed. */
   get open(): boolean {
     return this.closedError === undefined && this.ws.readyState === this.ws.OPEN;

@@ -37,6 +37,7 @@ const CONNECT_CODES: { readonly [C in ErrorCode]: Code } = {
   UPSTREAM_UNAVAILABLE: Code.Unavailable,
   PTY_UNAVAILABLE: Code.Unimplemented,
   NOT_SUPPORTED: Code.Unimplemented,
+  PORT_UNREACHABLE: Code.Unavailable,
   IMAGE_NOT_ALLOWED: Code.PermissionDenied,
   IMAGE_PULL_FAILED: Code.Unavailable,
   IMAGE_TOO_LARGE: Code.ResourceExhausted,

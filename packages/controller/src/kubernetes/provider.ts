@@ -5,7 +5,16 @@ import { CodedError } from '@warren/protocol';
 import { SOCKET_DIR_IN_SANDBOX } from '../docker.js';
 import { LABELS } from '../labels.js';
 import type { Logger } from '../logger.js';
-import type { DaemonEndpoint, ProvidedImage, ProvidedSandbox, ProviderIsolation, ProviderState, SandboxProvider, SandboxSpec } from '../provider.js';
+import type {
+  DaemonEndpoint,
+  ProvidedImage,
+  ProvidedSandbox,
+  ProviderIsolation,
+  ProviderState,
+  SandboxProvider,
+  SandboxSpec,
+  SandboxStats,
+} from '../provider.js';
 import { bridgeCommand, type AgentRuntime } from '../runtime.js';
 import { kubeError } from './errors.js';
 import { PodExecStream } from './exec-stream.js';
@@ -380,6 +389,11 @@ export class KubernetesProvider implements SandboxProvider {
     } catch {
       return '';
     }
+  }
+
+  /** Metrics would come from the cluster's metrics API (metrics-server), which this provider does not read yet; never from inside the pod. */
+  stats(): Promise<SandboxStats | undefined> {
+    return Promise.reject(notSupported("read a sandbox's metrics", "read the pod's usage from your cluster's metrics (kubectl top pod, metrics-server)"));
   }
 }
 

@@ -1,0 +1,247 @@
+import { request, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { CodedError } from '@warren/protocol';
+import type { Credentials } from '../credentials.js';
+import { callerFor, grantFor, routeRefusal, type Caller } from '../grants.js';
+import type { Metrics } from '../metrics.js';
+import type { SandboxService } from '../sandboxes.js';
+import { PortTunnel } from './tunnel.js';
+
+/** Where a port is served: `/v1/sandboxes/<id>/ports/<port>` and anything below it. */
+const PORT_PATH = /^\/v1\/sandboxes\/([A-Za-z0-9]{1,64})\/ports\/([^/?#]*)(\/[^?#]*)?(\?.*)?$/;
+/** The query parameters of a signed URL, and the cookie a browser keeps them in for the pages' other requests. */
+export const PORT_SIGNATURE_PARAM = 'warren_sig';
+export const PORT_EXPIRY_PARAM = 'warren_exp';
+const COOKIE = 'warren_port';
+/** Request headers that belong to Warren and never reach the app. */
+const STRIPPED = new Set(['authorization', 'cookie', 'host', 'x-warren-policy', 'proxy-authorization', 'forwarded', 'x-forwarded-for', 'x-forwarded-host']);
+
+/** What the port proxy needs from the controller. */
+export interface PortProxyDeps {
+  sandboxes: SandboxService;
+  credentials: Credentials;
+  metrics: Metrics;
+  /** The most tunnels open at once to one sandbox (HTTP requests in flight and WebSockets). */
+  maxPortConnectionsPerSandbox: number;
+  /** How long the app may take to send its response headers. */
+  portResponseTimeoutMs: number;
+}
+
+/** True when a request path is a port URL. */
+export function isPortPath(pathname: string): boolean {
+  return /^\/v1\/sandboxes\/[^/]+\/ports(\/|$)/.test(pathname);
+}
+
+/**
+ * Serves `/v1/sandboxes/:id/ports/:port/...`: each request (and each WebSocket upgrade) becomes
+ * one tunnel through the sandbox's daemon to `127.0.0.1:port` inside the sandbox, so it works with
+ * `network: none` and reaches nothing but that sandbox's own loopback.
+ *
+ * Access needs the API key, the sandbox's token, or a derived token with exec (in
+ * `Authorization`), or a signed URL from `POST /v1/sandboxes/:id/port-urls` (its query, then a
+ * cookie scoped to that port's path). Warren's credentials are stripped before the request goes
+ * on; the request is parsed by Node and written anew, so conflicting `Content-Length` and
+ * `Transfer-Encoding` never reach the app as two requests.
+ */
+export class PortProxy {
+  private readonly open = new Map<string, number>();
+
+  constructor(private readonly deps: PortProxyDeps) {}
+
+  /** Serves one HTTP request; throws a typed error the caller answers with. */
+  async serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const target = this.target(req);
+    const release = this.claim(target.id);
+    let tunnel: PortTunnel;
+    try {
+      tunnel = await PortTunnel.open(this.deps.sandboxes, target.id, target.caller, target.grant, target.port, this.deps.metrics);
+    } catch (err) {
+      release();
+      throw err;
+    }
+    tunnel.once('close', release);
+    res.once('close', () => tunnel.destroy());
+    await new Promise<void>((resolve, reject) => {
+      const upstream = request({
+        createConnection: () => tunnel,
+        method: req.method,
+        path: target.path,
+        headers: forwardHeaders(req.headers, target.port, false),
+      });
+      // Timed here: the tunnel is not a net.Socket, so the request's own socket timeout does not apply.
+      const timer = setTimeout(
+        () => upstream.destroy(new CodedError('UPSTREAM_UNAVAILABLE', `Port ${target.port} did not answer within ${this.deps.portResponseTimeoutMs} ms.`)),
+        this.deps.portResponseTimeoutMs,
+      );
+      upstream.once('close', () => clearTimeout(timer));
+      upstream.once('error', (err) => {
+        clearTimeout(timer);
+        if (res.headersSent) return void res.destroy();
+        reject(
+          err instanceof CodedError ? err : new CodedError('UPSTREAM_UNAVAILABLE', `The app on port ${target.port} broke the connection: ${err.message}.`),
+        );
+      });
+      upstream.once('response', (answer) => {
+        clearTimeout(timer); // a response may stream for as long as the app likes
+        if (target.setCookie) answer.headers['set-cookie'] = [...(answer.headers['set-cookie'] ?? []), target.setCookie];
+        res.writeHead(answer.statusCode ?? 502, answer.statusMessage, answer.headers);
+        res.flushHeaders();
+        answer.pipe(res);
+        answer.once('end', resolve);
+        answer.once('error', () => res.destroy());
+      });
+      req.pipe(upstream);
+    });
+  }
+
+  /** Serves one WebSocket (or other) upgrade by passing the client's socket through a tunnel. */
+  async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    const target = this.target(req);
+    const release = this.claim(target.id);
+    let tunnel: PortTunnel;
+    try {
+      tunnel = await PortTunnel.open(this.deps.sandboxes, target.id, target.caller, target.grant, target.port, this.deps.metrics);
+    } catch (err) {
+      release();
+      throw err;
+    }
+    tunnel.once('close', release);
+    socket.once('close', () => tunnel.destroy());
+    const upstream = request({
+      createConnection: () => tunnel,
+      method: req.method,
+      path: target.path,
+      headers: forwardHeaders(req.headers, target.port, true),
+    });
+    upstream.once('error', () => socket.destroy());
+    upstream.once('upgrade', (answer, upstreamSocket, upstreamHead) => {
+      socket.write(`HTTP/1.1 ${answer.statusCode} ${answer.statusMessage}\r\n${rawHeaders(answer.rawHeaders)}\r\n`);
+      if (upstreamHead.length > 0) socket.write(upstreamHead);
+      if (head.length > 0) upstreamSocket.write(head);
+      upstreamSocket.pipe(socket).pipe(upstreamSocket);
+      upstreamSocket.once('close', () => socket.destroy());
+      socket.once('close', () => upstreamSocket.destroy());
+    });
+    upstream.once('response', (answer) => {
+      // The app refused the upgrade: its answer goes back as it is, then the connection closes.
+      socket.write(`HTTP/1.1 ${answer.statusCode} ${answer.statusMessage}\r\n${rawHeaders(answer.rawHeaders)}\r\n`);
+      answer.pipe(socket);
+    });
+    upstream.end();
+  }
+
+  private claim(id: string): () => void {
+    const count = this.open.get(id) ?? 0;
+    if (count >= this.deps.maxPortConnectionsPerSandbox) {
+      throw new CodedError(
+        'RESOURCE_EXHAUSTED',
+        `Sandbox '${id}' already has ${count} port connections open (maxPortConnectionsPerSandbox); close some or wait for them to finish.`,
+      );
+    }
+    this.open.set(id, count + 1);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      const left = (this.open.get(id) ?? 1) - 1;
+      if (left <= 0) this.open.delete(id);
+      else this.open.set(id, left);
+    };
+  }
+
+  private target(req: IncomingMessage) {
+    const match = PORT_PATH.exec(req.url ?? '');
+    if (!match) throw new CodedError('NOT_FOUND', 'A port URL is /v1/sandboxes/<id>/ports/<port>/<path>.');
+    const [, id, portText, rest = '/', search = ''] = match as unknown as [string, string, string, string | undefined, string | undefined];
+    const port = /^\d{1,5}$/.test(portText) ? Number(portText) : NaN;
+    if (!(port >= 1 && port <= 65535)) throw new CodedError('INVALID_PARAMS', `'${portText.slice(0, 20)}' is not a port: use a number from 1 to 65535.`);
+    const segments = rest.split('/').map((s) => safeDecode(s));
+    if (segments.some((s) => s === '..' || s === '.' || s === undefined || s.includes('/') || s.includes('\\'))) {
+      throw new CodedError('INVALID_PARAMS', 'A port URL path may not contain . or .. segments or encoded slashes.');
+    }
+    const record = this.deps.sandboxes.record(id);
+    const query = new URLSearchParams(search);
+    const { caller, setCookie } = this.authenticate(req, id, port, query);
+    const grant = grantFor(record, caller);
+    const refusal = routeRefusal({ caller, grant: () => grant }, 'exec', `port ${port}`);
+    if (refusal) throw refusal;
+    query.delete(PORT_SIGNATURE_PARAM);
+    query.delete(PORT_EXPIRY_PARAM);
+    const left = query.toString();
+    return { id, port, caller, grant, setCookie, path: `${rest}${left ? `?${left}` : ''}` };
+  }
+
+  private authenticate(req: IncomingMessage, id: string, port: number, query: URLSearchParams): { caller: Caller; setCookie?: string } {
+    const presented = /^Bearer (\S+)$/.exec(req.headers.authorization ?? '')?.[1];
+    if (presented !== undefined) {
+      const caller = callerFor(this.deps.credentials, presented, id);
+      if (caller) return { caller };
+    }
+    const signed = (sig: string | null | undefined, exp: string | null | undefined) => {
+      const expiresAt = Number(exp);
+      return typeof sig === 'string' &&
+        Number.isSafeInteger(expiresAt) &&
+        expiresAt > Date.now() &&
+        this.deps.credentials.isPortSignature(id, port, expiresAt, sig)
+        ? expiresAt
+        : undefined;
+    };
+    const fromQuery = signed(query.get(PORT_SIGNATURE_PARAM), query.get(PORT_EXPIRY_PARAM));
+    if (fromQuery !== undefined) {
+      // The page's other requests carry no query: a cookie for this port's path only, until the URL expires.
+      const value = `${query.get(PORT_SIGNATURE_PARAM)}.${fromQuery}`;
+      const maxAge = Math.max(1, Math.floor((fromQuery - Date.now()) / 1000));
+      return {
+        caller: { kind: 'sandbox', sandboxId: id },
+        setCookie: `${COOKIE}=${value}; Path=/v1/sandboxes/${id}/ports/${port}/; Max-Age=${maxAge}; HttpOnly; SameSite=Lax`,
+      };
+    }
+    const cookie = cookieValue(req.headers.cookie, COOKIE);
+    const [sig, exp] = cookie?.split('.') ?? [];
+    if (signed(sig, exp) !== undefined) return { caller: { kind: 'sandbox', sandboxId: id } };
+    throw new CodedError(
+      'UNAUTHORIZED',
+      `A port URL needs a credential: Authorization: Bearer <API key or sandbox token>, or a signed URL from POST /v1/sandboxes/${id}/port-urls.`,
+    );
+  }
+}
+
+function safeDecode(segment: string): string | undefined {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return undefined;
+  }
+}
+
+function cookieValue(header: string | undefined, name: string): string | undefined {
+  for (const part of (header ?? '').split(';')) {
+    const [key, ...value] = part.trim().split('=');
+    if (key === name) return value.join('=');
+  }
+  return undefined;
+}
+
+/** The client's headers as the app should see them: Warren's credentials and cookie gone, Host the app's own. */
+function forwardHeaders(headers: IncomingHttpHeaders, port: number, upgrade: boolean): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined || STRIPPED.has(name)) continue;
+    if (!upgrade && (name === 'connection' || name === 'upgrade' || name === 'keep-alive')) continue;
+    out[name] = value;
+  }
+  const cookies = (headers.cookie ?? '')
+    .split(';')
+    .map((c) => c.trim())
+    .filter((c) => c !== '' && !c.startsWith(`${COOKIE}=`));
+  if (cookies.length > 0) out.cookie = cookies.join('; ');
+  out.host = `localhost:${port}`;
+  if (headers.host) out['x-forwarded-host'] = headers.host;
+  return out;
+}
+
+function rawHeaders(raw: string[]): string {
+  let text = '';
+  for (let i = 0; i + 1 < raw.length; i += 2) text += `${raw[i]}: ${raw[i + 1]}\r\n`;
+  return text;
+}

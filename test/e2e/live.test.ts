@@ -1,0 +1,78 @@
+import { describe, expect, it } from '@jest/globals';
+import { Sandbox, type WatchEvent } from '@warren/sdk';
+import { WebSocket } from 'ws';
+import { startTestController } from '../support/fixtures.js';
+
+/** A small web app for inside the sandbox: a page, a streamed answer, and an echoing WebSocket-free JSON route. */
+const APP = `
+import http.server, json, sys, time
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path == '/stream':
+            self.send_response(200); self.send_header('content-type', 'text/event-stream'); self.end_headers()
+            for i in range(3):
+                self.wfile.write(f'data: {i}\\n\\n'.encode()); self.wfile.flush(); time.sleep(0.05)
+            return
+        body = json.dumps({'path': self.path, 'auth': self.headers.get('authorization')}).encode()
+        self.send_response(200); self.send_header('content-type', 'application/json'); self.send_header('content-length', str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+http.server.ThreadingHTTPServer(('127.0.0.1', 8000), H).serve_forever()
+`;
+
+describe.each(['socket', 'exec'] as const)('a live sandbox over the %s daemon channel', (daemonChannel) => {
+  it('serves a port, reports engine metrics, and watches a folder', async () => {
+    await using warren = await startTestController({ config: { daemonChannel } });
+    await using sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });
+    await sandbox.files.write('app.py', APP);
+    await sandbox.commands.start('python3 app.py');
+    const auth = { authorization: `Bearer ${sandbox.token}` };
+    let page: Response | undefined;
+    for (let i = 0; i < 50; i++) {
+      page = await fetch(`${sandbox.ports.baseUrl(8000)}hello?x=1`, { headers: auth });
+      if (page.status === 200) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(page!.status).toBe(200);
+    expect(await page!.json()).toEqual({ path: '/hello?x=1', auth: null });
+    expect(await (await fetch(`${sandbox.ports.baseUrl(8000)}stream`, { headers: auth })).text()).toBe('data: 0\n\ndata: 1\n\ndata: 2\n\n');
+    const signed = await fetch(await sandbox.ports.url(8000, { ttlSeconds: 30 }));
+    expect(signed.status).toBe(200);
+    expect((await fetch(`${sandbox.ports.baseUrl(8001)}`, { headers: auth })).status).toBe(502);
+    // Nothing on the host's loopback is reachable through a sandbox port: the daemon dials inside the sandbox.
+    const hostPort = Number(new URL(warren.url).port);
+    expect((await fetch(`${sandbox.ports.baseUrl(hostPort)}healthz`, { headers: auth })).status).toBe(502);
+
+    // A WebSocket upgrade to a server that does not speak WebSocket is answered by the app, not hung.
+    const refused = await new Promise<string>((resolve) => {
+      const ws = new WebSocket(`${sandbox.ports.baseUrl(8000).replace('http', 'ws')}ws`, { headers: auth });
+      ws.once('unexpected-response', (_req, res) => resolve(String(res.statusCode)));
+      ws.once('open', () => resolve('open'));
+      ws.once('error', (err) => resolve(err.message));
+    });
+    expect(refused).not.toBe('open');
+
+    await sandbox.commands.run('python3 -c "x = bytearray(64 * 1024 * 1024); import time; time.sleep(0.5)" &');
+    const metrics = await sandbox.metrics();
+    expect(metrics.sandboxId).toBe(sandbox.id);
+    expect(metrics.memoryBytes).toBeGreaterThan(1024 * 1024);
+    expect(metrics.pids).toBeGreaterThanOrEqual(2);
+    expect(metrics.cpuSeconds).toBeGreaterThan(0);
+    expect(metrics.network).toBeUndefined(); // network: none
+
+    await sandbox.files.mkdir('watched');
+    await using watcher = await sandbox.files.watch('watched', { coalesceMs: 20 });
+    await sandbox.commands.run('mkdir -p watched/sub && echo hi > watched/sub/a.txt && ln -s /etc watched/etc && touch /tmp/outside');
+    const seen: WatchEvent[] = [];
+    const iterator = watcher[Symbol.asyncIterator]();
+    const deadline = Date.now() + 5000;
+    while (!['watched/sub/a.txt', 'watched/etc'].every((p) => seen.some((e) => 'path' in e && e.path === p)) && Date.now() < deadline) {
+      const next = await iterator.next();
+      if (next.done) break;
+      seen.push(next.value);
+    }
+    const paths = seen.flatMap((e) => ('path' in e ? [e.path] : []));
+    expect(paths).toEqual(expect.arrayContaining(['watched/sub', 'watched/sub/a.txt', 'watched/etc']));
+    expect(paths.filter((p) => p.includes('outside') || p.startsWith('watched/etc/'))).toEqual([]);
+  }, 120_000);
+});

@@ -2,6 +2,7 @@ import { CodedError } from './errors.js';
 import { issueText } from './frame.js';
 import { z } from 'zod';
 import { AUDIT_METHODS } from './methods/audit.js';
+import { CODE_METHODS } from './methods/code.js';
 import { FS_METHODS } from './methods/fs.js';
 import { PROCESS_METHODS } from './methods/process.js';
 import { PTY_METHODS } from './methods/pty.js';
@@ -16,13 +17,14 @@ export * from './methods/audit.js';
 export * from './methods/process.js';
 export * from './methods/pty.js';
 export * from './methods/shell.js';
+export * from './methods/code.js';
 
 /**
  * The method registry: the one place a method exists. Each domain keeps its schemas in its own
  * module under `methods/`; the agent dispatches on this table, the controller checks access with
  * it, the SDK types its calls from it.
  */
-export const METHODS = { ...SYSTEM_METHODS, ...FS_METHODS, ...PROCESS_METHODS, ...SHELL_METHODS, ...AUDIT_METHODS, ...PTY_METHODS } as const;
+export const METHODS = { ...SYSTEM_METHODS, ...FS_METHODS, ...PROCESS_METHODS, ...SHELL_METHODS, ...AUDIT_METHODS, ...PTY_METHODS, ...CODE_METHODS } as const;
 
 export type MethodName = keyof typeof METHODS;
 /** What a caller passes (defaults not yet applied). */

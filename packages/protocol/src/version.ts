@@ -10,8 +10,9 @@ export const PROTOCOL_VERSION = 1;
  * What this build adds within the major. Both ends send theirs in the handshake and speak the
  * lower one: a feature of minor N is used only when both ends are at N or later.
  * 2: line ranges are `startLine`/`endLine` everywhere and anchored lines are `fs.readAnchored`.
+ * 3: `code.*`, the code interpreter (`code.run` with its events, contexts), and `KERNEL_DIED`.
  */
-export const PROTOCOL_MINOR = 2;
+export const PROTOCOL_MINOR = 3;
 
 /**
  * The minor both ends of a connection speak: the lower of the two (a peer that sent none is at 0).

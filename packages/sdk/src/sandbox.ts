@@ -8,6 +8,7 @@ import {
   type SandboxInfo,
   type SandboxState,
 } from '@warren/protocol';
+import { Code } from './code.js';
 import { Commands } from './commands.js';
 import { ReconnectingChannel, type ReconnectOptions } from './channel.js';
 import { Connection, type ApprovalHandler, type CallOptions } from './connection.js';
@@ -54,6 +55,8 @@ export class Sandbox implements AsyncDisposable {
   readonly files: Files;
   /** Processes in the sandbox. */
   readonly commands: Commands;
+  /** Run code in kernels that keep state: Python (Jupyter), JavaScript, TypeScript (docs/code.md). */
+  readonly code: Code;
   /** Interactive programs on pseudo-terminals (`sandbox.pty.create({ cols, rows })`). */
   readonly pty: Pty;
 
@@ -71,6 +74,7 @@ export class Sandbox implements AsyncDisposable {
   ) {
     this.files = new Files(() => this.connection);
     this.commands = new Commands(() => this.connection);
+    this.code = new Code(() => this.connection);
     this.pty = new Pty(() => this.connection);
   }
 

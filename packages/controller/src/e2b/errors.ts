@@ -36,6 +36,7 @@ const CONNECT_CODES: { readonly [C in ErrorCode]: Code } = {
   SANDBOX_NOT_READY: Code.Unavailable,
   UPSTREAM_UNAVAILABLE: Code.Unavailable,
   PTY_UNAVAILABLE: Code.Unimplemented,
+  KERNEL_DIED: Code.Aborted,
   IMAGE_NOT_ALLOWED: Code.PermissionDenied,
   IMAGE_PULL_FAILED: Code.Unavailable,
   IMAGE_TOO_LARGE: Code.ResourceExhausted,

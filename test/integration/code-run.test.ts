@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { encodeGrant } from '@warren/protocol';
-import { Code, ForbiddenError, KernelDiedError, type CodeDisplay } from '@warren/sdk';
+import { callMCPTool, Code, codeInterpreterTools, dispatchAnthropicToolUse, ForbiddenError, KernelDiedError, runToolCall, type CodeDisplay } from '@warren/sdk';
 import { startTestAgent, type TestAgent } from '../support/fixtures.js';
 
 // Needs Debian's python3-ipykernel, python3-matplotlib and python3-pandas on this machine (scripts/test installs them).
@@ -47,18 +47,21 @@ describe('code.run on an in-process agent', () => {
     const failed = await code.run('def f():\n    return 1 / 0\nf()');
     expect(failed.error).toMatchObject({ name: 'ZeroDivisionError', value: 'division by zero' });
     expect(failed.error!.traceback).toContain('return 1 / 0');
-    expect(failed.error!.traceback).not.toMatch(/\x1b\[/);
+    expect(failed.error!.traceback).not.toContain('\u001b[');
     expect(mainText((await code.run('x')).results)).toBe('40');
   });
 
   it('streams stdout, stderr, results and errors in the order the cell produced them', async () => {
     const seen: string[] = [];
-    const result = await code.run('import sys, time\nprint("a", flush=True)\ntime.sleep(0.2)\nprint("b", file=sys.stderr, flush=True)\ntime.sleep(0.2)\ndisplay(7)\nraise ValueError("c")', {
-      onStdout: (text) => seen.push(`out:${text.trim()}`),
-      onStderr: (text) => seen.push(`err:${text.trim()}`),
-      onResult: (r) => seen.push(`result:${String(r.data['text/plain'])}`),
-      onError: (e) => seen.push(`error:${e.name}`),
-    });
+    const result = await code.run(
+      'import sys, time\nprint("a", flush=True)\ntime.sleep(0.2)\nprint("b", file=sys.stderr, flush=True)\ntime.sleep(0.2)\ndisplay(7)\nraise ValueError("c")',
+      {
+        onStdout: (text) => seen.push(`out:${text.trim()}`),
+        onStderr: (text) => seen.push(`err:${text.trim()}`),
+        onResult: (r) => seen.push(`result:${String(r.data['text/plain'])}`),
+        onError: (e) => seen.push(`error:${e.name}`),
+      },
+    );
     expect(seen).toEqual(['out:a', 'err:b', 'result:7', 'error:ValueError']);
     expect(result.stderr).toBe('b\n');
   });
@@ -121,7 +124,10 @@ describe('code.run on an in-process agent', () => {
     const ctx = await code.createContext();
     try {
       const started = Date.now();
-      const stubborn = code.run('import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    time.sleep(0.1)', { context: ctx, timeoutMs: 1000 });
+      const stubborn = code.run('import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    time.sleep(0.1)', {
+        context: ctx,
+        timeoutMs: 1000,
+      });
       await expect(stubborn).rejects.toMatchObject({ code: 'KERNEL_DIED', message: expect.stringContaining('did not stop when interrupted') });
       expect(Date.now() - started).toBeLessThan(15_000);
     } finally {
@@ -130,7 +136,10 @@ describe('code.run on an in-process agent', () => {
   });
 
   it('caps a flood of output with the head-and-tail rule and counts every byte', async () => {
-    const flood = await code.run('import sys\nfor i in range(200):\n    sys.stdout.write(str(i % 10) * 100_000)\nprint("END")', { outputCapBytes: 64 * 1024, timeoutMs: 60_000 });
+    const flood = await code.run('import sys\nfor i in range(200):\n    sys.stdout.write(str(i % 10) * 100_000)\nprint("END")', {
+      outputCapBytes: 64 * 1024,
+      timeoutMs: 60_000,
+    });
     expect(flood.truncated).toBe(true);
     expect(flood.stdoutBytes).toBe(200 * 100_000 + 4);
     expect(flood.stdout.length).toBeLessThan(70 * 1024);
@@ -148,14 +157,17 @@ describe('code.run on an in-process agent', () => {
     expect(mainText((await code.run('kept')).results)).toBe("'still here'");
   });
 
-  it('does not let a cell forge or flood the bridge protocol through its inherited pipe', async () => {
+  it('does not let a cell forge or flood the bridge protocol by taking its output socket', async () => {
     const ctx = await code.createContext();
     try {
-      // The bridge's stdout is the kernel's parent's fd 1: write a forged "done", a bogus message and a 30 MiB line there.
+      // The kernel runs as the same user as its bridge: copy the bridge's stdout (pidfd_getfd) and write
+      // a forged "done", an off-contract message, plain text and a 30 MiB line on it.
       const forged = await code.run(
         [
-          'import os',
-          'fd = os.open("/proc/%d/fd/1" % os.getppid(), os.O_WRONLY)',
+          'import ctypes, os',
+          'libc = ctypes.CDLL(None, use_errno=True)',
+          'fd = libc.syscall(438, os.pidfd_open(os.getppid()), 1, 0)',
+          'assert fd >= 0, "pidfd_getfd failed: %d" % ctypes.get_errno()',
           'os.write(fd, b\'{"t":"done","id":"r999","count":1,"status":"ok"}\\n{"t":"display","id":1}\\nplain text\\n\')',
           'chunk = b"y" * (1024 * 1024)',
           'for _ in range(30):\n    os.write(fd, chunk)',
@@ -164,6 +176,7 @@ describe('code.run on an in-process agent', () => {
         ].join('\n'),
         { context: ctx, timeoutMs: 60_000 },
       );
+      expect(forged.error).toBeNull();
       expect(mainText(forged.results)).toBe("'survived'");
       expect(forged.stdout).toContain('plain text');
       expect(forged.stdout.length).toBeLessThan(1024 * 1024);
@@ -208,5 +221,25 @@ describe('code.run on an in-process agent', () => {
     } finally {
       connection.close();
     }
+  });
+
+  it('offers run_code as a tool: text a model reads, the chart as an image block, and a dead kernel restarted and said so', async () => {
+    const tools = codeInterpreterTools({ code });
+    const text = await runToolCall(tools, 'run_code', { code: 'print("hi")\nkept' });
+    expect(text).toMatchObject({ isError: false, text: "hi\n[result] 'still here'" });
+    const chart = 'import matplotlib.pyplot as plt\nplt.bar(["a", "b"], [3, 5])\nNone';
+    const anthropic = await dispatchAnthropicToolUse(tools, { type: 'tool_use', id: 't1', name: 'run_code', input: { code: chart } }, { images: true });
+    expect(Array.isArray(anthropic.content)).toBe(true);
+    const image = (anthropic.content as { type: string; source?: { media_type: string; data: string } }[]).find((c) => c.type === 'image');
+    expect(image?.source?.media_type).toBe('image/png');
+    expect(Buffer.from(image!.source!.data, 'base64').subarray(0, 8).equals(PNG_SIGNATURE)).toBe(true);
+    const mcp = await callMCPTool(tools, 'run_code', { code: chart });
+    expect(mcp.content.map((c) => c.type)).toEqual(['text', 'image']);
+    const failed = await runToolCall(tools, 'run_code', { code: '1/0' });
+    expect(failed.text).toContain('[error] ZeroDivisionError: division by zero');
+    const died = await runToolCall(tools, 'run_code', { code: 'import os\nos.kill(os.getpid(), 9)' });
+    expect(died).toMatchObject({ isError: true, result: { code: 'KERNEL_DIED' } });
+    expect(died.text).toContain('restarted');
+    expect((await runToolCall(tools, 'run_code', { code: 'kept' })).text).toContain('NameError');
   });
 });

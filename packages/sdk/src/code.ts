@@ -120,7 +120,8 @@ export class Code {
    */
   async restartContext(context: string | CodeContextInfo, options: CallOptions = {}): Promise<CodeContextInfo> {
     const id = typeof context === 'string' ? context : context.id;
-    return (await this.connection().call('code.restartContext', { context: id }, { signal: options.signal, timeoutMs: options.timeoutMs ?? ANSWER_GRACE_MS })).result;
+    return (await this.connection().call('code.restartContext', { context: id }, { signal: options.signal, timeoutMs: options.timeoutMs ?? ANSWER_GRACE_MS }))
+      .result;
   }
 
   /** Stops a context's kernel and forgets the context; false when there was none. */

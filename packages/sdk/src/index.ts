@@ -16,7 +16,16 @@ export {
   type DownloadedArchive,
 } from './files.js';
 export { Commands, type CommandResult, type CommandEvent, type RunOptions, type StartOptions } from './commands.js';
-export { Code, type CodeRunResult, type CodeRunOptions, type CodeContextOptions, type CodeContextInfo, type CodeDisplay, type CodeError, type CodeLanguage } from './code.js';
+export {
+  Code,
+  type CodeRunResult,
+  type CodeRunOptions,
+  type CodeContextOptions,
+  type CodeContextInfo,
+  type CodeDisplay,
+  type CodeError,
+  type CodeLanguage,
+} from './code.js';
 export { Pty, Terminal, type PtyCreateOptions, type PtyExit } from './pty.js';
 export { ProcessHandle, type AttachEvent, type AttachOptions, type OutputEvent } from './process-handle.js';
 export { ShellSession, type ShellRunResult, type ShellOpenOptions, type ShellRunOptions } from './shell-session.js';

@@ -35,9 +35,13 @@ export class CodeContext {
     }
     const kernel = await this.kernel;
     if (!kernel.alive) {
-      throw new CodedError('KERNEL_DIED', `The kernel of code context '${this.id}' died and its state is gone. Call code.restartContext to start a fresh one.`, {
-        context: this.id,
-      });
+      throw new CodedError(
+        'KERNEL_DIED',
+        `The kernel of code context '${this.id}' died and its state is gone. Call code.restartContext to start a fresh one.`,
+        {
+          context: this.id,
+        },
+      );
     }
     return kernel;
   }
@@ -45,7 +49,14 @@ export class CodeContext {
   private async start(): Promise<Kernel> {
     const release = this.runtime.table.reserve();
     try {
-      const spec: KernelSpec = { language: this.language, cwd: this.cwd, home: this.runtime.home, sandboxEnv: this.runtime.sandboxEnv, env: this.env, user: this.runtime.user };
+      const spec: KernelSpec = {
+        language: this.language,
+        cwd: this.cwd,
+        home: this.runtime.home,
+        sandboxEnv: this.runtime.sandboxEnv,
+        env: this.env,
+        user: this.runtime.user,
+      };
       const kernel = await (this.runtime.startKernel ?? Kernel.start)(spec);
       void kernel.exited.then(release);
       return kernel;
@@ -130,7 +141,12 @@ export class CodeContexts {
   constructor(private readonly options: CodeContextsOptions) {}
 
   /** Makes a context and starts its kernel. */
-  async create(language: CodeLanguage, cwd: string, env: Record<string, string> | undefined, id = `ctx_${randomBytes(9).toString('base64url')}`): Promise<CodeContext> {
+  async create(
+    language: CodeLanguage,
+    cwd: string,
+    env: Record<string, string> | undefined,
+    id = `ctx_${randomBytes(9).toString('base64url')}`,
+  ): Promise<CodeContext> {
     this.admit();
     const context = new CodeContext(id, language, cwd, env, this.options);
     this.contexts.set(id, context);
@@ -157,9 +173,13 @@ export class CodeContexts {
   get(id: string): CodeContext {
     const context = this.contexts.get(id);
     if (!context) {
-      throw new CodedError('NOT_FOUND', `No code context '${id}'. Existing ones: ${[...this.contexts.keys()].join(', ') || 'none'}; make one with code.createContext.`, {
-        context: id,
-      });
+      throw new CodedError(
+        'NOT_FOUND',
+        `No code context '${id}'. Existing ones: ${[...this.contexts.keys()].join(', ') || 'none'}; make one with code.createContext.`,
+        {
+          context: id,
+        },
+      );
     }
     return context;
   }

@@ -21,7 +21,17 @@ const BridgeMessage = z.discriminatedUnion('t', [
   z.object({ t: z.literal('ready') }),
   z.object({ t: z.literal('fatal'), message: z.string().max(MAX_TEXT) }),
   z.object({ t: z.literal('died'), message: z.string().max(MAX_TEXT) }),
-  z.object({ t: z.literal('stream'), id: RunId, name: z.enum(['stdout', 'stderr']), text: z.string(), omitted: z.number().int().nonnegative().max(2 ** 50) }),
+  z.object({
+    t: z.literal('stream'),
+    id: RunId,
+    name: z.enum(['stdout', 'stderr']),
+    text: z.string(),
+    omitted: z
+      .number()
+      .int()
+      .nonnegative()
+      .max(2 ** 50),
+  }),
   z.object({ t: z.literal('display'), id: RunId, main: z.boolean(), data: z.record(z.string().max(255), z.unknown()), clipped: z.boolean() }),
   z.object({ t: z.literal('error'), id: RunId, name: z.string().max(MAX_TEXT), value: z.string().max(MAX_TEXT), traceback: z.string().max(MAX_TEXT) }),
   z.object({ t: z.literal('done'), id: RunId, count: z.number().int().nullable(), status: z.string().max(64) }),

@@ -249,7 +249,7 @@ async function run(job) {
   } catch (err) {
     status = 'error';
     const reported = failure(err);
-    if (reported.value === 'Script execution interrupted.') reported.name = 'Interrupted';
+    if (/^Script execution (was )?interrupted/.test(reported.value)) reported.name = 'Interrupted';
     send({ t: 'error', id: job.id, ...reported });
   } finally {
     interrupt = null;

@@ -25,7 +25,8 @@ type CodeMethod = 'code.run' | 'code.createContext' | 'code.listContexts' | 'cod
 export function codeHandlers(contexts: CodeContexts, policy: FilePolicy): { [M in CodeMethod]: Handler<M> } {
   return {
     async 'code.run'(params, ctx) {
-      const context = params.context !== undefined ? contexts.get(params.context) : await contexts.default(params.language ?? 'python', await resolveCwd(policy, undefined));
+      const context =
+        params.context !== undefined ? contexts.get(params.context) : await contexts.default(params.language ?? 'python', await resolveCwd(policy, undefined));
       if (params.context !== undefined && params.language !== undefined && params.language !== context.language) {
         throw new CodedError(
           'INVALID_PARAMS',
@@ -177,7 +178,8 @@ async function runCell(
       }
       throw err;
     }
-    if (ctx.signal.aborted && !timedOut) throw new CodedError('CANCELLED', `The run was cancelled; the cell was interrupted and context '${context.id}' keeps its state.`);
+    if (ctx.signal.aborted && !timedOut)
+      throw new CodedError('CANCELLED', `The run was cancelled; the cell was interrupted and context '${context.id}' keeps its state.`);
     collector.finish();
     const result: Result<'code.run'> = {
       context: context.id,

@@ -36,9 +36,7 @@ export const CodeError = z.strictObject({ name: z.string(), value: z.string(), t
 export type CodeError = z.infer<typeof CodeError>;
 
 export const CodeRunParams = z.strictObject({
-  code: z
-    .string()
-    .max(4 * 1024 * 1024),
+  code: z.string().max(4 * 1024 * 1024),
   /** Which default context to use when `context` is absent; python when both are absent. */
   language: CodeLanguage.optional(),
   /** A context from `code.createContext`; absent, the language's default context (made on first use). */

@@ -7,3 +7,4 @@ export * from './filesystem.js';
 export * from './toolsmith.js';
 export * from './partial-read.js';
 export * from './builtin.js';
+export * from './code-interpreter.js';

@@ -147,6 +147,8 @@ describe('warren run', () => {
     expect(languageOf('a.mjs', undefined)).toBe('javascript');
     expect(languageOf('-', undefined)).toBe('python');
     expect(languageOf('a.py', 'javascript')).toBe('javascript');
-    expect(() => languageOf('a.rb', 'ruby')).toThrow(/--lang python/);
+    expect(() => languageOf('a.rb', 'ruby')).toThrow(
+      expect.objectContaining({ message: "Unknown language 'ruby'.", suggestion: expect.stringContaining('--lang python') }),
+    );
   });
 });

@@ -35,7 +35,7 @@ describe('the code interpreter in real sandboxes', () => {
     expect(mainText(first.results)).toBe("(1000, '/workspace')");
     expect(mainText((await sandbox.code.run('n * 2')).results)).toBe('42');
     const chart = await sandbox.code.run('import matplotlib.pyplot as plt\nimport numpy as np\nplt.plot(np.arange(10) ** 2)\nNone');
-    const png = Buffer.from(String(chart.results.find((r) => r.data['image/png'])?.data['image/png'] ?? ''), 'base64');
+    const png = Buffer.from((chart.results.find((r) => r.data['image/png'])?.data['image/png'] as string | undefined) ?? '', 'base64');
     expect(png.subarray(0, 8).equals(PNG_SIGNATURE)).toBe(true);
     expect(png.subarray(12, 16).toString('latin1')).toBe('IHDR');
   });

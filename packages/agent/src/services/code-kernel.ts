@@ -3,7 +3,7 @@ import { CodedError, type CodeLanguage } from '@warren/protocol';
 import { z } from 'zod';
 import { runtimeCommand } from './code-runtimes.js';
 import { spawnTagged, type SandboxUser, type TaggedChild } from './process-table.js';
-import { killTree } from './process-tree.js';
+import { killTree, scanProcesses, treeMembers } from './process-tree.js';
 
 /**
  * The longest line the daemon reads from a kernel's bridge. The bridge keeps its own lines far
@@ -165,7 +165,21 @@ export class Kernel {
   async stop(reason?: string): Promise<void> {
     if (this.alive && reason !== undefined) this.deathReason = reason;
     this.tagged.child.stdin.end();
-    await killTree({ marker: this.tagged.marker, leaderPid: this.tagged.child.pid });
+    const selector = { marker: this.tagged.marker, leaderPid: this.tagged.child.pid };
+    // The kernel leads a session of its own: stop and kill each group a member of this tree leads
+    // first, one signal per group, so a fork loop in a cell ends at once instead of being chased
+    // scan by scan on a machine the loop keeps busy. Only groups led by the tree's own members.
+    const leaders = treeMembers(scanProcesses(), selector).filter((p) => p.pgid === p.pid);
+    for (const signal of ['SIGSTOP', 'SIGKILL'] as const) {
+      for (const leader of leaders) {
+        try {
+          process.kill(-leader.pid, signal);
+        } catch {
+          // the group is gone
+        }
+      }
+    }
+    await killTree(selector);
     await this.exited;
   }
 

@@ -56,6 +56,9 @@ async function main(): Promise<void> {
     progress('the e2b SDK through the gateway');
     rows.push(...(await e2bRows(controller, execWarren)));
 
+    progress('the code interpreter');
+    rows.push(...(await codeRows(controller)));
+
     progress('read and write 1 MiB');
     const oneMiB = randomBytes(MiB);
     await sandbox.files.write('bench-1m.bin', oneMiB);
@@ -225,6 +228,31 @@ async function pythonRows(controller: ControllerProcess, sandbox: Sandbox, ts: {
     { name: "Python SDK commands.run('true')", unit: 'ms', warren: summarize(samples.exec), raw: ts.exec, rawName: 'the TypeScript SDK' },
     { name: 'Python SDK write 1 MiB', unit: 'ms', warren: summarize(samples.write), raw: ts.write, rawName: 'the TypeScript SDK' },
     { name: 'Python SDK read 1 MiB', unit: 'ms', warren: summarize(samples.read), raw: ts.read, rawName: 'the TypeScript SDK' },
+  ];
+}
+
+/**
+ * The code interpreter (docs/code.md): the first `code.run` in a new sandbox, which starts the
+ * Python kernel, and the p50 of a trivial cell once it runs. Each first-run sample is a sandbox of
+ * its own (create not counted, kill not counted).
+ */
+async function codeRows(controller: ControllerProcess): Promise<Row[]> {
+  const firstRuns: number[] = [];
+  let cell: Summary | undefined;
+  for (let i = 0; i < n(5); i++) {
+    const fresh = await Sandbox.create({ baseUrl: controller.url, apiKey: controller.apiKey, image: flags.image });
+    try {
+      const started = performance.now();
+      await fresh.code.run('1 + 1', { timeoutMs: 120_000 });
+      firstRuns.push(performance.now() - started);
+      cell ??= summarize(await timeIt(n(200), () => fresh.code.run('x = 1 + 1')));
+    } finally {
+      await fresh.kill().catch(() => undefined);
+    }
+  }
+  return [
+    { name: 'code.run: first run in a new sandbox (Python kernel start)', unit: 'ms', warren: summarize(firstRuns) },
+    { name: "code.run: trivial Python cell ('x = 1 + 1')", unit: 'ms', warren: cell },
   ];
 }
 

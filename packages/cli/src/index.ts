@@ -3,4 +3,5 @@ export { buildProgram } from './program.js';
 export { formatError, table, keyValues, timeLeft, CliError, formatBytes, progressLine } from './output.js';
 export { parseDuration, parseRemote, collectKeyValue } from './args.js';
 export { exitCodeOf } from './exec.js';
+export { languageOf } from './run-code.js';
 export { CLI_VERSION } from './version.js';

@@ -5,6 +5,7 @@ import { execCommand, type ExecOptions } from './exec.js';
 import { imagesBuildCommand, imagesListCommand } from './images.js';
 import { imageBuildCommand, imageListCommand, imagePullCommand, imageRemoveCommand } from './image-commands.js';
 import { mcpCommand, TOOLSET_NAMES } from './mcp.js';
+import { runCodeCommand, type RunCodeOptions } from './run-code.js';
 import { shellCommand, type ShellOptions } from './shell.js';
 import { CLI_VERSION } from './version.js';
 import { egressLogsCommand, networkShowCommand, networkUpdateCommand } from './network-commands.js';
@@ -166,6 +167,28 @@ export function buildProgram(): Command {
     )
     .action(async (id: string, cmd: string[], options: ExecOptions, command: Command) => {
       process.exitCode = await execCommand(id, withoutSeparator(cmd), options, command);
+    });
+
+  withController(program.command('run'))
+    .description("Run a file (or stdin) as one cell of the sandbox's code interpreter; variables stay for the next run in the same context.")
+    .argument('<id>', 'the sandbox id')
+    .argument('<file>', 'the code to run, or - for stdin')
+    .option('--lang <language>', 'python, javascript or typescript (default from the file suffix, else python)')
+    .option('--context <id>', 'a context from code.createContext (default: the language default context)')
+    .option('--timeout <duration>', 'interrupt the cell after this long (default 60s): seconds or 30s, 10m, 2h', parseDuration)
+    .option('--images <dir>', 'save images the cell shows (charts) into this folder')
+    .option('--json', 'print the whole result as JSON')
+    .addHelpText(
+      'after',
+      examples([
+        'warren run $ID analysis.py',
+        "echo 'import sys; sys.version' | warren run $ID --lang python -",
+        'warren run $ID --images ./charts plot.py',
+        'warren run $ID --lang javascript --json script.js',
+      ]) + '\nExit status: 0, 1 when the code raised an error (its traceback is printed), 124 when the cell was interrupted at its timeout.\n',
+    )
+    .action(async (id: string, file: string, options: RunCodeOptions, command: Command) => {
+      process.exitCode = await runCodeCommand(id, file, options, command);
     });
 
   withController(program.command('shell'))

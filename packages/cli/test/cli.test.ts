@@ -9,6 +9,7 @@ import {
   exitCodeOf,
   formatBytes,
   formatError,
+  languageOf,
   parseDuration,
   parseRemote,
   progressLine,
@@ -135,7 +136,7 @@ describe('warren --help', () => {
 
   it('lists every command the issue names, with the global options and examples', () => {
     const text = help(program);
-    for (const name of ['serve', 'create', 'ls', 'info', 'exec', 'shell', 'cp', 'rm', 'logs', 'images', 'mcp'])
+    for (const name of ['serve', 'create', 'ls', 'info', 'exec', 'run', 'shell', 'cp', 'rm', 'logs', 'images', 'mcp'])
       expect(text).toMatch(new RegExp(`^  ${name}\\b`, 'm'));
     expect(text).toContain('--url <url>');
     expect(text).toContain('--api-key <key>');
@@ -166,5 +167,17 @@ describe('warren --help', () => {
       },
     });
     for (const toolset of ['codin', 'filesystem', 'toolsmith', 'partial_read', 'builtin']) expect(text).toContain(toolset);
+  });
+});
+
+describe('warren run', () => {
+  it('takes the language from --lang, else from the file suffix, else python, and refuses an unknown one', () => {
+    expect(languageOf('a.ts', undefined)).toBe('typescript');
+    expect(languageOf('a.mjs', undefined)).toBe('javascript');
+    expect(languageOf('-', undefined)).toBe('python');
+    expect(languageOf('a.py', 'javascript')).toBe('javascript');
+    expect(() => languageOf('a.rb', 'ruby')).toThrow(
+      expect.objectContaining({ message: "Unknown language 'ruby'.", suggestion: expect.stringContaining('--lang python') }),
+    );
   });
 });

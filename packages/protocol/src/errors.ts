@@ -66,6 +66,11 @@ export const ERROR_CODES = {
     suggestion: 'Build from a smaller folder: leave out build output and dependencies, or ask the operator to raise images.maxBuildContextMb.',
   },
   BUILD_FAILED: { status: 422, suggestion: 'Read the build output in the message, fix the Dockerfile or the context, and build again.' },
+  KERNEL_DIED: {
+    status: 409,
+    suggestion:
+      "The code context's kernel died (it crashed, ran out of memory or was killed) and its state is gone: call code.restartContext (sandbox.code.restartContext) and run the setup cells again.",
+  },
   INTERNAL: { status: 500, suggestion: 'An unexpected error; the message says what failed. Report it if it repeats.' },
 } as const satisfies Record<string, { status: number; suggestion: string }>;
 

@@ -3,6 +3,7 @@ import { issueText } from './frame.js';
 import { z } from 'zod';
 import { AUDIT_METHODS } from './methods/audit.js';
 import { EGRESS_METHODS } from './methods/egress.js';
+import { CODE_METHODS } from './methods/code.js';
 import { FS_METHODS } from './methods/fs.js';
 import { LIVE_METHODS } from './methods/live.js';
 import { PROCESS_METHODS } from './methods/process.js';
@@ -20,6 +21,7 @@ export * from './methods/pty.js';
 export * from './methods/shell.js';
 export * from './methods/egress.js';
 export * from './methods/live.js';
+export * from './methods/code.js';
 
 /**
  * The method registry: the one place a method exists. Each domain keeps its schemas in its own
@@ -35,6 +37,7 @@ export const METHODS = {
   ...PTY_METHODS,
   ...EGRESS_METHODS,
   ...LIVE_METHODS,
+  ...CODE_METHODS,
 } as const;
 
 export type MethodName = keyof typeof METHODS;

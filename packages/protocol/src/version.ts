@@ -12,8 +12,8 @@ export const PROTOCOL_VERSION = 1;
  * 2: line ranges are `startLine`/`endLine` everywhere and anchored lines are `fs.readAnchored`.
  * 3: streamed transfers of any size (`fs.uploadOpen` / `fs.uploadChunk` / `fs.uploadCommit` /
  *    `fs.uploadAbort`, `fs.downloadStream`), file watching (`fs.watch`), port tunnels
- *    (`port.open`, `port.write`) and the controller's egress relay (`egress.serve`, `egress.send`);
- *    an older daemon answers them `UNKNOWN_METHOD`.
+ *    (`port.open`, `port.write`), the controller's egress relay (`egress.serve`, `egress.send`)
+ *    and the code interpreter (`code.*`, `KERNEL_DIED`); an older daemon answers them `UNKNOWN_METHOD`.
  */
 export const PROTOCOL_MINOR = 3;
 

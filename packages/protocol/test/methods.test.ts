@@ -143,6 +143,37 @@ const EXAMPLES: { [M in MethodName]: { params: unknown; result: unknown } } = {
   },
   'shell.close': { params: { session: 'main' }, result: { closed: true } },
   'shell.list': { params: {}, result: { sessions: [{ session: 'main', pid: 9, busy: false }] } },
+  'code.run': {
+    params: { code: 'import math\nmath.pi', language: 'python', timeoutMs: 5000, outputCapBytes: 4096, stream: true },
+    result: {
+      context: 'default-python',
+      language: 'python',
+      executionCount: 1,
+      stdout: '',
+      stderr: '',
+      results: [{ isMainResult: true, data: { 'text/plain': '3.14', 'application/json': { pi: 3.14 } }, truncated: false }],
+      error: null,
+      durationMs: 3,
+      timedOut: false,
+      truncated: false,
+      stdoutBytes: 0,
+      stderrBytes: 0,
+      outputPayload: { stdout: 0, stderr: 0 },
+    },
+  },
+  'code.createContext': {
+    params: { language: 'javascript', cwd: 'src', env: { A: '1' } },
+    result: { id: 'ctx_1', language: 'javascript', cwd: '/workspace/src', alive: true, busy: false, createdAt: '2026-01-01T00:00:00.000Z' },
+  },
+  'code.listContexts': {
+    params: {},
+    result: { contexts: [{ id: 'default-python', language: 'python', cwd: '/workspace', alive: false, busy: false, createdAt: '2026-01-01T00:00:00.000Z' }] },
+  },
+  'code.restartContext': {
+    params: { context: 'ctx_1' },
+    result: { id: 'ctx_1', language: 'python', cwd: '/workspace', alive: true, busy: false, createdAt: '2026-01-01T00:00:00.000Z' },
+  },
+  'code.removeContext': { params: { context: 'ctx_1' }, result: { removed: true } },
 };
 
 describe('method registry', () => {

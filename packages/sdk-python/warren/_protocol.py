@@ -97,6 +97,7 @@ ERROR_CODES: Dict[str, tuple] = {
     'IMAGE_TOO_LARGE': (507, 'Use a smaller image, or ask the operator to raise images.maxPullMb or free disk space on the engine.'),
     'BUILD_CONTEXT_TOO_LARGE': (413, 'Build from a smaller folder: leave out build output and dependencies, or ask the operator to raise images.maxBuildContextMb.'),
     'BUILD_FAILED': (422, 'Read the build output in the message, fix the Dockerfile or the context, and build again.'),
+    'KERNEL_DIED': (409, "The code context's kernel died (it crashed, ran out of memory or was killed) and its state is gone: call code.restartContext (sandbox.code.restartContext) and run the setup cells again."),
     'INTERNAL': (500, 'An unexpected error; the message says what failed. Report it if it repeats.'),
 }
 
@@ -107,142 +108,146 @@ if TYPE_CHECKING:
     _C3 = int
     _C4 = float
     _C5 = int
-    _C6 = int
-    _C7 = int
-    _C8 = int
-    _C9 = int
+    _C6 = str
+    _C7 = str
+    _C8 = str
+    _C9 = str
     _C10 = str
     _C11 = int
-    _C12 = str
+    _C12 = int
     _C13 = str
-    _C14 = str
-    _C15 = str
+    _C14 = int
+    _C15 = int
     _C16 = int
-    _C17 = str
+    _C17 = int
     _C18 = str
+    _C19 = int
+    _C20 = str
     _C21 = str
-    _C22 = int
+    _C22 = str
     _C23 = int
     _C24 = str
-    _C25 = int
-    _C26 = int
     _C27 = str
     _C28 = int
     _C29 = int
-    _C30 = int
-    _C31 = str
-    _C32 = str
-    _C34 = str
+    _C30 = str
+    _C31 = int
+    _C32 = int
+    _C33 = str
+    _C34 = int
     _C35 = int
     _C36 = int
-    _C37 = int
-    _C38 = int
-    _C39 = str
+    _C37 = str
+    _C39 = int
     _C40 = int
-    _C41 = int
-    _C42 = str
-    _C43 = str
+    _C41 = str
+    _C42 = int
+    _C43 = int
     _C44 = str
     _C45 = str
     _C46 = str
     _C47 = str
     _C48 = str
-    _C49 = int
-    _C50 = float
+    _C49 = str
+    _C50 = str
     _C51 = int
-    _C52 = str
-    _C55 = str
+    _C52 = float
+    _C53 = int
+    _C54 = str
     _C57 = str
-    _C58 = str
     _C59 = str
+    _C60 = str
     _C61 = str
-    _C62 = str
+    _C63 = str
     _C64 = str
-    _C65 = str
     _C66 = str
-    _C69 = str
-    _C70 = int
+    _C67 = str
+    _C68 = str
     _C71 = str
-    _C72 = str
-    _C74 = int
-    _C75 = int
+    _C72 = int
+    _C73 = str
+    _C74 = str
     _C76 = int
     _C77 = int
     _C78 = int
-    _C79 = str
-    _C81 = int
-    _C82 = str
+    _C79 = int
+    _C80 = int
+    _C81 = str
+    _C83 = int
+    _C84 = str
 else:
     _C1 = conint(strict=True, ge=0, le=9007199254740991)
     _C2 = conint(strict=True, le=10000, gt=0)
     _C3 = conint(strict=True, ge=0)
     _C4 = confloat(strict=True, ge=0)
     _C5 = conint(strict=True, ge=-9007199254740991, le=9007199254740991)
-    _C6 = conint(strict=True, ge=1, le=2147483647)
-    _C7 = conint(strict=True, ge=0, le=262144)
-    _C8 = conint(strict=True, ge=0, le=65535)
-    _C9 = conint(strict=True, ge=1, le=4096)
-    _C10 = constr(strict=True, max_length=16384, regex='^-----BEGIN CERTIFICATE-----[A-Za-z0-9+/=\\r\\n-]+-----END CERTIFICATE-----\\s*$')
-    _C11 = conint(strict=True, ge=1, le=65535)
-    _C12 = constr(strict=True, min_length=1, max_length=4096)
-    _C13 = constr(strict=True, min_length=1, max_length=16777216)
-    _C14 = constr(strict=True, max_length=16777216)
-    _C15 = constr(strict=True, regex='^[0-9a-f]{64}$')
-    _C16 = conint(strict=True, le=9007199254740991, gt=0)
-    _C17 = constr(strict=True, min_length=3, max_length=20)
-    _C18 = constr(strict=True, max_length=1048576)
-    _C21 = constr(strict=True, min_length=1, max_length=1024)
-    _C22 = conint(strict=True, le=100000, gt=0)
-    _C23 = conint(strict=True, le=64, gt=0)
-    _C24 = constr(strict=True, regex='^[0-9]{1,6}$')
-    _C25 = conint(strict=True, ge=0, le=16777216)
-    _C26 = conint(strict=True, ge=0, le=4194304)
-    _C27 = constr(strict=True, regex='^up_[0-9a-f]{32}$')
-    _C28 = conint(strict=True, ge=0, le=5000)
-    _C29 = conint(strict=True, ge=0, le=511)
-    _C30 = conint(strict=True, ge=100, le=60000)
-    _C31 = constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_-]+$')
-    _C32 = constr(strict=True, min_length=1, max_length=1048576)
-    _C34 = constr(strict=True, min_length=1, max_length=4096, regex='^[^=\\0]+$')
-    _C35 = conint(strict=True, le=86400000, gt=0)
-    _C36 = conint(strict=True, ge=1024, le=8388608)
-    _C37 = conint(strict=True, le=604800000, gt=0)
-    _C38 = conint(strict=True, ge=4096, le=67108864)
-    _C39 = constr(strict=True, max_length=200)
-    _C40 = conint(strict=True, ge=0, le=86400000)
-    _C41 = conint(strict=True, ge=1, le=1000)
-    _C42 = constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_.-]+$')
-    _C43 = constr(strict=True, max_length=100)
-    _C44 = constr(strict=True, min_length=1, max_length=64)
-    _C45 = constr(strict=True, min_length=1, max_length=100)
-    _C46 = constr(strict=True, min_length=1, max_length=256)
-    _C47 = constr(strict=True, min_length=1, max_length=256, regex='^[A-Za-z_][A-Za-z0-9_]*$')
-    _C48 = constr(strict=True, max_length=32768)
-    _C49 = conint(strict=True, le=256, gt=0)
-    _C50 = confloat(strict=True, le=256, gt=0)
-    _C51 = conint(strict=True, ge=16, le=1048576)
-    _C52 = constr(strict=True, min_length=1, max_length=253)
-    _C55 = constr(strict=True, min_length=1, max_length=1024, regex='^\\/.*')
-    _C57 = constr(strict=True, min_length=1, max_length=128, regex='^[A-Za-z_][A-Za-z0-9_]*$')
-    _C58 = constr(strict=True, min_length=1, max_length=16384)
-    _C59 = constr(strict=True, min_length=1, max_length=128)
-    _C61 = constr(strict=True, min_length=1, max_length=128, regex="^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
-    _C62 = constr(strict=True, max_length=1024)
-    _C64 = constr(strict=True, regex='^\\d{1,10}(:\\d{1,10})?$')
-    _C65 = constr(strict=True, min_length=1, max_length=4096, regex='^\\/.*')
-    _C66 = constr(strict=True, min_length=2, max_length=32, regex='^\\.[^/\\0]+$')
-    _C69 = constr(strict=True, min_length=1, max_length=256, regex='^[A-Za-z0-9._-]+(\\/[A-Za-z0-9._-]+)*$')
-    _C70 = conint(strict=True, ge=10, le=2592000)
-    _C71 = constr(strict=True, regex='^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$')
-    _C72 = constr(strict=True, max_length=256)
-    _C74 = conint(strict=True, ge=1, le=1048576)
-    _C75 = conint(strict=True, ge=64, le=1048576)
-    _C76 = conint(strict=True, ge=1, le=16777216)
-    _C77 = conint(strict=True, ge=16, le=16777216)
-    _C78 = conint(strict=True, ge=1, le=2592000)
-    _C79 = constr(strict=True, regex='^(\\*\\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$')
-    _C81 = conint(strict=True, ge=1, le=604800)
-    _C82 = constr(strict=True, min_length=1, max_length=512)
+    _C6 = constr(strict=True, min_length=1, max_length=4096)
+    _C7 = constr(strict=True, min_length=1, max_length=4096, regex='^[^=\\0]+$')
+    _C8 = constr(strict=True, max_length=1048576)
+    _C9 = constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_-]+$')
+    _C10 = constr(strict=True, max_length=4194304)
+    _C11 = conint(strict=True, le=86400000, gt=0)
+    _C12 = conint(strict=True, ge=1024, le=8388608)
+    _C13 = constr(strict=True, max_length=255)
+    _C14 = conint(strict=True, ge=1, le=2147483647)
+    _C15 = conint(strict=True, ge=0, le=262144)
+    _C16 = conint(strict=True, ge=0, le=65535)
+    _C17 = conint(strict=True, ge=1, le=4096)
+    _C18 = constr(strict=True, max_length=16384, regex='^-----BEGIN CERTIFICATE-----[A-Za-z0-9+/=\\r\\n-]+-----END CERTIFICATE-----\\s*$')
+    _C19 = conint(strict=True, ge=1, le=65535)
+    _C20 = constr(strict=True, min_length=1, max_length=16777216)
+    _C21 = constr(strict=True, max_length=16777216)
+    _C22 = constr(strict=True, regex='^[0-9a-f]{64}$')
+    _C23 = conint(strict=True, le=9007199254740991, gt=0)
+    _C24 = constr(strict=True, min_length=3, max_length=20)
+    _C27 = constr(strict=True, min_length=1, max_length=1024)
+    _C28 = conint(strict=True, le=100000, gt=0)
+    _C29 = conint(strict=True, le=64, gt=0)
+    _C30 = constr(strict=True, regex='^[0-9]{1,6}$')
+    _C31 = conint(strict=True, ge=0, le=16777216)
+    _C32 = conint(strict=True, ge=0, le=4194304)
+    _C33 = constr(strict=True, regex='^up_[0-9a-f]{32}$')
+    _C34 = conint(strict=True, ge=0, le=5000)
+    _C35 = conint(strict=True, ge=0, le=511)
+    _C36 = conint(strict=True, ge=100, le=60000)
+    _C37 = constr(strict=True, min_length=1, max_length=1048576)
+    _C39 = conint(strict=True, le=604800000, gt=0)
+    _C40 = conint(strict=True, ge=4096, le=67108864)
+    _C41 = constr(strict=True, max_length=200)
+    _C42 = conint(strict=True, ge=0, le=86400000)
+    _C43 = conint(strict=True, ge=1, le=1000)
+    _C44 = constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_.-]+$')
+    _C45 = constr(strict=True, max_length=100)
+    _C46 = constr(strict=True, min_length=1, max_length=64)
+    _C47 = constr(strict=True, min_length=1, max_length=100)
+    _C48 = constr(strict=True, min_length=1, max_length=256)
+    _C49 = constr(strict=True, min_length=1, max_length=256, regex='^[A-Za-z_][A-Za-z0-9_]*$')
+    _C50 = constr(strict=True, max_length=32768)
+    _C51 = conint(strict=True, le=256, gt=0)
+    _C52 = confloat(strict=True, le=256, gt=0)
+    _C53 = conint(strict=True, ge=16, le=1048576)
+    _C54 = constr(strict=True, min_length=1, max_length=253)
+    _C57 = constr(strict=True, min_length=1, max_length=1024, regex='^\\/.*')
+    _C59 = constr(strict=True, min_length=1, max_length=128, regex='^[A-Za-z_][A-Za-z0-9_]*$')
+    _C60 = constr(strict=True, min_length=1, max_length=16384)
+    _C61 = constr(strict=True, min_length=1, max_length=128)
+    _C63 = constr(strict=True, min_length=1, max_length=128, regex="^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+    _C64 = constr(strict=True, max_length=1024)
+    _C66 = constr(strict=True, regex='^\\d{1,10}(:\\d{1,10})?$')
+    _C67 = constr(strict=True, min_length=1, max_length=4096, regex='^\\/.*')
+    _C68 = constr(strict=True, min_length=2, max_length=32, regex='^\\.[^/\\0]+$')
+    _C71 = constr(strict=True, min_length=1, max_length=256, regex='^[A-Za-z0-9._-]+(\\/[A-Za-z0-9._-]+)*$')
+    _C72 = conint(strict=True, ge=10, le=2592000)
+    _C73 = constr(strict=True, regex='^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$')
+    _C74 = constr(strict=True, max_length=256)
+    _C76 = conint(strict=True, ge=1, le=1048576)
+    _C77 = conint(strict=True, ge=64, le=1048576)
+    _C78 = conint(strict=True, ge=1, le=16777216)
+    _C79 = conint(strict=True, ge=16, le=16777216)
+    _C80 = conint(strict=True, ge=1, le=2592000)
+    _C81 = constr(strict=True, regex='^(\\*\\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$')
+    _C83 = conint(strict=True, ge=1, le=604800)
+    _C84 = constr(strict=True, min_length=1, max_length=512)
 
 
 class AuditListParams(_Strict):
@@ -269,9 +274,101 @@ class AuditListResult(_Tolerant):
     next_cursor: Optional[_C1] = Field(None, alias='nextCursor')
 
 
+class CodeCreateContextParams(_Strict):
+    language: Optional[Literal['python', 'javascript', 'typescript']] = Field(None)
+    cwd: Optional[_C6] = Field(None)
+    env: Optional[Dict[_C7, _C8]] = Field(None)
+
+
+class CodeCreateContextResult(_Tolerant):
+    id: _C9 = Field(...)
+    language: Literal['python', 'javascript', 'typescript'] = Field(...)
+    cwd: StrictStr = Field(...)
+    alive: StrictBool = Field(...)
+    busy: StrictBool = Field(...)
+    created_at: StrictStr = Field(..., alias='createdAt')
+
+
+class CodeListContextsParams(_Strict):
+    pass
+
+
+class CodeListContextsResult(_Tolerant):
+    contexts: List[CodeCreateContextResult] = Field(...)
+
+
+class CodeRemoveContextParams(_Strict):
+    context: _C9 = Field(...)
+
+
+class CodeRemoveContextResult(_Tolerant):
+    removed: StrictBool = Field(...)
+
+
+CodeRestartContextParams = CodeRemoveContextParams
+
+
+CodeRestartContextResult = CodeCreateContextResult
+
+
+class CodeRunParams(_Strict):
+    code: _C10 = Field(...)
+    language: Optional[Literal['python', 'javascript', 'typescript']] = Field(None)
+    context: Optional[_C9] = Field(None)
+    timeout_ms: Optional[_C11] = Field(None, alias='timeoutMs')
+    output_cap_bytes: Optional[_C12] = Field(None, alias='outputCapBytes')
+    stream: Optional[StrictBool] = Field(None)
+
+
+class CodeRunResultResultsItem(_Tolerant):
+    is_main_result: StrictBool = Field(..., alias='isMainResult')
+    data: Dict[_C13, Any] = Field(...)
+    truncated: StrictBool = Field(...)
+
+
+class CodeRunResultErrorVariant1(_Tolerant):
+    name: StrictStr = Field(...)
+    value: StrictStr = Field(...)
+    traceback: StrictStr = Field(...)
+
+
+class CodeRunResultOutputPayload(_Tolerant):
+    stdout: _C1 = Field(...)
+    stderr: _C1 = Field(...)
+
+
+class CodeRunResult(_Tolerant):
+    context: _C9 = Field(...)
+    language: Literal['python', 'javascript', 'typescript'] = Field(...)
+    execution_count: Optional[_C5] = Field(..., alias='executionCount')
+    stdout: StrictStr = Field(...)
+    stderr: StrictStr = Field(...)
+    results: List[CodeRunResultResultsItem] = Field(...)
+    error: Optional[CodeRunResultErrorVariant1] = Field(...)
+    duration_ms: Union[_C3, _C4] = Field(..., alias='durationMs')
+    timed_out: StrictBool = Field(..., alias='timedOut')
+    truncated: StrictBool = Field(...)
+    stdout_bytes: _C1 = Field(..., alias='stdoutBytes')
+    stderr_bytes: _C1 = Field(..., alias='stderrBytes')
+    output_payload: Optional[CodeRunResultOutputPayload] = Field(None, alias='outputPayload')
+
+
+class CodeRunStdoutEvent(_Tolerant):
+    offset: _C1 = Field(...)
+
+
+CodeRunStderrEvent = CodeRunStdoutEvent
+
+
+CodeRunResultEvent = CodeRunResultResultsItem
+
+
+CodeRunErrorEvent = CodeRunResultErrorVariant1
+
+
 class EgressSendParams(_Strict):
-    stream: _C6 = Field(...)
-    ack: Optional[_C7] = Field(None)
+    stream: _C14 = Field(...)
+    ack: Optional[_C15] = Field(None)
     end: Optional[StrictBool] = Field(None)
     close: Optional[StrictBool] = Field(None)
 
@@ -281,20 +378,20 @@ class EgressSendResult(_Tolerant):
 
 
 class EgressServeParams(_Strict):
-    port: _C8 = Field(3128)
-    max_connections: _C9 = Field(256, alias='maxConnections')
-    ca_pem: Optional[_C10] = Field(None, alias='caPem')
+    port: _C16 = Field(3128)
+    max_connections: _C17 = Field(256, alias='maxConnections')
+    ca_pem: Optional[_C18] = Field(None, alias='caPem')
 
 
 EgressServeResult = EgressSendResult
 
 
 class EgressServeListeningEvent(_Tolerant):
-    port: _C11 = Field(...)
+    port: _C19 = Field(...)
 
 
 class EgressServeOpenEvent(_Tolerant):
-    stream: _C6 = Field(...)
+    stream: _C14 = Field(...)
 
 
 EgressServeDataEvent = EgressServeOpenEvent
@@ -307,8 +404,8 @@ EgressServeCloseEvent = EgressServeOpenEvent
 
 
 class FsCopyParams(_Strict):
-    from_: _C12 = Field(..., alias='from')
-    to: _C12 = Field(...)
+    from_: _C6 = Field(..., alias='from')
+    to: _C6 = Field(...)
     overwrite: StrictBool = Field(False)
 
 
@@ -327,7 +424,7 @@ class FsCopyResult(_Tolerant):
 
 
 class FsDeleteParams(_Strict):
-    path: _C12 = Field(...)
+    path: _C6 = Field(...)
     recursive: StrictBool = Field(False)
 
 
@@ -337,7 +434,7 @@ class FsDeleteResult(_Tolerant):
 
 
 class FsDownloadParams(_Strict):
-    path: _C12 = Field(...)
+    path: _C6 = Field(...)
 
 
 class FsDownloadResult(_Tolerant):
@@ -350,7 +447,7 @@ class FsDownloadResult(_Tolerant):
 
 
 class FsDownloadStreamParams(_Strict):
-    path: _C12 = Field(...)
+    path: _C6 = Field(...)
     max_bytes: Optional[_C1] = Field(None, alias='maxBytes')
 
 
@@ -361,63 +458,62 @@ class FsDownloadStreamStartEvent(_Tolerant):
     total_bytes: _C1 = Field(..., alias='totalBytes')
 
 
-class FsDownloadStreamDataEvent(_Tolerant):
-    offset: _C1 = Field(...)
+FsDownloadStreamDataEvent = CodeRunStdoutEvent
 
 
 class FsEditParams(_Strict):
-    path: _C12 = Field(...)
-    old_text: _C13 = Field(..., alias='oldText')
-    new_text: _C14 = Field(..., alias='newText')
-    expected_sha256: Optional[_C15] = Field(None, alias='expectedSha256')
+    path: _C6 = Field(...)
+    old_text: _C20 = Field(..., alias='oldText')
+    new_text: _C21 = Field(..., alias='newText')
+    expected_sha256: Optional[_C22] = Field(None, alias='expectedSha256')
 
 
 class FsEditResult(_Tolerant):
     path: StrictStr = Field(...)
-    line: _C16 = Field(...)
+    line: _C23 = Field(...)
     bytes_written: _C1 = Field(..., alias='bytesWritten')
-    sha256: _C15 = Field(...)
+    sha256: _C22 = Field(...)
 
 
 if TYPE_CHECKING:
-    _C19 = List[_C18]
+    _C25 = List[_C8]
 else:
-    _C19 = conlist(_C18, max_items=100000)
+    _C25 = conlist(_C8, max_items=100000)
 
 
 class FsEditLinesParamsEditsItem(_Strict):
     op: Literal['replace', 'append', 'prepend'] = Field(...)
-    pos: _C17 = Field(...)
-    end: Optional[_C17] = Field(None)
-    lines: _C19 = Field(...)
+    pos: _C24 = Field(...)
+    end: Optional[_C24] = Field(None)
+    lines: _C25 = Field(...)
 
 
 if TYPE_CHECKING:
-    _C20 = List[FsEditLinesParamsEditsItem]
+    _C26 = List[FsEditLinesParamsEditsItem]
 else:
-    _C20 = conlist(FsEditLinesParamsEditsItem, min_items=1, max_items=1000)
+    _C26 = conlist(FsEditLinesParamsEditsItem, min_items=1, max_items=1000)
 
 
 class FsEditLinesParams(_Strict):
-    path: _C12 = Field(...)
-    edits: _C20 = Field(...)
-    expected_sha256: Optional[_C15] = Field(None, alias='expectedSha256')
+    path: _C6 = Field(...)
+    edits: _C26 = Field(...)
+    expected_sha256: Optional[_C22] = Field(None, alias='expectedSha256')
 
 
 class FsEditLinesResult(_Tolerant):
     path: StrictStr = Field(...)
     applied: _C1 = Field(...)
     total_lines: _C1 = Field(..., alias='totalLines')
-    first_changed_line: _C16 = Field(..., alias='firstChangedLine')
+    first_changed_line: _C23 = Field(..., alias='firstChangedLine')
     last_changed_line: _C1 = Field(..., alias='lastChangedLine')
     bytes_written: _C1 = Field(..., alias='bytesWritten')
-    sha256: _C15 = Field(...)
+    sha256: _C22 = Field(...)
 
 
 class FsGlobParams(_Strict):
-    path: _C12 = Field('.')
-    pattern: _C21 = Field('**/*')
-    max_results: _C22 = Field(1000, alias='maxResults')
+    path: _C6 = Field('.')
+    pattern: _C27 = Field('**/*')
+    max_results: _C28 = Field(1000, alias='maxResults')
     include_directories: StrictBool = Field(False, alias='includeDirectories')
 
 
@@ -429,11 +525,11 @@ class FsGlobResult(_Tolerant):
 
 
 class FsListParams(_Strict):
-    path: _C12 = Field('.')
+    path: _C6 = Field('.')
     recursive: StrictBool = Field(False)
-    max_depth: _C23 = Field(16, alias='maxDepth')
-    max_entries: _C22 = Field(1000, alias='maxEntries')
-    cursor: Optional[_C24] = Field(None)
+    max_depth: _C29 = Field(16, alias='maxDepth')
+    max_entries: _C28 = Field(1000, alias='maxEntries')
+    cursor: Optional[_C30] = Field(None)
 
 
 class FsListResultEntriesItem(_Tolerant):
@@ -452,7 +548,7 @@ class FsListResult(_Tolerant):
 
 
 class FsMkdirParams(_Strict):
-    path: _C12 = Field(...)
+    path: _C6 = Field(...)
     parents: StrictBool = Field(True)
 
 
@@ -473,24 +569,24 @@ class FsMoveResult(_Tolerant):
 class FsReadParamsRangeBytes(_Strict):
     unit: Literal['bytes'] = Field(...)
     offset: _C1 = Field(0)
-    length: Optional[_C25] = Field(None)
+    length: Optional[_C31] = Field(None)
 
 
 class FsReadParamsRangeLines(_Strict):
     unit: Literal['lines'] = Field(...)
     start_line: Optional[_C5] = Field(None, alias='startLine')
     end_line: Optional[_C5] = Field(None, alias='endLine')
-    max_lines: Optional[_C22] = Field(None, alias='maxLines')
+    max_lines: Optional[_C28] = Field(None, alias='maxLines')
 
 
 class FsReadParamsRangeChars(_Strict):
     unit: Literal['chars'] = Field(...)
     offset: _C1 = Field(0)
-    length: Optional[_C26] = Field(None)
+    length: Optional[_C32] = Field(None)
 
 
 class FsReadParams(_Strict):
-    path: _C12 = Field(...)
+    path: _C6 = Field(...)
     range: Optional[Union[FsReadParamsRangeBytes, FsReadParamsRangeLines, FsReadParamsRangeChars]] = Field(None)
     hash: StrictBool = Field(False)
 
@@ -499,7 +595,7 @@ class FsReadResult(_Tolerant):
     path: StrictStr = Field(...)
     size: _C1 = Field(...)
     mtime_ms: Union[StrictInt, StrictFloat] = Field(..., alias='mtimeMs')
-    sha256: Optional[_C15] = Field(None)
+    sha256: Optional[_C22] = Field(None)
     unit: Literal['file', 'bytes', 'lines', 'chars'] = Field(...)
     bytes_read: _C1 = Field(..., alias='bytesRead')
     truncated: StrictBool = Field(...)
@@ -512,10 +608,10 @@ class FsReadResult(_Tolerant):
 
 
 class FsReadAnchoredParams(_Strict):
-    path: _C12 = Field(...)
+    path: _C6 = Field(...)
     start_line: Optional[_C5] = Field(None, alias='startLine')
     end_line: Optional[_C5] = Field(None, alias='endLine')
-    max_lines: Optional[_C22] = Field(None, alias='maxLines')
+    max_lines: Optional[_C28] = Field(None, alias='maxLines')
 
 
 class FsReadAnchoredResultLinesItem(_Tolerant):
@@ -529,12 +625,12 @@ class FsReadAnchoredResult(_Tolerant):
     end_line: _C5 = Field(..., alias='endLine')
     total_lines: _C1 = Field(..., alias='totalLines')
     truncated: StrictBool = Field(...)
-    sha256: _C15 = Field(...)
+    sha256: _C22 = Field(...)
     lines: List[FsReadAnchoredResultLinesItem] = Field(...)
 
 
 class FsStatParams(_Strict):
-    path: _C12 = Field(...)
+    path: _C6 = Field(...)
     follow_links: StrictBool = Field(True, alias='followLinks')
 
 
@@ -551,7 +647,7 @@ class FsStatResult(_Tolerant):
 
 
 class FsUploadParams(_Strict):
-    path: _C12 = Field(...)
+    path: _C6 = Field(...)
     overwrite: StrictBool = Field(False)
 
 
@@ -564,7 +660,7 @@ class FsUploadResult(_Tolerant):
 
 
 class FsUploadAbortParams(_Strict):
-    upload_id: _C27 = Field(..., alias='uploadId')
+    upload_id: _C33 = Field(..., alias='uploadId')
 
 
 class FsUploadAbortResult(_Tolerant):
@@ -572,7 +668,7 @@ class FsUploadAbortResult(_Tolerant):
 
 
 class FsUploadChunkParams(_Strict):
-    upload_id: _C27 = Field(..., alias='uploadId')
+    upload_id: _C33 = Field(..., alias='uploadId')
     offset: _C1 = Field(...)
 
 
@@ -590,14 +686,14 @@ FsUploadOpenParams = FsUploadParams
 
 
 class FsUploadOpenResult(_Tolerant):
-    upload_id: _C27 = Field(..., alias='uploadId')
+    upload_id: _C33 = Field(..., alias='uploadId')
     path: StrictStr = Field(...)
 
 
 class FsWatchParams(_Strict):
-    path: _C12 = Field(...)
+    path: _C6 = Field(...)
     recursive: StrictBool = Field(True)
-    coalesce_ms: _C28 = Field(50, alias='coalesceMs')
+    coalesce_ms: _C34 = Field(50, alias='coalesceMs')
 
 
 class FsWatchResult(_Tolerant):
@@ -626,9 +722,9 @@ class FsWatchOverflowEvent(_Tolerant):
 
 
 class FsWriteParams(_Strict):
-    path: _C12 = Field(...)
-    mode: Optional[_C29] = Field(None)
-    expected_sha256: Optional[_C15] = Field(None, alias='expectedSha256')
+    path: _C6 = Field(...)
+    mode: Optional[_C35] = Field(None)
+    expected_sha256: Optional[_C22] = Field(None, alias='expectedSha256')
     overwrite: StrictBool = Field(True)
     hash: StrictBool = Field(False)
     append: StrictBool = Field(False)
@@ -638,14 +734,14 @@ class FsWriteParams(_Strict):
 class FsWriteResult(_Tolerant):
     path: StrictStr = Field(...)
     bytes_written: _C1 = Field(..., alias='bytesWritten')
-    sha256: Optional[_C15] = Field(None)
+    sha256: Optional[_C22] = Field(None)
     created: StrictBool = Field(...)
 
 
 class PortOpenParams(_Strict):
-    port: _C11 = Field(...)
+    port: _C19 = Field(...)
     host: Literal['127.0.0.1', '::1'] = Field('127.0.0.1')
-    connect_timeout_ms: _C30 = Field(5000, alias='connectTimeoutMs')
+    connect_timeout_ms: _C36 = Field(5000, alias='connectTimeoutMs')
 
 
 class PortOpenResult(_Tolerant):
@@ -654,14 +750,14 @@ class PortOpenResult(_Tolerant):
 
 
 class PortOpenConnectedEvent(_Tolerant):
-    handle: _C31 = Field(...)
+    handle: _C9 = Field(...)
 
 
 PortOpenDataEvent = EgressSendResult
 
 
 class PortWriteParams(_Strict):
-    handle: _C31 = Field(...)
+    handle: _C9 = Field(...)
     end: StrictBool = Field(False)
 
 
@@ -670,7 +766,7 @@ class PortWriteResult(_Tolerant):
 
 
 class ProcessAttachParams(_Strict):
-    handle: _C31 = Field(...)
+    handle: _C9 = Field(...)
     stdout_offset: Optional[_C1] = Field(None, alias='stdoutOffset')
     stderr_offset: Optional[_C1] = Field(None, alias='stderrOffset')
     follow: Optional[StrictBool] = Field(None)
@@ -682,7 +778,7 @@ class ProcessAttachResultStdout(_Tolerant):
 
 
 class ProcessAttachResult(_Tolerant):
-    handle: _C31 = Field(...)
+    handle: _C9 = Field(...)
     pid: _C5 = Field(...)
     cmd: StrictStr = Field(...)
     tag: Optional[StrictStr] = Field(None)
@@ -697,39 +793,34 @@ class ProcessAttachResult(_Tolerant):
     stderr: ProcessAttachResultStdout = Field(...)
 
 
-ProcessAttachStdoutEvent = FsDownloadStreamDataEvent
+ProcessAttachStdoutEvent = CodeRunStdoutEvent
 
 
-ProcessAttachStderrEvent = FsDownloadStreamDataEvent
+ProcessAttachStderrEvent = CodeRunStdoutEvent
 
 
 class ProcessCloseStdinParams(_Strict):
-    handle: _C31 = Field(...)
+    handle: _C9 = Field(...)
 
 
 ProcessCloseStdinResult = ProcessAttachResult
 
 
 if TYPE_CHECKING:
-    _C33 = List[_C18]
+    _C38 = List[_C8]
 else:
-    _C33 = conlist(_C18, min_items=1, max_items=10000)
+    _C38 = conlist(_C8, min_items=1, max_items=10000)
 
 
 class ProcessExecParams(_Strict):
-    cmd: Union[_C32, _C33] = Field(...)
-    cwd: Optional[_C12] = Field(None)
-    env: Optional[Dict[_C34, _C18]] = Field(None)
-    stdin: Optional[_C14] = Field(None)
-    timeout_ms: Optional[_C35] = Field(None, alias='timeoutMs')
-    output_cap_bytes: Optional[_C36] = Field(None, alias='outputCapBytes')
+    cmd: Union[_C37, _C38] = Field(...)
+    cwd: Optional[_C6] = Field(None)
+    env: Optional[Dict[_C7, _C8]] = Field(None)
+    stdin: Optional[_C21] = Field(None)
+    timeout_ms: Optional[_C11] = Field(None, alias='timeoutMs')
+    output_cap_bytes: Optional[_C12] = Field(None, alias='outputCapBytes')
     save_output: Optional[StrictBool] = Field(None, alias='saveOutput')
     stream: Optional[StrictBool] = Field(None)
-
-
-class ProcessExecResultOutputPayload(_Tolerant):
-    stdout: _C1 = Field(...)
-    stderr: _C1 = Field(...)
 
 
 class ProcessExecResult(_Tolerant):
@@ -744,25 +835,24 @@ class ProcessExecResult(_Tolerant):
     stderr_bytes: _C1 = Field(..., alias='stderrBytes')
     stdout_file: Optional[StrictStr] = Field(None, alias='stdoutFile')
     stderr_file: Optional[StrictStr] = Field(None, alias='stderrFile')
-    output_payload: Optional[ProcessExecResultOutputPayload] = Field(None, alias='outputPayload')
+    output_payload: Optional[CodeRunResultOutputPayload] = Field(None, alias='outputPayload')
 
 
-ProcessExecStdoutEvent = FsDownloadStreamDataEvent
+ProcessExecStdoutEvent = CodeRunStdoutEvent
 
 
-ProcessExecStderrEvent = FsDownloadStreamDataEvent
+ProcessExecStderrEvent = CodeRunStdoutEvent
 
 
 class ProcessKillParams(_Strict):
-    handle: _C31 = Field(...)
+    handle: _C9 = Field(...)
     signal: Optional[Literal['SIGTERM', 'SIGKILL', 'SIGINT', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2', 'SIGSTOP', 'SIGCONT']] = Field(None)
 
 
 ProcessKillResult = ProcessAttachResult
 
 
-class ProcessListParams(_Strict):
-    pass
+ProcessListParams = CodeListContextsParams
 
 
 class ProcessListResult(_Tolerant):
@@ -770,29 +860,29 @@ class ProcessListResult(_Tolerant):
 
 
 class ProcessStartParams(_Strict):
-    cmd: Union[_C32, _C33] = Field(...)
-    cwd: Optional[_C12] = Field(None)
-    env: Optional[Dict[_C34, _C18]] = Field(None)
+    cmd: Union[_C37, _C38] = Field(...)
+    cwd: Optional[_C6] = Field(None)
+    env: Optional[Dict[_C7, _C8]] = Field(None)
     keep_stdin_open: Optional[StrictBool] = Field(None, alias='keepStdinOpen')
-    timeout_ms: Optional[_C37] = Field(None, alias='timeoutMs')
-    buffer_bytes: Optional[_C38] = Field(None, alias='bufferBytes')
-    tag: Optional[_C39] = Field(None)
+    timeout_ms: Optional[_C39] = Field(None, alias='timeoutMs')
+    buffer_bytes: Optional[_C40] = Field(None, alias='bufferBytes')
+    tag: Optional[_C41] = Field(None)
 
 
 ProcessStartResult = ProcessAttachResult
 
 
 class ProcessWaitParams(_Strict):
-    handle: _C31 = Field(...)
-    timeout_ms: Optional[_C40] = Field(None, alias='timeoutMs')
+    handle: _C9 = Field(...)
+    timeout_ms: Optional[_C42] = Field(None, alias='timeoutMs')
 
 
 ProcessWaitResult = ProcessAttachResult
 
 
 class ProcessWriteParams(_Strict):
-    handle: _C31 = Field(...)
-    data: Optional[_C14] = Field(None)
+    handle: _C9 = Field(...)
+    data: Optional[_C21] = Field(None)
 
 
 ProcessWriteResult = PortWriteResult
@@ -806,11 +896,11 @@ class PtyKillResult(_Tolerant):
 
 
 class PtyOpenParams(_Strict):
-    cols: _C41 = Field(...)
-    rows: _C41 = Field(...)
-    cmd: Optional[Union[_C32, _C33]] = Field(None)
-    cwd: Optional[_C12] = Field(None)
-    env: Optional[Dict[_C34, _C18]] = Field(None)
+    cols: _C43 = Field(...)
+    rows: _C43 = Field(...)
+    cmd: Optional[Union[_C37, _C38]] = Field(None)
+    cwd: Optional[_C6] = Field(None)
+    env: Optional[Dict[_C7, _C8]] = Field(None)
 
 
 class PtyOpenResult(_Tolerant):
@@ -820,45 +910,45 @@ class PtyOpenResult(_Tolerant):
 
 
 class PtyOpenStartedEvent(_Tolerant):
-    handle: _C31 = Field(...)
+    handle: _C9 = Field(...)
     pid: _C5 = Field(...)
 
 
-PtyOpenOutputEvent = FsDownloadStreamDataEvent
+PtyOpenOutputEvent = CodeRunStdoutEvent
 
 
 class PtyResizeParams(_Strict):
-    handle: _C31 = Field(...)
-    cols: _C41 = Field(...)
-    rows: _C41 = Field(...)
+    handle: _C9 = Field(...)
+    cols: _C43 = Field(...)
+    rows: _C43 = Field(...)
 
 
 class PtyResizeResult(_Tolerant):
-    cols: _C41 = Field(...)
-    rows: _C41 = Field(...)
+    cols: _C43 = Field(...)
+    rows: _C43 = Field(...)
 
 
 class PtyWriteParams(_Strict):
-    handle: _C31 = Field(...)
-    data: Optional[_C18] = Field(None)
+    handle: _C9 = Field(...)
+    data: Optional[_C8] = Field(None)
 
 
 PtyWriteResult = PortWriteResult
 
 
 class ShellCloseParams(_Strict):
-    session: _C42 = Field(...)
+    session: _C44 = Field(...)
 
 
 class ShellCloseResult(_Tolerant):
     closed: StrictBool = Field(...)
 
 
-ShellListParams = ProcessListParams
+ShellListParams = CodeListContextsParams
 
 
 class ShellListResultSessionsItem(_Tolerant):
-    session: _C42 = Field(...)
+    session: _C44 = Field(...)
     pid: _C5 = Field(...)
     busy: StrictBool = Field(...)
 
@@ -868,23 +958,23 @@ class ShellListResult(_Tolerant):
 
 
 class ShellOpenParams(_Strict):
-    session: _C42 = Field(...)
-    cwd: Optional[_C12] = Field(None)
-    env: Optional[Dict[_C34, _C18]] = Field(None)
+    session: _C44 = Field(...)
+    cwd: Optional[_C6] = Field(None)
+    env: Optional[Dict[_C7, _C8]] = Field(None)
 
 
 class ShellOpenResult(_Tolerant):
-    session: _C42 = Field(...)
+    session: _C44 = Field(...)
     pid: _C5 = Field(...)
     created: StrictBool = Field(...)
     busy: StrictBool = Field(...)
 
 
 class ShellRunParams(_Strict):
-    session: _C42 = Field(...)
-    cmd: _C32 = Field(...)
-    timeout_ms: Optional[_C35] = Field(None, alias='timeoutMs')
-    output_cap_bytes: Optional[_C36] = Field(None, alias='outputCapBytes')
+    session: _C44 = Field(...)
+    cmd: _C37 = Field(...)
+    timeout_ms: Optional[_C11] = Field(None, alias='timeoutMs')
+    output_cap_bytes: Optional[_C12] = Field(None, alias='outputCapBytes')
 
 
 class ShellRunResult(_Tolerant):
@@ -899,11 +989,11 @@ class ShellRunResult(_Tolerant):
     stderr_bytes: _C1 = Field(..., alias='stderrBytes')
     stdout_file: Optional[StrictStr] = Field(None, alias='stdoutFile')
     stderr_file: Optional[StrictStr] = Field(None, alias='stderrFile')
-    output_payload: Optional[ProcessExecResultOutputPayload] = Field(None, alias='outputPayload')
+    output_payload: Optional[CodeRunResultOutputPayload] = Field(None, alias='outputPayload')
     session_restarted: StrictBool = Field(..., alias='sessionRestarted')
 
 
-SystemInfoParams = ProcessListParams
+SystemInfoParams = CodeListContextsParams
 
 
 class SystemInfoResult(_Tolerant):
@@ -917,59 +1007,59 @@ class SystemInfoResult(_Tolerant):
 
 class FrameHeaderHello(_Tolerant):
     type: Literal['hello'] = Field(...)
-    protocol_version: _C16 = Field(..., alias='protocolVersion')
+    protocol_version: _C23 = Field(..., alias='protocolVersion')
     protocol_minor: Optional[_C1] = Field(None, alias='protocolMinor')
-    client: Optional[_C39] = Field(None)
+    client: Optional[_C41] = Field(None)
 
 
 class FrameHeaderWelcome(_Tolerant):
     type: Literal['welcome'] = Field(...)
-    protocol_version: _C16 = Field(..., alias='protocolVersion')
+    protocol_version: _C23 = Field(..., alias='protocolVersion')
     protocol_minor: Optional[_C1] = Field(None, alias='protocolMinor')
-    server: _C39 = Field(...)
-    server_version: _C43 = Field(..., alias='serverVersion')
+    server: _C41 = Field(...)
+    server_version: _C45 = Field(..., alias='serverVersion')
 
 
 class FrameHeaderReq(_Tolerant):
     type: Literal['req'] = Field(...)
-    id: Union[_C1, _C44] = Field(...)
-    method: _C45 = Field(...)
+    id: Union[_C1, _C46] = Field(...)
+    method: _C47 = Field(...)
     params: Any = Field(...)
 
 
 class FrameHeaderRes(_Tolerant):
     type: Literal['res'] = Field(...)
-    id: Union[_C1, _C44] = Field(...)
+    id: Union[_C1, _C46] = Field(...)
     result: Any = Field(...)
 
 
 class FrameHeaderErrError(_Tolerant):
-    code: _C45 = Field(...)
+    code: _C47 = Field(...)
     message: StrictStr = Field(...)
     details: Optional[Dict[StrictStr, Any]] = Field(None)
 
 
 class FrameHeaderErr(_Tolerant):
     type: Literal['err'] = Field(...)
-    id: Optional[Union[_C1, _C44]] = Field(...)
+    id: Optional[Union[_C1, _C46]] = Field(...)
     error: FrameHeaderErrError = Field(...)
 
 
 class FrameHeaderEvt(_Tolerant):
     type: Literal['evt'] = Field(...)
-    id: Union[_C1, _C44] = Field(...)
-    event: _C45 = Field(...)
+    id: Union[_C1, _C46] = Field(...)
+    event: _C47 = Field(...)
     data: Any = Field(...)
 
 
 class FrameHeaderCancel(_Tolerant):
     type: Literal['cancel'] = Field(...)
-    id: Union[_C1, _C44] = Field(...)
+    id: Union[_C1, _C46] = Field(...)
 
 
 class FrameHeaderApproval(_Tolerant):
     type: Literal['approval'] = Field(...)
-    id: Union[_C1, _C44] = Field(...)
+    id: Union[_C1, _C46] = Field(...)
     allow: StrictBool = Field(...)
 
 
@@ -988,33 +1078,33 @@ class CreateSandboxRequestEgressNone(_Strict):
 
 
 if TYPE_CHECKING:
-    _C53 = List[_C11]
+    _C55 = List[_C19]
 else:
-    _C53 = conlist(_C11, min_items=1, max_items=16)
+    _C55 = conlist(_C19, min_items=1, max_items=16)
 
 
 if TYPE_CHECKING:
-    _C54 = List[Literal['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']]
+    _C56 = List[Literal['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']]
 else:
-    _C54 = conlist(Literal['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'], min_items=1, max_items=7)
+    _C56 = conlist(Literal['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'], min_items=1, max_items=7)
 
 
 class CreateSandboxRequestEgressAllowRulesItem(_Strict):
-    host: _C52 = Field(...)
-    ports: Optional[_C53] = Field(None)
-    methods: Optional[_C54] = Field(None)
-    path_prefix: Optional[_C55] = Field(None, alias='pathPrefix')
+    host: _C54 = Field(...)
+    ports: Optional[_C55] = Field(None)
+    methods: Optional[_C56] = Field(None)
+    path_prefix: Optional[_C57] = Field(None, alias='pathPrefix')
 
 
 if TYPE_CHECKING:
-    _C56 = List[CreateSandboxRequestEgressAllowRulesItem]
+    _C58 = List[CreateSandboxRequestEgressAllowRulesItem]
 else:
-    _C56 = conlist(CreateSandboxRequestEgressAllowRulesItem, min_items=1, max_items=256)
+    _C58 = conlist(CreateSandboxRequestEgressAllowRulesItem, min_items=1, max_items=256)
 
 
 class CreateSandboxRequestEgressAllow(_Strict):
     mode: Literal['allow'] = Field(...)
-    rules: _C56 = Field(...)
+    rules: _C58 = Field(...)
 
 
 class CreateSandboxRequestEgressOpen(_Strict):
@@ -1022,107 +1112,107 @@ class CreateSandboxRequestEgressOpen(_Strict):
 
 
 if TYPE_CHECKING:
-    _C60 = List[_C52]
+    _C62 = List[_C54]
 else:
-    _C60 = conlist(_C52, min_items=1, max_items=32)
+    _C62 = conlist(_C54, min_items=1, max_items=32)
 
 
 class CreateSandboxRequestSecretsItemTargetVariant1(_Strict):
-    header: _C61 = Field(...)
-    template: _C62 = Field('{secret}')
+    header: _C63 = Field(...)
+    template: _C64 = Field('{secret}')
 
 
 class CreateSandboxRequestSecretsItemTargetVariant2(_Strict):
-    query: _C59 = Field(...)
+    query: _C61 = Field(...)
 
 
 class CreateSandboxRequestSecretsItem(_Strict):
-    name: _C57 = Field(...)
-    value: Optional[_C58] = Field(None)
-    ref: Optional[_C59] = Field(None)
-    hosts: _C60 = Field(...)
+    name: _C59 = Field(...)
+    value: Optional[_C60] = Field(None)
+    ref: Optional[_C61] = Field(None)
+    hosts: _C62 = Field(...)
     target: Union[CreateSandboxRequestSecretsItemTargetVariant1, CreateSandboxRequestSecretsItemTargetVariant2] = Field(...)
 
 
 if TYPE_CHECKING:
-    _C63 = List[CreateSandboxRequestSecretsItem]
+    _C65 = List[CreateSandboxRequestSecretsItem]
 else:
-    _C63 = conlist(CreateSandboxRequestSecretsItem, max_items=32)
+    _C65 = conlist(CreateSandboxRequestSecretsItem, max_items=32)
 
 
 if TYPE_CHECKING:
-    _C67 = List[_C66]
+    _C69 = List[_C68]
 else:
-    _C67 = conlist(_C66, max_items=256)
+    _C69 = conlist(_C68, max_items=256)
 
 
 if TYPE_CHECKING:
-    _C68 = List[_C12]
+    _C70 = List[_C6]
 else:
-    _C68 = conlist(_C12, max_items=256)
+    _C70 = conlist(_C6, max_items=256)
 
 
 class CreateSandboxRequestPolicyVariant1Restrict(_Strict):
-    read: _C68 = Field(...)
-    write: _C68 = Field(...)
+    read: _C70 = Field(...)
+    write: _C70 = Field(...)
 
 
 class CreateSandboxRequestPolicyVariant1(_Strict):
-    root: _C12 = Field(...)
+    root: _C6 = Field(...)
     read_only: StrictBool = Field(False, alias='readOnly')
-    suffixes: Optional[_C67] = Field(None)
-    max_file_bytes: Optional[_C16] = Field(None, alias='maxFileBytes')
+    suffixes: Optional[_C69] = Field(None)
+    max_file_bytes: Optional[_C23] = Field(None, alias='maxFileBytes')
     restrict: Optional[CreateSandboxRequestPolicyVariant1Restrict] = Field(None)
 
 
 class CreateSandboxRequestPolicyVariant2PathsValue(_Strict):
-    root: _C12 = Field(...)
+    root: _C6 = Field(...)
     mode: Literal['ro', 'rw'] = Field('ro')
-    suffixes: Optional[_C67] = Field(None)
-    max_file_bytes: Optional[_C16] = Field(None, alias='maxFileBytes')
+    suffixes: Optional[_C69] = Field(None)
+    max_file_bytes: Optional[_C23] = Field(None, alias='maxFileBytes')
     write_approval: StrictBool = Field(True, alias='writeApproval')
     read_approval: StrictBool = Field(False, alias='readApproval')
 
 
 class CreateSandboxRequestPolicyVariant2(_Strict):
-    paths: Dict[_C69, CreateSandboxRequestPolicyVariant2PathsValue] = Field(...)
+    paths: Dict[_C71, CreateSandboxRequestPolicyVariant2PathsValue] = Field(...)
     restrict: Optional[CreateSandboxRequestPolicyVariant1Restrict] = Field(None)
 
 
 class CreateSandboxRequestMountsItem(_Strict):
-    host_path: _C65 = Field(..., alias='hostPath')
-    path: _C65 = Field(...)
+    host_path: _C67 = Field(..., alias='hostPath')
+    path: _C67 = Field(...)
     read_only: StrictBool = Field(True, alias='readOnly')
 
 
 if TYPE_CHECKING:
-    _C73 = List[CreateSandboxRequestMountsItem]
+    _C75 = List[CreateSandboxRequestMountsItem]
 else:
-    _C73 = conlist(CreateSandboxRequestMountsItem, max_items=16)
+    _C75 = conlist(CreateSandboxRequestMountsItem, max_items=16)
 
 
 class CreateSandboxRequest(_Strict):
-    image: Optional[_C46] = Field(None)
-    env: Optional[Dict[_C47, _C48]] = Field(None)
-    cpus: Optional[Union[_C49, _C50]] = Field(None)
-    memory_mb: Optional[_C51] = Field(None, alias='memoryMb')
-    pids_limit: Optional[_C51] = Field(None, alias='pidsLimit')
+    image: Optional[_C48] = Field(None)
+    env: Optional[Dict[_C49, _C50]] = Field(None)
+    cpus: Optional[Union[_C51, _C52]] = Field(None)
+    memory_mb: Optional[_C53] = Field(None, alias='memoryMb')
+    pids_limit: Optional[_C53] = Field(None, alias='pidsLimit')
     network: Optional[Literal['none', 'bridge']] = Field(None)
     egress: Optional[Union[CreateSandboxRequestEgressNone, CreateSandboxRequestEgressAllow, CreateSandboxRequestEgressOpen]] = Field(None)
-    secrets: Optional[_C63] = Field(None)
+    secrets: Optional[_C65] = Field(None)
     runtime: Optional[Literal['runc', 'runsc']] = Field(None)
-    user: Optional[_C64] = Field(None)
-    workspace: Optional[_C65] = Field(None)
-    workdir: Optional[_C65] = Field(None)
+    user: Optional[_C66] = Field(None)
+    workspace: Optional[_C67] = Field(None)
+    workdir: Optional[_C67] = Field(None)
     policy: Optional[Union[CreateSandboxRequestPolicyVariant1, CreateSandboxRequestPolicyVariant2]] = Field(None)
-    ttl_seconds: Optional[_C70] = Field(None, alias='ttlSeconds')
-    labels: Optional[Dict[_C71, _C72]] = Field(None)
-    mounts: Optional[_C73] = Field(None)
+    ttl_seconds: Optional[_C72] = Field(None, alias='ttlSeconds')
+    labels: Optional[Dict[_C73, _C74]] = Field(None)
+    mounts: Optional[_C75] = Field(None)
     read_only_rootfs: Optional[StrictBool] = Field(None, alias='readOnlyRootfs')
-    tmp_mb: Optional[_C74] = Field(None, alias='tmpMb')
-    open_files: Optional[_C75] = Field(None, alias='openFiles')
-    file_size_mb: Optional[_C76] = Field(None, alias='fileSizeMb')
-    disk_mb: Optional[_C77] = Field(None, alias='diskMb')
+    tmp_mb: Optional[_C76] = Field(None, alias='tmpMb')
+    open_files: Optional[_C77] = Field(None, alias='openFiles')
+    file_size_mb: Optional[_C78] = Field(None, alias='fileSizeMb')
+    disk_mb: Optional[_C79] = Field(None, alias='diskMb')
 
 
 class CreateSandboxResponseSettingsMountsItem(_Tolerant):
@@ -1163,12 +1253,12 @@ class CreateSandboxResponse(_Tolerant):
 
 
 class DeriveTokenRequest(_Strict):
-    allow_read: Optional[Union[_C12, _C68]] = Field(None, alias='allowRead')
-    allow_write: Optional[Union[_C12, _C68]] = Field(None, alias='allowWrite')
+    allow_read: Optional[Union[_C6, _C70]] = Field(None, alias='allowRead')
+    allow_write: Optional[Union[_C6, _C70]] = Field(None, alias='allowWrite')
     readonly: Optional[StrictBool] = Field(None)
     inherit: Optional[StrictBool] = Field(None)
     allow_exec: Optional[StrictBool] = Field(None, alias='allowExec')
-    ttl_seconds: Optional[_C78] = Field(None, alias='ttlSeconds')
+    ttl_seconds: Optional[_C80] = Field(None, alias='ttlSeconds')
 
 
 class DeriveTokenResponse(_Tolerant):
@@ -1254,21 +1344,21 @@ class NetworkPolicyResponseEgressNone(_Tolerant):
 
 
 class NetworkPolicyResponseEgressAllowRulesItem(_Tolerant):
-    host: _C79 = Field(...)
-    ports: Optional[_C53] = Field(None)
-    methods: Optional[_C54] = Field(None)
-    path_prefix: Optional[_C55] = Field(None, alias='pathPrefix')
+    host: _C81 = Field(...)
+    ports: Optional[_C55] = Field(None)
+    methods: Optional[_C56] = Field(None)
+    path_prefix: Optional[_C57] = Field(None, alias='pathPrefix')
 
 
 if TYPE_CHECKING:
-    _C80 = List[NetworkPolicyResponseEgressAllowRulesItem]
+    _C82 = List[NetworkPolicyResponseEgressAllowRulesItem]
 else:
-    _C80 = conlist(NetworkPolicyResponseEgressAllowRulesItem, min_items=1, max_items=256)
+    _C82 = conlist(NetworkPolicyResponseEgressAllowRulesItem, min_items=1, max_items=256)
 
 
 class NetworkPolicyResponseEgressAllow(_Tolerant):
     mode: Literal['allow'] = Field(...)
-    rules: _C80 = Field(...)
+    rules: _C82 = Field(...)
 
 
 class NetworkPolicyResponseEgressOpen(_Tolerant):
@@ -1281,8 +1371,8 @@ class NetworkPolicyResponse(_Tolerant):
 
 
 class PortUrlRequest(_Tolerant):
-    port: _C11 = Field(...)
-    ttl_seconds: Optional[_C81] = Field(None, alias='ttlSeconds')
+    port: _C19 = Field(...)
+    ttl_seconds: Optional[_C83] = Field(None, alias='ttlSeconds')
 
 
 class PortUrlResponse(_Tolerant):
@@ -1291,7 +1381,7 @@ class PortUrlResponse(_Tolerant):
 
 
 class PullImageRequest(_Strict):
-    image: _C82 = Field(...)
+    image: _C84 = Field(...)
 
 
 class RestErrorBodyError(_Tolerant):
@@ -1337,7 +1427,7 @@ SandboxState = Literal['running', 'paused', 'exited', 'gone']
 
 
 class SetTimeoutRequest(_Strict):
-    ttl_seconds: _C78 = Field(..., alias='ttlSeconds')
+    ttl_seconds: _C80 = Field(..., alias='ttlSeconds')
 
 
 class UpdateNetworkRequestEgressNone(_Tolerant):
@@ -1345,21 +1435,21 @@ class UpdateNetworkRequestEgressNone(_Tolerant):
 
 
 class UpdateNetworkRequestEgressAllowRulesItem(_Tolerant):
-    host: _C52 = Field(...)
-    ports: Optional[_C53] = Field(None)
-    methods: Optional[_C54] = Field(None)
-    path_prefix: Optional[_C55] = Field(None, alias='pathPrefix')
+    host: _C54 = Field(...)
+    ports: Optional[_C55] = Field(None)
+    methods: Optional[_C56] = Field(None)
+    path_prefix: Optional[_C57] = Field(None, alias='pathPrefix')
 
 
 if TYPE_CHECKING:
-    _C83 = List[UpdateNetworkRequestEgressAllowRulesItem]
+    _C85 = List[UpdateNetworkRequestEgressAllowRulesItem]
 else:
-    _C83 = conlist(UpdateNetworkRequestEgressAllowRulesItem, min_items=1, max_items=256)
+    _C85 = conlist(UpdateNetworkRequestEgressAllowRulesItem, min_items=1, max_items=256)
 
 
 class UpdateNetworkRequestEgressAllow(_Tolerant):
     mode: Literal['allow'] = Field(...)
-    rules: _C83 = Field(...)
+    rules: _C85 = Field(...)
 
 
 class UpdateNetworkRequestEgressOpen(_Tolerant):
@@ -1377,6 +1467,11 @@ class ListSandboxesResponse(_Tolerant):
 #: The method registry: name to params, result, access, payload side, idempotence and events.
 METHODS: Dict[str, MethodSpec] = {
     'audit.list': MethodSpec(AuditListParams, AuditListResult, 'audit', None, True, {}),
+    'code.createContext': MethodSpec(CodeCreateContextParams, CodeCreateContextResult, 'exec', None, False, {}),
+    'code.listContexts': MethodSpec(CodeListContextsParams, CodeListContextsResult, 'exec', None, True, {}),
+    'code.removeContext': MethodSpec(CodeRemoveContextParams, CodeRemoveContextResult, 'exec', None, True, {}),
+    'code.restartContext': MethodSpec(CodeRestartContextParams, CodeRestartContextResult, 'exec', None, False, {}),
+    'code.run': MethodSpec(CodeRunParams, CodeRunResult, 'exec', 'response', False, {'stdout': CodeRunStdoutEvent, 'stderr': CodeRunStderrEvent, 'result': CodeRunResultEvent, 'error': CodeRunErrorEvent}),
     'egress.send': MethodSpec(EgressSendParams, EgressSendResult, 'controller', 'request', False, {}),
     'egress.serve': MethodSpec(EgressServeParams, EgressServeResult, 'controller', None, False, {'listening': EgressServeListeningEvent, 'open': EgressServeOpenEvent, 'data': EgressServeDataEvent, 'end': EgressServeEndEvent, 'close': EgressServeCloseEvent}),
     'fs.copy': MethodSpec(FsCopyParams, FsCopyResult, 'write', None, False, {}),

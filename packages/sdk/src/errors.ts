@@ -297,6 +297,17 @@ export class UpstreamUnavailableError extends WarrenConnectionError {
   }
 }
 
+/**
+ * A code context's kernel died (a crash, the sandbox's memory limit, a cell that ignored an
+ * interrupt) and its state is gone: `sandbox.code.restartContext(id)` starts a fresh one.
+ */
+export class KernelDiedError extends WarrenError {
+  declare readonly code: 'KERNEL_DIED';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('KERNEL_DIED', message, options);
+  }
+}
+
 export class PtyUnavailableError extends WarrenError {
   declare readonly code: 'PTY_UNAVAILABLE';
   constructor(message: string, options?: WarrenErrorOptions) {
@@ -424,6 +435,7 @@ export const ERROR_CLASSES: { readonly [C in WarrenErrorCode]: new (message: str
   PTY_UNAVAILABLE: PtyUnavailableError,
   NOT_SUPPORTED: NotSupportedError,
   PORT_UNREACHABLE: PortUnreachableError,
+  KERNEL_DIED: KernelDiedError,
   INTERNAL: InternalError,
   METHOD_NOT_ALLOWED: MethodNotAllowedError,
   REQUEST_TIMEOUT: RequestTimeoutError,

@@ -17,6 +17,16 @@ export {
   type DownloadedArchive,
 } from './files.js';
 export { Commands, type CommandResult, type CommandEvent, type RunOptions, type StartOptions } from './commands.js';
+export {
+  Code,
+  type CodeRunResult,
+  type CodeRunOptions,
+  type CodeContextOptions,
+  type CodeContextInfo,
+  type CodeDisplay,
+  type CodeError,
+  type CodeLanguage,
+} from './code.js';
 export { Pty, Terminal, type PtyCreateOptions, type PtyExit } from './pty.js';
 export { Ports, PortConnection } from './ports.js';
 export { Watcher, type WatchEvent, type WatchOptions, type WatchChange } from './watch.js';

@@ -12,6 +12,7 @@ import {
   type SandboxMetrics,
   type SandboxState,
 } from '@warren/protocol';
+import { Code } from './code.js';
 import { Commands } from './commands.js';
 import { ReconnectingChannel, type ReconnectOptions } from './channel.js';
 import { Connection, type ApprovalHandler, type CallOptions } from './connection.js';
@@ -59,6 +60,8 @@ export class Sandbox implements AsyncDisposable {
   readonly files: Files;
   /** Processes in the sandbox. */
   readonly commands: Commands;
+  /** Run code in kernels that keep state: Python (Jupyter), JavaScript, TypeScript (docs/code.md). */
+  readonly code: Code;
   /** Interactive programs on pseudo-terminals (`sandbox.pty.create({ cols, rows })`). */
   readonly pty: Pty;
   /** The sandbox's egress policy through Warren's gateway: read it, replace it live, read its events. */
@@ -80,6 +83,7 @@ export class Sandbox implements AsyncDisposable {
   ) {
     this.files = new Files(() => this.connection);
     this.commands = new Commands(() => this.connection);
+    this.code = new Code(() => this.connection);
     this.pty = new Pty(() => this.connection);
     this.network = new Network(rest, id);
     this.ports = new Ports(() => this.connection, rest, id);

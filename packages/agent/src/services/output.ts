@@ -28,6 +28,11 @@ export class CappedOutput {
     while (this.tailBytes - (this.tail[0]?.length ?? 0) >= tailCap) this.tailBytes -= this.tail.shift()!.length;
   }
 
+  /** Counts bytes the producer dropped before they reached here (they are part of the middle that is left out). */
+  omit(bytes: number): void {
+    this.total += bytes;
+  }
+
   get truncated(): boolean {
     return this.total > this.capBytes;
   }

@@ -1,4 +1,6 @@
 import type { FilePolicy } from '../policy.js';
+import { codeHandlers } from './code.js';
+import { CodeContexts } from './code-contexts.js';
 import { execHandlers } from './exec.js';
 import { ProcessTable, type SandboxUser } from './process-table.js';
 import { shellHandlers, ShellSessions } from './shell.js';
@@ -26,6 +28,8 @@ export interface ProcessRuntimeOptions {
 export class ProcessRuntime {
   readonly table: ProcessTable;
   readonly shells: ShellSessions;
+  /** The code interpreter's contexts and their kernels. */
+  readonly code: CodeContexts;
 
   /** The sandbox's environment, the base of every command's (and every terminal's). */
   get sandboxEnv(): Readonly<Record<string, string>> | undefined {
@@ -40,17 +44,20 @@ export class ProcessRuntime {
   constructor(private readonly options: ProcessRuntimeOptions) {
     this.table = new ProcessTable(options.maxProcesses);
     this.shells = new ShellSessions({ policy: options.policy, home: options.home, sandboxEnv: options.sandboxEnv, user: options.user, table: this.table });
+    this.code = new CodeContexts({ home: options.home, sandboxEnv: options.sandboxEnv, user: options.user, table: this.table });
   }
 
-  /** The process and shell handlers; `policy` (the connection's, by default the sandbox's) resolves `cwd`. */
-  handlers(policy: FilePolicy = this.options.policy): ReturnType<typeof execHandlers> & ReturnType<typeof shellHandlers> {
+  /** The process, shell and code handlers; `policy` (the connection's, by default the sandbox's) resolves `cwd`. */
+  handlers(policy: FilePolicy = this.options.policy): ReturnType<typeof execHandlers> & ReturnType<typeof shellHandlers> & ReturnType<typeof codeHandlers> {
     return {
       ...execHandlers({ policy, home: this.options.home, sandboxEnv: this.options.sandboxEnv, user: this.options.user, table: this.table }),
       ...shellHandlers(this.shells, policy),
+      ...codeHandlers(this.code, policy),
     };
   }
 
   async close(): Promise<void> {
+    await this.code.closeAll();
     await this.shells.closeAll();
     await this.table.close();
   }

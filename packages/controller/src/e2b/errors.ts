@@ -38,6 +38,7 @@ const CONNECT_CODES: { readonly [C in ErrorCode]: Code } = {
   PTY_UNAVAILABLE: Code.Unimplemented,
   NOT_SUPPORTED: Code.Unimplemented,
   PORT_UNREACHABLE: Code.Unavailable,
+  KERNEL_DIED: Code.Aborted,
   IMAGE_NOT_ALLOWED: Code.PermissionDenied,
   IMAGE_PULL_FAILED: Code.Unavailable,
   IMAGE_TOO_LARGE: Code.ResourceExhausted,

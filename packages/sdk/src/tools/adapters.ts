@@ -1,5 +1,5 @@
 import type { z } from 'zod';
-import { isToolError, toolError, type JsonSchema, type Tool, type ToolError, type ToolRunOptions, type ToolSet } from './tool.js';
+import { isToolError, toolError, type JsonSchema, type Tool, type ToolContent, type ToolError, type ToolRunOptions, type ToolSet } from './tool.js';
 
 /** One tool in the OpenAI Chat Completions `tools` array. */
 export interface OpenAIChatTool {
@@ -61,11 +61,22 @@ export interface AnthropicToolUseBlock {
   input: unknown;
 }
 
+/** A text or base64 image block inside an Anthropic `tool_result`. */
+export type AnthropicToolResultContent = { type: 'text'; text: string } | { type: 'image'; source: { type: 'base64'; media_type: string; data: string } };
+
 /** The `tool_result` content block that answers a `tool_use` (sent in the next user message). */
 export interface AnthropicToolResultBlock {
   type: 'tool_result';
   tool_use_id: string;
   content: string;
+  is_error?: true;
+}
+
+/** A `tool_result` block whose content may be a list of text and image blocks (`dispatchAnthropicToolUse(..., { images: true })`). */
+export interface AnthropicRichToolResultBlock {
+  type: 'tool_result';
+  tool_use_id: string;
+  content: string | AnthropicToolResultContent[];
   is_error?: true;
 }
 
@@ -83,9 +94,9 @@ export interface MCPTool {
   inputSchema: JsonSchema;
 }
 
-/** An MCP `tools/call` result: text content, `isError` when the tool failed. */
+/** An MCP `tools/call` result: text (and image) content, `isError` when the tool failed. */
 export interface MCPCallToolResult {
-  content: { type: 'text'; text: string }[];
+  content: ({ type: 'text'; text: string } | { type: 'image'; data: string; mimeType: string })[];
   isError?: true;
 }
 
@@ -164,8 +175,9 @@ export function toMCPTools(tools: ToolSet): MCPTool[] {
  */
 export async function callMCPTool(tools: ToolSet, name: string, args: unknown, options: ToolRunOptions = {}): Promise<MCPCallToolResult> {
   const outcome = await runToolCall(tools, name, args ?? {}, options);
-  const content = [{ type: 'text' as const, text: outcome.text }];
-  return outcome.isError ? { content, isError: true } : { content };
+  if (outcome.isError) return { content: [{ type: 'text', text: outcome.text }], isError: true };
+  const rich = richContent(outcome);
+  return { content: rich ?? [{ type: 'text', text: outcome.text }] };
 }
 
 /**
@@ -212,17 +224,42 @@ export async function dispatchOpenAIToolCall(
 
 /**
  * Dispatches an Anthropic `tool_use` block to its tool and answers with the `tool_result` block
- * to send back in the next user message; failures set `is_error: true`.
+ * to send back in the next user message; failures set `is_error: true`. With `images: true`, a
+ * result that holds images (`run_code`'s charts) answers with text and image blocks.
  *
  * @example
  * const results = await Promise.all(message.content.filter((b) => b.type === 'tool_use').map((b) => dispatchAnthropicToolUse(tools, b)));
  * messages.push({ role: 'user', content: results });
  */
-export async function dispatchAnthropicToolUse(tools: ToolSet, block: AnthropicToolUseBlock, options: ToolRunOptions = {}): Promise<AnthropicToolResultBlock> {
-  const outcome = await runToolCall(tools, block.name, block.input, options);
-  return outcome.isError
-    ? { type: 'tool_result', tool_use_id: block.id, content: outcome.text, is_error: true }
-    : { type: 'tool_result', tool_use_id: block.id, content: outcome.text };
+export function dispatchAnthropicToolUse(
+  tools: ToolSet,
+  block: AnthropicToolUseBlock,
+  options?: ToolRunOptions & { images?: false },
+): Promise<AnthropicToolResultBlock>;
+export function dispatchAnthropicToolUse(
+  tools: ToolSet,
+  block: AnthropicToolUseBlock,
+  options: ToolRunOptions & { images: true },
+): Promise<AnthropicRichToolResultBlock>;
+export async function dispatchAnthropicToolUse(
+  tools: ToolSet,
+  block: AnthropicToolUseBlock,
+  options: ToolRunOptions & { images?: boolean } = {},
+): Promise<AnthropicToolResultBlock | AnthropicRichToolResultBlock> {
+  const outcome = await runToolCall(tools, block.name, block.input, { signal: options.signal });
+  if (outcome.isError) return { type: 'tool_result', tool_use_id: block.id, content: outcome.text, is_error: true };
+  const rich = options.images ? richContent(outcome) : undefined;
+  if (!rich) return { type: 'tool_result', tool_use_id: block.id, content: outcome.text };
+  const content = rich.map((part): AnthropicToolResultContent =>
+    part.type === 'text' ? part : { type: 'image', source: { type: 'base64', media_type: part.mimeType, data: part.data } },
+  );
+  return { type: 'tool_result', tool_use_id: block.id, content };
+}
+
+/** The text and images of a successful result, when its tool has them and there is an image among them. */
+function richContent(outcome: ToolCallOutcome): ToolContent[] | undefined {
+  const content = outcome.tool?.toContent?.(outcome.result);
+  return content?.some((part) => part.type === 'image') ? content : undefined;
 }
 
 function parseArguments(name: string, raw: string): { args: unknown } | { error: ToolError } {

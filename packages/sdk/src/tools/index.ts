@@ -8,3 +8,4 @@ export * from './toolsmith.js';
 export * from './partial-read.js';
 export * from './builtin.js';
 export * from './document.js';
+export * from './code-interpreter.js';

@@ -39,6 +39,12 @@ export type JsonSchema = { type: 'object'; [key: string]: unknown };
 export type ToolOutputKind = 'text' | 'json';
 
 /**
+ * One piece of what a model reads: text, or an image (base64) for the APIs whose tool results
+ * carry images (Anthropic, MCP). The others read {@link Tool.toText}.
+ */
+export type ToolContent = { type: 'text'; text: string } | { type: 'image'; mimeType: string; data: string };
+
+/**
  * One tool: data an LLM API can be given (`name`, `description`, `jsonSchema`) and a `run` that
  * never throws. `run` checks its arguments against `inputSchema` first; whatever fails (bad
  * arguments, a sandbox error, a cancelled signal) comes back as a {@link ToolError}.
@@ -61,6 +67,8 @@ export interface Tool<Input = any, Output = unknown> {
   run(args: unknown, options?: ToolRunOptions): Promise<Output | ToolError>;
   /** The text a model reads for a result of this tool. */
   toText(result: Output | ToolError): string;
+  /** Text and images for APIs whose tool results carry images; absent, the adapters send {@link toText}. */
+  toContent?(result: Output): ToolContent[];
 }
 
 /** A tool set: the tools of one seed system, in the seed's order. */
@@ -77,6 +85,8 @@ export interface ToolDefinition<S extends z.ZodType, Output> {
   onError?: (error: ToolError, args: unknown) => ToolError;
   /** Renders a result as text; the default prints strings as they are and serialises objects as JSON. */
   toText?: (result: Output | ToolError) => string;
+  /** Renders a successful result as text and images (see {@link Tool.toContent}). */
+  toContent?: (result: Output) => ToolContent[];
 }
 
 /**
@@ -102,6 +112,7 @@ export function defineTool<S extends z.ZodType, Output>(definition: ToolDefiniti
     jsonSchema: toJsonSchema(definition.input),
     output,
     toText,
+    ...(definition.toContent && { toContent: definition.toContent }),
     async run(args, options = {}) {
       const parsed = definition.input.safeParse(args ?? {});
       if (!parsed.success) return onError(invalidArguments(definition.name, parsed.error), args);

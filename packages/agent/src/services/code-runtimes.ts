@@ -1,0 +1,309 @@
+import path from 'node:path';
+import type { CodeLanguage } from '@warren/protocol';
+
+/**
+ * The Python side of a code context: a bridge that starts a real Jupyter kernel (ipykernel, through
+ * jupyter_client's KernelManager) and speaks JSON lines over its stdin and stdout. It runs as the
+ * sandbox user, like the kernel it starts, so the daemon never runs sandbox code. It applies the
+ * first caps (a stream message over 1 MiB keeps its head and tail, a display value over 4 MiB is
+ * left out, ZeroMQ refuses a message over 64 MiB before it is read) so a giant output costs the
+ * sandbox's memory, not the daemon's; the daemon checks and caps everything again.
+ *
+ * In: `{"op":"run","id","code"}`, `{"op":"interrupt"}`. Out: `ready`, `fatal`, `stream`, `display`,
+ * `error`, `done`, `died` (see `BridgeMessage` in code-kernel.ts).
+ */
+export const PYTHON_BRIDGE = String.raw`import json, os, queue, re, signal, subprocess, sys, tempfile, threading, time
+
+STREAM_CAP = 1 << 20
+VALUE_CAP = int(os.environ.get('WARREN_CODE_VALUE_CAP', str(4 << 20)))
+MAX_MSG = 64 << 20
+ANSI = re.compile(r'\x1b\[[0-9;?]*[A-Za-z]')
+out_lock = threading.Lock()
+out = open(1, 'w', encoding='utf-8', closefd=False)
+
+
+def send(obj):
+    line = json.dumps(obj, ensure_ascii=True, separators=(',', ':'))
+    with out_lock:
+        out.write(line + '\n')
+        out.flush()
+
+
+def clip_stream(text):
+    if len(text) <= STREAM_CAP:
+        return text, 0
+    half = STREAM_CAP // 2
+    return text[:half] + text[-half:], len(text[half:-half].encode('utf-8', 'surrogatepass'))
+
+
+def clip_display(data):
+    kept, notes, total = {}, [], 0
+    for mime, value in data.items():
+        if not isinstance(mime, str):
+            continue
+        size = len(value) if isinstance(value, str) else len(json.dumps(value))
+        total += size
+        if size > VALUE_CAP or total > 2 * VALUE_CAP:
+            notes.append('[%s output of %d bytes omitted: over the %d-byte cap]' % (mime, size, VALUE_CAP))
+        else:
+            kept[mime] = value
+    if notes:
+        kept['text/plain'] = '\n'.join(([kept['text/plain']] if isinstance(kept.get('text/plain'), str) else []) + notes)
+    return kept, bool(notes)
+
+
+def main():
+    private = tempfile.mkdtemp(prefix='warren-kernel-')
+    for name, sub in (('JUPYTER_RUNTIME_DIR', 'runtime'), ('IPYTHONDIR', 'ipython'), ('MPLCONFIGDIR', 'matplotlib'), ('JUPYTER_DATA_DIR', 'data')):
+        os.environ[name] = os.path.join(private, sub)
+        os.makedirs(os.environ[name], mode=0o700, exist_ok=True)
+    os.environ['JUPYTER_PLATFORM_DIRS'] = '1'
+    os.environ['PYDEVD_DISABLE_FILE_VALIDATION'] = '1'
+    os.environ.setdefault('MPLBACKEND', 'module://matplotlib_inline.backend_inline')
+    try:
+        import zmq
+        from jupyter_client.manager import KernelManager
+    except Exception as err:
+        send({'t': 'fatal', 'message': 'the Python kernel is not installed in this image (python3-ipykernel): %s' % err})
+        return 3
+    km = KernelManager(kernel_name='python3')
+    km.context.setsockopt(zmq.MAXMSGSIZE, MAX_MSG)
+    try:
+        km.start_kernel(extra_arguments=['--InteractiveShell.colors=NoColor', '--HistoryManager.enabled=False'],
+                        cwd=os.getcwd(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        kc = km.client()
+        kc.start_channels()
+        kc.wait_for_ready(timeout=60)
+    except Exception as err:
+        send({'t': 'fatal', 'message': 'the Python kernel did not start: %s' % err})
+        try:
+            km.shutdown_kernel(now=True)
+        except Exception:
+            pass
+        return 3
+    send({'t': 'ready', 'pid': km.provisioner.pid if km.provisioner else None})
+    jobs = queue.Queue()
+
+    def reader():
+        for line in sys.stdin:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if msg.get('op') == 'interrupt':
+                try:
+                    km.interrupt_kernel()
+                except Exception:
+                    pass
+            else:
+                jobs.put(msg)
+        jobs.put({'op': 'shutdown'})
+
+    threading.Thread(target=reader, daemon=True).start()
+    while True:
+        try:
+            job = jobs.get(timeout=0.5)
+        except queue.Empty:
+            if not km.is_alive():
+                send({'t': 'died', 'message': 'the kernel process exited'})
+                return 4
+            continue
+        if job.get('op') != 'run':
+            break
+        if not run(km, kc, job):
+            send({'t': 'died', 'message': 'the kernel process exited during the run'})
+            return 4
+    try:
+        km.shutdown_kernel(now=True)
+    except Exception:
+        pass
+    return 0
+
+
+def run(km, kc, job):
+    rid = job.get('id')
+    msg_id = kc.execute(str(job.get('code', '')), store_history=True, allow_stdin=False, stop_on_error=False)
+    replied, idle, count, status, idle_wait = False, False, None, 'ok', None
+    while not (replied and idle):
+        got = False
+        try:
+            msg = kc.get_iopub_msg(timeout=0.1)
+            got = True
+            if msg.get('parent_header', {}).get('msg_id') == msg_id:
+                iopub(rid, msg)
+                kind, content = msg['header']['msg_type'], msg['content']
+                if kind == 'status' and content.get('execution_state') == 'idle':
+                    idle = True
+                elif kind == 'execute_input':
+                    count = content.get('execution_count', count)
+        except queue.Empty:
+            pass
+        if not replied:
+            try:
+                reply = kc.get_shell_msg(timeout=0)
+                if reply.get('parent_header', {}).get('msg_id') == msg_id:
+                    replied = True
+                    count = reply['content'].get('execution_count', count)
+                    status = reply['content'].get('status', 'ok')
+                    idle_wait = time.monotonic() + 2
+            except queue.Empty:
+                pass
+        if replied and not idle and not got and time.monotonic() > idle_wait:
+            break  # the idle status was lost (an over-size message dropped the connection)
+        if not got and not km.is_alive():
+            return False
+    send({'t': 'done', 'id': rid, 'count': count, 'status': status})
+    return True
+
+
+def iopub(rid, msg):
+    kind, content = msg['header']['msg_type'], msg['content']
+    if kind == 'stream':
+        text, omitted = clip_stream(str(content.get('text', '')))
+        send({'t': 'stream', 'id': rid, 'name': 'stderr' if content.get('name') == 'stderr' else 'stdout', 'text': text, 'omitted': omitted})
+    elif kind in ('execute_result', 'display_data'):
+        data, clipped = clip_display(content.get('data') or {})
+        send({'t': 'display', 'id': rid, 'main': kind == 'execute_result', 'data': data, 'clipped': clipped})
+    elif kind == 'error':
+        tb = [ANSI.sub('', str(line)) for line in content.get('traceback') or []]
+        send({'t': 'error', 'id': rid, 'name': str(content.get('ename', '')), 'value': str(content.get('evalue', '')), 'traceback': '\n'.join(tb)[-STREAM_CAP:]})
+
+
+if __name__ == '__main__':
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(main())
+`;
+
+/**
+ * The JavaScript side: a Node process that runs each cell with `vm.Script.runInThisContext`, so
+ * declarations persist between cells of one context (one process per context), answers the last
+ * expression's value (awaited when it is a promise) and stops a running cell on SIGINT
+ * (`breakOnSigint`). It speaks the same JSON lines as {@link PYTHON_BRIDGE}.
+ */
+export const NODE_REPL = String.raw`'use strict';
+const vm = require('node:vm');
+const util = require('node:util');
+const readline = require('node:readline');
+const { createRequire } = require('node:module');
+const path = require('node:path');
+
+const rawOut = process.stdout.write.bind(process.stdout);
+const send = (obj) => rawOut(JSON.stringify(obj) + '\n');
+let current = null;
+for (const name of ['stdout', 'stderr']) {
+  const stream = process[name];
+  stream.write = (chunk, encoding, callback) => {
+    const text = typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString('utf8');
+    if (current !== null) send({ t: 'stream', id: current, name, text, omitted: 0 });
+    const done = typeof encoding === 'function' ? encoding : callback;
+    if (typeof done === 'function') process.nextTick(done);
+    return true;
+  };
+}
+const cwd = process.cwd();
+globalThis.require = createRequire(path.join(cwd, '[cell]'));
+globalThis.module = { exports: {} };
+globalThis.exports = globalThis.module.exports;
+globalThis.__dirname = cwd;
+globalThis.__filename = path.join(cwd, '[cell]');
+let interrupt = null;
+process.on('SIGINT', () => interrupt && interrupt());
+process.on('uncaughtException', (err) => process.stderr.write('Uncaught ' + util.inspect(err) + '\n'));
+process.on('unhandledRejection', (err) => process.stderr.write('Unhandled rejection: ' + util.inspect(err) + '\n'));
+
+function compile(code, filename) {
+  const trimmed = code.trim();
+  if (trimmed.startsWith('{') && trimmed.endsWith('}')) {
+    try {
+      return new vm.Script('(' + code + '\n)', { filename });
+    } catch {}
+  }
+  return new vm.Script(code, { filename });
+}
+
+function failure(err) {
+  if (err instanceof Error || (err && typeof err === 'object' && 'stack' in err)) {
+    const lines = String(err.stack ?? '').split('\n');
+    const end = lines.findIndex((line) => line.includes('node:vm') || line.includes('[eval]'));
+    return { name: String(err.name ?? 'Error'), value: String(err.message ?? ''), traceback: (end > 0 ? lines.slice(0, end) : lines).join('\n') };
+  }
+  return { name: 'Thrown', value: util.inspect(err), traceback: 'Uncaught ' + util.inspect(err) };
+}
+
+let count = 0;
+async function run(job) {
+  current = job.id;
+  count += 1;
+  let status = 'ok';
+  try {
+    let value = compile(String(job.code ?? ''), 'cell-' + count + '.js').runInThisContext({ breakOnSigint: true, displayErrors: false });
+    if (value && typeof value.then === 'function') {
+      value = await new Promise((resolve, reject) => {
+        interrupt = () => reject(Object.assign(new Error('Script execution interrupted.'), { name: 'Interrupted' }));
+        value.then(resolve, reject);
+      });
+    }
+    if (value !== undefined) {
+      send({ t: 'display', id: job.id, main: true, data: { 'text/plain': util.inspect(value, { depth: 6, maxArrayLength: 200, maxStringLength: 100000 }) }, clipped: false });
+    }
+  } catch (err) {
+    status = 'error';
+    const reported = failure(err);
+    if (/^Script execution (was )?interrupted/.test(reported.value)) reported.name = 'Interrupted';
+    send({ t: 'error', id: job.id, ...reported });
+  } finally {
+    interrupt = null;
+  }
+  await new Promise((resolve) => setImmediate(resolve));
+  send({ t: 'done', id: job.id, count, status });
+  current = null;
+}
+
+const jobs = [];
+let running = false;
+async function pump() {
+  if (running) return;
+  running = true;
+  while (jobs.length > 0) await run(jobs.shift());
+  running = false;
+  if (closed) process.exit(0);
+}
+let closed = false;
+readline.createInterface({ input: process.stdin }).on('line', (line) => {
+  let job;
+  try {
+    job = JSON.parse(line);
+  } catch {
+    return;
+  }
+  if (job.op === 'run') {
+    jobs.push(job);
+    void pump();
+  } else if (job.op === 'shutdown') process.exit(0);
+}).on('close', () => {
+  closed = true;
+  if (!running) process.exit(0);
+});
+send({ t: 'ready', pid: process.pid });
+`;
+
+/**
+ * The command that starts Node inside the sandbox: the daemon's own runtime. In a container the
+ * daemon runs through the runtime's loader (`/opt/warren/ld-linux.so --library-path ... node`), so
+ * its `execPath` is the loader and the same prefix is needed.
+ *
+ * @example
+ * nodeCommand('/opt/warren/ld-linux.so'); // ['/opt/warren/ld-linux.so', '--library-path', '/opt/warren/lib', '/opt/warren/node']
+ */
+export function nodeCommand(execPath = process.execPath): string[] {
+  if (!path.basename(execPath).startsWith('ld-linux')) return [execPath];
+  const dir = path.dirname(execPath);
+  return [execPath, '--library-path', path.join(dir, 'lib'), path.join(dir, 'node')];
+}
+
+/** The argv of a context's child: the Python bridge, or the Node REPL for JavaScript and TypeScript. */
+export function runtimeCommand(language: CodeLanguage): string[] {
+  // -I: the bridge's imports come from the system, not from files in the working folder.
+  if (language === 'python') return ['python3', '-I', '-c', PYTHON_BRIDGE];
+  return [...nodeCommand(), '-e', NODE_REPL];
+}

@@ -1,0 +1,115 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { KernelDiedError, Sandbox, type CodeDisplay } from '@warren/sdk';
+import { startTestController, type TestController } from '../support/fixtures.js';
+
+// The default image carries the kernel; WARREN_CODE_IMAGE tests a variant built under another tag.
+const IMAGE = process.env.WARREN_CODE_IMAGE ?? 'warren/sandbox:latest';
+const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+
+function mainText(results: CodeDisplay[]): unknown {
+  return results.find((r) => r.isMainResult)?.data['text/plain'];
+}
+
+describe('the code interpreter in real sandboxes', () => {
+  let warren: TestController;
+  let sandbox: Sandbox;
+  let limited: Sandbox;
+  beforeAll(async () => {
+    warren = await startTestController();
+    [sandbox, limited] = await Promise.all([
+      Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, image: IMAGE }),
+      Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, image: IMAGE, pidsLimit: 256, memoryMb: 512 }),
+    ]);
+  }, 120_000);
+  afterAll(async () => {
+    await sandbox?.kill().catch(() => undefined);
+    await limited?.kill().catch(() => undefined);
+    await warren?.[Symbol.asyncDispose]();
+  });
+
+  it('runs Python as the sandbox user in a kernel that keeps state, and returns a chart as a PNG', async () => {
+    const started = Date.now();
+    const first = await sandbox.code.run('import os\nn = 21\n(os.getuid(), os.getcwd())', { timeoutMs: 60_000 });
+    process.stderr.write(`code: first run (kernel start) ${Date.now() - started} ms\n`);
+    expect(first.error).toBeNull();
+    expect(mainText(first.results)).toBe("(1000, '/workspace')");
+    expect(mainText((await sandbox.code.run('n * 2')).results)).toBe('42');
+    const chart = await sandbox.code.run('import matplotlib.pyplot as plt\nimport numpy as np\nplt.plot(np.arange(10) ** 2)\nNone');
+    const png = Buffer.from((chart.results.find((r) => r.data['image/png'])?.data['image/png'] as string | undefined) ?? '', 'base64');
+    expect(png.subarray(0, 8).equals(PNG_SIGNATURE)).toBe(true);
+    expect(png.subarray(12, 16).toString('latin1')).toBe('IHDR');
+  });
+
+  it('runs JavaScript with the sandbox Node runtime, as the sandbox user', async () => {
+    const js = await sandbox.code.createContext({ language: 'javascript' });
+    try {
+      await sandbox.code.run('const base = 40', { context: js });
+      const result = await sandbox.code.run('[base + 2, process.getuid()]', { context: js });
+      expect(result.error).toBeNull();
+      expect(mainText(result.results)).toBe('[ 42, 1000 ]');
+    } finally {
+      await sandbox.code.removeContext(js);
+    }
+  });
+
+  it('bounds a fork bomb by the pids limit and the timeout; removing its context ends every process it made', async () => {
+    const before = await limited.daemonInfo();
+    const ctx = await limited.code.createContext();
+    const bomb = await limited.code
+      .run('import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)', { context: ctx, timeoutMs: 5_000 })
+      .catch((err: unknown) => err);
+    // Interrupted at the timeout, or killed when the forked copies kept it from stopping: either way bounded.
+    expect(bomb instanceof KernelDiedError || (bomb as { timedOut?: boolean }).timedOut === true).toBe(true);
+    const removing = Date.now();
+    await limited.code.removeContext(ctx, { timeoutMs: 150_000 });
+    process.stderr.write(`code: removeContext after a fork bomb took ${Date.now() - removing} ms\n`);
+    expect((await limited.daemonInfo()).pid).toBe(before.pid);
+    expect((await limited.commands.run('echo still here')).stdout).toBe('still here\n');
+  }, 300_000);
+
+  it('reports a kernel killed by the memory limit as KERNEL_DIED, and a restart brings a fresh one', async () => {
+    const ctx = await limited.code.createContext();
+    try {
+      await limited.code.run('marker = 1', { context: ctx });
+      const bomb = limited.code.run('a = []\nwhile True:\n    a.append(bytearray(16 << 20))', { context: ctx, timeoutMs: 60_000 });
+      await expect(bomb).rejects.toBeInstanceOf(KernelDiedError);
+      await limited.code.restartContext(ctx);
+      expect((await limited.code.run('marker', { context: ctx })).error?.name).toBe('NameError');
+      expect((await limited.commands.run('echo alive')).stdout).toBe('alive\n');
+    } finally {
+      await limited.code.removeContext(ctx);
+    }
+  });
+
+  it('bounds a gigabyte of print and a gigabyte-sized display output: capped, or the kernel dies at the memory limit; the daemon stays small', async () => {
+    const before = await limited.daemonInfo();
+    const js = await limited.code.createContext({ language: 'javascript' });
+    const ctx = await limited.code.createContext();
+    try {
+      await limited.code.run('const other = "unaffected"', { context: js });
+      // ipykernel buffers a cell's output between flushes, so a fast gigabyte may exhaust the kernel's
+      // memory first: both ends are bounded, and the answer is either the capped output or KERNEL_DIED.
+      const flood = await limited.code
+        .run('import sys\nline = "x" * 1_000_000\nfor _ in range(1000):\n    sys.stdout.write(line)\n"done"', { context: ctx, timeoutMs: 300_000 })
+        .catch((err: unknown) => err);
+      if (flood instanceof KernelDiedError) await limited.code.restartContext(ctx);
+      else {
+        expect(flood).toMatchObject({ stdoutBytes: 1_000_000_000, truncated: true });
+        expect((flood as { stdout: string }).stdout.length).toBeLessThan(1_100_000);
+      }
+      const giant = await limited.code.run('display({"text/plain": "y" * 100_000_000}, raw=True)\n"after"', { context: ctx, timeoutMs: 120_000 });
+      expect(giant.truncated).toBe(true);
+      expect(mainText(giant.results)).toBe("'after'");
+      const after = await limited.daemonInfo();
+      process.stderr.write(
+        `code: gigabyte print ${flood instanceof KernelDiedError ? 'killed the kernel' : 'was capped'}; daemon RSS ${(before.rssBytes / 2 ** 20).toFixed(1)} -> ${(after.rssBytes / 2 ** 20).toFixed(1)} MiB\n`,
+      );
+      expect(after.pid).toBe(before.pid);
+      expect(after.rssBytes - before.rssBytes).toBeLessThan(256 * 2 ** 20);
+      expect(mainText((await limited.code.run('other', { context: js })).results)).toBe("'unaffected'");
+    } finally {
+      await limited.code.removeContext(ctx);
+      await limited.code.removeContext(js);
+    }
+  });
+});

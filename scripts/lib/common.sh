@@ -300,6 +300,18 @@ ensure_python_sdk_deps() {
   step_done
 }
 
+# The code interpreter's integration tests run the daemon on this host, so its Python kernel
+# (Debian's ipykernel) and plotting libraries must be here as they are in the sandbox image.
+ensure_code_interpreter_deps() {
+  if /usr/bin/python3 -c 'import ipykernel, jupyter_client, matplotlib, numpy, pandas' 2>/dev/null; then
+    return 0
+  fi
+  is_root || die "the code interpreter's tests need Debian's python3-ipykernel, python3-matplotlib, python3-numpy and python3-pandas; install them or run as root"
+  step "Installing the code interpreter's kernel for the integration tier (python3-ipykernel, matplotlib, numpy, pandas)"
+  apt_install --no-install-recommends python3-ipykernel python3-jupyter-client python3-matplotlib python3-numpy python3-pandas python3-munkres
+  step_done
+}
+
 # What the per-sandbox disk quota needs (docs/disk-quota.md): mkfs.ext4 and mount with loop
 # devices. Only root mounts them, so only root is offered the install.
 ensure_workspace_quota_tools() {

@@ -30,7 +30,8 @@ await build({
       setup(b) {
         // node-pty finds its binary package beside its real folder: import it by that path, not through a link.
         const agentRequire = createRequire(path.join(repo, 'packages', 'agent', 'package.json'));
-        b.onResolve({ filter: /^@lydell\/node-pty$/ }, (args) => ({ path: agentRequire.resolve(args.path), external: true }));
+        // The agent's own dependencies are not the controller's: import them from where the agent has them.
+        b.onResolve({ filter: /^(@lydell\/node-pty|sucrase)$/ }, (args) => ({ path: agentRequire.resolve(args.path), external: true }));
         b.onResolve({ filter: /^[^./]/ }, (args) => (args.path.startsWith('@warren/') ? undefined : { path: args.path, external: true }));
       },
     },

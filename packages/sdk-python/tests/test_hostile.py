@@ -30,7 +30,7 @@ from warren import (
     ConnectionClosedError,
     check_archive,
 )
-from warren._protocol import MAX_FRAME_BYTES, MAX_HEADER_BYTES
+from warren._protocol import MAX_FRAME_BYTES, MAX_HEADER_BYTES, PROTOCOL_MINOR
 from warren.files import Files
 from warren.frame import decode_frame, encode_frame, frame_request_id
 
@@ -229,7 +229,7 @@ async def test_the_lower_minor_is_negotiated_and_the_client_sends_its_own() -> N
         assert (conn.protocol.minor, conn.protocol.server_minor) == (1, 1)
         await conn.close()
     hello = server.seen[0]
-    assert hello["type"] == "hello" and hello["protocolVersion"] == 1 and hello["protocolMinor"] == 2
+    assert hello["type"] == "hello" and hello["protocolVersion"] == 1 and hello["protocolMinor"] == PROTOCOL_MINOR
 
 
 async def test_task_cancellation_and_timeouts_send_the_protocols_cancel() -> None:

@@ -266,6 +266,18 @@ class BuildFailedError(WarrenInvalidInputError):
     code = "BUILD_FAILED"
 
 
+class NotSupportedError(WarrenError):
+    code = "NOT_SUPPORTED"
+
+
+class PortUnreachableError(WarrenConnectionError):
+    code = "PORT_UNREACHABLE"
+
+
+class KernelDiedError(WarrenError):
+    code = "KERNEL_DIED"
+
+
 class RequestTimeoutError(WarrenTimeoutError):
     code = "REQUEST_TIMEOUT"
 

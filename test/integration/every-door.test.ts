@@ -129,7 +129,8 @@ describe('every door: one rule for the WebSocket and REST', () => {
         id: 41,
         error: { code: 'FRAME_TOO_LARGE', message: expect.stringContaining('maxMessageBytes') },
       });
-      expect(Date.now() - started).toBeLessThan(1_000);
+      // "At once" means without waiting for a timeout (30 s), not a speed: a loaded machine takes its time.
+      expect(Date.now() - started).toBeLessThan(10_000);
 
       // The daemon's own header cap, behind a controller that passes larger frames.
       const header = Buffer.from(
@@ -140,7 +141,7 @@ describe('every door: one rule for the WebSocket and REST', () => {
       started = Date.now();
       raw.send(Buffer.concat([prefix, header]));
       expect(await raw.answer('big-env')).toMatchObject({ type: 'err', id: 'big-env', error: { code: 'FRAME_TOO_LARGE' } });
-      expect(Date.now() - started).toBeLessThan(1_000);
+      expect(Date.now() - started).toBeLessThan(10_000);
 
       raw.send(encodeFrame({ type: 'req', id: 42, method: 'system.info', params: {} }));
       expect(outcomeOf(await raw.answer(42))).toBe('ok');

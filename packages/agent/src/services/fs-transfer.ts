@@ -59,7 +59,7 @@ class Upload {
     readonly dest: ResolvedPath,
     private readonly base: string,
     private readonly overwrite: boolean,
-    private readonly onDone: () => void,
+    private readonly onDone: (failure: unknown) => void,
   ) {
     this.currentDisplay = base;
     this.touch();
@@ -166,7 +166,7 @@ class Upload {
 
   private finish(): void {
     clearTimeout(this.timer);
-    this.onDone();
+    this.onDone(this.failure);
   }
 
   /** Runs a step; the first failure undoes everything and is what every later call answers. */
@@ -283,6 +283,8 @@ async function writeAll(handle: FileHandle, data: Buffer): Promise<void> {
 }
 
 const NO_CONNECTION = new AbortController().signal;
+/** How many ended uploads' failures are kept to answer their late pieces. */
+const MAX_REMEMBERED_FAILURES = 64;
 
 /**
  * Streamed uploads and downloads of any size (protocol minor 3). Uploads live in a table of this
@@ -291,8 +293,13 @@ const NO_CONNECTION = new AbortController().signal;
  */
 export function transferHandlers(fs: FsContext): TransferHandlers {
   const uploads = new Map<string, Upload>();
+  // Pieces already on their way when an upload fails must answer its first failure (FILE_TOO_LARGE,
+  // say), not "no such upload": the failures of recently ended uploads, oldest dropped first.
+  const failed = new Map<string, { owner: AbortSignal; failure: unknown }>();
   const find = (uploadId: string, ctx: CallContext): Upload => {
     const upload = uploads.get(uploadId);
+    const ended = failed.get(uploadId);
+    if (!upload && ended && ended.owner === (ctx.connection ?? NO_CONNECTION)) throw ended.failure;
     if (!upload || upload.owner !== (ctx.connection ?? NO_CONNECTION)) {
       throw new CodedError(
         'NOT_FOUND',
@@ -322,9 +329,12 @@ export function transferHandlers(fs: FsContext): TransferHandlers {
       const id = `up_${randomBytes(16).toString('hex')}`;
       const base = params.path.replace(/\/+$/, '') || '.';
       const onClose = () => void upload.fail(new CodedError('CANCELLED', 'The connection closed during the upload; nothing of it was written.'));
-      const upload = new Upload(id, owner, fs, dest, base, params.overwrite, () => {
+      const upload = new Upload(id, owner, fs, dest, base, params.overwrite, (failure) => {
         uploads.delete(id);
         owner.removeEventListener('abort', onClose);
+        if (failure === undefined) return;
+        failed.set(id, { owner, failure });
+        if (failed.size > MAX_REMEMBERED_FAILURES) failed.delete(failed.keys().next().value!);
       });
       uploads.set(id, upload);
       owner.addEventListener('abort', onClose, { once: true });

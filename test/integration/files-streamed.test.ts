@@ -374,7 +374,7 @@ describe('an upload abandoned while a piece is in progress', () => {
       expect(await piece).toBe('CANCELLED');
       expect(await readdir(path.join(dir, 'in'))).toEqual(['a.txt']);
       expect(await readFile(path.join(dir, 'in/a.txt'), 'utf8')).toBe('old');
-      await expect(handlers['fs.uploadCommit']({ uploadId: result.uploadId }, ctx)).rejects.toMatchObject({ code: 'NOT_FOUND' });
+      await expect(handlers['fs.uploadCommit']({ uploadId: result.uploadId }, ctx)).rejects.toMatchObject({ code: 'CANCELLED' });
     } finally {
       await rm(dir, { recursive: true, force: true });
     }

@@ -48,18 +48,23 @@ export class PortProxy {
 
   constructor(private readonly deps: PortProxyDeps) {}
 
-  /** Serves one HTTP request; throws a typed error the caller answers with. */
-  async serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  /** Checks the request, claims one of the sandbox's connection slots and opens a tunnel to its port; the slot frees when the tunnel closes. */
+  private async openTunnel(req: IncomingMessage): Promise<{ target: ReturnType<PortProxy['target']>; tunnel: PortTunnel }> {
     const target = this.target(req);
     const release = this.claim(target.id);
-    let tunnel: PortTunnel;
     try {
-      tunnel = await PortTunnel.open(this.deps.sandboxes, target.id, target.caller, target.grant, target.port, this.deps.metrics);
+      const tunnel = await PortTunnel.open(this.deps.sandboxes, target.id, target.caller, target.grant, target.port, this.deps.metrics);
+      tunnel.once('close', release);
+      return { target, tunnel };
     } catch (err) {
       release();
       throw err;
     }
-    tunnel.once('close', release);
+  }
+
+  /** Serves one HTTP request; throws a typed error the caller answers with. */
+  async serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const { target, tunnel } = await this.openTunnel(req);
     res.once('close', () => tunnel.destroy());
     await new Promise<void>((resolve, reject) => {
       const upstream = request({
@@ -96,16 +101,7 @@ export class PortProxy {
 
   /** Serves one WebSocket (or other) upgrade by passing the client's socket through a tunnel. */
   async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
-    const target = this.target(req);
-    const release = this.claim(target.id);
-    let tunnel: PortTunnel;
-    try {
-      tunnel = await PortTunnel.open(this.deps.sandboxes, target.id, target.caller, target.grant, target.port, this.deps.metrics);
-    } catch (err) {
-      release();
-      throw err;
-    }
-    tunnel.once('close', release);
+    const { target, tunnel } = await this.openTunnel(req);
     socket.once('close', () => tunnel.destroy());
     const upstream = request({
       createConnection: () => tunnel,

@@ -138,17 +138,17 @@ describe('the e2b SDK against the gateway: watchDir on file events, and getHost'
         headers: { 'e2b-sandbox-id': sandbox.sandboxId, 'x-access-token': token, 'content-type': 'application/json', 'connect-protocol-version': '1' },
         body: JSON.stringify(body),
       });
-    const created = await call('CreateWatcher', { path: 'polled', recursive: true });
+    const created = await call('CreateWatcher', { path: 'polled', recursive: true, includeEntry: true });
     expect(created.status).toBe(200);
     const { watcherId } = (await created.json()) as { watcherId: string };
     await sandbox.files.write('polled/p.txt', 'p');
-    let events: { name: string; type: string }[] = [];
+    let events: { name: string; type: string; entry?: { name: string; size?: string } }[] = [];
     for (let i = 0; i < 100 && !events.some((e) => e.name === 'p.txt'); i++) {
       await sleep(20);
-      const got = (await (await call('GetWatcherEvents', { watcherId })).json()) as { events?: { name: string; type: string }[] };
+      const got = (await (await call('GetWatcherEvents', { watcherId })).json()) as { events?: typeof events };
       events = events.concat(got.events ?? []);
     }
-    expect(events).toContainEqual({ name: 'p.txt', type: 'EVENT_TYPE_CREATE' });
+    expect(events).toContainEqual(expect.objectContaining({ name: 'p.txt', type: 'EVENT_TYPE_CREATE', entry: expect.objectContaining({ name: 'p.txt' }) }));
     // Another sandbox's token cannot reach it; an unknown id is not_found.
     const other = await Sandbox.create(opts);
     try {

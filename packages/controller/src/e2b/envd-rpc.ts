@@ -339,7 +339,10 @@ async function* watchStream(session: DaemonSession, path: string, recursive: boo
   // Events that arrive before the pump below takes them (between arming and the first read) wait here.
   const early: FsEventInit[] = [];
   let sink: { event(e: FsEventInit): void; end(err?: Error): void } = {
-    event: (e) => void early.push(e),
+    event: (e) => {
+      if (early.length < MAX_QUEUED_EVENTS) early.push(e);
+      else earlyEnd ??= new ConnectError('The client did not start reading watch events; changes were lost and the stream was ended.', Code.ResourceExhausted);
+    },
     end: (err) => void (earlyEnd = err ?? null),
   };
   let earlyEnd: Error | null | undefined;

@@ -7,7 +7,7 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import { openAgentSocket } from './agent-link.js';
 import type { ControllerConfig } from './config.js';
 import type { Credentials } from './credentials.js';
-import { createE2bGateway, isE2bPath } from './e2b/gateway.js';
+import { createE2bGateway, E2B_PREFIX, e2bHostTarget, ENVD_PORT, isE2bPath } from './e2b/gateway.js';
 import { sandboxIdOf } from './e2b/envd-scope.js';
 import { callAccessCheck, callerFor, grantFor, observeCalls, routeRefusal, type Access, type Caller, type Holder } from './grants.js';
 import type { Logger } from './logger.js';
@@ -59,10 +59,13 @@ export function createHttpServer(deps: HttpServerDeps) {
     const entry: AccessEntry = { requestId: requestIdOf(req), startedAt: performance.now() };
     res.setHeader(REQUEST_ID_HEADER, entry.requestId);
     res.once('close', () => logRequest(deps.logger, req, entry, res.statusCode, res.writableFinished));
+    // E2B's host names (`<port>-<id>.<domain>`): envd becomes the gateway's path, any other port Warren's port URL.
+    const byHost = e2bHostTarget(req.headers.host, (id) => deps.sandboxes.has(id));
+    if (byHost) routeByHost(req, byHost);
     // A sandbox's port (ports/proxy.ts): the app's own answer, not a JSON route.
     if (isPortPath(req.url ?? '/')) {
       entry.sandboxId = /^\/v1\/sandboxes\/([A-Za-z0-9]{1,64})\//.exec(req.url ?? '')?.[1];
-      ports.serve(req, res).catch((err: unknown) => sendError(deps, res, err, entry));
+      ports.serve(req, res, byHost && '/').catch((err: unknown) => sendError(deps, res, err, entry));
       return;
     }
     // The E2B gateway (docs/e2b.md) speaks E2B's wire on its own prefix; everything else is Warren's route table.
@@ -83,8 +86,10 @@ export function createHttpServer(deps: HttpServerDeps) {
     socket.on('error', () => socket.destroy());
     const entry: AccessEntry = { requestId: requestIdOf(req), startedAt: performance.now() };
     upgradeIds.set(req, entry.requestId);
+    const byHost = e2bHostTarget(req.headers.host, (id) => deps.sandboxes.has(id));
+    if (byHost) routeByHost(req, byHost);
     if (isPortPath(req.url ?? '/')) {
-      ports.upgrade(req, socket, head).catch((err: unknown) => rejectUpgrade(deps, req, socket, err, entry));
+      ports.upgrade(req, socket, head, byHost && '/').catch((err: unknown) => rejectUpgrade(deps, req, socket, err, entry));
       return;
     }
     upgrade(deps, wss, upgrading, req, socket, head, entry).catch((err: unknown) => rejectUpgrade(deps, req, socket, err, entry));
@@ -114,6 +119,17 @@ export function createHttpServer(deps: HttpServerDeps) {
   });
 
   return { server, wss };
+}
+
+/**
+ * Rewrites a request that names a sandbox port by host name to the path Warren serves it on: envd's
+ * port to the E2B gateway's prefix, any other port to its port URL (same authentication as there).
+ */
+function routeByHost(req: IncomingMessage, target: { id: string; port: number }): void {
+  const url = req.url?.startsWith('/') ? req.url : '/';
+  // A proxy in front that already adds the gateway's prefix (the older advice in docs/e2b.md) keeps working.
+  if (target.port === ENVD_PORT) req.url = isE2bPath(new URL(url, 'http://controller').pathname) ? url : `${E2B_PREFIX}${url}`;
+  else req.url = `/v1/sandboxes/${target.id}/ports/${target.port}${url}`;
 }
 
 /** What the access log line of one request or upgrade says, filled in as the request is served. */

@@ -10,6 +10,7 @@ import { isControlPlanePath, metadataFilter } from '../src/e2b/control-plane.js'
 import { resolvePath, sandboxIdOf, type EnvdScope } from '../src/e2b/envd-scope.js';
 import { permissions } from '../src/e2b/envd-rpc.js';
 import { E2bHttpError, toConnectError, toE2bHttpError } from '../src/e2b/errors.js';
+import { e2bHostTarget } from '../src/e2b/gateway.js';
 
 const scope = { home: '/workspace' } as EnvdScope;
 const controllerDir = path.resolve(import.meta.dirname, '..');
@@ -97,5 +98,22 @@ describe('the E2B gateway, pure parts', () => {
     } finally {
       rmSync(out, { recursive: true, force: true });
     }
+  });
+});
+
+describe('routing by E2B host name', () => {
+  const exists = (id: string) => id === 'abc123';
+  it('names a port of a sandbox on this controller, and nothing else', () => {
+    expect(e2bHostTarget('3000-abc123.sandbox.example.com', exists)).toEqual({ id: 'abc123', port: 3000 });
+    expect(e2bHostTarget('49983-abc123.example:443', exists)).toEqual({ id: 'abc123', port: 49983 });
+    // Unknown sandboxes, bad ports and names that only look alike reach Warren's own API.
+    expect(e2bHostTarget('3000-other1.sandbox.example.com', exists)).toBeUndefined();
+    expect(e2bHostTarget('0-abc123.example', exists)).toBeUndefined();
+    expect(e2bHostTarget('70000-abc123.example', exists)).toBeUndefined();
+    expect(e2bHostTarget('3000-abc123', exists)).toBeUndefined();
+    expect(e2bHostTarget('x3000-abc123.example', exists)).toBeUndefined();
+    expect(e2bHostTarget('3000-abc123.example/evil', exists)).toBeUndefined();
+    expect(e2bHostTarget('127.0.0.1:7420', exists)).toBeUndefined();
+    expect(e2bHostTarget(undefined, exists)).toBeUndefined();
   });
 });

@@ -9,7 +9,8 @@ import { checkExec, envdScope, openSession, resolvePath, type EnvdScope } from '
 import type { DaemonSession } from './daemon-session.js';
 import type { SessionPool } from './session-pool.js';
 import { PtyRegistry, type PtyEntry, type PtyEvent } from './pty-registry.js';
-import { EventType, FileType, Filesystem, WatchDirResponseSchema, type EntryInfo } from './gen/filesystem/filesystem_pb.js';
+import { FileType, Filesystem, WatchDirResponseSchema, type EntryInfo } from './gen/filesystem/filesystem_pb.js';
+import { runWatch, type FsEventInit, type WatcherRegistry } from './envd-watch.js';
 import { Process, ProcessEventSchema, Signal, type ProcessSelector } from './gen/process/process_pb.js';
 
 /** The most entries one ListDir answers (Warren's own listing cap). */
@@ -26,7 +27,7 @@ type EventCase = NonNullable<MessageInitShape<typeof ProcessEventSchema>['event'
 const message = (event: EventCase): EventInit => ({ event: { event } });
 
 /** Registers envd's `process.Process` and `filesystem.Filesystem` services, each call served through the sandbox's daemon. */
-export function envdRoutes(deps: HttpServerDeps, pool: SessionPool): (router: ConnectRouter) => void {
+export function envdRoutes(deps: HttpServerDeps, pool: SessionPool, watchers: WatcherRegistry): (router: ConnectRouter) => void {
   const scopeOf = (ctx: HandlerContext) => envdScope(deps, (name) => ctx.requestHeader.get(name) ?? undefined);
   const ptys = new PtyRegistry();
   /** The gateway's terminal a selector names, for a caller that may run commands; undefined when it names none. */
@@ -218,25 +219,37 @@ export function envdRoutes(deps: HttpServerDeps, pool: SessionPool): (router: Co
           const scope = scopeOf(ctx);
           session = await openSession(scope);
           const path = resolvePath(scope, req.path);
-          const { result } = await session.call('fs.stat', { path });
-          if (result.type !== 'directory') throw new ConnectError(`'${req.path}' is not a folder; watch a folder.`, Code.InvalidArgument);
-          const first = await snapshot(session, path, req.recursive);
-          yield { event: { case: 'start', value: {} } };
-          yield* watch(session, path, req.recursive, req.includeEntry, first, ctx);
+          yield* watchStream(session, path, req.recursive, req.includeEntry, ctx);
         } catch (err) {
           throw toConnectError(err);
         } finally {
           session?.close();
         }
       },
-      createWatcher: async () => {
-        throw notServed('Watching a folder (Filesystem/CreateWatcher)', 'Poll with files.list.');
+      createWatcher: async (req, ctx) => {
+        try {
+          const scope = scopeOf(ctx);
+          const path = resolvePath(scope, req.path);
+          const watcherId = await watchers.create(scope, path, req.recursive, req.includeEntry ? entryOrNone : undefined);
+          return { watcherId };
+        } catch (err) {
+          throw toConnectError(err);
+        }
       },
-      getWatcherEvents: async () => {
-        throw notServed('Watching a folder (Filesystem/GetWatcherEvents)', 'Poll with files.list.');
+      getWatcherEvents: async (req, ctx) => {
+        try {
+          return { events: watchers.poll(scopeOf(ctx), req.watcherId) };
+        } catch (err) {
+          throw toConnectError(err);
+        }
       },
-      removeWatcher: async () => {
-        throw notServed('Watching a folder (Filesystem/RemoveWatcher)', 'Poll with files.list.');
+      removeWatcher: async (req, ctx) => {
+        try {
+          watchers.delete(scopeOf(ctx), req.watcherId);
+          return {};
+        } catch (err) {
+          throw toConnectError(err);
+        }
       },
     });
   };
@@ -258,22 +271,24 @@ async function find(session: DaemonSession, selector: ProcessSelector | undefine
  * and the stream ends when the source calls `finish` (with an error, or with its last event).
  * A client too slow for {@link MAX_QUEUED_EVENTS} events or {@link MAX_QUEUED_BYTES} bytes fails its stream, never the gateway.
  */
-async function* pump(
+async function* pump<T>(
   ctx: HandlerContext,
-  start: (push: (event: EventInit, bytes?: number) => void, finish: (last: EventInit | Error) => void) => () => void,
-): AsyncGenerator<EventInit> {
-  const queue: { event: EventInit; bytes: number }[] = [];
+  start: (push: (event: T, bytes?: number) => void, finish: (last: T | Error | null) => void) => () => void,
+  keepaliveEvent: () => T = () => message({ case: 'keepalive', value: {} }) as T,
+  slow = 'The client read output too slowly; the stream was ended (the process goes on).',
+): AsyncGenerator<T> {
+  const queue: { event: T; bytes: number }[] = [];
   let queuedBytes = 0;
   let wake: (() => void) | undefined;
-  let finished: EventInit | Error | undefined;
-  const finish = (last: EventInit | Error) => {
-    finished ??= last;
+  // null: ended with no last event.
+  let finished: T | Error | null | undefined;
+  const finish = (last: T | Error | null) => {
+    if (finished === undefined) finished = last;
     wake?.();
   };
-  const push = (event: EventInit, bytes = 0) => {
-    if (finished) return;
-    if (queue.length >= MAX_QUEUED_EVENTS || queuedBytes + bytes > MAX_QUEUED_BYTES)
-      return finish(new ConnectError('The client read output too slowly; the stream was ended (the process goes on).', Code.ResourceExhausted));
+  const push = (event: T, bytes = 0) => {
+    if (finished !== undefined) return;
+    if (queue.length >= MAX_QUEUED_EVENTS || queuedBytes + bytes > MAX_QUEUED_BYTES) return finish(new ConnectError(slow, Code.ResourceExhausted));
     queue.push({ event, bytes });
     queuedBytes += bytes;
     wake?.();
@@ -284,7 +299,7 @@ async function* pump(
   ctx.signal.addEventListener('abort', onAbort, { once: true });
   const interval = Number.parseInt(ctx.requestHeader.get('keepalive-ping-interval') ?? '', 10);
   const keepaliveMs = (Number.isFinite(interval) && interval > 0 ? interval : DEFAULT_KEEPALIVE_SECONDS) * 1000;
-  const keepalive = setInterval(() => push(message({ case: 'keepalive', value: {} })), keepaliveMs);
+  const keepalive = setInterval(() => push(keepaliveEvent()), keepaliveMs);
   try {
     for (;;) {
       // Nothing more is written to a client that went away or whose deadline passed.
@@ -295,7 +310,7 @@ async function* pump(
         yield next.event;
         continue;
       }
-      if (finished) break;
+      if (finished !== undefined) break;
       await new Promise<void>((resolve) => (wake = resolve));
       wake = undefined;
     }
@@ -306,7 +321,63 @@ async function* pump(
   }
   if (ctx.signal.aborted) return;
   if (finished instanceof Error) throw toConnectError(finished);
-  yield finished;
+  if (finished !== null && finished !== undefined) yield finished;
+}
+
+type WatchInit = MessageInitShape<typeof WatchDirResponseSchema>;
+
+/**
+ * envd's WatchDir on Warren's `fs.watch` (see {@link runWatch}): `start` once the daemon has armed
+ * the watch, then each change as it is reported, keepalives while quiet. The stream ends when the
+ * watched folder is removed, fails with `resource_exhausted` when changes were lost (the daemon's
+ * overflow, or a client reading too slowly), and the watch ends when the client goes away.
+ */
+async function* watchStream(session: DaemonSession, path: string, recursive: boolean, includeEntry: boolean, ctx: HandlerContext): AsyncGenerator<WatchInit> {
+  const abort = new AbortController();
+  const onAbort = () => abort.abort();
+  ctx.signal.addEventListener('abort', onAbort, { once: true });
+  // Events that arrive before the pump below takes them (between arming and the first read) wait here.
+  const early: FsEventInit[] = [];
+  let sink: { event(e: FsEventInit): void; end(err?: Error): void } = {
+    event: (e) => {
+      if (early.length < MAX_QUEUED_EVENTS) early.push(e);
+      else earlyEnd ??= new ConnectError('The client did not start reading watch events; changes were lost and the stream was ended.', Code.ResourceExhausted);
+    },
+    end: (err) => void (earlyEnd = err ?? null),
+  };
+  let earlyEnd: Error | null | undefined;
+  try {
+    await runWatch(
+      session,
+      path,
+      { recursive, ...(includeEntry && { entryOf: (p: string) => entryOrNone(session, p) }), signal: abort.signal },
+      { event: (e) => sink.event(e), end: (err) => sink.end(err) },
+    );
+    yield { event: { case: 'start', value: {} } };
+    yield* pump<WatchInit>(
+      ctx,
+      (push, finish) => {
+        sink = { event: (e) => push({ event: { case: 'filesystem', value: e } }), end: (err) => finish(err ?? null) };
+        for (const e of early.splice(0)) sink.event(e);
+        if (earlyEnd !== undefined) finish(earlyEnd);
+        return () => abort.abort();
+      },
+      () => ({ event: { case: 'keepalive', value: {} } }),
+      'The client read watch events too slowly; changes were lost and the stream was ended.',
+    );
+  } finally {
+    ctx.signal.removeEventListener('abort', onAbort);
+    abort.abort();
+  }
+}
+
+/** envd's EntryInfo of a path for a watch event, or undefined when it is already gone. */
+async function entryOrNone(session: DaemonSession, path: string): Promise<EntryInit | undefined> {
+  try {
+    return await entryAt(session, path);
+  } catch {
+    return undefined;
+  }
 }
 
 /**
@@ -349,80 +420,6 @@ function followPty(entry: PtyEntry, ctx: HandlerContext): AsyncGenerator<EventIn
     else entry.listeners.add(listener);
     return () => entry.listeners.delete(listener);
   });
-}
-
-/** How often a watched folder is listed again (Warren has no file events; the gateway compares listings). */
-export const WATCH_POLL_MS = 250;
-/** The most entries one watched tree may hold; a larger tree fails the watch instead of growing memory. */
-const MAX_WATCHED_ENTRIES = 10_000;
-
-type Seen = Map<string, { type: string; size: number; mtimeMs: number; entry: Result<'fs.list'>['entries'][number] }>;
-
-/** One listing of a watched folder: relative path to what it is. */
-async function snapshot(session: DaemonSession, path: string, recursive: boolean): Promise<Seen> {
-  const seen: Seen = new Map();
-  let cursor: string | undefined;
-  do {
-    const { result } = await session.call('fs.list', {
-      path,
-      recursive,
-      maxDepth: recursive ? 64 : 1,
-      maxEntries: 1000,
-      ...(cursor !== undefined && { cursor }),
-    });
-    for (const e of result.entries) seen.set(e.path, { type: e.type, size: e.size, mtimeMs: e.mtimeMs, entry: e });
-    cursor = result.nextCursor;
-    if (seen.size > MAX_WATCHED_ENTRIES)
-      throw new ConnectError(`The watched tree holds more than ${MAX_WATCHED_ENTRIES} entries; watch a smaller folder.`, Code.ResourceExhausted);
-  } while (cursor !== undefined);
-  return seen;
-}
-
-type WatchInit = MessageInitShape<typeof WatchDirResponseSchema>;
-
-/**
- * envd's WatchDir on Warren: the folder is listed every {@link WATCH_POLL_MS} ms and compared with
- * the listing before, so a new entry is CREATE, a gone one REMOVE and a changed size or time WRITE
- * (no RENAME or CHMOD; a change undone between two listings is not seen). Keepalives as for processes.
- */
-async function* watch(
-  session: DaemonSession,
-  path: string,
-  recursive: boolean,
-  includeEntry: boolean,
-  first: Seen,
-  ctx: HandlerContext,
-): AsyncGenerator<WatchInit> {
-  let before = first;
-  const interval = Number.parseInt(ctx.requestHeader.get('keepalive-ping-interval') ?? '', 10);
-  const keepaliveMs = (Number.isFinite(interval) && interval > 0 ? interval : DEFAULT_KEEPALIVE_SECONDS) * 1000;
-  let quietSince = Date.now();
-  while (!ctx.signal.aborted) {
-    await new Promise((resolve) => setTimeout(resolve, WATCH_POLL_MS));
-    if (ctx.signal.aborted) return;
-    const now = await snapshot(session, path, recursive);
-    const events: WatchInit[] = [];
-    const event = (name: string, type: EventType, e?: Result<'fs.list'>['entries'][number]) =>
-      events.push({
-        event: { case: 'filesystem', value: { name, type, ...(includeEntry && e && { entry: listedEntry(path, e) }) } },
-      });
-    for (const name of before.keys()) if (!now.has(name)) event(name, EventType.REMOVE);
-    for (const [name, is] of now) {
-      const was = before.get(name);
-      if (!was) event(name, EventType.CREATE, is.entry);
-      else if (was.size !== is.size || was.mtimeMs !== is.mtimeMs) event(name, EventType.WRITE, is.entry);
-    }
-    before = now;
-    if (events.length > 0) quietSince = Date.now();
-    else if (Date.now() - quietSince >= keepaliveMs) {
-      quietSince = Date.now();
-      events.push({ event: { case: 'keepalive', value: {} } });
-    }
-    for (const e of events) {
-      if (ctx.signal.aborted) return;
-      yield e;
-    }
-  }
 }
 
 /** envd's end event: a normal exit's code, or -1 and `signal: ...` for a process ended by a signal. */

@@ -7,6 +7,7 @@ import { toE2bHttpError } from './errors.js';
 import { serveFiles, serveHealth } from './envd-files.js';
 import { envdRoutes } from './envd-rpc.js';
 import { SessionPool } from './session-pool.js';
+import { WatcherRegistry } from './envd-watch.js';
 
 /** Where the gateway answers: `E2B_API_URL` and `E2B_SANDBOX_URL` are both `<controller URL>/e2b`. */
 export const E2B_PREFIX = '/e2b';
@@ -31,6 +32,23 @@ function quietAfterClose(res: ServerResponse): void {
 /** The gateway: serves one request under {@link E2B_PREFIX}; `close` drops the daemon connections it keeps. */
 export type E2bGateway = ((req: IncomingMessage, res: ServerResponse) => Promise<void>) & { close(): void };
 
+/** The port E2B's SDKs reach envd on: `https://49983-<id>.<domain>` when `E2B_SANDBOX_URL` is not set. */
+export const ENVD_PORT = 49983;
+
+/**
+ * What a request's host name `<port>-<sandbox id>.<domain>` names, the scheme by which E2B's SDKs
+ * reach a sandbox (`sandbox.getHost(port)`, and envd without `E2B_SANDBOX_URL`), when a wildcard
+ * DNS name points at this controller: envd (port {@link ENVD_PORT}) or another port of a sandbox
+ * that exists here. Undefined for every other host, so Warren's own routes are unchanged.
+ */
+export function e2bHostTarget(host: string | undefined, exists: (id: string) => boolean): { id: string; port: number } | undefined {
+  const match = /^(\d{1,5})-([A-Za-z0-9]{1,64})\.[A-Za-z0-9.-]+(?::\d{1,5})?$/.exec(host ?? '');
+  if (!match) return undefined;
+  const port = Number(match[1]);
+  const id = match[2] as string;
+  return port >= 1 && port <= 65535 && exists(id) ? { id, port } : undefined;
+}
+
 /** Whether a request path belongs to the E2B gateway. */
 export function isE2bPath(pathname: string): boolean {
   return pathname === E2B_PREFIX || pathname.startsWith(`${E2B_PREFIX}/`);
@@ -48,8 +66,9 @@ export function isE2bPath(pathname: string): boolean {
  */
 export function createE2bGateway(deps: HttpServerDeps): E2bGateway {
   const pool = new SessionPool();
+  const watchers = new WatcherRegistry();
   const rpc = connectNodeAdapter({
-    routes: envdRoutes(deps, pool),
+    routes: envdRoutes(deps, pool, watchers),
     requestPathPrefix: E2B_PREFIX,
     readMaxBytes: MAX_RPC_MESSAGE_BYTES,
     jsonOptions: { ignoreUnknownFields: true },
@@ -84,5 +103,10 @@ export function createE2bGateway(deps: HttpServerDeps): E2bGateway {
       json(res, status, { code: status, message });
     }
   };
-  return Object.assign(serve, { close: () => pool.close() });
+  return Object.assign(serve, {
+    close: () => {
+      pool.close();
+      watchers.close();
+    },
+  });
 }

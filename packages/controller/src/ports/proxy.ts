@@ -13,8 +13,20 @@ const PORT_PATH = /^\/v1\/sandboxes\/([A-Za-z0-9]{1,64})\/ports\/([^/?#]*)(\/[^?
 export const PORT_SIGNATURE_PARAM = 'warren_sig';
 export const PORT_EXPIRY_PARAM = 'warren_exp';
 const COOKIE = 'warren_port';
+/** E2B's header for a sandbox's restricted traffic; Warren takes a sandbox token (or the API key) in it. */
+export const E2B_TRAFFIC_HEADER = 'e2b-traffic-access-token';
 /** Request headers that belong to Warren and never reach the app. */
-const STRIPPED = new Set(['authorization', 'cookie', 'host', 'x-warren-policy', 'proxy-authorization', 'forwarded', 'x-forwarded-for', 'x-forwarded-host']);
+const STRIPPED = new Set([
+  E2B_TRAFFIC_HEADER,
+  'authorization',
+  'cookie',
+  'host',
+  'x-warren-policy',
+  'proxy-authorization',
+  'forwarded',
+  'x-forwarded-for',
+  'x-forwarded-host',
+]);
 
 /** What the port proxy needs from the controller. */
 export interface PortProxyDeps {
@@ -49,8 +61,8 @@ export class PortProxy {
   constructor(private readonly deps: PortProxyDeps) {}
 
   /** Checks the request, claims one of the sandbox's connection slots and opens a tunnel to its port; the slot frees when the tunnel closes. */
-  private async openTunnel(req: IncomingMessage): Promise<{ target: ReturnType<PortProxy['target']>; tunnel: PortTunnel }> {
-    const target = this.target(req);
+  private async openTunnel(req: IncomingMessage, cookiePath?: string): Promise<{ target: ReturnType<PortProxy['target']>; tunnel: PortTunnel }> {
+    const target = this.target(req, cookiePath);
     const release = this.claim(target.id);
     try {
       const tunnel = await PortTunnel.open(this.deps.sandboxes, target.id, target.caller, target.grant, target.port, this.deps.metrics);
@@ -62,9 +74,12 @@ export class PortProxy {
     }
   }
 
-  /** Serves one HTTP request; throws a typed error the caller answers with. */
-  async serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const { target, tunnel } = await this.openTunnel(req);
+  /**
+   * Serves one HTTP request; throws a typed error the caller answers with. `cookiePath` is where a
+   * signed URL's cookie applies (default the port URL's own path; `/` when the port is reached by host name).
+   */
+  async serve(req: IncomingMessage, res: ServerResponse, cookiePath?: string): Promise<void> {
+    const { target, tunnel } = await this.openTunnel(req, cookiePath);
     res.once('close', () => tunnel.destroy());
     await new Promise<void>((resolve, reject) => {
       const upstream = request({
@@ -100,8 +115,8 @@ export class PortProxy {
   }
 
   /** Serves one WebSocket (or other) upgrade by passing the client's socket through a tunnel. */
-  async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
-    const { target, tunnel } = await this.openTunnel(req);
+  async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer, cookiePath?: string): Promise<void> {
+    const { target, tunnel } = await this.openTunnel(req, cookiePath);
     socket.once('close', () => tunnel.destroy());
     const upstream = request({
       createConnection: () => tunnel,
@@ -145,7 +160,7 @@ export class PortProxy {
     };
   }
 
-  private target(req: IncomingMessage) {
+  private target(req: IncomingMessage, cookiePath?: string) {
     const match = PORT_PATH.exec(req.url ?? '');
     if (!match) throw new CodedError('NOT_FOUND', 'A port URL is /v1/sandboxes/<id>/ports/<port>/<path>.');
     const [, id, portText, rest = '/', search = ''] = match as unknown as [string, string, string, string | undefined, string | undefined];
@@ -157,7 +172,7 @@ export class PortProxy {
     }
     const record = this.deps.sandboxes.record(id);
     const query = new URLSearchParams(search);
-    const { caller, setCookie } = this.authenticate(req, id, port, query);
+    const { caller, setCookie } = this.authenticate(req, id, port, query, cookiePath ?? `/v1/sandboxes/${id}/ports/${port}/`);
     const grant = grantFor(record, caller);
     const refusal = routeRefusal({ caller, grant: () => grant }, 'exec', `port ${port}`);
     if (refusal) throw refusal;
@@ -167,9 +182,11 @@ export class PortProxy {
     return { id, port, caller, grant, setCookie, path: `${rest}${left ? `?${left}` : ''}` };
   }
 
-  private authenticate(req: IncomingMessage, id: string, port: number, query: URLSearchParams): { caller: Caller; setCookie?: string } {
-    const presented = /^Bearer (\S+)$/.exec(req.headers.authorization ?? '')?.[1];
-    if (presented !== undefined) {
+  private authenticate(req: IncomingMessage, id: string, port: number, query: URLSearchParams, cookiePath: string): { caller: Caller; setCookie?: string } {
+    // E2B's restricted-traffic header carries the same tokens (docs/e2b.md).
+    const traffic = req.headers[E2B_TRAFFIC_HEADER];
+    for (const presented of [/^Bearer (\S+)$/.exec(req.headers.authorization ?? '')?.[1], typeof traffic === 'string' ? traffic : undefined]) {
+      if (presented === undefined) continue;
       const caller = callerFor(this.deps.credentials, presented, id);
       if (caller) return { caller };
     }
@@ -189,7 +206,7 @@ export class PortProxy {
       const maxAge = Math.max(1, Math.floor((fromQuery - Date.now()) / 1000));
       return {
         caller: { kind: 'sandbox', sandboxId: id },
-        setCookie: `${COOKIE}=${value}; Path=/v1/sandboxes/${id}/ports/${port}/; Max-Age=${maxAge}; HttpOnly; SameSite=Lax`,
+        setCookie: `${COOKIE}=${value}; Path=${cookiePath}; Max-Age=${maxAge}; HttpOnly; SameSite=Lax`,
       };
     }
     const cookie = cookieValue(req.headers.cookie, COOKIE);

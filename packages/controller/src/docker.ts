@@ -1152,7 +1152,9 @@ async function writeResolvConf(folder: string, nameserver: string): Promise<stri
   const file = path.join(folder, 'resolv.conf');
   const handle = await open(file, fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_EXCL | fsConstants.O_NOFOLLOW, 0o644);
   try {
-    await handle.writeFile(`# Written by Warren: names are answered by the egress gateway through the relay.\nnameserver ${nameserver}\noptions attempts:2 timeout:3\n`);
+    await handle.writeFile(
+      `# Written by Warren: names are answered by the egress gateway through the relay.\nnameserver ${nameserver}\noptions attempts:2 timeout:3\n`,
+    );
     await handle.chmod(0o644);
   } finally {
     await handle.close();

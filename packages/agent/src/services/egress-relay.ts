@@ -85,7 +85,8 @@ export class EgressRelay {
     if (params.caPem !== undefined) await this.#writeTrust(params.caPem);
     const streams = new Map<number, RelayStream>();
     const max = params.maxConnections;
-    const tcp = (kind: StreamKind) => net.createServer({ pauseOnConnect: true, allowHalfOpen: true }, (socket) => this.#accept(socket, streams, max, ctx, kind));
+    const tcp = (kind: StreamKind) =>
+      net.createServer({ pauseOnConnect: true, allowHalfOpen: true }, (socket) => this.#accept(socket, streams, max, ctx, kind));
     const server = tcp('proxy');
     const active: ActiveRelay = { servers: [server], streams, ctx };
     this.#active = active;
@@ -111,7 +112,9 @@ export class EgressRelay {
     } finally {
       for (const stream of streams.values()) closeStream(stream);
       streams.clear();
-      await Promise.all(active.servers.map((s) => new Promise<void>((resolve) => (s instanceof net.Server ? s.close(() => resolve()) : s.close(() => resolve())))));
+      await Promise.all(
+        active.servers.map((s) => new Promise<void>((resolve) => (s instanceof net.Server ? s.close(() => resolve()) : s.close(() => resolve())))),
+      );
       if (this.#active === active) this.#active = undefined;
     }
   }
@@ -127,7 +130,9 @@ export class EgressRelay {
     try {
       const handle = await open(this.#resolvConf, fsConstants.O_WRONLY | fsConstants.O_TRUNC | fsConstants.O_NOFOLLOW);
       try {
-        await handle.writeFile(`# Written by Warren's egress relay: names are answered by the egress gateway.\nnameserver ${address}\noptions attempts:2 timeout:3\n`);
+        await handle.writeFile(
+          `# Written by Warren's egress relay: names are answered by the egress gateway.\nnameserver ${address}\noptions attempts:2 timeout:3\n`,
+        );
       } finally {
         await handle.close();
       }
@@ -142,7 +147,14 @@ export class EgressRelay {
    * and the connection closes. Oversized or tiny datagrams and queries past the connection cap
    * are dropped, so a flood holds at most `maxConnections` slots, each for at most 5 s.
    */
-  #onDnsDatagram(socket: dgram.Socket, message: Buffer, remote: dgram.RemoteInfo, streams: Map<number, RelayStream>, max: number, ctx: CallContext<'egress.serve'>): void {
+  #onDnsDatagram(
+    socket: dgram.Socket,
+    message: Buffer,
+    remote: dgram.RemoteInfo,
+    streams: Map<number, RelayStream>,
+    max: number,
+    ctx: CallContext<'egress.serve'>,
+  ): void {
     if (message.length < 12 || message.length > MAX_DNS_MESSAGE || streams.size >= max || ctx.signal.aborted) return;
     const id = this.#takeId();
     const timer = setTimeout(() => finishStream(streams, id, stream, ctx), DNS_QUERY_TIMEOUT_MS);

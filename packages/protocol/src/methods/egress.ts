@@ -52,7 +52,9 @@ export const EgressServeParams = z.strictObject({
     .strictObject({
       address: z.string().regex(/^127\.(?:\d{1,3})\.(?:\d{1,3})\.(?:\d{1,3})$/, 'an IPv4 loopback address'),
       /** Ports, for tests that cannot bind the real ones; 0 picks a free one (reported by `listening`). */
-      ports: z.strictObject({ dns: z.number().int().min(0).max(65535), http: z.number().int().min(0).max(65535), tls: z.number().int().min(0).max(65535) }).optional(),
+      ports: z
+        .strictObject({ dns: z.number().int().min(0).max(65535), http: z.number().int().min(0).max(65535), tls: z.number().int().min(0).max(65535) })
+        .optional(),
       resolvConf: z.boolean().default(false),
     })
     .optional(),
@@ -83,7 +85,9 @@ export const EGRESS_METHODS = {
       listening: z.strictObject({
         port: z.number().int().min(1).max(65535),
         /** Where the transparent path listens, when asked for. */
-        transparent: z.strictObject({ dns: z.number().int().min(1).max(65535), http: z.number().int().min(1).max(65535), tls: z.number().int().min(1).max(65535) }).optional(),
+        transparent: z
+          .strictObject({ dns: z.number().int().min(1).max(65535), http: z.number().int().min(1).max(65535), tls: z.number().int().min(1).max(65535) })
+          .optional(),
       }),
       /**
        * A sandbox process connected; `stream` names the connection from now on. `kind`: `proxy`

@@ -125,9 +125,9 @@ run('the transparent egress path: DNS and :80/:443 on the sandbox loopback, deci
     await expect(resolver.resolve4('api.test')).rejects.toMatchObject({ code: 'ENOTFOUND' });
     await expect(resolver.resolve4('evil.example')).rejects.toMatchObject({ code: 'ENOTFOUND' });
     const allowed = await tcpQuery(ports.dns, 'registry.test');
-    expect(allowed?.answers?.map((a) => a.data)).toEqual([ADDRESS]);
+    expect(allowed?.answers?.map((a) => ('data' in a ? a.data : undefined))).toEqual([ADDRESS]);
     const denied = await tcpQuery(ports.dns, 'api.test');
-    expect(denied?.rcode).toBe('NXDOMAIN');
+    expect((denied as { rcode?: string } | undefined)?.rcode).toBe('NXDOMAIN');
     expect(events.some((e) => e.kind === 'dns' && e.host === 'api.test' && e.decision === 'denied')).toBe(true);
     // Nothing was forwarded: the lab's own DNS server only ever hears the gateway resolving what it dials.
     expect(lab.queries.filter((q) => q === 'evil.example')).toEqual([]);

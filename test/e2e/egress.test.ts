@@ -148,6 +148,39 @@ run('egress through the gateway from real sandboxes (network none, relay over th
     expect(JSON.stringify(events)).not.toContain(SECRET);
   });
 
+  it('carries a client that ignores the proxy variables: names resolve through the relay, :80 and :443 go through the gateway', async () => {
+    await using sandbox = await Sandbox.create({
+      baseUrl: warren.url,
+      apiKey: warren.apiKey,
+      egress: { mode: 'allow', rules: [{ host: 'registry.test', ports: [80, 443] }] },
+    });
+    await sandbox.files.write('lab-ca.pem', lab.caPem);
+    const script = [
+      'import socket, ssl, urllib.request',
+      'print(open("/etc/resolv.conf").read().split("nameserver ")[1].split()[0])',
+      'print(socket.gethostbyname("registry.test"))',
+      'try:',
+      '  socket.gethostbyname("other.test"); print("other resolved")',
+      'except OSError:',
+      '  print("other unknown")',
+      // No proxy at all: the opener ignores HTTP(S)_PROXY, as curl --noproxy '*' or a Go binary with its own dialer would.
+      'opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile="/workspace/lab-ca.pem")))',
+      'print(opener.open("http://registry.test/noproxy-plain", timeout=15).status)',
+      'print(opener.open("https://registry.test/noproxy-tls", timeout=15).status)',
+    ].join('\n');
+    const run = await sandbox.commands.run(['python3', '-c', script], { timeoutMs: 60_000 });
+    expect(run.stdout.trim().split('\n')).toEqual(['127.0.88.1', '127.0.88.1', 'other unknown', '200', '200']);
+    expect(lab.seenAt('/noproxy-plain')).toHaveLength(1);
+    expect(lab.seenAt('/noproxy-tls')).toHaveLength(1);
+    const hasCurl = await sandbox.commands.run('command -v curl || true');
+    if (hasCurl.stdout.trim() !== '') {
+      const curl = await sandbox.commands.run(
+        "curl --noproxy '*' -sS -o /dev/null -w '%{http_code}' --cacert /workspace/lab-ca.pem https://registry.test/noproxy-curl",
+      );
+      expect(curl.stdout).toBe('200');
+    }
+  });
+
   it('takes a live policy update without a restart', async () => {
     await using sandbox = await Sandbox.create({
       baseUrl: warren.url,

@@ -4,7 +4,7 @@ import { mkdir, open, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Duplex, Readable } from 'node:stream';
 import Docker from 'dockerode';
-import { CodedError, DEFAULT_ROOT, EGRESS_TRUST_DIR } from '@warren/protocol';
+import { CodedError, DEFAULT_ROOT, EGRESS_TRANSPARENT_ADDRESS, EGRESS_TRUST_DIR } from '@warren/protocol';
 import type { SandboxSettings } from '@warren/protocol';
 import { AgentDirs, type HostIdentity } from './agent-dir.js';
 import { resolveEngine } from './engine-endpoint.js';
@@ -687,7 +687,16 @@ export class DockerProvider implements SandboxProvider {
   /** Starts a stopped sandbox container again with a fresh daemon folder; a running one is left alone. */
   async start(handle: string, agentId: string, daemonSecret: string): Promise<void> {
     // With `exec` the secret stays in the container's environment (it is derived, so the same).
-    if (this.channel === 'socket') await this.dirs.prepare(agentId, daemonSecret);
+    if (this.channel === 'socket') {
+      const folder = await this.dirs.prepare(agentId, daemonSecret);
+      // The fresh folder lacks the egress resolver file the container binds over /etc/resolv.conf: write it again, or the start fails.
+      const info = await this.docker
+        .getContainer(handle)
+        .inspect()
+        .catch(() => undefined);
+      const bound = info?.HostConfig?.Mounts?.some((m) => m.Target === '/etc/resolv.conf' && m.Source === path.join(folder, 'resolv.conf'));
+      if (bound) await writeResolvConf(folder, EGRESS_TRANSPARENT_ADDRESS);
+    }
     // After a host reboot the sandbox's disk is no longer mounted: mount it before the engine binds it.
     if (this.workspaces && (await this.workspaces.list()).includes(agentId)) await this.workspaces.attach(agentId);
     await this.docker

@@ -1,4 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import { DEFAULT_EGRESS } from '@warren/controller';
 import { Sandbox } from '@warren/sdk';
 import { EgressLab } from '../support/egress-lab.js';
@@ -7,6 +9,7 @@ import { until } from '../support/wait.js';
 
 // Every packet in this file goes to loopback or to the network namespace the lab makes: the
 // sandboxes have network none, and the gateway (in this process) dials only the lab's upstream.
+const execFileAsync = promisify(execFile);
 const SECRET = 'e2e-s3cr3t-value-0f1e2d3c4b5a';
 const run = EgressLab.available() ? describe : describe.skip;
 
@@ -146,6 +149,58 @@ run('egress through the gateway from real sandboxes (network none, relay over th
     expect(events.entries.some((e) => e.decision === 'denied' && e.host === 'other.test')).toBe(true);
     expect(events.entries.some((e) => e.decision === 'allowed' && e.host === 'api.test' && (e.secrets ?? []).includes('API_KEY'))).toBe(true);
     expect(JSON.stringify(events)).not.toContain(SECRET);
+  });
+
+  it('carries a client that ignores the proxy variables: names resolve through the relay, :80 and :443 go through the gateway', async () => {
+    await using sandbox = await Sandbox.create({
+      baseUrl: warren.url,
+      apiKey: warren.apiKey,
+      egress: { mode: 'allow', rules: [{ host: 'registry.test', ports: [80, 443] }] },
+    });
+    await sandbox.files.write('lab-ca.pem', lab.caPem);
+    const script = [
+      'import socket, ssl, urllib.request',
+      'print(open("/etc/resolv.conf").read().split("nameserver ")[1].split()[0])',
+      'print(socket.gethostbyname("registry.test"))',
+      'try:',
+      '  socket.gethostbyname("other.test"); print("other resolved")',
+      'except OSError:',
+      '  print("other unknown")',
+      // No proxy at all: the opener ignores HTTP(S)_PROXY, as curl --noproxy '*' or a Go binary with its own dialer would.
+      'opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile="/workspace/lab-ca.pem")))',
+      'print(opener.open("http://registry.test/noproxy-plain", timeout=15).status)',
+      'print(opener.open("https://registry.test/noproxy-tls", timeout=15).status)',
+    ].join('\n');
+    const run = await sandbox.commands.run(['python3', '-c', script], { timeoutMs: 60_000 });
+    expect(run.stdout.trim().split('\n')).toEqual(['127.0.88.1', '127.0.88.1', 'other unknown', '200', '200']);
+    expect(lab.seenAt('/noproxy-plain')).toHaveLength(1);
+    expect(lab.seenAt('/noproxy-tls')).toHaveLength(1);
+    // A daemon killed from inside: the supervisor starts the container again (a fresh daemon folder), and the
+    // resolver file bound over /etc/resolv.conf must be there again, or the engine would refuse the start.
+    const started = Date.now() - (await sandbox.daemonInfo()).uptimeMs;
+    const { pid } = await sandbox.daemonInfo();
+    const { stdout: container } = await execFileAsync('docker', ['ps', '-q', '--filter', `label=warren.sandbox=${sandbox.id}`]);
+    // As root through the engine (a command runs as the sandbox user and cannot signal the daemon); 137: the exec died with the container.
+    await execFileAsync('docker', ['exec', container.trim(), 'sh', '-c', `kill -9 ${pid}`]).catch((err: { code?: unknown }) => {
+      if (err.code !== 137) throw err;
+    });
+    await until(
+      'the sandbox to be started again',
+      async () => {
+        const info = await sandbox.daemonInfo({ timeoutMs: 5_000 }).catch(() => undefined);
+        return info && Date.now() - info.uptimeMs > started + 500 ? true : undefined;
+      },
+      60_000,
+    );
+    const again = await sandbox.commands.run(['python3', '-c', script], { timeoutMs: 60_000 });
+    expect(again.stdout.trim().split('\n')).toEqual(['127.0.88.1', '127.0.88.1', 'other unknown', '200', '200']);
+    const hasCurl = await sandbox.commands.run('command -v curl || true');
+    if (hasCurl.stdout.trim() !== '') {
+      const curl = await sandbox.commands.run(
+        "curl --noproxy '*' -sS -o /dev/null -w '%{http_code}' --cacert /workspace/lab-ca.pem https://registry.test/noproxy-curl",
+      );
+      expect(curl.stdout).toBe('200');
+    }
   });
 
   it('takes a live policy update without a restart', async () => {

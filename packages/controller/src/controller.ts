@@ -1,5 +1,5 @@
 import { once } from 'node:events';
-import { CodedError, type ParamsIn } from '@warren/protocol';
+import { CodedError, EGRESS_TRANSPARENT_ADDRESS, type ParamsIn } from '@warren/protocol';
 import { callAgent } from './agent-link.js';
 import { loadConfig, type ControllerConfig } from './config.js';
 import { Credentials } from './credentials.js';
@@ -107,6 +107,8 @@ export async function startController(options: StartControllerOptions = {}): Pro
     }),
     caPem: egressCa.certPem,
     maxConnections: config.egress.maxConnectionsPerSandbox,
+    // Clients that ignore the proxy variables: DNS and :80/:443 on a loopback address of the sandbox's own.
+    transparent: { address: EGRESS_TRANSPARENT_ADDRESS, resolvConf: true },
     logger,
     log: egressLog,
   });

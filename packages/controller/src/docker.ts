@@ -1,9 +1,10 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { constants as fsConstants } from 'node:fs';
+import { mkdir, open, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Duplex, Readable } from 'node:stream';
 import Docker from 'dockerode';
-import { CodedError, DEFAULT_ROOT, EGRESS_TRUST_DIR } from '@warren/protocol';
+import { CodedError, DEFAULT_ROOT, EGRESS_TRANSPARENT_ADDRESS, EGRESS_TRUST_DIR } from '@warren/protocol';
 import type { SandboxSettings } from '@warren/protocol';
 import { AgentDirs, type HostIdentity } from './agent-dir.js';
 import { resolveEngine } from './engine-endpoint.js';
@@ -51,7 +52,7 @@ export type DaemonChannel = 'socket' | 'exec';
  * read their `/proc/<pid>/environ`, where the tree-kill marker is. Commands lose all of them when
  * they drop to the sandbox user, and no-new-privileges keeps them from coming back.
  */
-export const DAEMON_CAPABILITIES = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID', 'KILL', 'SYS_PTRACE'] as const;
+export const DAEMON_CAPABILITIES = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID', 'KILL', 'SYS_PTRACE', 'NET_BIND_SERVICE'] as const;
 
 /** Defaults for settings that labels of older sandboxes lack. */
 const HARDENING_DEFAULTS = { readOnlyRootfs: true, tmpMb: 256, openFiles: 4096, fileSizeMb: 4096 } as const;
@@ -79,6 +80,12 @@ export interface SandboxContainerSpec {
   processLimit?: number | undefined;
   /** A seccomp profile file on the engine's host, where the engine's default is too open (Podman: {@link closeNamespaces}). */
   seccompProfile?: string | undefined;
+  /**
+   * A resolver file on the engine's host, bound read-only over `/etc/resolv.conf` (the egress
+   * relay's name server; the engine refuses `Dns` with network `none`, and a read-only root file
+   * system makes its own copy read-only too).
+   */
+  resolvConfOnHost?: string | undefined;
 }
 
 /** Where the sandbox's writable disk goes: `/workspace` unless the create asked for another folder. */
@@ -112,6 +119,8 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
   else if (!workspaceIsMounted(spec)) mounts.push({ Type: 'volume', Source: '', Target: workspaceOf(settings), ReadOnly: false });
   for (const m of settings.mounts)
     mounts.push({ Type: 'bind', Source: m.hostPath, Target: m.path, ReadOnly: m.readOnly, BindOptions: { Propagation: 'rprivate' } });
+  if (spec.resolvConfOnHost !== undefined)
+    mounts.push({ Type: 'bind', Source: spec.resolvConfOnHost, Target: '/etc/resolv.conf', ReadOnly: true, BindOptions: { Propagation: 'rprivate' } });
   const hostConfig: Docker.HostConfig = {
     Init: true,
     CapDrop: ['ALL'],
@@ -636,6 +645,9 @@ export class DockerProvider implements SandboxProvider {
     let container: Docker.Container | undefined;
     try {
       const workspaceOnHost = await this.workspaceFor(spec);
+      // The resolver file sits in the daemon's own folder (root's, 0700 inside the sandbox); only the file is bound, read-only.
+      const resolvConfOnHost =
+        spec.nameserver !== undefined && channel.kind === 'socket' ? await writeResolvConf(channel.socketDirOnHost, spec.nameserver) : undefined;
       const body = containerCreateBody({
         id: spec.agentId,
         image: spec.image,
@@ -647,6 +659,7 @@ export class DockerProvider implements SandboxProvider {
         workspaceOnHost,
         processLimit: this.processLimit,
         seccompProfile: this.seccompProfile,
+        resolvConfOnHost,
       });
       container = await this.docker.createContainer(body).catch((e: unknown) => rethrow(e, `create a container from ${spec.image}`));
       await container.start().catch((e: unknown) => rethrow(e, `start the container for sandbox ${spec.agentId}`));
@@ -674,7 +687,16 @@ export class DockerProvider implements SandboxProvider {
   /** Starts a stopped sandbox container again with a fresh daemon folder; a running one is left alone. */
   async start(handle: string, agentId: string, daemonSecret: string): Promise<void> {
     // With `exec` the secret stays in the container's environment (it is derived, so the same).
-    if (this.channel === 'socket') await this.dirs.prepare(agentId, daemonSecret);
+    if (this.channel === 'socket') {
+      const folder = await this.dirs.prepare(agentId, daemonSecret);
+      // The fresh folder lacks the egress resolver file the container binds over /etc/resolv.conf: write it again, or the start fails.
+      const info = await this.docker
+        .getContainer(handle)
+        .inspect()
+        .catch(() => undefined);
+      const bound = info?.HostConfig?.Mounts?.some((m) => m.Target === '/etc/resolv.conf' && m.Source === path.join(folder, 'resolv.conf'));
+      if (bound) await writeResolvConf(folder, EGRESS_TRANSPARENT_ADDRESS);
+    }
     // After a host reboot the sandbox's disk is no longer mounted: mount it before the engine binds it.
     if (this.workspaces && (await this.workspaces.list()).includes(agentId)) await this.workspaces.attach(agentId);
     await this.docker
@@ -1132,4 +1154,19 @@ function rethrow(err: unknown, doing: string): never {
     throw new CodedError('CONFLICT', `Could not ${doing}: ${detail}. Check the sandbox's state with GET /v1/sandboxes/<id>.`);
   if (e.statusCode === 409) throw new CodedError('CONFLICT', `Could not ${doing}: ${detail}`);
   throw new CodedError('UPSTREAM_UNAVAILABLE', `Could not ${doing}: ${detail}`);
+}
+
+/** Writes `resolv.conf` naming only `nameserver` into a folder of the controller's; returns its path. */
+async function writeResolvConf(folder: string, nameserver: string): Promise<string> {
+  const file = path.join(folder, 'resolv.conf');
+  const handle = await open(file, fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_EXCL | fsConstants.O_NOFOLLOW, 0o644);
+  try {
+    await handle.writeFile(
+      `# Written by Warren: names are answered by the egress gateway through the relay.\nnameserver ${nameserver}\noptions attempts:2 timeout:3\n`,
+    );
+    await handle.chmod(0o644);
+  } finally {
+    await handle.close();
+  }
+  return file;
 }

@@ -102,6 +102,11 @@ export interface SandboxSpec {
   settings: SandboxSettings;
   /** The secret the daemon accepts connections with. */
   daemonSecret: string;
+  /**
+   * The only name server the sandbox's `/etc/resolv.conf` should list (the egress relay's
+   * loopback address), where the provider can set it; the daemon also writes it where the file is writable.
+   */
+  nameserver?: string | undefined;
 }
 
 /** How {@link SandboxProvider.pullImage} reports and bounds a pull. */

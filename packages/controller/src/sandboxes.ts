@@ -329,6 +329,7 @@ export class SandboxService {
         }),
         settings: plan.settings,
         daemonSecret: this.credentials.agentSecret(agentId),
+        ...(egress?.transparentAddress === undefined ? {} : { nameserver: egress.transparentAddress }),
       });
     } catch (err) {
       await egress?.remove(agentId);

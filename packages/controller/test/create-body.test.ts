@@ -42,7 +42,7 @@ function bodyFor(
 const HARDENED = {
   Init: true,
   CapDrop: ['ALL'],
-  CapAdd: ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID', 'KILL', 'SYS_PTRACE'],
+  CapAdd: ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID', 'KILL', 'SYS_PTRACE', 'NET_BIND_SERVICE'],
   SecurityOpt: ['no-new-privileges:true'],
   Privileged: false,
   PidMode: '',
@@ -185,6 +185,29 @@ describe('the container-create body', () => {
     expect(body).toMatchObject({ User: '0:0', WorkingDir: '/workspace/src', Env: ['A=1'], NetworkDisabled: false, Image: 'warren/test-debian:latest' });
     expect(body.Entrypoint?.slice(-3)).toEqual(['--user', '1234:1234', '--own-root']);
     expect(body.Labels).toMatchObject({ 'warren.label.team': 'red', 'warren.policy': JSON.stringify({ root: '/workspace', readOnly: true }) });
+  });
+
+  it("binds the egress relay's resolver file read-only over /etc/resolv.conf only when asked (the engine refuses Dns with network none)", () => {
+    const plan = planSandbox({}, context);
+    const spec = (resolvConfOnHost?: string) => ({
+      id: 'abc123',
+      image: plan.image,
+      env: plan.env,
+      labels: {},
+      settings: plan.settings,
+      channel: { kind: 'socket' as const, socketDirOnHost: '/var/lib/warren/sandboxes/abc123' },
+      runtimeVolume: 'warren-runtime',
+      resolvConfOnHost,
+    });
+    const withResolver = containerCreateBody(spec('/var/lib/warren/sandboxes/abc123/resolv.conf')).HostConfig?.Mounts ?? [];
+    expect(withResolver).toContainEqual({
+      Type: 'bind',
+      Source: '/var/lib/warren/sandboxes/abc123/resolv.conf',
+      Target: '/etc/resolv.conf',
+      ReadOnly: true,
+      BindOptions: { Propagation: 'rprivate' },
+    });
+    expect((containerCreateBody(spec()).HostConfig?.Mounts ?? []).some((m) => m.Target === '/etc/resolv.conf')).toBe(false);
   });
 
   it('names the gVisor runtime only when asked and registered', () => {

@@ -121,60 +121,61 @@ if TYPE_CHECKING:
     _C16 = int
     _C17 = int
     _C18 = str
-    _C19 = int
-    _C20 = str
+    _C19 = str
+    _C20 = int
     _C21 = str
     _C22 = str
-    _C23 = int
-    _C24 = str
-    _C27 = str
-    _C28 = int
+    _C23 = str
+    _C24 = int
+    _C25 = str
+    _C28 = str
     _C29 = int
-    _C30 = str
-    _C31 = int
+    _C30 = int
+    _C31 = str
     _C32 = int
-    _C33 = str
-    _C34 = int
+    _C33 = int
+    _C34 = str
     _C35 = int
     _C36 = int
-    _C37 = str
-    _C39 = int
+    _C37 = int
+    _C38 = str
     _C40 = int
-    _C41 = str
-    _C42 = int
+    _C41 = int
+    _C42 = str
     _C43 = int
-    _C44 = str
+    _C44 = int
     _C45 = str
     _C46 = str
     _C47 = str
     _C48 = str
     _C49 = str
     _C50 = str
-    _C51 = int
-    _C52 = float
-    _C53 = int
-    _C54 = str
-    _C57 = str
-    _C59 = str
+    _C51 = str
+    _C52 = int
+    _C53 = float
+    _C54 = int
+    _C55 = str
+    _C58 = str
     _C60 = str
     _C61 = str
-    _C63 = str
+    _C62 = str
     _C64 = str
-    _C66 = str
+    _C65 = str
     _C67 = str
     _C68 = str
-    _C71 = str
-    _C72 = int
-    _C73 = str
+    _C69 = str
+    _C72 = str
+    _C73 = int
     _C74 = str
-    _C76 = int
+    _C75 = str
     _C77 = int
     _C78 = int
     _C79 = int
     _C80 = int
-    _C81 = str
-    _C83 = int
-    _C84 = str
+    _C81 = int
+    _C82 = str
+    _C84 = int
+    _C85 = str
 else:
     _C1 = conint(strict=True, ge=0, le=9007199254740991)
     _C2 = conint(strict=True, le=10000, gt=0)
@@ -194,60 +195,61 @@ else:
     _C16 = conint(strict=True, ge=0, le=65535)
     _C17 = conint(strict=True, ge=1, le=4096)
     _C18 = constr(strict=True, max_length=16384, regex='^-----BEGIN CERTIFICATE-----[A-Za-z0-9+/=\\r\\n-]+-----END CERTIFICATE-----\\s*$')
-    _C19 = conint(strict=True, ge=1, le=65535)
-    _C20 = constr(strict=True, min_length=1, max_length=16777216)
-    _C21 = constr(strict=True, max_length=16777216)
-    _C22 = constr(strict=True, regex='^[0-9a-f]{64}$')
-    _C23 = conint(strict=True, le=9007199254740991, gt=0)
-    _C24 = constr(strict=True, min_length=3, max_length=20)
-    _C27 = constr(strict=True, min_length=1, max_length=1024)
-    _C28 = conint(strict=True, le=100000, gt=0)
-    _C29 = conint(strict=True, le=64, gt=0)
-    _C30 = constr(strict=True, regex='^[0-9]{1,6}$')
-    _C31 = conint(strict=True, ge=0, le=16777216)
-    _C32 = conint(strict=True, ge=0, le=4194304)
-    _C33 = constr(strict=True, regex='^up_[0-9a-f]{32}$')
-    _C34 = conint(strict=True, ge=0, le=5000)
-    _C35 = conint(strict=True, ge=0, le=511)
-    _C36 = conint(strict=True, ge=100, le=60000)
-    _C37 = constr(strict=True, min_length=1, max_length=1048576)
-    _C39 = conint(strict=True, le=604800000, gt=0)
-    _C40 = conint(strict=True, ge=4096, le=67108864)
-    _C41 = constr(strict=True, max_length=200)
-    _C42 = conint(strict=True, ge=0, le=86400000)
-    _C43 = conint(strict=True, ge=1, le=1000)
-    _C44 = constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_.-]+$')
-    _C45 = constr(strict=True, max_length=100)
-    _C46 = constr(strict=True, min_length=1, max_length=64)
-    _C47 = constr(strict=True, min_length=1, max_length=100)
-    _C48 = constr(strict=True, min_length=1, max_length=256)
-    _C49 = constr(strict=True, min_length=1, max_length=256, regex='^[A-Za-z_][A-Za-z0-9_]*$')
-    _C50 = constr(strict=True, max_length=32768)
-    _C51 = conint(strict=True, le=256, gt=0)
-    _C52 = confloat(strict=True, le=256, gt=0)
-    _C53 = conint(strict=True, ge=16, le=1048576)
-    _C54 = constr(strict=True, min_length=1, max_length=253)
-    _C57 = constr(strict=True, min_length=1, max_length=1024, regex='^\\/.*')
-    _C59 = constr(strict=True, min_length=1, max_length=128, regex='^[A-Za-z_][A-Za-z0-9_]*$')
-    _C60 = constr(strict=True, min_length=1, max_length=16384)
-    _C61 = constr(strict=True, min_length=1, max_length=128)
-    _C63 = constr(strict=True, min_length=1, max_length=128, regex="^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
-    _C64 = constr(strict=True, max_length=1024)
-    _C66 = constr(strict=True, regex='^\\d{1,10}(:\\d{1,10})?$')
-    _C67 = constr(strict=True, min_length=1, max_length=4096, regex='^\\/.*')
-    _C68 = constr(strict=True, min_length=2, max_length=32, regex='^\\.[^/\\0]+$')
-    _C71 = constr(strict=True, min_length=1, max_length=256, regex='^[A-Za-z0-9._-]+(\\/[A-Za-z0-9._-]+)*$')
-    _C72 = conint(strict=True, ge=10, le=2592000)
-    _C73 = constr(strict=True, regex='^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$')
-    _C74 = constr(strict=True, max_length=256)
-    _C76 = conint(strict=True, ge=1, le=1048576)
-    _C77 = conint(strict=True, ge=64, le=1048576)
-    _C78 = conint(strict=True, ge=1, le=16777216)
-    _C79 = conint(strict=True, ge=16, le=16777216)
-    _C80 = conint(strict=True, ge=1, le=2592000)
-    _C81 = constr(strict=True, regex='^(\\*\\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$')
-    _C83 = conint(strict=True, ge=1, le=604800)
-    _C84 = constr(strict=True, min_length=1, max_length=512)
+    _C19 = constr(strict=True, regex='^127\\.(?:\\d{1,3})\\.(?:\\d{1,3})\\.(?:\\d{1,3})$')
+    _C20 = conint(strict=True, ge=1, le=65535)
+    _C21 = constr(strict=True, min_length=1, max_length=16777216)
+    _C22 = constr(strict=True, max_length=16777216)
+    _C23 = constr(strict=True, regex='^[0-9a-f]{64}$')
+    _C24 = conint(strict=True, le=9007199254740991, gt=0)
+    _C25 = constr(strict=True, min_length=3, max_length=20)
+    _C28 = constr(strict=True, min_length=1, max_length=1024)
+    _C29 = conint(strict=True, le=100000, gt=0)
+    _C30 = conint(strict=True, le=64, gt=0)
+    _C31 = constr(strict=True, regex='^[0-9]{1,6}$')
+    _C32 = conint(strict=True, ge=0, le=16777216)
+    _C33 = conint(strict=True, ge=0, le=4194304)
+    _C34 = constr(strict=True, regex='^up_[0-9a-f]{32}$')
+    _C35 = conint(strict=True, ge=0, le=5000)
+    _C36 = conint(strict=True, ge=0, le=511)
+    _C37 = conint(strict=True, ge=100, le=60000)
+    _C38 = constr(strict=True, min_length=1, max_length=1048576)
+    _C40 = conint(strict=True, le=604800000, gt=0)
+    _C41 = conint(strict=True, ge=4096, le=67108864)
+    _C42 = constr(strict=True, max_length=200)
+    _C43 = conint(strict=True, ge=0, le=86400000)
+    _C44 = conint(strict=True, ge=1, le=1000)
+    _C45 = constr(strict=True, min_length=1, max_length=64, regex='^[A-Za-z0-9_.-]+$')
+    _C46 = constr(strict=True, max_length=100)
+    _C47 = constr(strict=True, min_length=1, max_length=64)
+    _C48 = constr(strict=True, min_length=1, max_length=100)
+    _C49 = constr(strict=True, min_length=1, max_length=256)
+    _C50 = constr(strict=True, min_length=1, max_length=256, regex='^[A-Za-z_][A-Za-z0-9_]*$')
+    _C51 = constr(strict=True, max_length=32768)
+    _C52 = conint(strict=True, le=256, gt=0)
+    _C53 = confloat(strict=True, le=256, gt=0)
+    _C54 = conint(strict=True, ge=16, le=1048576)
+    _C55 = constr(strict=True, min_length=1, max_length=253)
+    _C58 = constr(strict=True, min_length=1, max_length=1024, regex='^\\/.*')
+    _C60 = constr(strict=True, min_length=1, max_length=128, regex='^[A-Za-z_][A-Za-z0-9_]*$')
+    _C61 = constr(strict=True, min_length=1, max_length=16384)
+    _C62 = constr(strict=True, min_length=1, max_length=128)
+    _C64 = constr(strict=True, min_length=1, max_length=128, regex="^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+    _C65 = constr(strict=True, max_length=1024)
+    _C67 = constr(strict=True, regex='^\\d{1,10}(:\\d{1,10})?$')
+    _C68 = constr(strict=True, min_length=1, max_length=4096, regex='^\\/.*')
+    _C69 = constr(strict=True, min_length=2, max_length=32, regex='^\\.[^/\\0]+$')
+    _C72 = constr(strict=True, min_length=1, max_length=256, regex='^[A-Za-z0-9._-]+(\\/[A-Za-z0-9._-]+)*$')
+    _C73 = conint(strict=True, ge=10, le=2592000)
+    _C74 = constr(strict=True, regex='^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$')
+    _C75 = constr(strict=True, max_length=256)
+    _C77 = conint(strict=True, ge=1, le=1048576)
+    _C78 = conint(strict=True, ge=64, le=1048576)
+    _C79 = conint(strict=True, ge=1, le=16777216)
+    _C80 = conint(strict=True, ge=16, le=16777216)
+    _C81 = conint(strict=True, ge=1, le=2592000)
+    _C82 = constr(strict=True, regex='^(\\*\\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$')
+    _C84 = conint(strict=True, ge=1, le=604800)
+    _C85 = constr(strict=True, min_length=1, max_length=512)
 
 
 class AuditListParams(_Strict):
@@ -377,30 +379,52 @@ class EgressSendResult(_Tolerant):
     pass
 
 
+class EgressServeParamsTransparentPorts(_Strict):
+    dns: _C16 = Field(...)
+    http: _C16 = Field(...)
+    tls: _C16 = Field(...)
+
+
+class EgressServeParamsTransparent(_Strict):
+    address: _C19 = Field(...)
+    ports: Optional[EgressServeParamsTransparentPorts] = Field(None)
+    resolv_conf: StrictBool = Field(False, alias='resolvConf')
+
+
 class EgressServeParams(_Strict):
     port: _C16 = Field(3128)
     max_connections: _C17 = Field(256, alias='maxConnections')
     ca_pem: Optional[_C18] = Field(None, alias='caPem')
+    transparent: Optional[EgressServeParamsTransparent] = Field(None)
 
 
 EgressServeResult = EgressSendResult
 
 
+class EgressServeListeningEventTransparent(_Tolerant):
+    dns: _C20 = Field(...)
+    http: _C20 = Field(...)
+    tls: _C20 = Field(...)
+
+
 class EgressServeListeningEvent(_Tolerant):
-    port: _C19 = Field(...)
+    port: _C20 = Field(...)
+    transparent: Optional[EgressServeListeningEventTransparent] = Field(None)
 
 
 class EgressServeOpenEvent(_Tolerant):
     stream: _C14 = Field(...)
+    kind: Optional[Literal['proxy', 'http', 'tls', 'dns']] = Field(None)
 
 
-EgressServeDataEvent = EgressServeOpenEvent
+class EgressServeDataEvent(_Tolerant):
+    stream: _C14 = Field(...)
 
 
-EgressServeEndEvent = EgressServeOpenEvent
+EgressServeEndEvent = EgressServeDataEvent
 
 
-EgressServeCloseEvent = EgressServeOpenEvent
+EgressServeCloseEvent = EgressServeDataEvent
 
 
 class FsCopyParams(_Strict):
@@ -463,57 +487,57 @@ FsDownloadStreamDataEvent = CodeRunStdoutEvent
 
 class FsEditParams(_Strict):
     path: _C6 = Field(...)
-    old_text: _C20 = Field(..., alias='oldText')
-    new_text: _C21 = Field(..., alias='newText')
-    expected_sha256: Optional[_C22] = Field(None, alias='expectedSha256')
+    old_text: _C21 = Field(..., alias='oldText')
+    new_text: _C22 = Field(..., alias='newText')
+    expected_sha256: Optional[_C23] = Field(None, alias='expectedSha256')
 
 
 class FsEditResult(_Tolerant):
     path: StrictStr = Field(...)
-    line: _C23 = Field(...)
+    line: _C24 = Field(...)
     bytes_written: _C1 = Field(..., alias='bytesWritten')
-    sha256: _C22 = Field(...)
+    sha256: _C23 = Field(...)
 
 
 if TYPE_CHECKING:
-    _C25 = List[_C8]
+    _C26 = List[_C8]
 else:
-    _C25 = conlist(_C8, max_items=100000)
+    _C26 = conlist(_C8, max_items=100000)
 
 
 class FsEditLinesParamsEditsItem(_Strict):
     op: Literal['replace', 'append', 'prepend'] = Field(...)
-    pos: _C24 = Field(...)
-    end: Optional[_C24] = Field(None)
-    lines: _C25 = Field(...)
+    pos: _C25 = Field(...)
+    end: Optional[_C25] = Field(None)
+    lines: _C26 = Field(...)
 
 
 if TYPE_CHECKING:
-    _C26 = List[FsEditLinesParamsEditsItem]
+    _C27 = List[FsEditLinesParamsEditsItem]
 else:
-    _C26 = conlist(FsEditLinesParamsEditsItem, min_items=1, max_items=1000)
+    _C27 = conlist(FsEditLinesParamsEditsItem, min_items=1, max_items=1000)
 
 
 class FsEditLinesParams(_Strict):
     path: _C6 = Field(...)
-    edits: _C26 = Field(...)
-    expected_sha256: Optional[_C22] = Field(None, alias='expectedSha256')
+    edits: _C27 = Field(...)
+    expected_sha256: Optional[_C23] = Field(None, alias='expectedSha256')
 
 
 class FsEditLinesResult(_Tolerant):
     path: StrictStr = Field(...)
     applied: _C1 = Field(...)
     total_lines: _C1 = Field(..., alias='totalLines')
-    first_changed_line: _C23 = Field(..., alias='firstChangedLine')
+    first_changed_line: _C24 = Field(..., alias='firstChangedLine')
     last_changed_line: _C1 = Field(..., alias='lastChangedLine')
     bytes_written: _C1 = Field(..., alias='bytesWritten')
-    sha256: _C22 = Field(...)
+    sha256: _C23 = Field(...)
 
 
 class FsGlobParams(_Strict):
     path: _C6 = Field('.')
-    pattern: _C27 = Field('**/*')
-    max_results: _C28 = Field(1000, alias='maxResults')
+    pattern: _C28 = Field('**/*')
+    max_results: _C29 = Field(1000, alias='maxResults')
     include_directories: StrictBool = Field(False, alias='includeDirectories')
 
 
@@ -527,9 +551,9 @@ class FsGlobResult(_Tolerant):
 class FsListParams(_Strict):
     path: _C6 = Field('.')
     recursive: StrictBool = Field(False)
-    max_depth: _C29 = Field(16, alias='maxDepth')
-    max_entries: _C28 = Field(1000, alias='maxEntries')
-    cursor: Optional[_C30] = Field(None)
+    max_depth: _C30 = Field(16, alias='maxDepth')
+    max_entries: _C29 = Field(1000, alias='maxEntries')
+    cursor: Optional[_C31] = Field(None)
 
 
 class FsListResultEntriesItem(_Tolerant):
@@ -569,20 +593,20 @@ class FsMoveResult(_Tolerant):
 class FsReadParamsRangeBytes(_Strict):
     unit: Literal['bytes'] = Field(...)
     offset: _C1 = Field(0)
-    length: Optional[_C31] = Field(None)
+    length: Optional[_C32] = Field(None)
 
 
 class FsReadParamsRangeLines(_Strict):
     unit: Literal['lines'] = Field(...)
     start_line: Optional[_C5] = Field(None, alias='startLine')
     end_line: Optional[_C5] = Field(None, alias='endLine')
-    max_lines: Optional[_C28] = Field(None, alias='maxLines')
+    max_lines: Optional[_C29] = Field(None, alias='maxLines')
 
 
 class FsReadParamsRangeChars(_Strict):
     unit: Literal['chars'] = Field(...)
     offset: _C1 = Field(0)
-    length: Optional[_C32] = Field(None)
+    length: Optional[_C33] = Field(None)
 
 
 class FsReadParams(_Strict):
@@ -595,7 +619,7 @@ class FsReadResult(_Tolerant):
     path: StrictStr = Field(...)
     size: _C1 = Field(...)
     mtime_ms: Union[StrictInt, StrictFloat] = Field(..., alias='mtimeMs')
-    sha256: Optional[_C22] = Field(None)
+    sha256: Optional[_C23] = Field(None)
     unit: Literal['file', 'bytes', 'lines', 'chars'] = Field(...)
     bytes_read: _C1 = Field(..., alias='bytesRead')
     truncated: StrictBool = Field(...)
@@ -611,7 +635,7 @@ class FsReadAnchoredParams(_Strict):
     path: _C6 = Field(...)
     start_line: Optional[_C5] = Field(None, alias='startLine')
     end_line: Optional[_C5] = Field(None, alias='endLine')
-    max_lines: Optional[_C28] = Field(None, alias='maxLines')
+    max_lines: Optional[_C29] = Field(None, alias='maxLines')
 
 
 class FsReadAnchoredResultLinesItem(_Tolerant):
@@ -625,7 +649,7 @@ class FsReadAnchoredResult(_Tolerant):
     end_line: _C5 = Field(..., alias='endLine')
     total_lines: _C1 = Field(..., alias='totalLines')
     truncated: StrictBool = Field(...)
-    sha256: _C22 = Field(...)
+    sha256: _C23 = Field(...)
     lines: List[FsReadAnchoredResultLinesItem] = Field(...)
 
 
@@ -660,7 +684,7 @@ class FsUploadResult(_Tolerant):
 
 
 class FsUploadAbortParams(_Strict):
-    upload_id: _C33 = Field(..., alias='uploadId')
+    upload_id: _C34 = Field(..., alias='uploadId')
 
 
 class FsUploadAbortResult(_Tolerant):
@@ -668,7 +692,7 @@ class FsUploadAbortResult(_Tolerant):
 
 
 class FsUploadChunkParams(_Strict):
-    upload_id: _C33 = Field(..., alias='uploadId')
+    upload_id: _C34 = Field(..., alias='uploadId')
     offset: _C1 = Field(...)
 
 
@@ -686,14 +710,14 @@ FsUploadOpenParams = FsUploadParams
 
 
 class FsUploadOpenResult(_Tolerant):
-    upload_id: _C33 = Field(..., alias='uploadId')
+    upload_id: _C34 = Field(..., alias='uploadId')
     path: StrictStr = Field(...)
 
 
 class FsWatchParams(_Strict):
     path: _C6 = Field(...)
     recursive: StrictBool = Field(True)
-    coalesce_ms: _C34 = Field(50, alias='coalesceMs')
+    coalesce_ms: _C35 = Field(50, alias='coalesceMs')
 
 
 class FsWatchResult(_Tolerant):
@@ -723,8 +747,8 @@ class FsWatchOverflowEvent(_Tolerant):
 
 class FsWriteParams(_Strict):
     path: _C6 = Field(...)
-    mode: Optional[_C35] = Field(None)
-    expected_sha256: Optional[_C22] = Field(None, alias='expectedSha256')
+    mode: Optional[_C36] = Field(None)
+    expected_sha256: Optional[_C23] = Field(None, alias='expectedSha256')
     overwrite: StrictBool = Field(True)
     hash: StrictBool = Field(False)
     append: StrictBool = Field(False)
@@ -734,14 +758,14 @@ class FsWriteParams(_Strict):
 class FsWriteResult(_Tolerant):
     path: StrictStr = Field(...)
     bytes_written: _C1 = Field(..., alias='bytesWritten')
-    sha256: Optional[_C22] = Field(None)
+    sha256: Optional[_C23] = Field(None)
     created: StrictBool = Field(...)
 
 
 class PortOpenParams(_Strict):
-    port: _C19 = Field(...)
+    port: _C20 = Field(...)
     host: Literal['127.0.0.1', '::1'] = Field('127.0.0.1')
-    connect_timeout_ms: _C36 = Field(5000, alias='connectTimeoutMs')
+    connect_timeout_ms: _C37 = Field(5000, alias='connectTimeoutMs')
 
 
 class PortOpenResult(_Tolerant):
@@ -807,16 +831,16 @@ ProcessCloseStdinResult = ProcessAttachResult
 
 
 if TYPE_CHECKING:
-    _C38 = List[_C8]
+    _C39 = List[_C8]
 else:
-    _C38 = conlist(_C8, min_items=1, max_items=10000)
+    _C39 = conlist(_C8, min_items=1, max_items=10000)
 
 
 class ProcessExecParams(_Strict):
-    cmd: Union[_C37, _C38] = Field(...)
+    cmd: Union[_C38, _C39] = Field(...)
     cwd: Optional[_C6] = Field(None)
     env: Optional[Dict[_C7, _C8]] = Field(None)
-    stdin: Optional[_C21] = Field(None)
+    stdin: Optional[_C22] = Field(None)
     timeout_ms: Optional[_C11] = Field(None, alias='timeoutMs')
     output_cap_bytes: Optional[_C12] = Field(None, alias='outputCapBytes')
     save_output: Optional[StrictBool] = Field(None, alias='saveOutput')
@@ -860,13 +884,13 @@ class ProcessListResult(_Tolerant):
 
 
 class ProcessStartParams(_Strict):
-    cmd: Union[_C37, _C38] = Field(...)
+    cmd: Union[_C38, _C39] = Field(...)
     cwd: Optional[_C6] = Field(None)
     env: Optional[Dict[_C7, _C8]] = Field(None)
     keep_stdin_open: Optional[StrictBool] = Field(None, alias='keepStdinOpen')
-    timeout_ms: Optional[_C39] = Field(None, alias='timeoutMs')
-    buffer_bytes: Optional[_C40] = Field(None, alias='bufferBytes')
-    tag: Optional[_C41] = Field(None)
+    timeout_ms: Optional[_C40] = Field(None, alias='timeoutMs')
+    buffer_bytes: Optional[_C41] = Field(None, alias='bufferBytes')
+    tag: Optional[_C42] = Field(None)
 
 
 ProcessStartResult = ProcessAttachResult
@@ -874,7 +898,7 @@ ProcessStartResult = ProcessAttachResult
 
 class ProcessWaitParams(_Strict):
     handle: _C9 = Field(...)
-    timeout_ms: Optional[_C42] = Field(None, alias='timeoutMs')
+    timeout_ms: Optional[_C43] = Field(None, alias='timeoutMs')
 
 
 ProcessWaitResult = ProcessAttachResult
@@ -882,7 +906,7 @@ ProcessWaitResult = ProcessAttachResult
 
 class ProcessWriteParams(_Strict):
     handle: _C9 = Field(...)
-    data: Optional[_C21] = Field(None)
+    data: Optional[_C22] = Field(None)
 
 
 ProcessWriteResult = PortWriteResult
@@ -896,9 +920,9 @@ class PtyKillResult(_Tolerant):
 
 
 class PtyOpenParams(_Strict):
-    cols: _C43 = Field(...)
-    rows: _C43 = Field(...)
-    cmd: Optional[Union[_C37, _C38]] = Field(None)
+    cols: _C44 = Field(...)
+    rows: _C44 = Field(...)
+    cmd: Optional[Union[_C38, _C39]] = Field(None)
     cwd: Optional[_C6] = Field(None)
     env: Optional[Dict[_C7, _C8]] = Field(None)
 
@@ -919,13 +943,13 @@ PtyOpenOutputEvent = CodeRunStdoutEvent
 
 class PtyResizeParams(_Strict):
     handle: _C9 = Field(...)
-    cols: _C43 = Field(...)
-    rows: _C43 = Field(...)
+    cols: _C44 = Field(...)
+    rows: _C44 = Field(...)
 
 
 class PtyResizeResult(_Tolerant):
-    cols: _C43 = Field(...)
-    rows: _C43 = Field(...)
+    cols: _C44 = Field(...)
+    rows: _C44 = Field(...)
 
 
 class PtyWriteParams(_Strict):
@@ -937,7 +961,7 @@ PtyWriteResult = PortWriteResult
 
 
 class ShellCloseParams(_Strict):
-    session: _C44 = Field(...)
+    session: _C45 = Field(...)
 
 
 class ShellCloseResult(_Tolerant):
@@ -948,7 +972,7 @@ ShellListParams = CodeListContextsParams
 
 
 class ShellListResultSessionsItem(_Tolerant):
-    session: _C44 = Field(...)
+    session: _C45 = Field(...)
     pid: _C5 = Field(...)
     busy: StrictBool = Field(...)
 
@@ -958,21 +982,21 @@ class ShellListResult(_Tolerant):
 
 
 class ShellOpenParams(_Strict):
-    session: _C44 = Field(...)
+    session: _C45 = Field(...)
     cwd: Optional[_C6] = Field(None)
     env: Optional[Dict[_C7, _C8]] = Field(None)
 
 
 class ShellOpenResult(_Tolerant):
-    session: _C44 = Field(...)
+    session: _C45 = Field(...)
     pid: _C5 = Field(...)
     created: StrictBool = Field(...)
     busy: StrictBool = Field(...)
 
 
 class ShellRunParams(_Strict):
-    session: _C44 = Field(...)
-    cmd: _C37 = Field(...)
+    session: _C45 = Field(...)
+    cmd: _C38 = Field(...)
     timeout_ms: Optional[_C11] = Field(None, alias='timeoutMs')
     output_cap_bytes: Optional[_C12] = Field(None, alias='outputCapBytes')
 
@@ -1007,59 +1031,59 @@ class SystemInfoResult(_Tolerant):
 
 class FrameHeaderHello(_Tolerant):
     type: Literal['hello'] = Field(...)
-    protocol_version: _C23 = Field(..., alias='protocolVersion')
+    protocol_version: _C24 = Field(..., alias='protocolVersion')
     protocol_minor: Optional[_C1] = Field(None, alias='protocolMinor')
-    client: Optional[_C41] = Field(None)
+    client: Optional[_C42] = Field(None)
 
 
 class FrameHeaderWelcome(_Tolerant):
     type: Literal['welcome'] = Field(...)
-    protocol_version: _C23 = Field(..., alias='protocolVersion')
+    protocol_version: _C24 = Field(..., alias='protocolVersion')
     protocol_minor: Optional[_C1] = Field(None, alias='protocolMinor')
-    server: _C41 = Field(...)
-    server_version: _C45 = Field(..., alias='serverVersion')
+    server: _C42 = Field(...)
+    server_version: _C46 = Field(..., alias='serverVersion')
 
 
 class FrameHeaderReq(_Tolerant):
     type: Literal['req'] = Field(...)
-    id: Union[_C1, _C46] = Field(...)
-    method: _C47 = Field(...)
+    id: Union[_C1, _C47] = Field(...)
+    method: _C48 = Field(...)
     params: Any = Field(...)
 
 
 class FrameHeaderRes(_Tolerant):
     type: Literal['res'] = Field(...)
-    id: Union[_C1, _C46] = Field(...)
+    id: Union[_C1, _C47] = Field(...)
     result: Any = Field(...)
 
 
 class FrameHeaderErrError(_Tolerant):
-    code: _C47 = Field(...)
+    code: _C48 = Field(...)
     message: StrictStr = Field(...)
     details: Optional[Dict[StrictStr, Any]] = Field(None)
 
 
 class FrameHeaderErr(_Tolerant):
     type: Literal['err'] = Field(...)
-    id: Optional[Union[_C1, _C46]] = Field(...)
+    id: Optional[Union[_C1, _C47]] = Field(...)
     error: FrameHeaderErrError = Field(...)
 
 
 class FrameHeaderEvt(_Tolerant):
     type: Literal['evt'] = Field(...)
-    id: Union[_C1, _C46] = Field(...)
-    event: _C47 = Field(...)
+    id: Union[_C1, _C47] = Field(...)
+    event: _C48 = Field(...)
     data: Any = Field(...)
 
 
 class FrameHeaderCancel(_Tolerant):
     type: Literal['cancel'] = Field(...)
-    id: Union[_C1, _C46] = Field(...)
+    id: Union[_C1, _C47] = Field(...)
 
 
 class FrameHeaderApproval(_Tolerant):
     type: Literal['approval'] = Field(...)
-    id: Union[_C1, _C46] = Field(...)
+    id: Union[_C1, _C47] = Field(...)
     allow: StrictBool = Field(...)
 
 
@@ -1078,33 +1102,33 @@ class CreateSandboxRequestEgressNone(_Strict):
 
 
 if TYPE_CHECKING:
-    _C55 = List[_C19]
+    _C56 = List[_C20]
 else:
-    _C55 = conlist(_C19, min_items=1, max_items=16)
+    _C56 = conlist(_C20, min_items=1, max_items=16)
 
 
 if TYPE_CHECKING:
-    _C56 = List[Literal['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']]
+    _C57 = List[Literal['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']]
 else:
-    _C56 = conlist(Literal['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'], min_items=1, max_items=7)
+    _C57 = conlist(Literal['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'], min_items=1, max_items=7)
 
 
 class CreateSandboxRequestEgressAllowRulesItem(_Strict):
-    host: _C54 = Field(...)
-    ports: Optional[_C55] = Field(None)
-    methods: Optional[_C56] = Field(None)
-    path_prefix: Optional[_C57] = Field(None, alias='pathPrefix')
+    host: _C55 = Field(...)
+    ports: Optional[_C56] = Field(None)
+    methods: Optional[_C57] = Field(None)
+    path_prefix: Optional[_C58] = Field(None, alias='pathPrefix')
 
 
 if TYPE_CHECKING:
-    _C58 = List[CreateSandboxRequestEgressAllowRulesItem]
+    _C59 = List[CreateSandboxRequestEgressAllowRulesItem]
 else:
-    _C58 = conlist(CreateSandboxRequestEgressAllowRulesItem, min_items=1, max_items=256)
+    _C59 = conlist(CreateSandboxRequestEgressAllowRulesItem, min_items=1, max_items=256)
 
 
 class CreateSandboxRequestEgressAllow(_Strict):
     mode: Literal['allow'] = Field(...)
-    rules: _C58 = Field(...)
+    rules: _C59 = Field(...)
 
 
 class CreateSandboxRequestEgressOpen(_Strict):
@@ -1112,107 +1136,107 @@ class CreateSandboxRequestEgressOpen(_Strict):
 
 
 if TYPE_CHECKING:
-    _C62 = List[_C54]
+    _C63 = List[_C55]
 else:
-    _C62 = conlist(_C54, min_items=1, max_items=32)
+    _C63 = conlist(_C55, min_items=1, max_items=32)
 
 
 class CreateSandboxRequestSecretsItemTargetVariant1(_Strict):
-    header: _C63 = Field(...)
-    template: _C64 = Field('{secret}')
+    header: _C64 = Field(...)
+    template: _C65 = Field('{secret}')
 
 
 class CreateSandboxRequestSecretsItemTargetVariant2(_Strict):
-    query: _C61 = Field(...)
+    query: _C62 = Field(...)
 
 
 class CreateSandboxRequestSecretsItem(_Strict):
-    name: _C59 = Field(...)
-    value: Optional[_C60] = Field(None)
-    ref: Optional[_C61] = Field(None)
-    hosts: _C62 = Field(...)
+    name: _C60 = Field(...)
+    value: Optional[_C61] = Field(None)
+    ref: Optional[_C62] = Field(None)
+    hosts: _C63 = Field(...)
     target: Union[CreateSandboxRequestSecretsItemTargetVariant1, CreateSandboxRequestSecretsItemTargetVariant2] = Field(...)
 
 
 if TYPE_CHECKING:
-    _C65 = List[CreateSandboxRequestSecretsItem]
+    _C66 = List[CreateSandboxRequestSecretsItem]
 else:
-    _C65 = conlist(CreateSandboxRequestSecretsItem, max_items=32)
+    _C66 = conlist(CreateSandboxRequestSecretsItem, max_items=32)
 
 
 if TYPE_CHECKING:
-    _C69 = List[_C68]
+    _C70 = List[_C69]
 else:
-    _C69 = conlist(_C68, max_items=256)
+    _C70 = conlist(_C69, max_items=256)
 
 
 if TYPE_CHECKING:
-    _C70 = List[_C6]
+    _C71 = List[_C6]
 else:
-    _C70 = conlist(_C6, max_items=256)
+    _C71 = conlist(_C6, max_items=256)
 
 
 class CreateSandboxRequestPolicyVariant1Restrict(_Strict):
-    read: _C70 = Field(...)
-    write: _C70 = Field(...)
+    read: _C71 = Field(...)
+    write: _C71 = Field(...)
 
 
 class CreateSandboxRequestPolicyVariant1(_Strict):
     root: _C6 = Field(...)
     read_only: StrictBool = Field(False, alias='readOnly')
-    suffixes: Optional[_C69] = Field(None)
-    max_file_bytes: Optional[_C23] = Field(None, alias='maxFileBytes')
+    suffixes: Optional[_C70] = Field(None)
+    max_file_bytes: Optional[_C24] = Field(None, alias='maxFileBytes')
     restrict: Optional[CreateSandboxRequestPolicyVariant1Restrict] = Field(None)
 
 
 class CreateSandboxRequestPolicyVariant2PathsValue(_Strict):
     root: _C6 = Field(...)
     mode: Literal['ro', 'rw'] = Field('ro')
-    suffixes: Optional[_C69] = Field(None)
-    max_file_bytes: Optional[_C23] = Field(None, alias='maxFileBytes')
+    suffixes: Optional[_C70] = Field(None)
+    max_file_bytes: Optional[_C24] = Field(None, alias='maxFileBytes')
     write_approval: StrictBool = Field(True, alias='writeApproval')
     read_approval: StrictBool = Field(False, alias='readApproval')
 
 
 class CreateSandboxRequestPolicyVariant2(_Strict):
-    paths: Dict[_C71, CreateSandboxRequestPolicyVariant2PathsValue] = Field(...)
+    paths: Dict[_C72, CreateSandboxRequestPolicyVariant2PathsValue] = Field(...)
     restrict: Optional[CreateSandboxRequestPolicyVariant1Restrict] = Field(None)
 
 
 class CreateSandboxRequestMountsItem(_Strict):
-    host_path: _C67 = Field(..., alias='hostPath')
-    path: _C67 = Field(...)
+    host_path: _C68 = Field(..., alias='hostPath')
+    path: _C68 = Field(...)
     read_only: StrictBool = Field(True, alias='readOnly')
 
 
 if TYPE_CHECKING:
-    _C75 = List[CreateSandboxRequestMountsItem]
+    _C76 = List[CreateSandboxRequestMountsItem]
 else:
-    _C75 = conlist(CreateSandboxRequestMountsItem, max_items=16)
+    _C76 = conlist(CreateSandboxRequestMountsItem, max_items=16)
 
 
 class CreateSandboxRequest(_Strict):
-    image: Optional[_C48] = Field(None)
-    env: Optional[Dict[_C49, _C50]] = Field(None)
-    cpus: Optional[Union[_C51, _C52]] = Field(None)
-    memory_mb: Optional[_C53] = Field(None, alias='memoryMb')
-    pids_limit: Optional[_C53] = Field(None, alias='pidsLimit')
+    image: Optional[_C49] = Field(None)
+    env: Optional[Dict[_C50, _C51]] = Field(None)
+    cpus: Optional[Union[_C52, _C53]] = Field(None)
+    memory_mb: Optional[_C54] = Field(None, alias='memoryMb')
+    pids_limit: Optional[_C54] = Field(None, alias='pidsLimit')
     network: Optional[Literal['none', 'bridge']] = Field(None)
     egress: Optional[Union[CreateSandboxRequestEgressNone, CreateSandboxRequestEgressAllow, CreateSandboxRequestEgressOpen]] = Field(None)
-    secrets: Optional[_C65] = Field(None)
+    secrets: Optional[_C66] = Field(None)
     runtime: Optional[Literal['runc', 'runsc']] = Field(None)
-    user: Optional[_C66] = Field(None)
-    workspace: Optional[_C67] = Field(None)
-    workdir: Optional[_C67] = Field(None)
+    user: Optional[_C67] = Field(None)
+    workspace: Optional[_C68] = Field(None)
+    workdir: Optional[_C68] = Field(None)
     policy: Optional[Union[CreateSandboxRequestPolicyVariant1, CreateSandboxRequestPolicyVariant2]] = Field(None)
-    ttl_seconds: Optional[_C72] = Field(None, alias='ttlSeconds')
-    labels: Optional[Dict[_C73, _C74]] = Field(None)
-    mounts: Optional[_C75] = Field(None)
+    ttl_seconds: Optional[_C73] = Field(None, alias='ttlSeconds')
+    labels: Optional[Dict[_C74, _C75]] = Field(None)
+    mounts: Optional[_C76] = Field(None)
     read_only_rootfs: Optional[StrictBool] = Field(None, alias='readOnlyRootfs')
-    tmp_mb: Optional[_C76] = Field(None, alias='tmpMb')
-    open_files: Optional[_C77] = Field(None, alias='openFiles')
-    file_size_mb: Optional[_C78] = Field(None, alias='fileSizeMb')
-    disk_mb: Optional[_C79] = Field(None, alias='diskMb')
+    tmp_mb: Optional[_C77] = Field(None, alias='tmpMb')
+    open_files: Optional[_C78] = Field(None, alias='openFiles')
+    file_size_mb: Optional[_C79] = Field(None, alias='fileSizeMb')
+    disk_mb: Optional[_C80] = Field(None, alias='diskMb')
 
 
 class CreateSandboxResponseSettingsMountsItem(_Tolerant):
@@ -1253,12 +1277,12 @@ class CreateSandboxResponse(_Tolerant):
 
 
 class DeriveTokenRequest(_Strict):
-    allow_read: Optional[Union[_C6, _C70]] = Field(None, alias='allowRead')
-    allow_write: Optional[Union[_C6, _C70]] = Field(None, alias='allowWrite')
+    allow_read: Optional[Union[_C6, _C71]] = Field(None, alias='allowRead')
+    allow_write: Optional[Union[_C6, _C71]] = Field(None, alias='allowWrite')
     readonly: Optional[StrictBool] = Field(None)
     inherit: Optional[StrictBool] = Field(None)
     allow_exec: Optional[StrictBool] = Field(None, alias='allowExec')
-    ttl_seconds: Optional[_C80] = Field(None, alias='ttlSeconds')
+    ttl_seconds: Optional[_C81] = Field(None, alias='ttlSeconds')
 
 
 class DeriveTokenResponse(_Tolerant):
@@ -1344,21 +1368,21 @@ class NetworkPolicyResponseEgressNone(_Tolerant):
 
 
 class NetworkPolicyResponseEgressAllowRulesItem(_Tolerant):
-    host: _C81 = Field(...)
-    ports: Optional[_C55] = Field(None)
-    methods: Optional[_C56] = Field(None)
-    path_prefix: Optional[_C57] = Field(None, alias='pathPrefix')
+    host: _C82 = Field(...)
+    ports: Optional[_C56] = Field(None)
+    methods: Optional[_C57] = Field(None)
+    path_prefix: Optional[_C58] = Field(None, alias='pathPrefix')
 
 
 if TYPE_CHECKING:
-    _C82 = List[NetworkPolicyResponseEgressAllowRulesItem]
+    _C83 = List[NetworkPolicyResponseEgressAllowRulesItem]
 else:
-    _C82 = conlist(NetworkPolicyResponseEgressAllowRulesItem, min_items=1, max_items=256)
+    _C83 = conlist(NetworkPolicyResponseEgressAllowRulesItem, min_items=1, max_items=256)
 
 
 class NetworkPolicyResponseEgressAllow(_Tolerant):
     mode: Literal['allow'] = Field(...)
-    rules: _C82 = Field(...)
+    rules: _C83 = Field(...)
 
 
 class NetworkPolicyResponseEgressOpen(_Tolerant):
@@ -1371,8 +1395,8 @@ class NetworkPolicyResponse(_Tolerant):
 
 
 class PortUrlRequest(_Tolerant):
-    port: _C19 = Field(...)
-    ttl_seconds: Optional[_C83] = Field(None, alias='ttlSeconds')
+    port: _C20 = Field(...)
+    ttl_seconds: Optional[_C84] = Field(None, alias='ttlSeconds')
 
 
 class PortUrlResponse(_Tolerant):
@@ -1381,7 +1405,7 @@ class PortUrlResponse(_Tolerant):
 
 
 class PullImageRequest(_Strict):
-    image: _C84 = Field(...)
+    image: _C85 = Field(...)
 
 
 class RestErrorBodyError(_Tolerant):
@@ -1427,7 +1451,7 @@ SandboxState = Literal['running', 'paused', 'exited', 'gone']
 
 
 class SetTimeoutRequest(_Strict):
-    ttl_seconds: _C80 = Field(..., alias='ttlSeconds')
+    ttl_seconds: _C81 = Field(..., alias='ttlSeconds')
 
 
 class UpdateNetworkRequestEgressNone(_Tolerant):
@@ -1435,21 +1459,21 @@ class UpdateNetworkRequestEgressNone(_Tolerant):
 
 
 class UpdateNetworkRequestEgressAllowRulesItem(_Tolerant):
-    host: _C54 = Field(...)
-    ports: Optional[_C55] = Field(None)
-    methods: Optional[_C56] = Field(None)
-    path_prefix: Optional[_C57] = Field(None, alias='pathPrefix')
+    host: _C55 = Field(...)
+    ports: Optional[_C56] = Field(None)
+    methods: Optional[_C57] = Field(None)
+    path_prefix: Optional[_C58] = Field(None, alias='pathPrefix')
 
 
 if TYPE_CHECKING:
-    _C85 = List[UpdateNetworkRequestEgressAllowRulesItem]
+    _C86 = List[UpdateNetworkRequestEgressAllowRulesItem]
 else:
-    _C85 = conlist(UpdateNetworkRequestEgressAllowRulesItem, min_items=1, max_items=256)
+    _C86 = conlist(UpdateNetworkRequestEgressAllowRulesItem, min_items=1, max_items=256)
 
 
 class UpdateNetworkRequestEgressAllow(_Tolerant):
     mode: Literal['allow'] = Field(...)
-    rules: _C85 = Field(...)
+    rules: _C86 = Field(...)
 
 
 class UpdateNetworkRequestEgressOpen(_Tolerant):

@@ -1,6 +1,8 @@
+import dgram from 'node:dgram';
 import { constants as fsConstants } from 'node:fs';
 import { mkdir, open, readFile } from 'node:fs/promises';
 import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 import { CodedError, EGRESS_STREAM_WINDOW, EGRESS_TRUST_DIR, type Params } from '@warren/protocol';
 import type { CallContext, Handlers } from '../dispatch.js';
@@ -9,15 +11,25 @@ import type { CallContext, Handlers } from '../dispatch.js';
 const SYSTEM_BUNDLES = ['/etc/ssl/certs/ca-certificates.crt', '/etc/pki/tls/certs/ca-bundle.crt', '/etc/ssl/cert.pem'];
 const MAX_SYSTEM_BUNDLE_BYTES = 4 * 1024 * 1024;
 
+/** The largest DNS message the relay takes from the sandbox (UDP or TCP); bigger ones are dropped. */
+const MAX_DNS_MESSAGE = 4096;
+/** How long one UDP DNS query may wait for the gateway's answer before its slot is given back. */
+const DNS_QUERY_TIMEOUT_MS = 5000;
+
+type StreamKind = 'proxy' | 'http' | 'tls' | 'dns';
+
 interface RelayStream {
-  socket: net.Socket;
+  socket?: net.Socket;
+  /** A UDP DNS query: where its answer goes, and the answer's bytes so far (length-prefixed). */
+  udp?: { socket: dgram.Socket; port: number; address: string; answer: Buffer; timer: NodeJS.Timeout };
   /** Bytes sent to the controller and not yet acknowledged. */
   unacked: number;
 }
 
 interface ActiveRelay {
-  server: net.Server;
+  servers: (net.Server | dgram.Socket)[];
   streams: Map<number, RelayStream>;
+  ctx: CallContext<'egress.serve'>;
 }
 
 /** Options of {@link EgressRelay}. */
@@ -26,6 +38,8 @@ export interface EgressRelayOptions {
   trustDir?: string;
   /** The loopback address to listen on. */
   host?: string;
+  /** The resolver file the transparent path rewrites (`/etc/resolv.conf`). */
+  resolvConf?: string;
 }
 
 /**
@@ -45,10 +59,12 @@ export class EgressRelay {
   #nextStream = 1;
   readonly #trustDir: string;
   readonly #host: string;
+  readonly #resolvConf: string;
 
   constructor(options: EgressRelayOptions = {}) {
     this.#trustDir = options.trustDir ?? EGRESS_TRUST_DIR;
     this.#host = options.host ?? '127.0.0.1';
+    this.#resolvConf = options.resolvConf ?? '/etc/resolv.conf';
   }
 
   handlers(): Pick<Handlers, 'egress.serve' | 'egress.send'> {
@@ -68,36 +84,103 @@ export class EgressRelay {
     if (this.#active) throw new CodedError('CONFLICT', 'The egress relay is already served on another connection; cancel that call first.');
     if (params.caPem !== undefined) await this.#writeTrust(params.caPem);
     const streams = new Map<number, RelayStream>();
-    const server = net.createServer({ pauseOnConnect: true, allowHalfOpen: true }, (socket) => this.#accept(socket, streams, params.maxConnections, ctx));
-    const active: ActiveRelay = { server, streams };
+    const max = params.maxConnections;
+    const tcp = (kind: StreamKind) =>
+      net.createServer({ pauseOnConnect: true, allowHalfOpen: true }, (socket) => this.#accept(socket, streams, max, ctx, kind));
+    const server = tcp('proxy');
+    const active: ActiveRelay = { servers: [server], streams, ctx };
     this.#active = active;
     try {
-      await new Promise<void>((resolve, reject) => {
-        server.once('error', reject);
-        server.listen({ host: this.#host, port: params.port, exclusive: true }, () => {
-          server.off('error', reject);
-          resolve();
-        });
-      });
-      server.on('error', () => undefined);
-      ctx.emit('listening', { port: (server.address() as net.AddressInfo).port });
+      const port = await listenTcp(server, this.#host, params.port);
+      let transparent: { dns: number; http: number; tls: number } | undefined;
+      if (params.transparent) {
+        const { address } = params.transparent;
+        const ports = params.transparent.ports ?? { dns: 53, http: 80, tls: 443 };
+        const http = tcp('http');
+        const tlsServer = tcp('tls');
+        const dnsTcp = tcp('dns');
+        const dnsUdp = dgram.createSocket('udp4');
+        active.servers.push(http, tlsServer, dnsTcp, dnsUdp);
+        dnsUdp.on('message', (message, remote) => this.#onDnsDatagram(dnsUdp, message, remote, streams, max, ctx));
+        const dns = await bindUdp(dnsUdp, address, ports.dns);
+        transparent = { dns, http: await listenTcp(http, address, ports.http), tls: await listenTcp(tlsServer, address, ports.tls) };
+        await listenTcp(dnsTcp, address, dns);
+        if (params.transparent.resolvConf) await this.#pointResolver(address);
+      }
+      ctx.emit('listening', transparent ? { port, transparent } : { port });
       if (!ctx.signal.aborted) await new Promise<void>((resolve) => ctx.signal.addEventListener('abort', () => resolve(), { once: true }));
     } finally {
-      for (const stream of streams.values()) stream.socket.destroy();
+      for (const stream of streams.values()) closeStream(stream);
       streams.clear();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await Promise.all(
+        active.servers.map((s) => new Promise<void>((resolve) => (s instanceof net.Server ? s.close(() => resolve()) : s.close(() => resolve())))),
+      );
       if (this.#active === active) this.#active = undefined;
     }
   }
 
-  #accept(socket: net.Socket, streams: Map<number, RelayStream>, max: number, ctx: CallContext<'egress.serve'>): void {
-    socket.on('error', () => undefined);
-    if (streams.size >= max || ctx.signal.aborted) return void socket.destroy();
+  /**
+   * Points the sandbox's resolver at the relay. Only where the sandbox has no interface but
+   * loopback (a container with network `none`): a daemon that shares a host's network never
+   * touches its resolver. The file is the engine's bind-mounted one; links are not followed.
+   */
+  async #pointResolver(address: string): Promise<void> {
+    const interfaces = Object.keys(os.networkInterfaces());
+    if (interfaces.some((name) => name !== 'lo')) return;
+    try {
+      const handle = await open(this.#resolvConf, fsConstants.O_WRONLY | fsConstants.O_TRUNC | fsConstants.O_NOFOLLOW);
+      try {
+        await handle.writeFile(
+          `# Written by Warren's egress relay: names are answered by the egress gateway.\nnameserver ${address}\noptions attempts:2 timeout:3\n`,
+        );
+      } finally {
+        await handle.close();
+      }
+    } catch {
+      // Not writable here (not root, a read-only file): the proxy variables still work, DNS does not.
+    }
+  }
+
+  /**
+   * One UDP DNS query becomes one relayed connection of kind `dns`: the query goes with a
+   * two-byte length in front (as DNS on TCP), the first whole answer goes back as a datagram,
+   * and the connection closes. Oversized or tiny datagrams and queries past the connection cap
+   * are dropped, so a flood holds at most `maxConnections` slots, each for at most 5 s.
+   */
+  #onDnsDatagram(
+    socket: dgram.Socket,
+    message: Buffer,
+    remote: dgram.RemoteInfo,
+    streams: Map<number, RelayStream>,
+    max: number,
+    ctx: CallContext<'egress.serve'>,
+  ): void {
+    if (message.length < 12 || message.length > MAX_DNS_MESSAGE || streams.size >= max || ctx.signal.aborted) return;
+    const id = this.#takeId();
+    const timer = setTimeout(() => finishStream(streams, id, stream, ctx), DNS_QUERY_TIMEOUT_MS);
+    timer.unref();
+    const stream: RelayStream = { unacked: 0, udp: { socket, port: remote.port, address: remote.address, answer: Buffer.alloc(0), timer } };
+    streams.set(id, stream);
+    ctx.emit('open', { stream: id, kind: 'dns' });
+    const length = Buffer.alloc(2);
+    length.writeUInt16BE(message.length);
+    ctx.emit('data', { stream: id }, Buffer.concat([length, message]));
+    ctx.emit('end', { stream: id });
+  }
+
+  #takeId(): number {
     const id = this.#nextStream;
     this.#nextStream = this.#nextStream >= 2 ** 31 - 1 ? 1 : this.#nextStream + 1;
+    return id;
+  }
+
+  #accept(socket: net.Socket, streams: Map<number, RelayStream>, max: number, ctx: CallContext<'egress.serve'>, kind: StreamKind): void {
+    socket.on('error', () => undefined);
+    if (streams.size >= max || ctx.signal.aborted) return void socket.destroy();
+    const id = this.#takeId();
     const stream: RelayStream = { socket, unacked: 0 };
     streams.set(id, stream);
-    ctx.emit('open', { stream: id });
+    ctx.emit('open', kind === 'proxy' ? { stream: id } : { stream: id, kind });
     const resumeWhenDrained = () => {
       void ctx.drained().then(() => {
         if (streams.get(id) === stream && stream.unacked < EGRESS_STREAM_WINDOW) socket.resume();
@@ -135,7 +218,8 @@ export class EgressRelay {
     const stream = this.#active?.streams.get(params.stream);
     // Gone on the sandbox's side already (its close event is on its way): nothing to deliver.
     if (!stream) return;
-    const { socket } = stream;
+    if (stream.udp) return this.#sendDatagram(params, stream, payload);
+    const socket = stream.socket!;
     if (params.ack !== undefined) {
       stream.unacked = Math.max(0, stream.unacked - params.ack);
       if (stream.unacked < EGRESS_STREAM_WINDOW && socket.isPaused()) socket.resume();
@@ -151,6 +235,20 @@ export class EgressRelay {
       await new Promise<void>((resolve) => socket.write(payload, () => resolve()));
     }
     if (params.end === true) socket.end();
+  }
+
+  /** The gateway's answer to a UDP query: the first whole length-prefixed message goes back as a datagram; then the query is done. */
+  #sendDatagram(params: Params<'egress.send'>, stream: RelayStream, payload: Buffer | undefined): void {
+    const udp = stream.udp!;
+    const { streams, ctx } = this.#active!;
+    const id = params.stream;
+    if (payload !== undefined && payload.length > 0 && udp.answer.length + payload.length <= 2 + 65535) udp.answer = Buffer.concat([udp.answer, payload]);
+    const length = udp.answer.length >= 2 ? udp.answer.readUInt16BE(0) : -1;
+    const whole = length >= 0 && udp.answer.length >= 2 + length;
+    if (whole) udp.socket.send(udp.answer.subarray(2, 2 + length), udp.port, udp.address, () => undefined);
+    if (whole || params.end === true || params.close === true) {
+      finishStream(streams, id, stream, ctx);
+    }
   }
 
   /**
@@ -175,6 +273,41 @@ export class EgressRelay {
     await writeNoFollow(path.join(this.#trustDir, 'ca.pem'), ca);
     await writeNoFollow(path.join(this.#trustDir, 'bundle.pem'), `${system}${system.endsWith('\n') || system === '' ? '' : '\n'}${ca}`);
   }
+}
+
+function listenTcp(server: net.Server, host: string, port: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen({ host, port, exclusive: true }, () => {
+      server.off('error', reject);
+      server.on('error', () => undefined);
+      resolve((server.address() as net.AddressInfo).port);
+    });
+  });
+}
+
+function bindUdp(socket: dgram.Socket, host: string, port: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    socket.once('error', reject);
+    socket.bind({ address: host, port, exclusive: true }, () => {
+      socket.off('error', reject);
+      socket.on('error', () => undefined);
+      resolve(socket.address().port);
+    });
+  });
+}
+
+function closeStream(stream: RelayStream): void {
+  stream.socket?.destroy();
+  if (stream.udp) clearTimeout(stream.udp.timer);
+}
+
+/** Ends a UDP query's connection on the relay's side (its answer came, or its time ran out). */
+function finishStream(streams: Map<number, RelayStream>, id: number, stream: RelayStream, ctx: CallContext<'egress.serve'>): void {
+  if (streams.get(id) !== stream) return;
+  closeStream(stream);
+  streams.delete(id);
+  ctx.emit('close', { stream: id });
 }
 
 async function writeNoFollow(file: string, text: string): Promise<void> {

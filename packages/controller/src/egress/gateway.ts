@@ -248,6 +248,16 @@ export class EgressGateway {
     return socket.address();
   }
 
+  /**
+   * Answers DNS for one sandbox as a stream (DNS-on-TCP framing) on a TCP port or unix socket:
+   * what the sandbox's relay sends for its DNS queries, UDP and TCP alike. Same answers as {@link listenDns}.
+   */
+  async listenDnsStream(id: string, listen: net.ListenOptions, answerAddress: string): Promise<net.AddressInfo | string> {
+    const state = this.#state(id);
+    const server = net.createServer({ allowHalfOpen: true }, (socket) => this.#onDnsStream(state, socket, answerAddress));
+    return this.#listen(state, server, listen);
+  }
+
   /** Request heads must arrive within the header timeout (checked every second) and fit in 32 KiB. */
   #serverOptions(headerTimeoutMs: number): http.ServerOptions {
     return { requestTimeout: 0, headersTimeout: headerTimeoutMs, connectionsCheckingInterval: 1000, maxHeaderSize: 32 * 1024 };
@@ -821,14 +831,23 @@ export class EgressGateway {
   }
 
   #onDns(state: SandboxState, socket: dgram.Socket, message: Buffer, remote: dgram.RemoteInfo, answerAddress: string): void {
+    const response = this.#answerDns(state, message, answerAddress);
+    if (response) socket.send(response, remote.port, remote.address);
+  }
+
+  /**
+   * The answer to one DNS message from a sandbox, or undefined for one that is not a query (no
+   * answer at all). Allowed names get `answerAddress`, others NXDOMAIN; nothing goes upstream.
+   */
+  #answerDns(state: SandboxState, message: Buffer, answerAddress: string): Buffer | undefined {
     let query: dnsPacket.Packet;
     try {
       query = dnsPacket.decode(message);
     } catch {
-      return; // not DNS: no answer
+      return undefined; // not DNS: no answer
     }
     const question = query.questions?.[0];
-    if (!question || query.type !== 'query') return;
+    if (!question || query.type !== 'query' || typeof question.name !== 'string') return undefined;
     const verdict = decideEgressName(state.policy, this.#operator, question.name);
     const answers: dnsPacket.Answer[] =
       verdict.allowed && question.type === 'A' && net.isIPv4(answerAddress)
@@ -836,14 +855,18 @@ export class EgressGateway {
         : verdict.allowed && question.type === 'AAAA' && net.isIPv6(answerAddress)
           ? [{ type: 'AAAA', name: question.name, ttl: 0, class: 'IN', data: answerAddress }]
           : [];
-    const response = dnsPacket.encode({
-      id: query.id,
-      type: 'response',
-      flags: (verdict.allowed ? 0 : 3) | dnsPacket.RECURSION_DESIRED | dnsPacket.RECURSION_AVAILABLE, // rcode 3 = NXDOMAIN
-      questions: [question],
-      answers,
-    });
-    socket.send(response, remote.port, remote.address);
+    let response: Buffer;
+    try {
+      response = dnsPacket.encode({
+        id: query.id,
+        type: 'response',
+        flags: (verdict.allowed ? 0 : 3) | dnsPacket.RECURSION_DESIRED | dnsPacket.RECURSION_AVAILABLE, // rcode 3 = NXDOMAIN
+        questions: [question],
+        answers,
+      });
+    } catch {
+      return undefined; // a question that does not encode back (odd labels): no answer
+    }
     this.#emit(state, {
       kind: 'dns',
       host: verdict.host,
@@ -855,8 +878,45 @@ export class EgressGateway {
       bytesOut: message.length,
       durationMs: 0,
     });
+    return response;
+  }
+
+  /**
+   * One DNS-over-stream connection (DNS on TCP framing: two-byte length, message): each message
+   * is answered in turn. A message over 4 KiB, more than 16 messages, or 10 s idle end it, and it
+   * holds one of the sandbox's connection slots while open.
+   */
+  #onDnsStream(state: SandboxState, client: net.Socket, answerAddress: string): void {
+    client.on('error', () => {});
+    const release = this.#acquire(state);
+    if (!release) return void client.destroy();
+    client.once('close', release);
+    client.setTimeout(this.#headerTimeoutMs, () => client.destroy());
+    let buffered = Buffer.alloc(0);
+    let answered = 0;
+    client.on('data', (chunk: Buffer) => {
+      buffered = Buffer.concat([buffered, chunk]);
+      while (buffered.length >= 2) {
+        const length = buffered.readUInt16BE(0);
+        if (length > MAX_DNS_MESSAGE_BYTES || answered >= MAX_DNS_MESSAGES_PER_STREAM) return void client.destroy();
+        if (buffered.length < 2 + length) return;
+        const response = this.#answerDns(state, buffered.subarray(2, 2 + length), answerAddress);
+        buffered = buffered.subarray(2 + length);
+        answered += 1;
+        if (!response) continue;
+        const prefix = Buffer.alloc(2);
+        prefix.writeUInt16BE(response.length);
+        client.write(Buffer.concat([prefix, response]));
+      }
+    });
+    client.once('end', () => client.end());
   }
 }
+
+/** The largest DNS message a sandbox may send on the stream path. */
+const MAX_DNS_MESSAGE_BYTES = 4096;
+/** DNS messages one stream connection may carry before it is closed. */
+const MAX_DNS_MESSAGES_PER_STREAM = 16;
 
 /** Whether a Host header names the same host and port as a request target. */
 function sameAuthority(header: string, host: string, port: number, defaultPort: number): boolean {

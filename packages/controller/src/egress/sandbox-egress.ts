@@ -19,6 +19,12 @@ export interface SandboxEgressOptions {
   maxConnections: number;
   /** The loopback port of the relay inside sandboxes. */
   relayPort?: number;
+  /**
+   * The transparent path for clients that ignore proxy variables: the relay answers DNS on this
+   * loopback address and takes :80 and :443 there; `resolvConf` points the sandbox's resolver at
+   * it; `ports` replaces 53/80/443 (tests). Off when undefined.
+   */
+  transparent?: { address: string; resolvConf: boolean; ports?: { dns: number; http: number; tls: number } } | undefined;
   logger?: Logger | undefined;
   /** The sandboxes' egress log: a removed sandbox's events are dropped from it. */
   log?: EgressLog | undefined;
@@ -28,6 +34,9 @@ export interface SandboxEgressOptions {
 
 interface Attached {
   socketPath: string;
+  /** The sandbox's SNI listener and DNS-stream listener (the transparent path). */
+  tlsPath?: string | undefined;
+  dnsPath?: string | undefined;
   tunnel?: EgressTunnel | undefined;
   reconnect?: NodeJS.Timeout | undefined;
   channel?: { endpoint: DaemonEndpoint; secret: string } | undefined;
@@ -104,6 +113,11 @@ export class SandboxEgress {
     return this.#options.gateway;
   }
 
+  /** The loopback address the transparent path answers DNS on inside sandboxes, when it is on. */
+  get transparentAddress(): string | undefined {
+    return this.#options.transparent?.address;
+  }
+
   /** Whether a sandbox (by agent id) has egress through the gateway. */
   has(agentId: string): boolean {
     return this.#attached.has(agentId);
@@ -112,15 +126,25 @@ export class SandboxEgress {
   /** Registers a sandbox and its gateway listener; returns the environment to create its container with. */
   async register(agentId: string, policy: EgressPolicy, secrets: readonly SecretBinding[]): Promise<Record<string, string>> {
     const { env: placeholders } = this.gateway.addSandbox(agentId, policy, secrets);
-    const socketPath = path.join(this.#socketDir, `${createHash('sha256').update(agentId).digest('hex').slice(0, 24)}.sock`);
+    const base = path.join(this.#socketDir, createHash('sha256').update(agentId).digest('hex').slice(0, 24));
+    const attached: Attached = { socketPath: `${base}.sock` };
+    const transparent = this.#options.transparent;
     try {
-      await rm(socketPath, { force: true });
-      await this.gateway.listenProxy(agentId, { path: socketPath });
+      await rm(attached.socketPath, { force: true });
+      await this.gateway.listenProxy(agentId, { path: attached.socketPath });
+      if (transparent) {
+        attached.tlsPath = `${base}.tls.sock`;
+        attached.dnsPath = `${base}.dns.sock`;
+        await rm(attached.tlsPath, { force: true });
+        await rm(attached.dnsPath, { force: true });
+        await this.gateway.listenTransparentTls(agentId, { path: attached.tlsPath });
+        await this.gateway.listenDnsStream(agentId, { path: attached.dnsPath }, transparent.address);
+      }
     } catch (err) {
       await this.gateway.removeSandbox(agentId);
       throw err;
     }
-    this.#attached.set(agentId, { socketPath });
+    this.#attached.set(agentId, attached);
     return egressEnvironment(this.#options.relayPort ?? EGRESS_RELAY_PORT, this.#options.caPem !== undefined, placeholders);
   }
 
@@ -138,7 +162,9 @@ export class SandboxEgress {
     const tunnel = await open({
       endpoint,
       secret,
-      connectGateway: () => net.connect(attached.socketPath),
+      connectGateway: (kind) =>
+        net.connect(kind === 'tls' && attached.tlsPath ? attached.tlsPath : kind === 'dns' && attached.dnsPath ? attached.dnsPath : attached.socketPath),
+      transparent: this.#options.transparent,
       port: this.#options.relayPort ?? EGRESS_RELAY_PORT,
       maxConnections: this.#options.maxConnections,
       caPem: this.#options.caPem,
@@ -169,6 +195,11 @@ export class SandboxEgress {
     return this.#attached.get(agentId)?.tunnel?.port;
   }
 
+  /** Where the sandbox's transparent path listens (DNS, :80, :443), once connected with it. */
+  transparentPorts(agentId: string): { dns: number; http: number; tls: number } | undefined {
+    return this.#attached.get(agentId)?.tunnel?.transparentPorts;
+  }
+
   /** How many relayed connections the sandbox holds open now. */
   openConnections(agentId: string): number {
     return this.#attached.get(agentId)?.tunnel?.connections ?? 0;
@@ -192,7 +223,7 @@ export class SandboxEgress {
     if (attached) {
       clearTimeout(attached.reconnect);
       attached.tunnel?.close('sandbox removed');
-      await rm(attached.socketPath, { force: true });
+      for (const file of [attached.socketPath, attached.tlsPath, attached.dnsPath]) if (file) await rm(file, { force: true });
     }
     await this.gateway.removeSandbox(agentId);
     this.#options.log?.forget(agentId);

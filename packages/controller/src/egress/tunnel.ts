@@ -4,12 +4,20 @@ import type { WebSocket } from 'ws';
 import { openAgentSocket } from '../agent-link.js';
 import type { DaemonEndpoint } from '../provider.js';
 
+/** What a relayed connection is: to the proxy port, or the transparent path's :80, :443 or DNS. */
+export type EgressStreamKind = 'proxy' | 'http' | 'tls' | 'dns';
+
 /** Options of {@link EgressTunnel.open}. */
 export interface EgressTunnelOptions {
   endpoint: DaemonEndpoint;
   secret: string;
-  /** Opens the gateway side of one relayed connection (the sandbox's own gateway listener). */
-  connectGateway: () => net.Socket;
+  /**
+   * Opens the gateway side of one relayed connection (the sandbox's own gateway listener for
+   * that kind: the proxy for `proxy` and `http`, the SNI listener for `tls`, the DNS stream for `dns`).
+   */
+  connectGateway: (kind: EgressStreamKind) => net.Socket;
+  /** Also relay the transparent path (DNS, :80, :443) on this loopback address inside the sandbox. */
+  transparent?: ParamsIn<'egress.serve'>['transparent'];
   /** The loopback port the daemon listens on inside the sandbox (0: any, for tests). */
   port?: number;
   /** Connections held at once; the daemon closes more, and the tunnel closes any it opens past this. */
@@ -58,6 +66,8 @@ export class EgressTunnel {
   readonly closed: Promise<string>;
   /** The port the daemon's relay listens on inside the sandbox. */
   port = 0;
+  /** Where the transparent path listens inside the sandbox, when it was asked for. */
+  transparentPorts: { dns: number; http: number; tls: number } | undefined;
 
   private constructor(ws: WebSocket, options: EgressTunnelOptions) {
     this.#ws = ws;
@@ -134,6 +144,7 @@ export class EgressTunnel {
       case 'welcome': {
         const params: ParamsIn<'egress.serve'> = { port: this.#options.port ?? undefined, maxConnections: this.#options.maxConnections };
         if (this.#options.caPem !== undefined) params.caPem = this.#options.caPem;
+        if (this.#options.transparent !== undefined) params.transparent = this.#options.transparent;
         this.#ws.send(encodeFrame({ type: 'req', id: SERVE_ID, method: 'egress.serve', params }));
         return;
       }
@@ -144,9 +155,10 @@ export class EgressTunnel {
         switch (event.event) {
           case 'listening':
             this.port = event.data.port;
+            this.transparentPorts = event.data.transparent;
             return onListening();
           case 'open':
-            return this.#onOpen(event.data.stream);
+            return this.#onOpen(event.data.stream, event.data.kind ?? 'proxy');
           case 'data':
             return this.#onData(event.data.stream, payload ?? Buffer.alloc(0));
           case 'end':
@@ -181,13 +193,13 @@ export class EgressTunnel {
     }
   }
 
-  #onOpen(id: number): void {
-    if (this.#streams.has(id) || this.#streams.size >= this.#options.maxConnections) {
+  #onOpen(id: number, kind: EgressStreamKind): void {
+    if (this.#streams.has(id) || this.#streams.size >= this.#options.maxConnections || (kind !== 'proxy' && this.#options.transparent === undefined)) {
       // A reused id or one connection too many: the daemon is not keeping its side; close that one.
       this.#send(id, { close: true });
       return;
     }
-    const gateway = this.#options.connectGateway();
+    const gateway = this.#options.connectGateway(kind);
     const stream: Stream = { gateway, inflight: 0, received: 0, toAck: 0 };
     this.#streams.set(id, stream);
     gateway.on('error', () => undefined);

@@ -11,6 +11,12 @@ export const EGRESS_TRUST_DIR = '/run/warren-egress';
  * socket) at this mark, so a slow side pushes back instead of filling memory.
  */
 export const EGRESS_STREAM_WINDOW = 256 * 1024;
+/**
+ * The loopback address where the relay answers DNS (UDP and TCP port 53) and takes the connections
+ * of clients that ignore proxy variables (:80 and :443) inside a sandbox; allowed names resolve to it.
+ * Not 127.0.0.1, so a sandbox's own servers on 127.0.0.1:80 keep working.
+ */
+export const EGRESS_TRANSPARENT_ADDRESS = '127.0.88.1';
 /** The most connections one sandbox's relay may hold open at once, whatever the controller asks. */
 export const EGRESS_MAX_STREAMS = 4096;
 
@@ -37,6 +43,21 @@ export const EgressServeParams = z.strictObject({
     .max(16 * 1024)
     .regex(/^-----BEGIN CERTIFICATE-----[A-Za-z0-9+/=\r\n-]+-----END CERTIFICATE-----\s*$/, 'one PEM certificate')
     .optional(),
+  /**
+   * Also serve the transparent path: DNS on `address` port 53 (UDP and TCP) and TCP :80 and :443,
+   * each relayed as its own kind of connection. With `resolvConf`, the daemon points the sandbox's
+   * resolver at `address` (only where the sandbox has no interface but loopback).
+   */
+  transparent: z
+    .strictObject({
+      address: z.string().regex(/^127\.(?:\d{1,3})\.(?:\d{1,3})\.(?:\d{1,3})$/, 'an IPv4 loopback address'),
+      /** Ports, for tests that cannot bind the real ones; 0 picks a free one (reported by `listening`). */
+      ports: z
+        .strictObject({ dns: z.number().int().min(0).max(65535), http: z.number().int().min(0).max(65535), tls: z.number().int().min(0).max(65535) })
+        .optional(),
+      resolvConf: z.boolean().default(false),
+    })
+    .optional(),
 });
 export const EgressServeResult = z.strictObject({});
 
@@ -61,9 +82,19 @@ export const EGRESS_METHODS = {
     idempotent: false,
     events: {
       /** The relay listens (on the port asked for, or the one picked for port 0). */
-      listening: z.strictObject({ port: z.number().int().min(1).max(65535) }),
-      /** A sandbox process connected; `stream` names the connection from now on. */
-      open: z.strictObject({ stream: StreamId }),
+      listening: z.strictObject({
+        port: z.number().int().min(1).max(65535),
+        /** Where the transparent path listens, when asked for. */
+        transparent: z
+          .strictObject({ dns: z.number().int().min(1).max(65535), http: z.number().int().min(1).max(65535), tls: z.number().int().min(1).max(65535) })
+          .optional(),
+      }),
+      /**
+       * A sandbox process connected; `stream` names the connection from now on. `kind`: `proxy`
+       * (the proxy port, the default), `http` (:80), `tls` (:443) or `dns` (DNS messages, each
+       * with a two-byte length in front as on TCP; one UDP query is one such connection).
+       */
+      open: z.strictObject({ stream: StreamId, kind: z.enum(['proxy', 'http', 'tls', 'dns']).optional() }),
       /** Bytes the sandbox sent on a connection (the event's payload); at most the window unacknowledged. */
       data: z.strictObject({ stream: StreamId }),
       /** The sandbox half-closed a connection. */

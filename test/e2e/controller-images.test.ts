@@ -97,7 +97,7 @@ describe('sandboxes on three images, hardened', () => {
       CapAmb: '0000000000000000',
       // The bounding set is the daemon's few (see DAEMON_CAPABILITIES); a command holds none of
       // them and, with no-new-privileges, no exec can give them back.
-      CapBnd: '00000000000800eb',
+      CapBnd: '00000000000804eb',
       NoNewPrivs: '1',
       Seccomp: '2',
       'docker-sock': 'absent',

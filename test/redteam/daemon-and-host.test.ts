@@ -161,7 +161,7 @@ except OSError as e:
     expect(inside.facts).toMatchObject({ uid: '1000', CapEff: '0000000000000000' });
     const host = await execAsRoot(containerId, ['sh', '-c', `grep -E '^(Uid|CapEff)' /proc/${daemonPid}/status`]);
     expect(host.stdout).toMatch(/Uid:\s+0\s/);
-    expect(host.stdout).toMatch(/CapEff:\s+00000000000800eb/);
+    expect(host.stdout).toMatch(/CapEff:\s+00000000000804eb/);
   });
 
   it("never sees the daemon's secret: not in its environment, not in init's or the daemon's, and not on the container's file system", async () => {

@@ -59,6 +59,17 @@ describe.each(['socket', 'exec'] as const)('a live sandbox over the %s daemon ch
     expect(metrics.pids).toBeGreaterThanOrEqual(2);
     expect(metrics.cpuSeconds).toBeGreaterThan(0);
     expect(metrics.network).toBeUndefined(); // network: none
+    if (metrics.disk) expect(metrics.disk.usedBytes).toBeLessThanOrEqual(metrics.disk.limitBytes); // a workspace disk of its own (quota hosts)
+    // The short history: every sample the controller took of this sandbox, ending with this one,
+    // each after the first with its CPU share; and the per-sandbox Prometheus series from the newest.
+    const withHistory = await sandbox.metrics({ history: true });
+    expect(withHistory.history!.length).toBeGreaterThanOrEqual(2);
+    expect(withHistory.history!.at(-1)!.time).toBe(withHistory.time);
+    expect(withHistory.history!.every((m) => m.sandboxId === sandbox.id)).toBe(true);
+    expect(withHistory.cpuPercent).toBeGreaterThanOrEqual(0);
+    const prometheus = await (await fetch(`${warren.url}/metrics`, { headers: { authorization: `Bearer ${warren.apiKey}` } })).text();
+    expect(prometheus).toMatch(new RegExp(`^warren_sandbox_memory_bytes\\{sandbox="${sandbox.id}"\\} \\d+`, 'm'));
+    expect((await fetch(`${warren.url}/v1/sandboxes/${sandbox.id}/metrics?history=maybe`, { headers: auth })).status).toBe(400);
 
     await sandbox.files.mkdir('watched');
     await using watcher = await sandbox.files.watch('watched', { coalesceMs: 20 });

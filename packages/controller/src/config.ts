@@ -9,6 +9,7 @@ import type { EgressOperatorConfig } from './egress/decide.js';
 import { DEFAULT_E2B_TEMPLATES, E2bTemplates } from './e2b/templates.js';
 import { parseAllowList } from './image-ref.js';
 import { LOG_LEVELS, REDACTED, type LogLevel } from './logger.js';
+import { DEFAULT_USAGE, type UsageSettings } from './usage-history.js';
 
 /** Everything the controller can be told; {@link loadConfig} fills it from a file, the environment and overrides. */
 export interface ControllerConfig {
@@ -97,6 +98,8 @@ export interface ControllerConfig {
   provider: 'docker' | 'kubernetes';
   /** How the `kubernetes` provider reaches its cluster and what its pods get. */
   kubernetes: KubernetesSettings;
+  /** Per-sandbox metrics: the background sampler, the short history, Prometheus series per sandbox (docs/controller.md). */
+  usage: UsageSettings;
 }
 
 /** The `kubernetes` provider's settings (docs/kubernetes.md). */
@@ -279,6 +282,14 @@ export const ConfigFile = z.strictObject({
   e2bTemplates: E2bTemplates.optional(),
   engine: Engine.optional(),
   provider: z.enum(['docker', 'kubernetes']).optional(),
+  usage: z
+    .strictObject({
+      sampleSeconds: z.number().int().min(0).max(3600).optional(),
+      historySamples: z.number().int().min(1).max(1000).optional(),
+      perSandboxSeries: z.enum(['auto', 'on', 'off']).optional(),
+      perSandboxSeriesMax: z.number().int().min(1).max(10_000).optional(),
+    })
+    .optional(),
   kubernetes: z
     .strictObject({
       namespace: z
@@ -353,6 +364,7 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   images: { allowedRegistries: ['docker.io'], pull: 'missing', maxPullMb: 4096, maxBuildContextMb: 256, buildNetwork: 'none', timeoutMs: 15 * 60_000 },
   logLevel: 'info',
   egress: DEFAULT_EGRESS,
+  usage: DEFAULT_USAGE,
   e2bTemplates: DEFAULT_E2B_TEMPLATES,
   engine: { allowUnenforcedLimits: false },
   provider: 'docker',
@@ -412,6 +424,7 @@ export function loadConfig(
     limits,
     maxLimits,
     egress: { ...DEFAULT_EGRESS, ...stripUndefined(file.egress ?? {}) },
+    usage: { ...DEFAULT_USAGE, ...stripUndefined(file.usage ?? {}) },
     images,
     engine,
     kubernetes: { ...DEFAULTS.kubernetes, ...stripUndefined(file.kubernetes ?? {}), ...stripUndefined(fromEnv.kubernetes ?? {}) },

@@ -18,7 +18,7 @@ import {
   UpdateNetworkRequest,
   NetworkPolicyResponse,
   EgressLogResponse,
-  SandboxMetrics,
+  SandboxMetricsWithHistory,
   PortUrlRequest,
   PortUrlResponse,
   issueText,
@@ -342,8 +342,21 @@ export const ROUTES: readonly Route[] = [
     operationId: 'sandboxMetrics',
     summary: 'What the sandbox uses now (CPU, memory, pids, network), as the engine measures it.',
     access: 'info',
-    responses: { 200: { description: 'One sample.', schema: SandboxMetrics } },
-    handle: async ({ deps, res, id }) => sendJson(res, 200, await deps.sandboxes.usage(id)),
+    query: [
+      {
+        name: 'history',
+        description: "`true` adds the controller's last samples of this sandbox (`history`, oldest first; see usage.sampleSeconds).",
+        schema: z.enum(['true', 'false']).optional(),
+      },
+    ],
+    responses: { 200: { description: 'One sample, with the short history when asked.', schema: SandboxMetricsWithHistory } },
+    handle: async ({ deps, res, id, query }) => {
+      const history = query.get('history');
+      if (history !== null && history !== 'true' && history !== 'false')
+        throw new CodedError('INVALID_PARAMS', `?history= must be true or false, got '${history.slice(0, 20)}'.`);
+      const sample = await deps.sandboxes.usage(id);
+      sendJson(res, 200, history === 'true' ? { ...sample, history: deps.sandboxes.usageHistory.list(id) } : sample);
+    },
   },
   {
     method: 'POST',

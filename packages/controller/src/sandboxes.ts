@@ -13,6 +13,7 @@ import type { Metrics } from './metrics.js';
 import type { DaemonEndpoint, SandboxProvider } from './provider.js';
 import { Slots, type WaitLimits } from './limiter.js';
 import { Reaper } from './reaper.js';
+import { UsageHistory } from './usage-history.js';
 import { RecordStore, type StoredRecord } from './record-store.js';
 import { isBelow, planSandbox, type SandboxPlan } from './sandbox-plan.js';
 import { describe, recordFromLabels, SandboxTable, toState, type ListFilter, type SandboxRecord } from './sandbox-table.js';
@@ -77,8 +78,8 @@ export class SandboxService {
   readonly egress: SandboxEgress | undefined;
   /** Creates under way or waiting for a slot (they count towards maxSandboxes). */
   private creating = 0;
-  /** The last CPU sample taken per sandbox, for the CPU share between two samples. */
-  private readonly lastSamples = new Map<string, { at: number; cpuSeconds: number }>();
+  /** The last samples of each sandbox's use (the CPU share between two samples, the short history). */
+  readonly usageHistory: UsageHistory;
   /** At most `maxConcurrentCreates` cold creates at once; more wait in a bounded queue. */
   private readonly createSlots: Slots;
   private readonly createQueueLimits: WaitLimits;
@@ -96,6 +97,7 @@ export class SandboxService {
     this.egress = options.egress;
     this.images = options.images ?? new ImageService({ provider: this.provider, settings: options.config.images });
     this.store = new RecordStore(options.config.stateDir);
+    this.usageHistory = new UsageHistory(options.config.usage.historySamples);
     this.createSlots = new Slots(options.config.maxConcurrentCreates);
     const { maxQueuedCreates, createQueueTimeoutMs } = options.config;
     this.createQueueLimits = {
@@ -436,23 +438,31 @@ export class SandboxService {
   }
 
   /**
-   * One sample of what a sandbox uses, from the backend (cgroup counters the engine reads), with
-   * its CPU share since the previous sample taken here. SANDBOX_NOT_READY when it is not running.
+   * One sample of what a sandbox uses, from the backend (cgroup counters the engine reads, the
+   * workspace disk), with its CPU share since the previous sample taken here, kept in the sandbox's
+   * short history. SANDBOX_NOT_READY when it is not running.
    */
   async usage(id: string): Promise<SandboxMetrics> {
     const record = this.table.require(id);
-    const stats = await this.provider.stats(record.containerId);
+    const stats = await this.provider.stats(record.containerId, record.agentId);
     if (!stats)
       throw new CodedError('SANDBOX_NOT_READY', `Sandbox '${id}' is not running, so it uses nothing to measure; resume or restart it first.`, {
         sandboxId: id,
       });
-    const now = performance.now();
-    const previous = this.lastSamples.get(id);
-    this.lastSamples.set(id, { at: now, cpuSeconds: stats.cpuSeconds });
-    if (this.lastSamples.size > 10_000) this.lastSamples.delete(this.lastSamples.keys().next().value!);
-    const elapsed = previous ? (now - previous.at) / 1000 : 0;
-    const cpuPercent = previous && elapsed > 0 ? Math.max(0, ((stats.cpuSeconds - previous.cpuSeconds) / elapsed) * 100) : undefined;
-    return { sandboxId: id, time: new Date().toISOString(), ...stats, ...(cpuPercent === undefined ? {} : { cpuPercent: Math.round(cpuPercent * 10) / 10 }) };
+    return this.usageHistory.add({ sandboxId: id, time: new Date().toISOString(), ...stats });
+  }
+
+  /**
+   * Samples every running sandbox, a few at a time (the background sampler of `usage.sampleSeconds`);
+   * a sandbox that stops or goes away meanwhile is skipped.
+   */
+  async sampleUsage(concurrency = 4): Promise<void> {
+    for (const sample of this.usageHistory.latest()) if (!this.table.has(sample.sandboxId)) this.usageHistory.forget(sample.sandboxId);
+    const running = this.table.list().filter((record) => record.state === 'running' && !record.pooled);
+    const next = async (): Promise<void> => {
+      for (let record = running.shift(); record; record = running.shift()) await this.usage(record.id).catch(() => undefined);
+    };
+    await Promise.all(Array.from({ length: concurrency }, next));
   }
 
   /** The record of a sandbox, or SANDBOX_NOT_FOUND. */
@@ -537,6 +547,7 @@ export class SandboxService {
       await this.store.remove(id);
       this.table.delete(id);
       this.supervisor.forget(id);
+      this.usageHistory.forget(id);
     });
   }
 

@@ -223,8 +223,13 @@ export const SandboxMetrics = z.looseObject({
   pidsLimit: z.number().int().nonnegative().optional(),
   /** Bytes received and sent, summed over the sandbox's network interfaces (absent with `network: none`). */
   network: z.strictObject({ rxBytes: z.number().int().nonnegative(), txBytes: z.number().int().nonnegative() }).optional(),
+  /** The workspace disk's use and size, where the sandbox has a disk of its own (a disk quota). */
+  disk: z.strictObject({ usedBytes: z.number().int().nonnegative(), limitBytes: z.number().int().nonnegative() }).optional(),
 });
-export type SandboxMetrics = z.infer<typeof SandboxMetrics>;
+export type SandboxMetrics = z.infer<typeof SandboxMetrics> & { history?: SandboxMetrics[] };
+
+/** `GET /v1/sandboxes/:id/metrics?history=true`: the sample taken now and the controller's short history of samples, oldest first, ending with it. */
+export const SandboxMetricsWithHistory = SandboxMetrics.extend({ history: z.array(SandboxMetrics).optional() });
 
 /** `POST /v1/sandboxes/:id/port-urls`: a signed, expiring URL for a browser to reach one port. */
 export const PortUrlRequest = z.strictObject({

@@ -11,6 +11,7 @@ import {
   EgressLogResponse,
   type EgressPolicy,
   SandboxMetrics,
+  SandboxMetricsWithHistory,
   tolerant,
   type PortUrlRequest,
   type CreateSandboxRequest,
@@ -121,8 +122,9 @@ export class RestClient {
     return EgressLogResponse.parse(await this.request('GET', `${REST_PATHS.action(id, 'egress')}${suffix}`, undefined, signal));
   }
 
-  async metrics(id: string, signal?: AbortSignal): Promise<SandboxMetrics> {
-    return tolerant(SandboxMetrics).parse(await this.request('GET', `/v1/sandboxes/${encodeURIComponent(id)}/metrics`, undefined, signal));
+  async metrics(id: string, history: boolean, signal?: AbortSignal): Promise<SandboxMetrics> {
+    const path = `/v1/sandboxes/${encodeURIComponent(id)}/metrics${history ? '?history=true' : ''}`;
+    return tolerant(SandboxMetricsWithHistory).parse(await this.request('GET', path, undefined, signal));
   }
 
   async portUrl(id: string, body: PortUrlRequest, signal?: AbortSignal): Promise<PortUrlResponse> {

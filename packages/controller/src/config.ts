@@ -80,6 +80,13 @@ export interface ControllerConfig {
   maxPortConnectionsPerSandbox: number;
   /** How long an app behind a port URL may take to send its response headers. */
   portResponseTimeoutMs: number;
+  /**
+   * A wildcard domain whose names point at this controller (`*.sbx.example.com`): signed port URLs
+   * then name `<port>-<id>.<portDomain>`, one browser origin per port (docs/ports.md).
+   */
+  portDomain?: string | undefined;
+  /** The scheme of those URLs: `https` when a TLS terminator fronts the domain (default), `http` otherwise. */
+  portDomainScheme: 'http' | 'https';
   /** Extra `Origin` values allowed on WebSocket upgrades (non-browser clients send none). */
   allowedOrigins: string[];
   /** Extra `Host` values allowed on WebSocket upgrades, besides loopback and the bound address. */
@@ -238,6 +245,15 @@ export const ConfigFile = z.strictObject({
   heartbeatMs: z.number().int().min(100).optional(),
   maxPortConnectionsPerSandbox: z.number().int().min(1).max(10_000).optional(),
   portResponseTimeoutMs: z.number().int().min(100).optional(),
+  portDomain: z
+    .string()
+    .max(200)
+    .regex(
+      /^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*(:\d{1,5})?$/,
+      "a lower-case DNS name with an optional port, e.g. 'sbx.example.com'",
+    )
+    .optional(),
+  portDomainScheme: z.enum(['http', 'https']).optional(),
   allowedOrigins: z.array(z.string()).optional(),
   allowedHosts: z.array(z.string()).optional(),
   images: Images.optional(),
@@ -359,6 +375,7 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   heartbeatMs: 30_000,
   maxPortConnectionsPerSandbox: 64,
   portResponseTimeoutMs: 60_000,
+  portDomainScheme: 'https',
   allowedOrigins: [],
   allowedHosts: [],
   images: { allowedRegistries: ['docker.io'], pull: 'missing', maxPullMb: 4096, maxBuildContextMb: 256, buildNetwork: 'none', timeoutMs: 15 * 60_000 },
@@ -502,6 +519,8 @@ const ENV_SETTINGS: [variable: string, path: string, kind: 'string' | 'number' |
   ['WARREN_HEARTBEAT_MS', 'heartbeatMs', 'number'],
   ['WARREN_MAX_PORT_CONNECTIONS_PER_SANDBOX', 'maxPortConnectionsPerSandbox', 'number'],
   ['WARREN_PORT_RESPONSE_TIMEOUT_MS', 'portResponseTimeoutMs', 'number'],
+  ['WARREN_PORT_DOMAIN', 'portDomain', 'string'],
+  ['WARREN_PORT_DOMAIN_SCHEME', 'portDomainScheme', 'string'],
   ['WARREN_ALLOWED_ORIGINS', 'allowedOrigins', 'list,'],
   ['WARREN_ALLOWED_HOSTS', 'allowedHosts', 'list,'],
   ['WARREN_ALLOWED_REGISTRIES', 'images.allowedRegistries', 'list,'],

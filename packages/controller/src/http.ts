@@ -60,7 +60,7 @@ export function createHttpServer(deps: HttpServerDeps) {
     res.setHeader(REQUEST_ID_HEADER, entry.requestId);
     res.once('close', () => logRequest(deps.logger, req, entry, res.statusCode, res.writableFinished));
     // E2B's host names (`<port>-<id>.<domain>`): envd becomes the gateway's path, any other port Warren's port URL.
-    const byHost = e2bHostTarget(req.headers.host, (id) => deps.sandboxes.has(id));
+    const byHost = e2bHostTarget(req.headers.host, (id) => deps.sandboxes.idIgnoringCase(id));
     if (byHost) routeByHost(req, byHost);
     // A sandbox's port (ports/proxy.ts): the app's own answer, not a JSON route.
     if (isPortPath(req.url ?? '/')) {
@@ -86,7 +86,7 @@ export function createHttpServer(deps: HttpServerDeps) {
     socket.on('error', () => socket.destroy());
     const entry: AccessEntry = { requestId: requestIdOf(req), startedAt: performance.now() };
     upgradeIds.set(req, entry.requestId);
-    const byHost = e2bHostTarget(req.headers.host, (id) => deps.sandboxes.has(id));
+    const byHost = e2bHostTarget(req.headers.host, (id) => deps.sandboxes.idIgnoringCase(id));
     if (byHost) routeByHost(req, byHost);
     if (isPortPath(req.url ?? '/')) {
       ports.upgrade(req, socket, head, byHost && '/').catch((err: unknown) => rejectUpgrade(deps, req, socket, err, entry));

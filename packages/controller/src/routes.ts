@@ -19,6 +19,8 @@ import {
   NetworkPolicyResponse,
   EgressLogResponse,
   SandboxMetricsWithHistory,
+  PublicPortRequest,
+  PublicPortsResponse,
   PortUrlRequest,
   PortUrlResponse,
   issueText,
@@ -372,10 +374,27 @@ export const ROUTES: readonly Route[] = [
       if (!body.success) throw new CodedError('INVALID_PARAMS', `Invalid port URL request: ${body.error.issues.map(issueText).join('; ')}`);
       const expiresAt = Date.now() + (body.data.ttlSeconds ?? 3600) * 1000;
       const sig = deps.credentials.portSignature(id, body.data.port, expiresAt);
+      const query = `?${PORT_SIGNATURE_PARAM}=${sig}&${PORT_EXPIRY_PARAM}=${expiresAt}`;
+      const { portDomain, portDomainScheme } = deps.config;
       sendJson(res, 201, {
-        path: `/v1/sandboxes/${id}/ports/${body.data.port}/?${PORT_SIGNATURE_PARAM}=${sig}&${PORT_EXPIRY_PARAM}=${expiresAt}`,
+        path: `/v1/sandboxes/${id}/ports/${body.data.port}/${query}`,
+        ...(portDomain ? { url: `${portDomainScheme}://${body.data.port}-${id}.${portDomain}/${query}` } : {}),
         expiresAt: new Date(expiresAt).toISOString(),
       });
+    },
+  },
+  {
+    method: 'POST',
+    path: '/v1/sandboxes/{id}/public-ports',
+    operationId: 'setPortPublic',
+    summary: "Open one of the sandbox's ports to anyone without a credential (public: true), or close it again.",
+    access: 'lifecycle',
+    body: PublicPortRequest,
+    responses: { 200: { description: "The sandbox's public ports after the change.", schema: PublicPortsResponse } },
+    handle: async ({ deps, req, res, id }) => {
+      const body = PublicPortRequest.safeParse(await readJson(req));
+      if (!body.success) throw new CodedError('INVALID_PARAMS', `Invalid public port request: ${body.error.issues.map(issueText).join('; ')}`);
+      sendJson(res, 200, { publicPorts: await deps.sandboxes.setPortPublic(id, body.data.port, body.data.public) });
     },
   },
   {

@@ -48,6 +48,9 @@ export interface SandboxServiceOptions {
   egress?: SandboxEgress | undefined;
 }
 
+/** The most ports one sandbox may have open to anyone at once. */
+const MAX_PUBLIC_PORTS = 16;
+
 /**
  * The sandbox service: creates, finds, pauses, kills sandboxes, written once against
  * {@link SandboxProvider}. It composes one part per job: the {@link SandboxTable} of records, the
@@ -182,6 +185,7 @@ export class SandboxService {
         if (claim.policy !== undefined) record.policy = claim.policy;
         if (claim.ttlSeconds !== undefined) record.settings = { ...record.settings, ttlSeconds: claim.ttlSeconds };
         record.pooled = sandbox.labels[LABELS.pool] === '1';
+        if (Array.isArray(claim.publicPorts)) record.publicPorts = claim.publicPorts.filter((p) => Number.isInteger(p) && p >= 1 && p <= 65535);
       }
       this.table.set(record);
     }
@@ -204,6 +208,7 @@ export class SandboxService {
       data.ttlSeconds = record.settings.ttlSeconds;
       if (record.policy !== undefined) data.policy = record.policy;
     }
+    if (record.publicPorts?.length) data.publicPorts = record.publicPorts;
     await this.store.write(data);
   }
 
@@ -465,6 +470,22 @@ export class SandboxService {
     await Promise.all(Array.from({ length: concurrency }, next));
   }
 
+  /**
+   * Opens one port of a sandbox to anyone without a credential, or closes it again; stored with
+   * the sandbox's record, so it survives a controller restart. At most 16 ports are public at once.
+   */
+  async setPortPublic(id: string, port: number, open: boolean): Promise<number[]> {
+    const record = this.table.require(id);
+    const ports = new Set(record.publicPorts ?? []);
+    if (open) ports.add(port);
+    else ports.delete(port);
+    if (ports.size > MAX_PUBLIC_PORTS)
+      throw new CodedError('RESOURCE_EXHAUSTED', `Sandbox '${id}' already has ${MAX_PUBLIC_PORTS} public ports; make one private first.`);
+    record.publicPorts = [...ports].sort((a, b) => a - b);
+    await this.storeRecord(record);
+    return record.publicPorts;
+  }
+
   /** The record of a sandbox, or SANDBOX_NOT_FOUND. */
   record(id: string): SandboxRecord {
     return this.table.require(id);
@@ -490,6 +511,17 @@ export class SandboxService {
 
   has(id: string): boolean {
     return this.table.has(id);
+  }
+
+  /**
+   * The id of the sandbox whose id equals `id` but for case (a host name's label arrives in lower
+   * case), or undefined when none or more than one does.
+   */
+  idIgnoringCase(id: string): string | undefined {
+    if (this.table.has(id)) return id;
+    const lower = id.toLowerCase();
+    const matches = this.table.list().filter((record) => record.id.toLowerCase() === lower);
+    return matches.length === 1 ? matches[0]!.id : undefined;
   }
 
   /** Moves a sandbox's expiry to `ttlSeconds` from now (shorter or longer), within the maximum. */

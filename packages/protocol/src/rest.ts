@@ -246,9 +246,24 @@ export type PortUrlRequest = z.input<typeof PortUrlRequest>;
 export const PortUrlResponse = z.strictObject({
   /** The URL path and query (join it to the controller's address): `/v1/sandboxes/<id>/ports/<port>/?warren_sig=...&warren_exp=...`. */
   path: z.string(),
+  /**
+   * The whole URL on the port's own origin, `<scheme>://<port>-<id>.<portDomain>/?warren_sig=...`,
+   * when the operator configured a wildcard `portDomain`; prefer it to `path` (one origin per port).
+   */
+  url: z.string().optional(),
   expiresAt: z.string(),
 });
 export type PortUrlResponse = z.infer<typeof PortUrlResponse>;
+
+/** `POST /v1/sandboxes/:id/public-ports`: open one port to anyone without a credential, or close it again. */
+export const PublicPortRequest = z.strictObject({
+  port: z.number().int().min(1).max(65535),
+  public: z.boolean(),
+});
+export type PublicPortRequest = z.infer<typeof PublicPortRequest>;
+/** The sandbox's public ports after the change. */
+export const PublicPortsResponse = z.strictObject({ publicPorts: z.array(z.number().int().min(1).max(65535)) });
+export type PublicPortsResponse = z.infer<typeof PublicPortsResponse>;
 
 /** `POST /v1/images/pull`: fetch an image onto the engine ahead of a create, with progress. */
 export const PullImageRequest = z.strictObject({

@@ -1401,7 +1401,17 @@ class PortUrlRequest(_Tolerant):
 
 class PortUrlResponse(_Tolerant):
     path: StrictStr = Field(...)
+    url: Optional[StrictStr] = Field(None)
     expires_at: StrictStr = Field(..., alias='expiresAt')
+
+
+class PublicPortRequest(_Tolerant):
+    port: _C20 = Field(...)
+    public: StrictBool = Field(...)
+
+
+class PublicPortsResponse(_Tolerant):
+    public_ports: List[_C20] = Field(..., alias='publicPorts')
 
 
 class PullImageRequest(_Strict):

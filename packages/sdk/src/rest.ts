@@ -12,6 +12,8 @@ import {
   type EgressPolicy,
   SandboxMetrics,
   SandboxMetricsWithHistory,
+  PublicPortsResponse,
+  type PublicPortRequest,
   tolerant,
   type PortUrlRequest,
   type CreateSandboxRequest,
@@ -129,6 +131,10 @@ export class RestClient {
 
   async portUrl(id: string, body: PortUrlRequest, signal?: AbortSignal): Promise<PortUrlResponse> {
     return tolerant(PortUrlResponse).parse(await this.request('POST', `/v1/sandboxes/${encodeURIComponent(id)}/port-urls`, body, signal));
+  }
+
+  async setPortPublic(id: string, body: PublicPortRequest, signal?: AbortSignal): Promise<PublicPortsResponse> {
+    return tolerant(PublicPortsResponse).parse(await this.request('POST', `/v1/sandboxes/${encodeURIComponent(id)}/public-ports`, body, signal));
   }
 
   async derive(id: string, body: DeriveTokenRequest, signal?: AbortSignal): Promise<DeriveTokenResponse> {

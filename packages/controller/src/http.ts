@@ -128,7 +128,11 @@ export function createHttpServer(deps: HttpServerDeps) {
 function routeByHost(req: IncomingMessage, target: { id: string; port: number }): void {
   const url = req.url?.startsWith('/') ? req.url : '/';
   // A proxy in front that already adds the gateway's prefix (the older advice in docs/e2b.md) keeps working.
-  if (target.port === ENVD_PORT) req.url = isE2bPath(new URL(url, 'http://controller').pathname) ? url : `${E2B_PREFIX}${url}`;
+  if (target.port === ENVD_PORT) {
+    req.url = isE2bPath(new URL(url, 'http://controller').pathname) ? url : `${E2B_PREFIX}${url}`;
+    // The sandbox's own id: a browser sends the host name in lower case, the id has both cases.
+    req.headers['e2b-sandbox-id'] ??= target.id;
+  }
   else req.url = `/v1/sandboxes/${target.id}/ports/${target.port}${url}`;
 }
 

@@ -41,7 +41,13 @@ export async function liveRows(sandbox: Sandbox, image: string, count: number): 
     eventLatency.push(performance.now() - started);
   }
   watcher.close();
-  rows.push({ name: 'watch: write to the client’s event (coalesceMs 0)', unit: 'ms', warren: summarize(eventLatency), raw: writeOnly, rawName: 'the files.write call alone' });
+  rows.push({
+    name: 'watch: write to the client’s event (coalesceMs 0)',
+    unit: 'ms',
+    warren: summarize(eventLatency),
+    raw: writeOnly,
+    rawName: 'the files.write call alone',
+  });
 
   // Ports: a small GET through the controller's port proxy and the daemon's tunnel.
   await sandbox.commands.start(SERVER);
@@ -53,10 +59,12 @@ export async function liveRows(sandbox: Sandbox, image: string, count: number): 
     if (res.status !== 200) throw new Error(`GET ${target} answered ${res.status}`);
   };
   for (let i = 0; i < 50; i++) {
-    if (await getThrough(url, { headers }).then(
-      () => true,
-      () => false,
-    ))
+    if (
+      await getThrough(url, { headers }).then(
+        () => true,
+        () => false,
+      )
+    )
       break;
     await new Promise((r) => setTimeout(r, 100));
   }
@@ -79,10 +87,12 @@ export async function liveRows(sandbox: Sandbox, image: string, count: number): 
     if (!address) throw new Error('the raw container got no address on its bridge network');
     const rawUrl = `http://${address}:8000/`;
     for (let i = 0; i < 50; i++) {
-      if (await getThrough(rawUrl).then(
-        () => true,
-        () => false,
-      ))
+      if (
+        await getThrough(rawUrl).then(
+          () => true,
+          () => false,
+        )
+      )
         break;
       await new Promise((r) => setTimeout(r, 100));
     }

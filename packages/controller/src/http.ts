@@ -132,8 +132,7 @@ function routeByHost(req: IncomingMessage, target: { id: string; port: number })
     req.url = isE2bPath(new URL(url, 'http://controller').pathname) ? url : `${E2B_PREFIX}${url}`;
     // The sandbox's own id: a browser sends the host name in lower case, the id has both cases.
     req.headers['e2b-sandbox-id'] ??= target.id;
-  }
-  else req.url = `/v1/sandboxes/${target.id}/ports/${target.port}${url}`;
+  } else req.url = `/v1/sandboxes/${target.id}/ports/${target.port}${url}`;
 }
 
 /** What the access log line of one request or upgrade says, filled in as the request is served. */

@@ -68,7 +68,10 @@ function checkUser(user: string | undefined): void {
 export function signedFileScope(deps: HttpServerDeps, header: HeaderReader, query: URLSearchParams, operation: 'read' | 'write'): EnvdScope {
   const sandboxId = sandboxIdOf(header);
   if (sandboxId === undefined)
-    throw new CodedError('INVALID_PARAMS', "Which sandbox? A signed file URL is served on the sandbox's host name (49983-<id>.<domain>) or with E2b-Sandbox-Id.");
+    throw new CodedError(
+      'INVALID_PARAMS',
+      "Which sandbox? A signed file URL is served on the sandbox's host name (49983-<id>.<domain>) or with E2b-Sandbox-Id.",
+    );
   const record = deps.sandboxes.record(sandboxId);
   const user = query.get('username') ?? '';
   const expiry = query.get('signature_expiration');

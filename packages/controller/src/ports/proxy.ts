@@ -103,7 +103,11 @@ export class PortProxy {
       });
       upstream.once('response', (answer) => {
         clearTimeout(timer); // a response may stream for as long as the app likes
-        if (target.setCookie) answer.headers['set-cookie'] = [...(answer.headers['set-cookie'] ?? []), target.setCookie];
+        // The app may set its own cookies, never Warren's (a port page shares the controller's
+        // origin unless portDomain is set: it could otherwise shadow the port cookie or the console's session).
+        const cookies = (answer.headers['set-cookie'] ?? []).filter((c) => !isWarrenCookie(c));
+        answer.headers['set-cookie'] = target.setCookie ? [...cookies, target.setCookie] : cookies;
+        if (answer.headers['set-cookie'].length === 0) delete answer.headers['set-cookie'];
         res.writeHead(answer.statusCode ?? 502, answer.statusMessage, answer.headers);
         res.flushHeaders();
         answer.pipe(res);
@@ -221,6 +225,12 @@ export class PortProxy {
   }
 }
 
+/** Whether a `Set-Cookie` line names one of Warren's own cookies (`warren_*`, `__Host-warren*`, `__Secure-warren*`), whatever its case. */
+export function isWarrenCookie(setCookie: string): boolean {
+  const name = setCookie.split('=', 1)[0]!.trim().toLowerCase();
+  return /^(__host-|__secure-)?warren/.test(name);
+}
+
 function safeDecode(segment: string): string | undefined {
   try {
     return decodeURIComponent(segment);
@@ -255,8 +265,12 @@ function forwardHeaders(headers: IncomingHttpHeaders, port: number, upgrade: boo
   return out;
 }
 
+/** An upgrade answer's headers as the app sent them, but for any cookie of Warren's it tries to set. */
 function rawHeaders(raw: string[]): string {
   let text = '';
-  for (let i = 0; i + 1 < raw.length; i += 2) text += `${raw[i]}: ${raw[i + 1]}\r\n`;
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    if (raw[i]!.toLowerCase() === 'set-cookie' && isWarrenCookie(raw[i + 1]!)) continue;
+    text += `${raw[i]}: ${raw[i + 1]}\r\n`;
+  }
   return text;
 }

@@ -154,6 +154,25 @@ PODMAN_LOG=/var/log/warren-podman.log
 podman_answers() { curl -sf --max-time 5 --unix-socket "$PODMAN_DIR/podman.sock" http://podman/_ping >/dev/null 2>&1; }
 
 ensure_podman() {
+  start_podman_service || return 1
+  load_images_into_podman warren/sandbox:latest warren/test-debian:latest warren/test-busybox:latest || return 1
+  # A long-running service can go stale (seen here: every container start then fails with "write
+  # child: broken pipe" while the API still answers): try one container, and restart it once if that fails.
+  if ! podman_starts_containers; then
+    step "Podman's service answers but cannot start a container; restarting it"
+    [[ -f $PODMAN_DIR/service.pid ]] && kill "$(cat "$PODMAN_DIR/service.pid")" 2>/dev/null
+    local deadline=$((SECONDS + 20))
+    while podman_answers && ((SECONDS < deadline)); do sleep 0.5; done
+    step_done
+    start_podman_service && podman_starts_containers || { echo "Podman cannot start containers here (log: $PODMAN_LOG)" >&2; return 1; }
+  fi
+}
+
+podman_starts_containers() {
+  DOCKER_HOST=$PODMAN_DOCKER_HOST timeout 60 docker run --rm --network none warren/test-busybox:latest true >/dev/null 2>&1
+}
+
+start_podman_service() {
   if ! podman_answers; then
     is_root && command -v apt-get >/dev/null 2>&1 || return 1
     ensure_commands podman catatonit curl
@@ -169,7 +188,6 @@ ensure_podman() {
     done
     step_done "Podman $(podman version --format '{{.Server.Version}}' 2>/dev/null || podman --version) is up"
   fi
-  load_images_into_podman warren/sandbox:latest warren/test-debian:latest warren/test-busybox:latest
 }
 
 # Copies images from the Docker engine into Podman's store where Podman lacks them or has another

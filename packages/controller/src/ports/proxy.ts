@@ -6,6 +6,7 @@ import { callerFor, grantFor, routeRefusal, type Caller } from '../grants.js';
 import type { Metrics } from '../metrics.js';
 import type { SandboxService } from '../sandboxes.js';
 import { PortTunnel } from './tunnel.js';
+import { isSessionCookie } from '../console/session.js';
 
 /** Where a port is served: `/v1/sandboxes/<id>/ports/<port>` and anything below it. */
 const PORT_PATH = /^\/v1\/sandboxes\/([A-Za-z0-9]{1,64})\/ports\/([^/?#]*)(\/[^?#]*)?(\?.*)?$/;
@@ -104,6 +105,8 @@ export class PortProxy {
       upstream.once('response', (answer) => {
         clearTimeout(timer); // a response may stream for as long as the app likes
         if (target.setCookie) answer.headers['set-cookie'] = [...(answer.headers['set-cookie'] ?? []), target.setCookie];
+        // The app shares the controller's origin: it may not widen a service worker's scope past its own port path (to the console's pages).
+        delete answer.headers['service-worker-allowed'];
         res.writeHead(answer.statusCode ?? 502, answer.statusMessage, answer.headers);
         res.flushHeaders();
         answer.pipe(res);
@@ -246,7 +249,8 @@ function forwardHeaders(headers: IncomingHttpHeaders, port: number, upgrade: boo
   const cookies = (headers.cookie ?? '')
     .split(';')
     .map((c) => c.trim())
-    .filter((c) => c !== '' && !c.startsWith(`${COOKIE}=`));
+    // Neither the port's cookie nor the console's session (the operator's) ever reaches the app.
+    .filter((c) => c !== '' && !c.startsWith(`${COOKIE}=`) && !isSessionCookie(c));
   if (cookies.length > 0) out.cookie = cookies.join('; ');
   out.host = `localhost:${port}`;
   if (headers.host) out['x-forwarded-host'] = headers.host;

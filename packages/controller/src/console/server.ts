@@ -7,8 +7,8 @@ import type { SandboxService } from '../sandboxes.js';
 import type { MetricsHistory } from './history.js';
 import { ConsoleSessions, sessionCookie } from './session.js';
 
-/** Where the built console is: the controller package's `dist/console` (Vite writes it there in `pnpm build`), from `src/` and `dist/` alike. */
-export const CONSOLE_DIST = new URL('../../dist/console/', import.meta.url).pathname;
+/** Where the built console is: the controller package's `dist/ui` (Vite writes it there in `pnpm build`), from `src/` and `dist/` alike. */
+export const CONSOLE_DIST = new URL('../../dist/ui/', import.meta.url).pathname;
 
 /** The `<meta>` in the built index.html whose content the controller fills with the session's CSRF token on a navigation. */
 const CSRF_META = '<meta name="warren-csrf" content="" />';
@@ -64,7 +64,7 @@ export interface ConsoleServerDeps {
   sendJson(res: ServerResponse, status: number, body: unknown): void;
   /** The caller of a request by the one authentication (API key header or console session). */
   operator(req: IncomingMessage): void;
-  /** Where the built files are; the package's `dist/console` by default. */
+  /** Where the built files are; the package's `dist/ui` by default. */
   dist?: string;
 }
 

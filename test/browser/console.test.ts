@@ -5,7 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Sandbox } from '@warren/sdk';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { chromium, type BrowserContext, type Dialog, type Page } from 'playwright-core';
 import { startTestController, type TestController } from '../support/fixtures.js';
 
 /**
@@ -60,6 +60,7 @@ describe('web console in Chromium', () => {
     page = context.pages()[0] ?? (await context.newPage());
     page.on('console', (msg) => msg.type() === 'error' && errors.push(msg.text()));
     page.on('pageerror', (err) => errors.push(`pageerror: ${err.message}`));
+    page.on('response', (res) => res.status() >= 400 && errors.push(`HTTP ${res.status()} ${res.request().method()} ${res.url()}`));
   });
 
   afterAll(async () => {
@@ -84,7 +85,7 @@ describe('web console in Chromium', () => {
     await page.getByRole('button', { name: 'Log in' }).click();
     await expect(page.getByRole('alert').textContent()).resolves.toContain('UNAUTHORIZED');
     expect(await sessionCookie()).toBeUndefined();
-    expected(/status of 401/);
+    expected(/status of 401|HTTP 401 POST .*\/ui\/api\/login$/);
     await page.screenshot({ path: path.join(SHOTS, 'console-login.png') });
   });
 
@@ -111,9 +112,9 @@ describe('web console in Chromium', () => {
     sandboxId = /#\/sandboxes\/([A-Za-z0-9]+)$/.exec(page.url())![1]!;
     const rows = page.locator('.xterm-rows');
     await expect(rows.waitFor()).resolves.toBeUndefined();
-    await page.locator('.terminal').click();
+    await page.locator('.term-host').click();
     await page.keyboard.type("printf 'print(\"hi\")\\n' > hello.py; echo $((6*7))-done\n");
-    await page.waitForFunction("document.querySelector('.xterm-rows')?.textContent?.includes('42-done')");
+    await page.locator('.xterm-rows', { hasText: '42-done' }).waitFor();
     await page.screenshot({ path: path.join(SHOTS, 'console-terminal.png') });
   });
 
@@ -150,7 +151,7 @@ describe('web console in Chromium', () => {
       await page.locator('pre.code', { hasText: 'from-background' }).waitFor();
       await page.screenshot({ path: path.join(SHOTS, 'console-processes.png') });
       await page.getByRole('tabpanel').getByRole('button', { name: 'Kill' }).click();
-      await page.waitForFunction("!document.querySelector('[role=tabpanel] button.danger')");
+      await page.getByRole('tabpanel').locator('button.danger').waitFor({ state: 'detached' });
     } finally {
       await sandbox.close();
     }
@@ -199,6 +200,7 @@ describe('web console in Chromium', () => {
     await new Promise<void>((resolve) => evil!.listen(0, 'localhost', resolve));
     const evilPage = await context.newPage();
     await evilPage.goto(`http://localhost:${(evil.address() as AddressInfo).port}/`);
+    // The evil page has no CSP of its own, so a string predicate may run there.
     await evilPage.waitForFunction("document.title.startsWith('done:')");
     expect(await evilPage.title()).toBe('done:fetch sent,ws refused');
     await evilPage.close();
@@ -216,12 +218,26 @@ describe('web console in Chromium', () => {
       await page.goto(`${ui()}#/sandboxes/${hostile.id}`);
       // Terminal: OSC title, an OSC 8 link to javascript:, and markup, all from sandbox output.
       await page.locator('.xterm-rows').waitFor();
-      await page.locator('.terminal').click();
+      await page.locator('.term-host').click();
       await page.keyboard.type(
         "printf '\\033]0;<img src=x onerror=window.__pwned=6>\\007\\033]8;;javascript:window.__pwned=7\\033\\\\click-me\\033]8;;\\033\\\\ <b>bold</b>\\n'\n",
       );
-      await page.waitForFunction("document.querySelector('.xterm-rows')?.textContent?.includes('click-me <b>bold</b>')");
-      await page.locator('.xterm-rows').getByText('click-me').click();
+      await page.locator('.xterm-rows', { hasText: 'click-me <b>bold</b>' }).waitFor();
+      // Clicking the OSC 8 link must open nothing and run nothing.
+      const noDialog = (dialog: Dialog) => {
+        errors.push(`a dialog opened: ${dialog.message()}`);
+        void dialog.dismiss();
+      };
+      page.on('dialog', noDialog);
+      try {
+        // xterm.js takes the mouse on its screen layer: click where the link's cells are.
+        const box = (await page.locator('.xterm-rows').getByText('click-me', { exact: true }).boundingBox())!;
+        await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+        await page.mouse.click(box.x + box.width / 2, box.y + box.height / 2);
+        await page.waitForTimeout(300);
+      } finally {
+        page.off('dialog', noDialog);
+      }
       await page.getByRole('tab', { name: 'Files' }).click();
       await page.getByText(HOSTILE_NAME).click();
       await page.locator('pre.code').getByText('<script>window.__pwned=2</script>', { exact: false }).waitFor();
@@ -242,7 +258,9 @@ describe('web console in Chromium', () => {
     await page.goto(`${ui()}#/controller`);
     await page.getByRole('heading', { name: 'Controller' }).waitFor();
     await page.locator('.chart svg').first().waitFor({ timeout: 30_000 });
-    await page.getByText('ready', { exact: true }).waitFor();
+    await page.getByText('ready', { exact: true }).waitFor().catch(async (err: unknown) => {
+      throw new Error(`${(err as Error).message}\nThe health card says: ${await page.locator('.card').first().textContent()}`);
+    });
     await page.screenshot({ path: path.join(SHOTS, 'console-controller.png'), fullPage: true });
     await page.goto(`${ui()}#/`);
     await page.locator(`[data-sandbox="${sandboxId}"]`).waitFor();
@@ -271,7 +289,7 @@ describe('web console in Chromium', () => {
       route.fulfill({ status: 200, contentType: 'application/json', body: JSON.stringify({ cpuPercent: 1.5, memoryBytes: 50_000_000 }) }),
     );
     await page.goto(`${ui()}#/`);
-    await page.waitForFunction("document.body.dataset.listRows === '100'");
+    await page.locator('body[data-list-rows="100"]').waitFor({ state: 'attached' });
     const ms = await page.evaluate('document.body.dataset.listRenderMs');
     console.log(`console: the list of 100 sandboxes rendered in ${String(ms)} ms (answer to painted table)`);
     await page.unrouteAll();
@@ -288,5 +306,6 @@ describe('web console in Chromium', () => {
     expect(await sessionCookie()).toBeUndefined();
     expect(await pwned()).toBeUndefined();
     expect(errors).toEqual([]);
+    expect(await page.evaluate('window.__violations')).toEqual([]);
   });
 });

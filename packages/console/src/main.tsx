@@ -1,4 +1,4 @@
-import './buffer-global.js';
+import './setup.js';
 import '@xterm/xterm/css/xterm.css';
 import './style.css';
 import { render } from 'preact';

@@ -7,26 +7,33 @@ import type { Wire } from './wire.js';
 /**
  * A live terminal over Warren's PTY methods (`pty.open` streams `output` events whose payload is the
  * raw bytes; `pty.write`, `pty.resize`). xterm.js interprets the escape sequences as a terminal
- * does: into cells of text, never into the page's HTML; links are not opened.
+ * does: into cells of text, never into the page's HTML; OSC 8 links open nothing (no prompt, no window).
  */
 export function TerminalPanel({ wire }: { wire: Wire }) {
   const host = useRef<HTMLDivElement>(null);
   const [error, setError] = useState<unknown>(undefined);
   const [ended, setEnded] = useState('');
   useEffect(() => {
-    const term = new Terminal({ fontSize: 13, cursorBlink: true, scrollback: 5000, linkHandler: null, allowProposedApi: false });
+    const term = new Terminal({ fontSize: 13, cursorBlink: true, scrollback: 5000, linkHandler: { activate: () => undefined }, allowProposedApi: false });
     const fit = new FitAddon();
     term.loadAddon(fit);
     term.open(host.current!);
     fit.fit();
     let handle: string | undefined;
+    // Keys typed before the terminal has started are sent once it has.
+    let early = '';
+    const send = (data: string) => wire.call('pty.write', { handle, data }).catch((err: unknown) => setError(err));
     wire
       .call<{ exitCode: number | null; signal: string | null }>(
         'pty.open',
         { cols: term.cols, rows: term.rows },
         {
           onEvent: (event, data, payload) => {
-            if (event === 'started') handle = (data as { handle: string }).handle;
+            if (event === 'started') {
+              handle = (data as { handle: string }).handle;
+              if (early) void send(early);
+              early = '';
+            }
             else if (event === 'output' && payload) term.write(payload);
           },
         },
@@ -36,7 +43,8 @@ export function TerminalPanel({ wire }: { wire: Wire }) {
         (err: unknown) => setError(err),
       );
     const input = term.onData((data) => {
-      if (handle) wire.call('pty.write', { handle, data }).catch((err: unknown) => setError(err));
+      if (handle) void send(data);
+      else early += data;
     });
     const resize = term.onResize(({ cols, rows }) => {
       if (handle) wire.call('pty.resize', { handle, cols, rows }).catch(() => undefined);
@@ -54,7 +62,7 @@ export function TerminalPanel({ wire }: { wire: Wire }) {
   }, [wire]);
   return (
     <div>
-      <div class="terminal" ref={host} aria-label="Terminal" />
+      <div class="term-host" ref={host} aria-label="Terminal" />
       {ended ? <p class="muted">{ended}</p> : null}
       <ErrorBox error={error} />
     </div>

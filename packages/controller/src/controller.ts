@@ -22,7 +22,6 @@ import { EgressLog } from './egress/egress-log.js';
 import { EgressGateway } from './egress/gateway.js';
 import { SandboxEgress } from './egress/sandbox-egress.js';
 import { egressEventSink } from './egress/sink.js';
-import { MetricsHistory } from './console/history.js';
 
 export interface StartControllerOptions {
   config?: Partial<ControllerConfig>;
@@ -167,11 +166,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
     if (sandboxes.record(id).state === 'paused') throw new CodedError('SANDBOX_NOT_READY', `Sandbox '${id}' is paused; resume it to read its audit log.`);
     return callAgent(sandboxes.daemonEndpoint(id), sandboxes.agentSecret(id), 'audit.list', params);
   };
-  // The console's controller page: an hour of the metrics, sampled in memory.
-  const intervalMs = config.console.historyIntervalSeconds * 1000;
-  const history = config.console.enabled ? new MetricsHistory(metrics, { intervalMs, samples: Math.ceil(3_600_000 / intervalMs) }) : undefined;
-  history?.start();
-  const { server, wss } = createHttpServer({ sandboxes, credentials, config, metrics, logger, readiness, audit, egressLog, history });
+  const { server, wss } = createHttpServer({ sandboxes, credentials, config, metrics, logger, readiness, audit, egressLog });
   server.listen(config.port, config.host);
   await once(server, 'listening');
   const url = serverUrl(server, config.host);
@@ -203,7 +198,6 @@ export async function startController(options: StartControllerOptions = {}): Pro
     if (closed) return;
     closed = true;
     clearInterval(reaper);
-    history?.stop();
     engine.close();
     await pool?.close();
     if (config.killOnShutdown) for (const record of sandboxes.list()) await sandboxes.kill(record.id).catch(() => undefined);

@@ -11,7 +11,7 @@ import { createE2bGateway, E2B_PREFIX, e2bHostTarget, ENVD_PORT, isE2bPath } fro
 import { sandboxIdOf } from './e2b/envd-scope.js';
 import { ConsoleServer } from './console/server.js';
 import { CONSOLE_PROTOCOL, ConsoleSessions } from './console/session.js';
-import type { MetricsHistory } from './console/history.js';
+import { MetricsHistory } from './console/history.js';
 import { callAccessCheck, callerFor, grantFor, observeCalls, routeRefusal, type Access, type Caller, type Holder } from './grants.js';
 import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
@@ -41,8 +41,6 @@ export interface HttpServerDeps {
   audit: (id: string, query: URLSearchParams) => Promise<unknown>;
   /** The sandboxes' recent egress gateway events (`GET /v1/sandboxes/:id/egress`); absent without a gateway. */
   egressLog?: EgressLog | undefined;
-  /** The console's metrics history (the controller page's charts); the console is served when `config.console.enabled`. */
-  history?: MetricsHistory | undefined;
 }
 
 /** The REST API and the WebSocket relay to each sandbox's daemon, on one node:http server. */
@@ -59,13 +57,17 @@ export function createHttpServer(deps: HttpServerDeps) {
   });
   const sessions = deps.config.console.enabled ? new ConsoleSessions({ credentials: deps.credentials, ttlSeconds: deps.config.console.sessionTtlSeconds }) : undefined;
   const auth: Authenticator = { credentials: deps.credentials, sessions };
+  // The console's controller page: an hour of the metrics, sampled in memory while the server runs.
+  const intervalMs = deps.config.console.historyIntervalSeconds * 1000;
+  const history = sessions ? new MetricsHistory(deps.metrics, { intervalMs, samples: Math.ceil(3_600_000 / intervalMs) }) : undefined;
+  history?.start();
   const consoleServer =
-    sessions && deps.history
+    sessions && history
       ? new ConsoleServer({
           config: deps.config,
           sessions,
           sandboxes: deps.sandboxes,
-          history: deps.history,
+          history,
           readJson,
           sendJson,
           operator: (req) => refuse(controllerWide(authenticate(auth, req, undefined, 'rest')), 'operator', 'the console API'),
@@ -141,6 +143,7 @@ export function createHttpServer(deps: HttpServerDeps) {
   heartbeat.unref();
   server.on('close', () => {
     clearInterval(heartbeat);
+    history?.stop();
     e2b.close();
   });
 

@@ -113,7 +113,7 @@ describe('web console in Chromium', () => {
     const rows = page.locator('.xterm-rows');
     await expect(rows.waitFor()).resolves.toBeUndefined();
     await page.locator('.term-host').click();
-    await page.keyboard.type("printf 'print(\"hi\")\\n' > hello.py; echo $((6*7))-done\n");
+    await page.keyboard.type('printf \'print("hi")\\n\' > hello.py; echo $((6*7))-done\n');
     await page.locator('.xterm-rows', { hasText: '42-done' }).waitFor();
     await page.screenshot({ path: path.join(SHOTS, 'console-terminal.png') });
   });
@@ -153,13 +153,16 @@ describe('web console in Chromium', () => {
       await page.getByRole('tabpanel').getByRole('button', { name: 'Kill' }).click();
       await page.getByRole('tabpanel').locator('button.danger').waitFor({ state: 'detached' });
     } finally {
-      await sandbox.close();
+      sandbox.close();
     }
   });
 
   it('derives a token, keeps the sandbox alive and extends it', async () => {
     const before = (await warren.controller.sandboxes.get(sandboxId)).expiresAt;
-    await Promise.all([page.waitForResponse((r) => r.url().endsWith('/timeout') && r.status() === 200), page.getByRole('button', { name: 'Extend 1 h' }).click()]);
+    await Promise.all([
+      page.waitForResponse((r) => r.url().endsWith('/timeout') && r.status() === 200),
+      page.getByRole('button', { name: 'Extend 1 h' }).click(),
+    ]);
     const after = (await warren.controller.sandboxes.get(sandboxId)).expiresAt;
     expect(Date.parse(after) - Date.parse(before)).toBeGreaterThan(50 * 60 * 1000);
     await page.getByText('Derive a token').click();
@@ -258,9 +261,12 @@ describe('web console in Chromium', () => {
     await page.goto(`${ui()}#/controller`);
     await page.getByRole('heading', { name: 'Controller' }).waitFor();
     await page.locator('.chart svg').first().waitFor({ timeout: 30_000 });
-    await page.getByText('ready', { exact: true }).waitFor().catch(async (err: unknown) => {
-      throw new Error(`${(err as Error).message}\nThe health card says: ${await page.locator('.card').first().textContent()}`);
-    });
+    await page
+      .getByText('ready', { exact: true })
+      .waitFor()
+      .catch(async (err: unknown) => {
+        throw new Error(`${(err as Error).message}\nThe health card says: ${await page.locator('.card').first().textContent()}`);
+      });
     await page.screenshot({ path: path.join(SHOTS, 'console-controller.png'), fullPage: true });
     await page.goto(`${ui()}#/`);
     await page.locator(`[data-sandbox="${sandboxId}"]`).waitFor();

@@ -67,7 +67,16 @@ function Login() {
       <form onSubmit={(e) => void submit(e)} aria-labelledby="login-title">
         <h1 id="login-title">Warren console</h1>
         <label for="api-key">API key</label>
-        <input id="api-key" name="api-key" type="password" autoComplete="current-password" value={key} onInput={(e) => setKey(e.currentTarget.value)} required autoFocus />
+        <input
+          id="api-key"
+          name="api-key"
+          type="password"
+          autoComplete="current-password"
+          value={key}
+          onInput={(e) => setKey(e.currentTarget.value)}
+          required
+          autoFocus
+        />
         <button type="submit" disabled={busy}>
           {busy ? 'Logging in…' : 'Log in'}
         </button>

@@ -38,7 +38,11 @@ export function AuditPanel({ id }: { id: string }) {
   );
   const needle = filter.toLowerCase();
   const shown = kept.current
-    .filter((e) => (outcome === '' || (outcome === 'ok' ? e.outcome === 'ok' : e.outcome !== 'ok')) && (!needle || [e.method, e.command ?? '', ...e.paths, e.outcome].some((t) => t.toLowerCase().includes(needle))))
+    .filter(
+      (e) =>
+        (outcome === '' || (outcome === 'ok' ? e.outcome === 'ok' : e.outcome !== 'ok')) &&
+        (!needle || [e.method, e.command ?? '', ...e.paths, e.outcome].some((t) => t.toLowerCase().includes(needle))),
+    )
     .slice()
     .reverse();
   return (

@@ -71,13 +71,19 @@ export function ControllerPage() {
         </div>
         <div class="card">
           <h2>Limits (default / most)</h2>
-          <dl class="facts">{s ? Object.entries(s.limits).map(([k, v]) => [<dt key={`k${k}`}>{k}</dt>, <dd key={`v${k}`}>{`${v} / ${s.maxLimits[k] ?? '–'}`}</dd>]) : null}</dl>
+          <dl class="facts">
+            {s ? Object.entries(s.limits).map(([k, v]) => [<dt key={`k${k}`}>{k}</dt>, <dd key={`v${k}`}>{`${v} / ${s.maxLimits[k] ?? '–'}`}</dd>]) : null}
+          </dl>
         </div>
       </div>
       <ErrorBox error={summary.error} />
       <h2>Last hour</h2>
-      {s && s.history.samples.length < 2 ? <p class="empty">The history fills in as the controller runs (a sample every {s.history.intervalMs / 1000} s).</p> : null}
-      <div class="charts">{s && s.history.samples.length >= 2 ? CHARTS.map(([key, title]) => <Chart key={key} title={title} samples={s.history.samples} field={key} />) : null}</div>
+      {s && s.history.samples.length < 2 ? (
+        <p class="empty">The history fills in as the controller runs (a sample every {s.history.intervalMs / 1000} s).</p>
+      ) : null}
+      <div class="charts">
+        {s && s.history.samples.length >= 2 ? CHARTS.map(([key, title]) => <Chart key={key} title={title} samples={s.history.samples} field={key} />) : null}
+      </div>
     </section>
   );
 }

@@ -93,7 +93,8 @@ export function FilesPanel({ wire }: { wire: Wire }) {
     }
   };
 
-  if (file) return <FileView wire={wire} file={file} onClose={() => setFile(undefined)} onSaved={(f) => setFile(f)} onDownload={() => void download(file.path)} />;
+  if (file)
+    return <FileView wire={wire} file={file} onClose={() => setFile(undefined)} onSaved={(f) => setFile(f)} onDownload={() => void download(file.path)} />;
   return (
     <div class="files">
       <div class="toolbar">
@@ -133,7 +134,12 @@ export function FilesPanel({ wire }: { wire: Wire }) {
           ) : null}
           {entries.map((e) => (
             <li key={e.path} data-type={e.type}>
-              <button type="button" class="link" data-entry={e.path} onClick={() => (e.type === 'dir' ? setDir(join(dir, e.path)) : void open(join(dir, e.path)))}>
+              <button
+                type="button"
+                class="link"
+                data-entry={e.path}
+                onClick={() => (e.type === 'dir' ? setDir(join(dir, e.path)) : void open(join(dir, e.path)))}
+              >
                 {e.type === 'dir' ? '📁 ' : e.type === 'symlink' ? '↪ ' : ''}
                 {e.path}
               </button>
@@ -152,7 +158,19 @@ export function FilesPanel({ wire }: { wire: Wire }) {
   );
 }
 
-function FileView({ wire, file, onClose, onSaved, onDownload }: { wire: Wire; file: OpenFile; onClose: () => void; onSaved: (f: OpenFile) => void; onDownload: () => void }) {
+function FileView({
+  wire,
+  file,
+  onClose,
+  onSaved,
+  onDownload,
+}: {
+  wire: Wire;
+  file: OpenFile;
+  onClose: () => void;
+  onSaved: (f: OpenFile) => void;
+  onDownload: () => void;
+}) {
   const [editing, setEditing] = useState(false);
   const [draft, setDraft] = useState(file.text);
   const [error, setError] = useState<unknown>(undefined);
@@ -199,7 +217,9 @@ function FileView({ wire, file, onClose, onSaved, onDownload }: { wire: Wire; fi
       </div>
       {saved ? <p class="ok">{saved}</p> : null}
       <ErrorBox error={error} />
-      {(error as { code?: string } | undefined)?.code === 'CONFLICT' ? <p class="muted">The file changed since it was opened; go back and open it again.</p> : null}
+      {(error as { code?: string } | undefined)?.code === 'CONFLICT' ? (
+        <p class="muted">The file changed since it was opened; go back and open it again.</p>
+      ) : null}
       {file.truncated ? (
         <p class="empty">This file is larger than {bytes(MAX_VIEW)}: download it to look inside.</p>
       ) : file.binary ? (
@@ -215,7 +235,6 @@ function FileView({ wire, file, onClose, onSaved, onDownload }: { wire: Wire; fi
           <code>{file.text}</code>
         </pre>
       )}
-      
     </div>
   );
 }

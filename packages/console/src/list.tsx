@@ -13,7 +13,11 @@ export function SandboxList() {
   const query = useMemo(() => {
     const q = new URLSearchParams();
     if (state) q.set('state', state);
-    for (const l of label.split(',').map((s) => s.trim()).filter((s) => s.includes('='))) q.append('label', l);
+    for (const l of label
+      .split(',')
+      .map((s) => s.trim())
+      .filter((s) => s.includes('=')))
+      q.append('label', l);
     return q.toString();
   }, [state, label]);
   const started = useRef(0);
@@ -42,7 +46,9 @@ export function SandboxList() {
     10_000,
     [running.map((s) => s.id).join(',')],
   );
-  const shown = (list.data ?? []).filter((s) => !text || s.id.includes(text) || s.image.includes(text) || Object.entries(s.labels).some(([k, v]) => `${k}=${v}`.includes(text)));
+  const shown = (list.data ?? []).filter(
+    (s) => !text || s.id.includes(text) || s.image.includes(text) || Object.entries(s.labels).some(([k, v]) => `${k}=${v}`.includes(text)),
+  );
   // The time from the answer to the rendered table, measured (not asserted) by the browser test.
   useLayoutEffect(() => {
     if (started.current === 0 || !list.data) return;
@@ -78,7 +84,9 @@ export function SandboxList() {
       <ErrorBox error={list.error} />
       {list.data === undefined && !list.error ? <p class="muted">Loading…</p> : null}
       {list.data !== undefined && shown.length === 0 ? (
-        <p class="empty">{list.data.length === 0 ? 'No sandboxes yet. Create one above, or with the SDK or `warren create`.' : 'No sandbox matches these filters.'}</p>
+        <p class="empty">
+          {list.data.length === 0 ? 'No sandboxes yet. Create one above, or with the SDK or `warren create`.' : 'No sandbox matches these filters.'}
+        </p>
       ) : null}
       {shown.length > 0 ? (
         <div class="table-wrap">

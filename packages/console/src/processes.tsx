@@ -23,7 +23,11 @@ export function ProcessesPanel({ wire }: { wire: Wire }) {
     const decoder = new TextDecoder();
     let text = '';
     try {
-      await wire.call('process.attach', { handle, follow: false }, { onEvent: (_e, _d, payload) => (text += payload ? decoder.decode(payload, { stream: true }) : '') });
+      await wire.call(
+        'process.attach',
+        { handle, follow: false },
+        { onEvent: (_e, _d, payload) => (text += payload ? decoder.decode(payload, { stream: true }) : '') },
+      );
       setOutput({ handle, text });
     } catch (err) {
       setError(err);

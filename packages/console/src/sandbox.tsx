@@ -86,9 +86,15 @@ export function SandboxPage({ id }: { id: string }) {
         {tab === 'Audit' ? (
           <AuditPanel id={id} />
         ) : s.state !== 'running' ? (
-          <p class="empty">The sandbox is {s.state}; {s.state === 'paused' ? 'resume it to use its terminal, files and processes.' : 'it has no daemon to talk to.'}</p>
+          <p class="empty">
+            The sandbox is {s.state}; {s.state === 'paused' ? 'resume it to use its terminal, files and processes.' : 'it has no daemon to talk to.'}
+          </p>
         ) : !wire ? (
-          wireError ? <ErrorBox error={wireError} /> : <p class="muted">Connecting…</p>
+          wireError ? (
+            <ErrorBox error={wireError} />
+          ) : (
+            <p class="muted">Connecting…</p>
+          )
         ) : tab === 'Terminal' ? (
           <TerminalPanel wire={wire} />
         ) : tab === 'Files' ? (
@@ -130,7 +136,11 @@ function Actions({ sandbox: s, onChange }: { sandbox: SandboxInfo; onChange: () 
         <button
           type="button"
           disabled={!!busy}
-          onClick={() => void act('extend', () => request('POST', `${base}/timeout`, { ttlSeconds: Math.max(60, Math.round((Date.parse(s.expiresAt) - Date.now()) / 1000)) + 3600 }))}
+          onClick={() =>
+            void act('extend', () =>
+              request('POST', `${base}/timeout`, { ttlSeconds: Math.max(60, Math.round((Date.parse(s.expiresAt) - Date.now()) / 1000)) + 3600 }),
+            )
+          }
         >
           Extend 1 h
         </button>

@@ -33,8 +33,7 @@ export function TerminalPanel({ wire }: { wire: Wire }) {
               handle = (data as { handle: string }).handle;
               if (early) void send(early);
               early = '';
-            }
-            else if (event === 'output' && payload) term.write(payload);
+            } else if (event === 'output' && payload) term.write(payload);
           },
         },
       )

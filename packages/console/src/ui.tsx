@@ -8,7 +8,7 @@ export function ErrorBox({ error }: { error: unknown }) {
   return (
     <div class="error" role="alert">
       {e.code ? <strong>{e.code}: </strong> : null}
-      {e.message ?? String(error)}
+      {e.message ?? (typeof error === 'string' ? error : JSON.stringify(error))}
       {e.suggestion ? <div class="muted">{e.suggestion}</div> : null}
     </div>
   );

@@ -224,7 +224,12 @@ const ConsolePath = z
 const Console = z.strictObject({
   enabled: z.boolean().optional(),
   path: ConsolePath.optional(),
-  sessionTtlSeconds: z.number().int().min(60).max(30 * 24 * 3600).optional(),
+  sessionTtlSeconds: z
+    .number()
+    .int()
+    .min(60)
+    .max(30 * 24 * 3600)
+    .optional(),
   historyIntervalSeconds: z.number().int().min(1).max(3600).optional(),
 });
 

@@ -55,7 +55,9 @@ export function createHttpServer(deps: HttpServerDeps) {
     perMessageDeflate: false,
     handleProtocols: (offered) => (offered.has(CONSOLE_PROTOCOL) ? CONSOLE_PROTOCOL : false),
   });
-  const sessions = deps.config.console.enabled ? new ConsoleSessions({ credentials: deps.credentials, ttlSeconds: deps.config.console.sessionTtlSeconds }) : undefined;
+  const sessions = deps.config.console.enabled
+    ? new ConsoleSessions({ credentials: deps.credentials, ttlSeconds: deps.config.console.sessionTtlSeconds })
+    : undefined;
   const auth: Authenticator = { credentials: deps.credentials, sessions };
   // The console's controller page: an hour of the metrics, sampled in memory while the server runs.
   const intervalMs = deps.config.console.historyIntervalSeconds * 1000;

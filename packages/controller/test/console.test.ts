@@ -41,14 +41,15 @@ describe('console sessions', () => {
     const good = { cookie: session.cookie, 'x-warren-csrf': session.csrf };
     expect((await list(good)).status).toBe(200);
     expect((await list({ ...good, origin: server.url, 'sec-fetch-site': 'same-origin' })).status).toBe(200);
-    for (const bad of [
+    const attempts: Record<string, string>[] = [
       { cookie: session.cookie },
       { cookie: session.cookie, 'x-warren-csrf': 'A'.repeat(43) },
       { ...good, origin: 'http://evil.example' },
       { ...good, origin: 'null' },
       { ...good, 'sec-fetch-site': 'cross-site' },
       { ...good, 'sec-fetch-site': 'same-site' },
-    ]) {
+    ];
+    for (const bad of attempts) {
       const res = await list(bad);
       expect([res.status, ((await res.json()) as { error: { code: string } }).error.code]).toEqual([403, 'FORBIDDEN']);
     }

@@ -98,7 +98,8 @@ export class ConsoleServer {
     const rest = url.pathname.slice(this.base.length);
     if (rest === '') return void res.writeHead(308, { location: `${this.base}/` }).end();
     if (rest.startsWith('/api/')) return this.api(rest.slice('/api/'.length), req, res);
-    if (req.method !== 'GET' && req.method !== 'HEAD') throw new CodedError('METHOD_NOT_ALLOWED', `${req.method} is not supported on ${url.pathname}; use GET.`);
+    if (req.method !== 'GET' && req.method !== 'HEAD')
+      throw new CodedError('METHOD_NOT_ALLOWED', `${req.method} is not supported on ${url.pathname}; use GET.`);
     if (rest === '/' || rest === '/index.html') return this.index(req, res);
     const file = this.files.get(rest);
     if (!file) throw new CodedError('NOT_FOUND', `No console file ${url.pathname}.`);
@@ -130,7 +131,10 @@ export class ConsoleServer {
     if (name === 'login') {
       // Login CSRF: a cross-site page may not log the browser in to a session of its choosing.
       const site = req.headers['sec-fetch-site'];
-      if ((site !== undefined && site !== 'same-origin') || (req.headers.origin !== undefined && new URL(req.headers.origin, 'http://x').host !== req.headers.host))
+      if (
+        (site !== undefined && site !== 'same-origin') ||
+        (req.headers.origin !== undefined && new URL(req.headers.origin, 'http://x').host !== req.headers.host)
+      )
         throw new CodedError('FORBIDDEN', 'Console logins are accepted only from the console page itself (same origin).');
       const body = (await this.deps.readJson(req)) as { apiKey?: unknown } | null;
       const session = this.deps.sessions.login(body?.apiKey);

@@ -92,7 +92,12 @@ export class ConsoleSessions {
     if (origin !== undefined && !sameOrigin(origin, req.headers.host)) throw crossSite(`Origin '${origin}'`);
     const site = req.headers['sec-fetch-site'];
     if (site !== undefined && site !== 'same-origin') throw crossSite(`Sec-Fetch-Site '${String(site)}'`);
-    const presented = kind === 'rest' ? headerValue(req, CSRF_HEADER) : offeredProtocols(req).find((p) => p.startsWith(CSRF_PROTOCOL_PREFIX))?.slice(CSRF_PROTOCOL_PREFIX.length);
+    const presented =
+      kind === 'rest'
+        ? headerValue(req, CSRF_HEADER)
+        : offeredProtocols(req)
+            .find((p) => p.startsWith(CSRF_PROTOCOL_PREFIX))
+            ?.slice(CSRF_PROTOCOL_PREFIX.length);
     if (presented === undefined || !tokenMatches(presented, session.csrf)) throw crossSite('a request without the session CSRF token');
     return { kind: 'operator' };
   }

@@ -1,4 +1,4 @@
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
@@ -139,6 +139,15 @@ describe('web console in Chromium', () => {
       expect(await sandbox.files.read('hello.py')).toBe('changed by the agent\n');
       await page.getByRole('button', { name: 'Cancel' }).click();
 
+      // Upload a file into the folder shown, then download it again.
+      await page.getByRole('button', { name: '← Files' }).click();
+      await page.getByLabel('Upload').setInputFiles({ name: 'notes.txt', mimeType: 'text/plain', buffer: Buffer.from('uploaded from the browser\n') });
+      await page.locator('[data-entry="notes.txt"]').waitFor();
+      expect(await sandbox.files.read('notes.txt')).toBe('uploaded from the browser\n');
+      const [download] = await Promise.all([page.waitForEvent('download'), page.getByRole('button', { name: 'Download notes.txt' }).click()]);
+      expect(download.suggestedFilename()).toBe('notes.txt');
+      expect((await readFile((await download.path())!)).toString()).toBe('uploaded from the browser\n');
+
       await page.getByRole('tab', { name: 'Audit' }).click();
       await page.getByLabel('Filter').fill('fs.write');
       await page.locator('.audit-table tbody tr', { hasText: 'hello.py' }).first().waitFor();
@@ -157,7 +166,17 @@ describe('web console in Chromium', () => {
     }
   });
 
-  it('derives a token, keeps the sandbox alive and extends it', async () => {
+  it('pauses and resumes the sandbox, derives a token, keeps it alive and extends it', async () => {
+    await page.getByRole('button', { name: 'Pause' }).click();
+    await page.locator('.toolbar .state-paused').waitFor();
+    await page.getByText('resume it to use its terminal').waitFor();
+    await page.getByRole('button', { name: 'Resume' }).click();
+    await page.locator('.toolbar .state-running').waitFor();
+    await page.locator('.xterm-rows').waitFor();
+    await Promise.all([
+      page.waitForResponse((r) => r.url().endsWith('/keepalive') && r.status() === 200),
+      page.getByRole('button', { name: 'Keep alive' }).click(),
+    ]);
     const before = (await warren.controller.sandboxes.get(sandboxId)).expiresAt;
     await Promise.all([
       page.waitForResponse((r) => r.url().endsWith('/timeout') && r.status() === 200),

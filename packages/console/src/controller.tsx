@@ -1,15 +1,6 @@
+import type { HistorySample as Sample } from '../../controller/src/console/history.js';
 import { consoleApi, request } from './api.js';
 import { ErrorBox, usePoll } from './ui.js';
-
-interface Sample {
-  at: number;
-  sandboxes: number;
-  connections: number;
-  callsPerSecond: number;
-  errorsPerSecond: number;
-  cpuPercent: number;
-  rssMb: number;
-}
 
 interface Summary {
   provider: string;

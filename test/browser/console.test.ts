@@ -172,6 +172,8 @@ describe('web console in Chromium', () => {
     await page.getByText('resume it to use its terminal').waitFor();
     await page.getByRole('button', { name: 'Resume' }).click();
     await page.locator('.toolbar .state-running').waitFor();
+    // The page connects again after the resume: the terminal comes back.
+    await page.getByRole('tab', { name: 'Terminal' }).click();
     await page.locator('.xterm-rows').waitFor();
     await Promise.all([
       page.waitForResponse((r) => r.url().endsWith('/keepalive') && r.status() === 200),

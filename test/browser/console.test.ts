@@ -115,6 +115,12 @@ describe('web console in Chromium', () => {
     await page.locator('.term-host').click();
     await page.keyboard.type('printf \'print("hi")\\n\' > hello.py; echo $((6*7))-done\n');
     await page.locator('.xterm-rows', { hasText: '42-done' }).waitFor();
+    // Keyboard only: Esc twice leaves the terminal, and Tab then moves through the page.
+    await page.keyboard.press('Escape');
+    await page.keyboard.press('Escape');
+    expect(await page.evaluate('document.activeElement.id')).toBe('tab-Terminal');
+    await page.keyboard.press('Tab');
+    expect(await page.evaluate('document.activeElement.id')).toBe('tab-Files');
     await page.screenshot({ path: path.join(SHOTS, 'console-terminal.png') });
   });
 

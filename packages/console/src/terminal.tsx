@@ -48,6 +48,18 @@ export function TerminalPanel({ wire }: { wire: Wire }) {
     const resize = term.onResize(({ cols, rows }) => {
       if (handle) wire.call('pty.resize', { handle, cols, rows }).catch(() => undefined);
     });
+    // The shell takes every key, Tab included; Escape twice in a row hands the keyboard back to the page.
+    let lastEscape = 0;
+    term.attachCustomKeyEventHandler((event) => {
+      if (event.type !== 'keydown' || event.key !== 'Escape') return true;
+      if (event.timeStamp - lastEscape < 600) {
+        term.blur();
+        document.getElementById('tab-Terminal')?.focus();
+        return false;
+      }
+      lastEscape = event.timeStamp;
+      return true;
+    });
     const observer = new ResizeObserver(() => fit.fit());
     observer.observe(host.current!);
     term.focus();
@@ -62,6 +74,7 @@ export function TerminalPanel({ wire }: { wire: Wire }) {
   return (
     <div>
       <div class="term-host" ref={host} aria-label="Terminal" />
+      <p class="muted hint">The terminal takes every key; press Esc twice to move the keyboard back to the page.</p>
       {ended ? <p class="muted">{ended}</p> : null}
       <ErrorBox error={error} />
     </div>

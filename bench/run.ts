@@ -10,6 +10,7 @@ import { Sandbox } from '@warren/sdk';
 import { Sandbox as E2bSandbox } from 'e2b';
 import { WebSocket, WebSocketServer } from 'ws';
 import { egressLatency } from './egress.js';
+import { liveRows } from './live.js';
 import { RawDocker } from './raw-docker.js';
 import { summarize, timeIt, type Summary } from './stats.js';
 
@@ -90,6 +91,9 @@ async function main(): Promise<void> {
 
     progress('upload and download 100 MiB, streamed');
     rows.push(...(await streamedTransfers(sandbox, raw, rawContainer, hundredMiB)));
+
+    progress('live: a watch event after a write, a GET through a port URL');
+    rows.push(...(await liveRows(sandbox, flags.image, n(200))));
   } finally {
     await sandbox.kill().catch(() => undefined);
     await raw.remove(rawContainer);

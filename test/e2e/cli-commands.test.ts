@@ -238,3 +238,57 @@ describe('warren logs', () => {
     expect(table.stdout.split('\n')[0]).toMatch(/^SEQ\s+TIME\s+METHOD\s+OUTCOME\s+MS\s+BYTES IN\/OUT\s+WHAT$/);
   });
 });
+
+describe('warren watch / top', () => {
+  it('prints changes as they happen, with names chosen by sandbox code shown as escapes, never as terminal control', async () => {
+    const { spawn } = await import('node:child_process');
+    const { WARREN_BIN } = await import('../support/cli.js');
+    await sandbox.files.mkdir('cli-watched');
+    const child = spawn(process.execPath, [WARREN_BIN, 'watch', sandbox.id, 'cli-watched'], { env: { ...process.env, NODE_OPTIONS: '', ...env } });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    const armed = new Promise<void>((resolve) =>
+      child.stderr.on('data', (c: Buffer) => {
+        err += c.toString();
+        if (err.includes('watching')) resolve();
+      }),
+    );
+    await armed;
+    // A file name that would clear the screen and retitle the terminal if printed as is.
+    await sandbox.commands.run(`printf x > "cli-watched/plain.txt"; printf y > "cli-watched/$(printf 'evil\\033]0;owned\\007\\033[2J')"`);
+    const deadline = Date.now() + 10_000;
+    while (!(out.includes('plain.txt') && out.includes('evil')) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    child.kill('SIGINT');
+    await new Promise((resolve) => child.on('close', resolve));
+    expect(out).toMatch(/^create\s+cli-watched\/plain\.txt$/m);
+    expect(out).toContain('cli-watched/evil\\x1b]0;owned\\x07\\x1b[2J');
+    expect(out).not.toContain('\x1b');
+    expect(out).not.toContain('\x07');
+
+    // The audit log's table shows the same name escaped too.
+    await sandbox.files.read(`cli-watched/evil\x1b]0;owned\x07\x1b[2J`).catch(() => undefined);
+    const logs = await runCli(['logs', sandbox.id], { env });
+    expect(logs.stdout).toContain('evil\\x1b]0;owned');
+    expect(logs.stdout).not.toContain('\x1b');
+  });
+
+  it('shows every sandbox with its CPU, memory, processes and disk, busiest first', async () => {
+    const busy = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, labels: { suite: 'cli-top' } });
+    try {
+      await busy.commands.start('while :; do :; done');
+      await runCli(['top', '--once'], { env }); // the first sample of each: the CPU share needs two
+      await new Promise((r) => setTimeout(r, 500));
+      const top = await runCli(['top', '--once'], { env });
+      expect(top.code).toBe(0);
+      const [header, ...rows] = top.stdout.trimEnd().split('\n');
+      expect(header).toMatch(/^ID\s+STATE\s+CPU\s+MEMORY\s+PIDS\s+DISK\s+IMAGE$/);
+      expect(rows[0]).toMatch(new RegExp(`^${busy.id}\\s+running\\s+\\d+\\.\\d%\\s+\\S+ \\S+ / \\S+ \\S+\\s+\\d+\\s`));
+      expect(rows.some((r) => r.startsWith(sandbox.id))).toBe(true);
+      const json = JSON.parse((await runCli(['top', '--json'], { env })).stdout) as { id: string; metrics: { pids: number } | null }[];
+      expect(json.find((s) => s.id === busy.id)?.metrics?.pids).toBeGreaterThanOrEqual(2);
+    } finally {
+      await busy.kill();
+    }
+  });
+});

@@ -1,3 +1,4 @@
+import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { CommandExitError, Sandbox } from 'e2b';
 import { startTestController, type TestController } from '../support/fixtures.js';
@@ -48,6 +49,67 @@ describe('the e2b SDK on real sandboxes', () => {
       expect(out).toContain('pty-42');
     } finally {
       await sandbox.kill();
+    }
+  });
+
+  it('serves signed file URLs (downloadUrl, uploadUrl) for exactly their path, operation, sandbox and lifetime', async () => {
+    const sandbox = await Sandbox.create(opts);
+    const other = await Sandbox.create(opts);
+    // What a browser does with the link: the sandbox's host name (lower case), no token header.
+    const send = (link: string, host: string, init: { method?: string; body?: Buffer; type?: string } = {}) =>
+      new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const target = new URL(link);
+        const headers: Record<string, string> = { host, ...(init.type ? { 'content-type': init.type } : {}) };
+        if (init.body) headers['content-length'] = String(init.body.length);
+        const req = http.request(
+          {
+            host: new URL(warren.url).hostname,
+            port: new URL(warren.url).port,
+            path: `${target.pathname}${target.search}`,
+            method: init.method ?? 'GET',
+            headers,
+          },
+          (res) => {
+            let body = '';
+            res.on('data', (c: Buffer) => (body += c.toString()));
+            res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+          },
+        );
+        req.on('error', reject);
+        req.end(init.body);
+      });
+    const host = `49983-${sandbox.sandboxId.toLowerCase()}.e2b.test`;
+    try {
+      await sandbox.files.write('shared.txt', 'signed bytes');
+      const link = await sandbox.downloadUrl('shared.txt');
+      expect(new URL(link).searchParams.get('signature')).toMatch(/^v1_/);
+      expect(await send(link, host)).toEqual({ status: 200, body: 'signed bytes' });
+
+      // The same signature on another path, another sandbox, or altered: refused.
+      const otherPath = new URL(link);
+      otherPath.searchParams.set('path', '/etc/passwd');
+      expect((await send(otherPath.toString(), host)).status).toBe(401);
+      expect((await send(link, `49983-${other.sandboxId.toLowerCase()}.e2b.test`)).status).toBe(401);
+      const altered = new URL(link);
+      altered.searchParams.set('signature', `${altered.searchParams.get('signature')!.slice(0, -2)}AA`);
+      expect((await send(altered.toString(), host)).status).toBe(401);
+      // Expired links are refused; live ones with an expiry work.
+      expect((await send(await sandbox.downloadUrl('shared.txt', { useSignatureExpiration: -5 }), host)).status).toBe(401);
+      expect((await send(await sandbox.downloadUrl('shared.txt', { useSignatureExpiration: 60 }), host)).status).toBe(200);
+      // A read signature does not write.
+      expect((await send(link, host, { method: 'POST', body: Buffer.from('x'), type: 'application/octet-stream' })).status).toBe(401);
+
+      const upload = await sandbox.uploadUrl('uploaded.txt');
+      expect((await send(upload, host, { method: 'POST', body: Buffer.from('via a signed link'), type: 'application/octet-stream' })).status).toBe(200);
+      expect(await sandbox.files.read('uploaded.txt')).toBe('via a signed link');
+      // A signed upload writes its own path only, never what a multipart file name says.
+      const form =
+        '--b\r\ncontent-disposition: form-data; name="file"; filename="/home/user/elsewhere.txt"\r\n\r\nx\r\n--b\r\ncontent-disposition: form-data; name="file"; filename="/home/user/second.txt"\r\n\r\ny\r\n--b--\r\n';
+      expect((await send(upload, host, { method: 'POST', body: Buffer.from(form), type: 'multipart/form-data; boundary=b' })).status).toBe(400);
+      expect(await sandbox.files.exists('second.txt')).toBe(false);
+    } finally {
+      await sandbox.kill();
+      await other.kill();
     }
   });
 });

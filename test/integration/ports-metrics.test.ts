@@ -196,9 +196,16 @@ describe('ports served through the controller, over in-process daemons', () => {
     expect(first.cpuSeconds).toBeGreaterThan(0);
     const second = await sandbox.metrics();
     expect(second.cpuPercent).toBeGreaterThanOrEqual(0);
-    // The E2B gateway's getMetrics answers the same sample in E2B's shape.
+    // The E2B gateway's getMetrics answers the samples so far (these two and its own) in E2B's shape, narrowed by start/end.
     const e2b = await fetch(`${warren.url}/e2b/sandboxes/${sandbox.id}/metrics`, { headers: { 'x-api-key': warren.apiKey } });
     expect(e2b.status).toBe(200);
-    expect(await e2b.json()).toEqual([expect.objectContaining({ cpuCount: expect.any(Number), memUsed: expect.any(Number), cpuUsedPct: expect.any(Number) })]);
+    const samples = (await e2b.json()) as { timestampUnix: number }[];
+    expect(samples.length).toBeGreaterThanOrEqual(3); // and any the background sampler took
+    expect(samples[0]).toEqual(
+      expect.objectContaining({ cpuCount: expect.any(Number), memUsed: expect.any(Number), cpuUsedPct: expect.any(Number), diskUsed: 0 }),
+    );
+    const future = Math.floor(Date.now() / 1000) + 3600;
+    const none = await fetch(`${warren.url}/e2b/sandboxes/${sandbox.id}/metrics?start=${future}`, { headers: { 'x-api-key': warren.apiKey } });
+    expect(await none.json()).toEqual([]);
   });
 });

@@ -36,7 +36,8 @@ export function formatError(err: unknown): string {
  * @example
  * table(['ID', 'STATE'], [['abc', 'running']]); // 'ID   STATE\nabc  running\n'
  */
-export function table(headers: string[], rows: string[][]): string {
+export function table(headers: string[], rowsIn: string[][]): string {
+  const rows = rowsIn.map((row) => row.map(printable));
   const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
   const line = (cells: string[]) =>
     cells
@@ -49,7 +50,27 @@ export function table(headers: string[], rows: string[][]): string {
 /** Key/value lines, keys padded to the widest: the human form of one record. */
 export function keyValues(pairs: [string, string][]): string {
   const width = Math.max(...pairs.map(([k]) => k.length));
-  return pairs.map(([k, v]) => `${`${k}:`.padEnd(width + 2)}${v}`).join('\n') + '\n';
+  return pairs.map(([k, v]) => `${`${k}:`.padEnd(width + 2)}${printable(v)}`).join('\n') + '\n';
+}
+
+/** Control characters, and the Unicode marks that reorder what a terminal shows (bidi overrides). */
+// eslint-disable-next-line no-control-regex -- matching control characters is the point
+const UNPRINTABLE = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/gu;
+
+/**
+ * Text that sandbox code may have chosen (file names, labels, audit entries), made safe to print
+ * on a terminal: every control character, escape sequences included, and every bidi override is
+ * shown as a `\xNN` or `\uNNNN` escape instead of being acted on. `table` and `keyValues` apply it
+ * to every cell.
+ *
+ * @example
+ * printable('a\x1b[2Jb'); // 'a\\x1b[2Jb'
+ */
+export function printable(text: string): string {
+  return text.replace(UNPRINTABLE, (c) => {
+    const code = c.codePointAt(0)!;
+    return code < 0x100 ? `\\x${code.toString(16).padStart(2, '0')}` : `\\u${code.toString(16).padStart(4, '0')}`;
+  });
 }
 
 /** Writes a value as indented JSON with a final newline. */

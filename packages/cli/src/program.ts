@@ -8,6 +8,7 @@ import { mcpCommand, TOOLSET_NAMES } from './mcp.js';
 import { runCodeCommand, type RunCodeOptions } from './run-code.js';
 import { shellCommand, type ShellOptions } from './shell.js';
 import { CLI_VERSION } from './version.js';
+import { topCommand, watchCommand } from './live-commands.js';
 import { egressLogsCommand, networkShowCommand, networkUpdateCommand } from './network-commands.js';
 import { createCommand, doctorCommand, infoCommand, listCommand, logsCommand, removeCommand } from './sandbox-commands.js';
 
@@ -250,6 +251,23 @@ export function buildProgram(): Command {
     .action((id: string, options: { since?: number; limit?: number; egress?: boolean; follow?: boolean }, command: Command) =>
       options.egress ? egressLogsCommand(id, options, command) : logsCommand(id, options, command),
     );
+
+  withController(program.command('watch'))
+    .description('Print each change under a folder of a sandbox as it happens (create, write, remove, rename; overflow means rescan).')
+    .argument('<id>', 'the sandbox id')
+    .argument('[path]', 'the folder to watch (default: the workspace)', '.')
+    .option('--no-recursive', 'only the folder itself, not the folders below it')
+    .option('--json', 'print one JSON object per event')
+    .addHelpText('after', examples(['warren watch $ID', 'warren watch $ID src --json']))
+    .action(watchCommand);
+
+  withController(program.command('top'))
+    .description('A live table of every sandbox: CPU share, memory, processes and workspace disk, busiest first.')
+    .option('--interval <seconds>', 'seconds between refreshes (default 2)', parsePositiveInt, 2)
+    .option('--once', 'print one table and exit (also when the output is not a terminal)')
+    .option('--json', 'print every sandbox with its sample as JSON, once')
+    .addHelpText('after', examples(['warren top', 'warren top --once', 'warren top --json']))
+    .action(topCommand);
 
   const network = program.command('network').description("A sandbox's egress policy through Warren's gateway (docs/network.md).");
   withController(network.command('show'))

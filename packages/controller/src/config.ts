@@ -9,6 +9,7 @@ import type { EgressOperatorConfig } from './egress/decide.js';
 import { DEFAULT_E2B_TEMPLATES, E2bTemplates } from './e2b/templates.js';
 import { parseAllowList } from './image-ref.js';
 import { LOG_LEVELS, REDACTED, type LogLevel } from './logger.js';
+import { DEFAULT_USAGE, type UsageSettings } from './usage-history.js';
 
 /** Everything the controller can be told; {@link loadConfig} fills it from a file, the environment and overrides. */
 export interface ControllerConfig {
@@ -79,6 +80,13 @@ export interface ControllerConfig {
   maxPortConnectionsPerSandbox: number;
   /** How long an app behind a port URL may take to send its response headers. */
   portResponseTimeoutMs: number;
+  /**
+   * A wildcard domain whose names point at this controller (`*.sbx.example.com`): signed port URLs
+   * then name `<port>-<id>.<portDomain>`, one browser origin per port (docs/ports.md).
+   */
+  portDomain?: string | undefined;
+  /** The scheme of those URLs: `https` when a TLS terminator fronts the domain (default), `http` otherwise. */
+  portDomainScheme: 'http' | 'https';
   /** Extra `Origin` values allowed on WebSocket upgrades (non-browser clients send none). */
   allowedOrigins: string[];
   /** Extra `Host` values allowed on WebSocket upgrades, besides loopback and the bound address. */
@@ -99,6 +107,8 @@ export interface ControllerConfig {
   kubernetes: KubernetesSettings;
   /** The web console the controller serves (docs/console.md). */
   console: ConsoleSettings;
+  /** Per-sandbox metrics: the background sampler, the short history, Prometheus series per sandbox (docs/controller.md). */
+  usage: UsageSettings;
 }
 
 /** The web console's settings (docs/console.md). */
@@ -267,6 +277,15 @@ export const ConfigFile = z.strictObject({
   heartbeatMs: z.number().int().min(100).optional(),
   maxPortConnectionsPerSandbox: z.number().int().min(1).max(10_000).optional(),
   portResponseTimeoutMs: z.number().int().min(100).optional(),
+  portDomain: z
+    .string()
+    .max(200)
+    .regex(
+      /^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*(:\d{1,5})?$/,
+      "a lower-case DNS name with an optional port, e.g. 'sbx.example.com'",
+    )
+    .optional(),
+  portDomainScheme: z.enum(['http', 'https']).optional(),
   allowedOrigins: z.array(z.string()).optional(),
   allowedHosts: z.array(z.string()).optional(),
   images: Images.optional(),
@@ -312,6 +331,14 @@ export const ConfigFile = z.strictObject({
   engine: Engine.optional(),
   console: Console.optional(),
   provider: z.enum(['docker', 'kubernetes']).optional(),
+  usage: z
+    .strictObject({
+      sampleSeconds: z.number().int().min(0).max(3600).optional(),
+      historySamples: z.number().int().min(1).max(1000).optional(),
+      perSandboxSeries: z.enum(['auto', 'on', 'off']).optional(),
+      perSandboxSeriesMax: z.number().int().min(1).max(10_000).optional(),
+    })
+    .optional(),
   kubernetes: z
     .strictObject({
       namespace: z
@@ -381,11 +408,13 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   heartbeatMs: 30_000,
   maxPortConnectionsPerSandbox: 64,
   portResponseTimeoutMs: 60_000,
+  portDomainScheme: 'https',
   allowedOrigins: [],
   allowedHosts: [],
   images: { allowedRegistries: ['docker.io'], pull: 'missing', maxPullMb: 4096, maxBuildContextMb: 256, buildNetwork: 'none', timeoutMs: 15 * 60_000 },
   logLevel: 'info',
   egress: DEFAULT_EGRESS,
+  usage: DEFAULT_USAGE,
   e2bTemplates: DEFAULT_E2B_TEMPLATES,
   engine: { allowUnenforcedLimits: false },
   provider: 'docker',
@@ -446,6 +475,7 @@ export function loadConfig(
     limits,
     maxLimits,
     egress: { ...DEFAULT_EGRESS, ...stripUndefined(file.egress ?? {}) },
+    usage: { ...DEFAULT_USAGE, ...stripUndefined(file.usage ?? {}) },
     images,
     engine,
     kubernetes: { ...DEFAULTS.kubernetes, ...stripUndefined(file.kubernetes ?? {}), ...stripUndefined(fromEnv.kubernetes ?? {}) },
@@ -524,6 +554,8 @@ const ENV_SETTINGS: [variable: string, path: string, kind: 'string' | 'number' |
   ['WARREN_HEARTBEAT_MS', 'heartbeatMs', 'number'],
   ['WARREN_MAX_PORT_CONNECTIONS_PER_SANDBOX', 'maxPortConnectionsPerSandbox', 'number'],
   ['WARREN_PORT_RESPONSE_TIMEOUT_MS', 'portResponseTimeoutMs', 'number'],
+  ['WARREN_PORT_DOMAIN', 'portDomain', 'string'],
+  ['WARREN_PORT_DOMAIN_SCHEME', 'portDomainScheme', 'string'],
   ['WARREN_ALLOWED_ORIGINS', 'allowedOrigins', 'list,'],
   ['WARREN_ALLOWED_HOSTS', 'allowedHosts', 'list,'],
   ['WARREN_ALLOWED_REGISTRIES', 'images.allowedRegistries', 'list,'],

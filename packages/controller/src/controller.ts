@@ -192,12 +192,30 @@ export async function startController(options: StartControllerOptions = {}): Pro
       .catch((err: unknown) => logger.error({ error: String(err) }, 'reaper.failed'));
   }, config.reapIntervalMs);
   reaper.unref();
+  // Per-sandbox metrics: a background sample of every running sandbox (the short history and the
+  // Prometheus series), and the series only while their label cardinality stays bounded.
+  const { usage } = config;
+  metrics.sandboxSamples = () =>
+    usage.perSandboxSeries === 'on' || (usage.perSandboxSeries === 'auto' && sandboxes.list().length <= usage.perSandboxSeriesMax)
+      ? sandboxes.usageHistory.latest()
+      : [];
+  let sampling = false;
+  const sampler =
+    usage.sampleSeconds > 0
+      ? setInterval(() => {
+          if (sampling) return; // a slow engine: skip a round rather than pile them up
+          sampling = true;
+          void sandboxes.sampleUsage().finally(() => (sampling = false));
+        }, usage.sampleSeconds * 1000)
+      : undefined;
+  sampler?.unref();
 
   let closed = false;
   const close = async () => {
     if (closed) return;
     closed = true;
     clearInterval(reaper);
+    clearInterval(sampler);
     engine.close();
     await pool?.close();
     if (config.killOnShutdown) for (const record of sandboxes.list()) await sandboxes.kill(record.id).catch(() => undefined);

@@ -869,8 +869,7 @@ export class DockerProvider implements SandboxProvider {
       .catch((e: unknown) => rethrow(e, `copy files into container ${handle}`));
   }
 
-  /** The last lines the container wrote, for error messages when its daemon does not come up. */
-  async stats(handle: string): Promise<SandboxStats | undefined> {
+  async stats(handle: string, agentId: string): Promise<SandboxStats | undefined> {
     let raw: DockerStats;
     try {
       // one-shot: the engine answers at once instead of waiting a second for a second sample.
@@ -879,9 +878,13 @@ export class DockerProvider implements SandboxProvider {
       if ((err as { statusCode?: number }).statusCode === 404) return undefined;
       return rethrow(err, `read the stats of container ${handle}`);
     }
-    return statsFromEngine(raw);
+    const stats = statsFromEngine(raw);
+    // statfs of the workspace's mount point on the host: the kernel's count, nothing read from inside.
+    const disk = stats && (await this.workspaces?.usage(agentId).catch(() => undefined));
+    return stats && disk ? { ...stats, disk } : stats;
   }
 
+  /** The last lines the container wrote, for error messages when its daemon does not come up. */
   async logsTail(handle: string, lines = 20): Promise<string> {
     try {
       const raw = await this.docker.getContainer(handle).logs({ stdout: true, stderr: true, tail: lines });

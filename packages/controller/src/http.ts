@@ -89,7 +89,7 @@ export function createHttpServer(deps: HttpServerDeps) {
     res.setHeader(REQUEST_ID_HEADER, entry.requestId);
     res.once('close', () => logRequest(deps.logger, req, entry, res.statusCode, res.writableFinished));
     // E2B's host names (`<port>-<id>.<domain>`): envd becomes the gateway's path, any other port Warren's port URL.
-    const byHost = e2bHostTarget(req.headers.host, (id) => deps.sandboxes.has(id));
+    const byHost = e2bHostTarget(req.headers.host, (id) => deps.sandboxes.idIgnoringCase(id));
     if (byHost) routeByHost(req, byHost);
     // A sandbox's port (ports/proxy.ts): the app's own answer, not a JSON route.
     if (isPortPath(req.url ?? '/')) {
@@ -116,7 +116,7 @@ export function createHttpServer(deps: HttpServerDeps) {
     socket.on('error', () => socket.destroy());
     const entry: AccessEntry = { requestId: requestIdOf(req), startedAt: performance.now() };
     upgradeIds.set(req, entry.requestId);
-    const byHost = e2bHostTarget(req.headers.host, (id) => deps.sandboxes.has(id));
+    const byHost = e2bHostTarget(req.headers.host, (id) => deps.sandboxes.idIgnoringCase(id));
     if (byHost) routeByHost(req, byHost);
     if (isPortPath(req.url ?? '/')) {
       ports.upgrade(req, socket, head, byHost && '/').catch((err: unknown) => rejectUpgrade(deps, req, socket, err, entry));
@@ -159,8 +159,11 @@ export function createHttpServer(deps: HttpServerDeps) {
 function routeByHost(req: IncomingMessage, target: { id: string; port: number }): void {
   const url = req.url?.startsWith('/') ? req.url : '/';
   // A proxy in front that already adds the gateway's prefix (the older advice in docs/e2b.md) keeps working.
-  if (target.port === ENVD_PORT) req.url = isE2bPath(new URL(url, 'http://controller').pathname) ? url : `${E2B_PREFIX}${url}`;
-  else req.url = `/v1/sandboxes/${target.id}/ports/${target.port}${url}`;
+  if (target.port === ENVD_PORT) {
+    req.url = isE2bPath(new URL(url, 'http://controller').pathname) ? url : `${E2B_PREFIX}${url}`;
+    // The sandbox's own id: a browser sends the host name in lower case, the id has both cases.
+    req.headers['e2b-sandbox-id'] ??= target.id;
+  } else req.url = `/v1/sandboxes/${target.id}/ports/${target.port}${url}`;
 }
 
 /** What the access log line of one request or upgrade says, filled in as the request is served. */

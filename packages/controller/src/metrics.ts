@@ -1,4 +1,5 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { SandboxMetrics } from '@warren/protocol';
 
 /**
  * The controller's Prometheus metrics, in a registry of their own (no process-global state, so
@@ -82,5 +83,32 @@ export class Metrics {
       labelNames: ['direction'],
       registers,
     });
+    // Per-sandbox series, from the newest sample of each sandbox (usage-history.ts); the controller
+    // sets `sandboxSamples` to nothing when there are too many sandboxes for bounded cardinality.
+    const perSandbox = (name: string, help: string, value: (sample: SandboxMetrics) => number | undefined) =>
+      new Gauge({
+        name,
+        help,
+        labelNames: ['sandbox'],
+        registers,
+        collect: () => {
+          const gauge = this.registry.getSingleMetric(name) as Gauge<'sandbox'>;
+          gauge.reset();
+          for (const sample of this.sandboxSamples()) {
+            const v = value(sample);
+            if (v !== undefined) gauge.set({ sandbox: sample.sandboxId }, v);
+          }
+        },
+      });
+    perSandbox('warren_sandbox_cpu_seconds', "CPU time a sandbox has used since it started, at the controller's last sample.", (s) => s.cpuSeconds);
+    perSandbox('warren_sandbox_memory_bytes', "Memory a sandbox uses (without droppable page cache), at the controller's last sample.", (s) => s.memoryBytes);
+    perSandbox('warren_sandbox_pids', "Processes in a sandbox, at the controller's last sample.", (s) => s.pids);
+    perSandbox('warren_sandbox_disk_used_bytes', "Bytes used on a sandbox's workspace disk, at the controller's last sample.", (s) => s.disk?.usedBytes);
   }
+
+  /**
+   * The samples the `warren_sandbox_*` series show, one per sandbox; empty unless the controller
+   * turns the series on (`usage.perSandboxSeries`).
+   */
+  sandboxSamples: () => SandboxMetrics[] = () => [];
 }

@@ -76,8 +76,11 @@ export interface SandboxProvider {
   copyIn(handle: string, tar: Buffer, path: string): Promise<void>;
   /** The last lines the sandbox's daemon wrote, for error messages when it does not come up. */
   logsTail(handle: string): Promise<string>;
-  /** What the sandbox uses now, as the backend measures it (cgroup counters), or undefined when it is not running. */
-  stats(handle: string): Promise<SandboxStats | undefined>;
+  /**
+   * What the sandbox uses now, as the backend measures it (cgroup counters, and the workspace disk
+   * where the provider keeps one per sandbox), or undefined when it is not running.
+   */
+  stats(handle: string, agentId: string): Promise<SandboxStats | undefined>;
 }
 
 /** One sample of a sandbox's use, as a provider reads it from its engine (never from inside the sandbox). */
@@ -89,6 +92,8 @@ export interface SandboxStats {
   pids: number;
   pidsLimit?: number | undefined;
   network?: { rxBytes: number; txBytes: number } | undefined;
+  /** The workspace disk's use and size, where the sandbox has a disk of its own (a quota). */
+  disk?: { usedBytes: number; limitBytes: number } | undefined;
 }
 
 /** What a provider runs: provider-neutral, so it carries no engine's types. */

@@ -13,6 +13,7 @@ export interface StoredRecord {
   labels?: Record<string, string>;
   policy?: unknown;
   ttlSeconds?: number;
+  publicPorts?: number[];
 }
 
 /**

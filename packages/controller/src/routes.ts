@@ -18,7 +18,9 @@ import {
   UpdateNetworkRequest,
   NetworkPolicyResponse,
   EgressLogResponse,
-  SandboxMetrics,
+  SandboxMetricsWithHistory,
+  PublicPortRequest,
+  PublicPortsResponse,
   PortUrlRequest,
   PortUrlResponse,
   issueText,
@@ -342,8 +344,21 @@ export const ROUTES: readonly Route[] = [
     operationId: 'sandboxMetrics',
     summary: 'What the sandbox uses now (CPU, memory, pids, network), as the engine measures it.',
     access: 'info',
-    responses: { 200: { description: 'One sample.', schema: SandboxMetrics } },
-    handle: async ({ deps, res, id }) => sendJson(res, 200, await deps.sandboxes.usage(id)),
+    query: [
+      {
+        name: 'history',
+        description: "`true` adds the controller's last samples of this sandbox (`history`, oldest first; see usage.sampleSeconds).",
+        schema: z.enum(['true', 'false']).optional(),
+      },
+    ],
+    responses: { 200: { description: 'One sample, with the short history when asked.', schema: SandboxMetricsWithHistory } },
+    handle: async ({ deps, res, id, query }) => {
+      const history = query.get('history');
+      if (history !== null && history !== 'true' && history !== 'false')
+        throw new CodedError('INVALID_PARAMS', `?history= must be true or false, got '${history.slice(0, 20)}'.`);
+      const sample = await deps.sandboxes.usage(id);
+      sendJson(res, 200, history === 'true' ? { ...sample, history: deps.sandboxes.usageHistory.list(id) } : sample);
+    },
   },
   {
     method: 'POST',
@@ -359,10 +374,27 @@ export const ROUTES: readonly Route[] = [
       if (!body.success) throw new CodedError('INVALID_PARAMS', `Invalid port URL request: ${body.error.issues.map(issueText).join('; ')}`);
       const expiresAt = Date.now() + (body.data.ttlSeconds ?? 3600) * 1000;
       const sig = deps.credentials.portSignature(id, body.data.port, expiresAt);
+      const query = `?${PORT_SIGNATURE_PARAM}=${sig}&${PORT_EXPIRY_PARAM}=${expiresAt}`;
+      const { portDomain, portDomainScheme } = deps.config;
       sendJson(res, 201, {
-        path: `/v1/sandboxes/${id}/ports/${body.data.port}/?${PORT_SIGNATURE_PARAM}=${sig}&${PORT_EXPIRY_PARAM}=${expiresAt}`,
+        path: `/v1/sandboxes/${id}/ports/${body.data.port}/${query}`,
+        ...(portDomain ? { url: `${portDomainScheme}://${body.data.port}-${id}.${portDomain}/${query}` } : {}),
         expiresAt: new Date(expiresAt).toISOString(),
       });
+    },
+  },
+  {
+    method: 'POST',
+    path: '/v1/sandboxes/{id}/public-ports',
+    operationId: 'setPortPublic',
+    summary: "Open one of the sandbox's ports to anyone without a credential (public: true), or close it again.",
+    access: 'lifecycle',
+    body: PublicPortRequest,
+    responses: { 200: { description: "The sandbox's public ports after the change.", schema: PublicPortsResponse } },
+    handle: async ({ deps, req, res, id }) => {
+      const body = PublicPortRequest.safeParse(await readJson(req));
+      if (!body.success) throw new CodedError('INVALID_PARAMS', `Invalid public port request: ${body.error.issues.map(issueText).join('; ')}`);
+      sendJson(res, 200, { publicPorts: await deps.sandboxes.setPortPublic(id, body.data.port, body.data.public) });
     },
   },
   {

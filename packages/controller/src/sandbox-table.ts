@@ -23,6 +23,8 @@ export interface SandboxRecord {
   /** Last state seen: set by this controller's own actions and refreshed by the reaper. */
   state: SandboxState;
   pooled: boolean;
+  /** Ports its owner opened to anyone without a credential (docs/ports.md#public-ports). */
+  publicPorts?: number[];
 }
 
 /** Filters of {@link SandboxTable.find}. */

@@ -13,6 +13,7 @@ import type { Metrics } from './metrics.js';
 import type { DaemonEndpoint, SandboxProvider } from './provider.js';
 import { Slots, type WaitLimits } from './limiter.js';
 import { Reaper } from './reaper.js';
+import { UsageHistory } from './usage-history.js';
 import { RecordStore, type StoredRecord } from './record-store.js';
 import { isBelow, planSandbox, type SandboxPlan } from './sandbox-plan.js';
 import { describe, recordFromLabels, SandboxTable, toState, type ListFilter, type SandboxRecord } from './sandbox-table.js';
@@ -47,6 +48,9 @@ export interface SandboxServiceOptions {
   egress?: SandboxEgress | undefined;
 }
 
+/** The most ports one sandbox may have open to anyone at once. */
+const MAX_PUBLIC_PORTS = 16;
+
 /**
  * The sandbox service: creates, finds, pauses, kills sandboxes, written once against
  * {@link SandboxProvider}. It composes one part per job: the {@link SandboxTable} of records, the
@@ -77,8 +81,8 @@ export class SandboxService {
   readonly egress: SandboxEgress | undefined;
   /** Creates under way or waiting for a slot (they count towards maxSandboxes). */
   private creating = 0;
-  /** The last CPU sample taken per sandbox, for the CPU share between two samples. */
-  private readonly lastSamples = new Map<string, { at: number; cpuSeconds: number }>();
+  /** The last samples of each sandbox's use (the CPU share between two samples, the short history). */
+  readonly usageHistory: UsageHistory;
   /** At most `maxConcurrentCreates` cold creates at once; more wait in a bounded queue. */
   private readonly createSlots: Slots;
   private readonly createQueueLimits: WaitLimits;
@@ -96,6 +100,7 @@ export class SandboxService {
     this.egress = options.egress;
     this.images = options.images ?? new ImageService({ provider: this.provider, settings: options.config.images });
     this.store = new RecordStore(options.config.stateDir);
+    this.usageHistory = new UsageHistory(options.config.usage.historySamples);
     this.createSlots = new Slots(options.config.maxConcurrentCreates);
     const { maxQueuedCreates, createQueueTimeoutMs } = options.config;
     this.createQueueLimits = {
@@ -180,6 +185,7 @@ export class SandboxService {
         if (claim.policy !== undefined) record.policy = claim.policy;
         if (claim.ttlSeconds !== undefined) record.settings = { ...record.settings, ttlSeconds: claim.ttlSeconds };
         record.pooled = sandbox.labels[LABELS.pool] === '1';
+        if (Array.isArray(claim.publicPorts)) record.publicPorts = claim.publicPorts.filter((p) => Number.isInteger(p) && p >= 1 && p <= 65535);
       }
       this.table.set(record);
     }
@@ -202,6 +208,7 @@ export class SandboxService {
       data.ttlSeconds = record.settings.ttlSeconds;
       if (record.policy !== undefined) data.policy = record.policy;
     }
+    if (record.publicPorts?.length) data.publicPorts = record.publicPorts;
     await this.store.write(data);
   }
 
@@ -436,23 +443,47 @@ export class SandboxService {
   }
 
   /**
-   * One sample of what a sandbox uses, from the backend (cgroup counters the engine reads), with
-   * its CPU share since the previous sample taken here. SANDBOX_NOT_READY when it is not running.
+   * One sample of what a sandbox uses, from the backend (cgroup counters the engine reads, the
+   * workspace disk), with its CPU share since the previous sample taken here, kept in the sandbox's
+   * short history. SANDBOX_NOT_READY when it is not running.
    */
   async usage(id: string): Promise<SandboxMetrics> {
     const record = this.table.require(id);
-    const stats = await this.provider.stats(record.containerId);
+    const stats = await this.provider.stats(record.containerId, record.agentId);
     if (!stats)
       throw new CodedError('SANDBOX_NOT_READY', `Sandbox '${id}' is not running, so it uses nothing to measure; resume or restart it first.`, {
         sandboxId: id,
       });
-    const now = performance.now();
-    const previous = this.lastSamples.get(id);
-    this.lastSamples.set(id, { at: now, cpuSeconds: stats.cpuSeconds });
-    if (this.lastSamples.size > 10_000) this.lastSamples.delete(this.lastSamples.keys().next().value!);
-    const elapsed = previous ? (now - previous.at) / 1000 : 0;
-    const cpuPercent = previous && elapsed > 0 ? Math.max(0, ((stats.cpuSeconds - previous.cpuSeconds) / elapsed) * 100) : undefined;
-    return { sandboxId: id, time: new Date().toISOString(), ...stats, ...(cpuPercent === undefined ? {} : { cpuPercent: Math.round(cpuPercent * 10) / 10 }) };
+    return this.usageHistory.add({ sandboxId: id, time: new Date().toISOString(), ...stats });
+  }
+
+  /**
+   * Samples every running sandbox, a few at a time (the background sampler of `usage.sampleSeconds`);
+   * a sandbox that stops or goes away meanwhile is skipped.
+   */
+  async sampleUsage(concurrency = 4): Promise<void> {
+    for (const sample of this.usageHistory.latest()) if (!this.table.has(sample.sandboxId)) this.usageHistory.forget(sample.sandboxId);
+    const running = this.table.list().filter((record) => record.state === 'running' && !record.pooled);
+    const next = async (): Promise<void> => {
+      for (let record = running.shift(); record; record = running.shift()) await this.usage(record.id).catch(() => undefined);
+    };
+    await Promise.all(Array.from({ length: concurrency }, next));
+  }
+
+  /**
+   * Opens one port of a sandbox to anyone without a credential, or closes it again; stored with
+   * the sandbox's record, so it survives a controller restart. At most 16 ports are public at once.
+   */
+  async setPortPublic(id: string, port: number, open: boolean): Promise<number[]> {
+    const record = this.table.require(id);
+    const ports = new Set(record.publicPorts ?? []);
+    if (open) ports.add(port);
+    else ports.delete(port);
+    if (ports.size > MAX_PUBLIC_PORTS)
+      throw new CodedError('RESOURCE_EXHAUSTED', `Sandbox '${id}' already has ${MAX_PUBLIC_PORTS} public ports; make one private first.`);
+    record.publicPorts = [...ports].sort((a, b) => a - b);
+    await this.storeRecord(record);
+    return record.publicPorts;
   }
 
   /** The record of a sandbox, or SANDBOX_NOT_FOUND. */
@@ -480,6 +511,17 @@ export class SandboxService {
 
   has(id: string): boolean {
     return this.table.has(id);
+  }
+
+  /**
+   * The id of the sandbox whose id equals `id` but for case (a host name's label arrives in lower
+   * case), or undefined when none or more than one does.
+   */
+  idIgnoringCase(id: string): string | undefined {
+    if (this.table.has(id)) return id;
+    const lower = id.toLowerCase();
+    const matches = this.table.list().filter((record) => record.id.toLowerCase() === lower);
+    return matches.length === 1 ? matches[0]!.id : undefined;
   }
 
   /** Moves a sandbox's expiry to `ttlSeconds` from now (shorter or longer), within the maximum. */
@@ -537,6 +579,7 @@ export class SandboxService {
       await this.store.remove(id);
       this.table.delete(id);
       this.supervisor.forget(id);
+      this.usageHistory.forget(id);
     });
   }
 

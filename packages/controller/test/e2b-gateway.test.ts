@@ -102,10 +102,12 @@ describe('the E2B gateway, pure parts', () => {
 });
 
 describe('routing by E2B host name', () => {
-  const exists = (id: string) => id === 'abc123';
+  const exists = (id: string) => (id.toLowerCase() === 'abc123' ? 'aBc123' : undefined);
   it('names a port of a sandbox on this controller, and nothing else', () => {
-    expect(e2bHostTarget('3000-abc123.sandbox.example.com', exists)).toEqual({ id: 'abc123', port: 3000 });
-    expect(e2bHostTarget('49983-abc123.example:443', exists)).toEqual({ id: 'abc123', port: 49983 });
+    expect(e2bHostTarget('3000-abc123.sandbox.example.com', exists)).toEqual({ id: 'aBc123', port: 3000 });
+    expect(e2bHostTarget('49983-abc123.example:443', exists)).toEqual({ id: 'aBc123', port: 49983 });
+    // A browser sends the name in lower case: it still names the sandbox, by its own id.
+    expect(e2bHostTarget('3000-ABC123.Sandbox.Example.com', exists)).toEqual({ id: 'aBc123', port: 3000 });
     // Unknown sandboxes, bad ports and names that only look alike reach Warren's own API.
     expect(e2bHostTarget('3000-other1.sandbox.example.com', exists)).toBeUndefined();
     expect(e2bHostTarget('0-abc123.example', exists)).toBeUndefined();

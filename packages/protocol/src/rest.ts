@@ -223,8 +223,13 @@ export const SandboxMetrics = z.looseObject({
   pidsLimit: z.number().int().nonnegative().optional(),
   /** Bytes received and sent, summed over the sandbox's network interfaces (absent with `network: none`). */
   network: z.strictObject({ rxBytes: z.number().int().nonnegative(), txBytes: z.number().int().nonnegative() }).optional(),
+  /** The workspace disk's use and size, where the sandbox has a disk of its own (a disk quota). */
+  disk: z.strictObject({ usedBytes: z.number().int().nonnegative(), limitBytes: z.number().int().nonnegative() }).optional(),
 });
-export type SandboxMetrics = z.infer<typeof SandboxMetrics>;
+export type SandboxMetrics = z.infer<typeof SandboxMetrics> & { history?: SandboxMetrics[] };
+
+/** `GET /v1/sandboxes/:id/metrics?history=true`: the sample taken now and the controller's short history of samples, oldest first, ending with it. */
+export const SandboxMetricsWithHistory = SandboxMetrics.extend({ history: z.array(SandboxMetrics).optional() });
 
 /** `POST /v1/sandboxes/:id/port-urls`: a signed, expiring URL for a browser to reach one port. */
 export const PortUrlRequest = z.strictObject({
@@ -241,9 +246,24 @@ export type PortUrlRequest = z.input<typeof PortUrlRequest>;
 export const PortUrlResponse = z.strictObject({
   /** The URL path and query (join it to the controller's address): `/v1/sandboxes/<id>/ports/<port>/?warren_sig=...&warren_exp=...`. */
   path: z.string(),
+  /**
+   * The whole URL on the port's own origin, `<scheme>://<port>-<id>.<portDomain>/?warren_sig=...`,
+   * when the operator configured a wildcard `portDomain`; prefer it to `path` (one origin per port).
+   */
+  url: z.string().optional(),
   expiresAt: z.string(),
 });
 export type PortUrlResponse = z.infer<typeof PortUrlResponse>;
+
+/** `POST /v1/sandboxes/:id/public-ports`: open one port to anyone without a credential, or close it again. */
+export const PublicPortRequest = z.strictObject({
+  port: z.number().int().min(1).max(65535),
+  public: z.boolean(),
+});
+export type PublicPortRequest = z.infer<typeof PublicPortRequest>;
+/** The sandbox's public ports after the change. */
+export const PublicPortsResponse = z.strictObject({ publicPorts: z.array(z.number().int().min(1).max(65535)) });
+export type PublicPortsResponse = z.infer<typeof PublicPortsResponse>;
 
 /** `POST /v1/images/pull`: fetch an image onto the engine ahead of a create, with progress. */
 export const PullImageRequest = z.strictObject({

@@ -1401,7 +1401,17 @@ class PortUrlRequest(_Tolerant):
 
 class PortUrlResponse(_Tolerant):
     path: StrictStr = Field(...)
+    url: Optional[StrictStr] = Field(None)
     expires_at: StrictStr = Field(..., alias='expiresAt')
+
+
+class PublicPortRequest(_Tolerant):
+    port: _C20 = Field(...)
+    public: StrictBool = Field(...)
+
+
+class PublicPortsResponse(_Tolerant):
+    public_ports: List[_C20] = Field(..., alias='publicPorts')
 
 
 class PullImageRequest(_Strict):
@@ -1429,12 +1439,17 @@ class SandboxInfo(_Tolerant):
     settings: CreateSandboxResponseSettings = Field(...)
 
 
-class SandboxMetricsNetwork(_Tolerant):
+class SandboxMetricsWithHistoryNetwork(_Tolerant):
     rx_bytes: _C1 = Field(..., alias='rxBytes')
     tx_bytes: _C1 = Field(..., alias='txBytes')
 
 
-class SandboxMetrics(_Tolerant):
+class SandboxMetricsWithHistoryDisk(_Tolerant):
+    used_bytes: _C1 = Field(..., alias='usedBytes')
+    limit_bytes: _C1 = Field(..., alias='limitBytes')
+
+
+class SandboxMetricsWithHistoryHistoryItem(_Tolerant):
     sandbox_id: StrictStr = Field(..., alias='sandboxId')
     time: StrictStr = Field(...)
     cpu_seconds: Union[_C3, _C4] = Field(..., alias='cpuSeconds')
@@ -1444,7 +1459,23 @@ class SandboxMetrics(_Tolerant):
     memory_peak_bytes: Optional[_C1] = Field(None, alias='memoryPeakBytes')
     pids: _C1 = Field(...)
     pids_limit: Optional[_C1] = Field(None, alias='pidsLimit')
-    network: Optional[SandboxMetricsNetwork] = Field(None)
+    network: Optional[SandboxMetricsWithHistoryNetwork] = Field(None)
+    disk: Optional[SandboxMetricsWithHistoryDisk] = Field(None)
+
+
+class SandboxMetricsWithHistory(_Tolerant):
+    sandbox_id: StrictStr = Field(..., alias='sandboxId')
+    time: StrictStr = Field(...)
+    cpu_seconds: Union[_C3, _C4] = Field(..., alias='cpuSeconds')
+    cpu_percent: Optional[Union[_C3, _C4]] = Field(None, alias='cpuPercent')
+    memory_bytes: _C1 = Field(..., alias='memoryBytes')
+    memory_limit_bytes: Optional[_C1] = Field(None, alias='memoryLimitBytes')
+    memory_peak_bytes: Optional[_C1] = Field(None, alias='memoryPeakBytes')
+    pids: _C1 = Field(...)
+    pids_limit: Optional[_C1] = Field(None, alias='pidsLimit')
+    network: Optional[SandboxMetricsWithHistoryNetwork] = Field(None)
+    disk: Optional[SandboxMetricsWithHistoryDisk] = Field(None)
+    history: Optional[List[SandboxMetricsWithHistoryHistoryItem]] = Field(None)
 
 
 SandboxState = Literal['running', 'paused', 'exited', 'gone']

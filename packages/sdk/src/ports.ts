@@ -68,15 +68,30 @@ export class Ports {
   /**
    * A signed URL that opens `port` in a browser until it expires (default an hour): scoped to
    * this sandbox and port. The first request sets a cookie for the port's path, so the page's own
-   * links and scripts work too. Anyone with the URL can reach the port until then.
+   * links and scripts work too. Anyone with the URL can reach the port until then. Where the
+   * operator configured a wildcard `portDomain`, the URL is on the port's own origin
+   * (`https://3000-<id>.<domain>/...`).
    *
    * @example
    * const url = await sandbox.ports.url(3000, { ttlSeconds: 600 }); // http://controller/v1/sandboxes/<id>/ports/3000/?warren_sig=...
    */
   async url(port: number, options: { ttlSeconds?: number; signal?: AbortSignal } = {}): Promise<string> {
     const body = options.ttlSeconds === undefined ? { port } : { port, ttlSeconds: options.ttlSeconds };
-    const { path } = await this.rest.portUrl(this.id, body, options.signal);
-    return new URL(path, this.rest.baseUrl).toString();
+    const { path, url } = await this.rest.portUrl(this.id, body, options.signal);
+    return url ?? new URL(path, this.rest.baseUrl).toString();
+  }
+
+  /**
+   * Opens `port` to anyone who has its address, with no credential (`true`), or closes it again
+   * (`false`); answers the sandbox's public ports. Needs the API key or the sandbox token (a
+   * derived token cannot publish a port). A public port stays public until closed or the sandbox
+   * is gone, across controller restarts.
+   *
+   * @example
+   * await sandbox.ports.setPublic(3000, true); // sandbox.ports.baseUrl(3000) now works from any browser
+   */
+  async setPublic(port: number, isPublic: boolean, options: { signal?: AbortSignal } = {}): Promise<number[]> {
+    return (await this.rest.setPortPublic(this.id, { port, public: isPublic }, options.signal)).publicPorts;
   }
 
   /**

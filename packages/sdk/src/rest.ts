@@ -11,6 +11,9 @@ import {
   EgressLogResponse,
   type EgressPolicy,
   SandboxMetrics,
+  SandboxMetricsWithHistory,
+  PublicPortsResponse,
+  type PublicPortRequest,
   tolerant,
   type PortUrlRequest,
   type CreateSandboxRequest,
@@ -121,12 +124,17 @@ export class RestClient {
     return EgressLogResponse.parse(await this.request('GET', `${REST_PATHS.action(id, 'egress')}${suffix}`, undefined, signal));
   }
 
-  async metrics(id: string, signal?: AbortSignal): Promise<SandboxMetrics> {
-    return tolerant(SandboxMetrics).parse(await this.request('GET', `/v1/sandboxes/${encodeURIComponent(id)}/metrics`, undefined, signal));
+  async metrics(id: string, history: boolean, signal?: AbortSignal): Promise<SandboxMetrics> {
+    const path = `/v1/sandboxes/${encodeURIComponent(id)}/metrics${history ? '?history=true' : ''}`;
+    return tolerant(SandboxMetricsWithHistory).parse(await this.request('GET', path, undefined, signal));
   }
 
   async portUrl(id: string, body: PortUrlRequest, signal?: AbortSignal): Promise<PortUrlResponse> {
     return tolerant(PortUrlResponse).parse(await this.request('POST', `/v1/sandboxes/${encodeURIComponent(id)}/port-urls`, body, signal));
+  }
+
+  async setPortPublic(id: string, body: PublicPortRequest, signal?: AbortSignal): Promise<PublicPortsResponse> {
+    return tolerant(PublicPortsResponse).parse(await this.request('POST', `/v1/sandboxes/${encodeURIComponent(id)}/public-ports`, body, signal));
   }
 
   async derive(id: string, body: DeriveTokenRequest, signal?: AbortSignal): Promise<DeriveTokenResponse> {

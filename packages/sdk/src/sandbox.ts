@@ -189,14 +189,17 @@ export class Sandbox implements AsyncDisposable {
   }
 
   /**
-   * What the sandbox uses now (CPU, memory, pids, network), as the engine measures it from the
-   * sandbox's cgroup; `cpuPercent` is the share since the controller's previous sample.
+   * What the sandbox uses now (CPU, memory, pids, network, the workspace disk), as the engine
+   * measures it from the sandbox's cgroup; `cpuPercent` is the share since the controller's
+   * previous sample. With `history: true`, `history` holds the controller's last samples too
+   * (it samples every running sandbox every `usage.sampleSeconds`, 15 by default), oldest first.
    *
    * @example
    * const { cpuPercent, memoryBytes, pids } = await sandbox.metrics();
+   * const { history } = await sandbox.metrics({ history: true }); // for a chart
    */
-  metrics(options: { signal?: AbortSignal } = {}): Promise<SandboxMetrics> {
-    return this.rest.metrics(this.id, options.signal);
+  metrics(options: { history?: boolean; signal?: AbortSignal } = {}): Promise<SandboxMetrics> {
+    return this.rest.metrics(this.id, options.history ?? false, options.signal);
   }
 
   /** The sandbox's state as the controller sees it. */

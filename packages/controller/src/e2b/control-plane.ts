@@ -189,24 +189,38 @@ async function keepalive({ deps, res, id }: PlaneContext): Promise<void> {
 }
 
 /**
- * E2B's metrics: one `SandboxMetric`, now, from Warren's engine sample (E2B keeps a history; Warren
- * answers the latest only). The disk fields are 0: Warren does not measure the workspace yet.
+ * E2B's metrics: Warren's short history of engine samples of this sandbox (the controller samples
+ * every `usage.sampleSeconds`), ending with one taken now, as `SandboxMetric`s; `start` / `end`
+ * (Unix seconds) narrow it as on E2B. Disk fields come from the workspace disk where the sandbox
+ * has one of its own, else 0.
  */
-async function metrics({ deps, res, id }: PlaneContext): Promise<void> {
-  const sample = await deps.sandboxes.usage(id);
+async function metrics({ deps, res, id, query }: PlaneContext): Promise<void> {
+  await deps.sandboxes.usage(id);
   const { cpus } = deps.sandboxes.record(id).settings;
-  json(res, 200, [
-    {
-      timestamp: sample.time,
-      timestampUnix: Math.floor(Date.parse(sample.time) / 1000),
-      cpuCount: Math.max(1, Math.ceil(cpus)),
-      cpuUsedPct: sample.cpuPercent ?? 0,
-      memUsed: sample.memoryBytes,
-      memTotal: sample.memoryLimitBytes ?? 0,
-      diskUsed: 0,
-      diskTotal: 0,
-    },
-  ]);
+  const bound = (name: string) => {
+    const text = query.get(name);
+    const value = text === null ? NaN : Number(text);
+    return Number.isFinite(value) ? value * 1000 : undefined;
+  };
+  const start = bound('start') ?? -Infinity;
+  const end = bound('end') ?? Infinity;
+  json(
+    res,
+    200,
+    deps.sandboxes.usageHistory
+      .list(id)
+      .filter((sample) => Date.parse(sample.time) >= start && Date.parse(sample.time) <= end)
+      .map((sample) => ({
+        timestamp: sample.time,
+        timestampUnix: Math.floor(Date.parse(sample.time) / 1000),
+        cpuCount: Math.max(1, Math.ceil(cpus)),
+        cpuUsedPct: sample.cpuPercent ?? 0,
+        memUsed: sample.memoryBytes,
+        memTotal: sample.memoryLimitBytes ?? 0,
+        diskUsed: sample.disk?.usedBytes ?? 0,
+        diskTotal: sample.disk?.limitBytes ?? 0,
+      })),
+  );
 }
 
 /** Connect (and the older resume): resumes a paused sandbox (201), or extends a running one's end, never shortening it (200). */

@@ -5,7 +5,7 @@ import type { HttpServerDeps } from '../http.js';
 import { json } from './control-plane.js';
 import type { DaemonSession } from './daemon-session.js';
 import { E2bHttpError } from './errors.js';
-import { envdScope, resolvePath, sandboxIdOf } from './envd-scope.js';
+import { envdScope, resolvePath, sandboxIdOf, signedFileScope } from './envd-scope.js';
 import type { SessionPool } from './session-pool.js';
 
 /** The largest upload body (all files of one request together); larger ones get 413. */
@@ -36,14 +36,12 @@ export async function serveFiles(
   uploads: { inFlight: number },
   pool: SessionPool,
 ): Promise<void> {
-  if (query.has('signature'))
-    throw new E2bHttpError(
-      401,
-      'Signed file URLs (downloadUrl/uploadUrl) are not supported by Warren; use files.read and files.write, which send the access token.',
-    );
-  const scope = envdScope(deps, (name) => header(req, name), query.get('username') ?? undefined);
   const method = req.method ?? 'GET';
   if (method !== 'GET' && method !== 'POST') throw new E2bHttpError(405, `${method} is not supported on /files; use GET or POST.`);
+  // A signed URL (downloadUrl/uploadUrl) carries its credential in the query, for exactly one path.
+  const signed = query.has('signature');
+  const read = (name: string) => header(req, name);
+  const scope = signed ? signedFileScope(deps, read, query, method === 'GET' ? 'read' : 'write') : envdScope(deps, read, query.get('username') ?? undefined);
   await pool.run(scope, async (session) => {
     if (method === 'GET') {
       const path = query.get('path');
@@ -61,6 +59,8 @@ export async function serveFiles(
     } finally {
       uploads.inFlight--;
     }
+    if (signed && (files.length !== 1 || !query.get('path')))
+      throw new E2bHttpError(400, 'A signed upload URL writes one file, at its ?path=: send exactly one file.');
     const written = [];
     for (const file of files) {
       const path = resolvePath(scope, file.path);

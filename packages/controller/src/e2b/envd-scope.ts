@@ -1,3 +1,4 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
 import { posix } from 'node:path';
 import { CodedError } from '@warren/protocol';
 import { callerFor, grantFor, refusalFor, type Caller } from '../grants.js';
@@ -55,6 +56,34 @@ function checkUser(user: string | undefined): void {
     'FORBIDDEN',
     `Warren runs every command and file call as the sandbox's own non-root user; user '${user}' (and sudo) is not available. Leave out the user option.`,
   );
+}
+
+/**
+ * Authenticates a signed `/files` URL (the SDK's `downloadUrl` / `uploadUrl`) instead of a token
+ * header: E2B's v1 signature, `v1_` + base64 SHA-256 of `path:operation:user:accessToken[:expiry]`,
+ * which the SDK makes with `envdAccessToken` (Warren's sandbox token). Checked in constant time
+ * against this sandbox's token, for exactly this path and operation, and refused once
+ * `signature_expiration` (Unix seconds) has passed. It acts as the sandbox token would.
+ */
+export function signedFileScope(deps: HttpServerDeps, header: HeaderReader, query: URLSearchParams, operation: 'read' | 'write'): EnvdScope {
+  const sandboxId = sandboxIdOf(header);
+  if (sandboxId === undefined)
+    throw new CodedError(
+      'INVALID_PARAMS',
+      "Which sandbox? A signed file URL is served on the sandbox's host name (49983-<id>.<domain>) or with E2b-Sandbox-Id.",
+    );
+  const record = deps.sandboxes.record(sandboxId);
+  const user = query.get('username') ?? '';
+  const expiry = query.get('signature_expiration');
+  if (expiry !== null && !(/^\d{1,12}$/.test(expiry) && Number(expiry) * 1000 > Date.now()))
+    throw new CodedError('UNAUTHORIZED', 'This signed file URL has expired (signature_expiration); ask the SDK for a new one.');
+  const signed = `${query.get('path') ?? ''}:${operation}:${user}:${deps.credentials.sandboxToken(sandboxId)}${expiry === null ? '' : `:${expiry}`}`;
+  const expected = Buffer.from(`v1_${createHash('sha256').update(signed).digest('base64').replace(/=+$/, '')}`);
+  const presented = Buffer.from(query.get('signature') ?? '');
+  if (presented.length !== expected.length || !timingSafeEqual(presented, expected))
+    throw new CodedError('UNAUTHORIZED', `The signature does not match this sandbox, path and operation (${operation}).`);
+  checkUser(user || undefined);
+  return { deps, sandboxId, caller: { kind: 'sandbox', sandboxId }, home: homeOf(deps, record.labels) };
 }
 
 /** Opens a daemon session for the scope's caller with its grant (the relay's rules). */

@@ -39,14 +39,16 @@ export const ENVD_PORT = 49983;
  * What a request's host name `<port>-<sandbox id>.<domain>` names, the scheme by which E2B's SDKs
  * reach a sandbox (`sandbox.getHost(port)`, and envd without `E2B_SANDBOX_URL`), when a wildcard
  * DNS name points at this controller: envd (port {@link ENVD_PORT}) or another port of a sandbox
- * that exists here. Undefined for every other host, so Warren's own routes are unchanged.
+ * that exists here (also Warren's own per-port origins, `portDomain`). Host names are
+ * case-insensitive and browsers send them in lower case, so `resolve` maps the name's id to the
+ * sandbox's own (mixed-case) id. Undefined for every other host, so Warren's own routes are unchanged.
  */
-export function e2bHostTarget(host: string | undefined, exists: (id: string) => boolean): { id: string; port: number } | undefined {
+export function e2bHostTarget(host: string | undefined, resolve: (id: string) => string | undefined): { id: string; port: number } | undefined {
   const match = /^(\d{1,5})-([A-Za-z0-9]{1,64})\.[A-Za-z0-9.-]+(?::\d{1,5})?$/.exec(host ?? '');
   if (!match) return undefined;
   const port = Number(match[1]);
-  const id = match[2] as string;
-  return port >= 1 && port <= 65535 && exists(id) ? { id, port } : undefined;
+  const id = port >= 1 && port <= 65535 ? resolve(match[2] as string) : undefined;
+  return id === undefined ? undefined : { id, port };
 }
 
 /** Whether a request path belongs to the E2B gateway. */

@@ -215,6 +215,8 @@ export class PortProxy {
     const cookie = cookieValue(req.headers.cookie, COOKIE);
     const [sig, exp] = cookie?.split('.') ?? [];
     if (signed(sig, exp) !== undefined) return { caller: { kind: 'sandbox', sandboxId: id } };
+    // A port its owner made public: anyone reaches that port (and only that port) with no credential.
+    if (this.deps.sandboxes.record(id).publicPorts?.includes(port)) return { caller: { kind: 'sandbox', sandboxId: id } };
     throw new CodedError(
       'UNAUTHORIZED',
       `A port URL needs a credential: Authorization: Bearer <API key or sandbox token>, or a signed URL from POST /v1/sandboxes/${id}/port-urls.`,

@@ -45,6 +45,14 @@ const config: Config = {
       setupFilesAfterEnv: ['<rootDir>/test/support/timeouts.ts'],
       slowTestThreshold: 30,
     },
+    // The web console in Debian's Chromium (playwright-core) against a real controller on the real Docker engine.
+    {
+      ...shared,
+      displayName: 'browser',
+      testMatch: ['<rootDir>/test/browser/**/*.test.ts'],
+      setupFilesAfterEnv: ['<rootDir>/test/support/timeouts.ts'],
+      slowTestThreshold: 60,
+    },
     // A real two-node Kubernetes cluster (scripts/lib/k8s-cluster.sh up): the Kubernetes provider.
     {
       ...shared,

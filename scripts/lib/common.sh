@@ -276,6 +276,15 @@ ensure_registry() {
   ensure_commands docker-registry
 }
 
+# Debian's Chromium for the browser tier (test/browser), driven by playwright-core: no browser
+# download of its own, which this machine's closed network would refuse.
+ensure_chromium() {
+  [[ -x /usr/bin/chromium ]] && return 0
+  step "Installing Chromium (apt-get install chromium)"
+  apt_install chromium
+  step_done
+}
+
 ensure_debootstrap() {
   command -v debootstrap >/dev/null 2>&1 && return 0
   step "Installing debootstrap (apt-get install debootstrap)"
@@ -285,7 +294,7 @@ ensure_debootstrap() {
 
 # Type-checks every package and test (tsc -b) and bundles the agent daemon for the runtime volume.
 build_workspace() {
-  step "Type-checking and building (tsc -b, agent bundle)"
+  step "Type-checking and building (tsc -b, agent bundle, web console)"
   # tsc -b never deletes: output whose source was renamed or removed would linger (and be packed).
   local dir out rel
   for dir in "$repo_root"/packages/*; do
@@ -296,9 +305,10 @@ build_workspace() {
       rel=${rel%.d.ts}
       rel=${rel%.js}
       [[ -f $dir/src/$rel.ts ]] || rm -f "$out"
-    done < <(find "$dir/dist" \( -name '*.js' -o -name '*.d.ts' -o -name '*.map' \) -not -path "$dir/dist/agent/*" -not -name 'warren-agent.*' -not -name '*.tsbuildinfo')
+    done < <(find "$dir/dist" \( -name '*.js' -o -name '*.d.ts' -o -name '*.map' \) -not -path "$dir/dist/agent/*" -not -path "$dir/dist/ui/*" -not -name 'warren-agent.*' -not -name '*.tsbuildinfo')
   done
-  (cd "$repo_root" && pnpm exec tsc -b && pnpm --silent --filter @warren/agent bundle) || die "the build failed (see the errors above)"
+  # The root's `pnpm build`: tsc -b, the agent bundle, and the web console (Vite, into the controller's dist/ui).
+  (cd "$repo_root" && pnpm --silent build) || die "the build failed (see the errors above)"
   step_done
 }
 

@@ -24,6 +24,8 @@ async function startApp(): Promise<{ port: number; server: Server; seen: { url: 
       return;
     }
     if (req.url === '/never') return; // answers never
+    // An app that tries to widen its service worker's scope to the whole origin (the console's pages).
+    if (req.url === '/sw.js') return void res.writeHead(200, { 'content-type': 'text/javascript', 'service-worker-allowed': '/' }).end('// sw');
     let body = '';
     req.on('data', (c: Buffer) => (body += c.toString()));
     req.on('end', () => res.writeHead(200, { 'content-type': 'text/plain' }).end(`${req.method} ${req.url} ${body}`));
@@ -66,10 +68,14 @@ describe('ports served through the controller, over in-process daemons', () => {
     const base = sandbox.ports.baseUrl(app.port);
     const auth = { authorization: `Bearer ${sandbox.token}` };
 
-    const posted = await fetch(`${base}echo?x=1`, { method: 'POST', headers: { ...auth, cookie: 'app=1' }, body: 'hello' });
+    // The console's session cookie (the operator's) is sent to this origin's port URLs too: it never reaches the app.
+    const posted = await fetch(`${base}echo?x=1`, { method: 'POST', headers: { ...auth, cookie: 'app=1; warren_console=operator-session' }, body: 'hello' });
     expect(posted.status).toBe(200);
     expect(await posted.text()).toBe('POST /echo?x=1 hello');
     expect(app.seen.at(-1)!.headers).toMatchObject({ host: `localhost:${app.port}`, cookie: 'app=1' });
+    const worker = await fetch(`${base}sw.js`, { headers: auth });
+    expect(worker.status).toBe(200);
+    expect(worker.headers.get('service-worker-allowed')).toBeNull();
     expect(app.seen.at(-1)!.headers.authorization).toBeUndefined();
 
     const streamed = await fetch(`${base}stream`, { headers: auth });

@@ -105,8 +105,22 @@ export interface ControllerConfig {
   provider: 'docker' | 'kubernetes';
   /** How the `kubernetes` provider reaches its cluster and what its pods get. */
   kubernetes: KubernetesSettings;
+  /** The web console the controller serves (docs/console.md). */
+  console: ConsoleSettings;
   /** Per-sandbox metrics: the background sampler, the short history, Prometheus series per sandbox (docs/controller.md). */
   usage: UsageSettings;
+}
+
+/** The web console's settings (docs/console.md). */
+export interface ConsoleSettings {
+  /** Serve it; on by default (it needs the API key to log in). */
+  enabled: boolean;
+  /** The path it is served at, `/ui` by default. */
+  path: string;
+  /** How long a console login lasts, seconds. */
+  sessionTtlSeconds: number;
+  /** How often the controller page's history samples the metrics; an hour of samples is kept. */
+  historyIntervalSeconds: number;
 }
 
 /** The `kubernetes` provider's settings (docs/kubernetes.md). */
@@ -211,6 +225,24 @@ const Images = z.strictObject({
   timeoutMs: z.number().int().positive().optional(),
 });
 
+/** A console path: one or more lowercase segments, not one of the API's own prefixes. */
+const ConsolePath = z
+  .string()
+  .regex(/^(\/[a-z0-9][a-z0-9._-]*)+$/, "a path such as '/ui' (lowercase segments, no trailing slash)")
+  .refine((p) => !/^\/(v1|e2b|healthz|readyz|metrics)(\/|$)/.test(p), 'a path outside the API (/v1, /e2b, /healthz, /readyz, /metrics)');
+
+const Console = z.strictObject({
+  enabled: z.boolean().optional(),
+  path: ConsolePath.optional(),
+  sessionTtlSeconds: z
+    .number()
+    .int()
+    .min(60)
+    .max(30 * 24 * 3600)
+    .optional(),
+  historyIntervalSeconds: z.number().int().min(1).max(3600).optional(),
+});
+
 const Engine = z.strictObject({
   allowUnenforcedLimits: z.boolean().optional(),
   processLimit: z.number().int().min(64).optional(),
@@ -297,6 +329,7 @@ export const ConfigFile = z.strictObject({
     .optional(),
   e2bTemplates: E2bTemplates.optional(),
   engine: Engine.optional(),
+  console: Console.optional(),
   provider: z.enum(['docker', 'kubernetes']).optional(),
   usage: z
     .strictObject({
@@ -386,6 +419,7 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   engine: { allowUnenforcedLimits: false },
   provider: 'docker',
   kubernetes: { runtimeClasses: {}, imagePullPolicy: 'IfNotPresent', nodeSelector: {}, startTimeoutMs: 120_000 },
+  console: { enabled: true, path: '/ui', sessionTtlSeconds: 8 * 3600, historyIntervalSeconds: 15 },
 };
 
 /** Reads and checks a configuration file (`.json`, `.yaml` or `.yml`). */
@@ -445,6 +479,7 @@ export function loadConfig(
     images,
     engine,
     kubernetes: { ...DEFAULTS.kubernetes, ...stripUndefined(file.kubernetes ?? {}), ...stripUndefined(fromEnv.kubernetes ?? {}) },
+    console: { ...DEFAULTS.console, ...stripUndefined(file.console ?? {}), ...stripUndefined(fromEnv.console ?? {}) },
     ...overrides,
   };
   return config;
@@ -534,6 +569,8 @@ const ENV_SETTINGS: [variable: string, path: string, kind: 'string' | 'number' |
   ['WARREN_K8S_NAMESPACE', 'kubernetes.namespace', 'string'],
   ['WARREN_KUBECONFIG', 'kubernetes.kubeconfig', 'string'],
   ['WARREN_K8S_RUNTIME_IMAGE', 'kubernetes.runtimeImage', 'string'],
+  ['WARREN_CONSOLE', 'console.enabled', 'boolean'],
+  ['WARREN_CONSOLE_PATH', 'console.path', 'string'],
   ['LOG_LEVEL', 'logLevel', 'string'],
 ];
 

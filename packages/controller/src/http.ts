@@ -9,13 +9,16 @@ import type { ControllerConfig } from './config.js';
 import type { Credentials } from './credentials.js';
 import { createE2bGateway, E2B_PREFIX, e2bHostTarget, ENVD_PORT, isE2bPath } from './e2b/gateway.js';
 import { sandboxIdOf } from './e2b/envd-scope.js';
+import { ConsoleServer } from './console/server.js';
+import { CONSOLE_PROTOCOL, ConsoleSessions } from './console/session.js';
+import { MetricsHistory } from './console/history.js';
 import { callAccessCheck, callerFor, grantFor, observeCalls, routeRefusal, type Access, type Caller, type Holder } from './grants.js';
 import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
 import type { EgressLog } from './egress/egress-log.js';
 import { isPortPath, PortProxy } from './ports/proxy.js';
 import { relay, sizeRefusal } from './relay.js';
-import { ROUTES, routeList, routesAt, sendJson } from './routes.js';
+import { readJson, ROUTES, routeList, routesAt, sendJson } from './routes.js';
 import type { SandboxService } from './sandboxes.js';
 
 /** The header a request id travels in, both ways. */
@@ -45,7 +48,33 @@ export function createHttpServer(deps: HttpServerDeps) {
   const upgrading = { count: 0 };
   // The socket takes messages up to the protocol's hard cap, so the relay can answer a frame over
   // maxMessageBytes with its request id (relay.ts) instead of closing the connection.
-  const wss = new WebSocketServer({ noServer: true, maxPayload: WS_MAX_PAYLOAD_BYTES, perMessageDeflate: false });
+  // The console offers its own subprotocol (and its CSRF token as a second one); it gets its own echoed, nothing else does.
+  const wss = new WebSocketServer({
+    noServer: true,
+    maxPayload: WS_MAX_PAYLOAD_BYTES,
+    perMessageDeflate: false,
+    handleProtocols: (offered) => (offered.has(CONSOLE_PROTOCOL) ? CONSOLE_PROTOCOL : false),
+  });
+  const sessions = deps.config.console.enabled
+    ? new ConsoleSessions({ credentials: deps.credentials, ttlSeconds: deps.config.console.sessionTtlSeconds })
+    : undefined;
+  const auth: Authenticator = { credentials: deps.credentials, sessions };
+  // The console's controller page: an hour of the metrics, sampled in memory while the server runs.
+  const intervalMs = deps.config.console.historyIntervalSeconds * 1000;
+  const history = sessions ? new MetricsHistory(deps.metrics, { intervalMs, samples: Math.ceil(3_600_000 / intervalMs) }) : undefined;
+  history?.start();
+  const consoleServer =
+    sessions && history
+      ? new ConsoleServer({
+          config: deps.config,
+          sessions,
+          sandboxes: deps.sandboxes,
+          history,
+          readJson,
+          sendJson,
+          operator: (req) => refuse(controllerWide(authenticate(auth, req, undefined, 'rest')), 'operator', 'the console API'),
+        })
+      : undefined;
 
   const e2b = createE2bGateway(deps);
   const ports = new PortProxy({
@@ -68,10 +97,11 @@ export function createHttpServer(deps: HttpServerDeps) {
       ports.serve(req, res, byHost && '/').catch((err: unknown) => sendError(deps, res, err, entry));
       return;
     }
-    // The E2B gateway (docs/e2b.md) speaks E2B's wire on its own prefix; everything else is Warren's route table.
-    const e2bPath = isE2bPath(new URL(req.url ?? '/', 'http://controller').pathname);
+    // The E2B gateway (docs/e2b.md) speaks E2B's wire on its own prefix; the console its pages on its own path; everything else is Warren's route table.
+    const pathname = new URL(req.url ?? '/', 'http://controller').pathname;
+    const e2bPath = isE2bPath(pathname);
     if (e2bPath) entry.sandboxId = e2bSandboxId(req);
-    const served = e2bPath ? e2b(req, res) : route(deps, req, res, entry);
+    const served = e2bPath ? e2b(req, res) : consoleServer?.owns(pathname) ? consoleServer.serve(req, res) : route(deps, auth, req, res, entry);
     served.catch((err: unknown) => sendError(deps, res, err, entry));
   });
 
@@ -92,7 +122,7 @@ export function createHttpServer(deps: HttpServerDeps) {
       ports.upgrade(req, socket, head, byHost && '/').catch((err: unknown) => rejectUpgrade(deps, req, socket, err, entry));
       return;
     }
-    upgrade(deps, wss, upgrading, req, socket, head, entry).catch((err: unknown) => rejectUpgrade(deps, req, socket, err, entry));
+    upgrade(deps, auth, wss, upgrading, req, socket, head, entry).catch((err: unknown) => rejectUpgrade(deps, req, socket, err, entry));
   });
 
   // Heartbeat: a client that has not answered the previous ping by the next one is gone.
@@ -115,6 +145,7 @@ export function createHttpServer(deps: HttpServerDeps) {
   heartbeat.unref();
   server.on('close', () => {
     clearInterval(heartbeat);
+    history?.stop();
     e2b.close();
   });
 
@@ -144,7 +175,7 @@ interface AccessEntry {
   code?: string;
 }
 
-async function route(deps: HttpServerDeps, req: IncomingMessage, res: ServerResponse, entry: AccessEntry): Promise<void> {
+async function route(deps: HttpServerDeps, auth: Authenticator, req: IncomingMessage, res: ServerResponse, entry: AccessEntry): Promise<void> {
   const url = new URL(req.url ?? '/', 'http://controller');
   const method = req.method ?? 'GET';
   const { routes, id } = routesAt(url.pathname);
@@ -154,7 +185,7 @@ async function route(deps: HttpServerDeps, req: IncomingMessage, res: ServerResp
   const access = found?.access ?? routes.find((r) => r.access !== 'public')?.access ?? 'public';
   let caller: Caller | undefined;
   if (access !== 'public') {
-    caller = authenticate(deps.credentials, req, id || undefined);
+    caller = authenticate(auth, req, id || undefined, 'rest');
     entry.caller = caller.kind;
   }
   // A sandbox that does not exist is a 404 whatever the method (throws SANDBOX_NOT_FOUND).
@@ -196,6 +227,7 @@ function refuse(holder: Holder, access: Access, what: string): void {
 
 async function upgrade(
   deps: HttpServerDeps,
+  auth: Authenticator,
   wss: WebSocketServer,
   upgrading: { count: number },
   req: IncomingMessage,
@@ -211,8 +243,8 @@ async function upgrade(
     throw new CodedError('NOT_FOUND', `No WebSocket route at ${url.pathname}; connect to ${paths.join(' or ')}.`);
   }
   entry.sandboxId = id;
-  checkOriginAndHost(deps.config, req);
-  const caller = authenticate(deps.credentials, req, id);
+  checkOriginAndHost(deps.config, req, auth.sessions !== undefined);
+  const caller = authenticate(auth, req, id, 'upgrade');
   entry.caller = caller.kind;
   // Upgrades still waiting for their daemon count too, or a burst would all pass the cap at once.
   if (wss.clients.size + upgrading.count >= deps.config.maxConnections) {
@@ -308,9 +340,11 @@ async function unreachableDaemon(deps: HttpServerDeps, id: string, err: unknown)
  * connection unless its `Origin` is allowed, and the `Host` must be an address this controller
  * answers on (IP literal, localhost, the bound host, or an allowed name).
  */
-function checkOriginAndHost(config: ControllerConfig, req: IncomingMessage): void {
+function checkOriginAndHost(config: ControllerConfig, req: IncomingMessage, consoleOn: boolean): void {
   const origin = req.headers.origin;
-  if (origin !== undefined && !config.allowedOrigins.includes(origin)) {
+  // The console's own pages connect from this controller's origin (their cookie is then checked by ConsoleSessions).
+  const ownOrigin = consoleOn && origin !== undefined && URL.canParse(origin) && new URL(origin).host === req.headers.host;
+  if (origin !== undefined && !ownOrigin && !config.allowedOrigins.includes(origin)) {
     throw new CodedError(
       'FORBIDDEN',
       `WebSocket upgrades from Origin '${origin}' are refused; add it to allowedOrigins in the controller's configuration to allow it.`,
@@ -328,14 +362,23 @@ function checkOriginAndHost(config: ControllerConfig, req: IncomingMessage): voi
 
 const UNAUTHORIZED_MESSAGE = 'Missing or invalid credential: send Authorization: Bearer <API key>, or a token of this sandbox.';
 
+/** What authenticates a request: the credentials, and the console's sessions when the console is on. */
+interface Authenticator {
+  credentials: Credentials;
+  sessions?: ConsoleSessions | undefined;
+}
+
 /**
  * Accepts the API key anywhere, a sandbox's token for that sandbox only, and a derived token for
- * its sandbox while it is valid. Every failure has the same 401 shape, whatever was wrong with
- * the credential.
+ * its sandbox while it is valid; without an Authorization header, the console's session cookie
+ * (same origin and with its CSRF token only: ConsoleSessions). Every failure of a credential has
+ * the same 401 shape, whatever was wrong with it.
  */
-function authenticate(credentials: Credentials, req: IncomingMessage, sandboxId: string | undefined): Caller {
-  const presented = /^Bearer (\S+)$/.exec(req.headers.authorization ?? '')?.[1];
-  const caller = presented === undefined ? undefined : callerFor(credentials, presented, sandboxId);
+function authenticate(auth: Authenticator, req: IncomingMessage, sandboxId: string | undefined, kind: 'rest' | 'upgrade'): Caller {
+  const header = req.headers.authorization;
+  const presented = /^Bearer (\S+)$/.exec(header ?? '')?.[1];
+  const caller =
+    presented !== undefined ? callerFor(auth.credentials, presented, sandboxId) : header === undefined ? auth.sessions?.callerOf(req, kind) : undefined;
   if (caller === undefined) throw new CodedError('UNAUTHORIZED', UNAUTHORIZED_MESSAGE);
   return caller;
 }

@@ -605,7 +605,8 @@ async function readContext(req: IncomingMessage, maxMb: number): Promise<Buffer>
   return Buffer.concat(chunks);
 }
 
-async function readJson(req: IncomingMessage): Promise<unknown> {
+/** Reads a JSON body of at most 1 MiB; an empty body is `{}`. */
+export async function readJson(req: IncomingMessage): Promise<unknown> {
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of req as AsyncIterable<Buffer>) {

@@ -108,6 +108,8 @@ export class PortProxy {
         const cookies = (answer.headers['set-cookie'] ?? []).filter((c) => !isWarrenCookie(c));
         answer.headers['set-cookie'] = target.setCookie ? [...cookies, target.setCookie] : cookies;
         if (answer.headers['set-cookie'].length === 0) delete answer.headers['set-cookie'];
+        // The app shares the controller's origin: it may not widen a service worker's scope past its own port path (to the console's pages).
+        delete answer.headers['service-worker-allowed'];
         res.writeHead(answer.statusCode ?? 502, answer.statusMessage, answer.headers);
         res.flushHeaders();
         answer.pipe(res);
@@ -258,7 +260,8 @@ function forwardHeaders(headers: IncomingHttpHeaders, port: number, upgrade: boo
   const cookies = (headers.cookie ?? '')
     .split(';')
     .map((c) => c.trim())
-    .filter((c) => c !== '' && !c.startsWith(`${COOKIE}=`));
+    // No cookie of Warren's (the port's, the console's session: the operator's) ever reaches the app.
+    .filter((c) => c !== '' && !isWarrenCookie(c));
   if (cookies.length > 0) out.cookie = cookies.join('; ');
   out.host = `localhost:${port}`;
   if (headers.host) out['x-forwarded-host'] = headers.host;

@@ -1,0 +1,162 @@
+import { randomBytes, timingSafeEqual } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+import { CodedError } from '@warren/protocol';
+import { systemClock, type Clock } from '../clock.js';
+import type { Credentials } from '../credentials.js';
+import type { Caller } from '../grants.js';
+
+/** The console's session cookie: HttpOnly, SameSite=Strict, never readable by the page's scripts. */
+export const SESSION_COOKIE = 'warren_console';
+/** The header every console REST request carries its session's CSRF token in. */
+export const CSRF_HEADER = 'x-warren-csrf';
+/** The WebSocket subprotocol the console offers and the controller echoes. */
+export const CONSOLE_PROTOCOL = 'warren.console';
+/** The console's WebSocket upgrades carry the CSRF token as a second offered subprotocol, `warren-csrf.<token>` (browsers cannot set headers there). */
+export const CSRF_PROTOCOL_PREFIX = 'warren-csrf.';
+/** The most sessions held at once; the oldest goes first. */
+const MAX_SESSIONS = 1000;
+
+interface Session {
+  csrf: Buffer;
+  expiresAt: number;
+}
+
+/** What the console's session store needs. */
+export interface ConsoleSessionsOptions {
+  credentials: Credentials;
+  /** How long a session lives after login, seconds. */
+  ttlSeconds: number;
+  clock?: Clock;
+}
+
+/**
+ * The console's sessions, and the one place a session cookie becomes a caller. A login with the API
+ * key makes a random session id (the cookie) and a random CSRF token (kept by the page in memory);
+ * a cookie counts only with that token in the `x-warren-csrf` header (REST) or the offered
+ * subprotocol (WebSocket), and only from the controller's own origin (`Origin` and
+ * `Sec-Fetch-Site`). So a cross-site page cannot use the cookie, the API-key routes stay
+ * header-authenticated for everyone else, and nothing credential-like is ever in a URL.
+ *
+ * @example
+ * const sessions = new ConsoleSessions({ credentials, ttlSeconds: 28800 });
+ * const caller = sessions.callerOf(req, 'rest'); // { kind: 'operator' } or undefined (no cookie)
+ */
+export class ConsoleSessions {
+  private readonly sessions = new Map<string, Session>();
+  private readonly clock: Clock;
+
+  constructor(private readonly options: ConsoleSessionsOptions) {
+    this.clock = options.clock ?? systemClock;
+  }
+
+  /** Logs in with the API key: a new session, or UNAUTHORIZED (the same answer whatever was wrong). */
+  login(apiKey: unknown): { id: string; csrfToken: string; maxAgeSeconds: number } {
+    if (typeof apiKey !== 'string' || apiKey.length === 0 || apiKey.length > 1024 || !this.options.credentials.isApiKey(apiKey))
+      throw new CodedError('UNAUTHORIZED', 'Wrong API key: log in with the key the controller printed at its first start (or WARREN_API_KEY).');
+    this.sweep();
+    while (this.sessions.size >= MAX_SESSIONS) this.sessions.delete(this.sessions.keys().next().value!);
+    const id = randomBytes(32).toString('base64url');
+    const csrf = randomBytes(32);
+    this.sessions.set(id, { csrf, expiresAt: this.clock.now() + this.options.ttlSeconds * 1000 });
+    return { id, csrfToken: csrf.toString('base64url'), maxAgeSeconds: this.options.ttlSeconds };
+  }
+
+  /** Ends the session the request's cookie names, if any. */
+  logout(req: IncomingMessage): void {
+    const id = cookieOf(req);
+    if (id !== undefined) this.sessions.delete(id);
+  }
+
+  /**
+   * The CSRF token of the request's live session, for the console's page when the browser navigates
+   * to it (a top-level navigation only: `Sec-Fetch-Mode: navigate`, so a script of this origin
+   * that fetches the page, such as an app behind a port URL, never reads it).
+   */
+  csrfForNavigation(req: IncomingMessage): string | undefined {
+    if (req.headers['sec-fetch-mode'] !== 'navigate' || req.headers['sec-fetch-dest'] !== 'document') return undefined;
+    return this.live(cookieOf(req))?.csrf.toString('base64url');
+  }
+
+  /**
+   * Who a request with the console's cookie is: the operator, when the session lives and the
+   * request is same-origin and carries the session's CSRF token; FORBIDDEN when a cookie is there
+   * but any of that is missing (a cross-site request); undefined when there is no cookie at all.
+   */
+  callerOf(req: IncomingMessage, kind: 'rest' | 'upgrade'): Caller | undefined {
+    const id = cookieOf(req);
+    if (id === undefined) return undefined;
+    const session = this.live(id);
+    if (!session) throw new CodedError('UNAUTHORIZED', 'The console session has ended; log in again.');
+    const origin = req.headers.origin;
+    if (kind === 'upgrade' && origin === undefined) throw crossSite('a WebSocket upgrade without an Origin');
+    if (origin !== undefined && !sameOrigin(origin, req.headers.host)) throw crossSite(`Origin '${origin}'`);
+    const site = req.headers['sec-fetch-site'];
+    if (site !== undefined && site !== 'same-origin') throw crossSite(`Sec-Fetch-Site '${String(site)}'`);
+    const presented =
+      kind === 'rest'
+        ? headerValue(req, CSRF_HEADER)
+        : offeredProtocols(req)
+            .find((p) => p.startsWith(CSRF_PROTOCOL_PREFIX))
+            ?.slice(CSRF_PROTOCOL_PREFIX.length);
+    if (presented === undefined || !tokenMatches(presented, session.csrf)) throw crossSite('a request without the session CSRF token');
+    return { kind: 'operator' };
+  }
+
+  private live(id: string | undefined): Session | undefined {
+    if (id === undefined) return undefined;
+    const session = this.sessions.get(id);
+    if (session && session.expiresAt <= this.clock.now()) {
+      this.sessions.delete(id);
+      return undefined;
+    }
+    return session;
+  }
+
+  private sweep(): void {
+    const now = this.clock.now();
+    for (const [id, session] of this.sessions) if (session.expiresAt <= now) this.sessions.delete(id);
+  }
+}
+
+/** The `Set-Cookie` value of a session, or of its removal (`maxAgeSeconds` 0). `Secure` when the page came over TLS. */
+export function sessionCookie(id: string, maxAgeSeconds: number, secure: boolean): string {
+  return `${SESSION_COOKIE}=${id}; Path=/; Max-Age=${maxAgeSeconds}; HttpOnly; SameSite=Strict${secure ? '; Secure' : ''}`;
+}
+
+function crossSite(what: string): CodedError {
+  return new CodedError(
+    'FORBIDDEN',
+    `Refused ${what}: the console's session works only from the console's own pages (same origin, with its CSRF token). Other clients send Authorization: Bearer <API key>.`,
+  );
+}
+
+/** An Origin is this controller's own when its host (and port) is the one the request was sent to. */
+function sameOrigin(origin: string, host: string | undefined): boolean {
+  try {
+    return host !== undefined && new URL(origin).host === host.toLowerCase();
+  } catch {
+    return false;
+  }
+}
+
+function headerValue(req: IncomingMessage, name: string): string | undefined {
+  const value = req.headers[name];
+  return Array.isArray(value) ? value[0] : value;
+}
+
+function offeredProtocols(req: IncomingMessage): string[] {
+  return (headerValue(req, 'sec-websocket-protocol') ?? '').split(',').map((p) => p.trim());
+}
+
+function tokenMatches(presented: string, expected: Buffer): boolean {
+  const given = Buffer.from(presented, 'base64url');
+  return given.length === expected.length && timingSafeEqual(given, expected);
+}
+
+function cookieOf(req: IncomingMessage): string | undefined {
+  for (const pair of (req.headers.cookie ?? '').split(';')) {
+    const [name, ...rest] = pair.trim().split('=');
+    if (name === SESSION_COOKIE && rest.length > 0) return rest.join('=');
+  }
+  return undefined;
+}

@@ -152,7 +152,7 @@ describe('web console in Chromium', () => {
       expect(await sandbox.files.read('notes.txt')).toBe('uploaded from the browser\n');
       const [download] = await Promise.all([page.waitForEvent('download'), page.getByRole('button', { name: 'Download notes.txt' }).click()]);
       expect(download.suggestedFilename()).toBe('notes.txt');
-      expect((await readFile((await download.path())!)).toString()).toBe('uploaded from the browser\n');
+      expect((await readFile(await download.path())).toString()).toBe('uploaded from the browser\n');
 
       await page.getByRole('tab', { name: 'Audit' }).click();
       await page.getByLabel('Filter').fill('fs.write');

@@ -90,6 +90,7 @@ export async function serve(options: ServeOptions): Promise<Controller | undefin
       '',
       `Warren is listening on ${controller.url}`,
       ...keyLines,
+      ...(controller.config.console.enabled ? [`Web console: ${controller.url}${controller.config.console.path}/ (log in with the API key)`] : []),
       '',
       'Try it: save this as hello.mjs in the repository, set WARREN_API_KEY to the key above, run node hello.mjs',
       '',

@@ -148,6 +148,59 @@ describe('ports served through the controller, over in-process daemons', () => {
     expect((await fetch(`${sandbox.ports.baseUrl(app.port)}x`, { headers: auth })).status).toBe(200);
   });
 
+  it('keeps a daemon connection between requests of one caller, never across callers, and never after an unfinished answer', async () => {
+    await using warren = await startLocalController();
+    await using sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, policy: { root: warren.root } });
+    await using app = await startApp();
+    const tunnels = async () => {
+      const text = await (await fetch(`${warren.url}/metrics`, { headers: { authorization: `Bearer ${warren.apiKey}` } })).text();
+      const count = (kind: string) => Number(new RegExp(`warren_port_tunnels_total\\{connection="${kind}"\\} (\\d+)`).exec(text)?.[1] ?? 0);
+      return { new: count('new'), reused: count('reused') };
+    };
+    const get = async (path: string, token: string) => {
+      const res = await fetch(`${sandbox.ports.baseUrl(app.port)}${path}`, { headers: { authorization: `Bearer ${token}` } });
+      return `${res.status} ${await res.text()}`;
+    };
+    /** The daemon says the app hung up a moment after the answer ends; the connection then goes back. */
+    const settle = () => new Promise((r) => setTimeout(r, 100));
+
+    for (const n of [1, 2, 3, 4]) {
+      expect(await get(`page${n}`, sandbox.token)).toBe(`200 GET /page${n} `);
+      await settle();
+    }
+    expect(await tunnels()).toEqual({ new: 1, reused: 3 });
+
+    // Another caller (a derived token with its own grant) never gets the first caller's connection.
+    const narrow = await sandbox.deriveToken({ allowRead: ['.'], allowExec: true });
+    expect(await get('other', narrow.token)).toBe('200 GET /other ');
+    await settle();
+    expect(await tunnels()).toEqual({ new: 2, reused: 3 });
+
+    // A request whose client gives up before the answer ends (it took the kept connection) cancels its
+    // tunnel and closes that connection: the next request opens a new one.
+    const abort = new AbortController();
+    const hung = fetch(`${sandbox.ports.baseUrl(app.port)}never`, { headers: { authorization: `Bearer ${sandbox.token}` }, signal: abort.signal });
+    await new Promise((r) => setTimeout(r, 200));
+    abort.abort();
+    await expect(hung).rejects.toThrow();
+    await new Promise((r) => setTimeout(r, 400));
+    expect(await get('after', sandbox.token)).toBe('200 GET /after ');
+    expect(await tunnels()).toEqual({ new: 3, reused: 4 });
+    // A WebSocket rides a kept connection like any request, and its end does not break the next request.
+    await settle();
+    const ws = new WebSocket(`${sandbox.ports.baseUrl(app.port).replace('http', 'ws')}ws`, { headers: { authorization: `Bearer ${sandbox.token}` } });
+    const echoed = await new Promise<string>((resolve, reject) => {
+      ws.once('open', () => ws.send('hi'));
+      ws.once('message', (m: Buffer) => resolve(m.toString()));
+      ws.once('error', reject);
+    });
+    expect(echoed).toBe('echo:hi');
+    ws.close();
+    await new Promise((r) => ws.once('close', r));
+    await settle();
+    expect(await get('last', sandbox.token)).toBe('200 GET /last ');
+  });
+
   it('a server that floods a raw connection is read only as fast as the client reads', async () => {
     await using warren = await startLocalController();
     await using sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, policy: { root: warren.root } });

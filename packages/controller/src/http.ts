@@ -147,6 +147,7 @@ export function createHttpServer(deps: HttpServerDeps) {
     clearInterval(heartbeat);
     history?.stop();
     e2b.close();
+    ports.close();
   });
 
   return { server, wss };

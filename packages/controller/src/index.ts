@@ -91,4 +91,4 @@ export { KubernetesProvider, podState, startVerdict, warrenLabels, type Kubernet
 export { sandboxPod, podName, selectableLabels, LABELS_ANNOTATION, MANAGED_BY, EXPIRES_LABEL, type SandboxPodInput } from './kubernetes/pod-spec.js';
 export { kubeError, readRefusal, type ApiRefusal } from './kubernetes/errors.js';
 export { runtimeImageTar, runtimeImageName } from './kubernetes/runtime-image.js';
-export { PortTunnel } from './ports/tunnel.js';
+export { DaemonSessionPool, PortTunnel } from './ports/tunnel.js';

@@ -24,6 +24,8 @@ export class Metrics {
   /** Egress gateway attempts, by how they arrived, the decision and the closed reason code (never the host: unbounded). */
   readonly egress: Counter<'kind' | 'decision' | 'reason'>;
   readonly egressBytes: Counter<'direction'>;
+  /** Tunnels to sandbox ports, by whether they opened a daemon connection or reused an idle one (ports/tunnel.ts). */
+  readonly portTunnels: Counter<'connection'>;
 
   constructor(countByState: () => Record<string, number> = () => ({})) {
     const registers = [this.registry];
@@ -81,6 +83,12 @@ export class Metrics {
       name: 'warren_egress_bytes_total',
       help: 'Bytes carried by the egress gateway, by direction (out: sandbox to upstream, in: back).',
       labelNames: ['direction'],
+      registers,
+    });
+    this.portTunnels = new Counter({
+      name: 'warren_port_tunnels_total',
+      help: 'Tunnels opened to sandbox ports, by daemon connection (new, reused: an idle one kept from an earlier tunnel).',
+      labelNames: ['connection'],
       registers,
     });
     // Per-sandbox series, from the newest sample of each sandbox (usage-history.ts); the controller

@@ -187,6 +187,11 @@ export class DaemonSession implements AsyncDisposable {
     return this.closedError === undefined && this.ws.readyState === this.ws.OPEN;
   }
 
+  /** Open, with no call in flight and reading: fit to be handed to the next user (ports/tunnel.ts pools such sessions). */
+  get idle(): boolean {
+    return this.open && this.pending.size === 0 && !this.ws.isPaused;
+  }
+
   /** Closes the connection; calls still in flight are cancelled by the daemon (background processes live on). */
   close(): void {
     this.closedError ??= new CodedError('CANCELLED', 'The gateway closed its connection to the sandbox daemon.');

@@ -5,7 +5,7 @@ import type { Credentials } from '../credentials.js';
 import { callerFor, grantFor, routeRefusal, type Caller } from '../grants.js';
 import type { Metrics } from '../metrics.js';
 import type { SandboxService } from '../sandboxes.js';
-import { PortTunnel } from './tunnel.js';
+import { DaemonSessionPool, PortTunnel } from './tunnel.js';
 
 /** Where a port is served: `/v1/sandboxes/<id>/ports/<port>` and anything below it. */
 const PORT_PATH = /^\/v1\/sandboxes\/([A-Za-z0-9]{1,64})\/ports\/([^/?#]*)(\/[^?#]*)?(\?.*)?$/;
@@ -57,6 +57,8 @@ export function isPortPath(pathname: string): boolean {
  */
 export class PortProxy {
   private readonly open = new Map<string, number>();
+  /** Daemon connections kept between tunnels: a page's many requests need not each open one. */
+  private readonly sessions = new DaemonSessionPool();
 
   constructor(private readonly deps: PortProxyDeps) {}
 
@@ -65,8 +67,11 @@ export class PortProxy {
     const target = this.target(req, cookiePath);
     const release = this.claim(target.id);
     try {
-      const tunnel = await PortTunnel.open(this.deps.sandboxes, target.id, target.caller, target.grant, target.port, this.deps.metrics);
+      const tunnel = await PortTunnel.open(this.sessions, this.deps.sandboxes, target.id, target.caller, target.grant, target.port, this.deps.metrics);
       tunnel.once('close', release);
+      // Each user of a tunnel acts on its 'close'; after an upgrade Node's HTTP client no longer
+      // listens for the socket's errors, and a daemon that goes away must not crash the controller.
+      tunnel.on('error', () => undefined);
       return { target, tunnel };
     } catch (err) {
       release();
@@ -145,6 +150,11 @@ export class PortProxy {
       answer.pipe(socket);
     });
     upstream.end();
+  }
+
+  /** Closes the idle daemon connections it keeps (the controller is stopping). */
+  close(): void {
+    this.sessions.close();
   }
 
   private claim(id: string): () => void {

@@ -5,35 +5,50 @@ import type { Caller } from '../grants.js';
 import type { Metrics } from '../metrics.js';
 import type { SandboxService } from '../sandboxes.js';
 
+/** How long a tunnel closed by its client waits for the app to hang up before cancelling (ms). */
+const LINGER_MS = 250;
+
 /**
  * A TCP connection to a port inside a sandbox, as a Node stream: the daemon dials the port on the
  * sandbox's own loopback (`port.open`), what the server sends arrives as the call's `data`
  * events, and what is written here goes out as `port.write` calls. It rides a daemon connection
- * of its own (over whichever channel the provider gives, socket or exec), opened with the
- * caller's grant, so the daemon applies the same rules as for any other client.
+ * (over whichever channel the provider gives, socket or exec) opened with the caller's grant, so
+ * the daemon applies the same rules as for any other client; one tunnel at a time per connection,
+ * which goes back to a {@link DaemonSessionPool} when its tunnel ended cleanly.
  *
  * Backpressure both ways: a write completes only when the daemon has handed the bytes to the
  * server's socket, and when the reader of this stream falls behind, the daemon connection stops
  * being read, so the daemon stops reading the server.
  *
  * @example
- * const tunnel = await PortTunnel.open(sandboxes, id, caller, grant, 3000);
+ * const tunnel = await PortTunnel.open(new DaemonSessionPool(), sandboxes, id, caller, grant, 3000);
  * tunnel.end('GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n');
  * for await (const chunk of tunnel) process.stdout.write(chunk);
  */
 export class PortTunnel extends Duplex {
   private paused = false;
-  private readonly abort = new AbortController();
+  /** The server closed its side and the daemon ended the `port.open` call: the connection may serve another tunnel. */
+  private serverClosed = false;
+  /** `port.write` calls in flight. */
+  private writing = 0;
+  /** Called when the `port.open` call or a write settles; after destroy it decides the connection's fate. */
+  private settled: () => void = () => undefined;
 
   private constructor(
     private readonly session: DaemonSession,
     private readonly handle: string,
+    private readonly reuse: () => void,
+    private readonly abort: AbortController,
   ) {
     super({ allowHalfOpen: true });
   }
 
-  /** Opens a daemon connection and a tunnel to `port`; fails with `PORT_UNREACHABLE` when nothing listens there. */
+  /**
+   * Opens a tunnel to `port` over a daemon connection from `pool` (or a new one); fails with
+   * `PORT_UNREACHABLE` when nothing listens there.
+   */
   static async open(
+    pool: DaemonSessionPool,
     sandboxes: SandboxService,
     id: string,
     caller: Caller,
@@ -42,7 +57,7 @@ export class PortTunnel extends Duplex {
     metrics?: Metrics,
     connectTimeoutMs = 5000,
   ): Promise<PortTunnel> {
-    const session = await DaemonSession.open(sandboxes, id, caller, grant, metrics);
+    const { session, key } = await pool.take(sandboxes, id, caller, grant, metrics);
     let tunnel: PortTunnel | undefined;
     const early: Buffer[] = [];
     let connected: (handle: string) => void = () => undefined;
@@ -69,15 +84,21 @@ export class PortTunnel extends Duplex {
           throw new CodedError('PORT_UNREACHABLE', `The connection to port ${port} closed before it opened.`);
         }),
       ]);
-      tunnel = new PortTunnel(session, opened);
-      tunnel.abort.signal.addEventListener('abort', () => abort.abort(), { once: true });
-      for (const chunk of early) tunnel.onData(chunk);
-      const t = tunnel;
+      const t = new PortTunnel(session, opened, () => pool.give(key, session), abort);
+      tunnel = t;
+      for (const chunk of early) t.onData(chunk);
       call.then(
-        () => t.push(null),
-        (err: unknown) => t.destroy(err instanceof Error ? err : new Error(String(err))),
+        () => {
+          t.serverClosed = true;
+          t.settled();
+          t.push(null);
+        },
+        (err: unknown) => {
+          t.settled();
+          t.destroy(err instanceof Error ? err : new Error(String(err)));
+        },
       );
-      return tunnel;
+      return t;
     } catch (err) {
       abort.abort();
       session.close();
@@ -101,23 +122,128 @@ export class PortTunnel extends Duplex {
   }
 
   override _write(chunk: Buffer, _encoding: BufferEncoding, callback: (error?: Error | null) => void): void {
-    this.session.call('port.write', { handle: this.handle }, { payload: chunk }).then(
+    this.send({ handle: this.handle }, chunk).then(
       () => callback(),
       (err: unknown) => callback(err instanceof Error ? err : new Error(String(err))),
     );
   }
 
   override _final(callback: (error?: Error | null) => void): void {
-    this.session.call('port.write', { handle: this.handle, end: true }).then(
+    this.send({ handle: this.handle, end: true }).then(
       () => callback(),
       () => callback(), // the server already hung up: nothing left to half-close
     );
   }
 
+  /** One `port.write`, counted so the connection is handed on only when none is in flight. */
+  private async send(params: { handle: string; end?: boolean }, payload?: Buffer): Promise<void> {
+    this.writing++;
+    try {
+      await this.session.call('port.write', params, { payload });
+    } finally {
+      this.writing--;
+      this.settled();
+    }
+  }
+
   override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
-    this.abort.abort();
-    if (this.paused) this.session.resumeReading();
-    this.session.close();
+    if (this.paused) {
+      this.paused = false;
+      this.session.resumeReading();
+    }
     callback(error);
+    // A client sends `Connection: close`, so after a complete answer the app hangs up about now:
+    // wait a moment for the daemon to say so and for writes in flight to finish, then keep the
+    // connection for the next tunnel. Anything else (an error, an app that keeps streaming)
+    // cancels the call and closes the connection.
+    let finished = false;
+    const finish = (reusable: boolean) => {
+      if (finished) return;
+      finished = true;
+      clearTimeout(timer);
+      if (reusable && this.session.idle) return this.reuse();
+      this.abort.abort();
+      this.session.close();
+    };
+    const timer = setTimeout(() => finish(false), error ? 0 : LINGER_MS);
+    this.settled = () => {
+      if (!error && this.serverClosed && this.writing === 0) finish(true);
+    };
+    this.settled();
+  }
+}
+
+/**
+ * Idle daemon connections kept for the next tunnel to the same sandbox by the same caller with the
+ * same grant (the daemon enforces the grant it was opened with, so nothing else may share one).
+ * Opening a connection costs a `docker exec` on the exec channel (tens of milliseconds) and a
+ * handshake on the socket channel; a browser loading a page opens one tunnel per request.
+ * Only a connection whose last tunnel ended cleanly, with nothing in flight, comes back here.
+ */
+export class DaemonSessionPool {
+  private readonly idle = new Map<string, { session: DaemonSession; timer: NodeJS.Timeout }[]>();
+
+  constructor(
+    private readonly idleMs = 10_000,
+    private readonly maxIdlePerKey = 4,
+  ) {}
+
+  /** An idle connection for this sandbox, caller and grant, or a new one. */
+  async take(
+    sandboxes: SandboxService,
+    id: string,
+    caller: Caller,
+    grant: ConnectionGrant,
+    metrics?: Metrics,
+  ): Promise<{ session: DaemonSession; key: string }> {
+    const key = JSON.stringify([id, caller, grant]);
+    const list = this.idle.get(key);
+    while (list && list.length > 0) {
+      const entry = list.pop()!;
+      clearTimeout(entry.timer);
+      if (list.length === 0) this.idle.delete(key);
+      if (entry.session.idle) {
+        metrics?.portTunnels.inc({ connection: 'reused' });
+        return { session: entry.session, key };
+      }
+      entry.session.close();
+    }
+    const session = await DaemonSession.open(sandboxes, id, caller, grant, metrics);
+    metrics?.portTunnels.inc({ connection: 'new' });
+    return { session, key };
+  }
+
+  /** Keeps `session` for a while if it is fit for reuse and there is room; closes it otherwise. */
+  give(key: string, session: DaemonSession): void {
+    const list = this.idle.get(key) ?? [];
+    if (!session.idle || list.length >= this.maxIdlePerKey) return session.close();
+    const entry = {
+      session,
+      timer: setTimeout(() => {
+        const at = list.indexOf(entry);
+        if (at >= 0) list.splice(at, 1);
+        if (list.length === 0 && this.idle.get(key) === list) this.idle.delete(key);
+        session.close();
+      }, this.idleMs).unref(),
+    };
+    list.push(entry);
+    this.idle.set(key, list);
+  }
+
+  /** How many idle connections are kept (for tests and metrics). */
+  get size(): number {
+    let n = 0;
+    for (const list of this.idle.values()) n += list.length;
+    return n;
+  }
+
+  /** Closes every idle connection (the controller is stopping). */
+  close(): void {
+    for (const list of this.idle.values())
+      for (const { session, timer } of list) {
+        clearTimeout(timer);
+        session.close();
+      }
+    this.idle.clear();
   }
 }

@@ -13,6 +13,9 @@ export interface LiveRow {
 }
 
 const SERVER = 'python3 -m http.server 8000 --bind 0.0.0.0';
+/** The file served for the throughput row, made in both the sandbox and the raw container. */
+const BIG_BYTES = 16 * 1024 * 1024;
+const MAKE_BIG = `head -c ${BIG_BYTES} /dev/urandom > big.bin`;
 
 /**
  * The live features against their nearest baselines: a watch event after a write (against the
@@ -50,6 +53,7 @@ export async function liveRows(sandbox: Sandbox, image: string, count: number): 
   });
 
   // Ports: a small GET through the controller's port proxy and the daemon's tunnel.
+  await sandbox.commands.run(MAKE_BIG);
   await sandbox.commands.start(SERVER);
   const url = sandbox.ports.baseUrl(8000);
   const headers = { authorization: `Bearer ${sandbox.token}` };
@@ -69,12 +73,14 @@ export async function liveRows(sandbox: Sandbox, image: string, count: number): 
     await new Promise((r) => setTimeout(r, 100));
   }
   const viaWarren = summarize(await timeIt(count, () => getThrough(url, { headers })));
+  const bigCount = Math.max(3, Math.round(count / 20));
+  const bigViaWarren = summarize(await timeIt(bigCount, () => getThrough(`${url}big.bin`, { headers })));
 
   const docker = new Docker();
   const network = await docker.createNetwork({ Name: `warren-bench-live-${process.pid}`, Labels: { 'warren.bench': 'raw' } });
   const container = await docker.createContainer({
     Image: image,
-    Entrypoint: ['sh', '-c', SERVER],
+    Entrypoint: ['sh', '-c', `${MAKE_BIG} && exec ${SERVER}`],
     User: '1000:1000',
     WorkingDir: '/tmp',
     Labels: { 'warren.bench': 'raw' },
@@ -97,17 +103,31 @@ export async function liveRows(sandbox: Sandbox, image: string, count: number): 
       await new Promise((r) => setTimeout(r, 100));
     }
     const viaBridge = summarize(await timeIt(count, () => getThrough(rawUrl)));
+    const bigViaBridge = summarize(await timeIt(bigCount, () => getThrough(`${rawUrl}big.bin`)));
+    const rawName = 'the same server on a Docker bridge, at the container’s address';
     rows.push({
       name: 'port: small HTTP GET through the port URL',
       unit: 'ms',
       warren: viaWarren,
       raw: viaBridge,
-      rawName: 'the same server on a Docker bridge, at the container’s address',
-      note: 'each request through Warren is a tunnel of its own over the daemon channel',
+      rawName,
+      note: 'each request is a tunnel of its own over the daemon channel, on a kept daemon connection',
+    });
+    rows.push({
+      name: `port: ${BIG_BYTES / 1024 / 1024} MiB HTTP GET through the port URL`,
+      unit: 'ms',
+      warren: bigViaWarren,
+      raw: bigViaBridge,
+      rawName,
+      note: `throughput at p50: ${mibPerSecond(BIG_BYTES, bigViaWarren.p50)} MiB/s through Warren, ${mibPerSecond(BIG_BYTES, bigViaBridge.p50)} MiB/s on the bridge`,
     });
   } finally {
     await container.remove({ force: true }).catch(() => undefined);
     await network.remove().catch(() => undefined);
   }
   return rows;
+}
+
+function mibPerSecond(bytes: number, ms: number): string {
+  return (bytes / 1024 / 1024 / (ms / 1000)).toFixed(0);
 }

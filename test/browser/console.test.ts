@@ -5,7 +5,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Sandbox } from '@warren/sdk';
-import { chromium, type BrowserContext, type Dialog, type Page } from 'playwright-core';
+import type { BrowserContext, Dialog, Page } from 'playwright-core';
+import { launchChromium } from '../support/browser.js';
 import { startTestController, type TestController } from '../support/fixtures.js';
 
 /**
@@ -15,7 +16,6 @@ import { startTestController, type TestController } from '../support/fixtures.js
  * Screenshots of each page go to docs/images/ (docs/console.md shows them).
  */
 
-const CHROMIUM = process.env.WARREN_CHROMIUM ?? '/usr/bin/chromium';
 const SHOTS = new URL('../../docs/images/', import.meta.url).pathname;
 /** What sandbox code writes to attack the page: each would set window.__pwned if it ever ran. */
 const HOSTILE_NAME = '<img src=x onerror="window.__pwned=1">.py';
@@ -38,21 +38,7 @@ describe('web console in Chromium', () => {
     warren = await startTestController({ config: { console: { enabled: true, path: '/ui', sessionTtlSeconds: 3600, historyIntervalSeconds: 1 } } });
     userDataDir = await mkdtemp(path.join(os.tmpdir(), 'warren-chromium-'));
     await mkdir(SHOTS, { recursive: true });
-    context = await chromium.launchPersistentContext(userDataDir, {
-      executablePath: CHROMIUM,
-      headless: true,
-      viewport: { width: 1280, height: 800 },
-      args: [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-quic',
-        '--no-first-run',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-      ],
-    });
+    context = await launchChromium(userDataDir, { viewport: { width: 1280, height: 800 } });
     // Records any CSP violation and any script the page did not ship (run before the page's own scripts; CDP is not bound by CSP).
     await context.addInitScript(
       "window.__violations = []; document.addEventListener('securitypolicyviolation', (e) => window.__violations.push(e.violatedDirective + ' ' + e.blockedURI));",

@@ -3,7 +3,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Sandbox } from '@warren/sdk';
-import { chromium, type BrowserContext } from 'playwright-core';
+import type { BrowserContext } from 'playwright-core';
+import { launchChromium } from '../support/browser.js';
 import { startTestController, type TestController } from '../support/fixtures.js';
 import { freePort } from '../support/reliability.js';
 
@@ -13,8 +14,6 @@ import { freePort } from '../support/reliability.js';
  * events and a WebSocket echo, once on the controller's own origin and once on a per-port origin
  * (`<port>-<id>.localhost:<port>`: Chromium resolves every `*.localhost` name to loopback itself).
  */
-
-const CHROMIUM = process.env.WARREN_CHROMIUM ?? '/usr/bin/chromium';
 
 /**
  * The app, on the standard library only (the sandbox image has no WebSocket package): a page, its
@@ -107,20 +106,7 @@ describe('a web app in a sandbox, in Chromium', () => {
 
   beforeAll(async () => {
     userDataDir = await mkdtemp(path.join(os.tmpdir(), 'warren-chromium-ports-'));
-    context = await chromium.launchPersistentContext(userDataDir, {
-      executablePath: CHROMIUM,
-      headless: true,
-      args: [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-quic',
-        '--no-first-run',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-      ],
-    });
+    context = await launchChromium(userDataDir);
   });
 
   afterAll(async () => {

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import Docker from 'dockerode';
 import { Sandbox } from '@warren/sdk';
 import { startTestController, type TestController } from '../support/fixtures.js';
-import { HostSentinel, sandboxCode } from '../support/redteam.js';
+import { DaemonIdentity, HostSentinel, sandboxCode } from '../support/redteam.js';
 import { execAsRoot } from '../support/host.js';
 
 /**
@@ -19,17 +19,14 @@ describe.each(['socket', 'exec'] as const)('red team: sandbox code against the d
   let warren: TestController;
   let sandbox: Sandbox;
   let sentinel: HostSentinel;
-  let daemonPid: number;
-  let daemonStartedAt: number;
+  let daemon: DaemonIdentity;
   let containerId: string;
 
   beforeAll(async () => {
     warren = await startTestController({ config: { daemonChannel } });
     sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });
     sentinel = await HostSentinel.make();
-    const info = await sandbox.daemonInfo();
-    daemonPid = info.pid;
-    daemonStartedAt = Date.now() - info.uptimeMs;
+    daemon = await DaemonIdentity.of(sandbox);
     containerId = warren.controller.sandboxes.record(sandbox.id).containerId;
   }, 60_000);
 
@@ -38,14 +35,9 @@ describe.each(['socket', 'exec'] as const)('red team: sandbox code against the d
     await sentinel?.remove();
   });
 
-  /**
-   * After every attack: the same daemon answers (same pid and start time: a restarted one could
-   * get the same pid in its fresh namespace), and the host file is as it was.
-   */
+  /** After every attack: the same daemon answers, and the host file is as it was. */
   const unharmed = async () => {
-    const info = await sandbox.daemonInfo();
-    expect(info.pid).toBe(daemonPid);
-    expect(Math.abs(Date.now() - info.uptimeMs - daemonStartedAt)).toBeLessThan(2_000);
+    await daemon.expectSame(sandbox);
     await sentinel.expectUnchanged();
   };
 
@@ -67,25 +59,25 @@ describe.each(['socket', 'exec'] as const)('red team: sandbox code against the d
   it('cannot signal, trace, or read the memory, environment or files of the daemon', async () => {
     const run = await sandboxCode(
       sandbox,
-      `kill -9 ${daemonPid}; echo "kill=$?"
-       kill -STOP ${daemonPid}; echo "stop=$?"
+      `kill -9 ${daemon.pid}; echo "kill=$?"
+       kill -STOP ${daemon.pid}; echo "stop=$?"
        kill -9 1; echo "kill-init=$?"
-       cat /proc/${daemonPid}/environ >/dev/null; echo "environ=$?"
-       cat /proc/${daemonPid}/maps >/dev/null; echo "maps=$?"
-       ls /proc/${daemonPid}/fd >/dev/null; echo "fd=$?"
+       cat /proc/${daemon.pid}/environ >/dev/null; echo "environ=$?"
+       cat /proc/${daemon.pid}/maps >/dev/null; echo "maps=$?"
+       ls /proc/${daemon.pid}/fd >/dev/null; echo "fd=$?"
        python3 - <<'PY'
 import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
 PTRACE_ATTACH = 16
-print("ptrace=%d errno=%d" % (libc.ptrace(PTRACE_ATTACH, ${daemonPid}, 0, 0), ctypes.get_errno()))
+print("ptrace=%d errno=%d" % (libc.ptrace(PTRACE_ATTACH, ${daemon.pid}, 0, 0), ctypes.get_errno()))
 try:
-    with open("/proc/${daemonPid}/mem", "rb") as mem:
+    with open("/proc/${daemon.pid}/mem", "rb") as mem:
         mem.read(1)
     print("mem=read")
 except OSError as e:
     print("mem=%s" % e.errno)
 try:
-    fd = os.pidfd_open(${daemonPid})
+    fd = os.pidfd_open(${daemon.pid})
     os.pidfd_send_signal = getattr(os, "pidfd_send_signal", None)
     print("pidfd=opened")
 except OSError as e:
@@ -159,7 +151,7 @@ except OSError as e:
   it('sees the daemon run as root only from the host: from inside, its processes hold no capability', async () => {
     const inside = await sandboxCode(sandbox, `echo "uid=$(id -u)"; grep -E '^CapEff' /proc/self/status | tr -d '\\t' | tr ':' '='`);
     expect(inside.facts).toMatchObject({ uid: '1000', CapEff: '0000000000000000' });
-    const host = await execAsRoot(containerId, ['sh', '-c', `grep -E '^(Uid|CapEff)' /proc/${daemonPid}/status`]);
+    const host = await execAsRoot(containerId, ['sh', '-c', `grep -E '^(Uid|CapEff)' /proc/${daemon.pid}/status`]);
     expect(host.stdout).toMatch(/Uid:\s+0\s/);
     expect(host.stdout).toMatch(/CapEff:\s+00000000000804eb/);
   });
@@ -170,7 +162,7 @@ except OSError as e:
       sandbox,
       `env | grep -c WARREN_AGENT_SECRET; echo "env=$?"
        cat /proc/1/environ >/dev/null; echo "init-environ=$?"
-       cat /proc/${daemonPid}/environ >/dev/null; echo "daemon-environ=$?"
+       cat /proc/${daemon.pid}/environ >/dev/null; echo "daemon-environ=$?"
        grep -rls -- "${secret}" /tmp /workspace /run 2>/dev/null | head -1; echo "found=$(grep -rls -- "${secret}" /tmp /workspace /run 2>/dev/null | wc -l)"`,
     );
     expect(run.facts).toMatchObject({ env: '1', 'init-environ': '1', 'daemon-environ': '1', found: '0' });

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Sandbox, type WatchEvent } from '@warren/sdk';
 import { startTestController, type TestController } from '../support/fixtures.js';
-import { HostSentinel, sandboxCode } from '../support/redteam.js';
+import { DaemonIdentity, HostSentinel, sandboxCode } from '../support/redteam.js';
 
 /**
  * Sandbox code against the doors that carry what it makes back out: the port proxy (an app's
@@ -16,15 +16,14 @@ describe('red team: sandbox code against the ports, watch and download doors', (
   let warren: TestController;
   let sandbox: Sandbox;
   let sentinel: HostSentinel;
-  let daemon: { pid: number; startedAt: number };
+  let daemon: DaemonIdentity;
   const auth = () => ({ authorization: `Bearer ${sandbox.token}` });
 
   beforeAll(async () => {
     warren = await startTestController();
     sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });
     sentinel = await HostSentinel.make();
-    const info = await sandbox.daemonInfo();
-    daemon = { pid: info.pid, startedAt: Date.now() - info.uptimeMs };
+    daemon = await DaemonIdentity.of(sandbox);
   }, 60_000);
 
   afterAll(async () => {
@@ -33,9 +32,7 @@ describe('red team: sandbox code against the ports, watch and download doors', (
   });
 
   const unharmed = async () => {
-    const info = await sandbox.daemonInfo();
-    expect(info.pid).toBe(daemon.pid);
-    expect(Math.abs(Date.now() - info.uptimeMs - daemon.startedAt)).toBeLessThan(2_000);
+    await daemon.expectSame(sandbox);
     await sentinel.expectUnchanged();
   };
 

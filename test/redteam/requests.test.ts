@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Sandbox } from '@warren/sdk';
 import { codeOf } from '../support/files.js';
 import { startTestController, type TestController } from '../support/fixtures.js';
-import { HostSentinel, sandboxCode } from '../support/redteam.js';
+import { DaemonIdentity, HostSentinel, sandboxCode } from '../support/redteam.js';
 
 /**
  * One request must not stall or kill the daemon, whoever sends it: files sandbox code made (sparse,
@@ -13,7 +13,7 @@ describe('red team: requests that would stall or kill the daemon', () => {
   let sandbox: Sandbox;
   let reader: Sandbox;
   let sentinel: HostSentinel;
-  let daemon: { pid: number; startedAt: number };
+  let daemon: DaemonIdentity;
 
   beforeAll(async () => {
     warren = await startTestController();
@@ -28,8 +28,7 @@ describe('red team: requests that would stall or kill the daemon', () => {
     expect(planted.facts.planted).toBe('yes');
     const { token } = await sandbox.deriveToken({ allowRead: ['/workspace/d'], readonly: true });
     reader = await Sandbox.connect(sandbox.id, { baseUrl: warren.url, token });
-    const info = await sandbox.daemonInfo();
-    daemon = { pid: info.pid, startedAt: Date.now() - info.uptimeMs };
+    daemon = await DaemonIdentity.of(sandbox);
   }, 60_000);
 
   afterAll(async () => {
@@ -39,9 +38,7 @@ describe('red team: requests that would stall or kill the daemon', () => {
   });
 
   const unharmed = async () => {
-    const info = await sandbox.daemonInfo();
-    expect(info.pid).toBe(daemon.pid);
-    expect(Math.abs(Date.now() - info.uptimeMs - daemon.startedAt)).toBeLessThan(2_000);
+    const info = await daemon.expectSame(sandbox);
     expect(info.rssBytes).toBeLessThan(300 * 1024 * 1024);
     await sentinel.expectUnchanged();
   };

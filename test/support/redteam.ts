@@ -52,3 +52,28 @@ export async function sandboxCode(
   }
   return { facts, stdout: run.stdout, stderr: run.stderr, exitCode: run.exitCode ?? -1 };
 }
+
+/**
+ * Who the sandbox's daemon is: its pid and start time (a restarted daemon could get the same pid
+ * in its fresh namespace, never the same start). `expectSame` checks, after an attack, that the
+ * same daemon still answers.
+ */
+export class DaemonIdentity {
+  private constructor(
+    readonly pid: number,
+    private readonly startedAt: number,
+  ) {}
+
+  static async of(sandbox: Sandbox): Promise<DaemonIdentity> {
+    const info = await sandbox.daemonInfo();
+    return new DaemonIdentity(info.pid, Date.now() - info.uptimeMs);
+  }
+
+  /** Checks the same daemon answers; returns its info for further checks (memory, say). */
+  async expectSame(sandbox: Sandbox): Promise<Awaited<ReturnType<Sandbox['daemonInfo']>>> {
+    const info = await sandbox.daemonInfo();
+    expect(info.pid).toBe(this.pid);
+    expect(Math.abs(Date.now() - info.uptimeMs - this.startedAt)).toBeLessThan(2_000);
+    return info;
+  }
+}

@@ -183,7 +183,7 @@ class RestClient:
                         f"The controller's answer to {method} {path} ended before it said done; the operation may not have finished."
                     )
                 try:
-                    event = parse_obj_as(ImageEvent, json.loads(value))  # type: ignore[arg-type]
+                    event: Any = parse_obj_as(ImageEvent, json.loads(value))  # type: ignore[arg-type]
                 except (ValueError, ValidationError):
                     continue
                 if isinstance(event, ImageEventError):

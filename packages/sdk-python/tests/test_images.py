@@ -132,6 +132,123 @@ async def test_build_refuses_a_bad_context_before_sending_anything(tmp_path: Pat
         await Images(base_url="http://127.0.0.1:9", api_key="wk_x").build(tmp_path, tag="x:1")
 
 
+# ---- the NDJSON answer, from a scripted server (what the controller's side may send) ---------------
+
+
+class Scripted:
+    """A loopback HTTP server answering every POST with one scripted body, chunked, line by line."""
+
+    def __init__(self, status: int, lines: List[bytes], hold: bool = False) -> None:
+        import http.server
+        import threading
+
+        self.requests: List[Dict[str, Any]] = []
+        self.closed = threading.Event()
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                body = self.rfile.read(int(self.headers.get("content-length", "0")))
+                outer.requests.append({"path": self.path, "type": self.headers.get("content-type"), "auth": self.headers.get("authorization"), "body": body})
+                self.send_response(status)
+                self.send_header("content-type", "application/x-ndjson" if status < 400 else "application/json")
+                self.send_header("transfer-encoding", "chunked")
+                self.end_headers()
+                try:
+                    for line in lines:
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                        self.wfile.flush()
+                    if hold:  # keeps the answer open until the client goes away
+                        while self.rfile.read(1):
+                            pass
+                        outer.closed.set()
+                        return
+                    self.wfile.write(b"0\r\n\r\n")
+                except OSError:
+                    outer.closed.set()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def __enter__(self) -> "Scripted":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+async def test_a_pull_answer_skips_unknown_lines_and_ends_at_done() -> None:
+    lines = [
+        b'{"type":"progress","status":"Downloading","layer":"abc","current":1,"total":2}\n',
+        b'{"type":"novel","x":1}\n{"no json\n',
+        b'{"type":"progress","status":"Pull complete"}\n{"type":"done","image":"reg/x:1"}\n',
+        b'{"type":"progress","status":"after done"}\n',
+    ]
+    with Scripted(200, lines) as server:
+        seen: List[str] = []
+        pulled = await Images(base_url=server.url, api_key="wk_test").pull("reg/x:1", on_progress=lambda e: seen.append(e.status))
+        assert pulled.image == "reg/x:1"
+        assert seen == ["Downloading", "Pull complete"]
+        request = server.requests[0]
+        assert (request["path"], request["type"], request["auth"]) == ("/v1/images/pull", "application/json", "Bearer wk_test")
+        assert json.loads(request["body"]) == {"image": "reg/x:1"}
+
+
+async def test_an_error_line_is_its_error_class_and_an_answer_without_done_is_upstream_unavailable(tmp_path: Path) -> None:
+    from warren import UpstreamUnavailableError
+
+    failed = b'{"type":"error","error":{"code":"BUILD_FAILED","message":"step 2 failed","details":{"output":"boom"}}}\n'
+    (tmp_path / "Dockerfile").write_text("FROM scratch\n")
+    with Scripted(200, [b'{"type":"output","text":"Step 1/2"}\n', failed]) as server:
+        output: List[str] = []
+        with pytest.raises(BuildFailedError) as err:
+            await Images(base_url=server.url, api_key="k").build(tmp_path, tag="t:1", on_output=output.append)
+        assert err.value.details == {"output": "boom"} and output == ["Step 1/2"]
+        assert server.requests[0]["path"] == "/v1/images/build?tag=t%3A1&dockerfile=Dockerfile"
+        assert server.requests[0]["type"] == "application/x-tar"
+        assert sorted(members(server.requests[0]["body"])) == ["Dockerfile"]
+    with Scripted(200, [b'{"type":"progress","status":"Waiting"}\n']) as server:
+        with pytest.raises(UpstreamUnavailableError, match="ended before it said done"):
+            await Images(base_url=server.url, api_key="k").pull("reg/x:1")
+    refused = b'{"error":{"code":"IMAGE_NOT_ALLOWED","message":"not allowed","suggestion":"s"}}'
+    with Scripted(403, [refused]) as server:
+        with pytest.raises(ImageNotAllowedError, match="not allowed"):
+            await Images(base_url=server.url, api_key="k").pull("reg/x:1")
+
+
+async def test_an_oversized_line_is_refused() -> None:
+    from warren import InternalError
+    from warren.rest import MAX_EVENT_LINE_BYTES
+
+    with Scripted(200, [b'{"type":"output","text":"' + b"x" * (MAX_EVENT_LINE_BYTES + 10) + b'"}\n']) as server:
+        with pytest.raises(InternalError, match="a line over"):
+            await Images(base_url=server.url, api_key="k").pull("reg/x:1")
+
+
+async def test_cancelling_a_pull_closes_its_connection() -> None:
+    import asyncio
+
+    with Scripted(200, [b'{"type":"progress","status":"Downloading"}\n'], hold=True) as server:
+        seen: List[str] = []
+        task = asyncio.ensure_future(Images(base_url=server.url, api_key="k").pull("reg/x:1", on_progress=lambda e: seen.append(e.status)))
+        for _ in range(200):
+            if seen:
+                break
+            await asyncio.sleep(0.01)
+        assert seen == ["Downloading"]
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await asyncio.to_thread(server.closed.wait, 10), "the server still holds the connection"
+
+
 # ---- pull and build through a real controller on Docker ----------------------------------------
 
 

@@ -224,19 +224,28 @@ class RestClient:
                 raise UpstreamUnavailableError(f"Could not reach the Warren controller at {self.base_url}: {err}. Start it with scripts/start.") from None
             if res.status >= 400:
                 raise rest_error(res.status, res.read(64 * 1024).decode("utf-8", errors="replace"))
+            buffered = b""
             while not holder.get("stop"):
                 try:
-                    line = res.readline(MAX_EVENT_LINE_BYTES + 1)
+                    chunk = res.read1(64 * 1024)
                 except OSError as err:
                     if holder.get("stop"):
                         return
                     raise UpstreamUnavailableError(f"The controller's answer to {method} {path} broke off: {err}; the operation may not have finished.") from None
-                if not line:
+                if not chunk:
+                    if buffered.strip():
+                        yield ("line", buffered)
                     return
-                if len(line) > MAX_EVENT_LINE_BYTES and not line.endswith(b"\n"):
+                buffered += chunk
+                *complete, buffered = buffered.split(b"\n")
+                for line in complete:
+                    if len(line) > MAX_EVENT_LINE_BYTES:
+                        raise InternalError(f"The controller's answer to {method} {path} has a line over {MAX_EVENT_LINE_BYTES} bytes.")
+                    if line.strip():
+                        yield ("line", line)
+                # A line is never kept past the cap, whatever the server sends.
+                if len(buffered) > MAX_EVENT_LINE_BYTES:
                     raise InternalError(f"The controller's answer to {method} {path} has a line over {MAX_EVENT_LINE_BYTES} bytes.")
-                if line.strip():
-                    yield ("line", line)
         finally:
             conn.close()
 

@@ -23,7 +23,7 @@ import tarfile
 from dataclasses import dataclass
 from typing import Callable, List, Optional
 
-from ._protocol import ImageEventDone, ImageEventOutput, ImageEventProgress, ListImagesResponseImagesItem
+from ._protocol import ImageEventOutput, ImageEventProgress, ListImagesResponseImagesItem
 from .archive import TarChecker
 from .errors import BuildContextTooLargeError, InvalidParamsError, UnsupportedFileTypeError
 from .rest import RestClient, resolve_controller

@@ -4,7 +4,7 @@
 // key and the root folder sandboxes name in their policy, then runs until its stdin closes (the
 // test process ended, however it ended) or it gets SIGTERM; stopping kills its sandboxes.
 //
-//   node packages/sdk-python/scripts/local-controller.mjs [--docker]
+//   node packages/sdk-python/scripts/local-controller.mjs [--docker] [--config JSON]
 //   {"url":"http://127.0.0.1:40123","apiKey":"wk_test_...","root":"/tmp/warren-local-.../workspace","engine":"local"}
 import { rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -43,7 +43,10 @@ process.env.WARREN_AGENT_BUNDLE ??= path.join(repo, 'packages', 'agent', 'dist',
 // Kept until exit: modules the bundle loads later (node-pty, on the first terminal) resolve from its place.
 process.once('exit', () => rmSync(outfile, { force: true }));
 const support = await import(outfile);
-const local = docker ? await support.startTestController() : await support.startLocalController();
+// --config JSON: controller settings merged over the test defaults (the images tests name their registry).
+const configAt = process.argv.indexOf('--config');
+const config = configAt > 0 ? JSON.parse(process.argv[configAt + 1]) : undefined;
+const local = docker ? await support.startTestController(config ? { config } : {}) : await support.startLocalController(config ?? {});
 const root = docker ? '/workspace' : local.root;
 process.stdout.write(`${JSON.stringify({ url: local.url, apiKey: local.apiKey, root, engine: docker ? 'docker' : 'local' })}\n`);
 

@@ -19,8 +19,9 @@ from .channel import MAX_REPEATS, Channel, ReconnectOptions
 from .commands import AttachExit, CommandResult, Commands, ExitEvent, OutputEvent, ProcessHandle, ProcessInfo, ShellSession
 from .connection import Connection, ProtocolInfo
 from .errors import *  # noqa: F401,F403 - every error class is public API
-from .errors import ERROR_CLASSES, WarrenError, error_from_wire, make_error
+from .errors import ERROR_CLASSES, FrameworkNotInstalledError, WarrenError, error_from_wire, make_error
 from .files import CharSlice, DownloadedArchive, Files, LineSlice
+from .images import BuiltImage, ImageInfo, Images, PackedContext, PulledImage, PullProgressEvent, pack_build_context
 from .pty import Pty, PtyExit, Terminal
 from .sandbox import Sandbox
 
@@ -32,6 +33,13 @@ __all__ = [
     "MAX_REPEATS",
     "ReconnectOptions",
     "AttachExit",
+    "BuiltImage",
+    "ImageInfo",
+    "Images",
+    "PackedContext",
+    "PulledImage",
+    "PullProgressEvent",
+    "pack_build_context",
     "CharSlice",
     "CommandResult",
     "Commands",
@@ -39,6 +47,7 @@ __all__ = [
     "DownloadedArchive",
     "ERROR_CLASSES",
     "ERROR_CODES",
+    "FrameworkNotInstalledError",
     "ExitEvent",
     "Files",
     "LineSlice",

@@ -270,6 +270,11 @@ class NotSupportedError(WarrenError):
     code = "NOT_SUPPORTED"
 
 
+class FrameworkNotInstalledError(NotSupportedError, ImportError):
+    """An adapter's framework (the OpenAI Agents SDK, LangChain) is not installed: ``details["package"]``
+    names what to install. Also an ``ImportError``, so ``except ImportError`` catches it."""
+
+
 class PortUnreachableError(WarrenConnectionError):
     code = "PORT_UNREACHABLE"
 

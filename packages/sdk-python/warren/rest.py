@@ -8,17 +8,32 @@ the models generated from the OpenAPI document.
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
+import socket
 import os
 import random
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Dict, List, Mapping, Optional, Type, TypeVar
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError, parse_obj_as
 
-from ._protocol import CreateSandboxRequest, CreateSandboxResponse, DeriveTokenRequest, DeriveTokenResponse, ListSandboxesResponse, SandboxInfo
+from ._protocol import (
+    CreateSandboxRequest,
+    CreateSandboxResponse,
+    DeriveTokenRequest,
+    DeriveTokenResponse,
+    ImageEvent,
+    ImageEventDone,
+    ImageEventError,
+    ListImagesResponse,
+    ListImagesResponseImagesItem,
+    ListSandboxesResponse,
+    PullImageRequest,
+    SandboxInfo,
+)
 from .errors import InternalError, InvalidParamsError, UpstreamUnavailableError, WarrenError, make_error
 
 DEFAULT_BASE_URL = "http://127.0.0.1:7420"
@@ -26,6 +41,10 @@ DEFAULT_BASE_URL = "http://127.0.0.1:7420"
 CREATE_RETRIES = 5
 #: The most of an answer body this client reads.
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
+#: The longest line of an NDJSON answer (image pull and build events) this client reads.
+MAX_EVENT_LINE_BYTES = 1024 * 1024
+#: How long an image pull or build may stay silent (no line) before the client gives up, in seconds.
+EVENT_SILENCE_SECONDS = 900.0
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -114,6 +133,121 @@ class RestClient:
         """``GET /readyz``: whether the controller can create sandboxes now, and the isolation it gives them."""
         answer = await self._request("GET", "/readyz", None)
         return answer if isinstance(answer, dict) else {}
+
+    async def pull_image(self, image: str, on_event: Callable[[Any], None]) -> ImageEventDone:
+        """``POST /v1/images/pull``: pulls an image onto the controller's engine (when it lacks it), with its progress lines."""
+        checked = check_body(PullImageRequest, {"image": image}, "pull request")
+        return await self._event_stream("POST", "/v1/images/pull", json.dumps(checked).encode("utf-8"), "application/json", on_event)
+
+    async def build_image(self, context: bytes, tag: str, dockerfile: str, on_event: Callable[[Any], None]) -> ImageEventDone:
+        """``POST /v1/images/build``: uploads a packed build context (a tar archive) and builds it, with its output lines."""
+        qs = urllib.parse.urlencode({"tag": tag, "dockerfile": dockerfile})
+        return await self._event_stream("POST", f"/v1/images/build?{qs}", context, "application/x-tar", on_event)
+
+    async def list_images(self) -> List[ListImagesResponseImagesItem]:
+        """``GET /v1/images``: the images Warren built on the controller's engine."""
+        return (await self._answer(ListImagesResponse, "GET", "/v1/images", None)).images
+
+    async def remove_image(self, image: str) -> None:
+        """``DELETE /v1/images?image=``: removes an image Warren built (by id or name)."""
+        await self._request("DELETE", f"/v1/images?{urllib.parse.urlencode({'image': image})}", None)
+
+    async def _event_stream(self, method: str, path: str, body: bytes, content_type: str, on_event: Callable[[Any], None]) -> ImageEventDone:
+        """A request whose answer is NDJSON ImageEvent lines: each goes to ``on_event`` as it arrives
+        (lines this SDK does not know are skipped); the ``done`` line returns, an ``error`` line raises
+        its SDK error, and an answer that ends without either is ``UpstreamUnavailableError``.
+        Cancelling the awaiting task closes the connection (the controller stops the work)."""
+        loop = asyncio.get_running_loop()
+        queue: "asyncio.Queue[Tuple[str, Any]]" = asyncio.Queue()
+        holder: Dict[str, Any] = {}
+
+        def put(kind: str, value: Any) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, (kind, value))
+
+        def worker() -> None:
+            try:
+                for kind, value in self._blocking_lines(method, path, body, content_type, holder):
+                    put(kind, value)
+                put("end", None)
+            except BaseException as err:  # noqa: BLE001 - handed to the awaiting task
+                put("raise", err)
+
+        thread = asyncio.get_running_loop().run_in_executor(None, worker)
+        try:
+            while True:
+                kind, value = await queue.get()
+                if kind == "raise":
+                    raise value
+                if kind == "end":
+                    raise UpstreamUnavailableError(
+                        f"The controller's answer to {method} {path} ended before it said done; the operation may not have finished."
+                    )
+                try:
+                    event: Any = parse_obj_as(ImageEvent, json.loads(value))  # type: ignore[arg-type]
+                except (ValueError, ValidationError):
+                    continue
+                if isinstance(event, ImageEventError):
+                    details = event.error.details
+                    raise make_error(event.error.code, event.error.message, details if isinstance(details, dict) else None)
+                on_event(event)
+                if isinstance(event, ImageEventDone):
+                    return event
+        finally:
+            holder["stop"] = True
+            sock = holder.get("sock")
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            await asyncio.shield(thread)
+
+    def _blocking_lines(self, method: str, path: str, body: bytes, content_type: str, holder: Dict[str, Any]) -> Any:
+        """Sends the request on this thread and yields ``("line", bytes)`` as the answer comes."""
+        parsed = urllib.parse.urlsplit(self.base_url)
+        conn_cls = http.client.HTTPSConnection if parsed.scheme == "https" else http.client.HTTPConnection
+        conn = conn_cls(parsed.netloc, timeout=EVENT_SILENCE_SECONDS)
+        headers = {"content-type": content_type, "accept": "application/x-ndjson", "content-length": str(len(body))}
+        if self._credential:
+            headers["authorization"] = f"Bearer {self._credential}"
+        try:
+            try:
+                conn.connect()
+                holder["sock"] = conn.sock
+                if holder.get("stop"):
+                    return
+                conn.request(method, f"{parsed.path.rstrip('/')}{path}", body=body, headers=headers)
+                res = conn.getresponse()
+            except OSError as err:
+                if holder.get("stop"):
+                    return
+                raise UpstreamUnavailableError(f"Could not reach the Warren controller at {self.base_url}: {err}. Start it with scripts/start.") from None
+            if res.status >= 400:
+                raise rest_error(res.status, res.read(64 * 1024).decode("utf-8", errors="replace"))
+            buffered = b""
+            while not holder.get("stop"):
+                try:
+                    chunk = res.read1(64 * 1024)
+                except OSError as err:
+                    if holder.get("stop"):
+                        return
+                    raise UpstreamUnavailableError(f"The controller's answer to {method} {path} broke off: {err}; the operation may not have finished.") from None
+                if not chunk:
+                    if buffered.strip():
+                        yield ("line", buffered)
+                    return
+                buffered += chunk
+                *complete, buffered = buffered.split(b"\n")
+                for line in complete:
+                    if len(line) > MAX_EVENT_LINE_BYTES:
+                        raise InternalError(f"The controller's answer to {method} {path} has a line over {MAX_EVENT_LINE_BYTES} bytes.")
+                    if line.strip():
+                        yield ("line", line)
+                # A line is never kept past the cap, whatever the server sends.
+                if len(buffered) > MAX_EVENT_LINE_BYTES:
+                    raise InternalError(f"The controller's answer to {method} {path} has a line over {MAX_EVENT_LINE_BYTES} bytes.")
+        finally:
+            conn.close()
 
     @staticmethod
     def _path(sandbox_id: str) -> str:

@@ -72,6 +72,8 @@ class Sandbox:
 
         ``options`` are the REST create body (docs/openapi.json ``CreateSandboxRequest``), in Python's
         names or the wire's: ``image``, ``ttl_seconds``, ``policy``, ``labels``, ``env``, ...
+        ``on_pull_progress`` (a callable) pulls ``image`` first and is called with each progress line
+        (``warren.images.PullProgressEvent``); without it a create of a missing image still pulls it, and simply takes longer.
         """
         return _Creating(base_url, api_key, reconnect, options)
 
@@ -79,6 +81,11 @@ class Sandbox:
     async def _create(cls, base_url: Optional[str], api_key: Optional[str], reconnect: Optional[ReconnectOptions], options: Mapping[str, Any]) -> "Sandbox":
         url, key = resolve_controller(base_url, api_key)
         rest = RestClient(url, key)
+        options = dict(options)
+        on_pull_progress = options.pop("on_pull_progress", None)
+        if on_pull_progress is not None and options.get("image") is not None:
+            # Pulled first with its progress (answered at once when the engine has the image), then created.
+            await rest.pull_image(str(options["image"]), lambda e: on_pull_progress(e) if getattr(e, "type", None) == "progress" else None)
         created = await rest.create(_wire(CreateSandboxRequest, options, "sandbox options"))
         try:
             connection = await Sandbox._channel(rest, created.id, created.token, reconnect)

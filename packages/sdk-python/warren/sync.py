@@ -19,6 +19,7 @@ import inspect
 import threading
 from typing import Any, Coroutine, Iterator, List, Optional, TypeVar
 
+from . import images as _images
 from . import sandbox as _async
 
 T = TypeVar("T")
@@ -140,3 +141,18 @@ class Sandbox(_Proxy):
     @staticmethod
     def list(**options: Any) -> List[Any]:
         return _Loop.run(_async.Sandbox.list(**options))
+
+
+class Images(_Proxy):
+    """The blocking twin of :class:`warren.Images`: ``pull``, ``build``, ``list`` and ``remove`` without ``await``.
+
+    Example::
+
+        from warren.sync import Images
+
+        images = Images(base_url=url, api_key=key)
+        images.build("./template", tag="py-tools:1", on_output=lambda t: print(t, end=""))
+    """
+
+    def __init__(self, *, base_url: Optional[str] = None, api_key: Optional[str] = None) -> None:
+        super().__init__(_images.Images(base_url=base_url, api_key=api_key))

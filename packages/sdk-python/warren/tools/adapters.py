@@ -36,6 +36,17 @@ async def call_mcp_tool(tools: Sequence[Tool], name: str, args: Any) -> Dict[str
     return result
 
 
+async def json_arguments_text(tools: Sequence[Tool], name: str, raw: str) -> str:
+    """Runs the tool ``name`` with arguments given as a JSON text, as a model sends them, and
+    returns the text the model reads; arguments that are not a JSON object are an error it reads."""
+    try:
+        args = json.loads(raw) if raw.strip() != "" else {}
+    except ValueError as err:
+        error = tool_error("INVALID_ARGUMENTS", f"The arguments of {name} are not valid JSON ({err}).", f"Call {name} again with a JSON object that matches its schema.")
+        return f"Error: {error['error']}\n{error['suggestion']}"
+    return (await run_tool_call(tools, name, args)).text
+
+
 async def dispatch_openai_tool_call(tools: Sequence[Tool], call: Dict[str, Any]) -> Dict[str, Any]:
     """Runs an OpenAI function call and answers in the shape the same API expects back: a Chat
     Completions ``tool_call`` gets a ``{"role": "tool", ...}`` message, a Responses ``function_call``
@@ -43,13 +54,7 @@ async def dispatch_openai_tool_call(tools: Sequence[Tool], call: Dict[str, Any])
     chat = "function" in call
     name = call["function"]["name"] if chat else call["name"]
     raw = call["function"]["arguments"] if chat else call["arguments"]
-    try:
-        args = json.loads(raw) if raw.strip() != "" else {}
-    except ValueError as err:
-        error = tool_error("INVALID_ARGUMENTS", f"The arguments of {name} are not valid JSON ({err}).", f"Call {name} again with a JSON object that matches its schema.")
-        text = f"Error: {error['error']}\n{error['suggestion']}"
-    else:
-        text = (await run_tool_call(tools, name, args)).text
+    text = await json_arguments_text(tools, name, raw)
     if chat:
         return {"role": "tool", "tool_call_id": call["id"], "content": text}
     return {"type": "function_call_output", "call_id": call["call_id"], "output": text}

@@ -17,6 +17,8 @@ export const PYTHON_BRIDGE = String.raw`import json, os, queue, re, signal, subp
 STREAM_PIECE = 1 << 20
 OUTPUT_HEAD = OUTPUT_TAIL = int(os.environ.get('WARREN_CODE_OUTPUT_CAP', str(4 << 20)))
 VALUE_CAP = int(os.environ.get('WARREN_CODE_VALUE_CAP', str(4 << 20)))
+MIME = re.compile(r'[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}\Z')
+MAX_MIMES = 64
 MAX_MSG = 64 << 20
 ANSI = re.compile(r'\x1b\[[0-9;?]*[A-Za-z]')
 TOKEN = os.urandom(12).hex()
@@ -184,19 +186,33 @@ def send_pieces(rid, name, text):
 
 
 def clip_display(data):
-    kept, notes, total = {}, [], 0
-    for mime, value in data.items():
-        if not isinstance(mime, str):
+    # Output names are the cell's to choose: only MIME type names (RFC 6838's characters and
+    # lengths) pass, at most MAX_MIMES of them, and names count against the bundle's size.
+    kept, notes, total, unnamed = {}, [], 0, 0
+    for mime, value in (data.items() if isinstance(data, dict) else ()):
+        if not isinstance(mime, str) or not MIME.match(mime) or len(kept) >= MAX_MIMES:
+            unnamed += 1
             continue
-        size = len(value) if isinstance(value, str) else len(json.dumps(value))
-        total += size
+        try:
+            size = len(value) if isinstance(value, str) else len(json.dumps(value))
+        except Exception:
+            unnamed += 1
+            continue
+        total += size + len(mime)
         if size > VALUE_CAP or total > 2 * VALUE_CAP:
             notes.append('[%s output of %d bytes omitted: over the %d-byte cap]' % (mime, size, VALUE_CAP))
         else:
             kept[mime] = value
+    if unnamed:
+        notes.append('[%d outputs omitted: their names are not MIME types, or a bundle has more than %d]' % (unnamed, MAX_MIMES))
     if notes:
         kept['text/plain'] = '\n'.join(([kept['text/plain']] if isinstance(kept.get('text/plain'), str) else []) + notes)
     return kept, bool(notes)
+
+
+def clip_text(text, cap):
+    text = str(text)
+    return text if len(text) <= cap else '%s[... %d characters omitted]' % (text[:cap], len(text) - cap)
 
 
 def main():
@@ -281,7 +297,10 @@ def run(km, kc, job):
             msg = kc.get_iopub_msg(timeout=0.1)
             got = True
             if msg.get('parent_header', {}).get('msg_id') == msg_id:
-                iopub(rid, msg)
+                try:
+                    iopub(rid, msg)
+                except Exception as err:
+                    send({'t': 'stream', 'id': rid, 'name': 'stderr', 'text': '[an output the kernel sent could not be read and was left out: %s]\n' % clip_text(err, 200), 'omitted': 0})
                 kind, content = msg['header']['msg_type'], msg['content']
                 if kind == 'status' and content.get('execution_state') == 'idle':
                     idle = True
@@ -316,7 +335,8 @@ def iopub(rid, msg):
         send({'t': 'display', 'id': rid, 'main': kind == 'execute_result', 'data': data, 'clipped': clipped})
     elif kind == 'error':
         tb = [ANSI.sub('', str(line)) for line in content.get('traceback') or []]
-        send({'t': 'error', 'id': rid, 'name': str(content.get('ename', '')), 'value': str(content.get('evalue', '')), 'traceback': '\n'.join(tb)[-STREAM_PIECE:]})
+        send({'t': 'error', 'id': rid, 'name': clip_text(content.get('ename', ''), 1000), 'value': clip_text(content.get('evalue', ''), STREAM_PIECE),
+              'traceback': '\n'.join(tb)[-STREAM_PIECE:]})
 
 
 if __name__ == '__main__':

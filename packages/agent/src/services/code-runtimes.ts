@@ -360,11 +360,58 @@ const path = require('node:path');
 const rawOut = process.stdout.write.bind(process.stdout);
 const send = (obj) => rawOut(JSON.stringify(obj) + '\n');
 let current = null;
+// Per cell and stream: the first HEAD characters go out as written, the last TAIL when the cell
+// ends, and the UTF-8 bytes of the middle are counted (as the Python kernel does).
+const HEAD = 4 << 20, TAIL = 4 << 20, PIECE = 1 << 20, CHUNK = 1 << 16;
+const caps = {};
+const emit = (name, text) => {
+  for (let i = 0; i < text.length; i += PIECE) send({ t: 'stream', id: current, name, text: text.slice(i, i + PIECE), omitted: 0 });
+};
+const seal = (cap) => {
+  if (cap.small.length > 0) cap.tail.push(cap.small.join(''));
+  cap.small = [];
+  cap.smallLength = 0;
+};
+function capture(name, text) {
+  const cap = (caps[name] ??= { passed: 0, tail: [], small: [], smallLength: 0, tailLength: 0, dropped: 0 });
+  let start = 0;
+  if (cap.passed < HEAD) {
+    start = Math.min(text.length, HEAD - cap.passed);
+    cap.passed += start;
+    emit(name, start === text.length ? text : text.slice(0, start));
+    if (start === text.length) return;
+  }
+  const piece = start === 0 ? text : text.slice(start);
+  cap.tailLength += piece.length;
+  cap.small.push(piece);
+  cap.smallLength += piece.length;
+  if (cap.smallLength >= CHUNK) seal(cap);
+  while (cap.tail.length > 0 && cap.tailLength - cap.tail[0].length >= TAIL) {
+    const first = cap.tail.shift();
+    cap.tailLength -= first.length;
+    cap.dropped += Buffer.byteLength(first);
+  }
+}
+function finishCaptures() {
+  for (const name of ['stdout', 'stderr']) {
+    const cap = caps[name];
+    if (!cap) continue;
+    delete caps[name];
+    seal(cap);
+    let text = cap.tail.join('');
+    if (text.length > TAIL) {
+      cap.dropped += Buffer.byteLength(text.slice(0, text.length - TAIL));
+      text = text.slice(text.length - TAIL);
+    }
+    if (cap.dropped > 0) send({ t: 'stream', id: current, name, text: '', omitted: cap.dropped });
+    emit(name, text);
+  }
+}
 for (const name of ['stdout', 'stderr']) {
   const stream = process[name];
   stream.write = (chunk, encoding, callback) => {
     const text = typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString('utf8');
-    if (current !== null) send({ t: 'stream', id: current, name, text, omitted: 0 });
+    if (current !== null) capture(name, text);
     const done = typeof encoding === 'function' ? encoding : callback;
     if (typeof done === 'function') process.nextTick(done);
     return true;
@@ -425,6 +472,7 @@ async function run(job) {
     interrupt = null;
   }
   await new Promise((resolve) => setImmediate(resolve));
+  finishCaptures();
   send({ t: 'done', id: job.id, count, status });
   current = null;
 }

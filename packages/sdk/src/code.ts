@@ -136,7 +136,7 @@ const IMAGE_SIGNATURES: Readonly<Record<string, Buffer>> = {
   'image/png': Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]),
   'image/jpeg': Buffer.from([0xff, 0xd8, 0xff]),
 };
-const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
 
 /** A PNG or JPEG a display output holds, checked: its base64 text (whitespace removed) and its bytes. */
 export interface DisplayImage {
@@ -160,7 +160,7 @@ export function displayImage(display: CodeDisplay): DisplayImage | undefined {
     const value = display.data[mimeType];
     if (typeof value !== 'string') continue;
     const base64 = value.replace(/\s+/g, '');
-    if (!BASE64.test(base64)) continue;
+    if (base64.length % 4 !== 0 || !BASE64.test(base64)) continue;
     const bytes = Buffer.from(base64, 'base64');
     const signature = IMAGE_SIGNATURES[mimeType]!;
     if (bytes.length > signature.length && bytes.subarray(0, signature.length).equals(signature)) return { mimeType, base64, bytes };

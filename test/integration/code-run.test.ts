@@ -43,6 +43,17 @@ describe('code.run on an in-process agent', () => {
     expect(String(table.results[0]?.data['text/html'])).toContain('<table');
   });
 
+  it('returns SVG, JSON and Markdown display outputs as their MIME types', async () => {
+    const rich = await code.run(
+      'from IPython.display import SVG, JSON, Markdown, display\ndisplay(SVG(\'<svg xmlns="http://www.w3.org/2000/svg" width="2" height="2"/>\'))\ndisplay(JSON({"a": [1, 2]}))\ndisplay(Markdown("**bold**"))',
+    );
+    expect(rich.error).toBeNull();
+    expect(String(rich.results[0]?.data['image/svg+xml'])).toContain('<svg');
+    expect(rich.results[1]?.data['application/json']).toEqual({ a: [1, 2] });
+    expect(rich.results[2]?.data['text/markdown']).toBe('**bold**');
+    expect(rich.results.every((r) => !r.isMainResult)).toBe(true);
+  });
+
   it('reports an exception as an error with name, value and traceback, and the context lives on', async () => {
     const failed = await code.run('def f():\n    return 1 / 0\nf()');
     expect(failed.error).toMatchObject({ name: 'ZeroDivisionError', value: 'division by zero' });

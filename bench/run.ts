@@ -237,12 +237,14 @@ async function pythonRows(controller: ControllerProcess, sandbox: Sandbox, ts: {
 
 /**
  * The code interpreter (docs/code.md): the first `code.run` in a new sandbox, which starts the
- * Python kernel, and the p50 of a trivial cell once it runs. Each first-run sample is a sandbox of
+ * Python kernel, the p50 of a trivial cell once it runs, and a cell printing a gigabyte (head,
+ * tail and count kept by the kernel-side cap). Each first-run sample is a sandbox of
  * its own (create not counted, kill not counted).
  */
 async function codeRows(controller: ControllerProcess): Promise<Row[]> {
   const firstRuns: number[] = [];
   let cell: Summary | undefined;
+  let flood: Summary | undefined;
   for (let i = 0; i < n(5); i++) {
     const fresh = await Sandbox.create({ baseUrl: controller.url, apiKey: controller.apiKey, image: flags.image });
     try {
@@ -250,6 +252,11 @@ async function codeRows(controller: ControllerProcess): Promise<Row[]> {
       await fresh.code.run('1 + 1', { timeoutMs: 120_000 });
       firstRuns.push(performance.now() - started);
       cell ??= summarize(await timeIt(n(200), () => fresh.code.run('x = 1 + 1')));
+      flood ??= summarize(
+        await timeIt(n(5), () =>
+          fresh.code.run('import sys\nline = "x" * 1_000_000\nfor _ in range(1000):\n    sys.stdout.write(line)', { timeoutMs: 300_000 }),
+        ),
+      );
     } finally {
       await fresh.kill().catch(() => undefined);
     }
@@ -257,6 +264,7 @@ async function codeRows(controller: ControllerProcess): Promise<Row[]> {
   return [
     { name: 'code.run: first run in a new sandbox (Python kernel start)', unit: 'ms', warren: summarize(firstRuns) },
     { name: "code.run: trivial Python cell ('x = 1 + 1')", unit: 'ms', warren: cell },
+    { name: 'code.run: a gigabyte of print, capped in the kernel (1000 writes of 1 MB)', unit: 'ms', warren: flood },
   ];
 }
 

@@ -52,26 +52,38 @@ describe('the code interpreter in real sandboxes', () => {
     }
   });
 
-  it('bounds a fork bomb by the pids limit and the timeout; removing its context ends every process it made', async () => {
+  it('bounds a fork bomb by the pids limit and the timeout; removing its context ends every process it made within seconds', async () => {
     // A sandbox of its own: a bomb that outlives a failed attempt must not starve the cases after it.
-    await using bombed = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, image: IMAGE, pidsLimit: 256, memoryMb: 512 });
+    await using bombed = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, image: IMAGE, pidsLimit: 256, memoryMb: 2048 });
     const before = await bombed.daemonInfo();
-    const ctx = await bombed.code.createContext();
+    const bombCode = 'import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)';
+    const timed = await bombed.code.createContext();
+    const live = await bombed.code.createContext();
     try {
-      const bomb = await bombed.code
-        .run('import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)', { context: ctx, timeoutMs: 5_000 })
-        .catch((err: unknown) => err);
+      const bomb = await bombed.code.run(bombCode, { context: timed, timeoutMs: 5_000 }).catch((err: unknown) => err);
       // Interrupted at the timeout, or killed when the forked copies kept it from stopping: either way bounded.
       if (!(bomb instanceof KernelDiedError) && (bomb as { timedOut?: boolean }).timedOut !== true) {
         throw new Error(`the fork bomb was not bounded: ${bomb instanceof Error ? `${bomb.name}: ${bomb.message}` : JSON.stringify(bomb).slice(0, 500)}`);
       }
-    } finally {
+      // Removed while the bomb runs: the kernel's group is killed whole, the run ends as KERNEL_DIED.
+      const running = bombed.code.run(bombCode, { context: live, timeoutMs: 120_000 }).catch((err: unknown) => err);
+      await new Promise((resolve) => setTimeout(resolve, 5_000));
       const removing = Date.now();
-      await bombed.code.removeContext(ctx, { timeoutMs: 150_000 });
-      process.stderr.write(`code: removeContext after a fork bomb took ${Date.now() - removing} ms\n`);
+      expect(await bombed.code.removeContext(live, { timeoutMs: 150_000 })).toBe(true);
+      const removalMs = Date.now() - removing;
+      expect(await running).toBeInstanceOf(KernelDiedError);
+      const fresh = Date.now();
+      expect((await bombed.commands.run('echo still here', { timeoutMs: 60_000 })).stdout).toBe('still here\n');
+      const after = await bombed.code.run('6 * 7', { timeoutMs: 60_000 });
+      process.stderr.write(
+        `code: removeContext during a fork bomb took ${removalMs} ms; the next command and a first cell in a new kernel took ${Date.now() - fresh} ms\n`,
+      );
+      expect(mainText(after.results)).toBe('42');
+    } finally {
+      await bombed.code.removeContext(timed, { timeoutMs: 150_000 }).catch(() => undefined);
+      await bombed.code.removeContext(live, { timeoutMs: 150_000 }).catch(() => undefined);
     }
     expect((await bombed.daemonInfo()).pid).toBe(before.pid);
-    expect((await bombed.commands.run('echo still here')).stdout).toBe('still here\n');
   }, 300_000);
 
   it('reports a kernel killed by the memory limit as KERNEL_DIED, and a restart brings a fresh one', async () => {
@@ -88,29 +100,44 @@ describe('the code interpreter in real sandboxes', () => {
     }
   });
 
-  it('bounds a gigabyte of print and a gigabyte-sized display output: capped, or the kernel dies at the memory limit; the daemon stays small', async () => {
+  it('caps a gigabyte of print to its head and tail inside the kernel, counts every byte, and the kernel keeps its state', async () => {
     const before = await limited.daemonInfo();
     const js = await limited.code.createContext({ language: 'javascript' });
     const ctx = await limited.code.createContext();
     try {
       await limited.code.run('const other = "unaffected"', { context: js });
-      // ipykernel buffers a cell's output between flushes, so a fast gigabyte may exhaust the kernel's
-      // memory first: both ends are bounded, and the answer is either the capped output or KERNEL_DIED.
-      const flood = await limited.code
-        .run('import sys\nline = "x" * 1_000_000\nfor _ in range(1000):\n    sys.stdout.write(line)\n"done"', { context: ctx, timeoutMs: 300_000 })
-        .catch((err: unknown) => err);
-      if (flood instanceof KernelDiedError) await limited.code.restartContext(ctx);
-      else {
-        expect(flood).toMatchObject({ stdoutBytes: 1_000_000_000, truncated: true });
-        expect((flood as { stdout: string }).stdout.length).toBeLessThan(1_100_000);
-      }
+      await limited.code.run('kept = "still here"', { context: ctx });
+      // 512 MiB of memory: ipykernel alone would hold the whole gigabyte between two flushes and die.
+      const started = Date.now();
+      const flood = await limited.code.run('import sys\nline = "x" * 1_000_000\nfor _ in range(1000):\n    sys.stdout.write(line)\nprint("END")\n"done"', {
+        context: ctx,
+        timeoutMs: 300_000,
+      });
+      process.stderr.write(`code: a gigabyte of print took ${Date.now() - started} ms\n`);
+      expect(flood).toMatchObject({ error: null, stdoutBytes: 1_000_000_004, truncated: true });
+      expect(flood.stdout.length).toBeLessThan(1_100_000);
+      expect(flood.stdout.startsWith('xxxx')).toBe(true);
+      expect(flood.stdout.endsWith('xxxxEND\n')).toBe(true);
+      expect(flood.stdout).toMatch(/\[\.\.\. \d+ bytes omitted \.\.\.\]/);
+      expect(mainText(flood.results)).toBe("'done'");
+      // Print loops and a subprocess writing to the file descriptor are capped the same way.
+      const lines = await limited.code.run('for i in range(2_000_000):\n    print(i)', { context: ctx, timeoutMs: 300_000 });
+      const digits = [...Array(7).keys()].reduce((sum, d) => sum + (Math.min(2_000_000, 10 ** (d + 1)) - (d === 0 ? 0 : 10 ** d)) * (d + 1), 0);
+      expect(lines).toMatchObject({ stdoutBytes: digits + 2_000_000, truncated: true });
+      expect(lines.stdout.endsWith('1999999\n')).toBe(true);
+      const sub = await limited.code.run('import subprocess\nsubprocess.run(["head", "-c", "300000000", "/dev/zero"]).returncode', {
+        context: ctx,
+        timeoutMs: 300_000,
+      });
+      expect(sub).toMatchObject({ stdoutBytes: 300_000_000, truncated: true });
+      expect(mainText(sub.results)).toBe('0');
+      expect(mainText((await limited.code.run('kept', { context: ctx })).results)).toBe("'still here'");
+
       const giant = await limited.code.run('display({"text/plain": "y" * 100_000_000}, raw=True)\n"after"', { context: ctx, timeoutMs: 120_000 });
       expect(giant.truncated).toBe(true);
       expect(mainText(giant.results)).toBe("'after'");
       const after = await limited.daemonInfo();
-      process.stderr.write(
-        `code: gigabyte print ${flood instanceof KernelDiedError ? 'killed the kernel' : 'was capped'}; daemon RSS ${(before.rssBytes / 2 ** 20).toFixed(1)} -> ${(after.rssBytes / 2 ** 20).toFixed(1)} MiB\n`,
-      );
+      process.stderr.write(`code: daemon RSS ${(before.rssBytes / 2 ** 20).toFixed(1)} -> ${(after.rssBytes / 2 ** 20).toFixed(1)} MiB\n`);
       expect(after.pid).toBe(before.pid);
       expect(after.rssBytes - before.rssBytes).toBeLessThan(256 * 2 ** 20);
       expect(mainText((await limited.code.run('other', { context: js })).results)).toBe("'unaffected'");
@@ -119,4 +146,13 @@ describe('the code interpreter in real sandboxes', () => {
       await limited.code.removeContext(js);
     }
   });
+
+  it("caps print('x' * 10**9), one gigabyte in one write", async () => {
+    await using roomy = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, image: IMAGE, memoryMb: 3072 });
+    await roomy.code.run('kept = 1');
+    const big = await roomy.code.run("print('x' * 10**9)", { timeoutMs: 300_000 });
+    expect(big).toMatchObject({ error: null, stdoutBytes: 1_000_000_001, truncated: true });
+    expect(big.stdout.length).toBeLessThan(1_100_000);
+    expect(mainText((await roomy.code.run('kept + 1')).results)).toBe('2');
+  }, 300_000);
 });

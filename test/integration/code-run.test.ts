@@ -43,6 +43,17 @@ describe('code.run on an in-process agent', () => {
     expect(String(table.results[0]?.data['text/html'])).toContain('<table');
   });
 
+  it('returns SVG, JSON and Markdown display outputs as their MIME types', async () => {
+    const rich = await code.run(
+      'from IPython.display import SVG, JSON, Markdown, display\ndisplay(SVG(\'<svg xmlns="http://www.w3.org/2000/svg" width="2" height="2"/>\'))\ndisplay(JSON({"a": [1, 2]}))\ndisplay(Markdown("**bold**"))',
+    );
+    expect(rich.error).toBeNull();
+    expect(String(rich.results[0]?.data['image/svg+xml'])).toContain('<svg');
+    expect(rich.results[1]?.data['application/json']).toEqual({ a: [1, 2] });
+    expect(rich.results[2]?.data['text/markdown']).toBe('**bold**');
+    expect(rich.results.every((r) => !r.isMainResult)).toBe(true);
+  });
+
   it('reports an exception as an error with name, value and traceback, and the context lives on', async () => {
     const failed = await code.run('def f():\n    return 1 / 0\nf()');
     expect(failed.error).toMatchObject({ name: 'ZeroDivisionError', value: 'division by zero' });
@@ -148,6 +159,65 @@ describe('code.run on an in-process agent', () => {
     expect(flood.stdout).toMatch(/\[\.\.\. \d+ bytes omitted \.\.\.\]/);
   });
 
+  it('caps output inside the kernel and counts the bytes it left out exactly, multi-byte characters included', async () => {
+    const wide = await code.run('print("\u00e9" * 5_000_000)', { timeoutMs: 60_000 });
+    expect(wide).toMatchObject({ error: null, stdoutBytes: 10_000_001, truncated: true });
+    expect(wide.stdout.startsWith('\u00e9\u00e9')).toBe(true);
+    expect(wide.stdout.endsWith('\u00e9\u00e9\n')).toBe(true);
+    expect(mainText((await code.run('kept')).results)).toBe("'still here'");
+  });
+
+  it('reads hostile bytes as data: escape sequences arrive as written, invalid UTF-8 on a file descriptor as U+FFFD, and the stream flows on', async () => {
+    const result = await code.run(
+      'import os, sys, time\nsys.stdout.write("\\x1b[31mred\\x1b[0m \\x1b]0;title\\x07\\n")\nsys.stdout.flush()\nos.write(1, b"bad\\xff\\xfe\\n")\nos.write(1, b"after\\n" * 20000)\ntime.sleep(0.5)',
+      { timeoutMs: 30_000 },
+    );
+    expect(result.error).toBeNull();
+    expect(result.stdout.startsWith('\u001b[31mred\u001b[0m \u001b]0;title\u0007\nbad\ufffd\ufffd\nafter\n')).toBe(true);
+    expect(result.stdoutBytes).toBe(24 + 10 + 6 * 20000);
+    // The reader survived the bad bytes: a later cell's descriptor output still arrives.
+    const later = await code.run('import os, time\nos.write(1, b"later\\n")\ntime.sleep(0.3)');
+    expect(later.stdout).toBe('later\n');
+  });
+
+  it('keeps only MIME-type names in a display bundle, at most 64, and says what it left out', async () => {
+    const result = await code.run(
+      'extra = {"application/x-n%d" % i: str(i) for i in range(100)}\ndisplay({"text/plain": "ok", "x" * 300: "a", "not a mime": "b", "text/html\\n": "c", "../../etc": "d", **extra}, raw=True)\n"next"',
+      { timeoutMs: 30_000 },
+    );
+    const bundle = result.results[0]!;
+    expect(bundle.truncated).toBe(true);
+    expect(Object.keys(bundle.data).length).toBeLessThanOrEqual(65);
+    for (const name of Object.keys(bundle.data)) expect(name).toMatch(/^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*\/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*$/);
+    expect(String(bundle.data['text/plain'])).toMatch(/^ok\n\[\d+ outputs omitted: their names are not MIME types/);
+    expect(mainText(result.results)).toBe("'next'");
+  });
+
+  it('clips an exception name of 100 000 characters and keeps one with escape codes as data', async () => {
+    const long = await code.run('raise type("E" * 100_000, (Exception,), {})("v")');
+    expect(long.error!.name.length).toBeLessThan(1100);
+    expect(long.error!.name).toMatch(/^E+\[\.\.\. 99000 characters omitted\]$/);
+    const escaped = await code.run('raise type("Bad\\x1b[2J", (Exception,), {})("v\\x1b]0;t\\x07")');
+    expect(escaped.error).toMatchObject({ name: 'Bad\u001b[2J', value: 'v\u001b]0;t\u0007' });
+  });
+
+  it('never passes an image output that is not what it claims to a tool as an image', async () => {
+    const tools = codeInterpreterTools({ code });
+    const fake = [
+      'import base64',
+      'display({"image/png": "not base64 at all!", "text/plain": "fake one"}, raw=True)',
+      'display({"image/png": base64.b64encode(b"GIF89a" + bytes(64)).decode()}, raw=True)',
+      'display({"image/jpeg": 12345}, raw=True)',
+    ].join('\n');
+    const mcp = await callMCPTool(tools, 'run_code', { code: fake });
+    expect(mcp.content.map((c) => c.type)).toEqual(['text']);
+    const text = (mcp.content[0] as { text: string }).text;
+    expect(text.match(/not a valid (PNG|JPEG) image \(left out\)/g)).toHaveLength(3);
+    expect(text).toContain('[display] fake one');
+    const anthropic = await dispatchAnthropicToolUse(tools, { type: 'tool_use', id: 't2', name: 'run_code', input: { code: fake } }, { images: true });
+    expect(JSON.stringify(anthropic.content)).not.toContain('"type":"image"');
+  });
+
   it('leaves out a giant display output, says so, and the daemon and the kernel carry on', async () => {
     const giant = await code.run('display({"text/plain": "x" * (40 * 1024 * 1024)}, raw=True)\n"after"', { timeoutMs: 60_000 });
     expect(giant.truncated).toBe(true);
@@ -198,6 +268,13 @@ describe('code.run on an in-process agent', () => {
       const looped = await code.run('for (;;) {}', { context: js, timeoutMs: 1000 });
       expect(looped).toMatchObject({ timedOut: true, error: { name: 'Interrupted' } });
       expect(mainText((await code.run('total', { context: js })).results)).toBe('40');
+      const flood = await code.run('const line = "\u00e9".repeat(500_000); for (let i = 0; i < 300; i++) process.stdout.write(line); "done"', {
+        context: js,
+        timeoutMs: 60_000,
+      });
+      expect(flood).toMatchObject({ stdoutBytes: 300_000_000, truncated: true, error: null });
+      expect(flood.stdout.length).toBeLessThan(1_100_000);
+      expect(mainText(flood.results)).toBe("'done'");
       await expect(code.run('1', { context: js, language: 'python' })).rejects.toMatchObject({ code: 'INVALID_PARAMS' });
     } finally {
       await code.removeContext(js);

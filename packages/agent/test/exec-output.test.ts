@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { CappedOutput, RingOutput } from '../src/services/output.js';
-import { markerOf, scanProcesses, treeMembers, type ProcEntry } from '../src/services/process-tree.js';
+import { markerOf, memberGroups, scanProcesses, treeMembers, type ProcEntry } from '../src/services/process-tree.js';
 
 describe('CappedOutput', () => {
   it('keeps everything under the cap', () => {
@@ -86,6 +86,16 @@ describe('process tree membership', () => {
         .map((p) => p.pid)
         .sort(),
     ).toEqual([20, 21, 23]);
+  });
+
+  it("counts every process of a known group as a member, and signals only groups that are not the daemon's or init's", () => {
+    const entry = (pid: number, ppid: number, pgid: number, sid: number): ProcEntry => ({ pid, ppid, pgid, sid, state: 'R', startTicks: 1, marker: undefined });
+    // A kernel (40) that died: its fork-bomb copies, reparented to init, still hold its group.
+    const procs = [entry(1, 0, 1, 1), entry(7, 1, 7, 7), entry(41, 1, 40, 40), entry(42, 1, 40, 40), entry(50, 1, 50, 50)];
+    const members = treeMembers(procs, { marker: 'm', groups: [40] }, 7);
+    expect(members.map((p) => p.pid)).toEqual([41, 42]);
+    expect(memberGroups(members)).toEqual([40]);
+    expect(memberGroups([entry(3, 1, 1, 1), entry(4, 1, 0, 0), entry(5, 1, process.pid, 1)])).toEqual([]);
   });
 
   describe('scanProcesses over a fake /proc', () => {

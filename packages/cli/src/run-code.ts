@@ -2,7 +2,7 @@ import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { Command } from 'commander';
 import { CODE_LANGUAGES, type CodeDisplay, type CodeLanguage } from '@warren/protocol';
-import type { CodeRunOptions } from '@warren/sdk';
+import { displayImage, type CodeRunOptions } from '@warren/sdk';
 import { CliError } from './output.js';
 import { connectSandbox } from './sandbox-commands.js';
 
@@ -75,19 +75,26 @@ export async function runCodeCommand(id: string, file: string, options: RunCodeO
 }
 
 async function printResult(result: CodeDisplay, folder: string | undefined, index: number): Promise<void> {
-  for (const [mime, extension] of Object.entries(IMAGE_TYPES)) {
-    const value = result.data[mime];
-    if (typeof value !== 'string') continue;
-    const bytes = mime === 'image/svg+xml' ? Buffer.from(value, 'utf8') : Buffer.from(value, 'base64');
+  // PNG and JPEG only when they are what they claim (displayImage); SVG is text.
+  const image = displayImage(result);
+  const svg = result.data['image/svg+xml'];
+  const found = image
+    ? { mime: image.mimeType, bytes: image.bytes }
+    : typeof svg === 'string'
+      ? { mime: 'image/svg+xml', bytes: Buffer.from(svg, 'utf8') }
+      : undefined;
+  if (found) {
     if (folder === undefined) {
-      process.stdout.write(`[${mime}, ${bytes.length} bytes: pass --images DIR to save it]\n`);
+      process.stdout.write(`[${found.mime}, ${found.bytes.length} bytes: pass --images DIR to save it]\n`);
     } else {
-      const target = path.join(folder, `output-${index}.${extension}`);
-      await writeFile(target, bytes);
-      process.stdout.write(`[${mime} saved to ${target}]\n`);
+      const target = path.join(folder, `output-${index}.${IMAGE_TYPES[found.mime]}`);
+      await writeFile(target, found.bytes);
+      process.stdout.write(`[${found.mime} saved to ${target}]\n`);
     }
     return;
   }
+  const claimed = ['image/png', 'image/jpeg'].find((mime) => result.data[mime] !== undefined);
+  if (claimed) process.stdout.write(`[${claimed} output that is not a valid image: left out]\n`);
   const text = result.data['text/plain'] ?? result.data['text/markdown'];
   if (typeof text === 'string') process.stdout.write(`${text}\n`);
   else if (result.data['application/json'] !== undefined) process.stdout.write(`${JSON.stringify(result.data['application/json'])}\n`);

@@ -130,3 +130,40 @@ export class Code {
     return (await this.connection().call('code.removeContext', { context: id }, options)).result.removed;
   }
 }
+
+/** The raster image types a display output may carry, with the bytes each format starts with. */
+const IMAGE_SIGNATURES: Readonly<Record<string, Buffer>> = {
+  'image/png': Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]),
+  'image/jpeg': Buffer.from([0xff, 0xd8, 0xff]),
+};
+const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
+
+/** A PNG or JPEG a display output holds, checked: its base64 text (whitespace removed) and its bytes. */
+export interface DisplayImage {
+  mimeType: 'image/png' | 'image/jpeg';
+  base64: string;
+  bytes: Buffer;
+}
+
+/**
+ * The first PNG or JPEG of a display output, only when it is what it says: valid base64 (Jupyter's
+ * line breaks are removed) whose bytes start with the format's signature. A value the cell made
+ * up (text that is not base64, or base64 of something else) gives `undefined`, so it is never
+ * passed on to a model API or written as an image file.
+ *
+ * @example
+ * const image = displayImage(result.results[0]!);
+ * if (image) await writeFile('chart.png', image.bytes);
+ */
+export function displayImage(display: CodeDisplay): DisplayImage | undefined {
+  for (const mimeType of ['image/png', 'image/jpeg'] as const) {
+    const value = display.data[mimeType];
+    if (typeof value !== 'string') continue;
+    const base64 = value.replace(/\s+/g, '');
+    if (base64.length % 4 !== 0 || !BASE64.test(base64)) continue;
+    const bytes = Buffer.from(base64, 'base64');
+    const signature = IMAGE_SIGNATURES[mimeType]!;
+    if (bytes.length > signature.length && bytes.subarray(0, signature.length).equals(signature)) return { mimeType, base64, bytes };
+  }
+  return undefined;
+}

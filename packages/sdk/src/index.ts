@@ -19,6 +19,8 @@ export {
 export { Commands, type CommandResult, type CommandEvent, type RunOptions, type StartOptions } from './commands.js';
 export {
   Code,
+  displayImage,
+  type DisplayImage,
   type CodeRunResult,
   type CodeRunOptions,
   type CodeContextOptions,

@@ -1,9 +1,10 @@
+import { readFileSync } from 'node:fs';
 import type { Readable } from 'node:stream';
 import { CodedError, type CodeLanguage } from '@warren/protocol';
 import { z } from 'zod';
 import { runtimeCommand } from './code-runtimes.js';
 import { spawnTagged, type SandboxUser, type TaggedChild } from './process-table.js';
-import { killTree, scanProcesses, treeMembers } from './process-tree.js';
+import { killTree, type TreeSelector } from './process-tree.js';
 
 /**
  * The longest line the daemon reads from a kernel's bridge. The bridge keeps its own lines far
@@ -18,7 +19,7 @@ const MAX_TEXT = 4 * 1024 * 1024;
 const RunId = z.string().max(64);
 /** What a bridge may send; anything else on its stdout is the running cell's own output. */
 const BridgeMessage = z.discriminatedUnion('t', [
-  z.object({ t: z.literal('ready') }),
+  z.object({ t: z.literal('ready'), pid: z.number().int().positive().nullish() }),
   z.object({ t: z.literal('fatal'), message: z.string().max(MAX_TEXT) }),
   z.object({ t: z.literal('died'), message: z.string().max(MAX_TEXT) }),
   z.object({
@@ -77,6 +78,10 @@ export class Kernel {
   private current: { id: string; sink: RunSink; resolve: (end: RunEnd) => void; reject: (err: unknown) => void } | undefined;
   private deathReason: string | undefined;
   private runs = 0;
+  /** The Jupyter kernel process (the bridge's child, leader of its own session and group) and when it started. */
+  private kernelProcess: { pid: number; startTicks: number } | undefined;
+  /** Kills what the tree left once the bridge exited: the kernel and anything a cell started. */
+  private cleanup: Promise<unknown> = Promise.resolve();
   /** Settles once the child has exited, with what is known of why. */
   readonly exited: Promise<string>;
 
@@ -96,6 +101,9 @@ export class Kernel {
               ? `the kernel was ended by ${signal}`
               : `the kernel exited with code ${code ?? 'unknown'}`);
         this.deathReason = reason;
+        // The bridge is gone, its kernel (and a fork loop in it) may not be: end them now, so a
+        // dead context holds no process and no CPU until it is restarted or removed.
+        this.cleanup = killTree(this.selector(false)).catch(() => undefined);
         onReady(false, reason);
         this.current?.reject(new CodedError('KERNEL_DIED', `The ${language} kernel died during the run: ${reason}. Its state is gone; restart the context.`));
         this.current = undefined;
@@ -165,22 +173,43 @@ export class Kernel {
   async stop(reason?: string): Promise<void> {
     if (this.alive && reason !== undefined) this.deathReason = reason;
     this.tagged.child.stdin.end();
-    const selector = { marker: this.tagged.marker, leaderPid: this.tagged.child.pid };
-    // The kernel leads a session of its own: stop and kill each group a member of this tree leads
-    // first, one signal per group, so a fork loop in a cell ends at once instead of being chased
-    // scan by scan on a machine the loop keeps busy. Only groups led by the tree's own members.
-    const leaders = treeMembers(scanProcesses(), selector).filter((p) => p.pgid === p.pid);
-    for (const signal of ['SIGSTOP', 'SIGKILL'] as const) {
-      for (const leader of leaders) {
-        try {
-          process.kill(-leader.pid, signal);
-        } catch {
-          // the group is gone
-        }
-      }
-    }
-    await killTree(selector);
+    // The kernel's group is stopped and killed whole before any scan of /proc: a fork loop in a
+    // cell can fill the pids limit with copies of the kernel and keep every CPU busy, so a scan
+    // first would be slow and chase copies made after it.
+    await killTree(this.selector(this.alive));
     await this.exited;
+    await this.cleanup;
+  }
+
+  /** What identifies this kernel's processes for a tree kill. */
+  private selector(bridgeAlive: boolean): TreeSelector {
+    const kernelGroup = this.kernelGroup();
+    return {
+      marker: this.tagged.marker,
+      // Once the bridge exited its pid may be reused; its marker still finds what it left.
+      leaderPid: bridgeAlive ? this.tagged.child.pid : undefined,
+      groups: kernelGroup === undefined ? [] : [kernelGroup],
+    };
+  }
+
+  /**
+   * The kernel's process group, while it can only hold the kernel's processes: the kernel itself
+   * is the one that started (same start time), or it is gone, and then no process can take its
+   * pid while the group it led still has members, so a group with that id is the kernel's.
+   */
+  private kernelGroup(): number | undefined {
+    const known = this.kernelProcess;
+    if (!known) return undefined;
+    const now = readStat(known.pid);
+    if (now && now.startTicks !== known.startTicks) return undefined;
+    return known.pid;
+  }
+
+  /** Takes the kernel's pid from the bridge's `ready` once /proc shows it is the bridge's child and leads its own group. */
+  private learnKernel(pid: number | null | undefined): void {
+    if (pid === null || pid === undefined || this.kernelProcess) return;
+    const stat = readStat(pid);
+    if (stat && stat.ppid === this.tagged.child.pid && stat.pgid === pid) this.kernelProcess = { pid, startTicks: stat.startTicks };
   }
 
   private onLine(line: Buffer): void {
@@ -198,7 +227,10 @@ export class Kernel {
       this.current?.sink.stream('stdout', Buffer.concat([line, NEWLINE]), 0);
       return;
     }
-    if (message.t === 'ready') return this.onReady(true);
+    if (message.t === 'ready') {
+      this.learnKernel(message.pid);
+      return this.onReady(true);
+    }
     if (message.t === 'fatal' || message.t === 'died') {
       this.deathReason = message.message;
       return this.onReady(false, message.message);
@@ -216,6 +248,18 @@ export class Kernel {
 }
 
 const NEWLINE = Buffer.from('\n');
+
+/** The parent, group and start time of one process, from `/proc/<pid>/stat`; undefined when it is gone. */
+function readStat(pid: number): { ppid: number; pgid: number; startTicks: number } | undefined {
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  } catch {
+    return undefined;
+  }
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return { ppid: Number(fields[1]), pgid: Number(fields[2]), startTicks: Number(fields[19]) };
+}
 
 /**
  * Calls `onLine` with each line of `stream` (without its newline). A line longer than

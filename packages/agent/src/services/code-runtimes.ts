@@ -14,12 +14,152 @@ import type { CodeLanguage } from '@warren/protocol';
  */
 export const PYTHON_BRIDGE = String.raw`import json, os, queue, re, signal, subprocess, sys, tempfile, threading, time
 
-STREAM_CAP = 1 << 20
+STREAM_PIECE = 1 << 20
+OUTPUT_HEAD = OUTPUT_TAIL = int(os.environ.get('WARREN_CODE_OUTPUT_CAP', str(4 << 20)))
 VALUE_CAP = int(os.environ.get('WARREN_CODE_VALUE_CAP', str(4 << 20)))
+MIME = re.compile(r'[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}\Z')
+MAX_MIMES = 64
 MAX_MSG = 64 << 20
 ANSI = re.compile(r'\x1b\[[0-9;?]*[A-Za-z]')
+TOKEN = os.urandom(12).hex()
+GAP = re.compile('\x1e' + TOKEN + r':(\d{1,16})\x1e')
 out_lock = threading.Lock()
 out = open(1, 'w', encoding='utf-8', closefd=False)
+
+# Runs inside the kernel (exec_lines, in a namespace of its own): ipykernel holds everything a
+# cell writes between two flushes, so a fast gigabyte of print would fill the kernel's memory.
+# Per cell and stream, the first OUTPUT_HEAD characters pass, the last OUTPUT_TAIL are held and
+# sent when the cell ends, and the UTF-8 bytes of the middle are counted and reported with a
+# marker the bridge takes out of the text. It also reads what processes write to file descriptors
+# 1 and 2 itself: ipykernel's reader decodes strictly and stops at the first invalid UTF-8 byte,
+# after which a writer blocks once the pipe is full; this one decodes with replacement.
+CAP_MODULE = r'''
+import codecs, os, sys, threading
+from collections import deque
+from IPython import get_ipython
+from ipykernel.iostream import OutStream
+
+HEAD = @HEAD@
+TAIL = @TAIL@
+GAP = '\x1e@TOKEN@:%d\x1e'
+CHUNK = 1 << 16
+original = OutStream.write
+
+
+def utf8_len(text, start, end):
+    if text.isascii():
+        return end - start
+    return sum(len(text[i:min(end, i + (1 << 20))].encode('utf-8', 'surrogatepass')) for i in range(start, end, 1 << 20))
+
+
+class Cap:
+    def __init__(self):
+        self.lock = threading.RLock()
+        self.reset()
+
+    def reset(self):
+        self.passed, self.tail, self.small, self.small_len, self.tail_len, self.dropped = 0, deque(), [], 0, 0, 0
+
+    def seal(self):
+        if self.small:
+            self.tail.append(''.join(self.small))
+            self.small, self.small_len = [], 0
+
+    def add(self, stream, text):
+        n, start = len(text), 0
+        if self.passed < HEAD:
+            start = min(n, HEAD - self.passed)
+            self.passed += start
+            original(stream, text if start == n else text[:start])
+            if start == n:
+                return
+        if n - start > TAIL:
+            self.seal()
+            for piece in self.tail:
+                self.dropped += utf8_len(piece, 0, len(piece))
+            self.tail.clear()
+            self.tail_len = 0
+            self.dropped += utf8_len(text, start, n - TAIL)
+            start = n - TAIL
+        piece = text[start:] if start else text
+        self.tail_len += len(piece)
+        if len(piece) >= CHUNK:
+            self.seal()
+            self.tail.append(piece)
+        else:
+            self.small.append(piece)
+            self.small_len += len(piece)
+            if self.small_len >= CHUNK:
+                self.seal()
+        while self.tail and self.tail_len - len(self.tail[0]) >= TAIL:
+            first = self.tail.popleft()
+            self.tail_len -= len(first)
+            self.dropped += utf8_len(first, 0, len(first))
+
+    def finish(self, stream):
+        self.seal()
+        text = ''.join(self.tail)
+        extra = len(text) - TAIL
+        if extra > 0:
+            self.dropped += utf8_len(text, 0, extra)
+            text = text[extra:]
+        dropped = self.dropped
+        self.reset()
+        if dropped:
+            original(stream, GAP % dropped)
+        if text:
+            original(stream, text)
+
+
+caps = {'stdout': Cap(), 'stderr': Cap()}
+
+
+def write(self, string):
+    cap = caps.get(getattr(self, 'name', None))
+    if cap is None or not isinstance(string, str) or not self._is_master_process():
+        return original(self, string)
+    with cap.lock:
+        cap.add(self, string)
+    return len(string)
+
+
+def finish(*args):
+    for name, cap in caps.items():
+        stream = getattr(sys, name, None)
+        if isinstance(stream, OutStream):
+            with cap.lock:
+                cap.finish(stream)
+
+
+def read_fd(number, stream):
+    r, w = os.pipe()
+    os.dup2(w, number)
+    os.close(w)
+    decoder = codecs.getincrementaldecoder('utf-8')(errors='replace')
+
+    def loop():
+        while True:
+            try:
+                data = os.read(r, 1 << 16)
+            except OSError:
+                return
+            if not data:
+                return
+            text = decoder.decode(data)
+            if text:
+                stream.write(text)
+
+    threading.Thread(target=loop, name='warren-fd-%d' % number, daemon=True).start()
+
+
+OutStream.write = write
+for number, name in ((1, 'stdout'), (2, 'stderr')):
+    stream = getattr(sys, name, None)
+    if isinstance(stream, OutStream) and getattr(stream, '_fid', None) is not None:
+        read_fd(number, stream)
+get_ipython().events.register('pre_run_cell', finish)
+get_ipython().events.register('post_run_cell', finish)
+'''
 
 
 def send(obj):
@@ -29,27 +169,50 @@ def send(obj):
         out.flush()
 
 
-def clip_stream(text):
-    if len(text) <= STREAM_CAP:
-        return text, 0
-    half = STREAM_CAP // 2
-    return text[:half] + text[-half:], len(text[half:-half].encode('utf-8', 'surrogatepass'))
+def send_stream(rid, name, text):
+    # The kernel's gap markers become messages of their own (no text, the bytes left out), and
+    # the text goes in pieces, so one line stays far below what the daemon reads.
+    start = 0
+    for gap in GAP.finditer(text):
+        send_pieces(rid, name, text[start:gap.start()])
+        send({'t': 'stream', 'id': rid, 'name': name, 'text': '', 'omitted': int(gap.group(1))})
+        start = gap.end()
+    send_pieces(rid, name, text[start:] if start else text)
+
+
+def send_pieces(rid, name, text):
+    for i in range(0, len(text), STREAM_PIECE):
+        send({'t': 'stream', 'id': rid, 'name': name, 'text': text[i:i + STREAM_PIECE], 'omitted': 0})
 
 
 def clip_display(data):
-    kept, notes, total = {}, [], 0
-    for mime, value in data.items():
-        if not isinstance(mime, str):
+    # Output names are the cell's to choose: only MIME type names (RFC 6838's characters and
+    # lengths) pass, at most MAX_MIMES of them, and names count against the bundle's size.
+    kept, notes, total, unnamed = {}, [], 0, 0
+    for mime, value in (data.items() if isinstance(data, dict) else ()):
+        if not isinstance(mime, str) or not MIME.match(mime) or len(kept) >= MAX_MIMES:
+            unnamed += 1
             continue
-        size = len(value) if isinstance(value, str) else len(json.dumps(value))
-        total += size
+        try:
+            size = len(value) if isinstance(value, str) else len(json.dumps(value))
+        except Exception:
+            unnamed += 1
+            continue
+        total += size + len(mime)
         if size > VALUE_CAP or total > 2 * VALUE_CAP:
             notes.append('[%s output of %d bytes omitted: over the %d-byte cap]' % (mime, size, VALUE_CAP))
         else:
             kept[mime] = value
+    if unnamed:
+        notes.append('[%d outputs omitted: their names are not MIME types, or a bundle has more than %d]' % (unnamed, MAX_MIMES))
     if notes:
         kept['text/plain'] = '\n'.join(([kept['text/plain']] if isinstance(kept.get('text/plain'), str) else []) + notes)
     return kept, bool(notes)
+
+
+def clip_text(text, cap):
+    text = str(text)
+    return text if len(text) <= cap else '%s[... %d characters omitted]' % (text[:cap], len(text) - cap)
 
 
 def main():
@@ -66,10 +229,14 @@ def main():
     except Exception as err:
         send({'t': 'fatal', 'message': 'the Python kernel is not installed in this image (python3-ipykernel): %s' % err})
         return 3
+    cap_file = os.path.join(private, 'output_cap.py')
+    with open(cap_file, 'w') as f:
+        f.write(CAP_MODULE.replace('@HEAD@', str(OUTPUT_HEAD)).replace('@TAIL@', str(OUTPUT_TAIL)).replace('@TOKEN@', TOKEN))
     km = KernelManager(kernel_name='python3')
     km.context.setsockopt(zmq.MAXMSGSIZE, MAX_MSG)
     try:
-        km.start_kernel(extra_arguments=['--InteractiveShell.colors=NoColor', '--HistoryManager.enabled=False'],
+        km.start_kernel(extra_arguments=['--InteractiveShell.colors=NoColor', '--HistoryManager.enabled=False', '--IPKernelApp.exec_lines',
+                                         '__import__("runpy").run_path(%r, run_name="__warren_output_cap__");' % cap_file],
                         cwd=os.getcwd(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         kc = km.client()
         kc.start_channels()
@@ -130,7 +297,10 @@ def run(km, kc, job):
             msg = kc.get_iopub_msg(timeout=0.1)
             got = True
             if msg.get('parent_header', {}).get('msg_id') == msg_id:
-                iopub(rid, msg)
+                try:
+                    iopub(rid, msg)
+                except Exception as err:
+                    send({'t': 'stream', 'id': rid, 'name': 'stderr', 'text': '[an output the kernel sent could not be read and was left out: %s]\n' % clip_text(err, 200), 'omitted': 0})
                 kind, content = msg['header']['msg_type'], msg['content']
                 if kind == 'status' and content.get('execution_state') == 'idle':
                     idle = True
@@ -159,14 +329,14 @@ def run(km, kc, job):
 def iopub(rid, msg):
     kind, content = msg['header']['msg_type'], msg['content']
     if kind == 'stream':
-        text, omitted = clip_stream(str(content.get('text', '')))
-        send({'t': 'stream', 'id': rid, 'name': 'stderr' if content.get('name') == 'stderr' else 'stdout', 'text': text, 'omitted': omitted})
+        send_stream(rid, 'stderr' if content.get('name') == 'stderr' else 'stdout', str(content.get('text', '')))
     elif kind in ('execute_result', 'display_data'):
         data, clipped = clip_display(content.get('data') or {})
         send({'t': 'display', 'id': rid, 'main': kind == 'execute_result', 'data': data, 'clipped': clipped})
     elif kind == 'error':
         tb = [ANSI.sub('', str(line)) for line in content.get('traceback') or []]
-        send({'t': 'error', 'id': rid, 'name': str(content.get('ename', '')), 'value': str(content.get('evalue', '')), 'traceback': '\n'.join(tb)[-STREAM_CAP:]})
+        send({'t': 'error', 'id': rid, 'name': clip_text(content.get('ename', ''), 1000), 'value': clip_text(content.get('evalue', ''), STREAM_PIECE),
+              'traceback': '\n'.join(tb)[-STREAM_PIECE:]})
 
 
 if __name__ == '__main__':
@@ -190,11 +360,58 @@ const path = require('node:path');
 const rawOut = process.stdout.write.bind(process.stdout);
 const send = (obj) => rawOut(JSON.stringify(obj) + '\n');
 let current = null;
+// Per cell and stream: the first HEAD characters go out as written, the last TAIL when the cell
+// ends, and the UTF-8 bytes of the middle are counted (as the Python kernel does).
+const HEAD = 4 << 20, TAIL = 4 << 20, PIECE = 1 << 20, CHUNK = 1 << 16;
+const caps = {};
+const emit = (name, text) => {
+  for (let i = 0; i < text.length; i += PIECE) send({ t: 'stream', id: current, name, text: text.slice(i, i + PIECE), omitted: 0 });
+};
+const seal = (cap) => {
+  if (cap.small.length > 0) cap.tail.push(cap.small.join(''));
+  cap.small = [];
+  cap.smallLength = 0;
+};
+function capture(name, text) {
+  const cap = (caps[name] ??= { passed: 0, tail: [], small: [], smallLength: 0, tailLength: 0, dropped: 0 });
+  let start = 0;
+  if (cap.passed < HEAD) {
+    start = Math.min(text.length, HEAD - cap.passed);
+    cap.passed += start;
+    emit(name, start === text.length ? text : text.slice(0, start));
+    if (start === text.length) return;
+  }
+  const piece = start === 0 ? text : text.slice(start);
+  cap.tailLength += piece.length;
+  cap.small.push(piece);
+  cap.smallLength += piece.length;
+  if (cap.smallLength >= CHUNK) seal(cap);
+  while (cap.tail.length > 0 && cap.tailLength - cap.tail[0].length >= TAIL) {
+    const first = cap.tail.shift();
+    cap.tailLength -= first.length;
+    cap.dropped += Buffer.byteLength(first);
+  }
+}
+function finishCaptures() {
+  for (const name of ['stdout', 'stderr']) {
+    const cap = caps[name];
+    if (!cap) continue;
+    delete caps[name];
+    seal(cap);
+    let text = cap.tail.join('');
+    if (text.length > TAIL) {
+      cap.dropped += Buffer.byteLength(text.slice(0, text.length - TAIL));
+      text = text.slice(text.length - TAIL);
+    }
+    if (cap.dropped > 0) send({ t: 'stream', id: current, name, text: '', omitted: cap.dropped });
+    emit(name, text);
+  }
+}
 for (const name of ['stdout', 'stderr']) {
   const stream = process[name];
   stream.write = (chunk, encoding, callback) => {
     const text = typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString('utf8');
-    if (current !== null) send({ t: 'stream', id: current, name, text, omitted: 0 });
+    if (current !== null) capture(name, text);
     const done = typeof encoding === 'function' ? encoding : callback;
     if (typeof done === 'function') process.nextTick(done);
     return true;
@@ -255,6 +472,7 @@ async function run(job) {
     interrupt = null;
   }
   await new Promise((resolve) => setImmediate(resolve));
+  finishCaptures();
   send({ t: 'done', id: job.id, count, status });
   current = null;
 }

@@ -30,6 +30,12 @@ export interface TreeSelector {
   marker: string;
   /** The leader's pid: the leader leads its own session and group (spawned detached). */
   leaderPid?: number | undefined;
+  /**
+   * Process groups known to hold only this tree's processes (a code kernel's own group), signalled
+   * as whole groups before any scan: one syscall stops a fork loop in them however many copies it
+   * made, even while the loop keeps the machine too busy for a scan.
+   */
+  groups?: readonly number[] | undefined;
 }
 
 const MARKER_PREFIX = Buffer.from(`${MARKER_VARIABLE}=`);
@@ -96,12 +102,12 @@ export function markerOf(environ: Buffer): string | undefined {
 
 /**
  * The live members of one tree: every process carrying the marker, in the leader's session or
- * group, or descending from one of those; never this daemon, never pid 1, never a zombie.
+ * group or in one of the known groups, or descending from one of those; never this daemon, never pid 1, never a zombie.
  */
 export function treeMembers(procs: ProcEntry[], selector: TreeSelector, self = process.pid): ProcEntry[] {
   const members = new Set<number>();
   for (const p of procs) {
-    if (p.marker === selector.marker) members.add(p.pid);
+    if (p.marker === selector.marker || selector.groups?.includes(p.pgid)) members.add(p.pid);
     else if (selector.leaderPid !== undefined && (p.sid === selector.leaderPid || p.pgid === selector.leaderPid || p.pid === selector.leaderPid))
       members.add(p.pid);
   }
@@ -148,16 +154,11 @@ export async function killTree(selector: TreeSelector, options: KillTreeOptions 
   const killed = new Set<number>();
   if (signal === 'SIGKILL') freezeThenKill(selector, options.procRoot, killed);
   for (let round = 0; round < maxRounds; round++) {
-    if (selector.leaderPid !== undefined) {
-      // The group first, in one syscall: it stops a fork loop in the group before the scan.
-      try {
-        process.kill(-selector.leaderPid, signal);
-      } catch {
-        // no such group any more
-      }
-    }
+    // The known groups first, in one syscall each: it stops a fork loop in them before the scan.
+    signalGroups(knownGroups(selector), signal);
     const members = treeMembers(scanProcesses(options.procRoot), selector);
     if (members.length === 0) break;
+    if (signal === 'SIGKILL') signalGroups(memberGroups(members), signal);
     for (const p of members) if (signalPid(p.pid, signal)) killed.add(p.pid);
     if (signal !== 'SIGKILL') break;
     await new Promise((resolve) => setTimeout(resolve, round < 5 ? 2 : 10));
@@ -169,22 +170,22 @@ export async function killTree(selector: TreeSelector, options: KillTreeOptions 
  * The first round of a SIGKILL: stops the tree (SIGSTOP) before killing any of it, so no member
  * exits while the tree is gathered. Killing a parent first would orphan its children, and a child
  * that cleared its environment (`env -i`) and left the session (`setsid`) is linked to the tree
- * by its parent alone: frozen, it is found through that parent and killed with it. Synchronous,
- * so nothing runs between the stop and the kill. A tree with no live member costs one scan, as
- * before.
+ * by its parent alone: frozen, it is found through that parent and killed with it. The known
+ * groups, then the group of each member found, are stopped whole, so copies a fork loop makes
+ * between two scans are stopped with their group. Synchronous, so nothing runs between the stop
+ * and the kill. A tree with no live member costs one scan, as before.
  */
 function freezeThenKill(selector: TreeSelector, procRoot: string | undefined, killed: Set<number>): void {
-  if (selector.leaderPid !== undefined) {
-    try {
-      process.kill(-selector.leaderPid, 'SIGSTOP');
-    } catch {
-      // no such group any more
-    }
-  }
+  const groups = new Set(knownGroups(selector));
+  signalGroups(groups, 'SIGSTOP');
   const frozen = new Set<number>();
   for (let round = 0; round < 50; round++) {
     let grew = false;
-    for (const p of treeMembers(scanProcesses(procRoot), selector)) {
+    const members = treeMembers(scanProcesses(procRoot), selector);
+    const fresh = memberGroups(members).filter((g) => !groups.has(g));
+    signalGroups(fresh, 'SIGSTOP');
+    for (const g of fresh) groups.add(g);
+    for (const p of members) {
       if (frozen.has(p.pid)) continue;
       frozen.add(p.pid);
       signalPid(p.pid, 'SIGSTOP');
@@ -192,14 +193,42 @@ function freezeThenKill(selector: TreeSelector, procRoot: string | undefined, ki
     }
     if (!grew) break;
   }
-  if (selector.leaderPid !== undefined) {
+  signalGroups(groups, 'SIGKILL');
+  for (const pid of frozen) if (signalPid(pid, 'SIGKILL')) killed.add(pid);
+}
+
+/** The groups a selector names: the leader's (while it lives) and the known ones. */
+function knownGroups(selector: TreeSelector): number[] {
+  return [...(selector.leaderPid === undefined ? [] : [selector.leaderPid]), ...(selector.groups ?? [])].filter(isForeignGroup);
+}
+
+/**
+ * The process groups members are in. A group lives inside one session and a session only holds
+ * descendants of the process that made it, so the group of a member holds the tree's own
+ * processes: children the tree started, never this daemon (every child starts in a session of its
+ * own) and never init.
+ */
+export function memberGroups(members: readonly ProcEntry[]): number[] {
+  return [...new Set(members.map((p) => p.pgid))].filter(isForeignGroup);
+}
+
+let ownGroup: number | undefined;
+/** False for this daemon's own group, init's, and group ids that are not real (0, negative, NaN). */
+function isForeignGroup(pgid: number): boolean {
+  if (ownGroup === undefined) {
     try {
-      process.kill(-selector.leaderPid, 'SIGKILL');
+      const stat = readFileSync('/proc/self/stat', 'utf8');
+      ownGroup = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]);
     } catch {
-      // no such group any more
+      ownGroup = -1;
     }
   }
-  for (const pid of frozen) if (signalPid(pid, 'SIGKILL')) killed.add(pid);
+  return Number.isInteger(pgid) && pgid > 1 && pgid !== ownGroup && pgid !== process.pid;
+}
+
+/** Sends a signal to each process group, ignoring groups that are gone. */
+function signalGroups(groups: Iterable<number>, signal: NodeJS.Signals): void {
+  for (const pgid of groups) signalPid(-pgid, signal);
 }
 
 /**

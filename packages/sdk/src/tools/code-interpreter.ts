@@ -1,6 +1,6 @@
 import { CODE_LANGUAGES } from '@warren/protocol';
 import { z } from 'zod';
-import type { Code, CodeRunResult } from '../code.js';
+import { displayImage, type Code, type CodeRunResult } from '../code.js';
 import { KernelDiedError } from '../errors.js';
 import { defineTool, errorText, isToolError, toolError, type ToolContent, type ToolError, type ToolSet } from './tool.js';
 
@@ -33,10 +33,16 @@ export function formatCodeResult(result: CodeRunResult): string {
   if (result.stdout) parts.push(result.stdout.replace(/\n$/, ''));
   if (result.stderr) parts.push(`[stderr]\n${result.stderr.replace(/\n$/, '')}`);
   for (const output of result.results) {
-    const image =
-      IMAGE_TYPES.find((type) => typeof output.data[type] === 'string') ?? (typeof output.data['image/svg+xml'] === 'string' ? 'image/svg+xml' : undefined);
+    const image = displayImage(output);
+    const claimed = IMAGE_TYPES.find((type) => output.data[type] !== undefined);
     const label = output.isMainResult ? '[result]' : '[display]';
-    if (image) parts.push(`${label} ${image} image (${String(output.data[image]).length} base64 characters; shown as an image where the API allows)`);
+    if (image) {
+      parts.push(`${label} ${image.mimeType} image (${image.bytes.length} bytes; shown as an image where the API allows)`);
+      continue;
+    }
+    // A value under an image type that is not that image: said, never passed on as one.
+    if (claimed) parts.push(`${label} ${claimed} output that is not a valid ${claimed.slice(6).toUpperCase()} image (left out)`);
+    if (typeof output.data['image/svg+xml'] === 'string') parts.push(`${label} image/svg+xml image (${output.data['image/svg+xml'].length} characters)`);
     else if (typeof output.data['text/plain'] === 'string') parts.push(`${label} ${output.data['text/plain']}`);
     else if (typeof output.data['text/markdown'] === 'string') parts.push(`${label} ${output.data['text/markdown']}`);
     else if (output.data['application/json'] !== undefined) parts.push(`${label} ${JSON.stringify(output.data['application/json'])}`);
@@ -86,12 +92,12 @@ export function codeInterpreterTools(target: CodeInterpreterTarget): ToolSet {
   ];
 }
 
-/** The text of a result, then each PNG or JPEG it holds as an image. */
+/** The text of a result, then each PNG or JPEG it holds as an image: only real ones, checked by {@link displayImage}. */
 function codeResultContent(result: CodeRunResult): ToolContent[] {
   const content: ToolContent[] = [{ type: 'text', text: formatCodeResult(result) }];
   for (const output of result.results) {
-    const image = IMAGE_TYPES.find((type) => typeof output.data[type] === 'string');
-    if (image) content.push({ type: 'image', mimeType: image, data: output.data[image] as string });
+    const image = displayImage(output);
+    if (image) content.push({ type: 'image', mimeType: image.mimeType, data: image.base64 });
   }
   return content;
 }

@@ -221,7 +221,7 @@ run('the egress relay: a sandbox reaches the gateway only through its daemon cha
       req.end();
     });
     const closed = closedWithin(tunnel, 3000);
-    const { version } = egress.update('relay-c', { mode: 'none' });
+    const { version } = await egress.update('relay-c', { mode: 'none' });
     expect(version).toBe(2);
     await closed;
     const after = await request(c.port, { path: 'http://registry.test/', headers: { host: 'registry.test' } });

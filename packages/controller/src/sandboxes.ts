@@ -191,7 +191,30 @@ export class SandboxService {
     }
     // Stored records whose sandbox is gone belong to sandboxes killed while the controller was down.
     for (const [id, s] of stored) if (!this.table.has(id) && !poolMembers.some((m) => m.agentId === s.agentId)) await this.store.remove(id);
+    await this.recoverEgress();
     return { recovered: this.table.size, poolMembers };
+  }
+
+  /**
+   * Gives the recovered sandboxes their egress again: the stored policy, version and brokered
+   * secrets go back to the gateway, and the relay of each running sandbox is opened again (a
+   * stopped one gets it when the supervisor starts it). A sandbox whose relay cannot be opened
+   * stays without a way out (fail closed) until it is started again. Stored egress of sandboxes
+   * that are gone is deleted.
+   */
+  private async recoverEgress(): Promise<void> {
+    const egress = this.egress;
+    if (!egress) return;
+    const records = this.list();
+    await egress.forgetStoredExcept(new Set(records.map((r) => r.agentId)));
+    await Promise.all(
+      records.map(async (record) => {
+        if (!(await egress.restore(record.agentId)) || record.state !== 'running') return;
+        await egress
+          .connectWithRetry(record.agentId, this.provider.daemon(record.agentId), this.credentials.agentSecret(record.agentId))
+          .catch(() => undefined);
+      }),
+    );
   }
 
   /** True when labels say this controller made the sandbox (or one from before owner labels existed). */
@@ -354,7 +377,7 @@ export class SandboxService {
   }
 
   /** Swaps a sandbox's egress policy at once (within the operator's maximum); see {@link SandboxEgress.update}. */
-  updateEgress(id: string, policy: EgressPolicy): { policy: EgressPolicy; version: number } {
+  async updateEgress(id: string, policy: EgressPolicy): Promise<{ policy: EgressPolicy; version: number }> {
     const record = this.table.require(id);
     if (!this.egress?.has(record.agentId))
       throw new CodedError(
@@ -363,7 +386,7 @@ export class SandboxService {
         { field: 'egress' },
       );
     const effective = effectiveEgressPolicy(policy, { defaultPolicy: policy, maxMode: this.config.egress.maxMode });
-    return this.egress.update(record.agentId, effective);
+    return await this.egress.update(record.agentId, effective);
   }
 
   /** A sandbox's egress policy and version, or undefined when it has none through the gateway. */

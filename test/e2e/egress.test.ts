@@ -30,6 +30,24 @@ except Exception as e:
     print(json.dumps({'status': -1, 'body': type(e).__name__ + ': ' + str(e)}))
 `;
 
+/**
+ * A client that ignores the proxy variables (as curl --noproxy '*' or a Go binary with its own dialer
+ * would): it resolves through /etc/resolv.conf and connects to :80 and :443 itself.
+ */
+const NO_PROXY_SCRIPT = [
+  'import socket, ssl, urllib.request',
+  'print(open("/etc/resolv.conf").read().split("nameserver ")[1].split()[0])',
+  'print(socket.gethostbyname("registry.test"))',
+  'try:',
+  '  socket.gethostbyname("other.test"); print("other resolved")',
+  'except OSError:',
+  '  print("other unknown")',
+  // No proxy at all: the opener ignores HTTP(S)_PROXY, as curl --noproxy '*' or a Go binary with its own dialer would.
+  'opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile="/workspace/lab-ca.pem")))',
+  'print(opener.open("http://registry.test/noproxy-plain", timeout=15).status)',
+  'print(opener.open("https://registry.test/noproxy-tls", timeout=15).status)',
+].join('\n');
+
 interface Fetched {
   status: number;
   body: string;
@@ -158,19 +176,7 @@ run('egress through the gateway from real sandboxes (network none, relay over th
       egress: { mode: 'allow', rules: [{ host: 'registry.test', ports: [80, 443] }] },
     });
     await sandbox.files.write('lab-ca.pem', lab.caPem);
-    const script = [
-      'import socket, ssl, urllib.request',
-      'print(open("/etc/resolv.conf").read().split("nameserver ")[1].split()[0])',
-      'print(socket.gethostbyname("registry.test"))',
-      'try:',
-      '  socket.gethostbyname("other.test"); print("other resolved")',
-      'except OSError:',
-      '  print("other unknown")',
-      // No proxy at all: the opener ignores HTTP(S)_PROXY, as curl --noproxy '*' or a Go binary with its own dialer would.
-      'opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile="/workspace/lab-ca.pem")))',
-      'print(opener.open("http://registry.test/noproxy-plain", timeout=15).status)',
-      'print(opener.open("https://registry.test/noproxy-tls", timeout=15).status)',
-    ].join('\n');
+    const script = NO_PROXY_SCRIPT;
     const run = await sandbox.commands.run(['python3', '-c', script], { timeoutMs: 60_000 });
     expect(run.stdout.trim().split('\n')).toEqual(['127.0.88.1', '127.0.88.1', 'other unknown', '200', '200']);
     expect(lab.seenAt('/noproxy-plain')).toHaveLength(1);
@@ -284,5 +290,18 @@ run('egress over the exec daemon channel (remote engines, Docker Desktop)', () =
     expect((await fetchIn(sandbox, 'http://registry.test/exec')).status).toBe(200);
     expect((await fetchIn(sandbox, 'https://registry.test/exec-tls', '/workspace/lab-ca.pem')).status).toBe(200);
     expect((await fetchIn(sandbox, 'http://other.test/')).status).toBe(403);
+  });
+
+  it('carries a client that ignores the proxy variables here too: the relay answers DNS and takes :80 and :443', async () => {
+    await using sandbox = await Sandbox.create({
+      baseUrl: warren.url,
+      apiKey: warren.apiKey,
+      egress: { mode: 'allow', rules: [{ host: 'registry.test', ports: [80, 443] }] },
+    });
+    await sandbox.files.write('lab-ca.pem', lab.caPem);
+    const run = await sandbox.commands.run(['python3', '-c', NO_PROXY_SCRIPT], { timeoutMs: 60_000 });
+    expect(run.stdout.trim().split('\n')).toEqual(['127.0.88.1', '127.0.88.1', 'other unknown', '200', '200']);
+    expect(lab.seenAt('/noproxy-plain')).toHaveLength(1);
+    expect(lab.seenAt('/noproxy-tls')).toHaveLength(1);
   });
 });

@@ -1,4 +1,4 @@
-import { mkdtemp, readdir, stat, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
@@ -61,92 +61,103 @@ run('egress across a controller restart (SIGKILL, then started again on the same
     await lab?.stop();
   });
 
-  it('keeps the policy (with its live update), the brokered secret and the transparent path; the stored state is private and goes with the sandbox', async () => {
-    const config = path.join(stateDir, 'config.json');
-    // The secret comes from the operator's configuration (a `ref`), so a restart must find it again by name.
-    await writeFile(
-      config,
-      JSON.stringify({
-        egress: { labCidrs: [lab.labCidr], resolvers: [`127.0.0.1:${lab.dnsPort}`], maxConnectionsPerSandbox: 16, secrets: { lab_api: SECRET } },
-      }),
-    );
-    const caFile = path.join(stateDir, 'lab-ca.pem');
-    await writeFile(caFile, lab.caPem);
-    const first = await ControllerProcess.start({ WARREN_STATE_DIR: path.join(stateDir, 'state'), WARREN_CONFIG: config, WARREN_TEST_EGRESS_UPSTREAM_CA: caFile });
-    processes.push(first);
+  it.each(['socket', 'exec'] as const)(
+    'keeps the policy (with its live update), the brokered secret and the transparent path (daemonChannel %s); the stored state is private and goes with the sandbox',
+    async (channel) => {
+      const dir = path.join(stateDir, channel);
+      await mkdir(dir);
+      const config = path.join(dir, 'config.json');
+      // The secret comes from the operator's configuration (a `ref`), so a restart must find it again by name.
+      await writeFile(
+        config,
+        JSON.stringify({
+          egress: { labCidrs: [lab.labCidr], resolvers: [`127.0.0.1:${lab.dnsPort}`], maxConnectionsPerSandbox: 16, secrets: { lab_api: SECRET } },
+        }),
+      );
+      const caFile = path.join(dir, 'lab-ca.pem');
+      await writeFile(caFile, lab.caPem);
+      const first = await ControllerProcess.start({
+        WARREN_STATE_DIR: path.join(dir, 'state'),
+        WARREN_CONFIG: config,
+        WARREN_TEST_EGRESS_UPSTREAM_CA: caFile,
+        WARREN_DAEMON_CHANNEL: channel,
+      });
+      processes.push(first);
 
-    const sandbox = await Sandbox.create({
-      ...first.options,
-      egress: {
+      const sandbox = await Sandbox.create({
+        ...first.options,
+        egress: {
+          mode: 'allow',
+          rules: [
+            { host: 'registry.test', ports: [80] },
+            { host: 'api.test', ports: [443] },
+          ],
+        },
+        secrets: [{ name: 'API_KEY', ref: 'lab_api', hosts: ['api.test'], target: { header: 'Authorization', template: 'Bearer {secret}' } }],
+      });
+      const [found] = await docker.listContainers({ all: true, filters: { label: [`warren.sandbox=${sandbox.id}`] } });
+      containers.push(found!.Id);
+      await sandbox.files.write('fetch.py', FETCH);
+      expect((await fetchIn(sandbox, 'http://registry.test/before')).status).toBe(200);
+      expect((await fetchIn(sandbox, `https://api.test/v1/before-${channel}`)).status).toBe(200);
+      expect(lab.seenAt(`/v1/before-${channel}`).at(-1)?.headers.authorization).toBe(`Bearer ${SECRET}`);
+      expect((await fetchIn(sandbox, 'http://other.test/before')).status).toBe(403);
+      await sandbox.network.update({
         mode: 'allow',
         rules: [
           { host: 'registry.test', ports: [80] },
           { host: 'api.test', ports: [443] },
+          { host: 'other.test', ports: [80] },
         ],
-      },
-      secrets: [{ name: 'API_KEY', ref: 'lab_api', hosts: ['api.test'], target: { header: 'Authorization', template: 'Bearer {secret}' } }],
-    });
-    const [found] = await docker.listContainers({ all: true, filters: { label: [`warren.sandbox=${sandbox.id}`] } });
-    containers.push(found!.Id);
-    await sandbox.files.write('fetch.py', FETCH);
-    expect((await fetchIn(sandbox, 'http://registry.test/before')).status).toBe(200);
-    expect((await fetchIn(sandbox, 'https://api.test/v1/before')).status).toBe(200);
-    expect(lab.seenAt('/v1/before').at(-1)?.headers.authorization).toBe(`Bearer ${SECRET}`);
-    expect((await fetchIn(sandbox, 'http://other.test/before')).status).toBe(403);
-    await sandbox.network.update({
-      mode: 'allow',
-      rules: [
-        { host: 'registry.test', ports: [80] },
-        { host: 'api.test', ports: [443] },
-        { host: 'other.test', ports: [80] },
-      ],
-    });
-    const placeholder = (await sandbox.commands.run('printenv API_KEY')).stdout.trim();
-    expect(placeholder).toMatch(/^WARREN_SECRET_[0-9a-f]{32}$/);
-
-    // What the controller keeps: one file for the sandbox, readable by the controller only.
-    const egressDir = path.join(stateDir, 'state', 'egress');
-    expect((await stat(egressDir)).mode & 0o777).toBe(0o700);
-    expect(await readdir(egressDir)).toEqual([`${sandbox.id}.json`]);
-    expect((await stat(path.join(egressDir, `${sandbox.id}.json`))).mode & 0o777).toBe(0o600);
-
-    await first.stop('SIGKILL');
-    sandbox.close();
-    const second = await ControllerProcess.start({}, first);
-    processes.push(second);
-    const again = await Sandbox.connect(sandbox.id, { baseUrl: second.url, token: sandbox.token });
-    try {
-      expect(await again.network.get()).toMatchObject({ egress: { mode: 'allow' }, version: 2 });
-      // The relay is opened again by the new controller: the allowed hosts work, through the proxy and without it.
-      const registry = await until('the relay to be open again', async () => {
-        const r = await fetchIn(again, 'http://registry.test/after');
-        return r.status === 200 ? r : undefined;
       });
-      expect(JSON.parse(registry.body).url).toBe('/after');
-      expect((await fetchIn(again, 'http://registry.test/after-noproxy', 'noproxy')).status).toBe(200);
-      expect(lab.seenAt('/after-noproxy')).toHaveLength(1);
-      expect((await fetchIn(again, 'http://other.test/after')).status).toBe(200);
-      const denied = await fetchIn(again, 'http://blocked.test/after');
-      expect([denied.status, JSON.parse(denied.body).rule]).toEqual([403, 'no-matching-rule']);
-      expect(lab.seenAt('/after').every((s) => s.headers.host !== 'blocked.test')).toBe(true);
-      // The same placeholder inside, the real value still added on the way out, to the bound host only.
-      expect((await again.commands.run('printenv API_KEY')).stdout.trim()).toBe(placeholder);
-      const brokered = await fetchIn(again, 'https://api.test/v1/after');
-      expect(brokered.status).toBe(200);
-      expect(brokered.body).not.toContain(SECRET);
-      expect(lab.seenAt('/v1/after').at(-1)?.headers.authorization).toBe(`Bearer ${SECRET}`);
-      const elsewhere = await again.commands.run([
-        'python3',
-        '-c',
-        "import os, urllib.request\nr = urllib.request.urlopen(urllib.request.Request('http://other.test/leak', headers={'Authorization': 'Bearer ' + os.environ['API_KEY']}), timeout=15)\nprint(r.status)",
-      ]);
-      expect(elsewhere.stdout.trim()).toBe('200');
-      expect(lab.seenAt('/leak').at(-1)?.headers.authorization).toBe(`Bearer ${placeholder}`);
+      const placeholder = (await sandbox.commands.run('printenv API_KEY')).stdout.trim();
+      expect(placeholder).toMatch(/^WARREN_SECRET_[0-9a-f]{32}$/);
 
-      await again.kill();
-      expect(await readdir(egressDir)).toEqual([]);
-    } finally {
-      again.close();
-    }
-  });
+      // What the controller keeps: one file for the sandbox, readable by the controller only.
+      const egressDir = path.join(dir, 'state', 'egress');
+      expect((await stat(egressDir)).mode & 0o777).toBe(0o700);
+      expect(await readdir(egressDir)).toEqual([`${sandbox.id}.json`]);
+      expect((await stat(path.join(egressDir, `${sandbox.id}.json`))).mode & 0o777).toBe(0o600);
+
+      await first.stop('SIGKILL');
+      sandbox.close();
+      const second = await ControllerProcess.start({}, first);
+      processes.push(second);
+      const again = await Sandbox.connect(sandbox.id, { baseUrl: second.url, token: sandbox.token });
+      try {
+        expect(await again.network.get()).toMatchObject({ egress: { mode: 'allow' }, version: 2 });
+        // The relay is opened again by the new controller: the allowed hosts work, through the proxy and without it.
+        const registry = await until('the relay to be open again', async () => {
+          const r = await fetchIn(again, 'http://registry.test/after');
+          return r.status === 200 ? r : undefined;
+        });
+        expect(JSON.parse(registry.body).url).toBe('/after');
+        expect((await fetchIn(again, `http://registry.test/after-noproxy-${channel}`, 'noproxy')).status).toBe(200);
+        expect(lab.seenAt(`/after-noproxy-${channel}`)).toHaveLength(1);
+        expect((await fetchIn(again, 'http://other.test/after')).status).toBe(200);
+        const denied = await fetchIn(again, 'http://blocked.test/after');
+        expect([denied.status, JSON.parse(denied.body).rule]).toEqual([403, 'no-matching-rule']);
+        expect(lab.seenAt('/after').every((s) => s.headers.host !== 'blocked.test')).toBe(true);
+        // The same placeholder inside, the real value still added on the way out, to the bound host only.
+        expect((await again.commands.run('printenv API_KEY')).stdout.trim()).toBe(placeholder);
+        const brokered = await fetchIn(again, `https://api.test/v1/after-${channel}`);
+        expect(brokered.status).toBe(200);
+        expect(brokered.body).not.toContain(SECRET);
+        expect(lab.seenAt(`/v1/after-${channel}`).at(-1)?.headers.authorization).toBe(`Bearer ${SECRET}`);
+        const elsewhere = await again.commands.run([
+          'python3',
+          '-c',
+          "import os, sys, urllib.request\nr = urllib.request.urlopen(urllib.request.Request('http://other.test/leak-' + sys.argv[1], headers={'Authorization': 'Bearer ' + os.environ['API_KEY']}), timeout=15)\nprint(r.status)",
+          channel,
+        ]);
+        expect(elsewhere.stdout.trim()).toBe('200');
+        expect(lab.seenAt(`/leak-${channel}`).at(-1)?.headers.authorization).toBe(`Bearer ${placeholder}`);
+
+        await again.kill();
+        expect(await readdir(egressDir)).toEqual([]);
+      } finally {
+        again.close();
+      }
+    },
+  );
 });

@@ -146,7 +146,13 @@ async function main(): Promise<void> {
   const mibPerSecond = (s: Summary) => `${((download.bytes / MiB / s.p50) * 1000).toFixed(0)} MiB/s`;
   // Throughput is reported, not held to a target: each byte crosses the relay, the tunnel's frames and the proxy.
   rows.push({
-    ...compare('egress: 10 MiB HTTP GET through relay + gateway', download.viaGateway, download.direct, 'the same GET straight to the upstream on loopback', {}),
+    ...compare(
+      'egress: 10 MiB HTTP GET through relay + gateway',
+      download.viaGateway,
+      download.direct,
+      'the same GET straight to the upstream on loopback',
+      {},
+    ),
     note: `${mibPerSecond(download.viaGateway)} vs ${mibPerSecond(download.direct)}`,
   });
 

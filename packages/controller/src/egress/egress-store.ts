@@ -57,7 +57,9 @@ export class EgressStore {
     const file = this.#file(id);
     await mkdir(this.#dir, { recursive: true, mode: 0o700 });
     await chmod(this.#dir, 0o700);
-    const secrets = Object.fromEntries(egress.secrets.map((s) => [s.name, { placeholder: s.placeholder, hosts: [...s.hosts], target: s.target, value: s.value }]));
+    const secrets = Object.fromEntries(
+      egress.secrets.map((s) => [s.name, { placeholder: s.placeholder, hosts: [...s.hosts], target: s.target, value: s.value }]),
+    );
     const temp = `${file}.${process.pid}.tmp`;
     await rm(temp, { force: true });
     await writeFile(temp, JSON.stringify({ policy: egress.policy, version: egress.version, secrets }), { mode: 0o600, flag: 'wx' });

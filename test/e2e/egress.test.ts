@@ -305,3 +305,73 @@ run('egress over the exec daemon channel (remote engines, Docker Desktop)', () =
     expect(lab.seenAt('/noproxy-tls')).toHaveLength(1);
   });
 });
+
+describe.each(['socket', 'exec'] as const)('egress under gVisor (runtime runsc, daemonChannel %s)', (channel) => {
+  let lab: EgressLab | undefined;
+  let warren: TestController | undefined;
+  let gvisor = false;
+
+  beforeAll(async () => {
+    if (!EgressLab.available()) return;
+    lab = await EgressLab.start(['registry.test', 'api.test', 'meta.test']);
+    for (const name of ['registry.test', 'api.test']) lab.records.set(name, [lab.upstreamAddress]);
+    lab.records.set('meta.test', ['169.254.169.254']);
+    warren = await controllerWith(lab, channel);
+    gvisor = warren.controller.sandboxes.runtimes.includes('runsc');
+  });
+
+  afterAll(async () => {
+    await warren?.[Symbol.asyncDispose]();
+    await lab?.stop();
+  });
+
+  it('works as under runc: proxy and transparent paths, refusals, a brokered secret absent inside', async () => {
+    if (!lab || !warren || !gvisor) {
+      console.warn('skipped: gVisor (runsc) is not registered with this Docker engine, or the egress lab cannot run here (needs root and ip netns)');
+      return;
+    }
+    await using sandbox = await Sandbox.create({
+      baseUrl: warren.url,
+      apiKey: warren.apiKey,
+      runtime: 'runsc',
+      egress: {
+        mode: 'allow',
+        rules: [
+          { host: 'registry.test', ports: [80, 443] },
+          { host: 'api.test', ports: [443] },
+          { host: 'meta.test', ports: [80] },
+        ],
+      },
+      secrets: [{ name: 'API_KEY', value: SECRET, hosts: ['api.test'], target: { header: 'Authorization', template: 'Bearer {secret}' } }],
+    });
+    expect((await sandbox.info()).settings.runtime).toBe('runsc');
+    const { stdout: runtime } = await execFileAsync('docker', [
+      'inspect',
+      '--format',
+      '{{.HostConfig.Runtime}}',
+      warren.controller.sandboxes.record(sandbox.id).containerId,
+    ]);
+    expect(runtime.trim()).toBe('runsc');
+    // gVisor's own kernel answers, not the host's.
+    expect((await sandbox.commands.run('dmesg')).stdout).toMatch(/gVisor/);
+    await sandbox.files.write('fetch.py', FETCH);
+    await sandbox.files.write('lab-ca.pem', lab.caPem);
+    expect((await fetchIn(sandbox, `http://registry.test/gvisor-${channel}`)).status).toBe(200);
+    expect((await fetchIn(sandbox, `https://registry.test/gvisor-tls-${channel}`, '/workspace/lab-ca.pem')).status).toBe(200);
+    expect((await fetchIn(sandbox, `https://api.test/v1/gvisor-${channel}`)).status).toBe(200);
+    expect(lab.seenAt(`/v1/gvisor-${channel}`).at(-1)?.headers.authorization).toBe(`Bearer ${SECRET}`);
+    const denied = await fetchIn(sandbox, 'http://other.test/');
+    expect([denied.status, JSON.parse(denied.body).rule]).toEqual([403, 'no-matching-rule']);
+    expect((await fetchIn(sandbox, 'http://169.254.169.254/latest/meta-data/')).status).toBe(403);
+    const meta = await fetchIn(sandbox, 'http://meta.test/latest/meta-data/');
+    expect([meta.status, JSON.parse(meta.body).reason]).toEqual([403, 'address-floor']);
+    const transparent = await sandbox.commands.run(['python3', '-c', NO_PROXY_SCRIPT], { timeoutMs: 60_000 });
+    expect(transparent.stdout.trim().split('\n')).toEqual(['127.0.88.1', '127.0.88.1', 'other unknown', '200', '200']);
+    const pattern = `${SECRET.slice(0, -1)}[${SECRET.slice(-1)}]`;
+    const search = await sandbox.commands.run(
+      `grep -rls '${pattern}' /proc/[0-9]*/environ /proc/[0-9]*/cmdline /workspace /tmp /run/warren-egress /etc 2>/dev/null; echo done`,
+    );
+    expect(search.stdout.trim()).toBe('done');
+    expect((await sandbox.commands.run("awk 'NR>2 {print $1}' /proc/net/dev")).stdout.trim()).toBe('lo:');
+  });
+});

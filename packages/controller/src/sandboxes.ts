@@ -584,6 +584,11 @@ export class SandboxService {
     const record = this.table.require(id);
     await this.provider.resume(record.containerId);
     record.state = 'running';
+    // Paused when the controller restarted: its relay was not opened then, so it is now.
+    if (this.egress?.has(record.agentId) && this.egress.relayPort(record.agentId) === undefined)
+      await this.egress
+        .connectWithRetry(record.agentId, this.provider.daemon(record.agentId), this.credentials.agentSecret(record.agentId))
+        .catch(() => undefined); // logged; the relay stays closed (egress fails closed) until the next start
     return describe(record);
   }
 

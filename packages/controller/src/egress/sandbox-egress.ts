@@ -9,6 +9,7 @@ import type { DaemonEndpoint } from '../provider.js';
 import type { EgressLog } from './egress-log.js';
 import type { EgressStore } from './egress-store.js';
 import type { EgressGateway, SandboxEgressHandle } from './gateway.js';
+import type { BrokeredSecret } from './secrets.js';
 import { EgressTunnel, type EgressTunnelOptions } from './tunnel.js';
 
 /** Options of {@link SandboxEgress.create}. */
@@ -39,6 +40,8 @@ export interface SandboxEgressOptions {
 }
 
 interface Attached {
+  /** The brokered secrets, kept for the store (the gateway holds the same). */
+  secrets: readonly BrokeredSecret[];
   socketPath: string;
   /** The sandbox's SNI listener and DNS-stream listener (the transparent path). */
   tlsPath?: string | undefined;
@@ -101,6 +104,8 @@ export function egressEnvironment(port: number, withCa: boolean, placeholders: R
  */
 export class SandboxEgress {
   readonly #attached = new Map<string, Attached>();
+  /** Each sandbox's last store operation: writes and the removal run one after another, in order. */
+  readonly #storeQueue = new Map<string, Promise<void>>();
   readonly #options: SandboxEgressOptions;
   readonly #socketDir: string;
 
@@ -133,10 +138,10 @@ export class SandboxEgress {
   async register(agentId: string, policy: EgressPolicy, secrets: readonly SecretBinding[]): Promise<Record<string, string>> {
     const handle = this.gateway.addSandbox(agentId, policy, secrets);
     try {
-      await this.#options.store?.write(agentId, { policy, version: 1, secrets: [...handle.secrets] });
+      await this.#stored(agentId, (store) => store.write(agentId, { policy, version: 1, secrets: [...handle.secrets] }));
     } catch (err) {
       await this.gateway.removeSandbox(agentId);
-      await this.#options.store?.remove(agentId).catch(() => undefined);
+      await this.#stored(agentId, (store) => store.remove(agentId)).catch(() => undefined);
       throw err;
     }
     return this.#listen(agentId, handle);
@@ -151,7 +156,12 @@ export class SandboxEgress {
     if (this.#attached.has(agentId)) return true;
     const stored = await this.#options.store?.read(agentId);
     if (!stored) return false;
-    await this.#listen(agentId, this.gateway.restoreSandbox(agentId, stored.policy, stored.version, stored.secrets));
+    try {
+      await this.#listen(agentId, this.gateway.restoreSandbox(agentId, stored.policy, stored.version, stored.secrets));
+    } catch (err) {
+      this.#options.logger?.warn({ sandboxId: agentId, err: (err as Error).message }, 'egress.restore-failed');
+      return false;
+    }
     return true;
   }
 
@@ -165,7 +175,7 @@ export class SandboxEgress {
   /** Opens a registered sandbox's gateway listeners; returns the environment its container is (or was) created with. */
   async #listen(agentId: string, handle: SandboxEgressHandle): Promise<Record<string, string>> {
     const base = path.join(this.#socketDir, createHash('sha256').update(agentId).digest('hex').slice(0, 24));
-    const attached: Attached = { socketPath: `${base}.sock` };
+    const attached: Attached = { secrets: handle.secrets, socketPath: `${base}.sock` };
     const transparent = this.#options.transparent;
     try {
       await rm(attached.socketPath, { force: true });
@@ -267,9 +277,13 @@ export class SandboxEgress {
    */
   async update(agentId: string, policy: EgressPolicy): Promise<{ policy: EgressPolicy; version: number }> {
     const version = this.gateway.setPolicy(agentId, policy);
-    const store = this.#options.store;
-    const stored = await store?.read(agentId);
-    if (store && stored) await store.write(agentId, { ...stored, policy, version });
+    const attached = this.#attached.get(agentId);
+    // Written from the gateway's state when the write runs, so concurrent updates store the last one.
+    if (attached)
+      await this.#stored(agentId, async (store) => {
+        if (this.#attached.get(agentId) !== attached) return;
+        await store.write(agentId, { ...this.gateway.policyOf(agentId), secrets: [...attached.secrets] });
+      });
     return { policy, version };
   }
 
@@ -281,7 +295,21 @@ export class SandboxEgress {
   /** Closes a sandbox's tunnel, forgets it at the gateway and deletes its stored egress (the sandbox is gone). */
   async remove(agentId: string): Promise<void> {
     await this.#detach(agentId);
-    await this.#options.store?.remove(agentId);
+    await this.#stored(agentId, (store) => store.remove(agentId));
+  }
+
+  /** Runs a store operation after the sandbox's earlier ones (none without a store). */
+  async #stored(agentId: string, operation: (store: EgressStore) => Promise<void>): Promise<void> {
+    const store = this.#options.store;
+    if (!store) return;
+    const previous = this.#storeQueue.get(agentId) ?? Promise.resolve();
+    const next = previous.catch(() => undefined).then(() => operation(store));
+    this.#storeQueue.set(agentId, next);
+    try {
+      await next;
+    } finally {
+      if (this.#storeQueue.get(agentId) === next) this.#storeQueue.delete(agentId);
+    }
   }
 
   /** Closes a sandbox's tunnel and forgets it at the gateway; what is stored stays. */

@@ -110,17 +110,28 @@ run('egress across a controller restart (SIGKILL, then started again on the same
           { host: 'other.test', ports: [80] },
         ],
       });
+      // A second sandbox is paused across the restart: it gets its relay back when it is resumed.
+      const paused = await Sandbox.create({ ...first.options, egress: { mode: 'allow', rules: [{ host: 'registry.test', ports: [80] }] } });
+      const [pausedContainer] = await docker.listContainers({ all: true, filters: { label: [`warren.sandbox=${paused.id}`] } });
+      containers.push(pausedContainer!.Id);
+      await paused.files.write('fetch.py', FETCH);
+      const lifecycle = (base: string, action: 'pause' | 'resume') =>
+        fetch(`${base}/v1/sandboxes/${paused.id}/${action}`, { method: 'POST', headers: { authorization: `Bearer ${first.apiKey}` } }).then((r) => {
+          expect(r.status).toBe(200);
+        });
+      await lifecycle(first.url, 'pause');
       const placeholder = (await sandbox.commands.run('printenv API_KEY')).stdout.trim();
       expect(placeholder).toMatch(/^WARREN_SECRET_[0-9a-f]{32}$/);
 
       // What the controller keeps: one file for the sandbox, readable by the controller only.
       const egressDir = path.join(dir, 'state', 'egress');
       expect((await stat(egressDir)).mode & 0o777).toBe(0o700);
-      expect(await readdir(egressDir)).toEqual([`${sandbox.id}.json`]);
+      expect((await readdir(egressDir)).sort()).toEqual([`${paused.id}.json`, `${sandbox.id}.json`].sort());
       expect((await stat(path.join(egressDir, `${sandbox.id}.json`))).mode & 0o777).toBe(0o600);
 
       await first.stop('SIGKILL');
       sandbox.close();
+      paused.close();
       const second = await ControllerProcess.start({}, first);
       processes.push(second);
       const again = await Sandbox.connect(sandbox.id, { baseUrl: second.url, token: sandbox.token });
@@ -152,6 +163,16 @@ run('egress across a controller restart (SIGKILL, then started again on the same
         ]);
         expect(elsewhere.stdout.trim()).toBe('200');
         expect(lab.seenAt(`/leak-${channel}`).at(-1)?.headers.authorization).toBe(`Bearer ${placeholder}`);
+
+        await lifecycle(second.url, 'resume');
+        const thawed = await Sandbox.connect(paused.id, { baseUrl: second.url, token: paused.token });
+        try {
+          expect((await fetchIn(thawed, `http://registry.test/thawed-${channel}`)).status).toBe(200);
+          expect((await fetchIn(thawed, 'http://other.test/thawed')).status).toBe(403);
+          await thawed.kill();
+        } finally {
+          thawed.close();
+        }
 
         await again.kill();
         expect(await readdir(egressDir)).toEqual([]);

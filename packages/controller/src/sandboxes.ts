@@ -197,24 +197,22 @@ export class SandboxService {
 
   /**
    * Gives the recovered sandboxes their egress again: the stored policy, version and brokered
-   * secrets go back to the gateway, and the relay of each running sandbox is opened again (a
-   * stopped one gets it when the supervisor starts it). A sandbox whose relay cannot be opened
-   * stays without a way out (fail closed) until it is started again. Stored egress of sandboxes
-   * that are gone is deleted.
+   * secrets go back to the gateway before this returns, and the relay of each running sandbox is
+   * opened again in the background (retried for a few seconds, so a wedged daemon cannot hold up
+   * the controller's start); a paused one gets it on resume, a stopped one when the supervisor
+   * starts it. Until its relay is open a sandbox has no way out (egress fails closed). Stored
+   * egress of sandboxes that are gone is deleted.
    */
   private async recoverEgress(): Promise<void> {
     const egress = this.egress;
     if (!egress) return;
     const records = this.list();
     await egress.forgetStoredExcept(new Set(records.map((r) => r.agentId)));
-    await Promise.all(
-      records.map(async (record) => {
-        if (!(await egress.restore(record.agentId)) || record.state !== 'running') return;
-        await egress
-          .connectWithRetry(record.agentId, this.provider.daemon(record.agentId), this.credentials.agentSecret(record.agentId))
-          .catch(() => undefined);
-      }),
-    );
+    for (const record of records) {
+      if (!(await egress.restore(record.agentId)) || record.state !== 'running') continue;
+      // Logged by connectWithRetry when it gives up.
+      void egress.connectWithRetry(record.agentId, this.provider.daemon(record.agentId), this.credentials.agentSecret(record.agentId)).catch(() => undefined);
+    }
   }
 
   /** True when labels say this controller made the sandbox (or one from before owner labels existed). */

@@ -235,7 +235,7 @@ export class SandboxEgress {
           this.#options.logger?.warn({ sandboxId: agentId, err: (err as Error).message }, 'egress.reconnect-failed');
           throw err;
         }
-        await new Promise((r) => setTimeout(r, 250 * 2 ** attempt));
+        await new Promise((r) => setTimeout(r, 250 * 2 ** attempt).unref());
       }
     }
   }

@@ -9,7 +9,7 @@ async function entries(tar: Buffer): Promise<Map<string, string>> {
   const done = new Promise<void>((resolve, reject) => {
     reader.on('entry', (header, stream, next) => {
       const chunks: Buffer[] = [];
-      stream.on('data', (c: Buffer) => chunks.push(c));
+      stream.on('data', (c: unknown) => chunks.push(c as Buffer));
       stream.on('end', () => {
         out.set(header.name, Buffer.concat(chunks).toString());
         next();

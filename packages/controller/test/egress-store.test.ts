@@ -1,4 +1,4 @@
-import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
@@ -44,5 +44,9 @@ describe('the egress store', () => {
     expect(await store.read('odd')).toBeUndefined();
     expect(await store.read('../records/x')).toBeUndefined();
     await expect(store.write('../x', { policy: { mode: 'none' }, version: 1, secrets: [] })).rejects.toThrow(/refusing/);
+    // What a crash between write and rename leaves is swept at the next start.
+    await writeFile(path.join(stateDir, 'egress', 'torn.json.123.tmp'), '{');
+    await store.removeTemporary();
+    expect((await readdir(path.join(stateDir, 'egress'))).sort()).toEqual(['odd.json', 'torn.json']);
   });
 });

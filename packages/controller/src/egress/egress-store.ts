@@ -93,6 +93,12 @@ export class EgressStore {
     return names.filter((n) => n.endsWith('.json')).map((n) => n.slice(0, -'.json'.length));
   }
 
+  /** Removes temporary files a crash left between write and rename (only at start, before any write). */
+  async removeTemporary(): Promise<void> {
+    const names = await readdir(this.#dir).catch(() => [] as string[]);
+    for (const name of names) if (/^[A-Za-z0-9_-]{1,64}\.json\.\d+\.tmp$/.test(name)) await rm(path.join(this.#dir, name), { force: true });
+  }
+
   async remove(id: string): Promise<void> {
     if (!SAFE_ID.test(id)) return;
     await rm(this.#file(id), { force: true });

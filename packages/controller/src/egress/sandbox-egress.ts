@@ -144,7 +144,12 @@ export class SandboxEgress {
       await this.#stored(agentId, (store) => store.remove(agentId)).catch(() => undefined);
       throw err;
     }
-    return this.#listen(agentId, handle);
+    try {
+      return await this.#listen(agentId, handle);
+    } catch (err) {
+      await this.#stored(agentId, (store) => store.remove(agentId)).catch(() => undefined);
+      throw err;
+    }
   }
 
   /**
@@ -170,6 +175,7 @@ export class SandboxEgress {
     const store = this.#options.store;
     if (!store) return;
     for (const id of await store.ids()) if (!keep.has(id)) await store.remove(id);
+    await store.removeTemporary();
   }
 
   /** Opens a registered sandbox's gateway listeners; returns the environment its container is (or was) created with. */

@@ -86,6 +86,8 @@ run('egress through the gateway from real sandboxes (network none, relay over th
     for (const name of ['registry.test', 'api.test', 'other.test']) lab.records.set(name, [lab.upstreamAddress]);
     lab.records.set('meta.test', ['169.254.169.254']);
     lab.records.set('private.test', ['10.1.2.3']);
+    // The host's own end of the lab's link: inside the opened lab range, and still the host.
+    lab.records.set('host.test', [lab.hostSide]);
     warren = await controllerWith(lab, 'socket');
   });
 
@@ -105,6 +107,7 @@ run('egress through the gateway from real sandboxes (network none, relay over th
           { host: 'api.test', ports: [443] },
           { host: 'meta.test', ports: [80] },
           { host: 'private.test', ports: [80] },
+          { host: 'host.test', ports: [80, Number(new URL(warren.url).port)] },
         ],
       },
       secrets: [{ name: 'API_KEY', value: SECRET, hosts: ['api.test'], target: { header: 'Authorization', template: 'Bearer {secret}' } }],
@@ -131,6 +134,11 @@ run('egress through the gateway from real sandboxes (network none, relay over th
     expect([meta.status, JSON.parse(meta.body).reason]).toEqual([403, 'address-floor']);
     const priv = await fetchIn(sandbox, 'http://private.test/');
     expect([priv.status, JSON.parse(priv.body).reason]).toEqual([403, 'address-floor']);
+    // A name for the host's own address, even inside the lab range the operator opened: the controller's port and any other.
+    for (const target of [`http://host.test:${new URL(warren.url).port}/healthz`, 'http://host.test/']) {
+      const self = await fetchIn(sandbox, target);
+      expect([target, self.status, JSON.parse(self.body).rule]).toEqual([target, 403, 'floor:self']);
+    }
     // The controller's own port: not reachable directly (no route), and below the floor through the relay.
     const port = new URL(warren.url).port;
     const own = await sandbox.commands.run([

@@ -6,6 +6,7 @@ import { afterAll, describe, expect, it } from '@jest/globals';
 import Docker from 'dockerode';
 import { Credentials, startController, type Controller, silentLogger } from '@warren/controller';
 import { Sandbox } from '@warren/sdk';
+import { startTestController } from '../support/fixtures.js';
 import { until } from '../support/wait.js';
 import { removeStateDir } from '../support/state-dir.js';
 
@@ -87,3 +88,48 @@ describe('the warm pool', () => {
     await until('the new pool to fill', () => (second.pool!.readyCount === 1 ? true : undefined));
   });
 });
+
+describe('the warm pool and egress', () => {
+  it('never hands a sandbox with an egress policy or brokered secrets a pool member (made without relay or placeholders): those start cold', async () => {
+    await using warren = await startTestController({ config: { poolSize: 1 } });
+    const pool = warren.controller.pool!;
+    await until('the pool to fill', () => (pool.readyCount === 1 ? true : undefined));
+    const owner = warren.controller.sandboxes.credentials.instanceId;
+    const members = await poolMembers(owner);
+    expect(members).toHaveLength(1);
+    // No traffic leaves: the policy names a host nobody resolves, and nothing is fetched.
+    await using withPolicy = await Sandbox.create({
+      baseUrl: warren.url,
+      apiKey: warren.apiKey,
+      egress: { mode: 'allow', rules: [{ host: 'registry.invalid', ports: [443] }] },
+    });
+    await using withSecret = await Sandbox.create({
+      baseUrl: warren.url,
+      apiKey: warren.apiKey,
+      secrets: [{ name: 'API_KEY', value: 'pool-test-value', hosts: ['api.invalid'], target: { header: 'Authorization', template: 'Bearer {secret}' } }],
+    });
+    for (const sandbox of [withPolicy, withSecret]) {
+      const record = warren.controller.sandboxes.record(sandbox.id);
+      expect(record.pooled).toBe(false);
+      expect(record.agentId).toBe(sandbox.id);
+      const env = (await sandbox.commands.run('env')).stdout;
+      expect(env).toMatch(/^HTTPS_PROXY=http:\/\/127\.0\.0\.1:3128$/m);
+      expect(warren.controller.sandboxes.egress?.has(record.agentId)).toBe(true);
+    }
+    expect((await withSecret.commands.run('printenv API_KEY')).stdout.trim()).toMatch(/^WARREN_SECRET_[0-9a-f]{32}$/);
+    // The pool member was left for creates without egress, untouched.
+    expect(pool.readyCount).toBe(1);
+    expect(await poolMembers(owner)).toEqual(members);
+    // And a create without egress still takes it.
+    await using plain = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });
+    expect(warren.controller.sandboxes.record(plain.id).pooled).toBe(true);
+    expect((await plain.commands.run('env')).stdout).not.toMatch(/PROXY/);
+  });
+});
+
+/** The ids of one controller's warm-pool containers (label warren.pool=1), claimed or not. */
+async function poolMembers(owner: string): Promise<string[]> {
+  const docker = new Docker();
+  const found = await docker.listContainers({ filters: { label: ['warren.pool=1', `warren.owner=${owner}`] } });
+  return found.map((c) => c.Id).sort();
+}

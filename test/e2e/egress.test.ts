@@ -30,6 +30,24 @@ except Exception as e:
     print(json.dumps({'status': -1, 'body': type(e).__name__ + ': ' + str(e)}))
 `;
 
+/**
+ * A client that ignores the proxy variables (as curl --noproxy '*' or a Go binary with its own dialer
+ * would): it resolves through /etc/resolv.conf and connects to :80 and :443 itself.
+ */
+const NO_PROXY_SCRIPT = [
+  'import socket, ssl, urllib.request',
+  'print(open("/etc/resolv.conf").read().split("nameserver ")[1].split()[0])',
+  'print(socket.gethostbyname("registry.test"))',
+  'try:',
+  '  socket.gethostbyname("other.test"); print("other resolved")',
+  'except OSError:',
+  '  print("other unknown")',
+  // No proxy at all: the opener ignores HTTP(S)_PROXY, as curl --noproxy '*' or a Go binary with its own dialer would.
+  'opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile="/workspace/lab-ca.pem")))',
+  'print(opener.open("http://registry.test/noproxy-plain", timeout=15).status)',
+  'print(opener.open("https://registry.test/noproxy-tls", timeout=15).status)',
+].join('\n');
+
 interface Fetched {
   status: number;
   body: string;
@@ -68,6 +86,8 @@ run('egress through the gateway from real sandboxes (network none, relay over th
     for (const name of ['registry.test', 'api.test', 'other.test']) lab.records.set(name, [lab.upstreamAddress]);
     lab.records.set('meta.test', ['169.254.169.254']);
     lab.records.set('private.test', ['10.1.2.3']);
+    // The host's own end of the lab's link: inside the opened lab range, and still the host.
+    lab.records.set('host.test', [lab.hostSide]);
     warren = await controllerWith(lab, 'socket');
   });
 
@@ -87,6 +107,7 @@ run('egress through the gateway from real sandboxes (network none, relay over th
           { host: 'api.test', ports: [443] },
           { host: 'meta.test', ports: [80] },
           { host: 'private.test', ports: [80] },
+          { host: 'host.test', ports: [80, Number(new URL(warren.url).port)] },
         ],
       },
       secrets: [{ name: 'API_KEY', value: SECRET, hosts: ['api.test'], target: { header: 'Authorization', template: 'Bearer {secret}' } }],
@@ -113,6 +134,11 @@ run('egress through the gateway from real sandboxes (network none, relay over th
     expect([meta.status, JSON.parse(meta.body).reason]).toEqual([403, 'address-floor']);
     const priv = await fetchIn(sandbox, 'http://private.test/');
     expect([priv.status, JSON.parse(priv.body).reason]).toEqual([403, 'address-floor']);
+    // A name for the host's own address, even inside the lab range the operator opened: the controller's port and any other.
+    for (const target of [`http://host.test:${new URL(warren.url).port}/healthz`, 'http://host.test/']) {
+      const self = await fetchIn(sandbox, target);
+      expect([target, self.status, JSON.parse(self.body).rule]).toEqual([target, 403, 'floor:self']);
+    }
     // The controller's own port: not reachable directly (no route), and below the floor through the relay.
     const port = new URL(warren.url).port;
     const own = await sandbox.commands.run([
@@ -158,19 +184,7 @@ run('egress through the gateway from real sandboxes (network none, relay over th
       egress: { mode: 'allow', rules: [{ host: 'registry.test', ports: [80, 443] }] },
     });
     await sandbox.files.write('lab-ca.pem', lab.caPem);
-    const script = [
-      'import socket, ssl, urllib.request',
-      'print(open("/etc/resolv.conf").read().split("nameserver ")[1].split()[0])',
-      'print(socket.gethostbyname("registry.test"))',
-      'try:',
-      '  socket.gethostbyname("other.test"); print("other resolved")',
-      'except OSError:',
-      '  print("other unknown")',
-      // No proxy at all: the opener ignores HTTP(S)_PROXY, as curl --noproxy '*' or a Go binary with its own dialer would.
-      'opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile="/workspace/lab-ca.pem")))',
-      'print(opener.open("http://registry.test/noproxy-plain", timeout=15).status)',
-      'print(opener.open("https://registry.test/noproxy-tls", timeout=15).status)',
-    ].join('\n');
+    const script = NO_PROXY_SCRIPT;
     const run = await sandbox.commands.run(['python3', '-c', script], { timeoutMs: 60_000 });
     expect(run.stdout.trim().split('\n')).toEqual(['127.0.88.1', '127.0.88.1', 'other unknown', '200', '200']);
     expect(lab.seenAt('/noproxy-plain')).toHaveLength(1);
@@ -284,5 +298,88 @@ run('egress over the exec daemon channel (remote engines, Docker Desktop)', () =
     expect((await fetchIn(sandbox, 'http://registry.test/exec')).status).toBe(200);
     expect((await fetchIn(sandbox, 'https://registry.test/exec-tls', '/workspace/lab-ca.pem')).status).toBe(200);
     expect((await fetchIn(sandbox, 'http://other.test/')).status).toBe(403);
+  });
+
+  it('carries a client that ignores the proxy variables here too: the relay answers DNS and takes :80 and :443', async () => {
+    await using sandbox = await Sandbox.create({
+      baseUrl: warren.url,
+      apiKey: warren.apiKey,
+      egress: { mode: 'allow', rules: [{ host: 'registry.test', ports: [80, 443] }] },
+    });
+    await sandbox.files.write('lab-ca.pem', lab.caPem);
+    const run = await sandbox.commands.run(['python3', '-c', NO_PROXY_SCRIPT], { timeoutMs: 60_000 });
+    expect(run.stdout.trim().split('\n')).toEqual(['127.0.88.1', '127.0.88.1', 'other unknown', '200', '200']);
+    expect(lab.seenAt('/noproxy-plain')).toHaveLength(1);
+    expect(lab.seenAt('/noproxy-tls')).toHaveLength(1);
+  });
+});
+
+describe.each(['socket', 'exec'] as const)('egress under gVisor (runtime runsc, daemonChannel %s)', (channel) => {
+  let lab: EgressLab | undefined;
+  let warren: TestController | undefined;
+  let gvisor = false;
+
+  beforeAll(async () => {
+    if (!EgressLab.available()) return;
+    lab = await EgressLab.start(['registry.test', 'api.test', 'meta.test']);
+    for (const name of ['registry.test', 'api.test']) lab.records.set(name, [lab.upstreamAddress]);
+    lab.records.set('meta.test', ['169.254.169.254']);
+    warren = await controllerWith(lab, channel);
+    gvisor = warren.controller.sandboxes.runtimes.includes('runsc');
+  });
+
+  afterAll(async () => {
+    await warren?.[Symbol.asyncDispose]();
+    await lab?.stop();
+  });
+
+  it('works as under runc: proxy and transparent paths, refusals, a brokered secret absent inside', async () => {
+    if (!lab || !warren || !gvisor) {
+      console.warn('skipped: gVisor (runsc) is not registered with this Docker engine, or the egress lab cannot run here (needs root and ip netns)');
+      return;
+    }
+    await using sandbox = await Sandbox.create({
+      baseUrl: warren.url,
+      apiKey: warren.apiKey,
+      runtime: 'runsc',
+      egress: {
+        mode: 'allow',
+        rules: [
+          { host: 'registry.test', ports: [80, 443] },
+          { host: 'api.test', ports: [443] },
+          { host: 'meta.test', ports: [80] },
+        ],
+      },
+      secrets: [{ name: 'API_KEY', value: SECRET, hosts: ['api.test'], target: { header: 'Authorization', template: 'Bearer {secret}' } }],
+    });
+    expect((await sandbox.info()).settings.runtime).toBe('runsc');
+    const { stdout: runtime } = await execFileAsync('docker', [
+      'inspect',
+      '--format',
+      '{{.HostConfig.Runtime}}',
+      warren.controller.sandboxes.record(sandbox.id).containerId,
+    ]);
+    expect(runtime.trim()).toBe('runsc');
+    // gVisor's own kernel answers, not the host's.
+    expect((await sandbox.commands.run('dmesg')).stdout).toMatch(/gVisor/);
+    await sandbox.files.write('fetch.py', FETCH);
+    await sandbox.files.write('lab-ca.pem', lab.caPem);
+    expect((await fetchIn(sandbox, `http://registry.test/gvisor-${channel}`)).status).toBe(200);
+    expect((await fetchIn(sandbox, `https://registry.test/gvisor-tls-${channel}`, '/workspace/lab-ca.pem')).status).toBe(200);
+    expect((await fetchIn(sandbox, `https://api.test/v1/gvisor-${channel}`)).status).toBe(200);
+    expect(lab.seenAt(`/v1/gvisor-${channel}`).at(-1)?.headers.authorization).toBe(`Bearer ${SECRET}`);
+    const denied = await fetchIn(sandbox, 'http://other.test/');
+    expect([denied.status, JSON.parse(denied.body).rule]).toEqual([403, 'no-matching-rule']);
+    expect((await fetchIn(sandbox, 'http://169.254.169.254/latest/meta-data/')).status).toBe(403);
+    const meta = await fetchIn(sandbox, 'http://meta.test/latest/meta-data/');
+    expect([meta.status, JSON.parse(meta.body).reason]).toEqual([403, 'address-floor']);
+    const transparent = await sandbox.commands.run(['python3', '-c', NO_PROXY_SCRIPT], { timeoutMs: 60_000 });
+    expect(transparent.stdout.trim().split('\n')).toEqual(['127.0.88.1', '127.0.88.1', 'other unknown', '200', '200']);
+    const pattern = `${SECRET.slice(0, -1)}[${SECRET.slice(-1)}]`;
+    const search = await sandbox.commands.run(
+      `grep -rls '${pattern}' /proc/[0-9]*/environ /proc/[0-9]*/cmdline /workspace /tmp /run/warren-egress /etc 2>/dev/null; echo done`,
+    );
+    expect(search.stdout.trim()).toBe('done');
+    expect((await sandbox.commands.run("awk 'NR>2 {print $1}' /proc/net/dev")).stdout.trim()).toBe('lo:');
   });
 });

@@ -178,7 +178,7 @@ run('the egress relay: a sandbox reaches the gateway only through its daemon cha
     expect([denied.status, JSON.parse(denied.body.toString()).rule]).toEqual([403, 'no-matching-rule']);
     const literal = await request(port, { path: `http://${lab.upstreamAddress}/`, headers: { host: lab.upstreamAddress } });
     expect(literal.status).toBe(403);
-    egress.update('relay-a', {
+    await egress.update('relay-a', {
       mode: 'allow',
       rules: [
         { host: 'registry.test', ports: [80, 443] },
@@ -221,7 +221,7 @@ run('the egress relay: a sandbox reaches the gateway only through its daemon cha
       req.end();
     });
     const closed = closedWithin(tunnel, 3000);
-    const { version } = egress.update('relay-c', { mode: 'none' });
+    const { version } = await egress.update('relay-c', { mode: 'none' });
     expect(version).toBe(2);
     await closed;
     const after = await request(c.port, { path: 'http://registry.test/', headers: { host: 'registry.test' } });

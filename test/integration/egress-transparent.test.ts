@@ -166,6 +166,43 @@ run('the transparent egress path: DNS and :80/:443 on the sandbox loopback, deci
     expect(events.some((e) => e.kind === 'sni' && e.host === 'api.test' && e.decision === 'denied')).toBe(true);
   });
 
+  it('refuses IP literals, metadata and loopback as the Host on :80, a hello without SNI on :443, and an allowed name rebound to loopback', async () => {
+    const plainTo = (host: string, target: string) =>
+      new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const req = http.request({ host: ADDRESS, port: ports.http, path: target, headers: { host }, agent: false }, (res) => {
+          let body = '';
+          res.on('data', (chunk: Buffer) => (body += chunk.toString()));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+        });
+        req.on('error', reject);
+        req.end();
+      });
+    for (const host of ['169.254.169.254', lab.upstreamAddress, '127.0.0.1:8080', '[::1]', '2130706433', '[fd00:ec2::254]']) {
+      const answer = await plainTo(host, '/literal');
+      expect([host, answer.status, JSON.parse(answer.body).reason]).toEqual([host, 403, 'ip-literal']);
+    }
+    // Node sends no SNI for an IP address: a hello that names nothing is closed, never dialled somewhere.
+    const noSni = await new Promise<string>((resolve) => {
+      const socket = tls.connect({ host: ADDRESS, port: ports.tls, rejectUnauthorized: false, servername: '' });
+      socket.on('secureConnect', () => resolve('connected'));
+      socket.on('error', () => resolve('refused'));
+      socket.on('close', () => resolve('refused'));
+    });
+    expect(noSni).toBe('refused');
+    // The relay's DNS answered with its own address; the gateway resolves the name again when it dials.
+    lab.records.set('registry.test', ['127.0.0.1']);
+    try {
+      const rebound = await plainTo('registry.test', '/rebound');
+      expect([rebound.status, JSON.parse(rebound.body).rule]).toEqual([403, 'floor:loopback']);
+      lab.records.set('registry.test', ['169.254.169.254']);
+      expect(JSON.parse((await plainTo('registry.test', '/rebound')).body).rule).toBe('floor:link-local');
+    } finally {
+      lab.records.set('registry.test', [lab.upstreamAddress]);
+    }
+    expect(lab.seenAt('/literal')).toEqual([]);
+    expect(lab.seenAt('/rebound')).toEqual([]);
+  });
+
   it('bounds a DNS flood and garbage (oversized, truncated, odd bytes in names) and still answers afterwards', async () => {
     const flood = dgram.createSocket('udp4');
     await new Promise<void>((resolve) => flood.bind(0, ADDRESS, () => resolve()));

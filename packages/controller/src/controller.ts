@@ -19,6 +19,7 @@ import { SandboxService } from './sandboxes.js';
 import { ImageService } from './image-service.js';
 import { EgressCa } from './egress/ca.js';
 import { EgressLog } from './egress/egress-log.js';
+import { EgressStore } from './egress/egress-store.js';
 import { EgressGateway } from './egress/gateway.js';
 import { SandboxEgress } from './egress/sandbox-egress.js';
 import { egressEventSink } from './egress/sink.js';
@@ -111,6 +112,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
     transparent: { address: EGRESS_TRANSPARENT_ADDRESS, resolvConf: true },
     logger,
     log: egressLog,
+    store: new EgressStore(config.stateDir),
   });
   const sandboxes: SandboxService = new SandboxService({
     egress,

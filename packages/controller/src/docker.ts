@@ -26,7 +26,7 @@ import type {
   SandboxSpec,
   SandboxStats,
 } from './provider.js';
-import { agentCommand, bridgeCommand, nodeArch, RUNTIME_DIR, runtimeTar, type AgentRuntime } from './runtime.js';
+import { agentCommand, bridgeCommand, nodeArch, RUNTIME_DIR, RUNTIME_RESOLV_CONF, resolvConfText, runtimeTar, type AgentRuntime } from './runtime.js';
 
 /**
  * Where the daemon listens. With the `socket` channel it is the sandbox's host folder, bound in,
@@ -119,8 +119,16 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
   else if (!workspaceIsMounted(spec)) mounts.push({ Type: 'volume', Source: '', Target: workspaceOf(settings), ReadOnly: false });
   for (const m of settings.mounts)
     mounts.push({ Type: 'bind', Source: m.hostPath, Target: m.path, ReadOnly: m.readOnly, BindOptions: { Propagation: 'rprivate' } });
+  // With the exec channel the file is in the runtime volume, below the engine's own root, where
+  // Docker insists on rslave (nothing is ever mounted below a single file, so it changes nothing).
   if (spec.resolvConfOnHost !== undefined)
-    mounts.push({ Type: 'bind', Source: spec.resolvConfOnHost, Target: '/etc/resolv.conf', ReadOnly: true, BindOptions: { Propagation: 'rprivate' } });
+    mounts.push({
+      Type: 'bind',
+      Source: spec.resolvConfOnHost,
+      Target: '/etc/resolv.conf',
+      ReadOnly: true,
+      BindOptions: { Propagation: spec.channel.kind === 'exec' ? 'rslave' : 'rprivate' },
+    });
   const hostConfig: Docker.HostConfig = {
     Init: true,
     CapDrop: ['ALL'],
@@ -238,6 +246,8 @@ export class DockerProvider implements SandboxProvider {
   readonly docker: Docker;
   private readonly options: DockerProviderOptions;
   private runtimeVolume: string | undefined;
+  /** Where the engine keeps the runtime volume on its host (the exec channel binds the egress resolver file from there). */
+  private runtimeVolumeMountpoint: string | undefined;
   private dirs: AgentDirs;
   private workspaces: WorkspaceStore | undefined;
   /** The host ids of the container's uid 0 (user-namespace remap), learnt in {@link DockerProvider.prepare}. */
@@ -482,6 +492,11 @@ export class DockerProvider implements SandboxProvider {
     const known = new Set((await this.list()).map((s) => s.labels[LABELS.sandbox]));
     for (const agentId of await this.workspaces.list()) if (!known.has(agentId)) await this.workspaces.remove(agentId);
     this.runtimeVolume = await this.ensureRuntimeVolume(runtime, helperImage);
+    this.runtimeVolumeMountpoint = await this.docker
+      .getVolume(this.runtimeVolume)
+      .inspect()
+      .then((v: { Mountpoint?: string }) => v.Mountpoint || undefined)
+      .catch(() => undefined);
     if (this.engine.name === 'podman') this.processLimit = await this.chooseProcessLimit(helperImage);
     return { oldRuntimesRemoved: (await this.removeOldRuntimeVolumes(this.runtimeVolume)).length };
   }
@@ -645,9 +660,7 @@ export class DockerProvider implements SandboxProvider {
     let container: Docker.Container | undefined;
     try {
       const workspaceOnHost = await this.workspaceFor(spec);
-      // The resolver file sits in the daemon's own folder (root's, 0700 inside the sandbox); only the file is bound, read-only.
-      const resolvConfOnHost =
-        spec.nameserver !== undefined && channel.kind === 'socket' ? await writeResolvConf(channel.socketDirOnHost, spec.nameserver) : undefined;
+      const resolvConfOnHost = spec.nameserver === undefined ? undefined : await this.resolvConfFor(channel, spec.nameserver);
       const body = containerCreateBody({
         id: spec.agentId,
         image: spec.image,
@@ -670,6 +683,22 @@ export class DockerProvider implements SandboxProvider {
       await this.workspaces?.remove(spec.agentId);
       throw err;
     }
+  }
+
+  /**
+   * The resolver file to bind over a sandbox's /etc/resolv.conf (read-only, the file only). With
+   * the socket channel it sits in the daemon's own folder (root's, 0700 inside the sandbox); with
+   * the exec channel, which has no host folder of the sandbox's own, it is the one the runtime
+   * volume carries, read where the engine keeps that volume.
+   */
+  private async resolvConfFor(channel: SandboxContainerSpec['channel'], nameserver: string): Promise<string> {
+    if (channel.kind === 'socket') return writeResolvConf(channel.socketDirOnHost, nameserver);
+    if (nameserver !== EGRESS_TRANSPARENT_ADDRESS || this.runtimeVolumeMountpoint === undefined)
+      throw new CodedError(
+        'NOT_SUPPORTED',
+        `This engine does not say where it keeps the runtime volume, so a sandbox with egress cannot get the relay's resolver with daemonChannel exec; use daemonChannel socket, or leave egress out.`,
+      );
+    return path.posix.join(this.runtimeVolumeMountpoint, RUNTIME_RESOLV_CONF);
   }
 
   /**
@@ -1164,9 +1193,7 @@ async function writeResolvConf(folder: string, nameserver: string): Promise<stri
   const file = path.join(folder, 'resolv.conf');
   const handle = await open(file, fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_EXCL | fsConstants.O_NOFOLLOW, 0o644);
   try {
-    await handle.writeFile(
-      `# Written by Warren: names are answered by the egress gateway through the relay.\nnameserver ${nameserver}\noptions attempts:2 timeout:3\n`,
-    );
+    await handle.writeFile(resolvConfText(nameserver));
     await handle.chmod(0o644);
   } finally {
     await handle.close();

@@ -307,7 +307,7 @@ export const ROUTES: readonly Route[] = [
           'INVALID_PARAMS',
           `Invalid network update: ${body.error.issues.map(issueText).join('; ')}. Send { "egress": { "mode": "allow", "rules": [{ "host": "pypi.org" }] } } (or mode none / open).`,
         );
-      const updated = deps.sandboxes.updateEgress(id, body.data.egress);
+      const updated = await deps.sandboxes.updateEgress(id, body.data.egress);
       deps.logger.info({ sandboxId: id, mode: updated.policy.mode, version: updated.version }, 'sandbox.egress-updated');
       sendJson(res, 200, { egress: updated.policy, version: updated.version });
     },

@@ -5,6 +5,7 @@ import { access, readdir, readFile, realpath, stat } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { promisify } from 'node:util';
+import { EGRESS_TRANSPARENT_ADDRESS } from '@warren/protocol';
 import { packTar } from './tar.js';
 
 /** Where the runtime volume is mounted in every sandbox, read-only. */
@@ -23,8 +24,24 @@ const LOADER_NAME = 'ld-linux.so';
  */
 export interface RuntimeFile {
   name: string;
-  source: string;
+  /** The file on the host; or `content`, for a small file Warren writes itself. */
+  source?: string;
+  content?: string;
   mode: number;
+}
+
+/** Where the runtime carries the egress resolver file (see {@link resolvConfText}), under {@link RUNTIME_DIR}. */
+export const RUNTIME_RESOLV_CONF = 'egress/resolv.conf';
+
+/**
+ * The resolver file of a sandbox with egress: names go to the relay's DNS on the transparent
+ * path's loopback address, answered by the gateway for allowed names only.
+ *
+ * @example
+ * resolvConfText('127.0.88.1'); // '# Written by Warren ...\nnameserver 127.0.88.1\n...'
+ */
+export function resolvConfText(nameserver: string): string {
+  return `# Written by Warren: names are answered by the egress gateway through the relay.\nnameserver ${nameserver}\noptions attempts:2 timeout:3\n`;
 }
 
 /**
@@ -74,6 +91,9 @@ export async function collectRuntime(agentBundlePath: string): Promise<AgentRunt
     { name: 'node', source: nodePath, mode: 0o755 },
     { name: 'warren-agent.mjs', source: agentBundlePath, mode: 0o644 },
     ...librariesFromLdd(stdout),
+    // Bound over /etc/resolv.conf of sandboxes with egress when the daemon is reached through the
+    // engine (exec channel): there is no host folder of the sandbox's own to write it into.
+    { name: RUNTIME_RESOLV_CONF, content: resolvConfText(EGRESS_TRANSPARENT_ADDRESS), mode: 0o644 },
   ];
   if (!files.some((f) => f.name === LOADER_NAME))
     throw new Error(`ldd did not list a loader for ${nodePath}; Warren needs a dynamically linked glibc Node on the host.`);
@@ -81,7 +101,8 @@ export async function collectRuntime(agentBundlePath: string): Promise<AgentRunt
   const hash = createHash('sha256');
   for (const file of files) {
     hash.update(file.name).update('\0');
-    for await (const chunk of createReadStream(file.source)) hash.update(chunk as Buffer);
+    if (file.content !== undefined) hash.update(file.content);
+    else if (file.source !== undefined) for await (const chunk of createReadStream(file.source)) hash.update(chunk as Buffer);
   }
   return { hash: hash.digest('hex').slice(0, 16), files };
 }
@@ -172,13 +193,20 @@ async function collectNativePackages(agentBundlePath: string, have: Set<string>)
   return files;
 }
 
+/** A runtime file's bytes: its own content, or its host file read now. */
+export async function runtimeFileContent(file: RuntimeFile): Promise<Buffer> {
+  if (file.content !== undefined) return Buffer.from(file.content);
+  if (file.source === undefined) throw new Error(`The runtime file ${file.name} has neither a source nor content.`);
+  return readFile(file.source);
+}
+
 /** The runtime as a tar stream, ending with a `.complete` marker written last. */
 export async function runtimeTar(runtime: AgentRuntime): Promise<Buffer> {
   const folders = new Set<string>(['lib/']);
   for (const file of runtime.files) for (let dir = path.posix.dirname(file.name); dir !== '.'; dir = path.posix.dirname(dir)) folders.add(`${dir}/`);
   return packTar([
     ...[...folders].sort().map((name) => ({ header: { name, type: 'directory' as const, mode: 0o755 } })),
-    ...(await Promise.all(runtime.files.map(async (file) => ({ header: { name: file.name, mode: file.mode }, content: await readFile(file.source) })))),
+    ...(await Promise.all(runtime.files.map(async (file) => ({ header: { name: file.name, mode: file.mode }, content: await runtimeFileContent(file) })))),
     { header: { name: '.complete', mode: 0o644 }, content: runtime.hash },
   ]);
 }

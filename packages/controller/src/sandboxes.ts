@@ -191,7 +191,28 @@ export class SandboxService {
     }
     // Stored records whose sandbox is gone belong to sandboxes killed while the controller was down.
     for (const [id, s] of stored) if (!this.table.has(id) && !poolMembers.some((m) => m.agentId === s.agentId)) await this.store.remove(id);
+    await this.recoverEgress();
     return { recovered: this.table.size, poolMembers };
+  }
+
+  /**
+   * Gives the recovered sandboxes their egress again: the stored policy, version and brokered
+   * secrets go back to the gateway before this returns, and the relay of each running sandbox is
+   * opened again in the background (retried for a few seconds, so a wedged daemon cannot hold up
+   * the controller's start); a paused one gets it on resume, a stopped one when the supervisor
+   * starts it. Until its relay is open a sandbox has no way out (egress fails closed). Stored
+   * egress of sandboxes that are gone is deleted.
+   */
+  private async recoverEgress(): Promise<void> {
+    const egress = this.egress;
+    if (!egress) return;
+    const records = this.list();
+    await egress.forgetStoredExcept(new Set(records.map((r) => r.agentId)));
+    for (const record of records) {
+      if (!(await egress.restore(record.agentId)) || record.state !== 'running') continue;
+      // Logged by connectWithRetry when it gives up.
+      void egress.connectWithRetry(record.agentId, this.provider.daemon(record.agentId), this.credentials.agentSecret(record.agentId)).catch(() => undefined);
+    }
   }
 
   /** True when labels say this controller made the sandbox (or one from before owner labels existed). */
@@ -354,7 +375,7 @@ export class SandboxService {
   }
 
   /** Swaps a sandbox's egress policy at once (within the operator's maximum); see {@link SandboxEgress.update}. */
-  updateEgress(id: string, policy: EgressPolicy): { policy: EgressPolicy; version: number } {
+  async updateEgress(id: string, policy: EgressPolicy): Promise<{ policy: EgressPolicy; version: number }> {
     const record = this.table.require(id);
     if (!this.egress?.has(record.agentId))
       throw new CodedError(
@@ -363,7 +384,7 @@ export class SandboxService {
         { field: 'egress' },
       );
     const effective = effectiveEgressPolicy(policy, { defaultPolicy: policy, maxMode: this.config.egress.maxMode });
-    return this.egress.update(record.agentId, effective);
+    return await this.egress.update(record.agentId, effective);
   }
 
   /** A sandbox's egress policy and version, or undefined when it has none through the gateway. */
@@ -561,6 +582,11 @@ export class SandboxService {
     const record = this.table.require(id);
     await this.provider.resume(record.containerId);
     record.state = 'running';
+    // Paused when the controller restarted: its relay was not opened then, so it is now.
+    if (this.egress?.has(record.agentId) && this.egress.relayPort(record.agentId) === undefined)
+      await this.egress
+        .connectWithRetry(record.agentId, this.provider.daemon(record.agentId), this.credentials.agentSecret(record.agentId))
+        .catch(() => undefined); // logged; the relay stays closed (egress fails closed) until the next start
     return describe(record);
   }
 

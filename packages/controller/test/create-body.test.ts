@@ -208,6 +208,10 @@ describe('the container-create body', () => {
       BindOptions: { Propagation: 'rprivate' },
     });
     expect((containerCreateBody(spec()).HostConfig?.Mounts ?? []).some((m) => m.Target === '/etc/resolv.conf')).toBe(false);
+    // The exec channel binds the runtime volume's copy, below the engine's root, where Docker requires rslave.
+    const fromVolume = '/var/lib/docker/volumes/warren-runtime/_data/egress/resolv.conf';
+    const exec = containerCreateBody({ ...spec(fromVolume), channel: { kind: 'exec', daemonSecret: 's'.repeat(43) } }).HostConfig?.Mounts ?? [];
+    expect(exec).toContainEqual({ Type: 'bind', Source: fromVolume, Target: '/etc/resolv.conf', ReadOnly: true, BindOptions: { Propagation: 'rslave' } });
   });
 
   it('names the gVisor runtime only when asked and registered', () => {

@@ -146,7 +146,11 @@ describe('AddressFloor', () => {
     ['2002:7f00:1::', 'ipv6-transition'],
     ['2001:0:4136:e378::1', 'ipv6-transition'],
     ['fe80::1', 'link-local'],
-    ['fd00:ec2::254', 'unique-local'],
+    ['fd00:ec2::254', 'metadata'],
+    ['fd00:ec2::253', 'unique-local'],
+    ['168.63.129.16', 'metadata'],
+    ['::ffff:168.63.129.16', 'metadata'],
+    ['100.100.100.200', 'metadata'],
     ['fc00::1', 'unique-local'],
     ['ff02::1', 'multicast'],
     ['224.0.0.1', 'multicast'],
@@ -169,6 +173,12 @@ describe('AddressFloor', () => {
     expect(floor.classify('10.77.0.2')).toBeUndefined();
     expect(floor.classify('::ffff:10.77.0.2')).toBeUndefined();
     expect(new AddressFloor({ selfAddresses: () => [] }).classify('10.77.0.2')).toBe('private');
+  });
+
+  it('keeps the metadata addresses inside private space refused even when a lab range covers them', () => {
+    const wide = new AddressFloor({ labCidrs: parseLabCidrs(['100.64.0.0/10']), selfAddresses: () => [] });
+    expect(wide.classify('100.100.100.199')).toBeUndefined();
+    expect(wide.classify('100.100.100.200')).toBe('metadata');
   });
 
   it('refuses lab CIDRs that are not wholly private', () => {

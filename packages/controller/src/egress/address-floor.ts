@@ -3,12 +3,27 @@ import os from 'node:os';
 
 /** Why an address is refused; a closed list, so it can label a metric. */
 export type FloorClass =
-  'unspecified' | 'loopback' | 'link-local' | 'multicast' | 'reserved' | 'ipv6-transition' | 'self' | 'private' | 'cgnat' | 'unique-local' | 'invalid';
+  | 'unspecified'
+  | 'loopback'
+  | 'link-local'
+  | 'metadata'
+  | 'multicast'
+  | 'reserved'
+  | 'ipv6-transition'
+  | 'self'
+  | 'private'
+  | 'cgnat'
+  | 'unique-local'
+  | 'invalid';
 
 type Block = [FloorClass, string, number, 'ipv4' | 'ipv6'];
 
 /** Never reachable, whatever a policy or the operator's lab ranges say. */
 const ALWAYS: Block[] = [
+  // Cloud metadata and host services outside link-local, refused even where a lab range covers them.
+  ['metadata', '168.63.129.16', 32, 'ipv4'], // Azure WireServer (a public address)
+  ['metadata', '100.100.100.200', 32, 'ipv4'], // Alibaba Cloud metadata (inside CGNAT space)
+  ['metadata', 'fd00:ec2::254', 128, 'ipv6'], // AWS instance metadata over IPv6 (unique-local)
   ['unspecified', '0.0.0.0', 8, 'ipv4'],
   ['loopback', '127.0.0.0', 8, 'ipv4'],
   ['link-local', '169.254.0.0', 16, 'ipv4'], // cloud metadata 169.254.169.254 lives here
@@ -101,8 +116,8 @@ function unmapIpv4(ip: string): string | undefined {
 }
 
 /**
- * The addresses no sandbox may reach: loopback, unspecified, link-local (cloud metadata),
- * multicast, reserved, IPv6 transition forms that embed an IPv4 address, IPv4-mapped forms of all
+ * The addresses no sandbox may reach: loopback, unspecified, link-local (cloud metadata at
+ * 169.254.169.254), the cloud metadata addresses outside it (Azure, Alibaba, AWS over IPv6), multicast, reserved, IPv6 transition forms that embed an IPv4 address, IPv4-mapped forms of all
  * of these, every address of the host's own interfaces, and private ranges except the operator's
  * lab CIDRs.
  *

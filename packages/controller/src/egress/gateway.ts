@@ -41,6 +41,8 @@ export interface EgressGatewayOptions {
 /** What registering a sandbox gives back: the environment its processes get (placeholders, never values). */
 export interface SandboxEgressHandle {
   env: Record<string, string>;
+  /** The brokered secrets (real values with their placeholders), for the controller's state folder only. */
+  secrets: readonly BrokeredSecret[];
 }
 
 interface Tracked {
@@ -164,9 +166,21 @@ export class EgressGateway {
         'Brokered secrets need TLS interception, and this egress gateway has no CA; create the sandbox without `secrets`, or give the gateway its CA.',
       );
     }
-    const brokered = brokerSecrets(secrets, this.#operator.secrets);
-    this.#sandboxes.set(id, { id, policy, version: 1, secrets: brokered, open: 0, tracked: new Set(), servers: [], sockets: new Set() });
-    return { env: Object.fromEntries(brokered.map((s) => [s.name, s.placeholder])) };
+    return this.#add(id, policy, 1, brokerSecrets(secrets, this.#operator.secrets));
+  }
+
+  /**
+   * Registers a sandbox again after a controller restart, with the policy, version and brokered
+   * secrets it had (its container's environment already holds those placeholders).
+   */
+  restoreSandbox(id: string, policy: EgressPolicy, version: number, secrets: readonly BrokeredSecret[]): SandboxEgressHandle {
+    if (this.#sandboxes.has(id)) throw new CodedError('ALREADY_EXISTS', `Sandbox ${id} already has egress registered.`);
+    return this.#add(id, policy, version, [...secrets]);
+  }
+
+  #add(id: string, policy: EgressPolicy, version: number, brokered: BrokeredSecret[]): SandboxEgressHandle {
+    this.#sandboxes.set(id, { id, policy, version, secrets: brokered, open: 0, tracked: new Set(), servers: [], sockets: new Set() });
+    return { env: Object.fromEntries(brokered.map((s) => [s.name, s.placeholder])), secrets: brokered };
   }
 
   /**

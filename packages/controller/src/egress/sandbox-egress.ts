@@ -7,7 +7,9 @@ import { EGRESS_RELAY_PORT, EGRESS_TRUST_DIR, type EgressPolicy, type SecretBind
 import type { Logger } from '../logger.js';
 import type { DaemonEndpoint } from '../provider.js';
 import type { EgressLog } from './egress-log.js';
-import type { EgressGateway } from './gateway.js';
+import type { EgressStore } from './egress-store.js';
+import type { EgressGateway, SandboxEgressHandle } from './gateway.js';
+import type { BrokeredSecret } from './secrets.js';
 import { EgressTunnel, type EgressTunnelOptions } from './tunnel.js';
 
 /** Options of {@link SandboxEgress.create}. */
@@ -28,11 +30,18 @@ export interface SandboxEgressOptions {
   logger?: Logger | undefined;
   /** The sandboxes' egress log: a removed sandbox's events are dropped from it. */
   log?: EgressLog | undefined;
+  /**
+   * Where each sandbox's policy and brokered secrets are kept so they survive a controller
+   * restart ({@link SandboxEgress.restore}); without it they live in memory only.
+   */
+  store?: EgressStore | undefined;
   /** Opens a tunnel; {@link EgressTunnel.open} by default. */
   openTunnel?: (options: EgressTunnelOptions) => Promise<EgressTunnel>;
 }
 
 interface Attached {
+  /** The brokered secrets, kept for the store (the gateway holds the same). */
+  secrets: readonly BrokeredSecret[];
   socketPath: string;
   /** The sandbox's SNI listener and DNS-stream listener (the transparent path). */
   tlsPath?: string | undefined;
@@ -95,6 +104,8 @@ export function egressEnvironment(port: number, withCa: boolean, placeholders: R
  */
 export class SandboxEgress {
   readonly #attached = new Map<string, Attached>();
+  /** Each sandbox's last store operation: writes and the removal run one after another, in order. */
+  readonly #storeQueue = new Map<string, Promise<void>>();
   readonly #options: SandboxEgressOptions;
   readonly #socketDir: string;
 
@@ -125,9 +136,52 @@ export class SandboxEgress {
 
   /** Registers a sandbox and its gateway listener; returns the environment to create its container with. */
   async register(agentId: string, policy: EgressPolicy, secrets: readonly SecretBinding[]): Promise<Record<string, string>> {
-    const { env: placeholders } = this.gateway.addSandbox(agentId, policy, secrets);
+    const handle = this.gateway.addSandbox(agentId, policy, secrets);
+    try {
+      await this.#stored(agentId, (store) => store.write(agentId, { policy, version: 1, secrets: [...handle.secrets] }));
+    } catch (err) {
+      await this.gateway.removeSandbox(agentId);
+      await this.#stored(agentId, (store) => store.remove(agentId)).catch(() => undefined);
+      throw err;
+    }
+    try {
+      return await this.#listen(agentId, handle);
+    } catch (err) {
+      await this.#stored(agentId, (store) => store.remove(agentId)).catch(() => undefined);
+      throw err;
+    }
+  }
+
+  /**
+   * Registers a sandbox again from its stored egress after a controller restart (the same policy,
+   * version and placeholders its container was created with); false when nothing is stored for
+   * it. {@link connect} then opens its tunnel again.
+   */
+  async restore(agentId: string): Promise<boolean> {
+    if (this.#attached.has(agentId)) return true;
+    const stored = await this.#options.store?.read(agentId);
+    if (!stored) return false;
+    try {
+      await this.#listen(agentId, this.gateway.restoreSandbox(agentId, stored.policy, stored.version, stored.secrets));
+    } catch (err) {
+      this.#options.logger?.warn({ sandboxId: agentId, err: (err as Error).message }, 'egress.restore-failed');
+      return false;
+    }
+    return true;
+  }
+
+  /** Removes the stored egress of sandboxes that are gone (killed while the controller was down). */
+  async forgetStoredExcept(keep: ReadonlySet<string>): Promise<void> {
+    const store = this.#options.store;
+    if (!store) return;
+    for (const id of await store.ids()) if (!keep.has(id)) await store.remove(id);
+    await store.removeTemporary();
+  }
+
+  /** Opens a registered sandbox's gateway listeners; returns the environment its container is (or was) created with. */
+  async #listen(agentId: string, handle: SandboxEgressHandle): Promise<Record<string, string>> {
     const base = path.join(this.#socketDir, createHash('sha256').update(agentId).digest('hex').slice(0, 24));
-    const attached: Attached = { socketPath: `${base}.sock` };
+    const attached: Attached = { secrets: handle.secrets, socketPath: `${base}.sock` };
     const transparent = this.#options.transparent;
     try {
       await rm(attached.socketPath, { force: true });
@@ -145,7 +199,7 @@ export class SandboxEgress {
       throw err;
     }
     this.#attached.set(agentId, attached);
-    return egressEnvironment(this.#options.relayPort ?? EGRESS_RELAY_PORT, this.#options.caPem !== undefined, placeholders);
+    return egressEnvironment(this.#options.relayPort ?? EGRESS_RELAY_PORT, this.#options.caPem !== undefined, handle.env);
   }
 
   /**
@@ -172,6 +226,24 @@ export class SandboxEgress {
     if (this.#attached.get(agentId) !== attached) return void tunnel.close('sandbox removed');
     attached.tunnel = tunnel;
     void tunnel.closed.then((reason) => this.#onTunnelClosed(agentId, attached, tunnel, reason, 0));
+  }
+
+  /**
+   * {@link connect}, tried again with backoff while the sandbox is registered: after a controller
+   * restart its daemon may still be closing the relay of the controller that died.
+   */
+  async connectWithRetry(agentId: string, endpoint: DaemonEndpoint, secret: string, attempts = 6): Promise<void> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.connect(agentId, endpoint, secret);
+      } catch (err) {
+        if (attempt + 1 >= attempts || !this.#attached.has(agentId)) {
+          this.#options.logger?.warn({ sandboxId: agentId, err: (err as Error).message }, 'egress.reconnect-failed');
+          throw err;
+        }
+        await new Promise((r) => setTimeout(r, 250 * 2 ** attempt).unref());
+      }
+    }
   }
 
   /** Reopens a dropped tunnel with backoff, while the sandbox is registered and no newer tunnel replaced it. */
@@ -205,9 +277,19 @@ export class SandboxEgress {
     return this.#attached.get(agentId)?.tunnel?.connections ?? 0;
   }
 
-  /** Swaps a sandbox's policy; open connections it no longer allows are closed before this returns. */
-  update(agentId: string, policy: EgressPolicy): { policy: EgressPolicy; version: number } {
+  /**
+   * Swaps a sandbox's policy; open connections it no longer allows are closed before this
+   * returns, and the new policy is stored (a controller restart keeps it).
+   */
+  async update(agentId: string, policy: EgressPolicy): Promise<{ policy: EgressPolicy; version: number }> {
     const version = this.gateway.setPolicy(agentId, policy);
+    const attached = this.#attached.get(agentId);
+    // Written from the gateway's state when the write runs, so concurrent updates store the last one.
+    if (attached)
+      await this.#stored(agentId, async (store) => {
+        if (this.#attached.get(agentId) !== attached) return;
+        await store.write(agentId, { ...this.gateway.policyOf(agentId), secrets: [...attached.secrets] });
+      });
     return { policy, version };
   }
 
@@ -216,8 +298,28 @@ export class SandboxEgress {
     return this.gateway.policyOf(agentId);
   }
 
-  /** Closes a sandbox's tunnel and forgets it at the gateway. */
+  /** Closes a sandbox's tunnel, forgets it at the gateway and deletes its stored egress (the sandbox is gone). */
   async remove(agentId: string): Promise<void> {
+    await this.#detach(agentId);
+    await this.#stored(agentId, (store) => store.remove(agentId));
+  }
+
+  /** Runs a store operation after the sandbox's earlier ones (none without a store). */
+  async #stored(agentId: string, operation: (store: EgressStore) => Promise<void>): Promise<void> {
+    const store = this.#options.store;
+    if (!store) return;
+    const previous = this.#storeQueue.get(agentId) ?? Promise.resolve();
+    const next = previous.catch(() => undefined).then(() => operation(store));
+    this.#storeQueue.set(agentId, next);
+    try {
+      await next;
+    } finally {
+      if (this.#storeQueue.get(agentId) === next) this.#storeQueue.delete(agentId);
+    }
+  }
+
+  /** Closes a sandbox's tunnel and forgets it at the gateway; what is stored stays. */
+  async #detach(agentId: string): Promise<void> {
     const attached = this.#attached.get(agentId);
     this.#attached.delete(agentId);
     if (attached) {
@@ -229,9 +331,9 @@ export class SandboxEgress {
     this.#options.log?.forget(agentId);
   }
 
-  /** Closes every tunnel and the gateway's listeners. */
+  /** Closes every tunnel and the gateway's listeners; the stored egress stays for the next start. */
   async close(): Promise<void> {
-    for (const id of [...this.#attached.keys()]) await this.remove(id);
+    for (const id of [...this.#attached.keys()]) await this.#detach(id);
     await this.gateway.close();
     await rm(this.#socketDir, { recursive: true, force: true });
   }

@@ -107,6 +107,40 @@ ensure_docker() {
   step_done "engine $(docker version --format '{{.Server.Version}}' 2>/dev/null) is up"
 }
 
+# gVisor (runsc) for the end-to-end cases that run sandboxes under it (docs/controller.md, "gVisor is
+# optional"): installed from Debian's archive and registered with an engine these scripts started,
+# by a reload (SIGHUP) that leaves running containers alone. On an engine someone else runs, nothing
+# is changed and those cases skip with a message.
+engine_has_runsc() { docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; }
+
+ensure_gvisor() {
+  engine_has_runsc && return 0
+  local pid
+  pid=$(cat /var/run/docker.pid 2>/dev/null || true)
+  if ! is_root || ! command -v apt-get >/dev/null 2>&1 || [[ -z $pid || $pid != "$(cat /var/run/warren-dockerd.pid 2>/dev/null || true)" ]]; then
+    echo "gVisor: not registered here (only on an engine these scripts started, as root with apt); its cases skip" >&2
+    return 0
+  fi
+  step "Registering gVisor (runsc) with the engine"
+  command -v runsc >/dev/null 2>&1 || apt_install runsc
+  # Merged into any daemon.json already there; the engine reads it again on SIGHUP.
+  node -e '
+    const fs = require("node:fs");
+    const file = "/etc/docker/daemon.json";
+    const config = fs.existsSync(file) ? JSON.parse(fs.readFileSync(file, "utf8")) : {};
+    config.runtimes = { ...config.runtimes, runsc: { path: "/usr/bin/runsc", runtimeArgs: ["--network=none", "--host-uds=all"] } };
+    fs.mkdirSync("/etc/docker", { recursive: true });
+    fs.writeFileSync(file, JSON.stringify(config, null, 2) + "\n");
+  ' || die "could not write /etc/docker/daemon.json"
+  kill -HUP "$pid"
+  local deadline=$((SECONDS + 20))
+  until engine_has_runsc; do
+    ((SECONDS < deadline)) || die "the engine did not pick up runsc after a reload (see /var/log/warren-dockerd.log)"
+    sleep 0.5
+  done
+  step_done
+}
+
 # The second engine the red-team tier runs on: dockerd with user-namespace remap (container uid 0
 # is host uid 100000, uid 1000 is 101000), next to the main engine and sharing nothing with it (its
 # own data root, exec root, socket, pid file; no bridge, no iptables: sandboxes use network none).

@@ -24,13 +24,17 @@ export class Metrics {
   /** Egress gateway attempts, by how they arrived, the decision and the closed reason code (never the host: unbounded). */
   readonly egress: Counter<'kind' | 'decision' | 'reason'>;
   readonly egressBytes: Counter<'direction'>;
+  /** Idle sandboxes frozen (idle-freezer.ts). */
+  readonly freezes: Counter;
+  /** Seconds from a call or connection that found its sandbox frozen to the sandbox running again. */
+  readonly thawSeconds: Histogram;
 
   constructor(countByState: () => Record<string, number> = () => ({})) {
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry });
     this.sandboxes = new Gauge({
       name: 'warren_sandboxes',
-      help: 'Sandboxes this controller knows, by state (running, paused, exited, pooled).',
+      help: 'Sandboxes this controller knows, by state (running, paused, exited, pooled; frozen counts running sandboxes frozen for being idle).',
       labelNames: ['state'],
       registers,
       collect() {
@@ -81,6 +85,17 @@ export class Metrics {
       name: 'warren_egress_bytes_total',
       help: 'Bytes carried by the egress gateway, by direction (out: sandbox to upstream, in: back).',
       labelNames: ['direction'],
+      registers,
+    });
+    this.freezes = new Counter({
+      name: 'warren_sandbox_freezes_total',
+      help: 'Sandboxes frozen for being idle (freezeAfterIdleSeconds).',
+      registers,
+    });
+    this.thawSeconds = new Histogram({
+      name: 'warren_sandbox_thaw_seconds',
+      help: 'Seconds to thaw a sandbox frozen for being idle, from the call or connection that found it frozen to its processes running again.',
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5],
       registers,
     });
     // Per-sandbox series, from the newest sample of each sandbox (usage-history.ts); the controller

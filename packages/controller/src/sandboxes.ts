@@ -7,6 +7,7 @@ import type { ControllerConfig } from './config.js';
 import type { Credentials } from './credentials.js';
 import { effectiveEgressPolicy } from './egress/decide.js';
 import type { SandboxEgress } from './egress/sandbox-egress.js';
+import { IdleFreezer } from './idle-freezer.js';
 import { ImageService } from './image-service.js';
 import { LABELS, sandboxLabels } from './labels.js';
 import type { Metrics } from './metrics.js';
@@ -46,6 +47,8 @@ export interface SandboxServiceOptions {
   probe?: ((endpoint: DaemonEndpoint, secret: string, timeoutMs: number) => Promise<unknown>) | undefined;
   /** Connects sandboxes with an egress policy or secrets to the egress gateway; absent, such creates are refused. */
   egress?: SandboxEgress | undefined;
+  /** Told of an idle freeze or thaw that failed. */
+  onFreezeError?: ((id: string, doing: 'freeze' | 'thaw', error: unknown) => void) | undefined;
 }
 
 /** The most ports one sandbox may have open to anyone at once. */
@@ -71,6 +74,8 @@ export class SandboxService {
   readonly table = new SandboxTable();
   readonly supervisor: RestartSupervisor;
   readonly reaper: Reaper;
+  /** Freezes idle sandboxes and thaws them on use (`freezeAfterIdleSeconds`). */
+  readonly freezer: IdleFreezer;
   readonly pool: PoolSource | undefined;
   readonly images: ImageService;
   private readonly store: RecordStore;
@@ -131,7 +136,25 @@ export class SandboxService {
       isMine: (labels) => this.isMine(labels),
       kill: (id) => this.kill(id),
     });
+    this.freezer = new IdleFreezer({
+      idleSeconds: options.config.freezeAfterIdleSeconds,
+      table: this.table,
+      provider: this.provider,
+      clock: this.clock,
+      metrics: this.metrics,
+      busy: (record) => (this.egress?.has(record.agentId) ? this.egress.openConnections(record.agentId) > 0 : false),
+      onError: options.onFreezeError,
+    });
     this.pool = options.pool?.(this);
+  }
+
+  /**
+   * Makes sure a sandbox's processes run before a daemon connection or call reaches it: thaws a
+   * sandbox the idle freezer froze (the caller waits), and counts as activity.
+   */
+  async wake(id: string): Promise<void> {
+    this.table.require(id);
+    await this.freezer.wake(id);
   }
 
   /** How the relay reaches a sandbox's daemon, by public id. */
@@ -305,6 +328,7 @@ export class SandboxService {
 
   private created(record: SandboxRecord, started: number, source: 'pool' | 'cold'): CreateSandboxResponse {
     const seconds = (performance.now() - started) / 1000;
+    this.freezer.touch(record.id);
     this.metrics?.creates.inc({ source, outcome: 'ok' });
     this.metrics?.createSeconds.observe({ source }, seconds);
     return { ...describe(record), token: this.credentials.sandboxToken(record.id), readyMs: Math.round(seconds * 1000), pooled: source === 'pool' };
@@ -429,6 +453,7 @@ export class SandboxService {
 
   /** Starts a stopped sandbox again (new secret delivery, same workspace) and waits for its daemon. */
   private async bringBack(record: SandboxRecord): Promise<void> {
+    record.frozen = false;
     await this.provider.start(record.containerId, record.agentId, this.credentials.agentSecret(record.agentId));
     await this.waitUntilReady(record.agentId, record.containerId);
     await this.egress?.connect(record.agentId, this.provider.daemon(record.agentId), this.credentials.agentSecret(record.agentId));
@@ -549,18 +574,32 @@ export class SandboxService {
     return describe(record);
   }
 
-  /** Freezes the sandbox's processes; connections to it wait until it is resumed. */
+  /**
+   * Freezes the sandbox's processes; connections to it are refused until it is resumed. A sandbox
+   * the idle freezer froze is paused already: it becomes paused on purpose, and no call thaws it.
+   */
   async pause(id: string): Promise<SandboxInfo> {
     const record = this.table.require(id);
-    await this.provider.pause(record.containerId);
-    record.state = 'paused';
+    await this.freezer.exclusive(id, async () => {
+      if (!record.frozen) await this.provider.pause(record.containerId);
+      record.frozen = false;
+      record.state = 'paused';
+    });
     return describe(record);
   }
 
+  /** Thaws a paused sandbox (or one frozen for being idle). */
   async resume(id: string): Promise<SandboxInfo> {
     const record = this.table.require(id);
-    await this.provider.resume(record.containerId);
-    record.state = 'running';
+    if (record.frozen) {
+      await this.freezer.wake(id);
+      return describe(record);
+    }
+    await this.freezer.exclusive(id, async () => {
+      await this.provider.resume(record.containerId);
+      record.state = 'running';
+    });
+    this.freezer.touch(id);
     return describe(record);
   }
 
@@ -580,6 +619,7 @@ export class SandboxService {
       this.table.delete(id);
       this.supervisor.forget(id);
       this.usageHistory.forget(id);
+      this.freezer.forget(id);
     });
   }
 

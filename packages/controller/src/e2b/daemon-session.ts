@@ -78,7 +78,17 @@ export class DaemonSession implements AsyncDisposable {
    * after the handshake. Calls are counted in `metrics` as the relay counts them.
    */
   static async open(sandboxes: SandboxService, id: string, caller: Caller, grant: ConnectionGrant, metrics?: Metrics): Promise<DaemonSession> {
-    const ws = await openAgentSocket(sandboxes.daemonEndpoint(id), sandboxes.agentSecret(id), 5000, { [GRANT_HEADER]: encodeGrant(grant) });
+    // A sandbox frozen for being idle thaws first; the session then holds it awake until it closes.
+    await sandboxes.wake(id);
+    const release = sandboxes.freezer.hold(id);
+    let ws: WebSocket;
+    try {
+      ws = await openAgentSocket(sandboxes.daemonEndpoint(id), sandboxes.agentSecret(id), 5000, { [GRANT_HEADER]: encodeGrant(grant) });
+    } catch (err) {
+      release();
+      throw err;
+    }
+    ws.once('close', release);
     const session = new DaemonSession(ws, caller, grant, metrics);
     await session.handshake();
     return session;

@@ -1,4 +1,4 @@
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:http';
@@ -9,10 +9,14 @@ import { parseArgs, promisify } from 'node:util';
 import { Sandbox } from '@warren/sdk';
 import { Sandbox as E2bSandbox } from 'e2b';
 import { WebSocket, WebSocketServer } from 'ws';
+import { MiB, POOL_SIZE, processRssMiB, repo, startControllerProcess, type ControllerProcess } from './controller-process.js';
+import { densityMode } from './density.js';
 import { egressLatency } from './egress.js';
 import { liveRows } from './live.js';
 import { RawDocker } from './raw-docker.js';
 import { summarize, timeIt, type Summary } from './stats.js';
+import { sustainedMode } from './sustained.js';
+import { ttiMode } from './tti.js';
 
 /** One line of the table: a Warren measurement, optionally against its raw-Docker counterpart. */
 interface Row {
@@ -27,20 +31,27 @@ interface Row {
   note?: string | undefined;
 }
 
+// `--density` and `--sustained` take an optional value: alone, they mean their defaults.
+const argv = process.argv.slice(2).map((arg) => (arg === '--density' ? '--density=200' : arg === '--sustained' ? '--sustained=600' : arg));
 const { values: flags } = parseArgs({
+  args: argv,
   options: {
     quick: { type: 'boolean', default: false },
-    json: { type: 'string', default: 'bench-results/latest.json' },
+    json: { type: 'string' },
     markdown: { type: 'string' },
     image: { type: 'string', default: 'warren/sandbox:latest' },
+    density: { type: 'string' },
+    tti: { type: 'boolean', default: false },
+    burst: { type: 'string', default: '100' },
+    sequential: { type: 'string', default: '20' },
+    sustained: { type: 'string' },
+    sandboxes: { type: 'string', default: '50' },
+    workers: { type: 'string', default: '64' },
+    svg: { type: 'string', default: 'docs/bench-sustained.svg' },
   },
 });
 const scale = flags.quick ? 0.2 : 1;
 const n = (count: number) => Math.max(3, Math.round(count * scale));
-const MiB = 1024 * 1024;
-const POOL_SIZE = 2;
-// Both bench/run.ts and its bundle in .warren/ sit one folder below the repository.
-const repo = path.resolve(new URL('..', import.meta.url).pathname);
 
 async function main(): Promise<void> {
   const controller = await startControllerProcess();
@@ -389,11 +400,6 @@ async function daemonRss(sandbox: Sandbox): Promise<number> {
   return (await sandbox.daemonInfo()).rssBytes;
 }
 
-async function processRssMiB(pid: number): Promise<number> {
-  const status = await readFile(`/proc/${pid}/status`, 'utf8');
-  return Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? NaN) / 1024;
-}
-
 /** A WebSocket echo on loopback: what any call over a socket costs at the least. */
 async function websocketFloor(count: number): Promise<number[]> {
   const http = createServer();
@@ -458,7 +464,7 @@ function report(rows: Row[]): void {
   const machine = `${os.cpus().length} cores (${os.cpus()[0]?.model ?? 'unknown CPU'}), ${Math.round(os.totalmem() / 1024 ** 3)} GiB, ${os.type()} ${os.release()}, Node ${process.version}`;
   process.stdout.write(`\nWarren vs raw Docker, milliseconds unless noted. Machine: ${machine}\n\n${table}\n\n${notes}\n`);
   const json = { date: new Date().toISOString(), machine, quick: flags.quick, rows };
-  void writeOut(flags.json, `${JSON.stringify(json, null, 2)}\n`);
+  void writeOut(flags.json ?? 'bench-results/latest.json', `${JSON.stringify(json, null, 2)}\n`);
   if (flags.markdown) void writeMarkdown(flags.markdown, `Run ${json.date} on ${machine}${flags.quick ? ' (quick mode)' : ''}.\n\n${table}\n\n${notes}\n`);
 }
 
@@ -485,46 +491,36 @@ function progress(what: string): void {
   process.stderr.write(`==> measuring ${what}\n`);
 }
 
-interface ControllerProcess {
-  url: string;
-  apiKey: string;
-  pid: number;
-  stop(): Promise<void>;
+/** A whole number flag, or a clear error naming it. */
+function count(name: string, text: string | undefined, min: number): number {
+  const value = Number(text);
+  if (!Number.isInteger(value) || value < min) throw new Error(`--${name} wants a whole number of at least ${min}, got '${text}'`);
+  return value;
 }
 
-/** The controller as its own process, as users run it, so client and server do not share a loop. */
-async function startControllerProcess(env: Record<string, string> = {}): Promise<ControllerProcess> {
-  const stateDir = await mkdtemp(path.join(os.tmpdir(), 'warren-bench-'));
-  const apiKey = `wk_bench_${randomBytes(16).toString('hex')}`;
-  const child: ChildProcess = spawn(process.execPath, [path.join(repo, 'packages/cli/bin/warren.js'), 'serve', '--port', '0'], {
-    // Only warnings: the access log is measured by nothing here and would be counted in every call.
-    env: { ...process.env, LOG_LEVEL: 'warn', WARREN_STATE_DIR: stateDir, WARREN_API_KEY: apiKey, WARREN_POOL_SIZE: String(POOL_SIZE), ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stderr = '';
-  child.stderr!.on('data', (c: Buffer) => (stderr += c.toString()));
-  const url = await new Promise<string>((resolve, reject) => {
-    let out = '';
-    child.stdout!.on('data', (c: Buffer) => {
-      out += c.toString();
-      const match = /listening on (http:\/\/\S+)/.exec(out);
-      if (match) resolve(match[1]!);
+/** The default table, or one of the modes (docs/benchmarks.md says what each measures). */
+async function dispatch(): Promise<void> {
+  if (flags.density !== undefined) return densityMode(count('density', flags.density, 1), flags.image, flags.json ?? 'bench-results/density.json');
+  if (flags.tti)
+    return ttiMode({
+      burst: count('burst', flags.burst, 1),
+      sequential: count('sequential', flags.sequential, 1),
+      image: flags.image,
+      jsonFile: flags.json ?? 'bench-results/tti.json',
     });
-    child.once('exit', (code) => reject(new Error(`the controller exited (${code}): ${stderr}`)));
-  });
-  return {
-    url,
-    apiKey,
-    pid: child.pid!,
-    stop: async () => {
-      child.kill('SIGTERM');
-      await new Promise((r) => child.once('exit', r));
-      await rm(stateDir, { recursive: true, force: true });
-    },
-  };
+  if (flags.sustained !== undefined)
+    return sustainedMode({
+      seconds: count('sustained', flags.sustained, 5),
+      sandboxes: count('sandboxes', flags.sandboxes, 1),
+      workers: count('workers', flags.workers, 1),
+      image: flags.image,
+      jsonFile: flags.json ?? 'bench-results/sustained.json',
+      svgFile: flags.svg,
+    });
+  return main();
 }
 
-main().catch((err: unknown) => {
+dispatch().catch((err: unknown) => {
   process.stderr.write(`bench failed: ${err instanceof Error ? err.stack : String(err)}\n`);
   process.exit(1);
 });

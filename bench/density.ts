@@ -1,7 +1,21 @@
 import os from 'node:os';
 import { Sandbox } from '@warren/sdk';
 import { MiB, processRssMiB, startControllerProcess, type ControllerProcess } from './controller-process.js';
-import { fmt, hasRunsc, hostAvailableMiB, hostBusyJiffies, machine, metricValue, percentiles, progress, shimRssMiB, table, writeOut } from './modes-common.js';
+import {
+  containerProcesses,
+  fmt,
+  hasRunsc,
+  hostAvailableMiB,
+  hostBusyJiffies,
+  machine,
+  metricValue,
+  percentiles,
+  progress,
+  shimRssMiB,
+  table,
+  writeOut,
+  type ProcessMemory,
+} from './modes-common.js';
 
 /** What the density run found; written as JSON beside the printed tables. */
 interface DensityResult {
@@ -13,7 +27,17 @@ interface DensityResult {
   stopReason: string;
   createBands: { from: number; to: number; p50Ms: number; perSecond: number }[];
   execAt: { count: number; p50Ms: number; p99Ms: number }[];
-  memoryPerSandboxMiB: { daemon: number; containerOverhead: number; shim: number; controllerShare: number; hostTotal: number };
+  memoryPerSandboxMiB: {
+    daemonRss: number;
+    daemonPrivate: number;
+    daemonFileMapped: number;
+    otherProcesses: number;
+    cgroup: number;
+    kernelAndTmpfs: number;
+    shim: number;
+    controllerShare: number;
+    hostTotal: number;
+  };
   frozen: { cpuPercentRunning: number; cpuPercentFrozen: number; cgroupMiBRunning: number; cgroupMiBFrozen: number };
   thaw: { firstCallMs: ReturnType<typeof percentiles>; awakeCallMs: ReturnType<typeof percentiles>; thawSecondsMean: number };
   gvisor: string;
@@ -75,9 +99,16 @@ export async function densityMode(max: number, image: string, jsonFile: string):
       }
     });
     const cgroup = await cgroupMiB(options, sample);
-    const containerIds = await Promise.all(sample.map((id) => containerIdOf(id)));
-    const shims = await shimRssMiB(containerIds.filter((c): c is string => c !== undefined));
+    const containerIds = (await Promise.all(sample.map((id) => containerIdOf(id)))).filter((c): c is string => c !== undefined);
+    const shims = await shimRssMiB(containerIds);
     const shim = shims.length > 0 ? shims.reduce((a, b) => a + b, 0) / shims.length : NaN;
+    const processes = await containerProcesses(containerIds);
+    const perContainer = (pick: (p: ProcessMemory) => boolean, field: 'anonMiB' | 'fileMiB') =>
+      processes.filter(pick).reduce((a, p) => a + p[field], 0) / Math.max(1, containerIds.length);
+    const isDaemon = (p: ProcessMemory) => p.command.includes('warren-agent');
+    const daemonPrivate = perContainer(isDaemon, 'anonMiB');
+    const daemonFileMapped = perContainer(isDaemon, 'fileMiB');
+    const otherProcesses = perContainer((p) => !isDaemon(p), 'anonMiB');
     const controllerShare = ((await processRssMiB(controller.pid)) - controllerAtStart) / ids.length;
     const hostTotal = (hostAtStart - (await hostAvailableMiB())) / ids.length;
 
@@ -104,7 +135,17 @@ export async function densityMode(max: number, image: string, jsonFile: string):
       stopReason,
       createBands: bands(createMs),
       execAt,
-      memoryPerSandboxMiB: { daemon, containerOverhead: cgroup - daemon, shim, controllerShare, hostTotal },
+      memoryPerSandboxMiB: {
+        daemonRss: daemon,
+        daemonPrivate,
+        daemonFileMapped,
+        otherProcesses,
+        cgroup,
+        kernelAndTmpfs: cgroup - daemonPrivate - otherProcesses,
+        shim,
+        controllerShare,
+        hostTotal,
+      },
       frozen: { cpuPercentRunning: cpuRunning, cpuPercentFrozen: cpuFrozen, cgroupMiBRunning: cgroupRunning, cgroupMiBFrozen: cgroupFrozen },
       thaw,
       gvisor,
@@ -125,8 +166,16 @@ function printDensity(r: DensityResult): void {
     table(
       ['memory per idle sandbox', 'MiB', 'how it is measured'],
       [
-        ['daemon (Node) RSS', fmt(m.daemon), "`system.info`'s rssBytes on up to 20 sandboxes spread over the run"],
-        ['container overhead', fmt(m.containerOverhead), "the container's cgroup memory (without page cache) minus the daemon's RSS: init, page tables, tmpfs"],
+        ['daemon (Node) RSS, as it reports it', fmt(m.daemonRss), "`system.info`'s rssBytes on up to 20 sandboxes spread over the run"],
+        ['  of which its own pages (RssAnon)', fmt(m.daemonPrivate), 'what each further daemon costs: /proc/<pid>/status of the daemon, from the host'],
+        [
+          '  of which mapped files (RssFile)',
+          fmt(m.daemonFileMapped),
+          'node and its libraries from the runtime volume: one copy in the page cache for all sandboxes',
+        ],
+        ['other processes in the container', fmt(m.otherProcesses), 'their RssAnon: the init (docker-init), anything left running'],
+        ["container's cgroup memory", fmt(m.cgroup), "the engine's count without page cache (GET /v1/sandboxes/<id>/metrics)"],
+        ['  kernel and tmpfs (the rest of it)', fmt(m.kernelAndTmpfs), 'cgroup memory minus the processes above: page tables, socket buffers, /tmp'],
         ['engine shim on the host', fmt(m.shim), 'RSS of the `containerd-shim` (or `conmon`) of each sampled container'],
         ["controller's share", fmt(m.controllerShare), "the controller's RSS growth from 0 to all sandboxes, divided by their count"],
         [

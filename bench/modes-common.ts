@@ -85,3 +85,28 @@ export async function metricValue(url: string, apiKey: string, name: string, lab
   const line = text.split('\n').find((l) => l.startsWith(`${name}${labels} `));
   return Number(line?.split(' ').pop() ?? NaN);
 }
+
+/** Resident memory of one process inside a container, in MiB: its own pages and the file pages it maps (shared where the file is). */
+export interface ProcessMemory {
+  container: string;
+  pid: number;
+  command: string;
+  anonMiB: number;
+  fileMiB: number;
+}
+
+/** Every process of the given containers (found by their cgroup path naming the container id), with its memory. */
+export async function containerProcesses(containerIds: string[]): Promise<ProcessMemory[]> {
+  const out: ProcessMemory[] = [];
+  for (const pid of await readdir('/proc').catch(() => [] as string[])) {
+    if (!/^\d+$/.test(pid)) continue;
+    const cgroup = await readFile(`/proc/${pid}/cgroup`, 'utf8').catch(() => '');
+    const container = containerIds.find((id) => cgroup.includes(id));
+    if (!container) continue;
+    const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
+    const kib = (field: string) => Number(new RegExp(`${field}:\\s+(\\d+)`).exec(status)?.[1] ?? 0) / 1024;
+    const command = (await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')).split('\0').join(' ').trim();
+    out.push({ container, pid: Number(pid), command, anonMiB: kib('RssAnon'), fileMiB: kib('RssFile') + kib('RssShmem') });
+  }
+  return out;
+}

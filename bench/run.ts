@@ -12,6 +12,7 @@ import { WebSocket, WebSocketServer } from 'ws';
 import { MiB, POOL_SIZE, processRssMiB, repo, startControllerProcess, type ControllerProcess } from './controller-process.js';
 import { densityMode } from './density.js';
 import { egressLatency } from './egress.js';
+import { hasRunsc } from './modes-common.js';
 import { liveRows } from './live.js';
 import { RawDocker } from './raw-docker.js';
 import { summarize, timeIt, type Summary } from './stats.js';
@@ -59,9 +60,10 @@ async function main(): Promise<void> {
   const raw = new RawDocker();
   const rawContainer = await raw.createAndStart(flags.image);
   const sandbox = await Sandbox.create({ baseUrl: controller.url, apiKey: controller.apiKey, image: flags.image });
+  let execWarren: Summary;
   try {
     progress('exec `true`');
-    const execWarren = summarize(await timeIt(n(300), () => sandbox.commands.run('true')));
+    execWarren = summarize(await timeIt(n(300), () => sandbox.commands.run('true')));
     const execRaw = summarize(await timeIt(n(60), () => raw.exec(rawContainer, ['true'])));
     rows.push(compare('exec `true` round trip', execWarren, execRaw, 'dockerode exec create+start+inspect', { maxP50: 5, maxRatio: 0.1 }));
 
@@ -139,6 +141,9 @@ async function main(): Promise<void> {
   progress('create from the warm pool');
   rows.push(await poolCreates(controller));
 
+  progress('gVisor (runsc), where the engine has it');
+  rows.push(...(await gvisorRows(controller, { exec: execWarren, cold: coldWarren })));
+
   progress('50 sandboxes, 1,000 concurrent calls');
   rows.push(...(await concurrency(controller)));
   await controller.stop();
@@ -154,6 +159,42 @@ async function main(): Promise<void> {
   );
 
   report(rows);
+}
+
+/**
+ * The same calls in a sandbox under gVisor (`runtime: 'runsc'`), against the runc rows of this
+ * run: exec `true`, `files.stat`, and a cold create to the first exec. Skipped, with a row that
+ * says so, where the engine has no `runsc` runtime.
+ */
+async function gvisorRows(controller: ControllerProcess, runc: { exec: Summary; cold: Summary }): Promise<Row[]> {
+  if (!(await hasRunsc())) return [{ name: 'gVisor (runsc) rows', unit: 'ms', note: 'skipped: the engine has no runsc runtime' }];
+  const options = { baseUrl: controller.url, apiKey: controller.apiKey, image: flags.image, runtime: 'runsc' as const };
+  const sandbox = await Sandbox.create(options);
+  let exec: Summary;
+  let stat: Summary;
+  try {
+    await sandbox.files.write('x', 'x');
+    exec = summarize(await timeIt(n(300), () => sandbox.commands.run('true')));
+    stat = summarize(await timeIt(n(500), () => sandbox.files.stat('x'), 100));
+  } finally {
+    await sandbox.kill().catch(() => undefined);
+  }
+  const cold = summarize(
+    await timeIt(
+      n(10),
+      async () => {
+        const s = await Sandbox.create(options);
+        await s.commands.run('true');
+        await s.kill();
+      },
+      1,
+    ),
+  );
+  return [
+    compare('gVisor: exec `true` round trip', exec, runc.exec, 'the same under runc', {}),
+    { name: 'gVisor: small call (files.stat)', unit: 'ms', warren: stat },
+    compare('gVisor: create to first exec, cold (incl. kill)', cold, runc.cold, 'the same under runc', {}),
+  ];
 }
 
 /**

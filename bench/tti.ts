@@ -23,8 +23,9 @@ export async function ttiMode(options: { burst: number; sequential: number; imag
   const rows: TtiRow[] = [];
   const runtimes: ('runc' | 'runsc')[] = (await hasRunsc()) ? ['runc', 'runsc'] : ['runc'];
   // The pool's template is the default image and settings; a pool as large as the burst, so a pooled burst is all claims.
+  const poolSize = Math.min(100, Math.max(2, burst));
   const controller = await startControllerProcess({
-    WARREN_POOL_SIZE: String(Math.min(100, Math.max(2, burst))),
+    WARREN_POOL_SIZE: String(poolSize),
     WARREN_MAX_SANDBOXES: String(burst * 2 + 20),
     WARREN_MAX_QUEUED_CREATES: String(burst + 10),
     WARREN_MAX_CONNECTIONS: String(burst * 2 + 100),
@@ -51,6 +52,8 @@ export async function ttiMode(options: { burst: number; sequential: number; imag
     await poolReady(controller, Math.min(100, burst), 600_000);
     rows.push({ what: `warm pool, burst of ${burst}`, runtime: 'runc', ...(await burstRun(burst, () => toFirstOutput(base))) });
   } finally {
+    // A pool fill still under way when the controller stops would outlive it: let the pool settle first.
+    await poolReady(controller, poolSize).catch(() => undefined);
     await controller.stop();
   }
   const gvisor = runtimes.includes('runsc') ? 'gVisor (runsc) rows included' : 'gVisor: skipped, the engine has no runsc runtime';

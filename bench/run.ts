@@ -13,6 +13,7 @@ import { MiB, POOL_SIZE, processRssMiB, repo, startControllerProcess, type Contr
 import { densityMode } from './density.js';
 import { egressLatency } from './egress.js';
 import { hasRunsc } from './modes-common.js';
+import { profileMode } from './profile.js';
 import { liveRows } from './live.js';
 import { RawDocker } from './raw-docker.js';
 import { summarize, timeIt, type Summary } from './stats.js';
@@ -49,6 +50,8 @@ const { values: flags } = parseArgs({
     sandboxes: { type: 'string', default: '50' },
     workers: { type: 'string', default: '64' },
     svg: { type: 'string', default: 'docs/bench-sustained.svg' },
+    profile: { type: 'boolean', default: false },
+    count: { type: 'string', default: '500' },
   },
 });
 const scale = flags.quick ? 0.2 : 1;
@@ -542,6 +545,7 @@ function count(name: string, text: string | undefined, min: number): number {
 /** The default table, or one of the modes (docs/benchmarks.md says what each measures). */
 async function dispatch(): Promise<void> {
   if (flags.density !== undefined) return densityMode(count('density', flags.density, 1), flags.image, flags.json ?? 'bench-results/density.json');
+  if (flags.profile) return profileMode({ count: count('count', flags.count, 10), image: flags.image, jsonFile: flags.json ?? 'bench-results/profile.json' });
   if (flags.tti)
     return ttiMode({
       burst: count('burst', flags.burst, 1),

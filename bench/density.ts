@@ -16,6 +16,7 @@ import {
   writeOut,
   type ProcessMemory,
 } from './modes-common.js';
+import { report } from './modes-common.js';
 
 /** What the density run found; written as JSON beside the printed tables. */
 interface DensityResult {
@@ -219,7 +220,7 @@ function printDensity(r: DensityResult): void {
     ),
     `\nwarren_sandbox_thaw_seconds, mean: ${fmt(r.thaw.thawSecondsMean * 1000)} ms. gVisor: ${r.gvisor}\n`,
   ];
-  process.stdout.write(out.join('\n'));
+  report(out.join('\n'));
 }
 
 /** p50 and p99 of `commands.run('true')` over up to 20 sandboxes spread over the live ones, 60 calls. */

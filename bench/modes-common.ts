@@ -10,6 +10,21 @@ export function machine(): string {
   return `${os.cpus().length} cores (${os.cpus()[0]?.model ?? 'unknown CPU'}), ${Math.round(os.totalmem() / 1024 ** 3)} GiB, ${os.type()} ${os.release()}, Node ${process.version}`;
 }
 
+let reported = '';
+
+/** Prints a mode's results and keeps them for `--markdown` (see {@link takeReport}). */
+export function report(text: string): void {
+  reported += text;
+  process.stdout.write(text);
+}
+
+/** What the mode reported so far, and forgets it. */
+export function takeReport(): string {
+  const text = reported;
+  reported = '';
+  return text;
+}
+
 export function progress(what: string): void {
   process.stderr.write(`==> ${what}\n`);
 }

@@ -5,6 +5,7 @@ import { Sandbox } from '@warren/sdk';
 import { killTree, newMarker, scanForTree } from '../packages/agent/src/services/process-tree.js';
 import { startControllerProcess } from './controller-process.js';
 import { fmt, machine, metricValue, percentiles, progress, table, writeOut } from './modes-common.js';
+import { report } from './modes-common.js';
 
 const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
 
@@ -140,7 +141,7 @@ export async function profileMode(options: { count: number; image: string; jsonF
       r.inner ? fmt(r.inner, 3) : '-',
       fmt(r.codec, 3),
     ]);
-    process.stdout.write(
+    report(
       [
         `\nPer-hop profile, means in ms over ${count} calls each (one run; the hops are differences of what each end reports). Machine: ${machine()}\n`,
         table(

@@ -12,7 +12,7 @@ import { WebSocket, WebSocketServer } from 'ws';
 import { MiB, POOL_SIZE, processRssMiB, repo, startControllerProcess, type ControllerProcess } from './controller-process.js';
 import { densityMode } from './density.js';
 import { egressLatency } from './egress.js';
-import { hasRunsc } from './modes-common.js';
+import { hasRunsc, takeReport } from './modes-common.js';
 import { profileMode } from './profile.js';
 import { liveRows } from './live.js';
 import { RawDocker } from './raw-docker.js';
@@ -512,16 +512,15 @@ function report(rows: Row[]): void {
   if (flags.markdown) void writeMarkdown(flags.markdown, `Run ${json.date} on ${machine}${flags.quick ? ' (quick mode)' : ''}.\n\n${table}\n\n${notes}\n`);
 }
 
-const START_MARK = '<!-- bench:start -->';
-const END_MARK = '<!-- bench:end -->';
-
-/** Replaces the results between the markers of an existing page, keeping the prose around them. */
-async function writeMarkdown(file: string, results: string): Promise<void> {
+/** Replaces the results between the markers (`<!-- NAME:start -->`, `<!-- NAME:end -->`) of an existing page, keeping the prose around them. */
+async function writeMarkdown(file: string, results: string, name = 'bench'): Promise<void> {
+  const startMark = `<!-- ${name}:start -->`;
+  const endMark = `<!-- ${name}:end -->`;
   const existing = await readFile(path.resolve(repo, file), 'utf8').catch(() => '');
-  const start = existing.indexOf(START_MARK);
-  const end = existing.indexOf(END_MARK);
-  const block = `${START_MARK}\n${results}${END_MARK}`;
-  await writeOut(file, start >= 0 && end > start ? `${existing.slice(0, start)}${block}${existing.slice(end + END_MARK.length)}` : `${block}\n`);
+  const start = existing.indexOf(startMark);
+  const end = existing.indexOf(endMark);
+  const block = `${startMark}\n${results}${endMark}`;
+  await writeOut(file, start >= 0 && end > start ? `${existing.slice(0, start)}${block}${existing.slice(end + endMark.length)}` : `${existing}\n${block}\n`);
 }
 
 async function writeOut(file: string, text: string): Promise<void> {
@@ -544,6 +543,15 @@ function count(name: string, text: string | undefined, min: number): number {
 
 /** The default table, or one of the modes (docs/benchmarks.md says what each measures). */
 async function dispatch(): Promise<void> {
+  const mode =
+    flags.density !== undefined ? 'density' : flags.profile ? 'profile' : flags.tti ? 'tti' : flags.sustained !== undefined ? 'sustained' : undefined;
+  if (mode === undefined) return main();
+  await runMode();
+  // A mode's tables go between its own markers (`<!-- bench-density:start -->` ...) of the page.
+  if (flags.markdown) await writeMarkdown(flags.markdown, `Run ${new Date().toISOString()}.\n${takeReport()}\n`, `bench-${mode}`);
+}
+
+async function runMode(): Promise<void> {
   if (flags.density !== undefined) return densityMode(count('density', flags.density, 1), flags.image, flags.json ?? 'bench-results/density.json');
   if (flags.profile) return profileMode({ count: count('count', flags.count, 10), image: flags.image, jsonFile: flags.json ?? 'bench-results/profile.json' });
   if (flags.tti)
@@ -562,7 +570,6 @@ async function dispatch(): Promise<void> {
       jsonFile: flags.json ?? 'bench-results/sustained.json',
       svgFile: flags.svg,
     });
-  return main();
 }
 
 dispatch().catch((err: unknown) => {

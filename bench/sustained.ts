@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { Sandbox, WarrenError } from '@warren/sdk';
 import { MiB, processRssMiB, startControllerProcess } from './controller-process.js';
 import { fmt, machine, percentiles, progress, table, writeOut } from './modes-common.js';
+import { report } from './modes-common.js';
 import { lineChartsSvg } from './svg-chart.js';
 
 const OPS = ['exec', 'read', 'write', 'list'] as const;
@@ -118,7 +119,7 @@ export async function sustainedMode(options: {
     const overall = percentiles(slices.flatMap((s) => s.latencies));
     const every = Math.max(1, Math.ceil(buckets.length / 20));
     const shown = buckets.filter((_, i) => i % every === 0 || i === buckets.length - 1);
-    process.stdout.write(
+    report(
       [
         `\nSustained load: ${seconds} s, ${options.workers} concurrent call loops over ${sandboxes.length} sandboxes, exec/read/write/list in equal parts. Machine: ${machine()}\n`,
         `${total} calls, ${fmt(total / seconds)} calls/s, p50 ${fmt(overall.p50)} ms, p99 ${fmt(overall.p99)} ms; ${typed} typed errors, ${untyped} untyped errors${untypedExamples.length ? ` (${untypedExamples.join('; ')})` : ''}\n`,

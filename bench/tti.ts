@@ -1,6 +1,7 @@
 import { Sandbox } from '@warren/sdk';
 import { startControllerProcess, type ControllerProcess } from './controller-process.js';
 import { fmt, hasRunsc, machine, metricValue, percentiles, progress, table, writeOut } from './modes-common.js';
+import { report } from './modes-common.js';
 
 interface TtiRow {
   what: string;
@@ -62,7 +63,7 @@ export async function ttiMode(options: { burst: number; sequential: number; imag
     const p = percentiles(r.samples);
     return [r.what, r.runtime, String(p.n), String(r.errors), fmt(p.p50), fmt(p.p95), fmt(p.p99), r.wallMs === undefined ? '-' : fmt(r.wallMs)];
   });
-  process.stdout.write(
+  report(
     `\nTime to interactive, measured locally (SDK and controller on this machine, no network between them). Machine: ${machine()}\n\n${table(header, lines)}\n\n${gvisor}\n`,
   );
   await writeOut(

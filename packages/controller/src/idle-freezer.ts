@@ -1,3 +1,5 @@
+import { mkdir, readdir, rm, writeFile } from 'node:fs/promises';
+import path from 'node:path';
 import { CodedError } from '@warren/protocol';
 import type { Clock } from './clock.js';
 import type { Metrics } from './metrics.js';
@@ -18,6 +20,48 @@ export interface IdleFreezerOptions {
   busy?: ((record: SandboxRecord) => boolean) | undefined;
   /** Told of a freeze or thaw that failed (the sandbox stays as it was). */
   onError?: ((id: string, doing: 'freeze' | 'thaw', error: unknown) => void) | undefined;
+  /** Where frozen sandboxes are noted, so a restarted controller tells them from paused ones. */
+  marks?: FrozenMarks | undefined;
+}
+
+/**
+ * One empty file per frozen sandbox in `<stateDir>/frozen/`, named by its provider handle: the
+ * engine reports a frozen sandbox as paused, and only this tells a restarted controller that no
+ * one paused it on purpose. A mark left by a crash after a thaw is harmless: the next call's thaw
+ * finds the sandbox running.
+ *
+ * @example
+ * const marks = new FrozenMarks(stateDir);
+ * await marks.mark(containerId);
+ * (await marks.list()).has(containerId); // true
+ */
+export class FrozenMarks {
+  private readonly dir: string;
+
+  constructor(stateDir: string) {
+    this.dir = path.join(stateDir, 'frozen');
+  }
+
+  private file(handle: string): string | undefined {
+    return /^[A-Za-z0-9_.-]{1,200}$/.test(handle) && !handle.startsWith('.') ? path.join(this.dir, handle) : undefined;
+  }
+
+  async mark(handle: string): Promise<void> {
+    const file = this.file(handle);
+    if (!file) return;
+    await mkdir(this.dir, { recursive: true, mode: 0o700 });
+    await writeFile(file, '', { mode: 0o600 });
+  }
+
+  async clear(handle: string): Promise<void> {
+    const file = this.file(handle);
+    if (file) await rm(file, { force: true });
+  }
+
+  /** The handles marked frozen. */
+  async list(): Promise<Set<string>> {
+    return new Set(await readdir(this.dir).catch(() => [] as string[]));
+  }
 }
 
 /** What the freezer knows of one sandbox's activity. */
@@ -125,6 +169,7 @@ export class IdleFreezer {
       record.frozen = false;
       this.options.metrics?.thawSeconds.observe((performance.now() - started) / 1000);
       this.of(id).last = this.options.clock.now();
+      await this.options.marks?.clear(record.containerId).catch(() => undefined);
     });
   }
 
@@ -190,6 +235,7 @@ export class IdleFreezer {
       record.frozen = true;
       froze = true;
       this.options.metrics?.freezes.inc();
+      await this.options.marks?.mark(record.containerId).catch(() => undefined);
     });
     // A call or connection arrived while the engine froze it: thaw now, so it waits no longer.
     const activity = this.activity.get(record.id);

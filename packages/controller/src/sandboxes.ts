@@ -7,7 +7,7 @@ import type { ControllerConfig } from './config.js';
 import type { Credentials } from './credentials.js';
 import { effectiveEgressPolicy } from './egress/decide.js';
 import type { SandboxEgress } from './egress/sandbox-egress.js';
-import { IdleFreezer } from './idle-freezer.js';
+import { FrozenMarks, IdleFreezer } from './idle-freezer.js';
 import { ImageService } from './image-service.js';
 import { LABELS, sandboxLabels } from './labels.js';
 import type { Metrics } from './metrics.js';
@@ -79,6 +79,7 @@ export class SandboxService {
   readonly pool: PoolSource | undefined;
   readonly images: ImageService;
   private readonly store: RecordStore;
+  private readonly frozenMarks: FrozenMarks;
   private readonly metrics: Metrics | undefined;
   private readonly clock: Clock;
   private readonly probe: NonNullable<SandboxServiceOptions['probe']>;
@@ -105,6 +106,7 @@ export class SandboxService {
     this.egress = options.egress;
     this.images = options.images ?? new ImageService({ provider: this.provider, settings: options.config.images });
     this.store = new RecordStore(options.config.stateDir);
+    this.frozenMarks = new FrozenMarks(options.config.stateDir);
     this.usageHistory = new UsageHistory(options.config.usage.historySamples);
     this.createSlots = new Slots(options.config.maxConcurrentCreates);
     const { maxQueuedCreates, createQueueTimeoutMs } = options.config;
@@ -144,6 +146,7 @@ export class SandboxService {
       metrics: this.metrics,
       busy: (record) => (this.egress?.has(record.agentId) ? this.egress.openConnections(record.agentId) > 0 : false),
       onError: options.onFreezeError,
+      marks: this.frozenMarks,
     });
     this.pool = options.pool?.(this);
   }
@@ -212,6 +215,16 @@ export class SandboxService {
       }
       this.table.set(record);
     }
+    // A paused sandbox that the freezer had frozen (its mark says so) is running for the API again, and its next call thaws it.
+    const marked = await this.frozenMarks.list();
+    for (const record of this.table.list()) {
+      if (!marked.delete(record.containerId)) continue;
+      if (record.state === 'paused') {
+        record.state = 'running';
+        record.frozen = true;
+      } else await this.frozenMarks.clear(record.containerId);
+    }
+    for (const handle of marked) await this.frozenMarks.clear(handle);
     // Stored records whose sandbox is gone belong to sandboxes killed while the controller was down.
     for (const [id, s] of stored) if (!this.table.has(id) && !poolMembers.some((m) => m.agentId === s.agentId)) await this.store.remove(id);
     return { recovered: this.table.size, poolMembers };
@@ -582,6 +595,7 @@ export class SandboxService {
     const record = this.table.require(id);
     await this.freezer.exclusive(id, async () => {
       if (!record.frozen) await this.provider.pause(record.containerId);
+      if (record.frozen) await this.frozenMarks.clear(record.containerId);
       record.frozen = false;
       record.state = 'paused';
     });
@@ -616,6 +630,7 @@ export class SandboxService {
       await this.egress?.remove(record.agentId);
       await this.provider.remove(record.containerId, record.agentId);
       await this.store.remove(id);
+      await this.frozenMarks.clear(record.containerId);
       this.table.delete(id);
       this.supervisor.forget(id);
       this.usageHistory.forget(id);

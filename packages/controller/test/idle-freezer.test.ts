@@ -200,6 +200,38 @@ describe('the idle freezer, on a fake clock', () => {
     expect(service.record(id).frozen).toBe(false);
   });
 
+  it('a restarted controller tells a frozen sandbox from a paused one (its mark in the state folder)', async () => {
+    const credentials = Credentials.inMemory('k');
+    const make = () =>
+      new SandboxService({
+        provider,
+        credentials,
+        config: loadConfig({}, { stateDir, freezeAfterIdleSeconds: 60 }),
+        clock,
+        metrics,
+        probe: async () => undefined,
+      });
+    const first = make();
+    await first.recover();
+    const { id: idle } = await first.create({});
+    const { id: paused } = await first.create({});
+    await first.pause(paused);
+    await clock.advance(60_000);
+    expect(await checkRounds(first, 3)).toEqual([idle]);
+
+    const second = make();
+    await second.recover();
+    expect(second.record(idle)).toMatchObject({ state: 'running', frozen: true });
+    expect(second.record(paused).state).toBe('paused');
+    expect(second.record(paused).frozen).toBeUndefined();
+    await second.wake(idle);
+    expect(engineState(second, idle)).toBe('running');
+    // Thawed, its mark is gone: a third controller sees a running sandbox.
+    const third = make();
+    await third.recover();
+    expect(third.record(idle).frozen).toBeUndefined();
+  });
+
   it('freezes nothing when freezeAfterIdleSeconds is 0 (the default)', async () => {
     const service = makeService(0);
     await service.recover();

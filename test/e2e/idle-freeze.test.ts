@@ -125,6 +125,36 @@ describe('freezing idle sandboxes', () => {
     await until('the sandbox to freeze after the command', async () => (await frozen(sandbox)) || undefined, 30_000, 200);
   });
 
+  it('an open folder watch keeps its sandbox awake, so a background process that writes later is seen', async () => {
+    const sandbox = await create();
+    await sandbox.files.mkdir('watched');
+    await using watcher = await sandbox.files.watch('watched', { coalesceMs: 20 });
+    // Writes after three idle periods; frozen, it would write nothing until something thawed it.
+    await sandbox.commands.start(['sh', '-c', 'sleep 6; echo late > /workspace/watched/late.txt']);
+    const record = warren.controller.sandboxes.record(sandbox.id);
+    let sawFrozen = false;
+    const events: unknown[] = [];
+    const isLate = (e: unknown) => typeof e === 'object' && e !== null && 'path' in e && e.path === 'watched/late.txt';
+    const consumer = (async () => {
+      for await (const event of watcher) {
+        events.push(event);
+        if (isLate(event)) break;
+      }
+    })();
+    const seen = await until(
+      'the watch to report the late write',
+      () => {
+        sawFrozen ||= record.frozen === true;
+        return events.find(isLate);
+      },
+      30_000,
+      20,
+    );
+    await consumer;
+    expect(seen).toMatchObject({ path: 'watched/late.txt' });
+    expect(sawFrozen).toBe(false);
+  });
+
   it('an explicit pause is not thawed by a connection; resume thaws it', async () => {
     const sandbox = await create();
     await until('the sandbox to freeze', async () => (await frozen(sandbox)) || undefined, 30_000, 200);

@@ -168,3 +168,29 @@ describe('freezing idle sandboxes', () => {
     expect((await sandbox.commands.run('echo up')).stdout.trim()).toBe('up');
   });
 });
+
+describe('freezing idle sandboxes over the exec daemon channel (a docker exec bridge, which a paused container refuses)', () => {
+  let warren: TestController;
+
+  beforeAll(async () => {
+    warren = await startTestController({ config: { freezeAfterIdleSeconds: 2, poolSize: 0, daemonChannel: 'exec' } });
+  });
+  afterAll(async () => {
+    await warren?.[Symbol.asyncDispose]();
+  });
+
+  it('thaws before opening the bridge, and a call on a connection opened before the freeze goes through', async () => {
+    const sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, ttlSeconds: 600 });
+    try {
+      await sandbox.files.write('kept.txt', 'kept');
+      await until('the sandbox to freeze', async () => (await sandbox.info()).frozen || undefined, 30_000, 200);
+      expect(await sandbox.files.read('kept.txt')).toBe('kept');
+      await until('the sandbox to freeze again', async () => (await sandbox.info()).frozen || undefined, 30_000, 200);
+      const again = await Sandbox.connect(sandbox.id, { baseUrl: warren.url, apiKey: warren.apiKey });
+      expect((await again.commands.run('cat kept.txt')).stdout).toBe('kept');
+      again.close();
+    } finally {
+      await sandbox.kill().catch(() => undefined);
+    }
+  });
+});

@@ -101,6 +101,9 @@ describe('freezing idle sandboxes', () => {
     expect(answer.status).toBe(200);
     expect(await answer.text()).toBe('served after a thaw');
     expect(await enginePaused(sandbox)).toBe(false);
+    // Once the request is over, nothing holds the sandbox (a daemon connection kept for reuse does not).
+    await until('the sandbox to freeze again after the request', async () => (await frozen(sandbox)) || undefined, 30_000, 200);
+    expect((await get()).status).toBe(200);
     await server.kill();
   });
 

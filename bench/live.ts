@@ -84,7 +84,7 @@ export async function liveRows(sandbox: Sandbox, image: string, count: number): 
     User: '1000:1000',
     WorkingDir: '/tmp',
     Labels: { 'warren.bench': 'raw' },
-    HostConfig: { NetworkMode: network.id, CapDrop: ['ALL'], SecurityOpt: ['no-new-privileges:true'] },
+    HostConfig: { NetworkMode: network.id, CapDrop: ['ALL'], SecurityOpt: ['no-new-privileges=true'] },
   });
   try {
     await container.start();

@@ -18,7 +18,7 @@ export class RawDocker {
       Cmd: [],
       User: '1000:1000',
       Labels: { 'warren.bench': 'raw' },
-      HostConfig: { NetworkMode: 'none', CapDrop: ['ALL'], SecurityOpt: ['no-new-privileges:true'], Init: true },
+      HostConfig: { NetworkMode: 'none', CapDrop: ['ALL'], SecurityOpt: ['no-new-privileges=true'], Init: true },
     });
     await container.start();
     return container;

@@ -1,4 +1,4 @@
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:http';
@@ -9,10 +9,16 @@ import { parseArgs, promisify } from 'node:util';
 import { Sandbox } from '@warren/sdk';
 import { Sandbox as E2bSandbox } from 'e2b';
 import { WebSocket, WebSocketServer } from 'ws';
+import { MiB, POOL_SIZE, processRssMiB, repo, startControllerProcess, type ControllerProcess } from './controller-process.js';
+import { densityMode } from './density.js';
 import { egressLatency, egressThroughput } from './egress.js';
+import { hasRunsc, takeReport } from './modes-common.js';
+import { profileMode } from './profile.js';
 import { liveRows } from './live.js';
 import { RawDocker } from './raw-docker.js';
 import { summarize, timeIt, type Summary } from './stats.js';
+import { sustainedMode } from './sustained.js';
+import { ttiMode } from './tti.js';
 
 /** One line of the table: a Warren measurement, optionally against its raw-Docker counterpart. */
 interface Row {
@@ -27,20 +33,29 @@ interface Row {
   note?: string | undefined;
 }
 
+// `--density` and `--sustained` take an optional value: alone, they mean their defaults.
+const argv = process.argv.slice(2).map((arg) => (arg === '--density' ? '--density=200' : arg === '--sustained' ? '--sustained=600' : arg));
 const { values: flags } = parseArgs({
+  args: argv,
   options: {
     quick: { type: 'boolean', default: false },
-    json: { type: 'string', default: 'bench-results/latest.json' },
+    json: { type: 'string' },
     markdown: { type: 'string' },
     image: { type: 'string', default: 'warren/sandbox:latest' },
+    density: { type: 'string' },
+    tti: { type: 'boolean', default: false },
+    burst: { type: 'string', default: '100' },
+    sequential: { type: 'string', default: '20' },
+    sustained: { type: 'string' },
+    sandboxes: { type: 'string', default: '50' },
+    workers: { type: 'string', default: '64' },
+    svg: { type: 'string', default: 'docs/bench-sustained.svg' },
+    profile: { type: 'boolean', default: false },
+    count: { type: 'string', default: '500' },
   },
 });
 const scale = flags.quick ? 0.2 : 1;
 const n = (count: number) => Math.max(3, Math.round(count * scale));
-const MiB = 1024 * 1024;
-const POOL_SIZE = 2;
-// Both bench/run.ts and its bundle in .warren/ sit one folder below the repository.
-const repo = path.resolve(new URL('..', import.meta.url).pathname);
 
 async function main(): Promise<void> {
   const controller = await startControllerProcess();
@@ -48,11 +63,12 @@ async function main(): Promise<void> {
   const raw = new RawDocker();
   const rawContainer = await raw.createAndStart(flags.image);
   const sandbox = await Sandbox.create({ baseUrl: controller.url, apiKey: controller.apiKey, image: flags.image });
+  let execWarren: Summary;
   try {
     progress('exec `true`');
-    const execWarren = summarize(await timeIt(n(300), () => sandbox.commands.run('true')));
+    execWarren = summarize(await timeIt(n(300), () => sandbox.commands.run('true')));
     const execRaw = summarize(await timeIt(n(60), () => raw.exec(rawContainer, ['true'])));
-    rows.push(compare('exec `true` round trip', execWarren, execRaw, 'dockerode exec create+start+inspect', { maxP50: 5, minRatio: 10 }));
+    rows.push(compare('exec `true` round trip', execWarren, execRaw, 'dockerode exec create+start+inspect', { maxP50: 5, maxRatio: 0.1 }));
 
     progress('the e2b SDK through the gateway');
     rows.push(...(await e2bRows(controller, execWarren)));
@@ -66,10 +82,10 @@ async function main(): Promise<void> {
     await raw.putFile(rawContainer, '/tmp', 'bench-1m.bin', oneMiB);
     const writeWarren = summarize(await timeIt(n(100), () => sandbox.files.write('bench-1m.bin', oneMiB)));
     const writeRaw = summarize(await timeIt(n(50), () => raw.putFile(rawContainer, '/tmp', 'bench-1m.bin', oneMiB)));
-    rows.push(compare('write 1 MiB', writeWarren, writeRaw, 'putArchive', { maxP50: 10, minRatio: 5 }));
+    rows.push(compare('write 1 MiB', writeWarren, writeRaw, 'putArchive', { maxP50: 10, maxRatio: 0.2 }));
     const readWarren = summarize(await timeIt(n(100), () => sandbox.files.read('bench-1m.bin', { format: 'bytes' })));
     const readRaw = summarize(await timeIt(n(50), () => raw.getFile(rawContainer, '/tmp/bench-1m.bin')));
-    rows.push(compare('read 1 MiB', readWarren, readRaw, 'getArchive', { maxP50: 10, minRatio: 5 }));
+    rows.push(compare('read 1 MiB', readWarren, readRaw, 'getArchive', { maxP50: 10, maxRatio: 0.2 }));
 
     progress('the Python SDK');
     rows.push(...(await pythonRows(controller, sandbox, { exec: execWarren, write: writeWarren, read: readWarren })));
@@ -128,6 +144,9 @@ async function main(): Promise<void> {
   progress('create from the warm pool');
   rows.push(await poolCreates(controller));
 
+  progress('gVisor (runsc), where the engine has it');
+  rows.push(...(await gvisorRows(controller, { exec: execWarren, cold: coldWarren })));
+
   progress('50 sandboxes, 1,000 concurrent calls');
   rows.push(...(await concurrency(controller)));
   await controller.stop();
@@ -157,6 +176,42 @@ async function main(): Promise<void> {
   });
 
   report(rows);
+}
+
+/**
+ * The same calls in a sandbox under gVisor (`runtime: 'runsc'`), against the runc rows of this
+ * run: exec `true`, `files.stat`, and a cold create to the first exec. Skipped, with a row that
+ * says so, where the engine has no `runsc` runtime.
+ */
+async function gvisorRows(controller: ControllerProcess, runc: { exec: Summary; cold: Summary }): Promise<Row[]> {
+  if (!(await hasRunsc())) return [{ name: 'gVisor (runsc) rows', unit: 'ms', note: 'skipped: the engine has no runsc runtime' }];
+  const options = { baseUrl: controller.url, apiKey: controller.apiKey, image: flags.image, runtime: 'runsc' as const };
+  const sandbox = await Sandbox.create(options);
+  let exec: Summary;
+  let stat: Summary;
+  try {
+    await sandbox.files.write('x', 'x');
+    exec = summarize(await timeIt(n(300), () => sandbox.commands.run('true')));
+    stat = summarize(await timeIt(n(500), () => sandbox.files.stat('x'), 100));
+  } finally {
+    await sandbox.kill().catch(() => undefined);
+  }
+  const cold = summarize(
+    await timeIt(
+      n(10),
+      async () => {
+        const s = await Sandbox.create(options);
+        await s.commands.run('true');
+        await s.kill();
+      },
+      1,
+    ),
+  );
+  return [
+    compare('gVisor: exec `true` round trip', exec, runc.exec, 'the same under runc', {}),
+    { name: 'gVisor: small call (files.stat)', unit: 'ms', warren: stat },
+    compare('gVisor: create to first exec, cold (incl. kill)', cold, runc.cold, 'the same under runc', {}),
+  ];
 }
 
 /**
@@ -357,9 +412,9 @@ async function poolCreates(controller: ControllerProcess): Promise<Row> {
   };
 }
 
-/** The smallest call that reaches the daemon and back. */
+/** The small call of the concurrency row: `files.stat` of the workspace root, as docs/benchmarks.md says. */
 async function smallCall(sandbox: Sandbox): Promise<void> {
-  await sandbox.daemonInfo();
+  await sandbox.files.stat('.');
 }
 
 async function concurrency(controller: ControllerProcess): Promise<Row[]> {
@@ -411,11 +466,6 @@ async function daemonRss(sandbox: Sandbox): Promise<number> {
   return (await sandbox.daemonInfo()).rssBytes;
 }
 
-async function processRssMiB(pid: number): Promise<number> {
-  const status = await readFile(`/proc/${pid}/status`, 'utf8');
-  return Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? NaN) / 1024;
-}
-
 /** A WebSocket echo on loopback: what any call over a socket costs at the least. */
 async function websocketFloor(count: number): Promise<number[]> {
   const http = createServer();
@@ -438,29 +488,29 @@ async function websocketFloor(count: number): Promise<number[]> {
   return samples;
 }
 
-function compare(name: string, warren: Summary, raw: Summary, rawName: string, target: { maxP50?: number; minRatio?: number }): Row {
-  const ratio = raw.p50 / warren.p50;
+function compare(name: string, warren: Summary, raw: Summary, rawName: string, target: { maxP50?: number; maxRatio?: number }): Row {
+  const ratio = warren.p50 / raw.p50;
   const parts: string[] = [];
   let met = true;
   if (target.maxP50 !== undefined) {
     parts.push(`p50 <= ${target.maxP50} ms`);
     met &&= warren.p50 <= target.maxP50;
   }
-  if (target.minRatio !== undefined) {
-    parts.push(`>= ${target.minRatio}x faster`);
-    met &&= ratio >= target.minRatio;
+  if (target.maxRatio !== undefined) {
+    parts.push(`ratio <= ${target.maxRatio}`);
+    met &&= ratio <= target.maxRatio;
   }
   return parts.length > 0 ? { name, unit: 'ms', warren, raw, rawName, target: parts.join(', '), met } : { name, unit: 'ms', warren, raw, rawName };
 }
 
 function compareSlower(name: string, warren: Summary, raw: Summary, rawName: string, maxFactor: number): Row {
-  return { name, unit: 'ms', warren, raw, rawName, target: `<= ${maxFactor}x raw`, met: warren.p50 <= raw.p50 * maxFactor };
+  return { name, unit: 'ms', warren, raw, rawName, target: `ratio <= ${maxFactor}`, met: warren.p50 <= raw.p50 * maxFactor };
 }
 
 const fmt = (x: number | undefined) => (x === undefined || Number.isNaN(x) ? '-' : x >= 100 ? x.toFixed(0) : x.toFixed(2));
 
 function report(rows: Row[]): void {
-  const header = ['what', 'n', 'p50', 'p90', 'p99', 'raw Docker p50 / p90 / p99', 'ratio (raw p50 / Warren p50)', 'target', 'met'];
+  const header = ['what', 'n', 'p50', 'p90', 'p99', 'baseline p50 / p90 / p99', 'ratio: Warren p50 / baseline p50 (lower is better)', 'target', 'met'];
   const lines = rows.map((r) => [
     `${r.name}${r.unit !== 'ms' ? ` (${r.unit})` : ''}`,
     String(r.warren?.n ?? '-'),
@@ -468,7 +518,7 @@ function report(rows: Row[]): void {
     fmt(r.warren?.p90),
     fmt(r.warren?.p99),
     r.raw ? `${fmt(r.raw.p50)} / ${fmt(r.raw.p90)} / ${fmt(r.raw.p99)} (${r.rawName})` : '-',
-    r.raw && r.warren ? `${(r.raw.p50 / r.warren.p50).toFixed(2)}x` : '-',
+    r.raw && r.warren ? (r.warren.p50 / r.raw.p50).toFixed(2) : '-',
     r.target ?? '-',
     r.met === undefined ? '-' : r.met ? 'yes' : 'NO',
   ]);
@@ -480,20 +530,19 @@ function report(rows: Row[]): void {
   const machine = `${os.cpus().length} cores (${os.cpus()[0]?.model ?? 'unknown CPU'}), ${Math.round(os.totalmem() / 1024 ** 3)} GiB, ${os.type()} ${os.release()}, Node ${process.version}`;
   process.stdout.write(`\nWarren vs raw Docker, milliseconds unless noted. Machine: ${machine}\n\n${table}\n\n${notes}\n`);
   const json = { date: new Date().toISOString(), machine, quick: flags.quick, rows };
-  void writeOut(flags.json, `${JSON.stringify(json, null, 2)}\n`);
+  void writeOut(flags.json ?? 'bench-results/latest.json', `${JSON.stringify(json, null, 2)}\n`);
   if (flags.markdown) void writeMarkdown(flags.markdown, `Run ${json.date} on ${machine}${flags.quick ? ' (quick mode)' : ''}.\n\n${table}\n\n${notes}\n`);
 }
 
-const START_MARK = '<!-- bench:start -->';
-const END_MARK = '<!-- bench:end -->';
-
-/** Replaces the results between the markers of an existing page, keeping the prose around them. */
-async function writeMarkdown(file: string, results: string): Promise<void> {
+/** Replaces the results between the markers (`<!-- NAME:start -->`, `<!-- NAME:end -->`) of an existing page, keeping the prose around them. */
+async function writeMarkdown(file: string, results: string, name = 'bench'): Promise<void> {
+  const startMark = `<!-- ${name}:start -->`;
+  const endMark = `<!-- ${name}:end -->`;
   const existing = await readFile(path.resolve(repo, file), 'utf8').catch(() => '');
-  const start = existing.indexOf(START_MARK);
-  const end = existing.indexOf(END_MARK);
-  const block = `${START_MARK}\n${results}${END_MARK}`;
-  await writeOut(file, start >= 0 && end > start ? `${existing.slice(0, start)}${block}${existing.slice(end + END_MARK.length)}` : `${block}\n`);
+  const start = existing.indexOf(startMark);
+  const end = existing.indexOf(endMark);
+  const block = `${startMark}\n${results}${endMark}`;
+  await writeOut(file, start >= 0 && end > start ? `${existing.slice(0, start)}${block}${existing.slice(end + endMark.length)}` : `${existing}\n${block}\n`);
 }
 
 async function writeOut(file: string, text: string): Promise<void> {
@@ -507,46 +556,45 @@ function progress(what: string): void {
   process.stderr.write(`==> measuring ${what}\n`);
 }
 
-interface ControllerProcess {
-  url: string;
-  apiKey: string;
-  pid: number;
-  stop(): Promise<void>;
+/** A whole number flag, or a clear error naming it. */
+function count(name: string, text: string | undefined, min: number): number {
+  const value = Number(text);
+  if (!Number.isInteger(value) || value < min) throw new Error(`--${name} wants a whole number of at least ${min}, got '${text}'`);
+  return value;
 }
 
-/** The controller as its own process, as users run it, so client and server do not share a loop. */
-async function startControllerProcess(env: Record<string, string> = {}): Promise<ControllerProcess> {
-  const stateDir = await mkdtemp(path.join(os.tmpdir(), 'warren-bench-'));
-  const apiKey = `wk_bench_${randomBytes(16).toString('hex')}`;
-  const child: ChildProcess = spawn(process.execPath, [path.join(repo, 'packages/cli/bin/warren.js'), 'serve', '--port', '0'], {
-    // Only warnings: the access log is measured by nothing here and would be counted in every call.
-    env: { ...process.env, LOG_LEVEL: 'warn', WARREN_STATE_DIR: stateDir, WARREN_API_KEY: apiKey, WARREN_POOL_SIZE: String(POOL_SIZE), ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stderr = '';
-  child.stderr!.on('data', (c: Buffer) => (stderr += c.toString()));
-  const url = await new Promise<string>((resolve, reject) => {
-    let out = '';
-    child.stdout!.on('data', (c: Buffer) => {
-      out += c.toString();
-      const match = /listening on (http:\/\/\S+)/.exec(out);
-      if (match) resolve(match[1]!);
+/** The default table, or one of the modes (docs/benchmarks.md says what each measures). */
+async function dispatch(): Promise<void> {
+  const mode =
+    flags.density !== undefined ? 'density' : flags.profile ? 'profile' : flags.tti ? 'tti' : flags.sustained !== undefined ? 'sustained' : undefined;
+  if (mode === undefined) return main();
+  await runMode();
+  // A mode's tables go between its own markers (`<!-- bench-density:start -->` ...) of the page.
+  if (flags.markdown) await writeMarkdown(flags.markdown, `Run ${new Date().toISOString()}.\n${takeReport()}\n`, `bench-${mode}`);
+}
+
+async function runMode(): Promise<void> {
+  if (flags.density !== undefined) return densityMode(count('density', flags.density, 1), flags.image, flags.json ?? 'bench-results/density.json');
+  if (flags.profile) return profileMode({ count: count('count', flags.count, 10), image: flags.image, jsonFile: flags.json ?? 'bench-results/profile.json' });
+  if (flags.tti)
+    return ttiMode({
+      burst: count('burst', flags.burst, 1),
+      sequential: count('sequential', flags.sequential, 1),
+      image: flags.image,
+      jsonFile: flags.json ?? 'bench-results/tti.json',
     });
-    child.once('exit', (code) => reject(new Error(`the controller exited (${code}): ${stderr}`)));
-  });
-  return {
-    url,
-    apiKey,
-    pid: child.pid!,
-    stop: async () => {
-      child.kill('SIGTERM');
-      await new Promise((r) => child.once('exit', r));
-      await rm(stateDir, { recursive: true, force: true });
-    },
-  };
+  if (flags.sustained !== undefined)
+    return sustainedMode({
+      seconds: count('sustained', flags.sustained, 5),
+      sandboxes: count('sandboxes', flags.sandboxes, 1),
+      workers: count('workers', flags.workers, 1),
+      image: flags.image,
+      jsonFile: flags.json ?? 'bench-results/sustained.json',
+      svgFile: flags.svg,
+    });
 }
 
-main().catch((err: unknown) => {
+dispatch().catch((err: unknown) => {
   process.stderr.write(`bench failed: ${err instanceof Error ? err.stack : String(err)}\n`);
   process.exit(1);
 });

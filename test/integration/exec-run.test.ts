@@ -33,6 +33,13 @@ describe('process.exec on an in-process agent', () => {
     await agent[Symbol.asyncDispose]();
   });
 
+  it('runs in the working folder asked for, and names a missing one or a file given as one', async () => {
+    await agent.files.write('sub/a.txt', 'a');
+    expect((await agent.commands.run('ls', { cwd: 'sub' })).stdout.trim()).toBe('a.txt');
+    await expect(agent.commands.run('true', { cwd: 'missing' })).rejects.toMatchObject({ code: 'NOT_FOUND' });
+    await expect(agent.commands.run('true', { cwd: 'sub/a.txt' })).rejects.toMatchObject({ code: 'NOT_A_DIRECTORY' });
+  });
+
   it('gives the child a clean environment: the daemon environment does not leak, the caller env does', async () => {
     const result = await agent.commands.run('env', { env: { MINE: 'yes' } });
     expect(result.stdout).not.toContain('daemon-secret-7f3a');

@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { CappedOutput, RingOutput } from '../src/services/output.js';
-import { markerOf, memberGroups, scanProcesses, treeMembers, type ProcEntry } from '../src/services/process-tree.js';
+import { markerOf, memberGroups, scanForTree, scanProcesses, treeMembers, type ProcEntry } from '../src/services/process-tree.js';
 
 describe('CappedOutput', () => {
   it('keeps everything under the cap', () => {
@@ -111,6 +111,36 @@ describe('process tree membership', () => {
 
     it('parses stat fields after a command name holding spaces and parentheses', () => {
       expect(scanProcesses(root)).toEqual([{ pid: 42, state: 'S', ppid: 7, pgid: 42, sid: 42, startTicks: 12345, marker: 'feed' }]);
+    });
+
+    it("for a tree's kill, skips the environment of processes whose membership it cannot change, and counts the vanished", async () => {
+      const proc = await mkdtemp(path.join(os.tmpdir(), 'warren-proc-'));
+      try {
+        const add = async (pid: number, stat: string | undefined, environ: string) => {
+          await mkdir(path.join(proc, String(pid)));
+          if (stat !== undefined) await writeFile(path.join(proc, String(pid), 'stat'), stat);
+          await writeFile(path.join(proc, String(pid), 'environ'), environ);
+        };
+        const stat = (pid: number, ppid: number, group: number) => `${pid} (sh) S ${ppid} ${group} ${group} 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 100 0 0`;
+        await add(1, stat(1, 0, 1), 'WARREN_EXEC_ID=m\0'); // pid 1: never read, never a member
+        await add(7, stat(7, 1, 7), 'WARREN_EXEC_ID=m\0'); // "self": never read
+        await add(20, stat(20, 7, 20), 'WARREN_EXEC_ID=other\0'); // the leader: a member by its group, environment not read
+        await add(30, stat(30, 7, 30), 'WARREN_EXEC_ID=m\0'); // escaped the group: found by its marker
+        await add(31, undefined, ''); // listed, gone before its stat was read
+        const scan = scanForTree(proc, { marker: 'm', leaderPid: 20 }, 7);
+        expect(scan.vanished).toBe(1);
+        expect(scan.entries.sort((a, b) => a.pid - b.pid).map((e) => [e.pid, e.marker])).toEqual([
+          [1, undefined],
+          [7, undefined],
+          [20, undefined],
+          [30, 'm'],
+        ]);
+        expect(treeMembers(scan.entries, { marker: 'm', leaderPid: 20 }, 7).map((p) => p.pid)).toEqual([20, 30]);
+        // Without a selector, as before: every environment is read.
+        expect(scanProcesses(proc).find((e) => e.pid === 1)?.marker).toBe('m');
+      } finally {
+        await rm(proc, { recursive: true, force: true });
+      }
     });
   });
 });

@@ -62,6 +62,12 @@ export interface ControllerConfig {
   orphanGraceSeconds: number;
   /** Kill this controller's sandboxes on a clean shutdown (they keep running by default). */
   killOnShutdown: boolean;
+  /**
+   * Seconds without activity (no call in flight, no frame, no connection, no egress connection,
+   * next to no CPU) before a sandbox is frozen with the cgroup freezer; the next call or
+   * connection thaws it. 0 (the default) never freezes (docs/controller.md#freezing-idle-sandboxes).
+   */
+  freezeAfterIdleSeconds: number;
   /** Warm pool: how many ready sandboxes of the default image and settings to keep. */
   poolSize: number;
   /** Caps. */
@@ -267,6 +273,12 @@ export const ConfigFile = z.strictObject({
   reapIntervalMs: z.number().int().positive().optional(),
   orphanGraceSeconds: z.number().int().min(0).optional(),
   killOnShutdown: z.boolean().optional(),
+  freezeAfterIdleSeconds: z
+    .number()
+    .int()
+    .min(0)
+    .max(30 * 24 * 3600)
+    .optional(),
   poolSize: z.number().int().min(0).max(100).optional(),
   maxSandboxes: z.number().int().positive().optional(),
   maxConcurrentCreates: z.number().int().positive().optional(),
@@ -398,6 +410,7 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   reapIntervalMs: 10_000,
   orphanGraceSeconds: 3600,
   killOnShutdown: false,
+  freezeAfterIdleSeconds: 0,
   poolSize: 0,
   maxSandboxes: 100,
   maxConcurrentCreates: 8,
@@ -544,6 +557,7 @@ const ENV_SETTINGS: [variable: string, path: string, kind: 'string' | 'number' |
   ['WARREN_REAP_INTERVAL_MS', 'reapIntervalMs', 'number'],
   ['WARREN_ORPHAN_GRACE_SECONDS', 'orphanGraceSeconds', 'number'],
   ['WARREN_KILL_ON_SHUTDOWN', 'killOnShutdown', 'boolean'],
+  ['WARREN_FREEZE_AFTER_IDLE_SECONDS', 'freezeAfterIdleSeconds', 'number'],
   ['WARREN_POOL_SIZE', 'poolSize', 'number'],
   ['WARREN_MAX_SANDBOXES', 'maxSandboxes', 'number'],
   ['WARREN_MAX_CONCURRENT_CREATES', 'maxConcurrentCreates', 'number'],

@@ -124,6 +124,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
     onRestart: (sandboxId, error) =>
       error === null ? logger.info({ sandboxId }, 'sandbox.restarted') : logger.error({ sandboxId, error }, 'sandbox.restart-failed'),
     pool: config.poolSize > 0 ? (service) => new WarmPool(service, config.poolSize, logger) : undefined,
+    onFreezeError: (sandboxId, doing, error) => logger.warn({ sandboxId, error: String(error) }, `sandbox.${doing}-failed`),
   });
   const pool = sandboxes.pool as WarmPool | undefined;
   const { recovered, poolMembers } = await sandboxes.recover();
@@ -166,6 +167,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
     if (since !== undefined) params.since = since;
     if (limit !== undefined) params.limit = limit;
     if (sandboxes.record(id).state === 'paused') throw new CodedError('SANDBOX_NOT_READY', `Sandbox '${id}' is paused; resume it to read its audit log.`);
+    await sandboxes.wake(id);
     return callAgent(sandboxes.daemonEndpoint(id), sandboxes.agentSecret(id), 'audit.list', params);
   };
   const { server, wss } = createHttpServer({ sandboxes, credentials, config, metrics, logger, readiness, audit, egressLog });
@@ -194,6 +196,20 @@ export async function startController(options: StartControllerOptions = {}): Pro
       .catch((err: unknown) => logger.error({ error: String(err) }, 'reaper.failed'));
   }, config.reapIntervalMs);
   reaper.unref();
+  // Idle sandboxes are frozen (freezeAfterIdleSeconds); a round never overlaps the one before.
+  let freezing = false;
+  const freezer = sandboxes.freezer.enabled
+    ? setInterval(() => {
+        if (freezing) return;
+        freezing = true;
+        sandboxes.freezer
+          .check()
+          .then((ids) => ids.length > 0 && logger.info({ ids }, 'sandboxes.frozen'))
+          .catch((err: unknown) => logger.error({ error: String(err) }, 'freezer.failed'))
+          .finally(() => (freezing = false));
+      }, sandboxes.freezer.checkIntervalMs)
+    : undefined;
+  freezer?.unref();
   // Per-sandbox metrics: a background sample of every running sandbox (the short history and the
   // Prometheus series), and the series only while their label cardinality stays bounded.
   const { usage } = config;
@@ -217,6 +233,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
     if (closed) return;
     closed = true;
     clearInterval(reaper);
+    clearInterval(freezer);
     clearInterval(sampler);
     engine.close();
     await pool?.close();

@@ -133,7 +133,7 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
     Init: true,
     CapDrop: ['ALL'],
     CapAdd: [...DAEMON_CAPABILITIES],
-    SecurityOpt: ['no-new-privileges:true', ...(spec.seccompProfile === undefined ? [] : [`seccomp=${spec.seccompProfile}`])],
+    SecurityOpt: ['no-new-privileges=true', ...(spec.seccompProfile === undefined ? [] : [`seccomp=${spec.seccompProfile}`])],
     Privileged: false,
     NetworkMode: settings.network,
     PidMode: '',

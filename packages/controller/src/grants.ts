@@ -180,14 +180,35 @@ export function callAccessCheck(holder: Holder, metrics?: Metrics): (data: Buffe
   };
 }
 
+/** What {@link observeCalls} tells the idle freezer: each call holds its sandbox awake until answered. */
+export interface CallActivity {
+  /** A call started; the returned function ends its hold. */
+  hold(): () => void;
+  /** Any other frame from the client. */
+  touch(): void;
+}
+
 /**
  * Watches the frames of one relayed connection, without touching them, for the metrics: a call's
- * method and start on its request frame, its outcome and latency on the final answer.
+ * method and start on its request frame, its outcome and latency on the final answer. With
+ * `activity`, each call in flight also holds the sandbox awake (one header parse serves both).
  */
-export function observeCalls(client: WebSocket, agent: WebSocket, metrics: Metrics): { forget(data: Buffer): void } {
+export function observeCalls(client: WebSocket, agent: WebSocket, metrics: Metrics, activity?: CallActivity): { forget(data: Buffer): void } {
   const inFlight = new Map<RequestId, { method: string; started: number }>();
+  const held = new Map<RequestId, () => void>();
+  const release = (id: unknown) => {
+    if (typeof id !== 'number' && typeof id !== 'string') return;
+    held.get(id)?.();
+    held.delete(id);
+  };
   client.on('message', (data: Buffer) => {
     const header = peekHeader(data);
+    if (activity) {
+      const id = header?.id;
+      if (header?.type === 'req' && (typeof id === 'number' || typeof id === 'string') && !held.has(id) && held.size < 10_000) held.set(id, activity.hold());
+      else if (header?.type === 'cancel') release(id);
+      else activity.touch();
+    }
     if (
       header?.type === 'req' &&
       typeof header.method === 'string' &&
@@ -200,6 +221,7 @@ export function observeCalls(client: WebSocket, agent: WebSocket, metrics: Metri
   agent.on('message', (data: Buffer) => {
     const header = peekHeader(data);
     if (header?.type !== 'res' && header?.type !== 'err') return;
+    release(header.id);
     const id = header.id as RequestId | null;
     const call = id === null ? undefined : inFlight.get(id);
     if (header.type === 'err') {
@@ -211,11 +233,16 @@ export function observeCalls(client: WebSocket, agent: WebSocket, metrics: Metri
     metrics.calls.inc({ method: call.method, outcome: header.type === 'res' ? 'ok' : 'error' });
     metrics.callSeconds.observe({ method: call.method }, (performance.now() - call.started) / 1000);
   });
-  client.once('close', () => inFlight.clear());
+  client.once('close', () => {
+    inFlight.clear();
+    for (const end of held.values()) end();
+    held.clear();
+  });
   return {
     /** Drops a request the relay refused: no answer from the daemon will close it. */
     forget(data: Buffer) {
       const id = peekHeader(data)?.id;
+      release(id);
       if (typeof id === 'number' || typeof id === 'string') inFlight.delete(id);
     },
   };

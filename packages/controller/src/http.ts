@@ -261,6 +261,8 @@ async function upgrade(
   upgrading.count++;
   let agent: WebSocket;
   try {
+    // A sandbox frozen for being idle thaws first; the client's upgrade waits for it.
+    await deps.sandboxes.wake(id);
     agent = await openAgentSocket(deps.sandboxes.daemonEndpoint(id), deps.sandboxes.agentSecret(id), 5000, { [GRANT_HEADER]: encodeGrant(grant) });
   } catch (err) {
     upgrading.count--;
@@ -279,7 +281,13 @@ async function upgrade(
         deps.metrics.connections.dec();
         deps.logger.info({ requestId: entry.requestId, sandboxId: id, caller: caller.kind, closeCode: code, durationMs: elapsedMs(entry) }, 'ws.close');
       });
-      const observer = observeCalls(client, agent, deps.metrics);
+      const freezer = deps.sandboxes.freezer;
+      const observer = observeCalls(
+        client,
+        agent,
+        deps.metrics,
+        freezer.enabled ? { hold: () => freezer.hold(id), touch: () => freezer.touch(id) } : undefined,
+      );
       const check = callAccessCheck({ caller, grant: () => grant }, deps.metrics);
       relay(client, agent, {
         allowFrame: (data) => {

@@ -26,13 +26,17 @@ export class Metrics {
   readonly egressBytes: Counter<'direction'>;
   /** Tunnels to sandbox ports, by whether they opened a daemon connection or reused an idle one (ports/tunnel.ts). */
   readonly portTunnels: Counter<'connection'>;
+  /** Idle sandboxes frozen (idle-freezer.ts). */
+  readonly freezes: Counter;
+  /** Seconds from a call or connection that found its sandbox frozen to the sandbox running again. */
+  readonly thawSeconds: Histogram;
 
   constructor(countByState: () => Record<string, number> = () => ({})) {
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry });
     this.sandboxes = new Gauge({
       name: 'warren_sandboxes',
-      help: 'Sandboxes this controller knows, by state (running, paused, exited, pooled).',
+      help: 'Sandboxes this controller knows, by state (running, paused, exited, pooled; frozen counts running sandboxes frozen for being idle).',
       labelNames: ['state'],
       registers,
       collect() {
@@ -89,6 +93,17 @@ export class Metrics {
       name: 'warren_port_tunnels_total',
       help: 'Tunnels opened to sandbox ports, by daemon connection (new, reused: an idle one kept from an earlier tunnel).',
       labelNames: ['connection'],
+      registers,
+    });
+    this.freezes = new Counter({
+      name: 'warren_sandbox_freezes_total',
+      help: 'Sandboxes frozen for being idle (freezeAfterIdleSeconds).',
+      registers,
+    });
+    this.thawSeconds = new Histogram({
+      name: 'warren_sandbox_thaw_seconds',
+      help: 'Seconds to thaw a sandbox frozen for being idle, from the call or connection that found it frozen to its processes running again.',
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5],
       registers,
     });
     // Per-sandbox series, from the newest sample of each sandbox (usage-history.ts); the controller

@@ -25,6 +25,8 @@ export interface SandboxRecord {
   pooled: boolean;
   /** Ports its owner opened to anyone without a credential (docs/ports.md#public-ports). */
   publicPorts?: number[];
+  /** Frozen by the idle freezer (idle-freezer.ts): paused in the engine, `running` for the API. */
+  frozen?: boolean;
 }
 
 /** Filters of {@link SandboxTable.find}. */
@@ -90,8 +92,11 @@ export class SandboxTable {
 
   /** Counts by state, for the metrics gauge. */
   countByState(): Record<string, number> {
-    const counts: Record<string, number> = { running: 0, paused: 0, exited: 0 };
-    for (const r of this.records.values()) counts[r.state] = (counts[r.state] ?? 0) + 1;
+    const counts: Record<string, number> = { running: 0, paused: 0, exited: 0, frozen: 0 };
+    for (const r of this.records.values()) {
+      counts[r.state] = (counts[r.state] ?? 0) + 1;
+      if (r.frozen) counts.frozen!++;
+    }
     return counts;
   }
 }
@@ -141,6 +146,7 @@ export function describe(record: SandboxRecord): SandboxInfo {
     expiresAt: record.expiresAt.toISOString(),
     labels: record.labels,
     settings: record.settings,
+    ...(record.frozen ? { frozen: true } : {}),
   };
 }
 

@@ -7,6 +7,7 @@ import type { ControllerConfig } from './config.js';
 import type { Credentials } from './credentials.js';
 import { effectiveEgressPolicy } from './egress/decide.js';
 import type { SandboxEgress } from './egress/sandbox-egress.js';
+import { FrozenMarks, IdleFreezer } from './idle-freezer.js';
 import { ImageService } from './image-service.js';
 import { LABELS, sandboxLabels } from './labels.js';
 import type { Metrics } from './metrics.js';
@@ -46,6 +47,8 @@ export interface SandboxServiceOptions {
   probe?: ((endpoint: DaemonEndpoint, secret: string, timeoutMs: number) => Promise<unknown>) | undefined;
   /** Connects sandboxes with an egress policy or secrets to the egress gateway; absent, such creates are refused. */
   egress?: SandboxEgress | undefined;
+  /** Told of an idle freeze or thaw that failed. */
+  onFreezeError?: ((id: string, doing: 'freeze' | 'thaw', error: unknown) => void) | undefined;
 }
 
 /** The most ports one sandbox may have open to anyone at once. */
@@ -71,9 +74,12 @@ export class SandboxService {
   readonly table = new SandboxTable();
   readonly supervisor: RestartSupervisor;
   readonly reaper: Reaper;
+  /** Freezes idle sandboxes and thaws them on use (`freezeAfterIdleSeconds`). */
+  readonly freezer: IdleFreezer;
   readonly pool: PoolSource | undefined;
   readonly images: ImageService;
   private readonly store: RecordStore;
+  private readonly frozenMarks: FrozenMarks;
   private readonly metrics: Metrics | undefined;
   private readonly clock: Clock;
   private readonly probe: NonNullable<SandboxServiceOptions['probe']>;
@@ -100,6 +106,7 @@ export class SandboxService {
     this.egress = options.egress;
     this.images = options.images ?? new ImageService({ provider: this.provider, settings: options.config.images });
     this.store = new RecordStore(options.config.stateDir);
+    this.frozenMarks = new FrozenMarks(options.config.stateDir);
     this.usageHistory = new UsageHistory(options.config.usage.historySamples);
     this.createSlots = new Slots(options.config.maxConcurrentCreates);
     const { maxQueuedCreates, createQueueTimeoutMs } = options.config;
@@ -131,7 +138,26 @@ export class SandboxService {
       isMine: (labels) => this.isMine(labels),
       kill: (id) => this.kill(id),
     });
+    this.freezer = new IdleFreezer({
+      idleSeconds: options.config.freezeAfterIdleSeconds,
+      table: this.table,
+      provider: this.provider,
+      clock: this.clock,
+      metrics: this.metrics,
+      busy: (record) => (this.egress?.has(record.agentId) ? this.egress.openConnections(record.agentId) > 0 : false),
+      onError: options.onFreezeError,
+      marks: this.frozenMarks,
+    });
     this.pool = options.pool?.(this);
+  }
+
+  /**
+   * Makes sure a sandbox's processes run before a daemon connection or call reaches it: thaws a
+   * sandbox the idle freezer froze (the caller waits), and counts as activity.
+   */
+  async wake(id: string): Promise<void> {
+    this.table.require(id);
+    await this.freezer.wake(id);
   }
 
   /** How the relay reaches a sandbox's daemon, by public id. */
@@ -189,6 +215,16 @@ export class SandboxService {
       }
       this.table.set(record);
     }
+    // A paused sandbox that the freezer had frozen (its mark says so) is running for the API again, and its next call thaws it.
+    const marked = await this.frozenMarks.list();
+    for (const record of this.table.list()) {
+      if (!marked.delete(record.containerId)) continue;
+      if (record.state === 'paused') {
+        record.state = 'running';
+        record.frozen = true;
+      } else await this.frozenMarks.clear(record.containerId);
+    }
+    for (const handle of marked) await this.frozenMarks.clear(handle);
     // Stored records whose sandbox is gone belong to sandboxes killed while the controller was down.
     for (const [id, s] of stored) if (!this.table.has(id) && !poolMembers.some((m) => m.agentId === s.agentId)) await this.store.remove(id);
     await this.recoverEgress();
@@ -326,6 +362,7 @@ export class SandboxService {
 
   private created(record: SandboxRecord, started: number, source: 'pool' | 'cold'): CreateSandboxResponse {
     const seconds = (performance.now() - started) / 1000;
+    this.freezer.touch(record.id);
     this.metrics?.creates.inc({ source, outcome: 'ok' });
     this.metrics?.createSeconds.observe({ source }, seconds);
     return { ...describe(record), token: this.credentials.sandboxToken(record.id), readyMs: Math.round(seconds * 1000), pooled: source === 'pool' };
@@ -450,6 +487,7 @@ export class SandboxService {
 
   /** Starts a stopped sandbox again (new secret delivery, same workspace) and waits for its daemon. */
   private async bringBack(record: SandboxRecord): Promise<void> {
+    record.frozen = false;
     await this.provider.start(record.containerId, record.agentId, this.credentials.agentSecret(record.agentId));
     await this.waitUntilReady(record.agentId, record.containerId);
     await this.egress?.connect(record.agentId, this.provider.daemon(record.agentId), this.credentials.agentSecret(record.agentId));
@@ -570,23 +608,38 @@ export class SandboxService {
     return describe(record);
   }
 
-  /** Freezes the sandbox's processes; connections to it wait until it is resumed. */
+  /**
+   * Freezes the sandbox's processes; connections to it are refused until it is resumed. A sandbox
+   * the idle freezer froze is paused already: it becomes paused on purpose, and no call thaws it.
+   */
   async pause(id: string): Promise<SandboxInfo> {
     const record = this.table.require(id);
-    await this.provider.pause(record.containerId);
-    record.state = 'paused';
+    await this.freezer.exclusive(id, async () => {
+      if (!record.frozen) await this.provider.pause(record.containerId);
+      if (record.frozen) await this.frozenMarks.clear(record.containerId);
+      record.frozen = false;
+      record.state = 'paused';
+    });
     return describe(record);
   }
 
+  /** Thaws a paused sandbox (or one frozen for being idle). */
   async resume(id: string): Promise<SandboxInfo> {
     const record = this.table.require(id);
-    await this.provider.resume(record.containerId);
-    record.state = 'running';
+    if (record.frozen) {
+      await this.freezer.wake(id);
+      return describe(record);
+    }
+    await this.freezer.exclusive(id, async () => {
+      await this.provider.resume(record.containerId);
+      record.state = 'running';
+    });
     // Paused when the controller restarted: its relay was not opened then, so it is now.
     if (this.egress?.has(record.agentId) && this.egress.relayPort(record.agentId) === undefined)
       await this.egress
         .connectWithRetry(record.agentId, this.provider.daemon(record.agentId), this.credentials.agentSecret(record.agentId))
         .catch(() => undefined); // logged; the relay stays closed (egress fails closed) until the next start
+    this.freezer.touch(id);
     return describe(record);
   }
 
@@ -603,9 +656,11 @@ export class SandboxService {
       await this.egress?.remove(record.agentId);
       await this.provider.remove(record.containerId, record.agentId);
       await this.store.remove(id);
+      await this.frozenMarks.clear(record.containerId);
       this.table.delete(id);
       this.supervisor.forget(id);
       this.usageHistory.forget(id);
+      this.freezer.forget(id);
     });
   }
 

@@ -86,6 +86,10 @@ export class RestartSupervisor {
   observe(record: SandboxRecord, state: ProviderState | undefined, starts: number | undefined): void {
     if (this.options.table.find(record.id) !== record || this.restarts.has(record.id) || this.starts.get(record.id) !== starts) return;
     const was = record.state;
+    // A sandbox the idle freezer froze is paused in the engine and running for the API; the freezer
+    // alone ends that (a listing taken before a freeze or thaw must not undo it).
+    if (record.frozen && (state === 'paused' || state === 'running')) return;
+    record.frozen = false;
     record.state = toState(state);
     if (record.state === 'exited' && was !== 'exited') this.died(record);
   }
@@ -129,6 +133,7 @@ export class RestartSupervisor {
   private died(record: SandboxRecord): void {
     if (this.killing.has(record.id) || this.restarts.has(record.id)) return;
     record.state = 'exited';
+    record.frozen = false;
     const now = this.options.clock.now();
     const recent = (this.deaths.get(record.id) ?? []).filter((t) => now - t < RESTART_WINDOW_MS);
     this.deaths.set(record.id, [...recent, now]);

@@ -43,7 +43,7 @@ const HARDENED = {
   Init: true,
   CapDrop: ['ALL'],
   CapAdd: ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID', 'KILL', 'SYS_PTRACE', 'NET_BIND_SERVICE'],
-  SecurityOpt: ['no-new-privileges:true'],
+  SecurityOpt: ['no-new-privileges=true'],
   Privileged: false,
   PidMode: '',
   IpcMode: 'private',

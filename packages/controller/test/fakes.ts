@@ -210,11 +210,12 @@ export class FakeProvider implements SandboxProvider {
   async stats(handle: string): Promise<SandboxStats | undefined> {
     const sandbox = this.sandboxes.get(handle);
     if (sandbox?.state !== 'running') return undefined;
-    this.cpuSeconds += 0.5;
+    this.cpuSeconds += this.cpuPerSample;
     return { cpuSeconds: this.cpuSeconds, memoryBytes: 64 * 1024 * 1024, memoryLimitBytes: 512 * 1024 * 1024, pids: 3, pidsLimit: 256 };
   }
-  /** CPU seconds the fake's sandboxes have "used": half a second more at every sample. */
+  /** CPU seconds the fake's sandboxes have "used": `cpuPerSample` more at every sample. */
   cpuSeconds = 0;
+  cpuPerSample = 0.5;
 
   /** The test's hand: a sandbox's processes stop, as when its daemon is killed. */
   die(handle: string): void {

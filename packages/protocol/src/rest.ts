@@ -149,6 +149,12 @@ export const SandboxInfo = z.strictObject({
   expiresAt: z.string(),
   labels: z.record(z.string(), z.string()),
   settings: SandboxSettings,
+  /**
+   * True while the controller has frozen the sandbox for being idle (`freezeAfterIdleSeconds`):
+   * its state stays `running`, and the next call or connection thaws it (the caller waits a few
+   * milliseconds). Absent when it is not frozen.
+   */
+  frozen: z.boolean().optional(),
 });
 export type SandboxInfo = z.infer<typeof SandboxInfo>;
 

@@ -1271,6 +1271,7 @@ class CreateSandboxResponse(_Tolerant):
     expires_at: StrictStr = Field(..., alias='expiresAt')
     labels: Dict[StrictStr, StrictStr] = Field(...)
     settings: CreateSandboxResponseSettings = Field(...)
+    frozen: Optional[StrictBool] = Field(None)
     token: StrictStr = Field(...)
     ready_ms: Union[_C3, _C4] = Field(..., alias='readyMs')
     pooled: StrictBool = Field(...)
@@ -1437,6 +1438,7 @@ class SandboxInfo(_Tolerant):
     expires_at: StrictStr = Field(..., alias='expiresAt')
     labels: Dict[StrictStr, StrictStr] = Field(...)
     settings: CreateSandboxResponseSettings = Field(...)
+    frozen: Optional[StrictBool] = Field(None)
 
 
 class SandboxMetricsWithHistoryNetwork(_Tolerant):

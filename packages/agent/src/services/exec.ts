@@ -1,5 +1,4 @@
-import { createWriteStream, type WriteStream } from 'node:fs';
-import { stat } from 'node:fs/promises';
+import { createWriteStream, statSync, type WriteStream } from 'node:fs';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
 import { CodedError, type Params, type ProcessInfo, type Result } from '@warren/protocol';
@@ -293,7 +292,14 @@ function aborted(signal: AbortSignal): Promise<void> {
 
 export async function resolveCwd(policy: FilePolicy, cwd: string | undefined): Promise<string> {
   const target = await resolvePath(policy, cwd ?? '.', 'read');
-  const info = await stat(target.absolute).catch(() => undefined);
+  // Synchronous, as the policy's path walk is: microseconds on the sandbox's local file systems,
+  // where a trip through libuv's thread pool costs more than the stat itself, on every command.
+  let info: ReturnType<typeof statSync> | undefined;
+  try {
+    info = statSync(target.absolute, { throwIfNoEntry: false });
+  } catch {
+    info = undefined;
+  }
   if (!info) throw new CodedError('NOT_FOUND', `The working folder '${target.display}' does not exist.`, { path: target.display });
   if (!info.isDirectory()) throw new CodedError('NOT_A_DIRECTORY', `The working folder '${target.display}' is a file.`, { path: target.display });
   return target.absolute;

@@ -45,22 +45,41 @@ const MARKER_PREFIX = Buffer.from(`${MARKER_VARIABLE}=`);
  * same uid; it is the environment the process was started with, which is what a marker needs.
  */
 export function scanProcesses(procRoot = '/proc'): ProcEntry[] {
+  return scanForTree(procRoot).entries;
+}
+
+/** A scan of `/proc`, and how many listed processes were gone before their files could be read. */
+export interface ProcScan {
+  entries: ProcEntry[];
+  vanished: number;
+}
+
+/**
+ * {@link scanProcesses} for one tree's kill. The environment (the marker) is read only where it
+ * can change the answer: not for this daemon, not for pid 1 (neither ever carries a fresh marker,
+ * and neither is ever a member), not for a process the leader's session or group, or one of the
+ * known groups, already makes a member. It also counts the processes that vanished between the
+ * listing and their reads, which {@link killTree} needs to know whether an empty scan can be trusted.
+ */
+export function scanForTree(procRoot = '/proc', selector?: TreeSelector, self = process.pid): ProcScan {
   const entries: ProcEntry[] = [];
+  let vanished = 0;
   let names: string[];
   try {
     names = readdirSync(procRoot);
   } catch {
-    return entries;
+    return { entries, vanished };
   }
   for (const name of names) {
     if (!/^\d+$/.test(name)) continue;
-    const entry = readEntry(procRoot, Number(name));
+    const entry = readEntry(procRoot, Number(name), selector, self);
     if (entry) entries.push(entry);
+    else vanished++;
   }
-  return entries;
+  return { entries, vanished };
 }
 
-function readEntry(procRoot: string, pid: number): ProcEntry | undefined {
+function readEntry(procRoot: string, pid: number, selector: TreeSelector | undefined, self: number): ProcEntry | undefined {
   let stat: string;
   try {
     stat = readFileSync(`${procRoot}/${pid}/stat`, 'utf8');
@@ -69,21 +88,25 @@ function readEntry(procRoot: string, pid: number): ProcEntry | undefined {
   }
   // The command name is in parentheses and may itself hold spaces or parentheses.
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  let marker: string | undefined;
-  try {
-    marker = markerOf(readFileSync(`${procRoot}/${pid}/environ`));
-  } catch {
-    marker = undefined; // another user's process, or gone
-  }
-  return {
+  const entry: ProcEntry = {
     pid,
     state: fields[0] ?? '?',
     ppid: Number(fields[1]),
     pgid: Number(fields[2]),
     sid: Number(fields[3]),
     startTicks: Number(fields[19]),
-    marker,
+    marker: undefined,
   };
+  const leader = selector?.leaderPid;
+  const linked =
+    (leader !== undefined && (entry.sid === leader || entry.pgid === leader || pid === leader)) || selector?.groups?.includes(entry.pgid) === true;
+  if (selector !== undefined && (pid === self || pid === 1 || linked)) return entry;
+  try {
+    entry.marker = markerOf(readFileSync(`${procRoot}/${pid}/environ`));
+  } catch {
+    entry.marker = undefined; // another user's process, or gone
+  }
+  return entry;
 }
 
 /** Finds the marker's value in a NUL-separated environment block. */
@@ -152,11 +175,11 @@ export async function killTree(selector: TreeSelector, options: KillTreeOptions 
   const signal = options.signal ?? 'SIGKILL';
   const maxRounds = signal === 'SIGKILL' ? (options.maxRounds ?? 200) : 1;
   const killed = new Set<number>();
-  if (signal === 'SIGKILL') freezeThenKill(selector, options.procRoot, killed);
+  if (signal === 'SIGKILL' && freezeThenKill(selector, options.procRoot, killed) === 'none') return [];
   for (let round = 0; round < maxRounds; round++) {
     // The known groups first, in one syscall each: it stops a fork loop in them before the scan.
     signalGroups(knownGroups(selector), signal);
-    const members = treeMembers(scanProcesses(options.procRoot), selector);
+    const members = treeMembers(scanForTree(options.procRoot, selector).entries, selector);
     if (members.length === 0) break;
     if (signal === 'SIGKILL') signalGroups(memberGroups(members), signal);
     for (const p of members) if (signalPid(p.pid, signal)) killed.add(p.pid);
@@ -173,15 +196,24 @@ export async function killTree(selector: TreeSelector, options: KillTreeOptions 
  * by its parent alone: frozen, it is found through that parent and killed with it. The known
  * groups, then the group of each member found, are stopped whole, so copies a fork loop makes
  * between two scans are stopped with their group. Synchronous, so nothing runs between the stop
- * and the kill. A tree with no live member costs one scan, as before.
+ * and the kill.
+ *
+ * Answers `none` when its first scan found no member and no listed process vanished before it was
+ * read: then no member lived when `/proc` was listed (one that did would have been read, or counted
+ * as vanished), so none can have forked since, and the caller's further scans would find nothing.
+ * That is the common end of a command (`true` leaves nothing behind) and costs one scan instead
+ * of two. A scan with a vanished process proves nothing, and the rounds go on as before.
  */
-function freezeThenKill(selector: TreeSelector, procRoot: string | undefined, killed: Set<number>): void {
+function freezeThenKill(selector: TreeSelector, procRoot: string | undefined, killed: Set<number>): 'none' | 'some' {
   const groups = new Set(knownGroups(selector));
   signalGroups(groups, 'SIGSTOP');
   const frozen = new Set<number>();
+  let firstScanEmpty = false;
   for (let round = 0; round < 50; round++) {
     let grew = false;
-    const members = treeMembers(scanProcesses(procRoot), selector);
+    const scan = scanForTree(procRoot, selector);
+    const members = treeMembers(scan.entries, selector);
+    if (round === 0) firstScanEmpty = members.length === 0 && scan.vanished === 0;
     const fresh = memberGroups(members).filter((g) => !groups.has(g));
     signalGroups(fresh, 'SIGSTOP');
     for (const g of fresh) groups.add(g);
@@ -195,6 +227,7 @@ function freezeThenKill(selector: TreeSelector, procRoot: string | undefined, ki
   }
   signalGroups(groups, 'SIGKILL');
   for (const pid of frozen) if (signalPid(pid, 'SIGKILL')) killed.add(pid);
+  return firstScanEmpty ? 'none' : 'some';
 }
 
 /** The groups a selector names: the leader's (while it lives) and the known ones. */

@@ -63,6 +63,8 @@ export class DaemonSession implements AsyncDisposable {
     private readonly caller: Caller,
     private readonly grant: ConnectionGrant,
     private readonly metrics: Metrics | undefined,
+    /** Holds the sandbox awake while a call is in flight (the idle freezer); a hold on a frozen sandbox thaws it. */
+    private readonly awake: () => () => void,
   ) {
     ws.on('message', (data: Buffer) => this.onMessage(data));
     ws.on('error', () => ws.terminate());
@@ -78,8 +80,11 @@ export class DaemonSession implements AsyncDisposable {
    * after the handshake. Calls are counted in `metrics` as the relay counts them.
    */
   static async open(sandboxes: SandboxService, id: string, caller: Caller, grant: ConnectionGrant, metrics?: Metrics): Promise<DaemonSession> {
+    // A sandbox frozen for being idle thaws first (a paused container takes no new exec bridge);
+    // then each call holds it awake while in flight, and an open session without calls does not.
+    await sandboxes.wake(id);
     const ws = await openAgentSocket(sandboxes.daemonEndpoint(id), sandboxes.agentSecret(id), 5000, { [GRANT_HEADER]: encodeGrant(grant) });
-    const session = new DaemonSession(ws, caller, grant, metrics);
+    const session = new DaemonSession(ws, caller, grant, metrics, () => sandboxes.freezer.hold(id));
     await session.handshake();
     return session;
   }
@@ -122,14 +127,21 @@ export class DaemonSession implements AsyncDisposable {
       if (code !== undefined) this.metrics?.errors.inc({ code, source: 'call' });
     };
     return new Promise<DaemonAnswer<M>>((resolve, reject) => {
+      // Cancelled before it was sent: nothing to tell the daemon.
+      if (options.signal?.aborted) return reject(new CodedError('CANCELLED', `${method} was cancelled.`));
+      // Frames sent to a frozen sandbox wait in its socket; the hold thaws it, so they are read.
+      const release = this.awake();
       const onAbort = () => {
         if (!this.pending.delete(id)) return;
+        release();
         if (this.ws.readyState === this.ws.OPEN) this.ws.send(encodeFrame({ type: 'cancel', id }));
         reject(new CodedError('CANCELLED', `${method} was cancelled.`));
       };
-      if (options.signal?.aborted) return onAbort();
       options.signal?.addEventListener('abort', onAbort, { once: true });
-      const done = () => options.signal?.removeEventListener('abort', onAbort);
+      const done = () => {
+        release();
+        options.signal?.removeEventListener('abort', onAbort);
+      };
       this.pending.set(id, {
         method,
         resolve: (answer) => {

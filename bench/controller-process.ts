@@ -1,0 +1,59 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+
+// Both bench/*.ts and their bundle in .warren/ sit one folder below the repository.
+export const repo = path.resolve(new URL('..', import.meta.url).pathname);
+export const MiB = 1024 * 1024;
+/** The warm pool of the default table's controller. */
+export const POOL_SIZE = 2;
+
+export interface ControllerProcess {
+  url: string;
+  apiKey: string;
+  pid: number;
+  stop(): Promise<void>;
+}
+
+/** The controller as its own process, as users run it, so client and server do not share a loop. */
+export async function startControllerProcess(env: Record<string, string> = {}): Promise<ControllerProcess> {
+  const stateDir = await mkdtemp(path.join(os.tmpdir(), 'warren-bench-'));
+  const apiKey = `wk_bench_${randomBytes(16).toString('hex')}`;
+  const child: ChildProcess = spawn(process.execPath, [path.join(repo, 'packages/cli/bin/warren.js'), 'serve', '--port', '0'], {
+    // Only warnings: the access log is measured by nothing here and would be counted in every call.
+    env: { ...process.env, LOG_LEVEL: 'warn', WARREN_STATE_DIR: stateDir, WARREN_API_KEY: apiKey, WARREN_POOL_SIZE: String(POOL_SIZE), ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr!.on('data', (c: Buffer) => (stderr += c.toString()));
+  const url = await new Promise<string>((resolve, reject) => {
+    let out = '';
+    child.stdout!.on('data', (c: Buffer) => {
+      out += c.toString();
+      const match = /listening on (http:\/\/\S+)/.exec(out);
+      if (match) resolve(match[1]!);
+    });
+    child.once('exit', (code) => reject(new Error(`the controller exited (${code}): ${stderr}`)));
+  });
+  return {
+    url,
+    apiKey,
+    pid: child.pid!,
+    stop: async () => {
+      child.kill('SIGTERM');
+      await new Promise((r) => child.once('exit', r));
+      // A results table is worth more than a tidy /tmp: say what is left instead of failing the run.
+      await rm(stateDir, { recursive: true, force: true }).catch((err: unknown) =>
+        process.stderr.write(`warning: could not remove the controller's state folder ${stateDir}: ${(err as Error).message}\n`),
+      );
+    },
+  };
+}
+
+/** A process's resident memory in MiB, from /proc. */
+export async function processRssMiB(pid: number): Promise<number> {
+  const status = await readFile(`/proc/${pid}/status`, 'utf8');
+  return Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? NaN) / 1024;
+}

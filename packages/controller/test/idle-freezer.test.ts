@@ -1,0 +1,274 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
+import { CodedError } from '@warren/protocol';
+import { Credentials, loadConfig, Metrics, SandboxService } from '../src/index.js';
+import { IdleFreezer } from '../src/idle-freezer.js';
+import { FakeClock, FakeProvider } from './fakes.js';
+
+let stateDir: string;
+let provider: FakeProvider;
+let clock: FakeClock;
+let metrics: Metrics;
+
+const makeService = (freezeAfterIdleSeconds: number) =>
+  new SandboxService({
+    provider,
+    credentials: Credentials.inMemory('k'),
+    config: loadConfig({}, { stateDir, freezeAfterIdleSeconds }),
+    clock,
+    metrics,
+    probe: async () => undefined,
+  });
+
+beforeEach(async () => {
+  stateDir = await mkdtemp(path.join(os.tmpdir(), 'warren-freezer-'));
+  provider = new FakeProvider();
+  // An idle sandbox: its processes use no CPU between two samples.
+  provider.cpuPerSample = 0;
+  clock = new FakeClock();
+  metrics = new Metrics();
+});
+afterEach(async () => {
+  await rm(stateDir, { recursive: true, force: true });
+});
+
+/** Runs check rounds a few seconds apart until one freezes something, at most `rounds` times. */
+async function checkRounds(service: SandboxService, rounds: number, stepMs = 5_000): Promise<string[]> {
+  for (let i = 0; i < rounds; i++) {
+    const frozen = await service.freezer.check();
+    if (frozen.length > 0) return frozen;
+    await clock.advance(stepMs);
+  }
+  return [];
+}
+
+const engineState = (service: SandboxService, id: string) => provider.sandboxes.get(service.record(id).containerId)?.state;
+
+describe('the idle freezer, on a fake clock', () => {
+  it('freezes a sandbox idle past freezeAfterIdleSeconds, and not before; it stays running for the API with frozen: true', async () => {
+    const service = makeService(60);
+    await service.recover();
+    const { id } = await service.create({});
+    await clock.advance(59_000);
+    expect(await checkRounds(service, 1, 0)).toEqual([]);
+    expect(await service.freezer.check()).toEqual([]);
+    await clock.advance(1_000);
+    // The first round past the limit takes the CPU baseline, the next one freezes.
+    expect(await service.freezer.check()).toEqual([]);
+    await clock.advance(5_000);
+    expect(await service.freezer.check()).toEqual([id]);
+    expect(engineState(service, id)).toBe('paused');
+    const info = await service.get(id);
+    expect(info.state).toBe('running');
+    expect(info.frozen).toBe(true);
+    expect(service.countByState().frozen).toBe(1);
+  });
+
+  it('thaws on the next call, which waits for it, and records the thaw time', async () => {
+    const service = makeService(60);
+    await service.recover();
+    const { id } = await service.create({});
+    await clock.advance(60_000);
+    expect(await checkRounds(service, 3)).toEqual([id]);
+    await service.wake(id);
+    expect(engineState(service, id)).toBe('running');
+    expect(service.record(id).frozen).toBe(false);
+    expect((await service.get(id)).frozen).toBeUndefined();
+    expect(await metrics.registry.getSingleMetricAsString('warren_sandbox_thaw_seconds')).toMatch(/warren_sandbox_thaw_seconds_count 1/);
+    // The thaw was activity: the idle time starts again.
+    await clock.advance(30_000);
+    expect(await checkRounds(service, 2)).toEqual([]);
+  });
+
+  it('never freezes while a call is in flight (a foreground command, a watch, a terminal, a port tunnel)', async () => {
+    const service = makeService(60);
+    await service.recover();
+    const { id } = await service.create({});
+    const release = service.freezer.hold(id);
+    await clock.advance(600_000);
+    expect(await checkRounds(service, 5)).toEqual([]);
+    release();
+    await clock.advance(60_000);
+    expect(await checkRounds(service, 3)).toEqual([id]);
+  });
+
+  it('a frame on an open connection thaws a frozen sandbox without being asked', async () => {
+    const service = makeService(60);
+    await service.recover();
+    const { id } = await service.create({});
+    await clock.advance(60_000);
+    expect(await checkRounds(service, 3)).toEqual([id]);
+    service.freezer.touch(id);
+    // The thaw runs in the background of the frame; wake() waits for it.
+    await service.wake(id);
+    expect(engineState(service, id)).toBe('running');
+  });
+
+  it('keeps a sandbox whose processes use CPU awake though nobody calls it', async () => {
+    const service = makeService(60);
+    await service.recover();
+    const { id } = await service.create({});
+    provider.cpuPerSample = 0.5; // half a CPU second per 5 s round: 10 % of a CPU
+    await clock.advance(60_000);
+    expect(await checkRounds(service, 6)).toEqual([]);
+    provider.cpuPerSample = 0;
+    expect(await checkRounds(service, 3)).toEqual([id]);
+    expect(service.record(id).state).toBe('running');
+  });
+
+  it('keeps a sandbox awake while its busy hook says so (open egress connections)', async () => {
+    const service = makeService(60);
+    await service.recover();
+    const { id } = await service.create({});
+    let egressOpen = 1;
+    const freezer = new IdleFreezer({ idleSeconds: 60, table: service.table, provider, clock, busy: () => egressOpen > 0 });
+    // A freezer counts a sandbox's idle time from when it first sees it.
+    expect(await freezer.check()).toEqual([]);
+    await clock.advance(60_000);
+    for (let i = 0; i < 4; i++, await clock.advance(5_000)) expect(await freezer.check()).toEqual([]);
+    egressOpen = 0;
+    await freezer.check();
+    await clock.advance(5_000);
+    expect(await freezer.check()).toEqual([id]);
+  });
+
+  it('the reaper kills a frozen sandbox when its time is up', async () => {
+    const service = makeService(60);
+    await service.recover();
+    const { id } = await service.create({ ttlSeconds: 600 });
+    await clock.advance(60_000);
+    expect(await checkRounds(service, 3)).toEqual([id]);
+    await clock.advance(600_000);
+    expect(await service.reapExpired()).toEqual([id]);
+    expect(service.has(id)).toBe(false);
+    expect(provider.sandboxes.size).toBe(0);
+  });
+
+  it("a listing that sees the engine's paused state does not turn a frozen sandbox into a paused one", async () => {
+    const service = makeService(60);
+    await service.recover();
+    const { id } = await service.create({});
+    await clock.advance(60_000);
+    expect(await checkRounds(service, 3)).toEqual([id]);
+    await service.refreshStates();
+    expect(service.record(id).state).toBe('running');
+    expect(service.record(id).frozen).toBe(true);
+    expect(await service.find({ state: 'running' })).toHaveLength(1);
+  });
+
+  it('a pause of a frozen sandbox makes it paused on purpose: no call thaws it; resume does', async () => {
+    const service = makeService(60);
+    await service.recover();
+    const { id } = await service.create({});
+    await clock.advance(60_000);
+    expect(await checkRounds(service, 3)).toEqual([id]);
+    expect((await service.pause(id)).state).toBe('paused');
+    service.freezer.touch(id);
+    await service.wake(id);
+    expect(engineState(service, id)).toBe('paused');
+    expect(service.record(id).state).toBe('paused');
+    expect((await service.resume(id)).state).toBe('running');
+    expect(engineState(service, id)).toBe('running');
+    // A paused sandbox is not the freezer's to thaw or freeze.
+    await service.pause(id);
+    await clock.advance(600_000);
+    expect(await checkRounds(service, 3)).toEqual([]);
+  });
+
+  it('a resume of a frozen sandbox thaws it', async () => {
+    const service = makeService(60);
+    await service.recover();
+    const { id } = await service.create({});
+    await clock.advance(60_000);
+    expect(await checkRounds(service, 3)).toEqual([id]);
+    const info = await service.resume(id);
+    expect(info.state).toBe('running');
+    expect(info.frozen).toBeUndefined();
+    expect(engineState(service, id)).toBe('running');
+  });
+
+  it('a sandbox that died while frozen is exited, not frozen', async () => {
+    const service = makeService(60);
+    await service.recover();
+    const { id } = await service.create({});
+    await clock.advance(60_000);
+    expect(await checkRounds(service, 3)).toEqual([id]);
+    provider.sandboxes.get(service.record(id).containerId)!.state = 'exited';
+    await service.refreshStates();
+    expect(service.record(id).frozen).toBe(false);
+  });
+
+  it('a restarted controller tells a frozen sandbox from a paused one (its mark in the state folder)', async () => {
+    const credentials = Credentials.inMemory('k');
+    const make = () =>
+      new SandboxService({
+        provider,
+        credentials,
+        config: loadConfig({}, { stateDir, freezeAfterIdleSeconds: 60 }),
+        clock,
+        metrics,
+        probe: async () => undefined,
+      });
+    const first = make();
+    await first.recover();
+    const { id: idle } = await first.create({});
+    const { id: paused } = await first.create({});
+    await first.pause(paused);
+    await clock.advance(60_000);
+    expect(await checkRounds(first, 3)).toEqual([idle]);
+
+    const second = make();
+    await second.recover();
+    expect(second.record(idle)).toMatchObject({ state: 'running', frozen: true });
+    expect(second.record(paused).state).toBe('paused');
+    expect(second.record(paused).frozen).toBeUndefined();
+    await second.wake(idle);
+    expect(engineState(second, idle)).toBe('running');
+    // Thawed, its mark is gone: a third controller sees a running sandbox.
+    const third = make();
+    await third.recover();
+    expect(third.record(idle).frozen).toBeUndefined();
+  });
+
+  it('freezes nothing when freezeAfterIdleSeconds is 0 (the default)', async () => {
+    const service = makeService(0);
+    await service.recover();
+    expect(loadConfig({}, { stateDir }).freezeAfterIdleSeconds).toBe(0);
+    await service.create({});
+    await clock.advance(3_600_000);
+    expect(service.freezer.enabled).toBe(false);
+    expect(await checkRounds(service, 3)).toEqual([]);
+  });
+
+  it('stops trying on a provider that cannot freeze (Kubernetes), and keeps the sandbox running', async () => {
+    const service = makeService(60);
+    await service.recover();
+    const { id } = await service.create({});
+    provider.pause = () => Promise.reject(new CodedError('NOT_SUPPORTED', 'Kubernetes has no way to freeze a pod'));
+    await clock.advance(60_000);
+    expect(await checkRounds(service, 3)).toEqual([]);
+    expect(service.freezer.enabled).toBe(false);
+    expect(service.record(id).frozen).toBeUndefined();
+    expect(engineState(service, id)).toBe('running');
+  });
+
+  it('a call that arrives while the engine freezes the sandbox thaws it at once', async () => {
+    const service = makeService(60);
+    await service.recover();
+    const { id } = await service.create({});
+    const pause = provider.pause.bind(provider);
+    let release: (() => void) | undefined;
+    provider.pause = async (handle) => {
+      await pause(handle);
+      release = service.freezer.hold(id); // a call starts while the pause is under way
+    };
+    await clock.advance(60_000);
+    await checkRounds(service, 3);
+    expect(release).toBeDefined();
+    await service.wake(id);
+    expect(engineState(service, id)).toBe('running');
+    expect(service.record(id).frozen).toBe(false);
+  });
+});

@@ -98,8 +98,7 @@ function readEntry(procRoot: string, pid: number, selector: TreeSelector | undef
     marker: undefined,
   };
   const leader = selector?.leaderPid;
-  const linked =
-    (leader !== undefined && (entry.sid === leader || entry.pgid === leader || pid === leader)) || selector?.groups?.includes(entry.pgid) === true;
+  const linked = (leader !== undefined && (entry.sid === leader || entry.pgid === leader || pid === leader)) || selector?.groups?.includes(entry.pgid) === true;
   if (selector !== undefined && (pid === self || pid === 1 || linked)) return entry;
   try {
     entry.marker = markerOf(readFileSync(`${procRoot}/${pid}/environ`));

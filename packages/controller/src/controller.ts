@@ -1,3 +1,5 @@
+import { SnapshotService } from './snapshots.js';
+import { SnapshotStore } from './snapshot-store.js';
 import { once } from 'node:events';
 import { CodedError, EGRESS_TRANSPARENT_ADDRESS, type ParamsIn } from '@warren/protocol';
 import { callAgent } from './agent-link.js';
@@ -42,6 +44,8 @@ export interface Controller extends AsyncDisposable {
   url: string;
   config: ControllerConfig;
   sandboxes: SandboxService;
+  /** Snapshots and forks (docs/state.md). */
+  snapshots: SnapshotService;
   metrics: Metrics;
   /** The warm pool, when `poolSize` is above 0. */
   pool?: WarmPool | undefined;
@@ -125,6 +129,10 @@ export async function startController(options: StartControllerOptions = {}): Pro
   });
   const pool = sandboxes.pool as WarmPool | undefined;
   const { recovered, poolMembers } = await sandboxes.recover();
+  // Snapshots after the sandboxes: what a killed controller half-wrote goes, the rest is kept.
+  const snapshots = new SnapshotService({ sandboxes, provider, store: new SnapshotStore(config.stateDir), limits: config.snapshots, logger });
+  const snapshotsRecovered = await snapshots.recover();
+  logger.info(snapshotsRecovered, 'snapshots.recovered');
   // Unclaimed pool members of the previous run may be from an older runtime: replace them.
   for (const member of poolMembers) await sandboxes.removePoolMember(member.agentId, member.containerId);
   pool?.fill();
@@ -166,7 +174,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
     if (sandboxes.record(id).state === 'paused') throw new CodedError('SANDBOX_NOT_READY', `Sandbox '${id}' is paused; resume it to read its audit log.`);
     return callAgent(sandboxes.daemonEndpoint(id), sandboxes.agentSecret(id), 'audit.list', params);
   };
-  const { server, wss } = createHttpServer({ sandboxes, credentials, config, metrics, logger, readiness, audit, egressLog });
+  const { server, wss } = createHttpServer({ sandboxes, snapshots, credentials, config, metrics, logger, readiness, audit, egressLog });
   server.listen(config.port, config.host);
   await once(server, 'listening');
   const url = serverUrl(server, config.host);
@@ -224,7 +232,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
     await new Promise<void>((resolve) => server.close(() => resolve()));
     await egress.close();
   };
-  return { url, config, sandboxes, metrics, pool, generatedApiKey, close, [Symbol.asyncDispose]: close };
+  return { url, config, sandboxes, snapshots, metrics, pool, generatedApiKey, close, [Symbol.asyncDispose]: close };
 }
 
 /** The hardening every sandbox gets unless its create asks otherwise, for `/readyz`. */

@@ -1,3 +1,4 @@
+import type { SnapshotService } from './snapshots.js';
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { isIP, type AddressInfo } from 'node:net';
@@ -30,6 +31,8 @@ const MAX_LOGGED_PATH = 256;
 
 export interface HttpServerDeps {
   sandboxes: SandboxService;
+  /** Snapshots and forks (docs/state.md); absent, their routes answer NOT_SUPPORTED. */
+  snapshots?: SnapshotService | undefined;
   credentials: Credentials;
   config: ControllerConfig;
   metrics: Metrics;

@@ -25,6 +25,8 @@ export interface SandboxPlan {
   /** The egress policy (the operator's default when the request named none) and the brokered secrets. */
   egress: EgressPolicy;
   secrets: SecretBinding[];
+  /** Start from a snapshot: its image and workspace copy (set by the snapshot service, never from a request). */
+  restore?: { image: string; workspaceDir: string } | undefined;
 }
 
 /** What the plan needs to know about this host besides the configuration. */
@@ -47,7 +49,7 @@ export interface PlanContext {
 }
 
 const CREATE_OPTIONS =
-  'image, env, cpus, memoryMb, pidsLimit, network (none|bridge), egress, secrets, runtime (runc|runsc), user, workdir, policy, ttlSeconds, labels, mounts, readOnlyRootfs, tmpMb, openFiles, fileSizeMb, diskMb';
+  'snapshot, image, env, cpus, memoryMb, pidsLimit, network (none|bridge), egress, secrets, runtime (runc|runsc), user, workdir, policy, ttlSeconds, labels, mounts, readOnlyRootfs, tmpMb, openFiles, fileSizeMb, diskMb';
 
 /**
  * Request fields that would unharden a sandbox. They are refused by name with FORBIDDEN, before

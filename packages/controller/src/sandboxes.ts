@@ -10,7 +10,7 @@ import type { SandboxEgress } from './egress/sandbox-egress.js';
 import { ImageService } from './image-service.js';
 import { LABELS, sandboxLabels } from './labels.js';
 import type { Metrics } from './metrics.js';
-import type { DaemonEndpoint, SandboxProvider } from './provider.js';
+import type { DaemonEndpoint, SandboxProvider, SandboxSpec } from './provider.js';
 import { Slots, type WaitLimits } from './limiter.js';
 import { Reaper } from './reaper.js';
 import { UsageHistory } from './usage-history.js';
@@ -230,9 +230,14 @@ export class SandboxService {
    * first (see {@link ImageService.ensure}); the create waits for the pull, and concurrent
    * creates of the same image share it.
    */
-  async create(body: unknown): Promise<CreateSandboxResponse> {
+  async create(body: unknown, restore?: SandboxSpec['restore']): Promise<CreateSandboxResponse> {
     const started = performance.now();
+    if (restore === undefined && body !== null && typeof body === 'object' && Object.hasOwn(body, 'snapshot'))
+      throw new CodedError('INVALID_PARAMS', "A create from a snapshot goes through POST /v1/sandboxes with the API key that took it ('snapshot': its id or name).", {
+        field: 'snapshot',
+      });
     const plan = this.plan(body);
+    if (restore !== undefined) plan.restore = restore;
     await this.checkMountsOnHost(plan);
     if (this.table.size + this.creating >= this.config.maxSandboxes) {
       throw new CodedError(
@@ -246,7 +251,7 @@ export class SandboxService {
         field: 'egress',
       });
     // Pool members were made without a relay or placeholders: a sandbox with egress is always cold.
-    const pooled = withEgress ? undefined : this.pool?.take(plan);
+    const pooled = withEgress || plan.restore ? undefined : this.pool?.take(plan);
     if (pooled) {
       const createdAt = new Date(this.clock.now());
       const record: SandboxRecord = {
@@ -268,7 +273,9 @@ export class SandboxService {
     }
     this.creating++;
     try {
-      await this.images.ensure(plan.image);
+      if (!plan.restore) await this.images.ensure(plan.image);
+      else if (!(await this.provider.hasImage(plan.restore.image)))
+        throw new CodedError('SNAPSHOT_NOT_FOUND', `The snapshot's image ${plan.restore.image} is gone from the engine; the snapshot cannot be restored. Delete it and take a new one.`);
       return await this.createSlots.run(() => this.createCold(plan, started), this.createQueueLimits);
     } catch (err) {
       this.metrics?.creates.inc({ source: 'cold', outcome: 'error' });
@@ -337,6 +344,7 @@ export class SandboxService {
         settings: plan.settings,
         daemonSecret: this.credentials.agentSecret(agentId),
         ...(egress?.transparentAddress === undefined ? {} : { nameserver: egress.transparentAddress }),
+        ...(plan.restore === undefined ? {} : { restore: plan.restore }),
       });
     } catch (err) {
       await egress?.remove(agentId);

@@ -112,6 +112,11 @@ export const CreateSandboxRequest = z.strictObject({
     .min(16)
     .max(1 << 24)
     .optional(),
+  /**
+   * Start from a snapshot (its id or name, docs/state.md): its image and files, with its settings,
+   * labels, file policy and egress policy unless this request names others.
+   */
+  snapshot: z.string().min(1).max(64).optional(),
 });
 export type CreateSandboxRequest = z.input<typeof CreateSandboxRequest>;
 
@@ -390,6 +395,81 @@ export const REST_PATHS = {
   imagesPull: '/v1/images/pull',
   imagesBuild: '/v1/images/build',
   /** `POST` sub-resources of one sandbox: keepalive, timeout, pause, resume, derive, network; `GET` audit, network, egress. */
-  action: (id: string, action: 'keepalive' | 'timeout' | 'pause' | 'resume' | 'derive' | 'audit' | 'network' | 'egress') =>
+  action: (id: string, action: 'keepalive' | 'timeout' | 'pause' | 'resume' | 'derive' | 'audit' | 'network' | 'egress' | 'snapshot' | 'fork' | 'hibernate') =>
     `/v1/sandboxes/${encodeURIComponent(id)}/${action}`,
+  /** `GET` the caller's snapshots; `/v1/snapshots/<id or name>` one of them (`GET`, `DELETE`). */
+  snapshots: '/v1/snapshots',
+  snapshot: (idOrName: string) => `/v1/snapshots/${encodeURIComponent(idOrName)}`,
+  snapshotsPrune: '/v1/snapshots/prune',
 } as const;
+
+/** Snapshot names and label keys: letters, digits, `.`, `_`, `-`, starting with a letter or digit; never a path. */
+export const SNAPSHOT_NAME_PATTERN = /^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$/;
+
+/** A snapshot's name: one path-free word, so it can never name a file or folder elsewhere. */
+export const SnapshotName = z
+  .string()
+  .regex(SNAPSHOT_NAME_PATTERN, 'snapshot names are 1-63 letters, digits, . _ - starting with a letter or digit (no / or ..)')
+  .refine((name) => !name.includes('..'), 'snapshot names may not contain ..');
+
+/** `POST /v1/sandboxes/:id/snapshot`: capture the sandbox's files as a stored, immutable snapshot. */
+export const CreateSnapshotRequest = z.strictObject({
+  /** Unique among the caller's snapshots; `Sandbox.create({ snapshot: name })` accepts it as well as the id. */
+  name: SnapshotName.optional(),
+  labels: LabelMap.optional(),
+});
+export type CreateSnapshotRequest = z.input<typeof CreateSnapshotRequest>;
+
+/** A stored snapshot as the REST API describes it. */
+export const SnapshotInfo = z.strictObject({
+  id: z.string(),
+  name: z.string().optional(),
+  labels: z.record(z.string(), z.string()),
+  /** The sandbox it was taken of (it may be gone since). */
+  sandboxId: z.string(),
+  /** The image the sandbox was created from. */
+  image: z.string(),
+  createdAt: z.string(),
+  /** Bytes the snapshot keeps on the host: its copy of the workspace plus its own image layer. */
+  sizeBytes: z.number().int().nonnegative(),
+  /** Whether running processes and memory were captured (and will be restored); false says what is kept. */
+  processes: z.boolean(),
+  /** Why processes were not captured, when they were not. */
+  processesReason: z.string().optional(),
+  /** The settings a sandbox created from it gets unless the create names others. */
+  settings: SandboxSettings,
+});
+export type SnapshotInfo = z.infer<typeof SnapshotInfo>;
+
+/** `GET /v1/snapshots`: the caller's snapshots, newest first. */
+export const ListSnapshotsResponse = z.strictObject({ snapshots: z.array(SnapshotInfo) });
+export type ListSnapshotsResponse = z.infer<typeof ListSnapshotsResponse>;
+
+/** `POST /v1/snapshots/prune`: deletes the caller's snapshots older than `olderThanSeconds` (all of them with 0). */
+export const PruneSnapshotsRequest = z.strictObject({
+  olderThanSeconds: z.number().int().min(0),
+  /** Only snapshots that carry every one of these labels. */
+  labels: LabelMap.optional(),
+});
+export type PruneSnapshotsRequest = z.input<typeof PruneSnapshotsRequest>;
+
+export const PruneSnapshotsResponse = z.strictObject({ deleted: z.array(z.string()), freedBytes: z.number().int().nonnegative() });
+export type PruneSnapshotsResponse = z.infer<typeof PruneSnapshotsResponse>;
+
+/** `POST /v1/sandboxes/:id/fork`: `count` new sandboxes from the sandbox's current state. */
+export const ForkSandboxRequest = z.strictObject({
+  count: z.number().int().min(1).max(100),
+  /** Labels of the forks (the parent's otherwise). */
+  labels: LabelMap.optional(),
+  ttlSeconds: z
+    .number()
+    .int()
+    .min(10)
+    .max(30 * 24 * 3600)
+    .optional(),
+});
+export type ForkSandboxRequest = z.input<typeof ForkSandboxRequest>;
+
+/** The forks, each with its own token (shown only here). */
+export const ForkSandboxResponse = z.strictObject({ sandboxes: z.array(CreateSandboxResponse) });
+export type ForkSandboxResponse = z.infer<typeof ForkSandboxResponse>;

@@ -1,0 +1,216 @@
+import { randomBytes } from 'node:crypto';
+import { mkdir, readdir } from 'node:fs/promises';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import Docker from 'dockerode';
+import { Credentials } from '@warren/controller';
+import { Sandbox, Snapshots } from '@warren/sdk';
+import { startTestController, type TestController } from '../support/fixtures.js';
+import { ControllerProcess } from '../support/reliability.js';
+
+const docker = new Docker();
+
+describe('snapshots and forks', () => {
+  let warren: TestController;
+  const otherKey = `wk_other_${randomBytes(16).toString('hex')}`;
+  let sandbox: Sandbox;
+  const made: Sandbox[] = [];
+
+  beforeAll(async () => {
+    const apiKey = `wk_test_${randomBytes(16).toString('hex')}`;
+    warren = await startTestController({
+      credentials: Credentials.inMemory(apiKey, randomBytes(32), [otherKey]),
+      config: { snapshots: { maxCount: 8, maxMb: 4096, maxForkCount: 4 }, maxSandboxes: 12 },
+    });
+    // startTestController makes its own key; use the one these credentials know.
+    warren = { ...warren, apiKey };
+    sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey, memoryMb: 300, labels: { suite: 'snapshots' }, ttlSeconds: 900 });
+  }, 120_000);
+  afterAll(async () => {
+    for (const s of made) await s.kill().catch(() => undefined);
+    await sandbox?.kill().catch(() => undefined);
+    const snapshots = new Snapshots({ baseUrl: warren.url, apiKey: warren.apiKey });
+    await snapshots.prune({ olderThanSeconds: 0 }).catch(() => undefined);
+    await warren?.[Symbol.asyncDispose]();
+  }, 120_000);
+
+  const options = () => ({ baseUrl: warren.url, apiKey: warren.apiKey });
+  const api = (method: string, route: string, body?: unknown, key = warren.apiKey) =>
+    fetch(`${warren.url}${route}`, {
+      method,
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: body === undefined ? null : JSON.stringify(body),
+    });
+  const codeOf = async (res: Response) => ((await res.json()) as { error: { code: string } }).error.code;
+
+  it('snapshots a running sandbox without stopping it, and a sandbox made from it has its files, settings and labels', async () => {
+    await sandbox.commands.run([
+      'sh',
+      '-c',
+      'mkdir -p /workspace/src && printf "v1" > /workspace/src/a.txt && ln -s /etc/passwd /workspace/link && truncate -s 512M /workspace/sparse.img && sleep 600 >/dev/null 2>&1 &',
+    ]);
+    const snap = await sandbox.snapshot({ name: 'first', labels: { step: 'one' } });
+    expect(snap).toMatchObject({ name: 'first', labels: { step: 'one' }, sandboxId: sandbox.id, processes: false });
+    expect(snap.processesReason).toMatch(/fresh processes/);
+    // The sparse file's hole is not stored: the snapshot is far smaller than 512 MiB.
+    expect(snap.sizeBytes).toBeLessThan(64 * 1024 * 1024);
+    // The parent keeps running, its background process too.
+    expect((await sandbox.info()).state).toBe('running');
+    expect((await sandbox.commands.run('pgrep -f "sleep 600"')).exitCode).toBe(0);
+
+    const child = await Sandbox.create({ ...options(), snapshot: 'first' });
+    made.push(child);
+    const info = await child.info();
+    expect(info.settings.memoryMb).toBe(300);
+    expect(info.labels).toEqual({ suite: 'snapshots' });
+    expect(await child.files.read('src/a.txt')).toBe('v1');
+    expect((await child.commands.run('readlink /workspace/link')).stdout.trim()).toBe('/etc/passwd');
+    const sizes = (await child.commands.run('stat -c "%s %b %B" /workspace/sparse.img')).stdout.trim().split(' ').map(Number);
+    expect(sizes[0]).toBe(512 * 1024 * 1024);
+    expect(sizes[1]! * sizes[2]!).toBeLessThan(16 * 1024 * 1024);
+    // Processes are not restored, as the snapshot said.
+    expect((await child.commands.run('pgrep -f "sleep 600"')).exitCode).not.toBe(0);
+    // Writes in the child are the child's.
+    await child.files.write('src/a.txt', 'child');
+    expect(await sandbox.files.read('src/a.txt')).toBe('v1');
+    // An override wins over the snapshot's settings.
+    const bigger = await Sandbox.create({ ...options(), snapshot: snap.id, memoryMb: 400, labels: { other: 'yes' } });
+    made.push(bigger);
+    expect((await bigger.info()).settings.memoryMb).toBe(400);
+    expect((await bigger.info()).labels).toEqual({ other: 'yes' });
+    expect(await bigger.files.read('src/a.txt')).toBe('v1');
+  }, 180_000);
+
+  it('a snapshot of files rewritten as fast as possible holds whole files, never half-written ones', async () => {
+    await sandbox.commands.run([
+      'sh',
+      '-c',
+      'cd /workspace && (i=0; while :; do head -c 65536 /dev/zero | tr "\\0" "$((i % 10))" > t; mv t f; i=$((i+1)); done) >/dev/null 2>&1 &',
+    ]);
+    await sandbox.commands.run('sh -c "while [ ! -f /workspace/f ]; do sleep 0.05; done"');
+    const snap = await sandbox.snapshot({ name: 'busy' });
+    const child = await Sandbox.create({ ...options(), snapshot: snap.id });
+    made.push(child);
+    const content = (await child.commands.run('cat /workspace/f')).stdout;
+    expect(content.length).toBe(65536);
+    expect(new Set(content).size).toBe(1);
+    await sandbox.commands.run('pkill -f "mv t f" ; true');
+  }, 120_000);
+
+  it('refuses names and labels with path characters, and path tricks on the routes, with INVALID_PARAMS', async () => {
+    for (const name of ['../etc', 'a/b', '..', '.hidden', 'x'.repeat(64), 'a..b']) {
+      const res = await api('POST', `/v1/sandboxes/${sandbox.id}/snapshot`, { name });
+      expect(res.status).toBe(400);
+      expect(await codeOf(res)).toBe('INVALID_PARAMS');
+    }
+    const badLabel = await api('POST', `/v1/sandboxes/${sandbox.id}/snapshot`, { labels: { 'a/../b': 'x' } });
+    expect(badLabel.status).toBe(400);
+    for (const ref of ['..%2F..%2Fetc', '%2E%2E', 'snap%00x']) {
+      const res = await api('GET', `/v1/snapshots/${ref}`);
+      expect(res.status).toBe(400);
+      expect(await codeOf(res)).toBe('INVALID_PARAMS');
+    }
+    const badCreate = await api('POST', '/v1/sandboxes', { snapshot: '../../records' });
+    expect(badCreate.status).toBe(400);
+    // Nothing was stored by the refusals.
+    const stored = await readdir(path.join(warren.controller.config.stateDir, 'snapshots'));
+    expect(stored.filter((n) => n.startsWith('.'))).toEqual([]);
+  });
+
+  it("another API key cannot see, restore or delete a key's snapshot, and a sandbox token cannot snapshot", async () => {
+    const mine = await new Snapshots(options()).get('first');
+    const other = new Snapshots({ baseUrl: warren.url, apiKey: otherKey });
+    expect(await other.list()).toEqual([]);
+    await expect(other.get(mine.id)).rejects.toMatchObject({ code: 'SNAPSHOT_NOT_FOUND' });
+    await expect(other.delete('first')).rejects.toMatchObject({ code: 'SNAPSHOT_NOT_FOUND' });
+    await expect(Sandbox.create({ baseUrl: warren.url, apiKey: otherKey, snapshot: mine.id })).rejects.toMatchObject({ code: 'SNAPSHOT_NOT_FOUND' });
+    // The other key may name its own snapshot the same.
+    const theirs = await api('POST', `/v1/sandboxes/${sandbox.id}/snapshot`, { name: 'first' }, otherKey);
+    expect(theirs.status).toBe(201);
+    expect((await other.list()).map((s) => s.name)).toEqual(['first']);
+    await other.prune({ olderThanSeconds: 0 });
+    const byToken = await api('POST', `/v1/sandboxes/${sandbox.id}/snapshot`, {}, sandbox.token);
+    expect(byToken.status).toBe(403);
+    // The owner's snapshot is untouched.
+    expect((await new Snapshots(options()).get('first')).id).toBe(mine.id);
+    const twice = await api('POST', `/v1/sandboxes/${sandbox.id}/snapshot`, { name: 'first' });
+    expect(await codeOf(twice)).toBe('ALREADY_EXISTS');
+  }, 120_000);
+
+  it('forks into independent sandboxes; a write in one is seen by no other nor the parent; fork limits apply', async () => {
+    await sandbox.files.write('fork.txt', 'parent');
+    const forks = await sandbox.fork({ count: 3 });
+    made.push(...forks);
+    expect(new Set(forks.map((f) => f.id)).size).toBe(3);
+    await forks[0]!.files.write('fork.txt', 'fork0');
+    await forks[0]!.files.write('only0.txt', 'x');
+    expect(await forks[1]!.files.read('fork.txt')).toBe('parent');
+    expect(await forks[2]!.files.read('fork.txt')).toBe('parent');
+    expect(await sandbox.files.read('fork.txt')).toBe('parent');
+    expect((await forks[1]!.commands.run('test -e /workspace/only0.txt')).exitCode).not.toBe(0);
+    // The fork's transient snapshot is not kept.
+    expect((await new Snapshots(options()).list()).every((s) => s.sandboxId !== sandbox.id || s.name !== undefined)).toBe(true);
+    // A fork bomb: more than maxForkCount, or more than maxSandboxes, is refused before anything is made.
+    const before = warren.controller.sandboxes.list().length;
+    const tooMany = await api('POST', `/v1/sandboxes/${sandbox.id}/fork`, { count: 5 });
+    expect(tooMany.status).toBe(429);
+    const bomb = await Promise.all(Array.from({ length: 4 }, () => api('POST', `/v1/sandboxes/${sandbox.id}/fork`, { count: 4 })));
+    expect(bomb.some((r) => r.status === 429)).toBe(true);
+    for (const res of bomb)
+      if (res.status === 201)
+        for (const s of ((await res.json()) as { sandboxes: { id: string }[] }).sandboxes) await warren.controller.sandboxes.kill(s.id).catch(() => undefined);
+    expect(warren.controller.sandboxes.list().length).toBe(before);
+  }, 240_000);
+
+  it('keeps to the per-key count quota, deletes and prunes, and a deleted snapshot leaves its sandboxes working', async () => {
+    const snapshots = new Snapshots(options());
+    const have = (await snapshots.list()).length;
+    for (let i = have; i < 8; i++) await sandbox.snapshot();
+    await expect(sandbox.snapshot()).rejects.toMatchObject({ code: 'RESOURCE_EXHAUSTED' });
+    const first = await snapshots.get('first');
+    await snapshots.delete('first');
+    await expect(snapshots.get('first')).rejects.toMatchObject({ code: 'SNAPSHOT_NOT_FOUND' });
+    expect(await made[0]!.files.read('src/a.txt')).toBe('child');
+    expect((await docker.listImages({ filters: { reference: [`warren-snapshot/${first.id}`] } })).length).toBe(0);
+    const pruned = await snapshots.prune({ olderThanSeconds: 0 });
+    expect(pruned.deleted.length).toBe(7);
+    expect(await snapshots.list()).toEqual([]);
+    expect(await readdir(path.join(warren.controller.config.stateDir, 'snapshots'))).toEqual([]);
+  }, 240_000);
+});
+
+describe('snapshots survive a controller SIGKILL', () => {
+  let first: ControllerProcess | undefined;
+  let second: ControllerProcess | undefined;
+  const ids: string[] = [];
+
+  afterAll(async () => {
+    const live = second ?? first;
+    if (live) {
+      for (const id of ids) await fetch(`${live.url}/v1/sandboxes/${id}`, { method: 'DELETE', headers: { authorization: `Bearer ${live.apiKey}` } }).catch(() => undefined);
+      await new Snapshots(live.options).prune({ olderThanSeconds: 0 }).catch(() => undefined);
+      await live.dispose();
+    }
+  }, 120_000);
+
+  it('keeps complete snapshots, drops a half-written one, and restores after the restart', async () => {
+    first = await ControllerProcess.start();
+    const sandbox = await Sandbox.create({ ...first.options, ttlSeconds: 600 });
+    ids.push(sandbox.id);
+    await sandbox.files.write('kept.txt', 'kept');
+    const snap = await sandbox.snapshot({ name: 'kept' });
+    // What a controller killed in the middle of a snapshot leaves: a temporary folder.
+    const half = path.join(first.env.WARREN_STATE_DIR!, 'snapshots', '.tmp-snap-000000000000000000000half');
+    await mkdir(path.join(half, 'workspace'), { recursive: true });
+    await first.stop('SIGKILL');
+    second = await ControllerProcess.start({}, first);
+    const listed = await new Snapshots(second.options).list();
+    expect(listed.map((s) => s.id)).toEqual([snap.id]);
+    expect(await readdir(path.join(second.env.WARREN_STATE_DIR!, 'snapshots'))).toEqual([snap.id]);
+    const restored = await Sandbox.create({ ...second.options, snapshot: 'kept' });
+    ids.push(restored.id);
+    expect(await restored.files.read('kept.txt')).toBe('kept');
+    await restored.close();
+    await sandbox.close();
+  }, 180_000);
+});

@@ -200,12 +200,26 @@ export class SnapshotService {
         max: this.limits.maxForkCount,
       });
     const max = this.sandboxes.config.maxSandboxes;
-    if (this.sandboxes.list().length + count > max)
+    const running = this.sandboxes.list().length;
+    // Checked and reserved in one step, so concurrent forks (a fork bomb) cannot all pass the same check.
+    if (running + this.forking + count > max)
       throw new CodedError(
         'RESOURCE_EXHAUSTED',
-        `Forking into ${count} would pass this controller's maximum of ${max} sandboxes (maxSandboxes; ${this.sandboxes.list().length} run now); kill some or fork fewer.`,
+        `Forking into ${count} would pass this controller's maximum of ${max} sandboxes (maxSandboxes; ${running} run and ${this.forking} are being forked now); kill some or fork fewer.`,
         { field: 'count', max },
       );
+    this.forking += count;
+    try {
+      return await this.forkReserved(sandboxId, count, labels, ttlSeconds);
+    } finally {
+      this.forking -= count;
+    }
+  }
+
+  /** Sandboxes being made by forks under way: they count towards maxSandboxes before they exist. */
+  private forking = 0;
+
+  private async forkReserved(sandboxId: string, count: number, labels: Record<string, string> | undefined, ttlSeconds: number | undefined): Promise<CreateSandboxResponse[]> {
     const record = this.sandboxes.record(sandboxId);
     const id = newSnapshotId();
     const { workspace } = await this.store.begin(id);

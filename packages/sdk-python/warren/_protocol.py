@@ -87,6 +87,7 @@ ERROR_CODES: Dict[str, tuple] = {
     'CANCELLED': (499, 'The call was cancelled; call again if it is still wanted.'),
     'RESOURCE_EXHAUSTED': (429, 'A limit was reached; wait for running work to finish or raise the limit.'),
     'SANDBOX_NOT_FOUND': (404, 'The sandbox does not exist or has ended; create a new one.'),
+    'SNAPSHOT_NOT_FOUND': (404, 'The snapshot does not exist, was deleted, or belongs to another API key; list yours with GET /v1/snapshots (warren snapshot ls).'),
     'SANDBOX_NOT_READY': (503, 'The sandbox is starting or its daemon is not answering; retry shortly.'),
     'UPSTREAM_UNAVAILABLE': (502, 'The Docker engine or the sandbox daemon did not answer; check that Docker is running.'),
     'PTY_UNAVAILABLE': (501, 'This sandbox cannot open a terminal (the message says why); run commands with commands.run or commands.start instead.'),
@@ -173,9 +174,10 @@ if TYPE_CHECKING:
     _C79 = int
     _C80 = int
     _C81 = int
-    _C82 = str
-    _C84 = int
-    _C85 = str
+    _C82 = int
+    _C83 = str
+    _C85 = int
+    _C86 = str
 else:
     _C1 = conint(strict=True, ge=0, le=9007199254740991)
     _C2 = conint(strict=True, le=10000, gt=0)
@@ -247,9 +249,10 @@ else:
     _C79 = conint(strict=True, ge=1, le=16777216)
     _C80 = conint(strict=True, ge=16, le=16777216)
     _C81 = conint(strict=True, ge=1, le=2592000)
-    _C82 = constr(strict=True, regex='^(\\*\\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$')
-    _C84 = conint(strict=True, ge=1, le=604800)
-    _C85 = constr(strict=True, min_length=1, max_length=512)
+    _C82 = conint(strict=True, ge=1, le=100)
+    _C83 = constr(strict=True, regex='^(\\*\\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$')
+    _C85 = conint(strict=True, ge=1, le=604800)
+    _C86 = constr(strict=True, min_length=1, max_length=512)
 
 
 class AuditListParams(_Strict):
@@ -1237,6 +1240,7 @@ class CreateSandboxRequest(_Strict):
     open_files: Optional[_C78] = Field(None, alias='openFiles')
     file_size_mb: Optional[_C79] = Field(None, alias='fileSizeMb')
     disk_mb: Optional[_C80] = Field(None, alias='diskMb')
+    snapshot: Optional[_C47] = Field(None)
 
 
 class CreateSandboxResponseSettingsMountsItem(_Tolerant):
@@ -1274,6 +1278,11 @@ class CreateSandboxResponse(_Tolerant):
     token: StrictStr = Field(...)
     ready_ms: Union[_C3, _C4] = Field(..., alias='readyMs')
     pooled: StrictBool = Field(...)
+
+
+class CreateSnapshotRequest(_Tolerant):
+    name: Optional[_C74] = Field(None)
+    labels: Optional[Dict[_C74, _C75]] = Field(None)
 
 
 class DeriveTokenRequest(_Strict):
@@ -1316,6 +1325,12 @@ class EgressLogResponseEntriesItem(_Tolerant):
 class EgressLogResponse(_Tolerant):
     entries: List[EgressLogResponseEntriesItem] = Field(...)
     last_seq: _C5 = Field(..., alias='lastSeq')
+
+
+class ForkSandboxRequest(_Tolerant):
+    count: _C82 = Field(...)
+    labels: Optional[Dict[_C74, _C75]] = Field(None)
+    ttl_seconds: Optional[_C73] = Field(None, alias='ttlSeconds')
 
 
 class ImageEventProgress(_Tolerant):
@@ -1368,21 +1383,21 @@ class NetworkPolicyResponseEgressNone(_Tolerant):
 
 
 class NetworkPolicyResponseEgressAllowRulesItem(_Tolerant):
-    host: _C82 = Field(...)
+    host: _C83 = Field(...)
     ports: Optional[_C56] = Field(None)
     methods: Optional[_C57] = Field(None)
     path_prefix: Optional[_C58] = Field(None, alias='pathPrefix')
 
 
 if TYPE_CHECKING:
-    _C83 = List[NetworkPolicyResponseEgressAllowRulesItem]
+    _C84 = List[NetworkPolicyResponseEgressAllowRulesItem]
 else:
-    _C83 = conlist(NetworkPolicyResponseEgressAllowRulesItem, min_items=1, max_items=256)
+    _C84 = conlist(NetworkPolicyResponseEgressAllowRulesItem, min_items=1, max_items=256)
 
 
 class NetworkPolicyResponseEgressAllow(_Tolerant):
     mode: Literal['allow'] = Field(...)
-    rules: _C83 = Field(...)
+    rules: _C84 = Field(...)
 
 
 class NetworkPolicyResponseEgressOpen(_Tolerant):
@@ -1396,13 +1411,23 @@ class NetworkPolicyResponse(_Tolerant):
 
 class PortUrlRequest(_Tolerant):
     port: _C20 = Field(...)
-    ttl_seconds: Optional[_C84] = Field(None, alias='ttlSeconds')
+    ttl_seconds: Optional[_C85] = Field(None, alias='ttlSeconds')
 
 
 class PortUrlResponse(_Tolerant):
     path: StrictStr = Field(...)
     url: Optional[StrictStr] = Field(None)
     expires_at: StrictStr = Field(..., alias='expiresAt')
+
+
+class PruneSnapshotsRequest(_Tolerant):
+    older_than_seconds: _C1 = Field(..., alias='olderThanSeconds')
+    labels: Optional[Dict[_C74, _C75]] = Field(None)
+
+
+class PruneSnapshotsResponse(_Tolerant):
+    deleted: List[StrictStr] = Field(...)
+    freed_bytes: _C1 = Field(..., alias='freedBytes')
 
 
 class PublicPortRequest(_Tolerant):
@@ -1415,7 +1440,7 @@ class PublicPortsResponse(_Tolerant):
 
 
 class PullImageRequest(_Strict):
-    image: _C85 = Field(...)
+    image: _C86 = Field(...)
 
 
 class RestErrorBodyError(_Tolerant):
@@ -1485,6 +1510,19 @@ class SetTimeoutRequest(_Strict):
     ttl_seconds: _C81 = Field(..., alias='ttlSeconds')
 
 
+class SnapshotInfo(_Tolerant):
+    id: StrictStr = Field(...)
+    name: Optional[StrictStr] = Field(None)
+    labels: Dict[StrictStr, StrictStr] = Field(...)
+    sandbox_id: StrictStr = Field(..., alias='sandboxId')
+    image: StrictStr = Field(...)
+    created_at: StrictStr = Field(..., alias='createdAt')
+    size_bytes: _C1 = Field(..., alias='sizeBytes')
+    processes: StrictBool = Field(...)
+    processes_reason: Optional[StrictStr] = Field(None, alias='processesReason')
+    settings: CreateSandboxResponseSettings = Field(...)
+
+
 class UpdateNetworkRequestEgressNone(_Tolerant):
     mode: Literal['none'] = Field(...)
 
@@ -1497,14 +1535,14 @@ class UpdateNetworkRequestEgressAllowRulesItem(_Tolerant):
 
 
 if TYPE_CHECKING:
-    _C86 = List[UpdateNetworkRequestEgressAllowRulesItem]
+    _C87 = List[UpdateNetworkRequestEgressAllowRulesItem]
 else:
-    _C86 = conlist(UpdateNetworkRequestEgressAllowRulesItem, min_items=1, max_items=256)
+    _C87 = conlist(UpdateNetworkRequestEgressAllowRulesItem, min_items=1, max_items=256)
 
 
 class UpdateNetworkRequestEgressAllow(_Tolerant):
     mode: Literal['allow'] = Field(...)
-    rules: _C86 = Field(...)
+    rules: _C87 = Field(...)
 
 
 class UpdateNetworkRequestEgressOpen(_Tolerant):
@@ -1515,8 +1553,16 @@ class UpdateNetworkRequest(_Tolerant):
     egress: Union[UpdateNetworkRequestEgressNone, UpdateNetworkRequestEgressAllow, UpdateNetworkRequestEgressOpen] = Field(...)
 
 
+class ForkSandboxResponse(_Tolerant):
+    sandboxes: List[CreateSandboxResponse] = Field(...)
+
+
 class ListSandboxesResponse(_Tolerant):
     sandboxes: List[SandboxInfo] = Field(...)
+
+
+class ListSnapshotsResponse(_Tolerant):
+    snapshots: List[SnapshotInfo] = Field(...)
 
 
 #: The method registry: name to params, result, access, payload side, idempotence and events.

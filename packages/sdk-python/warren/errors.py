@@ -226,6 +226,12 @@ class SandboxNotFoundError(WarrenNotFoundError):
     code = "SANDBOX_NOT_FOUND"
 
 
+class SnapshotNotFoundError(WarrenNotFoundError):
+    """A snapshot that does not exist, was deleted, or belongs to another API key (not told apart)."""
+
+    code = "SNAPSHOT_NOT_FOUND"
+
+
 class SandboxNotReadyError(WarrenConnectionError):
     code = "SANDBOX_NOT_READY"
 

@@ -7,6 +7,7 @@ import { Credentials } from '@warren/controller';
 import { Sandbox, Snapshots } from '@warren/sdk';
 import { startTestController, type TestController } from '../support/fixtures.js';
 import { ControllerProcess } from '../support/reliability.js';
+import { until } from '../support/wait.js';
 
 const docker = new Docker();
 
@@ -180,6 +181,48 @@ describe('snapshots and forks', () => {
   }, 240_000);
 });
 
+describe('hibernation', () => {
+  let warren: TestController;
+  beforeAll(async () => {
+    warren = await startTestController();
+  }, 60_000);
+  afterAll(async () => warren?.[Symbol.asyncDispose](), 60_000);
+
+  it('stops the container, keeps id, token and files, and the next call wakes it (the client waits)', async () => {
+    const sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, ttlSeconds: 600 });
+    await sandbox.files.write('notes.md', 'remember');
+    const containerId = warren.controller.sandboxes.record(sandbox.id).containerId;
+    expect((await sandbox.hibernate()).state).toBe('hibernated');
+    expect((await docker.getContainer(containerId).inspect()).State.Running).toBe(false);
+    // Describing it does not wake it; listing by state finds it.
+    expect((await sandbox.info()).state).toBe('hibernated');
+    expect((await Sandbox.list({ baseUrl: warren.url, apiKey: warren.apiKey, state: 'hibernated' })).map((s) => s.id)).toEqual([sandbox.id]);
+    // A call on the same handle wakes it and waits.
+    expect(await sandbox.files.read('notes.md')).toBe('remember');
+    expect((await sandbox.info()).state).toBe('running');
+    expect((await docker.getContainer(containerId).inspect()).State.Running).toBe(true);
+    // A new connection with the same token wakes it too.
+    await sandbox.hibernate();
+    const again = await Sandbox.connect(sandbox.id, { baseUrl: warren.url, token: sandbox.token });
+    expect((await again.commands.run('cat /workspace/notes.md')).stdout).toBe('remember');
+    again.close();
+    await sandbox.kill();
+  }, 120_000);
+
+  it('hibernates a sandbox idle for hibernateAfterSeconds, not one with an open connection', async () => {
+    const idle = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, hibernateAfterSeconds: 10 });
+    const busy = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, hibernateAfterSeconds: 10 });
+    idle.close();
+    await until('the idle sandbox to hibernate', () => (warren.controller.sandboxes.record(idle.id).state === 'hibernated' ? true : undefined), 40_000, 250);
+    expect(warren.controller.sandboxes.record(busy.id).state).toBe('running');
+    const back = await Sandbox.connect(idle.id, { baseUrl: warren.url, apiKey: warren.apiKey });
+    expect((await back.commands.run('echo up')).stdout.trim()).toBe('up');
+    back.close();
+    await busy.kill();
+    await warren.controller.sandboxes.kill(idle.id);
+  }, 120_000);
+});
+
 describe('snapshots survive a controller SIGKILL', () => {
   let first: ControllerProcess | undefined;
   let second: ControllerProcess | undefined;
@@ -211,7 +254,23 @@ describe('snapshots survive a controller SIGKILL', () => {
     const restored = await Sandbox.create({ ...second.options, snapshot: 'kept' });
     ids.push(restored.id);
     expect(await restored.files.read('kept.txt')).toBe('kept');
-    await restored.close();
-    await sandbox.close();
+    restored.close();
+    sandbox.close();
+  }, 180_000);
+
+  it('keeps a hibernated sandbox hibernated across a SIGKILL, and a call wakes it with its files', async () => {
+    const live = second!;
+    const sandbox = await Sandbox.create({ ...live.options, ttlSeconds: 600 });
+    ids.push(sandbox.id);
+    await sandbox.files.write('sleep.txt', 'zz');
+    await sandbox.hibernate();
+    sandbox.close();
+    await live.stop('SIGKILL');
+    second = await ControllerProcess.start({}, live);
+    const info = await (await fetch(`${second.url}/v1/sandboxes/${sandbox.id}`, { headers: { authorization: `Bearer ${second.apiKey}` } })).json();
+    expect((info as { state: string }).state).toBe('hibernated');
+    const back = await Sandbox.connect(sandbox.id, { baseUrl: second.url, token: sandbox.token });
+    expect(await back.files.read('sleep.txt')).toBe('zz');
+    back.close();
   }, 180_000);
 });

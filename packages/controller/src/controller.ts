@@ -197,6 +197,8 @@ export async function startController(options: StartControllerOptions = {}): Pro
       .refreshStates()
       .then(() => sandboxes.reapExpired())
       .then((ids: string[]) => ids.length > 0 && logger.info({ ids }, 'sandboxes.reaped'))
+      .then(() => sandboxes.hibernateIdle())
+      .then((ids: string[]) => ids.length > 0 && logger.info({ ids }, 'sandboxes.hibernated'))
       .catch((err: unknown) => logger.error({ error: String(err) }, 'reaper.failed'));
   }, config.reapIntervalMs);
   reaper.unref();

@@ -247,6 +247,19 @@ export const ROUTES: readonly Route[] = [
   },
   {
     method: 'POST',
+    path: '/v1/sandboxes/{id}/hibernate',
+    operationId: 'hibernate',
+    summary: 'Stop the sandbox to free its memory, keeping its id, token and files; any call or connection starts it again.',
+    access: 'lifecycle',
+    responses: infoAnswer('The hibernated sandbox.'),
+    handle: async ({ deps, res, id }) => {
+      const info = await deps.sandboxes.hibernate(id);
+      deps.logger.info({ sandboxId: id }, 'sandbox.hibernated');
+      sendJson(res, 200, info);
+    },
+  },
+  {
+    method: 'POST',
     path: '/v1/sandboxes/{id}/snapshot',
     operationId: 'snapshotSandbox',
     summary:
@@ -614,7 +627,9 @@ export function routesAt(pathname: string): { routes: Route[]; id: string } {
     if (match) id = match[1] ?? '';
     return match !== null;
   });
-  return { routes, id };
+  // A path of its own (`/v1/snapshots/prune`) is never also a snapshot's name.
+  const literal = routes.filter((route) => !route.path.includes('{snapshot}'));
+  return { routes: literal.length > 0 ? literal : routes, id };
 }
 
 /** Every route, as `METHOD path` lines for a NOT_FOUND message. */

@@ -49,7 +49,7 @@ export interface PlanContext {
 }
 
 const CREATE_OPTIONS =
-  'snapshot, image, env, cpus, memoryMb, pidsLimit, network (none|bridge), egress, secrets, runtime (runc|runsc), user, workdir, policy, ttlSeconds, labels, mounts, readOnlyRootfs, tmpMb, openFiles, fileSizeMb, diskMb';
+  'snapshot, hibernateAfterSeconds, image, env, cpus, memoryMb, pidsLimit, network (none|bridge), egress, secrets, runtime (runc|runsc), user, workdir, policy, ttlSeconds, labels, mounts, readOnlyRootfs, tmpMb, openFiles, fileSizeMb, diskMb';
 
 /**
  * Request fields that would unharden a sandbox. They are refused by name with FORBIDDEN, before
@@ -210,6 +210,7 @@ export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
       openFiles: limit('openFiles', request.openFiles),
       fileSizeMb: limit('fileSizeMb', request.fileSizeMb),
       diskMb: limit('diskMb', request.diskMb),
+      ...(request.hibernateAfterSeconds === undefined ? {} : { hibernateAfterSeconds: request.hibernateAfterSeconds }),
     },
     egress,
     secrets: request.secrets ?? [],

@@ -25,6 +25,11 @@ export interface SandboxRecord {
   pooled: boolean;
   /** Ports its owner opened to anyone without a credential (docs/ports.md#public-ports). */
   publicPorts?: number[];
+  /** Stopped by {@link SandboxService.hibernate}: the supervisor leaves it stopped until a call wakes it. */
+  hibernated?: boolean;
+  /** When a call last reached it, and how many connections are open now (for `hibernateAfterSeconds`). */
+  lastActive?: number;
+  connections?: number;
 }
 
 /** Filters of {@link SandboxTable.find}. */
@@ -90,7 +95,7 @@ export class SandboxTable {
 
   /** Counts by state, for the metrics gauge. */
   countByState(): Record<string, number> {
-    const counts: Record<string, number> = { running: 0, paused: 0, exited: 0 };
+    const counts: Record<string, number> = { running: 0, paused: 0, exited: 0, hibernated: 0 };
     for (const r of this.records.values()) counts[r.state] = (counts[r.state] ?? 0) + 1;
     return counts;
   }

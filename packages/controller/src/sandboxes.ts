@@ -186,6 +186,10 @@ export class SandboxService {
         if (claim.ttlSeconds !== undefined) record.settings = { ...record.settings, ttlSeconds: claim.ttlSeconds };
         record.pooled = sandbox.labels[LABELS.pool] === '1';
         if (Array.isArray(claim.publicPorts)) record.publicPorts = claim.publicPorts.filter((p) => Number.isInteger(p) && p >= 1 && p <= 65535);
+        if (claim.hibernated === true && sandbox.state !== 'running') {
+          record.hibernated = true;
+          record.state = 'hibernated';
+        }
       }
       this.table.set(record);
     }
@@ -209,6 +213,7 @@ export class SandboxService {
       if (record.policy !== undefined) data.policy = record.policy;
     }
     if (record.publicPorts?.length) data.publicPorts = record.publicPorts;
+    if (record.hibernated) data.hibernated = true;
     await this.store.write(data);
   }
 
@@ -570,6 +575,74 @@ export class SandboxService {
     await this.provider.resume(record.containerId);
     record.state = 'running';
     return describe(record);
+  }
+
+  /**
+   * Hibernates a sandbox: its container is stopped (its memory freed, its files kept: the
+   * container's own layer and its workspace), the record stored as hibernated so a restarted
+   * controller keeps it so, and the supervisor leaves it stopped. Any call or connection wakes it
+   * ({@link SandboxService.wake}) with the same id, token and files; its processes start anew.
+   * Expiry still applies.
+   */
+  async hibernate(id: string): Promise<SandboxInfo> {
+    const record = this.table.require(id);
+    if (record.hibernated) return describe(record);
+    if (record.state === 'paused') await this.provider.resume(record.containerId);
+    record.hibernated = true;
+    await this.storeRecord(record);
+    try {
+      await this.provider.stop(record.containerId);
+    } catch (err) {
+      record.hibernated = false;
+      await this.storeRecord(record);
+      throw err;
+    }
+    record.state = 'hibernated';
+    return describe(record);
+  }
+
+  /** Starts a hibernated sandbox again and waits for its daemon; concurrent callers share the one start. A running sandbox is left alone. */
+  async wake(id: string): Promise<void> {
+    const record = this.table.require(id);
+    if (!record.hibernated) return;
+    let waking = this.waking.get(id);
+    if (!waking) {
+      waking = (async () => {
+        await this.bringBack(record);
+        record.hibernated = false;
+        record.state = 'running';
+        record.lastActive = this.clock.now();
+        await this.storeRecord(record);
+      })().finally(() => this.waking.delete(id));
+      this.waking.set(id, waking);
+    }
+    await waking;
+  }
+  private readonly waking = new Map<string, Promise<void>>();
+
+  /** A call reached the sandbox now (for `hibernateAfterSeconds`). */
+  touch(id: string): void {
+    const record = this.table.find(id);
+    if (record) record.lastActive = this.clock.now();
+  }
+
+  /** A connection to the sandbox opened (+1) or closed (-1): a sandbox with one open is never idle. */
+  connectionChanged(id: string, delta: 1 | -1): void {
+    const record = this.table.find(id);
+    if (!record) return;
+    record.connections = Math.max(0, (record.connections ?? 0) + delta);
+    record.lastActive = this.clock.now();
+  }
+
+  /** Hibernates every running sandbox idle for its `hibernateAfterSeconds` (no open connection, no call). Returns their ids. */
+  async hibernateIdle(now = this.clock.now()): Promise<string[]> {
+    const idle = this.table.list().filter((r) => {
+      const after = r.settings.hibernateAfterSeconds;
+      return after !== undefined && r.state === 'running' && !r.hibernated && (r.connections ?? 0) === 0 && now - (r.lastActive ?? r.createdAt.getTime()) >= after * 1000;
+    });
+    const done: string[] = [];
+    for (const record of idle) await this.hibernate(record.id).then(() => done.push(record.id), () => undefined);
+    return done;
   }
 
   /** Removes an unclaimed warm-pool member. */

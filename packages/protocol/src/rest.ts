@@ -117,10 +117,18 @@ export const CreateSandboxRequest = z.strictObject({
    * labels, file policy and egress policy unless this request names others.
    */
   snapshot: z.string().min(1).max(64).optional(),
+  /** Hibernate the sandbox after this many seconds without a call or an open connection (docs/state.md). */
+  hibernateAfterSeconds: z
+    .number()
+    .int()
+    .min(10)
+    .max(30 * 24 * 3600)
+    .optional(),
 });
 export type CreateSandboxRequest = z.input<typeof CreateSandboxRequest>;
 
-export const SandboxState = z.enum(['running', 'paused', 'exited', 'gone']);
+/** `hibernated`: stopped to free its memory, files kept; any call or connection starts it again (docs/state.md). */
+export const SandboxState = z.enum(['running', 'paused', 'exited', 'gone', 'hibernated']);
 export type SandboxState = z.infer<typeof SandboxState>;
 
 /** The settings a sandbox was created with, after defaults. */
@@ -142,6 +150,7 @@ export const SandboxSettings = z.strictObject({
   openFiles: z.number().optional(),
   fileSizeMb: z.number().optional(),
   diskMb: z.number().optional(),
+  hibernateAfterSeconds: z.number().optional(),
 });
 export type SandboxSettings = z.infer<typeof SandboxSettings>;
 

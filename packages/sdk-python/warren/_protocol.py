@@ -1241,6 +1241,7 @@ class CreateSandboxRequest(_Strict):
     file_size_mb: Optional[_C79] = Field(None, alias='fileSizeMb')
     disk_mb: Optional[_C80] = Field(None, alias='diskMb')
     snapshot: Optional[_C47] = Field(None)
+    hibernate_after_seconds: Optional[_C73] = Field(None, alias='hibernateAfterSeconds')
 
 
 class CreateSandboxResponseSettingsMountsItem(_Tolerant):
@@ -1265,11 +1266,12 @@ class CreateSandboxResponseSettings(_Tolerant):
     open_files: Optional[Union[StrictInt, StrictFloat]] = Field(None, alias='openFiles')
     file_size_mb: Optional[Union[StrictInt, StrictFloat]] = Field(None, alias='fileSizeMb')
     disk_mb: Optional[Union[StrictInt, StrictFloat]] = Field(None, alias='diskMb')
+    hibernate_after_seconds: Optional[Union[StrictInt, StrictFloat]] = Field(None, alias='hibernateAfterSeconds')
 
 
 class CreateSandboxResponse(_Tolerant):
     id: StrictStr = Field(...)
-    state: Literal['running', 'paused', 'exited', 'gone'] = Field(...)
+    state: Literal['running', 'paused', 'exited', 'gone', 'hibernated'] = Field(...)
     image: StrictStr = Field(...)
     created_at: StrictStr = Field(..., alias='createdAt')
     expires_at: StrictStr = Field(..., alias='expiresAt')
@@ -1456,7 +1458,7 @@ class RestErrorBody(_Tolerant):
 
 class SandboxInfo(_Tolerant):
     id: StrictStr = Field(...)
-    state: Literal['running', 'paused', 'exited', 'gone'] = Field(...)
+    state: Literal['running', 'paused', 'exited', 'gone', 'hibernated'] = Field(...)
     image: StrictStr = Field(...)
     created_at: StrictStr = Field(..., alias='createdAt')
     expires_at: StrictStr = Field(..., alias='expiresAt')
@@ -1503,7 +1505,7 @@ class SandboxMetricsWithHistory(_Tolerant):
     history: Optional[List[SandboxMetricsWithHistoryHistoryItem]] = Field(None)
 
 
-SandboxState = Literal['running', 'paused', 'exited', 'gone']
+SandboxState = Literal['running', 'paused', 'exited', 'gone', 'hibernated']
 
 
 class SetTimeoutRequest(_Strict):

@@ -104,7 +104,7 @@ export class RestClient {
   }
 
   /** `keepalive`, `pause`, `resume`: one POST on a sandbox, answered with its description. */
-  async action(id: string, action: 'keepalive' | 'pause' | 'resume', signal?: AbortSignal): Promise<SandboxInfo> {
+  async action(id: string, action: 'keepalive' | 'pause' | 'resume' | 'hibernate', signal?: AbortSignal): Promise<SandboxInfo> {
     return SandboxInfo.parse(await this.request('POST', REST_PATHS.action(id, action), undefined, signal));
   }
 

@@ -167,6 +167,21 @@ export class Sandbox implements AsyncDisposable {
   }
 
   /**
+   * Hibernates the sandbox: its container stops (its memory is freed), its id, token and files
+   * stay. The next call on any handle starts it again and waits for it; its processes start anew
+   * (docs/state.md). A sandbox created with `hibernateAfterSeconds` hibernates by itself when idle.
+   *
+   * @example
+   * await sandbox.hibernate();
+   * await sandbox.files.read('notes.md'); // wakes it, then reads
+   */
+  async hibernate(options: { signal?: AbortSignal } = {}): Promise<SandboxInfo> {
+    // This handle's own connection would wake it at once by reconnecting: it waits for the next call instead.
+    this.connection.sleep();
+    return this.rest.action(this.id, 'hibernate', options.signal);
+  }
+
+  /**
    * Takes a snapshot of this sandbox's files (its container's changes and its workspace), owned by
    * the API key this handle was made with; the sandbox is frozen for the capture and keeps
    * running. `processes: false` in the answer says running processes were not kept

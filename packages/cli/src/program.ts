@@ -10,6 +10,15 @@ import { shellCommand, type ShellOptions } from './shell.js';
 import { CLI_VERSION } from './version.js';
 import { topCommand, watchCommand } from './live-commands.js';
 import { egressLogsCommand, networkShowCommand, networkUpdateCommand } from './network-commands.js';
+import {
+  forkCommand,
+  hibernateCommand,
+  snapshotCreateCommand,
+  snapshotListCommand,
+  snapshotPruneCommand,
+  snapshotRemoveCommand,
+  snapshotShowCommand,
+} from './snapshot-commands.js';
 import { createCommand, doctorCommand, infoCommand, listCommand, logsCommand, removeCommand } from './sandbox-commands.js';
 
 /** Text after a command's help: examples a person can paste. */
@@ -116,6 +125,8 @@ export function buildProgram(): Command {
       return n;
     })
     .option('--memory <MiB>', 'memory limit in MiB', parsePositiveInt)
+    .option('--snapshot <id|name>', "start from one of this API key's snapshots (its image, files and settings unless overridden)")
+    .option('--hibernate-after <duration>', 'hibernate after this long without a call or connection', parseDuration)
     .option('--json', 'print the full answer as JSON')
     .addHelpText(
       'after',
@@ -127,7 +138,7 @@ export function buildProgram(): Command {
     .alias('list')
     .description('List sandboxes (all that match every --label, and --state).')
     .option('--label <k=v>', 'only sandboxes with this label (repeatable)', collectKeyValue)
-    .addOption(new Option('--state <state>', 'only sandboxes in this state').choices(['running', 'paused', 'exited', 'gone']).argParser(parseState))
+    .addOption(new Option('--state <state>', 'only sandboxes in this state').choices(['running', 'paused', 'exited', 'gone', 'hibernated']).argParser(parseState))
     .option('--json', 'print JSON instead of a table')
     .addHelpText('after', examples(['warren ls', 'warren ls --label task=t-42 --state running', 'warren ls --json']))
     .action(listCommand);
@@ -351,6 +362,60 @@ export function buildProgram(): Command {
     .description('Remove an image Warren built (others are refused).')
     .addHelpText('after', examples(['warren image rm py-tools:1', 'warren image rm sha256:3f1c...']))
     .action(imageRemoveCommand);
+
+  const snapshot = program
+    .command('snapshot')
+    .description("Snapshots of sandboxes (their files), owned by the API key that took them: take, list, show, delete, prune (docs/state.md).")
+    .addHelpText(
+      'after',
+      examples([
+        'warren snapshot create $ID --name before-fix --label task=t-42',
+        'warren create --snapshot before-fix',
+        'warren snapshot ls',
+        'warren snapshot show before-fix --json',
+        'warren snapshot rm before-fix',
+        'warren snapshot prune --older-than 7d',
+      ]),
+    );
+  withController(snapshot.command('create'))
+    .argument('<sandbox>', 'the sandbox id')
+    .description("Snapshot a sandbox's files (it is frozen for the capture and keeps running); prints the snapshot's id.")
+    .option('--name <name>', "a name unique among this key's snapshots (letters, digits, . _ -)")
+    .option('--label <k=v>', 'a label (repeatable)', collectKeyValue)
+    .option('--json', 'print JSON instead of the id')
+    .action(snapshotCreateCommand);
+  withController(snapshot.command('ls'))
+    .alias('list')
+    .description("List this API key's snapshots, newest first.")
+    .option('--json', 'print JSON instead of a table')
+    .action(snapshotListCommand);
+  withController(snapshot.command('show'))
+    .argument('<snapshot>', 'its id or name')
+    .description('Describe one snapshot.')
+    .option('--json', 'print JSON')
+    .action(snapshotShowCommand);
+  withController(snapshot.command('rm'))
+    .argument('<snapshot...>', 'ids or names')
+    .description('Delete snapshots (sandboxes made from them keep their files).')
+    .action(snapshotRemoveCommand);
+  withController(snapshot.command('prune'))
+    .description("Delete this key's snapshots older than --older-than (all of them without it) that carry every --label.")
+    .option('--older-than <duration>', 'seconds or 30s, 10m, 2h, 7d', parseDuration)
+    .option('--label <k=v>', 'only snapshots with this label (repeatable)', collectKeyValue)
+    .option('--json', 'print JSON')
+    .action(snapshotPruneCommand);
+  withController(program.command('fork'))
+    .argument('<sandbox>', 'the sandbox id')
+    .description('Make --count independent sandboxes from the sandbox\'s current state; prints each id and token.')
+    .requiredOption('--count <n>', 'how many (at most the controller\'s snapshots.maxForkCount)', parsePositiveInt)
+    .option('--json', 'print JSON')
+    .addHelpText('after', examples(['warren fork $ID --count 3']))
+    .action(forkCommand);
+  withController(program.command('hibernate'))
+    .argument('<sandbox>', 'the sandbox id')
+    .description('Stop the sandbox to free its memory, keeping its id, token and files; the next call or connection wakes it.')
+    .option('--json', 'print JSON')
+    .action(hibernateCommand);
 
   withController(program.command('mcp'))
     .description(

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import Docker from 'dockerode';
 import { Credentials } from '@warren/controller';
-import { Sandbox, Snapshots } from '@warren/sdk';
+import { Sandbox, Snapshots, Volumes } from '@warren/sdk';
 import { startTestController, type TestController } from '../support/fixtures.js';
 import { ControllerProcess } from '../support/reliability.js';
 import { until } from '../support/wait.js';
@@ -181,6 +181,66 @@ describe('snapshots and forks', () => {
   }, 240_000);
 });
 
+describe('named volumes', () => {
+  let warren: TestController;
+  const otherKey = `wk_other_${randomBytes(16).toString('hex')}`;
+  beforeAll(async () => {
+    const apiKey = `wk_test_${randomBytes(16).toString('hex')}`;
+    warren = await startTestController({ credentials: Credentials.inMemory(apiKey, randomBytes(32), [otherKey]) });
+    warren = { ...warren, apiKey };
+  }, 60_000);
+  afterAll(async () => {
+    await warren?.[Symbol.asyncDispose]();
+  }, 60_000);
+
+  it('is mounted by several sandboxes at once, outlives them, keeps its size limit, and is deleted only when unused', async () => {
+    const options = { baseUrl: warren.url, apiKey: warren.apiKey };
+    const volumes = new Volumes(options);
+    const created = await volumes.create({ name: 'shared-cache', sizeMb: 32 });
+    expect(created).toMatchObject({ name: 'shared-cache', sandboxes: [] });
+    const ready = (await (await fetch(`${warren.url}/readyz`)).json()) as { isolation: { diskQuota: { quota: boolean } } };
+    expect(created.quota).toBe(ready.isolation.diskQuota.quota);
+    const a = await Sandbox.create({ ...options, volumes: [{ name: 'shared-cache', path: '/data' }] });
+    const b = await Sandbox.create({ ...options, volumes: [{ name: 'shared-cache', path: '/mnt/cache', readOnly: true }] });
+    await a.commands.run('echo from-a > /data/note.txt');
+    expect((await b.commands.run('cat /mnt/cache/note.txt')).stdout.trim()).toBe('from-a');
+    // Read-only where asked.
+    expect((await b.commands.run('touch /mnt/cache/x')).exitCode).not.toBe(0);
+    // Through the file API too, under the sandbox's policy (the default policy's root is the workspace).
+    expect((await volumes.get('shared-cache')).sandboxes.sort()).toEqual([a.id, b.id].sort());
+    await expect(volumes.delete('shared-cache')).rejects.toMatchObject({ code: 'CONFLICT' });
+    if (created.quota) {
+      const fill = await a.commands.run('dd if=/dev/zero of=/data/big bs=1M count=64 2>&1; echo rc=$?');
+      expect(fill.stdout).toMatch(/No space left/);
+      await a.commands.run('rm -f /data/big');
+    }
+    await a.kill();
+    await b.kill();
+    const c = await Sandbox.create({ ...options, volumes: [{ name: 'shared-cache', path: '/data' }] });
+    expect((await c.commands.run('cat /data/note.txt')).stdout.trim()).toBe('from-a');
+    await c.kill();
+    await volumes.delete('shared-cache');
+    expect(await volumes.list()).toEqual([]);
+  }, 180_000);
+
+  it("refuses names that point elsewhere, reserved targets, and another key's volume", async () => {
+    const options = { baseUrl: warren.url, apiKey: warren.apiKey };
+    const volumes = new Volumes(options);
+    for (const name of ['../../etc', '/var/lib/docker', 'a/b', '..', '.x'])
+      await expect(volumes.create({ name })).rejects.toMatchObject({ code: 'INVALID_PARAMS' });
+    await volumes.create({ name: 'mine' });
+    await expect(Sandbox.create({ ...options, volumes: [{ name: 'mine', path: '/opt/warren' }] })).rejects.toMatchObject({ code: 'FORBIDDEN' });
+    await expect(Sandbox.create({ ...options, volumes: [{ name: 'mine', path: '/workspace' }] })).rejects.toMatchObject({ code: 'FORBIDDEN' });
+    await expect(Sandbox.create({ ...options, volumes: [{ name: '../mine', path: '/data' }] })).rejects.toMatchObject({ code: 'INVALID_PARAMS' });
+    const other = { baseUrl: warren.url, apiKey: otherKey };
+    await expect(Sandbox.create({ ...other, volumes: [{ name: 'mine', path: '/data' }] })).rejects.toMatchObject({ code: 'VOLUME_NOT_FOUND' });
+    await expect(new Volumes(other).delete('mine')).rejects.toMatchObject({ code: 'VOLUME_NOT_FOUND' });
+    expect(await new Volumes(other).list()).toEqual([]);
+    expect(warren.controller.sandboxes.list()).toEqual([]);
+    await volumes.delete('mine');
+  }, 120_000);
+});
+
 describe('hibernation', () => {
   let warren: TestController;
   beforeAll(async () => {
@@ -233,15 +293,18 @@ describe('snapshots survive a controller SIGKILL', () => {
     if (live) {
       for (const id of ids) await fetch(`${live.url}/v1/sandboxes/${id}`, { method: 'DELETE', headers: { authorization: `Bearer ${live.apiKey}` } }).catch(() => undefined);
       await new Snapshots(live.options).prune({ olderThanSeconds: 0 }).catch(() => undefined);
+      await new Volumes(live.options).delete('durable').catch(() => undefined);
       await live.dispose();
     }
   }, 120_000);
 
   it('keeps complete snapshots, drops a half-written one, and restores after the restart', async () => {
     first = await ControllerProcess.start();
-    const sandbox = await Sandbox.create({ ...first.options, ttlSeconds: 600 });
+    await new Volumes(first.options).create({ name: 'durable' });
+    const sandbox = await Sandbox.create({ ...first.options, ttlSeconds: 600, volumes: [{ name: 'durable', path: '/data' }] });
     ids.push(sandbox.id);
     await sandbox.files.write('kept.txt', 'kept');
+    await sandbox.commands.run('echo durable > /data/v.txt');
     const snap = await sandbox.snapshot({ name: 'kept' });
     // What a controller killed in the middle of a snapshot leaves: a temporary folder.
     const half = path.join(first.env.WARREN_STATE_DIR!, 'snapshots', '.tmp-snap-000000000000000000000half');
@@ -254,6 +317,9 @@ describe('snapshots survive a controller SIGKILL', () => {
     const restored = await Sandbox.create({ ...second.options, snapshot: 'kept' });
     ids.push(restored.id);
     expect(await restored.files.read('kept.txt')).toBe('kept');
+    // The volume and its data are there, and the sandbox that mounts it still does.
+    expect((await new Volumes(second.options).list()).map((v) => v.name)).toEqual(['durable']);
+    expect((await sandbox.commands.run('cat /data/v.txt')).stdout.trim()).toBe('durable');
     restored.close();
     sandbox.close();
   }, 180_000);

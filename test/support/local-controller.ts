@@ -142,6 +142,16 @@ class LocalProvider implements SandboxProvider {
     return [];
   }
 
+  createVolume(): Promise<never> {
+    return Promise.reject(new CodedError('NOT_SUPPORTED', 'The in-process test provider has no named volumes; use the Docker provider.'));
+  }
+
+  async removeVolume(): Promise<void> {}
+
+  async volumeUsage(): Promise<number | undefined> {
+    return undefined;
+  }
+
   async closeAll(): Promise<void> {
     for (const handle of [...this.sandboxes.keys()]) await this.remove(handle);
   }

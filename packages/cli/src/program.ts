@@ -18,6 +18,9 @@ import {
   snapshotPruneCommand,
   snapshotRemoveCommand,
   snapshotShowCommand,
+  volumeCreateCommand,
+  volumeListCommand,
+  volumeRemoveCommand,
 } from './snapshot-commands.js';
 import { createCommand, doctorCommand, infoCommand, listCommand, logsCommand, removeCommand } from './sandbox-commands.js';
 
@@ -125,6 +128,7 @@ export function buildProgram(): Command {
       return n;
     })
     .option('--memory <MiB>', 'memory limit in MiB', parsePositiveInt)
+    .option('--volume <name:path[:ro]>', 'mount a named volume (repeatable)', (value: string, previous: string[] = []) => [...previous, value])
     .option('--snapshot <id|name>', "start from one of this API key's snapshots (its image, files and settings unless overridden)")
     .option('--hibernate-after <duration>', 'hibernate after this long without a call or connection', parseDuration)
     .option('--json', 'print the full answer as JSON')
@@ -404,6 +408,26 @@ export function buildProgram(): Command {
     .option('--label <k=v>', 'only snapshots with this label (repeatable)', collectKeyValue)
     .option('--json', 'print JSON')
     .action(snapshotPruneCommand);
+  const volume = program
+    .command('volume')
+    .description("Named volumes of the API key: storage that outlives sandboxes, mounted by several at once (docs/state.md#volumes).")
+    .addHelpText('after', examples(['warren volume create pip-cache --size-mb 2048', 'warren volume ls', 'warren volume rm pip-cache']));
+  withController(volume.command('create'))
+    .argument('<name>', 'letters, digits, . _ -')
+    .description('Create a volume (a size limit where the host gives quotas).')
+    .option('--size-mb <n>', "its size in MiB (default the controller's limits.diskMb)", parsePositiveInt)
+    .option('--label <k=v>', 'a label (repeatable)', collectKeyValue)
+    .option('--json', 'print JSON')
+    .action(volumeCreateCommand);
+  withController(volume.command('ls'))
+    .alias('list')
+    .description("List this key's volumes.")
+    .option('--json', 'print JSON instead of a table')
+    .action(volumeListCommand);
+  withController(volume.command('rm'))
+    .argument('<name...>', 'volume names')
+    .description('Delete volumes and their data (refused while a sandbox mounts one).')
+    .action(volumeRemoveCommand);
   withController(program.command('fork'))
     .argument('<sandbox>', 'the sandbox id')
     .description('Make --count independent sandboxes from the sandbox\'s current state; prints each id and token.')

@@ -76,3 +76,32 @@ export async function hibernateCommand(sandbox: string, _options: unknown, comma
   if (wantsJson(command)) return printJson(info);
   process.stdout.write(`${info.id} ${info.state}\n`);
 }
+
+/** `warren volume create NAME [--size-mb N]`: a named volume of the API key. */
+export async function volumeCreateCommand(name: string, options: { sizeMb?: number; label?: Record<string, string> }, command: Command): Promise<void> {
+  const info = await restClient(command).createVolume({
+    name,
+    ...(options.sizeMb === undefined ? {} : { sizeMb: options.sizeMb }),
+    ...(options.label && Object.keys(options.label).length ? { labels: options.label } : {}),
+  });
+  if (wantsJson(command)) return printJson(info);
+  process.stdout.write(`${info.name}${info.quota ? ` (${info.sizeMb} MiB)` : ' (no size limit on this host)'}\n`);
+}
+
+/** `warren volume ls`: the API key's volumes. */
+export async function volumeListCommand(_options: unknown, command: Command): Promise<void> {
+  const rows = await restClient(command).listVolumes();
+  if (wantsJson(command)) return printJson(rows);
+  process.stdout.write(
+    table(
+      ['NAME', 'SIZE', 'USED', 'CREATED', 'SANDBOXES'],
+      rows.map((v) => [v.name, v.quota ? `${v.sizeMb} MiB` : 'no limit', v.usedBytes === undefined ? '' : mb(v.usedBytes), shortTime(v.createdAt), v.sandboxes.join(',')]),
+    ),
+  );
+}
+
+/** `warren volume rm NAME...`: deletes volumes and their data. */
+export async function volumeRemoveCommand(names: string[], _options: unknown, command: Command): Promise<void> {
+  const rest = restClient(command);
+  for (const name of names) await rest.deleteVolume(name);
+}

@@ -1,4 +1,5 @@
 import { SnapshotService } from './snapshots.js';
+import { VolumeService } from './volumes.js';
 import { SnapshotStore } from './snapshot-store.js';
 import { once } from 'node:events';
 import { CodedError, EGRESS_TRANSPARENT_ADDRESS, type ParamsIn } from '@warren/protocol';
@@ -130,7 +131,9 @@ export async function startController(options: StartControllerOptions = {}): Pro
   const pool = sandboxes.pool as WarmPool | undefined;
   const { recovered, poolMembers } = await sandboxes.recover();
   // Snapshots after the sandboxes: what a killed controller half-wrote goes, the rest is kept.
-  const snapshots = new SnapshotService({ sandboxes, provider, store: new SnapshotStore(config.stateDir), limits: config.snapshots, logger });
+  const volumes = new VolumeService({ sandboxes, provider, config });
+  await volumes.recover();
+  const snapshots = new SnapshotService({ sandboxes, provider, store: new SnapshotStore(config.stateDir), limits: config.snapshots, logger, volumes });
   const snapshotsRecovered = await snapshots.recover();
   logger.info(snapshotsRecovered, 'snapshots.recovered');
   // Unclaimed pool members of the previous run may be from an older runtime: replace them.
@@ -174,7 +177,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
     if (sandboxes.record(id).state === 'paused') throw new CodedError('SANDBOX_NOT_READY', `Sandbox '${id}' is paused; resume it to read its audit log.`);
     return callAgent(sandboxes.daemonEndpoint(id), sandboxes.agentSecret(id), 'audit.list', params);
   };
-  const { server, wss } = createHttpServer({ sandboxes, snapshots, credentials, config, metrics, logger, readiness, audit, egressLog });
+  const { server, wss } = createHttpServer({ sandboxes, snapshots, volumes, credentials, config, metrics, logger, readiness, audit, egressLog });
   server.listen(config.port, config.host);
   await once(server, 'listening');
   const url = serverUrl(server, config.host);

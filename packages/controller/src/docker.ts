@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { constants as fsConstants } from 'node:fs';
-import { access, mkdir, open, readFile, rm, writeFile } from 'node:fs/promises';
+import { access, chown, mkdir, open, readFile, rm, writeFile } from 'node:fs/promises';
 import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { Duplex, Readable } from 'node:stream';
@@ -57,6 +57,14 @@ export type DaemonChannel = 'socket' | 'exec';
  */
 export const DAEMON_CAPABILITIES = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID', 'KILL', 'SYS_PTRACE', 'NET_BIND_SERVICE'] as const;
 
+/** The label of an engine volume that holds a named volume (its id). */
+export const VOLUME_LABEL = 'warren.volume';
+
+/** The engine's name of a named volume without a quota. */
+function volumeName(id: string): string {
+  return `warren-vol-${id}`;
+}
+
 /** The label a snapshot's image carries: the snapshot's id. */
 export const SNAPSHOT_LABEL = 'warren.snapshot';
 /** The repository a snapshot's image is tagged in: `warren-snapshot/<id>:latest`. */
@@ -92,6 +100,8 @@ export interface SandboxContainerSpec {
   settings: SandboxSettings;
   /** The sandbox's own disk on the host (the quota), bound at /workspace instead of a volume. */
   workspaceOnHost?: string | undefined;
+  /** Named volumes, resolved: a host folder (a volume with a quota) or an engine volume, and where each goes. */
+  volumes?: { type: 'bind' | 'volume'; source: string; target: string; readOnly: boolean }[] | undefined;
   /**
    * RLIMIT_NPROC of every process, set only where the engine would otherwise pick one above its
    * own hard limit (Podman); Docker leaves the engine's. The pids limit bounds one sandbox.
@@ -138,6 +148,12 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
   else if (!workspaceIsMounted(spec)) mounts.push({ Type: 'volume', Source: '', Target: workspaceOf(settings), ReadOnly: false });
   for (const m of settings.mounts)
     mounts.push({ Type: 'bind', Source: m.hostPath, Target: m.path, ReadOnly: m.readOnly, BindOptions: { Propagation: 'rprivate' } });
+  for (const v of spec.volumes ?? [])
+    mounts.push(
+      v.type === 'bind'
+        ? { Type: 'bind', Source: v.source, Target: v.target, ReadOnly: v.readOnly, BindOptions: { Propagation: 'rprivate' } }
+        : { Type: 'volume', Source: v.source, Target: v.target, ReadOnly: v.readOnly },
+    );
   if (spec.resolvConfOnHost !== undefined)
     mounts.push({ Type: 'bind', Source: spec.resolvConfOnHost, Target: '/etc/resolv.conf', ReadOnly: true, BindOptions: { Propagation: 'rprivate' } });
   const hostConfig: Docker.HostConfig = {
@@ -259,6 +275,8 @@ export class DockerProvider implements SandboxProvider {
   private runtimeVolume: string | undefined;
   private dirs: AgentDirs;
   private workspaces: WorkspaceStore | undefined;
+  /** Named volumes with a quota: an ext4 image each, as the workspaces have (`<stateDir>/volumes`). */
+  private volumeStore: WorkspaceStore | undefined;
   /** The host ids of the container's uid 0 (user-namespace remap), learnt in {@link DockerProvider.prepare}. */
   private remap: { uid: number; gid: number } | null = null;
   /** How daemons are reached, settled in {@link DockerProvider.prepare}. */
@@ -498,6 +516,13 @@ export class DockerProvider implements SandboxProvider {
       reserveBytes: this.options.workspaceReserveMb === undefined ? undefined : this.options.workspaceReserveMb * 1024 * 1024,
       logger: this.options.logger,
     });
+    this.volumeStore = await openWorkspaceStore({
+      stateDir: path.join(stateDir, 'volumes'),
+      mode: this.options.workspaceQuota,
+      remoteEngine: !isLocalEngine(this.docker),
+      reserveBytes: this.options.workspaceReserveMb === undefined ? undefined : this.options.workspaceReserveMb * 1024 * 1024,
+      logger: this.options.logger,
+    });
     const known = new Set((await this.list()).map((s) => s.labels[LABELS.sandbox]));
     for (const agentId of await this.workspaces.list()) if (!known.has(agentId)) await this.workspaces.remove(agentId);
     this.runtimeVolume = await this.ensureRuntimeVolume(runtime, helperImage);
@@ -676,6 +701,7 @@ export class DockerProvider implements SandboxProvider {
         channel,
         runtimeVolume: this.runtimeVolume,
         workspaceOnHost,
+        volumes: await this.volumeMounts(spec.settings),
         processLimit: this.processLimit,
         seccompProfile: this.seccompProfile,
         resolvConfOnHost,
@@ -719,6 +745,9 @@ export class DockerProvider implements SandboxProvider {
     }
     // After a host reboot the sandbox's disk is no longer mounted: mount it before the engine binds it.
     if (this.workspaces && (await this.workspaces.list()).includes(agentId)) await this.workspaces.attach(agentId);
+    // So are the volumes it mounts.
+    const labels = (await this.docker.getContainer(handle).inspect().catch(() => undefined))?.Config.Labels ?? {};
+    await this.volumeMounts(settingsOf(labels) ?? ({ volumes: [] } as unknown as SandboxSettings));
     await this.docker
       .getContainer(handle)
       .start()
@@ -951,6 +980,58 @@ export class DockerProvider implements SandboxProvider {
     if (target === undefined) throw new CodedError('INTERNAL', `The new sandbox has no workspace volume at ${inside} to restore the snapshot into.`);
     await emptyTree(target);
     await copyTree(from, target, 'restore the snapshot into the new workspace');
+  }
+
+  /** The named volumes of a sandbox's settings as mounts (each volume with a quota mounted on the host first). */
+  private async volumeMounts(settings: SandboxSettings): Promise<SandboxContainerSpec['volumes']> {
+    const out: NonNullable<SandboxContainerSpec['volumes']> = [];
+    const onHost = new Set((await this.volumeStore?.list()) ?? []);
+    for (const v of settings.volumes ?? []) {
+      const folder = onHost.has(v.id) ? await this.volumeStore?.attach(v.id) : undefined;
+      out.push(
+        folder !== undefined
+          ? { type: 'bind', source: folder, target: v.path, readOnly: v.readOnly }
+          : { type: 'volume', source: volumeName(v.id), target: v.path, readOnly: v.readOnly },
+      );
+    }
+    return out;
+  }
+
+  /**
+   * A named volume: an ext4 image of exactly `sizeBytes` where this host gives workspaces a quota
+   * (the same store as theirs), otherwise an engine volume without a limit. Its root belongs to
+   * the default sandbox user (1000:1000, as the host sees it under remap).
+   */
+  async createVolume(id: string, sizeBytes: number): Promise<{ quota: boolean }> {
+    const shift = this.remap ?? { uid: 0, gid: 0 };
+    const owner = { uid: shift.uid + 1000, gid: shift.gid + 1000 };
+    if (this.volumeStore?.describe().quota) {
+      await this.volumeStore.create(id, owner, sizeBytes);
+      return { quota: true };
+    }
+    const volume = await this.docker
+      .createVolume({ Name: volumeName(id), Labels: { [VOLUME_LABEL]: id } })
+      .catch((e: unknown) => rethrow(e, `create volume ${id}`));
+    const mountpoint = (volume as unknown as { Mountpoint?: string }).Mountpoint;
+    // The engine makes its root root's; hand it to the sandbox user where this host sees it.
+    if (mountpoint) await chown(mountpoint, owner.uid, owner.gid).catch(() => undefined);
+    return { quota: false };
+  }
+
+  async removeVolume(id: string): Promise<void> {
+    if ((await this.volumeStore?.list())?.includes(id)) await this.volumeStore?.remove(id);
+    await this.docker
+      .getVolume(volumeName(id))
+      .remove()
+      .catch((err: { statusCode?: number }) => {
+        if (err.statusCode === 404) return;
+        if (err.statusCode === 409) throw new CodedError('CONFLICT', `Volume ${id} is still mounted by a container; kill the sandboxes that mount it first.`);
+        rethrow(err, `remove volume ${id}`);
+      });
+  }
+
+  async volumeUsage(id: string): Promise<number | undefined> {
+    return (await this.volumeStore?.usage(id).catch(() => undefined))?.usedBytes;
   }
 
   daemon(agentId: string): DaemonEndpoint {

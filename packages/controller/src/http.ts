@@ -1,4 +1,5 @@
 import type { SnapshotService } from './snapshots.js';
+import type { VolumeService } from './volumes.js';
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { isIP, type AddressInfo } from 'node:net';
@@ -33,6 +34,8 @@ export interface HttpServerDeps {
   sandboxes: SandboxService;
   /** Snapshots and forks (docs/state.md); absent, their routes answer NOT_SUPPORTED. */
   snapshots?: SnapshotService | undefined;
+  /** Named volumes (docs/state.md#volumes); absent, their routes answer NOT_SUPPORTED. */
+  volumes?: VolumeService | undefined;
   credentials: Credentials;
   config: ControllerConfig;
   metrics: Metrics;

@@ -93,6 +93,16 @@ export interface SandboxProvider {
   removeSnapshot(snapshotId: string): Promise<void>;
   /** The ids of the snapshots whose images the provider keeps, for garbage collection of those no record names. */
   snapshotIds(): Promise<string[]>;
+  /**
+   * Makes the storage of a named volume (`id`: letters and digits, the controller's own name of
+   * it), with a size limit where the backend can (`quota: true`); `NOT_SUPPORTED` where the backend
+   * has no volumes. Sandboxes mount it through `SandboxSpec.settings.volumes`.
+   */
+  createVolume(id: string, sizeBytes: number): Promise<{ quota: boolean }>;
+  /** Deletes a volume's storage and data; an absent one is not an error. The caller checks that no sandbox mounts it. */
+  removeVolume(id: string): Promise<void>;
+  /** Bytes a volume uses now, where the backend can say. */
+  volumeUsage(id: string): Promise<number | undefined>;
 }
 
 /** What a provider kept of one snapshot. */

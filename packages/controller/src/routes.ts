@@ -31,6 +31,9 @@ import {
   ListSnapshotsResponse,
   PruneSnapshotsRequest,
   PruneSnapshotsResponse,
+  CreateVolumeRequest,
+  VolumeInfo,
+  ListVolumesResponse,
 } from '@warren/protocol';
 import { PORT_EXPIRY_PARAM, PORT_SIGNATURE_PARAM } from './ports/proxy.js';
 import { z } from 'zod';
@@ -329,6 +332,46 @@ export const ROUTES: readonly Route[] = [
   },
   {
     method: 'POST',
+    path: '/v1/volumes',
+    operationId: 'createVolume',
+    summary: 'Create a named volume for the calling API key: storage that outlives sandboxes, with a size limit where the host gives quotas.',
+    access: 'operator',
+    body: CreateVolumeRequest,
+    responses: { 201: { description: 'The volume.', schema: VolumeInfo } },
+    handle: async ({ deps, req, res, caller }) => sendJson(res, 201, await volumesOf(deps).create(keyOf(caller), await readJson(req))),
+  },
+  {
+    method: 'GET',
+    path: '/v1/volumes',
+    operationId: 'listVolumes',
+    summary: "The calling API key's volumes.",
+    access: 'operator',
+    responses: { 200: { description: 'The volumes.', schema: ListVolumesResponse } },
+    handle: async ({ deps, res, caller }) => sendJson(res, 200, { volumes: await volumesOf(deps).list(keyOf(caller)) }),
+  },
+  {
+    method: 'GET',
+    path: '/v1/volumes/{volume}',
+    operationId: 'getVolume',
+    summary: "Describe one of the calling key's volumes.",
+    access: 'operator',
+    responses: { 200: { description: 'The volume.', schema: VolumeInfo } },
+    handle: async ({ deps, req, res, caller }) => sendJson(res, 200, await volumesOf(deps).get(keyOf(caller), snapshotParam(req))),
+  },
+  {
+    method: 'DELETE',
+    path: '/v1/volumes/{volume}',
+    operationId: 'deleteVolume',
+    summary: "Delete one of the calling key's volumes and its data (refused while a sandbox mounts it).",
+    access: 'operator',
+    responses: { 204: { description: 'Gone.' } },
+    handle: async ({ deps, req, res, caller }) => {
+      await volumesOf(deps).remove(keyOf(caller), snapshotParam(req));
+      res.writeHead(204).end();
+    },
+  },
+  {
+    method: 'POST',
     path: '/v1/sandboxes/{id}/pause',
     operationId: 'pause',
     summary: 'Freeze every process of the sandbox.',
@@ -596,12 +639,18 @@ export const ROUTES: readonly Route[] = [
 ];
 
 /** A route's path as a pattern: `{id}` takes a sandbox id (letters and digits), `{snapshot}` one path segment (checked by its handler). */
-const patterns = new Map(ROUTES.map((route) => [route, new RegExp(`^${route.path.replace('{id}', '([A-Za-z0-9]+)').replace('{snapshot}', '(?:[^/]+)')}$`)]));
+const patterns = new Map(ROUTES.map((route) => [route, new RegExp(`^${route.path.replace('{id}', '([A-Za-z0-9]+)').replace('{snapshot}', '(?:[^/]+)').replace('{volume}', '(?:[^/]+)')}$`)]));
 
 /** The snapshot service, or NOT_SUPPORTED where this server runs without one. */
 function snapshotsOf(deps: HttpServerDeps): NonNullable<HttpServerDeps['snapshots']> {
   if (!deps.snapshots) throw new CodedError('NOT_SUPPORTED', 'This server runs without snapshots; start the controller with warren serve.');
   return deps.snapshots;
+}
+
+/** The volume service, or NOT_SUPPORTED where this server runs without one. */
+function volumesOf(deps: HttpServerDeps): NonNullable<HttpServerDeps['volumes']> {
+  if (!deps.volumes) throw new CodedError('NOT_SUPPORTED', 'This server runs without named volumes; start the controller with warren serve.');
+  return deps.volumes;
 }
 
 /** The API key id of an operator caller (it owns snapshots), undefined for any other credential. */
@@ -628,7 +677,7 @@ export function routesAt(pathname: string): { routes: Route[]; id: string } {
     return match !== null;
   });
   // A path of its own (`/v1/snapshots/prune`) is never also a snapshot's name.
-  const literal = routes.filter((route) => !route.path.includes('{snapshot}'));
+  const literal = routes.filter((route) => !route.path.includes('{snapshot}') && !route.path.includes('{volume}'));
   return { routes: literal.length > 0 ? literal : routes, id };
 }
 

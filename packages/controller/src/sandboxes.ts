@@ -235,7 +235,8 @@ export class SandboxService {
    * first (see {@link ImageService.ensure}); the create waits for the pull, and concurrent
    * creates of the same image share it.
    */
-  async create(body: unknown, restore?: SandboxSpec['restore']): Promise<CreateSandboxResponse> {
+  async create(body: unknown, extras: { restore?: SandboxSpec['restore']; volumeIds?: Map<string, string> } = {}): Promise<CreateSandboxResponse> {
+    const { restore } = extras;
     const started = performance.now();
     if (restore === undefined && body !== null && typeof body === 'object' && Object.hasOwn(body, 'snapshot'))
       throw new CodedError('INVALID_PARAMS', "A create from a snapshot goes through POST /v1/sandboxes with the API key that took it ('snapshot': its id or name).", {
@@ -243,6 +244,14 @@ export class SandboxService {
       });
     const plan = this.plan(body);
     if (restore !== undefined) plan.restore = restore;
+    for (const volume of plan.settings.volumes ?? []) {
+      const id = extras.volumeIds?.get(volume.name);
+      if (id === undefined)
+        throw new CodedError('VOLUME_NOT_FOUND', `No volume '${volume.name}' of this API key; create it first (POST /v1/volumes), with the key that creates the sandbox.`, {
+          volume: volume.name,
+        });
+      volume.id = id;
+    }
     await this.checkMountsOnHost(plan);
     if (this.table.size + this.creating >= this.config.maxSandboxes) {
       throw new CodedError(
@@ -256,7 +265,7 @@ export class SandboxService {
         field: 'egress',
       });
     // Pool members were made without a relay or placeholders: a sandbox with egress is always cold.
-    const pooled = withEgress || plan.restore ? undefined : this.pool?.take(plan);
+    const pooled = withEgress || plan.restore || plan.settings.volumes ? undefined : this.pool?.take(plan);
     if (pooled) {
       const createdAt = new Date(this.clock.now());
       const record: SandboxRecord = {

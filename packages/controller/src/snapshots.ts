@@ -11,6 +11,7 @@ import {
   type SnapshotStore,
 } from './snapshot-store.js';
 import type { Logger } from './logger.js';
+import type { VolumeService } from './volumes.js';
 
 export interface SnapshotServiceOptions {
   sandboxes: SandboxService;
@@ -18,6 +19,8 @@ export interface SnapshotServiceOptions {
   store: SnapshotStore;
   limits: SnapshotLimits;
   logger?: Logger | undefined;
+  /** Resolves the named volumes a create mounts; without it, a create that names volumes is refused. */
+  volumes?: VolumeService | undefined;
 }
 
 /** The fields of a create request a snapshot gives when the request does not name them. */
@@ -40,6 +43,7 @@ export class SnapshotService {
   readonly store: SnapshotStore;
   private readonly limits: SnapshotLimits;
   private readonly logger: Logger | undefined;
+  private readonly volumes: VolumeService | undefined;
   /** Captures under way, by owner: they count towards the quota and hold their names. */
   private readonly inFlight = new Map<string, { name?: string | undefined }[]>();
 
@@ -49,6 +53,7 @@ export class SnapshotService {
     this.store = options.store;
     this.limits = options.limits;
     this.logger = options.logger;
+    this.volumes = options.volumes;
   }
 
   /**
@@ -172,11 +177,12 @@ export class SnapshotService {
    */
   async createSandbox(body: unknown, keyId: string | undefined): Promise<CreateSandboxResponse> {
     const raw = body !== null && typeof body === 'object' && !Array.isArray(body) ? (body as Record<string, unknown>) : undefined;
-    if (raw?.snapshot === undefined) return this.sandboxes.create(body);
+    const volumeIds = this.volumes?.resolve(keyId, Array.isArray(raw?.volumes) ? raw.volumes.map((v: unknown) => String((v as { name?: unknown })?.name)) : []);
+    if (raw?.snapshot === undefined) return this.sandboxes.create(body, { volumeIds });
     if (typeof raw.snapshot !== 'string') throw new CodedError('INVALID_PARAMS', "'snapshot' is a snapshot's id or name (a string).", { field: 'snapshot' });
     const record = this.store.require(requireKey(keyId, 'create a sandbox from a snapshot'), raw.snapshot);
     const { snapshot: _snapshot, ...rest } = raw;
-    return this.sandboxes.create(mergeWithSnapshot(record, rest), { image: record.snapshotImage, workspaceDir: this.store.workspaceOf(record.id) });
+    return this.sandboxes.create(mergeWithSnapshot(record, rest), { restore: { image: record.snapshotImage, workspaceDir: this.store.workspaceOf(record.id) }, volumeIds });
   }
 
   /**
@@ -243,7 +249,7 @@ export class SnapshotService {
       };
       const request = mergeWithSnapshot({ ...base, sandboxLabels: record.labels }, { ...(labels === undefined ? {} : { labels }), ...(ttlSeconds === undefined ? {} : { ttlSeconds }) });
       const results = await Promise.allSettled(
-        Array.from({ length: count }, () => this.sandboxes.create(request, { image: taken.image, workspaceDir: workspace })),
+        Array.from({ length: count }, () => this.sandboxes.create(request, { restore: { image: taken.image, workspaceDir: workspace } })),
       );
       for (const result of results) if (result.status === 'fulfilled') forks.push(result.value);
       const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');

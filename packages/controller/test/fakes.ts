@@ -226,6 +226,21 @@ export class FakeProvider implements SandboxProvider {
     return [...this.snapshots];
   }
 
+  readonly volumes = new Set<string>();
+
+  async createVolume(id: string): Promise<{ quota: boolean }> {
+    this.volumes.add(id);
+    return { quota: false };
+  }
+
+  async removeVolume(id: string): Promise<void> {
+    this.volumes.delete(id);
+  }
+
+  async volumeUsage(): Promise<number | undefined> {
+    return undefined;
+  }
+
   /** Fixed numbers while running: what a test sees is the controller's handling, not a measurement. */
   async stats(handle: string): Promise<SandboxStats | undefined> {
     const sandbox = this.sandboxes.get(handle);

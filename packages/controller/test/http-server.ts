@@ -7,6 +7,7 @@ import { Credentials, createLogger, loadConfig, Metrics, SandboxService } from '
 import { FakeProvider } from './fakes.js';
 import { SnapshotService } from '../src/snapshots.js';
 import { SnapshotStore } from '../src/snapshot-store.js';
+import { VolumeService } from '../src/volumes.js';
 
 /** The API key of {@link startFakeHttpServer}'s controller. */
 export const API_KEY = 'wk_unit_0123456789abcdef';
@@ -49,11 +50,14 @@ export async function startFakeHttpServer(): Promise<FakeHttpServer> {
   const provider = new FakeProvider();
   const sandboxes = new SandboxService({ provider, credentials, config, metrics, probe: async () => undefined });
   await sandboxes.recover();
-  const snapshots = new SnapshotService({ sandboxes, provider, store: new SnapshotStore(stateDir), limits: config.snapshots });
+  const volumes = new VolumeService({ sandboxes, provider, config });
+  await volumes.recover();
+  const snapshots = new SnapshotService({ sandboxes, provider, store: new SnapshotStore(stateDir), limits: config.snapshots, volumes });
   await snapshots.recover();
   const { server, wss } = createHttpServer({
     sandboxes,
     snapshots,
+    volumes,
     credentials,
     config,
     metrics,

@@ -16,6 +16,22 @@ export const MountRequest = z.strictObject({
 });
 export type MountRequest = z.input<typeof MountRequest>;
 
+/** A volume's name: one path-free word, never a path or a host folder. */
+export const VolumeName = z
+  .string()
+  .regex(/^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$/, 'volume names are 1-63 letters, digits, . _ - starting with a letter or digit (no / or ..)')
+  .refine((name) => !name.includes('..'), 'volume names may not contain ..');
+
+/** A named volume mounted into a sandbox at create (docs/state.md#volumes). */
+export const VolumeMountRequest = z.strictObject({
+  /** One of the caller's volumes (`POST /v1/volumes`). */
+  name: VolumeName,
+  /** Absolute path inside the sandbox, e.g. `/data` or `/workspace/cache`. */
+  path: z.string().min(1).max(4096).startsWith('/'),
+  readOnly: z.boolean().default(false),
+});
+export type VolumeMountRequest = z.input<typeof VolumeMountRequest>;
+
 /** `none` (the default) gives the sandbox loopback only; `bridge` gives it Docker's default network. */
 export const NetworkMode = z.enum(['none', 'bridge']);
 /** `runc` is Docker's default runtime; `runsc` is gVisor, where the host has it registered. */
@@ -117,6 +133,8 @@ export const CreateSandboxRequest = z.strictObject({
    * labels, file policy and egress policy unless this request names others.
    */
   snapshot: z.string().min(1).max(64).optional(),
+  /** Named volumes of the caller's API key to mount (several sandboxes may mount one at once). */
+  volumes: z.array(VolumeMountRequest).max(16).optional(),
   /** Hibernate the sandbox after this many seconds without a call or an open connection (docs/state.md). */
   hibernateAfterSeconds: z
     .number()
@@ -151,6 +169,8 @@ export const SandboxSettings = z.strictObject({
   fileSizeMb: z.number().optional(),
   diskMb: z.number().optional(),
   hibernateAfterSeconds: z.number().optional(),
+  /** Named volumes: `id` is the controller's own name of the volume's storage. */
+  volumes: z.array(z.strictObject({ name: z.string(), id: z.string(), path: z.string(), readOnly: z.boolean() })).optional(),
 });
 export type SandboxSettings = z.infer<typeof SandboxSettings>;
 
@@ -410,6 +430,9 @@ export const REST_PATHS = {
   snapshots: '/v1/snapshots',
   snapshot: (idOrName: string) => `/v1/snapshots/${encodeURIComponent(idOrName)}`,
   snapshotsPrune: '/v1/snapshots/prune',
+  /** `GET`, `POST` the caller's volumes; `/v1/volumes/<name>` one of them (`GET`, `DELETE`). */
+  volumes: '/v1/volumes',
+  volume: (name: string) => `/v1/volumes/${encodeURIComponent(name)}`,
 } as const;
 
 /** Snapshot names and label keys: letters, digits, `.`, `_`, `-`, starting with a letter or digit; never a path. */
@@ -482,3 +505,34 @@ export type ForkSandboxRequest = z.input<typeof ForkSandboxRequest>;
 /** The forks, each with its own token (shown only here). */
 export const ForkSandboxResponse = z.strictObject({ sandboxes: z.array(CreateSandboxResponse) });
 export type ForkSandboxResponse = z.infer<typeof ForkSandboxResponse>;
+
+/** `POST /v1/volumes`: a named volume of the caller's API key. */
+export const CreateVolumeRequest = z.strictObject({
+  name: VolumeName,
+  /** Its size in MiB, where the host gives volumes a quota (see /readyz); without one it is the controller's default. */
+  sizeMb: z
+    .number()
+    .int()
+    .min(16)
+    .max(1 << 24)
+    .optional(),
+  labels: LabelMap.optional(),
+});
+export type CreateVolumeRequest = z.input<typeof CreateVolumeRequest>;
+
+export const VolumeInfo = z.strictObject({
+  name: z.string(),
+  createdAt: z.string(),
+  labels: z.record(z.string(), z.string()),
+  /** Its size limit, where the host gives one (`quota: true`). */
+  sizeMb: z.number().optional(),
+  quota: z.boolean(),
+  /** Bytes used now, where the host can say. */
+  usedBytes: z.number().optional(),
+  /** Sandboxes that mount it now. */
+  sandboxes: z.array(z.string()),
+});
+export type VolumeInfo = z.infer<typeof VolumeInfo>;
+
+export const ListVolumesResponse = z.strictObject({ volumes: z.array(VolumeInfo) });
+export type ListVolumesResponse = z.infer<typeof ListVolumesResponse>;

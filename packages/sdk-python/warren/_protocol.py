@@ -88,6 +88,7 @@ ERROR_CODES: Dict[str, tuple] = {
     'RESOURCE_EXHAUSTED': (429, 'A limit was reached; wait for running work to finish or raise the limit.'),
     'SANDBOX_NOT_FOUND': (404, 'The sandbox does not exist or has ended; create a new one.'),
     'SNAPSHOT_NOT_FOUND': (404, 'The snapshot does not exist, was deleted, or belongs to another API key; list yours with GET /v1/snapshots (warren snapshot ls).'),
+    'VOLUME_NOT_FOUND': (404, 'The volume does not exist or belongs to another API key; create it with POST /v1/volumes (warren volume create NAME) or list yours.'),
     'SANDBOX_NOT_READY': (503, 'The sandbox is starting or its daemon is not answering; retry shortly.'),
     'UPSTREAM_UNAVAILABLE': (502, 'The Docker engine or the sandbox daemon did not answer; check that Docker is running.'),
     'PTY_UNAVAILABLE': (501, 'This sandbox cannot open a terminal (the message says why); run commands with commands.run or commands.start instead.'),
@@ -173,11 +174,11 @@ if TYPE_CHECKING:
     _C78 = int
     _C79 = int
     _C80 = int
-    _C81 = int
     _C82 = int
-    _C83 = str
-    _C85 = int
-    _C86 = str
+    _C83 = int
+    _C84 = str
+    _C86 = int
+    _C87 = str
 else:
     _C1 = conint(strict=True, ge=0, le=9007199254740991)
     _C2 = conint(strict=True, le=10000, gt=0)
@@ -248,11 +249,11 @@ else:
     _C78 = conint(strict=True, ge=64, le=1048576)
     _C79 = conint(strict=True, ge=1, le=16777216)
     _C80 = conint(strict=True, ge=16, le=16777216)
-    _C81 = conint(strict=True, ge=1, le=2592000)
-    _C82 = conint(strict=True, ge=1, le=100)
-    _C83 = constr(strict=True, regex='^(\\*\\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$')
-    _C85 = conint(strict=True, ge=1, le=604800)
-    _C86 = constr(strict=True, min_length=1, max_length=512)
+    _C82 = conint(strict=True, ge=1, le=2592000)
+    _C83 = conint(strict=True, ge=1, le=100)
+    _C84 = constr(strict=True, regex='^(\\*\\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$')
+    _C86 = conint(strict=True, ge=1, le=604800)
+    _C87 = constr(strict=True, min_length=1, max_length=512)
 
 
 class AuditListParams(_Strict):
@@ -1218,6 +1219,18 @@ else:
     _C76 = conlist(CreateSandboxRequestMountsItem, max_items=16)
 
 
+class CreateSandboxRequestVolumesItem(_Strict):
+    name: _C74 = Field(...)
+    path: _C68 = Field(...)
+    read_only: StrictBool = Field(False, alias='readOnly')
+
+
+if TYPE_CHECKING:
+    _C81 = List[CreateSandboxRequestVolumesItem]
+else:
+    _C81 = conlist(CreateSandboxRequestVolumesItem, max_items=16)
+
+
 class CreateSandboxRequest(_Strict):
     image: Optional[_C49] = Field(None)
     env: Optional[Dict[_C50, _C51]] = Field(None)
@@ -1241,11 +1254,19 @@ class CreateSandboxRequest(_Strict):
     file_size_mb: Optional[_C79] = Field(None, alias='fileSizeMb')
     disk_mb: Optional[_C80] = Field(None, alias='diskMb')
     snapshot: Optional[_C47] = Field(None)
+    volumes: Optional[_C81] = Field(None)
     hibernate_after_seconds: Optional[_C73] = Field(None, alias='hibernateAfterSeconds')
 
 
 class CreateSandboxResponseSettingsMountsItem(_Tolerant):
     host_path: StrictStr = Field(..., alias='hostPath')
+    path: StrictStr = Field(...)
+    read_only: StrictBool = Field(..., alias='readOnly')
+
+
+class CreateSandboxResponseSettingsVolumesItem(_Tolerant):
+    name: StrictStr = Field(...)
+    id: StrictStr = Field(...)
     path: StrictStr = Field(...)
     read_only: StrictBool = Field(..., alias='readOnly')
 
@@ -1267,6 +1288,7 @@ class CreateSandboxResponseSettings(_Tolerant):
     file_size_mb: Optional[Union[StrictInt, StrictFloat]] = Field(None, alias='fileSizeMb')
     disk_mb: Optional[Union[StrictInt, StrictFloat]] = Field(None, alias='diskMb')
     hibernate_after_seconds: Optional[Union[StrictInt, StrictFloat]] = Field(None, alias='hibernateAfterSeconds')
+    volumes: Optional[List[CreateSandboxResponseSettingsVolumesItem]] = Field(None)
 
 
 class CreateSandboxResponse(_Tolerant):
@@ -1287,13 +1309,19 @@ class CreateSnapshotRequest(_Tolerant):
     labels: Optional[Dict[_C74, _C75]] = Field(None)
 
 
+class CreateVolumeRequest(_Tolerant):
+    name: _C74 = Field(...)
+    size_mb: Optional[_C80] = Field(None, alias='sizeMb')
+    labels: Optional[Dict[_C74, _C75]] = Field(None)
+
+
 class DeriveTokenRequest(_Strict):
     allow_read: Optional[Union[_C6, _C71]] = Field(None, alias='allowRead')
     allow_write: Optional[Union[_C6, _C71]] = Field(None, alias='allowWrite')
     readonly: Optional[StrictBool] = Field(None)
     inherit: Optional[StrictBool] = Field(None)
     allow_exec: Optional[StrictBool] = Field(None, alias='allowExec')
-    ttl_seconds: Optional[_C81] = Field(None, alias='ttlSeconds')
+    ttl_seconds: Optional[_C82] = Field(None, alias='ttlSeconds')
 
 
 class DeriveTokenResponse(_Tolerant):
@@ -1330,7 +1358,7 @@ class EgressLogResponse(_Tolerant):
 
 
 class ForkSandboxRequest(_Tolerant):
-    count: _C82 = Field(...)
+    count: _C83 = Field(...)
     labels: Optional[Dict[_C74, _C75]] = Field(None)
     ttl_seconds: Optional[_C73] = Field(None, alias='ttlSeconds')
 
@@ -1385,21 +1413,21 @@ class NetworkPolicyResponseEgressNone(_Tolerant):
 
 
 class NetworkPolicyResponseEgressAllowRulesItem(_Tolerant):
-    host: _C83 = Field(...)
+    host: _C84 = Field(...)
     ports: Optional[_C56] = Field(None)
     methods: Optional[_C57] = Field(None)
     path_prefix: Optional[_C58] = Field(None, alias='pathPrefix')
 
 
 if TYPE_CHECKING:
-    _C84 = List[NetworkPolicyResponseEgressAllowRulesItem]
+    _C85 = List[NetworkPolicyResponseEgressAllowRulesItem]
 else:
-    _C84 = conlist(NetworkPolicyResponseEgressAllowRulesItem, min_items=1, max_items=256)
+    _C85 = conlist(NetworkPolicyResponseEgressAllowRulesItem, min_items=1, max_items=256)
 
 
 class NetworkPolicyResponseEgressAllow(_Tolerant):
     mode: Literal['allow'] = Field(...)
-    rules: _C84 = Field(...)
+    rules: _C85 = Field(...)
 
 
 class NetworkPolicyResponseEgressOpen(_Tolerant):
@@ -1413,7 +1441,7 @@ class NetworkPolicyResponse(_Tolerant):
 
 class PortUrlRequest(_Tolerant):
     port: _C20 = Field(...)
-    ttl_seconds: Optional[_C85] = Field(None, alias='ttlSeconds')
+    ttl_seconds: Optional[_C86] = Field(None, alias='ttlSeconds')
 
 
 class PortUrlResponse(_Tolerant):
@@ -1442,7 +1470,7 @@ class PublicPortsResponse(_Tolerant):
 
 
 class PullImageRequest(_Strict):
-    image: _C86 = Field(...)
+    image: _C87 = Field(...)
 
 
 class RestErrorBodyError(_Tolerant):
@@ -1509,7 +1537,7 @@ SandboxState = Literal['running', 'paused', 'exited', 'gone', 'hibernated']
 
 
 class SetTimeoutRequest(_Strict):
-    ttl_seconds: _C81 = Field(..., alias='ttlSeconds')
+    ttl_seconds: _C82 = Field(..., alias='ttlSeconds')
 
 
 class SnapshotInfo(_Tolerant):
@@ -1537,14 +1565,14 @@ class UpdateNetworkRequestEgressAllowRulesItem(_Tolerant):
 
 
 if TYPE_CHECKING:
-    _C87 = List[UpdateNetworkRequestEgressAllowRulesItem]
+    _C88 = List[UpdateNetworkRequestEgressAllowRulesItem]
 else:
-    _C87 = conlist(UpdateNetworkRequestEgressAllowRulesItem, min_items=1, max_items=256)
+    _C88 = conlist(UpdateNetworkRequestEgressAllowRulesItem, min_items=1, max_items=256)
 
 
 class UpdateNetworkRequestEgressAllow(_Tolerant):
     mode: Literal['allow'] = Field(...)
-    rules: _C87 = Field(...)
+    rules: _C88 = Field(...)
 
 
 class UpdateNetworkRequestEgressOpen(_Tolerant):
@@ -1553,6 +1581,16 @@ class UpdateNetworkRequestEgressOpen(_Tolerant):
 
 class UpdateNetworkRequest(_Tolerant):
     egress: Union[UpdateNetworkRequestEgressNone, UpdateNetworkRequestEgressAllow, UpdateNetworkRequestEgressOpen] = Field(...)
+
+
+class VolumeInfo(_Tolerant):
+    name: StrictStr = Field(...)
+    created_at: StrictStr = Field(..., alias='createdAt')
+    labels: Dict[StrictStr, StrictStr] = Field(...)
+    size_mb: Optional[Union[StrictInt, StrictFloat]] = Field(None, alias='sizeMb')
+    quota: StrictBool = Field(...)
+    used_bytes: Optional[Union[StrictInt, StrictFloat]] = Field(None, alias='usedBytes')
+    sandboxes: List[StrictStr] = Field(...)
 
 
 class ForkSandboxResponse(_Tolerant):
@@ -1565,6 +1603,10 @@ class ListSandboxesResponse(_Tolerant):
 
 class ListSnapshotsResponse(_Tolerant):
     snapshots: List[SnapshotInfo] = Field(...)
+
+
+class ListVolumesResponse(_Tolerant):
+    volumes: List[VolumeInfo] = Field(...)
 
 
 #: The method registry: name to params, result, access, payload side, idempotence and events.

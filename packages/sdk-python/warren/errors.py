@@ -232,6 +232,12 @@ class SnapshotNotFoundError(WarrenNotFoundError):
     code = "SNAPSHOT_NOT_FOUND"
 
 
+class VolumeNotFoundError(WarrenNotFoundError):
+    """A volume that does not exist or belongs to another API key (not told apart)."""
+
+    code = "VOLUME_NOT_FOUND"
+
+
 class SandboxNotReadyError(WarrenConnectionError):
     code = "SANDBOX_NOT_READY"
 

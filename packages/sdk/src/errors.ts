@@ -291,6 +291,14 @@ export class SnapshotNotFoundError extends WarrenNotFoundError {
   }
 }
 
+/** A volume that does not exist or belongs to another API key (not told apart). */
+export class VolumeNotFoundError extends WarrenNotFoundError {
+  declare readonly code: 'VOLUME_NOT_FOUND';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('VOLUME_NOT_FOUND', message, options);
+  }
+}
+
 export class SandboxNotReadyError extends WarrenConnectionError {
   declare readonly code: 'SANDBOX_NOT_READY';
   constructor(message: string, options?: WarrenErrorOptions) {
@@ -439,6 +447,7 @@ export const ERROR_CLASSES: { readonly [C in WarrenErrorCode]: new (message: str
   RESOURCE_EXHAUSTED: ResourceExhaustedError,
   SANDBOX_NOT_FOUND: SandboxNotFoundError,
   SNAPSHOT_NOT_FOUND: SnapshotNotFoundError,
+  VOLUME_NOT_FOUND: VolumeNotFoundError,
   SANDBOX_NOT_READY: SandboxNotReadyError,
   UPSTREAM_UNAVAILABLE: UpstreamUnavailableError,
   PTY_UNAVAILABLE: PtyUnavailableError,

@@ -27,6 +27,9 @@ import {
   type CreateSnapshotRequest,
   type ForkSandboxRequest,
   type PruneSnapshotsRequest,
+  VolumeInfo,
+  ListVolumesResponse,
+  type CreateVolumeRequest,
 } from '@warren/protocol';
 import { restError } from './connection.js';
 import { makeError } from './errors.js';
@@ -214,6 +217,22 @@ export class RestClient {
 
   async pruneSnapshots(body: PruneSnapshotsRequest, signal?: AbortSignal): Promise<{ deleted: string[]; freedBytes: number }> {
     return tolerant(PruneSnapshotsResponse).parse(await this.request('POST', REST_PATHS.snapshotsPrune, body, signal));
+  }
+
+  async createVolume(body: CreateVolumeRequest, signal?: AbortSignal): Promise<VolumeInfo> {
+    return tolerant(VolumeInfo).parse(await this.request('POST', REST_PATHS.volumes, body, signal));
+  }
+
+  async listVolumes(signal?: AbortSignal): Promise<VolumeInfo[]> {
+    return tolerant(ListVolumesResponse).parse(await this.request('GET', REST_PATHS.volumes, undefined, signal)).volumes;
+  }
+
+  async getVolume(name: string, signal?: AbortSignal): Promise<VolumeInfo> {
+    return tolerant(VolumeInfo).parse(await this.request('GET', REST_PATHS.volume(name), undefined, signal));
+  }
+
+  async deleteVolume(name: string, signal?: AbortSignal): Promise<void> {
+    await this.request('DELETE', REST_PATHS.volume(name), undefined, signal);
   }
 
   /** The WebSocket URL of a sandbox's connection. */

@@ -15,6 +15,8 @@ import {
   type ForkSandboxRequest,
   type PruneSnapshotsRequest,
   type SnapshotInfo,
+  type CreateVolumeRequest,
+  type VolumeInfo,
 } from '@warren/protocol';
 import { Code } from './code.js';
 import { Commands } from './commands.js';
@@ -426,5 +428,41 @@ export class Snapshots {
   /** Deletes the key's snapshots older than `olderThanSeconds` (0: all), with every given label. */
   prune(request: PruneSnapshotsRequest, options: { signal?: AbortSignal } = {}): Promise<{ deleted: string[]; freedBytes: number }> {
     return this.rest.pruneSnapshots(request, options.signal);
+  }
+}
+
+/**
+ * The API key's named volumes: storage that outlives sandboxes, mounted with
+ * `Sandbox.create({ volumes: [{ name, path, readOnly }] })` by any number of sandboxes at once
+ * (docs/state.md#volumes).
+ *
+ * @example
+ * const volumes = new Volumes({ baseUrl, apiKey });
+ * await volumes.create({ name: 'pip-cache', sizeMb: 2048 });
+ * const a = await Sandbox.create({ apiKey, volumes: [{ name: 'pip-cache', path: '/cache' }] });
+ */
+export class Volumes {
+  private readonly rest: RestClient;
+
+  constructor(options: ControllerOptions = {}) {
+    const { baseUrl, apiKey } = resolveControllerOptions(options);
+    this.rest = new RestClient(baseUrl, apiKey);
+  }
+
+  create(request: CreateVolumeRequest, options: { signal?: AbortSignal } = {}): Promise<VolumeInfo> {
+    return this.rest.createVolume(request, options.signal);
+  }
+
+  list(options: { signal?: AbortSignal } = {}): Promise<VolumeInfo[]> {
+    return this.rest.listVolumes(options.signal);
+  }
+
+  get(name: string, options: { signal?: AbortSignal } = {}): Promise<VolumeInfo> {
+    return this.rest.getVolume(name, options.signal);
+  }
+
+  /** Deletes the volume and its data; refused (`ConflictError`) while a sandbox mounts it. */
+  delete(name: string, options: { signal?: AbortSignal } = {}): Promise<void> {
+    return this.rest.deleteVolume(name, options.signal);
   }
 }

@@ -155,6 +155,7 @@ export class KubernetesProvider implements SandboxProvider {
    */
   async create(spec: SandboxSpec): Promise<string> {
     if (spec.restore !== undefined) throw notSupported('start a sandbox from a snapshot', 'create it from an image instead');
+    if (spec.settings.volumes?.length) throw notSupported('mount named volumes', 'leave volumes out');
     if (this.runtimeImage === undefined) throw new CodedError('INTERNAL', 'The Kubernetes provider was asked to create a sandbox before prepare().');
     const body = sandboxPod({
       ...spec,
@@ -410,6 +411,17 @@ export class KubernetesProvider implements SandboxProvider {
 
   async snapshotIds(): Promise<string[]> {
     return [];
+  }
+
+  /** Named volumes would be PersistentVolumeClaims; not made by this provider yet (docs/state.md). */
+  createVolume(): Promise<{ quota: boolean }> {
+    return Promise.reject(notSupported('create a named volume', 'create a PersistentVolumeClaim in the namespace and keep shared data there'));
+  }
+
+  async removeVolume(): Promise<void> {}
+
+  async volumeUsage(): Promise<number | undefined> {
+    return undefined;
   }
 }
 

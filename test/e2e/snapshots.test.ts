@@ -84,7 +84,11 @@ describe('snapshots and forks', () => {
   }, 180_000);
 
   it('a snapshot of files rewritten as fast as possible holds whole files, never half-written ones', async () => {
-    const writer = await sandbox.commands.start(['sh', '-c', 'cd /workspace && i=0; while :; do head -c 65536 /dev/zero | tr "\\0" "$((i % 10))" > t; mv t f; i=$((i+1)); done']);
+    const writer = await sandbox.commands.start([
+      'sh',
+      '-c',
+      'cd /workspace && i=0; while :; do head -c 65536 /dev/zero | tr "\\0" "$((i % 10))" > t; mv t f; i=$((i+1)); done',
+    ]);
     await sandbox.commands.run('sh -c "while [ ! -f /workspace/f ]; do sleep 0.05; done"');
     const snap = await sandbox.snapshot({ name: 'busy' });
     const child = await Sandbox.create({ ...options(), snapshot: snap.id });
@@ -291,7 +295,8 @@ describe('snapshots survive a controller SIGKILL', () => {
   afterAll(async () => {
     const live = second ?? first;
     if (live) {
-      for (const id of ids) await fetch(`${live.url}/v1/sandboxes/${id}`, { method: 'DELETE', headers: { authorization: `Bearer ${live.apiKey}` } }).catch(() => undefined);
+      for (const id of ids)
+        await fetch(`${live.url}/v1/sandboxes/${id}`, { method: 'DELETE', headers: { authorization: `Bearer ${live.apiKey}` } }).catch(() => undefined);
       await new Snapshots(live.options).prune({ olderThanSeconds: 0 }).catch(() => undefined);
       await new Volumes(live.options).delete('durable').catch(() => undefined);
       await live.dispose();

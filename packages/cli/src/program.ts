@@ -142,7 +142,9 @@ export function buildProgram(): Command {
     .alias('list')
     .description('List sandboxes (all that match every --label, and --state).')
     .option('--label <k=v>', 'only sandboxes with this label (repeatable)', collectKeyValue)
-    .addOption(new Option('--state <state>', 'only sandboxes in this state').choices(['running', 'paused', 'exited', 'gone', 'hibernated']).argParser(parseState))
+    .addOption(
+      new Option('--state <state>', 'only sandboxes in this state').choices(['running', 'paused', 'exited', 'gone', 'hibernated']).argParser(parseState),
+    )
     .option('--json', 'print JSON instead of a table')
     .addHelpText('after', examples(['warren ls', 'warren ls --label task=t-42 --state running', 'warren ls --json']))
     .action(listCommand);
@@ -369,7 +371,7 @@ export function buildProgram(): Command {
 
   const snapshot = program
     .command('snapshot')
-    .description("Snapshots of sandboxes (their files), owned by the API key that took them: take, list, show, delete, prune (docs/state.md).")
+    .description('Snapshots of sandboxes (their files), owned by the API key that took them: take, list, show, delete, prune (docs/state.md).')
     .addHelpText(
       'after',
       examples([
@@ -410,7 +412,7 @@ export function buildProgram(): Command {
     .action(snapshotPruneCommand);
   const volume = program
     .command('volume')
-    .description("Named volumes of the API key: storage that outlives sandboxes, mounted by several at once (docs/state.md#volumes).")
+    .description('Named volumes of the API key: storage that outlives sandboxes, mounted by several at once (docs/state.md#volumes).')
     .addHelpText('after', examples(['warren volume create pip-cache --size-mb 2048', 'warren volume ls', 'warren volume rm pip-cache']));
   withController(volume.command('create'))
     .argument('<name>', 'letters, digits, . _ -')
@@ -430,8 +432,8 @@ export function buildProgram(): Command {
     .action(volumeRemoveCommand);
   withController(program.command('fork'))
     .argument('<sandbox>', 'the sandbox id')
-    .description('Make --count independent sandboxes from the sandbox\'s current state; prints each id and token.')
-    .requiredOption('--count <n>', 'how many (at most the controller\'s snapshots.maxForkCount)', parsePositiveInt)
+    .description("Make --count independent sandboxes from the sandbox's current state; prints each id and token.")
+    .requiredOption('--count <n>', "how many (at most the controller's snapshots.maxForkCount)", parsePositiveInt)
     .option('--json', 'print JSON')
     .addHelpText('after', examples(['warren fork $ID --count 3']))
     .action(forkCommand);

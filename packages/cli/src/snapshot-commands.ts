@@ -24,7 +24,16 @@ export async function snapshotListCommand(_options: unknown, command: Command): 
   process.stdout.write(
     table(
       ['ID', 'NAME', 'SANDBOX', 'CREATED', 'SIZE', 'LABELS'],
-      rows.map((s) => [s.id, s.name ?? '', s.sandboxId, shortTime(s.createdAt), mb(s.sizeBytes), Object.entries(s.labels).map(([k, v]) => `${k}=${v}`).join(',')]),
+      rows.map((s) => [
+        s.id,
+        s.name ?? '',
+        s.sandboxId,
+        shortTime(s.createdAt),
+        mb(s.sizeBytes),
+        Object.entries(s.labels)
+          .map(([k, v]) => `${k}=${v}`)
+          .join(','),
+      ]),
     ),
   );
 }
@@ -42,7 +51,12 @@ export async function snapshotShowCommand(ref: string, _options: unknown, comman
       ['created', shortTime(info.createdAt)],
       ['size', mb(info.sizeBytes)],
       ['processes', info.processes ? 'kept' : `not kept (${info.processesReason ?? 'not supported'})`],
-      ['labels', Object.entries(info.labels).map(([k, v]) => `${k}=${v}`).join(', ')],
+      [
+        'labels',
+        Object.entries(info.labels)
+          .map(([k, v]) => `${k}=${v}`)
+          .join(', '),
+      ],
     ]),
   );
 }
@@ -67,7 +81,12 @@ export async function snapshotPruneCommand(options: { olderThan?: number; label?
 export async function forkCommand(sandbox: string, options: { count: number }, command: Command): Promise<void> {
   const forks = await restClient(command).fork(sandbox, { count: options.count });
   if (wantsJson(command)) return printJson(forks);
-  process.stdout.write(table(['ID', 'TOKEN'], forks.map((f) => [f.id, f.token])));
+  process.stdout.write(
+    table(
+      ['ID', 'TOKEN'],
+      forks.map((f) => [f.id, f.token]),
+    ),
+  );
 }
 
 /** `warren hibernate SANDBOX`: stops it to free its memory; the next call wakes it. */
@@ -95,7 +114,13 @@ export async function volumeListCommand(_options: unknown, command: Command): Pr
   process.stdout.write(
     table(
       ['NAME', 'SIZE', 'USED', 'CREATED', 'SANDBOXES'],
-      rows.map((v) => [v.name, v.quota ? `${v.sizeMb} MiB` : 'no limit', v.usedBytes === undefined ? '' : mb(v.usedBytes), shortTime(v.createdAt), v.sandboxes.join(',')]),
+      rows.map((v) => [
+        v.name,
+        v.quota ? `${v.sizeMb} MiB` : 'no limit',
+        v.usedBytes === undefined ? '' : mb(v.usedBytes),
+        shortTime(v.createdAt),
+        v.sandboxes.join(','),
+      ]),
     ),
   );
 }

@@ -746,7 +746,13 @@ export class DockerProvider implements SandboxProvider {
     // After a host reboot the sandbox's disk is no longer mounted: mount it before the engine binds it.
     if (this.workspaces && (await this.workspaces.list()).includes(agentId)) await this.workspaces.attach(agentId);
     // So are the volumes it mounts.
-    const labels = (await this.docker.getContainer(handle).inspect().catch(() => undefined))?.Config.Labels ?? {};
+    const labels =
+      (
+        await this.docker
+          .getContainer(handle)
+          .inspect()
+          .catch(() => undefined)
+      )?.Config.Labels ?? {};
     await this.volumeMounts(settingsOf(labels) ?? ({ volumes: [] } as unknown as SandboxSettings));
     await this.docker
       .getContainer(handle)
@@ -891,12 +897,18 @@ export class DockerProvider implements SandboxProvider {
             path: '/commit?',
             method: 'POST',
             options: {
-              _query: { container: handle, repo: `${SNAPSHOT_REPOSITORY}/${snapshotId}`, tag: 'latest', pause: false, comment: `Warren snapshot ${snapshotId}` },
+              _query: {
+                container: handle,
+                repo: `${SNAPSHOT_REPOSITORY}/${snapshotId}`,
+                tag: 'latest',
+                pause: false,
+                comment: `Warren snapshot ${snapshotId}`,
+              },
               _body: { Labels: { [SNAPSHOT_LABEL]: snapshotId }, Env: [`${SECRET_VARIABLE}=`] },
             },
             statusCodes: { 200: true, 201: true, 404: 'no such container', 500: 'server error' },
-          } as never,
-          (err: unknown) => (err ? reject(err as Error) : resolve()),
+          },
+          (err: unknown) => (err ? reject(err instanceof Error ? err : new Error('the engine refused the commit')) : resolve()),
         ),
       ).catch((e: unknown) => rethrow(e, `commit container ${handle}`));
       if (source !== undefined) await copyTree(source, workspaceDir, `copy the workspace of sandbox ${handle}`);
@@ -906,7 +918,13 @@ export class DockerProvider implements SandboxProvider {
     } finally {
       if (freeze) await this.resume(handle).catch(() => undefined);
     }
-    const [own, base] = await Promise.all([this.docker.getImage(image).inspect(), this.docker.getImage(info.Image).inspect().catch(() => undefined)]);
+    const [own, base] = await Promise.all([
+      this.docker.getImage(image).inspect(),
+      this.docker
+        .getImage(info.Image)
+        .inspect()
+        .catch(() => undefined),
+    ]);
     return {
       image,
       imageBytes: Math.max(0, own.Size - (base?.Size ?? 0)),
@@ -966,7 +984,13 @@ export class DockerProvider implements SandboxProvider {
 
   /** The labels of a sandbox made from a snapshot's image: those the image carries and the sandbox has not set to {@link UNSET_LABEL}. */
   private async withInheritedLabelsUnset(image: string, labels: Record<string, string>): Promise<Record<string, string>> {
-    const inherited = (await this.docker.getImage(image).inspect().catch((e: unknown) => rethrow(e, `inspect the snapshot image ${image}`))).Config.Labels ?? {};
+    const inherited =
+      (
+        await this.docker
+          .getImage(image)
+          .inspect()
+          .catch((e: unknown) => rethrow(e, `inspect the snapshot image ${image}`))
+      ).Config.Labels ?? {};
     const out: Record<string, string> = { ...labels };
     for (const key of Object.keys(inherited)) if (key.startsWith('warren.') && key !== SNAPSHOT_LABEL && !Object.hasOwn(out, key)) out[key] = UNSET_LABEL;
     return out;

@@ -25,7 +25,8 @@ import type { SandboxRecord } from './sandboxes.js';
 export type Caller =
   /** `keyId` names which API key (see `Credentials.apiKeyId`): it owns the snapshots the caller makes. */
   | { kind: 'operator'; keyId?: string | undefined }
-  | { kind: 'sandbox'; sandboxId: string } | { kind: 'derived'; sandboxId: string; grant: unknown; expiresAt?: number | undefined };
+  | { kind: 'sandbox'; sandboxId: string }
+  | { kind: 'derived'; sandboxId: string; grant: unknown; expiresAt?: number | undefined };
 
 /** The policy a sandbox created without one gets: its workspace, read-write. */
 export const DEFAULT_POLICY: FilePolicy = { root: DEFAULT_ROOT, readOnly: false };

@@ -280,7 +280,7 @@ export const ROUTES: readonly Route[] = [
     method: 'POST',
     path: '/v1/sandboxes/{id}/fork',
     operationId: 'forkSandbox',
-    summary: 'Make count independent sandboxes from the sandbox\'s current state (limits apply to each as to a create).',
+    summary: "Make count independent sandboxes from the sandbox's current state (limits apply to each as to a create).",
     access: 'operator',
     body: ForkSandboxRequest,
     responses: { 201: { description: 'The forks, each with its token.', schema: ForkSandboxResponse } },
@@ -313,7 +313,7 @@ export const ROUTES: readonly Route[] = [
     method: 'GET',
     path: '/v1/snapshots/{snapshot}',
     operationId: 'getSnapshot',
-    summary: 'Describe one of the calling key\'s snapshots (by id or name).',
+    summary: "Describe one of the calling key's snapshots (by id or name).",
     access: 'operator',
     responses: { 200: { description: 'The snapshot.', schema: SnapshotInfo } },
     handle: async ({ deps, req, res, caller }) => sendJson(res, 200, snapshotsOf(deps).get(keyOf(caller), snapshotParam(req))),
@@ -639,7 +639,12 @@ export const ROUTES: readonly Route[] = [
 ];
 
 /** A route's path as a pattern: `{id}` takes a sandbox id (letters and digits), `{snapshot}` one path segment (checked by its handler). */
-const patterns = new Map(ROUTES.map((route) => [route, new RegExp(`^${route.path.replace('{id}', '([A-Za-z0-9]+)').replace('{snapshot}', '(?:[^/]+)').replace('{volume}', '(?:[^/]+)')}$`)]));
+const patterns = new Map(
+  ROUTES.map((route) => [
+    route,
+    new RegExp(`^${route.path.replace('{id}', '([A-Za-z0-9]+)').replace('{snapshot}', '(?:[^/]+)').replace('{volume}', '(?:[^/]+)')}$`),
+  ]),
+);
 
 /** The snapshot service, or NOT_SUPPORTED where this server runs without one. */
 function snapshotsOf(deps: HttpServerDeps): NonNullable<HttpServerDeps['snapshots']> {

@@ -239,17 +239,25 @@ export class SandboxService {
     const { restore } = extras;
     const started = performance.now();
     if (restore === undefined && body !== null && typeof body === 'object' && Object.hasOwn(body, 'snapshot'))
-      throw new CodedError('INVALID_PARAMS', "A create from a snapshot goes through POST /v1/sandboxes with the API key that took it ('snapshot': its id or name).", {
-        field: 'snapshot',
-      });
+      throw new CodedError(
+        'INVALID_PARAMS',
+        "A create from a snapshot goes through POST /v1/sandboxes with the API key that took it ('snapshot': its id or name).",
+        {
+          field: 'snapshot',
+        },
+      );
     const plan = this.plan(body);
     if (restore !== undefined) plan.restore = restore;
     for (const volume of plan.settings.volumes ?? []) {
       const id = extras.volumeIds?.get(volume.name);
       if (id === undefined)
-        throw new CodedError('VOLUME_NOT_FOUND', `No volume '${volume.name}' of this API key; create it first (POST /v1/volumes), with the key that creates the sandbox.`, {
-          volume: volume.name,
-        });
+        throw new CodedError(
+          'VOLUME_NOT_FOUND',
+          `No volume '${volume.name}' of this API key; create it first (POST /v1/volumes), with the key that creates the sandbox.`,
+          {
+            volume: volume.name,
+          },
+        );
       volume.id = id;
     }
     await this.checkMountsOnHost(plan);
@@ -289,7 +297,10 @@ export class SandboxService {
     try {
       if (!plan.restore) await this.images.ensure(plan.image);
       else if (!(await this.provider.hasImage(plan.restore.image)))
-        throw new CodedError('SNAPSHOT_NOT_FOUND', `The snapshot's image ${plan.restore.image} is gone from the engine; the snapshot cannot be restored. Delete it and take a new one.`);
+        throw new CodedError(
+          'SNAPSHOT_NOT_FOUND',
+          `The snapshot's image ${plan.restore.image} is gone from the engine; the snapshot cannot be restored. Delete it and take a new one.`,
+        );
       return await this.createSlots.run(() => this.createCold(plan, started), this.createQueueLimits);
     } catch (err) {
       this.metrics?.creates.inc({ source: 'cold', outcome: 'error' });
@@ -647,10 +658,20 @@ export class SandboxService {
   async hibernateIdle(now = this.clock.now()): Promise<string[]> {
     const idle = this.table.list().filter((r) => {
       const after = r.settings.hibernateAfterSeconds;
-      return after !== undefined && r.state === 'running' && !r.hibernated && (r.connections ?? 0) === 0 && now - (r.lastActive ?? r.createdAt.getTime()) >= after * 1000;
+      return (
+        after !== undefined &&
+        r.state === 'running' &&
+        !r.hibernated &&
+        (r.connections ?? 0) === 0 &&
+        now - (r.lastActive ?? r.createdAt.getTime()) >= after * 1000
+      );
     });
     const done: string[] = [];
-    for (const record of idle) await this.hibernate(record.id).then(() => done.push(record.id), () => undefined);
+    for (const record of idle)
+      await this.hibernate(record.id).then(
+        () => done.push(record.id),
+        () => undefined,
+      );
     return done;
   }
 

@@ -1,4 +1,12 @@
-import { CodedError, CreateSnapshotRequest, ForkSandboxRequest, PruneSnapshotsRequest, issueText, type CreateSandboxResponse, type SnapshotInfo } from '@warren/protocol';
+import {
+  CodedError,
+  CreateSnapshotRequest,
+  ForkSandboxRequest,
+  PruneSnapshotsRequest,
+  issueText,
+  type CreateSandboxResponse,
+  type SnapshotInfo,
+} from '@warren/protocol';
 import type { SandboxProvider } from './provider.js';
 import type { SandboxService } from './sandboxes.js';
 import {
@@ -24,7 +32,22 @@ export interface SnapshotServiceOptions {
 }
 
 /** The fields of a create request a snapshot gives when the request does not name them. */
-const FROM_SNAPSHOT = ['cpus', 'memoryMb', 'pidsLimit', 'network', 'runtime', 'user', 'workdir', 'workspace', 'ttlSeconds', 'readOnlyRootfs', 'tmpMb', 'openFiles', 'fileSizeMb', 'diskMb'] as const;
+const FROM_SNAPSHOT = [
+  'cpus',
+  'memoryMb',
+  'pidsLimit',
+  'network',
+  'runtime',
+  'user',
+  'workdir',
+  'workspace',
+  'ttlSeconds',
+  'readOnlyRootfs',
+  'tmpMb',
+  'openFiles',
+  'fileSizeMb',
+  'diskMb',
+] as const;
 
 /**
  * Snapshots and forks, over {@link SandboxService} and the provider's
@@ -156,7 +179,10 @@ export class SnapshotService {
     const owner = requireKey(keyId, 'prune snapshots');
     const parsed = PruneSnapshotsRequest.safeParse(body ?? {});
     if (!parsed.success)
-      throw new CodedError('INVALID_PARAMS', `Invalid prune request: ${parsed.error.issues.map(issueText).join('; ')}. Send { "olderThanSeconds": <n>, "labels"?: {...} }.`);
+      throw new CodedError(
+        'INVALID_PARAMS',
+        `Invalid prune request: ${parsed.error.issues.map(issueText).join('; ')}. Send { "olderThanSeconds": <n>, "labels"?: {...} }.`,
+      );
     const cutoff = Date.now() - parsed.data.olderThanSeconds * 1000;
     const labels = Object.entries(parsed.data.labels ?? {});
     const doomed = this.store
@@ -167,7 +193,8 @@ export class SnapshotService {
       await this.provider.removeSnapshot(record.id).catch(() => undefined);
     }
     const known = new Set(this.store.all().map((r) => r.id));
-    for (const id of await this.provider.snapshotIds().catch(() => [] as string[])) if (!known.has(id)) await this.provider.removeSnapshot(id).catch(() => undefined);
+    for (const id of await this.provider.snapshotIds().catch(() => [] as string[]))
+      if (!known.has(id)) await this.provider.removeSnapshot(id).catch(() => undefined);
     return { deleted: doomed.map((r) => r.id), freedBytes: doomed.reduce((sum, r) => sum + r.sizeBytes, 0) };
   }
 
@@ -182,7 +209,10 @@ export class SnapshotService {
     if (typeof raw.snapshot !== 'string') throw new CodedError('INVALID_PARAMS', "'snapshot' is a snapshot's id or name (a string).", { field: 'snapshot' });
     const record = this.store.require(requireKey(keyId, 'create a sandbox from a snapshot'), raw.snapshot);
     const { snapshot: _snapshot, ...rest } = raw;
-    return this.sandboxes.create(mergeWithSnapshot(record, rest), { restore: { image: record.snapshotImage, workspaceDir: this.store.workspaceOf(record.id) }, volumeIds });
+    return this.sandboxes.create(mergeWithSnapshot(record, rest), {
+      restore: { image: record.snapshotImage, workspaceDir: this.store.workspaceOf(record.id) },
+      volumeIds,
+    });
   }
 
   /**
@@ -196,9 +226,13 @@ export class SnapshotService {
     requireKey(keyId, 'fork a sandbox');
     const parsed = ForkSandboxRequest.safeParse(body ?? {});
     if (!parsed.success)
-      throw new CodedError('INVALID_PARAMS', `Invalid fork request: ${parsed.error.issues.map(issueText).join('; ')}. Send { "count": <1-${this.limits.maxForkCount}> }.`, {
-        field: 'count',
-      });
+      throw new CodedError(
+        'INVALID_PARAMS',
+        `Invalid fork request: ${parsed.error.issues.map(issueText).join('; ')}. Send { "count": <1-${this.limits.maxForkCount}> }.`,
+        {
+          field: 'count',
+        },
+      );
     const { count, labels, ttlSeconds } = parsed.data;
     if (count > this.limits.maxForkCount)
       throw new CodedError('RESOURCE_EXHAUSTED', `A fork makes at most ${this.limits.maxForkCount} sandboxes (snapshots.maxForkCount); ask for fewer.`, {
@@ -225,7 +259,12 @@ export class SnapshotService {
   /** Sandboxes being made by forks under way: they count towards maxSandboxes before they exist. */
   private forking = 0;
 
-  private async forkReserved(sandboxId: string, count: number, labels: Record<string, string> | undefined, ttlSeconds: number | undefined): Promise<CreateSandboxResponse[]> {
+  private async forkReserved(
+    sandboxId: string,
+    count: number,
+    labels: Record<string, string> | undefined,
+    ttlSeconds: number | undefined,
+  ): Promise<CreateSandboxResponse[]> {
     const record = this.sandboxes.record(sandboxId);
     const id = newSnapshotId();
     const { workspace } = await this.store.begin(id);
@@ -247,9 +286,26 @@ export class SnapshotService {
         ...(record.policy === undefined ? {} : { policy: record.policy as SnapshotRecord['policy'] }),
         ...(egress === undefined ? {} : { egress }),
       };
-      const request = mergeWithSnapshot({ ...base, sandboxLabels: record.labels }, { ...(labels === undefined ? {} : { labels }), ...(ttlSeconds === undefined ? {} : { ttlSeconds }) });
-      const results = await Promise.allSettled(
-        Array.from({ length: count }, () => this.sandboxes.create(request, { restore: { image: taken.image, workspaceDir: workspace } })),
+      const request = mergeWithSnapshot(
+        { ...base, sandboxLabels: record.labels },
+        { ...(labels === undefined ? {} : { labels }), ...(ttlSeconds === undefined ? {} : { ttlSeconds }) },
+      );
+      // No more at once than the controller's create slots: a fork's own creates never time out waiting for each other.
+      const results: PromiseSettledResult<CreateSandboxResponse>[] = [];
+      const workers = Math.max(1, Math.min(count, this.sandboxes.config.maxConcurrentCreates));
+      let next = 0;
+      await Promise.all(
+        Array.from({ length: workers }, async () => {
+          while (next < count) {
+            next++;
+            results.push(
+              await this.sandboxes.create(request, { restore: { image: taken.image, workspaceDir: workspace } }).then(
+                (value) => ({ status: 'fulfilled', value }) as const,
+                (reason: unknown) => ({ status: 'rejected', reason }) as const,
+              ),
+            );
+          }
+        }),
       );
       for (const result of results) if (result.status === 'fulfilled') forks.push(result.value);
       const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');

@@ -19,9 +19,12 @@ export async function copyTree(from: string, to: string, what: string): Promise<
   try {
     await run('cp', ['-a', '--sparse=always', '--reflink=auto', '--no-target-directory', '--', `${from}/.`, to], { maxBuffer: 1024 * 1024 });
   } catch (err) {
-    const stderr = String((err as { stderr?: unknown }).stderr ?? (err as Error).message).slice(0, 400);
+    const stderr = errorText(err);
     if (/No space left|Disk quota exceeded/i.test(stderr))
-      throw new CodedError('RESOURCE_EXHAUSTED', `No space left to ${what}: ${stderr.trim()}. Free disk space, delete snapshots (warren snapshot prune), or ask for a larger diskMb.`);
+      throw new CodedError(
+        'RESOURCE_EXHAUSTED',
+        `No space left to ${what}: ${stderr.trim()}. Free disk space, delete snapshots (warren snapshot prune), or ask for a larger diskMb.`,
+      );
     throw new CodedError('INTERNAL', `Could not ${what}: ${stderr.trim()}`);
   }
 }
@@ -29,7 +32,7 @@ export async function copyTree(from: string, to: string, what: string): Promise<
 /** Empties folder `dir` (the folder itself stays), without following links. */
 export async function emptyTree(dir: string): Promise<void> {
   await run('find', [dir, '-mindepth', '1', '-delete']).catch((err: unknown) => {
-    throw new CodedError('INTERNAL', `Could not empty ${dir}: ${String((err as { stderr?: unknown }).stderr ?? (err as Error).message).slice(0, 400)}`);
+    throw new CodedError('INTERNAL', `Could not empty ${dir}: ${errorText(err)}`);
   });
 }
 
@@ -37,4 +40,10 @@ export async function emptyTree(dir: string): Promise<void> {
 export async function diskBytes(dir: string): Promise<number> {
   const { stdout } = await run('du', ['-s', '--block-size=1', '-x', '--', dir]);
   return Number(stdout.split('\t')[0]) || 0;
+}
+
+/** What a failed command said (its stderr), or the error's message; at most 400 characters. */
+function errorText(err: unknown): string {
+  const stderr = (err as { stderr?: unknown }).stderr;
+  return (typeof stderr === 'string' && stderr !== '' ? stderr : err instanceof Error ? err.message : 'unknown error').slice(0, 400);
 }

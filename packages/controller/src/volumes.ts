@@ -65,18 +65,26 @@ export class VolumeService {
     const owner = requireKey(keyId);
     const parsed = CreateVolumeRequest.safeParse(body ?? {});
     if (!parsed.success)
-      throw new CodedError('INVALID_PARAMS', `Invalid volume request: ${parsed.error.issues.map(issueText).join('; ')}. Send { "name": "<letters, digits, . _ ->", "sizeMb"?: <n> }.`, {
-        field: parsed.error.issues[0]?.path.join('.') || 'body',
-      });
+      throw new CodedError(
+        'INVALID_PARAMS',
+        `Invalid volume request: ${parsed.error.issues.map(issueText).join('; ')}. Send { "name": "<letters, digits, . _ ->", "sizeMb"?: <n> }.`,
+        {
+          field: parsed.error.issues[0]?.path.join('.') || 'body',
+        },
+      );
     const { name, labels } = parsed.data;
     const id = volumeId(owner, name);
-    if (this.records.has(id)) throw new CodedError('ALREADY_EXISTS', `This API key already has a volume named '${name}'; choose another name or delete that one.`, { field: 'name' });
+    if (this.records.has(id))
+      throw new CodedError('ALREADY_EXISTS', `This API key already has a volume named '${name}'; choose another name or delete that one.`, { field: 'name' });
     if ([...this.records.values()].filter((r) => r.ownerKeyId === owner).length >= MAX_VOLUMES_PER_KEY)
       throw new CodedError('RESOURCE_EXHAUSTED', `This API key already keeps ${MAX_VOLUMES_PER_KEY} volumes; delete one first.`);
     const max = this.options.config.maxLimits.diskMb;
     const sizeMb = parsed.data.sizeMb ?? Math.min(this.options.config.limits.diskMb, max);
     if (sizeMb > max)
-      throw new CodedError('INVALID_PARAMS', `sizeMb ${sizeMb} is above this controller's maximum of ${max} (maxLimits.diskMb); ask for at most ${max}.`, { field: 'sizeMb', max });
+      throw new CodedError('INVALID_PARAMS', `sizeMb ${sizeMb} is above this controller's maximum of ${max} (maxLimits.diskMb); ask for at most ${max}.`, {
+        field: 'sizeMb',
+        max,
+      });
     const { quota } = await this.options.provider.createVolume(id, sizeMb * 1024 * 1024);
     const record: VolumeRecord = { id, name, ownerKeyId: owner, createdAt: new Date().toISOString(), labels: labels ?? {}, sizeMb, quota };
     try {
@@ -106,7 +114,9 @@ export class VolumeService {
     const record = this.require(requireKey(keyId), name);
     const users = this.mountedBy(record.id);
     if (users.length > 0)
-      throw new CodedError('CONFLICT', `Volume '${name}' is mounted by ${users.length} sandbox(es) (${users.join(', ')}); kill them first.`, { sandboxes: users });
+      throw new CodedError('CONFLICT', `Volume '${name}' is mounted by ${users.length} sandbox(es) (${users.join(', ')}); kill them first.`, {
+        sandboxes: users,
+      });
     await rm(path.join(this.dir, `${record.id}.json`), { force: true });
     this.records.delete(record.id);
     await this.options.provider.removeVolume(record.id);
@@ -121,12 +131,18 @@ export class VolumeService {
 
   private require(owner: string, name: string): VolumeRecord {
     if (!VolumeName.safeParse(name).success)
-      throw new CodedError('INVALID_PARAMS', `'${name.slice(0, 80)}' is not a volume name: 1-63 letters, digits, . _ - starting with a letter or digit, never a path.`, {
-        field: 'volume',
-      });
+      throw new CodedError(
+        'INVALID_PARAMS',
+        `'${name.slice(0, 80)}' is not a volume name: 1-63 letters, digits, . _ - starting with a letter or digit, never a path.`,
+        {
+          field: 'volume',
+        },
+      );
     const record = this.records.get(volumeId(owner, name));
     if (!record)
-      throw new CodedError('VOLUME_NOT_FOUND', `No volume '${name}' of this API key; create it with POST /v1/volumes (warren volume create ${name}).`, { volume: name });
+      throw new CodedError('VOLUME_NOT_FOUND', `No volume '${name}' of this API key; create it with POST /v1/volumes (warren volume create ${name}).`, {
+        volume: name,
+      });
     return record;
   }
 

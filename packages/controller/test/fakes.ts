@@ -215,7 +215,13 @@ export class FakeProvider implements SandboxProvider {
     this.calls.push(`snapshot ${handle}`);
     this.require(handle);
     this.snapshots.add(snapshotId);
-    return { image: `warren-snapshot/${snapshotId.toLowerCase()}:latest`, imageBytes: 0, workspaceBytes: this.snapshotBytes, processes: false, processesReason: 'the fake keeps none' };
+    return {
+      image: `warren-snapshot/${snapshotId.toLowerCase()}:latest`,
+      imageBytes: 0,
+      workspaceBytes: this.snapshotBytes,
+      processes: false,
+      processesReason: 'the fake keeps none',
+    };
   }
 
   async removeSnapshot(snapshotId: string): Promise<void> {

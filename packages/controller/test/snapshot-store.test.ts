@@ -16,7 +16,17 @@ import { mergeWithSnapshot } from '../src/snapshots.js';
 
 const MiB = 1024 * 1024;
 const limits = { maxCount: 3, maxMb: 100, maxForkCount: 4 };
-const settings = { cpus: 1, memoryMb: 300, pidsLimit: 256, network: 'none' as const, runtime: 'runc' as const, user: '1000:1000', workdir: DEFAULT_ROOT, ttlSeconds: 600, mounts: [] };
+const settings = {
+  cpus: 1,
+  memoryMb: 300,
+  pidsLimit: 256,
+  network: 'none' as const,
+  runtime: 'runc' as const,
+  user: '1000:1000',
+  workdir: DEFAULT_ROOT,
+  ttlSeconds: 600,
+  mounts: [],
+};
 
 const record = (over: Partial<SnapshotRecord> = {}): SnapshotRecord => ({
   id: newSnapshotId(),

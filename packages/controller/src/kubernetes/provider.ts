@@ -402,7 +402,10 @@ export class KubernetesProvider implements SandboxProvider {
   /** Snapshots need the engine's commit and the workspace on a host this controller reads: not on a cluster yet (docs/state.md). */
   snapshot(): Promise<ProvidedSnapshot> {
     return Promise.reject(
-      notSupported('snapshot a sandbox', 'keep state in a volume of your cluster (a PersistentVolumeClaim), or run the Docker provider for snapshots, fork and hibernation'),
+      notSupported(
+        'snapshot a sandbox',
+        'keep state in a volume of your cluster (a PersistentVolumeClaim), or run the Docker provider for snapshots, fork and hibernation',
+      ),
     );
   }
 

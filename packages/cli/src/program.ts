@@ -389,26 +389,31 @@ export function buildProgram(): Command {
     .option('--name <name>', "a name unique among this key's snapshots (letters, digits, . _ -)")
     .option('--label <k=v>', 'a label (repeatable)', collectKeyValue)
     .option('--json', 'print JSON instead of the id')
+    .addHelpText('after', examples(['warren snapshot create $ID --name before-fix', 'warren snapshot create $ID --label task=t-42 --json']))
     .action(snapshotCreateCommand);
   withController(snapshot.command('ls'))
     .alias('list')
     .description("List this API key's snapshots, newest first.")
     .option('--json', 'print JSON instead of a table')
+    .addHelpText('after', examples(['warren snapshot ls', 'warren snapshot ls --json']))
     .action(snapshotListCommand);
   withController(snapshot.command('show'))
     .argument('<snapshot>', 'its id or name')
     .description('Describe one snapshot.')
     .option('--json', 'print JSON')
+    .addHelpText('after', examples(['warren snapshot show before-fix', 'warren snapshot show snap-0123... --json']))
     .action(snapshotShowCommand);
   withController(snapshot.command('rm'))
     .argument('<snapshot...>', 'ids or names')
     .description('Delete snapshots (sandboxes made from them keep their files).')
+    .addHelpText('after', examples(['warren snapshot rm before-fix', 'warren snapshot rm snap-0123... snap-4567...']))
     .action(snapshotRemoveCommand);
   withController(snapshot.command('prune'))
     .description("Delete this key's snapshots older than --older-than (all of them without it) that carry every --label.")
     .option('--older-than <duration>', 'seconds or 30s, 10m, 2h, 7d', parseDuration)
     .option('--label <k=v>', 'only snapshots with this label (repeatable)', collectKeyValue)
     .option('--json', 'print JSON')
+    .addHelpText('after', examples(['warren snapshot prune --older-than 7d', 'warren snapshot prune --label task=t-42']))
     .action(snapshotPruneCommand);
   const volume = program
     .command('volume')
@@ -420,15 +425,18 @@ export function buildProgram(): Command {
     .option('--size-mb <n>', "its size in MiB (default the controller's limits.diskMb)", parsePositiveInt)
     .option('--label <k=v>', 'a label (repeatable)', collectKeyValue)
     .option('--json', 'print JSON')
+    .addHelpText('after', examples(['warren volume create pip-cache --size-mb 2048', 'warren create --volume pip-cache:/cache']))
     .action(volumeCreateCommand);
   withController(volume.command('ls'))
     .alias('list')
     .description("List this key's volumes.")
     .option('--json', 'print JSON instead of a table')
+    .addHelpText('after', examples(['warren volume ls', 'warren volume ls --json']))
     .action(volumeListCommand);
   withController(volume.command('rm'))
     .argument('<name...>', 'volume names')
     .description('Delete volumes and their data (refused while a sandbox mounts one).')
+    .addHelpText('after', examples(['warren volume rm pip-cache']))
     .action(volumeRemoveCommand);
   withController(program.command('fork'))
     .argument('<sandbox>', 'the sandbox id')
@@ -441,6 +449,7 @@ export function buildProgram(): Command {
     .argument('<sandbox>', 'the sandbox id')
     .description('Stop the sandbox to free its memory, keeping its id, token and files; the next call or connection wakes it.')
     .option('--json', 'print JSON')
+    .addHelpText('after', examples(['warren hibernate $ID', 'warren exec $ID -- true   # wakes it']))
     .action(hibernateCommand);
 
   withController(program.command('mcp'))

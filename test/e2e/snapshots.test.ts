@@ -8,6 +8,7 @@ import { Sandbox, Snapshots, Volumes } from '@warren/sdk';
 import { startTestController, type TestController } from '../support/fixtures.js';
 import { ControllerProcess } from '../support/reliability.js';
 import { until } from '../support/wait.js';
+import { runCli } from '../support/cli.js';
 
 const docker = new Docker();
 
@@ -243,6 +244,46 @@ describe('named volumes', () => {
     expect(warren.controller.sandboxes.list()).toEqual([]);
     await volumes.delete('mine');
   }, 120_000);
+});
+
+describe('the warren commands', () => {
+  let warren: TestController;
+  beforeAll(async () => {
+    warren = await startTestController();
+  }, 60_000);
+  afterAll(async () => warren?.[Symbol.asyncDispose](), 60_000);
+
+  it('snapshot create / ls / show / rm / prune, create --snapshot, fork, hibernate, volume create / ls / rm', async () => {
+    const env = { WARREN_URL: warren.url, WARREN_API_KEY: warren.apiKey };
+    const created = await runCli(['create', '--json'], { env });
+    const id = (JSON.parse(created.stdout) as { id: string }).id;
+    await runCli(['exec', id, '--', 'echo cli > /workspace/c.txt'], { env });
+    const snap = await runCli(['snapshot', 'create', id, '--name', 'cli-snap', '--label', 'via=cli'], { env });
+    expect(snap.code).toBe(0);
+    expect(snap.stdout.trim()).toMatch(/^snap-[0-9a-z]{24}$/);
+    expect(snap.stderr).toMatch(/Processes were not kept/);
+    const ls = await runCli(['snapshot', 'ls'], { env });
+    expect(ls.stdout).toMatch(/^ID\s+NAME\s+SANDBOX/);
+    expect(ls.stdout).toContain('cli-snap');
+    expect((await runCli(['snapshot', 'show', 'cli-snap'], { env })).stdout).toMatch(/^labels:\s+via=cli$/m);
+    expect((await runCli(['snapshot', 'show', '../x'], { env })).code).not.toBe(0);
+    const child = JSON.parse((await runCli(['create', '--snapshot', 'cli-snap', '--json'], { env })).stdout) as { id: string };
+    expect((await runCli(['exec', child.id, '--', 'cat /workspace/c.txt'], { env })).stdout).toBe('cli\n');
+    const forks = JSON.parse((await runCli(['fork', id, '--count', '2', '--json'], { env })).stdout) as { id: string }[];
+    expect(forks).toHaveLength(2);
+    expect((await runCli(['hibernate', id], { env })).stdout.trim()).toBe(`${id} hibernated`);
+    expect((await runCli(['exec', id, '--', 'cat /workspace/c.txt'], { env })).stdout).toBe('cli\n');
+    expect((await runCli(['snapshot', 'rm', 'cli-snap'], { env })).code).toBe(0);
+    await runCli(['snapshot', 'create', id], { env });
+    expect((await runCli(['snapshot', 'prune'], { env })).stdout).toMatch(/^Deleted 1 snapshots/);
+    expect((await runCli(['volume', 'create', 'cli-vol', '--size-mb', '32'], { env })).code).toBe(0);
+    const withVolume = JSON.parse((await runCli(['create', '--volume', 'cli-vol:/data', '--json'], { env })).stdout) as { id: string };
+    expect((await runCli(['exec', withVolume.id, '--', 'touch /data/ok && echo yes'], { env })).stdout).toBe('yes\n');
+    expect((await runCli(['volume', 'ls'], { env })).stdout).toContain(withVolume.id);
+    expect((await runCli(['volume', 'rm', 'cli-vol'], { env })).code).not.toBe(0);
+    await runCli(['rm', withVolume.id, child.id, id, ...forks.map((f) => f.id)], { env });
+    expect((await runCli(['volume', 'rm', 'cli-vol'], { env })).code).toBe(0);
+  }, 180_000);
 });
 
 describe('hibernation', () => {

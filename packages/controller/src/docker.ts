@@ -960,8 +960,11 @@ export class DockerProvider implements SandboxProvider {
         });
   }
 
-  async snapshotIds(): Promise<string[]> {
-    const images = await this.docker.listImages({ all: true, filters: { label: [SNAPSHOT_LABEL] } }).catch((e: unknown) => rethrow(e, 'list snapshot images'));
+  /** The image carries its sandbox's labels, the owner's instance id among them (a commit keeps the container's labels). */
+  async snapshotIds(owner: string): Promise<string[]> {
+    const images = await this.docker
+      .listImages({ all: true, filters: { label: [SNAPSHOT_LABEL, `${LABELS.owner}=${owner}`] } })
+      .catch((e: unknown) => rethrow(e, 'list snapshot images'));
     return [...new Set(images.map((i) => i.Labels?.[SNAPSHOT_LABEL]).filter((id): id is string => typeof id === 'string'))];
   }
 

@@ -91,8 +91,12 @@ export interface SandboxProvider {
   snapshot(handle: string, agentId: string, snapshotId: string, workspaceDir: string): Promise<ProvidedSnapshot>;
   /** Removes what {@link SandboxProvider.snapshot} kept of a snapshot (its image); an absent one is not an error. */
   removeSnapshot(snapshotId: string): Promise<void>;
-  /** The ids of the snapshots whose images the provider keeps, for garbage collection of those no record names. */
-  snapshotIds(): Promise<string[]>;
+  /**
+   * The ids of the snapshots whose images the provider keeps for the controller `owner` (its
+   * instance id, which its sandboxes' labels carry), for garbage collection of those no record
+   * names; another controller's on a shared engine are never listed.
+   */
+  snapshotIds(owner: string): Promise<string[]>;
   /**
    * Makes the storage of a named volume (`id`: letters and digits, the controller's own name of
    * it), with a size limit where the backend can (`quota: true`); `NOT_SUPPORTED` where the backend

@@ -87,7 +87,7 @@ export class SnapshotService {
     const removed = await this.store.load();
     const known = new Set(this.store.all().map((r) => r.id));
     let orphans = 0;
-    for (const id of await this.provider.snapshotIds().catch(() => [] as string[]))
+    for (const id of await this.provider.snapshotIds(this.sandboxes.credentials.instanceId).catch(() => [] as string[]))
       if (!known.has(id)) {
         await this.provider.removeSnapshot(id).catch(() => undefined);
         orphans++;
@@ -193,7 +193,7 @@ export class SnapshotService {
       await this.provider.removeSnapshot(record.id).catch(() => undefined);
     }
     const known = new Set(this.store.all().map((r) => r.id));
-    for (const id of await this.provider.snapshotIds().catch(() => [] as string[]))
+    for (const id of await this.provider.snapshotIds(this.sandboxes.credentials.instanceId).catch(() => [] as string[]))
       if (!known.has(id)) await this.provider.removeSnapshot(id).catch(() => undefined);
     return { deleted: doomed.map((r) => r.id), freedBytes: doomed.reduce((sum, r) => sum + r.sizeBytes, 0) };
   }

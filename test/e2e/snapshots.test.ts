@@ -283,6 +283,12 @@ describe('the warren commands', () => {
     expect((await runCli(['volume', 'rm', 'cli-vol'], { env })).code).not.toBe(0);
     await runCli(['rm', withVolume.id, child.id, id, ...forks.map((f) => f.id)], { env });
     expect((await runCli(['volume', 'rm', 'cli-vol'], { env })).code).toBe(0);
+    // With every sandbox gone, no image of this controller's snapshots and forks is left once collected.
+    const owner = warren.controller.sandboxes.credentials.instanceId;
+    const leftovers = () => docker.listImages({ all: true, filters: { label: ['warren.snapshot', `warren.owner=${owner}`] } });
+    expect((await leftovers()).length).toBeGreaterThan(0);
+    await warren.controller.snapshots.collect();
+    expect(await leftovers()).toEqual([]);
   }, 180_000);
 });
 

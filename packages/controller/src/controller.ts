@@ -202,6 +202,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
       .then((ids: string[]) => ids.length > 0 && logger.info({ ids }, 'sandboxes.reaped'))
       .then(() => sandboxes.hibernateIdle())
       .then((ids: string[]) => ids.length > 0 && logger.info({ ids }, 'sandboxes.hibernated'))
+      .then(() => snapshots.collect())
       .catch((err: unknown) => logger.error({ error: String(err) }, 'reaper.failed'));
   }, config.reapIntervalMs);
   reaper.unref();

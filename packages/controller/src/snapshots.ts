@@ -85,15 +85,29 @@ export class SnapshotService {
    */
   async recover(): Promise<{ snapshots: number; removed: number }> {
     const removed = await this.store.load();
-    const known = new Set(this.store.all().map((r) => r.id));
-    let orphans = 0;
-    for (const id of await this.provider.snapshotIds(this.sandboxes.credentials.instanceId).catch(() => [] as string[]))
-      if (!known.has(id)) {
-        await this.provider.removeSnapshot(id).catch(() => undefined);
-        orphans++;
-      }
-    return { snapshots: known.size, removed: removed.length + orphans };
+    const orphans = await this.collect();
+    return { snapshots: this.store.all().length, removed: removed.length + orphans };
   }
+
+  /**
+   * Removes this controller's snapshot images that no stored snapshot names and no capture under
+   * way is making: those of deleted snapshots and of forks, once no sandbox uses them (the engine
+   * refuses an image in use; it is tried again next time). Runs at start, on prune, and with the reaper.
+   */
+  async collect(): Promise<number> {
+    let removed = 0;
+    const ids = await this.provider.snapshotIds(this.sandboxes.credentials.instanceId).catch(() => [] as string[]);
+    for (const id of ids)
+      if (!this.capturing.has(id) && !this.store.all().some((r) => r.id === id))
+        await this.provider.removeSnapshot(id).then(
+          () => removed++,
+          () => undefined,
+        );
+    return removed;
+  }
+
+  /** Snapshot ids being captured now: their images exist before their records do. */
+  private readonly capturing = new Set<string>();
 
   /** Takes a snapshot of sandbox `sandboxId` for API key `keyId`; see {@link SandboxProvider.snapshot}. */
   async take(sandboxId: string, keyId: string | undefined, body: unknown): Promise<SnapshotInfo> {
@@ -117,6 +131,7 @@ export class SnapshotService {
     const slot = { name: request.name };
     this.inFlight.set(owner, [...pending, slot]);
     const id = newSnapshotId();
+    this.capturing.add(id);
     const started = performance.now();
     try {
       const { workspace } = await this.store.begin(id);
@@ -153,6 +168,7 @@ export class SnapshotService {
       await this.store.abandon(id);
       throw err;
     } finally {
+      this.capturing.delete(id);
       const left = (this.inFlight.get(owner) ?? []).filter((p) => p !== slot);
       if (left.length > 0) this.inFlight.set(owner, left);
       else this.inFlight.delete(owner);
@@ -192,9 +208,7 @@ export class SnapshotService {
       await this.store.remove(record.id);
       await this.provider.removeSnapshot(record.id).catch(() => undefined);
     }
-    const known = new Set(this.store.all().map((r) => r.id));
-    for (const id of await this.provider.snapshotIds(this.sandboxes.credentials.instanceId).catch(() => [] as string[]))
-      if (!known.has(id)) await this.provider.removeSnapshot(id).catch(() => undefined);
+    await this.collect();
     return { deleted: doomed.map((r) => r.id), freedBytes: doomed.reduce((sum, r) => sum + r.sizeBytes, 0) };
   }
 
@@ -267,6 +281,7 @@ export class SnapshotService {
   ): Promise<CreateSandboxResponse[]> {
     const record = this.sandboxes.record(sandboxId);
     const id = newSnapshotId();
+    this.capturing.add(id);
     const { workspace } = await this.store.begin(id);
     const forks: CreateSandboxResponse[] = [];
     try {
@@ -315,8 +330,9 @@ export class SnapshotService {
       }
       return forks;
     } finally {
+      this.capturing.delete(id);
       await this.store.abandon(id);
-      // The forks keep the image's layers while they live; only its name goes.
+      // The forks keep the image's layers while they live; only its name goes (collect() removes the rest after them).
       await this.provider.removeSnapshot(id).catch(() => undefined);
     }
   }

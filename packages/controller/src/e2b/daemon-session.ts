@@ -78,6 +78,9 @@ export class DaemonSession implements AsyncDisposable {
    * after the handshake. Calls are counted in `metrics` as the relay counts them.
    */
   static async open(sandboxes: SandboxService, id: string, caller: Caller, grant: ConnectionGrant, metrics?: Metrics): Promise<DaemonSession> {
+    // A hibernated sandbox starts again for an envd call; the call waits for it.
+    await sandboxes.wake(id);
+    sandboxes.touch(id);
     const ws = await openAgentSocket(sandboxes.daemonEndpoint(id), sandboxes.agentSecret(id), 5000, { [GRANT_HEADER]: encodeGrant(grant) });
     const session = new DaemonSession(ws, caller, grant, metrics);
     await session.handshake();

@@ -47,6 +47,7 @@ const FROM_SNAPSHOT = [
   'openFiles',
   'fileSizeMb',
   'diskMb',
+  'hibernateAfterSeconds',
 ] as const;
 
 /**

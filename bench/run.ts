@@ -15,6 +15,7 @@ import { egressLatency, egressThroughput } from './egress.js';
 import { hasRunsc, takeReport } from './modes-common.js';
 import { profileMode } from './profile.js';
 import { liveRows } from './live.js';
+import { stateRows } from './state.js';
 import { RawDocker } from './raw-docker.js';
 import { summarize, timeIt, type Summary } from './stats.js';
 import { sustainedMode } from './sustained.js';
@@ -141,6 +142,8 @@ async function main(): Promise<void> {
   );
   // Each sample includes the kill/remove, in both rows alike.
   rows.push(compareSlower('create to first exec, cold (incl. kill)', coldWarren, coldRaw, 'dockerode create+start+exec (+remove)', 1.3));
+  progress('state: snapshot, create from a snapshot, fork into 10, hibernate and resume');
+  rows.push(...(await stateRows(controller, flags.image, n(5), flags.quick ? 256 : 1024)));
   progress('create from the warm pool');
   rows.push(await poolCreates(controller));
 

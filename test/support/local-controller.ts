@@ -131,6 +131,27 @@ class LocalProvider implements SandboxProvider {
     return { cpuSeconds: (cpu.user + cpu.system) / 1e6, memoryBytes: process.memoryUsage.rss(), pids: 1 };
   }
 
+  /** In-process agents have no engine to commit or freeze them: snapshots are the Docker provider's. */
+  snapshot(): Promise<never> {
+    return Promise.reject(new CodedError('NOT_SUPPORTED', 'The in-process test provider cannot snapshot sandboxes; use the Docker provider.'));
+  }
+
+  async removeSnapshot(): Promise<void> {}
+
+  async snapshotIds(): Promise<string[]> {
+    return [];
+  }
+
+  createVolume(): Promise<never> {
+    return Promise.reject(new CodedError('NOT_SUPPORTED', 'The in-process test provider has no named volumes; use the Docker provider.'));
+  }
+
+  async removeVolume(): Promise<void> {}
+
+  async volumeUsage(): Promise<number | undefined> {
+    return undefined;
+  }
+
   async closeAll(): Promise<void> {
     for (const handle of [...this.sandboxes.keys()]) await this.remove(handle);
   }

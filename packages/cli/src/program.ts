@@ -10,6 +10,18 @@ import { shellCommand, type ShellOptions } from './shell.js';
 import { CLI_VERSION } from './version.js';
 import { topCommand, watchCommand } from './live-commands.js';
 import { egressLogsCommand, networkShowCommand, networkUpdateCommand } from './network-commands.js';
+import {
+  forkCommand,
+  hibernateCommand,
+  snapshotCreateCommand,
+  snapshotListCommand,
+  snapshotPruneCommand,
+  snapshotRemoveCommand,
+  snapshotShowCommand,
+  volumeCreateCommand,
+  volumeListCommand,
+  volumeRemoveCommand,
+} from './snapshot-commands.js';
 import { createCommand, doctorCommand, infoCommand, listCommand, logsCommand, removeCommand } from './sandbox-commands.js';
 
 /** Text after a command's help: examples a person can paste. */
@@ -116,6 +128,9 @@ export function buildProgram(): Command {
       return n;
     })
     .option('--memory <MiB>', 'memory limit in MiB', parsePositiveInt)
+    .option('--volume <name:path[:ro]>', 'mount a named volume (repeatable)', (value: string, previous: string[] = []) => [...previous, value])
+    .option('--snapshot <id|name>', "start from one of this API key's snapshots (its image, files and settings unless overridden)")
+    .option('--hibernate-after <duration>', 'hibernate after this long without a call or connection', parseDuration)
     .option('--json', 'print the full answer as JSON')
     .addHelpText(
       'after',
@@ -127,7 +142,9 @@ export function buildProgram(): Command {
     .alias('list')
     .description('List sandboxes (all that match every --label, and --state).')
     .option('--label <k=v>', 'only sandboxes with this label (repeatable)', collectKeyValue)
-    .addOption(new Option('--state <state>', 'only sandboxes in this state').choices(['running', 'paused', 'exited', 'gone']).argParser(parseState))
+    .addOption(
+      new Option('--state <state>', 'only sandboxes in this state').choices(['running', 'paused', 'exited', 'gone', 'hibernated']).argParser(parseState),
+    )
     .option('--json', 'print JSON instead of a table')
     .addHelpText('after', examples(['warren ls', 'warren ls --label task=t-42 --state running', 'warren ls --json']))
     .action(listCommand);
@@ -351,6 +368,89 @@ export function buildProgram(): Command {
     .description('Remove an image Warren built (others are refused).')
     .addHelpText('after', examples(['warren image rm py-tools:1', 'warren image rm sha256:3f1c...']))
     .action(imageRemoveCommand);
+
+  const snapshot = program
+    .command('snapshot')
+    .description('Snapshots of sandboxes (their files), owned by the API key that took them: take, list, show, delete, prune (docs/state.md).')
+    .addHelpText(
+      'after',
+      examples([
+        'warren snapshot create $ID --name before-fix --label task=t-42',
+        'warren create --snapshot before-fix',
+        'warren snapshot ls',
+        'warren snapshot show before-fix --json',
+        'warren snapshot rm before-fix',
+        'warren snapshot prune --older-than 7d',
+      ]),
+    );
+  withController(snapshot.command('create'))
+    .argument('<sandbox>', 'the sandbox id')
+    .description("Snapshot a sandbox's files (it is frozen for the capture and keeps running); prints the snapshot's id.")
+    .option('--name <name>', "a name unique among this key's snapshots (letters, digits, . _ -)")
+    .option('--label <k=v>', 'a label (repeatable)', collectKeyValue)
+    .option('--json', 'print JSON instead of the id')
+    .addHelpText('after', examples(['warren snapshot create $ID --name before-fix', 'warren snapshot create $ID --label task=t-42 --json']))
+    .action(snapshotCreateCommand);
+  withController(snapshot.command('ls'))
+    .alias('list')
+    .description("List this API key's snapshots, newest first.")
+    .option('--json', 'print JSON instead of a table')
+    .addHelpText('after', examples(['warren snapshot ls', 'warren snapshot ls --json']))
+    .action(snapshotListCommand);
+  withController(snapshot.command('show'))
+    .argument('<snapshot>', 'its id or name')
+    .description('Describe one snapshot.')
+    .option('--json', 'print JSON')
+    .addHelpText('after', examples(['warren snapshot show before-fix', 'warren snapshot show snap-0123... --json']))
+    .action(snapshotShowCommand);
+  withController(snapshot.command('rm'))
+    .argument('<snapshot...>', 'ids or names')
+    .description('Delete snapshots (sandboxes made from them keep their files).')
+    .addHelpText('after', examples(['warren snapshot rm before-fix', 'warren snapshot rm snap-0123... snap-4567...']))
+    .action(snapshotRemoveCommand);
+  withController(snapshot.command('prune'))
+    .description("Delete this key's snapshots older than --older-than (all of them without it) that carry every --label.")
+    .option('--older-than <duration>', 'seconds or 30s, 10m, 2h, 7d', parseDuration)
+    .option('--label <k=v>', 'only snapshots with this label (repeatable)', collectKeyValue)
+    .option('--json', 'print JSON')
+    .addHelpText('after', examples(['warren snapshot prune --older-than 7d', 'warren snapshot prune --label task=t-42']))
+    .action(snapshotPruneCommand);
+  const volume = program
+    .command('volume')
+    .description('Named volumes of the API key: storage that outlives sandboxes, mounted by several at once (docs/state.md#volumes).')
+    .addHelpText('after', examples(['warren volume create pip-cache --size-mb 2048', 'warren volume ls', 'warren volume rm pip-cache']));
+  withController(volume.command('create'))
+    .argument('<name>', 'letters, digits, . _ -')
+    .description('Create a volume (a size limit where the host gives quotas).')
+    .option('--size-mb <n>', "its size in MiB (default the controller's limits.diskMb)", parsePositiveInt)
+    .option('--label <k=v>', 'a label (repeatable)', collectKeyValue)
+    .option('--json', 'print JSON')
+    .addHelpText('after', examples(['warren volume create pip-cache --size-mb 2048', 'warren create --volume pip-cache:/cache']))
+    .action(volumeCreateCommand);
+  withController(volume.command('ls'))
+    .alias('list')
+    .description("List this key's volumes.")
+    .option('--json', 'print JSON instead of a table')
+    .addHelpText('after', examples(['warren volume ls', 'warren volume ls --json']))
+    .action(volumeListCommand);
+  withController(volume.command('rm'))
+    .argument('<name...>', 'volume names')
+    .description('Delete volumes and their data (refused while a sandbox mounts one).')
+    .addHelpText('after', examples(['warren volume rm pip-cache']))
+    .action(volumeRemoveCommand);
+  withController(program.command('fork'))
+    .argument('<sandbox>', 'the sandbox id')
+    .description("Make --count independent sandboxes from the sandbox's current state; prints each id and token.")
+    .requiredOption('--count <n>', "how many (at most the controller's snapshots.maxForkCount)", parsePositiveInt)
+    .option('--json', 'print JSON')
+    .addHelpText('after', examples(['warren fork $ID --count 3']))
+    .action(forkCommand);
+  withController(program.command('hibernate'))
+    .argument('<sandbox>', 'the sandbox id')
+    .description('Stop the sandbox to free its memory, keeping its id, token and files; the next call or connection wakes it.')
+    .option('--json', 'print JSON')
+    .addHelpText('after', examples(['warren hibernate $ID', 'warren exec $ID -- true   # wakes it']))
+    .action(hibernateCommand);
 
   withController(program.command('mcp'))
     .description(

@@ -30,6 +30,9 @@ export interface CreateOptions {
   label?: Record<string, string>;
   cpus?: number;
   memory?: number;
+  snapshot?: string;
+  hibernateAfter?: number;
+  volume?: string[];
 }
 
 /** `warren create`: makes a sandbox and prints its id and token. */
@@ -41,6 +44,13 @@ export async function createCommand(options: CreateOptions, command: Command): P
   if (options.label && Object.keys(options.label).length) request.labels = options.label;
   if (options.cpus !== undefined) request.cpus = options.cpus;
   if (options.memory !== undefined) request.memoryMb = options.memory;
+  if (options.snapshot !== undefined) request.snapshot = options.snapshot;
+  if (options.volume?.length)
+    request.volumes = options.volume.map((spec) => {
+      const [name = '', target = '', mode] = spec.split(':');
+      return { name, path: target, readOnly: mode === 'ro' };
+    });
+  if (options.hibernateAfter !== undefined) request.hibernateAfterSeconds = options.hibernateAfter;
   const rest = restClient(command);
   const created = await withSpinner(`Creating a sandbox from ${options.image ?? 'the default image'}`, () => rest.create(request), 'Sandbox ready');
   if (wantsJson(command)) return printJson(created);

@@ -10,6 +10,7 @@ import { DEFAULT_E2B_TEMPLATES, E2bTemplates } from './e2b/templates.js';
 import { parseAllowList } from './image-ref.js';
 import { LOG_LEVELS, REDACTED, type LogLevel } from './logger.js';
 import { DEFAULT_USAGE, type UsageSettings } from './usage-history.js';
+import { DEFAULT_SNAPSHOT_LIMITS, type SnapshotLimits } from './snapshot-store.js';
 
 /** Everything the controller can be told; {@link loadConfig} fills it from a file, the environment and overrides. */
 export interface ControllerConfig {
@@ -115,6 +116,8 @@ export interface ControllerConfig {
   console: ConsoleSettings;
   /** Per-sandbox metrics: the background sampler, the short history, Prometheus series per sandbox (docs/controller.md). */
   usage: UsageSettings;
+  /** Snapshots and forks: per API key quota and the largest fork (docs/state.md). */
+  snapshots: SnapshotLimits;
 }
 
 /** The web console's settings (docs/console.md). */
@@ -343,6 +346,13 @@ export const ConfigFile = z.strictObject({
   engine: Engine.optional(),
   console: Console.optional(),
   provider: z.enum(['docker', 'kubernetes']).optional(),
+  snapshots: z
+    .strictObject({
+      maxCount: z.number().int().min(0).max(100_000).optional(),
+      maxMb: z.number().int().min(0).optional(),
+      maxForkCount: z.number().int().min(1).max(100).optional(),
+    })
+    .optional(),
   usage: z
     .strictObject({
       sampleSeconds: z.number().int().min(0).max(3600).optional(),
@@ -428,6 +438,7 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   logLevel: 'info',
   egress: DEFAULT_EGRESS,
   usage: DEFAULT_USAGE,
+  snapshots: DEFAULT_SNAPSHOT_LIMITS,
   e2bTemplates: DEFAULT_E2B_TEMPLATES,
   engine: { allowUnenforcedLimits: false },
   provider: 'docker',
@@ -494,6 +505,8 @@ export function loadConfig(
     kubernetes: { ...DEFAULTS.kubernetes, ...stripUndefined(file.kubernetes ?? {}), ...stripUndefined(fromEnv.kubernetes ?? {}) },
     console: { ...DEFAULTS.console, ...stripUndefined(file.console ?? {}), ...stripUndefined(fromEnv.console ?? {}) },
     ...overrides,
+    // After the overrides, so an override of one limit keeps the others.
+    snapshots: { ...DEFAULT_SNAPSHOT_LIMITS, ...stripUndefined(file.snapshots ?? {}), ...stripUndefined(overrides.snapshots ?? {}) },
   };
   return config;
 }

@@ -1,3 +1,6 @@
+import { SnapshotService } from './snapshots.js';
+import { VolumeService } from './volumes.js';
+import { SnapshotStore } from './snapshot-store.js';
 import { once } from 'node:events';
 import { CodedError, EGRESS_TRANSPARENT_ADDRESS, type ParamsIn } from '@warren/protocol';
 import { callAgent } from './agent-link.js';
@@ -43,6 +46,8 @@ export interface Controller extends AsyncDisposable {
   url: string;
   config: ControllerConfig;
   sandboxes: SandboxService;
+  /** Snapshots and forks (docs/state.md). */
+  snapshots: SnapshotService;
   metrics: Metrics;
   /** The warm pool, when `poolSize` is above 0. */
   pool?: WarmPool | undefined;
@@ -128,6 +133,12 @@ export async function startController(options: StartControllerOptions = {}): Pro
   });
   const pool = sandboxes.pool as WarmPool | undefined;
   const { recovered, poolMembers } = await sandboxes.recover();
+  // Snapshots after the sandboxes: what a killed controller half-wrote goes, the rest is kept.
+  const volumes = new VolumeService({ sandboxes, provider, config });
+  await volumes.recover();
+  const snapshots = new SnapshotService({ sandboxes, provider, store: new SnapshotStore(config.stateDir), limits: config.snapshots, logger, volumes });
+  const snapshotsRecovered = await snapshots.recover();
+  logger.info(snapshotsRecovered, 'snapshots.recovered');
   // Unclaimed pool members of the previous run may be from an older runtime: replace them.
   for (const member of poolMembers) await sandboxes.removePoolMember(member.agentId, member.containerId);
   pool?.fill();
@@ -170,7 +181,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
     await sandboxes.wake(id);
     return callAgent(sandboxes.daemonEndpoint(id), sandboxes.agentSecret(id), 'audit.list', params);
   };
-  const { server, wss } = createHttpServer({ sandboxes, credentials, config, metrics, logger, readiness, audit, egressLog });
+  const { server, wss } = createHttpServer({ sandboxes, snapshots, volumes, credentials, config, metrics, logger, readiness, audit, egressLog });
   server.listen(config.port, config.host);
   await once(server, 'listening');
   const url = serverUrl(server, config.host);
@@ -193,6 +204,9 @@ export async function startController(options: StartControllerOptions = {}): Pro
       .refreshStates()
       .then(() => sandboxes.reapExpired())
       .then((ids: string[]) => ids.length > 0 && logger.info({ ids }, 'sandboxes.reaped'))
+      .then(() => sandboxes.hibernateIdle())
+      .then((ids: string[]) => ids.length > 0 && logger.info({ ids }, 'sandboxes.hibernated'))
+      .then(() => snapshots.collect())
       .catch((err: unknown) => logger.error({ error: String(err) }, 'reaper.failed'));
   }, config.reapIntervalMs);
   reaper.unref();
@@ -243,7 +257,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
     await new Promise<void>((resolve) => server.close(() => resolve()));
     await egress.close();
   };
-  return { url, config, sandboxes, metrics, pool, generatedApiKey, close, [Symbol.asyncDispose]: close };
+  return { url, config, sandboxes, snapshots, metrics, pool, generatedApiKey, close, [Symbol.asyncDispose]: close };
 }
 
 /** The hardening every sandbox gets unless its create asks otherwise, for `/readyz`. */

@@ -66,8 +66,8 @@ export class Credentials {
   }
 
   /** For tests and embedding: credentials held in memory only. */
-  static inMemory(apiKey: string, masterKey: Buffer = randomBytes(32)): Credentials {
-    return new Credentials([digest(apiKey)], masterKey);
+  static inMemory(apiKey: string, masterKey: Buffer = randomBytes(32), otherApiKeys: string[] = []): Credentials {
+    return new Credentials([digest(apiKey), ...otherApiKeys.map(digest)], masterKey);
   }
 
   /** The SHA-256 digest of a key, as the configuration file's `apiKeyHashes` wants it. */
@@ -81,6 +81,15 @@ export class Credentials {
     let match = false;
     for (const stored of this.apiKeyDigests) match = timingSafeEqual(candidate, stored) || match;
     return match;
+  }
+
+  /**
+   * A short, stable id of the API key `presented` is (the first 16 hex digits of its SHA-256
+   * digest), or undefined when it is none of them: what owns snapshots, so one key never sees
+   * another's. The digest is already what the state folder and configuration hold, so it reveals nothing new.
+   */
+  apiKeyId(presented: string): string | undefined {
+    return this.isApiKey(presented) ? digest(presented).toString('hex').slice(0, 16) : undefined;
   }
 
   /**

@@ -1,15 +1,17 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { constants as fsConstants } from 'node:fs';
-import { mkdir, open, readFile, rm, writeFile } from 'node:fs/promises';
+import { access, chown, mkdir, open, readFile, rm, writeFile } from 'node:fs/promises';
+import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { Duplex, Readable } from 'node:stream';
 import Docker from 'dockerode';
-import { CodedError, DEFAULT_ROOT, EGRESS_TRANSPARENT_ADDRESS, EGRESS_TRUST_DIR } from '@warren/protocol';
+import { CodedError, DEFAULT_ROOT, EGRESS_TRANSPARENT_ADDRESS, EGRESS_TRUST_DIR, SandboxSettings as SandboxSettingsSchema } from '@warren/protocol';
 import type { SandboxSettings } from '@warren/protocol';
 import { AgentDirs, type HostIdentity } from './agent-dir.js';
 import { resolveEngine } from './engine-endpoint.js';
 import { detectEngine, hardLimits, processLimitCandidates, unenforcedLimits, type EngineKind, type EngineLimitsInfo } from './engine-kind.js';
 import { openWorkspaceStore, type WorkspaceStore } from './workspace-store.js';
+import { copyTree, diskBytes, emptyTree } from './tree-copy.js';
 import { closeNamespaces, PODMAN_DEFAULT_SECCOMP, type SeccompProfile } from './seccomp.js';
 import { LABELS } from './labels.js';
 import type { Logger } from './logger.js';
@@ -19,6 +21,7 @@ import type {
   DaemonEndpoint,
   ProvidedImage,
   ProvidedSandbox,
+  ProvidedSnapshot,
   ProviderIsolation,
   ProviderState,
   PullOptions,
@@ -54,6 +57,30 @@ export type DaemonChannel = 'socket' | 'exec';
  */
 export const DAEMON_CAPABILITIES = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID', 'KILL', 'SYS_PTRACE', 'NET_BIND_SERVICE'] as const;
 
+/** The label of an engine volume that holds a named volume (its id). */
+export const VOLUME_LABEL = 'warren.volume';
+
+/** The engine's name of a named volume without a quota. */
+function volumeName(id: string): string {
+  return `warren-vol-${id}`;
+}
+
+/** The label a snapshot's image carries: the snapshot's id. */
+export const SNAPSHOT_LABEL = 'warren.snapshot';
+/** The repository a snapshot's image is tagged in: `warren-snapshot/<id>:latest`. */
+export const SNAPSHOT_REPOSITORY = 'warren-snapshot';
+/**
+ * The value of a label that is not set. A container inherits its image's labels, and a snapshot's
+ * image carries the labels of the sandbox it was taken of; a sandbox made from it sets each of
+ * those it does not have to this, and {@link DockerProvider.list} drops them.
+ */
+export const UNSET_LABEL = 'warren:unset';
+
+/** The image a snapshot keeps (snapshot ids are lower case letters, digits and `-`). */
+export function snapshotImage(snapshotId: string): string {
+  return `${SNAPSHOT_REPOSITORY}/${snapshotId}:latest`;
+}
+
 /** Defaults for settings that labels of older sandboxes lack. */
 const HARDENING_DEFAULTS = { readOnlyRootfs: true, tmpMb: 256, openFiles: 4096, fileSizeMb: 4096 } as const;
 /** The writable folder every sandbox gets, whatever its image has. */
@@ -73,6 +100,8 @@ export interface SandboxContainerSpec {
   settings: SandboxSettings;
   /** The sandbox's own disk on the host (the quota), bound at /workspace instead of a volume. */
   workspaceOnHost?: string | undefined;
+  /** Named volumes, resolved: a host folder (a volume with a quota) or an engine volume, and where each goes. */
+  volumes?: { type: 'bind' | 'volume'; source: string; target: string; readOnly: boolean }[] | undefined;
   /**
    * RLIMIT_NPROC of every process, set only where the engine would otherwise pick one above its
    * own hard limit (Podman); Docker leaves the engine's. The pids limit bounds one sandbox.
@@ -119,6 +148,12 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
   else if (!workspaceIsMounted(spec)) mounts.push({ Type: 'volume', Source: '', Target: workspaceOf(settings), ReadOnly: false });
   for (const m of settings.mounts)
     mounts.push({ Type: 'bind', Source: m.hostPath, Target: m.path, ReadOnly: m.readOnly, BindOptions: { Propagation: 'rprivate' } });
+  for (const v of spec.volumes ?? [])
+    mounts.push(
+      v.type === 'bind'
+        ? { Type: 'bind', Source: v.source, Target: v.target, ReadOnly: v.readOnly, BindOptions: { Propagation: 'rprivate' } }
+        : { Type: 'volume', Source: v.source, Target: v.target, ReadOnly: v.readOnly },
+    );
   // With the exec channel the file is in the runtime volume, below the engine's own root, where
   // Docker insists on rslave (nothing is ever mounted below a single file, so it changes nothing).
   if (spec.resolvConfOnHost !== undefined)
@@ -250,6 +285,8 @@ export class DockerProvider implements SandboxProvider {
   private runtimeVolumeMountpoint: string | undefined;
   private dirs: AgentDirs;
   private workspaces: WorkspaceStore | undefined;
+  /** Named volumes with a quota: an ext4 image each, as the workspaces have (`<stateDir>/volumes`). */
+  private volumeStore: WorkspaceStore | undefined;
   /** The host ids of the container's uid 0 (user-namespace remap), learnt in {@link DockerProvider.prepare}. */
   private remap: { uid: number; gid: number } | null = null;
   /** How daemons are reached, settled in {@link DockerProvider.prepare}. */
@@ -489,6 +526,13 @@ export class DockerProvider implements SandboxProvider {
       reserveBytes: this.options.workspaceReserveMb === undefined ? undefined : this.options.workspaceReserveMb * 1024 * 1024,
       logger: this.options.logger,
     });
+    this.volumeStore = await openWorkspaceStore({
+      stateDir: path.join(stateDir, 'volumes'),
+      mode: this.options.workspaceQuota,
+      remoteEngine: !isLocalEngine(this.docker),
+      reserveBytes: this.options.workspaceReserveMb === undefined ? undefined : this.options.workspaceReserveMb * 1024 * 1024,
+      logger: this.options.logger,
+    });
     const known = new Set((await this.list()).map((s) => s.labels[LABELS.sandbox]));
     for (const agentId of await this.workspaces.list()) if (!known.has(agentId)) await this.workspaces.remove(agentId);
     this.runtimeVolume = await this.ensureRuntimeVolume(runtime, helperImage);
@@ -663,18 +707,20 @@ export class DockerProvider implements SandboxProvider {
       const resolvConfOnHost = spec.nameserver === undefined ? undefined : await this.resolvConfFor(channel, spec.nameserver);
       const body = containerCreateBody({
         id: spec.agentId,
-        image: spec.image,
+        image: spec.restore?.image ?? spec.image,
         env: spec.env,
-        labels: spec.labels,
+        labels: spec.restore ? await this.withInheritedLabelsUnset(spec.restore.image, spec.labels) : spec.labels,
         settings: spec.settings,
         channel,
         runtimeVolume: this.runtimeVolume,
         workspaceOnHost,
+        volumes: await this.volumeMounts(spec.settings),
         processLimit: this.processLimit,
         seccompProfile: this.seccompProfile,
         resolvConfOnHost,
       });
       container = await this.docker.createContainer(body).catch((e: unknown) => rethrow(e, `create a container from ${spec.image}`));
+      if (spec.restore) await this.restoreWorkspace(container, spec.settings, workspaceOnHost, spec.restore.workspaceDir);
       await container.start().catch((e: unknown) => rethrow(e, `start the container for sandbox ${spec.agentId}`));
       return container.id;
     } catch (err) {
@@ -728,6 +774,15 @@ export class DockerProvider implements SandboxProvider {
     }
     // After a host reboot the sandbox's disk is no longer mounted: mount it before the engine binds it.
     if (this.workspaces && (await this.workspaces.list()).includes(agentId)) await this.workspaces.attach(agentId);
+    // So are the volumes it mounts.
+    const labels =
+      (
+        await this.docker
+          .getContainer(handle)
+          .inspect()
+          .catch(() => undefined)
+      )?.Config.Labels ?? {};
+    await this.volumeMounts(settingsOf(labels) ?? ({ volumes: [] } as unknown as SandboxSettings));
     await this.docker
       .getContainer(handle)
       .start()
@@ -816,7 +871,7 @@ export class DockerProvider implements SandboxProvider {
     const containers = await this.docker
       .listContainers({ all: true, filters: { label: [LABELS.sandbox] } })
       .catch((e: unknown) => rethrow(e, 'list containers'));
-    return containers.map((c) => ({ handle: c.Id, labels: c.Labels, state: toProviderState(c.State) }));
+    return containers.map((c) => ({ handle: c.Id, labels: withoutUnset(c.Labels), state: toProviderState(c.State) }));
   }
 
   /** The engine's view of every Warren container at once: id to state. */
@@ -836,6 +891,203 @@ export class DockerProvider implements SandboxProvider {
       if ((err as { statusCode?: number }).statusCode === 404) return undefined;
       return rethrow(err, `inspect container ${handle}`);
     }
+  }
+
+  /**
+   * A snapshot, consistent: the container is frozen (cgroup freezer, as `pause`; its processes keep
+   * running afterwards), its changes committed to `warren-snapshot/<id>:latest` (labelled with the
+   * id; the daemon's secret variable blanked), its workspace copied with {@link copyTree}
+   * (sparse-aware, reflinks where the file system has them), then thawed. The workspace is read
+   * on this host (the volume's or disk's folder), so the controller must run beside the engine; a
+   * workspace replaced by a host mount is not copied (it is the host's, not the sandbox's).
+   */
+  async snapshot(handle: string, _agentId: string, snapshotId: string, workspaceDir: string): Promise<ProvidedSnapshot> {
+    const container = this.docker.getContainer(handle);
+    const info = await container.inspect().catch((e: unknown) => rethrow(e, `inspect container ${handle}`));
+    const settings = settingsOf(info.Config.Labels ?? {});
+    const inside = settings?.workspace ?? WORKSPACE;
+    const hostMounted = settings?.mounts.some((m) => m.path === inside) ?? false;
+    const source = hostMounted ? undefined : info.Mounts.find((m) => m.Destination === inside)?.Source;
+    if (source !== undefined)
+      await access(source).catch(() => {
+        throw new CodedError(
+          'NOT_SUPPORTED',
+          `Cannot snapshot sandbox ${handle}: its workspace lies at ${source} on the engine's host, which this controller does not see. Snapshots need the controller on the engine's own host (scripts/start, the systemd unit).`,
+        );
+      });
+    const processes = await this.checkpointSupport();
+    const freeze = info.State.Running && !info.State.Paused;
+    const image = snapshotImage(snapshotId);
+    if (freeze) await this.pause(handle);
+    try {
+      await new Promise<void>((resolve, reject) =>
+        this.docker.modem.dial(
+          {
+            path: '/commit?',
+            method: 'POST',
+            options: {
+              _query: {
+                container: handle,
+                repo: `${SNAPSHOT_REPOSITORY}/${snapshotId}`,
+                tag: 'latest',
+                pause: false,
+                comment: `Warren snapshot ${snapshotId}`,
+              },
+              _body: { Labels: { [SNAPSHOT_LABEL]: snapshotId }, Env: [`${SECRET_VARIABLE}=`] },
+            },
+            statusCodes: { 200: true, 201: true, 404: 'no such container', 500: 'server error' },
+          },
+          (err: unknown) => (err ? reject(err instanceof Error ? err : new Error('the engine refused the commit')) : resolve()),
+        ),
+      ).catch((e: unknown) => rethrow(e, `commit container ${handle}`));
+      if (source !== undefined) await copyTree(source, workspaceDir, `copy the workspace of sandbox ${handle}`);
+    } catch (err) {
+      await this.removeSnapshot(snapshotId).catch(() => undefined);
+      throw err;
+    } finally {
+      if (freeze) await this.resume(handle).catch(() => undefined);
+    }
+    const [own, base] = await Promise.all([
+      this.docker.getImage(image).inspect(),
+      this.docker
+        .getImage(info.Image)
+        .inspect()
+        .catch(() => undefined),
+    ]);
+    return {
+      image,
+      imageBytes: Math.max(0, own.Size - (base?.Size ?? 0)),
+      workspaceBytes: source === undefined ? 0 : await diskBytes(workspaceDir),
+      processes: false,
+      processesReason: processes.supported
+        ? 'this Warren version does not checkpoint processes yet: a sandbox made from the snapshot starts with fresh processes'
+        : `${processes.reason}: a sandbox made from the snapshot starts with fresh processes`,
+    };
+  }
+
+  /**
+   * Removes a snapshot's tag. A sandbox made from it keeps using the image's layers; the untagged
+   * image is collected when none does ({@link DockerProvider.snapshotIds} lists it until then).
+   */
+  async removeSnapshot(snapshotId: string): Promise<void> {
+    const images = await this.docker
+      .listImages({ all: true, filters: { label: [`${SNAPSHOT_LABEL}=${snapshotId}`] } })
+      .catch((e: unknown) => rethrow(e, 'list snapshot images'));
+    for (const image of images)
+      await this.docker
+        .getImage(image.Id)
+        .remove({ force: false, noprune: false })
+        .catch(async (err: { statusCode?: number }) => {
+          if (err.statusCode === 404) return;
+          // In use by a sandbox made from it: drop the name only, the layers go with the last such sandbox.
+          if (err.statusCode === 409)
+            await this.docker
+              .getImage(snapshotImage(snapshotId))
+              .remove({ force: true, noprune: false })
+              .catch(() => undefined);
+          else rethrow(err, `remove the image of snapshot ${snapshotId}`);
+        });
+  }
+
+  /** The image carries its sandbox's labels, the owner's instance id among them (a commit keeps the container's labels). */
+  async snapshotIds(owner: string): Promise<string[]> {
+    const images = await this.docker
+      .listImages({ all: true, filters: { label: [SNAPSHOT_LABEL, `${LABELS.owner}=${owner}`] } })
+      .catch((e: unknown) => rethrow(e, 'list snapshot images'));
+    return [...new Set(images.map((i) => i.Labels?.[SNAPSHOT_LABEL]).filter((id): id is string => typeof id === 'string'))];
+  }
+
+  /**
+   * Whether this engine could checkpoint processes (`docker checkpoint`: an engine with experimental
+   * features and CRIU on its host). Asked once.
+   */
+  async checkpointSupport(): Promise<{ supported: boolean; reason?: string }> {
+    this.checkpoint ??= (async () => {
+      const info = (await this.docker.info().catch(() => ({}))) as { ExperimentalBuild?: boolean };
+      if (this.engine?.name === 'podman') return { supported: false, reason: 'the engine is Podman, whose checkpoint API Warren does not use' };
+      if (info.ExperimentalBuild !== true)
+        return { supported: false, reason: "the Docker engine runs without experimental features, which 'docker checkpoint' needs" };
+      const criu = await new Promise<boolean>((resolve) => execFile('criu', ['--version'], (err) => resolve(err === null)));
+      return criu ? { supported: true } : { supported: false, reason: 'CRIU is not installed on the engine host (Debian: apt install criu)' };
+    })();
+    return this.checkpoint;
+  }
+  private checkpoint: Promise<{ supported: boolean; reason?: string }> | undefined;
+
+  /** The labels of a sandbox made from a snapshot's image: those the image carries and the sandbox has not set to {@link UNSET_LABEL}. */
+  private async withInheritedLabelsUnset(image: string, labels: Record<string, string>): Promise<Record<string, string>> {
+    const inherited =
+      (
+        await this.docker
+          .getImage(image)
+          .inspect()
+          .catch((e: unknown) => rethrow(e, `inspect the snapshot image ${image}`))
+      ).Config.Labels ?? {};
+    const out: Record<string, string> = { ...labels };
+    for (const key of Object.keys(inherited)) if (key.startsWith('warren.') && key !== SNAPSHOT_LABEL && !Object.hasOwn(out, key)) out[key] = UNSET_LABEL;
+    return out;
+  }
+
+  /** Fills a created, not yet started, sandbox's workspace with a snapshot's copy (whatever the image put there is removed first). */
+  private async restoreWorkspace(container: Docker.Container, settings: SandboxSettings, onHost: string | undefined, from: string): Promise<void> {
+    const inside = workspaceOf(settings);
+    if (settings.mounts.some((m) => m.path === inside)) return;
+    const target = onHost ?? (await container.inspect()).Mounts.find((m) => m.Destination === inside)?.Source;
+    if (target === undefined) throw new CodedError('INTERNAL', `The new sandbox has no workspace volume at ${inside} to restore the snapshot into.`);
+    await emptyTree(target);
+    await copyTree(from, target, 'restore the snapshot into the new workspace');
+  }
+
+  /** The named volumes of a sandbox's settings as mounts (each volume with a quota mounted on the host first). */
+  private async volumeMounts(settings: SandboxSettings): Promise<SandboxContainerSpec['volumes']> {
+    const out: NonNullable<SandboxContainerSpec['volumes']> = [];
+    const onHost = new Set((await this.volumeStore?.list()) ?? []);
+    for (const v of settings.volumes ?? []) {
+      const folder = onHost.has(v.id) ? await this.volumeStore?.attach(v.id) : undefined;
+      out.push(
+        folder !== undefined
+          ? { type: 'bind', source: folder, target: v.path, readOnly: v.readOnly }
+          : { type: 'volume', source: volumeName(v.id), target: v.path, readOnly: v.readOnly },
+      );
+    }
+    return out;
+  }
+
+  /**
+   * A named volume: an ext4 image of exactly `sizeBytes` where this host gives workspaces a quota
+   * (the same store as theirs), otherwise an engine volume without a limit. Its root belongs to
+   * the default sandbox user (1000:1000, as the host sees it under remap).
+   */
+  async createVolume(id: string, sizeBytes: number): Promise<{ quota: boolean }> {
+    const shift = this.remap ?? { uid: 0, gid: 0 };
+    const owner = { uid: shift.uid + 1000, gid: shift.gid + 1000 };
+    if (this.volumeStore?.describe().quota) {
+      await this.volumeStore.create(id, owner, sizeBytes);
+      return { quota: true };
+    }
+    const volume = await this.docker
+      .createVolume({ Name: volumeName(id), Labels: { [VOLUME_LABEL]: id } })
+      .catch((e: unknown) => rethrow(e, `create volume ${id}`));
+    const mountpoint = (volume as unknown as { Mountpoint?: string }).Mountpoint;
+    // The engine makes its root root's; hand it to the sandbox user where this host sees it.
+    if (mountpoint) await chown(mountpoint, owner.uid, owner.gid).catch(() => undefined);
+    return { quota: false };
+  }
+
+  async removeVolume(id: string): Promise<void> {
+    if ((await this.volumeStore?.list())?.includes(id)) await this.volumeStore?.remove(id);
+    await this.docker
+      .getVolume(volumeName(id))
+      .remove()
+      .catch((err: { statusCode?: number }) => {
+        if (err.statusCode === 404) return;
+        if (err.statusCode === 409) throw new CodedError('CONFLICT', `Volume ${id} is still mounted by a container; kill the sandboxes that mount it first.`);
+        rethrow(err, `remove volume ${id}`);
+      });
+  }
+
+  async volumeUsage(id: string): Promise<number | undefined> {
+    return (await this.volumeStore?.usage(id).catch(() => undefined))?.usedBytes;
   }
 
   daemon(agentId: string): DaemonEndpoint {
@@ -1199,4 +1451,19 @@ async function writeResolvConf(folder: string, nameserver: string): Promise<stri
     await handle.close();
   }
   return file;
+}
+
+/** A sandbox's settings from its labels, or undefined when they do not parse. */
+function settingsOf(labels: Record<string, string>): SandboxSettings | undefined {
+  try {
+    const parsed = SandboxSettingsSchema.safeParse(JSON.parse(labels[LABELS.settings] ?? 'null'));
+    return parsed.success ? parsed.data : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Labels without those a sandbox set to {@link UNSET_LABEL}. */
+function withoutUnset(labels: Record<string, string>): Record<string, string> {
+  return Object.fromEntries(Object.entries(labels).filter(([, value]) => value !== UNSET_LABEL));
 }

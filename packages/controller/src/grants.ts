@@ -23,7 +23,10 @@ import type { SandboxRecord } from './sandboxes.js';
 
 /** Who is calling: the operator (API key), the holder of one sandbox's token, or of a derived token. */
 export type Caller =
-  { kind: 'operator' } | { kind: 'sandbox'; sandboxId: string } | { kind: 'derived'; sandboxId: string; grant: unknown; expiresAt?: number | undefined };
+  /** `keyId` names which API key (see `Credentials.apiKeyId`): it owns the snapshots the caller makes. */
+  | { kind: 'operator'; keyId?: string | undefined }
+  | { kind: 'sandbox'; sandboxId: string }
+  | { kind: 'derived'; sandboxId: string; grant: unknown; expiresAt?: number | undefined };
 
 /** The policy a sandbox created without one gets: its workspace, read-write. */
 export const DEFAULT_POLICY: FilePolicy = { root: DEFAULT_ROOT, readOnly: false };
@@ -257,7 +260,8 @@ export function observeCalls(client: WebSocket, agent: WebSocket, metrics: Metri
  * callerFor(credentials, req.headers['x-access-token'], sandboxId); // { kind: 'sandbox', sandboxId } or undefined
  */
 export function callerFor(credentials: Credentials, presented: string, sandboxId: string | undefined): Caller | undefined {
-  if (credentials.isApiKey(presented)) return { kind: 'operator' };
+  const keyId = credentials.apiKeyId(presented);
+  if (keyId !== undefined) return { kind: 'operator', keyId };
   if (sandboxId === undefined) return undefined;
   if (credentials.isSandboxToken(sandboxId, presented)) return { kind: 'sandbox', sandboxId };
   const derived = credentials.readDerivedToken(presented);

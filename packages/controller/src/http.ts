@@ -1,3 +1,5 @@
+import type { SnapshotService } from './snapshots.js';
+import type { VolumeService } from './volumes.js';
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { isIP, type AddressInfo } from 'node:net';
@@ -30,6 +32,10 @@ const MAX_LOGGED_PATH = 256;
 
 export interface HttpServerDeps {
   sandboxes: SandboxService;
+  /** Snapshots and forks (docs/state.md); absent, their routes answer NOT_SUPPORTED. */
+  snapshots?: SnapshotService | undefined;
+  /** Named volumes (docs/state.md#volumes); absent, their routes answer NOT_SUPPORTED. */
+  volumes?: VolumeService | undefined;
   credentials: Credentials;
   config: ControllerConfig;
   metrics: Metrics;
@@ -198,6 +204,11 @@ async function route(deps: HttpServerDeps, auth: Authenticator, req: IncomingMes
     const holder = record && found.access !== 'operator' ? { caller: who, grant: () => grantFor(record, who) } : controllerWide(who);
     refuse(holder, found.access as Access, what);
   }
+  if (record) {
+    deps.sandboxes.touch(id);
+    // A hibernated sandbox wakes for any call that needs it running; describing, hibernating or killing it does not.
+    if (record.hibernated && !STAY_ASLEEP.has(found.operationId)) await deps.sandboxes.wake(id);
+  }
   await found.handle({ deps, req, res, query: url.searchParams, id, caller });
 }
 
@@ -209,6 +220,9 @@ function e2bSandboxId(req: IncomingMessage): string | undefined {
   };
   return sandboxIdOf(header) ?? /\/sandboxes\/([A-Za-z0-9]{1,64})(\/|$)/.exec(req.url ?? '')?.[1];
 }
+
+/** Routes that leave a hibernated sandbox asleep. */
+const STAY_ASLEEP = new Set(['getSandbox', 'killSandbox', 'hibernate', 'keepalive', 'setTimeout']);
 
 /** A caller on a controller-wide route, where no sandbox (so no grant) is involved. */
 function controllerWide(caller: Caller): Holder {
@@ -255,6 +269,9 @@ async function upgrade(
     );
   }
   const record = deps.sandboxes.record(id);
+  // A hibernated sandbox starts again for a connection; the client waits for it rather than failing.
+  await deps.sandboxes.wake(id);
+  deps.sandboxes.touch(id);
   if (record.state === 'paused')
     throw new CodedError('SANDBOX_NOT_READY', `Sandbox '${id}' is paused; resume it (POST /v1/sandboxes/${id}/resume) before connecting.`, { sandboxId: id });
   const grant = grantFor(record, caller);
@@ -276,9 +293,11 @@ async function upgrade(
       connected = true;
       wss.emit('connection', client, req);
       deps.metrics.connections.inc();
+      deps.sandboxes.connectionChanged(id, 1);
       logUpgrade(deps.logger, req, entry, 101);
       client.once('close', (code: number) => {
         deps.metrics.connections.dec();
+        deps.sandboxes.connectionChanged(id, -1);
         deps.logger.info({ requestId: entry.requestId, sandboxId: id, caller: caller.kind, closeCode: code, durationMs: elapsedMs(entry) }, 'ws.close');
       });
       const freezer = deps.sandboxes.freezer;

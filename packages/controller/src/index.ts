@@ -33,6 +33,7 @@ export type {
   SandboxSpec,
   SandboxStats,
   ProvidedSandbox,
+  ProvidedSnapshot,
   ProviderState,
   ProviderIsolation,
   DaemonEndpoint,

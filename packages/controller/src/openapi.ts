@@ -81,6 +81,22 @@ export function openApiDocument(routes: readonly Route[]): Record<string, unknow
     const parameters: JsonSchema[] = [];
     if (route.path.includes('{id}'))
       parameters.push({ name: 'id', in: 'path', required: true, description: 'The sandbox id.', schema: { type: 'string', pattern: '^[A-Za-z0-9]+$' } });
+    if (route.path.includes('{volume}'))
+      parameters.push({
+        name: 'volume',
+        in: 'path',
+        required: true,
+        description: "The volume's name (one of the caller's API key).",
+        schema: { type: 'string', pattern: '^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$' },
+      });
+    if (route.path.includes('{snapshot}'))
+      parameters.push({
+        name: 'snapshot',
+        in: 'path',
+        required: true,
+        description: "The snapshot's id or name (one of the caller's API key).",
+        schema: { type: 'string', pattern: '^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$' },
+      });
     for (const q of route.query ?? []) {
       const schema = components.ref(q.schema, 'input');
       parameters.push({

@@ -81,6 +81,45 @@ export interface SandboxProvider {
    * where the provider keeps one per sandbox), or undefined when it is not running.
    */
   stats(handle: string, agentId: string): Promise<SandboxStats | undefined>;
+  /**
+   * Captures a sandbox's files as snapshot `snapshotId`, consistently: its processes are frozen
+   * for the capture (never stopped) and thawed after, unless they were frozen before. The
+   * container's own changes become an image the provider keeps under the snapshot's id; the
+   * workspace is copied into `workspaceDir` (an empty folder of the controller's). Backends that
+   * cannot throw `NOT_SUPPORTED`. Nothing of a failed capture is left behind.
+   */
+  snapshot(handle: string, agentId: string, snapshotId: string, workspaceDir: string): Promise<ProvidedSnapshot>;
+  /** Removes what {@link SandboxProvider.snapshot} kept of a snapshot (its image); an absent one is not an error. */
+  removeSnapshot(snapshotId: string): Promise<void>;
+  /**
+   * The ids of the snapshots whose images the provider keeps for the controller `owner` (its
+   * instance id, which its sandboxes' labels carry), for garbage collection of those no record
+   * names; another controller's on a shared engine are never listed.
+   */
+  snapshotIds(owner: string): Promise<string[]>;
+  /**
+   * Makes the storage of a named volume (`id`: letters and digits, the controller's own name of
+   * it), with a size limit where the backend can (`quota: true`); `NOT_SUPPORTED` where the backend
+   * has no volumes. Sandboxes mount it through `SandboxSpec.settings.volumes`.
+   */
+  createVolume(id: string, sizeBytes: number): Promise<{ quota: boolean }>;
+  /** Deletes a volume's storage and data; an absent one is not an error. The caller checks that no sandbox mounts it. */
+  removeVolume(id: string): Promise<void>;
+  /** Bytes a volume uses now, where the backend can say. */
+  volumeUsage(id: string): Promise<number | undefined>;
+}
+
+/** What a provider kept of one snapshot. */
+export interface ProvidedSnapshot {
+  /** The image a sandbox made from the snapshot starts from (`SandboxSpec.restore.image`). */
+  image: string;
+  /** Bytes of the snapshot's own image layer (the container's changes). */
+  imageBytes: number;
+  /** Bytes the workspace copy takes on disk (holes of sparse files count as nothing). */
+  workspaceBytes: number;
+  /** Whether processes and memory were captured; never true unless a restore brings them back. */
+  processes: boolean;
+  processesReason?: string | undefined;
 }
 
 /** One sample of a sandbox's use, as a provider reads it from its engine (never from inside the sandbox). */
@@ -112,6 +151,8 @@ export interface SandboxSpec {
    * loopback address), where the provider can set it; the daemon also writes it where the file is writable.
    */
   nameserver?: string | undefined;
+  /** Start from a snapshot: the image it kept, and the folder whose contents become the workspace before the sandbox starts. */
+  restore?: { image: string; workspaceDir: string } | undefined;
 }
 
 /** How {@link SandboxProvider.pullImage} reports and bounds a pull. */

@@ -14,6 +14,8 @@ export interface StoredRecord {
   policy?: unknown;
   ttlSeconds?: number;
   publicPorts?: number[];
+  /** The sandbox was hibernated: after a restart it stays stopped until a call wakes it. */
+  hibernated?: boolean;
 }
 
 /**

@@ -24,6 +24,16 @@ import {
   PortUrlRequest,
   PortUrlResponse,
   issueText,
+  CreateSnapshotRequest,
+  SnapshotInfo,
+  ForkSandboxRequest,
+  ForkSandboxResponse,
+  ListSnapshotsResponse,
+  PruneSnapshotsRequest,
+  PruneSnapshotsResponse,
+  CreateVolumeRequest,
+  VolumeInfo,
+  ListVolumesResponse,
 } from '@warren/protocol';
 import { PORT_EXPIRY_PARAM, PORT_SIGNATURE_PARAM } from './ports/proxy.js';
 import { z } from 'zod';
@@ -169,8 +179,9 @@ export const ROUTES: readonly Route[] = [
     access: 'operator',
     body: CreateSandboxRequest,
     responses: { 201: { description: 'The sandbox is running and its daemon answered.', schema: CreateSandboxResponse } },
-    handle: async ({ deps, req, res }) => {
-      const created = await deps.sandboxes.create(await readJson(req));
+    handle: async ({ deps, req, res, caller }) => {
+      const body = await readJson(req);
+      const created = deps.snapshots ? await deps.snapshots.createSandbox(body, keyOf(caller)) : await deps.sandboxes.create(body);
       deps.logger.info({ sandboxId: created.id, image: created.image, readyMs: created.readyMs, pooled: created.pooled }, 'sandbox.created');
       sendJson(res, 201, created);
     },
@@ -235,6 +246,128 @@ export const ROUTES: readonly Route[] = [
           `Invalid timeout request: ${body.error.issues.map(issueText).join('; ')}. Send { "ttlSeconds": <seconds from now> }.`,
         );
       sendJson(res, 200, await deps.sandboxes.setTimeout(id, body.data.ttlSeconds));
+    },
+  },
+  {
+    method: 'POST',
+    path: '/v1/sandboxes/{id}/hibernate',
+    operationId: 'hibernate',
+    summary: 'Stop the sandbox to free its memory, keeping its id, token and files; any call or connection starts it again.',
+    access: 'lifecycle',
+    responses: infoAnswer('The hibernated sandbox.'),
+    handle: async ({ deps, res, id }) => {
+      const info = await deps.sandboxes.hibernate(id);
+      deps.logger.info({ sandboxId: id }, 'sandbox.hibernated');
+      sendJson(res, 200, info);
+    },
+  },
+  {
+    method: 'POST',
+    path: '/v1/sandboxes/{id}/snapshot',
+    operationId: 'snapshotSandbox',
+    summary:
+      "Snapshot the sandbox's files (its container's changes and its workspace) for the calling API key; the sandbox is frozen for the capture and keeps running.",
+    access: 'operator',
+    body: CreateSnapshotRequest,
+    responses: { 201: { description: 'The stored snapshot.', schema: SnapshotInfo } },
+    handle: async ({ deps, req, res, id, caller }) => {
+      const info = await snapshotsOf(deps).take(id, keyOf(caller), await readJson(req));
+      deps.logger.info({ sandboxId: id, snapshotId: info.id, sizeBytes: info.sizeBytes }, 'snapshot.created');
+      sendJson(res, 201, info);
+    },
+  },
+  {
+    method: 'POST',
+    path: '/v1/sandboxes/{id}/fork',
+    operationId: 'forkSandbox',
+    summary: "Make count independent sandboxes from the sandbox's current state (limits apply to each as to a create).",
+    access: 'operator',
+    body: ForkSandboxRequest,
+    responses: { 201: { description: 'The forks, each with its token.', schema: ForkSandboxResponse } },
+    handle: async ({ deps, req, res, id, caller }) => {
+      const forks = await snapshotsOf(deps).fork(id, keyOf(caller), await readJson(req));
+      deps.logger.info({ sandboxId: id, forks: forks.map((f) => f.id) }, 'sandbox.forked');
+      sendJson(res, 201, { sandboxes: forks });
+    },
+  },
+  {
+    method: 'GET',
+    path: '/v1/snapshots',
+    operationId: 'listSnapshots',
+    summary: "The calling API key's snapshots, newest first.",
+    access: 'operator',
+    responses: { 200: { description: 'The snapshots.', schema: ListSnapshotsResponse } },
+    handle: async ({ deps, res, caller }) => sendJson(res, 200, { snapshots: snapshotsOf(deps).list(keyOf(caller)) }),
+  },
+  {
+    method: 'POST',
+    path: '/v1/snapshots/prune',
+    operationId: 'pruneSnapshots',
+    summary: "Delete the calling key's snapshots older than olderThanSeconds (with every given label), and images no snapshot names.",
+    access: 'operator',
+    body: PruneSnapshotsRequest,
+    responses: { 200: { description: 'What was deleted.', schema: PruneSnapshotsResponse } },
+    handle: async ({ deps, req, res, caller }) => sendJson(res, 200, await snapshotsOf(deps).prune(keyOf(caller), await readJson(req))),
+  },
+  {
+    method: 'GET',
+    path: '/v1/snapshots/{snapshot}',
+    operationId: 'getSnapshot',
+    summary: "Describe one of the calling key's snapshots (by id or name).",
+    access: 'operator',
+    responses: { 200: { description: 'The snapshot.', schema: SnapshotInfo } },
+    handle: async ({ deps, req, res, caller }) => sendJson(res, 200, snapshotsOf(deps).get(keyOf(caller), snapshotParam(req))),
+  },
+  {
+    method: 'DELETE',
+    path: '/v1/snapshots/{snapshot}',
+    operationId: 'deleteSnapshot',
+    summary: "Delete one of the calling key's snapshots (sandboxes made from it keep their files).",
+    access: 'operator',
+    responses: { 204: { description: 'Gone.' } },
+    handle: async ({ deps, req, res, caller }) => {
+      await snapshotsOf(deps).remove(keyOf(caller), snapshotParam(req));
+      res.writeHead(204).end();
+    },
+  },
+  {
+    method: 'POST',
+    path: '/v1/volumes',
+    operationId: 'createVolume',
+    summary: 'Create a named volume for the calling API key: storage that outlives sandboxes, with a size limit where the host gives quotas.',
+    access: 'operator',
+    body: CreateVolumeRequest,
+    responses: { 201: { description: 'The volume.', schema: VolumeInfo } },
+    handle: async ({ deps, req, res, caller }) => sendJson(res, 201, await volumesOf(deps).create(keyOf(caller), await readJson(req))),
+  },
+  {
+    method: 'GET',
+    path: '/v1/volumes',
+    operationId: 'listVolumes',
+    summary: "The calling API key's volumes.",
+    access: 'operator',
+    responses: { 200: { description: 'The volumes.', schema: ListVolumesResponse } },
+    handle: async ({ deps, res, caller }) => sendJson(res, 200, { volumes: await volumesOf(deps).list(keyOf(caller)) }),
+  },
+  {
+    method: 'GET',
+    path: '/v1/volumes/{volume}',
+    operationId: 'getVolume',
+    summary: "Describe one of the calling key's volumes.",
+    access: 'operator',
+    responses: { 200: { description: 'The volume.', schema: VolumeInfo } },
+    handle: async ({ deps, req, res, caller }) => sendJson(res, 200, await volumesOf(deps).get(keyOf(caller), snapshotParam(req))),
+  },
+  {
+    method: 'DELETE',
+    path: '/v1/volumes/{volume}',
+    operationId: 'deleteVolume',
+    summary: "Delete one of the calling key's volumes and its data (refused while a sandbox mounts it).",
+    access: 'operator',
+    responses: { 204: { description: 'Gone.' } },
+    handle: async ({ deps, req, res, caller }) => {
+      await volumesOf(deps).remove(keyOf(caller), snapshotParam(req));
+      res.writeHead(204).end();
     },
   },
   {
@@ -505,8 +638,40 @@ export const ROUTES: readonly Route[] = [
   },
 ];
 
-/** A route's path as a pattern: `{id}` takes a sandbox id (letters and digits). */
-const patterns = new Map(ROUTES.map((route) => [route, new RegExp(`^${route.path.replace('{id}', '([A-Za-z0-9]+)')}$`)]));
+/** A route's path as a pattern: `{id}` takes a sandbox id (letters and digits), `{snapshot}` one path segment (checked by its handler). */
+const patterns = new Map(
+  ROUTES.map((route) => [
+    route,
+    new RegExp(`^${route.path.replace('{id}', '([A-Za-z0-9]+)').replace('{snapshot}', '(?:[^/]+)').replace('{volume}', '(?:[^/]+)')}$`),
+  ]),
+);
+
+/** The snapshot service, or NOT_SUPPORTED where this server runs without one. */
+function snapshotsOf(deps: HttpServerDeps): NonNullable<HttpServerDeps['snapshots']> {
+  if (!deps.snapshots) throw new CodedError('NOT_SUPPORTED', 'This server runs without snapshots; start the controller with warren serve.');
+  return deps.snapshots;
+}
+
+/** The volume service, or NOT_SUPPORTED where this server runs without one. */
+function volumesOf(deps: HttpServerDeps): NonNullable<HttpServerDeps['volumes']> {
+  if (!deps.volumes) throw new CodedError('NOT_SUPPORTED', 'This server runs without named volumes; start the controller with warren serve.');
+  return deps.volumes;
+}
+
+/** The API key id of an operator caller (it owns snapshots), undefined for any other credential. */
+function keyOf(caller: Caller | undefined): string | undefined {
+  return caller?.kind === 'operator' ? caller.keyId : undefined;
+}
+
+/** The `{snapshot}` segment of a request's path, decoded; the snapshot service checks it is a plain name. */
+function snapshotParam(req: IncomingMessage): string {
+  const segment = new URL(req.url ?? '/', 'http://controller').pathname.split('/').pop() ?? '';
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    throw new CodedError('INVALID_PARAMS', 'The snapshot in the path is not valid percent-encoding; name it by its id or name.', { field: 'snapshot' });
+  }
+}
 
 /** The routes whose path matches `pathname`, with the sandbox id it names (empty when none). */
 export function routesAt(pathname: string): { routes: Route[]; id: string } {
@@ -516,7 +681,9 @@ export function routesAt(pathname: string): { routes: Route[]; id: string } {
     if (match) id = match[1] ?? '';
     return match !== null;
   });
-  return { routes, id };
+  // A path of its own (`/v1/snapshots/prune`) is never also a snapshot's name.
+  const literal = routes.filter((route) => !route.path.includes('{snapshot}') && !route.path.includes('{volume}'));
+  return { routes: literal.length > 0 ? literal : routes, id };
 }
 
 /** Every route, as `METHOD path` lines for a NOT_FOUND message. */

@@ -25,6 +25,8 @@ export interface SandboxPlan {
   /** The egress policy (the operator's default when the request named none) and the brokered secrets. */
   egress: EgressPolicy;
   secrets: SecretBinding[];
+  /** Start from a snapshot: its image and workspace copy (set by the snapshot service, never from a request). */
+  restore?: { image: string; workspaceDir: string } | undefined;
 }
 
 /** What the plan needs to know about this host besides the configuration. */
@@ -47,7 +49,7 @@ export interface PlanContext {
 }
 
 const CREATE_OPTIONS =
-  'image, env, cpus, memoryMb, pidsLimit, network (none|bridge), egress, secrets, runtime (runc|runsc), user, workdir, policy, ttlSeconds, labels, mounts, readOnlyRootfs, tmpMb, openFiles, fileSizeMb, diskMb';
+  'snapshot, volumes, hibernateAfterSeconds, image, env, cpus, memoryMb, pidsLimit, network (none|bridge), egress, secrets, runtime (runc|runsc), user, workdir, policy, ttlSeconds, labels, mounts, readOnlyRootfs, tmpMb, openFiles, fileSizeMb, diskMb';
 
 /**
  * Request fields that would unharden a sandbox. They are refused by name with FORBIDDEN, before
@@ -70,7 +72,6 @@ const HOSTILE_FIELDS: Record<string, string> = {
   usernsMode: 'the user namespace mode is fixed',
   userns: 'the user namespace mode is fixed',
   binds: "host folders are mounted with 'mounts', below the operator's allowed folders only",
-  volumes: "host folders are mounted with 'mounts', below the operator's allowed folders only",
   hostConfig: 'Docker host settings are not accepted',
   HostConfig: 'Docker host settings are not accepted',
   sysctls: 'kernel parameters are fixed',
@@ -187,6 +188,18 @@ export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
     if (targets.has(m.path)) throw new CodedError('INVALID_PARAMS', `Two mounts target '${m.path}'; give each mount its own path.`, { field: 'mounts' });
     targets.add(m.path);
   }
+  const volumes = (request.volumes ?? []).map((v) => {
+    const inside = path.posix.resolve(v.path);
+    if (inside === '/' || RESERVED_TARGETS.some((reserved) => isBelow(inside, reserved)) || inside === workspace || isBelow(workspace, inside))
+      throw new CodedError(
+        'FORBIDDEN',
+        `Refused volume '${v.name}' at '${v.path}': '/', the workspace itself and what holds it, ${RESERVED_TARGETS.join(', ')} and what lies below them are reserved. Mount it at /data or below the workspace instead.`,
+        { field: 'volumes', path: v.path },
+      );
+    if (targets.has(inside)) throw new CodedError('INVALID_PARAMS', `Two mounts or volumes target '${inside}'; give each its own path.`, { field: 'volumes' });
+    targets.add(inside);
+    return { name: v.name, id: '', path: inside, readOnly: v.readOnly ?? false };
+  });
 
   const plan: SandboxPlan = {
     image: request.image ?? config.defaultImage,
@@ -208,6 +221,8 @@ export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
       openFiles: limit('openFiles', request.openFiles),
       fileSizeMb: limit('fileSizeMb', request.fileSizeMb),
       diskMb: limit('diskMb', request.diskMb),
+      ...(request.hibernateAfterSeconds === undefined ? {} : { hibernateAfterSeconds: request.hibernateAfterSeconds }),
+      ...(volumes.length === 0 ? {} : { volumes }),
     },
     egress,
     secrets: request.secrets ?? [],

@@ -27,6 +27,11 @@ export interface SandboxRecord {
   publicPorts?: number[];
   /** Frozen by the idle freezer (idle-freezer.ts): paused in the engine, `running` for the API. */
   frozen?: boolean;
+  /** Stopped by {@link SandboxService.hibernate}: the supervisor leaves it stopped until a call wakes it. */
+  hibernated?: boolean;
+  /** When a call last reached it, and how many connections are open now (for `hibernateAfterSeconds`). */
+  lastActive?: number;
+  connections?: number;
 }
 
 /** Filters of {@link SandboxTable.find}. */
@@ -92,7 +97,7 @@ export class SandboxTable {
 
   /** Counts by state, for the metrics gauge. */
   countByState(): Record<string, number> {
-    const counts: Record<string, number> = { running: 0, paused: 0, exited: 0, frozen: 0 };
+    const counts: Record<string, number> = { running: 0, paused: 0, exited: 0, hibernated: 0, frozen: 0 };
     for (const r of this.records.values()) {
       counts[r.state] = (counts[r.state] ?? 0) + 1;
       if (r.frozen) counts.frozen!++;

@@ -11,7 +11,7 @@ import { FrozenMarks, IdleFreezer } from './idle-freezer.js';
 import { ImageService } from './image-service.js';
 import { LABELS, sandboxLabels } from './labels.js';
 import type { Metrics } from './metrics.js';
-import type { DaemonEndpoint, SandboxProvider } from './provider.js';
+import type { DaemonEndpoint, SandboxProvider, SandboxSpec } from './provider.js';
 import { Slots, type WaitLimits } from './limiter.js';
 import { Reaper } from './reaper.js';
 import { UsageHistory } from './usage-history.js';
@@ -151,15 +151,6 @@ export class SandboxService {
     this.pool = options.pool?.(this);
   }
 
-  /**
-   * Makes sure a sandbox's processes run before a daemon connection or call reaches it: thaws a
-   * sandbox the idle freezer froze (the caller waits), and counts as activity.
-   */
-  async wake(id: string): Promise<void> {
-    this.table.require(id);
-    await this.freezer.wake(id);
-  }
-
   /** How the relay reaches a sandbox's daemon, by public id. */
   daemonEndpoint(id: string): DaemonEndpoint {
     return this.provider.daemon(this.table.require(id).agentId);
@@ -212,6 +203,10 @@ export class SandboxService {
         if (claim.ttlSeconds !== undefined) record.settings = { ...record.settings, ttlSeconds: claim.ttlSeconds };
         record.pooled = sandbox.labels[LABELS.pool] === '1';
         if (Array.isArray(claim.publicPorts)) record.publicPorts = claim.publicPorts.filter((p) => Number.isInteger(p) && p >= 1 && p <= 65535);
+        if (claim.hibernated === true && sandbox.state !== 'running') {
+          record.hibernated = true;
+          record.state = 'hibernated';
+        }
       }
       this.table.set(record);
     }
@@ -266,6 +261,7 @@ export class SandboxService {
       if (record.policy !== undefined) data.policy = record.policy;
     }
     if (record.publicPorts?.length) data.publicPorts = record.publicPorts;
+    if (record.hibernated) data.hibernated = true;
     await this.store.write(data);
   }
 
@@ -287,9 +283,31 @@ export class SandboxService {
    * first (see {@link ImageService.ensure}); the create waits for the pull, and concurrent
    * creates of the same image share it.
    */
-  async create(body: unknown): Promise<CreateSandboxResponse> {
+  async create(body: unknown, extras: { restore?: SandboxSpec['restore']; volumeIds?: Map<string, string> } = {}): Promise<CreateSandboxResponse> {
+    const { restore } = extras;
     const started = performance.now();
+    if (restore === undefined && body !== null && typeof body === 'object' && Object.hasOwn(body, 'snapshot'))
+      throw new CodedError(
+        'INVALID_PARAMS',
+        "A create from a snapshot goes through POST /v1/sandboxes with the API key that took it ('snapshot': its id or name).",
+        {
+          field: 'snapshot',
+        },
+      );
     const plan = this.plan(body);
+    if (restore !== undefined) plan.restore = restore;
+    for (const volume of plan.settings.volumes ?? []) {
+      const id = extras.volumeIds?.get(volume.name);
+      if (id === undefined)
+        throw new CodedError(
+          'VOLUME_NOT_FOUND',
+          `No volume '${volume.name}' of this API key; create it first (POST /v1/volumes), with the key that creates the sandbox.`,
+          {
+            volume: volume.name,
+          },
+        );
+      volume.id = id;
+    }
     await this.checkMountsOnHost(plan);
     if (this.table.size + this.creating >= this.config.maxSandboxes) {
       throw new CodedError(
@@ -303,7 +321,7 @@ export class SandboxService {
         field: 'egress',
       });
     // Pool members were made without a relay or placeholders: a sandbox with egress is always cold.
-    const pooled = withEgress ? undefined : this.pool?.take(plan);
+    const pooled = withEgress || plan.restore || plan.settings.volumes ? undefined : this.pool?.take(plan);
     if (pooled) {
       const createdAt = new Date(this.clock.now());
       const record: SandboxRecord = {
@@ -325,7 +343,12 @@ export class SandboxService {
     }
     this.creating++;
     try {
-      await this.images.ensure(plan.image);
+      if (!plan.restore) await this.images.ensure(plan.image);
+      else if (!(await this.provider.hasImage(plan.restore.image)))
+        throw new CodedError(
+          'SNAPSHOT_NOT_FOUND',
+          `The snapshot's image ${plan.restore.image} is gone from the engine; the snapshot cannot be restored. Delete it and take a new one.`,
+        );
       return await this.createSlots.run(() => this.createCold(plan, started), this.createQueueLimits);
     } catch (err) {
       this.metrics?.creates.inc({ source: 'cold', outcome: 'error' });
@@ -395,6 +418,7 @@ export class SandboxService {
         settings: plan.settings,
         daemonSecret: this.credentials.agentSecret(agentId),
         ...(egress?.transparentAddress === undefined ? {} : { nameserver: egress.transparentAddress }),
+        ...(plan.restore === undefined ? {} : { restore: plan.restore }),
       });
     } catch (err) {
       await egress?.remove(agentId);
@@ -641,6 +665,94 @@ export class SandboxService {
         .catch(() => undefined); // logged; the relay stays closed (egress fails closed) until the next start
     this.freezer.touch(id);
     return describe(record);
+  }
+
+  /**
+   * Hibernates a sandbox: its container is stopped (its memory freed, its files kept: the
+   * container's own layer and its workspace), the record stored as hibernated so a restarted
+   * controller keeps it so, and the supervisor leaves it stopped. Any call or connection wakes it
+   * ({@link SandboxService.wake}) with the same id, token and files; its processes start anew.
+   * Expiry still applies.
+   */
+  async hibernate(id: string): Promise<SandboxInfo> {
+    const record = this.table.require(id);
+    if (record.hibernated) return describe(record);
+    // Frozen for being idle or paused: its processes run again first, so the stop is an ordinary one.
+    if (record.frozen) await this.freezer.wake(id);
+    if (record.state === 'paused') await this.provider.resume(record.containerId);
+    record.hibernated = true;
+    await this.storeRecord(record);
+    try {
+      await this.provider.stop(record.containerId);
+    } catch (err) {
+      record.hibernated = false;
+      await this.storeRecord(record);
+      throw err;
+    }
+    record.state = 'hibernated';
+    return describe(record);
+  }
+
+  /**
+   * Makes sure a sandbox's processes run before a daemon connection or call reaches it, and the
+   * caller waits: a hibernated sandbox starts again (concurrent callers share the one start), one
+   * the idle freezer froze thaws (counted as activity). A running sandbox is left alone.
+   */
+  async wake(id: string): Promise<void> {
+    const record = this.table.require(id);
+    if (record.hibernated) await this.startHibernated(id, record);
+    await this.freezer.wake(id);
+  }
+
+  private async startHibernated(id: string, record: SandboxRecord): Promise<void> {
+    let waking = this.waking.get(id);
+    if (!waking) {
+      waking = (async () => {
+        await this.bringBack(record);
+        record.hibernated = false;
+        record.state = 'running';
+        record.lastActive = this.clock.now();
+        await this.storeRecord(record);
+      })().finally(() => this.waking.delete(id));
+      this.waking.set(id, waking);
+    }
+    await waking;
+  }
+  private readonly waking = new Map<string, Promise<void>>();
+
+  /** A call reached the sandbox now (for `hibernateAfterSeconds`). */
+  touch(id: string): void {
+    const record = this.table.find(id);
+    if (record) record.lastActive = this.clock.now();
+  }
+
+  /** A connection to the sandbox opened (+1) or closed (-1): a sandbox with one open is never idle. */
+  connectionChanged(id: string, delta: 1 | -1): void {
+    const record = this.table.find(id);
+    if (!record) return;
+    record.connections = Math.max(0, (record.connections ?? 0) + delta);
+    record.lastActive = this.clock.now();
+  }
+
+  /** Hibernates every running sandbox idle for its `hibernateAfterSeconds` (no open connection, no call). Returns their ids. */
+  async hibernateIdle(now = this.clock.now()): Promise<string[]> {
+    const idle = this.table.list().filter((r) => {
+      const after = r.settings.hibernateAfterSeconds;
+      return (
+        after !== undefined &&
+        r.state === 'running' &&
+        !r.hibernated &&
+        (r.connections ?? 0) === 0 &&
+        now - (r.lastActive ?? r.createdAt.getTime()) >= after * 1000
+      );
+    });
+    const done: string[] = [];
+    for (const record of idle)
+      await this.hibernate(record.id).then(
+        () => done.push(record.id),
+        () => undefined,
+      );
+    return done;
   }
 
   /** Removes an unclaimed warm-pool member. */

@@ -85,6 +85,8 @@ export class RestartSupervisor {
    */
   observe(record: SandboxRecord, state: ProviderState | undefined, starts: number | undefined): void {
     if (this.options.table.find(record.id) !== record || this.restarts.has(record.id) || this.starts.get(record.id) !== starts) return;
+    // Stopped on purpose; it comes back when a call wakes it.
+    if (record.hibernated) return;
     const was = record.state;
     // A sandbox the idle freezer froze is paused in the engine and running for the API; the freezer
     // alone ends that (a listing taken before a freeze or thaw must not undo it).
@@ -99,7 +101,7 @@ export class RestartSupervisor {
     const record = this.options.table.byHandle(handle);
     if (!record) return;
     if (action === 'destroy' && !this.killing.has(record.id)) record.state = 'gone';
-    if (action === 'die') this.died(record);
+    if (action === 'die' && !record.hibernated) this.died(record);
   }
 
   /** True while the sandbox is being started again: a connection should retry. */
@@ -125,7 +127,7 @@ export class RestartSupervisor {
   async restartStopped(): Promise<{ restarted: string[]; failed: string[] }> {
     const states = await this.options.provider.states();
     const now = this.options.clock.now();
-    const stopped = this.options.table.list().filter((r) => toState(states.get(r.containerId)) === 'exited' && r.expiresAt.getTime() > now);
+    const stopped = this.options.table.list().filter((r) => !r.hibernated && toState(states.get(r.containerId)) === 'exited' && r.expiresAt.getTime() > now);
     const outcomes = await Promise.all(stopped.map((record) => this.restart(record, 0).then((back) => ({ id: record.id, back }))));
     return { restarted: outcomes.filter((o) => o.back).map((o) => o.id), failed: outcomes.filter((o) => !o.back).map((o) => o.id) };
   }

@@ -5,6 +5,7 @@ import {
   type DaemonEndpoint,
   type ProvidedImage,
   type ProvidedSandbox,
+  type ProvidedSnapshot,
   type ProviderIsolation,
   type ProviderState,
   type PullOptions,
@@ -204,6 +205,46 @@ export class FakeProvider implements SandboxProvider {
 
   async logsTail(): Promise<string> {
     return '';
+  }
+
+  /** Snapshot ids the fake keeps, with the workspace bytes it claims for each (set `snapshotBytes` to test quotas). */
+  readonly snapshots = new Set<string>();
+  snapshotBytes = 1024;
+
+  async snapshot(handle: string, _agentId: string, snapshotId: string): Promise<ProvidedSnapshot> {
+    this.calls.push(`snapshot ${handle}`);
+    this.require(handle);
+    this.snapshots.add(snapshotId);
+    return {
+      image: `warren-snapshot/${snapshotId.toLowerCase()}:latest`,
+      imageBytes: 0,
+      workspaceBytes: this.snapshotBytes,
+      processes: false,
+      processesReason: 'the fake keeps none',
+    };
+  }
+
+  async removeSnapshot(snapshotId: string): Promise<void> {
+    this.snapshots.delete(snapshotId);
+  }
+
+  async snapshotIds(): Promise<string[]> {
+    return [...this.snapshots];
+  }
+
+  readonly volumes = new Set<string>();
+
+  async createVolume(id: string): Promise<{ quota: boolean }> {
+    this.volumes.add(id);
+    return { quota: false };
+  }
+
+  async removeVolume(id: string): Promise<void> {
+    this.volumes.delete(id);
+  }
+
+  async volumeUsage(): Promise<number | undefined> {
+    return undefined;
   }
 
   /** Fixed numbers while running: what a test sees is the controller's handling, not a measurement. */

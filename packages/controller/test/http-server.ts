@@ -5,6 +5,9 @@ import path from 'node:path';
 import { createHttpServer, serverUrl } from '../src/http.js';
 import { Credentials, createLogger, loadConfig, Metrics, SandboxService } from '../src/index.js';
 import { FakeProvider } from './fakes.js';
+import { SnapshotService } from '../src/snapshots.js';
+import { SnapshotStore } from '../src/snapshot-store.js';
+import { VolumeService } from '../src/volumes.js';
 
 /** The API key of {@link startFakeHttpServer}'s controller. */
 export const API_KEY = 'wk_unit_0123456789abcdef';
@@ -44,10 +47,17 @@ export async function startFakeHttpServer(): Promise<FakeHttpServer> {
   const config = loadConfig({}, { stateDir, port: 0, host: '127.0.0.1' });
   const credentials = Credentials.inMemory(API_KEY);
   const metrics = new Metrics();
-  const sandboxes = new SandboxService({ provider: new FakeProvider(), credentials, config, metrics, probe: async () => undefined });
+  const provider = new FakeProvider();
+  const sandboxes = new SandboxService({ provider, credentials, config, metrics, probe: async () => undefined });
   await sandboxes.recover();
+  const volumes = new VolumeService({ sandboxes, provider, config });
+  await volumes.recover();
+  const snapshots = new SnapshotService({ sandboxes, provider, store: new SnapshotStore(stateDir), limits: config.snapshots, volumes });
+  await snapshots.recover();
   const { server, wss } = createHttpServer({
     sandboxes,
+    snapshots,
+    volumes,
     credentials,
     config,
     metrics,

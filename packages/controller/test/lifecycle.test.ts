@@ -134,3 +134,40 @@ describe('restart supervision, on a fake clock', () => {
     expect(service.has(id)).toBe(false);
   });
 });
+
+describe('hibernation, on a fake clock', () => {
+  it('hibernates only sandboxes idle for their hibernateAfterSeconds with no open connection', async () => {
+    const idle = await service.create({ hibernateAfterSeconds: 60 });
+    const connected = await service.create({ hibernateAfterSeconds: 60 });
+    const never = await service.create({});
+    service.connectionChanged(connected.id, 1);
+    await clock.advance(59_000);
+    expect(await service.hibernateIdle()).toEqual([]);
+    service.touch(idle.id);
+    await clock.advance(59_000);
+    expect(await service.hibernateIdle()).toEqual([]);
+    await clock.advance(1_000);
+    expect(await service.hibernateIdle()).toEqual([idle.id]);
+    expect(service.record(idle.id).state).toBe('hibernated');
+    expect(provider.sandboxes.get(handleOf(idle.id))!.state).toBe('exited');
+    expect(service.record(connected.id).state).toBe('running');
+    expect(service.record(never.id).state).toBe('running');
+  });
+
+  it('the supervisor leaves a hibernated sandbox stopped, a wake starts it once for concurrent callers, and a restart keeps it hibernated', async () => {
+    const { id } = await service.create({});
+    await service.hibernate(id);
+    provider.die(handleOf(id));
+    expect(await service.restartStopped()).toEqual({ restarted: [], failed: [] });
+    expect((await service.get(id)).state).toBe('hibernated');
+    const again = new SandboxService({ provider, credentials: service.credentials, config: service.config, clock, probe: async () => undefined });
+    await again.recover();
+    expect(again.record(id).state).toBe('hibernated');
+    const starts = provider.calls.filter((c) => c.startsWith('start')).length;
+    await Promise.all([again.wake(id), again.wake(id), again.wake(id)]);
+    expect(provider.calls.filter((c) => c.startsWith('start')).length).toBe(starts + 1);
+    expect(again.record(id).state).toBe('running');
+    await again.wake(id);
+    expect(provider.calls.filter((c) => c.startsWith('start')).length).toBe(starts + 1);
+  });
+});

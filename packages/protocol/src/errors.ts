@@ -37,6 +37,14 @@ export const ERROR_CODES = {
   CANCELLED: { status: 499, suggestion: 'The call was cancelled; call again if it is still wanted.' },
   RESOURCE_EXHAUSTED: { status: 429, suggestion: 'A limit was reached; wait for running work to finish or raise the limit.' },
   SANDBOX_NOT_FOUND: { status: 404, suggestion: 'The sandbox does not exist or has ended; create a new one.' },
+  SNAPSHOT_NOT_FOUND: {
+    status: 404,
+    suggestion: 'The snapshot does not exist, was deleted, or belongs to another API key; list yours with GET /v1/snapshots (warren snapshot ls).',
+  },
+  VOLUME_NOT_FOUND: {
+    status: 404,
+    suggestion: 'The volume does not exist or belongs to another API key; create it with POST /v1/volumes (warren volume create NAME) or list yours.',
+  },
   SANDBOX_NOT_READY: { status: 503, suggestion: 'The sandbox is starting or its daemon is not answering; retry shortly.' },
   UPSTREAM_UNAVAILABLE: { status: 502, suggestion: 'The Docker engine or the sandbox daemon did not answer; check that Docker is running.' },
   PTY_UNAVAILABLE: {

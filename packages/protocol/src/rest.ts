@@ -16,6 +16,22 @@ export const MountRequest = z.strictObject({
 });
 export type MountRequest = z.input<typeof MountRequest>;
 
+/** A volume's name: one path-free word, never a path or a host folder. */
+export const VolumeName = z
+  .string()
+  .regex(/^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$/, 'volume names are 1-63 letters, digits, . _ - starting with a letter or digit (no / or ..)')
+  .refine((name) => !name.includes('..'), 'volume names may not contain ..');
+
+/** A named volume mounted into a sandbox at create (docs/state.md#volumes). */
+export const VolumeMountRequest = z.strictObject({
+  /** One of the caller's volumes (`POST /v1/volumes`). */
+  name: VolumeName,
+  /** Absolute path inside the sandbox, e.g. `/data` or `/workspace/cache`. */
+  path: z.string().min(1).max(4096).startsWith('/'),
+  readOnly: z.boolean().default(false),
+});
+export type VolumeMountRequest = z.input<typeof VolumeMountRequest>;
+
 /** `none` (the default) gives the sandbox loopback only; `bridge` gives it Docker's default network. */
 export const NetworkMode = z.enum(['none', 'bridge']);
 /** `runc` is Docker's default runtime; `runsc` is gVisor, where the host has it registered. */
@@ -112,10 +128,25 @@ export const CreateSandboxRequest = z.strictObject({
     .min(16)
     .max(1 << 24)
     .optional(),
+  /**
+   * Start from a snapshot (its id or name, docs/state.md): its image and files, with its settings,
+   * labels, file policy and egress policy unless this request names others.
+   */
+  snapshot: z.string().min(1).max(64).optional(),
+  /** Named volumes of the caller's API key to mount (several sandboxes may mount one at once). */
+  volumes: z.array(VolumeMountRequest).max(16).optional(),
+  /** Hibernate the sandbox after this many seconds without a call or an open connection (docs/state.md). */
+  hibernateAfterSeconds: z
+    .number()
+    .int()
+    .min(10)
+    .max(30 * 24 * 3600)
+    .optional(),
 });
 export type CreateSandboxRequest = z.input<typeof CreateSandboxRequest>;
 
-export const SandboxState = z.enum(['running', 'paused', 'exited', 'gone']);
+/** `hibernated`: stopped to free its memory, files kept; any call or connection starts it again (docs/state.md). */
+export const SandboxState = z.enum(['running', 'paused', 'exited', 'gone', 'hibernated']);
 export type SandboxState = z.infer<typeof SandboxState>;
 
 /** The settings a sandbox was created with, after defaults. */
@@ -137,6 +168,9 @@ export const SandboxSettings = z.strictObject({
   openFiles: z.number().optional(),
   fileSizeMb: z.number().optional(),
   diskMb: z.number().optional(),
+  hibernateAfterSeconds: z.number().optional(),
+  /** Named volumes: `id` is the controller's own name of the volume's storage. */
+  volumes: z.array(z.strictObject({ name: z.string(), id: z.string(), path: z.string(), readOnly: z.boolean() })).optional(),
 });
 export type SandboxSettings = z.infer<typeof SandboxSettings>;
 
@@ -396,6 +430,115 @@ export const REST_PATHS = {
   imagesPull: '/v1/images/pull',
   imagesBuild: '/v1/images/build',
   /** `POST` sub-resources of one sandbox: keepalive, timeout, pause, resume, derive, network; `GET` audit, network, egress. */
-  action: (id: string, action: 'keepalive' | 'timeout' | 'pause' | 'resume' | 'derive' | 'audit' | 'network' | 'egress') =>
+  action: (id: string, action: 'keepalive' | 'timeout' | 'pause' | 'resume' | 'derive' | 'audit' | 'network' | 'egress' | 'snapshot' | 'fork' | 'hibernate') =>
     `/v1/sandboxes/${encodeURIComponent(id)}/${action}`,
+  /** `GET` the caller's snapshots; `/v1/snapshots/<id or name>` one of them (`GET`, `DELETE`). */
+  snapshots: '/v1/snapshots',
+  snapshot: (idOrName: string) => `/v1/snapshots/${encodeURIComponent(idOrName)}`,
+  snapshotsPrune: '/v1/snapshots/prune',
+  /** `GET`, `POST` the caller's volumes; `/v1/volumes/<name>` one of them (`GET`, `DELETE`). */
+  volumes: '/v1/volumes',
+  volume: (name: string) => `/v1/volumes/${encodeURIComponent(name)}`,
 } as const;
+
+/** Snapshot names and label keys: letters, digits, `.`, `_`, `-`, starting with a letter or digit; never a path. */
+export const SNAPSHOT_NAME_PATTERN = /^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$/;
+
+/** A snapshot's name: one path-free word, so it can never name a file or folder elsewhere. */
+export const SnapshotName = z
+  .string()
+  .regex(SNAPSHOT_NAME_PATTERN, 'snapshot names are 1-63 letters, digits, . _ - starting with a letter or digit (no / or ..)')
+  .refine((name) => !name.includes('..'), 'snapshot names may not contain ..');
+
+/** `POST /v1/sandboxes/:id/snapshot`: capture the sandbox's files as a stored, immutable snapshot. */
+export const CreateSnapshotRequest = z.strictObject({
+  /** Unique among the caller's snapshots; `Sandbox.create({ snapshot: name })` accepts it as well as the id. */
+  name: SnapshotName.optional(),
+  labels: LabelMap.optional(),
+});
+export type CreateSnapshotRequest = z.input<typeof CreateSnapshotRequest>;
+
+/** A stored snapshot as the REST API describes it. */
+export const SnapshotInfo = z.strictObject({
+  id: z.string(),
+  name: z.string().optional(),
+  labels: z.record(z.string(), z.string()),
+  /** The sandbox it was taken of (it may be gone since). */
+  sandboxId: z.string(),
+  /** The image the sandbox was created from. */
+  image: z.string(),
+  createdAt: z.string(),
+  /** Bytes the snapshot keeps on the host: its copy of the workspace plus its own image layer. */
+  sizeBytes: z.number().int().nonnegative(),
+  /** Whether running processes and memory were captured (and will be restored); false says what is kept. */
+  processes: z.boolean(),
+  /** Why processes were not captured, when they were not. */
+  processesReason: z.string().optional(),
+  /** The settings a sandbox created from it gets unless the create names others. */
+  settings: SandboxSettings,
+});
+export type SnapshotInfo = z.infer<typeof SnapshotInfo>;
+
+/** `GET /v1/snapshots`: the caller's snapshots, newest first. */
+export const ListSnapshotsResponse = z.strictObject({ snapshots: z.array(SnapshotInfo) });
+export type ListSnapshotsResponse = z.infer<typeof ListSnapshotsResponse>;
+
+/** `POST /v1/snapshots/prune`: deletes the caller's snapshots older than `olderThanSeconds` (all of them with 0). */
+export const PruneSnapshotsRequest = z.strictObject({
+  olderThanSeconds: z.number().int().min(0),
+  /** Only snapshots that carry every one of these labels. */
+  labels: LabelMap.optional(),
+});
+export type PruneSnapshotsRequest = z.input<typeof PruneSnapshotsRequest>;
+
+export const PruneSnapshotsResponse = z.strictObject({ deleted: z.array(z.string()), freedBytes: z.number().int().nonnegative() });
+export type PruneSnapshotsResponse = z.infer<typeof PruneSnapshotsResponse>;
+
+/** `POST /v1/sandboxes/:id/fork`: `count` new sandboxes from the sandbox's current state. */
+export const ForkSandboxRequest = z.strictObject({
+  count: z.number().int().min(1).max(100),
+  /** Labels of the forks (the parent's otherwise). */
+  labels: LabelMap.optional(),
+  ttlSeconds: z
+    .number()
+    .int()
+    .min(10)
+    .max(30 * 24 * 3600)
+    .optional(),
+});
+export type ForkSandboxRequest = z.input<typeof ForkSandboxRequest>;
+
+/** The forks, each with its own token (shown only here). */
+export const ForkSandboxResponse = z.strictObject({ sandboxes: z.array(CreateSandboxResponse) });
+export type ForkSandboxResponse = z.infer<typeof ForkSandboxResponse>;
+
+/** `POST /v1/volumes`: a named volume of the caller's API key. */
+export const CreateVolumeRequest = z.strictObject({
+  name: VolumeName,
+  /** Its size in MiB, where the host gives volumes a quota (see /readyz); without one it is the controller's default. */
+  sizeMb: z
+    .number()
+    .int()
+    .min(16)
+    .max(1 << 24)
+    .optional(),
+  labels: LabelMap.optional(),
+});
+export type CreateVolumeRequest = z.input<typeof CreateVolumeRequest>;
+
+export const VolumeInfo = z.strictObject({
+  name: z.string(),
+  createdAt: z.string(),
+  labels: z.record(z.string(), z.string()),
+  /** Its size limit, where the host gives one (`quota: true`). */
+  sizeMb: z.number().optional(),
+  quota: z.boolean(),
+  /** Bytes used now, where the host can say. */
+  usedBytes: z.number().optional(),
+  /** Sandboxes that mount it now. */
+  sandboxes: z.array(z.string()),
+});
+export type VolumeInfo = z.infer<typeof VolumeInfo>;
+
+export const ListVolumesResponse = z.strictObject({ volumes: z.array(VolumeInfo) });
+export type ListVolumesResponse = z.infer<typeof ListVolumesResponse>;

@@ -87,6 +87,8 @@ ERROR_CODES: Dict[str, tuple] = {
     'CANCELLED': (499, 'The call was cancelled; call again if it is still wanted.'),
     'RESOURCE_EXHAUSTED': (429, 'A limit was reached; wait for running work to finish or raise the limit.'),
     'SANDBOX_NOT_FOUND': (404, 'The sandbox does not exist or has ended; create a new one.'),
+    'SNAPSHOT_NOT_FOUND': (404, 'The snapshot does not exist, was deleted, or belongs to another API key; list yours with GET /v1/snapshots (warren snapshot ls).'),
+    'VOLUME_NOT_FOUND': (404, 'The volume does not exist or belongs to another API key; create it with POST /v1/volumes (warren volume create NAME) or list yours.'),
     'SANDBOX_NOT_READY': (503, 'The sandbox is starting or its daemon is not answering; retry shortly.'),
     'UPSTREAM_UNAVAILABLE': (502, 'The Docker engine or the sandbox daemon did not answer; check that Docker is running.'),
     'PTY_UNAVAILABLE': (501, 'This sandbox cannot open a terminal (the message says why); run commands with commands.run or commands.start instead.'),
@@ -172,10 +174,11 @@ if TYPE_CHECKING:
     _C78 = int
     _C79 = int
     _C80 = int
-    _C81 = int
-    _C82 = str
-    _C84 = int
-    _C85 = str
+    _C82 = int
+    _C83 = int
+    _C84 = str
+    _C86 = int
+    _C87 = str
 else:
     _C1 = conint(strict=True, ge=0, le=9007199254740991)
     _C2 = conint(strict=True, le=10000, gt=0)
@@ -246,10 +249,11 @@ else:
     _C78 = conint(strict=True, ge=64, le=1048576)
     _C79 = conint(strict=True, ge=1, le=16777216)
     _C80 = conint(strict=True, ge=16, le=16777216)
-    _C81 = conint(strict=True, ge=1, le=2592000)
-    _C82 = constr(strict=True, regex='^(\\*\\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$')
-    _C84 = conint(strict=True, ge=1, le=604800)
-    _C85 = constr(strict=True, min_length=1, max_length=512)
+    _C82 = conint(strict=True, ge=1, le=2592000)
+    _C83 = conint(strict=True, ge=1, le=100)
+    _C84 = constr(strict=True, regex='^(\\*\\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$')
+    _C86 = conint(strict=True, ge=1, le=604800)
+    _C87 = constr(strict=True, min_length=1, max_length=512)
 
 
 class AuditListParams(_Strict):
@@ -1215,6 +1219,18 @@ else:
     _C76 = conlist(CreateSandboxRequestMountsItem, max_items=16)
 
 
+class CreateSandboxRequestVolumesItem(_Strict):
+    name: _C74 = Field(...)
+    path: _C68 = Field(...)
+    read_only: StrictBool = Field(False, alias='readOnly')
+
+
+if TYPE_CHECKING:
+    _C81 = List[CreateSandboxRequestVolumesItem]
+else:
+    _C81 = conlist(CreateSandboxRequestVolumesItem, max_items=16)
+
+
 class CreateSandboxRequest(_Strict):
     image: Optional[_C49] = Field(None)
     env: Optional[Dict[_C50, _C51]] = Field(None)
@@ -1237,10 +1253,20 @@ class CreateSandboxRequest(_Strict):
     open_files: Optional[_C78] = Field(None, alias='openFiles')
     file_size_mb: Optional[_C79] = Field(None, alias='fileSizeMb')
     disk_mb: Optional[_C80] = Field(None, alias='diskMb')
+    snapshot: Optional[_C47] = Field(None)
+    volumes: Optional[_C81] = Field(None)
+    hibernate_after_seconds: Optional[_C73] = Field(None, alias='hibernateAfterSeconds')
 
 
 class CreateSandboxResponseSettingsMountsItem(_Tolerant):
     host_path: StrictStr = Field(..., alias='hostPath')
+    path: StrictStr = Field(...)
+    read_only: StrictBool = Field(..., alias='readOnly')
+
+
+class CreateSandboxResponseSettingsVolumesItem(_Tolerant):
+    name: StrictStr = Field(...)
+    id: StrictStr = Field(...)
     path: StrictStr = Field(...)
     read_only: StrictBool = Field(..., alias='readOnly')
 
@@ -1261,11 +1287,13 @@ class CreateSandboxResponseSettings(_Tolerant):
     open_files: Optional[Union[StrictInt, StrictFloat]] = Field(None, alias='openFiles')
     file_size_mb: Optional[Union[StrictInt, StrictFloat]] = Field(None, alias='fileSizeMb')
     disk_mb: Optional[Union[StrictInt, StrictFloat]] = Field(None, alias='diskMb')
+    hibernate_after_seconds: Optional[Union[StrictInt, StrictFloat]] = Field(None, alias='hibernateAfterSeconds')
+    volumes: Optional[List[CreateSandboxResponseSettingsVolumesItem]] = Field(None)
 
 
 class CreateSandboxResponse(_Tolerant):
     id: StrictStr = Field(...)
-    state: Literal['running', 'paused', 'exited', 'gone'] = Field(...)
+    state: Literal['running', 'paused', 'exited', 'gone', 'hibernated'] = Field(...)
     image: StrictStr = Field(...)
     created_at: StrictStr = Field(..., alias='createdAt')
     expires_at: StrictStr = Field(..., alias='expiresAt')
@@ -1277,13 +1305,24 @@ class CreateSandboxResponse(_Tolerant):
     pooled: StrictBool = Field(...)
 
 
+class CreateSnapshotRequest(_Tolerant):
+    name: Optional[_C74] = Field(None)
+    labels: Optional[Dict[_C74, _C75]] = Field(None)
+
+
+class CreateVolumeRequest(_Tolerant):
+    name: _C74 = Field(...)
+    size_mb: Optional[_C80] = Field(None, alias='sizeMb')
+    labels: Optional[Dict[_C74, _C75]] = Field(None)
+
+
 class DeriveTokenRequest(_Strict):
     allow_read: Optional[Union[_C6, _C71]] = Field(None, alias='allowRead')
     allow_write: Optional[Union[_C6, _C71]] = Field(None, alias='allowWrite')
     readonly: Optional[StrictBool] = Field(None)
     inherit: Optional[StrictBool] = Field(None)
     allow_exec: Optional[StrictBool] = Field(None, alias='allowExec')
-    ttl_seconds: Optional[_C81] = Field(None, alias='ttlSeconds')
+    ttl_seconds: Optional[_C82] = Field(None, alias='ttlSeconds')
 
 
 class DeriveTokenResponse(_Tolerant):
@@ -1317,6 +1356,12 @@ class EgressLogResponseEntriesItem(_Tolerant):
 class EgressLogResponse(_Tolerant):
     entries: List[EgressLogResponseEntriesItem] = Field(...)
     last_seq: _C5 = Field(..., alias='lastSeq')
+
+
+class ForkSandboxRequest(_Tolerant):
+    count: _C83 = Field(...)
+    labels: Optional[Dict[_C74, _C75]] = Field(None)
+    ttl_seconds: Optional[_C73] = Field(None, alias='ttlSeconds')
 
 
 class ImageEventProgress(_Tolerant):
@@ -1369,21 +1414,21 @@ class NetworkPolicyResponseEgressNone(_Tolerant):
 
 
 class NetworkPolicyResponseEgressAllowRulesItem(_Tolerant):
-    host: _C82 = Field(...)
+    host: _C84 = Field(...)
     ports: Optional[_C56] = Field(None)
     methods: Optional[_C57] = Field(None)
     path_prefix: Optional[_C58] = Field(None, alias='pathPrefix')
 
 
 if TYPE_CHECKING:
-    _C83 = List[NetworkPolicyResponseEgressAllowRulesItem]
+    _C85 = List[NetworkPolicyResponseEgressAllowRulesItem]
 else:
-    _C83 = conlist(NetworkPolicyResponseEgressAllowRulesItem, min_items=1, max_items=256)
+    _C85 = conlist(NetworkPolicyResponseEgressAllowRulesItem, min_items=1, max_items=256)
 
 
 class NetworkPolicyResponseEgressAllow(_Tolerant):
     mode: Literal['allow'] = Field(...)
-    rules: _C83 = Field(...)
+    rules: _C85 = Field(...)
 
 
 class NetworkPolicyResponseEgressOpen(_Tolerant):
@@ -1397,13 +1442,23 @@ class NetworkPolicyResponse(_Tolerant):
 
 class PortUrlRequest(_Tolerant):
     port: _C20 = Field(...)
-    ttl_seconds: Optional[_C84] = Field(None, alias='ttlSeconds')
+    ttl_seconds: Optional[_C86] = Field(None, alias='ttlSeconds')
 
 
 class PortUrlResponse(_Tolerant):
     path: StrictStr = Field(...)
     url: Optional[StrictStr] = Field(None)
     expires_at: StrictStr = Field(..., alias='expiresAt')
+
+
+class PruneSnapshotsRequest(_Tolerant):
+    older_than_seconds: _C1 = Field(..., alias='olderThanSeconds')
+    labels: Optional[Dict[_C74, _C75]] = Field(None)
+
+
+class PruneSnapshotsResponse(_Tolerant):
+    deleted: List[StrictStr] = Field(...)
+    freed_bytes: _C1 = Field(..., alias='freedBytes')
 
 
 class PublicPortRequest(_Tolerant):
@@ -1416,7 +1471,7 @@ class PublicPortsResponse(_Tolerant):
 
 
 class PullImageRequest(_Strict):
-    image: _C85 = Field(...)
+    image: _C87 = Field(...)
 
 
 class RestErrorBodyError(_Tolerant):
@@ -1432,7 +1487,7 @@ class RestErrorBody(_Tolerant):
 
 class SandboxInfo(_Tolerant):
     id: StrictStr = Field(...)
-    state: Literal['running', 'paused', 'exited', 'gone'] = Field(...)
+    state: Literal['running', 'paused', 'exited', 'gone', 'hibernated'] = Field(...)
     image: StrictStr = Field(...)
     created_at: StrictStr = Field(..., alias='createdAt')
     expires_at: StrictStr = Field(..., alias='expiresAt')
@@ -1480,11 +1535,24 @@ class SandboxMetricsWithHistory(_Tolerant):
     history: Optional[List[SandboxMetricsWithHistoryHistoryItem]] = Field(None)
 
 
-SandboxState = Literal['running', 'paused', 'exited', 'gone']
+SandboxState = Literal['running', 'paused', 'exited', 'gone', 'hibernated']
 
 
 class SetTimeoutRequest(_Strict):
-    ttl_seconds: _C81 = Field(..., alias='ttlSeconds')
+    ttl_seconds: _C82 = Field(..., alias='ttlSeconds')
+
+
+class SnapshotInfo(_Tolerant):
+    id: StrictStr = Field(...)
+    name: Optional[StrictStr] = Field(None)
+    labels: Dict[StrictStr, StrictStr] = Field(...)
+    sandbox_id: StrictStr = Field(..., alias='sandboxId')
+    image: StrictStr = Field(...)
+    created_at: StrictStr = Field(..., alias='createdAt')
+    size_bytes: _C1 = Field(..., alias='sizeBytes')
+    processes: StrictBool = Field(...)
+    processes_reason: Optional[StrictStr] = Field(None, alias='processesReason')
+    settings: CreateSandboxResponseSettings = Field(...)
 
 
 class UpdateNetworkRequestEgressNone(_Tolerant):
@@ -1499,14 +1567,14 @@ class UpdateNetworkRequestEgressAllowRulesItem(_Tolerant):
 
 
 if TYPE_CHECKING:
-    _C86 = List[UpdateNetworkRequestEgressAllowRulesItem]
+    _C88 = List[UpdateNetworkRequestEgressAllowRulesItem]
 else:
-    _C86 = conlist(UpdateNetworkRequestEgressAllowRulesItem, min_items=1, max_items=256)
+    _C88 = conlist(UpdateNetworkRequestEgressAllowRulesItem, min_items=1, max_items=256)
 
 
 class UpdateNetworkRequestEgressAllow(_Tolerant):
     mode: Literal['allow'] = Field(...)
-    rules: _C86 = Field(...)
+    rules: _C88 = Field(...)
 
 
 class UpdateNetworkRequestEgressOpen(_Tolerant):
@@ -1517,8 +1585,30 @@ class UpdateNetworkRequest(_Tolerant):
     egress: Union[UpdateNetworkRequestEgressNone, UpdateNetworkRequestEgressAllow, UpdateNetworkRequestEgressOpen] = Field(...)
 
 
+class VolumeInfo(_Tolerant):
+    name: StrictStr = Field(...)
+    created_at: StrictStr = Field(..., alias='createdAt')
+    labels: Dict[StrictStr, StrictStr] = Field(...)
+    size_mb: Optional[Union[StrictInt, StrictFloat]] = Field(None, alias='sizeMb')
+    quota: StrictBool = Field(...)
+    used_bytes: Optional[Union[StrictInt, StrictFloat]] = Field(None, alias='usedBytes')
+    sandboxes: List[StrictStr] = Field(...)
+
+
+class ForkSandboxResponse(_Tolerant):
+    sandboxes: List[CreateSandboxResponse] = Field(...)
+
+
 class ListSandboxesResponse(_Tolerant):
     sandboxes: List[SandboxInfo] = Field(...)
+
+
+class ListSnapshotsResponse(_Tolerant):
+    snapshots: List[SnapshotInfo] = Field(...)
+
+
+class ListVolumesResponse(_Tolerant):
+    volumes: List[VolumeInfo] = Field(...)
 
 
 #: The method registry: name to params, result, access, payload side, idempotence and events.

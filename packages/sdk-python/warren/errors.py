@@ -226,6 +226,18 @@ class SandboxNotFoundError(WarrenNotFoundError):
     code = "SANDBOX_NOT_FOUND"
 
 
+class SnapshotNotFoundError(WarrenNotFoundError):
+    """A snapshot that does not exist, was deleted, or belongs to another API key (not told apart)."""
+
+    code = "SNAPSHOT_NOT_FOUND"
+
+
+class VolumeNotFoundError(WarrenNotFoundError):
+    """A volume that does not exist or belongs to another API key (not told apart)."""
+
+    code = "VOLUME_NOT_FOUND"
+
+
 class SandboxNotReadyError(WarrenConnectionError):
     code = "SANDBOX_NOT_READY"
 

@@ -47,6 +47,8 @@ export class ReconnectingChannel implements Channel {
   private current: Connection | undefined;
   private reconnecting: Promise<Connection> | undefined;
   private closed = false;
+  /** Set by {@link ReconnectingChannel.sleep}: no reconnection until the next call asks for one. */
+  private dormant = false;
   private failure: WarrenError | undefined;
   private approval: ApprovalHandler | undefined;
   private readonly reconnectListeners = new Set<() => void>();
@@ -112,6 +114,15 @@ export class ReconnectingChannel implements Channel {
     this.current?.resumeReading();
   }
 
+  /**
+   * Closes the connection without reconnecting until the next call needs one (a hibernated
+   * sandbox: reconnecting at once would wake it again).
+   */
+  sleep(): void {
+    this.dormant = true;
+    this.current?.close();
+  }
+
   /** Closes for good: no reconnection, pending and later calls fail. */
   close(): void {
     this.closed = true;
@@ -122,6 +133,7 @@ export class ReconnectingChannel implements Channel {
   async ready(deadline: number, signal: AbortSignal | undefined, method: string): Promise<Connection> {
     if (this.closed) throw makeError('CONNECTION_CLOSED', 'This sandbox handle was closed; connect again with Sandbox.connect(id).');
     if (this.current?.isOpen) return this.current;
+    this.dormant = false;
     if (this.failure) throw this.failure;
     const waitFor = this.reconnecting ?? this.reconnect();
     let timer: NodeJS.Timeout | undefined;
@@ -148,7 +160,7 @@ export class ReconnectingChannel implements Channel {
     this.current = connection;
     connection.onApproval = this.approval;
     connection.onClose(() => {
-      if (this.current === connection && !this.closed) void this.reconnect().catch(() => undefined);
+      if (this.current === connection && !this.closed && !this.dormant) void this.reconnect().catch(() => undefined);
     });
   }
 

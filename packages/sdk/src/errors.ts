@@ -283,6 +283,22 @@ export class SandboxNotFoundError extends WarrenNotFoundError {
   }
 }
 
+/** A snapshot that does not exist, was deleted, or belongs to another API key (not told apart). */
+export class SnapshotNotFoundError extends WarrenNotFoundError {
+  declare readonly code: 'SNAPSHOT_NOT_FOUND';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('SNAPSHOT_NOT_FOUND', message, options);
+  }
+}
+
+/** A volume that does not exist or belongs to another API key (not told apart). */
+export class VolumeNotFoundError extends WarrenNotFoundError {
+  declare readonly code: 'VOLUME_NOT_FOUND';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('VOLUME_NOT_FOUND', message, options);
+  }
+}
+
 export class SandboxNotReadyError extends WarrenConnectionError {
   declare readonly code: 'SANDBOX_NOT_READY';
   constructor(message: string, options?: WarrenErrorOptions) {
@@ -430,6 +446,8 @@ export const ERROR_CLASSES: { readonly [C in WarrenErrorCode]: new (message: str
   CANCELLED: CancelledError,
   RESOURCE_EXHAUSTED: ResourceExhaustedError,
   SANDBOX_NOT_FOUND: SandboxNotFoundError,
+  SNAPSHOT_NOT_FOUND: SnapshotNotFoundError,
+  VOLUME_NOT_FOUND: VolumeNotFoundError,
   SANDBOX_NOT_READY: SandboxNotReadyError,
   UPSTREAM_UNAVAILABLE: UpstreamUnavailableError,
   PTY_UNAVAILABLE: PtyUnavailableError,

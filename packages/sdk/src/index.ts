@@ -1,4 +1,4 @@
-export { Network, Sandbox, type SandboxCreateOptions, type SandboxConnectOptions } from './sandbox.js';
+export { Network, Sandbox, Snapshots, Volumes, type SandboxCreateOptions, type SandboxConnectOptions } from './sandbox.js';
 export {
   Files,
   WRITE_CHUNK_BYTES,

@@ -20,6 +20,16 @@ import {
   type DeriveTokenRequest,
   type ImageInfo,
   type SandboxState,
+  SnapshotInfo,
+  ListSnapshotsResponse,
+  ForkSandboxResponse,
+  PruneSnapshotsResponse,
+  type CreateSnapshotRequest,
+  type ForkSandboxRequest,
+  type PruneSnapshotsRequest,
+  VolumeInfo,
+  ListVolumesResponse,
+  type CreateVolumeRequest,
 } from '@warren/protocol';
 import { restError } from './connection.js';
 import { makeError } from './errors.js';
@@ -97,7 +107,7 @@ export class RestClient {
   }
 
   /** `keepalive`, `pause`, `resume`: one POST on a sandbox, answered with its description. */
-  async action(id: string, action: 'keepalive' | 'pause' | 'resume', signal?: AbortSignal): Promise<SandboxInfo> {
+  async action(id: string, action: 'keepalive' | 'pause' | 'resume' | 'hibernate', signal?: AbortSignal): Promise<SandboxInfo> {
     return SandboxInfo.parse(await this.request('POST', REST_PATHS.action(id, action), undefined, signal));
   }
 
@@ -181,6 +191,48 @@ export class RestClient {
   /** `DELETE /v1/images?image=`: removes an image Warren built (by id or name). */
   async removeImage(image: string, signal?: AbortSignal): Promise<void> {
     await this.request('DELETE', `${REST_PATHS.images}?${new URLSearchParams({ image }).toString()}`, undefined, signal);
+  }
+
+  /** `POST /v1/sandboxes/{id}/snapshot`: a snapshot of the sandbox for the API key (it keeps running). */
+  async snapshot(id: string, body: CreateSnapshotRequest, signal?: AbortSignal): Promise<SnapshotInfo> {
+    return tolerant(SnapshotInfo).parse(await this.request('POST', REST_PATHS.action(id, 'snapshot'), body, signal));
+  }
+
+  /** `POST /v1/sandboxes/{id}/fork`: `count` new sandboxes from the sandbox's current state. */
+  async fork(id: string, body: ForkSandboxRequest, signal?: AbortSignal): Promise<CreateSandboxResponse[]> {
+    return tolerant(ForkSandboxResponse).parse(await this.request('POST', REST_PATHS.action(id, 'fork'), body, signal)).sandboxes;
+  }
+
+  async listSnapshots(signal?: AbortSignal): Promise<SnapshotInfo[]> {
+    return tolerant(ListSnapshotsResponse).parse(await this.request('GET', REST_PATHS.snapshots, undefined, signal)).snapshots;
+  }
+
+  async getSnapshot(idOrName: string, signal?: AbortSignal): Promise<SnapshotInfo> {
+    return tolerant(SnapshotInfo).parse(await this.request('GET', REST_PATHS.snapshot(idOrName), undefined, signal));
+  }
+
+  async deleteSnapshot(idOrName: string, signal?: AbortSignal): Promise<void> {
+    await this.request('DELETE', REST_PATHS.snapshot(idOrName), undefined, signal);
+  }
+
+  async pruneSnapshots(body: PruneSnapshotsRequest, signal?: AbortSignal): Promise<{ deleted: string[]; freedBytes: number }> {
+    return tolerant(PruneSnapshotsResponse).parse(await this.request('POST', REST_PATHS.snapshotsPrune, body, signal));
+  }
+
+  async createVolume(body: CreateVolumeRequest, signal?: AbortSignal): Promise<VolumeInfo> {
+    return tolerant(VolumeInfo).parse(await this.request('POST', REST_PATHS.volumes, body, signal));
+  }
+
+  async listVolumes(signal?: AbortSignal): Promise<VolumeInfo[]> {
+    return tolerant(ListVolumesResponse).parse(await this.request('GET', REST_PATHS.volumes, undefined, signal)).volumes;
+  }
+
+  async getVolume(name: string, signal?: AbortSignal): Promise<VolumeInfo> {
+    return tolerant(VolumeInfo).parse(await this.request('GET', REST_PATHS.volume(name), undefined, signal));
+  }
+
+  async deleteVolume(name: string, signal?: AbortSignal): Promise<void> {
+    await this.request('DELETE', REST_PATHS.volume(name), undefined, signal);
   }
 
   /** The WebSocket URL of a sandbox's connection. */

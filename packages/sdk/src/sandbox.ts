@@ -11,6 +11,12 @@ import {
   type SandboxInfo,
   type SandboxMetrics,
   type SandboxState,
+  type CreateSnapshotRequest,
+  type ForkSandboxRequest,
+  type PruneSnapshotsRequest,
+  type SnapshotInfo,
+  type CreateVolumeRequest,
+  type VolumeInfo,
 } from '@warren/protocol';
 import { Code } from './code.js';
 import { Commands } from './commands.js';
@@ -160,6 +166,57 @@ export class Sandbox implements AsyncDisposable {
 
   resume(options: { signal?: AbortSignal } = {}): Promise<SandboxInfo> {
     return this.rest.action(this.id, 'resume', options.signal);
+  }
+
+  /**
+   * Hibernates the sandbox: its container stops (its memory is freed), its id, token and files
+   * stay. The next call on any handle starts it again and waits for it; its processes start anew
+   * (docs/state.md). A sandbox created with `hibernateAfterSeconds` hibernates by itself when idle.
+   *
+   * @example
+   * await sandbox.hibernate();
+   * await sandbox.files.read('notes.md'); // wakes it, then reads
+   */
+  async hibernate(options: { signal?: AbortSignal } = {}): Promise<SandboxInfo> {
+    // This handle's own connection would wake it at once by reconnecting: it waits for the next call instead.
+    this.connection.sleep();
+    return this.rest.action(this.id, 'hibernate', options.signal);
+  }
+
+  /**
+   * Takes a snapshot of this sandbox's files (its container's changes and its workspace), owned by
+   * the API key this handle was made with; the sandbox is frozen for the capture and keeps
+   * running. `processes: false` in the answer says running processes were not kept
+   * (docs/state.md). Start sandboxes from it with `Sandbox.create({ snapshot: info.id })`.
+   *
+   * @example
+   * const snap = await sandbox.snapshot({ name: 'before-fix', labels: { task: 't-42' } });
+   * const retry = await Sandbox.create({ apiKey, snapshot: 'before-fix' });
+   */
+  snapshot(request: CreateSnapshotRequest = {}, options: { signal?: AbortSignal } = {}): Promise<SnapshotInfo> {
+    return this.rest.snapshot(this.id, request, options.signal);
+  }
+
+  /**
+   * Makes `count` new sandboxes from this sandbox's current state, each independent of the others
+   * and of this one; each handle owns its sandbox (disposing it kills it). Needs the API key.
+   *
+   * @example
+   * const [a, b, c] = await sandbox.fork({ count: 3 });
+   */
+  async fork(request: ForkSandboxRequest, options: { signal?: AbortSignal; reconnect?: ReconnectOptions } = {}): Promise<Sandbox[]> {
+    const created = await this.rest.fork(this.id, request, options.signal);
+    const forks: Sandbox[] = [];
+    try {
+      for (const made of created) {
+        const channel = await Sandbox.channel(this.rest, made.id, made.token, options.reconnect);
+        forks.push(new Sandbox(made.id, made.token, this.rest, channel, { readyMs: made.readyMs, pooled: made.pooled }, true));
+      }
+      return forks;
+    } catch (err) {
+      for (const made of created) await this.rest.kill(made.id).catch(() => undefined);
+      throw err;
+    }
   }
 
   /**
@@ -333,5 +390,79 @@ export class Network {
     if (options.since !== undefined && options.since >= 0) query.since = options.since;
     if (options.limit !== undefined) query.limit = options.limit;
     return this.rest.egressLog(this.id, query, options.signal);
+  }
+}
+
+/**
+ * The API key's snapshots on a controller: list, describe, delete, prune (docs/state.md). Each
+ * key sees its own only; another key's snapshot is `SnapshotNotFoundError`.
+ *
+ * @example
+ * const snapshots = new Snapshots({ baseUrl, apiKey });
+ * for (const s of await snapshots.list()) console.log(s.id, s.name, s.sizeBytes);
+ * await snapshots.prune({ olderThanSeconds: 7 * 86400 });
+ */
+export class Snapshots {
+  private readonly rest: RestClient;
+
+  constructor(options: ControllerOptions = {}) {
+    const { baseUrl, apiKey } = resolveControllerOptions(options);
+    this.rest = new RestClient(baseUrl, apiKey);
+  }
+
+  /** The key's snapshots, newest first. */
+  list(options: { signal?: AbortSignal } = {}): Promise<SnapshotInfo[]> {
+    return this.rest.listSnapshots(options.signal);
+  }
+
+  /** One snapshot by id or name. */
+  get(idOrName: string, options: { signal?: AbortSignal } = {}): Promise<SnapshotInfo> {
+    return this.rest.getSnapshot(idOrName, options.signal);
+  }
+
+  /** Deletes a snapshot; sandboxes made from it keep their files. */
+  delete(idOrName: string, options: { signal?: AbortSignal } = {}): Promise<void> {
+    return this.rest.deleteSnapshot(idOrName, options.signal);
+  }
+
+  /** Deletes the key's snapshots older than `olderThanSeconds` (0: all), with every given label. */
+  prune(request: PruneSnapshotsRequest, options: { signal?: AbortSignal } = {}): Promise<{ deleted: string[]; freedBytes: number }> {
+    return this.rest.pruneSnapshots(request, options.signal);
+  }
+}
+
+/**
+ * The API key's named volumes: storage that outlives sandboxes, mounted with
+ * `Sandbox.create({ volumes: [{ name, path, readOnly }] })` by any number of sandboxes at once
+ * (docs/state.md#volumes).
+ *
+ * @example
+ * const volumes = new Volumes({ baseUrl, apiKey });
+ * await volumes.create({ name: 'pip-cache', sizeMb: 2048 });
+ * const a = await Sandbox.create({ apiKey, volumes: [{ name: 'pip-cache', path: '/cache' }] });
+ */
+export class Volumes {
+  private readonly rest: RestClient;
+
+  constructor(options: ControllerOptions = {}) {
+    const { baseUrl, apiKey } = resolveControllerOptions(options);
+    this.rest = new RestClient(baseUrl, apiKey);
+  }
+
+  create(request: CreateVolumeRequest, options: { signal?: AbortSignal } = {}): Promise<VolumeInfo> {
+    return this.rest.createVolume(request, options.signal);
+  }
+
+  list(options: { signal?: AbortSignal } = {}): Promise<VolumeInfo[]> {
+    return this.rest.listVolumes(options.signal);
+  }
+
+  get(name: string, options: { signal?: AbortSignal } = {}): Promise<VolumeInfo> {
+    return this.rest.getVolume(name, options.signal);
+  }
+
+  /** Deletes the volume and its data; refused (`ConflictError`) while a sandbox mounts it. */
+  delete(name: string, options: { signal?: AbortSignal } = {}): Promise<void> {
+    return this.rest.deleteVolume(name, options.signal);
   }
 }

@@ -19,6 +19,8 @@ const MAX_SESSIONS = 1000;
 interface Session {
   csrf: Buffer;
   expiresAt: number;
+  /** Which API key logged in (it owns the snapshots made through the console). */
+  keyId: string | undefined;
 }
 
 /** What the console's session store needs. */
@@ -57,7 +59,7 @@ export class ConsoleSessions {
     while (this.sessions.size >= MAX_SESSIONS) this.sessions.delete(this.sessions.keys().next().value!);
     const id = randomBytes(32).toString('base64url');
     const csrf = randomBytes(32);
-    this.sessions.set(id, { csrf, expiresAt: this.clock.now() + this.options.ttlSeconds * 1000 });
+    this.sessions.set(id, { csrf, expiresAt: this.clock.now() + this.options.ttlSeconds * 1000, keyId: this.options.credentials.apiKeyId(apiKey) });
     return { id, csrfToken: csrf.toString('base64url'), maxAgeSeconds: this.options.ttlSeconds };
   }
 
@@ -99,7 +101,7 @@ export class ConsoleSessions {
             .find((p) => p.startsWith(CSRF_PROTOCOL_PREFIX))
             ?.slice(CSRF_PROTOCOL_PREFIX.length);
     if (presented === undefined || !tokenMatches(presented, session.csrf)) throw crossSite('a request without the session CSRF token');
-    return { kind: 'operator' };
+    return { kind: 'operator', keyId: session.keyId };
   }
 
   private live(id: string | undefined): Session | undefined {

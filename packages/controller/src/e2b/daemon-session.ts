@@ -80,9 +80,11 @@ export class DaemonSession implements AsyncDisposable {
    * after the handshake. Calls are counted in `metrics` as the relay counts them.
    */
   static async open(sandboxes: SandboxService, id: string, caller: Caller, grant: ConnectionGrant, metrics?: Metrics): Promise<DaemonSession> {
-    // A sandbox frozen for being idle thaws first (a paused container takes no new exec bridge);
-    // then each call holds it awake while in flight, and an open session without calls does not.
+    // A hibernated sandbox starts again and one frozen for being idle thaws (a paused container
+    // takes no new exec bridge); the call waits. Then each call holds it awake while in flight,
+    // and an open session without calls does not.
     await sandboxes.wake(id);
+    sandboxes.touch(id);
     const ws = await openAgentSocket(sandboxes.daemonEndpoint(id), sandboxes.agentSecret(id), 5000, { [GRANT_HEADER]: encodeGrant(grant) });
     const session = new DaemonSession(ws, caller, grant, metrics, () => sandboxes.freezer.hold(id));
     await session.handshake();

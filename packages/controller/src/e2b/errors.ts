@@ -33,6 +33,8 @@ const CONNECT_CODES: { readonly [C in ErrorCode]: Code } = {
   CANCELLED: Code.Canceled,
   RESOURCE_EXHAUSTED: Code.ResourceExhausted,
   SANDBOX_NOT_FOUND: Code.NotFound,
+  SNAPSHOT_NOT_FOUND: Code.NotFound,
+  VOLUME_NOT_FOUND: Code.NotFound,
   SANDBOX_NOT_READY: Code.Unavailable,
   UPSTREAM_UNAVAILABLE: Code.Unavailable,
   PTY_UNAVAILABLE: Code.Unimplemented,

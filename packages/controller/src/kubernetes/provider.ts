@@ -9,6 +9,7 @@ import type {
   DaemonEndpoint,
   ProvidedImage,
   ProvidedSandbox,
+  ProvidedSnapshot,
   ProviderIsolation,
   ProviderState,
   SandboxProvider,
@@ -153,6 +154,8 @@ export class KubernetesProvider implements SandboxProvider {
    * init, a start error) is deleted and the create fails with the cluster's reason.
    */
   async create(spec: SandboxSpec): Promise<string> {
+    if (spec.restore !== undefined) throw notSupported('start a sandbox from a snapshot', 'create it from an image instead');
+    if (spec.settings.volumes?.length) throw notSupported('mount named volumes', 'leave volumes out');
     if (this.runtimeImage === undefined) throw new CodedError('INTERNAL', 'The Kubernetes provider was asked to create a sandbox before prepare().');
     const body = sandboxPod({
       ...spec,
@@ -394,6 +397,34 @@ export class KubernetesProvider implements SandboxProvider {
   /** Metrics would come from the cluster's metrics API (metrics-server), which this provider does not read yet; never from inside the pod. */
   stats(): Promise<SandboxStats | undefined> {
     return Promise.reject(notSupported("read a sandbox's metrics", "read the pod's usage from your cluster's metrics (kubectl top pod, metrics-server)"));
+  }
+
+  /** Snapshots need the engine's commit and the workspace on a host this controller reads: not on a cluster yet (docs/state.md). */
+  snapshot(): Promise<ProvidedSnapshot> {
+    return Promise.reject(
+      notSupported(
+        'snapshot a sandbox',
+        'keep state in a volume of your cluster (a PersistentVolumeClaim), or run the Docker provider for snapshots, fork and hibernation',
+      ),
+    );
+  }
+
+  /** There are none to remove: {@link KubernetesProvider.snapshot} never makes one. */
+  async removeSnapshot(): Promise<void> {}
+
+  async snapshotIds(): Promise<string[]> {
+    return [];
+  }
+
+  /** Named volumes would be PersistentVolumeClaims; not made by this provider yet (docs/state.md). */
+  createVolume(): Promise<{ quota: boolean }> {
+    return Promise.reject(notSupported('create a named volume', 'create a PersistentVolumeClaim in the namespace and keep shared data there'));
+  }
+
+  async removeVolume(): Promise<void> {}
+
+  async volumeUsage(): Promise<number | undefined> {
+    return undefined;
   }
 }
 

@@ -67,6 +67,9 @@ export class PortProxy {
     const target = this.target(req, cookiePath);
     const release = this.claim(target.id);
     try {
+      // A hibernated sandbox starts again (a frozen one thaws) for a request to one of its ports; the request waits for it.
+      await this.deps.sandboxes.wake(target.id);
+      this.deps.sandboxes.touch(target.id);
       const tunnel = await PortTunnel.open(this.sessions, this.deps.sandboxes, target.id, target.caller, target.grant, target.port, this.deps.metrics);
       tunnel.once('close', release);
       // Each user of a tunnel acts on its 'close'; after an upgrade Node's HTTP client no longer

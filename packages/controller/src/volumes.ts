@@ -1,0 +1,173 @@
+import { createHash } from 'node:crypto';
+import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { CodedError, CreateVolumeRequest, VolumeName, issueText, type VolumeInfo } from '@warren/protocol';
+import { z } from 'zod';
+import type { ControllerConfig } from './config.js';
+import type { SandboxProvider } from './provider.js';
+import type { SandboxService } from './sandboxes.js';
+
+/** The most volumes one API key may keep. */
+export const MAX_VOLUMES_PER_KEY = 64;
+
+const VolumeRecord = z.object({
+  id: z.string().regex(/^v[0-9a-f]{40}$/),
+  name: z.string(),
+  ownerKeyId: z.string(),
+  createdAt: z.string(),
+  labels: z.record(z.string(), z.string()),
+  sizeMb: z.number(),
+  quota: z.boolean(),
+});
+type VolumeRecord = z.infer<typeof VolumeRecord>;
+
+/**
+ * The storage id of a key's volume: a digest of the key and the name, so two keys' volumes of one
+ * name never meet, and the id is letters and digits whatever the name (it names host files).
+ */
+export function volumeId(ownerKeyId: string, name: string): string {
+  return `v${createHash('sha256').update(`${ownerKeyId}\0${name}`).digest('hex').slice(0, 40)}`;
+}
+
+/**
+ * Named volumes (docs/state.md#volumes): storage that outlives sandboxes, owned by an API key,
+ * mounted by any number of that key's sandboxes at once. The provider keeps the data (an ext4
+ * image with a size limit each where the host gives quotas); this service keeps who owns which
+ * name in `<stateDir>/volumes/meta/<id>.json` (written then renamed).
+ *
+ * @example
+ * const volumes = new VolumeService({ sandboxes, provider, config });
+ * await volumes.recover();
+ * await volumes.create(keyId, { name: 'pip-cache', sizeMb: 2048 });
+ */
+export class VolumeService {
+  private readonly records = new Map<string, VolumeRecord>();
+  private readonly dir: string;
+
+  constructor(private readonly options: { sandboxes: SandboxService; provider: SandboxProvider; config: ControllerConfig }) {
+    this.dir = path.join(options.config.stateDir, 'volumes', 'meta');
+  }
+
+  async recover(): Promise<number> {
+    await mkdir(this.dir, { recursive: true, mode: 0o700 });
+    for (const file of await readdir(this.dir)) {
+      if (file.endsWith('.tmp')) {
+        await rm(path.join(this.dir, file), { force: true });
+        continue;
+      }
+      const parsed = VolumeRecord.safeParse(await readFile(path.join(this.dir, file), 'utf8').then(JSON.parse, () => undefined));
+      if (parsed.success) this.records.set(parsed.data.id, parsed.data);
+    }
+    return this.records.size;
+  }
+
+  async create(keyId: string | undefined, body: unknown): Promise<VolumeInfo> {
+    const owner = requireKey(keyId);
+    const parsed = CreateVolumeRequest.safeParse(body ?? {});
+    if (!parsed.success)
+      throw new CodedError(
+        'INVALID_PARAMS',
+        `Invalid volume request: ${parsed.error.issues.map(issueText).join('; ')}. Send { "name": "<letters, digits, . _ ->", "sizeMb"?: <n> }.`,
+        {
+          field: parsed.error.issues[0]?.path.join('.') || 'body',
+        },
+      );
+    const { name, labels } = parsed.data;
+    const id = volumeId(owner, name);
+    if (this.records.has(id))
+      throw new CodedError('ALREADY_EXISTS', `This API key already has a volume named '${name}'; choose another name or delete that one.`, { field: 'name' });
+    if ([...this.records.values()].filter((r) => r.ownerKeyId === owner).length >= MAX_VOLUMES_PER_KEY)
+      throw new CodedError('RESOURCE_EXHAUSTED', `This API key already keeps ${MAX_VOLUMES_PER_KEY} volumes; delete one first.`);
+    const max = this.options.config.maxLimits.diskMb;
+    const sizeMb = parsed.data.sizeMb ?? Math.min(this.options.config.limits.diskMb, max);
+    if (sizeMb > max)
+      throw new CodedError('INVALID_PARAMS', `sizeMb ${sizeMb} is above this controller's maximum of ${max} (maxLimits.diskMb); ask for at most ${max}.`, {
+        field: 'sizeMb',
+        max,
+      });
+    const { quota } = await this.options.provider.createVolume(id, sizeMb * 1024 * 1024);
+    const record: VolumeRecord = { id, name, ownerKeyId: owner, createdAt: new Date().toISOString(), labels: labels ?? {}, sizeMb, quota };
+    try {
+      const file = path.join(this.dir, `${id}.json`);
+      await writeFile(`${file}.tmp`, JSON.stringify(record), { mode: 0o600 });
+      await rename(`${file}.tmp`, file);
+    } catch (err) {
+      await this.options.provider.removeVolume(id).catch(() => undefined);
+      throw err;
+    }
+    this.records.set(id, record);
+    return this.describe(record);
+  }
+
+  async list(keyId: string | undefined): Promise<VolumeInfo[]> {
+    const owner = requireKey(keyId);
+    const mine = [...this.records.values()].filter((r) => r.ownerKeyId === owner).sort((a, b) => a.name.localeCompare(b.name));
+    return Promise.all(mine.map((r) => this.describe(r)));
+  }
+
+  async get(keyId: string | undefined, name: string): Promise<VolumeInfo> {
+    return this.describe(this.require(requireKey(keyId), name));
+  }
+
+  /** Deletes a volume and its data; CONFLICT while a sandbox mounts it. */
+  async remove(keyId: string | undefined, name: string): Promise<void> {
+    const record = this.require(requireKey(keyId), name);
+    const users = this.mountedBy(record.id);
+    if (users.length > 0)
+      throw new CodedError('CONFLICT', `Volume '${name}' is mounted by ${users.length} sandbox(es) (${users.join(', ')}); kill them first.`, {
+        sandboxes: users,
+      });
+    await rm(path.join(this.dir, `${record.id}.json`), { force: true });
+    this.records.delete(record.id);
+    await this.options.provider.removeVolume(record.id);
+  }
+
+  /** The storage ids of the key's volumes a create names, by name; VOLUME_NOT_FOUND for one the key does not have. */
+  resolve(keyId: string | undefined, names: readonly string[]): Map<string, string> {
+    if (names.length === 0) return new Map();
+    const owner = requireKey(keyId);
+    return new Map(names.map((name) => [name, this.require(owner, name).id]));
+  }
+
+  private require(owner: string, name: string): VolumeRecord {
+    if (!VolumeName.safeParse(name).success)
+      throw new CodedError(
+        'INVALID_PARAMS',
+        `'${name.slice(0, 80)}' is not a volume name: 1-63 letters, digits, . _ - starting with a letter or digit, never a path.`,
+        {
+          field: 'volume',
+        },
+      );
+    const record = this.records.get(volumeId(owner, name));
+    if (!record)
+      throw new CodedError('VOLUME_NOT_FOUND', `No volume '${name}' of this API key; create it with POST /v1/volumes (warren volume create ${name}).`, {
+        volume: name,
+      });
+    return record;
+  }
+
+  private mountedBy(id: string): string[] {
+    return this.options.sandboxes
+      .list()
+      .filter((r) => r.settings.volumes?.some((v) => v.id === id))
+      .map((r) => r.id);
+  }
+
+  private async describe(record: VolumeRecord): Promise<VolumeInfo> {
+    const used = await this.options.provider.volumeUsage(record.id).catch(() => undefined);
+    return {
+      name: record.name,
+      createdAt: record.createdAt,
+      labels: record.labels,
+      ...(record.quota ? { sizeMb: record.sizeMb } : {}),
+      quota: record.quota,
+      ...(used === undefined ? {} : { usedBytes: used }),
+      sandboxes: this.mountedBy(record.id),
+    };
+  }
+}
+
+function requireKey(keyId: string | undefined): string {
+  if (keyId === undefined) throw new CodedError('FORBIDDEN', 'Only an API key may use named volumes: they belong to the key that made them.');
+  return keyId;
+}

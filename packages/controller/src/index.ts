@@ -87,7 +87,16 @@ export {
   type EngineVersionAnswer,
   type EngineLimitsInfo,
 } from './engine-kind.js';
-export { KubernetesProvider, podState, startVerdict, warrenLabels, type KubernetesProviderOptions, type StartVerdict } from './kubernetes/provider.js';
+export {
+  KubernetesProvider,
+  defaultDaemonChannel,
+  podState,
+  startVerdict,
+  warrenLabels,
+  type KubernetesDaemonChannel,
+  type KubernetesProviderOptions,
+  type StartVerdict,
+} from './kubernetes/provider.js';
 export { sandboxPod, podName, selectableLabels, LABELS_ANNOTATION, MANAGED_BY, EXPIRES_LABEL, type SandboxPodInput } from './kubernetes/pod-spec.js';
 export { kubeError, readRefusal, type ApiRefusal } from './kubernetes/errors.js';
 export { runtimeImageTar, runtimeImageName } from './kubernetes/runtime-image.js';

@@ -31,6 +31,8 @@ export interface SandboxPodInput {
   imagePullPolicy: 'Always' | 'IfNotPresent' | 'Never';
   /** Extra node selection for every sandbox (e.g. a node pool). */
   nodeSelector?: Record<string, string> | undefined;
+  /** The daemon's TLS port (`--tcp-port`, keyed by the secret), where the controller reaches it over TCP; absent: socket only. */
+  daemonPort?: number | undefined;
 }
 
 /**
@@ -160,8 +162,10 @@ export function sandboxPod(input: SandboxPodInput): V1Pod {
             '--user',
             `${uid}:${gid}`,
             '--own-root',
+            ...(input.daemonPort === undefined ? [] : ['--tcp-port', String(input.daemonPort)]),
           ]),
           args: [],
+          ...(input.daemonPort === undefined ? {} : { ports: [{ name: 'warren-daemon', containerPort: input.daemonPort, protocol: 'TCP' }] }),
           workingDir: settings.workdir,
           env: [...Object.entries(input.env).map(([name, value]) => ({ name, value })), { name: SECRET_VARIABLE, value: input.daemonSecret }],
           securityContext: {

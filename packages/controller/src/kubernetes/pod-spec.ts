@@ -13,6 +13,10 @@ export const LABELS_ANNOTATION = 'warren.dev/labels';
 export const MANAGED_BY = { key: 'app.kubernetes.io/managed-by', value: 'warren' } as const;
 /** The sandbox's expiry as Unix seconds, a label so that operators and other controllers can select expired pods. */
 export const EXPIRES_LABEL = 'warren.dev/expires-at';
+/** On a warm-pool member: {@link UNCLAIMED} until a controller claims it, then the claiming sandbox's public id. */
+export const CLAIM_ANNOTATION = 'warren.dev/claim';
+/** The claim annotation's value on a member nobody claimed. */
+export const UNCLAIMED = 'none';
 /** The name of the container that runs the daemon and every command of the sandbox. */
 export const SANDBOX_CONTAINER = 'sandbox';
 
@@ -108,7 +112,11 @@ export function sandboxPod(input: SandboxPodInput): V1Pod {
     metadata: {
       name: podName(input.agentId),
       labels: selectableLabels(input.labels),
-      annotations: { [LABELS_ANNOTATION]: JSON.stringify(input.labels) },
+      annotations: {
+        [LABELS_ANNOTATION]: JSON.stringify(input.labels),
+        // A pool member starts unclaimed; the claim is a patch that tests this value (records.ts).
+        ...(input.labels[LABELS.pool] === '1' ? { [CLAIM_ANNOTATION]: UNCLAIMED } : {}),
+      },
     },
     spec: {
       restartPolicy: 'Never',

@@ -19,6 +19,7 @@ import type {
 import { bridgeCommand, type AgentRuntime } from '../runtime.js';
 import { kubeError } from './errors.js';
 import { PodExecStream } from './exec-stream.js';
+import { PodRecords } from './records.js';
 import { LABELS_ANNOTATION, MANAGED_BY, podName, SANDBOX_CONTAINER, sandboxPod } from './pod-spec.js';
 
 /** The in-cluster service account's namespace file. */
@@ -92,6 +93,8 @@ export class KubernetesProvider implements SandboxProvider {
   readonly kubeConfig: KubeConfig;
   readonly core: CoreV1Api;
   readonly daemonChannel: KubernetesDaemonChannel;
+  /** Records and pool claims on pod annotations: every controller replica on the namespace shares them. */
+  readonly sharedRecords: PodRecords;
   private readonly exec: Exec;
   private readonly forward: PortForward;
   private readonly watch: Watch;
@@ -113,6 +116,7 @@ export class KubernetesProvider implements SandboxProvider {
     this.watch = new Watch(this.kubeConfig);
     this.daemonChannel = options.daemonChannel ?? defaultDaemonChannel();
     this.daemonPort = options.daemonPort ?? DAEMON_TLS_PORT;
+    this.sharedRecords = new PodRecords(this.core, this.namespace, warrenLabels);
   }
 
   /** Asks for one pod of the namespace: proves the server answers and that the controller may list pods. */

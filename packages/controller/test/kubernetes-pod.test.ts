@@ -88,9 +88,12 @@ describe('the sandbox pod', () => {
     expect(pod.spec!.containers[0]!.command).toContain('--private-socket-dir');
   });
 
-  it('asks for the limits as requests and limits, and the disk as the workspace sizeLimit', () => {
+  it('asks for the limits as requests and limits, and the disk as the workspace sizeLimit plus an ephemeral-storage limit', () => {
     const pod = podFor({ memoryMb: 768, cpus: 1.5, diskMb: 2048 });
-    expect(pod.spec!.containers[0]!.resources).toEqual({ requests: { cpu: '1500m', memory: '768Mi' }, limits: { cpu: '1500m', memory: '768Mi' } });
+    expect(pod.spec!.containers[0]!.resources).toEqual({
+      requests: { cpu: '1500m', memory: '768Mi', 'ephemeral-storage': '256Mi' },
+      limits: { cpu: '1500m', memory: '768Mi', 'ephemeral-storage': '2304Mi' },
+    });
     expect(pod.spec!.volumes!.find((v) => v.name === 'workspace')!.emptyDir).toEqual({ sizeLimit: '2048Mi' });
   });
 

@@ -17,6 +17,8 @@ export const EXPIRES_LABEL = 'warren.dev/expires-at';
 export const CLAIM_ANNOTATION = 'warren.dev/claim';
 /** The claim annotation's value on a member nobody claimed. */
 export const UNCLAIMED = 'none';
+/** What the sandbox container may write besides the workspace (its writable layer, its logs), in MiB. */
+export const EPHEMERAL_MARGIN_MB = 256;
 /** The name of the container that runs the daemon and every command of the sandbox. */
 export const SANDBOX_CONTAINER = 'sandbox';
 
@@ -104,7 +106,15 @@ export function sandboxPod(input: SandboxPodInput): V1Pod {
   const [uid = 1000, gid = uid] = settings.user.split(':').map(Number);
   const memory = `${settings.memoryMb}Mi`;
   const cpu = `${Math.max(1, Math.round(settings.cpus * 1000))}m`;
-  const resources = { requests: { cpu, memory }, limits: { cpu, memory } };
+  // Disk: the kubelet counts the container's writable layer and logs against its ephemeral-storage
+  // limit and the workspace emptyDir against its sizeLimit, and evicts the pod past either. The
+  // Docker provider's per-process limits (RLIMIT_NOFILE, RLIMIT_FSIZE) and its pids cgroup limit
+  // have no field in a pod: they are the node's (docs/kubernetes.md, "Limits").
+  const storage = settings.diskMb === undefined ? {} : { 'ephemeral-storage': `${settings.diskMb + EPHEMERAL_MARGIN_MB}Mi` };
+  const resources = {
+    requests: { cpu, memory, ...(settings.diskMb === undefined ? {} : { 'ephemeral-storage': `${EPHEMERAL_MARGIN_MB}Mi` }) },
+    limits: { cpu, memory, ...storage },
+  };
   const noPrivileges = { allowPrivilegeEscalation: false, privileged: false, seccompProfile: { type: 'RuntimeDefault' } };
   return {
     apiVersion: 'v1',

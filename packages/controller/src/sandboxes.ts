@@ -703,7 +703,7 @@ function applyClaim(record: SandboxRecord, claim: StoredRecord, labels: Record<s
   record.expiresAt = new Date(claim.expiresAt);
   if (claim.createdAt) record.createdAt = new Date(claim.createdAt);
   if (claim.labels) record.labels = claim.labels;
-  if (claim.policy !== undefined) record.policy = claim.policy as SandboxRecord['policy'];
+  if (claim.policy !== undefined) record.policy = claim.policy;
   if (claim.ttlSeconds !== undefined) record.settings = { ...record.settings, ttlSeconds: claim.ttlSeconds };
   if (labels) record.pooled = labels[LABELS.pool] === '1';
   if (Array.isArray(claim.publicPorts)) record.publicPorts = claim.publicPorts.filter((p) => Number.isInteger(p) && p >= 1 && p <= 65535);

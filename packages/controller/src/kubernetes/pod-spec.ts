@@ -110,11 +110,13 @@ export function sandboxPod(input: SandboxPodInput): V1Pod {
   // limit and the workspace emptyDir against its sizeLimit, and evicts the pod past either. The
   // Docker provider's per-process limits (RLIMIT_NOFILE, RLIMIT_FSIZE) and its pids cgroup limit
   // have no field in a pod: they are the node's (docs/kubernetes.md, "Limits").
-  const storage = settings.diskMb === undefined ? {} : { 'ephemeral-storage': `${settings.diskMb + EPHEMERAL_MARGIN_MB}Mi` };
-  const resources = {
-    requests: { cpu, memory, ...(settings.diskMb === undefined ? {} : { 'ephemeral-storage': `${EPHEMERAL_MARGIN_MB}Mi` }) },
-    limits: { cpu, memory, ...storage },
-  };
+  const requests: Record<string, string> = { cpu, memory };
+  const limits: Record<string, string> = { cpu, memory };
+  if (settings.diskMb !== undefined) {
+    requests['ephemeral-storage'] = `${EPHEMERAL_MARGIN_MB}Mi`;
+    limits['ephemeral-storage'] = `${settings.diskMb + EPHEMERAL_MARGIN_MB}Mi`;
+  }
+  const resources = { requests, limits };
   const noPrivileges = { allowPrivilegeEscalation: false, privileged: false, seccompProfile: { type: 'RuntimeDefault' } };
   return {
     apiVersion: 'v1',

@@ -55,6 +55,10 @@ export class PodExecStream extends Duplex {
         done();
       },
     });
+    // The kubelet's refusal can arrive in the same packet as the upgrade, so the stream may end
+    // with an error before its opener has listened: kept from crashing the process here; the
+    // opener sees the stream destroyed (and its `close`).
+    stream.on('error', () => undefined);
     const ws = await start(stdout, stderr, stream.stdin);
     stream.ws = ws;
     if (stream.paused) ws.pause();

@@ -436,23 +436,27 @@ export class KubernetesProvider implements SandboxProvider {
     const raw = await PodExecStream.portForward(this.forward, this.namespace, podName(agentId), this.daemonPort).catch((e: unknown) => {
       throw execError(e, agentId, 'port-forward', 'pods/portforward');
     });
-    const socket = await this.overTls(agentId, { socket: raw }, 'port-forward').catch((err: unknown) => {
-      raw.destroy();
-      throw err;
-    });
-    socket.once('close', () => raw.destroy());
-    return socket;
+    return this.overTls(agentId, { socket: raw }, 'port-forward', raw);
   }
 
-  /** A TLS session keyed by the sandbox's secret, resolved once both sides proved they hold the key. */
-  private overTls(agentId: string, where: ConnectionOptions, via: string): Promise<Duplex> {
+  /**
+   * A TLS session keyed by the sandbox's secret, resolved once both sides proved they hold the key.
+   * Over a port-forward stream (`raw`), what ends that stream (the kubelet's "nothing listens there"
+   * on the error channel, the WebSocket closing) ends the TLS session too, and the other way round.
+   */
+  private overTls(agentId: string, where: ConnectionOptions, via: string, raw?: Duplex): Promise<Duplex> {
     const secret = this.options.daemonSecret?.(agentId) ?? this.secrets.get(agentId);
-    if (secret === undefined)
+    if (secret === undefined) {
+      raw?.destroy();
       return Promise.reject(new CodedError('INTERNAL', `The Kubernetes provider has no daemon secret for sandbox ${agentId} (set the daemonSecret option).`));
+    }
     return new Promise((resolve, reject) => {
       const socket = tlsConnect({ ...daemonTlsClientOptions(secret), ...where });
+      let open = false;
       const fail = (err: NodeJS.ErrnoException) => {
         socket.destroy();
+        raw?.destroy();
+        if (open) return;
         reject(
           new CodedError(
             'SANDBOX_NOT_READY',
@@ -461,7 +465,14 @@ export class KubernetesProvider implements SandboxProvider {
         );
       };
       socket.once('error', fail);
+      if (raw?.destroyed) return fail(new Error('the port-forward ended before the TLS handshake'));
+      if (raw) {
+        raw.once('error', (err) => (open ? socket.destroy(err) : fail(err)));
+        raw.once('close', () => (open ? socket.destroy() : fail(new Error('the port-forward closed before the TLS handshake'))));
+        socket.once('close', () => raw.destroy());
+      }
       socket.once('secureConnect', () => {
+        open = true;
         socket.removeListener('error', fail);
         resolve(socket);
       });

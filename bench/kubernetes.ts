@@ -70,7 +70,9 @@ async function main(): Promise<void> {
           progress(`${channel}: create to first exec (pool)`);
           const pooled: number[] = [];
           for (let i = 0; i < n(10); i++) {
-            await untilPoolReady(core, namespace);
+            await untilPoolReady(core, namespace).catch((err: Error) => {
+              throw new Error(`${err.message}; the controller said: ${controller.log()}`);
+            });
             const start = performance.now();
             const s = await Sandbox.create({ ...opts, ttlSeconds: 300 });
             await s.commands.run('true');
@@ -146,6 +148,8 @@ async function loadRuntimeImage(): Promise<void> {
 interface ControllerProcess {
   url: string;
   apiKey: string;
+  /** The controller's last warnings, for an error message. */
+  log(): string;
   stop(): Promise<void>;
 }
 
@@ -167,10 +171,10 @@ async function startControllerProcess(namespace: string, channel: string, poolSi
   });
   let stderr = '';
   child.stderr!.on('data', (c: Buffer) => (stderr += c.toString()));
+  let out = '';
   const url = await new Promise<string>((resolve, reject) => {
-    let out = '';
     child.stdout!.on('data', (c: Buffer) => {
-      out += c.toString();
+      out = (out + c.toString()).slice(-4000);
       const match = /listening on (http:\/\/\S+)/.exec(out);
       if (match) resolve(match[1]!);
     });
@@ -179,6 +183,7 @@ async function startControllerProcess(namespace: string, channel: string, poolSi
   return {
     url,
     apiKey,
+    log: () => `${out}${stderr}`.slice(-2000),
     stop: async () => {
       child.kill('SIGTERM');
       await new Promise((r) => child.once('exit', r));

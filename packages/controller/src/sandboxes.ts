@@ -280,11 +280,13 @@ export class SandboxService {
       }
       if (await this.shared.claim(member.containerId, storedRecord(record))) return record;
     }
-    if (!this.shared || !this.pool) return undefined;
+    // The request must fit the pool's template (no env of its own, the default settings), and the
+    // member must have been made from the same template by whichever replica made it.
+    if (!this.shared || !this.pool?.matches(plan)) return undefined;
     for (const other of await this.shared.unclaimed()) {
       if (this.table.byHandle(other.handle) || !this.isMine(other.labels)) continue;
       const { image, settings } = recordFromLabels(other.agentId, other.handle, other.labels, 'running');
-      if (!this.pool.matches({ ...plan, image, env: {}, settings: { ...settings, ttlSeconds: plan.settings.ttlSeconds } })) continue;
+      if (image !== plan.image || !this.pool.matches({ ...plan, image, settings: { ...settings, ttlSeconds: plan.settings.ttlSeconds } })) continue;
       const record = recordFor({ agentId: other.agentId, containerId: other.handle, image, settings });
       if (await this.shared.claim(other.handle, storedRecord(record))) return record;
     }

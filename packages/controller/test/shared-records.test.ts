@@ -115,6 +115,9 @@ describe('two controller replicas on one backend with shared records', () => {
     const b = await replica(0);
     (a.pool as WarmPool).fill();
     for (let i = 0; i < 100 && a.pool!.readyCount < 1; i++) await new Promise((r) => setImmediate(r));
+    // A create with an environment of its own never gets a member (its env is fixed at start).
+    expect((await b.create({ env: { OWN: '1' } })).pooled).toBe(false);
+    expect(provider.sharedRecords.claimed.size).toBe(0);
     const made = await b.create({});
     expect(made.pooled).toBe(true);
     // A's own copy of that member is now lost to B: A's next take skips it instead of handing it out twice.

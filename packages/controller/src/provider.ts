@@ -106,6 +106,12 @@ export interface SharedRecords {
    * number of concurrent claimants, false for the others and when the member is gone.
    */
   claim(handle: string, record: StoredRecord): Promise<boolean>;
+  /**
+   * Takes an unclaimed warm-pool member out of the pool before it is removed, by the same
+   * conditional write as a claim: false when a replica claimed it first (then it serves a sandbox
+   * and must stay).
+   */
+  retire(handle: string): Promise<boolean>;
 }
 
 /** One sample of a sandbox's use, as a provider reads it from its engine (never from inside the sandbox). */

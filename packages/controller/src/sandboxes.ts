@@ -645,6 +645,8 @@ export class SandboxService {
 
   /** Removes an unclaimed warm-pool member. */
   async removePoolMember(agentId: string, containerId: string): Promise<void> {
+    // With shared records another replica may have claimed it meanwhile: then it serves a sandbox.
+    if (this.shared && !(await this.shared.retire(containerId).catch(() => false))) return;
     await this.provider.remove(containerId, agentId).catch(() => undefined);
   }
 

@@ -30,6 +30,11 @@ class FakeSharedRecords implements SharedRecords {
       .filter((s) => s.labels[LABELS.pool] === '1' && !this.claimed.has(s.handle))
       .map((s) => ({ agentId: s.agentId, handle: s.handle, labels: s.labels }));
   }
+  async retire(handle: string): Promise<boolean> {
+    if (this.claimed.has(handle)) return false;
+    this.claimed.add(handle);
+    return true;
+  }
   async claim(handle: string, record: StoredRecord): Promise<boolean> {
     await new Promise((r) => setImmediate(r)); // a round trip: both claimants are in flight at once
     if (this.claimed.has(handle) || !this.provider.sandboxes.has(handle)) return false;
@@ -124,5 +129,18 @@ describe('two controller replicas on one backend with shared records', () => {
     const next = await a.create({});
     expect(next.id).not.toBe(made.id);
     expect(a.record(next.id).agentId).not.toBe(b.record(made.id).agentId);
+  });
+
+  it('never removes a member another replica claimed when it empties its own pool', async () => {
+    const a = await replica(1);
+    const b = await replica(0);
+    (a.pool as WarmPool).fill();
+    for (let i = 0; i < 100 && a.pool!.readyCount < 1; i++) await new Promise((r) => setImmediate(r));
+    const made = await b.create({});
+    expect(made.pooled).toBe(true);
+    // A still lists the member as ready (it has not tried to take it): closing its pool must leave it.
+    await (a.pool as WarmPool).close();
+    expect([...provider.sandboxes.values()].map((s) => s.agentId)).toContain(b.record(made.id).agentId);
+    expect((await b.get(made.id)).state).toBe('running');
   });
 });

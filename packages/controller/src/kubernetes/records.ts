@@ -7,6 +7,8 @@ import { CLAIM_ANNOTATION, MANAGED_BY, podName, UNCLAIMED } from './pod-spec.js'
 
 /** The annotation holding a sandbox's record (moved expiry, a pool member's public identity) as JSON. */
 export const RECORD_ANNOTATION = 'warren.dev/record';
+/** The claim annotation of a pool member taken out of the pool to be removed. */
+const RETIRED = 'retired';
 
 /** A JSON-pointer step (RFC 6901): `~` and `/` escaped. */
 function pointer(key: string): string {
@@ -108,14 +110,23 @@ export class PodRecords implements SharedRecords {
       .filter((m) => typeof m.agentId === 'string' && m.labels[LABELS.sandbox] === m.agentId);
   }
 
-  async claim(handle: string, record: StoredRecord): Promise<boolean> {
+  claim(handle: string, record: StoredRecord): Promise<boolean> {
+    return this.takeUnclaimed(handle, record.id, [{ op: 'add', path: `/metadata/annotations/${pointer(RECORD_ANNOTATION)}`, value: JSON.stringify(record) }]);
+  }
+
+  /** Marks the member `retired` only while it is unclaimed, so a removal never takes a claimed pod. */
+  retire(handle: string): Promise<boolean> {
+    return this.takeUnclaimed(handle, RETIRED, []);
+  }
+
+  private async takeUnclaimed(handle: string, value: string, more: object[]): Promise<boolean> {
     try {
       await this.patch(
         handle,
         [
           { op: 'test', path: `/metadata/annotations/${pointer(CLAIM_ANNOTATION)}`, value: UNCLAIMED },
-          { op: 'replace', path: `/metadata/annotations/${pointer(CLAIM_ANNOTATION)}`, value: record.id },
-          { op: 'add', path: `/metadata/annotations/${pointer(RECORD_ANNOTATION)}`, value: JSON.stringify(record) },
+          { op: 'replace', path: `/metadata/annotations/${pointer(CLAIM_ANNOTATION)}`, value },
+          ...more,
         ],
         'claim',
       );

@@ -369,6 +369,7 @@ export class KubernetesProvider implements SandboxProvider {
       }
     };
     const gone = (name: string) => {
+      this.podIps.delete(name);
       if (!dead.has(name)) onEvent(name, 'die');
       onEvent(name, 'destroy');
       dead.delete(name);

@@ -1,18 +1,21 @@
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtemp } from 'node:fs/promises';
+import { mkdtemp, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { CoreV1Api } from '@kubernetes/client-node';
 import { CLAIM_ANNOTATION, Credentials, silentLogger, startController, UNCLAIMED, type Controller } from '@warren/controller';
 import { Sandbox } from '@warren/sdk';
-import { openK8sFixture, type K8sFixture } from '../support/k8s-cluster.js';
+import { CLUSTER_STATE, openK8sFixture, type K8sFixture } from '../support/k8s-cluster.js';
 import { removeStateDir } from '../support/state-dir.js';
 import { until } from '../support/wait.js';
 
 // Two controller replicas with the same keys on one namespace, as behind one Service: the state
 // that matters lives on the pods (labels, the record annotation, the pool claim annotation), so
 // either replica serves any sandbox, and a warm-pool pod is never handed to two sandboxes.
+const repoRoot = path.resolve(import.meta.dirname, '../..');
+
 describe('two controller replicas on one cluster', () => {
   let fixture: K8sFixture;
   let core: CoreV1Api;
@@ -96,16 +99,54 @@ describe('two controller replicas on one cluster', () => {
     for (const s of [...raced, fromA, fromB]) await s.kill();
   });
 
-  it('keeps sandboxes usable through one replica when the other goes away', async () => {
-    const [a, b] = replicas.length >= 2 ? replicas : [await start(0), await start(0)];
-    const sandbox = await Sandbox.create({ baseUrl: a!.url, apiKey, ttlSeconds: 300 });
-    await sandbox.files.write('/workspace/kept.txt', 'still here');
-    await a!.close();
-    const again = await Sandbox.connect(sandbox.id, { baseUrl: b!.url, apiKey });
-    expect((await again.commands.run('cat /workspace/kept.txt')).stdout).toBe('still here');
-    const pod = (await again.commands.run('cat /etc/hostname')).stdout.trim();
-    expect((await sandboxPods()).map((p) => p.metadata!.name)).toContain(pod);
-    await again.kill();
-    await until('the pod to go', async () => ((await sandboxPods()).some((p) => p.metadata!.name === pod) ? undefined : true), 60_000, 500);
+  it('keeps sandboxes usable through one replica when the other is killed (SIGKILL) mid-use', async () => {
+    // Replica A as its own process (the CLI, as deployed), with the same keys as the in-process B.
+    const dirA = await mkdtemp(path.join(os.tmpdir(), 'warren-k8s-replica-a-'));
+    dirs.push(dirA);
+    await writeFile(path.join(dirA, 'master.key'), masterKey.toString('hex'), { mode: 0o600 });
+    const configFile = path.join(dirA, 'warren.json');
+    await writeFile(
+      configFile,
+      JSON.stringify({
+        provider: 'kubernetes',
+        kubernetes: { namespace: fixture.namespace, kubeconfig: path.join(CLUSTER_STATE, 'tester.kubeconfig'), imagePullPolicy: 'Never' },
+        limits: { memoryMb: 256, cpus: 0.25, pidsLimit: 512, ttlSeconds: 600, tmpMb: 64, openFiles: 4096, fileSizeMb: 4096, diskMb: 512 },
+      }),
+    );
+    const child = spawn(process.execPath, [path.join(repoRoot, 'packages/cli/bin/warren.js'), 'serve', '--port', '0'], {
+      env: { ...process.env, WARREN_CONFIG: configFile, WARREN_STATE_DIR: dirA, WARREN_API_KEY: apiKey, LOG_LEVEL: 'warn' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const exited = new Promise<NodeJS.Signals | null>((resolve) => child.once('exit', (_code, signal) => resolve(signal)));
+    try {
+      const urlA = await new Promise<string>((resolve, reject) => {
+        let out = '';
+        child.stdout!.on('data', (c: Buffer) => {
+          out += c.toString();
+          const match = /listening on (http:\/\/\S+)/.exec(out);
+          if (match) resolve(match[1]!);
+        });
+        void exited.then(() => reject(new Error(`replica A exited: ${out}`)));
+      });
+      const b = replicas[1] ?? (await start(0));
+      const sandbox = await Sandbox.create({ baseUrl: urlA, apiKey, ttlSeconds: 300 });
+      await sandbox.files.write('/workspace/kept.txt', 'still here');
+      const pod = (await sandbox.commands.run('cat /etc/hostname')).stdout.trim();
+      // Mid-use: a command is running through A when A dies.
+      const running = sandbox.commands.run('sleep 30').catch((err: unknown) => err);
+      await new Promise((r) => setTimeout(r, 500));
+      child.kill('SIGKILL');
+      expect(await exited).toBe('SIGKILL');
+      expect(await running).toBeInstanceOf(Error);
+
+      const again = await Sandbox.connect(sandbox.id, { baseUrl: b.url, apiKey });
+      expect((await again.commands.run('cat /workspace/kept.txt')).stdout).toBe('still here');
+      expect((await again.commands.run('echo $((6*7))')).stdout).toBe('42\n');
+      expect((await sandboxPods()).map((p) => p.metadata!.name)).toContain(pod);
+      await again.kill();
+      await until('the pod to go', async () => ((await sandboxPods()).some((p) => p.metadata!.name === pod) ? undefined : true), 60_000, 500);
+    } finally {
+      child.kill('SIGKILL');
+    }
   });
 });

@@ -121,7 +121,7 @@ describe('two controller replicas on one cluster', () => {
     try {
       const urlA = await new Promise<string>((resolve, reject) => {
         let out = '';
-        child.stdout!.on('data', (c: Buffer) => {
+        child.stdout.on('data', (c: Buffer) => {
           out += c.toString();
           const match = /listening on (http:\/\/\S+)/.exec(out);
           if (match) resolve(match[1]!);

@@ -20,9 +20,11 @@ describe('a controller on Kubernetes restarts from the cluster alone', () => {
     // A fresh, empty state folder each time: nothing carries over but the cluster's pods.
     const stateDir = await mkdtemp(path.join(os.tmpdir(), 'warren-k8s-'));
     dirs.push(stateDir);
+    const credentials = Credentials.inMemory(apiKey, masterKey);
     return startController({
-      provider: await fixture.provider(),
-      credentials: Credentials.inMemory(apiKey, masterKey),
+      // The daemon's TLS key comes from the secret the master key derives, as in a deployed controller.
+      provider: await fixture.provider({ daemonSecret: (agentId) => credentials.agentSecret(agentId) }),
+      credentials,
       logger: silentLogger(),
       config: { port: 0, stateDir, reapIntervalMs: 1000 },
     });

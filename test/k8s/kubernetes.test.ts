@@ -16,7 +16,8 @@ describe('Warren on a real two-node Kubernetes cluster', () => {
 
   beforeAll(async () => {
     fixture = await openK8sFixture();
-    provider = await fixture.provider();
+    // The exec bridge: the RBAC and bridge-process tests below are about that channel (daemon-channels.test.ts covers the others).
+    provider = await fixture.provider({ daemonChannel: 'exec' });
     core = fixture.admin.makeApiClient(CoreV1Api);
   }, 180_000);
   afterAll(async () => {

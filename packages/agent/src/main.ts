@@ -28,12 +28,14 @@ async function main(): Promise<void> {
       user: { type: 'string' },
       'own-root': { type: 'boolean', default: false },
       'private-socket-dir': { type: 'boolean', default: false },
+      'tcp-port': { type: 'string' },
     },
   });
   if (!values.socket || (values['secret-file'] === undefined) === (values['secret-env'] === undefined))
     throw new Error(
-      'usage: warren-agent --socket PATH (--secret-file PATH | --secret-env NAME) [--root DIR] [--home DIR] [--user UID:GID [--own-root]] [--private-socket-dir]',
+      'usage: warren-agent --socket PATH (--secret-file PATH | --secret-env NAME) [--root DIR] [--home DIR] [--user UID:GID [--own-root]] [--private-socket-dir] [--tcp-port N]',
     );
+  const tcpPort = values['tcp-port'] === undefined ? undefined : parsePort(values['tcp-port']);
   const user = values.user === undefined ? undefined : parseUser(values.user);
   const secret = await takeSecret(values['secret-file'], values['secret-env']);
   if (secret.length < 32) throw new Error('the secret must hold at least 32 characters');
@@ -64,8 +66,9 @@ async function main(): Promise<void> {
     home: values.home,
     sandboxEnv,
     owner: user,
+    tcpPort,
   });
-  process.stdout.write(`warren-agent listening on ${server.socketPath}\n`);
+  process.stdout.write(`warren-agent listening on ${server.socketPath}${server.tcpPort === undefined ? '' : ` and TLS port ${server.tcpPort}`}\n`);
   const stop = () => void server.close().then(() => process.exit(0));
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
@@ -96,6 +99,12 @@ async function takeSecret(file: string | undefined, variable: string | undefined
   const secret = (process.env[variable!] ?? '').trim();
   delete process.env[variable!];
   return secret;
+}
+
+function parsePort(text: string): number {
+  const port = /^\d{1,5}$/.test(text) ? Number(text) : NaN;
+  if (!(port >= 1 && port <= 65535)) throw new Error(`--tcp-port must be a port number (1-65535), got '${text}'`);
+  return port;
 }
 
 function parseUser(text: string): SandboxUser {

@@ -3,8 +3,10 @@ import { chmod, chown, stat, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { createServer, type IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
+import { createServer as createTlsServer, type Server as TlsServer } from 'node:tls';
 import {
   CodedError,
+  daemonTlsServerOptions,
   decodeGrant,
   GRANT_HEADER,
   METHODS,
@@ -51,11 +53,19 @@ export interface AgentServerOptions {
   approvalTimeoutMs?: number;
   /** The egress relay's options (where the CA goes); the relay serves only the controller's own connection. */
   egress?: EgressRelayOptions;
+  /**
+   * Also serve on this TCP port (all addresses), over TLS keyed by the secret
+   * (`daemonTlsServerOptions`): how a controller reaches the daemon by pod IP or port-forward on
+   * Kubernetes. `0` picks a free port (tests). Absent: the unix socket only.
+   */
+  tcpPort?: number | undefined;
 }
 
 /** A running agent; dispose it to stop listening and drop its connections. */
 export interface AgentServer extends AsyncDisposable {
   socketPath: string;
+  /** The TLS port it serves on, when `tcpPort` was given. */
+  tcpPort?: number | undefined;
   close(): Promise<void>;
 }
 
@@ -168,6 +178,17 @@ export async function startAgentServer(options: AgentServerOptions): Promise<Age
     wss.handleUpgrade(req, socket, head, (ws) => serveConnection(ws, connectionHandlers, { audit, approvalTimeoutMs: options.approvalTimeoutMs }));
   });
 
+  let tls: TlsServer | undefined;
+  if (options.tcpPort !== undefined) {
+    // TLS first, then the same HTTP server: a peer without the key never reaches the upgrade.
+    tls = createTlsServer({ ...daemonTlsServerOptions(options.secret), handshakeTimeout: 10_000 }, (socket) => http.emit('connection', socket));
+    tls.on('tlsClientError', (_err, socket) => socket.destroy());
+    const server = tls;
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(options.tcpPort, () => resolve());
+    });
+  }
   await unlink(options.socketPath).catch(() => undefined);
   await new Promise<void>((resolve, reject) => {
     http.once('error', reject);
@@ -184,10 +205,17 @@ export async function startAgentServer(options: AgentServerOptions): Promise<Age
   const close = async () => {
     for (const ws of wss.clients) ws.terminate();
     await processes.close();
+    await new Promise<void>((resolve) => (tls ? tls.close(() => resolve()) : resolve()));
     await new Promise<void>((resolve) => http.close(() => resolve()));
     await unlink(options.socketPath).catch(() => undefined);
   };
-  return { socketPath: options.socketPath, close, [Symbol.asyncDispose]: close };
+  const address = tls?.address();
+  return {
+    socketPath: options.socketPath,
+    tcpPort: typeof address === 'object' && address ? address.port : undefined,
+    close,
+    [Symbol.asyncDispose]: close,
+  };
 }
 
 /** The egress relay's methods on a relayed client's connection: the controller's alone. */

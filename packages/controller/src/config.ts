@@ -147,6 +147,12 @@ export interface KubernetesSettings {
   nodeSelector: Record<string, string>;
   /** How long a create waits for the pod to run. */
   startTimeoutMs: number;
+  /**
+   * How the controller reaches a sandbox's daemon: `pod-ip` (TLS to the pod, in-cluster),
+   * `port-forward` (TLS through the API server), `exec` (a bridge through the API server's exec).
+   * Absent: `pod-ip` when the controller runs in a cluster, `port-forward` outside.
+   */
+  daemonChannel?: 'pod-ip' | 'port-forward' | 'exec' | undefined;
 }
 
 /** How the controller copes with engines that differ from a rootful Docker engine. */
@@ -373,6 +379,7 @@ export const ConfigFile = z.strictObject({
       imagePullPolicy: z.enum(['Always', 'IfNotPresent', 'Never']).optional(),
       nodeSelector: z.record(z.string().min(1).max(317), z.string().max(63)).optional(),
       startTimeoutMs: z.number().int().positive().optional(),
+      daemonChannel: z.enum(['pod-ip', 'port-forward', 'exec']).optional(),
     })
     .optional(),
 });
@@ -596,6 +603,7 @@ const ENV_SETTINGS: [variable: string, path: string, kind: 'string' | 'number' |
   ['WARREN_K8S_NAMESPACE', 'kubernetes.namespace', 'string'],
   ['WARREN_KUBECONFIG', 'kubernetes.kubeconfig', 'string'],
   ['WARREN_K8S_RUNTIME_IMAGE', 'kubernetes.runtimeImage', 'string'],
+  ['WARREN_K8S_DAEMON_CHANNEL', 'kubernetes.daemonChannel', 'string'],
   ['WARREN_CONSOLE', 'console.enabled', 'boolean'],
   ['WARREN_CONSOLE_PATH', 'console.path', 'string'],
   ['LOG_LEVEL', 'logLevel', 'string'],

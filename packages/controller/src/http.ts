@@ -195,7 +195,9 @@ async function route(deps: HttpServerDeps, auth: Authenticator, req: IncomingMes
     caller = authenticate(auth, req, id || undefined, 'rest');
     entry.caller = caller.kind;
   }
-  // A sandbox that does not exist is a 404 whatever the method (throws SANDBOX_NOT_FOUND).
+  // A sandbox that does not exist is a 404 whatever the method (throws SANDBOX_NOT_FOUND); one
+  // another controller replica made is adopted first, where the backend shares records.
+  if (id) await deps.sandboxes.ensureKnown(id);
   const record = id ? deps.sandboxes.record(id) : undefined;
   if (!found) throw methodNotAllowed(method, url.pathname, routes.map((r) => r.method).join(', '));
   if (caller !== undefined) {
@@ -268,6 +270,7 @@ async function upgrade(
       `This controller holds its maximum of ${deps.config.maxConnections} connections (maxConnections); close connections you no longer use.`,
     );
   }
+  await deps.sandboxes.ensureKnown(id);
   const record = deps.sandboxes.record(id);
   // A hibernated sandbox starts again for a connection; the client waits for it rather than failing.
   await deps.sandboxes.wake(id);

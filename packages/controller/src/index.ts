@@ -41,7 +41,9 @@ export type {
   PullProgress,
   BuildOptions,
   ProvidedImage,
+  SharedRecords,
 } from './provider.js';
+export type { StoredRecord } from './record-store.js';
 export { ImageService, BUILD_LABEL, type ImageServiceOptions, type ImageWatch } from './image-service.js';
 export { parseImageRef, parseAllowList, isAllowed, checkAllowed, buildTag, DOCKER_HUB, type ImageRef, type AllowedRegistry } from './image-ref.js';
 export { dockerfileNeeds, type DockerfileNeeds } from './dockerfile-check.js';
@@ -88,8 +90,28 @@ export {
   type EngineVersionAnswer,
   type EngineLimitsInfo,
 } from './engine-kind.js';
-export { KubernetesProvider, podState, startVerdict, warrenLabels, type KubernetesProviderOptions, type StartVerdict } from './kubernetes/provider.js';
-export { sandboxPod, podName, selectableLabels, LABELS_ANNOTATION, MANAGED_BY, EXPIRES_LABEL, type SandboxPodInput } from './kubernetes/pod-spec.js';
+export {
+  KubernetesProvider,
+  defaultDaemonChannel,
+  podState,
+  startVerdict,
+  warrenLabels,
+  type KubernetesDaemonChannel,
+  type KubernetesProviderOptions,
+  type StartVerdict,
+} from './kubernetes/provider.js';
+export {
+  sandboxPod,
+  podName,
+  selectableLabels,
+  LABELS_ANNOTATION,
+  MANAGED_BY,
+  EXPIRES_LABEL,
+  CLAIM_ANNOTATION,
+  UNCLAIMED,
+  type SandboxPodInput,
+} from './kubernetes/pod-spec.js';
+export { PodRecords, recordOf as podRecord, RECORD_ANNOTATION } from './kubernetes/records.js';
 export { kubeError, readRefusal, type ApiRefusal } from './kubernetes/errors.js';
 export { runtimeImageTar, runtimeImageName } from './kubernetes/runtime-image.js';
 export { DaemonSessionPool, PortTunnel } from './ports/tunnel.js';

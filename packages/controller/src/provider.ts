@@ -1,5 +1,6 @@
 import type { SandboxSettings } from '@warren/protocol';
 import type { Duplex } from 'node:stream';
+import type { StoredRecord } from './record-store.js';
 import type { AgentRuntime } from './runtime.js';
 
 /**
@@ -107,6 +108,12 @@ export interface SandboxProvider {
   removeVolume(id: string): Promise<void>;
   /** Bytes a volume uses now, where the backend can say. */
   volumeUsage(id: string): Promise<number | undefined>;
+  /**
+   * Where the backend itself keeps sandbox records (moved expiries, pool claims), shared by every
+   * controller on it, so that several replicas serve the same sandboxes (Kubernetes: pod
+   * annotations). Absent: each controller keeps them in its state folder.
+   */
+  readonly sharedRecords?: SharedRecords | undefined;
 }
 
 /** What a provider kept of one snapshot. */
@@ -120,6 +127,30 @@ export interface ProvidedSnapshot {
   /** Whether processes and memory were captured; never true unless a restore brings them back. */
   processes: boolean;
   processesReason?: string | undefined;
+}
+
+/** Sandbox records kept by the backend, readable and claimable by every controller replica (see {@link SandboxProvider.sharedRecords}). */
+export interface SharedRecords {
+  /** Every record the backend holds, by public id. */
+  readAll(): Promise<Map<string, StoredRecord>>;
+  /** The record of one runtime unit, or undefined when it has none (never claimed, or gone). */
+  read(agentId: string): Promise<StoredRecord | undefined>;
+  write(record: StoredRecord): Promise<void>;
+  /** Records go with their sandbox; nothing else to remove. */
+  remove(id: string): Promise<void>;
+  /** Unclaimed warm-pool members whoever made them, oldest first. */
+  unclaimed(): Promise<{ agentId: string; handle: string; labels: Record<string, string> }[]>;
+  /**
+   * Claims a warm-pool member for `record` in one conditional write: true for exactly one of any
+   * number of concurrent claimants, false for the others and when the member is gone.
+   */
+  claim(handle: string, record: StoredRecord): Promise<boolean>;
+  /**
+   * Takes an unclaimed warm-pool member out of the pool before it is removed, by the same
+   * conditional write as a claim: false when a replica claimed it first (then it serves a sandbox
+   * and must stay).
+   */
+  retire(handle: string): Promise<boolean>;
 }
 
 /** One sample of a sandbox's use, as a provider reads it from its engine (never from inside the sandbox). */

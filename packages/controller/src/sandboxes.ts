@@ -11,7 +11,7 @@ import { FrozenMarks, IdleFreezer } from './idle-freezer.js';
 import { ImageService } from './image-service.js';
 import { LABELS, sandboxLabels } from './labels.js';
 import type { Metrics } from './metrics.js';
-import type { DaemonEndpoint, SandboxProvider, SandboxSpec } from './provider.js';
+import type { DaemonEndpoint, ProvidedSandbox, SandboxProvider, SandboxSpec, SharedRecords } from './provider.js';
 import { Slots, type WaitLimits } from './limiter.js';
 import { Reaper } from './reaper.js';
 import { UsageHistory } from './usage-history.js';
@@ -28,6 +28,8 @@ export const newId = customAlphabet('0123456789abcdefghijklmnopqrstuvwxyzABCDEFG
 /** Where the warm pool plugs into creates: it may hand over a ready sandbox for a plan. */
 export interface PoolSource {
   take(plan: SandboxPlan): { agentId: string; containerId: string; image: string; settings: SandboxSettings } | undefined;
+  /** True when a member made from the pool's template would serve `plan`. */
+  matches(plan: SandboxPlan): boolean;
   readonly readyCount: number;
 }
 
@@ -78,7 +80,11 @@ export class SandboxService {
   readonly freezer: IdleFreezer;
   readonly pool: PoolSource | undefined;
   readonly images: ImageService;
-  private readonly store: RecordStore;
+  private readonly store: Pick<SharedRecords, 'readAll' | 'write' | 'remove'>;
+  /** The backend's own records, shared with other controller replicas, when it keeps them. */
+  private readonly shared: SharedRecords | undefined;
+  /** A sync with the backend's sandboxes under way (see {@link SandboxService.ensureKnown}). */
+  private syncing: Promise<void> | undefined;
   private readonly frozenMarks: FrozenMarks;
   private readonly metrics: Metrics | undefined;
   private readonly clock: Clock;
@@ -105,7 +111,8 @@ export class SandboxService {
     this.probe = options.probe ?? ((endpoint, secret, timeoutMs) => probeAgent(endpoint, secret, timeoutMs));
     this.egress = options.egress;
     this.images = options.images ?? new ImageService({ provider: this.provider, settings: options.config.images });
-    this.store = new RecordStore(options.config.stateDir);
+    this.shared = options.provider.sharedRecords;
+    this.store = this.shared ?? new RecordStore(options.config.stateDir);
     this.frozenMarks = new FrozenMarks(options.config.stateDir);
     this.usageHistory = new UsageHistory(options.config.usage.historySamples);
     this.createSlots = new Slots(options.config.maxConcurrentCreates);
@@ -136,7 +143,7 @@ export class SandboxService {
       clock: this.clock,
       orphanGraceSeconds: options.config.orphanGraceSeconds,
       isMine: (labels) => this.isMine(labels),
-      kill: (id) => this.kill(id),
+      kill: (id) => this.reap(id),
     });
     this.freezer = new IdleFreezer({
       idleSeconds: options.config.freezeAfterIdleSeconds,
@@ -193,22 +200,7 @@ export class SandboxService {
         poolMembers.push({ agentId, containerId: sandbox.handle, labels: sandbox.labels });
         continue;
       }
-      const record = recordFromLabels(agentId, sandbox.handle, sandbox.labels, toState(sandbox.state));
-      if (claim) {
-        record.id = claim.id;
-        record.expiresAt = new Date(claim.expiresAt);
-        if (claim.createdAt) record.createdAt = new Date(claim.createdAt);
-        if (claim.labels) record.labels = claim.labels;
-        if (claim.policy !== undefined) record.policy = claim.policy;
-        if (claim.ttlSeconds !== undefined) record.settings = { ...record.settings, ttlSeconds: claim.ttlSeconds };
-        record.pooled = sandbox.labels[LABELS.pool] === '1';
-        if (Array.isArray(claim.publicPorts)) record.publicPorts = claim.publicPorts.filter((p) => Number.isInteger(p) && p >= 1 && p <= 65535);
-        if (claim.hibernated === true && sandbox.state !== 'running') {
-          record.hibernated = true;
-          record.state = 'hibernated';
-        }
-      }
-      this.table.set(record);
+      this.table.set(recordOf(agentId, sandbox, claim));
     }
     // A paused sandbox that the freezer had frozen (its mark says so) is running for the API again, and its next call thaws it.
     const marked = await this.frozenMarks.list();
@@ -246,6 +238,109 @@ export class SandboxService {
     }
   }
 
+  /**
+   * Makes sure the table knows `id` where the backend shares records with other controller
+   * replicas: a sandbox another replica created (or claimed from the pool) since this one last
+   * looked is adopted from the backend. Without shared records it does nothing.
+   */
+  async ensureKnown(id: string): Promise<void> {
+    if (this.shared && !this.table.has(id)) await this.sync();
+  }
+
+  /**
+   * Brings the table in line with the backend's sandboxes and shared records: adopts the
+   * sandboxes of other replicas and takes up expiries, labels and ports they moved. One at a time;
+   * callers during a sync share it.
+   */
+  private sync(): Promise<void> {
+    const shared = this.shared;
+    if (!shared) return Promise.resolve();
+    this.syncing ??= (async () => {
+      try {
+        const [sandboxes, stored] = await Promise.all([this.provider.list(), shared.readAll()]);
+        const byAgent = new Map([...stored.values()].map((r) => [r.agentId, r]));
+        for (const sandbox of sandboxes) {
+          const agentId = sandbox.labels[LABELS.sandbox];
+          if (!agentId || !this.isMine(sandbox.labels)) continue;
+          const claim = byAgent.get(agentId);
+          if (sandbox.labels[LABELS.pool] && !claim) continue;
+          const known = this.table.byHandle(sandbox.handle);
+          if (!known) this.table.set(recordOf(agentId, sandbox, claim));
+          else if (claim) applyClaim(known, claim, sandbox.labels);
+        }
+      } finally {
+        this.syncing = undefined;
+      }
+    })();
+    return this.syncing;
+  }
+
+  /** Takes up what another replica stored for one sandbox (a moved expiry, public ports). */
+  private async refreshShared(record: SandboxRecord): Promise<void> {
+    const claim = await this.shared?.read(record.agentId);
+    if (claim && claim.id === record.id) applyClaim(record, claim, undefined);
+  }
+
+  /**
+   * The reaper's kill: where other replicas may have moved the expiry, the shared record is read
+   * first and a sandbox that is not expired after all is left (refused with CONFLICT, so the reaper
+   * does not count it).
+   */
+  private async reap(id: string): Promise<void> {
+    const record = this.table.find(id);
+    if (record && this.shared && record.state !== 'gone') {
+      await this.refreshShared(record);
+      if (record.expiresAt.getTime() > this.clock.now())
+        throw new CodedError('CONFLICT', `Sandbox '${id}' had its expiry moved by another controller replica.`);
+    }
+    await this.kill(id);
+  }
+
+  /**
+   * A ready warm-pool member for a plan: this controller's own first, then, where records are
+   * shared, any replica's unclaimed member of the same settings. With shared records each is claimed
+   * by a conditional write, so two replicas never hand out one member; a member lost to another
+   * replica is skipped. Returns the claimed record.
+   */
+  private async claimPooled(plan: SandboxPlan): Promise<SandboxRecord | undefined> {
+    const recordFor = (member: { agentId: string; containerId: string; image: string; settings: SandboxSettings }): SandboxRecord => {
+      const createdAt = new Date(this.clock.now());
+      const record: SandboxRecord = {
+        id: newId(),
+        agentId: member.agentId,
+        containerId: member.containerId,
+        image: member.image,
+        createdAt,
+        expiresAt: new Date(createdAt.getTime() + plan.settings.ttlSeconds * 1000),
+        labels: plan.labels,
+        settings: { ...member.settings, ttlSeconds: plan.settings.ttlSeconds },
+        state: 'running',
+        pooled: true,
+      };
+      if (plan.policy !== undefined) record.policy = plan.policy;
+      return record;
+    };
+    for (let member = this.pool?.take(plan); member; member = this.pool?.take(plan)) {
+      const record = recordFor(member);
+      if (!this.shared) {
+        await this.storeRecord(record);
+        return record;
+      }
+      if (await this.shared.claim(member.containerId, storedRecord(record))) return record;
+    }
+    // The request must fit the pool's template (no env of its own, the default settings), and the
+    // member must have been made from the same template by whichever replica made it.
+    if (!this.shared || !this.pool?.matches(plan)) return undefined;
+    for (const other of await this.shared.unclaimed()) {
+      if (this.table.byHandle(other.handle) || !this.isMine(other.labels)) continue;
+      const { image, settings } = recordFromLabels(other.agentId, other.handle, other.labels, 'running');
+      if (image !== plan.image || !this.pool.matches({ ...plan, image, settings: { ...settings, ttlSeconds: plan.settings.ttlSeconds } })) continue;
+      const record = recordFor({ agentId: other.agentId, containerId: other.handle, image, settings });
+      if (await this.shared.claim(other.handle, storedRecord(record))) return record;
+    }
+    return undefined;
+  }
+
   /** True when labels say this controller made the sandbox (or one from before owner labels existed). */
   isMine(labels: Record<string, string>): boolean {
     const owner = labels[LABELS.owner];
@@ -253,16 +348,7 @@ export class SandboxService {
   }
 
   private async storeRecord(record: SandboxRecord): Promise<void> {
-    const data: StoredRecord = { id: record.id, agentId: record.agentId, expiresAt: record.expiresAt.toISOString() };
-    if (record.agentId !== record.id) {
-      data.createdAt = record.createdAt.toISOString();
-      data.labels = record.labels;
-      data.ttlSeconds = record.settings.ttlSeconds;
-      if (record.policy !== undefined) data.policy = record.policy;
-    }
-    if (record.publicPorts?.length) data.publicPorts = record.publicPorts;
-    if (record.hibernated) data.hibernated = true;
-    await this.store.write(data);
+    await this.store.write(storedRecord(record));
   }
 
   /** Checks a create request against this controller's rules and fills in the defaults. */
@@ -321,23 +407,8 @@ export class SandboxService {
         field: 'egress',
       });
     // Pool members were made without a relay or placeholders: a sandbox with egress is always cold.
-    const pooled = withEgress || plan.restore || plan.settings.volumes ? undefined : this.pool?.take(plan);
-    if (pooled) {
-      const createdAt = new Date(this.clock.now());
-      const record: SandboxRecord = {
-        id: newId(),
-        agentId: pooled.agentId,
-        containerId: pooled.containerId,
-        image: pooled.image,
-        createdAt,
-        expiresAt: new Date(createdAt.getTime() + plan.settings.ttlSeconds * 1000),
-        labels: plan.labels,
-        settings: { ...pooled.settings, ttlSeconds: plan.settings.ttlSeconds },
-        state: 'running',
-        pooled: true,
-      };
-      if (plan.policy !== undefined) record.policy = plan.policy;
-      await this.storeRecord(record);
+    const record = withEgress || plan.restore || plan.settings.volumes ? undefined : await this.claimPooled(plan);
+    if (record) {
       this.table.set(record);
       return this.created(record, started, 'pool');
     }
@@ -519,7 +590,9 @@ export class SandboxService {
 
   /** A sandbox's description with its current state, from the backend. */
   async get(id: string): Promise<SandboxInfo> {
+    await this.ensureKnown(id);
     const record = this.table.require(id);
+    if (this.shared) await this.refreshShared(record);
     const starts = this.supervisor.startsOf(id);
     this.supervisor.observe(record, await this.provider.inspect(record.containerId), starts);
     return describe(record);
@@ -581,6 +654,7 @@ export class SandboxService {
 
   /** The sandboxes that carry every given label and are in the given state, states fresh from the backend. */
   async find(filter: ListFilter = {}): Promise<SandboxInfo[]> {
+    await this.sync();
     await this.reaper.refreshStates();
     return this.table.filter(filter);
   }
@@ -757,6 +831,8 @@ export class SandboxService {
 
   /** Removes an unclaimed warm-pool member. */
   async removePoolMember(agentId: string, containerId: string): Promise<void> {
+    // With shared records another replica may have claimed it meanwhile: then it serves a sandbox.
+    if (this.shared && !(await this.shared.retire(containerId).catch(() => false))) return;
     await this.provider.remove(containerId, agentId).catch(() => undefined);
   }
 
@@ -805,4 +881,41 @@ export class SandboxService {
 /** Whether a plan needs the egress gateway: a policy other than `none`, or brokered secrets. */
 function usesEgress(plan: SandboxPlan): boolean {
   return plan.egress.mode !== 'none' || plan.secrets.length > 0;
+}
+
+/** A sandbox of the backend as a record, with what the stored record says (a claimed pool member's public identity, a moved expiry). */
+function recordOf(agentId: string, sandbox: ProvidedSandbox, claim: StoredRecord | undefined): SandboxRecord {
+  const record = recordFromLabels(agentId, sandbox.handle, sandbox.labels, toState(sandbox.state));
+  if (claim) applyClaim(record, claim, sandbox.labels);
+  return record;
+}
+
+function applyClaim(record: SandboxRecord, claim: StoredRecord, labels: Record<string, string> | undefined): void {
+  record.id = claim.id;
+  record.expiresAt = new Date(claim.expiresAt);
+  if (claim.createdAt) record.createdAt = new Date(claim.createdAt);
+  if (claim.labels) record.labels = claim.labels;
+  if (claim.policy !== undefined) record.policy = claim.policy;
+  if (claim.ttlSeconds !== undefined) record.settings = { ...record.settings, ttlSeconds: claim.ttlSeconds };
+  if (labels) record.pooled = labels[LABELS.pool] === '1';
+  if (Array.isArray(claim.publicPorts)) record.publicPorts = claim.publicPorts.filter((p) => Number.isInteger(p) && p >= 1 && p <= 65535);
+  // Hibernated: stopped on purpose, so it stays so (the supervisor leaves it) until a call wakes it.
+  if (claim.hibernated === true && record.state !== 'running') {
+    record.hibernated = true;
+    record.state = 'hibernated';
+  }
+}
+
+/** What is stored of a record besides the backend's labels. */
+function storedRecord(record: SandboxRecord): StoredRecord {
+  const data: StoredRecord = { id: record.id, agentId: record.agentId, expiresAt: record.expiresAt.toISOString() };
+  if (record.agentId !== record.id) {
+    data.createdAt = record.createdAt.toISOString();
+    data.labels = record.labels;
+    data.ttlSeconds = record.settings.ttlSeconds;
+    if (record.policy !== undefined) data.policy = record.policy;
+  }
+  if (record.publicPorts?.length) data.publicPorts = record.publicPorts;
+  if (record.hibernated) data.hibernated = true;
+  return data;
 }

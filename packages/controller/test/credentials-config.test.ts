@@ -2,7 +2,7 @@ import { mkdtemp, readFile, readdir, rm, stat, writeFile } from 'node:fs/promise
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
-import { Credentials, defaultAgentBundlePath, loadConfig } from '../src/index.js';
+import { Credentials, defaultAgentBundlePath, defaultDaemonChannel, loadConfig } from '../src/index.js';
 
 let dir: string;
 beforeEach(async () => {
@@ -95,6 +95,10 @@ describe('configuration', () => {
     });
     expect(loadConfig({}).provider).toBe('docker');
     expect(() => loadConfig({ WARREN_K8S_NAMESPACE: 'Not_A_Namespace' })).toThrow(/WARREN_K8S_NAMESPACE.*a Kubernetes namespace name/);
+    expect(loadConfig({ WARREN_K8S_DAEMON_CHANNEL: 'pod-ip' }).kubernetes.daemonChannel).toBe('pod-ip');
+    expect(() => loadConfig({ WARREN_K8S_DAEMON_CHANNEL: 'carrier-pigeon' })).toThrow(/WARREN_K8S_DAEMON_CHANNEL/);
+    expect(defaultDaemonChannel({ KUBERNETES_SERVICE_HOST: '10.96.0.1' })).toBe('pod-ip');
+    expect(defaultDaemonChannel({})).toBe('port-forward');
   });
 
   it("serves the checkout's agent bundle when there is one, else the copy the published package carries in dist/agent/", () => {

@@ -27,7 +27,7 @@ const context: PlanContext = {
   runtimes: ['runc'],
 };
 
-function podFor(request: Record<string, unknown>, runtimeClasses: Record<string, string> = {}): V1Pod {
+function podFor(request: Record<string, unknown>, runtimeClasses: Record<string, string> = {}, daemonPort?: number): V1Pod {
   const plan = planSandbox(request, context);
   return sandboxPod({
     agentId: 'AbC123',
@@ -47,6 +47,7 @@ function podFor(request: Record<string, unknown>, runtimeClasses: Record<string,
     runtimeImage: 'warren/runtime:0123',
     runtimeClasses,
     imagePullPolicy: 'Never',
+    daemonPort,
   });
 }
 
@@ -87,10 +88,22 @@ describe('the sandbox pod', () => {
     expect(pod.spec!.containers[0]!.command).toContain('--private-socket-dir');
   });
 
-  it('asks for the limits as requests and limits, and the disk as the workspace sizeLimit', () => {
+  it('asks for the limits as requests and limits, and the disk as the workspace sizeLimit plus an ephemeral-storage limit', () => {
     const pod = podFor({ memoryMb: 768, cpus: 1.5, diskMb: 2048 });
-    expect(pod.spec!.containers[0]!.resources).toEqual({ requests: { cpu: '1500m', memory: '768Mi' }, limits: { cpu: '1500m', memory: '768Mi' } });
+    expect(pod.spec!.containers[0]!.resources).toEqual({
+      requests: { cpu: '1500m', memory: '768Mi', 'ephemeral-storage': '256Mi' },
+      limits: { cpu: '1500m', memory: '768Mi', 'ephemeral-storage': '2304Mi' },
+    });
     expect(pod.spec!.volumes!.find((v) => v.name === 'workspace')!.emptyDir).toEqual({ sizeLimit: '2048Mi' });
+  });
+
+  it('opens the daemon TLS port only when a TCP channel is configured', () => {
+    const socketOnly = podFor({}).spec!.containers[0]!;
+    expect(socketOnly.command).not.toContain('--tcp-port');
+    expect(socketOnly.ports).toBeUndefined();
+    const tcp = podFor({}, {}, 907).spec!.containers[0]!;
+    expect(tcp.command!.slice(tcp.command!.indexOf('--tcp-port'))).toEqual(['--tcp-port', '907']);
+    expect(tcp.ports).toEqual([{ name: 'warren-daemon', containerPort: 907, protocol: 'TCP' }]);
   });
 
   it('carries the secret only in the environment variable the daemon unsets, never in the command', () => {

@@ -9,3 +9,4 @@ export * from './policy.js';
 export * from './tar-rules.js';
 export * from './json-schema.js';
 export * from './egress.js';
+export * from './daemon-tls.js';

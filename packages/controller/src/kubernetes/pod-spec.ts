@@ -13,6 +13,12 @@ export const LABELS_ANNOTATION = 'warren.dev/labels';
 export const MANAGED_BY = { key: 'app.kubernetes.io/managed-by', value: 'warren' } as const;
 /** The sandbox's expiry as Unix seconds, a label so that operators and other controllers can select expired pods. */
 export const EXPIRES_LABEL = 'warren.dev/expires-at';
+/** On a warm-pool member: {@link UNCLAIMED} until a controller claims it, then the claiming sandbox's public id. */
+export const CLAIM_ANNOTATION = 'warren.dev/claim';
+/** The claim annotation's value on a member nobody claimed. */
+export const UNCLAIMED = 'none';
+/** What the sandbox container may write besides the workspace (its writable layer, its logs), in MiB. */
+export const EPHEMERAL_MARGIN_MB = 256;
 /** The name of the container that runs the daemon and every command of the sandbox. */
 export const SANDBOX_CONTAINER = 'sandbox';
 
@@ -31,6 +37,8 @@ export interface SandboxPodInput {
   imagePullPolicy: 'Always' | 'IfNotPresent' | 'Never';
   /** Extra node selection for every sandbox (e.g. a node pool). */
   nodeSelector?: Record<string, string> | undefined;
+  /** The daemon's TLS port (`--tcp-port`, keyed by the secret), where the controller reaches it over TCP; absent: socket only. */
+  daemonPort?: number | undefined;
 }
 
 /**
@@ -98,7 +106,17 @@ export function sandboxPod(input: SandboxPodInput): V1Pod {
   const [uid = 1000, gid = uid] = settings.user.split(':').map(Number);
   const memory = `${settings.memoryMb}Mi`;
   const cpu = `${Math.max(1, Math.round(settings.cpus * 1000))}m`;
-  const resources = { requests: { cpu, memory }, limits: { cpu, memory } };
+  // Disk: the kubelet counts the container's writable layer and logs against its ephemeral-storage
+  // limit and the workspace emptyDir against its sizeLimit, and evicts the pod past either. The
+  // Docker provider's per-process limits (RLIMIT_NOFILE, RLIMIT_FSIZE) and its pids cgroup limit
+  // have no field in a pod: they are the node's (docs/kubernetes.md, "Limits").
+  const requests: Record<string, string> = { cpu, memory };
+  const limits: Record<string, string> = { cpu, memory };
+  if (settings.diskMb !== undefined) {
+    requests['ephemeral-storage'] = `${EPHEMERAL_MARGIN_MB}Mi`;
+    limits['ephemeral-storage'] = `${settings.diskMb + EPHEMERAL_MARGIN_MB}Mi`;
+  }
+  const resources = { requests, limits };
   const noPrivileges = { allowPrivilegeEscalation: false, privileged: false, seccompProfile: { type: 'RuntimeDefault' } };
   return {
     apiVersion: 'v1',
@@ -106,7 +124,11 @@ export function sandboxPod(input: SandboxPodInput): V1Pod {
     metadata: {
       name: podName(input.agentId),
       labels: selectableLabels(input.labels),
-      annotations: { [LABELS_ANNOTATION]: JSON.stringify(input.labels) },
+      annotations: {
+        [LABELS_ANNOTATION]: JSON.stringify(input.labels),
+        // A pool member starts unclaimed; the claim is a patch that tests this value (records.ts).
+        ...(input.labels[LABELS.pool] === '1' ? { [CLAIM_ANNOTATION]: UNCLAIMED } : {}),
+      },
     },
     spec: {
       restartPolicy: 'Never',
@@ -160,8 +182,10 @@ export function sandboxPod(input: SandboxPodInput): V1Pod {
             '--user',
             `${uid}:${gid}`,
             '--own-root',
+            ...(input.daemonPort === undefined ? [] : ['--tcp-port', String(input.daemonPort)]),
           ]),
           args: [],
+          ...(input.daemonPort === undefined ? {} : { ports: [{ name: 'warren-daemon', containerPort: input.daemonPort, protocol: 'TCP' }] }),
           workingDir: settings.workdir,
           env: [...Object.entries(input.env).map(([name, value]) => ({ name, value })), { name: SECRET_VARIABLE, value: input.daemonSecret }],
           securityContext: {

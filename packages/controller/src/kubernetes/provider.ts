@@ -1,7 +1,8 @@
 import { readFileSync } from 'node:fs';
 import type { Duplex } from 'node:stream';
-import { CoreV1Api, Exec, KubeConfig, Watch, type V1Pod } from '@kubernetes/client-node';
-import { CodedError } from '@warren/protocol';
+import { connect as tlsConnect, type ConnectionOptions } from 'node:tls';
+import { CoreV1Api, Exec, KubeConfig, PortForward, Watch, type V1Pod } from '@kubernetes/client-node';
+import { CodedError, DAEMON_TLS_PORT, daemonTlsClientOptions } from '@warren/protocol';
 import { SOCKET_DIR_IN_SANDBOX } from '../docker.js';
 import { LABELS } from '../labels.js';
 import type { Logger } from '../logger.js';
@@ -19,6 +20,7 @@ import type {
 import { bridgeCommand, type AgentRuntime } from '../runtime.js';
 import { kubeError } from './errors.js';
 import { PodExecStream } from './exec-stream.js';
+import { PodRecords } from './records.js';
 import { LABELS_ANNOTATION, MANAGED_BY, podName, SANDBOX_CONTAINER, sandboxPod } from './pod-spec.js';
 
 /** The in-cluster service account's namespace file. */
@@ -27,6 +29,19 @@ const IN_CLUSTER_NAMESPACE = '/var/run/secrets/kubernetes.io/serviceaccount/name
 const IMAGE_MISSING = new Set(['ErrImageNeverPull', 'InvalidImageName']);
 const IMAGE_FAILED = new Set(['ErrImagePull', 'ImagePullBackOff']);
 const CANNOT_START = new Set(['CreateContainerConfigError', 'CreateContainerError', 'RunContainerError', 'CrashLoopBackOff']);
+
+/**
+ * How the controller reaches a sandbox's daemon: TCP to the pod's IP (the controller runs in the
+ * cluster), the API server's port-forward to the same port (outside the cluster), both TLS keyed
+ * by the sandbox's secret; or a bridge started by the API server's exec to the daemon's unix socket
+ * (works with no pod network at all, and with no TCP listener in the pod).
+ */
+export type KubernetesDaemonChannel = 'pod-ip' | 'port-forward' | 'exec';
+
+/** The channel when none is configured: pod IP inside a cluster, port-forward outside. */
+export function defaultDaemonChannel(env: NodeJS.ProcessEnv = process.env): KubernetesDaemonChannel {
+  return env.KUBERNETES_SERVICE_HOST ? 'pod-ip' : 'port-forward';
+}
 
 /** What a {@link KubernetesProvider} is told at construction. */
 export interface KubernetesProviderOptions {
@@ -47,6 +62,16 @@ export interface KubernetesProviderOptions {
   startTimeoutMs?: number | undefined;
   /** How long a pod may stay unschedulable before the create gives up with the scheduler's reason (default 15 s). */
   unschedulableGraceMs?: number | undefined;
+  /** How the daemon is reached (see {@link KubernetesDaemonChannel}); absent: {@link defaultDaemonChannel}. */
+  daemonChannel?: KubernetesDaemonChannel | undefined;
+  /** The daemon's TLS port in the pod (default {@link DAEMON_TLS_PORT}). */
+  daemonPort?: number | undefined;
+  /**
+   * The daemon secret of a sandbox (the controller derives it from its master key, so any replica
+   * can compute it); the TLS key of the `pod-ip` and `port-forward` channels comes from it. Absent:
+   * the secrets of the sandboxes this provider object created.
+   */
+  daemonSecret?: ((agentId: string) => string) | undefined;
   logger?: Logger | undefined;
 }
 
@@ -68,8 +93,17 @@ export class KubernetesProvider implements SandboxProvider {
   readonly namespace: string;
   readonly kubeConfig: KubeConfig;
   readonly core: CoreV1Api;
+  readonly daemonChannel: KubernetesDaemonChannel;
+  /** Records and pool claims on pod annotations: every controller replica on the namespace shares them. */
+  readonly sharedRecords: PodRecords;
   private readonly exec: Exec;
+  private readonly forward: PortForward;
   private readonly watch: Watch;
+  private readonly daemonPort: number;
+  /** Secrets of the sandboxes created here, for when no `daemonSecret` function is given. */
+  private readonly secrets = new Map<string, string>();
+  /** Pod IPs by pod name: fixed for a pod's life, so read once. */
+  private readonly podIps = new Map<string, string>();
   private readonly options: KubernetesProviderOptions;
   private runtimeImage: string | undefined;
 
@@ -79,7 +113,11 @@ export class KubernetesProvider implements SandboxProvider {
     this.namespace = options.namespace ?? defaultNamespace(this.kubeConfig);
     this.core = this.kubeConfig.makeApiClient(CoreV1Api);
     this.exec = new Exec(this.kubeConfig);
+    this.forward = new PortForward(this.kubeConfig);
     this.watch = new Watch(this.kubeConfig);
+    this.daemonChannel = options.daemonChannel ?? defaultDaemonChannel();
+    this.daemonPort = options.daemonPort ?? DAEMON_TLS_PORT;
+    this.sharedRecords = new PodRecords(this.core, this.namespace, warrenLabels);
   }
 
   /** Asks for one pod of the namespace: proves the server answers and that the controller may list pods. */
@@ -163,8 +201,11 @@ export class KubernetesProvider implements SandboxProvider {
       runtimeClasses: this.options.runtimeClasses ?? {},
       imagePullPolicy: this.options.imagePullPolicy ?? 'IfNotPresent',
       nodeSelector: this.options.nodeSelector,
+      // The TLS listener only where a channel uses it: with exec, the pod opens no port at all.
+      daemonPort: this.daemonChannel === 'exec' ? undefined : this.daemonPort,
     });
     const name = body.metadata!.name!;
+    if (this.options.daemonSecret === undefined) this.secrets.set(spec.agentId, spec.daemonSecret);
     const created = await this.core.createNamespacedPod({ namespace: this.namespace, body }).catch((e: unknown) => {
       throw kubeError(e, `create the pod for sandbox ${spec.agentId} from ${spec.image}`);
     });
@@ -173,6 +214,7 @@ export class KubernetesProvider implements SandboxProvider {
       return name;
     } catch (err) {
       await this.deletePod(name, 0).catch(() => undefined);
+      this.secrets.delete(spec.agentId);
       throw err;
     }
   }
@@ -261,7 +303,9 @@ export class KubernetesProvider implements SandboxProvider {
    * Deletes the sandbox's pod (its emptyDirs go with it): a short grace for the daemon, a wait for
    * the kubelet to confirm, then a forced delete when it does not (a node that went away).
    */
-  async remove(handle: string, _agentId?: string): Promise<void> {
+  async remove(handle: string, agentId?: string): Promise<void> {
+    if (agentId !== undefined) this.secrets.delete(agentId);
+    this.podIps.delete(handle);
     await this.deletePod(handle, 2);
     const deadline = Date.now() + 15_000;
     while (Date.now() < deadline) {
@@ -328,6 +372,7 @@ export class KubernetesProvider implements SandboxProvider {
       }
     };
     const gone = (name: string) => {
+      this.podIps.delete(name);
       if (!dead.has(name)) onEvent(name, 'die');
       onEvent(name, 'destroy');
       dead.delete(name);
@@ -368,9 +413,74 @@ export class KubernetesProvider implements SandboxProvider {
     };
   }
 
-  /** The daemon through the API server's exec of a bridge to its socket; needs `pods/exec` get and create. */
+  /**
+   * The daemon by the configured channel: TLS to the pod IP, TLS through port-forward (needs
+   * `pods/portforward` get and create), or the exec bridge to its socket (`pods/exec` get and create).
+   */
   daemon(agentId: string): DaemonEndpoint {
+    if (this.daemonChannel === 'pod-ip') return { openStream: () => this.openPodIp(agentId) };
+    if (this.daemonChannel === 'port-forward') return { openStream: () => this.openPortForward(agentId) };
     return { openStream: () => this.openBridge(agentId) };
+  }
+
+  private async openPodIp(agentId: string): Promise<Duplex> {
+    const name = podName(agentId);
+    let ip = this.podIps.get(name);
+    if (ip === undefined) {
+      const pod = await this.inspectRaw(name);
+      if (pod === undefined) throw new CodedError('SANDBOX_NOT_FOUND', `Could not reach the daemon of sandbox ${agentId}: its pod is gone.`);
+      ip = pod.status?.podIP;
+      if (!ip) throw new CodedError('SANDBOX_NOT_READY', `Could not reach the daemon of sandbox ${agentId}: its pod has no IP yet.`);
+      this.podIps.set(name, ip);
+    }
+    return this.overTls(agentId, { host: ip, port: this.daemonPort }, `${ip}:${this.daemonPort}`);
+  }
+
+  private async openPortForward(agentId: string): Promise<Duplex> {
+    const raw = await PodExecStream.portForward(this.forward, this.namespace, podName(agentId), this.daemonPort).catch((e: unknown) => {
+      throw execError(e, agentId, 'port-forward', 'pods/portforward');
+    });
+    return this.overTls(agentId, { socket: raw }, 'port-forward', raw);
+  }
+
+  /**
+   * A TLS session keyed by the sandbox's secret, resolved once both sides proved they hold the key.
+   * Over a port-forward stream (`raw`), what ends that stream (the kubelet's "nothing listens there"
+   * on the error channel, the WebSocket closing) ends the TLS session too, and the other way round.
+   */
+  private overTls(agentId: string, where: ConnectionOptions, via: string, raw?: Duplex): Promise<Duplex> {
+    const secret = this.options.daemonSecret?.(agentId) ?? this.secrets.get(agentId);
+    if (secret === undefined) {
+      raw?.destroy();
+      return Promise.reject(new CodedError('INTERNAL', `The Kubernetes provider has no daemon secret for sandbox ${agentId} (set the daemonSecret option).`));
+    }
+    return new Promise((resolve, reject) => {
+      const socket = tlsConnect({ ...daemonTlsClientOptions(secret), ...where });
+      let open = false;
+      const fail = (err: NodeJS.ErrnoException) => {
+        socket.destroy();
+        raw?.destroy();
+        if (open) return;
+        reject(
+          new CodedError(
+            'SANDBOX_NOT_READY',
+            `Could not open the TLS channel to the daemon of sandbox ${agentId} (${via}): ${err.code ?? err.message}. Retry shortly; if it persists, look at the sandbox's state.`,
+          ),
+        );
+      };
+      socket.once('error', fail);
+      if (raw?.destroyed) return fail(new Error('the port-forward ended before the TLS handshake'));
+      if (raw) {
+        raw.once('error', (err) => (open ? socket.destroy(err) : fail(err)));
+        raw.once('close', () => (open ? socket.destroy() : fail(new Error('the port-forward closed before the TLS handshake'))));
+        socket.once('close', () => raw.destroy());
+      }
+      socket.once('secureConnect', () => {
+        open = true;
+        socket.removeListener('error', fail);
+        resolve(socket);
+      });
+    });
   }
 
   private async openBridge(agentId: string): Promise<Duplex> {
@@ -515,16 +625,16 @@ function notSupported(doing: string, instead: string): CodedError {
   return new CodedError('NOT_SUPPORTED', `Cannot ${doing} on Kubernetes: ${instead}.`);
 }
 
-/** An exec the API server refused: RBAC without `get` and `create` on pods/exec shows up as a failed WebSocket handshake. */
-function execError(err: unknown, agentId: string): CodedError {
+/** An exec or port-forward the API server refused: RBAC without `get` and `create` on the subresource shows up as a failed WebSocket handshake. */
+function execError(err: unknown, agentId: string, what = 'exec', resource = 'pods/exec'): CodedError {
   const text = err instanceof Error ? err.message : String((err as { message?: unknown })?.message ?? err);
   if (/\b403\b/.test(text))
     return new CodedError(
       'FORBIDDEN',
-      `Could not reach the daemon of sandbox ${agentId}: the cluster refused the exec (${text}). The controller's Role needs pods/exec with both get and create (deploy/kubernetes/rbac.yaml).`,
+      `Could not reach the daemon of sandbox ${agentId}: the cluster refused the ${what} (${text}). The controller's Role needs ${resource} with both get and create (deploy/kubernetes/rbac.yaml).`,
     );
   if (/\b404\b/.test(text)) return new CodedError('SANDBOX_NOT_FOUND', `Could not reach the daemon of sandbox ${agentId}: its pod is gone (${text}).`);
-  return new CodedError('UPSTREAM_UNAVAILABLE', `Could not reach the daemon of sandbox ${agentId} through the API server's exec: ${text}`);
+  return new CodedError('UPSTREAM_UNAVAILABLE', `Could not reach the daemon of sandbox ${agentId} through the API server's ${what}: ${text}`);
 }
 
 /** The kubeconfig file named, else the in-cluster service account, else KUBECONFIG or ~/.kube/config. */

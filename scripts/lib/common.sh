@@ -212,8 +212,16 @@ start_podman_service() {
     ensure_commands podman catatonit curl
     step "Starting podman system service on $PODMAN_DOCKER_HOST (log: $PODMAN_LOG)"
     mkdir -p "$PODMAN_DIR"
+    # Podman gives a root container open-file and process limits above this machine's hard limits
+    # by default; where root lacks CAP_SYS_RESOURCE (seen here) every start then fails with "error
+    # setting rlimit". Containers get the limits this shell has instead (Warren sets its own open
+    # files anyway); runc caps the process limit at pid_max.
+    local nproc pid_max
+    nproc=$(ulimit -Hu) pid_max=$(cat /proc/sys/kernel/pid_max 2>/dev/null || echo 32768)
+    [[ $nproc == unlimited || $nproc -gt $pid_max ]] && nproc=$pid_max
+    printf '[containers]\ndefault_ulimits = ["nofile=%s:%s", "nproc=%s:%s"]\n' "$(ulimit -Hn)" "$(ulimit -Hn)" "$nproc" "$nproc" >"$PODMAN_DIR/containers.conf"
     # --time=0: the service never exits for being idle; setsid + nohup: it outlives this script.
-    setsid nohup podman system service --time=0 "$PODMAN_DOCKER_HOST" >>"$PODMAN_LOG" 2>&1 </dev/null &
+    CONTAINERS_CONF=$PODMAN_DIR/containers.conf setsid nohup podman system service --time=0 "$PODMAN_DOCKER_HOST" >>"$PODMAN_LOG" 2>&1 </dev/null &
     echo $! >"$PODMAN_DIR/service.pid"
     local deadline=$((SECONDS + 60))
     until podman_answers; do

@@ -55,6 +55,8 @@ describe('snapshots and forks', () => {
     const snap = await sandbox.snapshot({ name: 'first', labels: { step: 'one' } });
     expect(snap).toMatchObject({ name: 'first', labels: { step: 'one' }, sandboxId: sandbox.id, processes: false });
     expect(snap.processesReason).toMatch(/fresh processes/);
+    // It was frozen only for part of the capture, and says for how long.
+    expect(snap.pausedMs).toEqual(expect.any(Number));
     // The sparse file's hole is not stored: the snapshot is far smaller than 512 MiB.
     expect(snap.sizeBytes).toBeLessThan(64 * 1024 * 1024);
     // The parent keeps running, its background process too.

@@ -1,8 +1,9 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { constants as fsConstants } from 'node:fs';
-import { access, chown, mkdir, open, readFile, rm, writeFile } from 'node:fs/promises';
+import { access, chown, mkdir, mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
 import { execFile } from 'node:child_process';
 import path from 'node:path';
+import { tmpdir } from 'node:os';
 import { Duplex, Readable } from 'node:stream';
 import Docker from 'dockerode';
 import { CodedError, DEFAULT_ROOT, EGRESS_TRANSPARENT_ADDRESS, EGRESS_TRUST_DIR, SandboxSettings as SandboxSettingsSchema } from '@warren/protocol';
@@ -11,7 +12,7 @@ import { AgentDirs, type HostIdentity } from './agent-dir.js';
 import { resolveEngine } from './engine-endpoint.js';
 import { detectEngine, hardLimits, processLimitCandidates, unenforcedLimits, type EngineKind, type EngineLimitsInfo } from './engine-kind.js';
 import { openWorkspaceStore, type WorkspaceStore } from './workspace-store.js';
-import { copyTree, diskBytes, emptyTree } from './tree-copy.js';
+import { copyTree, diskBytes, emptyTree, preCopyTree, syncTree } from './tree-copy.js';
 import { closeNamespaces, PODMAN_DEFAULT_SECCOMP, type SeccompProfile } from './seccomp.js';
 import { LABELS } from './labels.js';
 import type { Logger } from './logger.js';
@@ -918,7 +919,22 @@ export class DockerProvider implements SandboxProvider {
     const processes = await this.checkpointSupport();
     const freeze = info.State.Running && !info.State.Paused;
     const image = snapshotImage(snapshotId);
+    const what = `copy the workspace of sandbox ${handle}`;
+    // A first copy while the sandbox runs, so that the freeze only covers what changed since.
+    const firstPassAt = Date.now();
+    let preCopied = false;
+    if (source !== undefined && freeze) {
+      const scratch = await mkdtemp(path.join(tmpdir(), 'warren-precopy-'));
+      try {
+        preCopied = await preCopyTree(source, workspaceDir, scratch, what);
+      } finally {
+        await rm(scratch, { recursive: true, force: true }).catch(() => undefined);
+      }
+      if (!preCopied) await emptyTree(workspaceDir);
+    }
+    const pausedAt = performance.now();
     if (freeze) await this.pause(handle);
+    let pausedMs = 0;
     try {
       await new Promise<void>((resolve, reject) =>
         this.docker.modem.dial(
@@ -940,12 +956,18 @@ export class DockerProvider implements SandboxProvider {
           (err: unknown) => (err ? reject(err instanceof Error ? err : new Error('the engine refused the commit')) : resolve()),
         ),
       ).catch((e: unknown) => rethrow(e, `commit container ${handle}`));
-      if (source !== undefined) await copyTree(source, workspaceDir, `copy the workspace of sandbox ${handle}`);
+      if (source !== undefined) {
+        if (preCopied) await syncTree(source, workspaceDir, firstPassAt, what);
+        else await copyTree(source, workspaceDir, what);
+      }
     } catch (err) {
       await this.removeSnapshot(snapshotId).catch(() => undefined);
       throw err;
     } finally {
-      if (freeze) await this.resume(handle).catch(() => undefined);
+      if (freeze) {
+        await this.resume(handle).catch(() => undefined);
+        pausedMs = Math.round(performance.now() - pausedAt);
+      }
     }
     const [own, base] = await Promise.all([
       this.docker.getImage(image).inspect(),
@@ -959,6 +981,7 @@ export class DockerProvider implements SandboxProvider {
       imageBytes: Math.max(0, own.Size - (base?.Size ?? 0)),
       workspaceBytes: source === undefined ? 0 : await diskBytes(workspaceDir),
       processes: false,
+      pausedMs,
       processesReason: processes.supported
         ? 'this Warren version does not checkpoint processes yet: a sandbox made from the snapshot starts with fresh processes'
         : `${processes.reason}: a sandbox made from the snapshot starts with fresh processes`,

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { mkdir, readdir } from 'node:fs/promises';
+import { chmod, chown, mkdir, mkdtemp, readdir, rm, utimes, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import Docker from 'dockerode';
@@ -101,6 +102,51 @@ describe('snapshots and forks', () => {
     expect(new Set(content).size).toBe(1);
     await writer.kill();
   }, 120_000);
+
+  it('a sandbox swapping its folders for links to host folders during a snapshot gets no host file into it', async () => {
+    // The first copy runs while the sandbox runs, and cp walks by path: a folder swapped for a link
+    // between cp's look and its read would lead a cp on the host to the host's files. Each folder
+    // holds a file of the same name, size, mtime, mode and owner as the host's, so the pass under
+    // the freeze would not notice a host copy in its place: only the confined first pass keeps it out.
+    const host = await mkdtemp(path.join(tmpdir(), 'warren-snapshot-secret-'));
+    const racer = await Sandbox.create({ ...options(), ttlSeconds: 600 });
+    made.push(racer);
+    try {
+      await racer.commands.run([
+        'sh',
+        '-c',
+        'mkdir -p /workspace/race && cd /workspace/race && for i in $(seq 1 30); do mkdir d$i && printf sandbox-abc > d$i/secret && touch -d @1700000000 d$i/secret; done',
+      ]);
+      const [mode, uid, gid] = (await racer.commands.run('stat -c "%a %u %g" /workspace/race/d1/secret')).stdout.trim().split(' ');
+      await writeFile(path.join(host, 'secret'), 'HOST-SECRET');
+      await chown(path.join(host, 'secret'), Number(uid), Number(gid));
+      await chmod(path.join(host, 'secret'), parseInt(mode!, 8));
+      await chmod(host, 0o755);
+      await utimes(path.join(host, 'secret'), 1_700_000_000, 1_700_000_000);
+      // Older than the snapshot's first pass by more than its one-second margin.
+      await new Promise((resolve) => setTimeout(resolve, 1500));
+      const swapper = await racer.commands.start([
+        'sh',
+        '-c',
+        `cd /workspace/race && while :; do for i in $(seq 1 30); do mv d$i x$i; ln -s ${host} d$i; done; for i in $(seq 1 30); do rm d$i; mv x$i d$i; done; done`,
+      ]);
+      for (let round = 0; round < 6; round++) {
+        const snap = await racer.snapshot();
+        const child = await Sandbox.create({ ...options(), snapshot: snap.id });
+        try {
+          const found = await child.commands.run('grep -rl HOST-SECRET /workspace/race');
+          expect(found.stdout).toBe('');
+        } finally {
+          await child.kill();
+          await new Snapshots(options()).delete(snap.id);
+        }
+      }
+      await swapper.kill();
+    } finally {
+      await racer.kill().catch(() => undefined);
+      await rm(host, { recursive: true, force: true });
+    }
+  }, 240_000);
 
   it('refuses names and labels with path characters, and path tricks on the routes, with INVALID_PARAMS', async () => {
     for (const name of ['../etc', 'a/b', '..', '.hidden', 'x'.repeat(64), 'a..b']) {

@@ -130,8 +130,11 @@ export async function syncTree(from: string, to: string, sinceMs: number, what: 
       const st = await lstat(join(from, path), { bigint: true });
       const copy = await lstat(join(to, path), { bigint: true }).catch(() => undefined);
       if (st.isDirectory() && copy?.isDirectory()) {
+        const before = recopy.length + links.length + removed + folders.length;
         await walk(path);
-        if (!sameAttributes(st, copy) || st.ctimeNs >= since) folders.push({ rel: path, st });
+        // Anything done inside moved the copy's times: they are set back from the source's.
+        const touched = recopy.length + links.length + removed + folders.length !== before;
+        if (touched || !sameAttributes(st, copy) || st.mtimeNs !== copy.mtimeNs || st.ctimeNs >= since) folders.push({ rel: path, st });
         continue;
       }
       const same =

@@ -108,6 +108,8 @@ describe('snapshots and forks', () => {
     // between cp's look and its read would lead a cp on the host to the host's files. Each folder
     // holds a file of the same name, size, mtime, mode and owner as the host's, so the pass under
     // the freeze would not notice a host copy in its place: only the confined first pass keeps it out.
+    // Many files in each folder keep cp inside it long enough for a swap to land mid-walk; each swap
+    // is short, so the folder is most likely back in place at the freeze and the host copy would stay.
     const host = await mkdtemp(path.join(tmpdir(), 'warren-snapshot-secret-'));
     const racer = await Sandbox.create({ ...options(), ttlSeconds: 600 });
     made.push(racer);
@@ -115,7 +117,7 @@ describe('snapshots and forks', () => {
       await racer.commands.run([
         'sh',
         '-c',
-        'mkdir -p /workspace/race && cd /workspace/race && for i in $(seq 1 30); do mkdir d$i && printf sandbox-abc > d$i/secret && touch -d @1700000000 d$i/secret; done',
+        'mkdir -p /workspace/race && cd /workspace/race && for i in $(seq 1 30); do mkdir d$i && printf sandbox-abc > d$i/secret && touch -d @1700000000 d$i/secret && (cd d$i && touch $(seq -f f%g 1 150)); done',
       ]);
       const [mode, uid, gid] = (await racer.commands.run('stat -c "%a %u %g" /workspace/race/d1/secret')).stdout.trim().split(' ');
       await writeFile(path.join(host, 'secret'), 'HOST-SECRET');
@@ -128,7 +130,7 @@ describe('snapshots and forks', () => {
       const swapper = await racer.commands.start([
         'sh',
         '-c',
-        `cd /workspace/race && while :; do for i in $(seq 1 30); do mv d$i x$i; ln -s ${host} d$i; done; for i in $(seq 1 30); do rm d$i; mv x$i d$i; done; done`,
+        `cd /workspace/race && while :; do for i in $(seq 1 30); do mv d$i x$i && ln -s ${host} d$i && rm d$i && mv x$i d$i; done; done`,
       ]);
       for (let round = 0; round < 6; round++) {
         const snap = await racer.snapshot();

@@ -895,10 +895,15 @@ export class DockerProvider implements SandboxProvider {
   }
 
   /**
-   * A snapshot, consistent: the container is frozen (cgroup freezer, as `pause`; its processes keep
-   * running afterwards), its changes committed to `warren-snapshot/<id>:latest` (labelled with the
-   * id; the daemon's secret variable blanked), its workspace copied with {@link copyTree}
-   * (sparse-aware, reflinks where the file system has them), then thawed. The workspace is read
+   * A snapshot, consistent and only briefly frozen: the workspace of a running sandbox is copied
+   * first while it runs ({@link preCopyTree}: `cp` confined to a private mount namespace, so a
+   * folder swapped for a link cannot lead it to the host's files); then the container is frozen
+   * (cgroup freezer, as `pause`; its processes keep running afterwards), its changes committed to
+   * `warren-snapshot/<id>:latest` (labelled with the id; the daemon's secret variable blanked), the
+   * copy brought to the state at the freeze ({@link syncTree}: only what changed is copied again),
+   * then thawed; `pausedMs` says how long it was frozen. A sandbox already paused or stopped, or a
+   * host where the namespace cannot be made, is copied whole with {@link copyTree} (sparse-aware,
+   * reflinks where the file system has them) under the freeze. The workspace is read
    * on this host (the volume's or disk's folder), so the controller must run beside the engine; a
    * workspace replaced by a host mount is not copied (it is the host's, not the sandbox's).
    */

@@ -336,7 +336,8 @@ describe('the warren commands', () => {
     // With every sandbox gone, no image of this controller's snapshots and forks is left once collected.
     const owner = warren.controller.sandboxes.credentials.instanceId;
     const leftovers = () => docker.listImages({ all: true, filters: { label: ['warren.snapshot', `warren.owner=${owner}`] } });
-    expect((await leftovers()).length).toBeGreaterThan(0);
+    // The reaper's round collects them too (it runs every reapIntervalMs), so whether any is still
+    // there at this point is a race: only the end state is checked.
     await warren.controller.snapshots.collect();
     expect(await leftovers()).toEqual([]);
   }, 180_000);

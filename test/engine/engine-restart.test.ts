@@ -8,7 +8,7 @@
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { createLogger } from '@warren/controller';
-import { Sandbox } from '@warren/sdk';
+import { Sandbox, Snapshots, Volumes } from '@warren/sdk';
 import { reasonNotToRestartEngine, startEngine as startEngineIn, stopEngine } from '../support/engine.js';
 import { startTestController, type TestController } from '../support/fixtures.js';
 import { until } from '../support/reliability.js';
@@ -77,5 +77,35 @@ async function readyz(url: string): Promise<number> {
     const fresh = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });
     sandboxes.push(fresh);
     expect((await fresh.commands.run(['echo', 'pooled'])).stdout).toBe('pooled\n');
+  });
+
+  it('keeps a hibernated sandbox hibernated, and snapshots and volumes whole, across an engine restart', async () => {
+    const options = { baseUrl: warren.url, apiKey: warren.apiKey };
+    const volumes = new Volumes(options);
+    const snapshots = new Snapshots(options);
+    await volumes.create({ name: 'engine-restart-vol' });
+    const sleeper = await Sandbox.create({ ...options, volumes: [{ name: 'engine-restart-vol', path: '/data' }] });
+    sandboxes.push(sleeper);
+    await sleeper.files.write('kept.txt', 'hibernated');
+    await sleeper.commands.run(['sh', '-c', 'echo vol > /data/v']);
+    const snap = await sleeper.snapshot({ name: 'engine-restart' });
+    await sleeper.hibernate();
+
+    await stopEngine();
+    await startEngine();
+    await until('/readyz to answer 200', async () => ((await readyz(warren.url)) === 200 ? true : undefined), 60_000);
+
+    // Not started again with the others: it stays hibernated until a call wakes it, with its files.
+    expect((await sleeper.info()).state).toBe('hibernated');
+    expect(await sleeper.files.read('kept.txt', { timeoutMs: 60_000 })).toBe('hibernated');
+    expect((await sleeper.info()).state).toBe('running');
+    expect((await sleeper.commands.run(['cat', '/data/v'])).stdout).toBe('vol\n');
+    expect((await snapshots.get('engine-restart')).id).toBe(snap.id);
+    const child = await Sandbox.create({ ...options, snapshot: snap.id });
+    sandboxes.push(child);
+    expect(await child.files.read('kept.txt')).toBe('hibernated');
+    await Promise.all([sleeper.kill(), child.kill()]);
+    await snapshots.delete(snap.id);
+    await volumes.delete('engine-restart-vol');
   });
 });

@@ -1,8 +1,9 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { constants as fsConstants } from 'node:fs';
-import { access, chown, mkdir, open, readFile, rm, writeFile } from 'node:fs/promises';
+import { access, chown, mkdir, mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
 import { execFile } from 'node:child_process';
 import path from 'node:path';
+import { tmpdir } from 'node:os';
 import { Duplex, Readable } from 'node:stream';
 import Docker from 'dockerode';
 import { CodedError, DEFAULT_ROOT, EGRESS_TRANSPARENT_ADDRESS, EGRESS_TRUST_DIR, SandboxSettings as SandboxSettingsSchema } from '@warren/protocol';
@@ -11,7 +12,7 @@ import { AgentDirs, type HostIdentity } from './agent-dir.js';
 import { resolveEngine } from './engine-endpoint.js';
 import { detectEngine, hardLimits, processLimitCandidates, unenforcedLimits, type EngineKind, type EngineLimitsInfo } from './engine-kind.js';
 import { openWorkspaceStore, type WorkspaceStore } from './workspace-store.js';
-import { copyTree, diskBytes, emptyTree } from './tree-copy.js';
+import { copyTree, diskBytes, emptyTree, preCopyTree, syncTree } from './tree-copy.js';
 import { closeNamespaces, PODMAN_DEFAULT_SECCOMP, type SeccompProfile } from './seccomp.js';
 import { LABELS } from './labels.js';
 import type { Logger } from './logger.js';
@@ -894,10 +895,15 @@ export class DockerProvider implements SandboxProvider {
   }
 
   /**
-   * A snapshot, consistent: the container is frozen (cgroup freezer, as `pause`; its processes keep
-   * running afterwards), its changes committed to `warren-snapshot/<id>:latest` (labelled with the
-   * id; the daemon's secret variable blanked), its workspace copied with {@link copyTree}
-   * (sparse-aware, reflinks where the file system has them), then thawed. The workspace is read
+   * A snapshot, consistent and only briefly frozen: the workspace of a running sandbox is copied
+   * first while it runs ({@link preCopyTree}: `cp` confined to a private mount namespace, so a
+   * folder swapped for a link cannot lead it to the host's files); then the container is frozen
+   * (cgroup freezer, as `pause`; its processes keep running afterwards), its changes committed to
+   * `warren-snapshot/<id>:latest` (labelled with the id; the daemon's secret variable blanked), the
+   * copy brought to the state at the freeze ({@link syncTree}: only what changed is copied again),
+   * then thawed; `pausedMs` says how long it was frozen. A sandbox already paused or stopped, or a
+   * host where the namespace cannot be made, is copied whole with {@link copyTree} (sparse-aware,
+   * reflinks where the file system has them) under the freeze. The workspace is read
    * on this host (the volume's or disk's folder), so the controller must run beside the engine; a
    * workspace replaced by a host mount is not copied (it is the host's, not the sandbox's).
    */
@@ -918,7 +924,22 @@ export class DockerProvider implements SandboxProvider {
     const processes = await this.checkpointSupport();
     const freeze = info.State.Running && !info.State.Paused;
     const image = snapshotImage(snapshotId);
+    const what = `copy the workspace of sandbox ${handle}`;
+    // A first copy while the sandbox runs, so that the freeze only covers what changed since.
+    const firstPassAt = Date.now();
+    let preCopied = false;
+    if (source !== undefined && freeze) {
+      const scratch = await mkdtemp(path.join(tmpdir(), 'warren-precopy-'));
+      try {
+        preCopied = await preCopyTree(source, workspaceDir, scratch, what);
+      } finally {
+        await rm(scratch, { recursive: true, force: true }).catch(() => undefined);
+      }
+      if (!preCopied) await emptyTree(workspaceDir);
+    }
+    const pausedAt = performance.now();
     if (freeze) await this.pause(handle);
+    let pausedMs = 0;
     try {
       await new Promise<void>((resolve, reject) =>
         this.docker.modem.dial(
@@ -940,12 +961,18 @@ export class DockerProvider implements SandboxProvider {
           (err: unknown) => (err ? reject(err instanceof Error ? err : new Error('the engine refused the commit')) : resolve()),
         ),
       ).catch((e: unknown) => rethrow(e, `commit container ${handle}`));
-      if (source !== undefined) await copyTree(source, workspaceDir, `copy the workspace of sandbox ${handle}`);
+      if (source !== undefined) {
+        if (preCopied) await syncTree(source, workspaceDir, firstPassAt, what);
+        else await copyTree(source, workspaceDir, what);
+      }
     } catch (err) {
       await this.removeSnapshot(snapshotId).catch(() => undefined);
       throw err;
     } finally {
-      if (freeze) await this.resume(handle).catch(() => undefined);
+      if (freeze) {
+        await this.resume(handle).catch(() => undefined);
+        pausedMs = Math.round(performance.now() - pausedAt);
+      }
     }
     const [own, base] = await Promise.all([
       this.docker.getImage(image).inspect(),
@@ -959,6 +986,7 @@ export class DockerProvider implements SandboxProvider {
       imageBytes: Math.max(0, own.Size - (base?.Size ?? 0)),
       workspaceBytes: source === undefined ? 0 : await diskBytes(workspaceDir),
       processes: false,
+      pausedMs,
       processesReason: processes.supported
         ? 'this Warren version does not checkpoint processes yet: a sandbox made from the snapshot starts with fresh processes'
         : `${processes.reason}: a sandbox made from the snapshot starts with fresh processes`,

@@ -127,6 +127,8 @@ export interface ProvidedSnapshot {
   /** Whether processes and memory were captured; never true unless a restore brings them back. */
   processes: boolean;
   processesReason?: string | undefined;
+  /** Milliseconds the sandbox was frozen for the capture (0 when it was not running or already paused). */
+  pausedMs?: number | undefined;
 }
 
 /** Sandbox records kept by the backend, readable and claimable by every controller replica (see {@link SandboxProvider.sharedRecords}). */

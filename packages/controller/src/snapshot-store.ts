@@ -39,6 +39,7 @@ export const SnapshotRecord = z.object({
   sizeBytes: z.number(),
   processes: z.boolean(),
   processesReason: z.string().optional(),
+  pausedMs: z.number().optional(),
   settings: SandboxSettings,
   policy: FilePolicy.optional(),
   egress: z.unknown().optional(),
@@ -212,6 +213,7 @@ export function describeSnapshot(record: SnapshotRecord): SnapshotInfo {
     sizeBytes: record.sizeBytes,
     processes: record.processes,
     ...(record.processesReason === undefined ? {} : { processesReason: record.processesReason }),
+    ...(record.pausedMs === undefined ? {} : { pausedMs: Math.round(record.pausedMs) }),
     settings: record.settings,
   };
 }

@@ -158,12 +158,13 @@ export class SnapshotService {
         sizeBytes,
         processes: taken.processes,
         ...(taken.processesReason === undefined ? {} : { processesReason: taken.processesReason }),
+        ...(taken.pausedMs === undefined || taken.pausedMs === 0 ? {} : { pausedMs: taken.pausedMs }),
         settings: record.settings,
         ...(record.policy === undefined ? {} : { policy: record.policy as SnapshotRecord['policy'] }),
         ...(egress === undefined ? {} : { egress }),
       };
       await this.store.commit(stored);
-      this.logger?.info({ snapshotId: id, sandboxId, sizeBytes, ms: Math.round(performance.now() - started) }, 'snapshot.taken');
+      this.logger?.info({ snapshotId: id, sandboxId, sizeBytes, ms: Math.round(performance.now() - started), pausedMs: taken.pausedMs }, 'snapshot.taken');
       return describeSnapshot(stored);
     } catch (err) {
       await this.store.abandon(id);

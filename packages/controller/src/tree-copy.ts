@@ -1,4 +1,7 @@
 import { execFile } from 'node:child_process';
+import type { BigIntStats } from 'node:fs';
+import { chmod, lchown, link, lstat, readdir, readlink, rm } from 'node:fs/promises';
+import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { CodedError } from '@warren/protocol';
 
@@ -46,4 +49,151 @@ export async function diskBytes(dir: string): Promise<number> {
 function errorText(err: unknown): string {
   const stderr = (err as { stderr?: unknown }).stderr;
   return (typeof stderr === 'string' && stderr !== '' ? stderr : err instanceof Error ? err.message : 'unknown error').slice(0, 400);
+}
+
+/**
+ * A first copy of a sandbox's workspace made while the sandbox runs ({@link syncTree} then brings
+ * it to the state at the pause). The sandbox can swap any folder for a symbolic link while `cp`
+ * walks it, and `cp` walks by path, so on the host it could be led to copy host files into the
+ * snapshot. `cp` therefore runs chrooted in a private mount namespace (`unshare`) whose root holds
+ * only the workspace (read-only at `/from`), the destination (`/to`) and the host's `/usr`
+ * (read-only, for `cp` itself): a link swapped in resolves there, never to the host's files.
+ * Returns false when the namespace cannot be made (not root, no `unshare`): the caller then
+ * copies everything while the sandbox is frozen, as safe, only slower. `scratch` is an empty
+ * folder of the controller's that becomes the chroot's mount point (on the host it stays empty).
+ */
+export async function preCopyTree(from: string, to: string, scratch: string, what: string): Promise<boolean> {
+  const script = [
+    'set -e',
+    'r="$1"; from="$2"; to="$3"',
+    'mount -t tmpfs -o size=1m,mode=755 warren-precopy "$r"',
+    'mkdir "$r/usr" "$r/from" "$r/to"',
+    'mount --bind /usr "$r/usr"; mount -o remount,bind,ro "$r/usr"',
+    'for d in bin lib lib32 lib64 sbin; do if [ -L "/$d" ]; then ln -s "$(readlink "/$d")" "$r/$d"; elif [ -d "/$d" ]; then mkdir "$r/$d"; mount --bind "/$d" "$r/$d"; mount -o remount,bind,ro "$r/$d"; fi; done',
+    'mount --bind "$from" "$r/from"; mount -o remount,bind,ro "$r/from"',
+    'mount --bind "$to" "$r/to"',
+    'echo ready >&2',
+    'exec chroot "$r" /usr/bin/cp -a --sparse=always --reflink=auto --no-target-directory -- /from/. /to',
+  ].join('\n');
+  try {
+    await run('unshare', ['--mount', '--propagation', 'private', '--', 'sh', '-c', script, 'precopy', scratch, from, to], { maxBuffer: 1024 * 1024 });
+    return true;
+  } catch (err) {
+    const stderr = errorText(err);
+    if (!/^ready$/m.test(stderr)) return false;
+    if (/No space left|Disk quota exceeded/i.test(stderr))
+      throw new CodedError(
+        'RESOURCE_EXHAUSTED',
+        `No space left to ${what}: ${stderr.trim()}. Free disk space, delete snapshots (warren snapshot prune), or ask for a larger diskMb.`,
+      );
+    // The sandbox changed its files under cp (a file gone between listing and reading): the pass under the freeze repairs it.
+    return true;
+  }
+}
+
+/** What {@link syncTree} changed in the copy. */
+export interface SyncResult {
+  /** Entries copied again (a changed folder counts once, with all it holds). */
+  copied: number;
+  /** Entries of the copy that the source no longer has, removed. */
+  removed: number;
+}
+
+/**
+ * Makes the copy `to` (made earlier by {@link preCopyTree}, possibly while the source changed)
+ * equal to `from` now; the sandbox is frozen, so `from` holds still. Walks both trees with
+ * `lstat`, never following a link: an entry whose type, size, modification time, mode or owner
+ * differ, whose inode changed (ctime) since `sinceMs` less a second (timestamps are coarse: a file
+ * rewritten within the same tick as the first pass keeps its size and mtime), or that the copy
+ * lacks is copied again with `cp -a` (sparse-aware, hard links among the recopied kept); entries
+ * only the copy has are removed; folders get back their own mode, owner and times. The copy's
+ * entries are the sandbox's, so each folder of the copy is checked to be a real folder before
+ * anything is done inside it.
+ */
+export async function syncTree(from: string, to: string, sinceMs: number, what: string): Promise<SyncResult> {
+  const since = BigInt(Math.floor(sinceMs) - 1000) * 1_000_000n;
+  const recopy: string[] = [];
+  const linkTo = new Map<string, string>();
+  const links: Array<[string, string]> = [];
+  const folders: Array<{ rel: string; st: BigIntStats }> = [];
+  let removed = 0;
+  const walk = async (rel: string): Promise<void> => {
+    const [names, theirs] = await Promise.all([readdir(join(from, rel)), readdir(join(to, rel))]);
+    const present = new Set(names);
+    for (const name of theirs)
+      if (!present.has(name)) {
+        await rm(join(to, rel, name), { recursive: true, force: true });
+        removed++;
+      }
+    for (const name of names) {
+      const path = rel === '' ? name : `${rel}/${name}`;
+      const st = await lstat(join(from, path), { bigint: true });
+      const copy = await lstat(join(to, path), { bigint: true }).catch(() => undefined);
+      if (st.isDirectory() && copy?.isDirectory()) {
+        const before = recopy.length + links.length + removed + folders.length;
+        await walk(path);
+        // Anything done inside moved the copy's times: they are set back from the source's.
+        const touched = recopy.length + links.length + removed + folders.length !== before;
+        if (touched || !sameAttributes(st, copy) || st.mtimeNs !== copy.mtimeNs || st.ctimeNs >= since) folders.push({ rel: path, st });
+        continue;
+      }
+      const same =
+        copy !== undefined &&
+        sameType(st, copy) &&
+        st.size === copy.size &&
+        st.mtimeNs === copy.mtimeNs &&
+        sameAttributes(st, copy) &&
+        st.ctimeNs < since &&
+        (!st.isSymbolicLink() || (await readlink(join(from, path))) === (await readlink(join(to, path))));
+      if (same) continue;
+      if (copy !== undefined) await rm(join(to, path), { recursive: true, force: true });
+      if (st.isFile() && st.nlink > 1n) {
+        const inode = `${st.dev}:${st.ino}`;
+        const first = linkTo.get(inode);
+        if (first !== undefined) {
+          links.push([first, path]);
+          continue;
+        }
+        linkTo.set(inode, path);
+      }
+      recopy.push(path);
+    }
+  };
+  try {
+    await walk('');
+    // One cp per batch: --parents recreates each relative path under `to` (its folders exist).
+    for (let i = 0; i < recopy.length; i += 500)
+      await run(
+        'cp',
+        ['-a', '--sparse=always', '--reflink=auto', '--parents', '--target-directory', to, '--', ...recopy.slice(i, i + 500).map((p) => `./${p}`)],
+        { cwd: from, maxBuffer: 1024 * 1024 },
+      );
+    for (const [first, other] of links) await link(join(to, first), join(to, other));
+    // Deepest first, so setting a folder's times is not undone by a change inside it.
+    folders.sort((a, b) => b.rel.split('/').length - a.rel.split('/').length);
+    for (const { rel, st } of [...folders, { rel: '', st: await lstat(from, { bigint: true }) }]) {
+      const target = join(to, rel);
+      await lchown(target, Number(st.uid), Number(st.gid));
+      await chmod(target, Number(st.mode & 0o7777n));
+      await run('touch', ['-h', '-m', '-d', `@${st.mtimeNs / 1_000_000_000n}.${String(st.mtimeNs % 1_000_000_000n).padStart(9, '0')}`, '--', target]);
+    }
+  } catch (err) {
+    if (err instanceof CodedError) throw err;
+    const stderr = errorText(err);
+    if (/No space left|Disk quota exceeded|ENOSPC|EDQUOT/i.test(stderr))
+      throw new CodedError(
+        'RESOURCE_EXHAUSTED',
+        `No space left to ${what}: ${stderr.trim()}. Free disk space, delete snapshots (warren snapshot prune), or ask for a larger diskMb.`,
+      );
+    throw new CodedError('INTERNAL', `Could not ${what}: ${stderr.trim()}`);
+  }
+  return { copied: recopy.length + links.length, removed };
+}
+
+function sameType(a: BigIntStats, b: BigIntStats): boolean {
+  return (a.mode & 0o170000n) === (b.mode & 0o170000n) && (!(a.isCharacterDevice() || a.isBlockDevice()) || a.rdev === b.rdev);
+}
+
+function sameAttributes(a: BigIntStats, b: BigIntStats): boolean {
+  return a.mode === b.mode && a.uid === b.uid && a.gid === b.gid;
 }

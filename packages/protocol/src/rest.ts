@@ -474,6 +474,8 @@ export const SnapshotInfo = z.strictObject({
   processes: z.boolean(),
   /** Why processes were not captured, when they were not. */
   processesReason: z.string().optional(),
+  /** Milliseconds the sandbox was frozen while the snapshot was taken (the rest of the copy ran beside it); absent when it was not frozen. */
+  pausedMs: z.number().int().nonnegative().optional(),
   /** The settings a sandbox created from it gets unless the create names others. */
   settings: SandboxSettings,
 });

@@ -23,7 +23,7 @@ from .errors import ERROR_CLASSES, FrameworkNotInstalledError, WarrenError, erro
 from .files import CharSlice, DownloadedArchive, Files, LineSlice
 from .images import BuiltImage, ImageInfo, Images, PackedContext, PulledImage, PullProgressEvent, pack_build_context
 from .pty import Pty, PtyExit, Terminal
-from .sandbox import Sandbox
+from .sandbox import Sandbox, Snapshots, Volumes
 
 __version__ = "0.1.0"
 
@@ -63,6 +63,8 @@ __all__ = [
     "Sandbox",
     "SandboxInfo",
     "ShellSession",
+    "Snapshots",
+    "Volumes",
     "Terminal",
     "WarrenError",
     "check_archive",

@@ -1552,6 +1552,7 @@ class SnapshotInfo(_Tolerant):
     size_bytes: _C1 = Field(..., alias='sizeBytes')
     processes: StrictBool = Field(...)
     processes_reason: Optional[StrictStr] = Field(None, alias='processesReason')
+    paused_ms: Optional[_C1] = Field(None, alias='pausedMs')
     settings: CreateSandboxResponseSettings = Field(...)
 
 

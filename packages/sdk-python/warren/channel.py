@@ -106,6 +106,11 @@ class Channel:
     def resume_reading(self) -> None:
         self._current.resume_reading()
 
+    async def sleep(self) -> None:
+        """Closes the current connection without closing the channel: the next call opens a new one
+        (a hibernated sandbox, which that call wakes)."""
+        await self._current.close()
+
     async def close(self) -> None:
         """Closes for good: no reconnection; pending and later calls fail."""
         self._closed = True

@@ -23,6 +23,8 @@ from pydantic import BaseModel, ValidationError, parse_obj_as
 from ._protocol import (
     CreateSandboxRequest,
     CreateSandboxResponse,
+    CreateSnapshotRequest,
+    CreateVolumeRequest,
     DeriveTokenRequest,
     DeriveTokenResponse,
     ImageEvent,
@@ -31,8 +33,16 @@ from ._protocol import (
     ListImagesResponse,
     ListImagesResponseImagesItem,
     ListSandboxesResponse,
+    ListSnapshotsResponse,
+    ListVolumesResponse,
+    ForkSandboxRequest,
+    ForkSandboxResponse,
+    PruneSnapshotsRequest,
+    PruneSnapshotsResponse,
     PullImageRequest,
     SandboxInfo,
+    SnapshotInfo,
+    VolumeInfo,
 )
 from .errors import InternalError, InvalidParamsError, UpstreamUnavailableError, WarrenError, make_error
 
@@ -119,7 +129,7 @@ class RestClient:
         return (await self._answer(ListSandboxesResponse, "GET", f"/v1/sandboxes{'?' + qs if qs else ''}", None)).sandboxes
 
     async def action(self, sandbox_id: str, action: str) -> SandboxInfo:
-        """``keepalive``, ``pause``, ``resume``: one POST on a sandbox, answered with its description."""
+        """``keepalive``, ``pause``, ``resume``, ``hibernate``: one POST on a sandbox, answered with its description."""
         return await self._answer(SandboxInfo, "POST", f"{self._path(sandbox_id)}/{action}", None)
 
     async def set_timeout(self, sandbox_id: str, ttl_seconds: int) -> SandboxInfo:
@@ -128,6 +138,43 @@ class RestClient:
     async def derive(self, sandbox_id: str, body: Mapping[str, Any]) -> DeriveTokenResponse:
         checked = check_body(DeriveTokenRequest, body, "derive request")
         return await self._answer(DeriveTokenResponse, "POST", f"{self._path(sandbox_id)}/derive", checked)
+
+    async def snapshot(self, sandbox_id: str, body: Mapping[str, Any]) -> SnapshotInfo:
+        """``POST /v1/sandboxes/{id}/snapshot``: a snapshot of the sandbox for the API key (it keeps running)."""
+        checked = check_body(CreateSnapshotRequest, body, "snapshot request")
+        return await self._answer(SnapshotInfo, "POST", f"{self._path(sandbox_id)}/snapshot", checked)
+
+    async def fork(self, sandbox_id: str, body: Mapping[str, Any]) -> List[CreateSandboxResponse]:
+        """``POST /v1/sandboxes/{id}/fork``: ``count`` new sandboxes from the sandbox's current state."""
+        checked = check_body(ForkSandboxRequest, body, "fork request")
+        return (await self._answer(ForkSandboxResponse, "POST", f"{self._path(sandbox_id)}/fork", checked)).sandboxes
+
+    async def list_snapshots(self) -> List[SnapshotInfo]:
+        """``GET /v1/snapshots``: the API key's snapshots, newest first."""
+        return (await self._answer(ListSnapshotsResponse, "GET", "/v1/snapshots", None)).snapshots
+
+    async def get_snapshot(self, id_or_name: str) -> SnapshotInfo:
+        return await self._answer(SnapshotInfo, "GET", f"/v1/snapshots/{urllib.parse.quote(id_or_name, safe='')}", None)
+
+    async def delete_snapshot(self, id_or_name: str) -> None:
+        await self._request("DELETE", f"/v1/snapshots/{urllib.parse.quote(id_or_name, safe='')}", None)
+
+    async def prune_snapshots(self, body: Mapping[str, Any]) -> PruneSnapshotsResponse:
+        checked = check_body(PruneSnapshotsRequest, body, "prune request")
+        return await self._answer(PruneSnapshotsResponse, "POST", "/v1/snapshots/prune", checked)
+
+    async def create_volume(self, body: Mapping[str, Any]) -> VolumeInfo:
+        checked = check_body(CreateVolumeRequest, body, "volume request")
+        return await self._answer(VolumeInfo, "POST", "/v1/volumes", checked)
+
+    async def list_volumes(self) -> List[VolumeInfo]:
+        return (await self._answer(ListVolumesResponse, "GET", "/v1/volumes", None)).volumes
+
+    async def get_volume(self, name: str) -> VolumeInfo:
+        return await self._answer(VolumeInfo, "GET", f"/v1/volumes/{urllib.parse.quote(name, safe='')}", None)
+
+    async def delete_volume(self, name: str) -> None:
+        await self._request("DELETE", f"/v1/volumes/{urllib.parse.quote(name, safe='')}", None)
 
     async def readiness(self) -> Dict[str, Any]:
         """``GET /readyz``: whether the controller can create sandboxes now, and the isolation it gives them."""

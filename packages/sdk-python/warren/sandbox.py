@@ -6,7 +6,21 @@ from typing import Any, AsyncIterator, Awaitable, Dict, Generator, List, Mapping
 
 from pydantic import BaseModel, ValidationError
 
-from ._protocol import AuditListResult, CreateSandboxRequest, DeriveTokenRequest, DeriveTokenResponse, SandboxInfo, SystemInfoResult
+from ._protocol import (
+    AuditListResult,
+    CreateSandboxRequest,
+    CreateSnapshotRequest,
+    CreateVolumeRequest,
+    DeriveTokenRequest,
+    DeriveTokenResponse,
+    ForkSandboxRequest,
+    PruneSnapshotsRequest,
+    PruneSnapshotsResponse,
+    SandboxInfo,
+    SnapshotInfo,
+    SystemInfoResult,
+    VolumeInfo,
+)
 from .channel import Channel, ReconnectOptions
 from .commands import Commands
 from .connection import ApprovalHandler, Connection
@@ -27,6 +41,17 @@ def _wire(model: Type[BaseModel], options: Mapping[str, Any], what: str) -> Dict
     except ValidationError as err:
         issues = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()[:10])
         raise InvalidParamsError(f"Invalid {what}: {issues}") from None
+
+
+def _wire_known(model: Type[BaseModel], options: Mapping[str, Any], what: str) -> Dict[str, Any]:
+    """As :func:`_wire`, and an option the model does not name is refused (an answer model would
+    drop it silently: a misspelt ``nmae`` must not make an unnamed snapshot)."""
+    fields = model.__fields__
+    known = set(fields) | {f.alias for f in fields.values()}
+    unknown = sorted(k for k in options if k not in known)
+    if unknown:
+        raise InvalidParamsError(f"Invalid {what}: unknown option {', '.join(unknown)}; known: {', '.join(sorted(fields))}.")
+    return _wire(model, options, what)
 
 
 class Sandbox:
@@ -154,6 +179,57 @@ class Sandbox:
     async def resume(self) -> SandboxInfo:
         return await self._rest.action(self.id, "resume")
 
+    async def hibernate(self) -> SandboxInfo:
+        """Hibernates the sandbox: its container stops (its memory is freed), its id, token and files
+        stay. The next call on any handle starts it again and waits for it; its processes start anew
+        (docs/state.md). A sandbox created with ``hibernate_after_seconds`` hibernates by itself when idle.
+
+        Example::
+
+            await sandbox.hibernate()
+            await sandbox.files.read("notes.md")  # wakes it, then reads
+        """
+        # This handle's connection would keep it awake: it is closed, and the next call opens a new one.
+        await self._connection.sleep()
+        return await self._rest.action(self.id, "hibernate")
+
+    async def snapshot(self, **request: Any) -> SnapshotInfo:
+        """Takes a snapshot of this sandbox's files (its container's changes and its workspace), owned by
+        the API key this handle was made with (``name``, ``labels``); the sandbox is frozen briefly and
+        keeps running. ``processes`` False in the answer says running processes were not kept
+        (docs/state.md). Start sandboxes from it with ``Sandbox.create(snapshot=info.id)``.
+
+        Example::
+
+            snap = await sandbox.snapshot(name="before-fix", labels={"task": "t-42"})
+            retry = await Sandbox.create(api_key=key, snapshot="before-fix")
+        """
+        return await self._rest.snapshot(self.id, _wire_known(CreateSnapshotRequest, request, "snapshot request"))
+
+    async def fork(self, *, reconnect: Optional[ReconnectOptions] = None, **request: Any) -> "List[Sandbox]":
+        """Makes ``count`` new sandboxes from this sandbox's current state (``labels``, ``ttl_seconds``),
+        each independent of the others and of this one; each handle owns its sandbox (``async with``
+        kills it). Needs the API key.
+
+        Example::
+
+            a, b, c = await sandbox.fork(count=3)
+        """
+        created = await self._rest.fork(self.id, _wire_known(ForkSandboxRequest, request, "fork request"))
+        forks: List[Sandbox] = []
+        try:
+            for made in created:
+                channel = await Sandbox._channel(self._rest, made.id, made.token, reconnect)
+                forks.append(Sandbox(made.id, made.token, self._rest, channel, owns=True, startup={"readyMs": made.ready_ms, "pooled": made.pooled}))
+            return forks
+        except BaseException:
+            for made in created:
+                try:
+                    await self._rest.kill(made.id)
+                except Exception:
+                    pass
+            raise
+
     async def derive_token(self, **request: Any) -> DeriveTokenResponse:
         """A narrower token for this sandbox (``allow_read``, ``allow_write``, ``readonly``, ``allow_exec``, ``ttl_seconds``)."""
         return await self._rest.derive(self.id, _wire(DeriveTokenRequest, request, "derive request"))
@@ -222,3 +298,67 @@ class _Creating:
     async def __aexit__(self, *exc: Any) -> None:
         if self._sandbox is not None:
             await self._sandbox.__aexit__(*exc)
+
+
+class Snapshots:
+    """The API key's snapshots on a controller: list, describe, delete, prune (docs/state.md). Each
+    key sees its own only; another key's snapshot is ``SnapshotNotFoundError``.
+
+    Example::
+
+        snapshots = Snapshots(base_url=url, api_key=key)
+        for s in await snapshots.list():
+            print(s.id, s.name, s.size_bytes)
+        await snapshots.prune(older_than_seconds=7 * 86400)
+    """
+
+    def __init__(self, *, base_url: Optional[str] = None, api_key: Optional[str] = None) -> None:
+        url, key = resolve_controller(base_url, api_key)
+        self._rest = RestClient(url, key)
+
+    async def list(self) -> List[SnapshotInfo]:
+        """The key's snapshots, newest first."""
+        return await self._rest.list_snapshots()
+
+    async def get(self, id_or_name: str) -> SnapshotInfo:
+        """One snapshot by id or name."""
+        return await self._rest.get_snapshot(id_or_name)
+
+    async def delete(self, id_or_name: str) -> None:
+        """Deletes a snapshot; sandboxes made from it keep their files."""
+        await self._rest.delete_snapshot(id_or_name)
+
+    async def prune(self, **request: Any) -> PruneSnapshotsResponse:
+        """Deletes the key's snapshots older than ``older_than_seconds`` (0: all), with every given ``labels``."""
+        return await self._rest.prune_snapshots(_wire_known(PruneSnapshotsRequest, request, "prune request"))
+
+
+class Volumes:
+    """The API key's named volumes: storage that outlives sandboxes, mounted with
+    ``Sandbox.create(volumes=[{"name": ..., "path": ..., "readOnly": ...}])`` by any number of
+    sandboxes at once (docs/state.md, Volumes).
+
+    Example::
+
+        volumes = Volumes(base_url=url, api_key=key)
+        await volumes.create(name="pip-cache", size_mb=2048)
+        a = await Sandbox.create(api_key=key, volumes=[{"name": "pip-cache", "path": "/cache"}])
+    """
+
+    def __init__(self, *, base_url: Optional[str] = None, api_key: Optional[str] = None) -> None:
+        url, key = resolve_controller(base_url, api_key)
+        self._rest = RestClient(url, key)
+
+    async def create(self, **request: Any) -> VolumeInfo:
+        """Creates a volume (``name``, ``size_mb``, ``labels``)."""
+        return await self._rest.create_volume(_wire_known(CreateVolumeRequest, request, "volume request"))
+
+    async def list(self) -> List[VolumeInfo]:
+        return await self._rest.list_volumes()
+
+    async def get(self, name: str) -> VolumeInfo:
+        return await self._rest.get_volume(name)
+
+    async def delete(self, name: str) -> None:
+        """Deletes the volume and its data; refused (``ConflictError``) while a sandbox mounts it."""
+        await self._rest.delete_volume(name)

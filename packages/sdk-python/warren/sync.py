@@ -54,6 +54,8 @@ def _wrap(value: Any) -> Any:
     """Wraps what an async method returned: handles and streams become their blocking twins."""
     if hasattr(value, "__anext__"):
         return _SyncIterator(value)
+    if isinstance(value, list):
+        return [_wrap(v) for v in value]
     if type(value).__module__.startswith("warren.") and not type(value).__module__.startswith("warren._protocol") and hasattr(value, "__dict__"):
         if not isinstance(value, Exception) and not hasattr(value, "__dataclass_fields__"):
             return _Proxy(value)
@@ -141,6 +143,20 @@ class Sandbox(_Proxy):
     @staticmethod
     def list(**options: Any) -> List[Any]:
         return _Loop.run(_async.Sandbox.list(**options))
+
+
+class Snapshots(_Proxy):
+    """The blocking twin of :class:`warren.Snapshots`: ``list``, ``get``, ``delete`` and ``prune`` without ``await``."""
+
+    def __init__(self, *, base_url: Optional[str] = None, api_key: Optional[str] = None) -> None:
+        super().__init__(_async.Snapshots(base_url=base_url, api_key=api_key))
+
+
+class Volumes(_Proxy):
+    """The blocking twin of :class:`warren.Volumes`: ``create``, ``list``, ``get`` and ``delete`` without ``await``."""
+
+    def __init__(self, *, base_url: Optional[str] = None, api_key: Optional[str] = None) -> None:
+        super().__init__(_async.Volumes(base_url=base_url, api_key=api_key))
 
 
 class Images(_Proxy):

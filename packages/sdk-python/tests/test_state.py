@@ -1,0 +1,162 @@
+"""Snapshots, fork, hibernation and named volumes from the Python SDK (async and sync), against a
+real controller on the Docker engine (WARREN_PY_ENGINE=docker; scripts/test e2e runs it), as
+test/e2e/snapshots.test.ts drives them from TypeScript."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any, Dict
+
+import pytest
+
+from warren import (
+    ConflictError,
+    InvalidParamsError,
+    Sandbox,
+    SnapshotNotFoundError,
+    Snapshots,
+    Volumes,
+    WarrenError,
+)
+from warren import sync as warren_sync
+
+pytestmark = pytest.mark.controller
+
+
+@pytest.fixture(autouse=True)
+def needs_docker(controller: Any) -> None:
+    if controller.engine != "docker":
+        pytest.skip("needs the Docker engine: WARREN_PY_ENGINE=docker (scripts/test e2e runs it)")
+
+
+def opts(controller: Any, **more: Any) -> Dict[str, Any]:
+    return {"base_url": controller.url, "api_key": controller.api_key, **more}
+
+
+def unique() -> str:
+    return f"py-{secrets.token_hex(4)}"
+
+
+async def test_snapshot_list_get_create_from_it_delete_and_prune(controller: Any) -> None:
+    snapshots = Snapshots(base_url=controller.url, api_key=controller.api_key)
+    name = unique()
+    async with Sandbox.create(**opts(controller, memory_mb=300, labels={"suite": "py-state"})) as sandbox:
+        await sandbox.files.write("/workspace/src/a.txt", "v1")
+        await sandbox.commands.start("sleep 600")
+        snap = await sandbox.snapshot(name=name, labels={"step": "one"})
+        assert snap.name == name and snap.labels == {"step": "one"} and snap.sandbox_id == sandbox.id
+        assert snap.processes is False and "fresh processes" in (snap.processes_reason or "")
+        assert isinstance(snap.paused_ms, int)
+        # The parent keeps running, its background process too.
+        assert (await sandbox.info()).state == "running"
+        assert (await sandbox.commands.run('pgrep -f "[s]leep 600"')).exit_code == 0
+        assert name in [s.name for s in await snapshots.list()]
+        assert (await snapshots.get(name)).id == snap.id
+        assert (await snapshots.get(snap.id)).name == name
+
+        async with Sandbox.create(**opts(controller, snapshot=name)) as child:
+            assert await child.files.read("/workspace/src/a.txt") == "v1"
+            info = await child.info()
+            assert info.settings.memory_mb == 300 and info.labels == {"suite": "py-state"}
+            await child.files.write("/workspace/src/a.txt", "child")
+            assert await sandbox.files.read("/workspace/src/a.txt") == "v1"
+
+        # Bad names and misspelt options are refused before anything is made.
+        with pytest.raises(InvalidParamsError):
+            await sandbox.snapshot(name="../etc")
+        with pytest.raises(InvalidParamsError):
+            await sandbox.snapshot(nmae="typo")
+        other = await sandbox.snapshot(labels={"prune": name})
+    await snapshots.delete(name)
+    with pytest.raises(SnapshotNotFoundError):
+        await snapshots.get(name)
+    pruned = await snapshots.prune(older_than_seconds=0, labels={"prune": name})
+    assert pruned.deleted == [other.id]
+    assert other.id not in [s.id for s in await snapshots.list()]
+
+
+async def test_another_key_cannot_see_a_snapshot(controller: Any) -> None:
+    async with Sandbox.create(**opts(controller)) as sandbox:
+        snap = await sandbox.snapshot()
+        try:
+            # A sandbox token is not an API key: it cannot list the key's snapshots.
+            with pytest.raises(WarrenError):
+                await Snapshots(base_url=controller.url, api_key=sandbox.token).get(snap.id)
+        finally:
+            await Snapshots(base_url=controller.url, api_key=controller.api_key).delete(snap.id)
+
+
+async def test_fork_makes_independent_sandboxes_that_the_handles_own(controller: Any) -> None:
+    async with Sandbox.create(**opts(controller)) as parent:
+        await parent.files.write("/workspace/f.txt", "parent")
+        forks = await parent.fork(count=2, labels={"fork": "yes"})
+        assert len(forks) == 2 and len({f.id for f in forks} | {parent.id}) == 3
+        a, b = forks
+        async with a, b:
+            assert await a.files.read("/workspace/f.txt") == "parent"
+            await a.files.write("/workspace/f.txt", "a")
+            assert await b.files.read("/workspace/f.txt") == "parent"
+            assert await parent.files.read("/workspace/f.txt") == "parent"
+            assert (await a.info()).labels == {"fork": "yes"}
+        # Leaving `async with` killed them.
+        ids = [s.id for s in await Sandbox.list(base_url=controller.url, api_key=controller.api_key)]
+        assert a.id not in ids and b.id not in ids
+        with pytest.raises(InvalidParamsError):
+            await parent.fork(count=0)
+
+
+async def test_hibernate_then_the_next_call_wakes_it_with_its_files(controller: Any) -> None:
+    async with Sandbox.create(**opts(controller)) as sandbox:
+        await sandbox.files.write("/workspace/notes.md", "kept")
+        info = await sandbox.hibernate()
+        assert info.state == "hibernated"
+        assert (await sandbox.info()).state == "hibernated"
+        # The next call waits for the sandbox to wake, it does not fail.
+        assert await sandbox.files.read("/workspace/notes.md") == "kept"
+        assert (await sandbox.info()).state == "running"
+
+
+async def test_volumes_outlive_their_sandboxes_and_are_deleted_only_when_unused(controller: Any) -> None:
+    volumes = Volumes(base_url=controller.url, api_key=controller.api_key)
+    name = unique()
+    made = await volumes.create(name=name, size_mb=32, labels={"suite": "py-state"})
+    assert made.name == name and made.sandboxes == []
+    try:
+        async with Sandbox.create(**opts(controller, volumes=[{"name": name, "path": "/data"}])) as writer:
+            await writer.commands.run("sh -c 'echo shared > /data/x'")
+            assert writer.id in (await volumes.get(name)).sandboxes
+            with pytest.raises(ConflictError):
+                await volumes.delete(name)
+        async with Sandbox.create(**opts(controller, volumes=[{"name": name, "path": "/data", "readOnly": True}])) as reader:
+            assert (await reader.commands.run("cat /data/x")).stdout == "shared\n"
+            assert (await reader.commands.run("sh -c 'echo no > /data/y'")).exit_code != 0
+        assert name in [v.name for v in await volumes.list()]
+        with pytest.raises(InvalidParamsError):
+            await volumes.create(name="../etc")
+    finally:
+        await volumes.delete(name)
+    assert name not in [v.name for v in await volumes.list()]
+
+
+def test_the_sync_twins_snapshot_fork_hibernate_and_volumes(controller: Any) -> None:
+    snapshots = warren_sync.Snapshots(base_url=controller.url, api_key=controller.api_key)
+    volumes = warren_sync.Volumes(base_url=controller.url, api_key=controller.api_key)
+    name = unique()
+    volumes.create(name=name)
+    try:
+        with warren_sync.Sandbox.create(**opts(controller, volumes=[{"name": name, "path": "/data"}])) as sandbox:
+            sandbox.files.write("/workspace/s.txt", "sync")
+            snap = sandbox.snapshot(name=name)
+            assert snapshots.get(name).id == snap.id
+            (fork,) = sandbox.fork(count=1)
+            with fork:
+                assert fork.files.read("/workspace/s.txt") == "sync"
+            assert sandbox.hibernate().state == "hibernated"
+            assert sandbox.files.read("/workspace/s.txt") == "sync"
+        with warren_sync.Sandbox.create(**opts(controller, snapshot=name)) as child:
+            assert child.files.read("/workspace/s.txt") == "sync"
+        snapshots.delete(name)
+        assert name not in [s.name for s in snapshots.list()]
+        assert name in [v.name for v in volumes.list()]
+    finally:
+        volumes.delete(name)

@@ -305,34 +305,39 @@ describe('the warren commands', () => {
 
   it('snapshot create / ls / show / rm / prune, create --snapshot, fork, hibernate, volume create / ls / rm', async () => {
     const env = { WARREN_URL: warren.url, WARREN_API_KEY: warren.apiKey };
+    // Names of this attempt's own: a retried attempt must not meet the first one's snapshot or volume.
+    const tag = Math.random().toString(36).slice(2, 8);
+    const snapName = `cli-snap-${tag}`;
+    const volName = `cli-vol-${tag}`;
     const created = await runCli(['create', '--json'], { env });
     const id = (JSON.parse(created.stdout) as { id: string }).id;
     await runCli(['exec', id, '--', 'echo cli > /workspace/c.txt'], { env });
-    const snap = await runCli(['snapshot', 'create', id, '--name', 'cli-snap', '--label', 'via=cli'], { env });
+    const snap = await runCli(['snapshot', 'create', id, '--name', snapName, '--label', 'via=cli'], { env });
     expect(snap.code).toBe(0);
     expect(snap.stdout.trim()).toMatch(/^snap-[0-9a-z]{24}$/);
     expect(snap.stderr).toMatch(/Processes were not kept/);
     const ls = await runCli(['snapshot', 'ls'], { env });
     expect(ls.stdout).toMatch(/^ID\s+NAME\s+SANDBOX/);
-    expect(ls.stdout).toContain('cli-snap');
-    expect((await runCli(['snapshot', 'show', 'cli-snap'], { env })).stdout).toMatch(/^labels:\s+via=cli$/m);
+    expect(ls.stdout).toContain(snapName);
+    expect((await runCli(['snapshot', 'show', snapName], { env })).stdout).toMatch(/^labels:\s+via=cli$/m);
     expect((await runCli(['snapshot', 'show', '../x'], { env })).code).not.toBe(0);
-    const child = JSON.parse((await runCli(['create', '--snapshot', 'cli-snap', '--json'], { env })).stdout) as { id: string };
+    const child = JSON.parse((await runCli(['create', '--snapshot', snapName, '--json'], { env })).stdout) as { id: string };
     expect((await runCli(['exec', child.id, '--', 'cat /workspace/c.txt'], { env })).stdout).toBe('cli\n');
     const forks = JSON.parse((await runCli(['fork', id, '--count', '2', '--json'], { env })).stdout) as { id: string }[];
     expect(forks).toHaveLength(2);
-    expect((await runCli(['hibernate', id], { env })).stdout.trim()).toBe(`${id} hibernated`);
+    const hibernated = await runCli(['hibernate', id], { env });
+    expect({ code: hibernated.code, stdout: hibernated.stdout.trim(), stderr: hibernated.stderr }).toEqual({ code: 0, stdout: `${id} hibernated`, stderr: '' });
     expect((await runCli(['exec', id, '--', 'cat /workspace/c.txt'], { env })).stdout).toBe('cli\n');
-    expect((await runCli(['snapshot', 'rm', 'cli-snap'], { env })).code).toBe(0);
+    expect((await runCli(['snapshot', 'rm', snapName], { env })).code).toBe(0);
     await runCli(['snapshot', 'create', id], { env });
-    expect((await runCli(['snapshot', 'prune'], { env })).stdout).toMatch(/^Deleted 1 snapshots/);
-    expect((await runCli(['volume', 'create', 'cli-vol', '--size-mb', '32'], { env })).code).toBe(0);
-    const withVolume = JSON.parse((await runCli(['create', '--volume', 'cli-vol:/data', '--json'], { env })).stdout) as { id: string };
+    expect((await runCli(['snapshot', 'prune'], { env })).stdout).toMatch(/^Deleted [1-9][0-9]* snapshots/);
+    expect((await runCli(['volume', 'create', volName, '--size-mb', '32'], { env })).code).toBe(0);
+    const withVolume = JSON.parse((await runCli(['create', '--volume', `${volName}:/data`, '--json'], { env })).stdout) as { id: string };
     expect((await runCli(['exec', withVolume.id, '--', 'touch /data/ok && echo yes'], { env })).stdout).toBe('yes\n');
     expect((await runCli(['volume', 'ls'], { env })).stdout).toContain(withVolume.id);
-    expect((await runCli(['volume', 'rm', 'cli-vol'], { env })).code).not.toBe(0);
+    expect((await runCli(['volume', 'rm', volName], { env })).code).not.toBe(0);
     await runCli(['rm', withVolume.id, child.id, id, ...forks.map((f) => f.id)], { env });
-    expect((await runCli(['volume', 'rm', 'cli-vol'], { env })).code).toBe(0);
+    expect((await runCli(['volume', 'rm', volName], { env })).code).toBe(0);
     // With every sandbox gone, no image of this controller's snapshots and forks is left once collected.
     const owner = warren.controller.sandboxes.credentials.instanceId;
     const leftovers = () => docker.listImages({ all: true, filters: { label: ['warren.snapshot', `warren.owner=${owner}`] } });

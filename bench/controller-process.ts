@@ -9,6 +9,12 @@ export const repo = path.resolve(new URL('..', import.meta.url).pathname);
 export const MiB = 1024 * 1024;
 /** The warm pool of the default table's controller. */
 export const POOL_SIZE = 2;
+/**
+ * The workspace disk of sandboxes made in numbers (concurrency, density, sustained load): what the
+ * rows measure does not depend on it, and 50 to 1,000 default 1 GiB disks would not fit the host's
+ * disk budget (the controller promises each its full size).
+ */
+export const SMALL_DISK_MB = 64;
 
 export interface ControllerProcess {
   url: string;

@@ -1,6 +1,6 @@
 import os from 'node:os';
 import { Sandbox } from '@warren/sdk';
-import { MiB, processRssMiB, startControllerProcess, type ControllerProcess } from './controller-process.js';
+import { MiB, processRssMiB, startControllerProcess, type ControllerProcess, SMALL_DISK_MB } from './controller-process.js';
 import {
   containerProcesses,
   fmt,
@@ -57,7 +57,7 @@ export async function densityMode(max: number, image: string, jsonFile: string):
     WARREN_MAX_SANDBOXES: String(max + 10),
     WARREN_MAX_CONNECTIONS: String(max + 100),
   });
-  const options = { baseUrl: controller.url, apiKey: controller.apiKey };
+  const options = { baseUrl: controller.url, apiKey: controller.apiKey, diskMb: SMALL_DISK_MB };
   const ids: string[] = [];
   const createMs: number[] = [];
   const execAt: DensityResult['execAt'] = [];
@@ -248,7 +248,7 @@ async function execLatency(options: { baseUrl: string; apiKey: string }, ids: st
  */
 async function thawLatency(image: string): Promise<DensityResult['thaw']> {
   const controller: ControllerProcess = await startControllerProcess({ WARREN_POOL_SIZE: '0', WARREN_FREEZE_AFTER_IDLE_SECONDS: '1' });
-  const options = { baseUrl: controller.url, apiKey: controller.apiKey };
+  const options = { baseUrl: controller.url, apiKey: controller.apiKey, diskMb: SMALL_DISK_MB };
   const sandboxes: Sandbox[] = [];
   try {
     for (let i = 0; i < 5; i++) sandboxes.push(await Sandbox.create({ ...options, image }));

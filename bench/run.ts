@@ -9,7 +9,7 @@ import { parseArgs, promisify } from 'node:util';
 import { Sandbox } from '@warren/sdk';
 import { Sandbox as E2bSandbox } from 'e2b';
 import { WebSocket, WebSocketServer } from 'ws';
-import { MiB, POOL_SIZE, processRssMiB, repo, startControllerProcess, type ControllerProcess } from './controller-process.js';
+import { MiB, POOL_SIZE, processRssMiB, repo, startControllerProcess, type ControllerProcess, SMALL_DISK_MB } from './controller-process.js';
 import { densityMode } from './density.js';
 import { egressLatency, egressThroughput } from './egress.js';
 import { hasRunsc, takeReport } from './modes-common.js';
@@ -426,7 +426,9 @@ async function concurrency(controller: ControllerProcess): Promise<Row[]> {
   try {
     for (let i = 0; i < count; i += 5) {
       const batch = await Promise.all(
-        Array.from({ length: Math.min(5, count - i) }, () => Sandbox.create({ baseUrl: controller.url, apiKey: controller.apiKey, image: flags.image })),
+        Array.from({ length: Math.min(5, count - i) }, () =>
+          Sandbox.create({ baseUrl: controller.url, apiKey: controller.apiKey, image: flags.image, diskMb: SMALL_DISK_MB }),
+        ),
       );
       sandboxes.push(...batch);
     }

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { Sandbox, WarrenError } from '@warren/sdk';
-import { MiB, processRssMiB, startControllerProcess } from './controller-process.js';
+import { MiB, processRssMiB, startControllerProcess, SMALL_DISK_MB } from './controller-process.js';
 import { fmt, machine, percentiles, progress, table, writeOut } from './modes-common.js';
 import { report } from './modes-common.js';
 import { lineChartsSvg } from './svg-chart.js';
@@ -40,7 +40,7 @@ export async function sustainedMode(options: {
   const { seconds, image } = options;
   const bucketSeconds = Math.max(1, Math.round(seconds / 60));
   const controller = await startControllerProcess({ WARREN_POOL_SIZE: '0', WARREN_MAX_SANDBOXES: String(options.sandboxes + 10) });
-  const base = { baseUrl: controller.url, apiKey: controller.apiKey, image };
+  const base = { baseUrl: controller.url, apiKey: controller.apiKey, image, diskMb: SMALL_DISK_MB };
   const sandboxes: Sandbox[] = [];
   const payload = randomBytes(4096);
   try {

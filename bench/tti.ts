@@ -1,5 +1,5 @@
 import { Sandbox } from '@warren/sdk';
-import { startControllerProcess, type ControllerProcess } from './controller-process.js';
+import { SMALL_DISK_MB, startControllerProcess, type ControllerProcess } from './controller-process.js';
 import { fmt, hasRunsc, machine, metricValue, percentiles, progress, table, writeOut } from './modes-common.js';
 import { report } from './modes-common.js';
 
@@ -27,6 +27,8 @@ export async function ttiMode(options: { burst: number; sequential: number; imag
   const poolSize = Math.min(100, Math.max(2, burst));
   const controller = await startControllerProcess({
     WARREN_POOL_SIZE: String(poolSize),
+    // A pool and bursts of up to 100 default 1 GiB disks would not fit the host's disk budget.
+    WARREN_DISK_MB: String(SMALL_DISK_MB),
     WARREN_MAX_SANDBOXES: String(burst * 2 + 20),
     WARREN_MAX_QUEUED_CREATES: String(burst + 10),
     WARREN_MAX_CONNECTIONS: String(burst * 2 + 100),

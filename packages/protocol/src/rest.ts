@@ -6,6 +6,13 @@ import { DeriveRequest, FilePolicy } from './policy.js';
 const LabelMap = z.record(z.string().regex(/^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$/, 'label keys are 1-63 letters, digits, . _ -'), z.string().max(256));
 
 /** A host folder mounted into a sandbox; only below folders the operator allowed. */
+/** A lifetime or idle time in seconds: 10 s to 30 days (ttl of a sandbox, its fork, hibernation). */
+const LifetimeSeconds = z
+  .number()
+  .int()
+  .min(10)
+  .max(30 * 24 * 3600);
+
 export const MountRequest = z.strictObject({
   /** Absolute host path: a folder or file at or below one of the controller's `allowedMountRoots`. */
   hostPath: z.string().min(1).max(4096).startsWith('/'),
@@ -89,12 +96,7 @@ export const CreateSandboxRequest = z.strictObject({
   /** The file policy (seed 001) every connection starts from; default: read-write root at the workspace. */
   policy: FilePolicy.optional(),
   /** Seconds until the reaper kills the sandbox. */
-  ttlSeconds: z
-    .number()
-    .int()
-    .min(10)
-    .max(30 * 24 * 3600)
-    .optional(),
+  ttlSeconds: LifetimeSeconds.optional(),
   labels: LabelMap.optional(),
   /** Host folders to mount; each must lie below a folder the operator allowed. */
   mounts: z.array(MountRequest).max(16).optional(),
@@ -136,12 +138,7 @@ export const CreateSandboxRequest = z.strictObject({
   /** Named volumes of the caller's API key to mount (several sandboxes may mount one at once). */
   volumes: z.array(VolumeMountRequest).max(16).optional(),
   /** Hibernate the sandbox after this many seconds without a call or an open connection (docs/state.md). */
-  hibernateAfterSeconds: z
-    .number()
-    .int()
-    .min(10)
-    .max(30 * 24 * 3600)
-    .optional(),
+  hibernateAfterSeconds: LifetimeSeconds.optional(),
 });
 export type CreateSandboxRequest = z.input<typeof CreateSandboxRequest>;
 
@@ -501,12 +498,7 @@ export const ForkSandboxRequest = z.strictObject({
   count: z.number().int().min(1).max(100),
   /** Labels of the forks (the parent's otherwise). */
   labels: LabelMap.optional(),
-  ttlSeconds: z
-    .number()
-    .int()
-    .min(10)
-    .max(30 * 24 * 3600)
-    .optional(),
+  ttlSeconds: LifetimeSeconds.optional(),
 });
 export type ForkSandboxRequest = z.input<typeof ForkSandboxRequest>;
 

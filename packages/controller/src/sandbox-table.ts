@@ -27,6 +27,8 @@ export interface SandboxRecord {
   publicPorts?: number[];
   /** Frozen by the idle freezer (idle-freezer.ts): paused in the engine, `running` for the API. */
   frozen?: boolean;
+  /** Snapshots being captured now: each pauses the container briefly, which is not a pause of the sandbox's. */
+  capturing?: number;
   /** Stopped by {@link SandboxService.hibernate}: the supervisor leaves it stopped until a call wakes it. */
   hibernated?: boolean;
   /** When a call last reached it, and how many connections are open now (for `hibernateAfterSeconds`). */

@@ -721,6 +721,22 @@ export class SandboxService {
     return describe(record);
   }
 
+  /**
+   * Runs a snapshot's capture of a sandbox: one at a time with the idle freezer's transitions (the
+   * capture pauses the container itself), and marked so the engine's listing during that pause is
+   * not taken for a pause of the sandbox.
+   */
+  async whileCapturing<T>(id: string, capture: () => Promise<T>): Promise<T> {
+    const record = this.table.require(id);
+    record.capturing = (record.capturing ?? 0) + 1;
+    try {
+      return await this.freezer.exclusive(id, capture);
+    } finally {
+      record.capturing -= 1;
+      if (record.capturing <= 0) delete record.capturing;
+    }
+  }
+
   /** Thaws a paused sandbox (or one frozen for being idle). */
   async resume(id: string): Promise<SandboxInfo> {
     const record = this.table.require(id);
@@ -753,7 +769,11 @@ export class SandboxService {
     if (record.hibernated) return describe(record);
     // Frozen for being idle or paused: its processes run again first, so the stop is an ordinary one.
     if (record.frozen) await this.freezer.wake(id);
-    if (record.state === 'paused') await this.provider.resume(record.containerId);
+    // A container that is not paused after all (the record's state is the last one seen) is fine as it is.
+    if (record.state === 'paused')
+      await this.provider.resume(record.containerId).catch((err: unknown) => {
+        if (!(err instanceof CodedError && err.code === 'CONFLICT')) throw err;
+      });
     record.hibernated = true;
     await this.storeRecord(record);
     try {

@@ -136,7 +136,7 @@ export class SnapshotService {
     const started = performance.now();
     try {
       const { workspace } = await this.store.begin(id);
-      const taken = await this.provider.snapshot(record.containerId, record.agentId, id, workspace);
+      const taken = await this.sandboxes.whileCapturing(sandboxId, () => this.provider.snapshot(record.containerId, record.agentId, id, workspace));
       const sizeBytes = taken.imageBytes + taken.workspaceBytes;
       try {
         checkSnapshotSize(this.store.list(owner), sizeBytes, this.limits);
@@ -287,7 +287,7 @@ export class SnapshotService {
     const { workspace } = await this.store.begin(id);
     const forks: CreateSandboxResponse[] = [];
     try {
-      const taken = await this.provider.snapshot(record.containerId, record.agentId, id, workspace);
+      const taken = await this.sandboxes.whileCapturing(sandboxId, () => this.provider.snapshot(record.containerId, record.agentId, id, workspace));
       const egress = this.sandboxes.egressOf(sandboxId)?.policy;
       const base: SnapshotRecord = {
         id,

@@ -91,6 +91,8 @@ export class RestartSupervisor {
     // A sandbox the idle freezer froze is paused in the engine and running for the API; the freezer
     // alone ends that (a listing taken before a freeze or thaw must not undo it).
     if (record.frozen && (state === 'paused' || state === 'running')) return;
+    // Likewise a snapshot's brief pause: a listing taken during it must not leave the sandbox `paused`.
+    if (record.capturing && state === 'paused') return;
     record.frozen = false;
     record.state = toState(state);
     if (record.state === 'exited' && was !== 'exited') this.died(record);

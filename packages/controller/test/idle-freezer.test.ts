@@ -158,6 +158,24 @@ describe('the idle freezer, on a fake clock', () => {
     expect(await service.find({ state: 'running' })).toHaveLength(1);
   });
 
+  it("a listing taken while a snapshot's capture has the container paused leaves the sandbox running", async () => {
+    const service = makeService(0);
+    await service.recover();
+    const { id } = await service.create({});
+    const handle = service.record(id).containerId;
+    await service.whileCapturing(id, async () => {
+      await provider.pause(handle); // as the provider's snapshot does
+      await service.refreshStates();
+      await provider.resume(handle);
+    });
+    expect(service.record(id).state).toBe('running');
+    expect(service.record(id).capturing).toBeUndefined();
+    // Without a capture under way the same listing is taken at its word.
+    await provider.pause(handle);
+    await service.refreshStates();
+    expect(service.record(id).state).toBe('paused');
+  });
+
   it('a pause of a frozen sandbox makes it paused on purpose: no call thaws it; resume does', async () => {
     const service = makeService(60);
     await service.recover();

@@ -1,7 +1,7 @@
 """The OpenAI Agents SDK and LangChain adapters (warren.tools.frameworks).
 
-Neither framework can be installed on the project's machines (both need pydantic 2; Debian 12
-ships pydantic 1, and PyPI is not reachable here), so these tests inject STAND-IN modules into
+Neither framework can be installed on the project's machines (both need pydantic 2, which Debian 12
+does not ship, and PyPI is not reachable here), so these tests inject STAND-IN modules into
 ``sys.modules``: small classes that reproduce exactly the constructor signatures the adapters use,
 as checked against the frameworks' published sources (openai-agents 0.17.3, ``src/agents/tool.py``
 ``FunctionTool``; langchain-core 1.x, ``langchain_core/tools/structured.py``

@@ -6,7 +6,7 @@
 
 from typing import TYPE_CHECKING, Any, Dict, List, Literal, Mapping, NamedTuple, Optional, Type, Union
 
-from pydantic import BaseModel, Extra, Field, StrictBool, StrictFloat, StrictInt, StrictStr, confloat, conint, conlist, constr
+from ._pydantic import BaseModel, Extra, Field, StrictBool, StrictFloat, StrictInt, StrictStr, confloat, conint, conlist, constr
 
 
 class _Strict(BaseModel):

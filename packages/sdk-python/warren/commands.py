@@ -7,7 +7,7 @@ import codecs
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar, Union
 
-from pydantic import BaseModel
+from ._pydantic import BaseModel
 
 from ._protocol import ProcessExecResult, ProcessWaitResult, ShellRunResult
 from ._stream import EventStream

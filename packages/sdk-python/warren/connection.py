@@ -14,10 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Protocol, Set, Tuple, Union
 from urllib.parse import urlparse
 
-import websockets
-from pydantic import BaseModel, ValidationError
 from websockets.exceptions import ConnectionClosed, InvalidStatusCode, InvalidHandshake
 
+# The asyncio client of websockets 10 to 13 (its default `websockets.connect` there), named by the
+# module it lives in on every one of those versions, so that a newer default cannot change it.
+from websockets.legacy.client import connect as ws_connect
+
+from ._pydantic import BaseModel, ValidationError
 from ._protocol import COMMON_EVENTS, METHODS, PROTOCOL_MINOR, PROTOCOL_VERSION, WS_MAX_PAYLOAD_BYTES, ApprovalEvent
 from .errors import (
     ConnectionClosedError,
@@ -119,7 +122,7 @@ class Connection:
         """Opens a connection and completes the version handshake."""
         parsed = urlparse(url)
         try:
-            ws = await websockets.connect(  # type: ignore[attr-defined]
+            ws = await ws_connect(
                 url,
                 extra_headers={"authorization": f"Bearer {token}"},
                 max_size=WS_MAX_PAYLOAD_BYTES,

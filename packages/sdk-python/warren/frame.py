@@ -12,7 +12,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Type, Union, get_args
 
-from pydantic import BaseModel, ValidationError
+from ._pydantic import BaseModel, ValidationError
 
 from ._protocol import MAX_FRAME_BYTES, MAX_HEADER_BYTES, FrameHeader
 from .errors import FrameTooLargeError, InvalidFrameError

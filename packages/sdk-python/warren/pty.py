@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable, Dict, Optional, Sequence, Union
 
-from pydantic import BaseModel
+from ._pydantic import BaseModel
 
 from ._protocol import PtyOpenResult
 from ._stream import EventStream

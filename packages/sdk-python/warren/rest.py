@@ -18,7 +18,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
 
-from pydantic import BaseModel, ValidationError, parse_obj_as
+from ._pydantic import BaseModel, ValidationError, parse_obj_as
 
 from ._protocol import (
     CreateSandboxRequest,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, AsyncIterator, Awaitable, Dict, Generator, List, Mapping, Optional, Type
 
-from pydantic import BaseModel, ValidationError
+from ._pydantic import BaseModel, ValidationError
 
 from ._protocol import (
     AuditListResult,

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence
 
-from pydantic import BaseModel, ValidationError
+from .._pydantic import BaseModel, ValidationError
 
 from ..errors import WarrenError
 from ._definitions import TOOL_SETS, ToolDefinition

@@ -186,6 +186,49 @@ describe('web console in Chromium', () => {
     expect(res.status).toBe(200);
   });
 
+  it('hibernates and wakes the sandbox, snapshots it, and starts a sandbox from the snapshot', async () => {
+    const sandbox = await Sandbox.connect(sandboxId, { baseUrl: warren.url, apiKey: warren.apiKey });
+    try {
+      await sandbox.files.write('kept.txt', 'from before the snapshot\n');
+    } finally {
+      sandbox.close();
+    }
+    await page.getByRole('button', { name: 'Hibernate' }).click();
+    await page.locator('.toolbar .state-hibernated').waitFor();
+    await page.getByText('Wake it to use its terminal').waitFor();
+    expect((await warren.controller.sandboxes.get(sandboxId)).state).toBe('hibernated');
+    await page.getByRole('button', { name: 'Wake' }).click();
+    await page.locator('.toolbar .state-running').waitFor();
+    await page.getByRole('tab', { name: 'Terminal' }).click();
+    await page.locator('.xterm-rows').waitFor();
+
+    await page.getByRole('button', { name: 'Snapshot', exact: true }).click();
+    const notice = page.getByRole('status').filter({ hasText: 'taken' });
+    const snapshotId = (await notice.locator('code').textContent())!;
+    expect(snapshotId).toMatch(/^[A-Za-z0-9_-]+$/);
+    await page.getByRole('navigation').getByRole('link', { name: 'Snapshots' }).click();
+    const row = page.locator(`tr[data-snapshot="${snapshotId}"]`);
+    await row.waitFor();
+    await expect(row.textContent()).resolves.toContain(sandboxId.slice(0, 12));
+    await page.screenshot({ path: path.join(SHOTS, 'console-snapshots.png') });
+    await row.getByRole('button', { name: 'New sandbox' }).click();
+    await page.waitForURL((url) => /#\/sandboxes\/[A-Za-z0-9]+$/.test(url.hash) && !url.hash.endsWith(sandboxId));
+    const copyId = /#\/sandboxes\/([A-Za-z0-9]+)$/.exec(page.url())![1]!;
+    const copy = await Sandbox.connect(copyId, { baseUrl: warren.url, apiKey: warren.apiKey });
+    try {
+      await expect(copy.files.read('kept.txt')).resolves.toBe('from before the snapshot\n');
+    } finally {
+      await copy.kill();
+    }
+    await page.goto(`${ui()}#/snapshots`);
+    page.once('dialog', (dialog) => void dialog.accept());
+    await row.getByRole('button', { name: 'Delete' }).click();
+    await row.waitFor({ state: 'detached' });
+    await expect(warren.controller.sandboxes.get(copyId)).rejects.toMatchObject({ code: 'SANDBOX_NOT_FOUND' });
+    await page.goto(`${ui()}#/sandboxes/${sandboxId}`);
+    await page.locator('.toolbar .state-running').waitFor();
+  });
+
   it('refuses cross-site requests that carry the session cookie', async () => {
     const cookie = (await sessionCookie())!;
     const cookieHeader = `warren_console=${cookie.value}`;

@@ -3,6 +3,7 @@ import { loggedIn, login, logout, onSessionChange } from './api.js';
 import { ControllerPage } from './controller.js';
 import { SandboxList } from './list.js';
 import { SandboxPage } from './sandbox.js';
+import { SnapshotList } from './snapshots.js';
 import { ErrorBox } from './ui.js';
 
 function useHash(): string {
@@ -21,7 +22,16 @@ export function App() {
   const hash = useHash();
   if (!session) return <Login />;
   const sandbox = /^#\/sandboxes\/([A-Za-z0-9]+)$/.exec(hash)?.[1];
-  const page = sandbox ? <SandboxPage id={sandbox} key={sandbox} /> : hash === '#/controller' ? <ControllerPage /> : <SandboxList />;
+  const page = sandbox ? (
+    <SandboxPage id={sandbox} key={sandbox} />
+  ) : hash === '#/controller' ? (
+    <ControllerPage />
+  ) : hash === '#/snapshots' ? (
+    <SnapshotList />
+  ) : (
+    <SandboxList />
+  );
+  const other = sandbox || hash === '#/controller' || hash === '#/snapshots';
   return (
     <div class="shell">
       <header>
@@ -29,8 +39,11 @@ export function App() {
           Warren
         </a>
         <nav aria-label="Main">
-          <a href="#/" aria-current={!sandbox && hash !== '#/controller' ? 'page' : undefined}>
+          <a href="#/" aria-current={!other ? 'page' : undefined}>
             Sandboxes
+          </a>
+          <a href="#/snapshots" aria-current={hash === '#/snapshots' ? 'page' : undefined}>
+            Snapshots
           </a>
           <a href="#/controller" aria-current={hash === '#/controller' ? 'page' : undefined}>
             Controller

@@ -1,8 +1,9 @@
 import { useEffect, useLayoutEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { request, type SandboxInfo, type SandboxMetrics } from './api.js';
-import { bytes, duration, ErrorBox, Labels, usePoll } from './ui.js';
+import { bytes, duration, ErrorBox, Labels, StateBadge, usePoll } from './ui.js';
 
-const STATES = ['', 'running', 'paused', 'exited', 'created', 'restarting'];
+/** The states the list can be narrowed to ('' is any); the type keeps them the API's own. */
+const STATES: ('' | SandboxInfo['state'])[] = ['', 'running', 'paused', 'hibernated', 'exited'];
 /** Usage is fetched for at most this many running sandboxes per round (one request each). */
 const MAX_USAGE = 50;
 
@@ -123,7 +124,7 @@ function Row({ sandbox: s, usage }: { sandbox: SandboxInfo; usage: SandboxMetric
         <a href={`#/sandboxes/${s.id}`}>{s.id.slice(0, 12)}</a>
       </td>
       <td data-label="State">
-        <span class={`state state-${s.state}`}>{s.state}</span>
+        <StateBadge sandbox={s} />
       </td>
       <td data-label="Image">{s.image}</td>
       <td data-label="Labels">

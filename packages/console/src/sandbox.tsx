@@ -1,10 +1,10 @@
 import { useEffect, useState } from 'preact/hooks';
-import { request, type SandboxInfo } from './api.js';
+import { request, type SandboxInfo, type SnapshotInfo } from './api.js';
 import { AuditPanel } from './audit.js';
 import { FilesPanel } from './files.js';
 import { ProcessesPanel } from './processes.js';
 import { TerminalPanel } from './terminal.js';
-import { duration, ErrorBox, Labels, usePoll } from './ui.js';
+import { bytes, duration, ErrorBox, Labels, StateBadge, usePoll } from './ui.js';
 import { Wire } from './wire.js';
 
 const TABS = ['Terminal', 'Files', 'Audit', 'Processes'] as const;
@@ -59,7 +59,7 @@ export function SandboxPage({ id }: { id: string }) {
         <h1 id="sandbox-title">
           Sandbox <code>{s.id}</code>
         </h1>
-        <span class={`state state-${s.state}`}>{s.state}</span>
+        <StateBadge sandbox={s} />
       </div>
       <dl class="facts">
         <dt>Image</dt>
@@ -87,7 +87,7 @@ export function SandboxPage({ id }: { id: string }) {
           <AuditPanel id={id} />
         ) : s.state !== 'running' ? (
           <p class="empty">
-            The sandbox is {s.state}; {s.state === 'paused' ? 'resume it to use its terminal, files and processes.' : 'it has no daemon to talk to.'}
+            The sandbox is {s.state}; {NOT_RUNNING[s.state] ?? 'it has no daemon to talk to.'}
           </p>
         ) : !wire ? (
           wireError ? (
@@ -107,6 +107,11 @@ export function SandboxPage({ id }: { id: string }) {
   );
 }
 
+const NOT_RUNNING: Partial<Record<SandboxInfo['state'], string>> = {
+  paused: 'resume it to use its terminal, files and processes.',
+  hibernated: 'its files are kept and its processes stopped. Wake it to use its terminal, files and processes (they start anew).',
+};
+
 function Actions({ sandbox: s, onChange }: { sandbox: SandboxInfo; onChange: () => void }) {
   const [error, setError] = useState<unknown>(undefined);
   const [busy, setBusy] = useState('');
@@ -114,6 +119,7 @@ function Actions({ sandbox: s, onChange }: { sandbox: SandboxInfo; onChange: () 
   const [copied, setCopied] = useState(false);
   const [readonly, setReadonly] = useState(true);
   const [allowExec, setAllowExec] = useState(false);
+  const [snapshot, setSnapshot] = useState<SnapshotInfo | undefined>(undefined);
   const act = async (name: string, work: () => Promise<unknown>) => {
     setBusy(name);
     setError(undefined);
@@ -144,15 +150,37 @@ function Actions({ sandbox: s, onChange }: { sandbox: SandboxInfo; onChange: () 
         >
           Extend 1 h
         </button>
-        {s.state === 'paused' ? (
+        {s.state === 'paused' || s.state === 'hibernated' ? (
           <button type="button" disabled={!!busy} onClick={() => void act('resume', () => request('POST', `${base}/resume`))}>
-            Resume
+            {s.state === 'paused' ? 'Resume' : 'Wake'}
           </button>
         ) : (
-          <button type="button" disabled={!!busy || s.state !== 'running'} onClick={() => void act('pause', () => request('POST', `${base}/pause`))}>
-            Pause
-          </button>
+          <>
+            <button type="button" disabled={!!busy || s.state !== 'running'} onClick={() => void act('pause', () => request('POST', `${base}/pause`))}>
+              Pause
+            </button>
+            <button
+              type="button"
+              disabled={!!busy || s.state !== 'running'}
+              title="Stop it to free its memory; its files are kept"
+              onClick={() => void act('hibernate', () => request('POST', `${base}/hibernate`))}
+            >
+              Hibernate
+            </button>
+          </>
         )}
+        <button
+          type="button"
+          disabled={!!busy || s.state !== 'running'}
+          onClick={() =>
+            void act('snapshot', async () => {
+              setSnapshot(undefined);
+              setSnapshot(await request<SnapshotInfo>('POST', `${base}/snapshot`, {}));
+            })
+          }
+        >
+          {busy === 'snapshot' ? 'Snapshotting…' : 'Snapshot'}
+        </button>
         <button
           type="button"
           class="danger"
@@ -207,6 +235,12 @@ function Actions({ sandbox: s, onChange }: { sandbox: SandboxInfo; onChange: () 
         ) : null}
       </details>
       {busy ? <span class="muted">{busy}…</span> : null}
+      {snapshot ? (
+        <p class="notice" role="status">
+          Snapshot <code>{snapshot.id}</code> taken ({bytes(snapshot.sizeBytes)}
+          {snapshot.pausedMs !== undefined ? `, paused ${snapshot.pausedMs} ms` : ''}). <a href="#/snapshots">Snapshots</a>
+        </p>
+      ) : null}
       <ErrorBox error={error} />
     </div>
   );

@@ -1,5 +1,5 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { ApiError } from './api.js';
+import { ApiError, type SandboxInfo } from './api.js';
 
 /** An error as the console shows it: the code, the message, the suggestion, as text. */
 export function ErrorBox({ error }: { error: unknown }) {
@@ -63,6 +63,25 @@ export function bytes(n: number | undefined): string {
   if (n < 1024 ** 3) return `${(n / 1024 / 1024).toFixed(1)} MiB`;
   return `${(n / 1024 ** 3).toFixed(2)} GiB`;
 }
+
+/** A sandbox's state, with `frozen` when the idle freezer holds it (it thaws on the next call). */
+export function StateBadge({ sandbox: s }: { sandbox: SandboxInfo }) {
+  return (
+    <span class={`state state-${s.state}${s.frozen ? ' state-frozen' : ''}`} title={STATE_HELP[s.frozen ? 'frozen' : s.state]}>
+      {s.state}
+      {s.frozen ? ' · frozen' : ''}
+    </span>
+  );
+}
+
+const STATE_HELP: Record<SandboxInfo['state'] | 'frozen', string> = {
+  running: 'Running.',
+  frozen: 'Frozen for being idle: its memory is kept and the next call thaws it in milliseconds.',
+  paused: 'Paused: its processes are frozen until it is resumed.',
+  hibernated: 'Hibernated: stopped to free its memory, files kept; waking it starts its processes anew.',
+  exited: 'Its container stopped.',
+  gone: 'Its container is gone.',
+};
 
 /** Labels as `key=value` chips; keys and values are text, whatever they hold. */
 export function Labels({ labels }: { labels: Record<string, string> }) {

@@ -223,8 +223,8 @@ function e2bSandboxId(req: IncomingMessage): string | undefined {
   return sandboxIdOf(header) ?? /\/sandboxes\/([A-Za-z0-9]{1,64})(\/|$)/.exec(req.url ?? '')?.[1];
 }
 
-/** Routes that leave a hibernated sandbox asleep. */
-const STAY_ASLEEP = new Set(['getSandbox', 'killSandbox', 'hibernate', 'keepalive', 'setTimeout']);
+/** Routes that leave a hibernated sandbox asleep (`resume` wakes it itself). */
+const STAY_ASLEEP = new Set(['getSandbox', 'killSandbox', 'hibernate', 'keepalive', 'setTimeout', 'resume']);
 
 /** A caller on a controller-wide route, where no sandbox (so no grant) is involved. */
 function controllerWide(caller: Caller): Holder {

@@ -740,8 +740,9 @@ export class SandboxService {
   /** Thaws a paused sandbox (or one frozen for being idle). */
   async resume(id: string): Promise<SandboxInfo> {
     const record = this.table.require(id);
-    if (record.frozen) {
-      await this.freezer.wake(id);
+    // Frozen for being idle, or hibernated: resuming is waking it (the route leaves that to here).
+    if (record.frozen || record.hibernated) {
+      await this.wake(id);
       return describe(record);
     }
     await this.freezer.exclusive(id, async () => {

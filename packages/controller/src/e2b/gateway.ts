@@ -3,7 +3,7 @@ import { Code, ConnectError } from '@connectrpc/connect';
 import { connectNodeAdapter } from '@connectrpc/connect-node';
 import type { HttpServerDeps } from '../http.js';
 import { isControlPlanePath, json, serveControlPlane } from './control-plane.js';
-import { toE2bHttpError } from './errors.js';
+import { E2bHttpError, toE2bHttpError } from './errors.js';
 import { serveFiles, serveHealth } from './envd-files.js';
 import { envdRoutes } from './envd-rpc.js';
 import { SessionPool } from './session-pool.js';
@@ -96,6 +96,11 @@ export function createE2bGateway(deps: HttpServerDeps): E2bGateway {
       }
       if (path === '/health') return await serveHealth(deps, req, res);
       if (path === '/files') return await serveFiles(deps, req, res, url.searchParams, uploads, pool);
+      if (/^\/volumecontent(\/|$)/.test(path))
+        throw new E2bHttpError(
+          501,
+          "The volume content API (Volume.readFile, writeFile, list, makeDir, getInfo, remove) is not supported by Warren's E2B gateway. Mount the volume in a sandbox (volumeMounts) and use sandbox.files there.",
+        );
       if (isControlPlanePath(path)) return await serveControlPlane(deps, req, res, path, url.searchParams);
       json(res, 404, { code: 404, message: `No E2B route ${req.method ?? 'GET'} ${path}. See docs/e2b.md for what this gateway serves.` });
     } catch (err) {

@@ -234,9 +234,11 @@ async function create({ deps, req, res, keyId }: PlaneContext): Promise<void> {
       ...(egress === undefined ? {} : { egress }),
     };
   }
-  const created = deps.snapshots
-    ? await deps.snapshots.createSandbox(request, keyId, relay ? { relay } : {})
-    : await deps.sandboxes.create(request, relay ? { relay } : {});
+  const created = await (
+    deps.snapshots ? deps.snapshots.createSandbox(request, keyId, relay ? { relay } : {}) : deps.sandboxes.create(request, relay ? { relay } : {})
+  ).catch((err: unknown) => {
+    throw egress?.mode === 'open' ? openRefused(err) : err;
+  });
   deps.logger.info({ sandboxId: created.id, image: created.image, template: templateID, readyMs: created.readyMs }, 'sandbox.created');
   json(res, 201, createdObject(created, templateID));
 }
@@ -251,6 +253,15 @@ function snapshotFor(deps: HttpServerDeps, keyId: string | undefined, ref: strin
     if (err instanceof CodedError && (err.code === 'SNAPSHOT_NOT_FOUND' || err.code === 'INVALID_PARAMS')) templateFor(deps, ref);
     throw err;
   }
+}
+
+/** The operator's refusal of an open network, with what an E2B program should send instead; any other error as it is. */
+function openRefused(err: unknown): unknown {
+  if (!(err instanceof CodedError) || err.code !== 'FORBIDDEN' || !/Egress mode 'open'/.test(err.message)) return err;
+  return new E2bHttpError(
+    403,
+    `${err.message} On E2B a network that does not deny all traffic allows all of it; to allow only some hosts, send allowOut with the host names and denyOut: ['0.0.0.0/0'].`,
+  );
 }
 
 /** E2B's answer to a create or fork: the Sandbox object with its access token. */
@@ -277,12 +288,7 @@ async function updateNetwork({ deps, req, res, id }: PlaneContext): Promise<void
     const updated = await deps.sandboxes.updateEgress(id, policy);
     deps.logger.info({ sandboxId: id, mode: updated.policy.mode, version: updated.version }, 'sandbox.egress-updated');
   } catch (err) {
-    if (err instanceof CodedError && err.code === 'FORBIDDEN' && policy.mode === 'open')
-      throw new E2bHttpError(
-        403,
-        `${err.message} On E2B a network that does not deny all traffic allows all of it; to allow only some hosts, send allowOut with the host names and denyOut: ['0.0.0.0/0'].`,
-      );
-    throw err;
+    throw policy.mode === 'open' ? openRefused(err) : err;
   }
   res.writeHead(204).end();
 }

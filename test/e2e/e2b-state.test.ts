@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { Sandbox, Secret, Volume, VolumeNotFoundError } from 'e2b';
+import { Sandbox, Secret, Volume, VolumeNotFoundError, VolumePathNotFoundError } from 'e2b';
 import { Credentials } from '@warren/controller';
 import { startTestController, type TestController } from '../support/fixtures.js';
 
@@ -146,10 +146,67 @@ describe('the e2b SDK: snapshots, forks and volumes on real sandboxes', () => {
       await expect(Sandbox.create({ ...opts, volumeMounts: { '/opt/warren': 'e2b-vol' } })).rejects.toThrow(/403/);
       await expect(Sandbox.create({ ...opts, volumeMounts: { '/home/user': 'e2b-vol' } })).rejects.toThrow(/403/);
 
-      // The volume content API is not served: a clear 501, whatever the path or token.
-      for (const path of ['note.txt', '../../etc/passwd', '/etc/shadow'])
-        await expect(volume.readFile(path, { apiUrl: opts.apiUrl })).rejects.toThrow(/501: The volume content API .* is not supported/);
-      await expect(volume.writeFile('x.txt', 'x', { apiUrl: opts.apiUrl })).rejects.toThrow(/501/);
+      // The volume content API: the volume's own files, through a helper sandbox's daemon under a policy of the volume alone.
+      const content = { apiUrl: opts.apiUrl };
+      expect(await volume.readFile('note.txt', content)).toBe('shared through a volume');
+      expect(await volume.readFile('/note.txt', content)).toBe('shared through a volume');
+      expect(await volume.writeFile('docs/readme.md', '# hello', content)).toMatchObject({ name: 'readme.md', path: '/docs/readme.md', type: 'file', size: 7 });
+      expect((await reader.commands.run('cat /mnt/data/docs/readme.md')).stdout).toBe('# hello');
+      expect(await volume.makeDir('made/deep', content)).toMatchObject({ path: '/made/deep', type: 'directory' });
+      expect((await volume.list('/', content)).map((e) => `${e.type} ${e.path}`).sort()).toEqual(['directory /docs', 'directory /made', 'file /note.txt']);
+      expect((await volume.list('/', { ...content, depth: 2 })).map((e) => e.path).sort()).toContain('/docs/readme.md');
+      expect(await volume.exists('docs/readme.md', content)).toBe(true);
+      expect(await volume.exists('docs/none.md', content)).toBe(false);
+      expect((await volume.getInfo('docs', content)).type).toBe('directory');
+      const bytes = new Uint8Array([0, 1, 2, 255]);
+      await volume.writeFile('bin.dat', new Blob([bytes]), content);
+      expect(await volume.readFile('bin.dat', { ...content, format: 'bytes' })).toEqual(bytes);
+      await volume.remove('made', content);
+      expect(await volume.exists('made', content)).toBe(false);
+      // The helper is the gateway's own: not in the program's list.
+      expect((await Sandbox.list(opts).nextItems()).map((s) => s.sandboxId).sort()).toEqual([writer.sandboxId, reader.sandboxId].sort());
+
+      // Hostile paths: .. and absolute paths stay in the volume; a link in the volume that leads out is refused.
+      await expect(volume.readFile('../../../etc/passwd', content)).rejects.toThrow(VolumePathNotFoundError);
+      await expect(volume.readFile('/etc/hostname', content)).rejects.toThrow(VolumePathNotFoundError);
+      expect(await volume.readFile('../../note.txt', content)).toBe('shared through a volume');
+      await writer.commands.run('ln -s /etc/passwd vol/passwd-link && ln -s / vol/root-link && ln -s /opt/warren vol/warren-link');
+      await expect(volume.readFile('passwd-link', content)).rejects.toThrow(/403/);
+      await expect(volume.readFile('root-link/etc/passwd', content)).rejects.toThrow(/403/);
+      await expect(volume.list('root-link', content)).rejects.toThrow(/403/);
+      await expect(volume.writeFile('warren-link/evil', 'x', content)).rejects.toThrow(/403/);
+      await expect(volume.writeFile('root-link/tmp/evil', 'x', content)).rejects.toThrow(/403/);
+      expect(await volume.getInfo('passwd-link', content)).toMatchObject({ type: 'symlink', target: '/etc/passwd' });
+
+      // Tokens: none, another volume's, another key's, forged: refused (401), whatever the path.
+      const otherVolume = await Volume.create('e2b-vol-2', opts);
+      const theirs = await Volume.create('e2b-vol', other);
+      const raw = (token: string | undefined, path = 'note.txt', volumeId = 'e2b-vol') =>
+        fetch(
+          `${opts.apiUrl}/volumecontent/${volumeId}/file?path=${encodeURIComponent(path)}`,
+          token === undefined ? {} : { headers: { authorization: `Bearer ${token}` } },
+        );
+      expect((await raw(undefined)).status).toBe(401);
+      expect((await raw(otherVolume.token)).status).toBe(401);
+      expect((await raw(`${volume.token.slice(0, -3)}AAA`)).status).toBe(401);
+      expect((await raw(opts.apiKey)).status).toBe(401);
+      expect((await raw(volume.token, 'note.txt')).status).toBe(200);
+      // Another key's volume of the same name is its own: its token reads its (empty) volume, never mine.
+      expect((await raw(theirs.token, 'note.txt', 'e2b-vol')).status).toBe(404);
+      expect((await raw(theirs.token, 'note.txt', 'e2b-vol-2')).status).toBe(401);
+      await expect(theirs.readFile('note.txt', content)).rejects.toThrow(VolumePathNotFoundError);
+      // uid/gid of another user, and a body past the limit, are refused before anything is written.
+      await expect(volume.writeFile('root.txt', 'x', { ...content, uid: 0 })).rejects.toThrow(/400.*uid/);
+      const huge = await fetch(`${opts.apiUrl}/volumecontent/e2b-vol/file?path=huge.bin`, {
+        method: 'PUT',
+        headers: { authorization: `Bearer ${volume.token}`, 'content-type': 'application/octet-stream', 'content-length': String(65 * 1024 * 1024) },
+        body: Buffer.alloc(1024),
+      }).catch(() => ({ status: 413 }));
+      expect(huge.status).toBe(413);
+      expect(await volume.exists('huge.bin', content)).toBe(false);
+      expect(await volume.exists('root.txt', content)).toBe(false);
+      expect(await Volume.destroy('e2b-vol-2', opts)).toBe(true);
+      expect(await Volume.destroy('e2b-vol', other)).toBe(true);
     } finally {
       await writer.kill();
       await reader.kill();

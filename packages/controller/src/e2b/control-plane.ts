@@ -8,6 +8,7 @@ import { json, parse, readJson } from './http-util.js';
 import { E2bNetwork, e2bFromEgress, egressFromE2b } from './network.js';
 import { createSnapshot, createVolume, deleteTemplate, deleteVolume, fork, getVolume, listSnapshots, listVolumes, type StateContext } from './state.js';
 import { DEFAULT_E2B_HOME, type E2bTemplate } from './templates.js';
+import { HELPER_LABEL, type VolumeContent } from './volume-content.js';
 
 export { json } from './http-util.js';
 
@@ -56,6 +57,7 @@ interface PlaneContext {
   caller: Caller;
   /** The calling API key's id: it owns snapshots and volumes. */
   keyId: string | undefined;
+  volumeContent?: VolumeContent | undefined;
 }
 
 interface PlaneRoute {
@@ -134,7 +136,14 @@ export function isControlPlanePath(path: string): boolean {
  * checked by the same `callerFor` as `Authorization: Bearer` on Warren's routes, and each route
  * names its kind of access for the same rule table.
  */
-export async function serveControlPlane(deps: HttpServerDeps, req: IncomingMessage, res: ServerResponse, path: string, query: URLSearchParams): Promise<void> {
+export async function serveControlPlane(
+  deps: HttpServerDeps,
+  req: IncomingMessage,
+  res: ServerResponse,
+  path: string,
+  query: URLSearchParams,
+  volumeContent?: VolumeContent,
+): Promise<void> {
   const method = req.method ?? 'GET';
   const candidates = PLANE_ROUTES.filter((r) => r.pattern.test(path));
   if (candidates.length === 0) throw new E2bHttpError(501, `${method} ${path} is not supported by Warren's E2B gateway (docs/e2b.md lists what is).`);
@@ -152,7 +161,7 @@ export async function serveControlPlane(deps: HttpServerDeps, req: IncomingMessa
   if (id) deps.sandboxes.record(id);
   const refusal = routeRefusal({ caller, grant: () => grantFor(deps.sandboxes.record(id), caller) }, route.access, `${method} ${path}`);
   if (refusal) throw new E2bHttpError(403, refusal.message);
-  await route.handle({ deps, req, res, query, id, ref, caller, keyId: caller.keyId });
+  await route.handle({ deps, req, res, query, id, ref, caller, keyId: caller.keyId, volumeContent });
 }
 
 /** A resource segment of a path, percent-decoded (the services check it is a plain name). */
@@ -296,7 +305,8 @@ async function updateNetwork({ deps, req, res, id }: PlaneContext): Promise<void
 async function list({ deps, res, query }: PlaneContext, paged: boolean): Promise<void> {
   const states = (query.get('state') ?? 'running,paused').split(',').filter(Boolean);
   const metadata = metadataFilter(query.get('metadata'));
-  let all = (await deps.sandboxes.find({ labels: metadata })).filter((s) => states.includes(s.state));
+  // A volume's content helper (docs/e2b.md#volumes) is the gateway's own, not the program's.
+  let all = (await deps.sandboxes.find({ labels: metadata })).filter((s) => states.includes(s.state) && !Object.hasOwn(s.labels, HELPER_LABEL));
   all = all.sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.id.localeCompare(b.id));
   if (!paged)
     return json(

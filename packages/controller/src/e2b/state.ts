@@ -4,6 +4,7 @@ import { z } from 'zod';
 import type { HttpServerDeps } from '../http.js';
 import { E2bHttpError } from './errors.js';
 import { json, parse, readJson } from './http-util.js';
+import type { VolumeContent } from './volume-content.js';
 
 /**
  * E2B's snapshots, forks and volumes on Warren's own services (docs/e2b.md#snapshots-forks-and-volumes):
@@ -22,6 +23,8 @@ export interface StateContext {
   ref: string;
   /** The calling API key's id: it owns snapshots and volumes. */
   keyId: string | undefined;
+  /** The volume content API's helpers, when the gateway serves it. */
+  volumeContent?: VolumeContent | undefined;
 }
 
 /** How a created or forked sandbox is answered (E2B's `Sandbox` object with its access token). */
@@ -108,7 +111,7 @@ export async function fork(ctx: StateContext, answer: SandboxAnswer): Promise<vo
 export async function createVolume({ deps, req, res, keyId }: StateContext): Promise<void> {
   const body = parse(VolumeBody, await readJson(req), 'volume request');
   const info = await volumesOf(deps).create(keyId, { name: body.name });
-  json(res, 201, volumeObject(info.name));
+  json(res, 201, volumeObject(deps, keyId, info.name));
 }
 
 /** `GET /volumes` (`Volume.list`): the calling key's volumes. */
@@ -123,21 +126,20 @@ export async function listVolumes({ deps, res, keyId }: StateContext): Promise<v
 /** `GET /volumes/{id}` (`Volume.getInfo`, `Volume.connect`): one of the calling key's volumes; another key's is not found. */
 export async function getVolume({ deps, res, ref, keyId }: StateContext): Promise<void> {
   const info = await volumesOf(deps).get(keyId, ref);
-  json(res, 200, volumeObject(info.name));
+  json(res, 200, volumeObject(deps, keyId, info.name));
 }
 
-/** `DELETE /volumes/{id}` (`Volume.destroy`): deletes the volume and its data; 409 while a sandbox mounts it. */
-export async function deleteVolume({ deps, res, ref, keyId }: StateContext): Promise<void> {
+/** `DELETE /volumes/{id}` (`Volume.destroy`): deletes the volume and its data (its content helper first); 409 while a sandbox mounts it. */
+export async function deleteVolume({ deps, res, ref, keyId, volumeContent }: StateContext): Promise<void> {
+  await volumesOf(deps).get(keyId, ref);
+  if (keyId !== undefined) await volumeContent?.release(keyId, ref);
   await volumesOf(deps).remove(keyId, ref);
   res.writeHead(204).end();
 }
 
-/**
- * E2B's volume with its token. The token is empty: the volume content API (`/volumecontent/...`)
- * is not served (docs/e2b.md), so there is nothing for it to open.
- */
-function volumeObject(name: string): Record<string, unknown> {
-  return { volumeID: name, name, token: '' };
+/** E2B's volume with its token: the token opens this key's volume's content API (`/volumecontent/...`) and nothing else. */
+function volumeObject(deps: HttpServerDeps, keyId: string | undefined, name: string): Record<string, unknown> {
+  return { volumeID: name, name, token: keyId === undefined ? '' : deps.credentials.volumeToken(keyId, name) };
 }
 
 function snapshotObject(info: { id: string; name?: string | undefined }): Record<string, unknown> {

@@ -113,4 +113,24 @@ run('the e2b SDK: network settings on real sandboxes through the egress gateway'
       await plain.kill();
     }
   }, 180_000);
+  it('keeps the link to the egress gateway in forks and in sandboxes made from a snapshot, so their network can change too', async () => {
+    const parent = await Sandbox.create({ ...opts, allowInternetAccess: false });
+    const made: Sandbox[] = [];
+    try {
+      const [fork] = await parent.fork({ count: 1 });
+      expect(fork).toBeInstanceOf(Sandbox);
+      made.push(fork as Sandbox);
+      const snapshot = await parent.createSnapshot();
+      const restored = await Sandbox.create(snapshot.snapshotId, opts);
+      made.push(restored);
+      for (const sandbox of made) {
+        expect(await reach(sandbox)).toEqual({ registry: 403, other: 403 });
+        await sandbox.updateNetwork({ allowOut: ['registry.test'], denyOut: [ALL_TRAFFIC] });
+        expect(await reach(sandbox)).toEqual({ registry: 200, other: 403 });
+      }
+      expect(await Sandbox.deleteSnapshot(snapshot.snapshotId, opts)).toBe(true);
+    } finally {
+      for (const sandbox of [parent, ...made]) await sandbox.kill().catch(() => undefined);
+    }
+  }, 180_000);
 });

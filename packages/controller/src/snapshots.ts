@@ -317,7 +317,8 @@ export class SnapshotService {
           while (next < count) {
             next++;
             results.push(
-              await this.sandboxes.create(request, { restore: { image: taken.image, workspaceDir: workspace } }).then(
+              // A parent linked to the egress gateway (even with policy none) gives its forks the same link, so their network can change later.
+              await this.sandboxes.create(request, { restore: { image: taken.image, workspaceDir: workspace }, relay: egress !== undefined }).then(
                 (value) => ({ status: 'fulfilled', value }) as const,
                 (reason: unknown) => ({ status: 'rejected', reason }) as const,
               ),

@@ -219,7 +219,7 @@ async function create({ deps, req, res, keyId }: PlaneContext): Promise<void> {
   const named = body.network !== undefined && body.network !== null;
   const egress = named || body.allow_internet_access !== undefined ? egressFromE2b(body.network ?? {}, body.allow_internet_access) : undefined;
   // A create that names its network gets a relay to the egress gateway even when it denies everything, so updateNetwork can open it later.
-  const relay = egress !== undefined && deps.sandboxes.egress !== undefined;
+  let relay = egress !== undefined && deps.sandboxes.egress !== undefined;
   let request: CreateSandboxRequest;
   if (Object.hasOwn(deps.config.e2bTemplates, templateID) || !deps.snapshots) {
     const base = templateFor(deps, templateID).create ?? {};
@@ -234,6 +234,8 @@ async function create({ deps, req, res, keyId }: PlaneContext): Promise<void> {
   } else {
     // Not a configured template: one of the calling key's snapshots (Sandbox.create(snapshotId)), with its own settings and labels.
     const snapshot = snapshotFor(deps, keyId, templateID);
+    // A snapshot of a sandbox linked to the egress gateway gives the new sandbox that link too.
+    relay ||= snapshot.linked && deps.sandboxes.egress !== undefined;
     request = {
       snapshot: snapshot.id,
       labels: { ...snapshot.sandboxLabels, ...body.metadata },
@@ -253,11 +255,11 @@ async function create({ deps, req, res, keyId }: PlaneContext): Promise<void> {
 }
 
 /** The calling key's snapshot a template id names, or E2B's 404 naming the templates there are (never another key's). */
-function snapshotFor(deps: HttpServerDeps, keyId: string | undefined, ref: string): { id: string; sandboxLabels: Record<string, string> } {
+function snapshotFor(deps: HttpServerDeps, keyId: string | undefined, ref: string): { id: string; sandboxLabels: Record<string, string>; linked: boolean } {
   try {
     if (keyId === undefined) throw new CodedError('SNAPSHOT_NOT_FOUND', 'no key');
     const record = deps.snapshots!.store.require(keyId, ref);
-    return { id: record.id, sandboxLabels: record.sandboxLabels ?? {} };
+    return { id: record.id, sandboxLabels: record.sandboxLabels ?? {}, linked: record.egress !== undefined };
   } catch (err) {
     if (err instanceof CodedError && (err.code === 'SNAPSHOT_NOT_FOUND' || err.code === 'INVALID_PARAMS')) templateFor(deps, ref);
     throw err;

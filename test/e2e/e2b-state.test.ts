@@ -61,7 +61,8 @@ describe('the e2b SDK: snapshots, forks and volumes on real sandboxes', () => {
       await expect(Sandbox.create('e2b-snap', other)).rejects.toThrow(/404.*not found/i);
       expect(await Sandbox.deleteSnapshot(snapshot.snapshotId, other)).toBe(false);
 
-      // Hostile references: refused before any lookup, never a path.
+      // Hostile names and references: refused before any lookup, never a path.
+      for (const name of ['../escape', 'a/b', '..', '.hidden']) await expect(sandbox.createSnapshot({ name })).rejects.toThrow(/400/);
       expect((await call('DELETE', '/templates/..%2F..%2Fetc')).status).toBe(400);
       await expect(Sandbox.create('../../etc', opts)).rejects.toThrow(/40[04]/);
       // A configured template is not deleted through E2B.
@@ -145,6 +146,7 @@ describe('the e2b SDK: snapshots, forks and volumes on real sandboxes', () => {
       expect((await call('GET', '/volumes/..%2F..%2Fetc')).status).toBe(400);
       await expect(Sandbox.create({ ...opts, volumeMounts: { '/opt/warren': 'e2b-vol' } })).rejects.toThrow(/403/);
       await expect(Sandbox.create({ ...opts, volumeMounts: { '/home/user': 'e2b-vol' } })).rejects.toThrow(/403/);
+      await expect(Sandbox.create({ ...opts, volumeMounts: { '/data': '../e2b-vol' } })).rejects.toThrow(/400/);
 
       // The volume content API: the volume's own files, through a helper sandbox's daemon under a policy of the volume alone.
       const content = { apiUrl: opts.apiUrl };

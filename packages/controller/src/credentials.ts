@@ -142,6 +142,34 @@ export class Credentials {
   }
 
   /**
+   * A token for the files of one named volume of one API key (E2B's volume content API,
+   * docs/e2b.md): `wvt_<payload>.<hmac>`, the payload base64url JSON of the key's id and the
+   * volume's name, so it needs no storage. It reaches that volume only, and only while that key is
+   * still one of this controller's.
+   */
+  volumeToken(keyId: string, volume: string): string {
+    const payload = Buffer.from(JSON.stringify({ k: keyId, v: volume })).toString('base64url');
+    return `wvt_${payload}.${this.derive('volume', payload)}`;
+  }
+
+  /** The key id and volume of a volume token whose signature checks out and whose key is still configured, or undefined. */
+  readVolumeToken(presented: string): { keyId: string; volume: string } | undefined {
+    const match = /^wvt_([A-Za-z0-9_-]{1,1024})\.([A-Za-z0-9_-]{1,128})$/.exec(presented);
+    if (!match) return undefined;
+    const [, payload, mac] = match;
+    if (!timingSafeEqual(digest(mac!), digest(this.derive('volume', payload!)))) return undefined;
+    try {
+      const data = JSON.parse(Buffer.from(payload!, 'base64url').toString('utf8')) as { k?: unknown; v?: unknown };
+      if (typeof data.k !== 'string' || typeof data.v !== 'string') return undefined;
+      const keyId = data.k;
+      if (!this.apiKeyDigests.some((stored) => stored.toString('hex').slice(0, 16) === keyId)) return undefined;
+      return { keyId, volume: data.v };
+    } catch {
+      return undefined;
+    }
+  }
+
+  /**
    * The signature of a browser URL for one sandbox port until `expiresAt` (ms since the epoch):
    * scoped to that sandbox and port, so it opens nothing else, and checked without storage.
    */

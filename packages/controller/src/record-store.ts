@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { mkdir, readFile, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 
@@ -56,7 +57,8 @@ export class RecordStore {
   async write(data: StoredRecord): Promise<void> {
     const file = this.file(data.id);
     await mkdir(this.dir, { recursive: true, mode: 0o700 });
-    const temp = `${file}.${process.pid}.tmp`;
+    // A name of its own per write: two writes of one record at once (two keepalives) must not rename each other's file away.
+    const temp = `${file}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
     await writeFile(temp, JSON.stringify(data), { mode: 0o600 });
     await rename(temp, file);
   }

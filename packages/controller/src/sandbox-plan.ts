@@ -27,6 +27,12 @@ export interface SandboxPlan {
   secrets: SecretBinding[];
   /** Start from a snapshot: its image and workspace copy (set by the snapshot service, never from a request). */
   restore?: { image: string; workspaceDir: string } | undefined;
+  /**
+   * Connect the sandbox to the egress gateway even when its policy is `none` and it has no
+   * secrets, so that a later network update can open it (set by the E2B gateway for creates that
+   * name a network, never from a request).
+   */
+  relay?: boolean | undefined;
 }
 
 /** What the plan needs to know about this host besides the configuration. */

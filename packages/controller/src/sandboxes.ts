@@ -369,7 +369,10 @@ export class SandboxService {
    * first (see {@link ImageService.ensure}); the create waits for the pull, and concurrent
    * creates of the same image share it.
    */
-  async create(body: unknown, extras: { restore?: SandboxSpec['restore']; volumeIds?: Map<string, string> } = {}): Promise<CreateSandboxResponse> {
+  async create(
+    body: unknown,
+    extras: { restore?: SandboxSpec['restore']; volumeIds?: Map<string, string>; relay?: boolean } = {},
+  ): Promise<CreateSandboxResponse> {
     const { restore } = extras;
     const started = performance.now();
     if (restore === undefined && body !== null && typeof body === 'object' && Object.hasOwn(body, 'snapshot'))
@@ -382,6 +385,7 @@ export class SandboxService {
       );
     const plan = this.plan(body);
     if (restore !== undefined) plan.restore = restore;
+    if (extras.relay === true) plan.relay = true;
     for (const volume of plan.settings.volumes ?? []) {
       const id = extras.volumeIds?.get(volume.name);
       if (id === undefined)
@@ -899,9 +903,9 @@ export class SandboxService {
   }
 }
 
-/** Whether a plan needs the egress gateway: a policy other than `none`, or brokered secrets. */
+/** Whether a plan needs the egress gateway: a policy other than `none`, brokered secrets, or a relay asked for (a later update may open it). */
 function usesEgress(plan: SandboxPlan): boolean {
-  return plan.egress.mode !== 'none' || plan.secrets.length > 0;
+  return plan.egress.mode !== 'none' || plan.secrets.length > 0 || plan.relay === true;
 }
 
 /** A sandbox of the backend as a record, with what the stored record says (a claimed pool member's public identity, a moved expiry). */

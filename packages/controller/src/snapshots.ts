@@ -218,16 +218,17 @@ export class SnapshotService {
    * `POST /v1/sandboxes`: a create, from one of the key's snapshots when the body names one (its
    * image, files, settings, labels and policies unless the body names others).
    */
-  async createSandbox(body: unknown, keyId: string | undefined): Promise<CreateSandboxResponse> {
+  async createSandbox(body: unknown, keyId: string | undefined, extras: { relay?: boolean } = {}): Promise<CreateSandboxResponse> {
     const raw = body !== null && typeof body === 'object' && !Array.isArray(body) ? (body as Record<string, unknown>) : undefined;
     const volumeIds = this.volumes?.resolve(keyId, Array.isArray(raw?.volumes) ? raw.volumes.map((v: unknown) => String((v as { name?: unknown })?.name)) : []);
-    if (raw?.snapshot === undefined) return this.sandboxes.create(body, { volumeIds });
+    if (raw?.snapshot === undefined) return this.sandboxes.create(body, { volumeIds, ...extras });
     if (typeof raw.snapshot !== 'string') throw new CodedError('INVALID_PARAMS', "'snapshot' is a snapshot's id or name (a string).", { field: 'snapshot' });
     const record = this.store.require(requireKey(keyId, 'create a sandbox from a snapshot'), raw.snapshot);
     const { snapshot: _snapshot, ...rest } = raw;
     return this.sandboxes.create(mergeWithSnapshot(record, rest), {
       restore: { image: record.snapshotImage, workspaceDir: this.store.workspaceOf(record.id) },
       volumeIds,
+      ...extras,
     });
   }
 
@@ -316,7 +317,8 @@ export class SnapshotService {
           while (next < count) {
             next++;
             results.push(
-              await this.sandboxes.create(request, { restore: { image: taken.image, workspaceDir: workspace } }).then(
+              // A parent linked to the egress gateway (even with policy none) gives its forks the same link, so their network can change later.
+              await this.sandboxes.create(request, { restore: { image: taken.image, workspaceDir: workspace }, relay: egress !== undefined }).then(
                 (value) => ({ status: 'fulfilled', value }) as const,
                 (reason: unknown) => ({ status: 'rejected', reason }) as const,
               ),

@@ -1,10 +1,16 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { SandboxInfo } from '@warren/protocol';
+import { CodedError, type CreateSandboxRequest, type SandboxInfo } from '@warren/protocol';
 import { z } from 'zod';
 import { callerFor, grantFor, routeRefusal, type Access, type Caller } from '../grants.js';
 import type { HttpServerDeps } from '../http.js';
 import { E2bHttpError } from './errors.js';
+import { json, parse, readJson } from './http-util.js';
+import { E2bNetwork, e2bFromEgress, egressFromE2b } from './network.js';
+import { createSnapshot, createVolume, deleteTemplate, deleteVolume, fork, getVolume, listSnapshots, listVolumes, type StateContext } from './state.js';
 import { DEFAULT_E2B_HOME, type E2bTemplate } from './templates.js';
+import { HELPER_LABEL, type VolumeContent } from './volume-content.js';
+
+export { json } from './http-util.js';
 
 /** The envd version the gateway advertises: the SDK switches features on it (docs/e2b.md); 0.5.7 has stdin, closeStdin and octet-stream uploads. */
 export const ENVD_VERSION = '0.5.7';
@@ -14,7 +20,6 @@ export const TEMPLATE_LABEL = 'e2b-template';
 const DEFAULT_TIMEOUT_SECONDS = 300;
 /** Warren's shortest TTL; an E2B timeout below it is raised to it. */
 const MIN_TTL_SECONDS = 10;
-const MAX_BODY_BYTES = 1024 * 1024;
 
 const Timeout = z
   .number()
@@ -28,6 +33,15 @@ const NewSandbox = z.looseObject({
   metadata: z.record(z.string(), z.string()).optional(),
   envVars: z.record(z.string(), z.string()).optional(),
   autoPause: z.boolean().optional(),
+  autoResume: z.looseObject({ enabled: z.boolean().optional() }).nullish(),
+  allow_internet_access: z.boolean().optional(),
+  network: E2bNetwork.nullish(),
+  volumeMounts: z
+    .array(z.looseObject({ name: z.string().max(256), path: z.string().max(4096) }))
+    .max(16)
+    .nullish(),
+  mcp: z.record(z.string(), z.unknown()).nullish(),
+  iam: z.looseObject({ tokens: z.record(z.string(), z.unknown()).optional() }).nullish(),
 });
 const TimeoutBody = z.looseObject({ timeout: Timeout.optional() });
 
@@ -38,22 +52,30 @@ interface PlaneContext {
   res: ServerResponse;
   query: URLSearchParams;
   id: string;
+  /** Another resource in the path (a snapshot, template or volume), decoded; empty on routes without one. */
+  ref: string;
   caller: Caller;
+  /** The calling API key's id: it owns snapshots and volumes. */
+  keyId: string | undefined;
+  volumeContent?: VolumeContent | undefined;
 }
 
 interface PlaneRoute {
   method: 'GET' | 'POST' | 'DELETE' | 'PUT';
+  /** `(?<id>...)` captures a sandbox id (which must exist), `(?<ref>...)` another resource. */
   pattern: RegExp;
   access: Access;
   handle(ctx: PlaneContext): Promise<void>;
 }
 
-const ID = '([A-Za-z0-9]+)';
+const ID = '(?<id>[A-Za-z0-9]+)';
+const REF = '(?<ref>[^/]+)';
 const notServed =
   (what: string): PlaneRoute['handle'] =>
   async () => {
     throw new E2bHttpError(501, `${what} is not supported by Warren's E2B gateway (docs/e2b.md lists what is).`);
   };
+const state = (handler: (ctx: StateContext) => Promise<void>): PlaneRoute['handle'] => handler;
 
 /** E2B's control-plane REST API, served on Warren's sandboxes (paths below the gateway's prefix). */
 const PLANE_ROUTES: readonly PlaneRoute[] = [
@@ -69,9 +91,39 @@ const PLANE_ROUTES: readonly PlaneRoute[] = [
   { method: 'POST', pattern: new RegExp(`^/sandboxes/${ID}/resume$`), access: 'lifecycle', handle: connect },
   { method: 'POST', pattern: new RegExp(`^/sandboxes/${ID}/pause$`), access: 'lifecycle', handle: pause },
   { method: 'GET', pattern: new RegExp(`^/sandboxes/${ID}/metrics$`), access: 'info', handle: metrics },
-  { method: 'PUT', pattern: new RegExp(`^/sandboxes/${ID}/network$`), access: 'lifecycle', handle: notServed('Changing network rules') },
-  { method: 'POST', pattern: new RegExp(`^/sandboxes/${ID}/(fork|snapshots)$`), access: 'lifecycle', handle: notServed('Forks and snapshots') },
+  { method: 'PUT', pattern: new RegExp(`^/sandboxes/${ID}/network$`), access: 'lifecycle', handle: updateNetwork },
+  { method: 'POST', pattern: new RegExp(`^/sandboxes/${ID}/network$`), access: 'lifecycle', handle: updateNetwork },
+  // Snapshots and forks are the API key's, as on Warren's own routes (`operator`).
+  { method: 'POST', pattern: new RegExp(`^/sandboxes/${ID}/snapshots$`), access: 'operator', handle: state(createSnapshot) },
+  { method: 'POST', pattern: new RegExp(`^/sandboxes/${ID}/fork$`), access: 'operator', handle: (ctx) => fork(ctx, createdObject) },
+  { method: 'GET', pattern: /^\/snapshots$/, access: 'operator', handle: state(listSnapshots) },
+  { method: 'DELETE', pattern: new RegExp(`^/templates/${REF}$`), access: 'operator', handle: state(deleteTemplate) },
+  { method: 'POST', pattern: /^\/volumes$/, access: 'operator', handle: state(createVolume) },
+  { method: 'GET', pattern: /^\/volumes$/, access: 'operator', handle: state(listVolumes) },
+  { method: 'GET', pattern: new RegExp(`^/volumes/${REF}$`), access: 'operator', handle: state(getVolume) },
+  { method: 'DELETE', pattern: new RegExp(`^/volumes/${REF}$`), access: 'operator', handle: state(deleteVolume) },
   { method: 'POST', pattern: new RegExp(`^/sandboxes/${ID}/refreshes$`), access: 'lifecycle', handle: keepalive },
+  { method: 'POST', pattern: /^\/(v\d+\/)?templates(\/.*)?$/, access: 'operator', handle: notServed('Building templates (Template.build, /v3/templates)') },
+  { method: 'GET', pattern: /^\/(v\d+\/)?templates(\/.*)?$/, access: 'operator', handle: notServed('Listing and describing templates') },
+  { method: 'PUT', pattern: /^\/(v\d+\/)?templates(\/.*)?$/, access: 'operator', handle: notServed('Changing templates') },
+  {
+    method: 'GET',
+    pattern: /^\/secrets(\/[^/]+)?$/,
+    access: 'operator',
+    handle: notServed("E2B's secrets (Secret.*; use Warren's brokered secrets, POST /v1/sandboxes with secrets)"),
+  },
+  {
+    method: 'POST',
+    pattern: /^\/secrets(\/[^/]+)?$/,
+    access: 'operator',
+    handle: notServed("E2B's secrets (Secret.*; use Warren's brokered secrets, POST /v1/sandboxes with secrets)"),
+  },
+  {
+    method: 'DELETE',
+    pattern: /^\/secrets(\/[^/]+)?$/,
+    access: 'operator',
+    handle: notServed("E2B's secrets (Secret.*; use Warren's brokered secrets, POST /v1/sandboxes with secrets)"),
+  },
 ];
 
 /** Whether a gateway path (after the prefix) is the control plane's: `/sandboxes...`, `/v2/...`, templates, volumes. */
@@ -84,13 +136,22 @@ export function isControlPlanePath(path: string): boolean {
  * checked by the same `callerFor` as `Authorization: Bearer` on Warren's routes, and each route
  * names its kind of access for the same rule table.
  */
-export async function serveControlPlane(deps: HttpServerDeps, req: IncomingMessage, res: ServerResponse, path: string, query: URLSearchParams): Promise<void> {
+export async function serveControlPlane(
+  deps: HttpServerDeps,
+  req: IncomingMessage,
+  res: ServerResponse,
+  path: string,
+  query: URLSearchParams,
+  volumeContent?: VolumeContent,
+): Promise<void> {
   const method = req.method ?? 'GET';
   const candidates = PLANE_ROUTES.filter((r) => r.pattern.test(path));
   if (candidates.length === 0) throw new E2bHttpError(501, `${method} ${path} is not supported by Warren's E2B gateway (docs/e2b.md lists what is).`);
   const route = candidates.find((r) => r.method === method);
   if (!route) throw new E2bHttpError(405, `${method} is not supported on ${path}; use ${candidates.map((r) => r.method).join(', ')}.`);
-  const id = route.pattern.exec(path)?.[1] ?? '';
+  const groups = route.pattern.exec(path)?.groups ?? {};
+  const id = groups.id ?? '';
+  const ref = decodeRef(groups.ref);
   const key = req.headers['x-api-key'];
   const caller = typeof key === 'string' ? callerFor(deps.credentials, key, id || undefined) : undefined;
   if (!caller) throw new E2bHttpError(401, 'Missing or invalid API key: set E2B_API_KEY to a Warren API key (it travels as X-API-Key).');
@@ -100,7 +161,17 @@ export async function serveControlPlane(deps: HttpServerDeps, req: IncomingMessa
   if (id) deps.sandboxes.record(id);
   const refusal = routeRefusal({ caller, grant: () => grantFor(deps.sandboxes.record(id), caller) }, route.access, `${method} ${path}`);
   if (refusal) throw new E2bHttpError(403, refusal.message);
-  await route.handle({ deps, req, res, query, id, caller });
+  await route.handle({ deps, req, res, query, id, ref, caller, keyId: caller.keyId, volumeContent });
+}
+
+/** A resource segment of a path, percent-decoded (the services check it is a plain name). */
+function decodeRef(segment: string | undefined): string {
+  if (segment === undefined) return '';
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    throw new E2bHttpError(400, `'${segment.slice(0, 64)}' in the path is not valid percent-encoding.`);
+  }
 }
 
 /** The configured template a name maps to, or E2B's 404 naming the templates there are. */
@@ -110,7 +181,7 @@ export function templateFor(deps: HttpServerDeps, name: string): E2bTemplate {
   if (!template)
     throw new E2bHttpError(
       404,
-      `Template '${name}' not found. This Warren serves: ${Object.keys(templates).join(', ')} (e2bTemplates in the controller's configuration).`,
+      `Template '${name}' not found. This Warren serves: ${Object.keys(templates).join(', ')} (e2bTemplates in the controller's configuration), and the snapshots of this API key by id or name.`,
     );
   return template;
 }
@@ -123,31 +194,121 @@ export function homeOf(deps: HttpServerDeps, labels: Record<string, string>): st
   return template?.home ?? template?.create?.workspace ?? DEFAULT_E2B_HOME;
 }
 
-async function create({ deps, req, res }: PlaneContext): Promise<void> {
+async function create({ deps, req, res, keyId }: PlaneContext): Promise<void> {
   const body = parse(NewSandbox, await readJson(req), 'create request');
   if (body.autoPause === true)
     throw new E2bHttpError(
       501,
       'autoPause (pause on timeout) is not supported by Warren: a sandbox is killed when its timeout passes. Create it without autoPause.',
     );
+  if (body.autoResume?.enabled === true)
+    throw new E2bHttpError(501, 'autoResume is not supported by Warren: a paused sandbox resumes on Sandbox.connect. Create it without autoResume.');
+  if (body.mcp !== undefined && body.mcp !== null && Object.keys(body.mcp).length > 0)
+    throw new E2bHttpError(
+      501,
+      "The MCP gateway (mcp) is not supported by Warren's E2B gateway; run MCP servers as commands in the sandbox. Create it without mcp.",
+    );
+  if (body.iam?.tokens !== undefined && Object.keys(body.iam.tokens).length > 0)
+    throw new E2bHttpError(
+      501,
+      "Workload identity tokens (iam) are not supported by Warren's E2B gateway; use Warren's brokered secrets. Create it without iam.",
+    );
   const templateID = body.templateID ?? 'base';
-  const template = templateFor(deps, templateID);
-  const base = template.create ?? {};
-  const labels: Record<string, string> = { ...base.labels, ...body.metadata, [TEMPLATE_LABEL]: templateID };
-  const created = await deps.sandboxes.create({
-    ...base,
-    env: { ...base.env, ...body.envVars },
-    labels,
-    ttlSeconds: Math.max(MIN_TTL_SECONDS, body.timeout ?? DEFAULT_TIMEOUT_SECONDS),
+  const timeout = Math.max(MIN_TTL_SECONDS, body.timeout ?? DEFAULT_TIMEOUT_SECONDS);
+  const volumes = (body.volumeMounts ?? []).map((mount) => ({ name: mount.name, path: mount.path, readOnly: false }));
+  const named = body.network !== undefined && body.network !== null;
+  const egress = named || body.allow_internet_access !== undefined ? egressFromE2b(body.network ?? {}, body.allow_internet_access) : undefined;
+  // A create that names its network gets a relay to the egress gateway even when it denies everything, so updateNetwork can open it later.
+  let relay = egress !== undefined && deps.sandboxes.egress !== undefined;
+  let request: CreateSandboxRequest;
+  if (Object.hasOwn(deps.config.e2bTemplates, templateID) || !deps.snapshots) {
+    const base = templateFor(deps, templateID).create ?? {};
+    request = {
+      ...base,
+      env: { ...base.env, ...body.envVars },
+      labels: { ...base.labels, ...body.metadata, [TEMPLATE_LABEL]: templateID },
+      ttlSeconds: timeout,
+      ...(volumes.length > 0 ? { volumes: [...(base.volumes ?? []), ...volumes] } : {}),
+      ...(egress === undefined ? {} : { egress }),
+    };
+  } else {
+    // Not a configured template: one of the calling key's snapshots (Sandbox.create(snapshotId)), with its own settings and labels.
+    const snapshot = snapshotFor(deps, keyId, templateID);
+    // A snapshot of a sandbox linked to the egress gateway gives the new sandbox that link too.
+    relay ||= snapshot.linked && deps.sandboxes.egress !== undefined;
+    request = {
+      snapshot: snapshot.id,
+      labels: { ...snapshot.sandboxLabels, ...body.metadata },
+      ttlSeconds: timeout,
+      ...(body.envVars === undefined ? {} : { env: body.envVars }),
+      ...(volumes.length > 0 ? { volumes } : {}),
+      ...(egress === undefined ? {} : { egress }),
+    };
+  }
+  const created = await (
+    deps.snapshots ? deps.snapshots.createSandbox(request, keyId, relay ? { relay } : {}) : deps.sandboxes.create(request, relay ? { relay } : {})
+  ).catch((err: unknown) => {
+    throw egress?.mode === 'open' ? openRefused(err) : err;
   });
   deps.logger.info({ sandboxId: created.id, image: created.image, template: templateID, readyMs: created.readyMs }, 'sandbox.created');
-  json(res, 201, { ...sandboxObject(created, templateID), envdAccessToken: created.token });
+  json(res, 201, createdObject(created, templateID));
+}
+
+/** The calling key's snapshot a template id names, or E2B's 404 naming the templates there are (never another key's). */
+function snapshotFor(deps: HttpServerDeps, keyId: string | undefined, ref: string): { id: string; sandboxLabels: Record<string, string>; linked: boolean } {
+  try {
+    if (keyId === undefined) throw new CodedError('SNAPSHOT_NOT_FOUND', 'no key');
+    const record = deps.snapshots!.store.require(keyId, ref);
+    return { id: record.id, sandboxLabels: record.sandboxLabels ?? {}, linked: record.egress !== undefined };
+  } catch (err) {
+    if (err instanceof CodedError && (err.code === 'SNAPSHOT_NOT_FOUND' || err.code === 'INVALID_PARAMS')) templateFor(deps, ref);
+    throw err;
+  }
+}
+
+/** The operator's refusal of an open network, with what an E2B program should send instead; any other error as it is. */
+function openRefused(err: unknown): unknown {
+  if (!(err instanceof CodedError) || err.code !== 'FORBIDDEN' || !/Egress mode 'open'/.test(err.message)) return err;
+  return new E2bHttpError(
+    403,
+    `${err.message} On E2B a network that does not deny all traffic allows all of it; to allow only some hosts, send allowOut with the host names and denyOut: ['0.0.0.0/0'].`,
+  );
+}
+
+/** E2B's answer to a create or fork: the Sandbox object with its access token. */
+function createdObject(created: SandboxInfo & { token: string }, templateID: string): Record<string, unknown> {
+  return { ...sandboxObject(created, templateID), envdAccessToken: created.token };
+}
+
+/**
+ * `PUT /sandboxes/{id}/network` (`Sandbox.updateNetwork`, which replaces the whole configuration):
+ * E2B's settings as Warren's egress policy (see {@link egressFromE2b}), through the same
+ * `updateEgress` as `POST /v1/sandboxes/{id}/network`, within the operator's `egress.maxMode`.
+ */
+async function updateNetwork({ deps, req, res, id }: PlaneContext): Promise<void> {
+  const body = parse(E2bNetwork, await readJson(req), 'network update');
+  const policy = egressFromE2b(body);
+  if (!deps.sandboxes.egressOf(id))
+    throw new E2bHttpError(
+      400,
+      deps.sandboxes.egress
+        ? `Sandbox '${id}' was created without a network configuration, so it has no link to Warren's egress gateway and its network cannot change. Create it with network (e.g. { denyOut: ['0.0.0.0/0'] }) or allowInternetAccess to update it later.`
+        : "This Warren controller runs no egress gateway, so a sandbox's network cannot change.",
+    );
+  try {
+    const updated = await deps.sandboxes.updateEgress(id, policy);
+    deps.logger.info({ sandboxId: id, mode: updated.policy.mode, version: updated.version }, 'sandbox.egress-updated');
+  } catch (err) {
+    throw policy.mode === 'open' ? openRefused(err) : err;
+  }
+  res.writeHead(204).end();
 }
 
 async function list({ deps, res, query }: PlaneContext, paged: boolean): Promise<void> {
   const states = (query.get('state') ?? 'running,paused').split(',').filter(Boolean);
   const metadata = metadataFilter(query.get('metadata'));
-  let all = (await deps.sandboxes.find({ labels: metadata })).filter((s) => states.includes(s.state));
+  // A volume's content helper (docs/e2b.md#volumes) is the gateway's own, not the program's.
+  let all = (await deps.sandboxes.find({ labels: metadata })).filter((s) => states.includes(s.state) && !Object.hasOwn(s.labels, HELPER_LABEL));
   all = all.sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.id.localeCompare(b.id));
   if (!paged)
     return json(
@@ -168,7 +329,8 @@ async function list({ deps, res, query }: PlaneContext, paged: boolean): Promise
 
 async function detail({ deps, res, id }: PlaneContext): Promise<void> {
   const info = await deps.sandboxes.get(id);
-  json(res, 200, { ...listed(deps, info), envdAccessToken: deps.credentials.sandboxToken(id), domain: null });
+  const { network, allowInternetAccess } = e2bFromEgress(deps.sandboxes.egressOf(id)?.policy);
+  json(res, 200, { ...listed(deps, info), envdAccessToken: deps.credentials.sandboxToken(id), domain: null, network, allowInternetAccess });
 }
 
 async function kill({ deps, res, id }: PlaneContext): Promise<void> {
@@ -263,7 +425,7 @@ function listed(deps: HttpServerDeps, info: SandboxInfo): Record<string, unknown
     diskSizeMB: info.settings.diskMb ?? 0,
     envdVersion: ENVD_VERSION,
     metadata,
-    volumeMounts: [],
+    volumeMounts: (info.settings.volumes ?? []).map((v) => ({ name: v.name, path: v.path })),
   };
 }
 
@@ -284,33 +446,4 @@ function safeDecode(text: string): string {
   } catch {
     throw new E2bHttpError(400, `The metadata filter '${text}' is not URL-encoded text.`);
   }
-}
-
-function parse<T extends z.ZodType>(schema: T, body: unknown, what: string): z.output<T> {
-  const parsed = schema.safeParse(body);
-  if (!parsed.success)
-    throw new E2bHttpError(400, `Invalid ${what}: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(body)'}: ${i.message}`).join('; ')}.`);
-  return parsed.data;
-}
-
-async function readJson(req: IncomingMessage): Promise<unknown> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > MAX_BODY_BYTES) throw new E2bHttpError(413, `The request body exceeds ${MAX_BODY_BYTES} bytes.`);
-    chunks.push(chunk);
-  }
-  if (size === 0) return {};
-  try {
-    return JSON.parse(Buffer.concat(chunks).toString('utf8'));
-  } catch {
-    throw new E2bHttpError(400, 'The request body is not valid JSON.');
-  }
-}
-
-/** Answers with a JSON body. */
-export function json(res: ServerResponse, status: number, body: unknown): void {
-  const text = JSON.stringify(body);
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) }).end(text);
 }

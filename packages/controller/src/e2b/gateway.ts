@@ -8,6 +8,7 @@ import { serveFiles, serveHealth } from './envd-files.js';
 import { envdRoutes } from './envd-rpc.js';
 import { SessionPool } from './session-pool.js';
 import { WatcherRegistry } from './envd-watch.js';
+import { VolumeContent } from './volume-content.js';
 
 /** Where the gateway answers: `E2B_API_URL` and `E2B_SANDBOX_URL` are both `<controller URL>/e2b`. */
 export const E2B_PREFIX = '/e2b';
@@ -86,6 +87,7 @@ export function createE2bGateway(deps: HttpServerDeps): E2bGateway {
     },
   });
   const uploads = { inFlight: 0 };
+  const volumeContent = new VolumeContent(deps, pool);
   const serve = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const url = new URL(req.url ?? '/', 'http://controller');
     const path = url.pathname.slice(E2B_PREFIX.length) || '/';
@@ -96,7 +98,8 @@ export function createE2bGateway(deps: HttpServerDeps): E2bGateway {
       }
       if (path === '/health') return await serveHealth(deps, req, res);
       if (path === '/files') return await serveFiles(deps, req, res, url.searchParams, uploads, pool);
-      if (isControlPlanePath(path)) return await serveControlPlane(deps, req, res, path, url.searchParams);
+      if (/^\/volumecontent(\/|$)/.test(path)) return await volumeContent.serve(req, res, path, url.searchParams);
+      if (isControlPlanePath(path)) return await serveControlPlane(deps, req, res, path, url.searchParams, volumeContent);
       json(res, 404, { code: 404, message: `No E2B route ${req.method ?? 'GET'} ${path}. See docs/e2b.md for what this gateway serves.` });
     } catch (err) {
       const { status, message } = toE2bHttpError(err);

@@ -50,6 +50,7 @@ describe('Warren on a real two-node Kubernetes cluster', () => {
       'pods/exec': ['create', 'get'],
       'pods/portforward': ['create', 'get'],
       'pods/log': ['get'],
+      secrets: ['create', 'delete'],
     });
     expect(role.rules!.every((r) => r.apiGroups!.length === 1 && r.apiGroups![0] === '')).toBe(true);
   });

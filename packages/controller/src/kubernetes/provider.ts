@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import type { Duplex } from 'node:stream';
 import { connect as tlsConnect, type ConnectionOptions } from 'node:tls';
-import { CoreV1Api, Exec, KubeConfig, PortForward, Watch, type V1Pod } from '@kubernetes/client-node';
+import { CoreV1Api, Exec, KubeConfig, PortForward, Watch, type V1Affinity, type V1Pod, type V1Toleration } from '@kubernetes/client-node';
 import { CodedError, DAEMON_TLS_PORT, daemonTlsClientOptions } from '@warren/protocol';
 import { SOCKET_DIR_IN_SANDBOX } from '../docker.js';
 import { LABELS } from '../labels.js';
@@ -21,7 +21,7 @@ import { bridgeCommand, type AgentRuntime } from '../runtime.js';
 import { kubeError } from './errors.js';
 import { PodExecStream } from './exec-stream.js';
 import { PodRecords } from './records.js';
-import { LABELS_ANNOTATION, MANAGED_BY, podName, SANDBOX_CONTAINER, sandboxPod } from './pod-spec.js';
+import { LABELS_ANNOTATION, MANAGED_BY, podName, SANDBOX_CONTAINER, sandboxPod, sandboxSecret } from './pod-spec.js';
 
 /** The in-cluster service account's namespace file. */
 const IN_CLUSTER_NAMESPACE = '/var/run/secrets/kubernetes.io/serviceaccount/namespace';
@@ -58,6 +58,15 @@ export interface KubernetesProviderOptions {
   imagePullPolicy?: 'Always' | 'IfNotPresent' | 'Never' | undefined;
   /** Added to every sandbox pod's nodeSelector. */
   nodeSelector?: Record<string, string> | undefined;
+  /** Added to every sandbox pod's tolerations (to run on tainted nodes). */
+  tolerations?: V1Toleration[] | undefined;
+  /** Every sandbox pod's affinity (e.g. prefer a node pool), as Kubernetes takes it. */
+  affinity?: V1Affinity | undefined;
+  /**
+   * Seconds a sandbox pod stays on a node Kubernetes marked unreachable or not ready before it is
+   * evicted (default 30; Kubernetes' own default is 300). The provider then removes the pod.
+   */
+  nodeLostSeconds?: number | undefined;
   /** How long a create waits for the pod's container to run (default 120 s). */
   startTimeoutMs?: number | undefined;
   /** How long a pod may stay unschedulable before the create gives up with the scheduler's reason (default 15 s). */
@@ -201,6 +210,9 @@ export class KubernetesProvider implements SandboxProvider {
       runtimeClasses: this.options.runtimeClasses ?? {},
       imagePullPolicy: this.options.imagePullPolicy ?? 'IfNotPresent',
       nodeSelector: this.options.nodeSelector,
+      tolerations: this.options.tolerations,
+      affinity: this.options.affinity,
+      nodeLostSeconds: this.options.nodeLostSeconds,
       // The TLS listener only where a channel uses it: with exec, the pod opens no port at all.
       daemonPort: this.daemonChannel === 'exec' ? undefined : this.daemonPort,
     });
@@ -210,10 +222,18 @@ export class KubernetesProvider implements SandboxProvider {
       throw kubeError(e, `create the pod for sandbox ${spec.agentId} from ${spec.image}`);
     });
     try {
+      // The daemon's secret in a Secret the pod owns (never in the pod spec): the kubelet mounts it
+      // before it starts the sandbox container, waiting for it if need be.
+      await this.core
+        .createNamespacedSecret({ namespace: this.namespace, body: sandboxSecret({ name, uid: created.metadata!.uid! }, spec.agentId, spec.daemonSecret) })
+        .catch((e: unknown) => {
+          throw kubeError(e, `create the Secret holding the daemon secret of sandbox ${spec.agentId}`);
+        });
       await this.untilRunning(name, created.metadata?.resourceVersion, spec.image);
       return name;
     } catch (err) {
       await this.deletePod(name, 0).catch(() => undefined);
+      await this.deleteSecret(name);
       this.secrets.delete(spec.agentId);
       throw err;
     }
@@ -307,13 +327,25 @@ export class KubernetesProvider implements SandboxProvider {
     if (agentId !== undefined) this.secrets.delete(agentId);
     this.podIps.delete(handle);
     await this.deletePod(handle, 2);
+    // The garbage collector would remove it with the pod; deleting it now leaves it no longer.
+    await this.deleteSecret(handle);
     const deadline = Date.now() + 15_000;
     while (Date.now() < deadline) {
-      if ((await this.inspectRaw(handle)) === undefined) return;
+      const pod = await this.inspectRaw(handle);
+      if (pod === undefined) return;
+      // A pod on a lost node is never confirmed by its kubelet: no point in waiting.
+      if (lostNode(pod) !== undefined) break;
       await new Promise((r) => setTimeout(r, 200));
     }
     this.options.logger?.warn({ pod: handle }, 'kubernetes.pod.force-delete');
     await this.deletePod(handle, 0);
+  }
+
+  private async deleteSecret(name: string): Promise<void> {
+    await this.core.deleteNamespacedSecret({ name, namespace: this.namespace }).catch((e: unknown) => {
+      const err = kubeError(e, `delete the Secret ${name}`);
+      if (err.code !== 'SANDBOX_NOT_FOUND') this.options.logger?.warn({ secret: name, error: err.message }, 'kubernetes.secret.delete-failed');
+    });
   }
 
   private async deletePod(name: string, gracePeriodSeconds: number): Promise<void> {
@@ -363,9 +395,22 @@ export class KubernetesProvider implements SandboxProvider {
     const known = new Set<string>();
     let stopped = false;
     let abort: AbortController | undefined;
+    const removing = new Set<string>();
     const see = (pod: V1Pod) => {
       const name = pod.metadata!.name!;
       known.add(name);
+      const lost = lostNode(pod);
+      if (lost !== undefined && !removing.has(name)) {
+        // Kubernetes evicted the pod from a node that stopped answering: its kubelet will never
+        // confirm the deletion, so the pod would stay Terminating. Remove it now (the node, if it
+        // ever comes back, kills what is left of it); the watch then reports it destroyed.
+        removing.add(name);
+        this.options.logger?.warn({ pod: name, why: lost }, 'kubernetes.node-lost');
+        void this.deletePod(name, 0).catch((e: unknown) => {
+          removing.delete(name);
+          this.options.logger?.warn({ pod: name, error: (e as Error).message }, 'kubernetes.node-lost.delete-failed');
+        });
+      }
       if (podState(pod) === 'exited' && !dead.has(name)) {
         dead.add(name);
         onEvent(name, 'die');
@@ -377,6 +422,7 @@ export class KubernetesProvider implements SandboxProvider {
       onEvent(name, 'destroy');
       dead.delete(name);
       known.delete(name);
+      removing.delete(name);
     };
     const resync = async (): Promise<string | undefined> => {
       const list = await this.listPods();
@@ -592,6 +638,22 @@ function failed(
   text: string,
 ): StartVerdict {
   return { kind: 'failed', seen: text, error: new CodedError(code, `The sandbox pod ${name} ${text}.`) };
+}
+
+/**
+ * Why a pod is on a lost node, or undefined: Kubernetes has evicted it (it is being deleted) while
+ * its status still shows every container running and ready but the pod not Ready. That split is
+ * made by the node lifecycle controller alone (it marks the pods of a node that stopped reporting
+ * not Ready, without touching their container statuses); a kubelet never reports it. Pure, so unit
+ * tests pin it on recorded statuses.
+ */
+export function lostNode(pod: V1Pod): string | undefined {
+  if (!pod.metadata?.deletionTimestamp) return undefined;
+  const ready = pod.status?.conditions?.find((c) => c.type === 'Ready');
+  const containers = pod.status?.containerStatuses ?? [];
+  if (ready?.status !== 'False' || containers.length === 0) return undefined;
+  if (!containers.every((c) => c.ready && c.state?.running)) return undefined;
+  return `its node ${pod.spec?.nodeName ?? '(none)'} stopped answering and Kubernetes evicted the pod`;
 }
 
 /** A pod as a provider state: its sandbox container running (or still starting) is `running`; anything that ended is `exited`. */

@@ -11,8 +11,8 @@
 #   scripts/lib/k8s-cluster.sh add-node N      adds an extra node N (3-9) of a test's own: its netns, containerd
 #                                              and kubelet, tainted warren.dev/extra-node=nodeN:NoSchedule so
 #                                              only pods that tolerate it land there; prints nothing
-#   scripts/lib/k8s-cluster.sh kill-node N     makes extra node N go away: SIGKILL to its kubelet, its pods'
-#                                              processes and its containerd, and its link cut (the Node object stays)
+#   scripts/lib/k8s-cluster.sh kill-node N     makes extra node N go away: its link cut, then SIGKILL to its
+#                                              kubelet, its pods' processes and its containerd (the Node object stays)
 #   scripts/lib/k8s-cluster.sh remove-node N   removes extra node N entirely (processes, mounts, netns, Node object)
 #
 # Everything lives outside the checkout:
@@ -491,6 +491,8 @@ node_pod_pids() {
 kill_node() {
   local n=$1 pid
   extra_node "$n"
+  # The link first, as with a node that loses power: nothing it ran says goodbye (no FIN, no RST).
+  ip link set "wk8s-n${n}h" down 2>/dev/null || true
   kill_hard "kubelet$n"
   # The containers keep running under their shims when containerd dies: kill them first, then
   # containerd (SIGKILL to the whole process tree of each shim).
@@ -501,7 +503,6 @@ kill_node() {
   fi
   for pid in $(node_pod_pids "$n"); do kill -9 "$pid" 2>/dev/null || true; done
   kill_hard "containerd$n"
-  ip link set "wk8s-n${n}h" down 2>/dev/null || true
 }
 
 remove_node() {

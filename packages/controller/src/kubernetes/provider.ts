@@ -113,6 +113,12 @@ export class KubernetesProvider implements SandboxProvider {
   private readonly secrets = new Map<string, string>();
   /** Pod IPs by pod name: fixed for a pod's life, so read once. */
   private readonly podIps = new Map<string, string>();
+  /**
+   * The open daemon streams by pod name. A pod whose node went away closes nothing (no FIN, no
+   * RST reaches the controller), so when the watch says the pod ended its streams are ended here,
+   * and calls through them fail at once instead of hanging.
+   */
+  private readonly streams = new Map<string, Set<Duplex>>();
   private readonly options: KubernetesProviderOptions;
   private runtimeImage: string | undefined;
 
@@ -413,11 +419,13 @@ export class KubernetesProvider implements SandboxProvider {
       }
       if (podState(pod) === 'exited' && !dead.has(name)) {
         dead.add(name);
+        this.endStreams(name);
         onEvent(name, 'die');
       }
     };
     const gone = (name: string) => {
       this.podIps.delete(name);
+      this.endStreams(name);
       if (!dead.has(name)) onEvent(name, 'die');
       onEvent(name, 'destroy');
       dead.delete(name);
@@ -464,9 +472,30 @@ export class KubernetesProvider implements SandboxProvider {
    * `pods/portforward` get and create), or the exec bridge to its socket (`pods/exec` get and create).
    */
   daemon(agentId: string): DaemonEndpoint {
-    if (this.daemonChannel === 'pod-ip') return { openStream: () => this.openPodIp(agentId) };
-    if (this.daemonChannel === 'port-forward') return { openStream: () => this.openPortForward(agentId) };
-    return { openStream: () => this.openBridge(agentId) };
+    const open =
+      this.daemonChannel === 'pod-ip'
+        ? () => this.openPodIp(agentId)
+        : this.daemonChannel === 'port-forward'
+          ? () => this.openPortForward(agentId)
+          : () => this.openBridge(agentId);
+    return { openStream: () => open().then((stream) => this.track(podName(agentId), stream)) };
+  }
+
+  private track(name: string, stream: Duplex): Duplex {
+    let open = this.streams.get(name);
+    if (!open) this.streams.set(name, (open = new Set()));
+    open.add(stream);
+    stream.once('close', () => {
+      open.delete(stream);
+      if (open.size === 0 && this.streams.get(name) === open) this.streams.delete(name);
+    });
+    return stream;
+  }
+
+  /** Ends the daemon streams of a pod that ended (see {@link KubernetesProvider.streams}). */
+  private endStreams(name: string): void {
+    for (const stream of this.streams.get(name) ?? []) stream.destroy();
+    this.streams.delete(name);
   }
 
   private async openPodIp(agentId: string): Promise<Duplex> {

@@ -187,6 +187,45 @@ describe('Warren on a real two-node Kubernetes cluster', () => {
       }
       expect((await provider.list()).some((s) => s.labels['warren.sandbox'] === sandbox.id)).toBe(false);
     });
+
+    it("keeps the daemon's secret from sandbox code and from whoever may read pods", async () => {
+      const sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, ttlSeconds: 300 });
+      try {
+        const pod = (await core.listNamespacedPod({ namespace: fixture.namespace, labelSelector: `warren.sandbox=${sandbox.id}` })).items[0]!;
+        const name = pod.metadata!.name!;
+        // The secret is in the sandbox's own Secret, owned by its pod, and nowhere in the pod spec.
+        const stored = await core.readNamespacedSecret({ name, namespace: fixture.namespace });
+        const secret = Buffer.from(stored.data!['daemon-secret']!, 'base64').toString();
+        expect(secret.length).toBeGreaterThanOrEqual(32);
+        expect(stored.metadata!.ownerReferences).toEqual([expect.objectContaining({ kind: 'Pod', name, uid: pod.metadata!.uid })]);
+        const asTester = await fixture.tester.makeApiClient(CoreV1Api).readNamespacedPod({ name, namespace: fixture.namespace });
+        expect(JSON.stringify(asTester)).not.toContain(secret);
+        // The Role lets the controller make and delete Secrets, not read them back.
+        await expect(fixture.tester.makeApiClient(CoreV1Api).readNamespacedSecret({ name, namespace: fixture.namespace })).rejects.toMatchObject({ code: 403 });
+        // Sandbox code tries its environment, every process's environment and command line, the mount, and the mount through the daemon's /proc root.
+        const attack = await sandbox.commands.run(
+          [
+            'env',
+            'for p in /proc/[0-9]*; do cat $p/environ $p/cmdline; echo; done',
+            'ls -la /run/warren-secret/',
+            'cat /run/warren-secret/daemon-secret',
+            'cat /run/warren-secret/..data/daemon-secret',
+            'for p in /proc/[0-9]*; do cat $p/root/run/warren-secret/daemon-secret; done',
+            'true',
+          ].join('; '),
+        );
+        expect(attack.stdout + attack.stderr).not.toContain(secret);
+        expect(attack.stderr).toMatch(/cat: \/run\/warren-secret\/daemon-secret: Permission denied/);
+        // The file is there and root's: the daemon read it (the sandbox answers), sandbox code cannot.
+        expect(attack.stdout).toMatch(/daemon-secret -> \.\.data\/daemon-secret/);
+      } finally {
+        await sandbox.kill();
+      }
+      // Deleted with the sandbox (the provider deletes it; the garbage collector would too).
+      await until('the Secret to go', async () =>
+        (await core.listNamespacedSecret({ namespace: fixture.namespace })).items.some((x) => x.metadata?.labels?.['warren.sandbox'] === sandbox.id) ? undefined : true,
+      );
+    });
   });
 });
 

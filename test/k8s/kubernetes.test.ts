@@ -188,6 +188,40 @@ describe('Warren on a real two-node Kubernetes cluster', () => {
       expect((await provider.list()).some((s) => s.labels['warren.sandbox'] === sandbox.id)).toBe(false);
     });
 
+    it('serves metrics read by the daemon from its cgroup, and holds the file limits sandbox code cannot raise', async () => {
+      const sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, ttlSeconds: 300, openFiles: 256, fileSizeMb: 8 });
+      try {
+        await sandbox.commands.run('head -c 20000000 /dev/urandom > /workspace/blob 2>/dev/null; i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; true');
+        const metrics = await sandbox.metrics();
+        expect(metrics.cpuSeconds).toBeGreaterThan(0);
+        expect(metrics.memoryBytes).toBeGreaterThan(0);
+        // The sandbox container's own cgroup: its limit is the sandbox's memoryMb.
+        expect(metrics.memoryLimitBytes).toBe(256 * 1024 * 1024);
+        expect(metrics.pids).toBeGreaterThanOrEqual(1);
+        // The workspace holds the blob of the file size limit (8 MiB), counted against diskMb.
+        expect(metrics.disk?.usedBytes).toBeGreaterThanOrEqual(8 * 1024 * 1024);
+        expect(metrics.disk?.limitBytes).toBeGreaterThan(0);
+
+        const limits = await sandbox.commands.run(
+          [
+            'grep -E "Max (open files|file size)" /proc/self/limits',
+            'ulimit -n 100000 && echo RAISED-NOFILE',
+            'ulimit -H -n 100000 && echo RAISED-HARD',
+            'grep -E "Max open files" /proc/self/limits',
+            'head -c 9000000 /dev/zero > /workspace/big; echo "exit $?"; wc -c < /workspace/big',
+          ].join('; '),
+        );
+        expect(limits.stdout).toMatch(/Max open files\s+256\s+256\s+files/);
+        expect(limits.stdout).toMatch(new RegExp(`Max file size\\s+${8 * 1024 * 1024}\\s+${8 * 1024 * 1024}\\s+bytes`));
+        expect(limits.stdout).not.toMatch(/RAISED/);
+        // Still 256 after the attempts; a write past the limit stops at it.
+        expect([...limits.stdout.matchAll(/Max open files\s+(\d+)\s+(\d+)/g)].map((m) => `${m[1]}:${m[2]}`)).toEqual(['256:256', '256:256']);
+        expect(limits.stdout).toMatch(new RegExp(`exit [1-9]\\d*\\n${8 * 1024 * 1024}\\n?$`));
+      } finally {
+        await sandbox.kill();
+      }
+    });
+
     it("keeps the daemon's secret from sandbox code and from whoever may read pods", async () => {
       const sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, ttlSeconds: 300 });
       try {

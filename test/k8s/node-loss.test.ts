@@ -92,7 +92,7 @@ describe('a node going away', () => {
     const lostMember = (await poolPods()).find((p) => p.spec?.nodeName === NODE)!.metadata!.name!;
     // A call in flight when the node goes away.
     const inFlight = lost.commands.run('sleep 600').then(
-      () => ({ code: 'none' }),
+      () => ({ code: 'none', message: 'the call succeeded' as string | undefined }),
       (e: { code?: string; message?: string }) => ({ code: e.code ?? 'no code', message: e.message }),
     );
 

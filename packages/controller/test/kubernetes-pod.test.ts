@@ -126,6 +126,32 @@ describe('the sandbox pod', () => {
     expect(Buffer.from(secret.data!['daemon-secret']!, 'base64').toString()).toBe('s'.repeat(48));
   });
 
+  it('starts the daemon under the runtime prlimit with the file limits as soft and hard, when the runtime has one', () => {
+    const plan = planSandbox({ openFiles: 256, fileSizeMb: 8 }, context);
+    const input = {
+      agentId: 'x1',
+      image: plan.image,
+      env: {},
+      labels: {},
+      settings: plan.settings,
+      daemonSecret: 's'.repeat(48),
+      runtimeImage: 'warren/runtime:abc',
+      runtimeClasses: {},
+      imagePullPolicy: 'Never' as const,
+    };
+    const command = sandboxPod({ ...input, prlimit: true }).spec!.containers[0]!.command!;
+    expect(command.slice(0, 6)).toEqual([
+      '/opt/warren/ld-linux.so',
+      '--library-path',
+      '/opt/warren/lib',
+      '/opt/warren/prlimit',
+      '--nofile=256:256',
+      `--fsize=${8 * 1024 * 1024}:${8 * 1024 * 1024}`,
+    ]);
+    expect(command.slice(6, 10)).toEqual(['/opt/warren/ld-linux.so', '--library-path', '/opt/warren/lib', '/opt/warren/node']);
+    expect(sandboxPod(input).spec!.containers[0]!.command![3]).toBe('/opt/warren/node');
+  });
+
   it('tolerates a lost node for nodeLostSeconds only, and adds the configured tolerations and affinity', () => {
     const base = podFor({});
     expect(base.spec!.tolerations).toEqual([

@@ -3,7 +3,7 @@ import type { V1Affinity, V1Pod, V1Secret, V1Toleration } from '@kubernetes/clie
 import { CodedError, DEFAULT_ROOT, type SandboxSettings } from '@warren/protocol';
 import { DAEMON_CAPABILITIES, SOCKET_DIR_IN_SANDBOX } from '../docker.js';
 import { LABELS } from '../labels.js';
-import { agentCommand, RUNTIME_DIR } from '../runtime.js';
+import { agentCommand, PRLIMIT_NAME, RUNTIME_DIR } from '../runtime.js';
 
 /** Where the init container finds the runtime in Warren's runtime image (see `runtimeImageTar`). */
 export const RUNTIME_IN_IMAGE = '/warren-runtime';
@@ -50,6 +50,12 @@ export interface SandboxPodInput {
   affinity?: V1Affinity | undefined;
   /** Seconds a pod stays on a node Kubernetes marked unreachable or not ready before it is evicted (default {@link DEFAULT_NODE_LOST_SECONDS}). */
   nodeLostSeconds?: number | undefined;
+  /**
+   * The runtime holds util-linux's `prlimit`: the daemon then starts under it with the sandbox's
+   * `openFiles` (RLIMIT_NOFILE) and `fileSizeMb` (RLIMIT_FSIZE) as soft and hard limits, which every
+   * process it starts inherits, as Docker's ulimits do. Without it neither limit is applied.
+   */
+  prlimit?: boolean | undefined;
   /** The daemon's TLS port (`--tcp-port`, keyed by the secret), where the controller reaches it over TCP; absent: socket only. */
   daemonPort?: number | undefined;
 }
@@ -195,7 +201,7 @@ export function sandboxPod(input: SandboxPodInput): V1Pod {
           name: SANDBOX_CONTAINER,
           image: input.image,
           imagePullPolicy: input.imagePullPolicy,
-          command: agentCommand([
+          command: limited(input.prlimit === true, settings, agentCommand([
             '--socket',
             `${SOCKET_DIR_IN_SANDBOX}/agent.sock`,
             '--private-socket-dir',
@@ -209,7 +215,7 @@ export function sandboxPod(input: SandboxPodInput): V1Pod {
             `${uid}:${gid}`,
             '--own-root',
             ...(input.daemonPort === undefined ? [] : ['--tcp-port', String(input.daemonPort)]),
-          ]),
+          ])),
           args: [],
           ...(input.daemonPort === undefined ? {} : { ports: [{ name: 'warren-daemon', containerPort: input.daemonPort, protocol: 'TCP' }] }),
           workingDir: settings.workdir,
@@ -245,6 +251,19 @@ export function sandboxPod(input: SandboxPodInput): V1Pod {
       ],
     },
   };
+}
+
+/**
+ * The daemon's command under the runtime's `prlimit` (run by the runtime's loader, as the daemon
+ * is): RLIMIT_NOFILE and RLIMIT_FSIZE set soft = hard before the daemon starts, so sandbox code,
+ * which runs as the sandbox user without CAP_SYS_RESOURCE, cannot raise them.
+ */
+function limited(prlimit: boolean, settings: SandboxSettings, command: string[]): string[] {
+  const limits: string[] = [];
+  if (settings.openFiles !== undefined) limits.push(`--nofile=${settings.openFiles}:${settings.openFiles}`);
+  if (settings.fileSizeMb !== undefined) limits.push(`--fsize=${settings.fileSizeMb * 1024 * 1024}:${settings.fileSizeMb * 1024 * 1024}`);
+  if (!prlimit || limits.length === 0) return command;
+  return [`${RUNTIME_DIR}/ld-linux.so`, '--library-path', `${RUNTIME_DIR}/lib`, `${RUNTIME_DIR}/${PRLIMIT_NAME}`, ...limits, ...command];
 }
 
 /**

@@ -17,7 +17,8 @@ import type {
   SandboxSpec,
   SandboxStats,
 } from '../provider.js';
-import { bridgeCommand, type AgentRuntime } from '../runtime.js';
+import { callAgent } from '../agent-link.js';
+import { bridgeCommand, PRLIMIT_NAME, type AgentRuntime } from '../runtime.js';
 import { kubeError } from './errors.js';
 import { PodExecStream } from './exec-stream.js';
 import { PodRecords } from './records.js';
@@ -121,6 +122,8 @@ export class KubernetesProvider implements SandboxProvider {
   private readonly streams = new Map<string, Set<Duplex>>();
   private readonly options: KubernetesProviderOptions;
   private runtimeImage: string | undefined;
+  /** The runtime holds `prlimit`, so pods get the sandbox's file limits (see `SandboxPodInput.prlimit`). */
+  private prlimit = false;
 
   constructor(options: KubernetesProviderOptions = {}) {
     this.options = options;
@@ -197,6 +200,12 @@ export class KubernetesProvider implements SandboxProvider {
   /** Settles the runtime image sandboxes copy their runtime from: this runtime's build unless one is configured. */
   async prepare(runtime: AgentRuntime): Promise<{ oldRuntimesRemoved: number }> {
     this.runtimeImage = this.options.runtimeImage ?? `warren/runtime:${runtime.hash}`;
+    this.prlimit = runtime.files.some((f) => f.name === PRLIMIT_NAME);
+    if (!this.prlimit)
+      this.options.logger?.warn(
+        { reason: "the controller's host has no prlimit (util-linux) to put in the runtime" },
+        'kubernetes.file-limits-not-applied',
+      );
     await this.ping();
     return { oldRuntimesRemoved: 0 };
   }
@@ -219,6 +228,7 @@ export class KubernetesProvider implements SandboxProvider {
       tolerations: this.options.tolerations,
       affinity: this.options.affinity,
       nodeLostSeconds: this.options.nodeLostSeconds,
+      prlimit: this.prlimit,
       // The TLS listener only where a channel uses it: with exec, the pod opens no port at all.
       daemonPort: this.daemonChannel === 'exec' ? undefined : this.daemonPort,
     });
@@ -579,9 +589,32 @@ export class KubernetesProvider implements SandboxProvider {
     }
   }
 
-  /** Metrics would come from the cluster's metrics API (metrics-server), which this provider does not read yet; never from inside the pod. */
-  stats(): Promise<SandboxStats | undefined> {
-    return Promise.reject(notSupported("read a sandbox's metrics", "read the pod's usage from your cluster's metrics (kubectl top pod, metrics-server)"));
+  /**
+   * A sandbox's usage, read by its daemon from the sandbox container's own cgroup files and the
+   * pod's network namespace (`system.usage`): no metrics-server and no node access needed. The
+   * daemon runs as root in the container, so sandbox code cannot change what it reads (the cgroup
+   * files are the kernel's, mounted read-only); the workspace's size is counted by the daemon
+   * (see `workspaceBytes`) against the workspace emptyDir's sizeLimit. Undefined once the pod is
+   * gone or ended.
+   */
+  async stats(handle: string, agentId: string): Promise<SandboxStats | undefined> {
+    const pod = await this.inspectRaw(handle);
+    if (pod === undefined || podState(pod) !== 'running') return undefined;
+    const secret = this.options.daemonSecret?.(agentId) ?? this.secrets.get(agentId);
+    if (secret === undefined) throw new CodedError('INTERNAL', `The Kubernetes provider has no daemon secret for sandbox ${agentId} (set the daemonSecret option).`);
+    const usage = await callAgent(this.daemon(agentId), secret, 'system.usage', {}, 10_000);
+    const sizeLimit = pod.spec?.volumes?.find((v) => v.name === 'workspace')?.emptyDir?.sizeLimit;
+    const limitBytes = sizeLimit === undefined ? undefined : quantityBytes(String(sizeLimit));
+    return {
+      cpuSeconds: usage.cpuSeconds,
+      memoryBytes: usage.memoryBytes,
+      memoryLimitBytes: usage.memoryLimitBytes,
+      memoryPeakBytes: usage.memoryPeakBytes,
+      pids: usage.pids,
+      pidsLimit: usage.pidsLimit,
+      network: usage.network,
+      ...(usage.workspaceBytes !== undefined && limitBytes !== undefined ? { disk: { usedBytes: usage.workspaceBytes, limitBytes } } : {}),
+    };
   }
 
   /** Snapshots need the engine's commit and the workspace on a host this controller reads: not on a cluster yet (docs/state.md). */
@@ -710,6 +743,14 @@ export function warrenLabels(pod: V1Pod): Record<string, string> {
     }
   }
   return { ...(pod.metadata?.labels ?? {}) };
+}
+
+/** A Kubernetes quantity as bytes, for the binary and decimal suffixes Warren writes and the plain number; undefined otherwise. */
+export function quantityBytes(quantity: string): number | undefined {
+  const match = /^(\d+)(Ki|Mi|Gi|Ti|k|M|G|T)?$/.exec(quantity);
+  if (!match) return undefined;
+  const scale: Record<string, number> = { Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40, k: 1e3, M: 1e6, G: 1e9, T: 1e12 };
+  return Number(match[1]) * (match[2] === undefined ? 1 : scale[match[2]]!);
 }
 
 function notSupported(doing: string, instead: string): CodedError {

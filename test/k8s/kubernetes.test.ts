@@ -189,14 +189,14 @@ describe('Warren on a real two-node Kubernetes cluster', () => {
     });
 
     it('serves metrics read by the daemon from its cgroup, and holds the file limits sandbox code cannot raise', async () => {
-      const sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, ttlSeconds: 300, openFiles: 256, fileSizeMb: 8 });
+      const sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, ttlSeconds: 300, memoryMb: 384, openFiles: 256, fileSizeMb: 8 });
       try {
         await sandbox.commands.run('head -c 20000000 /dev/urandom > /workspace/blob 2>/dev/null; i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; true');
         const metrics = await sandbox.metrics();
         expect(metrics.cpuSeconds).toBeGreaterThan(0);
         expect(metrics.memoryBytes).toBeGreaterThan(0);
         // The sandbox container's own cgroup: its limit is the sandbox's memoryMb.
-        expect(metrics.memoryLimitBytes).toBe(256 * 1024 * 1024);
+        expect(metrics.memoryLimitBytes).toBe(384 * 1024 * 1024);
         expect(metrics.pids).toBeGreaterThanOrEqual(1);
         // The workspace holds the blob of the file size limit (8 MiB), counted against diskMb.
         expect(metrics.disk?.usedBytes).toBeGreaterThanOrEqual(8 * 1024 * 1024);

@@ -257,7 +257,9 @@ describe('Warren on a real two-node Kubernetes cluster', () => {
       }
       // Deleted with the sandbox (the provider deletes it; the garbage collector would too).
       await until('the Secret to go', async () =>
-        (await core.listNamespacedSecret({ namespace: fixture.namespace })).items.some((x) => x.metadata?.labels?.['warren.sandbox'] === sandbox.id) ? undefined : true,
+        (await core.listNamespacedSecret({ namespace: fixture.namespace })).items.some((x) => x.metadata?.labels?.['warren.sandbox'] === sandbox.id)
+          ? undefined
+          : true,
       );
     });
   });

@@ -32,7 +32,8 @@ describe('a node going away', () => {
     (await core.listNamespacedPod({ namespace: fixture.namespace, labelSelector: 'app.kubernetes.io/managed-by=warren' })).items;
   const running = (p: V1Pod) => !p.metadata?.deletionTimestamp && p.status?.containerStatuses?.some((c) => c.name === 'sandbox' && c.state?.running);
   const poolPods = async () => (await pods()).filter((p) => p.metadata?.labels?.['warren.pool'] === '1' && running(p));
-  const podOf = async (id: string) => (await pods()).find((p) => JSON.parse(p.metadata?.annotations?.['warren.dev/record'] ?? '{}').id === id || p.metadata?.labels?.['warren.sandbox'] === id);
+  const podOf = async (id: string) =>
+    (await pods()).find((p) => JSON.parse(p.metadata?.annotations?.['warren.dev/record'] ?? '{}').id === id || p.metadata?.labels?.['warren.sandbox'] === id);
 
   beforeAll(async () => {
     fixture = await openK8sFixture();
@@ -92,7 +93,7 @@ describe('a node going away', () => {
     const lostMember = (await poolPods()).find((p) => p.spec?.nodeName === NODE)!.metadata!.name!;
     // A call in flight when the node goes away.
     const inFlight = lost.commands.run('sleep 600').then(
-      () => ({ code: 'none', message: 'the call succeeded' as string | undefined }),
+      () => ({ code: 'none', message: 'the call succeeded' }),
       (e: { code?: string; message?: string }) => ({ code: e.code ?? 'no code', message: e.message }),
     );
 
@@ -142,6 +143,8 @@ describe('a node going away', () => {
       60_000,
       1000,
     );
-    console.info(`node-loss: the in-flight call ended with ${ended.code} (${ended.message}) after ${endedAfterMs} ms; the sandbox left the listing ${lostAfterMs} ms after the node was killed`);
+    console.info(
+      `node-loss: the in-flight call ended with ${ended.code} (${ended.message}) after ${endedAfterMs} ms; the sandbox left the listing ${lostAfterMs} ms after the node was killed`,
+    );
   }, 600_000);
 });

@@ -146,7 +146,15 @@ export interface KubernetesSettings {
   /** Added to every sandbox pod's nodeSelector. */
   nodeSelector: Record<string, string>;
   /** Added to every sandbox pod's tolerations (Kubernetes `V1Toleration` objects), e.g. to run on a tainted node pool. */
-  tolerations?: { key?: string | undefined; operator?: 'Exists' | 'Equal' | undefined; value?: string | undefined; effect?: 'NoSchedule' | 'PreferNoSchedule' | 'NoExecute' | undefined; tolerationSeconds?: number | undefined }[] | undefined;
+  tolerations?:
+    | {
+        key?: string | undefined;
+        operator?: 'Exists' | 'Equal' | undefined;
+        value?: string | undefined;
+        effect?: 'NoSchedule' | 'PreferNoSchedule' | 'NoExecute' | undefined;
+        tolerationSeconds?: number | undefined;
+      }[]
+    | undefined;
   /** Every sandbox pod's `affinity`, as Kubernetes takes it (the API server checks it at the first create). */
   affinity?: Record<string, unknown> | undefined;
   /** Seconds a sandbox pod stays on a node marked unreachable or not ready before Kubernetes evicts it (default 30). */

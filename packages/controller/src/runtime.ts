@@ -76,7 +76,13 @@ export const PRLIMIT_NAME = 'prlimit';
 
 async function findPrlimit(): Promise<string | undefined> {
   for (const candidate of ['/usr/bin/prlimit', '/bin/prlimit']) {
-    if (await access(candidate, constants.X_OK).then(() => true, () => false)) return candidate;
+    if (
+      await access(candidate, constants.X_OK).then(
+        () => true,
+        () => false,
+      )
+    )
+      return candidate;
   }
   return undefined;
 }

@@ -159,7 +159,11 @@ describe('the sandbox pod', () => {
       { key: 'node.kubernetes.io/not-ready', operator: 'Exists', effect: 'NoExecute', tolerationSeconds: 30 },
     ]);
     const plan = planSandbox({}, context);
-    const affinity = { nodeAffinity: { preferredDuringSchedulingIgnoredDuringExecution: [{ weight: 100, preference: { matchExpressions: [{ key: 'pool', operator: 'In', values: ['a'] }] } }] } };
+    const affinity = {
+      nodeAffinity: {
+        preferredDuringSchedulingIgnoredDuringExecution: [{ weight: 100, preference: { matchExpressions: [{ key: 'pool', operator: 'In', values: ['a'] }] } }],
+      },
+    };
     const pod = sandboxPod({
       agentId: 'x1',
       image: plan.image,
@@ -281,7 +285,9 @@ describe('reading pod status', () => {
     // Not evicted yet: Kubernetes still tolerates the node (nodeLostSeconds).
     expect(lostNode(pod({ phase: 'Running', conditions: notReady, containerStatuses: [running] }))).toBeUndefined();
     // A normal delete on a live node: Ready still true, or the kubelet reports the containers ending.
-    expect(lostNode(pod({ phase: 'Running', conditions: [{ type: 'Ready', status: 'True' }] as never, containerStatuses: [running] }, evicting))).toBeUndefined();
+    expect(
+      lostNode(pod({ phase: 'Running', conditions: [{ type: 'Ready', status: 'True' }] as never, containerStatuses: [running] }, evicting)),
+    ).toBeUndefined();
     const ending = { name: 'sandbox', ready: false, state: { running: {} } } as never;
     expect(lostNode(pod({ phase: 'Running', conditions: notReady, containerStatuses: [ending] }, evicting))).toBeUndefined();
   });

@@ -202,10 +202,7 @@ export class KubernetesProvider implements SandboxProvider {
     this.runtimeImage = this.options.runtimeImage ?? `warren/runtime:${runtime.hash}`;
     this.prlimit = runtime.files.some((f) => f.name === PRLIMIT_NAME);
     if (!this.prlimit)
-      this.options.logger?.warn(
-        { reason: "the controller's host has no prlimit (util-linux) to put in the runtime" },
-        'kubernetes.file-limits-not-applied',
-      );
+      this.options.logger?.warn({ reason: "the controller's host has no prlimit (util-linux) to put in the runtime" }, 'kubernetes.file-limits-not-applied');
     await this.ping();
     return { oldRuntimesRemoved: 0 };
   }
@@ -601,7 +598,8 @@ export class KubernetesProvider implements SandboxProvider {
     const pod = await this.inspectRaw(handle);
     if (pod === undefined || podState(pod) !== 'running') return undefined;
     const secret = this.options.daemonSecret?.(agentId) ?? this.secrets.get(agentId);
-    if (secret === undefined) throw new CodedError('INTERNAL', `The Kubernetes provider has no daemon secret for sandbox ${agentId} (set the daemonSecret option).`);
+    if (secret === undefined)
+      throw new CodedError('INTERNAL', `The Kubernetes provider has no daemon secret for sandbox ${agentId} (set the daemonSecret option).`);
     const usage = await callAgent(this.daemon(agentId), secret, 'system.usage', {}, 10_000);
     const sizeLimit = pod.spec?.volumes?.find((v) => v.name === 'workspace')?.emptyDir?.sizeLimit;
     const limitBytes = sizeLimit === undefined ? undefined : quantityBytes(String(sizeLimit));

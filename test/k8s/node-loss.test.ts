@@ -114,8 +114,10 @@ describe('a node going away', () => {
       1000,
     );
     const lostAfterMs = Date.now() - killedAt;
-    await expect(lost.commands.run('true')).rejects.toMatchObject({ code: 'SANDBOX_NOT_FOUND' });
-    await expect(Sandbox.connect(lost.id, options)).rejects.toMatchObject({ code: 'SANDBOX_NOT_FOUND' });
+    // Refused as lost, with the node named, not as a sandbox that never existed.
+    const why = /was lost: its node node3 stopped answering/;
+    await expect(lost.commands.run('true')).rejects.toMatchObject({ code: expect.stringMatching(/^(SANDBOX_NOT_FOUND|CONNECTION_CLOSED)$/), message: why });
+    await expect(Sandbox.connect(lost.id, options)).rejects.toMatchObject({ code: 'SANDBOX_NOT_FOUND', message: why });
 
     // The pool member on node 3 was replaced by one on a live node.
     await until(

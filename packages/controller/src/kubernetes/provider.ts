@@ -24,6 +24,8 @@ import { PodExecStream } from './exec-stream.js';
 import { PodRecords } from './records.js';
 import { LABELS_ANNOTATION, MANAGED_BY, podName, SANDBOX_CONTAINER, sandboxPod, sandboxSecret } from './pod-spec.js';
 
+/** How many lost pods' reasons are kept for {@link KubernetesProvider.lostReason}. */
+const LOST_KEPT = 1000;
 /** The in-cluster service account's namespace file. */
 const IN_CLUSTER_NAMESPACE = '/var/run/secrets/kubernetes.io/serviceaccount/namespace';
 /** Waiting reasons of a container that will not start by waiting longer. */
@@ -120,6 +122,8 @@ export class KubernetesProvider implements SandboxProvider {
    * and calls through them fail at once instead of hanging.
    */
   private readonly streams = new Map<string, Set<Duplex>>();
+  /** Pods removed because their node was lost, with why (the last {@link LOST_KEPT}). */
+  private readonly lost = new Map<string, string>();
   private readonly options: KubernetesProviderOptions;
   private runtimeImage: string | undefined;
   /** The runtime holds `prlimit`, so pods get the sandbox's file limits (see `SandboxPodInput.prlimit`). */
@@ -418,6 +422,8 @@ export class KubernetesProvider implements SandboxProvider {
         // confirm the deletion, so the pod would stay Terminating. Remove it now (the node, if it
         // ever comes back, kills what is left of it); the watch then reports it destroyed.
         removing.add(name);
+        this.lost.set(name, lost);
+        if (this.lost.size > LOST_KEPT) this.lost.delete(this.lost.keys().next().value!);
         this.options.logger?.warn({ pod: name, why: lost }, 'kubernetes.node-lost');
         void this.deletePod(name, 0).catch((e: unknown) => {
           removing.delete(name);
@@ -472,6 +478,10 @@ export class KubernetesProvider implements SandboxProvider {
       stopped = true;
       abort?.abort();
     };
+  }
+
+  lostReason(handle: string): string | undefined {
+    return this.lost.get(handle);
   }
 
   /**

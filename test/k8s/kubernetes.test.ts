@@ -217,6 +217,12 @@ describe('Warren on a real two-node Kubernetes cluster', () => {
         // Still 256 after the attempts; a write past the limit stops at it.
         expect([...limits.stdout.matchAll(/Max open files\s+(\d+)\s+(\d+)/g)].map((m) => `${m[1]}:${m[2]}`)).toEqual(['256:256', '256:256']);
         expect(limits.stdout).toMatch(new RegExp(`exit [1-9]\\d*\\n${8 * 1024 * 1024}\\n?$`));
+        // pids: no per-pod field; the kubelet's node-wide podPidsLimit (1024 on the test cluster)
+        // is on the pod's cgroup, which the test (root, on the nodes' host) reads where the kubelet made it.
+        const pod = (await core.listNamespacedPod({ namespace: fixture.namespace, labelSelector: `warren.sandbox=${sandbox.id}` })).items[0]!;
+        const qos = { Guaranteed: '', Burstable: 'burstable', BestEffort: 'besteffort' }[pod.status!.qosClass!]!;
+        const podCgroup = path.join('/sys/fs/cgroup/pids', `warren-k8s-${pod.spec!.nodeName!}`, 'kubepods', qos, `pod${pod.metadata!.uid!}`);
+        expect((await readFile(path.join(podCgroup, 'pids.max'), 'utf8')).trim()).toBe('1024');
       } finally {
         await sandbox.kill();
       }

@@ -7,7 +7,13 @@
 #   scripts/lib/k8s-cluster.sh up      build + start the cluster (reuses a running one); prints the kubeconfig path
 #   scripts/lib/k8s-cluster.sh down    stops everything this script started and removes the node netns
 #   scripts/lib/k8s-cluster.sh status  exits 0 when the cluster answers with two Ready nodes
-#   scripts/lib/k8s-cluster.sh load-image FILE   imports an image archive on both nodes
+#   scripts/lib/k8s-cluster.sh load-image FILE [N...]   imports an image archive on both nodes (or on nodes N...)
+#   scripts/lib/k8s-cluster.sh add-node N      adds an extra node N (3-9) of a test's own: its netns, containerd
+#                                              and kubelet, tainted warren.dev/extra-node=nodeN:NoSchedule so
+#                                              only pods that tolerate it land there; prints nothing
+#   scripts/lib/k8s-cluster.sh kill-node N     makes extra node N go away: its link cut, then SIGKILL to its
+#                                              kubelet, its pods' processes and its containerd (the Node object stays)
+#   scripts/lib/k8s-cluster.sh remove-node N   removes extra node N entirely (processes, mounts, netns, Node object)
 #
 # Everything lives outside the checkout:
 #   $WARREN_K8S_CACHE (default /var/cache/warren-k8s)/<debian-version>/bin   the build, keyed by package version
@@ -214,7 +220,8 @@ certs() {
 token_of() { awk -F, -v u="$1" '$2 == u { print $1 }' "$state/pki/tokens.csv"; }
 
 kubeconfig() {
-  local user=$1 out=$2
+  local user=$1 out=$2 token=${3:-}
+  [[ -n $token ]] || token=$(token_of "$user")
   cat >"$out" <<KC
 apiVersion: v1
 kind: Config
@@ -226,7 +233,7 @@ clusters:
 users:
 - name: $user
   user:
-    token: $(token_of "$user")
+    token: $token
 contexts:
 - name: $user
   context: { cluster: warren-test, user: $user }
@@ -262,7 +269,12 @@ CNI
 
 kubelet_config() {
   local n=$1 ip=$2 dir=$state/node$1
-  kubeconfig "system:node:node$n" "$dir/kubelet.kubeconfig"
+  # An extra node of a running cluster has no token of its own (the API server reads its token
+  # file at start): it registers with the admin's, so NodeRestriction does not bind it.
+  local token
+  token=$(token_of "system:node:node$n")
+  [[ -n $token ]] || token=$(token_of admin)
+  kubeconfig "system:node:node$n" "$dir/kubelet.kubeconfig" "$token"
   cat >"$dir/kubelet.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -403,20 +415,120 @@ down() {
   ip link del "$bridge" 2>/dev/null || true
 }
 
-# Imports an image archive (docker-archive or OCI) into both nodes' containerd.
+# Imports an image archive (docker-archive or OCI) into both nodes' containerd (or the nodes named).
 load_image() {
   local file=$1 n
+  shift
   [[ -f $file ]] || die "no image archive at $file"
-  for n in 1 2; do
+  local nodes=("$@")
+  ((${#nodes[@]})) || nodes=(1 2)
+  for n in "${nodes[@]}"; do
     ctr -a "$state/node$n/containerd.sock" -n k8s.io images import "$file" >/dev/null || die "could not import $file on node $n"
   done
 }
 
+# Extra nodes (3-9) for tests that take a node away (test/k8s/node-loss.test.ts): each in its own
+# network namespace wk8s-nodeN at 10.231.0.N with pods in 10.232.N.0/24, and tainted so that only
+# pods that tolerate warren.dev/extra-node land there; the tier's two nodes are never touched.
+extra_node() {
+  [[ $1 =~ ^[3-9]$ ]] || die "extra nodes are numbered 3 to 9 (1 and 2 are the tier's own), got '$1'"
+}
+
+add_node() {
+  local n=$1
+  extra_node "$n"
+  status || die "the cluster is not running (scripts/lib/k8s-cluster.sh up)"
+  local bin ip=$bridge_net.$n cidr=10.232.$n.0/24 ns=wk8s-node$n
+  bin=$(build)
+  if [[ ! -e /run/netns/$ns ]]; then
+    ip netns add "$ns"
+    ip link add "wk8s-n${n}h" type veth peer name "wk8s-n$n"
+    ip link set "wk8s-n${n}h" master "$bridge" up
+    ip link set "wk8s-n$n" netns "$ns"
+    ip -n "$ns" addr add "$ip/24" dev "wk8s-n$n"
+    ip -n "$ns" link set "wk8s-n$n" up
+    ip -n "$ns" link set lo up
+    ip -n "$ns" route add default via "$node1_ip"
+  fi
+  ip link set "wk8s-n${n}h" up 2>/dev/null || true
+  ip route replace "$cidr" via "$ip" dev "$bridge"
+  nsenter --net="/run/netns/$ns" sysctl -qw net.ipv4.ip_forward=1
+  containerd_config "$n" "$cidr"
+  kubelet_config "$n" "$ip"
+  cgroup_root "warren-k8s-node$n"
+  daemon "containerd$n" nsenter --net="/run/netns/$ns" containerd --config "$state/node$n/containerd.toml"
+  wait_for "containerd of node $n" 30 ctr -a "$state/node$n/containerd.sock" version
+  load_images "$n"
+  daemon "kubelet$n" nsenter --net="/run/netns/$ns" "$bin/kubelet" --config "$state/node$n/kubelet.yaml" --kubeconfig "$state/node$n/kubelet.kubeconfig" \
+    --container-runtime remote --container-runtime-endpoint "unix://$state/node$n/containerd.sock" \
+    --hostname-override "node$n" --node-ip "$ip" --node-labels "warren.dev/test-node=node$n" \
+    --register-with-taints "warren.dev/extra-node=node$n:NoSchedule" \
+    --root-dir "$state/node$n/kubelet" --cert-dir "$state/node$n/pki" --pod-cidr "$cidr"
+  wait_for "node $n Ready" 120 node_ready "node$n"
+}
+
+node_ready() {
+  admin_api "/api/v1/nodes/$1" | node -e '
+    let s = ""; process.stdin.on("data", (d) => (s += d)).on("end", () => {
+      try { process.exit(JSON.parse(s).status.conditions.some((c) => c.type === "Ready" && c.status === "True") ? 0 : 1); } catch { process.exit(1); }
+    });'
+}
+
+# Kills a pid file's process with SIGKILL (a node that loses power says nothing to anyone).
+kill_hard() { if running "$1"; then kill -9 "$(cat "$state/run/$1.pid")" 2>/dev/null || true; fi; }
+
+# The processes of node N's pods: each container's shim (found by the node's containerd socket in
+# its command line) and everything below it.
+node_pod_pids() {
+  local shim
+  for shim in $(pgrep -f -- "-address $state/node$1/containerd.sock" || true); do
+    printf '%s\n' "$shim"
+    pgrep -g "$(ps -o pgid= -p "$shim" | tr -d ' ')" 2>/dev/null || true
+    ps -o pid= --ppid "$shim" 2>/dev/null || true
+  done
+}
+
+kill_node() {
+  local n=$1 pid
+  extra_node "$n"
+  # The link first, as with a node that loses power: nothing it ran says goodbye (no FIN, no RST).
+  ip link set "wk8s-n${n}h" down 2>/dev/null || true
+  kill_hard "kubelet$n"
+  # The containers keep running under their shims when containerd dies: kill them first, then
+  # containerd (SIGKILL to the whole process tree of each shim).
+  if [[ -S $state/node$n/containerd.sock ]]; then
+    for task in $(ctr -a "$state/node$n/containerd.sock" -n k8s.io tasks ls -q 2>/dev/null); do
+      ctr -a "$state/node$n/containerd.sock" -n k8s.io tasks kill -a -s SIGKILL "$task" >/dev/null 2>&1 || true
+    done
+  fi
+  for pid in $(node_pod_pids "$n"); do kill -9 "$pid" 2>/dev/null || true; done
+  kill_hard "containerd$n"
+}
+
+remove_node() {
+  local n=$1
+  extra_node "$n"
+  kill_node "$n"
+  rm -f "$state/run/kubelet$n.pid" "$state/run/containerd$n.pid"
+  sleep 1
+  findmnt -rn -o TARGET | grep "^$state/node$n/" | sort -r | while read -r target; do umount -l "$target" 2>/dev/null || true; done
+  ip route del "10.232.$n.0/24" 2>/dev/null || true
+  ip link del "wk8s-n${n}h" 2>/dev/null || true
+  ip netns del "wk8s-node$n" 2>/dev/null || true
+  curl -sk -X DELETE -H "Authorization: Bearer $(token_of admin)" "https://$node1_ip:$api_port/api/v1/nodes/node$n" >/dev/null || true
+  local h
+  for h in /sys/fs/cgroup/*/warren-k8s-node"$n"; do [[ -d $h ]] && find "$h" -depth -type d -exec rmdir {} \; 2>/dev/null; done
+  rm -rf "${state:?}/node$n"
+}
+
 case ${1:-} in
   build) build ;;
-  load-image) load_image "${2:?usage: load-image FILE}" ;;
+  load-image) load_image "${2:?usage: load-image FILE [N...]}" "${@:3}" ;;
+  add-node) add_node "${2:?usage: add-node N}" ;;
+  kill-node) kill_node "${2:?usage: kill-node N}" ;;
+  remove-node) remove_node "${2:?usage: remove-node N}" ;;
   up) up ;;
   down) down ;;
   status) status ;;
-  *) printf 'usage: %s build|up|down|status|load-image FILE\n' "$0" >&2; exit 2 ;;
+  *) printf 'usage: %s build|up|down|status|load-image FILE [N...]|add-node N|kill-node N|remove-node N\n' "$0" >&2; exit 2 ;;
 esac

@@ -50,6 +50,7 @@ describe('Warren on a real two-node Kubernetes cluster', () => {
       'pods/exec': ['create', 'get'],
       'pods/portforward': ['create', 'get'],
       'pods/log': ['get'],
+      secrets: ['create', 'delete'],
     });
     expect(role.rules!.every((r) => r.apiGroups!.length === 1 && r.apiGroups![0] === '')).toBe(true);
   });
@@ -185,6 +186,87 @@ describe('Warren on a real two-node Kubernetes cluster', () => {
         await sandbox.kill();
       }
       expect((await provider.list()).some((s) => s.labels['warren.sandbox'] === sandbox.id)).toBe(false);
+    });
+
+    it('serves metrics read by the daemon from its cgroup, and holds the file limits sandbox code cannot raise', async () => {
+      const sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, ttlSeconds: 300, memoryMb: 384, openFiles: 256, fileSizeMb: 8 });
+      try {
+        await sandbox.commands.run('head -c 20000000 /dev/urandom > /workspace/blob 2>/dev/null; i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; true');
+        const metrics = await sandbox.metrics();
+        expect(metrics.cpuSeconds).toBeGreaterThan(0);
+        expect(metrics.memoryBytes).toBeGreaterThan(0);
+        // The sandbox container's own cgroup: its limit is the sandbox's memoryMb.
+        expect(metrics.memoryLimitBytes).toBe(384 * 1024 * 1024);
+        expect(metrics.pids).toBeGreaterThanOrEqual(1);
+        // The workspace holds the blob of the file size limit (8 MiB), counted against diskMb.
+        expect(metrics.disk?.usedBytes).toBeGreaterThanOrEqual(8 * 1024 * 1024);
+        expect(metrics.disk?.limitBytes).toBeGreaterThan(0);
+
+        const limits = await sandbox.commands.run(
+          [
+            'grep -E "Max (open files|file size)" /proc/self/limits',
+            'ulimit -n 100000 && echo RAISED-NOFILE',
+            'ulimit -H -n 100000 && echo RAISED-HARD',
+            'grep -E "Max open files" /proc/self/limits',
+            'head -c 9000000 /dev/zero > /workspace/big; echo "exit $?"; wc -c < /workspace/big',
+          ].join('; '),
+        );
+        expect(limits.stdout).toMatch(/Max open files\s+256\s+256\s+files/);
+        expect(limits.stdout).toMatch(new RegExp(`Max file size\\s+${8 * 1024 * 1024}\\s+${8 * 1024 * 1024}\\s+bytes`));
+        expect(limits.stdout).not.toMatch(/RAISED/);
+        // Still 256 after the attempts; a write past the limit stops at it.
+        expect([...limits.stdout.matchAll(/Max open files\s+(\d+)\s+(\d+)/g)].map((m) => `${m[1]}:${m[2]}`)).toEqual(['256:256', '256:256']);
+        expect(limits.stdout).toMatch(new RegExp(`exit [1-9]\\d*\\n${8 * 1024 * 1024}\\n?$`));
+        // pids: no per-pod field; the kubelet's node-wide podPidsLimit (1024 on the test cluster)
+        // is on the pod's cgroup, which the test (root, on the nodes' host) reads where the kubelet made it.
+        const pod = (await core.listNamespacedPod({ namespace: fixture.namespace, labelSelector: `warren.sandbox=${sandbox.id}` })).items[0]!;
+        const qos = { Guaranteed: '', Burstable: 'burstable', BestEffort: 'besteffort' }[pod.status!.qosClass!]!;
+        const podCgroup = path.join('/sys/fs/cgroup/pids', `warren-k8s-${pod.spec!.nodeName!}`, 'kubepods', qos, `pod${pod.metadata!.uid!}`);
+        expect((await readFile(path.join(podCgroup, 'pids.max'), 'utf8')).trim()).toBe('1024');
+      } finally {
+        await sandbox.kill();
+      }
+    });
+
+    it("keeps the daemon's secret from sandbox code and from whoever may read pods", async () => {
+      const sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, ttlSeconds: 300 });
+      try {
+        const pod = (await core.listNamespacedPod({ namespace: fixture.namespace, labelSelector: `warren.sandbox=${sandbox.id}` })).items[0]!;
+        const name = pod.metadata!.name!;
+        // The secret is in the sandbox's own Secret, owned by its pod, and nowhere in the pod spec.
+        const stored = await core.readNamespacedSecret({ name, namespace: fixture.namespace });
+        const secret = Buffer.from(stored.data!['daemon-secret']!, 'base64').toString();
+        expect(secret.length).toBeGreaterThanOrEqual(32);
+        expect(stored.metadata!.ownerReferences).toEqual([expect.objectContaining({ kind: 'Pod', name, uid: pod.metadata!.uid })]);
+        const asTester = await fixture.tester.makeApiClient(CoreV1Api).readNamespacedPod({ name, namespace: fixture.namespace });
+        expect(JSON.stringify(asTester)).not.toContain(secret);
+        // The Role lets the controller make and delete Secrets, not read them back.
+        await expect(fixture.tester.makeApiClient(CoreV1Api).readNamespacedSecret({ name, namespace: fixture.namespace })).rejects.toMatchObject({ code: 403 });
+        // Sandbox code tries its environment, every process's environment and command line, the mount, and the mount through the daemon's /proc root.
+        const attack = await sandbox.commands.run(
+          [
+            'env',
+            'for p in /proc/[0-9]*; do cat $p/environ $p/cmdline; echo; done',
+            'ls -la /run/warren-secret/',
+            'cat /run/warren-secret/daemon-secret',
+            'cat /run/warren-secret/..data/daemon-secret',
+            'for p in /proc/[0-9]*; do cat $p/root/run/warren-secret/daemon-secret; done',
+            'true',
+          ].join('; '),
+        );
+        expect(attack.stdout + attack.stderr).not.toContain(secret);
+        expect(attack.stderr).toMatch(/cat: \/run\/warren-secret\/daemon-secret: Permission denied/);
+        // The file is there and root's: the daemon read it (the sandbox answers), sandbox code cannot.
+        expect(attack.stdout).toMatch(/daemon-secret -> \.\.data\/daemon-secret/);
+      } finally {
+        await sandbox.kill();
+      }
+      // Deleted with the sandbox (the provider deletes it; the garbage collector would too).
+      await until('the Secret to go', async () =>
+        (await core.listNamespacedSecret({ namespace: fixture.namespace })).items.some((x) => x.metadata?.labels?.['warren.sandbox'] === sandbox.id)
+          ? undefined
+          : true,
+      );
     });
   });
 });

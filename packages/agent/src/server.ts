@@ -1,3 +1,4 @@
+import { readUsage } from './services/usage.js';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { chmod, chown, stat, unlink } from 'node:fs/promises';
 import path from 'node:path';
@@ -102,6 +103,10 @@ export function createHandlers(
           uptimeMs: performance.now() - started,
         },
       };
+    },
+    async 'system.usage'() {
+      // The container's own cgroup and network namespace, and the workspace's size (usage.ts).
+      return { result: await readUsage('/sys/fs/cgroup', '/proc/net/dev', 'root' in policy ? policy.root : undefined) };
     },
     ...fsHandlers(policy, processes.user),
     ...processes.handlers(policy),

@@ -145,6 +145,20 @@ export interface KubernetesSettings {
   imagePullPolicy: 'Always' | 'IfNotPresent' | 'Never';
   /** Added to every sandbox pod's nodeSelector. */
   nodeSelector: Record<string, string>;
+  /** Added to every sandbox pod's tolerations (Kubernetes `V1Toleration` objects), e.g. to run on a tainted node pool. */
+  tolerations?:
+    | {
+        key?: string | undefined;
+        operator?: 'Exists' | 'Equal' | undefined;
+        value?: string | undefined;
+        effect?: 'NoSchedule' | 'PreferNoSchedule' | 'NoExecute' | undefined;
+        tolerationSeconds?: number | undefined;
+      }[]
+    | undefined;
+  /** Every sandbox pod's `affinity`, as Kubernetes takes it (the API server checks it at the first create). */
+  affinity?: Record<string, unknown> | undefined;
+  /** Seconds a sandbox pod stays on a node marked unreachable or not ready before Kubernetes evicts it (default 30). */
+  nodeLostSeconds?: number | undefined;
   /** How long a create waits for the pod to run. */
   startTimeoutMs: number;
   /**
@@ -378,6 +392,19 @@ export const ConfigFile = z.strictObject({
       runtimeClasses: z.record(z.enum(['runsc']), z.string().min(1).max(253)).optional(),
       imagePullPolicy: z.enum(['Always', 'IfNotPresent', 'Never']).optional(),
       nodeSelector: z.record(z.string().min(1).max(317), z.string().max(63)).optional(),
+      tolerations: z
+        .array(
+          z.strictObject({
+            key: z.string().min(1).max(317).optional(),
+            operator: z.enum(['Exists', 'Equal']).optional(),
+            value: z.string().max(63).optional(),
+            effect: z.enum(['NoSchedule', 'PreferNoSchedule', 'NoExecute']).optional(),
+            tolerationSeconds: z.number().int().nonnegative().optional(),
+          }),
+        )
+        .optional(),
+      affinity: z.record(z.string(), z.unknown()).optional(),
+      nodeLostSeconds: z.number().int().nonnegative().max(86_400).optional(),
       startTimeoutMs: z.number().int().positive().optional(),
       daemonChannel: z.enum(['pod-ip', 'port-forward', 'exec']).optional(),
     })

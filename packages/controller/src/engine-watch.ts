@@ -47,7 +47,11 @@ export class EngineWatch {
 
   private async follow(): Promise<void> {
     this.stopFollowing = await this.provider.events(
-      (handle, action) => this.supervisor.event(handle, action),
+      (handle, action) => {
+        this.supervisor.event(handle, action);
+        // A warm-pool member is in no sandbox table: the pool replaces it itself.
+        if (action === 'die' || action === 'destroy') this.pool?.memberEnded(handle);
+      },
       () => void this.recover(),
     );
   }

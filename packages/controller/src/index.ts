@@ -94,6 +94,7 @@ export {
   KubernetesProvider,
   defaultDaemonChannel,
   podState,
+  lostNode,
   startVerdict,
   warrenLabels,
   type KubernetesDaemonChannel,
@@ -102,8 +103,11 @@ export {
 } from './kubernetes/provider.js';
 export {
   sandboxPod,
+  sandboxSecret,
   podName,
   selectableLabels,
+  SECRET_DIR_IN_SANDBOX,
+  SECRET_KEY,
   LABELS_ANNOTATION,
   MANAGED_BY,
   EXPIRES_LABEL,

@@ -104,6 +104,19 @@ export class WarmPool implements PoolSource {
     this.fill();
   }
 
+  /**
+   * A member whose container died or was removed (its node went away, someone deleted it): it is
+   * dropped, removed, and replaced. Handles of no member are ignored.
+   */
+  memberEnded(handle: string): void {
+    const index = this.ready.findIndex((m) => m.containerId === handle);
+    if (index < 0) return;
+    const [member] = this.ready.splice(index, 1);
+    this.logger.warn({ sandboxId: member!.agentId }, 'pool.member-ended');
+    void this.sandboxes.removePoolMember(member!.agentId, member!.containerId).catch(() => undefined);
+    this.fill();
+  }
+
   /** Removes the unclaimed members (a restarted controller would remove them anyway). */
   async close(): Promise<void> {
     this.closed = true;

@@ -71,6 +71,11 @@ export interface SandboxProvider {
    * Resolves with a function that stops following.
    */
   events(onEvent: (handle: string, action: string) => void, onEnd: () => void): Promise<() => void>;
+  /**
+   * Why the backend lost a sandbox it reported destroyed (its node went away), when it knows; the
+   * controller then answers calls to that sandbox with it. Optional: Docker loses nothing this way.
+   */
+  lostReason?(handle: string): string | undefined;
   /** How the controller reaches a sandbox's daemon. */
   daemon(agentId: string): DaemonEndpoint;
   /** Copies a tar archive into a sandbox at `path` (the provider's own way in, not the daemon). */

@@ -1,6 +1,6 @@
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { createReadStream } from 'node:fs';
+import { constants, createReadStream } from 'node:fs';
 import { access, readdir, readFile, realpath, stat } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import path from 'node:path';
@@ -71,6 +71,22 @@ export function bridgeCommand(socketPath: string): string[] {
   return [...agentCommand([]).slice(0, -1), '-e', script, socketPath];
 }
 
+/** The name of util-linux's `prlimit` in the runtime, when the host had one to copy. */
+export const PRLIMIT_NAME = 'prlimit';
+
+async function findPrlimit(): Promise<string | undefined> {
+  for (const candidate of ['/usr/bin/prlimit', '/bin/prlimit']) {
+    if (
+      await access(candidate, constants.X_OK).then(
+        () => true,
+        () => false,
+      )
+    )
+      return candidate;
+  }
+  return undefined;
+}
+
 /** Collects the runtime from this host: `process.execPath`, what `ldd` lists for it, and the bundle. */
 export async function collectRuntime(agentBundlePath: string): Promise<AgentRuntime> {
   await access(agentBundlePath).catch((err: NodeJS.ErrnoException) => {
@@ -97,6 +113,13 @@ export async function collectRuntime(agentBundlePath: string): Promise<AgentRunt
   ];
   if (!files.some((f) => f.name === LOADER_NAME))
     throw new Error(`ldd did not list a loader for ${nodePath}; Warren needs a dynamically linked glibc Node on the host.`);
+  // util-linux's prlimit, where the host has one: the Kubernetes provider starts the daemon under
+  // it to set RLIMIT_NOFILE and RLIMIT_FSIZE (a pod has no rlimit field); Node cannot set them.
+  const prlimit = await findPrlimit();
+  if (prlimit !== undefined) {
+    const libs = librariesFromLdd((await promisify(execFile)('ldd', [prlimit])).stdout);
+    files.push({ name: PRLIMIT_NAME, source: prlimit, mode: 0o755 }, ...libs.filter((lib) => !files.some((f) => f.name === lib.name)));
+  }
   files.push(...(await collectNativePackages(agentBundlePath, new Set(files.map((f) => f.name)))));
   const hash = createHash('sha256');
   for (const file of files) {

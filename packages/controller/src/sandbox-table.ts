@@ -46,8 +46,13 @@ export interface ListFilter {
  * The sandboxes this controller knows, by public id: lookup, listing and counts. It holds no
  * behaviour of its own; the service, the supervisor and the reaper change the records.
  */
+/** How many lost sandboxes' reasons {@link SandboxTable} keeps. */
+const LOST_KEPT = 1000;
+
 export class SandboxTable {
   private readonly records = new Map<string, SandboxRecord>();
+  /** Sandboxes the backend lost (their node went away), with why: the last {@link LOST_KEPT}. */
+  private readonly lost = new Map<string, string>();
 
   get size(): number {
     return this.records.size;
@@ -59,6 +64,12 @@ export class SandboxTable {
 
   delete(id: string): void {
     this.records.delete(id);
+  }
+
+  /** Remembers that the backend lost a sandbox that is no longer in the table, so calls to it say why. */
+  markLost(id: string, reason: string): void {
+    this.lost.set(id, reason);
+    if (this.lost.size > LOST_KEPT) this.lost.delete(this.lost.keys().next().value!);
   }
 
   has(id: string): boolean {
@@ -73,6 +84,12 @@ export class SandboxTable {
   /** The record of a sandbox, or `SANDBOX_NOT_FOUND`. */
   require(id: string): SandboxRecord {
     const record = this.records.get(id);
+    const lost = record ? undefined : this.lost.get(id);
+    if (lost !== undefined)
+      throw new CodedError('SANDBOX_NOT_FOUND', `Sandbox '${id}' was lost: ${lost}. Its files and processes went with it; create a new sandbox.`, {
+        sandboxId: id,
+        state: 'lost',
+      });
     if (!record)
       throw new CodedError('SANDBOX_NOT_FOUND', `No sandbox '${id}': it never existed, was killed, or expired. List sandboxes with GET /v1/sandboxes.`, {
         sandboxId: id,

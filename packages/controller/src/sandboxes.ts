@@ -293,7 +293,10 @@ export class SandboxService {
       if (record.expiresAt.getTime() > this.clock.now())
         throw new CodedError('CONFLICT', `Sandbox '${id}' had its expiry moved by another controller replica.`);
     }
+    // A sandbox the backend lost (its node went away): calls to it say so after it is gone.
+    const lost = record?.state === 'gone' ? this.provider.lostReason?.(record.containerId) : undefined;
     await this.kill(id);
+    if (lost !== undefined) this.table.markLost(id, lost);
   }
 
   /**

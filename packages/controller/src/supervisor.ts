@@ -1,3 +1,4 @@
+import { CodedError } from '@warren/protocol';
 import type { Clock } from './clock.js';
 import { Slots } from './limiter.js';
 import type { ProviderState, SandboxProvider } from './provider.js';
@@ -182,6 +183,12 @@ export class RestartSupervisor {
           this.options.onRestart?.(record.id, null);
           return true;
         } catch (err) {
+          // A backend that cannot start a stopped sandbox at all (a Kubernetes pod cannot run
+          // again) will not learn to by being asked again: the sandbox stays `exited`.
+          if (err instanceof CodedError && err.code === 'NOT_SUPPORTED') {
+            this.options.onRestart?.(record.id, err.message);
+            break;
+          }
           attempt++;
           if (attempt % 5 === 0) this.options.onRestart?.(record.id, (err as Error).message);
         }

@@ -8,8 +8,10 @@ import {
   planSandbox,
   podName,
   podState,
+  lostNode,
   sandboxLabels,
   sandboxPod,
+  sandboxSecret,
   startVerdict,
   warrenLabels,
   type PlanContext,
@@ -78,12 +80,13 @@ describe('the sandbox pod', () => {
   it('has the same writable places as on Docker and the runtime read-only', () => {
     const pod = podFor({});
     const mounts = Object.fromEntries(pod.spec!.containers[0]!.volumeMounts!.map((m) => [m.mountPath, m]));
-    expect(Object.keys(mounts).sort()).toEqual(['/opt/warren', '/run/warren', '/tmp', '/workspace']);
+    expect(Object.keys(mounts).sort()).toEqual(['/opt/warren', '/run/warren', '/run/warren-secret', '/tmp', '/workspace']);
     expect(mounts['/opt/warren']!.readOnly).toBe(true);
+    expect(mounts['/run/warren-secret']!.readOnly).toBe(true);
     const volumes = Object.fromEntries(pod.spec!.volumes!.map((v) => [v.name, v]));
     expect(volumes.tmp!.emptyDir).toEqual({ medium: 'Memory', sizeLimit: '64Mi' });
     expect(volumes.daemon!.emptyDir).toEqual({ medium: 'Memory', sizeLimit: '1Mi' });
-    expect(pod.spec!.volumes!.every((v) => v.emptyDir !== undefined)).toBe(true);
+    expect(pod.spec!.volumes!.every((v) => v.emptyDir !== undefined || v.name === 'daemon-secret')).toBe(true);
     // The emptyDir is world-writable: the daemon must make its socket folder its own before listening.
     expect(pod.spec!.containers[0]!.command).toContain('--private-socket-dir');
   });
@@ -106,11 +109,81 @@ describe('the sandbox pod', () => {
     expect(tcp.ports).toEqual([{ name: 'warren-daemon', containerPort: 907, protocol: 'TCP' }]);
   });
 
-  it('carries the secret only in the environment variable the daemon unsets, never in the command', () => {
+  it('keeps the secret out of the pod: a root-only file of a Secret the pod owns', () => {
     const pod = podFor({});
+    // Whoever may read pods must not read the daemon's secret: not in env, command or anywhere.
+    expect(JSON.stringify(pod)).not.toContain('s'.repeat(48));
     const main = pod.spec!.containers[0]!;
-    expect(main.env).toContainEqual({ name: 'WARREN_AGENT_SECRET', value: 's'.repeat(48) });
-    expect(JSON.stringify(main.command)).not.toContain('s'.repeat(48));
+    expect(main.env).toEqual([]);
+    expect(main.command).toEqual(expect.arrayContaining(['--secret-file', '/run/warren-secret/daemon-secret']));
+    const volume = pod.spec!.volumes!.find((v) => v.name === 'daemon-secret')!;
+    expect(volume.secret).toEqual({ secretName: pod.metadata!.name, defaultMode: 0o400, items: [{ key: 'daemon-secret', path: 'daemon-secret' }] });
+    // No fsGroup: the file stays root's, and the sandbox user cannot read it.
+    expect(pod.spec!.securityContext!.fsGroup).toBeUndefined();
+    const secret = sandboxSecret({ name: pod.metadata!.name!, uid: 'u-1' }, 'AbC123', 's'.repeat(48));
+    expect(secret.metadata!.name).toBe(pod.metadata!.name);
+    expect(secret.metadata!.ownerReferences).toEqual([{ apiVersion: 'v1', kind: 'Pod', name: pod.metadata!.name, uid: 'u-1' }]);
+    expect(Buffer.from(secret.data!['daemon-secret']!, 'base64').toString()).toBe('s'.repeat(48));
+  });
+
+  it('starts the daemon under the runtime prlimit with the file limits as soft and hard, when the runtime has one', () => {
+    const plan = planSandbox({ openFiles: 256, fileSizeMb: 8 }, context);
+    const input = {
+      agentId: 'x1',
+      image: plan.image,
+      env: {},
+      labels: {},
+      settings: plan.settings,
+      daemonSecret: 's'.repeat(48),
+      runtimeImage: 'warren/runtime:abc',
+      runtimeClasses: {},
+      imagePullPolicy: 'Never' as const,
+    };
+    const command = sandboxPod({ ...input, prlimit: true }).spec!.containers[0]!.command!;
+    expect(command.slice(0, 6)).toEqual([
+      '/opt/warren/ld-linux.so',
+      '--library-path',
+      '/opt/warren/lib',
+      '/opt/warren/prlimit',
+      '--nofile=256:256',
+      `--fsize=${8 * 1024 * 1024}:${8 * 1024 * 1024}`,
+    ]);
+    expect(command.slice(6, 10)).toEqual(['/opt/warren/ld-linux.so', '--library-path', '/opt/warren/lib', '/opt/warren/node']);
+    expect(sandboxPod(input).spec!.containers[0]!.command![3]).toBe('/opt/warren/node');
+  });
+
+  it('tolerates a lost node for nodeLostSeconds only, and adds the configured tolerations and affinity', () => {
+    const base = podFor({});
+    expect(base.spec!.tolerations).toEqual([
+      { key: 'node.kubernetes.io/unreachable', operator: 'Exists', effect: 'NoExecute', tolerationSeconds: 30 },
+      { key: 'node.kubernetes.io/not-ready', operator: 'Exists', effect: 'NoExecute', tolerationSeconds: 30 },
+    ]);
+    const plan = planSandbox({}, context);
+    const affinity = {
+      nodeAffinity: {
+        preferredDuringSchedulingIgnoredDuringExecution: [{ weight: 100, preference: { matchExpressions: [{ key: 'pool', operator: 'In', values: ['a'] }] } }],
+      },
+    };
+    const pod = sandboxPod({
+      agentId: 'x1',
+      image: plan.image,
+      env: {},
+      labels: {},
+      settings: plan.settings,
+      daemonSecret: 's'.repeat(48),
+      runtimeImage: 'warren/runtime:abc',
+      runtimeClasses: {},
+      imagePullPolicy: 'Never',
+      tolerations: [{ key: 'pool', operator: 'Exists', effect: 'NoSchedule' }],
+      affinity,
+      nodeLostSeconds: 5,
+    });
+    expect(pod.spec!.affinity).toEqual(affinity);
+    expect(pod.spec!.tolerations!.map((t) => `${t.key}:${t.effect}:${t.tolerationSeconds ?? '-'}`)).toEqual([
+      'pool:NoSchedule:-',
+      'node.kubernetes.io/unreachable:NoExecute:5',
+      'node.kubernetes.io/not-ready:NoExecute:5',
+    ]);
   });
 
   it('keeps every Warren label in an annotation and only valid label values as labels', () => {
@@ -202,6 +275,21 @@ describe('reading pod status', () => {
     expect(podState(pod({ phase: 'Failed' }))).toBe('exited');
     expect(podState(pod({ phase: 'Running' }, { deletionTimestamp: new Date() }))).toBe('exited');
     expect(podState(pod({ phase: 'Running', containerStatuses: [{ name: 'sandbox', state: { running: {} } } as never] }))).toBe('running');
+  });
+
+  it('tells a pod evicted from a lost node (not Ready, containers still running and ready) from one being deleted normally', () => {
+    const running = { name: 'sandbox', ready: true, state: { running: {} } } as never;
+    const notReady = [{ type: 'Ready', status: 'False' }] as never;
+    const evicting = { deletionTimestamp: new Date() };
+    expect(lostNode(pod({ phase: 'Running', conditions: notReady, containerStatuses: [running] }, evicting))).toMatch(/stopped answering/);
+    // Not evicted yet: Kubernetes still tolerates the node (nodeLostSeconds).
+    expect(lostNode(pod({ phase: 'Running', conditions: notReady, containerStatuses: [running] }))).toBeUndefined();
+    // A normal delete on a live node: Ready still true, or the kubelet reports the containers ending.
+    expect(
+      lostNode(pod({ phase: 'Running', conditions: [{ type: 'Ready', status: 'True' }] as never, containerStatuses: [running] }, evicting)),
+    ).toBeUndefined();
+    const ending = { name: 'sandbox', ready: false, state: { running: {} } } as never;
+    expect(lostNode(pod({ phase: 'Running', conditions: notReady, containerStatuses: [ending] }, evicting))).toBeUndefined();
   });
 
   it('does not take labels from an annotation that is not an object of strings', () => {

@@ -22,6 +22,7 @@ const EXAMPLES: { [M in MethodName]: { params: unknown; result: unknown } } = {
   'egress.serve': { params: { port: 0, maxConnections: 8 }, result: {} },
   'egress.send': { params: { stream: 1, ack: 1024, end: true }, result: {} },
   'system.info': { params: {}, result: { agentVersion: '0.1.0', protocolVersion: 1, pid: 7, uid: 1000, rssBytes: 1, uptimeMs: 2 } },
+  'system.usage': { params: {}, result: { cgroup: 'v1', cpuSeconds: 1.5, memoryBytes: 1024, pids: 3, network: { rxBytes: 1, txBytes: 2 } } },
   'pty.open': { params: { cols: 80, rows: 24, cmd: ['/bin/bash'], cwd: '.', env: { A: '1' } }, result: { exitCode: 0, signal: null, durationMs: 5 } },
   'pty.write': { params: { handle: 'h_1', data: 'ls\r' }, result: { bytesWritten: 3 } },
   'pty.resize': { params: { handle: 'h_1', cols: 120, rows: 40 }, result: { cols: 120, rows: 40 } },

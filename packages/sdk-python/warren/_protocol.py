@@ -1033,6 +1033,26 @@ class SystemInfoResult(_Tolerant):
     uptime_ms: Union[_C3, _C4] = Field(..., alias='uptimeMs')
 
 
+SystemUsageParams = CodeListContextsParams
+
+
+class SystemUsageResultNetwork(_Tolerant):
+    rx_bytes: _C1 = Field(..., alias='rxBytes')
+    tx_bytes: _C1 = Field(..., alias='txBytes')
+
+
+class SystemUsageResult(_Tolerant):
+    cgroup: Literal['v1', 'v2'] = Field(...)
+    cpu_seconds: Union[_C3, _C4] = Field(..., alias='cpuSeconds')
+    memory_bytes: _C1 = Field(..., alias='memoryBytes')
+    memory_limit_bytes: Optional[_C1] = Field(None, alias='memoryLimitBytes')
+    memory_peak_bytes: Optional[_C1] = Field(None, alias='memoryPeakBytes')
+    pids: _C1 = Field(...)
+    pids_limit: Optional[_C1] = Field(None, alias='pidsLimit')
+    network: Optional[SystemUsageResultNetwork] = Field(None)
+    workspace_bytes: Optional[_C1] = Field(None, alias='workspaceBytes')
+
+
 class FrameHeaderHello(_Tolerant):
     type: Literal['hello'] = Field(...)
     protocol_version: _C24 = Field(..., alias='protocolVersion')
@@ -1496,11 +1516,6 @@ class SandboxInfo(_Tolerant):
     frozen: Optional[StrictBool] = Field(None)
 
 
-class SandboxMetricsWithHistoryNetwork(_Tolerant):
-    rx_bytes: _C1 = Field(..., alias='rxBytes')
-    tx_bytes: _C1 = Field(..., alias='txBytes')
-
-
 class SandboxMetricsWithHistoryDisk(_Tolerant):
     used_bytes: _C1 = Field(..., alias='usedBytes')
     limit_bytes: _C1 = Field(..., alias='limitBytes')
@@ -1516,7 +1531,7 @@ class SandboxMetricsWithHistoryHistoryItem(_Tolerant):
     memory_peak_bytes: Optional[_C1] = Field(None, alias='memoryPeakBytes')
     pids: _C1 = Field(...)
     pids_limit: Optional[_C1] = Field(None, alias='pidsLimit')
-    network: Optional[SandboxMetricsWithHistoryNetwork] = Field(None)
+    network: Optional[SystemUsageResultNetwork] = Field(None)
     disk: Optional[SandboxMetricsWithHistoryDisk] = Field(None)
 
 
@@ -1530,7 +1545,7 @@ class SandboxMetricsWithHistory(_Tolerant):
     memory_peak_bytes: Optional[_C1] = Field(None, alias='memoryPeakBytes')
     pids: _C1 = Field(...)
     pids_limit: Optional[_C1] = Field(None, alias='pidsLimit')
-    network: Optional[SandboxMetricsWithHistoryNetwork] = Field(None)
+    network: Optional[SystemUsageResultNetwork] = Field(None)
     disk: Optional[SandboxMetricsWithHistoryDisk] = Field(None)
     history: Optional[List[SandboxMetricsWithHistoryHistoryItem]] = Field(None)
 
@@ -1661,6 +1676,7 @@ METHODS: Dict[str, MethodSpec] = {
     'shell.open': MethodSpec(ShellOpenParams, ShellOpenResult, 'exec', None, True, {}),
     'shell.run': MethodSpec(ShellRunParams, ShellRunResult, 'exec', None, False, {}),
     'system.info': MethodSpec(SystemInfoParams, SystemInfoResult, 'info', None, True, {}),
+    'system.usage': MethodSpec(SystemUsageParams, SystemUsageResult, 'info', None, True, {}),
 }
 
 #: Events any request may carry, whatever its method.

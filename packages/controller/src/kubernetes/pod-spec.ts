@@ -1,9 +1,9 @@
 import { createHash } from 'node:crypto';
-import type { V1Pod } from '@kubernetes/client-node';
+import type { V1Affinity, V1Pod, V1Secret, V1Toleration } from '@kubernetes/client-node';
 import { CodedError, DEFAULT_ROOT, type SandboxSettings } from '@warren/protocol';
-import { DAEMON_CAPABILITIES, SECRET_VARIABLE, SOCKET_DIR_IN_SANDBOX } from '../docker.js';
+import { DAEMON_CAPABILITIES, SOCKET_DIR_IN_SANDBOX } from '../docker.js';
 import { LABELS } from '../labels.js';
-import { agentCommand, RUNTIME_DIR } from '../runtime.js';
+import { agentCommand, PRLIMIT_NAME, RUNTIME_DIR } from '../runtime.js';
 
 /** Where the init container finds the runtime in Warren's runtime image (see `runtimeImageTar`). */
 export const RUNTIME_IN_IMAGE = '/warren-runtime';
@@ -21,6 +21,12 @@ export const UNCLAIMED = 'none';
 export const EPHEMERAL_MARGIN_MB = 256;
 /** The name of the container that runs the daemon and every command of the sandbox. */
 export const SANDBOX_CONTAINER = 'sandbox';
+/** Where the sandbox's Secret is mounted in its container: one file, root's, mode 0400, read by the daemon only. */
+export const SECRET_DIR_IN_SANDBOX = '/run/warren-secret';
+/** The key of the daemon's secret in the sandbox's Secret object. */
+export const SECRET_KEY = 'daemon-secret';
+/** How long a sandbox pod stays on a node the cluster marked unreachable or not ready before Kubernetes evicts it (its default is 300 s). */
+export const DEFAULT_NODE_LOST_SECONDS = 30;
 
 /** What a sandbox pod is made from: the provider's spec plus the cluster-side choices. */
 export interface SandboxPodInput {
@@ -29,6 +35,7 @@ export interface SandboxPodInput {
   env: Record<string, string>;
   labels: Record<string, string>;
   settings: SandboxSettings;
+  /** Not put in the pod: it goes in the sandbox's Secret (see {@link sandboxSecret}), which the pod mounts. */
   daemonSecret: string;
   /** The image holding Warren's runtime under {@link RUNTIME_IN_IMAGE}, copied in by the init container. */
   runtimeImage: string;
@@ -37,6 +44,18 @@ export interface SandboxPodInput {
   imagePullPolicy: 'Always' | 'IfNotPresent' | 'Never';
   /** Extra node selection for every sandbox (e.g. a node pool). */
   nodeSelector?: Record<string, string> | undefined;
+  /** Added to every sandbox pod's tolerations (e.g. for a tainted node pool). */
+  tolerations?: V1Toleration[] | undefined;
+  /** Every sandbox pod's affinity (e.g. a preferred node pool), passed as it is. */
+  affinity?: V1Affinity | undefined;
+  /** Seconds a pod stays on a node Kubernetes marked unreachable or not ready before it is evicted (default {@link DEFAULT_NODE_LOST_SECONDS}). */
+  nodeLostSeconds?: number | undefined;
+  /**
+   * The runtime holds util-linux's `prlimit`: the daemon then starts under it with the sandbox's
+   * `openFiles` (RLIMIT_NOFILE) and `fileSizeMb` (RLIMIT_FSIZE) as soft and hard limits, which every
+   * process it starts inherits, as Docker's ulimits do. Without it neither limit is applied.
+   */
+  prlimit?: boolean | undefined;
   /** The daemon's TLS port (`--tcp-port`, keyed by the secret), where the controller reaches it over TCP; absent: socket only. */
   daemonPort?: number | undefined;
 }
@@ -142,6 +161,19 @@ export function sandboxPod(input: SandboxPodInput): V1Pod {
       terminationGracePeriodSeconds: 5,
       ...(runtimeClassName === undefined ? {} : { runtimeClassName }),
       ...(input.nodeSelector ? { nodeSelector: input.nodeSelector } : {}),
+      ...(input.affinity ? { affinity: input.affinity } : {}),
+      // A sandbox's files live on its node: once the node is lost, so is the sandbox. Kubernetes
+      // evicts it after this many seconds (instead of its default 300), and the provider then
+      // removes the pod the lost node can no longer confirm (provider.ts, lostNode).
+      tolerations: [
+        ...(input.tolerations ?? []),
+        ...['node.kubernetes.io/unreachable', 'node.kubernetes.io/not-ready'].map((key) => ({
+          key,
+          operator: 'Exists',
+          effect: 'NoExecute',
+          tolerationSeconds: input.nodeLostSeconds ?? DEFAULT_NODE_LOST_SECONDS,
+        })),
+      ],
       securityContext: { seccompProfile: { type: 'RuntimeDefault' } },
       initContainers: [
         {
@@ -169,25 +201,30 @@ export function sandboxPod(input: SandboxPodInput): V1Pod {
           name: SANDBOX_CONTAINER,
           image: input.image,
           imagePullPolicy: input.imagePullPolicy,
-          command: agentCommand([
-            '--socket',
-            `${SOCKET_DIR_IN_SANDBOX}/agent.sock`,
-            '--private-socket-dir',
-            '--secret-env',
-            SECRET_VARIABLE,
-            '--root',
-            workspace,
-            '--home',
-            workspace,
-            '--user',
-            `${uid}:${gid}`,
-            '--own-root',
-            ...(input.daemonPort === undefined ? [] : ['--tcp-port', String(input.daemonPort)]),
-          ]),
+          command: limited(
+            input.prlimit === true,
+            settings,
+            agentCommand([
+              '--socket',
+              `${SOCKET_DIR_IN_SANDBOX}/agent.sock`,
+              '--private-socket-dir',
+              '--secret-file',
+              `${SECRET_DIR_IN_SANDBOX}/${SECRET_KEY}`,
+              '--root',
+              workspace,
+              '--home',
+              workspace,
+              '--user',
+              `${uid}:${gid}`,
+              '--own-root',
+              ...(input.daemonPort === undefined ? [] : ['--tcp-port', String(input.daemonPort)]),
+            ]),
+          ),
           args: [],
           ...(input.daemonPort === undefined ? {} : { ports: [{ name: 'warren-daemon', containerPort: input.daemonPort, protocol: 'TCP' }] }),
           workingDir: settings.workdir,
-          env: [...Object.entries(input.env).map(([name, value]) => ({ name, value })), { name: SECRET_VARIABLE, value: input.daemonSecret }],
+          // The sandbox's env only: the daemon's secret is in the mounted Secret, not in the pod spec.
+          env: Object.entries(input.env).map(([name, value]) => ({ name, value })),
           securityContext: {
             ...noPrivileges,
             runAsUser: 0,
@@ -202,6 +239,7 @@ export function sandboxPod(input: SandboxPodInput): V1Pod {
             { name: 'tmp', mountPath: '/tmp' },
             { name: 'daemon', mountPath: SOCKET_DIR_IN_SANDBOX },
             { name: 'workspace', mountPath: workspace },
+            { name: 'daemon-secret', mountPath: SECRET_DIR_IN_SANDBOX, readOnly: true },
           ],
         },
       ],
@@ -211,7 +249,43 @@ export function sandboxPod(input: SandboxPodInput): V1Pod {
         { name: 'tmp', emptyDir: { medium: 'Memory', sizeLimit: `${settings.tmpMb}Mi` } },
         { name: 'daemon', emptyDir: { medium: 'Memory', sizeLimit: '1Mi' } },
         { name: 'workspace', emptyDir: settings.diskMb === undefined ? {} : { sizeLimit: `${settings.diskMb}Mi` } },
+        // Root's file, mode 0400 (no fsGroup): the daemon reads it, sandbox code (the sandbox user,
+        // no capabilities) cannot. The kubelet waits for the Secret before it starts any container.
+        { name: 'daemon-secret', secret: { secretName: podName(input.agentId), defaultMode: 0o400, items: [{ key: SECRET_KEY, path: SECRET_KEY }] } },
       ],
     },
+  };
+}
+
+/**
+ * The daemon's command under the runtime's `prlimit` (run by the runtime's loader, as the daemon
+ * is): RLIMIT_NOFILE and RLIMIT_FSIZE set soft = hard before the daemon starts, so sandbox code,
+ * which runs as the sandbox user without CAP_SYS_RESOURCE, cannot raise them.
+ */
+function limited(prlimit: boolean, settings: SandboxSettings, command: string[]): string[] {
+  const limits: string[] = [];
+  if (settings.openFiles !== undefined) limits.push(`--nofile=${settings.openFiles}:${settings.openFiles}`);
+  if (settings.fileSizeMb !== undefined) limits.push(`--fsize=${settings.fileSizeMb * 1024 * 1024}:${settings.fileSizeMb * 1024 * 1024}`);
+  if (!prlimit || limits.length === 0) return command;
+  return [`${RUNTIME_DIR}/ld-linux.so`, '--library-path', `${RUNTIME_DIR}/lib`, `${RUNTIME_DIR}/${PRLIMIT_NAME}`, ...limits, ...command];
+}
+
+/**
+ * The sandbox's Secret: the daemon's secret, named as the pod and owned by it, so the garbage
+ * collector removes it with the pod (the provider deletes it too). It is made after the pod (its
+ * owner reference needs the pod's uid); the kubelet starts no container before it can mount it.
+ * Whoever may read pods no longer reads the secret; whoever may read Secrets in the namespace does.
+ */
+export function sandboxSecret(pod: { name: string; uid: string }, agentId: string, daemonSecret: string): V1Secret {
+  return {
+    apiVersion: 'v1',
+    kind: 'Secret',
+    type: 'Opaque',
+    metadata: {
+      name: pod.name,
+      labels: { [MANAGED_BY.key]: MANAGED_BY.value, ...(isLabelValue(agentId) ? { [LABELS.sandbox]: agentId } : {}) },
+      ownerReferences: [{ apiVersion: 'v1', kind: 'Pod', name: pod.name, uid: pod.uid }],
+    },
+    data: { [SECRET_KEY]: Buffer.from(daemonSecret, 'utf8').toString('base64') },
   };
 }

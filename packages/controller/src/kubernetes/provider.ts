@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import type { Duplex } from 'node:stream';
 import { connect as tlsConnect, type ConnectionOptions } from 'node:tls';
-import { CoreV1Api, Exec, KubeConfig, PortForward, Watch, type V1Pod } from '@kubernetes/client-node';
+import { CoreV1Api, Exec, KubeConfig, PortForward, Watch, type V1Affinity, type V1Pod, type V1Toleration } from '@kubernetes/client-node';
 import { CodedError, DAEMON_TLS_PORT, daemonTlsClientOptions } from '@warren/protocol';
 import { SOCKET_DIR_IN_SANDBOX } from '../docker.js';
 import { LABELS } from '../labels.js';
@@ -17,12 +17,15 @@ import type {
   SandboxSpec,
   SandboxStats,
 } from '../provider.js';
-import { bridgeCommand, type AgentRuntime } from '../runtime.js';
+import { callAgent } from '../agent-link.js';
+import { bridgeCommand, PRLIMIT_NAME, type AgentRuntime } from '../runtime.js';
 import { kubeError } from './errors.js';
 import { PodExecStream } from './exec-stream.js';
 import { PodRecords } from './records.js';
-import { LABELS_ANNOTATION, MANAGED_BY, podName, SANDBOX_CONTAINER, sandboxPod } from './pod-spec.js';
+import { LABELS_ANNOTATION, MANAGED_BY, podName, SANDBOX_CONTAINER, sandboxPod, sandboxSecret } from './pod-spec.js';
 
+/** How many lost pods' reasons are kept for {@link KubernetesProvider.lostReason}. */
+const LOST_KEPT = 1000;
 /** The in-cluster service account's namespace file. */
 const IN_CLUSTER_NAMESPACE = '/var/run/secrets/kubernetes.io/serviceaccount/namespace';
 /** Waiting reasons of a container that will not start by waiting longer. */
@@ -58,6 +61,15 @@ export interface KubernetesProviderOptions {
   imagePullPolicy?: 'Always' | 'IfNotPresent' | 'Never' | undefined;
   /** Added to every sandbox pod's nodeSelector. */
   nodeSelector?: Record<string, string> | undefined;
+  /** Added to every sandbox pod's tolerations (to run on tainted nodes). */
+  tolerations?: V1Toleration[] | undefined;
+  /** Every sandbox pod's affinity (e.g. prefer a node pool), as Kubernetes takes it. */
+  affinity?: V1Affinity | undefined;
+  /**
+   * Seconds a sandbox pod stays on a node Kubernetes marked unreachable or not ready before it is
+   * evicted (default 30; Kubernetes' own default is 300). The provider then removes the pod.
+   */
+  nodeLostSeconds?: number | undefined;
   /** How long a create waits for the pod's container to run (default 120 s). */
   startTimeoutMs?: number | undefined;
   /** How long a pod may stay unschedulable before the create gives up with the scheduler's reason (default 15 s). */
@@ -104,8 +116,18 @@ export class KubernetesProvider implements SandboxProvider {
   private readonly secrets = new Map<string, string>();
   /** Pod IPs by pod name: fixed for a pod's life, so read once. */
   private readonly podIps = new Map<string, string>();
+  /**
+   * The open daemon streams by pod name. A pod whose node went away closes nothing (no FIN, no
+   * RST reaches the controller), so when the watch says the pod ended its streams are ended here,
+   * and calls through them fail at once instead of hanging.
+   */
+  private readonly streams = new Map<string, Set<Duplex>>();
+  /** Pods removed because their node was lost, with why (the last {@link LOST_KEPT}). */
+  private readonly lost = new Map<string, string>();
   private readonly options: KubernetesProviderOptions;
   private runtimeImage: string | undefined;
+  /** The runtime holds `prlimit`, so pods get the sandbox's file limits (see `SandboxPodInput.prlimit`). */
+  private prlimit = false;
 
   constructor(options: KubernetesProviderOptions = {}) {
     this.options = options;
@@ -182,6 +204,9 @@ export class KubernetesProvider implements SandboxProvider {
   /** Settles the runtime image sandboxes copy their runtime from: this runtime's build unless one is configured. */
   async prepare(runtime: AgentRuntime): Promise<{ oldRuntimesRemoved: number }> {
     this.runtimeImage = this.options.runtimeImage ?? `warren/runtime:${runtime.hash}`;
+    this.prlimit = runtime.files.some((f) => f.name === PRLIMIT_NAME);
+    if (!this.prlimit)
+      this.options.logger?.warn({ reason: "the controller's host has no prlimit (util-linux) to put in the runtime" }, 'kubernetes.file-limits-not-applied');
     await this.ping();
     return { oldRuntimesRemoved: 0 };
   }
@@ -201,6 +226,10 @@ export class KubernetesProvider implements SandboxProvider {
       runtimeClasses: this.options.runtimeClasses ?? {},
       imagePullPolicy: this.options.imagePullPolicy ?? 'IfNotPresent',
       nodeSelector: this.options.nodeSelector,
+      tolerations: this.options.tolerations,
+      affinity: this.options.affinity,
+      nodeLostSeconds: this.options.nodeLostSeconds,
+      prlimit: this.prlimit,
       // The TLS listener only where a channel uses it: with exec, the pod opens no port at all.
       daemonPort: this.daemonChannel === 'exec' ? undefined : this.daemonPort,
     });
@@ -210,10 +239,18 @@ export class KubernetesProvider implements SandboxProvider {
       throw kubeError(e, `create the pod for sandbox ${spec.agentId} from ${spec.image}`);
     });
     try {
+      // The daemon's secret in a Secret the pod owns (never in the pod spec): the kubelet mounts it
+      // before it starts the sandbox container, waiting for it if need be.
+      await this.core
+        .createNamespacedSecret({ namespace: this.namespace, body: sandboxSecret({ name, uid: created.metadata!.uid! }, spec.agentId, spec.daemonSecret) })
+        .catch((e: unknown) => {
+          throw kubeError(e, `create the Secret holding the daemon secret of sandbox ${spec.agentId}`);
+        });
       await this.untilRunning(name, created.metadata?.resourceVersion, spec.image);
       return name;
     } catch (err) {
       await this.deletePod(name, 0).catch(() => undefined);
+      await this.deleteSecret(name);
       this.secrets.delete(spec.agentId);
       throw err;
     }
@@ -307,13 +344,25 @@ export class KubernetesProvider implements SandboxProvider {
     if (agentId !== undefined) this.secrets.delete(agentId);
     this.podIps.delete(handle);
     await this.deletePod(handle, 2);
+    // The garbage collector would remove it with the pod; deleting it now leaves it no longer.
+    await this.deleteSecret(handle);
     const deadline = Date.now() + 15_000;
     while (Date.now() < deadline) {
-      if ((await this.inspectRaw(handle)) === undefined) return;
+      const pod = await this.inspectRaw(handle);
+      if (pod === undefined) return;
+      // A pod on a lost node is never confirmed by its kubelet: no point in waiting.
+      if (lostNode(pod) !== undefined) break;
       await new Promise((r) => setTimeout(r, 200));
     }
     this.options.logger?.warn({ pod: handle }, 'kubernetes.pod.force-delete');
     await this.deletePod(handle, 0);
+  }
+
+  private async deleteSecret(name: string): Promise<void> {
+    await this.core.deleteNamespacedSecret({ name, namespace: this.namespace }).catch((e: unknown) => {
+      const err = kubeError(e, `delete the Secret ${name}`);
+      if (err.code !== 'SANDBOX_NOT_FOUND') this.options.logger?.warn({ secret: name, error: err.message }, 'kubernetes.secret.delete-failed');
+    });
   }
 
   private async deletePod(name: string, gracePeriodSeconds: number): Promise<void> {
@@ -363,20 +412,38 @@ export class KubernetesProvider implements SandboxProvider {
     const known = new Set<string>();
     let stopped = false;
     let abort: AbortController | undefined;
+    const removing = new Set<string>();
     const see = (pod: V1Pod) => {
       const name = pod.metadata!.name!;
       known.add(name);
+      const lost = lostNode(pod);
+      if (lost !== undefined && !removing.has(name)) {
+        // Kubernetes evicted the pod from a node that stopped answering: its kubelet will never
+        // confirm the deletion, so the pod would stay Terminating. Remove it now (the node, if it
+        // ever comes back, kills what is left of it); the watch then reports it destroyed.
+        removing.add(name);
+        this.lost.set(name, lost);
+        if (this.lost.size > LOST_KEPT) this.lost.delete(this.lost.keys().next().value!);
+        this.options.logger?.warn({ pod: name, why: lost }, 'kubernetes.node-lost');
+        void this.deletePod(name, 0).catch((e: unknown) => {
+          removing.delete(name);
+          this.options.logger?.warn({ pod: name, error: (e as Error).message }, 'kubernetes.node-lost.delete-failed');
+        });
+      }
       if (podState(pod) === 'exited' && !dead.has(name)) {
         dead.add(name);
+        this.endStreams(name);
         onEvent(name, 'die');
       }
     };
     const gone = (name: string) => {
       this.podIps.delete(name);
+      this.endStreams(name);
       if (!dead.has(name)) onEvent(name, 'die');
       onEvent(name, 'destroy');
       dead.delete(name);
       known.delete(name);
+      removing.delete(name);
     };
     const resync = async (): Promise<string | undefined> => {
       const list = await this.listPods();
@@ -413,14 +480,39 @@ export class KubernetesProvider implements SandboxProvider {
     };
   }
 
+  lostReason(handle: string): string | undefined {
+    return this.lost.get(handle);
+  }
+
   /**
    * The daemon by the configured channel: TLS to the pod IP, TLS through port-forward (needs
    * `pods/portforward` get and create), or the exec bridge to its socket (`pods/exec` get and create).
    */
   daemon(agentId: string): DaemonEndpoint {
-    if (this.daemonChannel === 'pod-ip') return { openStream: () => this.openPodIp(agentId) };
-    if (this.daemonChannel === 'port-forward') return { openStream: () => this.openPortForward(agentId) };
-    return { openStream: () => this.openBridge(agentId) };
+    const open =
+      this.daemonChannel === 'pod-ip'
+        ? () => this.openPodIp(agentId)
+        : this.daemonChannel === 'port-forward'
+          ? () => this.openPortForward(agentId)
+          : () => this.openBridge(agentId);
+    return { openStream: () => open().then((stream) => this.track(podName(agentId), stream)) };
+  }
+
+  private track(name: string, stream: Duplex): Duplex {
+    let open = this.streams.get(name);
+    if (!open) this.streams.set(name, (open = new Set()));
+    open.add(stream);
+    stream.once('close', () => {
+      open.delete(stream);
+      if (open.size === 0 && this.streams.get(name) === open) this.streams.delete(name);
+    });
+    return stream;
+  }
+
+  /** Ends the daemon streams of a pod that ended (see {@link KubernetesProvider.streams}). */
+  private endStreams(name: string): void {
+    for (const stream of this.streams.get(name) ?? []) stream.destroy();
+    this.streams.delete(name);
   }
 
   private async openPodIp(agentId: string): Promise<Duplex> {
@@ -504,9 +596,33 @@ export class KubernetesProvider implements SandboxProvider {
     }
   }
 
-  /** Metrics would come from the cluster's metrics API (metrics-server), which this provider does not read yet; never from inside the pod. */
-  stats(): Promise<SandboxStats | undefined> {
-    return Promise.reject(notSupported("read a sandbox's metrics", "read the pod's usage from your cluster's metrics (kubectl top pod, metrics-server)"));
+  /**
+   * A sandbox's usage, read by its daemon from the sandbox container's own cgroup files and the
+   * pod's network namespace (`system.usage`): no metrics-server and no node access needed. The
+   * daemon runs as root in the container, so sandbox code cannot change what it reads (the cgroup
+   * files are the kernel's, mounted read-only); the workspace's size is counted by the daemon
+   * (see `workspaceBytes`) against the workspace emptyDir's sizeLimit. Undefined once the pod is
+   * gone or ended.
+   */
+  async stats(handle: string, agentId: string): Promise<SandboxStats | undefined> {
+    const pod = await this.inspectRaw(handle);
+    if (pod === undefined || podState(pod) !== 'running') return undefined;
+    const secret = this.options.daemonSecret?.(agentId) ?? this.secrets.get(agentId);
+    if (secret === undefined)
+      throw new CodedError('INTERNAL', `The Kubernetes provider has no daemon secret for sandbox ${agentId} (set the daemonSecret option).`);
+    const usage = await callAgent(this.daemon(agentId), secret, 'system.usage', {}, 10_000);
+    const sizeLimit = pod.spec?.volumes?.find((v) => v.name === 'workspace')?.emptyDir?.sizeLimit;
+    const limitBytes = sizeLimit === undefined ? undefined : quantityBytes(String(sizeLimit));
+    return {
+      cpuSeconds: usage.cpuSeconds,
+      memoryBytes: usage.memoryBytes,
+      memoryLimitBytes: usage.memoryLimitBytes,
+      memoryPeakBytes: usage.memoryPeakBytes,
+      pids: usage.pids,
+      pidsLimit: usage.pidsLimit,
+      network: usage.network,
+      ...(usage.workspaceBytes !== undefined && limitBytes !== undefined ? { disk: { usedBytes: usage.workspaceBytes, limitBytes } } : {}),
+    };
   }
 
   /** Snapshots need the engine's commit and the workspace on a host this controller reads: not on a cluster yet (docs/state.md). */
@@ -594,6 +710,22 @@ function failed(
   return { kind: 'failed', seen: text, error: new CodedError(code, `The sandbox pod ${name} ${text}.`) };
 }
 
+/**
+ * Why a pod is on a lost node, or undefined: Kubernetes has evicted it (it is being deleted) while
+ * its status still shows every container running and ready but the pod not Ready. That split is
+ * made by the node lifecycle controller alone (it marks the pods of a node that stopped reporting
+ * not Ready, without touching their container statuses); a kubelet never reports it. Pure, so unit
+ * tests pin it on recorded statuses.
+ */
+export function lostNode(pod: V1Pod): string | undefined {
+  if (!pod.metadata?.deletionTimestamp) return undefined;
+  const ready = pod.status?.conditions?.find((c) => c.type === 'Ready');
+  const containers = pod.status?.containerStatuses ?? [];
+  if (ready?.status !== 'False' || containers.length === 0) return undefined;
+  if (!containers.every((c) => c.ready && c.state?.running)) return undefined;
+  return `its node ${pod.spec?.nodeName ?? '(none)'} stopped answering and Kubernetes evicted the pod`;
+}
+
 /** A pod as a provider state: its sandbox container running (or still starting) is `running`; anything that ended is `exited`. */
 export function podState(pod: V1Pod): ProviderState {
   if (pod.metadata?.deletionTimestamp) return 'exited';
@@ -619,6 +751,14 @@ export function warrenLabels(pod: V1Pod): Record<string, string> {
     }
   }
   return { ...(pod.metadata?.labels ?? {}) };
+}
+
+/** A Kubernetes quantity as bytes, for the binary and decimal suffixes Warren writes and the plain number; undefined otherwise. */
+export function quantityBytes(quantity: string): number | undefined {
+  const match = /^(\d+)(Ki|Mi|Gi|Ti|k|M|G|T)?$/.exec(quantity);
+  if (!match) return undefined;
+  const scale: Record<string, number> = { Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40, k: 1e3, M: 1e6, G: 1e9, T: 1e12 };
+  return Number(match[1]) * (match[2] === undefined ? 1 : scale[match[2]]!);
 }
 
 function notSupported(doing: string, instead: string): CodedError {

@@ -150,7 +150,11 @@ export interface SharedState {
   revokedSessions(): Promise<Set<string>>;
   /** Sandboxes on the backend, whichever replica made them (unclaimed warm-pool members not counted). */
   countSandboxes(): Promise<number>;
-  /** A new sandbox's place among all sandboxes, oldest first, from 1 (the same order on every replica); undefined when it is gone. */
+  /**
+   * A new sandbox's place among all sandboxes, from 1: itself plus every other one made before it
+   * or at the same time (ties count as earlier, so of racing creates past the limit none stays that
+   * should not); undefined when it is gone.
+   */
   rankOf(handle: string): Promise<number | undefined>;
 }
 

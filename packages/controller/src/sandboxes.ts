@@ -507,7 +507,7 @@ export class SandboxService {
     }
     try {
       // Replicas share maxSandboxes: of creates racing on several replicas at the limit, those whose
-      // pods come after the limit in the order every replica sees (creation time, then name) back out.
+      // pods do not come first (creation time; ties count against each other) back out.
       if (!pool && this.sharedState && ((await this.sharedState.rankOf(handle)) ?? Infinity) > this.config.maxSandboxes) throw this.tooMany();
       await this.waitUntilReady(agentId, handle);
       await egress?.connect(agentId, this.provider.daemon(agentId), this.credentials.agentSecret(agentId));

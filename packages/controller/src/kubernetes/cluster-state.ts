@@ -299,17 +299,17 @@ export class KubernetesSharedState implements SharedState {
   }
 
   /**
-   * Where a new sandbox's pod stands among all sandboxes, oldest first (creation time, then name:
-   * every replica sees the same order), counting from 1; undefined when it is not there.
+   * Where a new sandbox's pod stands among all sandboxes, counting from 1: itself plus every other
+   * sandbox pod created in the same second or earlier (creation times have one-second steps, so
+   * pods of the same second all count as earlier: two creates racing in one second may both back
+   * out, never both stay). Undefined when the pod is not there.
    */
   async rankOf(handle: string): Promise<number | undefined> {
-    const pods = (await this.sandboxPods()).sort((a, b) => {
-      const ta = Date.parse(String(a.metadata?.creationTimestamp ?? ''));
-      const tb = Date.parse(String(b.metadata?.creationTimestamp ?? ''));
-      return ta !== tb ? ta - tb : String(a.metadata?.name).localeCompare(String(b.metadata?.name));
-    });
-    const index = pods.findIndex((p) => p.metadata?.name === handle);
-    return index < 0 ? undefined : index + 1;
+    const pods = await this.sandboxPods();
+    const mine = pods.find((p) => p.metadata?.name === handle);
+    if (!mine) return undefined;
+    const at = (p: (typeof pods)[number]) => Math.floor(Date.parse(String(p.metadata?.creationTimestamp ?? '')) / 1000);
+    return 1 + pods.filter((p) => p !== mine && !(at(p) > at(mine))).length;
   }
 
   private async sandboxPods() {

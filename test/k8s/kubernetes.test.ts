@@ -57,7 +57,7 @@ describe('Warren on a real two-node Kubernetes cluster', () => {
       configmaps: ['create'],
       'configmaps/warren-console-revoked': ['get', 'update'],
     });
-    expect(role.rules!.length).toBe(7);
+    expect(role.rules!.length).toBe(6);
     expect(role.rules!.every((r) => r.apiGroups!.length === 1 && r.apiGroups![0] === '')).toBe(true);
   });
 

@@ -300,12 +300,7 @@ runLab('two controller replicas share egress, console sessions and limits', () =
 
       // A dies (SIGKILL): B takes the relay over and serves it with the stored policy and secret.
       expect(await a.kill()).toBe('SIGKILL');
-      await until(
-        'B to serve the relay',
-        async () => ((await fetchIn(viaB, 'http://other.test/after-a')).status === 200 ? true : undefined),
-        60_000,
-        500,
-      );
+      await until('B to serve the relay', async () => ((await fetchIn(viaB, 'http://other.test/after-a')).status === 200 ? true : undefined), 60_000, 500);
       expect((await fetchIn(viaB, 'http://api.test/still-denied')).status).toBe(403);
       // A live update on B, now the serving replica, and the brokered secret still written in.
       expect((await viaB.network.update({ mode: 'allow', rules: [{ host: 'api.test', ports: [80] }] })).version).toBe(3);
@@ -339,15 +334,21 @@ runLab('two controller replicas share egress, console sessions and limits', () =
     expect(login.status).toBe(200);
     const cookie = login.headers.get('set-cookie')!.split(';')[0]!;
     const { csrfToken } = (await login.json()) as { csrfToken: string };
-    const list = (c: Controller) => fetch(`${c.url}/v1/sandboxes`, { headers: { cookie, 'x-warren-csrf': csrfToken, origin: c.url, 'sec-fetch-site': 'same-origin' } });
+    const list = (c: Controller) =>
+      fetch(`${c.url}/v1/sandboxes`, { headers: { cookie, 'x-warren-csrf': csrfToken, origin: c.url, 'sec-fetch-site': 'same-origin' } });
     expect((await list(a)).status).toBe(200);
     expect((await list(b)).status).toBe(200);
     // A forged cookie (the same session id, another signature) is refused on both.
     const forged = `${cookie.slice(0, -4)}AAAA`;
-    const forgedList = await fetch(`${b.url}/v1/sandboxes`, { headers: { cookie: forged, 'x-warren-csrf': csrfToken, origin: b.url, 'sec-fetch-site': 'same-origin' } });
+    const forgedList = await fetch(`${b.url}/v1/sandboxes`, {
+      headers: { cookie: forged, 'x-warren-csrf': csrfToken, origin: b.url, 'sec-fetch-site': 'same-origin' },
+    });
     expect(forgedList.status).toBe(401);
     // Logout on B: B refuses at once, A once it has read the shared revocations (every 2 s).
-    const out = await fetch(`${b.url}/ui/api/logout`, { method: 'POST', headers: { cookie, 'x-warren-csrf': csrfToken, origin: b.url, 'sec-fetch-site': 'same-origin' } });
+    const out = await fetch(`${b.url}/ui/api/logout`, {
+      method: 'POST',
+      headers: { cookie, 'x-warren-csrf': csrfToken, origin: b.url, 'sec-fetch-site': 'same-origin' },
+    });
     expect(out.status).toBe(204);
     expect((await list(b)).status).toBe(401);
     await until('A to refuse the revoked session', async () => ((await list(a)).status === 401 ? true : undefined), 15_000, 250);

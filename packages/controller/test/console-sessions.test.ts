@@ -8,7 +8,9 @@ const API_KEY = 'wk_test_console_sessions';
 const HOST = 'warren.test:7420';
 
 function request(cookie: string, csrf: string): IncomingMessage {
-  return { headers: { cookie: `warren_console=${cookie}`, 'x-warren-csrf': csrf, host: HOST, origin: `http://${HOST}`, 'sec-fetch-site': 'same-origin' } } as unknown as IncomingMessage;
+  return {
+    headers: { cookie: `warren_console=${cookie}`, 'x-warren-csrf': csrf, host: HOST, origin: `http://${HOST}`, 'sec-fetch-site': 'same-origin' },
+  } as unknown as IncomingMessage;
 }
 
 /** Revocations shared as a Kubernetes ConfigMap would share them, in memory. */

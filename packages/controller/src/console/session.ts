@@ -92,9 +92,9 @@ export class ConsoleSessions {
       throw new CodedError('UNAUTHORIZED', 'Wrong API key: log in with the key the controller printed at its first start (or WARREN_API_KEY).');
     const sid = randomBytes(18).toString('base64url');
     const keyId = this.options.credentials.apiKeyId(apiKey);
-    const payload = Buffer.from(JSON.stringify({ s: sid, e: this.clock.now() + this.options.ttlSeconds * 1000, ...(keyId === undefined ? {} : { k: keyId }) })).toString(
-      'base64url',
-    );
+    const payload = Buffer.from(
+      JSON.stringify({ s: sid, e: this.clock.now() + this.options.ttlSeconds * 1000, ...(keyId === undefined ? {} : { k: keyId }) }),
+    ).toString('base64url');
     const id = `${payload}.${this.options.credentials.consoleSignature(payload)}`;
     return { id, csrfToken: this.options.credentials.consoleCsrf(sid), maxAgeSeconds: this.options.ttlSeconds };
   }
@@ -156,9 +156,10 @@ export class ConsoleSessions {
       return undefined;
     }
     const d = data as { s?: unknown; e?: unknown; k?: unknown };
-    if (typeof d !== 'object' || d === null || typeof d.s !== 'string' || typeof d.e !== 'number' || (d.k !== undefined && typeof d.k !== 'string')) return undefined;
+    if (typeof d !== 'object' || d === null || typeof d.s !== 'string' || typeof d.e !== 'number' || (d.k !== undefined && typeof d.k !== 'string'))
+      return undefined;
     if (d.e <= this.clock.now() || this.revoked.has(d.s) || this.sharedRevoked.has(d.s)) return undefined;
-    return { id: d.s, csrf: this.options.credentials.consoleCsrf(d.s), expiresAt: d.e, keyId: d.k as string | undefined };
+    return { id: d.s, csrf: this.options.credentials.consoleCsrf(d.s), expiresAt: d.e, keyId: d.k };
   }
 }
 

@@ -78,7 +78,9 @@ export class EgressCa {
    * The CA shared by controller replicas: the stored one, or a new one stored first-writer-wins
    * (the replica whose write loses uses the winner's).
    */
-  static async shared(store: { egressCa(make: () => Promise<{ keyPem: string; certPem: string }>): Promise<{ keyPem: string; certPem: string }> }): Promise<EgressCa> {
+  static async shared(store: {
+    egressCa(make: () => Promise<{ keyPem: string; certPem: string }>): Promise<{ keyPem: string; certPem: string }>;
+  }): Promise<EgressCa> {
     const { keyPem, certPem } = await store.egressCa(async () => {
       const made = await EgressCa.create();
       return { keyPem: made.keyPem, certPem: made.ca.certPem };

@@ -28,7 +28,9 @@ const StoredFile = z.strictObject({
 
 /** The JSON of a stored egress (the file's and the Kubernetes Secret's content). */
 export function serializeStoredEgress(egress: StoredEgress): string {
-  const secrets = Object.fromEntries(egress.secrets.map((s) => [s.name, { placeholder: s.placeholder, hosts: [...s.hosts], target: s.target, value: s.value }]));
+  const secrets = Object.fromEntries(
+    egress.secrets.map((s) => [s.name, { placeholder: s.placeholder, hosts: [...s.hosts], target: s.target, value: s.value }]),
+  );
   return JSON.stringify({ policy: egress.policy, version: egress.version, secrets });
 }
 

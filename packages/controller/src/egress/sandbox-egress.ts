@@ -318,7 +318,8 @@ export class SandboxEgress {
    */
   async #updateElsewhere(store: SharedEgressStore, agentId: string, policy: EgressPolicy): Promise<{ policy: EgressPolicy; version: number }> {
     const version = await store.updatePolicy(agentId, policy);
-    if (version === undefined) throw new CodedError('SANDBOX_NOT_FOUND', `Sandbox '${agentId}' has no stored egress (it is gone, or was created without egress).`);
+    if (version === undefined)
+      throw new CodedError('SANDBOX_NOT_FOUND', `Sandbox '${agentId}' has no stored egress (it is gone, or was created without egress).`);
     const deadline = Date.now() + (this.#options.ackTimeoutMs ?? 10_000);
     while (Date.now() < deadline) {
       if (((await store.applied(agentId)) ?? 0) >= version) break;

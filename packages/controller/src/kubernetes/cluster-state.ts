@@ -82,7 +82,8 @@ export class SecretEgressStore implements SharedEgressStore {
     for (let attempt = 0; ; attempt++) {
       const previous = await this.get(agentId);
       try {
-        if (previous) await this.core.replaceNamespacedSecret({ name: egressSecretName(agentId), namespace: this.namespace, body: this.body(agentId, egress, previous) });
+        if (previous)
+          await this.core.replaceNamespacedSecret({ name: egressSecretName(agentId), namespace: this.namespace, body: this.body(agentId, egress, previous) });
         else await this.core.createNamespacedSecret({ namespace: this.namespace, body: this.body(agentId, egress) });
         return;
       } catch (e) {
@@ -132,7 +133,11 @@ export class SecretEgressStore implements SharedEgressStore {
     if (!uid) return;
     const ownerReferences = [{ apiVersion: 'v1', kind: 'Pod', name: podName(agentId), uid, blockOwnerDeletion: false }];
     await this.core
-      .patchNamespacedSecret({ name: egressSecretName(agentId), namespace: this.namespace, body: [{ op: 'add', path: '/metadata/ownerReferences', value: ownerReferences }] })
+      .patchNamespacedSecret({
+        name: egressSecretName(agentId),
+        namespace: this.namespace,
+        body: [{ op: 'add', path: '/metadata/ownerReferences', value: ownerReferences }],
+      })
       .catch((e: unknown) => {
         throw kubeError(e, `bind the egress Secret of sandbox ${agentId} to its pod`);
       });
@@ -159,7 +164,8 @@ export class SecretEgressStore implements SharedEgressStore {
     const out = new Map<string, StoredEgress>();
     for (const secret of await this.list()) {
       const agentId = secret.metadata?.annotations?.[EGRESS_AGENT_ANNOTATION];
-      if (!agentId || secret.metadata?.name !== egressSecretName(agentId) || !secret.metadata.ownerReferences?.length || secret.metadata.deletionTimestamp) continue;
+      if (!agentId || secret.metadata?.name !== egressSecretName(agentId) || !secret.metadata.ownerReferences?.length || secret.metadata.deletionTimestamp)
+        continue;
       const stored = this.decode(agentId, secret);
       if (stored) out.set(agentId, stored);
     }
@@ -313,9 +319,11 @@ export class KubernetesSharedState implements SharedState {
   }
 
   private async sandboxPods() {
-    const list = await this.core.listNamespacedPod({ namespace: this.namespace, labelSelector: `${MANAGED_BY.key}=${MANAGED_BY.value}` }).catch((e: unknown) => {
-      throw kubeError(e, `list the sandbox pods in namespace ${this.namespace}`);
-    });
+    const list = await this.core
+      .listNamespacedPod({ namespace: this.namespace, labelSelector: `${MANAGED_BY.key}=${MANAGED_BY.value}` })
+      .catch((e: unknown) => {
+        throw kubeError(e, `list the sandbox pods in namespace ${this.namespace}`);
+      });
     return list.items.filter((pod) => {
       if (pod.metadata?.deletionTimestamp) return false;
       const claim = pod.metadata?.annotations?.[CLAIM_ANNOTATION];

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { describe, expect, it } from '@jest/globals';
 import { ConsoleSessions, type SessionRevocations } from '../src/console/session.js';
+import { systemClock } from '../src/clock.js';
 import { Credentials } from '../src/credentials.js';
 
 const API_KEY = 'wk_test_console_sessions';
@@ -28,7 +29,7 @@ class SharedList implements SessionRevocations {
 describe('stateless console sessions', () => {
   const masterKey = randomBytes(32);
   let now = 1_000_000;
-  const clock = { now: () => now };
+  const clock = { now: () => now, sleep: systemClock.sleep };
   const make = (key = masterKey, revocations?: SessionRevocations) =>
     new ConsoleSessions({ credentials: Credentials.inMemory(API_KEY, key), ttlSeconds: 60, clock, revocations });
 

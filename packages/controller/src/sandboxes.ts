@@ -234,6 +234,8 @@ export class SandboxService {
     if (!egress) return;
     const records = this.list();
     await egress.forgetStoredExcept(new Set(records.map((r) => r.agentId)));
+    // Shared by replicas: another one may serve these relays now; the follower takes over those none serves.
+    if (this.sharedState) return void this.followSharedEgress();
     for (const record of records) {
       if (!(await egress.restore(record.agentId)) || record.state !== 'running') continue;
       // Logged by connectWithRetry when it gives up.

@@ -366,6 +366,9 @@ export class SandboxEgress {
     try {
       const bound = await shared.readBound();
       for (const [agentId, attached] of this.#attached) {
+        // Bound (its creator served it) yet registered here with no tunnel and not followed: a relay
+        // this replica failed to open (another served it then); let it go, so it can be taken over below.
+        if (!attached.following && !attached.tunnel && bound.has(agentId)) await this.#detach(agentId);
         if (!attached.following) continue;
         const stored = bound.get(agentId);
         if (!stored) {

@@ -29,7 +29,7 @@ class SharedList implements SessionRevocations {
 describe('stateless console sessions', () => {
   const masterKey = randomBytes(32);
   let now = 1_000_000;
-  const clock = { now: () => now, sleep: systemClock.sleep };
+  const clock = { now: () => now, sleep: (ms: number) => systemClock.sleep(ms) };
   const make = (key = masterKey, revocations?: SessionRevocations) =>
     new ConsoleSessions({ credentials: Credentials.inMemory(API_KEY, key), ttlSeconds: 60, clock, revocations });
 

@@ -48,6 +48,8 @@ export interface ServeOptions {
   audit?: AuditLog | undefined;
   /** How long an approval request waits for the client's answer before it counts as a deny. */
   approvalTimeoutMs?: number | undefined;
+  /** How long a peer that has pinged may go without a ping before the connection is closed (default 30 s). */
+  peerSilenceMs?: number | undefined;
 }
 
 export function serveConnection(ws: WebSocket, handlers: Handlers, options: ServeOptions = {}): void {
@@ -119,9 +121,10 @@ export function serveConnection(ws: WebSocket, handlers: Handlers, options: Serv
   // a word (its host went away): the connection is closed, so its calls end (the egress relay is
   // freed for a controller replica that is alive). Peers that never ping are not timed.
   let pinged = 0;
+  const silenceMs = options.peerSilenceMs ?? PEER_SILENCE_MS;
   const silence = setInterval(() => {
-    if (pinged > 0 && Date.now() - pinged > PEER_SILENCE_MS) ws.terminate();
-  }, PEER_SILENCE_MS / 3);
+    if (pinged > 0 && Date.now() - pinged > silenceMs) ws.terminate();
+  }, silenceMs / 3);
   silence.unref();
   ws.on('ping', () => (pinged = Date.now()));
 

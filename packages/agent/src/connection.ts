@@ -39,12 +39,17 @@ function drained(ws: WebSocket): Promise<void> {
  * gets a typed error frame and the connection lives on; closing the connection cancels every call
  * still running on it.
  */
+/** How long a peer that has pinged may stay silent (no ping) before its connection is closed. */
+const PEER_SILENCE_MS = 30_000;
+
 /** Per-connection options of {@link serveConnection}. */
 export interface ServeOptions {
   /** Where each served call is recorded (the agent's one audit ring). */
   audit?: AuditLog | undefined;
   /** How long an approval request waits for the client's answer before it counts as a deny. */
   approvalTimeoutMs?: number | undefined;
+  /** How long a peer that has pinged may go without a ping before the connection is closed (default 30 s). */
+  peerSilenceMs?: number | undefined;
 }
 
 export function serveConnection(ws: WebSocket, handlers: Handlers, options: ServeOptions = {}): void {
@@ -112,7 +117,19 @@ export function serveConnection(ws: WebSocket, handlers: Handlers, options: Serv
     }
   });
 
+  // A peer that pings (the controller's egress tunnel does) and then falls silent is gone without
+  // a word (its host went away): the connection is closed, so its calls end (the egress relay is
+  // freed for a controller replica that is alive). Peers that never ping are not timed.
+  let pinged = 0;
+  const silenceMs = options.peerSilenceMs ?? PEER_SILENCE_MS;
+  const silence = setInterval(() => {
+    if (pinged > 0 && Date.now() - pinged > silenceMs) ws.terminate();
+  }, silenceMs / 3);
+  silence.unref();
+  ws.on('ping', () => (pinged = Date.now()));
+
   ws.on('close', () => {
+    clearInterval(silence);
     connection.abort();
     for (const controller of inflight.values()) controller.abort();
     inflight.clear();

@@ -340,6 +340,7 @@ export const ConfigFile = z.strictObject({
         .max(8)
         .optional(),
       maxConnectionsPerSandbox: z.number().int().min(1).max(100_000).optional(),
+      followIntervalMs: z.number().int().min(100).max(600_000).optional(),
       secrets: z
         .record(
           z.string().min(1).max(128),
@@ -436,6 +437,7 @@ export const DEFAULT_EGRESS: EgressOperatorConfig = {
   labCidrs: [],
   resolvers: [],
   maxConnectionsPerSandbox: 64,
+  followIntervalMs: 2000,
   secrets: {},
 };
 

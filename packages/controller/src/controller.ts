@@ -76,7 +76,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
   }
   // The engine as the docker command finds it (DOCKER_HOST, the current context), said at start.
   const endpoint = options.provider || config.provider !== 'docker' ? undefined : resolveEngine(process.env);
-  const provider =
+  const provider: SandboxProvider =
     options.provider ??
     (config.provider === 'kubernetes'
       ? new KubernetesProvider({ ...config.kubernetes, daemonSecret: (agentId) => credentials.agentSecret(agentId), logger })
@@ -102,7 +102,9 @@ export async function startController(options: StartControllerOptions = {}): Pro
   // The egress gateway: every way out of a sandbox with an egress policy, reached through each
   // sandbox's relay over its daemon channel (docs/network.md). Its events go to the metrics, the
   // log and the sandbox's egress log.
-  const egressCa = await EgressCa.loadOrCreate(config.stateDir);
+  // Replicas on one cluster share the CA (first writer wins) and each sandbox's stored egress, so any of them can serve its relay.
+  const shared = provider.sharedState;
+  const egressCa = shared ? await EgressCa.shared(shared) : await EgressCa.loadOrCreate(config.stateDir);
   const egressLog = new EgressLog();
   const egress = await SandboxEgress.create({
     gateway: new EgressGateway({
@@ -117,7 +119,8 @@ export async function startController(options: StartControllerOptions = {}): Pro
     transparent: { address: EGRESS_TRANSPARENT_ADDRESS, resolvConf: true },
     logger,
     log: egressLog,
-    store: new EgressStore(config.stateDir),
+    store: shared ? shared.egressStore : new EgressStore(config.stateDir),
+    ackTimeoutMs: 5 * (config.egress.followIntervalMs ?? 2000),
   });
   const sandboxes: SandboxService = new SandboxService({
     egress,
@@ -242,10 +245,22 @@ export async function startController(options: StartControllerOptions = {}): Pro
       : undefined;
   sampler?.unref();
 
+  // Replicas: take over the relays of egress sandboxes no replica serves (one whose replica died), and enforce policies stored by others.
+  let following = false;
+  const egressFollower = shared
+    ? setInterval(() => {
+        if (following) return;
+        following = true;
+        void sandboxes.followSharedEgress().finally(() => (following = false));
+      }, config.egress.followIntervalMs ?? 2000)
+    : undefined;
+  egressFollower?.unref();
+
   let closed = false;
   const close = async () => {
     if (closed) return;
     closed = true;
+    clearInterval(egressFollower);
     clearInterval(reaper);
     clearInterval(freezer);
     clearInterval(sampler);

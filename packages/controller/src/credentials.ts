@@ -182,6 +182,16 @@ export class Credentials {
     return timingSafeEqual(digest(presented), digest(this.portSignature(sandboxId, port, expiresAt)));
   }
 
+  /** The signature of a console session cookie's payload (the same on every replica with this master key). */
+  consoleSignature(payload: string): string {
+    return this.derive('console-session', payload);
+  }
+
+  /** The CSRF token of a console session (by its id). */
+  consoleCsrf(sessionId: string): string {
+    return this.derive('console-csrf', sessionId);
+  }
+
   private derive(purpose: string, value: string): string {
     return createHmac('sha256', this.masterKey).update(`${purpose}:${value}`).digest('base64url');
   }

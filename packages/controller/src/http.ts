@@ -62,7 +62,7 @@ export function createHttpServer(deps: HttpServerDeps) {
     handleProtocols: (offered) => (offered.has(CONSOLE_PROTOCOL) ? CONSOLE_PROTOCOL : false),
   });
   const sessions = deps.config.console.enabled
-    ? new ConsoleSessions({ credentials: deps.credentials, ttlSeconds: deps.config.console.sessionTtlSeconds })
+    ? new ConsoleSessions({ credentials: deps.credentials, ttlSeconds: deps.config.console.sessionTtlSeconds, revocations: deps.sandboxes.sharedState })
     : undefined;
   const auth: Authenticator = { credentials: deps.credentials, sessions };
   // The console's controller page: an hour of the metrics, sampled in memory while the server runs.
@@ -152,6 +152,7 @@ export function createHttpServer(deps: HttpServerDeps) {
   server.on('close', () => {
     clearInterval(heartbeat);
     history?.stop();
+    sessions?.close();
     e2b.close();
     ports.close();
   });

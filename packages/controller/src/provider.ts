@@ -1,4 +1,5 @@
-import type { SandboxSettings } from '@warren/protocol';
+import type { EgressPolicy, SandboxSettings } from '@warren/protocol';
+import type { EgressStoreLike, StoredEgress } from './egress/egress-store.js';
 import type { Duplex } from 'node:stream';
 import type { StoredRecord } from './record-store.js';
 import type { AgentRuntime } from './runtime.js';
@@ -119,6 +120,47 @@ export interface SandboxProvider {
    * annotations). Absent: each controller keeps them in its state folder.
    */
   readonly sharedRecords?: SharedRecords | undefined;
+  /**
+   * What several controller replicas on one backend share besides the records (Kubernetes:
+   * Secrets and a ConfigMap of the namespace): the egress CA, each sandbox's egress policy and
+   * brokered secrets, revoked console sessions, and the count of sandboxes for `maxSandboxes`.
+   * Absent: each controller keeps them in its state folder and memory.
+   */
+  readonly sharedState?: SharedState | undefined;
+}
+
+/** A sandbox egress store every replica reads (see {@link SandboxProvider.sharedState}). */
+export interface SharedEgressStore extends EgressStoreLike {
+  readonly shared: true;
+  /** Stores a new policy on top of what is stored (compare-and-swap); its version, or undefined when the sandbox has no stored egress. */
+  updatePolicy(agentId: string, policy: EgressPolicy): Promise<number | undefined>;
+  /** Ties the stored egress to the sandbox (it goes with it); only then may other replicas serve its relay. */
+  bind(agentId: string): Promise<void>;
+  /** The serving replica says which policy version it enforces now. */
+  acknowledge(agentId: string, version: number): Promise<void>;
+  /** The version the serving replica last acknowledged. */
+  applied(agentId: string): Promise<number | undefined>;
+  /** Every bound sandbox's stored egress, by agent id. */
+  readBound(): Promise<Map<string, StoredEgress>>;
+}
+
+/** See {@link SandboxProvider.sharedState}. */
+export interface SharedState {
+  /** The egress CA every replica uses: the stored one, or `make()`'s, stored first-writer-wins. */
+  egressCa(make: () => Promise<{ keyPem: string; certPem: string }>): Promise<{ keyPem: string; certPem: string }>;
+  readonly egressStore: SharedEgressStore;
+  /** Revokes a console session (by a key the console derives from it: letters, digits, `-`, `_`) on every replica until it would have expired (ms since the epoch). */
+  revokeSession(key: string, expiresAt: number): Promise<void>;
+  /** The keys of revoked sessions that have not expired yet. */
+  revokedSessions(): Promise<Set<string>>;
+  /** Sandboxes on the backend, whichever replica made them (unclaimed warm-pool members not counted). */
+  countSandboxes(): Promise<number>;
+  /**
+   * A new sandbox's place among all sandboxes, from 1: itself plus every other one made before it
+   * or at the same time (ties count as earlier, so of racing creates past the limit none stays that
+   * should not); undefined when it is gone.
+   */
+  rankOf(handle: string): Promise<number | undefined>;
 }
 
 /** What a provider kept of one snapshot. */

@@ -421,7 +421,7 @@ export const ROUTES: readonly Route[] = [
     responses: { 200: { description: 'The policy the gateway enforces now.', schema: NetworkPolicyResponse } },
     handle: async ({ deps, res, id }) => {
       // A sandbox created without egress has no relay at all: its policy is none, version 0.
-      const current = deps.sandboxes.egressOf(id) ?? { policy: { mode: 'none' as const }, version: 0 };
+      const current = (await deps.sandboxes.networkOf(id)) ?? { policy: { mode: 'none' as const }, version: 0 };
       sendJson(res, 200, { egress: current.policy, version: current.version });
     },
   },

@@ -11,7 +11,7 @@ import { FrozenMarks, IdleFreezer } from './idle-freezer.js';
 import { ImageService } from './image-service.js';
 import { LABELS, sandboxLabels } from './labels.js';
 import type { Metrics } from './metrics.js';
-import type { DaemonEndpoint, ProvidedSandbox, SandboxProvider, SandboxSpec, SharedRecords } from './provider.js';
+import type { DaemonEndpoint, ProvidedSandbox, SandboxProvider, SandboxSpec, SharedRecords, SharedState } from './provider.js';
 import { Slots, type WaitLimits } from './limiter.js';
 import { Reaper } from './reaper.js';
 import { UsageHistory } from './usage-history.js';
@@ -83,6 +83,8 @@ export class SandboxService {
   private readonly store: Pick<SharedRecords, 'readAll' | 'write' | 'remove'>;
   /** The backend's own records, shared with other controller replicas, when it keeps them. */
   private readonly shared: SharedRecords | undefined;
+  /** What the backend shares with other replicas besides records (egress, the sandbox count), when it does. */
+  readonly sharedState: SharedState | undefined;
   /** A sync with the backend's sandboxes under way (see {@link SandboxService.ensureKnown}). */
   private syncing: Promise<void> | undefined;
   private readonly frozenMarks: FrozenMarks;
@@ -112,6 +114,7 @@ export class SandboxService {
     this.egress = options.egress;
     this.images = options.images ?? new ImageService({ provider: this.provider, settings: options.config.images });
     this.shared = options.provider.sharedRecords;
+    this.sharedState = options.provider.sharedState;
     this.store = this.shared ?? new RecordStore(options.config.stateDir);
     this.frozenMarks = new FrozenMarks(options.config.stateDir);
     this.usageHistory = new UsageHistory(options.config.usage.historySamples);
@@ -231,6 +234,8 @@ export class SandboxService {
     if (!egress) return;
     const records = this.list();
     await egress.forgetStoredExcept(new Set(records.map((r) => r.agentId)));
+    // Shared by replicas: another one may serve these relays now; the follower takes over those none serves.
+    if (this.sharedState) return void this.followSharedEgress();
     for (const record of records) {
       if (!(await egress.restore(record.agentId)) || record.state !== 'running') continue;
       // Logged by connectWithRetry when it gives up.
@@ -402,12 +407,10 @@ export class SandboxService {
       volume.id = id;
     }
     await this.checkMountsOnHost(plan);
-    if (this.table.size + this.creating >= this.config.maxSandboxes) {
-      throw new CodedError(
-        'RESOURCE_EXHAUSTED',
-        `This controller already runs its maximum of ${this.config.maxSandboxes} sandboxes (maxSandboxes); kill one you no longer need, or raise maxSandboxes.`,
-      );
-    }
+    // With state shared by several replicas the limit is the cluster's: every replica's sandboxes count.
+    // (Checked again exactly once the pod exists: see startContainer.)
+    if (this.sharedState ? (await this.sharedState.countSandboxes()) >= this.config.maxSandboxes : this.table.size + this.creating >= this.config.maxSandboxes)
+      throw this.tooMany();
     const withEgress = usesEgress(plan);
     if (withEgress && !this.egress)
       throw new CodedError('INVALID_PARAMS', 'This controller runs no egress gateway, so egress and secrets cannot be enforced; leave them out.', {
@@ -434,6 +437,15 @@ export class SandboxService {
     } finally {
       this.creating--;
     }
+  }
+
+  private tooMany(): CodedError {
+    return new CodedError(
+      'RESOURCE_EXHAUSTED',
+      this.sharedState
+        ? `The controllers on this cluster already run their maximum of ${this.config.maxSandboxes} sandboxes together (maxSandboxes counts every replica's); kill one you no longer need, or raise maxSandboxes.`
+        : `This controller already runs its maximum of ${this.config.maxSandboxes} sandboxes (maxSandboxes); kill one you no longer need, or raise maxSandboxes.`,
+    );
   }
 
   /** A cold create: a new sandbox from the provider, answered once its daemon has answered. */
@@ -503,8 +515,12 @@ export class SandboxService {
       throw err;
     }
     try {
+      // Replicas share maxSandboxes: of creates racing on several replicas at the limit, those whose
+      // pods do not come first (creation time; ties count against each other) back out.
+      if (!pool && this.sharedState && ((await this.sharedState.rankOf(handle)) ?? Infinity) > this.config.maxSandboxes) throw this.tooMany();
       await this.waitUntilReady(agentId, handle);
       await egress?.connect(agentId, this.provider.daemon(agentId), this.credentials.agentSecret(agentId));
+      await egress?.bind(agentId);
       return handle;
     } catch (err) {
       await egress?.remove(agentId);
@@ -515,8 +531,9 @@ export class SandboxService {
 
   /** Swaps a sandbox's egress policy at once (within the operator's maximum); see {@link SandboxEgress.update}. */
   async updateEgress(id: string, policy: EgressPolicy): Promise<{ policy: EgressPolicy; version: number }> {
+    await this.ensureKnown(id);
     const record = this.table.require(id);
-    if (!this.egress?.has(record.agentId))
+    if (!this.egress || !(await this.egress.known(record.agentId)))
       throw new CodedError(
         'INVALID_PARAMS',
         `Sandbox '${id}' was created without egress, so it has no relay to the gateway; create a sandbox with an egress policy (even { mode: 'none' } with secrets) to update it later.`,
@@ -524,6 +541,23 @@ export class SandboxService {
       );
     const effective = effectiveEgressPolicy(policy, { defaultPolicy: policy, maxMode: this.config.egress.maxMode });
     return await this.egress.update(record.agentId, effective);
+  }
+
+  /** A sandbox's egress policy and version as enforced now (with replicas: as stored for the one serving its relay), or undefined without egress. */
+  async networkOf(id: string): Promise<{ policy: EgressPolicy; version: number } | undefined> {
+    await this.ensureKnown(id);
+    const record = this.table.require(id);
+    return this.egress?.currentPolicy(record.agentId);
+  }
+
+  /**
+   * One round of following the egress other replicas share (see {@link SandboxEgress.follow}):
+   * this replica takes over the relay of egress sandboxes no replica serves, and enforces policies
+   * other replicas stored. Nothing without state shared by the provider.
+   */
+  async followSharedEgress(): Promise<void> {
+    if (!this.sharedState || !this.egress) return;
+    await this.egress.follow((agentId) => ({ endpoint: this.provider.daemon(agentId), secret: this.credentials.agentSecret(agentId) }));
   }
 
   /** A sandbox's egress policy and version, or undefined when it has none through the gateway. */

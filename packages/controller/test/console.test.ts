@@ -24,7 +24,7 @@ describe('console sessions', () => {
     const res = await login(API_KEY, { origin: server.url, 'sec-fetch-site': 'same-origin' });
     expect(res.status).toBe(200);
     const setCookie = res.headers.get('set-cookie')!;
-    expect(setCookie).toMatch(/^warren_console=[A-Za-z0-9_-]{43}; Path=\/; Max-Age=\d+; HttpOnly; SameSite=Strict$/);
+    expect(setCookie).toMatch(/^warren_console=[A-Za-z0-9_-]+\.[A-Za-z0-9_-]{43}; Path=\/; Max-Age=\d+; HttpOnly; SameSite=Strict$/);
     session = { cookie: setCookie.split(';')[0]!, csrf: ((await res.json()) as { csrfToken: string }).csrfToken };
   });
   afterAll(async () => server?.[Symbol.asyncDispose]());

@@ -80,12 +80,14 @@ describe('the sandbox pod', () => {
   it('has the same writable places as on Docker and the runtime read-only', () => {
     const pod = podFor({});
     const mounts = Object.fromEntries(pod.spec!.containers[0]!.volumeMounts!.map((m) => [m.mountPath, m]));
-    expect(Object.keys(mounts).sort()).toEqual(['/opt/warren', '/run/warren', '/run/warren-secret', '/tmp', '/workspace']);
+    expect(Object.keys(mounts).sort()).toEqual(['/opt/warren', '/run/warren', '/run/warren-egress', '/run/warren-secret', '/tmp', '/workspace']);
     expect(mounts['/opt/warren']!.readOnly).toBe(true);
     expect(mounts['/run/warren-secret']!.readOnly).toBe(true);
     const volumes = Object.fromEntries(pod.spec!.volumes!.map((v) => [v.name, v]));
     expect(volumes.tmp!.emptyDir).toEqual({ medium: 'Memory', sizeLimit: '64Mi' });
     expect(volumes.daemon!.emptyDir).toEqual({ medium: 'Memory', sizeLimit: '1Mi' });
+    // The egress trust folder, as Docker's 2 MiB tmpfs; the daemon makes it its own before writing the CA.
+    expect(volumes['egress-trust']!.emptyDir).toEqual({ medium: 'Memory', sizeLimit: '2Mi' });
     expect(pod.spec!.volumes!.every((v) => v.emptyDir !== undefined || v.name === 'daemon-secret')).toBe(true);
     // The emptyDir is world-writable: the daemon must make its socket folder its own before listening.
     expect(pod.spec!.containers[0]!.command).toContain('--private-socket-dir');

@@ -1,6 +1,6 @@
 import dgram from 'node:dgram';
 import { constants as fsConstants } from 'node:fs';
-import { mkdir, open, readFile } from 'node:fs/promises';
+import { chmod, chown, lstat, mkdir, open, readFile, rm } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -257,6 +257,16 @@ export class EgressRelay {
    */
   async #writeTrust(caPem: string): Promise<void> {
     await mkdir(this.#trustDir, { recursive: true, mode: 0o755 });
+    // A folder the engine made writable by all (a Kubernetes emptyDir is 0777) becomes the daemon's
+    // own first, and files sandbox code may have put there go, so only the daemon writes the trust.
+    const info = await lstat(this.#trustDir);
+    if (!info.isDirectory()) throw new CodedError('INTERNAL', `${this.#trustDir} is not a folder`);
+    const uid = process.getuid?.();
+    if (uid !== undefined && (info.uid !== uid || (info.mode & 0o022) !== 0)) {
+      if (uid === 0) await chown(this.#trustDir, 0, 0);
+      await chmod(this.#trustDir, 0o755);
+      for (const name of ['ca.pem', 'bundle.pem']) await rm(path.join(this.#trustDir, name), { force: true, recursive: true });
+    }
     let system = '';
     for (const file of SYSTEM_BUNDLES) {
       try {

@@ -143,7 +143,7 @@ export class ConsoleServer {
     }
     this.deps.operator(req);
     if (name === 'logout') {
-      this.deps.sessions.logout(req);
+      await this.deps.sessions.logout(req);
       res.setHeader('set-cookie', sessionCookie('', 0, secure));
       return void res.writeHead(204).end();
     }

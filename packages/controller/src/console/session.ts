@@ -13,14 +13,21 @@ export const CSRF_HEADER = 'x-warren-csrf';
 export const CONSOLE_PROTOCOL = 'warren.console';
 /** The console's WebSocket upgrades carry the CSRF token as a second offered subprotocol, `warren-csrf.<token>` (browsers cannot set headers there). */
 export const CSRF_PROTOCOL_PREFIX = 'warren-csrf.';
-/** The most sessions held at once; the oldest goes first. */
-const MAX_SESSIONS = 1000;
+/** How often the revoked sessions of other replicas are read again (when they are shared). */
+const REVOKED_REFRESH_MS = 2000;
 
 interface Session {
-  csrf: Buffer;
+  id: string;
+  csrf: string;
   expiresAt: number;
   /** Which API key logged in (it owns the snapshots made through the console). */
   keyId: string | undefined;
+}
+
+/** Where revoked sessions are shared between controller replicas (Kubernetes: a ConfigMap). */
+export interface SessionRevocations {
+  revokeSession(key: string, expiresAt: number): Promise<void>;
+  revokedSessions(): Promise<Set<string>>;
 }
 
 /** What the console's session store needs. */
@@ -29,44 +36,77 @@ export interface ConsoleSessionsOptions {
   /** How long a session lives after login, seconds. */
   ttlSeconds: number;
   clock?: Clock;
+  /** Revocations shared with other replicas; absent, a logout is known to this controller alone (the only one). */
+  revocations?: SessionRevocations | undefined;
 }
 
 /**
  * The console's sessions, and the one place a session cookie becomes a caller. A login with the API
- * key makes a random session id (the cookie) and a random CSRF token (kept by the page in memory);
- * a cookie counts only with that token in the `x-warren-csrf` header (REST) or the offered
- * subprotocol (WebSocket), and only from the controller's own origin (`Origin` and
- * `Sec-Fetch-Site`). So a cross-site page cannot use the cookie, the API-key routes stay
- * header-authenticated for everyone else, and nothing credential-like is ever in a URL.
+ * key makes a session cookie and a CSRF token (kept by the page in memory); a cookie counts only
+ * with that token in the `x-warren-csrf` header (REST) or the offered subprotocol (WebSocket), and
+ * only from the controller's own origin (`Origin` and `Sec-Fetch-Site`). So a cross-site page
+ * cannot use the cookie, the API-key routes stay header-authenticated for everyone else, and
+ * nothing credential-like is ever in a URL.
+ *
+ * Sessions are stateless, so every controller replica with the same master key accepts them: the
+ * cookie is `<payload>.<HMAC>` (a random session id, the expiry and the API key's id, signed with a
+ * key derived from the master key), and the CSRF token is an HMAC of the session id. A logout
+ * revokes the session id until it would have expired: in memory, and with {@link
+ * ConsoleSessionsOptions.revocations} for every replica (which read the list again every 2 s).
  *
  * @example
  * const sessions = new ConsoleSessions({ credentials, ttlSeconds: 28800 });
  * const caller = sessions.callerOf(req, 'rest'); // { kind: 'operator' } or undefined (no cookie)
  */
 export class ConsoleSessions {
-  private readonly sessions = new Map<string, Session>();
+  /** Revoked session ids and when they would have expired. */
+  private readonly revoked = new Map<string, number>();
+  /** The shared list as last read. */
+  private sharedRevoked = new Set<string>();
   private readonly clock: Clock;
+  private readonly refresher: NodeJS.Timeout | undefined;
 
   constructor(private readonly options: ConsoleSessionsOptions) {
     this.clock = options.clock ?? systemClock;
+    const revocations = options.revocations;
+    if (revocations) {
+      const refresh = () =>
+        void revocations.revokedSessions().then(
+          (set) => (this.sharedRevoked = set),
+          () => undefined, // kept as last read; logged nowhere (the API server being away is reported elsewhere)
+        );
+      refresh();
+      this.refresher = setInterval(refresh, REVOKED_REFRESH_MS);
+      this.refresher.unref();
+    }
+  }
+
+  /** Stops reading shared revocations. */
+  close(): void {
+    clearInterval(this.refresher);
   }
 
   /** Logs in with the API key: a new session, or UNAUTHORIZED (the same answer whatever was wrong). */
   login(apiKey: unknown): { id: string; csrfToken: string; maxAgeSeconds: number } {
     if (typeof apiKey !== 'string' || apiKey.length === 0 || apiKey.length > 1024 || !this.options.credentials.isApiKey(apiKey))
       throw new CodedError('UNAUTHORIZED', 'Wrong API key: log in with the key the controller printed at its first start (or WARREN_API_KEY).');
-    this.sweep();
-    while (this.sessions.size >= MAX_SESSIONS) this.sessions.delete(this.sessions.keys().next().value!);
-    const id = randomBytes(32).toString('base64url');
-    const csrf = randomBytes(32);
-    this.sessions.set(id, { csrf, expiresAt: this.clock.now() + this.options.ttlSeconds * 1000, keyId: this.options.credentials.apiKeyId(apiKey) });
-    return { id, csrfToken: csrf.toString('base64url'), maxAgeSeconds: this.options.ttlSeconds };
+    const sid = randomBytes(18).toString('base64url');
+    const keyId = this.options.credentials.apiKeyId(apiKey);
+    const payload = Buffer.from(
+      JSON.stringify({ s: sid, e: this.clock.now() + this.options.ttlSeconds * 1000, ...(keyId === undefined ? {} : { k: keyId }) }),
+    ).toString('base64url');
+    const id = `${payload}.${this.options.credentials.consoleSignature(payload)}`;
+    return { id, csrfToken: this.options.credentials.consoleCsrf(sid), maxAgeSeconds: this.options.ttlSeconds };
   }
 
-  /** Ends the session the request's cookie names, if any. */
-  logout(req: IncomingMessage): void {
-    const id = cookieOf(req);
-    if (id !== undefined) this.sessions.delete(id);
+  /** Ends the session the request's cookie names, if any, on this controller and (when shared) every replica. */
+  async logout(req: IncomingMessage): Promise<void> {
+    const session = this.live(cookieOf(req));
+    if (!session) return;
+    const now = this.clock.now();
+    for (const [id, until] of this.revoked) if (until <= now) this.revoked.delete(id);
+    this.revoked.set(session.id, session.expiresAt);
+    await this.options.revocations?.revokeSession(session.id, session.expiresAt);
   }
 
   /**
@@ -76,7 +116,7 @@ export class ConsoleSessions {
    */
   csrfForNavigation(req: IncomingMessage): string | undefined {
     if (req.headers['sec-fetch-mode'] !== 'navigate' || req.headers['sec-fetch-dest'] !== 'document') return undefined;
-    return this.live(cookieOf(req))?.csrf.toString('base64url');
+    return this.live(cookieOf(req))?.csrf;
   }
 
   /**
@@ -104,19 +144,22 @@ export class ConsoleSessions {
     return { kind: 'operator', keyId: session.keyId };
   }
 
-  private live(id: string | undefined): Session | undefined {
-    if (id === undefined) return undefined;
-    const session = this.sessions.get(id);
-    if (session && session.expiresAt <= this.clock.now()) {
-      this.sessions.delete(id);
+  /** The session a cookie value names when its signature checks out, it has not expired and it was not revoked. */
+  private live(cookie: string | undefined): Session | undefined {
+    if (cookie === undefined || cookie.length > 1024) return undefined;
+    const [payload, mac, ...rest] = cookie.split('.');
+    if (!payload || !mac || rest.length > 0 || !tokenMatches(mac, this.options.credentials.consoleSignature(payload))) return undefined;
+    let data: unknown;
+    try {
+      data = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8'));
+    } catch {
       return undefined;
     }
-    return session;
-  }
-
-  private sweep(): void {
-    const now = this.clock.now();
-    for (const [id, session] of this.sessions) if (session.expiresAt <= now) this.sessions.delete(id);
+    const d = data as { s?: unknown; e?: unknown; k?: unknown };
+    if (typeof d !== 'object' || d === null || typeof d.s !== 'string' || typeof d.e !== 'number' || (d.k !== undefined && typeof d.k !== 'string'))
+      return undefined;
+    if (d.e <= this.clock.now() || this.revoked.has(d.s) || this.sharedRevoked.has(d.s)) return undefined;
+    return { id: d.s, csrf: this.options.credentials.consoleCsrf(d.s), expiresAt: d.e, keyId: d.k };
   }
 }
 
@@ -150,9 +193,10 @@ function offeredProtocols(req: IncomingMessage): string[] {
   return (headerValue(req, 'sec-websocket-protocol') ?? '').split(',').map((p) => p.trim());
 }
 
-function tokenMatches(presented: string, expected: Buffer): boolean {
-  const given = Buffer.from(presented, 'base64url');
-  return given.length === expected.length && timingSafeEqual(given, expected);
+function tokenMatches(presented: string, expected: string): boolean {
+  const given = Buffer.from(presented);
+  const wanted = Buffer.from(expected);
+  return given.length === wanted.length && timingSafeEqual(given, wanted);
 }
 
 function cookieOf(req: IncomingMessage): string | undefined {

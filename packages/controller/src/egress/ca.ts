@@ -64,9 +64,7 @@ export class EgressCa {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
     }
     if (keyPem !== undefined) {
-      const certPem = await readFile(certFile, 'utf8');
-      const key = await crypto.subtle.importKey('pkcs8', derOf(keyPem), EC, false, ['sign']);
-      return new EgressCa(certPem, new x509.X509Certificate(certPem), key);
+      return EgressCa.fromPem(keyPem, await readFile(certFile, 'utf8'));
     }
     const ca = await EgressCa.create();
     await mkdir(dir, { recursive: true, mode: 0o700 });
@@ -74,6 +72,26 @@ export class EgressCa {
     await chmod(keyFile, 0o600);
     await writeFile(certFile, ca.ca.certPem, { mode: 0o644 });
     return ca.ca;
+  }
+
+  /**
+   * The CA shared by controller replicas: the stored one, or a new one stored first-writer-wins
+   * (the replica whose write loses uses the winner's).
+   */
+  static async shared(store: {
+    egressCa(make: () => Promise<{ keyPem: string; certPem: string }>): Promise<{ keyPem: string; certPem: string }>;
+  }): Promise<EgressCa> {
+    const { keyPem, certPem } = await store.egressCa(async () => {
+      const made = await EgressCa.create();
+      return { keyPem: made.keyPem, certPem: made.ca.certPem };
+    });
+    return EgressCa.fromPem(keyPem, certPem);
+  }
+
+  /** A CA from its PKCS#8 key and certificate (PEM). */
+  static async fromPem(keyPem: string, certPem: string): Promise<EgressCa> {
+    const key = await crypto.subtle.importKey('pkcs8', derOf(keyPem), EC, false, ['sign']);
+    return new EgressCa(certPem, new x509.X509Certificate(certPem), key);
   }
 
   /** A fresh CA in memory (tests; `loadOrCreate` for the controller). */

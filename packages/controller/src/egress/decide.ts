@@ -15,6 +15,12 @@ export interface EgressOperatorConfig {
   resolvers: string[];
   /** Open connections one sandbox may hold through the gateway; more are refused (429). */
   maxConnectionsPerSandbox: number;
+  /**
+   * With several controller replicas (Kubernetes): how often each replica looks for egress
+   * sandboxes whose relay no replica serves (the one that served it died) and takes them over, and
+   * for policies other replicas stored; also the most a live update made on another replica waits.
+   */
+  followIntervalMs?: number | undefined;
   /** Operator-side secrets a create may name by `ref`; never shown by `--print-config`. */
   secrets: Record<string, string>;
 }

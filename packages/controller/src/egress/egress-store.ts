@@ -26,6 +26,42 @@ const StoredFile = z.strictObject({
   ),
 });
 
+/** The JSON of a stored egress (the file's and the Kubernetes Secret's content). */
+export function serializeStoredEgress(egress: StoredEgress): string {
+  const secrets = Object.fromEntries(
+    egress.secrets.map((s) => [s.name, { placeholder: s.placeholder, hosts: [...s.hosts], target: s.target, value: s.value }]),
+  );
+  return JSON.stringify({ policy: egress.policy, version: egress.version, secrets });
+}
+
+/** A stored egress from its JSON; undefined when it is not one Warren wrote (the wrong shape, not JSON). */
+export function parseStoredEgress(text: string): StoredEgress | undefined {
+  let data: unknown;
+  try {
+    data = JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+  const parsed = StoredFile.safeParse(data);
+  if (!parsed.success) return undefined;
+  const secrets = Object.entries(parsed.data.secrets).map(([name, s]) => ({ name, ...s }));
+  return { policy: parsed.data.policy, version: parsed.data.version, secrets };
+}
+
+/**
+ * Where {@link SandboxEgress} keeps each sandbox's egress: {@link EgressStore} (the state folder)
+ * or, on Kubernetes, one Secret per sandbox shared by every controller replica.
+ */
+export interface EgressStoreLike {
+  /** True where several controller replicas read the same store (then any of them may serve a sandbox's relay). */
+  readonly shared?: boolean;
+  write(id: string, egress: StoredEgress): Promise<void>;
+  read(id: string): Promise<StoredEgress | undefined>;
+  ids(): Promise<string[]>;
+  removeTemporary(): Promise<void>;
+  remove(id: string): Promise<void>;
+}
+
 /** Ids are made by the controller (nanoid's alphabet); anything else is never turned into a path. */
 const SAFE_ID = /^[A-Za-z0-9_-]{1,64}$/;
 
@@ -41,7 +77,7 @@ const SAFE_ID = /^[A-Za-z0-9_-]{1,64}$/;
  * await store.write(id, { policy, version: 1, secrets });
  * const again = await store.read(id);
  */
-export class EgressStore {
+export class EgressStore implements EgressStoreLike {
   readonly #dir: string;
 
   constructor(stateDir: string) {
@@ -57,12 +93,9 @@ export class EgressStore {
     const file = this.#file(id);
     await mkdir(this.#dir, { recursive: true, mode: 0o700 });
     await chmod(this.#dir, 0o700);
-    const secrets = Object.fromEntries(
-      egress.secrets.map((s) => [s.name, { placeholder: s.placeholder, hosts: [...s.hosts], target: s.target, value: s.value }]),
-    );
     const temp = `${file}.${process.pid}.tmp`;
     await rm(temp, { force: true });
-    await writeFile(temp, JSON.stringify({ policy: egress.policy, version: egress.version, secrets }), { mode: 0o600, flag: 'wx' });
+    await writeFile(temp, serializeStoredEgress(egress), { mode: 0o600, flag: 'wx' });
     await rename(temp, file);
   }
 
@@ -75,16 +108,7 @@ export class EgressStore {
     } catch {
       return undefined;
     }
-    let data: unknown;
-    try {
-      data = JSON.parse(text);
-    } catch {
-      return undefined;
-    }
-    const parsed = StoredFile.safeParse(data);
-    if (!parsed.success) return undefined;
-    const secrets = Object.entries(parsed.data.secrets).map(([name, s]) => ({ name, ...s }));
-    return { policy: parsed.data.policy, version: parsed.data.version, secrets };
+    return parseStoredEgress(text);
   }
 
   /** The ids that have a stored file. */

@@ -187,10 +187,10 @@ export class EgressGateway {
    * Swaps a sandbox's policy. New connections and requests are decided under it at once; open
    * tunnels and requests it no longer allows are closed before this returns.
    */
-  setPolicy(id: string, policy: EgressPolicy): number {
+  setPolicy(id: string, policy: EgressPolicy, version?: number): number {
     const state = this.#state(id);
     state.policy = policy;
-    state.version += 1;
+    state.version = version ?? state.version + 1;
     for (const t of state.tracked) {
       const verdict = decideEgress(policy, this.#operator, { host: t.host, port: t.port, method: t.method, path: t.path, inspectable: t.inspectable });
       if (!verdict.allowed) t.destroy();

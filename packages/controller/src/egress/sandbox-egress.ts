@@ -3,11 +3,12 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { EGRESS_RELAY_PORT, EGRESS_TRUST_DIR, type EgressPolicy, type SecretBinding } from '@warren/protocol';
+import { CodedError, EGRESS_RELAY_PORT, EGRESS_TRUST_DIR, type EgressPolicy, type SecretBinding } from '@warren/protocol';
 import type { Logger } from '../logger.js';
 import type { DaemonEndpoint } from '../provider.js';
 import type { EgressLog } from './egress-log.js';
-import type { EgressStore } from './egress-store.js';
+import type { EgressStoreLike, StoredEgress } from './egress-store.js';
+import type { SharedEgressStore } from '../provider.js';
 import type { EgressGateway, SandboxEgressHandle } from './gateway.js';
 import type { BrokeredSecret } from './secrets.js';
 import { EgressTunnel, type EgressTunnelOptions } from './tunnel.js';
@@ -34,7 +35,9 @@ export interface SandboxEgressOptions {
    * Where each sandbox's policy and brokered secrets are kept so they survive a controller
    * restart ({@link SandboxEgress.restore}); without it they live in memory only.
    */
-  store?: EgressStore | undefined;
+  store?: EgressStoreLike | undefined;
+  /** With a shared store: how long a policy update on a replica that does not serve the relay waits for the serving one to enforce it (default 10 s). */
+  ackTimeoutMs?: number | undefined;
   /** Opens a tunnel; {@link EgressTunnel.open} by default. */
   openTunnel?: (options: EgressTunnelOptions) => Promise<EgressTunnel>;
 }
@@ -49,6 +52,8 @@ interface Attached {
   tunnel?: EgressTunnel | undefined;
   reconnect?: NodeJS.Timeout | undefined;
   channel?: { endpoint: DaemonEndpoint; secret: string } | undefined;
+  /** With a shared store: the stored egress is bound to its sandbox, so this replica follows it (policy updates, removal). */
+  following?: boolean;
 }
 
 /**
@@ -108,6 +113,7 @@ export class SandboxEgress {
   readonly #storeQueue = new Map<string, Promise<void>>();
   readonly #options: SandboxEgressOptions;
   readonly #socketDir: string;
+  #following = false;
 
   private constructor(options: SandboxEgressOptions, socketDir: string) {
     this.#options = options;
@@ -161,6 +167,10 @@ export class SandboxEgress {
     if (this.#attached.has(agentId)) return true;
     const stored = await this.#options.store?.read(agentId);
     if (!stored) return false;
+    return this.#restoreFrom(agentId, stored);
+  }
+
+  async #restoreFrom(agentId: string, stored: StoredEgress): Promise<boolean> {
     try {
       await this.#listen(agentId, this.gateway.restoreSandbox(agentId, stored.policy, stored.version, stored.secrets));
     } catch (err) {
@@ -174,6 +184,8 @@ export class SandboxEgress {
   async forgetStoredExcept(keep: ReadonlySet<string>): Promise<void> {
     const store = this.#options.store;
     if (!store) return;
+    // Shared: the stored egress of other replicas' sandboxes is theirs; bound entries go with their pods.
+    if (store.shared) return store.removeTemporary();
     for (const id of await store.ids()) if (!keep.has(id)) await store.remove(id);
     await store.removeTemporary();
   }
@@ -250,6 +262,8 @@ export class SandboxEgress {
   #onTunnelClosed(agentId: string, attached: Attached, tunnel: EgressTunnel, reason: string, attempt: number): void {
     if (this.#attached.get(agentId) !== attached || attached.tunnel !== tunnel || reason === 'replaced') return;
     this.#options.logger?.warn({ sandboxId: agentId, reason, attempt }, 'egress.tunnel-closed');
+    // Shared: another replica may serve the relay now; this one lets go and its follower tries again later.
+    if (this.#shared && attached.following) return void this.#detach(agentId).catch(() => undefined);
     const channel = attached.channel;
     if (!channel) return;
     attached.reconnect = setTimeout(
@@ -282,6 +296,8 @@ export class SandboxEgress {
    * returns, and the new policy is stored (a controller restart keeps it).
    */
   async update(agentId: string, policy: EgressPolicy): Promise<{ policy: EgressPolicy; version: number }> {
+    const shared = this.#shared;
+    if (shared && !this.#attached.get(agentId)?.tunnel) return this.#updateElsewhere(shared, agentId, policy);
     const version = this.gateway.setPolicy(agentId, policy);
     const attached = this.#attached.get(agentId);
     // Written from the gateway's state when the write runs, so concurrent updates store the last one.
@@ -290,7 +306,105 @@ export class SandboxEgress {
         if (this.#attached.get(agentId) !== attached) return;
         await store.write(agentId, { ...this.gateway.policyOf(agentId), secrets: [...attached.secrets] });
       });
+    if (shared && attached) await shared.acknowledge(agentId, version);
     return { policy, version };
+  }
+
+  /**
+   * A live update on a replica that does not serve the sandbox's relay: the policy is stored on top
+   * of what is stored, and the answer waits (up to {@link SandboxEgressOptions.ackTimeoutMs}) until
+   * the replica that serves the relay says it enforces it; no replica serving it means no way out
+   * at all (egress fails closed), and whichever takes it over reads the stored policy.
+   */
+  async #updateElsewhere(store: SharedEgressStore, agentId: string, policy: EgressPolicy): Promise<{ policy: EgressPolicy; version: number }> {
+    const version = await store.updatePolicy(agentId, policy);
+    if (version === undefined)
+      throw new CodedError('SANDBOX_NOT_FOUND', `Sandbox '${agentId}' has no stored egress (it is gone, or was created without egress).`);
+    const deadline = Date.now() + (this.#options.ackTimeoutMs ?? 10_000);
+    while (Date.now() < deadline) {
+      if (((await store.applied(agentId)) ?? 0) >= version) break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    return { policy, version };
+  }
+
+  /** Whether the sandbox has egress here or, with a shared store, on any replica. */
+  async known(agentId: string): Promise<boolean> {
+    if (this.#attached.has(agentId)) return true;
+    return this.#shared ? (await this.#shared.read(agentId)) !== undefined : false;
+  }
+
+  /** A sandbox's policy and version from here or, with a shared store, as stored. */
+  async currentPolicy(agentId: string): Promise<{ policy: EgressPolicy; version: number } | undefined> {
+    if (this.#attached.has(agentId) && (!this.#shared || this.#attached.get(agentId)?.tunnel)) return this.gateway.policyOf(agentId);
+    const stored = await this.#shared?.read(agentId);
+    return stored ? { policy: stored.policy, version: stored.version } : undefined;
+  }
+
+  /** With a shared store: ties a new sandbox's stored egress to it once its relay is served here, so other replicas may take it over. */
+  async bind(agentId: string): Promise<void> {
+    const shared = this.#shared;
+    const attached = this.#attached.get(agentId);
+    if (!shared || !attached) return;
+    await shared.bind(agentId);
+    attached.following = true;
+  }
+
+  /**
+   * One round of following the shared store (several controller replicas): for each sandbox served
+   * here, a policy stored by another replica is enforced and acknowledged, and a sandbox whose
+   * stored egress is gone is let go; each bound sandbox served nowhere is taken over (its stored
+   * policy and secrets registered, its relay opened). A relay the daemon already serves for
+   * another replica is refused by the daemon (one `egress.serve` at a time), so exactly one
+   * replica serves it; when that replica dies its connection closes and the next round of a
+   * living replica takes it over.
+   */
+  async follow(channelOf: (agentId: string) => { endpoint: DaemonEndpoint; secret: string } | undefined): Promise<void> {
+    const shared = this.#shared;
+    if (!shared || this.#following) return;
+    this.#following = true;
+    try {
+      const bound = await shared.readBound();
+      for (const [agentId, attached] of this.#attached) {
+        // Bound (its creator served it) yet registered here with no tunnel and not followed: a relay
+        // this replica failed to open (another served it then); let it go, so it can be taken over below.
+        if (!attached.following && !attached.tunnel && bound.has(agentId)) await this.#detach(agentId);
+        if (!attached.following) continue;
+        const stored = bound.get(agentId);
+        if (!stored) {
+          await this.#detach(agentId);
+          continue;
+        }
+        if (attached.tunnel && stored.version > this.gateway.policyOf(agentId).version) {
+          this.gateway.setPolicy(agentId, stored.policy, stored.version);
+          await shared.acknowledge(agentId, stored.version);
+        }
+      }
+      for (const [agentId, stored] of bound) {
+        if (this.#attached.has(agentId)) continue;
+        const channel = channelOf(agentId);
+        if (!channel || !(await this.#restoreFrom(agentId, stored))) continue;
+        const attached = this.#attached.get(agentId)!;
+        attached.following = true;
+        try {
+          await this.connect(agentId, channel.endpoint, channel.secret);
+          await shared.acknowledge(agentId, stored.version);
+          this.#options.logger?.info({ sandboxId: agentId }, 'egress.relay-taken-over');
+        } catch {
+          // Served by another replica (CONFLICT), or not running: not ours this round.
+          await this.#detach(agentId);
+        }
+      }
+    } catch (err) {
+      this.#options.logger?.warn({ err: (err as Error).message }, 'egress.follow-failed');
+    } finally {
+      this.#following = false;
+    }
+  }
+
+  get #shared(): SharedEgressStore | undefined {
+    const store = this.#options.store;
+    return store?.shared ? (store as SharedEgressStore) : undefined;
   }
 
   /** A sandbox's policy and its version. */
@@ -305,7 +419,7 @@ export class SandboxEgress {
   }
 
   /** Runs a store operation after the sandbox's earlier ones (none without a store). */
-  async #stored(agentId: string, operation: (store: EgressStore) => Promise<void>): Promise<void> {
+  async #stored(agentId: string, operation: (store: EgressStoreLike) => Promise<void>): Promise<void> {
     const store = this.#options.store;
     if (!store) return;
     const previous = this.#storeQueue.get(agentId) ?? Promise.resolve();

@@ -39,6 +39,8 @@ interface Stream {
 }
 
 const SERVE_ID = 1;
+/** How often the tunnel pings the daemon (which closes a channel silent for 30 s). */
+const TUNNEL_PING_MS = 10_000;
 
 /**
  * The controller's end of a sandbox's egress relay: one long-lived `egress.serve` call over the
@@ -55,6 +57,7 @@ const SERVE_ID = 1;
  */
 export class EgressTunnel {
   readonly #ws: WebSocket;
+  #pinger: NodeJS.Timeout | undefined;
   readonly #streams = new Map<number, Stream>();
   readonly #pendingSends = new Map<number, { stream: number; bytes: number }>();
   readonly #ackQueue = new Set<number>();
@@ -81,6 +84,12 @@ export class EgressTunnel {
     const ws = await openAgentSocket(options.endpoint, options.secret, timeoutMs);
     const tunnel = new EgressTunnel(ws, options);
     await tunnel.#start(timeoutMs);
+    // The daemon closes a channel whose pings stop (30 s): a controller whose host vanished
+    // without closing its connections frees the relay for a replica that is alive.
+    tunnel.#pinger = setInterval(() => {
+      if (ws.readyState === ws.OPEN) ws.ping();
+    }, TUNNEL_PING_MS);
+    tunnel.#pinger.unref();
     return tunnel;
   }
 
@@ -95,6 +104,7 @@ export class EgressTunnel {
     this.#closed = true;
     for (const stream of this.#streams.values()) stream.gateway.destroy();
     this.#streams.clear();
+    clearInterval(this.#pinger);
     this.#ws.removeAllListeners('message');
     this.#ws.on('error', () => undefined);
     this.#ws.terminate();

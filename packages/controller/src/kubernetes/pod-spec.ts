@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { V1Affinity, V1Pod, V1Secret, V1Toleration } from '@kubernetes/client-node';
-import { CodedError, DEFAULT_ROOT, type SandboxSettings } from '@warren/protocol';
+import { CodedError, DEFAULT_ROOT, EGRESS_TRUST_DIR, type SandboxSettings } from '@warren/protocol';
 import { DAEMON_CAPABILITIES, SOCKET_DIR_IN_SANDBOX } from '../docker.js';
 import { LABELS } from '../labels.js';
 import { agentCommand, PRLIMIT_NAME, RUNTIME_DIR } from '../runtime.js';
@@ -240,6 +240,8 @@ export function sandboxPod(input: SandboxPodInput): V1Pod {
             { name: 'daemon', mountPath: SOCKET_DIR_IN_SANDBOX },
             { name: 'workspace', mountPath: workspace },
             { name: 'daemon-secret', mountPath: SECRET_DIR_IN_SANDBOX, readOnly: true },
+            // Where the daemon writes the egress CA for the sandbox's trust stores (a small tmpfs, as on Docker; the daemon makes it its own).
+            { name: 'egress-trust', mountPath: EGRESS_TRUST_DIR },
           ],
         },
       ],
@@ -248,6 +250,7 @@ export function sandboxPod(input: SandboxPodInput): V1Pod {
         // tmpfs like Docker's /tmp; it counts against the pod's memory limit, as it does on Docker.
         { name: 'tmp', emptyDir: { medium: 'Memory', sizeLimit: `${settings.tmpMb}Mi` } },
         { name: 'daemon', emptyDir: { medium: 'Memory', sizeLimit: '1Mi' } },
+        { name: 'egress-trust', emptyDir: { medium: 'Memory', sizeLimit: '2Mi' } },
         { name: 'workspace', emptyDir: settings.diskMb === undefined ? {} : { sizeLimit: `${settings.diskMb}Mi` } },
         // Root's file, mode 0400 (no fsGroup): the daemon reads it, sandbox code (the sandbox user,
         // no capabilities) cannot. The kubelet waits for the Secret before it starts any container.

@@ -19,6 +19,7 @@ import type {
 } from '../provider.js';
 import { callAgent } from '../agent-link.js';
 import { bridgeCommand, PRLIMIT_NAME, type AgentRuntime } from '../runtime.js';
+import { KubernetesSharedState } from './cluster-state.js';
 import { kubeError } from './errors.js';
 import { PodExecStream } from './exec-stream.js';
 import { PodRecords } from './records.js';
@@ -108,6 +109,8 @@ export class KubernetesProvider implements SandboxProvider {
   readonly daemonChannel: KubernetesDaemonChannel;
   /** Records and pool claims on pod annotations: every controller replica on the namespace shares them. */
   readonly sharedRecords: PodRecords;
+  /** The egress CA, egress Secrets, revoked console sessions and the sandbox count, shared by every replica on the namespace. */
+  readonly sharedState: KubernetesSharedState;
   private readonly exec: Exec;
   private readonly forward: PortForward;
   private readonly watch: Watch;
@@ -140,6 +143,7 @@ export class KubernetesProvider implements SandboxProvider {
     this.daemonChannel = options.daemonChannel ?? defaultDaemonChannel();
     this.daemonPort = options.daemonPort ?? DAEMON_TLS_PORT;
     this.sharedRecords = new PodRecords(this.core, this.namespace, warrenLabels);
+    this.sharedState = new KubernetesSharedState(this.core, this.namespace);
   }
 
   /** Asks for one pod of the namespace: proves the server answers and that the controller may list pods. */

@@ -1,0 +1,333 @@
+import type { CoreV1Api, V1Secret } from '@kubernetes/client-node';
+import type { SharedEgressStore, SharedState } from '../provider.js';
+import { parseStoredEgress, serializeStoredEgress, type StoredEgress } from '../egress/egress-store.js';
+import { LABELS } from '../labels.js';
+import { kubeError } from './errors.js';
+import { CLAIM_ANNOTATION, MANAGED_BY, podName, UNCLAIMED } from './pod-spec.js';
+
+/** The Secret holding the egress interception CA every replica uses (`tls.key`, `tls.crt`). */
+export const EGRESS_CA_SECRET = 'warren-egress-ca';
+/** The label of a sandbox's egress Secret (its value: the sandbox's agent id where it is a valid label value). */
+export const EGRESS_SECRET_LABEL = 'warren.dev/egress';
+/** The annotation naming the agent id an egress Secret belongs to (ids differ by case; names cannot). */
+const EGRESS_AGENT_ANNOTATION = 'warren.dev/sandbox';
+/** The annotation where the replica serving the relay acknowledges the policy version it enforces. */
+const APPLIED_ANNOTATION = 'warren.dev/applied-version';
+/** The ConfigMap listing revoked console sessions until they would have expired. */
+export const CONSOLE_REVOKED_CONFIGMAP = 'warren-console-revoked';
+/** An egress Secret not yet bound to its pod is an abandoned create's after this long. */
+const UNBOUND_GRACE_MS = 10 * 60_000;
+/** The most revoked sessions kept (the oldest expire first). */
+const MAX_REVOKED = 2000;
+
+/** The name of a sandbox's egress Secret: `warren-egress-<the pod's suffix>`, stable per agent id. */
+export function egressSecretName(agentId: string): string {
+  return podName(agentId).replace(/^warren-/, 'warren-egress-');
+}
+
+function isStatus(err: unknown, code: number): boolean {
+  return (err as { code?: number }).code === code;
+}
+
+/**
+ * The egress of each sandbox as one Secret of the namespace (`warren-egress-<pod suffix>`): the
+ * policy, its version and the brokered secrets' real values in `data.egress` (the same JSON as the
+ * state folder's file), owned by the sandbox's pod once it serves, so the API server's garbage
+ * collector deletes it with the pod. Never a pod annotation or env: sandbox code gets no service
+ * account token, and whoever may read the pod spec may not necessarily read Secrets.
+ */
+export class SecretEgressStore implements SharedEgressStore {
+  readonly shared = true as const;
+
+  constructor(
+    private readonly core: CoreV1Api,
+    private readonly namespace: string,
+    private readonly clock: () => number = Date.now,
+  ) {}
+
+  private body(agentId: string, egress: StoredEgress, previous?: V1Secret): V1Secret {
+    const label = /^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/.test(agentId) ? agentId : 'x';
+    return {
+      apiVersion: 'v1',
+      kind: 'Secret',
+      type: 'Opaque',
+      metadata: {
+        name: egressSecretName(agentId),
+        labels: { [MANAGED_BY.key]: MANAGED_BY.value, [EGRESS_SECRET_LABEL]: label },
+        annotations: { ...(previous?.metadata?.annotations ?? {}), [EGRESS_AGENT_ANNOTATION]: agentId },
+        ...(previous?.metadata?.resourceVersion ? { resourceVersion: previous.metadata.resourceVersion } : {}),
+        ...(previous?.metadata?.ownerReferences ? { ownerReferences: previous.metadata.ownerReferences } : {}),
+      },
+      data: { egress: Buffer.from(serializeStoredEgress(egress)).toString('base64') },
+    };
+  }
+
+  private async get(agentId: string): Promise<V1Secret | undefined> {
+    try {
+      return await this.core.readNamespacedSecret({ name: egressSecretName(agentId), namespace: this.namespace });
+    } catch (e) {
+      if (isStatus(e, 404)) return undefined;
+      throw kubeError(e, `read the egress Secret of sandbox ${agentId}`);
+    }
+  }
+
+  private decode(agentId: string, secret: V1Secret): StoredEgress | undefined {
+    if (secret.metadata?.annotations?.[EGRESS_AGENT_ANNOTATION] !== agentId) return undefined;
+    const raw = secret.data?.egress;
+    if (raw === undefined) return undefined;
+    return parseStoredEgress(Buffer.from(raw, 'base64').toString('utf8'));
+  }
+
+  async write(agentId: string, egress: StoredEgress): Promise<void> {
+    for (let attempt = 0; ; attempt++) {
+      const previous = await this.get(agentId);
+      try {
+        if (previous)
+          await this.core.replaceNamespacedSecret({ name: egressSecretName(agentId), namespace: this.namespace, body: this.body(agentId, egress, previous) });
+        else await this.core.createNamespacedSecret({ namespace: this.namespace, body: this.body(agentId, egress) });
+        return;
+      } catch (e) {
+        if ((isStatus(e, 409) || isStatus(e, 404)) && attempt < 5) continue;
+        throw kubeError(e, `write the egress Secret of sandbox ${agentId}`);
+      }
+    }
+  }
+
+  async read(agentId: string): Promise<StoredEgress | undefined> {
+    const secret = await this.get(agentId);
+    return secret ? this.decode(agentId, secret) : undefined;
+  }
+
+  /**
+   * Bumps the stored policy from what is stored now (a compare-and-swap on the Secret's
+   * `resourceVersion`, retried on a conflict), for a replica that does not serve the relay.
+   */
+  async updatePolicy(agentId: string, policy: StoredEgress['policy']): Promise<number | undefined> {
+    for (let attempt = 0; ; attempt++) {
+      const previous = await this.get(agentId);
+      const stored = previous && this.decode(agentId, previous);
+      if (!previous || !stored) return undefined;
+      const version = stored.version + 1;
+      try {
+        await this.core.replaceNamespacedSecret({
+          name: egressSecretName(agentId),
+          namespace: this.namespace,
+          body: this.body(agentId, { ...stored, policy, version }, previous),
+        });
+        return version;
+      } catch (e) {
+        if (isStatus(e, 409) && attempt < 10) continue;
+        throw kubeError(e, `update the egress Secret of sandbox ${agentId}`);
+      }
+    }
+  }
+
+  /** Makes the sandbox's pod the Secret's owner: from now on it goes with the pod, and other replicas may serve its relay. */
+  async bind(agentId: string): Promise<void> {
+    let uid: string | undefined;
+    try {
+      uid = (await this.core.readNamespacedPod({ name: podName(agentId), namespace: this.namespace })).metadata?.uid;
+    } catch (e) {
+      throw kubeError(e, `read the pod of sandbox ${agentId}`);
+    }
+    if (!uid) return;
+    const ownerReferences = [{ apiVersion: 'v1', kind: 'Pod', name: podName(agentId), uid, blockOwnerDeletion: false }];
+    await this.core
+      .patchNamespacedSecret({
+        name: egressSecretName(agentId),
+        namespace: this.namespace,
+        body: [{ op: 'add', path: '/metadata/ownerReferences', value: ownerReferences }],
+      })
+      .catch((e: unknown) => {
+        throw kubeError(e, `bind the egress Secret of sandbox ${agentId} to its pod`);
+      });
+  }
+
+  /** The policy version the serving replica last enforced. */
+  async acknowledge(agentId: string, version: number): Promise<void> {
+    await this.core
+      .patchNamespacedSecret({
+        name: egressSecretName(agentId),
+        namespace: this.namespace,
+        body: [{ op: 'add', path: `/metadata/annotations/${APPLIED_ANNOTATION.replace('/', '~1')}`, value: String(version) }],
+      })
+      .catch(() => undefined);
+  }
+
+  async applied(agentId: string): Promise<number | undefined> {
+    const value = (await this.get(agentId))?.metadata?.annotations?.[APPLIED_ANNOTATION];
+    return value === undefined ? undefined : Number(value);
+  }
+
+  /** Every bound sandbox's egress (one list call), by agent id: what another replica may serve. */
+  async readBound(): Promise<Map<string, StoredEgress>> {
+    const out = new Map<string, StoredEgress>();
+    for (const secret of await this.list()) {
+      const agentId = secret.metadata?.annotations?.[EGRESS_AGENT_ANNOTATION];
+      if (!agentId || secret.metadata?.name !== egressSecretName(agentId) || !secret.metadata.ownerReferences?.length || secret.metadata.deletionTimestamp)
+        continue;
+      const stored = this.decode(agentId, secret);
+      if (stored) out.set(agentId, stored);
+    }
+    return out;
+  }
+
+  private async list(): Promise<V1Secret[]> {
+    const list = await this.core.listNamespacedSecret({ namespace: this.namespace, labelSelector: EGRESS_SECRET_LABEL }).catch((e: unknown) => {
+      throw kubeError(e, `list the egress Secrets in namespace ${this.namespace}`);
+    });
+    return list.items;
+  }
+
+  async ids(): Promise<string[]> {
+    return (await this.list()).map((s) => s.metadata?.annotations?.[EGRESS_AGENT_ANNOTATION]).filter((id): id is string => typeof id === 'string');
+  }
+
+  /** Bound Secrets go with their pods (garbage collection); this removes those of creates abandoned before their pod served. */
+  async removeTemporary(): Promise<void> {
+    for (const secret of await this.list()) {
+      const created = Date.parse(String(secret.metadata?.creationTimestamp ?? ''));
+      if (secret.metadata?.ownerReferences?.length || !Number.isFinite(created) || this.clock() - created < UNBOUND_GRACE_MS) continue;
+      await this.core.deleteNamespacedSecret({ name: secret.metadata!.name!, namespace: this.namespace }).catch(() => undefined);
+    }
+  }
+
+  async remove(agentId: string): Promise<void> {
+    await this.core.deleteNamespacedSecret({ name: egressSecretName(agentId), namespace: this.namespace }).catch((e: unknown) => {
+      if (!isStatus(e, 404)) throw kubeError(e, `delete the egress Secret of sandbox ${agentId}`);
+    });
+  }
+}
+
+/**
+ * What several controller replicas share on Kubernetes besides the sandbox records: the egress
+ * CA (one Secret, made by whichever replica starts first: a create conflict means another replica
+ * made it, which is then read), each egress sandbox's Secret ({@link SecretEgressStore}), revoked
+ * console sessions (a ConfigMap), and the count of sandboxes for `maxSandboxes`.
+ */
+export class KubernetesSharedState implements SharedState {
+  readonly egressStore: SecretEgressStore;
+
+  constructor(
+    private readonly core: CoreV1Api,
+    private readonly namespace: string,
+  ) {
+    this.egressStore = new SecretEgressStore(core, namespace);
+  }
+
+  async egressCa(make: () => Promise<{ keyPem: string; certPem: string }>): Promise<{ keyPem: string; certPem: string }> {
+    const read = async (): Promise<{ keyPem: string; certPem: string } | undefined> => {
+      try {
+        const secret = await this.core.readNamespacedSecret({ name: EGRESS_CA_SECRET, namespace: this.namespace });
+        const key = secret.data?.['tls.key'];
+        const cert = secret.data?.['tls.crt'];
+        if (!key || !cert) throw new Error(`the Secret ${EGRESS_CA_SECRET} has no tls.key and tls.crt`);
+        return { keyPem: Buffer.from(key, 'base64').toString('utf8'), certPem: Buffer.from(cert, 'base64').toString('utf8') };
+      } catch (e) {
+        if (isStatus(e, 404)) return undefined;
+        throw kubeError(e, `read the egress CA Secret ${EGRESS_CA_SECRET}`);
+      }
+    };
+    const existing = await read();
+    if (existing) return existing;
+    const made = await make();
+    try {
+      await this.core.createNamespacedSecret({
+        namespace: this.namespace,
+        body: {
+          apiVersion: 'v1',
+          kind: 'Secret',
+          type: 'kubernetes.io/tls',
+          metadata: { name: EGRESS_CA_SECRET, labels: { [MANAGED_BY.key]: MANAGED_BY.value } },
+          data: { 'tls.key': Buffer.from(made.keyPem).toString('base64'), 'tls.crt': Buffer.from(made.certPem).toString('base64') },
+        },
+      });
+      return made;
+    } catch (e) {
+      // Another replica made it first: everyone uses the first one.
+      if (!isStatus(e, 409)) throw kubeError(e, `create the egress CA Secret ${EGRESS_CA_SECRET}`);
+      const first = await read();
+      if (!first) throw kubeError(e, `read the egress CA Secret ${EGRESS_CA_SECRET} after a conflict`);
+      return first;
+    }
+  }
+
+  async revokeSession(key: string, expiresAt: number): Promise<void> {
+    if (!/^[A-Za-z0-9_-]{1,128}$/.test(key)) throw new Error('a revoked session key must be a ConfigMap key');
+    for (let attempt = 0; ; attempt++) {
+      let current: Record<string, string> | undefined;
+      let resourceVersion: string | undefined;
+      try {
+        const map = await this.core.readNamespacedConfigMap({ name: CONSOLE_REVOKED_CONFIGMAP, namespace: this.namespace });
+        current = map.data ?? {};
+        resourceVersion = map.metadata?.resourceVersion;
+      } catch (e) {
+        if (!isStatus(e, 404)) throw kubeError(e, `read the ConfigMap ${CONSOLE_REVOKED_CONFIGMAP}`);
+      }
+      const now = Date.now();
+      const data = Object.fromEntries(
+        Object.entries(current ?? {})
+          .filter(([, until]) => Number(until) > now)
+          .sort((a, b) => Number(b[1]) - Number(a[1]))
+          .slice(0, MAX_REVOKED - 1),
+      );
+      data[key] = String(expiresAt);
+      const body = {
+        apiVersion: 'v1',
+        kind: 'ConfigMap',
+        metadata: { name: CONSOLE_REVOKED_CONFIGMAP, labels: { [MANAGED_BY.key]: MANAGED_BY.value }, ...(resourceVersion ? { resourceVersion } : {}) },
+        data,
+      };
+      try {
+        if (current === undefined) await this.core.createNamespacedConfigMap({ namespace: this.namespace, body });
+        else await this.core.replaceNamespacedConfigMap({ name: CONSOLE_REVOKED_CONFIGMAP, namespace: this.namespace, body });
+        return;
+      } catch (e) {
+        if (isStatus(e, 409) && attempt < 10) continue;
+        throw kubeError(e, `write the ConfigMap ${CONSOLE_REVOKED_CONFIGMAP}`);
+      }
+    }
+  }
+
+  async revokedSessions(): Promise<Set<string>> {
+    try {
+      const map = await this.core.readNamespacedConfigMap({ name: CONSOLE_REVOKED_CONFIGMAP, namespace: this.namespace });
+      return new Set(Object.keys(map.data ?? {}));
+    } catch (e) {
+      if (isStatus(e, 404)) return new Set();
+      throw kubeError(e, `read the ConfigMap ${CONSOLE_REVOKED_CONFIGMAP}`);
+    }
+  }
+
+  /** Sandboxes in the namespace, whichever replica made them: pods that are not unclaimed pool members and not terminating. */
+  async countSandboxes(): Promise<number> {
+    return (await this.sandboxPods()).length;
+  }
+
+  /**
+   * Where a new sandbox's pod stands among all sandboxes, counting from 1: itself plus every other
+   * sandbox pod created in the same second or earlier (creation times have one-second steps, so
+   * pods of the same second all count as earlier: two creates racing in one second may both back
+   * out, never both stay). Undefined when the pod is not there.
+   */
+  async rankOf(handle: string): Promise<number | undefined> {
+    const pods = await this.sandboxPods();
+    const mine = pods.find((p) => p.metadata?.name === handle);
+    if (!mine) return undefined;
+    const at = (p: (typeof pods)[number]) => Math.floor(Date.parse(String(p.metadata?.creationTimestamp ?? '')) / 1000);
+    return 1 + pods.filter((p) => p !== mine && !(at(p) > at(mine))).length;
+  }
+
+  private async sandboxPods() {
+    const list = await this.core
+      .listNamespacedPod({ namespace: this.namespace, labelSelector: `${MANAGED_BY.key}=${MANAGED_BY.value}` })
+      .catch((e: unknown) => {
+        throw kubeError(e, `list the sandbox pods in namespace ${this.namespace}`);
+      });
+    return list.items.filter((pod) => {
+      if (pod.metadata?.deletionTimestamp) return false;
+      const claim = pod.metadata?.annotations?.[CLAIM_ANNOTATION];
+      return !(pod.metadata?.labels?.[LABELS.pool] && (claim === UNCLAIMED || claim === 'retired'));
+    });
+  }
+}

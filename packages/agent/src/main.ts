@@ -29,15 +29,11 @@ async function main(): Promise<void> {
       'own-root': { type: 'boolean', default: false },
       'private-socket-dir': { type: 'boolean', default: false },
       'tcp-port': { type: 'string' },
-      // Variables the controller set for the daemon alone (glibc's allocator settings): gone before
-      // the environment is read, so no command sees them.
-      'own-env': { type: 'string', multiple: true, default: [] },
     },
   });
-  for (const name of values['own-env']) delete process.env[name];
   if (!values.socket || (values['secret-file'] === undefined) === (values['secret-env'] === undefined))
     throw new Error(
-      'usage: warren-agent --socket PATH (--secret-file PATH | --secret-env NAME) [--root DIR] [--home DIR] [--user UID:GID [--own-root]] [--private-socket-dir] [--tcp-port N] [--own-env NAME]...',
+      'usage: warren-agent --socket PATH (--secret-file PATH | --secret-env NAME) [--root DIR] [--home DIR] [--user UID:GID [--own-root]] [--private-socket-dir] [--tcp-port N]',
     );
   const tcpPort = values['tcp-port'] === undefined ? undefined : parsePort(values['tcp-port']);
   const user = values.user === undefined ? undefined : parseUser(values.user);

@@ -30,7 +30,7 @@ import type {
   SandboxSpec,
   SandboxStats,
 } from './provider.js';
-import { agentCommand, bridgeCommand, daemonEnvironment, nodeArch, RUNTIME_DIR, RUNTIME_RESOLV_CONF, resolvConfText, runtimeTar, type AgentRuntime } from './runtime.js';
+import { agentCommand, bridgeCommand, nodeArch, RUNTIME_DIR, RUNTIME_RESOLV_CONF, resolvConfText, runtimeTar, type AgentRuntime } from './runtime.js';
 
 /**
  * Where the daemon listens. With the `socket` channel it is the sandbox's host folder, bound in,
@@ -199,7 +199,6 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
     RestartPolicy: { Name: 'no' },
   };
   if (settings.runtime !== 'runc') hostConfig.Runtime = settings.runtime;
-  const daemonEnv = daemonEnvironment(spec.env);
   return {
     name: `warren-${spec.id}`,
     Image: spec.image,
@@ -214,7 +213,6 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
       '--user',
       settings.user,
       ...(workspaceIsMounted(spec) ? [] : ['--own-root']),
-      ...daemonEnv.args,
     ]),
     Cmd: [],
     // The daemon's identity; every command it starts runs as `settings.user`.
@@ -222,7 +220,6 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
     WorkingDir: settings.workdir,
     Env: [
       ...Object.entries(spec.env).map(([k, v]) => `${k}=${v}`),
-      ...Object.entries(daemonEnv.env).map(([k, v]) => `${k}=${v}`),
       ...(spec.channel.kind === 'exec' ? [`${SECRET_VARIABLE}=${spec.channel.daemonSecret}`] : []),
     ],
     Labels: spec.labels,

@@ -8,7 +8,7 @@ import { newId, type PoolSource, type SandboxService } from './sandboxes.js';
  * what the claimed sandbox's create answer and first connection take on a quiet host, small next to
  * a refill's cold start (a quarter of a second or more).
  */
-export const REFILL_DELAY_MS = Number(process.env.TMP_REFILL_DELAY ?? 30); // TMP-AB
+export const REFILL_DELAY_MS = 30;
 
 /** One started sandbox whose daemon has answered, waiting to be claimed. */
 interface PoolMember {

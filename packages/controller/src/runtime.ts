@@ -60,38 +60,15 @@ export interface AgentRuntime {
  * of (measured in containers, docs/benchmarks.md): a young generation of at most 1 MiB per
  * semi-space instead of growing to 16 after a burst of calls, V8's size-over-speed heuristics, and
  * `gc` exposed so the daemon collects once when it goes quiet (packages/agent/src/idle-gc.ts; no
- * code but the daemon's own runs in that process). Large transfers stay fast: their bytes live in
- * buffers outside the young generation.
+ * code but the daemon's own runs in that process). Large transfers keep their speed: their bytes
+ * live in buffers outside the young generation (the daemon's CPU per 100 MiB written and read
+ * showed no difference beyond the noise of a shared machine).
  */
 export const DAEMON_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=1', '--optimize-for-size', '--expose-gc'];
 
-/**
- * glibc's allocator settings for the daemon: a fixed mmap threshold (128 KiB) instead of the
- * dynamic one, which after the first large buffer is freed rises to keep every later one up to 32
- * MiB on the heap, where freed memory stays with the process; and two arenas instead of eight per
- * core. Measured in containers after 100 MiB writes and reads, the daemon's own pages (RssAnon) fell
- * from about 28-34 to 16 MiB.
- */
-export const DAEMON_GLIBC_TUNABLES = 'glibc.malloc.mmap_threshold=131072:glibc.malloc.arena_max=2';
-
-/**
- * What the sandbox's environment gets for the daemon alone, and the daemon's arguments that make
- * it remove those variables before it reads its environment (so no command it starts sees them):
- * `GLIBC_TUNABLES` ({@link DAEMON_GLIBC_TUNABLES}), unless the create's env sets it (then that
- * value is the sandbox's, daemon included, and stays).
- *
- * @example
- * daemonEnvironment({}); // { env: { GLIBC_TUNABLES: 'glibc.malloc...' }, args: ['--own-env', 'GLIBC_TUNABLES'] }
- */
-export function daemonEnvironment(sandboxEnv: Readonly<Record<string, string>>): { env: Record<string, string>; args: string[] } {
-  if (Object.hasOwn(sandboxEnv, 'GLIBC_TUNABLES')) return { env: {}, args: [] };
-  return { env: { GLIBC_TUNABLES: DAEMON_GLIBC_TUNABLES }, args: ['--own-env', 'GLIBC_TUNABLES'] };
-}
-
 /** The command that starts the daemon inside a sandbox. */
 export function agentCommand(args: string[]): string[] {
-  const tmpFlags = process.env.TMP_DAEMON_FLAGS === undefined ? DAEMON_NODE_FLAGS : process.env.TMP_DAEMON_FLAGS.split(' ').filter(Boolean); // TMP-AB
-  return [`${RUNTIME_DIR}/${LOADER_NAME}`, '--library-path', `${RUNTIME_DIR}/lib`, `${RUNTIME_DIR}/node`, ...tmpFlags, `${RUNTIME_DIR}/warren-agent.mjs`, ...args];
+  return [`${RUNTIME_DIR}/${LOADER_NAME}`, '--library-path', `${RUNTIME_DIR}/lib`, `${RUNTIME_DIR}/node`, ...DAEMON_NODE_FLAGS, `${RUNTIME_DIR}/warren-agent.mjs`, ...args];
 }
 
 /**

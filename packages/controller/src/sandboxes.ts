@@ -877,7 +877,6 @@ export class SandboxService {
   async warmPoolMember(agentId: string, plan: SandboxPlan, rounds = 2): Promise<void> {
     const grant: ConnectionGrant = { policy: (plan.policy as FilePolicy | undefined) ?? DEFAULT_POLICY, allowExec: true, allowAudit: true };
     const headers = { [GRANT_HEADER]: encodeGrant(grant) };
-    rounds = Number(process.env.TMP_WARM_ROUNDS ?? rounds); // TMP-AB
     for (let i = 0; i < rounds; i++) {
       await this.probe(this.provider.daemon(agentId), this.credentials.agentSecret(agentId), 2000, headers).catch(() => undefined);
     }

@@ -3,7 +3,7 @@ import type { V1Pod } from '@kubernetes/client-node';
 import { CodedError, DEFAULT_ROOT, type SandboxSettings } from '@warren/protocol';
 import { DAEMON_CAPABILITIES, SECRET_VARIABLE, SOCKET_DIR_IN_SANDBOX } from '../docker.js';
 import { LABELS } from '../labels.js';
-import { agentCommand, daemonEnvironment, RUNTIME_DIR } from '../runtime.js';
+import { agentCommand, RUNTIME_DIR } from '../runtime.js';
 
 /** Where the init container finds the runtime in Warren's runtime image (see `runtimeImageTar`). */
 export const RUNTIME_IN_IMAGE = '/warren-runtime';
@@ -183,16 +183,11 @@ export function sandboxPod(input: SandboxPodInput): V1Pod {
             `${uid}:${gid}`,
             '--own-root',
             ...(input.daemonPort === undefined ? [] : ['--tcp-port', String(input.daemonPort)]),
-            ...daemonEnvironment(input.env).args,
           ]),
           args: [],
           ...(input.daemonPort === undefined ? {} : { ports: [{ name: 'warren-daemon', containerPort: input.daemonPort, protocol: 'TCP' }] }),
           workingDir: settings.workdir,
-          env: [
-            ...Object.entries(input.env).map(([name, value]) => ({ name, value })),
-            ...Object.entries(daemonEnvironment(input.env).env).map(([name, value]) => ({ name, value })),
-            { name: SECRET_VARIABLE, value: input.daemonSecret },
-          ],
+          env: [...Object.entries(input.env).map(([name, value]) => ({ name, value })), { name: SECRET_VARIABLE, value: input.daemonSecret }],
           securityContext: {
             ...noPrivileges,
             runAsUser: 0,

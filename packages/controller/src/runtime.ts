@@ -68,7 +68,15 @@ export const DAEMON_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=1', 
 
 /** The command that starts the daemon inside a sandbox. */
 export function agentCommand(args: string[]): string[] {
-  return [`${RUNTIME_DIR}/${LOADER_NAME}`, '--library-path', `${RUNTIME_DIR}/lib`, `${RUNTIME_DIR}/node`, ...DAEMON_NODE_FLAGS, `${RUNTIME_DIR}/warren-agent.mjs`, ...args];
+  return [
+    `${RUNTIME_DIR}/${LOADER_NAME}`,
+    '--library-path',
+    `${RUNTIME_DIR}/lib`,
+    `${RUNTIME_DIR}/node`,
+    ...DAEMON_NODE_FLAGS,
+    `${RUNTIME_DIR}/warren-agent.mjs`,
+    ...args,
+  ];
 }
 
 /**

@@ -7,7 +7,6 @@ import {
   type ConnectionGrant,
   type CreateSandboxResponse,
   type EgressPolicy,
-  type FilePolicy,
   type SandboxInfo,
   type SandboxMetrics,
   type SandboxSettings,
@@ -875,7 +874,7 @@ export class SandboxService {
    * ready: its probe answered).
    */
   async warmPoolMember(agentId: string, plan: SandboxPlan, rounds = 2): Promise<void> {
-    const grant: ConnectionGrant = { policy: (plan.policy as FilePolicy | undefined) ?? DEFAULT_POLICY, allowExec: true, allowAudit: true };
+    const grant: ConnectionGrant = { policy: plan.policy ?? DEFAULT_POLICY, allowExec: true, allowAudit: true };
     const headers = { [GRANT_HEADER]: encodeGrant(grant) };
     for (let i = 0; i < rounds; i++) {
       await this.probe(this.provider.daemon(agentId), this.credentials.agentSecret(agentId), 2000, headers).catch(() => undefined);

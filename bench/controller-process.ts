@@ -27,7 +27,10 @@ export interface ControllerProcess {
 export async function startControllerProcess(env: Record<string, string> = {}): Promise<ControllerProcess> {
   const stateDir = await mkdtemp(path.join(os.tmpdir(), 'warren-bench-'));
   const apiKey = `wk_bench_${randomBytes(16).toString('hex')}`;
-  const child: ChildProcess = spawn(process.execPath, [path.join(repo, 'packages/cli/bin/warren.js'), 'serve', '--port', '0'], {
+  // WARREN_BENCH_CONTROLLER_NODE_ARGS adds Node flags to the controller, e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`
+  // (Node refuses --cpu-prof in NODE_OPTIONS).
+  const nodeArgs = (process.env.WARREN_BENCH_CONTROLLER_NODE_ARGS ?? '').split(' ').filter(Boolean);
+  const child: ChildProcess = spawn(process.execPath, [...nodeArgs, path.join(repo, 'packages/cli/bin/warren.js'), 'serve', '--port', '0'], {
     // Only warnings: the access log is measured by nothing here and would be counted in every call.
     env: { ...process.env, LOG_LEVEL: 'warn', WARREN_STATE_DIR: stateDir, WARREN_API_KEY: apiKey, WARREN_POOL_SIZE: String(POOL_SIZE), ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -91,7 +91,7 @@ export async function openK8sFixture(): Promise<K8sFixture> {
     tester,
     runtimeImage,
     async provider(options = {}) {
-      const provider = new KubernetesProvider({ kubeConfig: tester, namespace, imagePullPolicy: 'Never', startTimeoutMs: 60_000, ...options });
+      const provider = await KubernetesProvider.load({ kubeConfig: tester, namespace, imagePullPolicy: 'Never', startTimeoutMs: 60_000, ...options });
       await provider.prepare(runtime);
       return provider;
     },

@@ -16,6 +16,7 @@ import {
 } from '@warren/protocol';
 import { commandOf, pathsOf, type AuditLog } from './audit.js';
 import { dispatch, type Handlers } from './dispatch.js';
+import { idleCollector, type IdleCollector } from './idle-gc.js';
 
 export const AGENT_VERSION = '0.1.0';
 
@@ -50,10 +51,13 @@ export interface ServeOptions {
   approvalTimeoutMs?: number | undefined;
   /** How long a peer that has pinged may go without a ping before the connection is closed (default 30 s). */
   peerSilenceMs?: number | undefined;
+  /** Told of each client frame, to collect garbage once the daemon is quiet (the daemon's own by default). */
+  idle?: IdleCollector | undefined;
 }
 
 export function serveConnection(ws: WebSocket, handlers: Handlers, options: ServeOptions = {}): void {
   const approvals = new Map<RequestId, (allow: boolean) => void>();
+  const collector = options.idle ?? idleCollector;
   let greeted = false;
   const inflight = new Map<RequestId, AbortController>();
   const connection = new AbortController();
@@ -73,6 +77,7 @@ export function serveConnection(ws: WebSocket, handlers: Handlers, options: Serv
   const sendError = (id: RequestId | null, err: unknown) => send({ type: 'err', id, error: toWireError(err) });
 
   ws.on('message', (data: Buffer | ArrayBuffer | Buffer[], isBinary: boolean) => {
+    collector.activity();
     let frame;
     try {
       frame = decodeFrame(isBinary ? data : Buffer.isBuffer(data) ? data.toString() : '');

@@ -2,20 +2,13 @@ import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 import type { Command } from 'commander';
-import { builtinTools, callMCPTool, codinTools, filesystemTools, partialReadTools, Sandbox, toMCPTools, toolsmithTools, type ToolSet } from '@warren/sdk';
+import { callMCPTool, Sandbox, toMCPTools } from '@warren/sdk';
 import { controllerOptions } from './args.js';
 import { CLI_VERSION } from './version.js';
 
-/** The tool sets `warren mcp --toolset` serves, by name. */
-export const TOOLSETS = {
-  codin: (sandbox: Sandbox) => codinTools(sandbox),
-  filesystem: (sandbox: Sandbox) => filesystemTools(sandbox),
-  toolsmith: (sandbox: Sandbox) => toolsmithTools(sandbox),
-  partial_read: (sandbox: Sandbox) => partialReadTools(sandbox),
-  builtin: (sandbox: Sandbox) => builtinTools(sandbox),
-} as const satisfies Record<string, (sandbox: Sandbox) => ToolSet>;
-export type ToolsetName = keyof typeof TOOLSETS;
-export const TOOLSET_NAMES = Object.keys(TOOLSETS) as ToolsetName[];
+import { TOOLSETS, type ToolsetName } from './toolsets.js';
+
+export { TOOLSETS, TOOLSET_NAMES, type ToolsetName } from './toolsets.js';
 
 export interface McpOptions {
   toolset: ToolsetName;

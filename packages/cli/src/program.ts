@@ -4,7 +4,7 @@ import { copyCommand } from './cp.js';
 import { execCommand, type ExecOptions } from './exec.js';
 import { imagesBuildCommand, imagesListCommand } from './images.js';
 import { imageBuildCommand, imageListCommand, imagePullCommand, imageRemoveCommand } from './image-commands.js';
-import { mcpCommand, TOOLSET_NAMES } from './mcp.js';
+import { TOOLSET_NAMES } from './toolsets.js';
 import { runCodeCommand, type RunCodeOptions } from './run-code.js';
 import { shellCommand, type ShellOptions } from './shell.js';
 import { CLI_VERSION } from './version.js';
@@ -483,7 +483,11 @@ Register it with an MCP client (Claude Desktop's claude_desktop_config.json, or 
   }
 `,
     )
-    .action(mcpCommand);
+    .action(async (...args: Parameters<typeof import('./mcp.js').mcpCommand>) => {
+      // Loaded on demand: the MCP SDK costs a process about 26 MiB, the controller's (`warren serve`) too.
+      const { mcpCommand } = await import('./mcp.js');
+      await mcpCommand(...args);
+    });
 
   return program;
 }

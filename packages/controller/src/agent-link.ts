@@ -109,8 +109,8 @@ export function openAgentSocket(endpoint: DaemonEndpoint, secret: string, timeou
  * A real call to the daemon: hello, then `system.info`. The controller calls a sandbox ready only
  * when this answers, not when its container has started.
  */
-export function probeAgent(endpoint: DaemonEndpoint, secret: string, timeoutMs = 5000): Promise<Result<'system.info'>> {
-  return callAgent(endpoint, secret, 'system.info', {}, timeoutMs);
+export function probeAgent(endpoint: DaemonEndpoint, secret: string, timeoutMs = 5000, headers: Record<string, string> = {}): Promise<Result<'system.info'>> {
+  return callAgent(endpoint, secret, 'system.info', {}, timeoutMs, headers);
 }
 
 /**
@@ -126,8 +126,9 @@ export async function callAgent<M extends MethodName>(
   method: M,
   params: ParamsIn<M>,
   timeoutMs = 5000,
+  headers: Record<string, string> = {},
 ): Promise<Result<M>> {
-  const ws = await openAgentSocket(endpoint, secret, timeoutMs);
+  const ws = await openAgentSocket(endpoint, secret, timeoutMs, headers);
   try {
     return await new Promise<Result<M>>((resolve, reject) => {
       const timer = setTimeout(

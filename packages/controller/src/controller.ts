@@ -79,7 +79,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
   const provider: SandboxProvider =
     options.provider ??
     (config.provider === 'kubernetes'
-      ? new KubernetesProvider({ ...config.kubernetes, daemonSecret: (agentId) => credentials.agentSecret(agentId), logger })
+      ? await KubernetesProvider.load({ ...config.kubernetes, daemonSecret: (agentId) => credentials.agentSecret(agentId), logger })
       : new DockerProvider({
           docker: new Docker(endpoint!.options),
           stateDir: config.stateDir,

@@ -3,6 +3,13 @@ import type { SandboxPlan } from './sandbox-plan.js';
 import type { Logger } from './logger.js';
 import { newId, type PoolSource, type SandboxService } from './sandboxes.js';
 
+/**
+ * How long after a claim the pool starts refilling (see {@link WarmPool}'s `refillDelayMs`): about
+ * what the claimed sandbox's create answer and first connection take on a quiet host, small next to
+ * a refill's cold start (a quarter of a second or more).
+ */
+export const REFILL_DELAY_MS = 30;
+
 /** One started sandbox whose daemon has answered, waiting to be claimed. */
 interface PoolMember {
   agentId: string;
@@ -16,7 +23,9 @@ interface PoolMember {
  * daemon answered `system.info`). A create whose plan matches takes one: the sandbox gets a fresh
  * public id and token, while the container keeps the id it was made with (labels and names cannot
  * change), which keys its socket folder and daemon secret; the mapping is the sandbox's state file.
- * The pool refills in the background, one container at a time.
+ * The pool refills in the background, one container at a time, starting shortly after a claim so
+ * the refill does not compete with the claimed sandbox's first connection; each member's daemon is
+ * warmed for its first client before it is offered (see {@link SandboxService.warmPoolMember}).
  *
  * @example
  * const sandboxes = new SandboxService({ provider, credentials, config, pool: (service) => new WarmPool(service, 2, logger) });
@@ -28,11 +37,19 @@ export class WarmPool implements PoolSource {
   private closed = false;
   private readonly template: SandboxPlan;
   private failures = 0;
+  private refillTimer: NodeJS.Timeout | undefined;
 
+  /**
+   * @param refillDelayMs how long after a claim the refill starts: a refill's first steps (the
+   *   workspace disk's `mkfs` and `mount`, spawned synchronously, and the engine calls) hold the
+   *   controller's event loop and the host's cores for milliseconds, which would otherwise land in
+   *   the middle of the claimed sandbox's create answer and first connection.
+   */
   constructor(
     private readonly sandboxes: SandboxService,
     readonly size: number,
     private readonly logger: Logger,
+    private readonly refillDelayMs = REFILL_DELAY_MS,
   ) {
     // The default create, as planned for a request that asks for nothing.
     this.template = sandboxes.plan({});
@@ -51,7 +68,7 @@ export class WarmPool implements PoolSource {
   take(plan: SandboxPlan): PoolMember | undefined {
     if (!this.matches(plan)) return undefined;
     const member = this.ready.shift();
-    if (member) this.fill();
+    if (member) this.refillSoon();
     return member;
   }
 
@@ -59,6 +76,16 @@ export class WarmPool implements PoolSource {
     const { ttlSeconds: _a, ...wanted } = plan.settings;
     const { ttlSeconds: _b, ...offered } = this.template.settings;
     return plan.image === this.template.image && Object.keys(plan.env).length === 0 && JSON.stringify(wanted) === JSON.stringify(offered);
+  }
+
+  /** Starts filling after {@link refillDelayMs}; claims in a burst share one timer. */
+  private refillSoon(): void {
+    if (this.refillTimer || this.closed) return;
+    this.refillTimer = setTimeout(() => {
+      this.refillTimer = undefined;
+      this.fill();
+    }, this.refillDelayMs);
+    this.refillTimer.unref();
   }
 
   /** Starts filling up to `size` in the background; safe to call often. */
@@ -79,6 +106,11 @@ export class WarmPool implements PoolSource {
       const expiresAt = new Date(createdAt.getTime() + this.sandboxes.config.maxLimits.ttlSeconds * 1000);
       try {
         const containerId = await this.sandboxes.startContainer(agentId, this.template, { createdAt, expiresAt }, true);
+        if (this.closed) {
+          await this.sandboxes.removePoolMember(agentId, containerId);
+          return;
+        }
+        await this.sandboxes.warmPoolMember(agentId, this.template);
         if (this.closed) {
           await this.sandboxes.removePoolMember(agentId, containerId);
           return;
@@ -120,6 +152,7 @@ export class WarmPool implements PoolSource {
   /** Removes the unclaimed members (a restarted controller would remove them anyway). */
   async close(): Promise<void> {
     this.closed = true;
+    clearTimeout(this.refillTimer);
     const members = this.ready.splice(0);
     await Promise.all(members.map((m) => this.sandboxes.removePoolMember(m.agentId, m.containerId)));
   }

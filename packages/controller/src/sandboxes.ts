@@ -1,12 +1,23 @@
 import { realpath, stat } from 'node:fs/promises';
 import { customAlphabet } from 'nanoid';
-import { CodedError, type CreateSandboxResponse, type EgressPolicy, type SandboxInfo, type SandboxMetrics, type SandboxSettings } from '@warren/protocol';
+import {
+  CodedError,
+  encodeGrant,
+  GRANT_HEADER,
+  type ConnectionGrant,
+  type CreateSandboxResponse,
+  type EgressPolicy,
+  type SandboxInfo,
+  type SandboxMetrics,
+  type SandboxSettings,
+} from '@warren/protocol';
 import { probeAgent } from './agent-link.js';
 import { systemClock, type Clock } from './clock.js';
 import type { ControllerConfig } from './config.js';
 import type { Credentials } from './credentials.js';
 import { effectiveEgressPolicy } from './egress/decide.js';
 import type { SandboxEgress } from './egress/sandbox-egress.js';
+import { DEFAULT_POLICY } from './grants.js';
 import { FrozenMarks, IdleFreezer } from './idle-freezer.js';
 import { ImageService } from './image-service.js';
 import { LABELS, sandboxLabels } from './labels.js';
@@ -45,8 +56,11 @@ export interface SandboxServiceOptions {
   pool?: ((service: SandboxService) => PoolSource) | undefined;
   /** Pulls the images creates name when the engine lacks them; one over `provider` and `config.images` by default. */
   images?: ImageService | undefined;
-  /** A real call to a daemon (`hello` + `system.info`); unit tests with a fake provider replace it. */
-  probe?: ((endpoint: DaemonEndpoint, secret: string, timeoutMs: number) => Promise<unknown>) | undefined;
+  /**
+   * A real call to a daemon (`hello` + `system.info`), with the upgrade's extra headers (a grant);
+   * unit tests with a fake provider replace it.
+   */
+  probe?: ((endpoint: DaemonEndpoint, secret: string, timeoutMs: number, headers?: Record<string, string>) => Promise<unknown>) | undefined;
   /** Connects sandboxes with an egress policy or secrets to the egress gateway; absent, such creates are refused. */
   egress?: SandboxEgress | undefined;
   /** Told of an idle freeze or thaw that failed. */
@@ -110,7 +124,7 @@ export class SandboxService {
     this.config = options.config;
     this.metrics = options.metrics;
     this.clock = options.clock ?? systemClock;
-    this.probe = options.probe ?? ((endpoint, secret, timeoutMs) => probeAgent(endpoint, secret, timeoutMs));
+    this.probe = options.probe ?? ((endpoint, secret, timeoutMs, headers) => probeAgent(endpoint, secret, timeoutMs, headers));
     this.egress = options.egress;
     this.images = options.images ?? new ImageService({ provider: this.provider, settings: options.config.images });
     this.shared = options.provider.sharedRecords;
@@ -889,6 +903,24 @@ export class SandboxService {
         () => undefined,
       );
     return done;
+  }
+
+  /**
+   * Warms a ready warm-pool member's daemon for its first client: connections with the grant a
+   * claim of the pool's template gets (the API key's or the sandbox token's: the template's policy,
+   * exec and audit allowed), each a `hello` and a `system.info`. A fresh daemon's first client
+   * connection runs code no call has run yet (the upgrade with a grant, its handler table, the
+   * connection's setup), which V8 compiles then: done here, off the claim's path, the claimed
+   * sandbox's first connection costs what later ones do. The calls are the probe's own (in the
+   * audit log as `system.info`, like the readiness probe); a failure is ignored (the member is
+   * ready: its probe answered).
+   */
+  async warmPoolMember(agentId: string, plan: SandboxPlan, rounds = 2): Promise<void> {
+    const grant: ConnectionGrant = { policy: plan.policy ?? DEFAULT_POLICY, allowExec: true, allowAudit: true };
+    const headers = { [GRANT_HEADER]: encodeGrant(grant) };
+    for (let i = 0; i < rounds; i++) {
+      await this.probe(this.provider.daemon(agentId), this.credentials.agentSecret(agentId), 2000, headers).catch(() => undefined);
+    }
   }
 
   /** Removes an unclaimed warm-pool member. */

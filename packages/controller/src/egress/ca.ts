@@ -1,15 +1,29 @@
-// @peculiar/x509 resolves its parts through tsyringe, which needs the Reflect metadata API loaded first.
-import 'reflect-metadata';
 import { webcrypto } from 'node:crypto';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import tls from 'node:tls';
-import * as x509 from '@peculiar/x509';
+import type * as X509 from '@peculiar/x509';
 
 type CryptoKey = webcrypto.CryptoKey;
 type CryptoKeyPair = webcrypto.CryptoKeyPair;
 const crypto = webcrypto;
-x509.cryptoProvider.set(webcrypto as unknown as Parameters<typeof x509.cryptoProvider.set>[0]);
+let x509Module: Promise<typeof X509> | undefined;
+
+/**
+ * @peculiar/x509, loaded on first use (making a CA, or the first intercepted host's leaf): it
+ * costs a process about 23 MiB of RSS, which a controller whose sandboxes never have TLS
+ * intercepted would carry for nothing. It resolves its parts through tsyringe, which needs the
+ * Reflect metadata API loaded first.
+ */
+function loadX509(): Promise<typeof X509> {
+  x509Module ??= (async () => {
+    await import('reflect-metadata');
+    const x509 = await import('@peculiar/x509');
+    x509.cryptoProvider.set(webcrypto as unknown as Parameters<typeof x509.cryptoProvider.set>[0]);
+    return x509;
+  })();
+  return x509Module;
+}
 const EC = { name: 'ECDSA', namedCurve: 'P-256' } as const;
 const SIGN = { name: 'ECDSA', hash: 'SHA-256' } as const;
 /** File names in the CA folder. */
@@ -41,12 +55,13 @@ export class EgressCa {
   readonly #leaves = new Map<string, { context: tls.SecureContext; expires: number }>();
   #leafKey: Promise<{ keys: CryptoKeyPair; pem: string }> | undefined;
 
-  readonly #cert: x509.X509Certificate;
+  /** The certificate parsed, on the first leaf (a loaded CA is kept as its PEM until then). */
+  #cert: X509.X509Certificate | undefined;
   readonly #key: CryptoKey;
 
   private constructor(
     readonly certPem: string,
-    cert: x509.X509Certificate,
+    cert: X509.X509Certificate | undefined,
     key: CryptoKey,
   ) {
     this.#cert = cert;
@@ -91,11 +106,12 @@ export class EgressCa {
   /** A CA from its PKCS#8 key and certificate (PEM). */
   static async fromPem(keyPem: string, certPem: string): Promise<EgressCa> {
     const key = await crypto.subtle.importKey('pkcs8', derOf(keyPem), EC, false, ['sign']);
-    return new EgressCa(certPem, new x509.X509Certificate(certPem), key);
+    return new EgressCa(certPem, undefined, key);
   }
 
   /** A fresh CA in memory (tests; `loadOrCreate` for the controller). */
   static async create(): Promise<{ ca: EgressCa; keyPem: string }> {
+    const x509 = await loadX509();
     const keys = await crypto.subtle.generateKey(EC, true, ['sign', 'verify']);
     const now = Date.now();
     const cert = await x509.X509CertificateGenerator.createSelfSigned({
@@ -123,10 +139,12 @@ export class EgressCa {
       return { keys, pem: pem('PRIVATE KEY', await crypto.subtle.exportKey('pkcs8', keys.privateKey)) };
     })();
     const leafKey = await this.#leafKey;
+    const x509 = await loadX509();
+    const cert = (this.#cert ??= new x509.X509Certificate(this.certPem));
     const expires = now + LEAF_HOURS * 3600_000;
     const leaf = await x509.X509CertificateGenerator.create({
       subject: `CN=${host}`,
-      issuer: this.#cert.subject,
+      issuer: cert.subject,
       publicKey: leafKey.keys.publicKey,
       signingKey: this.#key,
       signingAlgorithm: SIGN,
@@ -137,7 +155,7 @@ export class EgressCa {
         new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature, true),
         new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.serverAuth]),
         new x509.SubjectAlternativeNameExtension([{ type: 'dns', value: host }]),
-        await x509.AuthorityKeyIdentifierExtension.create(this.#cert.publicKey),
+        await x509.AuthorityKeyIdentifierExtension.create(cert.publicKey),
       ],
     });
     const context = tls.createSecureContext({ key: leafKey.pem, cert: `${leaf.toString('pem').trim()}\n${this.certPem}`, minVersion: 'TLSv1.2' });

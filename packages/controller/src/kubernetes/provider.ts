@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import type { Duplex } from 'node:stream';
 import { connect as tlsConnect, type ConnectionOptions } from 'node:tls';
-import { CoreV1Api, Exec, KubeConfig, PortForward, Watch, type V1Affinity, type V1Pod, type V1Toleration } from '@kubernetes/client-node';
+import type { CoreV1Api, Exec, KubeConfig, PortForward, V1Affinity, V1Pod, V1Toleration, Watch } from '@kubernetes/client-node';
 import { CodedError, DAEMON_TLS_PORT, daemonTlsClientOptions } from '@warren/protocol';
 import { SOCKET_DIR_IN_SANDBOX } from '../docker.js';
 import { LABELS } from '../labels.js';
@@ -48,6 +48,13 @@ export function defaultDaemonChannel(env: NodeJS.ProcessEnv = process.env): Kube
 }
 
 /** What a {@link KubernetesProvider} is told at construction. */
+/**
+ * The Kubernetes client library as a module. It is loaded only by a controller that runs the
+ * Kubernetes provider ({@link KubernetesProvider.load}): loading it costs a Node process about 80
+ * MiB of RSS (27 MiB of heap), which a controller on Docker would carry for nothing.
+ */
+export type KubernetesClient = typeof import('@kubernetes/client-node');
+
 export interface KubernetesProviderOptions {
   /** A loaded configuration; otherwise `kubeconfig` is read, or the in-cluster service account. */
   kubeConfig?: KubeConfig | undefined;
@@ -97,7 +104,7 @@ export interface KubernetesProviderOptions {
  * and `start` are `NOT_SUPPORTED`, as are image pulls and builds (the nodes pull by policy).
  *
  * @example
- * const provider = new KubernetesProvider({ kubeconfig: '/etc/warren/kubeconfig', namespace: 'warren-sandboxes' });
+ * const provider = await KubernetesProvider.load({ kubeconfig: '/etc/warren/kubeconfig', namespace: 'warren-sandboxes' });
  * await provider.prepare(runtime, 'warren/sandbox:latest');
  * const pod = await provider.create(spec);
  */
@@ -132,14 +139,25 @@ export class KubernetesProvider implements SandboxProvider {
   /** The runtime holds `prlimit`, so pods get the sandbox's file limits (see `SandboxPodInput.prlimit`). */
   private prlimit = false;
 
-  constructor(options: KubernetesProviderOptions = {}) {
+  /**
+   * Loads the Kubernetes client library (see {@link KubernetesClient}) and makes the provider.
+   *
+   * @example
+   * const provider = await KubernetesProvider.load({ namespace: 'warren-sandboxes' });
+   */
+  static async load(options: KubernetesProviderOptions = {}): Promise<KubernetesProvider> {
+    return new KubernetesProvider(options, await import('@kubernetes/client-node'));
+  }
+
+  /** @param client the Kubernetes client library, loaded by the caller (or use {@link KubernetesProvider.load}). */
+  constructor(options: KubernetesProviderOptions, client: KubernetesClient) {
     this.options = options;
-    this.kubeConfig = options.kubeConfig ?? loadKubeConfig(options.kubeconfig);
+    this.kubeConfig = options.kubeConfig ?? loadKubeConfig(client, options.kubeconfig);
     this.namespace = options.namespace ?? defaultNamespace(this.kubeConfig);
-    this.core = this.kubeConfig.makeApiClient(CoreV1Api);
-    this.exec = new Exec(this.kubeConfig);
-    this.forward = new PortForward(this.kubeConfig);
-    this.watch = new Watch(this.kubeConfig);
+    this.core = this.kubeConfig.makeApiClient(client.CoreV1Api);
+    this.exec = new client.Exec(this.kubeConfig);
+    this.forward = new client.PortForward(this.kubeConfig);
+    this.watch = new client.Watch(this.kubeConfig);
     this.daemonChannel = options.daemonChannel ?? defaultDaemonChannel();
     this.daemonPort = options.daemonPort ?? DAEMON_TLS_PORT;
     this.sharedRecords = new PodRecords(this.core, this.namespace, warrenLabels);
@@ -782,8 +800,8 @@ function execError(err: unknown, agentId: string, what = 'exec', resource = 'pod
 }
 
 /** The kubeconfig file named, else the in-cluster service account, else KUBECONFIG or ~/.kube/config. */
-function loadKubeConfig(file: string | undefined): KubeConfig {
-  const config = new KubeConfig();
+function loadKubeConfig(client: KubernetesClient, file: string | undefined): KubeConfig {
+  const config = new client.KubeConfig();
   try {
     if (file !== undefined) config.loadFromFile(file);
     else config.loadFromDefault();

@@ -1,6 +1,6 @@
 import { execFile } from 'node:child_process';
 import type { BigIntStats } from 'node:fs';
-import { chmod, lchown, link, lstat, readdir, readlink, rm } from 'node:fs/promises';
+import { chmod, lchown, link, lstat, readdir, readlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { CodedError } from '@warren/protocol';
@@ -22,7 +22,8 @@ export async function copyTree(from: string, to: string, what: string): Promise<
   try {
     await run('cp', ['-a', '--sparse=always', '--reflink=auto', '--no-target-directory', '--', `${from}/.`, to], { maxBuffer: 1024 * 1024 });
   } catch (err) {
-    const stderr = errorText(err);
+    const stderr = hostless(errorText(err), from, to);
+    if (/File name too long/.test(stderr)) throw pathTooLong(what);
     if (/No space left|Disk quota exceeded/i.test(stderr))
       throw new CodedError(
         'RESOURCE_EXHAUSTED',
@@ -32,11 +33,42 @@ export async function copyTree(from: string, to: string, what: string): Promise<
   }
 }
 
-/** Empties folder `dir` (the folder itself stays), without following links. */
+/**
+ * Sandbox code can nest folders until a path is longer than the host's PATH_MAX (4096 bytes),
+ * which GNU cp and a walk by path cannot copy: the capture is refused with this typed error
+ * (no host path in it), and what was copied so far is removed with {@link removeTree}.
+ */
+function pathTooLong(what: string): CodedError {
+  return new CodedError(
+    'NOT_SUPPORTED',
+    `Could not ${what}: it holds a path longer than the host's limit of 4096 bytes (folders nested too deep), which a snapshot cannot copy. Move or remove the deepest folders and try again.`,
+  );
+}
+
+/** Empties folder `dir` (the folder itself stays), without following links, however deep it goes. */
 export async function emptyTree(dir: string): Promise<void> {
   await run('find', [dir, '-mindepth', '1', '-delete']).catch((err: unknown) => {
-    throw new CodedError('INTERNAL', `Could not empty ${dir}: ${errorText(err)}`);
+    throw new CodedError('INTERNAL', `Could not empty a folder of the controller's: ${hostless(errorText(err), dir)}`);
   });
+}
+
+/**
+ * Removes `target` and everything below it (nothing when it is absent) with GNU `rm -rf`, which
+ * never follows links and walks by descriptor: a tree the sandbox nested deeper than PATH_MAX
+ * (4096 bytes of path) goes too, where `fs.rm` fails with ENAMETOOLONG on it and would leave a
+ * snapshot's copy on the host for good (and fail the next start's clean-up).
+ */
+export async function removeTree(target: string): Promise<void> {
+  await run('rm', ['-rf', '--', target], { maxBuffer: 1024 * 1024 }).catch((err: unknown) => {
+    throw new CodedError('INTERNAL', `Could not remove a folder of the controller's: ${hostless(errorText(err), target)}`);
+  });
+}
+
+/** `text` with the controller's own folders replaced by `<folder>`: an error a client sees names no host path. */
+function hostless(text: string, ...dirs: string[]): string {
+  let out = text;
+  for (const dir of dirs) if (dir !== '') out = out.split(dir).join('<folder>');
+  return out;
 }
 
 /** Bytes a folder takes on disk (allocated blocks, so holes count as nothing), as `du` counts them. */
@@ -45,10 +77,11 @@ export async function diskBytes(dir: string): Promise<number> {
   return Number(stdout.split('\t')[0]) || 0;
 }
 
-/** What a failed command said (its stderr), or the error's message; at most 400 characters. */
+/** What a failed command said (its stderr), or the error's message; its first and last 200 characters (the reason is at the end of a line naming a long path). */
 function errorText(err: unknown): string {
   const stderr = (err as { stderr?: unknown }).stderr;
-  return (typeof stderr === 'string' && stderr !== '' ? stderr : err instanceof Error ? err.message : 'unknown error').slice(0, 400);
+  const text = typeof stderr === 'string' && stderr !== '' ? stderr : err instanceof Error ? err.message : 'unknown error';
+  return text.length > 400 ? `${text.slice(0, 200)}...${text.slice(-200)}` : text;
 }
 
 /**
@@ -79,7 +112,7 @@ export async function preCopyTree(from: string, to: string, scratch: string, wha
     await run('unshare', ['--mount', '--propagation', 'private', '--', 'sh', '-c', script, 'precopy', scratch, from, to], { maxBuffer: 1024 * 1024 });
     return true;
   } catch (err) {
-    const stderr = errorText(err);
+    const stderr = hostless(errorText(err), from, to, scratch);
     if (!/^ready$/m.test(stderr)) return false;
     if (/No space left|Disk quota exceeded/i.test(stderr))
       throw new CodedError(
@@ -122,7 +155,7 @@ export async function syncTree(from: string, to: string, sinceMs: number, what: 
     const present = new Set(names);
     for (const name of theirs)
       if (!present.has(name)) {
-        await rm(join(to, rel, name), { recursive: true, force: true });
+        await removeTree(join(to, rel, name));
         removed++;
       }
     for (const name of names) {
@@ -146,7 +179,7 @@ export async function syncTree(from: string, to: string, sinceMs: number, what: 
         st.ctimeNs < since &&
         (!st.isSymbolicLink() || (await readlink(join(from, path))) === (await readlink(join(to, path))));
       if (same) continue;
-      if (copy !== undefined) await rm(join(to, path), { recursive: true, force: true });
+      if (copy !== undefined) await removeTree(join(to, path));
       if (st.isFile() && st.nlink > 1n) {
         const inode = `${st.dev}:${st.ino}`;
         const first = linkTo.get(inode);
@@ -178,8 +211,10 @@ export async function syncTree(from: string, to: string, sinceMs: number, what: 
       await run('touch', ['-h', '-m', '-d', `@${st.mtimeNs / 1_000_000_000n}.${String(st.mtimeNs % 1_000_000_000n).padStart(9, '0')}`, '--', target]);
     }
   } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENAMETOOLONG') throw pathTooLong(what);
     if (err instanceof CodedError) throw err;
-    const stderr = errorText(err);
+    const stderr = hostless(errorText(err), from, to);
+    if (/File name too long/.test(stderr)) throw pathTooLong(what);
     if (/No space left|Disk quota exceeded|ENOSPC|EDQUOT/i.test(stderr))
       throw new CodedError(
         'RESOURCE_EXHAUSTED',

@@ -94,7 +94,7 @@ PY`,
       `cd /workspace/h
        echo "fifo=$(stat -c %F fifo)"; echo "sparse=$(stat -c '%s %b' sparse)"; echo "links=$(stat -c %h hl)"
        echo "sentinel=$(readlink to-sentinel)"; echo "sentinel-read=$(cat to-sentinel 2>/dev/null | wc -c)"; echo "root=$(readlink to-root)"
-       echo "names=$(ls -A | wc -l)"; echo "locked=$(stat -c %a locked)"; echo "sock=$(stat -c %F sock)"
+       echo "names=$(find . -mindepth 1 -maxdepth 1 -printf x | wc -c)"; echo "bytes=$(ls -b | grep -c 'bad\\\\377\\\\376bytes')"; echo "locked=$(stat -c %a locked)"; echo "sock=$(stat -c %F sock)"
        python3 -c "import os; print('xattr=%d' % len(os.getxattr('/workspace/h/hl', 'user.big')))"`,
     );
     expect(check.facts).toMatchObject({
@@ -107,13 +107,17 @@ PY`,
       locked: '0',
       sock: 'socket',
       xattr: '3000',
+      bytes: '1',
     });
     // fifo, sparse, 5 links, hl + 300, 5 names, locked, nobody, sock.
     expect(Number(check.facts.names)).toBe(2 + 5 + 301 + 5 + 3);
 
     // Hibernation keeps the same files through a stop and a wake, and a wake reads none of them.
     await source.hibernate();
-    const woke = await sandboxCode(source, `cd /workspace/h && echo "fifo=$(stat -c %F fifo)"; echo "links=$(stat -c %h hl)"; echo "sentinel=$(readlink to-sentinel)"`);
+    const woke = await sandboxCode(
+      source,
+      `cd /workspace/h && echo "fifo=$(stat -c %F fifo)"; echo "links=$(stat -c %h hl)"; echo "sentinel=$(readlink to-sentinel)"`,
+    );
     expect(woke.facts).toMatchObject({ fifo: 'fifo', links: '301', sentinel: sentinel.path });
     await sentinel.expectUnchanged();
   }, 240_000);

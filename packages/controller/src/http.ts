@@ -445,7 +445,11 @@ function sendError(deps: HttpServerDeps, res: ServerResponse, err: unknown, entr
   deps.metrics.errors.inc({ code: body.error.code, source: 'rest' });
   if (status >= 500)
     deps.logger.error(
-      { requestId: entry.requestId, code: body.error.code, message: err instanceof CodedError ? body.error.message : err instanceof Error ? err.message : String(err) },
+      {
+        requestId: entry.requestId,
+        code: body.error.code,
+        message: err instanceof CodedError ? body.error.message : err instanceof Error ? err.message : String(err),
+      },
       'request.failed',
     );
   if (res.headersSent) return void res.destroy();

@@ -150,8 +150,14 @@ export async function syncTree(from: string, to: string, sinceMs: number, what: 
   const links: Array<[string, string]> = [];
   const folders: Array<{ rel: string; st: BigIntStats }> = [];
   let removed = 0;
-  const walk = async (rel: string): Promise<void> => {
-    const [names, theirs] = await Promise.all([readdir(join(from, rel)), readdir(join(to, rel))]);
+  // False when a folder holds a name that is not UTF-8 (sandbox code may use any bytes but / and
+  // NUL): such a name cannot be passed through Node's string paths or cp's arguments, so the
+  // caller copies the whole folder again instead (cp handles the bytes itself).
+  const walk = async (rel: string): Promise<boolean> => {
+    const [raw, rawTheirs] = await Promise.all([readdir(join(from, rel), { encoding: 'buffer' }), readdir(join(to, rel), { encoding: 'buffer' })]);
+    if (![...raw, ...rawTheirs].every(isUtf8Name)) return false;
+    const names = raw.map((n) => n.toString('utf8'));
+    const theirs = rawTheirs.map((n) => n.toString('utf8'));
     const present = new Set(names);
     for (const name of theirs)
       if (!present.has(name)) {
@@ -164,7 +170,11 @@ export async function syncTree(from: string, to: string, sinceMs: number, what: 
       const copy = await lstat(join(to, path), { bigint: true }).catch(() => undefined);
       if (st.isDirectory() && copy?.isDirectory()) {
         const before = recopy.length + links.length + removed + folders.length;
-        await walk(path);
+        if (!(await walk(path))) {
+          await removeTree(join(to, path));
+          recopy.push(path);
+          continue;
+        }
         // Anything done inside moved the copy's times: they are set back from the source's.
         const touched = recopy.length + links.length + removed + folders.length !== before;
         if (touched || !sameAttributes(st, copy) || st.mtimeNs !== copy.mtimeNs || st.ctimeNs >= since) folders.push({ rel: path, st });
@@ -177,7 +187,7 @@ export async function syncTree(from: string, to: string, sinceMs: number, what: 
         st.mtimeNs === copy.mtimeNs &&
         sameAttributes(st, copy) &&
         st.ctimeNs < since &&
-        (!st.isSymbolicLink() || (await readlink(join(from, path))) === (await readlink(join(to, path))));
+        (!st.isSymbolicLink() || (await readlink(join(from, path), { encoding: 'buffer' })).equals(await readlink(join(to, path), { encoding: 'buffer' })));
       if (same) continue;
       if (copy !== undefined) await removeTree(join(to, path));
       if (st.isFile() && st.nlink > 1n) {
@@ -191,9 +201,14 @@ export async function syncTree(from: string, to: string, sinceMs: number, what: 
       }
       recopy.push(path);
     }
+    return true;
   };
   try {
-    await walk('');
+    if (!(await walk(''))) {
+      await emptyTree(to);
+      await copyTree(from, to, what);
+      return { copied: 1, removed: 0 };
+    }
     // One cp per batch: --parents recreates each relative path under `to` (its folders exist).
     for (let i = 0; i < recopy.length; i += 500)
       await run(
@@ -223,6 +238,11 @@ export async function syncTree(from: string, to: string, sinceMs: number, what: 
     throw new CodedError('INTERNAL', `Could not ${what}: ${stderr.trim()}`);
   }
   return { copied: recopy.length + links.length, removed };
+}
+
+/** Whether a file name's bytes are valid UTF-8 (they decode and encode back unchanged). */
+function isUtf8Name(name: Buffer): boolean {
+  return Buffer.from(name.toString('utf8'), 'utf8').equals(name);
 }
 
 function sameType(a: BigIntStats, b: BigIntStats): boolean {

@@ -103,14 +103,43 @@ describe('syncTree', () => {
   });
 });
 
+describe('names that are not UTF-8', () => {
+  let root: string;
+  beforeEach(async () => {
+    root = await mkdtemp(path.join(tmpdir(), 'warren-tree-bytes-'));
+  });
+  afterEach(async () => removeTree(root));
+
+  it('syncTree copies folders holding them again whole, byte for byte, at the top and below', async () => {
+    const from = path.join(root, 'from');
+    const to = path.join(root, 'to');
+    await mkdir(path.join(from, 'sub'), { recursive: true });
+    await mkdir(to);
+    await copyTree(from, to, 'copy');
+    // After the first pass: names with bytes that are not UTF-8, a link whose target is such bytes.
+    const make = 'printf one > "$1/sub/$(printf \'a\\377\')"; printf two > "$1/sub/$(printf \'a\\376\')"; ln -s "$(printf \'t\\377\')" "$1/sub/link"';
+    await run('sh', ['-c', make, 'make', from]);
+    const list = async (dir: string) => (await run('sh', ['-c', 'cd "$1" && find . -printf "%p %s %l\\n" | od -c | md5sum', 'list', dir])).stdout;
+    await syncTree(from, to, Date.now(), 'sync');
+    expect(await list(to)).toBe(await list(from));
+    await run('sh', ['-c', 'printf top > "$1/$(printf \'b\\377\')"', 'make', from]);
+    await syncTree(from, to, Date.now(), 'sync');
+    expect(await list(to)).toBe(await list(from));
+  });
+});
+
 // Sandbox code can nest folders past PATH_MAX (4096 bytes of path): nothing that walks or removes
 // a snapshot's copy by path may trip on it (a failed capture left its copy on the host, and the
 // next start's clean-up failed on it).
 describe('trees nested past PATH_MAX', () => {
   let root: string;
   const nest = (dir: string, levels: number) =>
-    run('sh', ['-c', `cd "$1" && i=0; while [ $i -lt ${levels} ]; do mkdir ${'d'.repeat(20)} && cd ${'d'.repeat(20)}; i=$((i+1)); done; echo deep > bottom`, 'nest', dir]);
-  const bottoms = async (dir: string) => (await run('find', [dir, '-name', 'bottom', '-exec', 'cat', '{}', ';'])).stdout;
+    run('sh', [
+      '-c',
+      `cd "$1" && i=0; while [ $i -lt ${levels} ]; do mkdir ${'d'.repeat(20)} && cd ${'d'.repeat(20)}; i=$((i+1)); done; echo deep > bottom`,
+      'nest',
+      dir,
+    ]);
   beforeEach(async () => {
     root = await mkdtemp(path.join(tmpdir(), 'warren-tree-deep-'));
   });

@@ -65,7 +65,7 @@ export class ConsoleSessions {
 
   /** Ends the session the request's cookie names, if any. */
   logout(req: IncomingMessage): void {
-    const id = cookieOf(req);
+    const id = this.cookieOf(req);
     if (id !== undefined) this.sessions.delete(id);
   }
 
@@ -76,7 +76,7 @@ export class ConsoleSessions {
    */
   csrfForNavigation(req: IncomingMessage): string | undefined {
     if (req.headers['sec-fetch-mode'] !== 'navigate' || req.headers['sec-fetch-dest'] !== 'document') return undefined;
-    return this.live(cookieOf(req))?.csrf.toString('base64url');
+    return this.live(this.cookieOf(req))?.csrf.toString('base64url');
   }
 
   /**
@@ -85,7 +85,7 @@ export class ConsoleSessions {
    * but any of that is missing (a cross-site request); undefined when there is no cookie at all.
    */
   callerOf(req: IncomingMessage, kind: 'rest' | 'upgrade'): Caller | undefined {
-    const id = cookieOf(req);
+    const id = this.cookieOf(req);
     if (id === undefined) return undefined;
     const session = this.live(id);
     if (!session) throw new CodedError('UNAUTHORIZED', 'The console session has ended; log in again.');
@@ -102,6 +102,18 @@ export class ConsoleSessions {
             ?.slice(CSRF_PROTOCOL_PREFIX.length);
     if (presented === undefined || !tokenMatches(presented, session.csrf)) throw crossSite('a request without the session CSRF token');
     return { kind: 'operator', keyId: session.keyId };
+  }
+
+  /**
+   * The session id the request's cookies name: the first `warren_console` value that is a live
+   * session, else the first one (undefined when there is none). A browser sends every cookie of
+   * that name that applies, the one with the longest path first, and a script of an app behind a
+   * port URL (same origin) can set one on `/ui/`: taking the first alone would log the operator
+   * out for good, since their own cookie (`Path=/`) would always come second.
+   */
+  private cookieOf(req: IncomingMessage): string | undefined {
+    const all = cookiesOf(req);
+    return all.find((id) => this.live(id) !== undefined) ?? all[0];
   }
 
   private live(id: string | undefined): Session | undefined {
@@ -155,10 +167,11 @@ function tokenMatches(presented: string, expected: Buffer): boolean {
   return given.length === expected.length && timingSafeEqual(given, expected);
 }
 
-function cookieOf(req: IncomingMessage): string | undefined {
+function cookiesOf(req: IncomingMessage): string[] {
+  const out: string[] = [];
   for (const pair of (req.headers.cookie ?? '').split(';')) {
     const [name, ...rest] = pair.trim().split('=');
-    if (name === SESSION_COOKIE && rest.length > 0) return rest.join('=');
+    if (name === SESSION_COOKIE && rest.length > 0) out.push(rest.join('='));
   }
-  return undefined;
+  return out;
 }

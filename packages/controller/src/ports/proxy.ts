@@ -101,7 +101,20 @@ export class PortProxy {
         () => upstream.destroy(new CodedError('UPSTREAM_UNAVAILABLE', `Port ${target.port} did not answer within ${this.deps.portResponseTimeoutMs} ms.`)),
         this.deps.portResponseTimeoutMs,
       );
-      upstream.once('close', () => clearTimeout(timer));
+      let answered = false;
+      upstream.once('close', () => {
+        clearTimeout(timer);
+        // Closed with neither an answer nor an error: Node ends a request this way when the app
+        // answers `101` to a request that asked for no upgrade. Without this the client waited
+        // for good, holding one of the sandbox's tunnel slots.
+        if (!answered)
+          reject(
+            new CodedError(
+              'UPSTREAM_UNAVAILABLE',
+              `The app on port ${target.port} ended the connection without an HTTP answer (or answered 101 Switching Protocols to a request that asked for no upgrade).`,
+            ),
+          );
+      });
       upstream.once('error', (err) => {
         clearTimeout(timer);
         if (res.headersSent) return void res.destroy();
@@ -110,6 +123,7 @@ export class PortProxy {
         );
       });
       upstream.once('response', (answer) => {
+        answered = true;
         clearTimeout(timer); // a response may stream for as long as the app likes
         // The app may set its own cookies, never Warren's (a port page shares the controller's
         // origin unless portDomain is set: it could otherwise shadow the port cookie or the console's session).

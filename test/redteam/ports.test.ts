@@ -1,3 +1,4 @@
+import { readdir, readlink } from 'node:fs/promises';
 import { request } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Sandbox } from '@warren/sdk';
@@ -135,7 +136,14 @@ describe('red team: apps behind port URLs and hostile clients of them', () => {
     await unharmed();
   }, 60_000);
 
-  it('bodies that never end, under clients that give up, give every tunnel slot back', async () => {
+  it('bodies that never end, under clients that give up, give every tunnel slot and daemon connection back', async () => {
+    // The controller runs in this process: its daemon connections are sockets among our descriptors.
+    const sockets = async () => {
+      let n = 0;
+      for (const fd of await readdir('/proc/self/fd')) if ((await readlink(`/proc/self/fd/${fd}`).catch(() => '')).startsWith('socket:')) n++;
+      return n;
+    };
+    const before = await sockets();
     for (let round = 0; round < 12; round++) {
       const abort = new AbortController();
       const res = await fetch(`${sandbox.ports.baseUrl(8000)}endless`, { headers: auth(), signal: abort.signal });
@@ -148,6 +156,10 @@ describe('red team: apps behind port URLs and hostile clients of them', () => {
     let last = '';
     for (let i = 0; i < 50 && !(last = await get('after')).startsWith('200'); i++) await new Promise((r) => setTimeout(r, 100));
     expect(last).toBe('200 plain /after');
+    // Each given-up stream's daemon connection closes (it was left paused, open for good, before).
+    let extra = Infinity;
+    for (let i = 0; i < 50 && (extra = (await sockets()) - before) > 4; i++) await new Promise((r) => setTimeout(r, 100));
+    expect(extra).toBeLessThanOrEqual(4);
     await unharmed();
   }, 60_000);
 

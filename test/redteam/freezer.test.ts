@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Sandbox } from '@warren/sdk';
 import { startTestController, type TestController } from '../support/fixtures.js';
-import { DaemonIdentity, HostSentinel, sandboxCode } from '../support/redteam.js';
+import { DaemonIdentity, HostSentinel } from '../support/redteam.js';
 
 /**
  * Sandbox code against the idle freezer and its own daemon: a sandbox that forks up to its pids
@@ -58,9 +58,8 @@ describe('red team: the idle freezer and a starving sandbox', () => {
       if (refused === '') await new Promise((r) => setTimeout(r, 100));
     }
     expect(refused).toBe('RESOURCE_EXHAUSTED');
-    // The quiet one freezes for being idle; the hog, busy, does not.
+    // The quiet one freezes for being idle, whatever the hog does (which may be frozen too, once its processes wait).
     expect(await until(() => frozen(quiet.id), 20_000)).toBe(true);
-    expect(frozen(hog.id)).toBe(false);
     // A call thaws the quiet one and answers, however hard the hog works.
     const read = await timed(() => quiet.files.read('note.txt'));
     expect(String(read.value)).toBe('quiet');

@@ -1,6 +1,6 @@
 import { execFile } from 'node:child_process';
 import type { BigIntStats } from 'node:fs';
-import { chmod, lchown, link, lstat, readdir, readlink } from 'node:fs/promises';
+import { chmod, lchown, link, lstat, readdir, readlink, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { CodedError } from '@warren/protocol';
@@ -62,6 +62,14 @@ export async function removeTree(target: string): Promise<void> {
   await run('rm', ['-rf', '--', target], { maxBuffer: 1024 * 1024 }).catch((err: unknown) => {
     throw new CodedError('INTERNAL', `Could not remove a folder of the controller's: ${hostless(errorText(err), target)}`);
   });
+}
+
+/** Removes one entry of a copy: a file or link in place, a folder with {@link removeTree} (one process, whatever its depth). */
+async function removeEntry(target: string): Promise<void> {
+  const st = await lstat(target).catch(() => undefined);
+  if (st === undefined) return;
+  if (st.isDirectory()) await removeTree(target);
+  else await unlink(target);
 }
 
 /** `text` with the controller's own folders replaced by `<folder>`: an error a client sees names no host path. */
@@ -161,7 +169,7 @@ export async function syncTree(from: string, to: string, sinceMs: number, what: 
     const present = new Set(names);
     for (const name of theirs)
       if (!present.has(name)) {
-        await removeTree(join(to, rel, name));
+        await removeEntry(join(to, rel, name));
         removed++;
       }
     for (const name of names) {
@@ -189,7 +197,7 @@ export async function syncTree(from: string, to: string, sinceMs: number, what: 
         st.ctimeNs < since &&
         (!st.isSymbolicLink() || (await readlink(join(from, path), { encoding: 'buffer' })).equals(await readlink(join(to, path), { encoding: 'buffer' })));
       if (same) continue;
-      if (copy !== undefined) await removeTree(join(to, path));
+      if (copy !== undefined) await removeEntry(join(to, path));
       if (st.isFile() && st.nlink > 1n) {
         const inode = `${st.dev}:${st.ino}`;
         const first = linkTo.get(inode);

@@ -5,11 +5,13 @@ import { link, lstat, mkdir, mkdtemp, readFile, readlink, rm, symlink, truncate,
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
+import { afterEach, beforeEach, describe, expect, it, jest } from '@jest/globals';
 import { SnapshotStore } from '../src/snapshot-store.js';
 import { copyTree, removeTree, syncTree } from '../src/tree-copy.js';
 
 const run = promisify(execFile);
+// Every case runs cp, find and rm as processes: on a loaded two-core machine that takes seconds.
+jest.setTimeout(30_000);
 
 /** Every entry under `dir`: type, mode, size, mtime (ns), link target, content, and hard-link group. */
 async function describeTree(dir: string): Promise<Record<string, string>> {

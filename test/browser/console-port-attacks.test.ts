@@ -109,4 +109,17 @@ describe('red team in Chromium: a port app against the console on the same origi
     );
     expect(status).toBe(200);
   }, 120_000);
+
+  it('a sandbox token or a derived token cannot log in to the console, even from its own origin', async () => {
+    const { token } = await sandbox.deriveToken({ allowRead: ['/workspace'], allowExec: true });
+    for (const credential of [sandbox.token, token]) {
+      const res = await fetch(`${warren.url}/ui/api/login`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', origin: new URL(warren.url).origin, 'sec-fetch-site': 'same-origin' },
+        body: JSON.stringify({ apiKey: credential }),
+      });
+      expect(res.status).toBe(401);
+      expect(res.headers.get('set-cookie')).toBeNull();
+    }
+  });
 });

@@ -95,6 +95,28 @@ describe('red team: named volumes shared by sandboxes', () => {
     await volumes.delete('crossing');
   }, 180_000);
 
+  it('a set-user-id program planted in a shared volume by one sandbox user runs with no one else’s identity in a sandbox of another user', async () => {
+    const volumes = new Volumes(options());
+    await volumes.create({ name: 'setuid', sizeMb: 64 });
+    const planter = await Sandbox.create({ ...options(), volumes: [{ name: 'setuid', path: '/data' }] });
+    const victim = await Sandbox.create({ ...options(), user: '2000:2000', volumes: [{ name: 'setuid', path: '/data' }] });
+    try {
+      const plant = await sandboxCode(
+        planter,
+        `cp "$(readlink -f "$(command -v python3)")" /data/py && chmod 6755 /data/py && chmod 777 /data; echo "mode=$(stat -c %a /data/py)"; echo "owner=$(stat -c %u /data/py)"`,
+      );
+      expect(plant.facts).toMatchObject({ owner: '1000', mode: '6755' });
+      const run = await sandboxCode(victim, `/data/py -c "import os; print('ids=%d,%d' % (os.getuid(), os.geteuid()))"; echo "rc=$?"`);
+      // No new privileges (and nosuid where the volume is an image): the set-user-id bit gives nothing.
+      expect(run.facts.ids).toBe('2000,2000');
+    } finally {
+      await planter.kill();
+      await victim.kill();
+      await volumes.delete('setuid');
+    }
+    await sentinel.expectUnchanged();
+  }, 120_000);
+
   it('a volume filled to the last block, locked and crowded by its sandbox is still described, deleted and reclaimed by the controller', async () => {
     const volumes = new Volumes(options());
     const made = await volumes.create({ name: 'filled', sizeMb: 32 });

@@ -95,6 +95,50 @@ describe('red team: named volumes shared by sandboxes', () => {
     await volumes.delete('crossing');
   }, 180_000);
 
+  it('another sandbox swapping a shared folder for a link never leads a narrowed handle’s deletes, moves and writes to files outside its grant', async () => {
+    // The writer's link resolves in the victim's container, to the victim's private folder: a
+    // by-path unlink or rename there (checked, then done by path) deleted victim files the
+    // handle was not given, which the writer itself could never reach. Now each is done in its
+    // folder pinned by a descriptor.
+    const volumes = new Volumes(options());
+    await volumes.create({ name: 'race', sizeMb: 64 });
+    const attacker = await Sandbox.create({ ...options(), volumes: [{ name: 'race', path: '/workspace/shared' }] });
+    const victim = await Sandbox.create({ ...options(), volumes: [{ name: 'race', path: '/workspace/shared' }] });
+    try {
+      await sandboxCode(victim, 'mkdir -p /workspace/private && for i in $(seq 0 40); do echo precious > /workspace/private/x$i; done; echo ok=1');
+      await sandboxCode(attacker, 'mkdir -p /workspace/shared/sub; echo ok=1');
+      const swapper = await attacker.commands.start(
+        `cd /workspace/shared && while :; do mv sub real 2>/dev/null; ln -sfn /workspace/private sub; rm -f sub; mv real sub 2>/dev/null || mkdir -p sub; done`,
+      );
+      const { token } = await victim.deriveToken({ allowRead: ['/workspace/shared'], allowWrite: ['/workspace/shared'] });
+      const narrow = await Sandbox.connect(victim.id, { baseUrl: warren.url, token });
+      // Four clients at once, each writing, deleting and moving names in the swapped folder.
+      const end = Date.now() + 12_000;
+      let calls = 0;
+      await Promise.all(
+        [0, 1, 2, 3].map(async (worker) => {
+          for (let i = worker; Date.now() < end; i += 4) {
+            const n = i % 41;
+            // Refusals and NOT_FOUND are the expected answers while the folder is swapped.
+            await narrow.files.write(`/workspace/shared/sub/x${n}`, 'from-handle').catch(() => undefined);
+            await narrow.files.delete(`/workspace/shared/sub/x${n}`).catch(() => undefined);
+            await narrow.files.move(`/workspace/shared/sub/x${(n + 1) % 41}`, `/workspace/shared/sub/x${n}`, { overwrite: true }).catch(() => undefined);
+            calls += 3;
+          }
+        }),
+      );
+      narrow.close();
+      await swapper.kill();
+      const after = await sandboxCode(victim, 'echo "left=$(ls /workspace/private | wc -l)"; echo "changed=$(grep -L precious /workspace/private/* | wc -l)"');
+      expect(calls).toBeGreaterThan(300);
+      expect(after.facts).toMatchObject({ left: '41', changed: '0' });
+    } finally {
+      await attacker.kill();
+      await victim.kill();
+      await volumes.delete('race');
+    }
+  }, 120_000);
+
   it('a set-user-id program planted in a shared volume by one sandbox user runs with no one else’s identity in a sandbox of another user', async () => {
     const volumes = new Volumes(options());
     await volumes.create({ name: 'setuid', sizeMb: 64 });

@@ -575,6 +575,34 @@ export async function checkKernelName(handle: FileHandle, expected: string, disp
   }
 }
 
+/**
+ * Runs `act` on the name of `absolute` (a walked, physical path) inside its folder pinned by a
+ * descriptor: the folder is opened, checked by the kernel's own name for it to be the walked one,
+ * and `act` gets `/proc/self/fd/<n>/<name>`, which the kernel resolves from that open folder, not
+ * by path again. So a `rename`, `unlink`, `rmdir` or `mkdir` cannot be redirected by a folder on
+ * the way swapped for a link after the check: not by this sandbox's code, and not by another
+ * sandbox that shares a named volume with it (whose links resolve here, to files a narrowed handle
+ * of this sandbox was not given). Without /proc, `act` gets `absolute` as it is.
+ */
+export async function atPinnedFolder<T>(absolute: string, display: string, act: (name: string) => Promise<T>): Promise<T> {
+  const folder = path.posix.dirname(absolute);
+  let handle: FileHandle;
+  try {
+    handle = await open(folder, constants.O_RDONLY | constants.O_DIRECTORY);
+  } catch (err) {
+    throw mapFsError(err, display);
+  }
+  try {
+    const actual = await readlink(`/proc/self/fd/${handle.fd}`).catch(() => undefined);
+    if (actual === undefined) return await act(absolute);
+    if (actual !== folder)
+      throw new CodedError('PATH_NOT_IN_SANDBOX', `'${display}' moved during the call (a folder on the way was swapped); try again.`, { path: display });
+    return await act(`/proc/self/fd/${handle.fd}/${path.posix.basename(absolute)}`);
+  } finally {
+    await handle.close().catch(() => undefined);
+  }
+}
+
 /** Maps the errno values a file call can meet to wire codes that say what to do. */
 export function mapFsError(err: unknown, display: string): unknown {
   if (err instanceof CodedError) return err;

@@ -63,8 +63,7 @@ describe('red team: the idle freezer and a starving sandbox', () => {
     // A call thaws the quiet one and answers, however hard the hog works.
     const read = await timed(() => quiet.files.read('note.txt'));
     expect(String(read.value)).toBe('quiet');
-    expect(read.ms).toBeLessThan(15_000);
-    expect(frozen(quiet.id)).toBe(false);
+    expect(read.ms).toBeLessThan(15_000); // it was thawed for the call (and may be frozen again by now: it is idle)
     await quietDaemon.expectSame(quiet);
     // The hog's own daemon answers file calls; a command may be refused for want of a process, with a typed answer.
     const info = await timed(() => hog.daemonInfo());

@@ -127,17 +127,30 @@ describe('red team: named volumes shared by sandboxes', () => {
           }
         }),
       );
-      narrow.close();
       await swapper.kill();
+      // A recursive delete of a tree in the volume while a folder inside it is swapped for the link.
+      const inner = await attacker.commands.start(
+        `cd /workspace/shared && while :; do mv t/in t/real 2>/dev/null && ln -sfn /workspace/private t/in && rm -f t/in && mv t/real t/in; done`,
+      );
+      const treeEnd = Date.now() + 8_000;
+      let trees = 0;
+      while (Date.now() < treeEnd) {
+        for (let k = 0; k < 20; k++) await narrow.files.write(`/workspace/shared/t/in/x${k}`, 'tree').catch(() => undefined);
+        await narrow.files.delete('/workspace/shared/t', { recursive: true }).catch(() => undefined);
+        trees++;
+      }
+      await inner.kill();
+      narrow.close();
       const after = await sandboxCode(victim, 'echo "left=$(ls /workspace/private | wc -l)"; echo "changed=$(grep -L precious /workspace/private/* | wc -l)"');
       expect(calls).toBeGreaterThan(300);
+      expect(trees).toBeGreaterThan(5);
       expect(after.facts).toMatchObject({ left: '41', changed: '0' });
     } finally {
       await attacker.kill();
       await victim.kill();
       await volumes.delete('race');
     }
-  }, 120_000);
+  }, 180_000);
 
   it('a set-user-id program planted in a shared volume by one sandbox user runs with no one else’s identity in a sandbox of another user', async () => {
     const volumes = new Volumes(options());

@@ -1,6 +1,6 @@
 import type { Stats } from 'node:fs';
 import { constants, lstatSync, readFileSync, readlinkSync, realpathSync, statfsSync } from 'node:fs';
-import { open, readlink, unlink, type FileHandle } from 'node:fs/promises';
+import { lstat, open, readdir, readlink, rmdir, unlink, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import {
   accessAt,
@@ -601,6 +601,32 @@ export async function atPinnedFolder<T>(absolute: string, display: string, act: 
   } finally {
     await handle.close().catch(() => undefined);
   }
+}
+
+/**
+ * Deletes the folder `at` (a name from {@link atPinnedFolder}) and everything in it by descriptor:
+ * each folder is opened without following a link (O_NOFOLLOW) and its entries are looked at,
+ * unlinked and descended into through `/proc/self/fd/<n>/<name>`, never by a path walked again,
+ * so a folder inside swapped for a link mid-delete leads nowhere (the link itself is removed).
+ */
+export async function removeFolderAt(at: string): Promise<void> {
+  const handle = await open(at, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW);
+  try {
+    const here = `/proc/self/fd/${handle.fd}`;
+    for (const name of await readdir(here)) {
+      const entry = `${here}/${name}`;
+      const info = await lstat(entry).catch(() => undefined);
+      if (info === undefined) continue;
+      if (info.isDirectory()) await removeFolderAt(entry);
+      else
+        await unlink(entry).catch((err: NodeJS.ErrnoException) => {
+          if (err.code !== 'ENOENT') throw err;
+        });
+    }
+  } finally {
+    await handle.close().catch(() => undefined);
+  }
+  await rmdir(at);
 }
 
 /** Maps the errno values a file call can meet to wire codes that say what to do. */

@@ -11,6 +11,7 @@ import {
   checkSuffix,
   mapFsError,
   openChecked,
+  removeFolderAt,
   requireRegularFile,
   resolvePath,
   typeOf,
@@ -172,7 +173,7 @@ export function treeHandlers(fs: FsContext): TreeHandlers {
         // (by this sandbox, or another one sharing a volume) cannot lead the delete elsewhere.
         await atPinnedFolder(target.absolute, params.path, async (at) => {
           if (info.isDirectory()) {
-            if (params.recursive) await rm(at, { recursive: true, force: false, maxRetries: 2 });
+            if (params.recursive) await (at.startsWith('/proc/self/fd/') ? removeFolderAt(at) : rm(at, { recursive: true, force: false, maxRetries: 2 }));
             else await rmdir(at);
           } else {
             await unlink(at);
@@ -200,7 +201,8 @@ export function treeHandlers(fs: FsContext): TreeHandlers {
         if (!params.overwrite)
           throw new CodedError('ALREADY_EXISTS', `'${params.to}' already exists; pass overwrite: true to replace it.`, { path: params.to });
         if (to.absolute === from.absolute) return { result: { from: from.display, to: to.display, type: entryType(typeOf(from.stat)) } };
-        if (to.stat.isDirectory()) await atPinnedFolder(to.absolute, params.to, (at) => rm(at, { recursive: true }));
+        if (to.stat.isDirectory())
+          await atPinnedFolder(to.absolute, params.to, (at) => (at.startsWith('/proc/self/fd/') ? removeFolderAt(at) : rm(at, { recursive: true })));
       }
       await makeFolders(fs, path.posix.dirname(to.absolute)).catch((e: unknown) => {
         throw mapFsError(e, params.to);

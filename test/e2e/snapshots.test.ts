@@ -1,6 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { chmod, chown, mkdir, mkdtemp, readdir, rm, utimes, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { mkdir, readdir } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import Docker from 'dockerode';
@@ -44,7 +43,6 @@ describe('snapshots and forks', () => {
       headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
       body: body === undefined ? null : JSON.stringify(body),
     });
-  const codeOf = async (res: Response) => ((await res.json()) as { error: { code: string } }).error.code;
 
   it('snapshots a running sandbox without stopping it, and a sandbox made from it has its files, settings and labels', async () => {
     await sandbox.commands.run([
@@ -101,94 +99,6 @@ describe('snapshots and forks', () => {
     expect(content.length).toBe(65536);
     expect(new Set(content).size).toBe(1);
     await writer.kill();
-  }, 120_000);
-
-  it('a sandbox swapping its folders for links to host folders during a snapshot gets no host file into it', async () => {
-    // The first copy runs while the sandbox runs, and cp walks by path: a folder swapped for a link
-    // between cp's look and its read would lead a cp on the host to the host's files. Each folder
-    // holds a file of the same name, size, mtime, mode and owner as the host's, so the pass under
-    // the freeze would not notice a host copy in its place: only the confined first pass keeps it out.
-    // Many files in each folder keep cp inside it long enough for a swap to land mid-walk; each swap
-    // is short, so the folder is most likely back in place at the freeze and the host copy would stay.
-    const host = await mkdtemp(path.join(tmpdir(), 'warren-snapshot-secret-'));
-    const racer = await Sandbox.create({ ...options(), ttlSeconds: 600 });
-    made.push(racer);
-    try {
-      await racer.commands.run([
-        'sh',
-        '-c',
-        'mkdir -p /workspace/race && cd /workspace/race && for i in $(seq 1 30); do mkdir d$i && printf sandbox-abc > d$i/secret && touch -d @1700000000 d$i/secret && (cd d$i && touch $(seq -f f%g 1 150)); done',
-      ]);
-      const [mode, uid, gid] = (await racer.commands.run('stat -c "%a %u %g" /workspace/race/d1/secret')).stdout.trim().split(' ');
-      await writeFile(path.join(host, 'secret'), 'HOST-SECRET');
-      await chown(path.join(host, 'secret'), Number(uid), Number(gid));
-      await chmod(path.join(host, 'secret'), parseInt(mode!, 8));
-      await chmod(host, 0o755);
-      await utimes(path.join(host, 'secret'), 1_700_000_000, 1_700_000_000);
-      // Older than the snapshot's first pass by more than its one-second margin.
-      await new Promise((resolve) => setTimeout(resolve, 1500));
-      const swapper = await racer.commands.start([
-        'sh',
-        '-c',
-        `cd /workspace/race && while :; do for i in $(seq 1 30); do mv d$i x$i && ln -s ${host} d$i && rm d$i && mv x$i d$i; done; done`,
-      ]);
-      for (let round = 0; round < 6; round++) {
-        const snap = await racer.snapshot();
-        const child = await Sandbox.create({ ...options(), snapshot: snap.id });
-        try {
-          const found = await child.commands.run('grep -rl HOST-SECRET /workspace/race');
-          expect(found.stdout).toBe('');
-        } finally {
-          await child.kill();
-          await new Snapshots(options()).delete(snap.id);
-        }
-      }
-      await swapper.kill();
-    } finally {
-      await racer.kill().catch(() => undefined);
-      await rm(host, { recursive: true, force: true });
-    }
-  }, 240_000);
-
-  it('refuses names and labels with path characters, and path tricks on the routes, with INVALID_PARAMS', async () => {
-    for (const name of ['../etc', 'a/b', '..', '.hidden', 'x'.repeat(64), 'a..b']) {
-      const res = await api('POST', `/v1/sandboxes/${sandbox.id}/snapshot`, { name });
-      expect(res.status).toBe(400);
-      expect(await codeOf(res)).toBe('INVALID_PARAMS');
-    }
-    const badLabel = await api('POST', `/v1/sandboxes/${sandbox.id}/snapshot`, { labels: { 'a/../b': 'x' } });
-    expect(badLabel.status).toBe(400);
-    for (const ref of ['..%2F..%2Fetc', 'snap%00x', 'a%2F..%2Fb']) {
-      const res = await api('GET', `/v1/snapshots/${ref}`);
-      expect([ref, res.status, await codeOf(res)]).toEqual([ref, 400, 'INVALID_PARAMS']);
-    }
-    // A dot segment is resolved by the URL rules before any route sees it: no route.
-    expect((await api('DELETE', '/v1/snapshots/%2E%2E')).status).toBe(404);
-    const badCreate = await api('POST', '/v1/sandboxes', { snapshot: '../../records' });
-    expect(badCreate.status).toBe(400);
-    // Nothing was stored by the refusals.
-    const stored = await readdir(path.join(warren.controller.config.stateDir, 'snapshots'));
-    expect(stored.filter((n) => n.startsWith('.'))).toEqual([]);
-  });
-
-  it("another API key cannot see, restore or delete a key's snapshot, and a sandbox token cannot snapshot", async () => {
-    const mine = await new Snapshots(options()).get('first');
-    const other = new Snapshots({ baseUrl: warren.url, apiKey: otherKey });
-    expect(await other.list()).toEqual([]);
-    await expect(other.get(mine.id)).rejects.toMatchObject({ code: 'SNAPSHOT_NOT_FOUND' });
-    await expect(other.delete('first')).rejects.toMatchObject({ code: 'SNAPSHOT_NOT_FOUND' });
-    await expect(Sandbox.create({ baseUrl: warren.url, apiKey: otherKey, snapshot: mine.id })).rejects.toMatchObject({ code: 'SNAPSHOT_NOT_FOUND' });
-    // The other key may name its own snapshot the same.
-    const theirs = await api('POST', `/v1/sandboxes/${sandbox.id}/snapshot`, { name: 'first' }, otherKey);
-    expect(theirs.status).toBe(201);
-    expect((await other.list()).map((s) => s.name)).toEqual(['first']);
-    await other.prune({ olderThanSeconds: 0 });
-    const byToken = await api('POST', `/v1/sandboxes/${sandbox.id}/snapshot`, {}, sandbox.token);
-    expect(byToken.status).toBe(403);
-    // The owner's snapshot is untouched.
-    expect((await new Snapshots(options()).get('first')).id).toBe(mine.id);
-    const twice = await api('POST', `/v1/sandboxes/${sandbox.id}/snapshot`, { name: 'first' });
-    expect(await codeOf(twice)).toBe('ALREADY_EXISTS');
   }, 120_000);
 
   it('forks into independent sandboxes; a write in one is seen by no other nor the parent; fork limits apply', async () => {
@@ -277,23 +187,6 @@ describe('named volumes', () => {
     await volumes.delete('shared-cache');
     expect(await volumes.list()).toEqual([]);
   }, 180_000);
-
-  it("refuses names that point elsewhere, reserved targets, and another key's volume", async () => {
-    const options = { baseUrl: warren.url, apiKey: warren.apiKey };
-    const volumes = new Volumes(options);
-    for (const name of ['../../etc', '/var/lib/docker', 'a/b', '..', '.x'])
-      await expect(volumes.create({ name })).rejects.toMatchObject({ code: 'INVALID_PARAMS' });
-    await volumes.create({ name: 'mine' });
-    await expect(Sandbox.create({ ...options, volumes: [{ name: 'mine', path: '/opt/warren' }] })).rejects.toMatchObject({ code: 'FORBIDDEN' });
-    await expect(Sandbox.create({ ...options, volumes: [{ name: 'mine', path: '/workspace' }] })).rejects.toMatchObject({ code: 'FORBIDDEN' });
-    await expect(Sandbox.create({ ...options, volumes: [{ name: '../mine', path: '/data' }] })).rejects.toMatchObject({ code: 'INVALID_PARAMS' });
-    const other = { baseUrl: warren.url, apiKey: otherKey };
-    await expect(Sandbox.create({ ...other, volumes: [{ name: 'mine', path: '/data' }] })).rejects.toMatchObject({ code: 'VOLUME_NOT_FOUND' });
-    await expect(new Volumes(other).delete('mine')).rejects.toMatchObject({ code: 'VOLUME_NOT_FOUND' });
-    expect(await new Volumes(other).list()).toEqual([]);
-    expect(warren.controller.sandboxes.list()).toEqual([]);
-    await volumes.delete('mine');
-  }, 120_000);
 });
 
 describe('the warren commands', () => {

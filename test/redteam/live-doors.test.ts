@@ -44,7 +44,7 @@ describe('red team: sandbox code against the ports, watch and download doors', (
 ANSWERS = {
   b'/endless': None,
   b'/both': b'HTTP/1.1 200 OK\\r\\nContent-Length: 5\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n0\\r\\n\\r\\nHTTP/1.1 200 OK\\r\\nContent-Length: 0\\r\\n\\r\\n',
-  b'/cookies': b'HTTP/1.1 200 OK\\r\\nSet-Cookie: warren_port=forged; Path=/\\r\\nSet-Cookie: WARREN_SESSION=fixed; Path=/ui\\r\\nSet-Cookie: __Host-warren_console=x; Path=/\\r\\nSet-Cookie: app=kept; Path=/\\r\\nContent-Length: 2\\r\\n\\r\\nok',
+  b'/cookies': b'HTTP/1.1 200 OK\\r\\nSet-Cookie: warren_port=forged; Path=/\\r\\nSet-Cookie: WARREN_SESSION=fixed; Path=/ui\\r\\nSet-Cookie: __Host-warren_console=x; Path=/\\r\\nSet-Cookie: =warren_console=nameless; Path=/ui/\\r\\nSet-Cookie:  = Warren_console=spaced\\r\\nSet-Cookie: app=kept; Path=/\\r\\nCross-Origin-Opener-Policy: same-origin\\r\\nService-Worker-Allowed: /\\r\\nContent-Length: 2\\r\\n\\r\\nok',
 }
 def serve(conn):
     request = conn.recv(65536)
@@ -78,6 +78,9 @@ while True:
     const cookies = await fetch(`${base}cookies`, { headers: auth() });
     expect(cookies.status).toBe(200);
     expect(cookies.headers.getSetCookie()).toEqual(['app=kept; Path=/']);
+    // Nor may it keep a console window it opens scriptable (test/browser/console-port-attacks.test.ts), or widen a service worker.
+    expect(cookies.headers.get('cross-origin-opener-policy')).toBeNull();
+    expect(cookies.headers.get('service-worker-allowed')).toBeNull();
     await unharmed();
   });
 

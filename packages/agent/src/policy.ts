@@ -1,6 +1,6 @@
 import type { Stats } from 'node:fs';
 import { constants, lstatSync, readFileSync, readlinkSync, realpathSync, statfsSync } from 'node:fs';
-import { open, readlink, unlink, type FileHandle } from 'node:fs/promises';
+import { lstat, open, readdir, readlink, rmdir, unlink, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import {
   accessAt,
@@ -573,6 +573,60 @@ export async function checkKernelName(handle: FileHandle, expected: string, disp
     if (created && !actual.endsWith(' (deleted)')) await unlink(actual).catch(() => undefined);
     throw new CodedError('PATH_NOT_IN_SANDBOX', `'${display}' moved during the call (a folder on the way was swapped); try again.`, { path: display });
   }
+}
+
+/**
+ * Runs `act` on the name of `absolute` (a walked, physical path) inside its folder pinned by a
+ * descriptor: the folder is opened, checked by the kernel's own name for it to be the walked one,
+ * and `act` gets `/proc/self/fd/<n>/<name>`, which the kernel resolves from that open folder, not
+ * by path again. So a `rename`, `unlink`, `rmdir` or `mkdir` cannot be redirected by a folder on
+ * the way swapped for a link after the check: not by this sandbox's code, and not by another
+ * sandbox that shares a named volume with it (whose links resolve here, to files a narrowed handle
+ * of this sandbox was not given). Without /proc, `act` gets `absolute` as it is.
+ */
+export async function atPinnedFolder<T>(absolute: string, display: string, act: (name: string) => Promise<T>): Promise<T> {
+  const folder = path.posix.dirname(absolute);
+  let handle: FileHandle;
+  try {
+    handle = await open(folder, constants.O_RDONLY | constants.O_DIRECTORY);
+  } catch (err) {
+    throw mapFsError(err, display);
+  }
+  try {
+    const actual = await readlink(`/proc/self/fd/${handle.fd}`).catch(() => undefined);
+    if (actual === undefined) return await act(absolute);
+    if (actual !== folder)
+      throw new CodedError('PATH_NOT_IN_SANDBOX', `'${display}' moved during the call (a folder on the way was swapped); try again.`, { path: display });
+    return await act(`/proc/self/fd/${handle.fd}/${path.posix.basename(absolute)}`);
+  } finally {
+    await handle.close().catch(() => undefined);
+  }
+}
+
+/**
+ * Deletes the folder `at` (a name from {@link atPinnedFolder}) and everything in it by descriptor:
+ * each folder is opened without following a link (O_NOFOLLOW) and its entries are looked at,
+ * unlinked and descended into through `/proc/self/fd/<n>/<name>`, never by a path walked again,
+ * so a folder inside swapped for a link mid-delete leads nowhere (the link itself is removed).
+ */
+export async function removeFolderAt(at: string): Promise<void> {
+  const handle = await open(at, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW);
+  try {
+    const here = `/proc/self/fd/${handle.fd}`;
+    for (const name of await readdir(here)) {
+      const entry = `${here}/${name}`;
+      const info = await lstat(entry).catch(() => undefined);
+      if (info === undefined) continue;
+      if (info.isDirectory()) await removeFolderAt(entry);
+      else
+        await unlink(entry).catch((err: NodeJS.ErrnoException) => {
+          if (err.code !== 'ENOENT') throw err;
+        });
+    }
+  } finally {
+    await handle.close().catch(() => undefined);
+  }
+  await rmdir(at);
 }
 
 /** Maps the errno values a file call can meet to wire codes that say what to do. */

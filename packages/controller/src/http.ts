@@ -421,18 +421,38 @@ function methodNotAllowed(method: string, path: string, allowed: string): CodedE
 
 /** The one shape of every REST error: code, message, and what to do next. */
 export function errorBody(err: unknown): { status: number; body: RestErrorBody } {
-  const coded = err instanceof CodedError ? err : new CodedError('INTERNAL', err instanceof Error ? err.message : String(err));
+  const coded = err instanceof CodedError ? err : new CodedError('INTERNAL', unexpectedMessage(err));
   const code: ErrorCode = coded.code;
   const body: RestErrorBody = { error: { code, message: coded.message, suggestion: ERROR_CODES[code].suggestion } };
   if (coded.details) body.error.details = coded.details;
   return { status: ERROR_CODES[code].status, body };
 }
 
+/**
+ * What a client is told of an error no part of Warren expected: a system call's failure names its
+ * kind and call only, since Node's message carries the host path it failed on (a snapshot's copy,
+ * the state folder), which the controller's log keeps instead.
+ */
+export function unexpectedMessage(err: unknown): string {
+  const { code, syscall } = (err ?? {}) as { code?: unknown; syscall?: unknown };
+  if (typeof code === 'string' && typeof syscall === 'string')
+    return `A file operation on the controller's host failed (${code} in ${syscall}); the controller's log has the details.`;
+  return err instanceof Error ? err.message : String(err);
+}
+
 function sendError(deps: HttpServerDeps, res: ServerResponse, err: unknown, entry: AccessEntry): void {
   const { status, body } = errorBody(err);
   entry.code = body.error.code;
   deps.metrics.errors.inc({ code: body.error.code, source: 'rest' });
-  if (status >= 500) deps.logger.error({ requestId: entry.requestId, code: body.error.code, message: body.error.message }, 'request.failed');
+  if (status >= 500)
+    deps.logger.error(
+      {
+        requestId: entry.requestId,
+        code: body.error.code,
+        message: err instanceof CodedError ? body.error.message : err instanceof Error ? err.message : String(err),
+      },
+      'request.failed',
+    );
   if (res.headersSent) return void res.destroy();
   // A refusal for load says when to come back (the SDK's create waits that long, then retries).
   const retryAfter = (body.error.details as { retryAfterSeconds?: unknown } | undefined)?.retryAfterSeconds;

@@ -1,8 +1,9 @@
-import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rename, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { customAlphabet } from 'nanoid';
 import { CodedError, FilePolicy, SandboxSettings, SnapshotName, type EgressPolicy, type SnapshotInfo } from '@warren/protocol';
 import { z } from 'zod';
+import { removeTree } from './tree-copy.js';
 
 /** 24 characters of `[0-9a-z]` (124 bits) after `snap-`: usable as a file name and an image repository as they are. */
 export const newSnapshotId = (): string => `snap-${customAlphabet('0123456789abcdefghijklmnopqrstuvwxyz', 24)()}`;
@@ -72,7 +73,7 @@ export class SnapshotStore {
     this.records.clear();
     for (const name of await readdir(this.dir)) {
       if (name.startsWith('.tmp-') || name.startsWith('.del-')) {
-        await rm(path.join(this.dir, name), { recursive: true, force: true });
+        await removeTree(path.join(this.dir, name));
         removed.push(name.slice(5));
         continue;
       }
@@ -80,7 +81,7 @@ export class SnapshotStore {
       const parsed = SnapshotRecord.safeParse(await readJson(path.join(this.dir, name, 'snapshot.json')));
       if (parsed.success && parsed.data.id === name) this.records.set(name, parsed.data as SnapshotRecord);
       else {
-        await rm(path.join(this.dir, name), { recursive: true, force: true });
+        await removeTree(path.join(this.dir, name));
         removed.push(name);
       }
     }
@@ -96,7 +97,7 @@ export class SnapshotStore {
 
   /** Drops a capture that failed. */
   async abandon(id: string): Promise<void> {
-    await rm(path.join(this.dir, `.tmp-${id}`), { recursive: true, force: true });
+    await removeTree(path.join(this.dir, `.tmp-${id}`));
   }
 
   /** Makes a capture a stored snapshot: its record written, then the folder renamed into place in one step. */
@@ -112,7 +113,7 @@ export class SnapshotStore {
     this.records.delete(id);
     const away = path.join(this.dir, `.del-${id}`);
     await rename(path.join(this.dir, id), away).catch(() => undefined);
-    await rm(away, { recursive: true, force: true });
+    await removeTree(away);
   }
 
   /** The folder whose contents become a new sandbox's workspace. */

@@ -1,6 +1,6 @@
 import { execFile } from 'node:child_process';
 import type { BigIntStats } from 'node:fs';
-import { chmod, lchown, link, lstat, readdir, readlink, rm } from 'node:fs/promises';
+import { chmod, lchown, link, lstat, readdir, readlink, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { CodedError } from '@warren/protocol';
@@ -22,7 +22,8 @@ export async function copyTree(from: string, to: string, what: string): Promise<
   try {
     await run('cp', ['-a', '--sparse=always', '--reflink=auto', '--no-target-directory', '--', `${from}/.`, to], { maxBuffer: 1024 * 1024 });
   } catch (err) {
-    const stderr = errorText(err);
+    const stderr = hostless(errorText(err), from, to);
+    if (/File name too long/.test(stderr)) throw pathTooLong(what);
     if (/No space left|Disk quota exceeded/i.test(stderr))
       throw new CodedError(
         'RESOURCE_EXHAUSTED',
@@ -32,11 +33,50 @@ export async function copyTree(from: string, to: string, what: string): Promise<
   }
 }
 
-/** Empties folder `dir` (the folder itself stays), without following links. */
+/**
+ * Sandbox code can nest folders until a path is longer than the host's PATH_MAX (4096 bytes),
+ * which GNU cp and a walk by path cannot copy: the capture is refused with this typed error
+ * (no host path in it), and what was copied so far is removed with {@link removeTree}.
+ */
+function pathTooLong(what: string): CodedError {
+  return new CodedError(
+    'NOT_SUPPORTED',
+    `Could not ${what}: it holds a path longer than the host's limit of 4096 bytes (folders nested too deep), which a snapshot cannot copy. Move or remove the deepest folders and try again.`,
+  );
+}
+
+/** Empties folder `dir` (the folder itself stays), without following links, however deep it goes. */
 export async function emptyTree(dir: string): Promise<void> {
   await run('find', [dir, '-mindepth', '1', '-delete']).catch((err: unknown) => {
-    throw new CodedError('INTERNAL', `Could not empty ${dir}: ${errorText(err)}`);
+    throw new CodedError('INTERNAL', `Could not empty a folder of the controller's: ${hostless(errorText(err), dir)}`);
   });
+}
+
+/**
+ * Removes `target` and everything below it (nothing when it is absent) with GNU `rm -rf`, which
+ * never follows links and walks by descriptor: a tree the sandbox nested deeper than PATH_MAX
+ * (4096 bytes of path) goes too, where `fs.rm` fails with ENAMETOOLONG on it and would leave a
+ * snapshot's copy on the host for good (and fail the next start's clean-up).
+ */
+export async function removeTree(target: string): Promise<void> {
+  await run('rm', ['-rf', '--', target], { maxBuffer: 1024 * 1024 }).catch((err: unknown) => {
+    throw new CodedError('INTERNAL', `Could not remove a folder of the controller's: ${hostless(errorText(err), target)}`);
+  });
+}
+
+/** Removes one entry of a copy: a file or link in place, a folder with {@link removeTree} (one process, whatever its depth). */
+async function removeEntry(target: string): Promise<void> {
+  const st = await lstat(target).catch(() => undefined);
+  if (st === undefined) return;
+  if (st.isDirectory()) await removeTree(target);
+  else await unlink(target);
+}
+
+/** `text` with the controller's own folders replaced by `<folder>`: an error a client sees names no host path. */
+function hostless(text: string, ...dirs: string[]): string {
+  let out = text;
+  for (const dir of dirs) if (dir !== '') out = out.split(dir).join('<folder>');
+  return out;
 }
 
 /** Bytes a folder takes on disk (allocated blocks, so holes count as nothing), as `du` counts them. */
@@ -45,10 +85,11 @@ export async function diskBytes(dir: string): Promise<number> {
   return Number(stdout.split('\t')[0]) || 0;
 }
 
-/** What a failed command said (its stderr), or the error's message; at most 400 characters. */
+/** What a failed command said (its stderr), or the error's message; its first and last 200 characters (the reason is at the end of a line naming a long path). */
 function errorText(err: unknown): string {
   const stderr = (err as { stderr?: unknown }).stderr;
-  return (typeof stderr === 'string' && stderr !== '' ? stderr : err instanceof Error ? err.message : 'unknown error').slice(0, 400);
+  const text = typeof stderr === 'string' && stderr !== '' ? stderr : err instanceof Error ? err.message : 'unknown error';
+  return text.length > 400 ? `${text.slice(0, 200)}...${text.slice(-200)}` : text;
 }
 
 /**
@@ -79,7 +120,7 @@ export async function preCopyTree(from: string, to: string, scratch: string, wha
     await run('unshare', ['--mount', '--propagation', 'private', '--', 'sh', '-c', script, 'precopy', scratch, from, to], { maxBuffer: 1024 * 1024 });
     return true;
   } catch (err) {
-    const stderr = errorText(err);
+    const stderr = hostless(errorText(err), from, to, scratch);
     if (!/^ready$/m.test(stderr)) return false;
     if (/No space left|Disk quota exceeded/i.test(stderr))
       throw new CodedError(
@@ -117,12 +158,18 @@ export async function syncTree(from: string, to: string, sinceMs: number, what: 
   const links: Array<[string, string]> = [];
   const folders: Array<{ rel: string; st: BigIntStats }> = [];
   let removed = 0;
-  const walk = async (rel: string): Promise<void> => {
-    const [names, theirs] = await Promise.all([readdir(join(from, rel)), readdir(join(to, rel))]);
+  // False when a folder holds a name that is not UTF-8 (sandbox code may use any bytes but / and
+  // NUL): such a name cannot be passed through Node's string paths or cp's arguments, so the
+  // caller copies the whole folder again instead (cp handles the bytes itself).
+  const walk = async (rel: string): Promise<boolean> => {
+    const [raw, rawTheirs] = await Promise.all([readdir(join(from, rel), { encoding: 'buffer' }), readdir(join(to, rel), { encoding: 'buffer' })]);
+    if (![...raw, ...rawTheirs].every(isUtf8Name)) return false;
+    const names = raw.map((n) => n.toString('utf8'));
+    const theirs = rawTheirs.map((n) => n.toString('utf8'));
     const present = new Set(names);
     for (const name of theirs)
       if (!present.has(name)) {
-        await rm(join(to, rel, name), { recursive: true, force: true });
+        await removeEntry(join(to, rel, name));
         removed++;
       }
     for (const name of names) {
@@ -131,7 +178,11 @@ export async function syncTree(from: string, to: string, sinceMs: number, what: 
       const copy = await lstat(join(to, path), { bigint: true }).catch(() => undefined);
       if (st.isDirectory() && copy?.isDirectory()) {
         const before = recopy.length + links.length + removed + folders.length;
-        await walk(path);
+        if (!(await walk(path))) {
+          await removeTree(join(to, path));
+          recopy.push(path);
+          continue;
+        }
         // Anything done inside moved the copy's times: they are set back from the source's.
         const touched = recopy.length + links.length + removed + folders.length !== before;
         if (touched || !sameAttributes(st, copy) || st.mtimeNs !== copy.mtimeNs || st.ctimeNs >= since) folders.push({ rel: path, st });
@@ -144,9 +195,9 @@ export async function syncTree(from: string, to: string, sinceMs: number, what: 
         st.mtimeNs === copy.mtimeNs &&
         sameAttributes(st, copy) &&
         st.ctimeNs < since &&
-        (!st.isSymbolicLink() || (await readlink(join(from, path))) === (await readlink(join(to, path))));
+        (!st.isSymbolicLink() || (await readlink(join(from, path), { encoding: 'buffer' })).equals(await readlink(join(to, path), { encoding: 'buffer' })));
       if (same) continue;
-      if (copy !== undefined) await rm(join(to, path), { recursive: true, force: true });
+      if (copy !== undefined) await removeEntry(join(to, path));
       if (st.isFile() && st.nlink > 1n) {
         const inode = `${st.dev}:${st.ino}`;
         const first = linkTo.get(inode);
@@ -158,9 +209,14 @@ export async function syncTree(from: string, to: string, sinceMs: number, what: 
       }
       recopy.push(path);
     }
+    return true;
   };
   try {
-    await walk('');
+    if (!(await walk(''))) {
+      await emptyTree(to);
+      await copyTree(from, to, what);
+      return { copied: 1, removed: 0 };
+    }
     // One cp per batch: --parents recreates each relative path under `to` (its folders exist).
     for (let i = 0; i < recopy.length; i += 500)
       await run(
@@ -178,8 +234,10 @@ export async function syncTree(from: string, to: string, sinceMs: number, what: 
       await run('touch', ['-h', '-m', '-d', `@${st.mtimeNs / 1_000_000_000n}.${String(st.mtimeNs % 1_000_000_000n).padStart(9, '0')}`, '--', target]);
     }
   } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENAMETOOLONG') throw pathTooLong(what);
     if (err instanceof CodedError) throw err;
-    const stderr = errorText(err);
+    const stderr = hostless(errorText(err), from, to);
+    if (/File name too long/.test(stderr)) throw pathTooLong(what);
     if (/No space left|Disk quota exceeded|ENOSPC|EDQUOT/i.test(stderr))
       throw new CodedError(
         'RESOURCE_EXHAUSTED',
@@ -188,6 +246,11 @@ export async function syncTree(from: string, to: string, sinceMs: number, what: 
     throw new CodedError('INTERNAL', `Could not ${what}: ${stderr.trim()}`);
   }
   return { copied: recopy.length + links.length, removed };
+}
+
+/** Whether a file name's bytes are valid UTF-8 (they decode and encode back unchanged). */
+function isUtf8Name(name: Buffer): boolean {
+  return Buffer.from(name.toString('utf8'), 'utf8').equals(name);
 }
 
 function sameType(a: BigIntStats, b: BigIntStats): boolean {

@@ -5,10 +5,13 @@ import { link, lstat, mkdir, mkdtemp, readFile, readlink, rm, symlink, truncate,
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
-import { copyTree, syncTree } from '../src/tree-copy.js';
+import { afterEach, beforeEach, describe, expect, it, jest } from '@jest/globals';
+import { SnapshotStore } from '../src/snapshot-store.js';
+import { copyTree, removeTree, syncTree } from '../src/tree-copy.js';
 
 const run = promisify(execFile);
+// Every case runs cp, find and rm as processes: on a loaded two-core machine that takes seconds.
+jest.setTimeout(30_000);
 
 /** Every entry under `dir`: type, mode, size, mtime (ns), link target, content, and hard-link group. */
 async function describeTree(dir: string): Promise<Record<string, string>> {
@@ -99,5 +102,82 @@ describe('syncTree', () => {
     expect((await lstat(path.join(to, 'src'))).isDirectory()).toBe(true);
     expect(await describeTree(outside)).toEqual({});
     expect(await describeTree(to)).toEqual(await describeTree(from));
+  });
+});
+
+describe('names that are not UTF-8', () => {
+  let root: string;
+  beforeEach(async () => {
+    root = await mkdtemp(path.join(tmpdir(), 'warren-tree-bytes-'));
+  });
+  afterEach(async () => removeTree(root));
+
+  it('syncTree copies folders holding them again whole, byte for byte, at the top and below', async () => {
+    const from = path.join(root, 'from');
+    const to = path.join(root, 'to');
+    await mkdir(path.join(from, 'sub'), { recursive: true });
+    await mkdir(to);
+    await copyTree(from, to, 'copy');
+    // After the first pass: names with bytes that are not UTF-8, a link whose target is such bytes.
+    const make = 'printf one > "$1/sub/$(printf \'a\\377\')"; printf two > "$1/sub/$(printf \'a\\376\')"; ln -s "$(printf \'t\\377\')" "$1/sub/link"';
+    await run('sh', ['-c', make, 'make', from]);
+    const list = async (dir: string) => (await run('sh', ['-c', 'cd "$1" && find . -printf "%p %s %l\\n" | od -c | md5sum', 'list', dir])).stdout;
+    await syncTree(from, to, Date.now(), 'sync');
+    expect(await list(to)).toBe(await list(from));
+    await run('sh', ['-c', 'printf top > "$1/$(printf \'b\\377\')"', 'make', from]);
+    await syncTree(from, to, Date.now(), 'sync');
+    expect(await list(to)).toBe(await list(from));
+  });
+});
+
+// Sandbox code can nest folders past PATH_MAX (4096 bytes of path): nothing that walks or removes
+// a snapshot's copy by path may trip on it (a failed capture left its copy on the host, and the
+// next start's clean-up failed on it).
+describe('trees nested past PATH_MAX', () => {
+  let root: string;
+  const nest = (dir: string, levels: number) =>
+    run('sh', [
+      '-c',
+      `cd "$1" && i=0; while [ $i -lt ${levels} ]; do mkdir ${'d'.repeat(20)} && cd ${'d'.repeat(20)}; i=$((i+1)); done; echo deep > bottom`,
+      'nest',
+      dir,
+    ]);
+  beforeEach(async () => {
+    root = await mkdtemp(path.join(tmpdir(), 'warren-tree-deep-'));
+  });
+  afterEach(async () => removeTree(root));
+
+  it('syncTree and copyTree refuse such a tree with NOT_SUPPORTED naming no host path, and removeTree takes it away', async () => {
+    const from = path.join(root, 'from');
+    const to = path.join(root, 'to');
+    await mkdir(path.join(from, 'a'), { recursive: true });
+    await mkdir(to);
+    await copyTree(from, to, 'copy');
+    // After the first pass: a deep tree appears in the source, and the copy holds one the source lacks.
+    await nest(path.join(from, 'a'), 260);
+    await mkdir(path.join(to, 'gone'));
+    await nest(path.join(to, 'gone'), 260);
+    for (const attempt of [() => syncTree(from, to, Date.now(), 'sync'), () => copyTree(from, path.join(root, 'to2'), 'copy')]) {
+      const err = (await attempt().catch((e: unknown) => e)) as { code: string; message: string };
+      expect(err.code).toBe('NOT_SUPPORTED');
+      expect(err.message).not.toContain(root);
+    }
+    await removeTree(to);
+    await expect(lstat(to)).rejects.toMatchObject({ code: 'ENOENT' });
+  });
+
+  it('removeTree removes it without following links, and a snapshot store loads past a half-written one', async () => {
+    const outside = path.join(root, 'outside');
+    await mkdir(outside);
+    await writeFile(path.join(outside, 'keep'), 'kept');
+    const store = new SnapshotStore(path.join(root, 'state'));
+    await store.load();
+    const { workspace } = await store.begin('snap-000000000000000000000000');
+    await nest(workspace, 260);
+    await symlink(outside, path.join(workspace, 'link'));
+    expect(await store.load()).toEqual(['snap-000000000000000000000000']);
+    expect(await readFile(path.join(outside, 'keep'), 'utf8')).toBe('kept');
+    await expect(lstat(path.join(root, 'state', 'snapshots', '.tmp-snap-000000000000000000000000'))).rejects.toMatchObject({ code: 'ENOENT' });
+    await removeTree(path.join(root, 'nothing-here'));
   });
 });

@@ -6,6 +6,7 @@ import path from 'node:path';
 import { CodedError, describePolicy, MAX_WRITE_GAP_BYTES, type ApprovalRequest, type FilePolicy } from '@warren/protocol';
 import type { CallContext } from '../dispatch.js';
 import {
+  atPinnedFolder,
   checkKernelName,
   checkSize,
   checkSuffix,
@@ -343,16 +344,22 @@ export async function atomicWrite(
         throw new CodedError('CONFLICT', `'${display}' changed while it was being edited; read it again and retry.`, { path: display });
       }
     }
-    if (options.overwrite === false) {
-      await link(temp, resolved.absolute).catch((e: unknown) => {
-        throw (e as NodeJS.ErrnoException).code === 'EEXIST'
-          ? new CodedError('ALREADY_EXISTS', `'${display}' already exists; pass overwrite: true to replace it.`, { path: display })
-          : mapFsError(e, display);
-      });
-      await unlink(temp);
-    } else {
-      await rename(temp, resolved.absolute);
-    }
+    // Both names in the folder pinned by a descriptor: a folder on the way swapped for a link
+    // meanwhile (by this sandbox, or another sharing a volume) cannot move the file elsewhere.
+    await atPinnedFolder(temp, display, (tempAt) =>
+      atPinnedFolder(resolved.absolute, display, async (targetAt) => {
+        if (options.overwrite === false) {
+          await link(tempAt, targetAt).catch((e: unknown) => {
+            throw (e as NodeJS.ErrnoException).code === 'EEXIST'
+              ? new CodedError('ALREADY_EXISTS', `'${display}' already exists; pass overwrite: true to replace it.`, { path: display })
+              : mapFsError(e, display);
+          });
+          await unlink(tempAt);
+        } else {
+          await rename(tempAt, targetAt);
+        }
+      }),
+    );
     renamed = true;
   } catch (err) {
     throw mapFsError(err, display);

@@ -4,7 +4,19 @@ import { lstat, mkdir, open, readlink, rename, rm, rmdir, symlink, unlink } from
 import path from 'node:path';
 import { CodedError, describePolicy, isWithin, MAX_LIST_ENTRIES, MAX_PAGE_BYTES, mountsOf, suffixAllowed, type EntryType } from '@warren/protocol';
 import type { CallContext, Handler } from '../dispatch.js';
-import { checkKernelName, checkSize, checkSuffix, mapFsError, openChecked, requireRegularFile, resolvePath, typeOf, type ResolvedPath } from '../policy.js';
+import {
+  atPinnedFolder,
+  checkKernelName,
+  checkSize,
+  checkSuffix,
+  mapFsError,
+  openChecked,
+  removeFolderAt,
+  requireRegularFile,
+  resolvePath,
+  typeOf,
+  type ResolvedPath,
+} from '../policy.js';
 import { approve, checkHardLinks, makeFolders, ownHandle, ownPath, resolveFor, type FsContext } from './fs-common.js';
 import { walkTree } from './fs-walk.js';
 import { compileGlob } from './glob.js';
@@ -137,11 +149,16 @@ export function treeHandlers(fs: FsContext): TreeHandlers {
         if (target.stat.isDirectory()) return { result: { path: target.display, created: false } };
         throw new CodedError('ALREADY_EXISTS', `'${params.path}' already exists and is a ${typeOf(target.stat)}, not a folder.`, { path: params.path });
       }
-      await (params.parents ? makeFolders(fs, target.absolute, 0o755) : mkdir(target.absolute, { mode: 0o755 }).then(() => ownPath(fs, target.absolute))).catch(
-        (e: unknown) => {
-          throw mapFsError(e, params.path);
-        },
-      );
+      await (
+        params.parents
+          ? makeFolders(fs, target.absolute, 0o755)
+          : atPinnedFolder(target.absolute, params.path, async (at) => {
+              await mkdir(at, { mode: 0o755 });
+              await ownPath(fs, at);
+            })
+      ).catch((e: unknown) => {
+        throw mapFsError(e, params.path);
+      });
       return { result: { path: target.display, created: true } };
     },
 
@@ -152,12 +169,16 @@ export function treeHandlers(fs: FsContext): TreeHandlers {
       if (!info) throw new CodedError('NOT_FOUND', `No such file or folder: '${params.path}'.`, { path: params.path });
       const type = entryType(typeOf(info));
       try {
-        if (info.isDirectory()) {
-          if (params.recursive) await rm(target.absolute, { recursive: true, force: false, maxRetries: 2 });
-          else await rmdir(target.absolute);
-        } else {
-          await unlink(target.absolute);
-        }
+        // In its folder pinned by a descriptor: a folder on the way swapped for a link meanwhile
+        // (by this sandbox, or another one sharing a volume) cannot lead the delete elsewhere.
+        await atPinnedFolder(target.absolute, params.path, async (at) => {
+          if (info.isDirectory()) {
+            if (params.recursive) await (at.startsWith('/proc/self/fd/') ? removeFolderAt(at) : rm(at, { recursive: true, force: false, maxRetries: 2 }));
+            else await rmdir(at);
+          } else {
+            await unlink(at);
+          }
+        });
       } catch (err) {
         throw mapFsError(err, params.path);
       }
@@ -180,13 +201,15 @@ export function treeHandlers(fs: FsContext): TreeHandlers {
         if (!params.overwrite)
           throw new CodedError('ALREADY_EXISTS', `'${params.to}' already exists; pass overwrite: true to replace it.`, { path: params.to });
         if (to.absolute === from.absolute) return { result: { from: from.display, to: to.display, type: entryType(typeOf(from.stat)) } };
-        if (to.stat.isDirectory()) await rm(to.absolute, { recursive: true });
+        if (to.stat.isDirectory())
+          await atPinnedFolder(to.absolute, params.to, (at) => (at.startsWith('/proc/self/fd/') ? removeFolderAt(at) : rm(at, { recursive: true })));
       }
       await makeFolders(fs, path.posix.dirname(to.absolute)).catch((e: unknown) => {
         throw mapFsError(e, params.to);
       });
       try {
-        await rename(from.absolute, to.absolute);
+        // Both names in their folders pinned by descriptors (see fs.delete).
+        await atPinnedFolder(from.absolute, params.from, (fromAt) => atPinnedFolder(to.absolute, params.to, (toAt) => rename(fromAt, toAt)));
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code !== 'EXDEV') throw mapFsError(err, params.to);
         // Across file systems: copy, then delete the source.

@@ -101,7 +101,7 @@ export class ConsoleSessions {
 
   /** Ends the session the request's cookie names, if any, on this controller and (when shared) every replica. */
   async logout(req: IncomingMessage): Promise<void> {
-    const session = this.live(cookieOf(req));
+    const session = this.live(this.cookieOf(req));
     if (!session) return;
     const now = this.clock.now();
     for (const [id, until] of this.revoked) if (until <= now) this.revoked.delete(id);
@@ -116,7 +116,7 @@ export class ConsoleSessions {
    */
   csrfForNavigation(req: IncomingMessage): string | undefined {
     if (req.headers['sec-fetch-mode'] !== 'navigate' || req.headers['sec-fetch-dest'] !== 'document') return undefined;
-    return this.live(cookieOf(req))?.csrf;
+    return this.live(this.cookieOf(req))?.csrf;
   }
 
   /**
@@ -125,7 +125,7 @@ export class ConsoleSessions {
    * but any of that is missing (a cross-site request); undefined when there is no cookie at all.
    */
   callerOf(req: IncomingMessage, kind: 'rest' | 'upgrade'): Caller | undefined {
-    const id = cookieOf(req);
+    const id = this.cookieOf(req);
     if (id === undefined) return undefined;
     const session = this.live(id);
     if (!session) throw new CodedError('UNAUTHORIZED', 'The console session has ended; log in again.');
@@ -142,6 +142,18 @@ export class ConsoleSessions {
             ?.slice(CSRF_PROTOCOL_PREFIX.length);
     if (presented === undefined || !tokenMatches(presented, session.csrf)) throw crossSite('a request without the session CSRF token');
     return { kind: 'operator', keyId: session.keyId };
+  }
+
+  /**
+   * The session cookie value the request names: the first `warren_console` value that is a live
+   * session, else the first one (undefined when there is none). A browser sends every cookie of
+   * that name that applies, the one with the longest path first, and a script of an app behind a
+   * port URL (same origin) can set one on `/ui/`: taking the first alone would log the operator
+   * out for good, since their own cookie (`Path=/`) would always come second.
+   */
+  private cookieOf(req: IncomingMessage): string | undefined {
+    const all = cookiesOf(req);
+    return all.find((value) => this.live(value) !== undefined) ?? all[0];
   }
 
   /** The session a cookie value names when its signature checks out, it has not expired and it was not revoked. */
@@ -199,10 +211,11 @@ function tokenMatches(presented: string, expected: string): boolean {
   return given.length === wanted.length && timingSafeEqual(given, wanted);
 }
 
-function cookieOf(req: IncomingMessage): string | undefined {
+function cookiesOf(req: IncomingMessage): string[] {
+  const out: string[] = [];
   for (const pair of (req.headers.cookie ?? '').split(';')) {
     const [name, ...rest] = pair.trim().split('=');
-    if (name === SESSION_COOKIE && rest.length > 0) return rest.join('=');
+    if (name === SESSION_COOKIE && rest.length > 0) out.push(rest.join('='));
   }
-  return undefined;
+  return out;
 }

@@ -209,6 +209,8 @@ export class DaemonSession implements AsyncDisposable {
   /** Closes the connection; calls still in flight are cancelled by the daemon (background processes live on). */
   close(): void {
     this.closedError ??= new CodedError('CANCELLED', 'The gateway closed its connection to the sandbox daemon.');
+    // A paused connection would never read the daemon's close frame behind the data it still has.
+    if (this.ws.isPaused) this.ws.resume();
     if (this.ws.readyState !== this.ws.CLOSED) this.ws.close();
   }
 

@@ -101,7 +101,20 @@ export class PortProxy {
         () => upstream.destroy(new CodedError('UPSTREAM_UNAVAILABLE', `Port ${target.port} did not answer within ${this.deps.portResponseTimeoutMs} ms.`)),
         this.deps.portResponseTimeoutMs,
       );
-      upstream.once('close', () => clearTimeout(timer));
+      let answered = false;
+      upstream.once('close', () => {
+        clearTimeout(timer);
+        // Closed with neither an answer nor an error: Node ends a request this way when the app
+        // answers `101` to a request that asked for no upgrade. Without this the client waited
+        // for good, holding one of the sandbox's tunnel slots.
+        if (!answered)
+          reject(
+            new CodedError(
+              'UPSTREAM_UNAVAILABLE',
+              `The app on port ${target.port} ended the connection without an HTTP answer (or answered 101 Switching Protocols to a request that asked for no upgrade).`,
+            ),
+          );
+      });
       upstream.once('error', (err) => {
         clearTimeout(timer);
         if (res.headersSent) return void res.destroy();
@@ -110,6 +123,7 @@ export class PortProxy {
         );
       });
       upstream.once('response', (answer) => {
+        answered = true;
         clearTimeout(timer); // a response may stream for as long as the app likes
         // The app may set its own cookies, never Warren's (a port page shares the controller's
         // origin unless portDomain is set: it could otherwise shadow the port cookie or the console's session).
@@ -118,6 +132,12 @@ export class PortProxy {
         if (answer.headers['set-cookie'].length === 0) delete answer.headers['set-cookie'];
         // The app shares the controller's origin: it may not widen a service worker's scope past its own port path (to the console's pages).
         delete answer.headers['service-worker-allowed'];
+        // Nor keep a console window it opens (or that opened it) scriptable: with the app's page
+        // under the console's own `Cross-Origin-Opener-Policy: same-origin`, both would share one
+        // browsing context group and the app's script could read the console's CSRF token from
+        // the window. Without it, the browser puts the console in a group of its own. On a port's
+        // own host name (`cookiePath` '/') the app is on another origin and keeps its policy.
+        if (cookiePath === undefined) delete answer.headers['cross-origin-opener-policy'];
         res.writeHead(answer.statusCode ?? 502, answer.statusMessage, answer.headers);
         res.flushHeaders();
         answer.pipe(res);
@@ -242,8 +262,17 @@ export class PortProxy {
 
 /** Whether a `Set-Cookie` line names one of Warren's own cookies (`warren_*`, `__Host-warren*`, `__Secure-warren*`), whatever its case. */
 export function isWarrenCookie(setCookie: string): boolean {
-  const name = setCookie.split('=', 1)[0]!.trim().toLowerCase();
-  return /^(__host-|__secure-)?warren/.test(name);
+  const pair = setCookie.split(';', 1)[0]!;
+  const name = pair.split('=', 1)[0]!.trim();
+  // A cookie without a name (`=warren_console=x`) is sent back as its bare value, which a server reads as `warren_console=x`.
+  const sentAs =
+    name === '' && pair.includes('=')
+      ? pair
+          .slice(pair.indexOf('=') + 1)
+          .split('=', 1)[0]!
+          .trim()
+      : name;
+  return /^(__host-|__secure-)?warren/.test(sentAs.toLowerCase());
 }
 
 function safeDecode(segment: string): string | undefined {

@@ -108,6 +108,10 @@ export class PortTunnel extends Duplex {
   }
 
   private onData(chunk: Buffer): void {
+    // Data the daemon sent before it saw the cancel: dropped. Pausing here (push on a destroyed
+    // stream says false) would stop the connection for good: its close handshake never read, the
+    // socket kept open after the sandbox was gone, one more for each client that gave up on a stream.
+    if (this.destroyed) return;
     if (!this.push(chunk) && !this.paused) {
       this.paused = true;
       this.session.pauseReading();

@@ -169,4 +169,32 @@ except OSError as e:
     expect(run.stdout).not.toContain(secret);
     await unharmed();
   });
+
+  it("a create's env cannot reach into the daemon (NODE_OPTIONS, LD_PRELOAD): blanked for it, kept for commands", async () => {
+    // The env is often the agent's to choose. Were NODE_OPTIONS the daemon's, `--title` would rename it
+    // (and `--require` would run sandbox files inside it, as root, beside the secret).
+    const hostile = await Sandbox.create({
+      baseUrl: warren.url,
+      apiKey: warren.apiKey,
+      env: { NODE_OPTIONS: '--title=warren-pwned', LD_PRELOAD: '/nonexistent/warren-pwn.so', GCONV_PATH: '/tmp/warren-gconv', KEEP_ME: 'yes' },
+    });
+    try {
+      const { pid } = await hostile.daemonInfo();
+      const run = await hostile.commands.run(
+        `echo "title=$(cat /proc/${pid}/comm)"
+         echo "opts=$NODE_OPTIONS"; echo "pre=$LD_PRELOAD"; echo "gconv=$GCONV_PATH"; echo "keep=$KEEP_ME"
+         env | grep -c WARREN_SANDBOX_ENV; echo "handover=$?"`,
+      );
+      expect(run.stdout).toMatch(/^title=\S+$/m);
+      expect(run.stdout).not.toMatch(/^title=warren-pwned$/m);
+      expect(run.stdout).toContain('opts=--title=warren-pwned');
+      expect(run.stdout).toContain('pre=/nonexistent/warren-pwn.so');
+      expect(run.stdout).toContain('gconv=/tmp/warren-gconv');
+      expect(run.stdout).toContain('keep=yes');
+      expect(run.stdout).toContain('handover=1');
+    } finally {
+      await hostile.kill();
+    }
+    await unharmed();
+  });
 });

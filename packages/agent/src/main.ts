@@ -1,7 +1,7 @@
 import { chmod, chown, lchown, lstat, readFile, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { DEFAULT_ROOT } from '@warren/protocol';
+import { DEFAULT_ROOT, sandboxEnvFrom } from '@warren/protocol';
 import type { SandboxUser } from './services/process-table.js';
 import { startAgentServer } from './server.js';
 
@@ -54,11 +54,10 @@ async function main(): Promise<void> {
   // EFBIG, not kill the daemon with SIGXFSZ.
   process.on('SIGXFSZ', () => undefined);
 
-  // The container's environment is the sandbox's (the image's ENV, the create request's env);
-  // the controller puts nothing of its own there, so commands inherit it as their base.
-  const sandboxEnv = Object.fromEntries(
-    Object.entries(process.env).filter((entry): entry is [string, string] => entry[1] !== undefined && entry[0] !== 'HOME'),
-  );
+  // The container's environment is the sandbox's (the image's ENV, the create request's env),
+  // except the variables that would change how this process runs: those are empty here and their
+  // real values handed over (protocol's daemon-env.ts), so commands inherit the sandbox's own.
+  const { HOME: _home, ...sandboxEnv } = sandboxEnvFrom(process.env);
   const server = await startAgentServer({
     socketPath: values.socket,
     secret,

@@ -6,7 +6,7 @@ import path from 'node:path';
 import { tmpdir } from 'node:os';
 import { Duplex, Readable } from 'node:stream';
 import Docker from 'dockerode';
-import { CodedError, DEFAULT_ROOT, EGRESS_TRANSPARENT_ADDRESS, EGRESS_TRUST_DIR, SandboxSettings as SandboxSettingsSchema } from '@warren/protocol';
+import { CodedError, containerEnv, DEFAULT_ROOT, EGRESS_TRANSPARENT_ADDRESS, EGRESS_TRUST_DIR, SandboxSettings as SandboxSettingsSchema } from '@warren/protocol';
 import type { SandboxSettings } from '@warren/protocol';
 import { AgentDirs, type HostIdentity } from './agent-dir.js';
 import { resolveEngine } from './engine-endpoint.js';
@@ -93,6 +93,8 @@ export interface SandboxContainerSpec {
   id: string;
   image: string;
   env: Record<string, string>;
+  /** The image's own `ENV` (`KEY=value`), so the variables that would reach into the daemon are blanked from it too (`containerEnv`). */
+  imageEnv?: readonly string[] | undefined;
   /** Every label, Warren's and the caller's, already prefixed. */
   labels: Record<string, string>;
   /** `socket`: the daemon's host folder, bound in. `exec`: the daemon's secret, passed in its environment. */
@@ -218,8 +220,9 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
     // The daemon's identity; every command it starts runs as `settings.user`.
     User: '0:0',
     WorkingDir: settings.workdir,
+    // The sandbox's environment, minus what would run code inside the daemon (handed to it instead).
     Env: [
-      ...Object.entries(spec.env).map(([k, v]) => `${k}=${v}`),
+      ...containerEnv(spec.env, spec.imageEnv),
       ...(spec.channel.kind === 'exec' ? [`${SECRET_VARIABLE}=${spec.channel.daemonSecret}`] : []),
     ],
     Labels: spec.labels,
@@ -323,6 +326,18 @@ export class DockerProvider implements SandboxProvider {
     // Podman lists every runtime it has a path for, installed or not: only its default is certain.
     if (this.engine?.name === 'podman') return [{ name: info.DefaultRuntime ?? 'runc', args: [] }];
     return Object.entries(info.Runtimes ?? { runc: {} }).map(([name, r]) => ({ name, args: r?.runtimeArgs ?? [] }));
+  }
+
+  /** The image's own `ENV` (the engine merges it under the container's). */
+  private async imageEnv(image: string): Promise<string[]> {
+    try {
+      const info = await this.docker.getImage(image).inspect();
+      return (info.Config?.Env) ?? [];
+    } catch (err) {
+      // A missing image fails the create itself, with the create's own answer.
+      if ((err as { statusCode?: number }).statusCode === 404) return [];
+      return rethrow(err, `inspect image ${image}`);
+    }
   }
 
   /** True when the image is present on the engine (no registry is asked). */
@@ -710,6 +725,7 @@ export class DockerProvider implements SandboxProvider {
         id: spec.agentId,
         image: spec.restore?.image ?? spec.image,
         env: spec.env,
+        imageEnv: await this.imageEnv(spec.restore?.image ?? spec.image),
         labels: spec.restore ? await this.withInheritedLabelsUnset(spec.restore.image, spec.labels) : spec.labels,
         settings: spec.settings,
         channel,

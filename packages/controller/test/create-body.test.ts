@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { CodedError } from '@warren/protocol';
+import { CodedError, containerEnv } from '@warren/protocol';
 import { chooseChannel, containerCreateBody, planSandbox, sandboxLabels, type PlanContext, type SandboxPlan } from '../src/index.js';
 
 const context: PlanContext = {
@@ -92,7 +92,7 @@ describe('the container-create body', () => {
       Cmd: [],
       User: '0:0',
       WorkingDir: '/workspace',
-      Env: [],
+      Env: containerEnv({}),
       Labels: {
         'warren.sandbox': 'abc123',
         'warren.owner': 'owner1',
@@ -185,7 +185,7 @@ describe('the container-create body', () => {
         { Type: 'bind', Source: '/srv/warren-data/out', Target: '/workspace/out', ReadOnly: false, BindOptions: { Propagation: 'rprivate' } },
       ],
     });
-    expect(body).toMatchObject({ User: '0:0', WorkingDir: '/workspace/src', Env: ['A=1'], NetworkDisabled: false, Image: 'warren/test-debian:latest' });
+    expect(body).toMatchObject({ User: '0:0', WorkingDir: '/workspace/src', Env: containerEnv({ A: '1' }), NetworkDisabled: false, Image: 'warren/test-debian:latest' });
     expect(body.Entrypoint?.slice(-3)).toEqual(['--user', '1234:1234', '--own-root']);
     expect(body.Labels).toMatchObject({ 'warren.label.team': 'red', 'warren.policy': JSON.stringify({ root: '/workspace', readOnly: true }) });
   });

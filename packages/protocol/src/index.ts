@@ -10,3 +10,4 @@ export * from './tar-rules.js';
 export * from './json-schema.js';
 export * from './egress.js';
 export * from './daemon-tls.js';
+export * from './daemon-env.js';

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { V1Affinity, V1Pod, V1Secret, V1Toleration } from '@kubernetes/client-node';
-import { CodedError, DEFAULT_ROOT, EGRESS_TRUST_DIR, type SandboxSettings } from '@warren/protocol';
+import { CodedError, containerEnv, DEFAULT_ROOT, EGRESS_TRUST_DIR, type SandboxSettings } from '@warren/protocol';
 import { DAEMON_CAPABILITIES, SOCKET_DIR_IN_SANDBOX } from '../docker.js';
 import { LABELS } from '../labels.js';
 import { agentCommand, PRLIMIT_NAME, RUNTIME_DIR } from '../runtime.js';
@@ -224,7 +224,9 @@ export function sandboxPod(input: SandboxPodInput): V1Pod {
           ...(input.daemonPort === undefined ? {} : { ports: [{ name: 'warren-daemon', containerPort: input.daemonPort, protocol: 'TCP' }] }),
           workingDir: settings.workdir,
           // The sandbox's env only: the daemon's secret is in the mounted Secret, not in the pod spec.
-          env: Object.entries(input.env).map(([name, value]) => ({ name, value })),
+          // What would run code inside the daemon is blanked and handed to it (the image's ENV is
+          // the kubelet's to merge, so only the fixed list is blanked from it).
+          env: containerEnv(input.env).map((entry) => ({ name: entry.slice(0, entry.indexOf('=')), value: entry.slice(entry.indexOf('=') + 1) })),
           securityContext: {
             ...noPrivileges,
             runAsUser: 0,

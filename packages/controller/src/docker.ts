@@ -6,7 +6,14 @@ import path from 'node:path';
 import { tmpdir } from 'node:os';
 import { Duplex, Readable } from 'node:stream';
 import Docker from 'dockerode';
-import { CodedError, containerEnv, DEFAULT_ROOT, EGRESS_TRANSPARENT_ADDRESS, EGRESS_TRUST_DIR, SandboxSettings as SandboxSettingsSchema } from '@warren/protocol';
+import {
+  CodedError,
+  containerEnv,
+  DEFAULT_ROOT,
+  EGRESS_TRANSPARENT_ADDRESS,
+  EGRESS_TRUST_DIR,
+  SandboxSettings as SandboxSettingsSchema,
+} from '@warren/protocol';
 import type { SandboxSettings } from '@warren/protocol';
 import { AgentDirs, type HostIdentity } from './agent-dir.js';
 import { resolveEngine } from './engine-endpoint.js';
@@ -221,10 +228,7 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
     User: '0:0',
     WorkingDir: settings.workdir,
     // The sandbox's environment, minus what would run code inside the daemon (handed to it instead).
-    Env: [
-      ...containerEnv(spec.env, spec.imageEnv),
-      ...(spec.channel.kind === 'exec' ? [`${SECRET_VARIABLE}=${spec.channel.daemonSecret}`] : []),
-    ],
+    Env: [...containerEnv(spec.env, spec.imageEnv), ...(spec.channel.kind === 'exec' ? [`${SECRET_VARIABLE}=${spec.channel.daemonSecret}`] : [])],
     Labels: spec.labels,
     NetworkDisabled: settings.network === 'none',
     HostConfig: hostConfig,
@@ -332,7 +336,7 @@ export class DockerProvider implements SandboxProvider {
   private async imageEnv(image: string): Promise<string[]> {
     try {
       const info = await this.docker.getImage(image).inspect();
-      return (info.Config?.Env) ?? [];
+      return info.Config?.Env ?? [];
     } catch (err) {
       // A missing image fails the create itself, with the create's own answer.
       if ((err as { statusCode?: number }).statusCode === 404) return [];

@@ -185,7 +185,13 @@ describe('the container-create body', () => {
         { Type: 'bind', Source: '/srv/warren-data/out', Target: '/workspace/out', ReadOnly: false, BindOptions: { Propagation: 'rprivate' } },
       ],
     });
-    expect(body).toMatchObject({ User: '0:0', WorkingDir: '/workspace/src', Env: containerEnv({ A: '1' }), NetworkDisabled: false, Image: 'warren/test-debian:latest' });
+    expect(body).toMatchObject({
+      User: '0:0',
+      WorkingDir: '/workspace/src',
+      Env: containerEnv({ A: '1' }),
+      NetworkDisabled: false,
+      Image: 'warren/test-debian:latest',
+    });
     expect(body.Entrypoint?.slice(-3)).toEqual(['--user', '1234:1234', '--own-root']);
     expect(body.Labels).toMatchObject({ 'warren.label.team': 'red', 'warren.policy': JSON.stringify({ root: '/workspace', readOnly: true }) });
   });

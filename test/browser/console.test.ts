@@ -359,6 +359,9 @@ describe('web console in Chromium', () => {
 
   it('kills the sandbox from its page and logs out; no console errors on the way', async () => {
     await page.goto(`${ui()}#/sandboxes/${sandboxId}`);
+    // The page's connection is up before the kill: a kill racing the page's WebSocket handshake makes
+    // Chromium log the refused handshake (503), which says nothing about the page.
+    await page.locator('.xterm-rows').waitFor();
     page.once('dialog', (dialog) => void dialog.accept());
     await page.getByRole('button', { name: 'Kill' }).first().click();
     await page.waitForURL(/#\/$/);

@@ -14,8 +14,10 @@ export const PROTOCOL_VERSION = 1;
  *    `fs.uploadAbort`, `fs.downloadStream`), file watching (`fs.watch`), port tunnels
  *    (`port.open`, `port.write`), the controller's egress relay (`egress.serve`, `egress.send`)
  *    and the code interpreter (`code.*`, `KERNEL_DIED`); an older daemon answers them `UNKNOWN_METHOD`.
+ * 4: the sandbox's own usage read from its cgroup (`system.usage`), which the controller asks for
+ *    where the engine gives it no stats (Kubernetes); an older daemon answers it `UNKNOWN_METHOD`.
  */
-export const PROTOCOL_MINOR = 3;
+export const PROTOCOL_MINOR = 4;
 
 /**
  * The minor both ends of a connection speak: the lower of the two (a peer that sent none is at 0).

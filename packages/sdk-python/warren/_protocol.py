@@ -47,7 +47,7 @@ class MethodSpec(NamedTuple):
     events: Mapping[str, Type[BaseModel]]
 
 PROTOCOL_VERSION = 1
-PROTOCOL_MINOR = 3
+PROTOCOL_MINOR = 4
 #: The largest frame (header + payload) a peer accepts; bigger ones get FRAME_TOO_LARGE.
 MAX_FRAME_BYTES = 33554432
 #: The largest JSON header a frame may carry.

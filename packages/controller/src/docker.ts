@@ -332,14 +332,17 @@ export class DockerProvider implements SandboxProvider {
     return Object.entries(info.Runtimes ?? { runc: {} }).map(([name, r]) => ({ name, args: r?.runtimeArgs ?? [] }));
   }
 
-  /** The image's own `ENV` (the engine merges it under the container's). */
-  private async imageEnv(image: string): Promise<string[]> {
+  /**
+   * The image's own `ENV` and labels (the engine merges both under the container's), in one
+   * inspect. A missing image gives neither: the create then fails with the engine's own answer,
+   * except for a snapshot's image (`required`), which must be there.
+   */
+  private async imageConfig(image: string, required: boolean): Promise<{ env: string[]; labels: Record<string, string> }> {
     try {
       const info = await this.docker.getImage(image).inspect();
-      return info.Config?.Env ?? [];
+      return { env: info.Config?.Env ?? [], labels: info.Config?.Labels ?? {} };
     } catch (err) {
-      // A missing image fails the create itself, with the create's own answer.
-      if ((err as { statusCode?: number }).statusCode === 404) return [];
+      if ((err as { statusCode?: number }).statusCode === 404 && !required) return { env: [], labels: {} };
       return rethrow(err, `inspect image ${image}`);
     }
   }
@@ -717,25 +720,32 @@ export class DockerProvider implements SandboxProvider {
   async create(spec: SandboxSpec): Promise<string> {
     if (this.runtimeVolume === undefined)
       throw new CodedError('INTERNAL', 'The Docker provider was asked to create a sandbox before prepare() filled the runtime volume.');
-    const channel: SandboxContainerSpec['channel'] =
-      this.channel === 'socket'
-        ? { kind: 'socket', socketDirOnHost: await this.dirs.prepare(spec.agentId, spec.daemonSecret) }
-        : { kind: 'exec', daemonSecret: spec.daemonSecret };
+    const image = spec.restore?.image ?? spec.image;
     let container: Docker.Container | undefined;
     try {
-      const workspaceOnHost = await this.workspaceFor(spec);
+      // The steps before the engine's create do not depend on each other: the daemon's folder, the
+      // disk (mkfs and mount, the longest), one inspect of the image, the volumes. They run at once,
+      // and all of them settle before any failure is handled, so the cleanup never races a step.
+      const [socketDirOnHost, workspaceOnHost, imageConfig, volumes] = await settled([
+        this.channel === 'socket' ? this.dirs.prepare(spec.agentId, spec.daemonSecret) : undefined,
+        this.workspaceFor(spec),
+        this.imageConfig(image, spec.restore !== undefined),
+        this.volumeMounts(spec.settings),
+      ] as const);
+      const channel: SandboxContainerSpec['channel'] =
+        socketDirOnHost === undefined ? { kind: 'exec', daemonSecret: spec.daemonSecret } : { kind: 'socket', socketDirOnHost };
       const resolvConfOnHost = spec.nameserver === undefined ? undefined : await this.resolvConfFor(channel, spec.nameserver);
       const body = containerCreateBody({
         id: spec.agentId,
-        image: spec.restore?.image ?? spec.image,
+        image,
         env: spec.env,
-        imageEnv: await this.imageEnv(spec.restore?.image ?? spec.image),
-        labels: spec.restore ? await this.withInheritedLabelsUnset(spec.restore.image, spec.labels) : spec.labels,
+        imageEnv: imageConfig.env,
+        labels: spec.restore ? withInheritedLabelsUnset(imageConfig.labels, spec.labels) : spec.labels,
         settings: spec.settings,
         channel,
         runtimeVolume: this.runtimeVolume,
         workspaceOnHost,
-        volumes: await this.volumeMounts(spec.settings),
+        volumes,
         processLimit: this.processLimit,
         seccompProfile: this.seccompProfile,
         resolvConfOnHost,
@@ -1061,20 +1071,6 @@ export class DockerProvider implements SandboxProvider {
     return this.checkpoint;
   }
   private checkpoint: Promise<{ supported: boolean; reason?: string }> | undefined;
-
-  /** The labels of a sandbox made from a snapshot's image: those the image carries and the sandbox has not set to {@link UNSET_LABEL}. */
-  private async withInheritedLabelsUnset(image: string, labels: Record<string, string>): Promise<Record<string, string>> {
-    const inherited =
-      (
-        await this.docker
-          .getImage(image)
-          .inspect()
-          .catch((e: unknown) => rethrow(e, `inspect the snapshot image ${image}`))
-      ).Config.Labels ?? {};
-    const out: Record<string, string> = { ...labels };
-    for (const key of Object.keys(inherited)) if (key.startsWith('warren.') && key !== SNAPSHOT_LABEL && !Object.hasOwn(out, key)) out[key] = UNSET_LABEL;
-    return out;
-  }
 
   /** Fills a created, not yet started, sandbox's workspace with a snapshot's copy (whatever the image put there is removed first). */
   private async restoreWorkspace(container: Docker.Container, settings: SandboxSettings, onHost: string | undefined, from: string): Promise<void> {
@@ -1514,4 +1510,26 @@ function settingsOf(labels: Record<string, string>): SandboxSettings | undefined
 /** Labels without those a sandbox set to {@link UNSET_LABEL}. */
 function withoutUnset(labels: Record<string, string>): Record<string, string> {
   return Object.fromEntries(Object.entries(labels).filter(([, value]) => value !== UNSET_LABEL));
+}
+
+/**
+ * A snapshot's sandbox's labels: its own, with each of Warren's labels that the snapshot's image
+ * carries (`inherited`) and the sandbox does not set marked {@link UNSET_LABEL}, so the image's
+ * stale values never read as the sandbox's.
+ */
+function withInheritedLabelsUnset(inherited: Record<string, string>, labels: Record<string, string>): Record<string, string> {
+  const out: Record<string, string> = { ...labels };
+  for (const key of Object.keys(inherited)) if (key.startsWith('warren.') && key !== SNAPSHOT_LABEL && !Object.hasOwn(out, key)) out[key] = UNSET_LABEL;
+  return out;
+}
+
+/**
+ * Awaits every step, then throws the first failure: unlike `Promise.all`, no step is still
+ * running when the caller cleans up after a failed one.
+ */
+async function settled<T extends readonly unknown[]>(steps: T): Promise<{ -readonly [K in keyof T]: Awaited<T[K]> }> {
+  const results = await Promise.allSettled(steps);
+  const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failed) throw failed.reason;
+  return results.map((r) => (r as PromiseFulfilledResult<unknown>).value) as { -readonly [K in keyof T]: Awaited<T[K]> };
 }

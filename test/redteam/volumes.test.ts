@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Credentials } from '@warren/controller';
 import { Sandbox, Volumes } from '@warren/sdk';
+import { tar } from '../support/files.js';
 import { startTestController, type TestController } from '../support/fixtures.js';
 import { DaemonIdentity, HostSentinel, sandboxCode } from '../support/redteam.js';
 
@@ -149,6 +150,78 @@ describe('red team: named volumes shared by sandboxes', () => {
       await attacker.kill();
       await victim.kill();
       await volumes.delete('race');
+    }
+  }, 180_000);
+
+  it('another sandbox swapping a shared folder for a link never leads a narrowed handle’s writes with missing parents, mkdir -p, uploads or copies to make anything outside its grant', async () => {
+    // Making missing parent folders by path (mkdir -p after the policy check) followed the link
+    // the attacker swapped in, which resolves in the victim's container to the victim's private
+    // folder: folders landed there, outside the handle's grant. Now each folder is made through
+    // its parent's descriptor, and a link on the way is refused.
+    const volumes = new Volumes(options());
+    await volumes.create({ name: 'parents', sizeMb: 64 });
+    const attacker = await Sandbox.create({ ...options(), volumes: [{ name: 'parents', path: '/workspace/shared' }] });
+    const victim = await Sandbox.create({ ...options(), volumes: [{ name: 'parents', path: '/workspace/shared' }] });
+    try {
+      await sandboxCode(victim, 'mkdir -p /workspace/private && for i in $(seq 0 9); do echo precious > /workspace/private/x$i; done; echo ok=1');
+      await sandboxCode(attacker, 'mkdir -p /workspace/shared/sub && echo source > /workspace/shared/src.txt; echo ok=1');
+      // The link is there half of the time: the race is won often, not once in a while.
+      const swapper = await attacker.commands.start([
+        'python3',
+        '-c',
+        [
+          'import os, time',
+          'os.chdir("/workspace/shared")',
+          'while True:',
+          '    try:',
+          '        os.rename("sub", "real"); os.symlink("/workspace/private", "sub"); time.sleep(0.0005); os.unlink("sub"); os.rename("real", "sub")',
+          '    except OSError:',
+          '        os.makedirs("sub", exist_ok=True)',
+        ].join('\n'),
+      ]);
+      const { token } = await victim.deriveToken({ allowRead: ['/workspace/shared'], allowWrite: ['/workspace/shared'] });
+      const narrow = await Sandbox.connect(victim.id, { baseUrl: warren.url, token });
+      const archive = await tar([{ header: { name: 'u/', type: 'directory', mode: 0o755 } }, { header: { name: 'u/f.txt', mode: 0o644 }, data: 'up' }]);
+      const end = Date.now() + 15_000;
+      let calls = 0;
+      let refusedAsSwap = 0;
+      const note = (err: unknown) => {
+        if ((err as { code?: string }).code === 'PATH_NOT_IN_SANDBOX') refusedAsSwap++;
+      };
+      await Promise.all(
+        [0, 1, 2, 3].map(async (worker) => {
+          for (let i = worker; Date.now() < end; i += 4) {
+            // Refusals and NOT_FOUND are the expected answers while the folder is swapped.
+            await narrow.files.write(`/workspace/shared/sub/w${i}/deep/f.txt`, 'from-handle').catch(note);
+            await narrow.files.mkdir(`/workspace/shared/sub/m${i}/deeper`, { parents: true }).catch(note);
+            await narrow.files.copy('/workspace/shared/src.txt', `/workspace/shared/sub/c${i}/x.txt`).catch(note);
+            await narrow.files.upload(`/workspace/shared/sub/t${i}`, archive).catch(note);
+            await narrow.files
+              .upload(
+                `/workspace/shared/sub/s${i}`,
+                (async function* () {
+                  yield archive;
+                })(),
+              )
+              .catch(note);
+            calls += 5;
+          }
+        }),
+      );
+      await swapper.kill();
+      narrow.close();
+      const after = await sandboxCode(
+        victim,
+        'echo "entries=$(find /workspace/private -mindepth 1 | wc -l)"; echo "changed=$(grep -L precious /workspace/private/x* | wc -l)"; echo "foreign=$(find /workspace/private -mindepth 1 ! -name "x[0-9]" | head -3 | tr "\n" " ")"',
+      );
+      expect(calls).toBeGreaterThan(100);
+      expect(after.facts).toMatchObject({ entries: '10', changed: '0', foreign: '' });
+      // The swap was seen and refused with a typed error, not slipped through unseen.
+      expect(refusedAsSwap).toBeGreaterThan(0);
+    } finally {
+      await attacker.kill();
+      await victim.kill();
+      await volumes.delete('parents');
     }
   }, 180_000);
 

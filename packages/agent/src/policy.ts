@@ -531,15 +531,21 @@ export function requireRegularFile(info: Stats | undefined, display: string): vo
 }
 
 /**
- * Opens a resolved path without following a link in its last segment (O_NOFOLLOW) and without
- * blocking on a FIFO (O_NONBLOCK), then checks that the opened file is the one the walk saw (same
+ * Opens a resolved path in its folder pinned by a descriptor ({@link atPinnedFolder}), without
+ * following a link in its last segment (O_NOFOLLOW) and without blocking on a FIFO (O_NONBLOCK),
+ * then checks that the opened file is the one the walk saw (same
  * device and inode) and that the kernel's own name for it (`/proc/self/fd`) is the walked path.
  * Anything swapped in between is refused and the handle closed.
  */
 export async function openChecked(resolved: ResolvedPath, display: string, flags: number = constants.O_RDONLY): Promise<FileHandle> {
   let handle: FileHandle;
   try {
-    handle = await open(resolved.absolute, flags | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+    // In its folder pinned by a descriptor: a folder on the way swapped for a link meanwhile never
+    // gets a file elsewhere opened (a device's open alone can act), only refused.
+    handle =
+      resolved.absolute === '/'
+        ? await open(resolved.absolute, flags | constants.O_NOFOLLOW | constants.O_NONBLOCK)
+        : await atPinnedFolder(resolved.absolute, display, (at) => open(at, flags | constants.O_NOFOLLOW | constants.O_NONBLOCK));
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'ELOOP')

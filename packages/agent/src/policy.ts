@@ -1,5 +1,5 @@
 import type { Stats } from 'node:fs';
-import { constants, lstatSync, readFileSync, readlinkSync, realpathSync, statfsSync } from 'node:fs';
+import { closeSync, constants, lstatSync, openSync, readFileSync, readlinkSync, realpathSync, statfsSync } from 'node:fs';
 import { lstat, open, readdir, readlink, rmdir, unlink, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import {
@@ -592,20 +592,31 @@ export async function checkKernelName(handle: FileHandle, expected: string, disp
  */
 export async function atPinnedFolder<T>(absolute: string, display: string, act: (name: string) => Promise<T>): Promise<T> {
   const folder = path.posix.dirname(absolute);
-  let handle: FileHandle;
+  // Synchronous on purpose, as the walk's metadata calls: opening a folder and reading its
+  // descriptor's name take microseconds, a trip through the thread pool costs more than that.
+  let fd: number;
   try {
-    handle = await open(folder, constants.O_RDONLY | constants.O_DIRECTORY);
+    fd = openSync(folder, constants.O_RDONLY | constants.O_DIRECTORY);
   } catch (err) {
     throw mapFsError(err, display);
   }
   try {
-    const actual = await readlink(`/proc/self/fd/${handle.fd}`).catch(() => undefined);
+    let actual: string | undefined;
+    try {
+      actual = readlinkSync(`/proc/self/fd/${fd}`);
+    } catch {
+      actual = undefined;
+    }
     if (actual === undefined) return await act(absolute);
     if (actual !== folder)
       throw new CodedError('PATH_NOT_IN_SANDBOX', `'${display}' moved during the call (a folder on the way was swapped); try again.`, { path: display });
-    return await act(`/proc/self/fd/${handle.fd}/${path.posix.basename(absolute)}`);
+    return await act(`/proc/self/fd/${fd}/${path.posix.basename(absolute)}`);
   } finally {
-    await handle.close().catch(() => undefined);
+    try {
+      closeSync(fd);
+    } catch {
+      // already closed
+    }
   }
 }
 

@@ -567,16 +567,11 @@ export async function openChecked(resolved: ResolvedPath, display: string, flags
   }
 }
 
-/**
- * Checks that an open handle is the file at `expected`, by the kernel's own name for it. With
- * `created`, the handle is a file this call just made (O_EXCL, a random name): when a folder on
- * the way was swapped for a link and it landed elsewhere, it is removed there by its real name.
- */
-export async function checkKernelName(handle: FileHandle, expected: string, display: string, created = false): Promise<void> {
+/** Checks that an open handle is the file at `expected`, by the kernel's own name for it. */
+export async function checkKernelName(handle: FileHandle, expected: string, display: string): Promise<void> {
   const actual = await readlink(`/proc/self/fd/${handle.fd}`).catch(() => undefined);
   // Without /proc the dev/ino check of openChecked stands alone.
   if (actual !== undefined && actual !== expected) {
-    if (created && !actual.endsWith(' (deleted)')) await unlink(actual).catch(() => undefined);
     throw new CodedError('PATH_NOT_IN_SANDBOX', `'${display}' moved during the call (a folder on the way was swapped); try again.`, { path: display });
   }
 }

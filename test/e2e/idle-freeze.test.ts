@@ -128,6 +128,39 @@ describe('freezing idle sandboxes', () => {
     await until('the sandbox to freeze after the command', async () => (await frozen(sandbox)) || undefined, 30_000, 200);
   });
 
+  it('never freezes a sandbox whose background process computes, even one held to 0.01 CPUs; an idle one beside them freezes', async () => {
+    const busy = await create();
+    const held = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, ttlSeconds: 600, cpus: 0.01 });
+    sandboxes.push(held);
+    const idle = await create();
+    // Background loops with no output: no call in flight and no frame, only CPU says they work.
+    const loops = [await busy.commands.start(['sh', '-c', 'while :; do :; done']), await held.commands.start(['sh', '-c', 'while :; do :; done'])];
+    // The controller's own records, read often (a REST read never thaws, but a frozen loop would show in the record).
+    const sawFrozen = new Set<string>();
+    let done = false;
+    const watch = (async () => {
+      while (!done) {
+        for (const s of [busy, held]) if (warren.controller.sandboxes.record(s.id).frozen === true) sawFrozen.add(s === busy ? 'busy' : 'held');
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    })();
+    try {
+      await until('the idle sandbox to freeze', async () => (await frozen(idle)) || undefined, 30_000, 200);
+      // Several more idle periods and checks (2 s each, checks every second) with the loops running.
+      await new Promise((r) => setTimeout(r, 8_000));
+    } finally {
+      done = true;
+      await watch;
+    }
+    expect([...sawFrozen]).toEqual([]);
+    expect(await enginePaused(busy)).toBe(false);
+    expect(await enginePaused(held)).toBe(false);
+    // Stopped, the loops no longer hold them: both freeze.
+    for (const loop of loops) await loop.kill();
+    await until('the busy sandbox to freeze once its loop ended', async () => (await frozen(busy)) || undefined, 30_000, 200);
+    await until('the held sandbox to freeze once its loop ended', async () => (await frozen(held)) || undefined, 30_000, 200);
+  });
+
   it('an open folder watch keeps its sandbox awake, so a background process that writes later is seen', async () => {
     const sandbox = await create();
     await sandbox.files.mkdir('watched');

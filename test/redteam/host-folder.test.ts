@@ -1,4 +1,4 @@
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, rm, stat } from 'node:fs/promises';
 import { createServer, type Server } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -74,6 +74,47 @@ describe('red team: a hostile daemon folder against the controller', () => {
     expect(await sandbox.files.read('kept.txt')).toBe('still here');
     await sentinel.expectUnchanged();
   });
+
+  it('a folder nested past PATH_MAX, crowded, with links out, a FIFO and folders of mode 000 is removed at the restart and at the kill, and no link is followed', async () => {
+    // The controller removed the old folder with fs.rm, which walks by path: a tree past PATH_MAX
+    // made it throw (ENAMETOOLONG), so the restart failed and the kill left the folder behind.
+    const sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });
+    const record = warren.controller.sandboxes.record(sandbox.id);
+    const parent = path.join(warren.controller.config.stateDir, 'sandboxes');
+    const hostFolder = path.join(parent, record.agentId);
+    try {
+      await sandbox.files.write('kept.txt', 'still here');
+      const plant = [
+        'import os',
+        'os.chdir("/run/warren"); os.mkdir("junk"); os.chdir("junk")',
+        'for i in range(1500):',
+        '    os.mkdir("ddd"); os.chdir("ddd")',
+        'open("leaf", "w").write("deep"); os.chmod(".", 0)',
+        'os.chdir("/run/warren/junk"); os.mkdir("many")',
+        'for i in range(20000):',
+        '    open("many/f%d" % i, "w").close()',
+        'os.chmod("many", 0)',
+        `os.symlink(${JSON.stringify(sentinel.path)}, "out"); os.symlink(${JSON.stringify(path.dirname(sentinel.path))}, "outdir")`,
+        'os.mkfifo("fifo"); os.mkdir("locked"); open("locked/x", "w").close(); os.chmod("locked", 0)',
+        'print("planted")',
+      ].join('\n');
+      const planted = await execAsRoot(containerOf(sandbox), ['python3', '-c', plant]);
+      expect(planted.stdout).toContain('planted');
+      await killDaemonAndWaitForRestart(sandbox, (await sandbox.daemonInfo()).pid);
+      expect(await sandbox.files.read('kept.txt')).toBe('still here');
+      // The folder was made anew: nothing of the old one is left, not even set aside.
+      expect(await readdir(hostFolder)).not.toContain('junk');
+      expect((await readdir(parent)).filter((name) => name.startsWith('.trash-'))).toEqual([]);
+      await sentinel.expectUnchanged();
+      // Again, and then the kill removes it.
+      expect((await execAsRoot(containerOf(sandbox), ['python3', '-c', plant])).stdout).toContain('planted');
+    } finally {
+      await sandbox.kill();
+    }
+    expect(await stat(hostFolder).catch((err: NodeJS.ErrnoException) => err.code)).toBe('ENOENT');
+    expect((await readdir(parent)).filter((name) => name.startsWith('.trash-'))).toEqual([]);
+    await sentinel.expectUnchanged();
+  }, 180_000);
 
   it('a link to a host socket in place of agent.sock: the controller refuses to connect and names no host path', async () => {
     await using sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });

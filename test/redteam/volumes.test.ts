@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Credentials } from '@warren/controller';
 import { Sandbox, Volumes } from '@warren/sdk';
+import { tar } from '../support/files.js';
 import { startTestController, type TestController } from '../support/fixtures.js';
 import { DaemonIdentity, HostSentinel, sandboxCode } from '../support/redteam.js';
 
@@ -149,6 +150,105 @@ describe('red team: named volumes shared by sandboxes', () => {
       await attacker.kill();
       await victim.kill();
       await volumes.delete('race');
+    }
+  }, 180_000);
+
+  it('another sandbox swapping a shared folder for a link never leads a narrowed handle’s writes with missing parents, mkdir -p, uploads or copies to make anything outside its grant', async () => {
+    // Making missing parent folders by path (mkdir -p after the policy check) followed the link
+    // the attacker swapped in, which resolves in the victim's container to the victim's private
+    // folder: folders landed there, outside the handle's grant. Now each folder is made through
+    // its parent's descriptor, and a link on the way is refused.
+    const volumes = new Volumes(options());
+    await volumes.create({ name: 'parents', sizeMb: 64 });
+    const attacker = await Sandbox.create({ ...options(), volumes: [{ name: 'parents', path: '/workspace/shared' }] });
+    const victim = await Sandbox.create({ ...options(), volumes: [{ name: 'parents', path: '/workspace/shared' }] });
+    try {
+      await sandboxCode(victim, 'mkdir -p /workspace/private && for i in $(seq 0 9); do echo precious > /workspace/private/x$i; done; echo ok=1');
+      await sandboxCode(attacker, 'mkdir -p /workspace/shared/sub && echo source > /workspace/shared/src.txt; echo ok=1');
+      // The link is there half of the time: the race is won often, not once in a while.
+      const swapper = await attacker.commands.start([
+        'python3',
+        '-c',
+        [
+          'import os, time',
+          'os.chdir("/workspace/shared")',
+          'while not os.path.exists("/workspace/stop"):',
+          '    try:',
+          '        os.rename("sub", "real"); os.symlink("/workspace/private", "sub"); time.sleep(0.0005); os.unlink("sub"); os.rename("real", "sub")',
+          '    except OSError:',
+          '        os.makedirs("sub", exist_ok=True)',
+          'if os.path.islink("sub"): os.unlink("sub")',
+          'if os.path.isdir("real") and not os.path.exists("sub"): os.rename("real", "sub")',
+          'os.makedirs("sub", exist_ok=True)',
+        ].join('\n'),
+      ]);
+      const { token } = await victim.deriveToken({ allowRead: ['/workspace/shared'], allowWrite: ['/workspace/shared'] });
+      const narrow = await Sandbox.connect(victim.id, { baseUrl: warren.url, token });
+      const archive = await tar([{ header: { name: 'u/', type: 'directory', mode: 0o755 } }, { header: { name: 'u/f.txt', mode: 0o644 }, data: 'up' }]);
+      const end = Date.now() + 15_000;
+      let calls = 0;
+      let refusedAsSwap = 0;
+      let succeeded = 0;
+      const ok = () => {
+        succeeded++;
+      };
+      const note = (err: unknown) => {
+        if ((err as { code?: string }).code === 'PATH_NOT_IN_SANDBOX') refusedAsSwap++;
+      };
+      await Promise.all(
+        [0, 1, 2, 3].map(async (worker) => {
+          for (let k = worker; Date.now() < end; k += 4) {
+            // A few names again and again: thousands of new folders would fill the volume's inodes.
+            const i = k % 25;
+            // Refusals and NOT_FOUND are the expected answers while the folder is swapped.
+            await narrow.files.write(`/workspace/shared/sub/w${i}/deep/f.txt`, 'from-handle').then(ok, note);
+            await narrow.files.mkdir(`/workspace/shared/sub/m${i}/deeper`, { parents: true }).then(ok, note);
+            await narrow.files.copy('/workspace/shared/src.txt', `/workspace/shared/sub/c${i}/x.txt`).then(ok, note);
+            await narrow.files.upload(`/workspace/shared/sub/t${i}`, archive).then(ok, note);
+            await narrow.files
+              .upload(
+                `/workspace/shared/sub/s${i}`,
+                (async function* () {
+                  yield archive;
+                })(),
+              )
+              .then(ok, note);
+            calls += 5;
+          }
+        }),
+      );
+      // Once the swapping stops (and the swapper put its folder back), each call goes through, through the same descriptor walks.
+      await sandboxCode(attacker, 'touch /workspace/stop; echo ok=1');
+      await swapper.wait({ timeoutMs: 30_000 });
+      await narrow.files.write('/workspace/shared/sub/after/deep/f.txt', 'from-handle');
+      await narrow.files.mkdir('/workspace/shared/sub/after-m/deeper', { parents: true });
+      await narrow.files.copy('/workspace/shared/src.txt', '/workspace/shared/sub/after-c/x.txt');
+      await narrow.files.upload('/workspace/shared/sub/after-t', archive);
+      await narrow.files.upload(
+        '/workspace/shared/sub/after-s',
+        (async function* () {
+          yield archive;
+        })(),
+      );
+      const made = await sandboxCode(
+        attacker,
+        'cd /workspace/shared/sub && echo "w=$(cat after/deep/f.txt)"; echo "c=$(cat after-c/x.txt)"; echo "t=$(cat after-t/u/f.txt)"; echo "s=$(cat after-s/u/f.txt)"; [ -d after-m/deeper ] && echo deeper=1; stat -c owner=%u after/deep',
+      );
+      expect(made.facts).toMatchObject({ w: 'from-handle', c: 'source', t: 'up', s: 'up', deeper: '1', owner: '1000' });
+      narrow.close();
+      const after = await sandboxCode(
+        victim,
+        'echo "entries=$(find /workspace/private -mindepth 1 | wc -l)"; echo "changed=$(grep -L precious /workspace/private/x* | wc -l)"; echo "foreign=$(find /workspace/private -mindepth 1 ! -name "x[0-9]" | head -3 | tr "\n" " ")"',
+      );
+      expect(calls).toBeGreaterThan(100);
+      expect(after.facts).toMatchObject({ entries: '10', changed: '0', foreign: '' });
+      // Some calls did their work between swaps, and a swap was refused with a typed error, not slipped through unseen.
+      expect(succeeded).toBeGreaterThan(0);
+      expect(refusedAsSwap).toBeGreaterThan(0);
+    } finally {
+      await attacker.kill();
+      await victim.kill();
+      await volumes.delete('parents');
     }
   }, 180_000);
 

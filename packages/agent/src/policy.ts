@@ -1,5 +1,5 @@
 import type { Stats } from 'node:fs';
-import { constants, lstatSync, readFileSync, readlinkSync, realpathSync, statfsSync } from 'node:fs';
+import { closeSync, constants, lstatSync, openSync, readFileSync, readlinkSync, realpathSync, statfsSync } from 'node:fs';
 import { lstat, open, readdir, readlink, rmdir, unlink, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import {
@@ -531,15 +531,21 @@ export function requireRegularFile(info: Stats | undefined, display: string): vo
 }
 
 /**
- * Opens a resolved path without following a link in its last segment (O_NOFOLLOW) and without
- * blocking on a FIFO (O_NONBLOCK), then checks that the opened file is the one the walk saw (same
+ * Opens a resolved path in its folder pinned by a descriptor ({@link atPinnedFolder}), without
+ * following a link in its last segment (O_NOFOLLOW) and without blocking on a FIFO (O_NONBLOCK),
+ * then checks that the opened file is the one the walk saw (same
  * device and inode) and that the kernel's own name for it (`/proc/self/fd`) is the walked path.
  * Anything swapped in between is refused and the handle closed.
  */
 export async function openChecked(resolved: ResolvedPath, display: string, flags: number = constants.O_RDONLY): Promise<FileHandle> {
   let handle: FileHandle;
   try {
-    handle = await open(resolved.absolute, flags | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+    // In its folder pinned by a descriptor: a folder on the way swapped for a link meanwhile never
+    // gets a file elsewhere opened (a device's open alone can act), only refused.
+    handle =
+      resolved.absolute === '/'
+        ? await open(resolved.absolute, flags | constants.O_NOFOLLOW | constants.O_NONBLOCK)
+        : await atPinnedFolder(resolved.absolute, display, (at) => open(at, flags | constants.O_NOFOLLOW | constants.O_NONBLOCK));
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'ELOOP')
@@ -561,16 +567,11 @@ export async function openChecked(resolved: ResolvedPath, display: string, flags
   }
 }
 
-/**
- * Checks that an open handle is the file at `expected`, by the kernel's own name for it. With
- * `created`, the handle is a file this call just made (O_EXCL, a random name): when a folder on
- * the way was swapped for a link and it landed elsewhere, it is removed there by its real name.
- */
-export async function checkKernelName(handle: FileHandle, expected: string, display: string, created = false): Promise<void> {
+/** Checks that an open handle is the file at `expected`, by the kernel's own name for it. */
+export async function checkKernelName(handle: FileHandle, expected: string, display: string): Promise<void> {
   const actual = await readlink(`/proc/self/fd/${handle.fd}`).catch(() => undefined);
   // Without /proc the dev/ino check of openChecked stands alone.
   if (actual !== undefined && actual !== expected) {
-    if (created && !actual.endsWith(' (deleted)')) await unlink(actual).catch(() => undefined);
     throw new CodedError('PATH_NOT_IN_SANDBOX', `'${display}' moved during the call (a folder on the way was swapped); try again.`, { path: display });
   }
 }
@@ -586,20 +587,31 @@ export async function checkKernelName(handle: FileHandle, expected: string, disp
  */
 export async function atPinnedFolder<T>(absolute: string, display: string, act: (name: string) => Promise<T>): Promise<T> {
   const folder = path.posix.dirname(absolute);
-  let handle: FileHandle;
+  // Synchronous on purpose, as the walk's metadata calls: opening a folder and reading its
+  // descriptor's name take microseconds, a trip through the thread pool costs more than that.
+  let fd: number;
   try {
-    handle = await open(folder, constants.O_RDONLY | constants.O_DIRECTORY);
+    fd = openSync(folder, constants.O_RDONLY | constants.O_DIRECTORY);
   } catch (err) {
     throw mapFsError(err, display);
   }
   try {
-    const actual = await readlink(`/proc/self/fd/${handle.fd}`).catch(() => undefined);
+    let actual: string | undefined;
+    try {
+      actual = readlinkSync(`/proc/self/fd/${fd}`);
+    } catch {
+      actual = undefined;
+    }
     if (actual === undefined) return await act(absolute);
     if (actual !== folder)
       throw new CodedError('PATH_NOT_IN_SANDBOX', `'${display}' moved during the call (a folder on the way was swapped); try again.`, { path: display });
-    return await act(`/proc/self/fd/${handle.fd}/${path.posix.basename(absolute)}`);
+    return await act(`/proc/self/fd/${fd}/${path.posix.basename(absolute)}`);
   } finally {
-    await handle.close().catch(() => undefined);
+    try {
+      closeSync(fd);
+    } catch {
+      // already closed
+    }
   }
 }
 

@@ -1,7 +1,9 @@
+import { randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
-import { mkdir, open, rm } from 'node:fs/promises';
+import { lstat, mkdir, open, readdir, rename, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { CodedError } from '@warren/protocol';
+import { removeHostTree } from './host-remove.js';
 
 /** Host uid and gid; `undefined` fields mean "leave as created". */
 export interface HostIdentity {
@@ -11,6 +13,8 @@ export interface HostIdentity {
 
 const SECRET_FILE = 'secret';
 const SOCKET_FILE = 'agent.sock';
+/** The prefix of a daemon folder set aside for removal (never a valid agent id: those are letters and digits). */
+const TRASH_PREFIX = '.trash-';
 
 /**
  * The host side of each sandbox's daemon folder (`<state>/sandboxes/<agentId>`, bind-mounted at
@@ -22,6 +26,14 @@ const SOCKET_FILE = 'agent.sock';
  * descriptor, and the daemon's socket is checked with `lstat` before each connect (see
  * `agent-link.ts`). The daemon hands its socket to the folder's owner, so a controller that is
  * not root can connect too.
+ *
+ * The daemon is the container's root, so a compromised one fills its folder with anything: trees
+ * nested past PATH_MAX, millions of entries, links to host files, FIFOs, folders of mode 000. An
+ * old folder is therefore first renamed aside (`.trash-<agentId>-<random>`, in the controller's
+ * own `sandboxes` folder, which no container sees), so a new one can be made at once whatever
+ * the old one holds, then removed with {@link removeHostTree} (`rm -rf --one-file-system` in a
+ * child process, bounded in time, never following a link). A removal that fails is reported to
+ * `onError` and left for {@link AgentDirs.sweep}; it never fails the start or the kill.
  *
  * @example
  * const dirs = new AgentDirs('/var/lib/warren', { uid: 100000, gid: 100000 });
@@ -37,6 +49,8 @@ export class AgentDirs {
   constructor(
     private readonly stateDir: string,
     private readonly daemonOwner: HostIdentity | undefined,
+    /** Told of a folder that could not be removed (it stays set aside; the next sweep tries again). */
+    private readonly onError?: (folder: string, error: unknown) => void,
   ) {}
 
   /** The host folder of one daemon. */
@@ -58,7 +72,7 @@ export class AgentDirs {
   async prepare(agentId: string, secret: string): Promise<string> {
     const dir = this.folder(agentId);
     await mkdir(path.dirname(dir), { recursive: true, mode: 0o700 });
-    await rm(dir, { recursive: true, force: true });
+    await this.discard(dir);
     await mkdir(dir, { mode: 0o700 });
     const folder = await open(dir, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW);
     try {
@@ -80,8 +94,37 @@ export class AgentDirs {
     return dir;
   }
 
-  /** Removes one daemon's folder (links inside are removed, never followed). */
+  /** Removes one daemon's folder (links inside are removed, never followed); a failure is reported, never thrown. */
   async remove(agentId: string): Promise<void> {
-    await rm(this.folder(agentId), { recursive: true, force: true });
+    const dir = this.folder(agentId);
+    await this.discard(dir).catch((err: unknown) => this.onError?.(dir, err));
+  }
+
+  /** Removes the folders earlier removals set aside and could not remove (a crash, a timeout). */
+  async sweep(): Promise<void> {
+    const parent = path.join(this.stateDir, 'sandboxes');
+    const names = await readdir(parent).catch(() => [] as string[]);
+    for (const name of names) if (name.startsWith(TRASH_PREFIX)) await this.removeAside(path.join(parent, name));
+  }
+
+  /** Sets `dir` aside under a name of its own (so a new one can be made at once) and removes it. */
+  private async discard(dir: string): Promise<void> {
+    const info = await lstat(dir).catch(() => undefined);
+    if (!info) return;
+    if (!info.isDirectory()) {
+      await unlink(dir);
+      return;
+    }
+    const aside = path.join(path.dirname(dir), `${TRASH_PREFIX}${path.basename(dir)}-${randomBytes(6).toString('hex')}`);
+    await rename(dir, aside);
+    await this.removeAside(aside);
+  }
+
+  private async removeAside(aside: string): Promise<void> {
+    try {
+      await removeHostTree(aside);
+    } catch (err) {
+      this.onError?.(aside, err);
+    }
   }
 }

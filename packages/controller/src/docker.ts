@@ -541,7 +541,11 @@ export class DockerProvider implements SandboxProvider {
     this.channel = chooseChannel(wanted, { localEngine, engineInVm, sharesFolders });
     if (this.engine.name === 'podman') this.seccompProfile = await this.podmanSeccompProfile(stateDir, sharesFolders);
     this.options.logger?.info({ channel: this.channel }, 'daemon.channel');
-    this.dirs = new AgentDirs(stateDir, daemonOwner(this.remap));
+    this.dirs = new AgentDirs(stateDir, daemonOwner(this.remap), (folder, error) =>
+      this.options.logger?.warn({ folder, error: error instanceof Error ? error.message : String(error) }, 'daemon-folder.remove-failed'),
+    );
+    // Folders an earlier run set aside and could not remove: in the background, never in the way of the start.
+    void this.dirs.sweep();
     this.workspaces = await openWorkspaceStore({
       stateDir,
       mode: this.options.workspaceQuota,
@@ -1223,7 +1227,7 @@ export class DockerProvider implements SandboxProvider {
 /** The part of the engine's container stats Warren reads (cgroup v1 and v2 shapes). */
 interface DockerStats {
   read?: string;
-  cpu_stats?: { cpu_usage?: { total_usage?: number } };
+  cpu_stats?: { cpu_usage?: { total_usage?: number }; throttling_data?: { throttled_periods?: number } };
   memory_stats?: { usage?: number; max_usage?: number; limit?: number; stats?: Record<string, number> };
   pids_stats?: { current?: number; limit?: number };
   networks?: Record<string, { rx_bytes?: number; tx_bytes?: number }>;
@@ -1245,6 +1249,7 @@ export function statsFromEngine(raw: DockerStats): SandboxStats | undefined {
   const networks = Object.values(raw.networks ?? {});
   return {
     cpuSeconds: (raw.cpu_stats.cpu_usage.total_usage ?? 0) / 1e9,
+    ...(raw.cpu_stats.throttling_data?.throttled_periods !== undefined ? { cpuThrottledPeriods: raw.cpu_stats.throttling_data.throttled_periods } : {}),
     memoryBytes: usage,
     ...(memory.limit !== undefined && memory.limit > 0 && memory.limit < 2 ** 62 ? { memoryLimitBytes: memory.limit } : {}),
     ...(memory.max_usage !== undefined ? { memoryPeakBytes: memory.max_usage } : {}),

@@ -8,6 +8,40 @@ import type { SandboxRecord, SandboxTable } from './sandbox-table.js';
 
 /** Above this share of one CPU, measured by the engine between two checks, a sandbox is busy though nobody calls it. */
 export const BUSY_CPU_SHARE = 0.02;
+/** A sandbox whose CPU limit is small is busy once it used this share of its limit (a loop held to 0.01 CPUs works all the time). */
+export const BUSY_LIMIT_SHARE = 0.5;
+
+/** One sample of a sandbox's CPU counters, as the engine reports them. */
+interface CpuSample {
+  at: number;
+  cpuSeconds: number;
+  /** Scheduler periods in which the CPU limit held its processes back, when the engine reports them. */
+  throttledPeriods?: number | undefined;
+}
+
+/**
+ * Whether a sandbox's processes worked between two samples: they used at least
+ * {@link BUSY_CPU_SHARE} of one CPU, or {@link BUSY_LIMIT_SHARE} of their own CPU limit when that
+ * is smaller, or the limit held them back at all (throttled periods grew: they wanted more CPU
+ * than they were given, so they are busy however little they got). A counter that went backwards
+ * (the container was restarted) says nothing: `undefined`, and the later sample is the new
+ * baseline.
+ *
+ * @example
+ * cpuBusy({ at: 0, cpuSeconds: 1 }, { at: 1000, cpuSeconds: 1.5 }, 1); // true
+ * cpuBusy({ at: 0, cpuSeconds: 1 }, { at: 1000, cpuSeconds: 1.001 }, 1); // false
+ */
+export function cpuBusy(before: CpuSample, after: CpuSample, cpuLimit: number | undefined): boolean | undefined {
+  const seconds = (after.at - before.at) / 1000;
+  const used = after.cpuSeconds - before.cpuSeconds;
+  if (seconds <= 0 || used < 0) return undefined;
+  if (before.throttledPeriods !== undefined && after.throttledPeriods !== undefined) {
+    if (after.throttledPeriods < before.throttledPeriods) return undefined;
+    if (after.throttledPeriods > before.throttledPeriods) return true;
+  }
+  const threshold = cpuLimit !== undefined && cpuLimit > 0 ? Math.min(BUSY_CPU_SHARE, cpuLimit * BUSY_LIMIT_SHARE) : BUSY_CPU_SHARE;
+  return used / seconds >= threshold;
+}
 
 export interface IdleFreezerOptions {
   /** Seconds without activity before a sandbox is frozen; 0 turns freezing off. */
@@ -70,8 +104,8 @@ interface Activity {
   last: number;
   /** Calls in flight and connections that hold the sandbox awake. */
   holds: number;
-  /** The engine's CPU counter at a moment after `last`: a later sample shows whether its processes worked meanwhile. */
-  cpuMark?: { at: number; cpuSeconds: number } | undefined;
+  /** The engine's CPU counters at a moment after `last`: a later sample shows whether its processes worked meanwhile. */
+  cpuMark?: CpuSample | undefined;
 }
 
 /**
@@ -84,9 +118,11 @@ interface Activity {
  * A sandbox is idle when, for `idleSeconds`: no call was in flight on any connection (a running
  * foreground command, an attached process, a watch, a terminal or a port tunnel is a call in
  * flight), no frame passed either way, no connection opened, no egress connection was open, and
- * the engine counted less than {@link BUSY_CPU_SHARE} of a CPU between two checks (so a
- * background job that computes keeps its sandbox awake; one that sleeps or waits on a socket is
- * frozen and runs on when the sandbox thaws). A frozen sandbox stays `running` for the API, with
+ * the engine's counters showed no work between two checks ({@link cpuBusy}: less than
+ * {@link BUSY_CPU_SHARE} of a CPU, less than half of a smaller CPU limit, and never held back by
+ * that limit), so a background job that computes keeps its sandbox awake, however small its CPU
+ * limit or however little of it the limit lets it have; one that sleeps or waits on a socket is
+ * frozen and runs on when the sandbox thaws. A frozen sandbox stays `running` for the API, with
  * `frozen: true`.
  *
  * @example
@@ -202,9 +238,9 @@ export class IdleFreezer {
       const stats = await this.options.provider.stats(record.containerId, record.agentId).catch(() => undefined);
       if (!stats) continue;
       const mark = activity.cpuMark;
-      const sample = { at: this.options.clock.now(), cpuSeconds: stats.cpuSeconds };
+      const sample: CpuSample = { at: this.options.clock.now(), cpuSeconds: stats.cpuSeconds, throttledPeriods: stats.cpuThrottledPeriods };
       // The first sample after the sandbox went quiet is the baseline; the next one decides.
-      if (!mark || sample.at <= mark.at || (stats.cpuSeconds - mark.cpuSeconds) / ((sample.at - mark.at) / 1000) >= BUSY_CPU_SHARE) {
+      if (!mark || cpuBusy(mark, sample, record.settings.cpus) !== false) {
         activity.cpuMark = sample;
         continue;
       }

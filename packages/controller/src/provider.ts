@@ -205,6 +205,8 @@ export interface SharedRecords {
 /** One sample of a sandbox's use, as a provider reads it from its engine (never from inside the sandbox). */
 export interface SandboxStats {
   cpuSeconds: number;
+  /** Scheduler periods in which the sandbox's CPU limit held its processes back (a count that only grows), where the backend reports it. */
+  cpuThrottledPeriods?: number | undefined;
   memoryBytes: number;
   memoryLimitBytes?: number | undefined;
   memoryPeakBytes?: number | undefined;

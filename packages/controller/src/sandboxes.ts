@@ -665,7 +665,9 @@ export class SandboxService {
       throw new CodedError('SANDBOX_NOT_READY', `Sandbox '${id}' is not running, so it uses nothing to measure; resume or restart it first.`, {
         sandboxId: id,
       });
-    return this.usageHistory.add({ sandboxId: id, time: new Date().toISOString(), ...stats });
+    // The throttling counter is the idle freezer's, not part of the usage answer.
+    const { cpuThrottledPeriods: _throttled, ...measured } = stats;
+    return this.usageHistory.add({ sandboxId: id, time: new Date().toISOString(), ...measured });
   }
 
   /**

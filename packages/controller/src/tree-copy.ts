@@ -4,6 +4,7 @@ import { chmod, lchown, link, lstat, readdir, readlink, unlink } from 'node:fs/p
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { CodedError } from '@warren/protocol';
+import { removeHostTree, REMOVE_TIMEOUT_MS } from './host-remove.js';
 
 const run = promisify(execFile);
 
@@ -47,20 +48,21 @@ function pathTooLong(what: string): CodedError {
 
 /** Empties folder `dir` (the folder itself stays), without following links, however deep it goes. */
 export async function emptyTree(dir: string): Promise<void> {
-  await run('find', [dir, '-mindepth', '1', '-delete']).catch((err: unknown) => {
+  await run('find', ['-P', dir, '-xdev', '-mindepth', '1', '-delete'], { timeout: REMOVE_TIMEOUT_MS, killSignal: 'SIGKILL' }).catch((err: unknown) => {
     throw new CodedError('INTERNAL', `Could not empty a folder of the controller's: ${hostless(errorText(err), dir)}`);
   });
 }
 
 /**
- * Removes `target` and everything below it (nothing when it is absent) with GNU `rm -rf`, which
- * never follows links and walks by descriptor: a tree the sandbox nested deeper than PATH_MAX
- * (4096 bytes of path) goes too, where `fs.rm` fails with ENAMETOOLONG on it and would leave a
- * snapshot's copy on the host for good (and fail the next start's clean-up).
+ * Removes `target` and everything below it (nothing when it is absent) with {@link removeHostTree}
+ * (GNU `rm -rf --one-file-system` in a child process, bounded in time), which never follows links
+ * and walks by descriptor: a tree the sandbox nested deeper than PATH_MAX (4096 bytes of path)
+ * goes too, where `fs.rm` fails with ENAMETOOLONG on it and would leave a snapshot's copy on the
+ * host for good (and fail the next start's clean-up).
  */
 export async function removeTree(target: string): Promise<void> {
-  await run('rm', ['-rf', '--', target], { maxBuffer: 1024 * 1024 }).catch((err: unknown) => {
-    throw new CodedError('INTERNAL', `Could not remove a folder of the controller's: ${hostless(errorText(err), target)}`);
+  await removeHostTree(target).catch((err: unknown) => {
+    throw new CodedError('INTERNAL', hostless(err instanceof Error ? err.message : String(err), target));
   });
 }
 

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
 import { CodedError } from '@warren/protocol';
 import { Credentials, loadConfig, Metrics, SandboxService } from '../src/index.js';
-import { IdleFreezer } from '../src/idle-freezer.js';
+import { cpuBusy, IdleFreezer } from '../src/idle-freezer.js';
 import { FakeClock, FakeProvider } from './fakes.js';
 
 let stateDir: string;
@@ -288,5 +288,45 @@ describe('the idle freezer, on a fake clock', () => {
     await service.wake(id);
     expect(engineState(service, id)).toBe('running');
     expect(service.record(id).frozen).toBe(false);
+  });
+});
+
+describe('when a sandbox counts as busy (cpuBusy)', () => {
+  const at = (seconds: number, cpuSeconds: number, throttledPeriods?: number) => ({ at: seconds * 1000, cpuSeconds, throttledPeriods });
+
+  it('busy from 2 % of a CPU between two samples, idle below', () => {
+    expect(cpuBusy(at(0, 10), at(5, 10.2), 1)).toBe(true);
+    expect(cpuBusy(at(0, 10), at(5, 10.01), 1)).toBe(false);
+  });
+
+  it('a loop held to a CPU limit below 2 % of a CPU is busy: it uses half of its limit or more', () => {
+    // cpus: 0.01, and a loop that takes all of it: 1 % of a CPU.
+    expect(cpuBusy(at(0, 1), at(10, 1.1), 0.01)).toBe(true);
+    expect(cpuBusy(at(0, 1), at(10, 1.001), 0.01)).toBe(false);
+  });
+
+  it('held back by its CPU limit at all (throttled periods grew) is busy, however little CPU it got', () => {
+    expect(cpuBusy(at(0, 1, 40), at(5, 1.001, 41), 1)).toBe(true);
+    expect(cpuBusy(at(0, 1, 40), at(5, 1.001, 40), 1)).toBe(false);
+  });
+
+  it('counters that went backwards (a restarted container) decide nothing: the later sample is the new baseline', () => {
+    expect(cpuBusy(at(0, 50), at(5, 2), 1)).toBeUndefined();
+    expect(cpuBusy(at(0, 1, 90), at(5, 1, 3), 1)).toBeUndefined();
+    expect(cpuBusy(at(5, 1), at(5, 1), 1)).toBeUndefined();
+  });
+
+  it('the freezer keeps a restarted busy sandbox awake: a CPU counter that went backwards is never read as idle', async () => {
+    const service = makeService(60);
+    await service.recover();
+    const { id } = await service.create({});
+    provider.cpuPerSample = 0.5;
+    provider.cpuSeconds = 100;
+    await clock.advance(60_000);
+    expect(await service.freezer.check()).toEqual([]); // the baseline, at 100.5 CPU seconds
+    provider.cpuSeconds = 0; // the container started again: its counter begins anew, and it computes
+    await clock.advance(5_000);
+    expect(await checkRounds(service, 4)).toEqual([]);
+    expect(service.record(id).frozen).toBeUndefined();
   });
 });

@@ -1,13 +1,12 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { Stats } from 'node:fs';
 import { constants } from 'node:fs';
-import { lchown, link, lstat, mkdir, open, rename, unlink, type FileHandle } from 'node:fs/promises';
+import { lchown, link, lstat, open, rename, unlink, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { CodedError, describePolicy, MAX_WRITE_GAP_BYTES, type ApprovalRequest, type FilePolicy } from '@warren/protocol';
 import type { CallContext } from '../dispatch.js';
+import { pinFolder, withPinnedFolder, type PinnedFolder } from '../folder-pin.js';
 import {
-  atPinnedFolder,
-  checkKernelName,
   checkSize,
   checkSuffix,
   mapFsError,
@@ -41,18 +40,21 @@ export async function ownPath(fs: FsContext, target: string): Promise<void> {
 }
 
 /**
- * `mkdir -p` that hands every folder it made (not those that were there) to the sandbox user.
- * Resolves the first folder it made, or undefined.
+ * `mkdir -p` through descriptors ({@link pinFolder}): every folder it makes (not those that were
+ * there) is made in its parent's descriptor and handed to the sandbox user; a link swapped in on
+ * the way is refused (`PATH_NOT_IN_SANDBOX`), never followed. Resolves the folders made, parents
+ * first.
  */
-export async function makeFolders(fs: FsContext, folder: string, mode?: number): Promise<string | undefined> {
-  const first = await mkdir(folder, { recursive: true, ...(mode !== undefined && { mode }) });
-  if (first !== undefined && fs.owner) {
-    for (let made = folder; ; made = path.posix.dirname(made)) {
-      await ownPath(fs, made);
-      if (made === first || made === '/') break;
-    }
-  }
-  return first;
+export async function makeFolders(fs: FsContext, folder: string, mode?: number, display: string = folder): Promise<string[]> {
+  const made: string[] = [];
+  const dir = await pinFolder(folder, display, { mode, owner: fs.owner, made });
+  await dir.close();
+  return made;
+}
+
+/** Pins `folder`, making it and its missing parents as {@link makeFolders} does, and runs `act` in it. */
+export function inFolder<T>(fs: FsContext, folder: string, display: string, act: (dir: PinnedFolder) => Promise<T>, made?: string[]): Promise<T> {
+  return withPinnedFolder(folder, display, { owner: fs.owner, made }, act);
 }
 
 /**
@@ -215,30 +217,34 @@ export interface AtomicWriteOptions {
 export async function appendWrite(fs: FsContext, resolved: ResolvedPath, display: string, content: Uint8Array, mode = 0o644): Promise<{ created: boolean }> {
   checkSuffix(fs.policy, resolved, display);
   checkSize(fs.policy, resolved, display, (resolved.stat?.size ?? 0) + content.length);
-  if (resolved.stat) requireRegularFile(resolved.stat, display);
-  else {
-    await makeFolders(fs, path.posix.dirname(resolved.absolute)).catch((e: unknown) => {
+  if (resolved.stat) {
+    requireRegularFile(resolved.stat, display);
+    const handle = await openChecked(resolved, display, constants.O_WRONLY | constants.O_APPEND);
+    try {
+      checkHardLinks(fs, await handle.stat(), display);
+      await writeAll(handle, content, null, display);
+    } finally {
+      await handle.close();
+    }
+    return { created: false };
+  }
+  // A new file: made in its folder pinned by a descriptor (missing folders made through descriptors too).
+  await inFolder(fs, path.posix.dirname(resolved.absolute), display, async (dir) => {
+    const handle = await open(
+      dir.at(path.posix.basename(resolved.absolute)),
+      constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
+      mode,
+    ).catch((e: unknown) => {
       throw mapFsError(e, display);
     });
-  }
-  const handle = resolved.stat
-    ? await openChecked(resolved, display, constants.O_WRONLY | constants.O_APPEND)
-    : await open(resolved.absolute, constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode).catch(
-        (e: unknown) => {
-          throw mapFsError(e, display);
-        },
-      );
-  try {
-    if (resolved.stat) checkHardLinks(fs, await handle.stat(), display);
-    else {
-      await checkKernelName(handle, resolved.absolute, display, true);
+    try {
       await ownHandle(fs, handle);
+      await writeAll(handle, content, null, display);
+    } finally {
+      await handle.close();
     }
-    await writeAll(handle, content, null, display);
-  } finally {
-    await handle.close();
-  }
-  return { created: !resolved.stat };
+  });
+  return { created: true };
 }
 
 /**
@@ -320,53 +326,48 @@ export async function atomicWrite(
     if (options.overwrite === false)
       throw new CodedError('ALREADY_EXISTS', `'${display}' already exists; pass overwrite: true to replace it.`, { path: display });
   }
-  const folder = path.posix.dirname(resolved.absolute);
-  await makeFolders(fs, folder).catch((e: unknown) => {
-    throw mapFsError(e, display);
-  });
   const mode = resolved.stat ? resolved.stat.mode & 0o777 : (options.mode ?? 0o644);
-  const temp = path.posix.join(folder, `.${path.posix.basename(resolved.absolute).slice(0, 180)}.warren-${randomBytes(6).toString('hex')}`);
-  const handle = await open(temp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode).catch((e: unknown) => {
-    throw mapFsError(e, display);
-  });
-  let renamed = false;
-  try {
-    await checkKernelName(handle, temp, display, true);
-    // A replaced file keeps its owner; a new one is the sandbox user's.
-    await ownHandle(fs, handle, fs.owner && resolved.stat ? { uid: resolved.stat.uid, gid: resolved.stat.gid } : fs.owner);
-    await handle.writeFile(content);
-    await handle.chmod(mode);
-    await handle.close();
-    if (options.unchangedSince) {
-      const now = await lstat(resolved.absolute).catch(() => undefined);
-      const was = options.unchangedSince;
-      if (!now || now.ino !== was.ino || now.dev !== was.dev || now.size !== was.size || now.mtimeMs !== was.mtimeMs) {
-        throw new CodedError('CONFLICT', `'${display}' changed while it was being edited; read it again and retry.`, { path: display });
-      }
-    }
-    // Both names in the folder pinned by a descriptor: a folder on the way swapped for a link
-    // meanwhile (by this sandbox, or another sharing a volume) cannot move the file elsewhere.
-    await atPinnedFolder(temp, display, (tempAt) =>
-      atPinnedFolder(resolved.absolute, display, async (targetAt) => {
-        if (options.overwrite === false) {
-          await link(tempAt, targetAt).catch((e: unknown) => {
-            throw (e as NodeJS.ErrnoException).code === 'EEXIST'
-              ? new CodedError('ALREADY_EXISTS', `'${display}' already exists; pass overwrite: true to replace it.`, { path: display })
-              : mapFsError(e, display);
-          });
-          await unlink(tempAt);
-        } else {
-          await rename(tempAt, targetAt);
+  const name = path.posix.basename(resolved.absolute);
+  const tempName = `.${name.slice(0, 180)}.warren-${randomBytes(6).toString('hex')}`;
+  // Every step in the target's folder pinned by a descriptor (made through descriptors when
+  // missing): a folder on the way swapped for a link meanwhile, by this sandbox or by another one
+  // sharing a volume, can neither move the file elsewhere nor make anything there.
+  await inFolder(fs, path.posix.dirname(resolved.absolute), display, async (dir) => {
+    const handle = await open(dir.at(tempName), constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode).catch((e: unknown) => {
+      throw mapFsError(e, display);
+    });
+    let renamed = false;
+    try {
+      // A replaced file keeps its owner; a new one is the sandbox user's.
+      await ownHandle(fs, handle, fs.owner && resolved.stat ? { uid: resolved.stat.uid, gid: resolved.stat.gid } : fs.owner);
+      await handle.writeFile(content);
+      await handle.chmod(mode);
+      await handle.close();
+      if (options.unchangedSince) {
+        const now = await lstat(dir.at(name)).catch(() => undefined);
+        const was = options.unchangedSince;
+        if (!now || now.ino !== was.ino || now.dev !== was.dev || now.size !== was.size || now.mtimeMs !== was.mtimeMs) {
+          throw new CodedError('CONFLICT', `'${display}' changed while it was being edited; read it again and retry.`, { path: display });
         }
-      }),
-    );
-    renamed = true;
-  } catch (err) {
-    throw mapFsError(err, display);
-  } finally {
-    await handle.close().catch(() => undefined);
-    if (!renamed) await unlink(temp).catch(() => undefined);
-  }
+      }
+      if (options.overwrite === false) {
+        await link(dir.at(tempName), dir.at(name)).catch((e: unknown) => {
+          throw (e as NodeJS.ErrnoException).code === 'EEXIST'
+            ? new CodedError('ALREADY_EXISTS', `'${display}' already exists; pass overwrite: true to replace it.`, { path: display })
+            : mapFsError(e, display);
+        });
+        await unlink(dir.at(tempName));
+      } else {
+        await rename(dir.at(tempName), dir.at(name));
+      }
+      renamed = true;
+    } catch (err) {
+      throw mapFsError(err, display);
+    } finally {
+      await handle.close().catch(() => undefined);
+      if (!renamed) await unlink(dir.at(tempName)).catch(() => undefined);
+    }
+  });
   return { created: !resolved.stat };
 }
 

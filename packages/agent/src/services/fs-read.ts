@@ -1,4 +1,4 @@
-import { readlink } from 'node:fs/promises';
+import { lstat, readlink } from 'node:fs/promises';
 import {
   canWrite,
   clampLines,
@@ -13,7 +13,7 @@ import {
   type Result,
 } from '@warren/protocol';
 import type { Handler } from '../dispatch.js';
-import { checkSize, checkSuffix, openChecked, requireRegularFile, typeOf } from '../policy.js';
+import { atPinnedFolder, checkSize, checkSuffix, mapFsError, openChecked, requireRegularFile, typeOf } from '../policy.js';
 import { checkHardLinks, readWhole, resolveFor, sha256, type FsContext } from './fs-common.js';
 
 type ReadHandlers = { 'fs.read': Handler<'fs.read'>; 'fs.readAnchored': Handler<'fs.readAnchored'>; 'fs.stat': Handler<'fs.stat'> };
@@ -84,10 +84,24 @@ export function readHandlers(fs: FsContext): ReadHandlers {
 
     async 'fs.stat'(params, ctx) {
       const target = await resolveFor(fs, ctx, params.path, 'read', 'stat', { followLast: params.followLinks });
-      const info = target.stat;
-      if (!info) throw new CodedError('NOT_FOUND', `No such file or folder: '${params.path}'.`, { path: params.path });
+      const walked = target.stat;
+      if (!walked) throw new CodedError('NOT_FOUND', `No such file or folder: '${params.path}'.`, { path: params.path });
+      // Looked at again in its folder pinned by a descriptor: the walk looked by path, and a folder
+      // on the way swapped for a link meanwhile would have shown another file's metadata.
+      const { info, linkTarget } =
+        target.absolute === '/'
+          ? { info: walked, linkTarget: undefined }
+          : await atPinnedFolder(target.absolute, params.path, async (at) => {
+              const now = await lstat(at).catch((e: unknown) => {
+                throw mapFsError(e, params.path);
+              });
+              if (now.dev !== walked.dev || now.ino !== walked.ino)
+                throw new CodedError('PATH_NOT_IN_SANDBOX', `'${params.path}' changed during the call (a folder on the way was swapped); try again.`, {
+                  path: params.path,
+                });
+              return { info: now, linkTarget: now.isSymbolicLink() ? await readlink(at).catch(() => undefined) : undefined };
+            });
       const type = typeOf(info);
-      const linkTarget = info.isSymbolicLink() ? await readlink(target.absolute).catch(() => undefined) : undefined;
       const result: Result<'fs.stat'> = {
         path: target.display,
         type: type === 'file' || type === 'directory' || type === 'symlink' ? type : 'other',

@@ -1,13 +1,12 @@
-import { randomBytes } from 'node:crypto';
-import { constants } from 'node:fs';
 import type { Stats } from 'node:fs';
-import { link, open, readlink, rename, rmdir, symlink, unlink, type FileHandle } from 'node:fs/promises';
+import type { FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { pack } from 'tar-stream';
 import { CodedError, isWithin, MAX_FRAME_BYTES, readCheckedTar, suffixAllowed, type ApprovalRequest, type CheckedTarEntry } from '@warren/protocol';
 import type { Handler } from '../dispatch.js';
-import { checkKernelName, mapFsError, openChecked, requireRegularFile, resolvePath, type ResolvedPath } from '../policy.js';
-import { approve, checkHardLinks, makeFolders, ownHandle, ownPath, readBounded, resolveFor, type FsContext } from './fs-common.js';
+import { mapFsError, openChecked, requireRegularFile, resolvePath, type ResolvedPath } from '../policy.js';
+import { approve, checkHardLinks, readBounded, resolveFor, type FsContext } from './fs-common.js';
+import { Placement } from './fs-place.js';
 import { walkTree } from './fs-walk.js';
 
 type TarHandlers = { 'fs.upload': Handler<'fs.upload'>; 'fs.download': Handler<'fs.download'> };
@@ -24,9 +23,10 @@ interface Planned {
 }
 
 /**
- * Writes a checked upload with a journal: each file and link is written to a hidden temporary
- * name beside its target (created O_EXCL|O_NOFOLLOW and checked to be where it should be), then
- * moved into place; a file it replaces is first moved aside. When a step fails (no space left,
+ * Writes a checked upload with a journal ({@link Placement}: every step in its folder pinned by a
+ * descriptor, missing folders made through descriptors): each file and link is written to a
+ * hidden temporary name beside its target (created O_EXCL|O_NOFOLLOW), then moved into place; a
+ * file it replaces is first moved aside. When a step fails (no space left,
  * or the folder changed since the checks), every step is undone in reverse, so the folder is as
  * it was, and the replaced files are back.
  */
@@ -36,79 +36,46 @@ async function applyUpload(
   plan: Planned[],
   display: string,
 ): Promise<{ files: number; directories: number; symlinks: number; bytes: number }> {
-  const undo: (() => Promise<unknown>)[] = [];
-  const replaced: string[] = [];
+  const placement = new Placement(fs);
   const counts = { files: 0, directories: 0, symlinks: 0, bytes: 0 };
   let current = display;
-  const makeFoldersUndone = async (folder: string, mode?: number) => {
-    const first = await makeFolders(fs, folder, mode);
-    if (first === undefined) return;
-    const made = [
-      first,
-      ...path.posix
-        .relative(first, folder)
-        .split('/')
-        .filter((s) => s !== '')
-        .map((_, i, parts) => path.posix.join(first, ...parts.slice(0, i + 1))),
-    ];
-    for (const dir of made) undo.push(() => rmdir(dir));
-  };
   try {
-    await makeFoldersUndone(dest.absolute);
+    await placement.makeFolders(dest.absolute, display);
     for (const { entry, data, target, display: entryDisplay } of plan) {
       current = entryDisplay;
-      await makeFoldersUndone(path.posix.dirname(target.absolute));
+      await placement.makeFolders(path.posix.dirname(target.absolute), entryDisplay);
       if (entry.kind === 'directory') {
-        await makeFoldersUndone(target.absolute, entry.mode | 0o700);
+        await placement.makeFolders(target.absolute, entryDisplay, entry.mode | 0o700);
         counts.directories++;
         continue;
       }
-      const temp = besideName(target.absolute, 'new');
-      undo.push(() => unlink(temp));
+      let staged;
       if (entry.kind === 'file') {
-        const handle = await open(temp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, entry.mode);
+        const file = await placement.stageFile(target, entryDisplay, entry.mode);
+        staged = file.staged;
         try {
-          await checkKernelName(handle, temp, entryDisplay, true);
-          await ownHandle(fs, handle);
-          await handle.writeFile(data);
-          await handle.chmod(entry.mode);
+          await file.handle.writeFile(data);
+          await file.handle.chmod(entry.mode);
         } finally {
-          await handle.close();
+          await file.handle.close();
         }
       } else {
-        await symlink(entry.linkname!, temp);
-        await ownPath(fs, temp);
+        staged = await placement.stageLink(target, entryDisplay, entry.linkname!);
       }
-      if (target.stat) {
-        const aside = besideName(target.absolute, 'old');
-        await rename(target.absolute, aside);
-        undo.push(() => rename(aside, target.absolute));
-        replaced.push(aside);
-        await rename(temp, target.absolute);
-      } else {
-        // link(2) fails when something appeared at the name since the checks: never replaced unseen.
-        await link(temp, target.absolute);
-        await unlink(temp);
-      }
-      undo.push(() => unlink(target.absolute));
+      await placement.place(staged, entryDisplay);
       if (entry.kind === 'file') {
         counts.files++;
         counts.bytes += entry.size;
       } else counts.symlinks++;
     }
   } catch (err) {
-    for (const step of undo.reverse()) await step().catch(() => undefined);
+    await placement.rollback();
     const mapped = mapFsError(err, current);
     if (!(mapped instanceof CodedError)) throw mapped;
     throw new CodedError(mapped.code, `${mapped.message} The upload stopped there and was undone: '${display}' is as it was.`, mapped.details);
   }
-  for (const aside of replaced) await unlink(aside).catch(() => undefined);
+  await placement.finish();
   return counts;
-}
-
-/** A hidden name beside `file` for a temporary or set-aside copy. */
-export function besideName(file: string, kind: 'new' | 'old'): string {
-  return path.posix.join(path.posix.dirname(file), `.${path.posix.basename(file).slice(0, 180)}.warren-${kind}-${randomBytes(6).toString('hex')}`);
 }
 
 /** Folder upload and download as tar archives, one frame each way. */
@@ -301,13 +268,13 @@ export async function* downloadEntries(
         counts.files++;
       }
     } else if (e.stat.isSymbolicLink()) {
-      const target = await readlink(e.absolute);
+      const target = e.link ?? '';
       const lands = path.posix.resolve(path.posix.dirname(e.absolute), target);
       const parts = target.split('/').filter((s) => s !== '' && s !== '.');
       const firstDown = parts.findIndex((s) => s !== '..');
       const lateDotDot = firstDown !== -1 && parts.slice(firstDown).includes('..');
       // Links are kept only when they stay inside the downloaded folder; never followed.
-      if (target.startsWith('/') || lateDotDot || !isWithin(source.absolute, lands) || lands === source.absolute)
+      if (target === '' || target.startsWith('/') || lateDotDot || !isWithin(source.absolute, lands) || lands === source.absolute)
         skip(e.rel, 'symbolic link points outside the downloaded folder');
       else {
         yield { header: { name: e.rel, type: 'symlink', linkname: target, mode: 0o777, mtime: e.stat.mtime } };

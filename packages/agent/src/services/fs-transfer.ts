@@ -1,13 +1,13 @@
 import { randomBytes } from 'node:crypto';
-import { constants } from 'node:fs';
-import { link, open, rename, rmdir, symlink, unlink, type FileHandle } from 'node:fs/promises';
+import type { FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { pack, type Pack } from 'tar-stream';
 import { CheckedTarStream, CodedError, suffixAllowed, TRANSFER_CHUNK_BYTES, type CheckedTarEntry, type Params, type Result } from '@warren/protocol';
 import type { CallContext, Handler } from '../dispatch.js';
-import { checkKernelName, mapFsError, resolvePath, type ResolvedPath } from '../policy.js';
-import { approve, makeFolders, ownHandle, ownPath, resolveFor, type FsContext } from './fs-common.js';
-import { besideName, downloadEntries, openDownloadFile } from './fs-tar.js';
+import { mapFsError, resolvePath, type ResolvedPath } from '../policy.js';
+import { approve, resolveFor, type FsContext } from './fs-common.js';
+import { Placement, type Staged } from './fs-place.js';
+import { downloadEntries, openDownloadFile } from './fs-tar.js';
 
 type TransferHandlers = {
   'fs.uploadOpen': Handler<'fs.uploadOpen'>;
@@ -24,18 +24,12 @@ export const MAX_UPLOADS_PER_CONNECTION = 8;
 /** How much of a file one read of a streamed download takes. */
 const READ_PIECE_BYTES = 256 * 1024;
 
-/** A file or link written under its hidden temporary name, moved into place at commit. */
-interface Staged {
-  temp: string;
-  target: ResolvedPath;
-}
-
 type UploadCounts = Omit<Result<'fs.uploadCommit'>, 'path'>;
 
 /**
  * One streamed upload: the archive is read as it arrives, each entry checked by the tar rules
  * and the policy the moment its header is complete, and written under a hidden temporary name
- * beside its target (created O_EXCL|O_NOFOLLOW, checked to be where it should be). Nothing is in
+ * beside its target (created O_EXCL|O_NOFOLLOW in its folder pinned by a descriptor: `fs-place.ts`). Nothing is in
  * place before {@link commit}; a refusal, an abort, an idle timeout or the connection closing
  * undoes every step, so no partial file stays and replaced files were never touched.
  */
@@ -43,7 +37,8 @@ class Upload {
   private readonly reader = new CheckedTarStream({ maxBytes: Number.MAX_SAFE_INTEGER });
   private received = 0;
   private queue: Promise<unknown> = Promise.resolve();
-  private readonly undo: (() => Promise<unknown>)[] = [];
+  /** Every step, each in its folder pinned by a descriptor, with its undo. */
+  private readonly placement: Placement;
   private readonly staged: Staged[] = [];
   private current: { handle: FileHandle; entry: CheckedTarEntry; display: string; staged: Staged } | undefined;
   private currentDisplay: string;
@@ -62,6 +57,7 @@ class Upload {
     private readonly onDone: (failure: unknown) => void,
   ) {
     this.currentDisplay = base;
+    this.placement = new Placement(fs);
     this.touch();
   }
 
@@ -78,7 +74,7 @@ class Upload {
 
   /** Makes the destination folder (undone with the rest). */
   async begin(): Promise<void> {
-    await this.guard(() => this.makeFoldersUndone(this.dest.absolute));
+    await this.guard(() => this.placement.makeFolders(this.dest.absolute, this.base));
   }
 
   /** Takes the next piece, in order; pieces sent before the last one finished wait their turn. */
@@ -111,35 +107,20 @@ class Upload {
     const run = this.queue.then(() =>
       this.guard(async () => {
         this.reader.end();
-        for (const { temp, target } of this.staged) {
+        for (const staged of this.staged) {
           this.check();
-          this.currentDisplay = target.display;
-          if (target.stat) {
-            const aside = besideName(target.absolute, 'old');
-            await rename(target.absolute, aside);
-            this.undo.push(() => rename(aside, target.absolute));
-            // Set aside until the end: removed once every entry is in place.
-            this.replaced.push(aside);
-            await rename(temp, target.absolute);
-          } else {
-            // link(2) fails when something appeared at the name since the checks: never replaced unseen.
-            await link(temp, target.absolute);
-            await unlink(temp);
-          }
-          this.undo.push(() => unlink(target.absolute));
+          this.currentDisplay = staged.target.display;
+          await this.placement.place(staged, staged.target.display);
         }
         this.done = true;
-        this.undo.length = 0;
         this.finish();
-        for (const aside of this.replaced) await unlink(aside).catch(() => undefined);
+        await this.placement.finish();
         return this.counts;
       }),
     );
     this.queue = run.catch(() => undefined);
     return run;
   }
-
-  private readonly replaced: string[] = [];
 
   /**
    * Abandons the upload: every step undone. Safe to call more than once, and never after a commit
@@ -153,8 +134,7 @@ class Upload {
     if (!inQueue) await this.queue;
     await this.current?.handle.close().catch(() => undefined);
     this.current = undefined;
-    for (const step of this.undo.reverse()) await step().catch(() => undefined);
-    this.undo.length = 0;
+    await this.placement.rollback();
   }
 
   private done = false;
@@ -187,20 +167,6 @@ class Upload {
       await this.fail(wrapped, true);
       throw this.failure ?? wrapped;
     }
-  }
-
-  private async makeFoldersUndone(folder: string, mode?: number): Promise<void> {
-    const first = await makeFolders(this.fs, folder, mode);
-    if (first === undefined) return;
-    const made = [
-      first,
-      ...path.posix
-        .relative(first, folder)
-        .split('/')
-        .filter((s) => s !== '')
-        .map((_, i, parts) => path.posix.join(first, ...parts.slice(0, i + 1))),
-    ];
-    for (const dir of made) this.undo.push(() => rmdir(dir));
   }
 
   /** Checks one entry against the policy and what exists, asks its approval, and starts writing it under a temporary name. */
@@ -237,25 +203,19 @@ class Upload {
     if (target.mount.writeApproval && !(entry.kind === 'directory' && target.stat)) {
       await approve(ctx, { operation: 'upload', path: target.display, ...(entry.kind === 'file' ? { bytes: entry.size } : {}) });
     }
-    await this.makeFoldersUndone(path.posix.dirname(target.absolute));
+    await this.placement.makeFolders(path.posix.dirname(target.absolute), display);
     if (entry.kind === 'directory') {
-      await this.makeFoldersUndone(target.absolute, entry.mode | 0o700);
+      await this.placement.makeFolders(target.absolute, display, entry.mode | 0o700);
       this.counts.directories++;
       return;
     }
-    const staged: Staged = { temp: besideName(target.absolute, 'new'), target };
-    this.undo.push(() => unlink(staged.temp));
     if (entry.kind === 'symlink') {
-      await symlink(entry.linkname!, staged.temp);
-      await ownPath(this.fs, staged.temp);
-      this.staged.push(staged);
+      this.staged.push(await this.placement.stageLink(target, display, entry.linkname!));
       this.counts.symlinks++;
       return;
     }
-    const handle = await open(staged.temp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, entry.mode);
+    const { staged, handle } = await this.placement.stageFile(target, display, entry.mode);
     this.current = { handle, entry, display, staged };
-    await checkKernelName(handle, staged.temp, display, true);
-    await ownHandle(this.fs, handle);
   }
 
   private async finishEntry(): Promise<void> {

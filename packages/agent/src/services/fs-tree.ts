@@ -1,12 +1,11 @@
 import { randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
-import { lstat, mkdir, open, readlink, rename, rm, rmdir, symlink, unlink } from 'node:fs/promises';
+import { lstat, mkdir, open, rename, rm, rmdir, symlink, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { CodedError, describePolicy, isWithin, MAX_LIST_ENTRIES, MAX_PAGE_BYTES, mountsOf, suffixAllowed, type EntryType } from '@warren/protocol';
 import type { CallContext, Handler } from '../dispatch.js';
 import {
   atPinnedFolder,
-  checkKernelName,
   checkSize,
   checkSuffix,
   mapFsError,
@@ -17,7 +16,8 @@ import {
   typeOf,
   type ResolvedPath,
 } from '../policy.js';
-import { approve, checkHardLinks, makeFolders, ownHandle, ownPath, resolveFor, type FsContext } from './fs-common.js';
+import { FolderTree, pinChild } from '../folder-pin.js';
+import { approve, checkHardLinks, inFolder, makeFolders, ownHandle, ownPath, resolveFor, type FsContext } from './fs-common.js';
 import { walkTree } from './fs-walk.js';
 import { compileGlob } from './glob.js';
 
@@ -93,7 +93,7 @@ export function treeHandlers(fs: FsContext): TreeHandlers {
           size: e.stat.size,
           mtimeMs: e.stat.mtimeMs,
         };
-        if (e.stat.isSymbolicLink()) entry.linkTarget = await readlink(e.absolute).catch(() => '');
+        if (e.stat.isSymbolicLink()) entry.linkTarget = e.link ?? '';
         // The page ends before its JSON would pass MAX_PAGE_BYTES, so the answer always fits in a frame.
         bytes += jsonBytes(entry.path) + (entry.linkTarget === undefined ? 0 : jsonBytes(entry.linkTarget)) + ENTRY_JSON_BYTES;
         if (bytes > MAX_PAGE_BYTES && entries.length > 0) {
@@ -151,7 +151,7 @@ export function treeHandlers(fs: FsContext): TreeHandlers {
       }
       await (
         params.parents
-          ? makeFolders(fs, target.absolute, 0o755)
+          ? makeFolders(fs, target.absolute, 0o755, params.path)
           : atPinnedFolder(target.absolute, params.path, async (at) => {
               await mkdir(at, { mode: 0o755 });
               await ownPath(fs, at);
@@ -172,12 +172,8 @@ export function treeHandlers(fs: FsContext): TreeHandlers {
         // In its folder pinned by a descriptor: a folder on the way swapped for a link meanwhile
         // (by this sandbox, or another one sharing a volume) cannot lead the delete elsewhere.
         await atPinnedFolder(target.absolute, params.path, async (at) => {
-          if (info.isDirectory()) {
-            if (params.recursive) await (at.startsWith('/proc/self/fd/') ? removeFolderAt(at) : rm(at, { recursive: true, force: false, maxRetries: 2 }));
-            else await rmdir(at);
-          } else {
-            await unlink(at);
-          }
+          if (info.isDirectory() && !params.recursive) await rmdir(at);
+          else await removeAt(at, info.isDirectory());
         });
       } catch (err) {
         throw mapFsError(err, params.path);
@@ -201,10 +197,9 @@ export function treeHandlers(fs: FsContext): TreeHandlers {
         if (!params.overwrite)
           throw new CodedError('ALREADY_EXISTS', `'${params.to}' already exists; pass overwrite: true to replace it.`, { path: params.to });
         if (to.absolute === from.absolute) return { result: { from: from.display, to: to.display, type: entryType(typeOf(from.stat)) } };
-        if (to.stat.isDirectory())
-          await atPinnedFolder(to.absolute, params.to, (at) => (at.startsWith('/proc/self/fd/') ? removeFolderAt(at) : rm(at, { recursive: true })));
+        if (to.stat.isDirectory()) await atPinnedFolder(to.absolute, params.to, (at) => removeAt(at, true));
       }
-      await makeFolders(fs, path.posix.dirname(to.absolute)).catch((e: unknown) => {
+      await makeFolders(fs, path.posix.dirname(to.absolute), undefined, params.to).catch((e: unknown) => {
         throw mapFsError(e, params.to);
       });
       try {
@@ -212,9 +207,12 @@ export function treeHandlers(fs: FsContext): TreeHandlers {
         await atPinnedFolder(from.absolute, params.from, (fromAt) => atPinnedFolder(to.absolute, params.to, (toAt) => rename(fromAt, toAt)));
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code !== 'EXDEV') throw mapFsError(err, params.to);
-        // Across file systems: copy, then delete the source.
+        // Across file systems: copy, then delete the source (in its folder pinned, as fs.delete does).
         await copyInto(fs, ctx, from, to, params.to, true);
-        await rm(from.absolute, { recursive: true });
+        const fromStat = from.stat;
+        await atPinnedFolder(from.absolute, params.from, (at) => removeAt(at, fromStat.isDirectory())).catch((e: unknown) => {
+          throw mapFsError(e, params.from);
+        });
       }
       return { result: { from: from.display, to: to.display, type: entryType(typeOf(from.stat)) } };
     },
@@ -241,6 +239,12 @@ export function treeHandlers(fs: FsContext): TreeHandlers {
       return { result: { from: from.display, to: to.display, type: entryType(typeOf(from.stat)), ...summary } };
     },
   };
+}
+
+/** Removes the entry `at` (a name from a pinned folder): a folder with everything in it, by descriptor where /proc allows. */
+async function removeAt(at: string, isDirectory: boolean): Promise<void> {
+  if (!isDirectory) return unlink(at);
+  return at.startsWith('/proc/self/fd/') ? removeFolderAt(at) : rm(at, { recursive: true, force: false, maxRetries: 2 });
 }
 
 function requireFolder(target: ResolvedPath, display: string): void {
@@ -314,13 +318,11 @@ async function copyInto(
   };
   let files = 0;
   let bytes = 0;
-  const folder = path.posix.dirname(to.absolute);
-  await makeFolders(fs, folder).catch((e: unknown) => {
-    throw mapFsError(e, toDisplay);
-  });
-  const staging = path.posix.join(folder, `.${path.posix.basename(to.absolute).slice(0, 180)}.warren-${randomBytes(6).toString('hex')}`);
   const limitOk = (size: number) => to.mount.maxFileBytes === undefined || size <= to.mount.maxFileBytes;
+  const toName = path.posix.basename(to.absolute);
+  const stagingName = `.${toName.slice(0, 180)}.warren-${randomBytes(6).toString('hex')}`;
 
+  // `dest`: a name from a pinned folder (the destination's, or the staging tree's).
   const copyFile = async (srcAbs: string, srcStat: import('node:fs').Stats, dest: string, display: string) => {
     const src = await openChecked({ ...from, absolute: srcAbs, stat: srcStat }, display);
     try {
@@ -329,7 +331,6 @@ async function copyInto(
       checkHardLinks(fs, info, display);
       const out = await open(dest, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, srcStat.mode & 0o777);
       try {
-        await checkKernelName(out, dest, toDisplay, true);
         await ownHandle(fs, out);
         const buffer = Buffer.allocUnsafe(1024 * 1024);
         for (;;) {
@@ -348,70 +349,84 @@ async function copyInto(
     }
   };
 
-  try {
-    if (!from.stat!.isDirectory()) {
-      if (from.stat!.isSymbolicLink()) throw new CodedError('UNSUPPORTED_FILE_TYPE', `'${toDisplay}': copy a link's target, not the link.`);
-      requireRegularFile(from.stat, toDisplay);
-      checkSuffix(fs.policy, from, toDisplay);
-      checkSize(fs.policy, from, toDisplay, from.stat!.size);
-      checkNames(fs, to, toDisplay);
-      if (!limitOk(from.stat!.size))
-        throw new CodedError(
-          'FILE_TOO_LARGE',
-          `'${toDisplay}' would be ${from.stat!.size} bytes; files under ${to.mount.virtual} may be at most ${to.mount.maxFileBytes} bytes.`,
-        );
-      await copyFile(from.absolute, from.stat!, staging, toDisplay);
-    } else {
-      const destDisplay = (rel: string) => (to.display === '.' ? rel : `${to.display}/${rel}`);
-      await approveEach?.(to.display);
-      await mkdir(staging, { mode: from.stat!.mode & 0o777 });
-      await ownPath(fs, staging);
-      let count = 0;
-      const walk = walkTree(from.absolute, toDisplay, { maxDepth: 64, maxVisited: MAX_COPY_ENTRIES, signal: ctx.signal });
-      for (;;) {
-        const step = await walk.next();
-        if (step.done) {
-          if (step.value.truncated || step.value.depthLimited)
-            throw new CodedError('RESOURCE_EXHAUSTED', `The folder has more than ${MAX_COPY_ENTRIES} entries or is deeper than 64 levels; copy it in parts.`);
-          break;
+  // Everything is made in the destination's folder pinned by a descriptor (made through
+  // descriptors when missing), and the staging tree below it is entered segment by segment
+  // without following a link: a folder swapped for a link during the copy, on the way or inside
+  // the staging tree, is refused, never written through.
+  await inFolder(fs, path.posix.dirname(to.absolute), toDisplay, async (dir) => {
+    try {
+      if (!from.stat!.isDirectory()) {
+        if (from.stat!.isSymbolicLink()) throw new CodedError('UNSUPPORTED_FILE_TYPE', `'${toDisplay}': copy a link's target, not the link.`);
+        requireRegularFile(from.stat, toDisplay);
+        checkSuffix(fs.policy, from, toDisplay);
+        checkSize(fs.policy, from, toDisplay, from.stat!.size);
+        checkNames(fs, to, toDisplay);
+        if (!limitOk(from.stat!.size))
+          throw new CodedError(
+            'FILE_TOO_LARGE',
+            `'${toDisplay}' would be ${from.stat!.size} bytes; files under ${to.mount.virtual} may be at most ${to.mount.maxFileBytes} bytes.`,
+          );
+        await copyFile(from.absolute, from.stat!, dir.at(stagingName), toDisplay);
+      } else {
+        const destDisplay = (rel: string) => (to.display === '.' ? rel : `${to.display}/${rel}`);
+        await approveEach?.(to.display);
+        await mkdir(dir.at(stagingName), { mode: from.stat!.mode & 0o777 });
+        await ownPath(fs, dir.at(stagingName));
+        const staging = await pinChild(dir, stagingName, toDisplay);
+        const tree = new FolderTree(staging, toDisplay);
+        try {
+          const walk = walkTree(from.absolute, toDisplay, { maxDepth: 64, maxVisited: MAX_COPY_ENTRIES, signal: ctx.signal });
+          for (;;) {
+            const step = await walk.next();
+            if (step.done) {
+              if (step.value.truncated || step.value.depthLimited)
+                throw new CodedError(
+                  'RESOURCE_EXHAUSTED',
+                  `The folder has more than ${MAX_COPY_ENTRIES} entries or is deeper than 64 levels; copy it in parts.`,
+                );
+              break;
+            }
+            const e = step.value;
+            if (e.stat.isDirectory()) {
+              await approveEach?.(destDisplay(e.rel));
+              const dest = await tree.at(e.rel);
+              await mkdir(dest, { mode: e.stat.mode & 0o777 });
+              await ownPath(fs, dest);
+            } else if (e.stat.isFile()) {
+              if (!suffixAllowed(to.mount.suffixes, e.rel) || !suffixAllowed(from.mount.suffixes, e.rel)) skip(e.rel, 'suffix not allowed');
+              else if (from.mount.maxFileBytes !== undefined && e.stat.size > from.mount.maxFileBytes) skip(e.rel, 'larger than the size limit');
+              else if (!limitOk(e.stat.size)) skip(e.rel, 'larger than the size limit');
+              else {
+                await approveEach?.(destDisplay(e.rel), e.stat.size);
+                await copyFile(e.absolute, e.stat, await tree.at(e.rel), e.rel);
+              }
+            } else if (e.stat.isSymbolicLink()) {
+              const target = e.link ?? '';
+              const finalPlace = path.posix.join(to.absolute, e.rel);
+              const lands = path.posix.resolve(path.posix.dirname(finalPlace), target);
+              if (target === '' || target.startsWith('/') || !isWithin(to.mountRealRoot, lands)) skip(e.rel, 'symbolic link would point outside the sandbox');
+              else {
+                await approveEach?.(destDisplay(e.rel));
+                const dest = await tree.at(e.rel);
+                await symlink(target, dest);
+                await ownPath(fs, dest);
+              }
+            } else skip(e.rel, `${typeOf(e.stat)} is not copied`);
+          }
+        } finally {
+          await tree.close();
+          await staging.close();
         }
-        count++;
-        const e = step.value;
-        const dest = path.posix.join(staging, e.rel);
-        if (e.stat.isDirectory()) {
-          await approveEach?.(destDisplay(e.rel));
-          await mkdir(dest, { mode: e.stat.mode & 0o777 });
-          await ownPath(fs, dest);
-        } else if (e.stat.isFile()) {
-          if (!suffixAllowed(to.mount.suffixes, e.rel) || !suffixAllowed(from.mount.suffixes, e.rel)) skip(e.rel, 'suffix not allowed');
-          else if (from.mount.maxFileBytes !== undefined && e.stat.size > from.mount.maxFileBytes) skip(e.rel, 'larger than the size limit');
-          else if (!limitOk(e.stat.size)) skip(e.rel, 'larger than the size limit');
-          else {
-            await approveEach?.(destDisplay(e.rel), e.stat.size);
-            await copyFile(e.absolute, e.stat, dest, e.rel);
-          }
-        } else if (e.stat.isSymbolicLink()) {
-          const target = await readlink(e.absolute);
-          const finalPlace = path.posix.join(to.absolute, e.rel);
-          const lands = path.posix.resolve(path.posix.dirname(finalPlace), target);
-          if (target.startsWith('/') || !isWithin(to.mountRealRoot, lands)) skip(e.rel, 'symbolic link would point outside the sandbox');
-          else {
-            await approveEach?.(destDisplay(e.rel));
-            await symlink(target, dest);
-            await ownPath(fs, dest);
-          }
-        } else skip(e.rel, `${typeOf(e.stat)} is not copied`);
       }
-      void count;
+      if (to.stat && overwrite) {
+        if (to.stat.isDirectory() && !from.stat!.isDirectory()) throw new CodedError('IS_A_DIRECTORY', `'${toDisplay}' is a folder; a file cannot replace it.`);
+        if (to.stat.isDirectory()) await removeAt(dir.at(toName), true);
+      }
+      await rename(dir.at(stagingName), dir.at(toName));
+    } catch (err) {
+      await removeAt(dir.at(stagingName), from.stat!.isDirectory()).catch(() => undefined);
+      throw mapFsError(err, toDisplay);
     }
-    if (to.stat && overwrite) {
-      if (to.stat.isDirectory() && !from.stat!.isDirectory()) throw new CodedError('IS_A_DIRECTORY', `'${toDisplay}' is a folder; a file cannot replace it.`);
-      if (to.stat.isDirectory()) await rm(to.absolute, { recursive: true });
-    }
-    await rename(staging, to.absolute);
-  } catch (err) {
-    await rm(staging, { recursive: true, force: true }).catch(() => undefined);
-    throw mapFsError(err, toDisplay);
-  }
+  });
   return { files, bytes, skipped };
 }

@@ -1,6 +1,6 @@
 import type { Dirent, Stats } from 'node:fs';
 import { constants } from 'node:fs';
-import { lstat, open, opendir } from 'node:fs/promises';
+import { lstat, open, opendir, readlink } from 'node:fs/promises';
 import path from 'node:path';
 import { CodedError } from '@warren/protocol';
 import { checkKernelName, mapFsError, reservedPlace } from '../policy.js';
@@ -8,12 +8,22 @@ import { checkKernelName, mapFsError, reservedPlace } from '../policy.js';
 /** The most names read from one folder; a folder with more is reported truncated, never read whole. */
 export const MAX_DIR_SCAN = 100_000;
 
+/** One folder opened for a walk: its names, and its descriptor's `/proc/self/fd` name to look at each entry through. */
+interface OpenFolder {
+  entries: Dirent[];
+  truncated: boolean;
+  /** The name to look at the entry `name` by: through the folder's descriptor where /proc allows. */
+  at(name: string): string;
+  close(): Promise<void>;
+}
+
 /**
- * Reads one folder's names without following a link swapped in for it: the folder is opened
- * O_DIRECTORY|O_NOFOLLOW, checked to be where it should be, and read through its descriptor.
- * Returns the names sorted, at most {@link MAX_DIR_SCAN}.
+ * Opens one folder without following a link swapped in for it (O_DIRECTORY|O_NOFOLLOW), checked
+ * to be where it should be, and reads its names through its descriptor, sorted, at most
+ * {@link MAX_DIR_SCAN}. The folder stays open until `close`, so each entry is looked at (lstat,
+ * readlink) through the same descriptor, never by its path again.
  */
-export async function readFolder(absolute: string, display: string): Promise<{ entries: Dirent[]; truncated: boolean }> {
+async function openFolder(absolute: string, display: string): Promise<OpenFolder> {
   const handle = await open(absolute, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW | constants.O_NONBLOCK).catch((e: unknown) => {
     const code = (e as NodeJS.ErrnoException).code;
     if (code === 'ELOOP') throw new CodedError('PATH_NOT_IN_SANDBOX', `'${display}' was replaced by a symbolic link during the call.`, { path: display });
@@ -21,7 +31,12 @@ export async function readFolder(absolute: string, display: string): Promise<{ e
   });
   try {
     await checkKernelName(handle, absolute, display);
-    const dir = await opendir(`/proc/self/fd/${handle.fd}`).catch(() => opendir(absolute));
+    const here = `/proc/self/fd/${handle.fd}`;
+    let byDescriptor = true;
+    const dir = await opendir(here).catch(() => {
+      byDescriptor = false;
+      return opendir(absolute);
+    });
     const entries: Dirent[] = [];
     let truncated = false;
     try {
@@ -36,9 +51,15 @@ export async function readFolder(absolute: string, display: string): Promise<{ e
       await dir.close().catch(() => undefined);
     }
     entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-    return { entries, truncated };
-  } finally {
+    return {
+      entries,
+      truncated,
+      at: (name) => (byDescriptor ? `${here}/${name}` : path.posix.join(absolute, name)),
+      close: () => handle.close(),
+    };
+  } catch (err) {
     await handle.close();
+    throw err;
   }
 }
 
@@ -46,7 +67,10 @@ export interface WalkEntry {
   /** Relative to the walk's start, `/`-separated. */
   rel: string;
   absolute: string;
+  /** Its lstat, taken through its folder's descriptor. */
   stat: Stats;
+  /** A link's target text, read through its folder's descriptor. */
+  link?: string | undefined;
   depth: number;
 }
 
@@ -62,7 +86,9 @@ export interface WalkOptions {
 /**
  * Walks a folder breadth first, folder entries sorted by name, never following a symbolic link
  * (links are reported, not entered), so loops and links that leave cannot take it elsewhere.
- * Reserved places (the kernel's pseudo-file systems, the daemon's folders) are left out.
+ * Each entry is looked at through its open folder's descriptor, so a folder swapped for a link
+ * after it was opened shows nothing of the link's target. Reserved places (the kernel's
+ * pseudo-file systems, the daemon's folders) are left out.
  */
 export async function* walkTree(
   absolute: string,
@@ -78,24 +104,30 @@ export async function* walkTree(
     if (options.signal?.aborted) throw new CodedError('CANCELLED', 'The call was cancelled.');
     let listing;
     try {
-      listing = await readFolder(folder.absolute, folder.rel ? `${display}/${folder.rel}` : display);
+      listing = await openFolder(folder.absolute, folder.rel ? `${display}/${folder.rel}` : display);
     } catch (err) {
       if (folder.rel === '') throw err;
       continue; // a subfolder that vanished or may not be read is skipped
     }
-    if (listing.truncated) truncated = true;
-    for (const dirent of listing.entries) {
-      if (visited >= options.maxVisited) return { truncated: true, depthLimited };
-      visited++;
-      const childAbs = path.posix.join(folder.absolute, dirent.name);
-      const stat = await lstat(childAbs).catch(() => undefined);
-      if (!stat || reservedPlace(childAbs, childAbs, stat)) continue; // /proc, /dev, ... and their bind mounts are never listed nor entered
-      const entry: WalkEntry = { rel: folder.rel ? `${folder.rel}/${dirent.name}` : dirent.name, absolute: childAbs, stat, depth: folder.depth };
-      yield entry;
-      if (stat.isDirectory() && (options.descend?.(entry) ?? true)) {
-        if (folder.depth < options.maxDepth) queue.push({ absolute: childAbs, rel: entry.rel, depth: folder.depth + 1 });
-        else depthLimited = true;
+    try {
+      if (listing.truncated) truncated = true;
+      for (const dirent of listing.entries) {
+        if (visited >= options.maxVisited) return { truncated: true, depthLimited };
+        visited++;
+        const childAbs = path.posix.join(folder.absolute, dirent.name);
+        const at = listing.at(dirent.name);
+        const stat = await lstat(at).catch(() => undefined);
+        if (!stat || reservedPlace(childAbs, childAbs, stat)) continue; // /proc, /dev, ... and their bind mounts are never listed nor entered
+        const link = stat.isSymbolicLink() ? await readlink(at).catch(() => '') : undefined;
+        const entry: WalkEntry = { rel: folder.rel ? `${folder.rel}/${dirent.name}` : dirent.name, absolute: childAbs, stat, link, depth: folder.depth };
+        yield entry;
+        if (stat.isDirectory() && (options.descend?.(entry) ?? true)) {
+          if (folder.depth < options.maxDepth) queue.push({ absolute: childAbs, rel: entry.rel, depth: folder.depth + 1 });
+          else depthLimited = true;
+        }
       }
+    } finally {
+      await listing.close().catch(() => undefined);
     }
   }
   return { truncated, depthLimited };

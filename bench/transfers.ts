@@ -26,8 +26,9 @@ async function daemonPid(docker: Docker, sandboxId: string): Promise<number> {
     if (!/^\d+$/.test(pid)) continue;
     const cgroup = await readFile(`/proc/${pid}/cgroup`, 'utf8').catch(() => '');
     if (!cgroup.includes(container.Id)) continue;
-    const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
-    if (cmdline.includes('warren-agent')) return Number(pid);
+    const [command, ...args] = (await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')).split('\0');
+    // The container's init (docker-init) names the agent in its arguments too: the daemon is the process that runs it.
+    if (!command?.includes('docker-init') && args.some((arg) => arg.endsWith('warren-agent.mjs'))) return Number(pid);
   }
   throw new Error(`no daemon process found in container ${container.Id}`);
 }

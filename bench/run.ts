@@ -19,6 +19,7 @@ import { stateRows } from './state.js';
 import { RawDocker } from './raw-docker.js';
 import { summarize, timeIt, type Summary } from './stats.js';
 import { sustainedMode } from './sustained.js';
+import { transfersMode } from './transfers.js';
 import { ttiMode } from './tti.js';
 
 /** One line of the table: a Warren measurement, optionally against its raw-Docker counterpart. */
@@ -53,6 +54,7 @@ const { values: flags } = parseArgs({
     svg: { type: 'string', default: 'docs/bench-sustained.svg' },
     profile: { type: 'boolean', default: false },
     count: { type: 'string', default: '500' },
+    transfers: { type: 'boolean', default: false },
   },
 });
 const scale = flags.quick ? 0.2 : 1;
@@ -571,7 +573,17 @@ function count(name: string, text: string | undefined, min: number): number {
 /** The default table, or one of the modes (docs/benchmarks.md says what each measures). */
 async function dispatch(): Promise<void> {
   const mode =
-    flags.density !== undefined ? 'density' : flags.profile ? 'profile' : flags.tti ? 'tti' : flags.sustained !== undefined ? 'sustained' : undefined;
+    flags.density !== undefined
+      ? 'density'
+      : flags.profile
+        ? 'profile'
+        : flags.tti
+          ? 'tti'
+          : flags.sustained !== undefined
+            ? 'sustained'
+            : flags.transfers
+              ? 'transfers'
+              : undefined;
   if (mode === undefined) return main();
   await runMode();
   // A mode's tables go between its own markers (`<!-- bench-density:start -->` ...) of the page.
@@ -580,6 +592,12 @@ async function dispatch(): Promise<void> {
 
 async function runMode(): Promise<void> {
   if (flags.density !== undefined) return densityMode(count('density', flags.density, 1), flags.image, flags.json ?? 'bench-results/density.json');
+  if (flags.transfers)
+    return transfersMode({
+      count: flags.count === '500' ? 8 : count('count', flags.count, 1),
+      image: flags.image,
+      jsonFile: flags.json ?? 'bench-results/transfers.json',
+    });
   if (flags.profile) return profileMode({ count: count('count', flags.count, 10), image: flags.image, jsonFile: flags.json ?? 'bench-results/profile.json' });
   if (flags.tti)
     return ttiMode({

@@ -24,15 +24,35 @@ export const AGENT_VERSION = '0.1.0';
 export const SEND_HIGH_WATER_BYTES = 1024 * 1024;
 export const SEND_LOW_WATER_BYTES = 256 * 1024;
 
-/** Resolves once the socket's send buffer is below the low-water mark, or the socket is no longer open. */
-function drained(ws: WebSocket): Promise<void> {
-  return new Promise((resolve) => {
-    const check = () => {
-      if (ws.readyState !== ws.OPEN || ws.bufferedAmount < SEND_LOW_WATER_BYTES) resolve();
-      else setTimeout(check, 5);
-    };
-    check();
-  });
+/**
+ * Who waits for a socket's send buffer to fall below the low-water mark: woken by the completion of
+ * any send (the socket took its bytes) or the socket's close, never by polling, so a stream resumes
+ * as soon as there is room (a timer's tick per wait would cap a download at a few pieces per tick).
+ */
+class DrainWaiters {
+  private waiters: (() => void)[] = [];
+
+  constructor(private readonly ws: WebSocket) {
+    ws.once('close', () => this.wake(true));
+  }
+
+  /** Resolves once the send buffer is below the low-water mark, or the socket is no longer open. */
+  wait(): Promise<void> {
+    if (this.ready()) return Promise.resolve();
+    return new Promise((resolve) => this.waiters.push(resolve));
+  }
+
+  /** A send completed (or the socket closed): wakes the waiters once there is room. */
+  wake(force = false): void {
+    if (this.waiters.length === 0 || (!force && !this.ready())) return;
+    const waiters = this.waiters;
+    this.waiters = [];
+    for (const resolve of waiters) resolve();
+  }
+
+  private ready(): boolean {
+    return this.ws.readyState !== this.ws.OPEN || this.ws.bufferedAmount < SEND_LOW_WATER_BYTES;
+  }
 }
 
 /**
@@ -61,6 +81,8 @@ export function serveConnection(ws: WebSocket, handlers: Handlers, options: Serv
   let greeted = false;
   const inflight = new Map<RequestId, AbortController>();
   const connection = new AbortController();
+  const drain = new DrainWaiters(ws);
+  const sent = () => drain.wake();
   const send = (header: FrameHeader, payload?: Uint8Array) => {
     if (ws.readyState !== ws.OPEN) return;
     let frame: Buffer;
@@ -72,7 +94,7 @@ export function serveConnection(ws: WebSocket, handlers: Handlers, options: Serv
       const id = 'id' in header ? header.id : null;
       frame = encodeFrame({ type: 'err', id, error: header.type === 'err' ? cutError(header.error) : toWireError(err) });
     }
-    ws.send(frame);
+    ws.send(frame, sent);
   };
   const sendError = (id: RequestId | null, err: unknown) => send({ type: 'err', id, error: toWireError(err) });
 
@@ -176,7 +198,7 @@ export function serveConnection(ws: WebSocket, handlers: Handlers, options: Serv
         payload,
         emit: (event, data, eventPayload) => send({ type: 'evt', id, event, data }, eventPayload),
         congested: () => ws.bufferedAmount > SEND_HIGH_WATER_BYTES,
-        drained: () => drained(ws),
+        drained: () => drain.wait(),
       });
       bytesOut = out?.length ?? 0;
       send({ type: 'res', id, result }, out);

@@ -44,22 +44,25 @@ export function relay(client: WebSocket, agent: WebSocket, options: RelayOptions
   agent.on('error', () => agent.terminate());
 }
 
-/** Sends to `to`; while `to` has more than the high-water mark unsent, stops reading `from`. */
+/**
+ * Sends to `to`; while `to` has more than the high-water mark unsent, stops reading `from`. Each
+ * send's completion (the socket took its bytes) looks at what is still unsent, so reading resumes
+ * the moment it falls below the low-water mark, not at the next tick of a timer: a 100 MiB
+ * transfer crosses the high-water mark with nearly every large frame.
+ */
 function throttle(from: WebSocket, to: WebSocket): (data: Buffer, isBinary: boolean) => void {
   let waiting = false;
-  const check = () => {
-    if (to.readyState !== to.OPEN || from.readyState !== from.OPEN) return;
-    if (to.bufferedAmount > RELAY_LOW_WATER_BYTES) return void setTimeout(check, 5);
+  const sent = () => {
+    if (!waiting || to.bufferedAmount > RELAY_LOW_WATER_BYTES) return;
     waiting = false;
-    from.resume();
+    if (from.readyState === from.OPEN) from.resume();
   };
   return (data, isBinary) => {
     if (to.readyState !== to.OPEN) return;
-    to.send(data, { binary: isBinary });
+    to.send(data, { binary: isBinary }, sent);
     if (!waiting && to.bufferedAmount > RELAY_HIGH_WATER_BYTES) {
       waiting = true;
       from.pause();
-      setTimeout(check, 5);
     }
   };
 }

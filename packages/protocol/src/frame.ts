@@ -36,9 +36,51 @@ export function encodeFrame(header: FrameHeader, payload?: Uint8Array): Buffer {
       { ...id, limit: MAX_FRAME_BYTES },
     );
   }
+  if (payload && payload.length > 0 && inPlace(payload, LENGTH_BYTES + json.length)) {
+    // The payload's own buffer has room before it (allocFramePayload): the prefix and the header
+    // go there, and the frame is a view of that buffer, so the payload is never copied.
+    const frame = Buffer.from(payload.buffer, payload.byteOffset - LENGTH_BYTES - json.length, total);
+    frame.writeUInt32BE(json.length, 0);
+    json.copy(frame, LENGTH_BYTES);
+    return frame;
+  }
   const prefix = Buffer.allocUnsafe(LENGTH_BYTES);
   prefix.writeUInt32BE(json.length, 0);
   return payload && payload.length > 0 ? Buffer.concat([prefix, json, payload]) : Buffer.concat([prefix, json]);
+}
+
+/**
+ * The room {@link allocFramePayload} keeps before a payload: a frame's 4-byte length prefix and a
+ * header of up to this less 4 bytes fit there (a larger header is encoded by copying, as always).
+ */
+export const FRAME_HEADROOM_BYTES = 4096;
+
+/** The buffers made by {@link allocFramePayload} whose room is still free, with where their payload starts. */
+const headroom = new WeakMap<ArrayBufferLike, number>();
+
+/**
+ * A payload buffer of `size` bytes (its content is not initialised: fill it, or send a
+ * `subarray(0, filled)` of it) with room before it for the frame's prefix and header, so
+ * {@link encodeFrame} puts them in place instead of copying the payload into a new frame: a large
+ * read answered from such a buffer is copied once less. The room is used once; a payload that does
+ * not start where this one did (a later slice of it) is encoded by copying.
+ *
+ * @example
+ * const payload = allocFramePayload(length);
+ * const { bytesRead } = await handle.read(payload, 0, length, offset);
+ * ws.send(encodeFrame({ type: 'res', id, result }, payload.subarray(0, bytesRead)));
+ */
+export function allocFramePayload(size: number): Buffer {
+  const whole = Buffer.allocUnsafeSlow(FRAME_HEADROOM_BYTES + size);
+  headroom.set(whole.buffer, whole.byteOffset + FRAME_HEADROOM_BYTES);
+  return whole.subarray(FRAME_HEADROOM_BYTES);
+}
+
+/** Whether `payload` starts a buffer of {@link allocFramePayload} with `bytes` of room free before it; if so, the room is taken. */
+function inPlace(payload: Uint8Array, bytes: number): boolean {
+  if (headroom.get(payload.buffer) !== payload.byteOffset || bytes > FRAME_HEADROOM_BYTES) return false;
+  headroom.delete(payload.buffer);
+  return true;
 }
 
 /**

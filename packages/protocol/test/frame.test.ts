@@ -1,5 +1,15 @@
 import { describe, expect, it } from '@jest/globals';
-import { CodedError, decodeFrame, encodeFrame, frameRequestId, MAX_FRAME_BYTES, MAX_HEADER_BYTES, type FrameHeader } from '../src/index.js';
+import {
+  allocFramePayload,
+  CodedError,
+  decodeFrame,
+  encodeFrame,
+  FRAME_HEADROOM_BYTES,
+  frameRequestId,
+  MAX_FRAME_BYTES,
+  MAX_HEADER_BYTES,
+  type FrameHeader,
+} from '../src/index.js';
 
 function codeOf(fn: () => unknown): string | undefined {
   try {
@@ -32,6 +42,50 @@ describe('frames', () => {
     const encoded = encodeFrame({ type: 'res', id: 1, result: {} }, payload);
     expect(encoded.subarray(encoded.length - payload.length)).toEqual(payload);
     expect(decodeFrame(encoded).payload).toEqual(payload);
+  });
+
+  it('puts the header in the room before a payload from allocFramePayload, sharing its memory instead of copying it', () => {
+    const payload = allocFramePayload(1000);
+    payload.fill(7);
+    const sent = payload.subarray(0, 600);
+    const header: FrameHeader = { type: 'res', id: 1, result: { bytesRead: 600 } };
+    const encoded = encodeFrame(header, sent);
+    expect(encoded.buffer).toBe(payload.buffer);
+    expect(encoded.byteOffset + encoded.length).toBe(sent.byteOffset + sent.length);
+    expect(decodeFrame(encoded)).toEqual({ header, payload: Buffer.alloc(600, 7) });
+    // The bytes are the same as a frame encoded by copying.
+    expect(Buffer.compare(encoded, encodeFrame(header, Buffer.alloc(600, 7)))).toBe(0);
+  });
+
+  it('uses the room once: encoding the same payload again copies, and leaves the first frame as it was', () => {
+    const payload = allocFramePayload(64);
+    payload.fill(1);
+    const first = encodeFrame({ type: 'res', id: 1, result: {} }, payload);
+    const before = Buffer.from(first);
+    const second = encodeFrame({ type: 'res', id: 22222, result: { other: 'a longer header than the first' } }, payload);
+    expect(second.buffer).not.toBe(payload.buffer);
+    expect(Buffer.compare(first, before)).toBe(0);
+    expect(decodeFrame(second).payload).toEqual(Buffer.alloc(64, 1));
+  });
+
+  it('never writes before a payload that does not start its buffer, nor into a buffer it did not make', () => {
+    const payload = allocFramePayload(256);
+    payload.fill(3);
+    const later = payload.subarray(128);
+    const encoded = encodeFrame({ type: 'res', id: 1, result: {} }, later);
+    expect(encoded.buffer).not.toBe(payload.buffer);
+    expect(payload).toEqual(Buffer.alloc(256, 3));
+    const theirs = Buffer.alloc(8192, 5);
+    encodeFrame({ type: 'res', id: 1, result: {} }, theirs.subarray(FRAME_HEADROOM_BYTES));
+    expect(theirs).toEqual(Buffer.alloc(8192, 5));
+  });
+
+  it('copies when the header is larger than the room', () => {
+    const payload = allocFramePayload(16);
+    const header: FrameHeader = { type: 'res', id: 1, result: { text: 'x'.repeat(FRAME_HEADROOM_BYTES) } };
+    const encoded = encodeFrame(header, payload.fill(9));
+    expect(encoded.buffer).not.toBe(payload.buffer);
+    expect(decodeFrame(encoded)).toEqual({ header, payload: Buffer.alloc(16, 9) });
   });
 
   it('rejects a text frame with INVALID_FRAME', () => {

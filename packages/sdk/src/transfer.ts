@@ -3,7 +3,7 @@ import { link, lstat, mkdir, open, readdir, readlink, realpath, rename, rmdir, s
 import { randomBytes } from 'node:crypto';
 import nodePath from 'node:path';
 import { pack, type Pack } from 'tar-stream';
-import { CheckedTarStream, CodedError, TRANSFER_CHUNK_BYTES, type CheckedTarEntry, type Result } from '@warren/protocol';
+import { allocFramePayload, CheckedTarStream, CodedError, TRANSFER_CHUNK_BYTES, type CheckedTarEntry, type Result } from '@warren/protocol';
 import type { Channel } from './channel.js';
 import type { CallOptions } from './connection.js';
 import { makeError, WarrenError } from './errors.js';
@@ -100,25 +100,28 @@ function toWarren(err: unknown): WarrenError {
   return makeError('INTERNAL', err instanceof Error ? err.message : String(err), { cause: err });
 }
 
-/** Cuts a stream of bytes into pieces of at most `size` bytes (small inputs are gathered up to it). */
+/**
+ * Cuts a stream of bytes into pieces of at most `size` bytes (small inputs are gathered up to it).
+ * Each piece is gathered once, into a buffer with room for its frame's header, so sending it copies
+ * nothing more.
+ */
 async function* pieces(source: AsyncIterable<Uint8Array>, size: number): AsyncGenerator<Buffer> {
-  let held: Buffer[] = [];
+  let held = allocFramePayload(size);
   let heldBytes = 0;
   for await (const chunk of source) {
     let rest = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
     while (rest.length > 0) {
-      const take = rest.subarray(0, size - heldBytes);
-      rest = rest.subarray(take.length);
-      held.push(take);
-      heldBytes += take.length;
+      const taken = rest.copy(held, heldBytes, 0, size - heldBytes);
+      rest = rest.subarray(taken);
+      heldBytes += taken;
       if (heldBytes === size) {
-        yield held.length === 1 ? held[0]! : Buffer.concat(held);
-        held = [];
+        yield held;
+        held = allocFramePayload(size);
         heldBytes = 0;
       }
     }
   }
-  if (heldBytes > 0) yield held.length === 1 ? held[0]! : Buffer.concat(held);
+  if (heldBytes > 0) yield held.subarray(0, heldBytes);
 }
 
 /**

@@ -3,7 +3,7 @@ import type { Stats } from 'node:fs';
 import { constants } from 'node:fs';
 import { lchown, link, lstat, open, rename, unlink, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
-import { CodedError, describePolicy, MAX_WRITE_GAP_BYTES, type ApprovalRequest, type FilePolicy } from '@warren/protocol';
+import { allocFramePayload, CodedError, describePolicy, MAX_WRITE_GAP_BYTES, type ApprovalRequest, type FilePolicy } from '@warren/protocol';
 import type { CallContext } from '../dispatch.js';
 import { pinFolder, withPinnedFolder, type PinnedFolder } from '../folder-pin.js';
 import {
@@ -157,7 +157,8 @@ export async function readWhole(fs: FsContext, resolved: ResolvedPath, display: 
  * than `limit + 1` bytes is ever allocated.
  */
 export async function readBounded(handle: FileHandle, limit: number, tooLarge: () => CodedError, sizeHint = 0): Promise<Buffer> {
-  let buffer = Buffer.allocUnsafe(Math.min(limit + 1, Math.max(sizeHint + 1, 64 * 1024)));
+  // Sized by the hint, with room for an answer's header before it: a whole-file read is sent without a copy.
+  let buffer = allocFramePayload(Math.min(limit + 1, Math.max(sizeHint + 1, 64 * 1024)));
   let total = 0;
   for (;;) {
     if (total === buffer.length) {

@@ -1,5 +1,6 @@
 import { lstat, readlink } from 'node:fs/promises';
 import {
+  allocFramePayload,
   canWrite,
   clampLines,
   CodedError,
@@ -134,7 +135,8 @@ async function readBytes(
     checkHardLinks(fs, info, display);
     const available = Math.max(0, info.size - range.offset);
     const want = Math.min(range.length ?? available, available, MAX_READ_BYTES);
-    const buffer = Buffer.alloc(want);
+    // Room for the answer's header before the bytes (no copy into a frame); bytes past `got` are never sent.
+    const buffer = allocFramePayload(want);
     let got = 0;
     while (got < want) {
       const { bytesRead } = await handle.read(buffer, got, want - got, range.offset + got);

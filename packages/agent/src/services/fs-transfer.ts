@@ -2,7 +2,16 @@ import { randomBytes } from 'node:crypto';
 import type { FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { pack, type Pack } from 'tar-stream';
-import { CheckedTarStream, CodedError, suffixAllowed, TRANSFER_CHUNK_BYTES, type CheckedTarEntry, type Params, type Result } from '@warren/protocol';
+import {
+  allocFramePayload,
+  CheckedTarStream,
+  CodedError,
+  suffixAllowed,
+  TRANSFER_CHUNK_BYTES,
+  type CheckedTarEntry,
+  type Params,
+  type Result,
+} from '@warren/protocol';
 import type { CallContext, Handler } from '../dispatch.js';
 import { mapFsError, resolvePath, type ResolvedPath } from '../policy.js';
 import { approve, resolveFor, type FsContext } from './fs-common.js';
@@ -359,7 +368,10 @@ export function transferHandlers(fs: FsContext): TransferHandlers {
         let pendingBytes = 0;
         const flush = async () => {
           if (pendingBytes === 0) return;
-          const piece = pending.length === 1 ? pending[0]! : Buffer.concat(pending);
+          // Gathered once, into a buffer with room for the event's header: the frame is not copied again.
+          const piece = allocFramePayload(pendingBytes);
+          let at = 0;
+          for (const chunk of pending) at += chunk.copy(piece, at);
           pending = [];
           pendingBytes = 0;
           if (params.maxBytes !== undefined && sent + piece.length > params.maxBytes) {

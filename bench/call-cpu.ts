@@ -105,8 +105,11 @@ export async function callCpuMode(options: { count: number; sandboxes: number; r
     };
 
     progress('call CPU: the first calls of new sandboxes');
-    const firstBurst = await measure(`files.stat, ${options.count} at once over ${sandboxes.length} new sandboxes (their first calls)`, options.count, pids, () =>
-      concurrent(options.count),
+    const firstBurst = await measure(
+      `files.stat, ${options.count} at once over ${sandboxes.length} new sandboxes (their first calls)`,
+      options.count,
+      pids,
+      () => concurrent(options.count),
     );
     await first.files.write('x', 'x');
     progress('call CPU: warming up');
@@ -119,8 +122,12 @@ export async function callCpuMode(options: { count: number; sandboxes: number; r
       progress(`call CPU: round ${round + 1} of ${options.rounds}`);
       results[0]!.push(await measure('files.stat, one after another', options.count, [pids[0]!], () => sequential(options.count, () => first.files.stat('x'))));
       const execCount = Math.max(50, Math.round(options.count / 5));
-      results[1]!.push(await measure('commands.run(`true`), one after another', execCount, [pids[0]!], () => sequential(execCount, () => first.commands.run('true'))));
-      results[2]!.push(await measure(`files.stat, ${options.count} at once over ${sandboxes.length} sandboxes`, options.count, pids, () => concurrent(options.count)));
+      results[1]!.push(
+        await measure('commands.run(`true`), one after another', execCount, [pids[0]!], () => sequential(execCount, () => first.commands.run('true'))),
+      );
+      results[2]!.push(
+        await measure(`files.stat, ${options.count} at once over ${sandboxes.length} sandboxes`, options.count, pids, () => concurrent(options.count)),
+      );
     }
     // The round with the median total CPU per call stands for its phase.
     const median = results.map((rounds) => {
@@ -148,7 +155,10 @@ export async function callCpuMode(options: { count: number; sandboxes: number; r
         '',
       ].join('\n'),
     );
-    await writeOut(options.jsonFile, `${JSON.stringify({ date: new Date().toISOString(), machine: machine(), load, firstBurst, rounds: results, median }, null, 2)}\n`);
+    await writeOut(
+      options.jsonFile,
+      `${JSON.stringify({ date: new Date().toISOString(), machine: machine(), load, firstBurst, rounds: results, median }, null, 2)}\n`,
+    );
   } finally {
     await Promise.all(sandboxes.map((s) => s.kill().catch(() => undefined)));
     await controller.stop();

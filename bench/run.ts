@@ -580,7 +580,11 @@ async function dispatch(): Promise<void> {
         ? 'profile'
         : flags['call-cpu']
           ? 'call-cpu'
-          : flags.tti ? 'tti' : flags.sustained !== undefined ? 'sustained' : undefined;
+          : flags.tti
+            ? 'tti'
+            : flags.sustained !== undefined
+              ? 'sustained'
+              : undefined;
   if (mode === undefined) return main();
   await runMode();
   // A mode's tables go between its own markers (`<!-- bench-density:start -->` ...) of the page.

@@ -1,4 +1,4 @@
-import { ERROR_CODE_LIST, isMethodName, peekHeader, type ErrorCode, type RequestId } from '@warren/protocol';
+import { ERROR_CODE_LIST, isMethodName, peekHeader, type RequestId } from '@warren/protocol';
 import { callRefusal, type Holder } from './grants.js';
 import type { Metrics } from './metrics.js';
 import { sizeRefusal } from './relay.js';
@@ -96,7 +96,7 @@ export class CallGate {
     const { metrics } = this.options;
     if (type === 'err') {
       const code = (header!.error as { code?: unknown } | null | undefined)?.code;
-      metrics.errors.inc({ code: typeof code === 'string' && KNOWN_CODES.has(code) ? (code as ErrorCode) : 'INTERNAL', source: 'call' });
+      metrics.errors.inc({ code: typeof code === 'string' && KNOWN_CODES.has(code) ? code : 'INTERNAL', source: 'call' });
     }
     if (typeof id !== 'number' && typeof id !== 'string') return;
     const call = this.inFlight.get(id);

@@ -26,7 +26,8 @@ const CHECKED: ReadonlyArray<{ method: MethodName; params: Record<string, unknow
  * schema's checker, the first time it runs: on a new daemon that is about ten milliseconds of CPU,
  * paid by the sandbox's first calls (a burst of first calls over many new sandboxes waited on it).
  * The daemon runs this once its socket listens, while the controller is still setting the sandbox
- * up. Answers are dropped; nothing it does can fail the daemon.
+ * up, one step per turn of the event loop so that a connection arriving meanwhile (the readiness
+ * probe) waits for one step at most. Answers are dropped; nothing it does can fail the daemon.
  *
  * @example
  * await warmUp(handlers);
@@ -38,16 +39,25 @@ export async function warmUp(handlers: Handlers): Promise<void> {
     socket.deliver({ type: 'hello', protocolVersion: PROTOCOL_VERSION, protocolMinor: PROTOCOL_MINOR, client: 'warren-agent warm-up' });
     let id = 0;
     for (const { method, params } of SERVED) {
+      await nextTurn();
       const answered = socket.answer(++id);
       socket.deliver({ type: 'req', id, method, params });
       await answered;
     }
-    for (const { method, params } of CHECKED) parseParams(method, params);
+    for (const { method, params } of CHECKED) {
+      await nextTurn();
+      parseParams(method, params);
+    }
   } catch {
     // A warm-up that fails leaves the compiling to the first calls, as without it.
   } finally {
     socket.end();
   }
+}
+
+/** Lets the event loop serve what arrived meanwhile (the controller's readiness probe) between two steps. */
+function nextTurn(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
 }
 
 /** The little of a `ws` WebSocket that `serveConnection` uses, in memory. */

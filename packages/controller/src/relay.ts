@@ -30,8 +30,9 @@ export interface RelayOptions {
  */
 export function relay(client: WebSocket, agent: WebSocket, options: RelayOptions = {}): void {
   const clientBatch = new WriteBatch(client);
-  const toAgent = throttle(client, agent, new WriteBatch(agent));
-  const toClient = throttle(agent, client, clientBatch);
+  const agentBatch = new WriteBatch(agent);
+  const toAgent = throttle(client, agent);
+  const toClient = throttle(agent, client);
   client.on('message', (data: Buffer, isBinary: boolean) => {
     const refusal = options.allowFrame?.(data);
     if (refusal) {
@@ -39,10 +40,12 @@ export function relay(client: WebSocket, agent: WebSocket, options: RelayOptions
       clientBatch.add(refusal.length);
       return client.send(refusal, { binary: true });
     }
+    agentBatch.add(data.length);
     toAgent(data, isBinary);
   });
   agent.on('message', (data: Buffer, isBinary: boolean) => {
     options.observeAnswer?.(data);
+    clientBatch.add(data.length);
     toClient(data, isBinary);
   });
   const closeBoth = () => {
@@ -56,7 +59,7 @@ export function relay(client: WebSocket, agent: WebSocket, options: RelayOptions
 }
 
 /** Sends to `to`; while `to` has more than the high-water mark unsent, stops reading `from`. */
-function throttle(from: WebSocket, to: WebSocket, batch: WriteBatch): (data: Buffer, isBinary: boolean) => void {
+function throttle(from: WebSocket, to: WebSocket): (data: Buffer, isBinary: boolean) => void {
   let waiting = false;
   const check = () => {
     if (to.readyState !== to.OPEN || from.readyState !== from.OPEN) return;
@@ -66,7 +69,6 @@ function throttle(from: WebSocket, to: WebSocket, batch: WriteBatch): (data: Buf
   };
   return (data, isBinary) => {
     if (to.readyState !== to.OPEN) return;
-    batch.add(data.length);
     to.send(data, { binary: isBinary });
     if (!waiting && to.bufferedAmount > RELAY_HIGH_WATER_BYTES) {
       waiting = true;

@@ -18,19 +18,17 @@ const LENGTH_BYTES = 4;
  * ws.send(encodeFrame({ type: 'req', id: 1, method: 'fs.read', params: { path: 'a.py' } }));
  */
 export function encodeFrame(header: FrameHeader, payload?: Uint8Array): Buffer {
-  const json = JSON.stringify(header);
-  const jsonLength = Buffer.byteLength(json, 'utf8');
+  const json = Buffer.from(JSON.stringify(header), 'utf8');
   // The sender refuses what the receiver would, with the request's id, so the caller hears why.
   const id = 'id' in header && header.id !== null ? { id: header.id } : {};
-  if (jsonLength > MAX_HEADER_BYTES) {
+  if (json.length > MAX_HEADER_BYTES) {
     throw new CodedError(
       'FRAME_TOO_LARGE',
-      `This ${header.type} frame's header is ${jsonLength} bytes, over the ${MAX_HEADER_BYTES}-byte limit. Ask for less at once (a smaller maxEntries, limit or range, or the next page with a cursor); a large value belongs in a file.`,
+      `This ${header.type} frame's header is ${json.length} bytes, over the ${MAX_HEADER_BYTES}-byte limit. Ask for less at once (a smaller maxEntries, limit or range, or the next page with a cursor); a large value belongs in a file.`,
       { ...id, limit: MAX_HEADER_BYTES },
     );
   }
-  const payloadLength = payload?.length ?? 0;
-  const total = LENGTH_BYTES + jsonLength + payloadLength;
+  const total = LENGTH_BYTES + json.length + (payload?.length ?? 0);
   if (total > MAX_FRAME_BYTES) {
     throw new CodedError(
       'FRAME_TOO_LARGE',
@@ -38,12 +36,9 @@ export function encodeFrame(header: FrameHeader, payload?: Uint8Array): Buffer {
       { ...id, limit: MAX_FRAME_BYTES },
     );
   }
-  // One buffer, written in place: no separate header buffer to allocate and copy again.
-  const frame = Buffer.allocUnsafe(total);
-  frame.writeUInt32BE(jsonLength, 0);
-  frame.write(json, LENGTH_BYTES, 'utf8');
-  if (payloadLength > 0) frame.set(payload!, LENGTH_BYTES + jsonLength);
-  return frame;
+  const prefix = Buffer.allocUnsafe(LENGTH_BYTES);
+  prefix.writeUInt32BE(json.length, 0);
+  return payload && payload.length > 0 ? Buffer.concat([prefix, json, payload]) : Buffer.concat([prefix, json]);
 }
 
 /**

@@ -13,6 +13,7 @@ import { MiB, POOL_SIZE, processRssMiB, repo, startControllerProcess, type Contr
 import { densityMode } from './density.js';
 import { egressLatency, egressThroughput } from './egress.js';
 import { hasRunsc, takeReport } from './modes-common.js';
+import { callCpuMode } from './call-cpu.js';
 import { profileMode } from './profile.js';
 import { liveRows } from './live.js';
 import { stateRows } from './state.js';
@@ -49,12 +50,14 @@ const { values: flags } = parseArgs({
     burst: { type: 'string', default: '100' },
     sequential: { type: 'string', default: '20' },
     sustained: { type: 'string' },
-    sandboxes: { type: 'string', default: '50' },
+    sandboxes: { type: 'string' },
     workers: { type: 'string', default: '64' },
     svg: { type: 'string', default: 'docs/bench-sustained.svg' },
     profile: { type: 'boolean', default: false },
     count: { type: 'string', default: '500' },
     transfers: { type: 'boolean', default: false },
+    'call-cpu': { type: 'boolean', default: false },
+    rounds: { type: 'string', default: '5' },
   },
 });
 const scale = flags.quick ? 0.2 : 1;
@@ -577,13 +580,15 @@ async function dispatch(): Promise<void> {
       ? 'density'
       : flags.profile
         ? 'profile'
-        : flags.tti
-          ? 'tti'
-          : flags.sustained !== undefined
-            ? 'sustained'
-            : flags.transfers
-              ? 'transfers'
-              : undefined;
+        : flags['call-cpu']
+          ? 'call-cpu'
+          : flags.tti
+            ? 'tti'
+            : flags.sustained !== undefined
+              ? 'sustained'
+              : flags.transfers
+                ? 'transfers'
+                : undefined;
   if (mode === undefined) return main();
   await runMode();
   // A mode's tables go between its own markers (`<!-- bench-density:start -->` ...) of the page.
@@ -599,6 +604,14 @@ async function runMode(): Promise<void> {
       jsonFile: flags.json ?? 'bench-results/transfers.json',
     });
   if (flags.profile) return profileMode({ count: count('count', flags.count, 10), image: flags.image, jsonFile: flags.json ?? 'bench-results/profile.json' });
+  if (flags['call-cpu'])
+    return callCpuMode({
+      count: count('count', flags.count, 10),
+      sandboxes: count('sandboxes', flags.sandboxes ?? '10', 1),
+      rounds: count('rounds', flags.rounds, 1),
+      image: flags.image,
+      jsonFile: flags.json ?? 'bench-results/call-cpu.json',
+    });
   if (flags.tti)
     return ttiMode({
       burst: count('burst', flags.burst, 1),
@@ -609,7 +622,7 @@ async function runMode(): Promise<void> {
   if (flags.sustained !== undefined)
     return sustainedMode({
       seconds: count('sustained', flags.sustained, 5),
-      sandboxes: count('sandboxes', flags.sandboxes, 1),
+      sandboxes: count('sandboxes', flags.sandboxes ?? '50', 1),
       workers: count('workers', flags.workers, 1),
       image: flags.image,
       jsonFile: flags.json ?? 'bench-results/sustained.json',

@@ -13,6 +13,7 @@ import {
   type FrameHeader,
   type RequestId,
   type WireErrorBody,
+  WriteBatch,
 } from '@warren/protocol';
 import { commandOf, pathsOf, type AuditLog } from './audit.js';
 import { dispatch, type Handlers } from './dispatch.js';
@@ -83,6 +84,8 @@ export function serveConnection(ws: WebSocket, handlers: Handlers, options: Serv
   const connection = new AbortController();
   const drain = new DrainWaiters(ws);
   const sent = () => drain.wake();
+  // Answers finished in one turn of the event loop (a burst of calls) leave in one write.
+  const batch = new WriteBatch(ws);
   const send = (header: FrameHeader, payload?: Uint8Array) => {
     if (ws.readyState !== ws.OPEN) return;
     let frame: Buffer;
@@ -94,6 +97,7 @@ export function serveConnection(ws: WebSocket, handlers: Handlers, options: Serv
       const id = 'id' in header ? header.id : null;
       frame = encodeFrame({ type: 'err', id, error: header.type === 'err' ? cutError(header.error) : toWireError(err) });
     }
+    batch.add(frame.length);
     ws.send(frame, sent);
   };
   const sendError = (id: RequestId | null, err: unknown) => send({ type: 'err', id, error: toWireError(err) });

@@ -28,6 +28,7 @@ import { ptyHandlers } from './services/pty.js';
 import { EgressRelay, type EgressRelayOptions } from './services/egress-relay.js';
 import { portHandlers } from './services/ports.js';
 import { watchHandlers } from './services/watch.js';
+import { warmUp } from './warm-up.js';
 
 export interface AgentServerOptions {
   /** Where to listen: a unix socket path, in a folder the controller can reach. */
@@ -60,6 +61,8 @@ export interface AgentServerOptions {
    * Kubernetes. `0` picks a free port (tests). Absent: the unix socket only.
    */
   tcpPort?: number | undefined;
+  /** Runs the call path once after listening, so the first calls find it compiled (default true; `warm-up.ts`). */
+  warmUp?: boolean | undefined;
 }
 
 /** A running agent; dispose it to stop listening and drop its connections. */
@@ -200,6 +203,8 @@ export async function startAgentServer(options: AgentServerOptions): Promise<Age
     http.listen(options.socketPath, () => resolve());
   });
   await chmod(options.socketPath, 0o600);
+  // The call path compiled once now, not by the sandbox's first calls (warm-up.ts).
+  if (options.warmUp !== false) setImmediate(() => void warmUp(handlers));
   if (process.getuid?.() === 0) {
     // The folder's owner is whoever the controller is on the host (as the engine maps it): the
     // socket goes to the same owner so a controller that is not root can connect to it.

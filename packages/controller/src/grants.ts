@@ -12,11 +12,9 @@ import {
   peekHeader,
   writableRoots,
   type DeriveTokenResponse,
-  type ErrorCode,
   type FilePolicy,
   type MethodAccess,
 } from '@warren/protocol';
-import type { WebSocket } from 'ws';
 import type { Credentials } from './credentials.js';
 import type { Metrics } from './metrics.js';
 import type { SandboxRecord } from './sandboxes.js';
@@ -164,91 +162,34 @@ export function deriveGrant(credentials: Credentials, record: SandboxRecord, cal
  * The per-frame check the relay runs on every client frame: a call the one rule table refuses
  * for this connection (by its method's access class) is answered with a FORBIDDEN error frame
  * carrying the request's id, and never reaches the daemon. Paths are the daemon's to check.
+ * (The relay itself runs {@link callRefusal} through its `CallGate`, which reads each header once.)
  */
 export function callAccessCheck(holder: Holder, metrics?: Metrics): (data: Buffer) => Buffer | undefined {
   return (data) => {
     const header = peekHeader(data);
-    if (header?.type !== 'req' || typeof header.method !== 'string' || !isMethodName(header.method)) return undefined;
-    const access = METHODS[header.method].access;
-    const refusal = refusalFor(holder, access, header.method);
-    if (refusal === undefined) return undefined;
-    metrics?.calls.inc({ method: header.method, outcome: 'refused' });
-    metrics?.errors.inc({ code: 'FORBIDDEN', source: 'call' });
-    const id = RequestId.safeParse(header.id);
-    return encodeFrame({
-      type: 'err',
-      id: id.success ? id.data : null,
-      error: { code: 'FORBIDDEN', message: refusal, details: { method: header.method, access } },
-    });
+    return header?.type === 'req' ? callRefusal(holder, header, metrics) : undefined;
   };
-}
-
-/** What {@link observeCalls} tells the idle freezer: each call holds its sandbox awake until answered. */
-export interface CallActivity {
-  /** A call started; the returned function ends its hold. */
-  hold(): () => void;
-  /** Any other frame from the client. */
-  touch(): void;
 }
 
 /**
- * Watches the frames of one relayed connection, without touching them, for the metrics: a call's
- * method and start on its request frame, its outcome and latency on the final answer. With
- * `activity`, each call in flight also holds the sandbox awake (one header parse serves both).
+ * The access check of one request frame's header, already read: undefined when the connection
+ * may call its method (or the method is unknown: the daemon answers `UNKNOWN_METHOD`), else the
+ * FORBIDDEN error frame to answer, with the request's id, counted in the metrics as refused.
  */
-export function observeCalls(client: WebSocket, agent: WebSocket, metrics: Metrics, activity?: CallActivity): { forget(data: Buffer): void } {
-  const inFlight = new Map<RequestId, { method: string; started: number }>();
-  const held = new Map<RequestId, () => void>();
-  const release = (id: unknown) => {
-    if (typeof id !== 'number' && typeof id !== 'string') return;
-    held.get(id)?.();
-    held.delete(id);
-  };
-  client.on('message', (data: Buffer) => {
-    const header = peekHeader(data);
-    if (activity) {
-      const id = header?.id;
-      if (header?.type === 'req' && (typeof id === 'number' || typeof id === 'string') && !held.has(id) && held.size < 10_000) held.set(id, activity.hold());
-      else if (header?.type === 'cancel') release(id);
-      else activity.touch();
-    }
-    if (
-      header?.type === 'req' &&
-      typeof header.method === 'string' &&
-      (typeof header.id === 'number' || typeof header.id === 'string') &&
-      isMethodName(header.method)
-    ) {
-      if (inFlight.size < 10_000) inFlight.set(header.id, { method: header.method, started: performance.now() });
-    }
+export function callRefusal(holder: Holder, header: Record<string, unknown>, metrics?: Metrics): Buffer | undefined {
+  const method = header.method;
+  if (typeof method !== 'string' || !isMethodName(method)) return undefined;
+  const access = METHODS[method].access;
+  const refusal = refusalFor(holder, access, method);
+  if (refusal === undefined) return undefined;
+  metrics?.calls.inc({ method, outcome: 'refused' });
+  metrics?.errors.inc({ code: 'FORBIDDEN', source: 'call' });
+  const id = RequestId.safeParse(header.id);
+  return encodeFrame({
+    type: 'err',
+    id: id.success ? id.data : null,
+    error: { code: 'FORBIDDEN', message: refusal, details: { method, access } },
   });
-  agent.on('message', (data: Buffer) => {
-    const header = peekHeader(data);
-    if (header?.type !== 'res' && header?.type !== 'err') return;
-    release(header.id);
-    const id = header.id as RequestId | null;
-    const call = id === null ? undefined : inFlight.get(id);
-    if (header.type === 'err') {
-      const code = (header.error as { code?: ErrorCode } | undefined)?.code ?? 'INTERNAL';
-      metrics.errors.inc({ code, source: 'call' });
-    }
-    if (!call) return;
-    inFlight.delete(id!);
-    metrics.calls.inc({ method: call.method, outcome: header.type === 'res' ? 'ok' : 'error' });
-    metrics.callSeconds.observe({ method: call.method }, (performance.now() - call.started) / 1000);
-  });
-  client.once('close', () => {
-    inFlight.clear();
-    for (const end of held.values()) end();
-    held.clear();
-  });
-  return {
-    /** Drops a request the relay refused: no answer from the daemon will close it. */
-    forget(data: Buffer) {
-      const id = peekHeader(data)?.id;
-      release(id);
-      if (typeof id === 'number' || typeof id === 'string') inFlight.delete(id);
-    },
-  };
 }
 
 /**

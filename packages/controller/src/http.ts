@@ -14,12 +14,13 @@ import { sandboxIdOf } from './e2b/envd-scope.js';
 import { ConsoleServer } from './console/server.js';
 import { CONSOLE_PROTOCOL, ConsoleSessions } from './console/session.js';
 import { MetricsHistory } from './console/history.js';
-import { callAccessCheck, callerFor, grantFor, observeCalls, routeRefusal, type Access, type Caller, type Holder } from './grants.js';
+import { CallGate } from './call-gate.js';
+import { callerFor, grantFor, routeRefusal, type Access, type Caller, type Holder } from './grants.js';
 import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
 import type { EgressLog } from './egress/egress-log.js';
 import { isPortPath, PortProxy } from './ports/proxy.js';
-import { relay, sizeRefusal } from './relay.js';
+import { relay } from './relay.js';
 import { readJson, ROUTES, routeList, routesAt, sendJson } from './routes.js';
 import type { SandboxService } from './sandboxes.js';
 
@@ -305,20 +306,14 @@ async function upgrade(
         deps.logger.info({ requestId: entry.requestId, sandboxId: id, caller: caller.kind, closeCode: code, durationMs: elapsedMs(entry) }, 'ws.close');
       });
       const freezer = deps.sandboxes.freezer;
-      const observer = observeCalls(
-        client,
-        agent,
-        deps.metrics,
-        freezer.enabled ? { hold: () => freezer.hold(id), touch: () => freezer.touch(id) } : undefined,
-      );
-      const check = callAccessCheck({ caller, grant: () => grant }, deps.metrics);
-      relay(client, agent, {
-        allowFrame: (data) => {
-          const refusal = sizeRefusal(data, deps.config.maxMessageBytes) ?? check(data);
-          if (refusal) observer.forget(data);
-          return refusal;
-        },
+      const gate = new CallGate({
+        holder: { caller, grant: () => grant },
+        metrics: deps.metrics,
+        maxMessageBytes: deps.config.maxMessageBytes,
+        activity: freezer.enabled ? { hold: () => freezer.hold(id), touch: () => freezer.touch(id) } : undefined,
       });
+      client.once('close', () => gate.close());
+      relay(client, agent, { allowFrame: (data) => gate.fromClient(data), observeAnswer: (data) => gate.fromDaemon(data) });
     });
   } finally {
     upgrading.count--;

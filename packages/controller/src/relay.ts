@@ -1,4 +1,4 @@
-import { CodedError, encodeFrame, frameRequestId, toWireError } from '@warren/protocol';
+import { CodedError, encodeFrame, frameRequestId, toWireError, WriteBatch } from '@warren/protocol';
 import type { WebSocket } from 'ws';
 
 /** Above this many unsent bytes on one side, the relay stops reading the other side. */
@@ -10,6 +10,8 @@ export const RELAY_LOW_WATER_BYTES = 1024 * 1024;
 export interface RelayOptions {
   /** Checks each client frame; a returned frame (an error answer) goes back to the client instead of the frame going on. */
   allowFrame?: ((data: Buffer) => Buffer | undefined) | undefined;
+  /** Sees each daemon frame before it goes on to the client unchanged (the call metrics). */
+  observeAnswer?: ((data: Buffer) => void) | undefined;
 }
 
 /**
@@ -21,19 +23,31 @@ export interface RelayOptions {
  * stops reading the sender (`ws.pause()`), so the sender's own send buffer fills and it slows
  * down in turn (the daemon then pauses the process's pipes); the controller holds about the
  * high-water mark per direction at most, whatever a command prints.
+ *
+ * Small frames passed on during one turn of the event loop leave in one write per side
+ * ({@link WriteBatch}): a burst of calls on one connection costs the controller one system call
+ * per burst and direction instead of one per frame.
  */
 export function relay(client: WebSocket, agent: WebSocket, options: RelayOptions = {}): void {
+  const clientBatch = new WriteBatch(client);
+  const agentBatch = new WriteBatch(agent);
   const toAgent = throttle(client, agent);
   const toClient = throttle(agent, client);
   client.on('message', (data: Buffer, isBinary: boolean) => {
     const refusal = options.allowFrame?.(data);
     if (refusal) {
-      if (client.readyState === client.OPEN) client.send(refusal, { binary: true });
-      return;
+      if (client.readyState !== client.OPEN) return;
+      clientBatch.add(refusal.length);
+      return client.send(refusal, { binary: true });
     }
+    agentBatch.add(data.length);
     toAgent(data, isBinary);
   });
-  agent.on('message', (data: Buffer, isBinary: boolean) => toClient(data, isBinary));
+  agent.on('message', (data: Buffer, isBinary: boolean) => {
+    options.observeAnswer?.(data);
+    clientBatch.add(data.length);
+    toClient(data, isBinary);
+  });
   const closeBoth = () => {
     if (client.readyState !== client.CLOSED) client.close();
     if (agent.readyState !== agent.CLOSED) agent.close();

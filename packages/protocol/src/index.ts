@@ -11,3 +11,4 @@ export * from './json-schema.js';
 export * from './egress.js';
 export * from './daemon-tls.js';
 export * from './daemon-env.js';
+export * from './write-batch.js';

@@ -83,7 +83,9 @@ export class ReconnectingChannel implements Channel {
     const deadline = Date.now() + (options.timeoutMs ?? DEFAULT_CALL_TIMEOUT_MS);
     const repeatable = METHODS[method].idempotent && options.onEvent === undefined;
     for (let repeats = 0; ; repeats++) {
-      const connection = await this.ready(deadline, options.signal, method);
+      // An open connection is used at once; waiting (an async step) only while there is none.
+      const current = this.current;
+      const connection = !this.closed && current?.isOpen ? current : await this.ready(deadline, options.signal, method);
       try {
         return await connection.call(method, params, { ...options, timeoutMs: Math.max(1, deadline - Date.now()) });
       } catch (err) {

@@ -17,6 +17,7 @@ import {
   type MethodName,
   type ParamsIn,
   type Result,
+  WriteBatch,
 } from '@warren/protocol';
 import { WebSocket } from 'ws';
 import { errorFromWire, makeError, WarrenError } from './errors.js';
@@ -71,6 +72,8 @@ export class Connection {
   onApproval: ApprovalHandler | undefined;
 
   private readonly closeListeners = new Set<() => void>();
+  /** Frames sent in one turn of the event loop (calls made at once, with `Promise.all`) leave in one write. */
+  private readonly batch: WriteBatch;
 
   /**
    * The protocol this connection speaks: the shared major, the minor both ends speak (the lower
@@ -82,6 +85,7 @@ export class Connection {
     private readonly ws: WebSocket,
     welcome: WelcomeFrame,
   ) {
+    this.batch = new WriteBatch(ws);
     this.protocol = {
       version: welcome.protocolVersion,
       minor: negotiatedMinor(welcome.protocolMinor),
@@ -220,7 +224,10 @@ export class Connection {
   }
 
   private sendFrame(header: FrameHeader, payload?: Uint8Array): void {
-    if (this.ws.readyState === WebSocket.OPEN) this.ws.send(encodeFrame(header, payload));
+    if (this.ws.readyState !== WebSocket.OPEN) return;
+    const frame = encodeFrame(header, payload);
+    this.batch.add(frame.length);
+    this.ws.send(frame);
   }
 
   private onMessage(data: Buffer): void {

@@ -84,7 +84,7 @@ export function serveConnection(ws: WebSocket, handlers: Handlers, options: Serv
   const connection = new AbortController();
   const drain = new DrainWaiters(ws);
   const sent = () => drain.wake();
-  // Answers finished in one turn of the event loop (a burst of calls) leave in one write.
+  // Answers finished in one turn of the event loop (a burst of calls) leave together after the first.
   const batch = new WriteBatch(ws);
   const send = (header: FrameHeader, payload?: Uint8Array) => {
     if (ws.readyState !== ws.OPEN) return;

@@ -24,9 +24,9 @@ export interface RelayOptions {
  * down in turn (the daemon then pauses the process's pipes); the controller holds about the
  * high-water mark per direction at most, whatever a command prints.
  *
- * Small frames passed on during one turn of the event loop leave in one write per side
- * ({@link WriteBatch}): a burst of calls on one connection costs the controller one system call
- * per burst and direction instead of one per frame.
+ * Small frames passed on during one turn of the event loop leave, after the first, in one write
+ * per side ({@link WriteBatch}): a burst of calls on one connection costs the controller two system
+ * calls per burst and direction instead of one per frame.
  */
 export function relay(client: WebSocket, agent: WebSocket, options: RelayOptions = {}): void {
   const clientBatch = new WriteBatch(client);

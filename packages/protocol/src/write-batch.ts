@@ -1,4 +1,4 @@
-/** Frames up to this size wait for the end of the event loop's turn and go out in one write with the others; larger ones go at once. */
+/** Frames up to this size after the first of a turn wait for the turn's end and go out in one write together; larger ones go at once. */
 export const BATCH_FRAME_MAX_BYTES = 16 * 1024;
 
 /** The part of a Node socket (or any writable stream) a {@link WriteBatch} uses. */
@@ -8,13 +8,16 @@ interface Corkable {
 }
 
 /**
- * Gathers the small frames sent on one WebSocket during one turn of the event loop into one
- * write. Each frame sent alone costs a system call and wakes the reader once; a burst of calls
- * (many requests sent at once, their answers, the relay passing both on) then costs one of each
- * per burst instead of one per frame. The socket under the WebSocket (`ws`'s `_socket`, read at
- * each send because it exists only once the connection is open) is corked at the first small
- * frame of a turn and uncorked by `setImmediate`, right after the turn's I/O callbacks: the
- * frames keep their order, and a lone frame waits only for the rest of its own turn.
+ * Gathers the small frames sent on one WebSocket during one turn of the event loop into as few
+ * writes as it can without making any frame wait for the next. Each frame sent alone costs a
+ * system call and wakes the reader once; a burst of calls (many requests sent at once, their
+ * answers, the relay passing both on) then costs two of each per burst instead of one per frame.
+ *
+ * The first small frame of a turn goes out at once, so a lone call is never delayed. A second one
+ * in the same turn shows a burst: the socket under the WebSocket (`ws`'s `_socket`, read at each
+ * send because it exists only once the connection is open) is corked, and uncorked by
+ * `setImmediate`, right after the turn's I/O callbacks, with every frame of the burst after the
+ * first in one write. Frames keep their order.
  *
  * A frame larger than {@link BATCH_FRAME_MAX_BYTES} first lets out what is waiting, then goes as
  * before, so large transfers and their backpressure (`bufferedAmount`) behave as without batching.
@@ -28,7 +31,12 @@ interface Corkable {
  */
 export class WriteBatch {
   private corked: Corkable | undefined;
-  private readonly flushAtTurnEnd = () => this.flush();
+  /** True from a turn's first small frame until that turn's end. */
+  private inTurn = false;
+  private readonly endTurn = () => {
+    this.inTurn = false;
+    this.flush();
+  };
 
   constructor(private readonly ws: object) {}
 
@@ -39,11 +47,16 @@ export class WriteBatch {
       return;
     }
     if (this.corked) return;
+    if (!this.inTurn) {
+      // The turn's first frame: sent at once; a second one in this turn starts the batch.
+      this.inTurn = true;
+      setImmediate(this.endTurn);
+      return;
+    }
     const socket = (this.ws as { _socket?: Partial<Corkable> | null })._socket;
     if (!socket || typeof socket.cork !== 'function' || typeof socket.uncork !== 'function') return;
     socket.cork();
     this.corked = socket as Corkable;
-    setImmediate(this.flushAtTurnEnd);
   }
 
   /** Lets out the frames waiting, now. */

@@ -20,21 +20,24 @@ function recordingSocket() {
 
 const turnEnd = () => new Promise<void>((resolve) => setImmediate(resolve));
 
-describe('WriteBatch: the small frames of one turn leave in one write', () => {
-  it('frames sent in one turn go out together, in order, once the turn ends', async () => {
+describe('WriteBatch: the small frames of one turn leave in two writes, the first at once', () => {
+  it('the first frame of a turn goes at once; the rest go out together, in order, once the turn ends', async () => {
     const { socket, writes } = recordingSocket();
     const batch = new WriteBatch({ _socket: socket });
-    for (const frame of ['a', 'b', 'c']) {
+    for (const frame of ['a', 'b', 'c', 'd']) {
       batch.add(frame.length);
       socket.write(frame);
     }
-    expect(writes).toEqual([]);
+    expect(writes).toEqual([['a']]);
     await turnEnd();
-    expect(writes).toEqual([['a', 'b', 'c']]);
+    expect(writes).toEqual([['a'], ['b', 'c', 'd']]);
+    // A lone frame of a later turn never waits.
     batch.add(1);
-    socket.write('d');
+    socket.write('e');
+    expect(writes).toEqual([['a'], ['b', 'c', 'd'], ['e']]);
     await turnEnd();
-    expect(writes).toEqual([['a', 'b', 'c'], ['d']]);
+    expect(writes).toEqual([['a'], ['b', 'c', 'd'], ['e']]);
+    expect(socket.writableCorked).toBe(0);
   });
 
   it('a large frame lets out what waits before it and goes at once: order kept, large transfers unbatched', async () => {
@@ -53,7 +56,10 @@ describe('WriteBatch: the small frames of one turn leave in one write', () => {
   });
 
   it('a WebSocket without a corkable socket (not open yet, or another kind) is left as it is', async () => {
-    for (const ws of [{}, { _socket: null }, { _socket: { write() {} } }]) expect(() => new WriteBatch(ws).add(1)).not.toThrow();
+    for (const ws of [{}, { _socket: null }, { _socket: { write() {} } }]) {
+      const odd = new WriteBatch(ws);
+      expect(() => [odd.add(1), odd.add(1)]).not.toThrow();
+    }
     const { socket, writes } = recordingSocket();
     const batch = new WriteBatch({ _socket: socket });
     batch.add(1);

@@ -72,7 +72,7 @@ export class Connection {
   onApproval: ApprovalHandler | undefined;
 
   private readonly closeListeners = new Set<() => void>();
-  /** Frames sent in one turn of the event loop (calls made at once, with `Promise.all`) leave in one write. */
+  /** Frames sent in one turn of the event loop (calls made at once, with `Promise.all`) leave in two writes: the first at once, the rest together. */
   private readonly batch: WriteBatch;
 
   /**

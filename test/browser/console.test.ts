@@ -214,13 +214,16 @@ describe('web console in Chromium', () => {
     await row.getByRole('button', { name: 'New sandbox' }).click();
     await page.waitForURL((url) => /#\/sandboxes\/[A-Za-z0-9]+$/.test(url.hash) && !url.hash.endsWith(sandboxId));
     const copyId = /#\/sandboxes\/([A-Za-z0-9]+)$/.exec(page.url())![1]!;
+    // The page connects to the new sandbox, and leaves it before the kill: a kill racing the
+    // page's WebSocket handshake, or its next poll, makes Chromium log a refused request.
+    await page.locator('.xterm-rows').waitFor();
+    await page.goto(`${ui()}#/snapshots`);
     const copy = await Sandbox.connect(copyId, { baseUrl: warren.url, apiKey: warren.apiKey });
     try {
       await expect(copy.files.read('kept.txt')).resolves.toBe('from before the snapshot\n');
     } finally {
       await copy.kill();
     }
-    await page.goto(`${ui()}#/snapshots`);
     page.once('dialog', (dialog) => void dialog.accept());
     await row.getByRole('button', { name: 'Delete' }).click();
     await row.waitFor({ state: 'detached' });

@@ -1039,8 +1039,10 @@ export class DockerProvider implements SandboxProvider {
       await this.docker
         .getImage(image.Id)
         .remove({ force: false, noprune: false })
-        .catch(async (err: { statusCode?: number }) => {
-          if (err.statusCode === 404) return;
+        .catch(async (err: { statusCode?: number; message?: string }) => {
+          // Gone already: the engine answers 404, or 500 "unrecognized image ID" when the image went
+          // between the listing and the remove (the last sandbox made from it was just collected).
+          if (err.statusCode === 404 || /unrecognized image ID|no such image/i.test(String(err.message))) return;
           // In use by a sandbox made from it: drop the name only, the layers go with the last such sandbox.
           if (err.statusCode === 409)
             await this.docker

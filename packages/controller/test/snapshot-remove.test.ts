@@ -1,0 +1,39 @@
+import { describe, expect, it } from '@jest/globals';
+import type Docker from 'dockerode';
+import { DockerProvider } from '../src/index.js';
+
+/** A dockerode stand-in with snapshot images only, each removal answering as `answers` says. */
+function fakeEngine(answers: Record<string, Error | undefined>) {
+  const removed: string[] = [];
+  const engine = {
+    listImages: async () => Object.keys(answers).map((Id) => ({ Id })),
+    getImage: (id: string) => ({
+      remove: async () => {
+        const answer = answers[id];
+        if (answer) throw answer;
+        removed.push(id);
+      },
+    }),
+  };
+  return { docker: new DockerProvider({ docker: engine as unknown as Docker }), removed };
+}
+
+const engineError = (statusCode: number, message: string) =>
+  Object.assign(new Error(`(HTTP code ${statusCode}) ${message}`), { statusCode, json: { message } });
+
+describe('removeSnapshot', () => {
+  it('takes an image that went between the listing and the remove as removed (the engine says 404 or "unrecognized image ID")', async () => {
+    const { docker, removed } = fakeEngine({
+      'sha256:aaa': engineError(500, 'unrecognized image ID sha256:aaa'),
+      'sha256:bbb': engineError(404, 'No such image: sha256:bbb'),
+      'sha256:ccc': undefined,
+    });
+    await expect(docker.removeSnapshot('snap-1')).resolves.toBeUndefined();
+    expect(removed).toEqual(['sha256:ccc']);
+  });
+
+  it('still fails on any other error of the engine', async () => {
+    const { docker } = fakeEngine({ 'sha256:aaa': engineError(500, 'driver failed to remove the layer') });
+    await expect(docker.removeSnapshot('snap-1')).rejects.toMatchObject({ message: expect.stringContaining('remove the image of snapshot snap-1') });
+  });
+});

@@ -10,8 +10,9 @@ const run = promisify(execFile);
 const docker = new Docker();
 
 /**
- * The controller image as compose runs it (compose.yaml): in a container of its own, with the
- * engine's socket and a state volume, creating sandboxes as siblings through the exec channel.
+ * The controller image as compose runs it (compose.yaml): in a container of its own on a network
+ * of its own (compose's project network; the test makes it), with the engine's socket and a state
+ * volume, creating sandboxes as siblings through the exec channel.
  * The image is built by scripts/build-controller-image (the same last stage as the Dockerfile
  * compose builds, from the packed packages; that Dockerfile's registry stage is not run here).
  */
@@ -22,6 +23,7 @@ describe('the controller image, run as compose runs it', () => {
 
   beforeAll(async () => {
     await run('scripts/build-controller-image', [], { cwd: process.cwd(), maxBuffer: 64 * 1024 * 1024, timeout: 240_000 });
+    await docker.createNetwork({ Name: name, Driver: 'bridge', Labels: { 'warren.test': 'controller-image' } });
     const container = await docker.createContainer({
       name,
       Image: 'warren/controller:latest',
@@ -30,6 +32,7 @@ describe('the controller image, run as compose runs it', () => {
       HostConfig: {
         Binds: ['/var/run/docker.sock:/var/run/docker.sock', `${name}-state:/var/lib/warren`],
         PortBindings: { '7420/tcp': [{ HostIp: '127.0.0.1', HostPort: '0' }] },
+        NetworkMode: name,
       },
     });
     await container.start();
@@ -49,6 +52,10 @@ describe('the controller image, run as compose runs it', () => {
       .catch(() => undefined);
     await docker
       .getVolume(`${name}-state`)
+      .remove()
+      .catch(() => undefined);
+    await docker
+      .getNetwork(name)
       .remove()
       .catch(() => undefined);
   });

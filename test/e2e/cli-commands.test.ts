@@ -278,8 +278,14 @@ describe('warren watch / top', () => {
     try {
       await busy.commands.start('while :; do :; done');
       await runCli(['top', '--once'], { env }); // the first sample of each: the CPU share needs two
-      await new Promise((r) => setTimeout(r, 500));
-      const top = await runCli(['top', '--once'], { env });
+      // On a loaded machine the loop may not have had its share yet between two samples: look again
+      // for a while (a busy sandbox that never comes first still fails).
+      let top: Awaited<ReturnType<typeof runCli>>;
+      const deadline = Date.now() + 15_000;
+      do {
+        await new Promise((r) => setTimeout(r, 500));
+        top = await runCli(['top', '--once'], { env });
+      } while (!top.stdout.split('\n')[1]?.startsWith(busy.id) && Date.now() < deadline);
       expect(top.code).toBe(0);
       const [header, ...rows] = top.stdout.trimEnd().split('\n');
       expect(header).toMatch(/^ID\s+STATE\s+CPU\s+MEMORY\s+PIDS\s+DISK\s+IMAGE$/);

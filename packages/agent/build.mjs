@@ -1,18 +1,25 @@
-// Bundles the daemon into one file for the sandbox runtime volume: no node_modules inside a sandbox.
+// Builds the daemon for the sandbox runtime volume (no node_modules inside a sandbox), as two files:
+// dist/warren-agent.cjs, the whole daemon in one bundle, and dist/warren-agent.mjs, the small file a
+// sandbox starts, which loads the bundle with V8's code cache for it (src/boot.ts says why).
 import { build } from 'esbuild';
 
+const common = { bundle: true, platform: 'node', target: 'node20', legalComments: 'none', logLevel: 'warning' };
+
 await build({
+  ...common,
   entryPoints: [new URL('./src/main.ts', import.meta.url).pathname],
-  outfile: new URL('./dist/warren-agent.mjs', import.meta.url).pathname,
-  bundle: true,
-  platform: 'node',
-  target: 'node20',
-  format: 'esm',
+  outfile: new URL('./dist/warren-agent.cjs', import.meta.url).pathname,
+  // CommonJS: node:vm compiles a script with a code cache; an ES module only behind a flag.
+  format: 'cjs',
   conditions: ['warren-source'],
   // ws loads these optional native speed-ups when present; the bundle runs without them.
   // node-pty is native: the runtime volume ships its package folders in /opt/warren/node_modules.
   external: ['bufferutil', 'utf-8-validate', '@lydell/node-pty'],
-  banner: { js: "import { createRequire as __warrenRequire } from 'node:module'; const require = __warrenRequire(import.meta.url);" },
-  legalComments: 'none',
-  logLevel: 'warning',
+});
+
+await build({
+  ...common,
+  entryPoints: [new URL('./src/boot.ts', import.meta.url).pathname],
+  outfile: new URL('./dist/warren-agent.mjs', import.meta.url).pathname,
+  format: 'esm',
 });

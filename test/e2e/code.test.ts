@@ -52,6 +52,13 @@ describe('the code interpreter in real sandboxes', () => {
     }
   });
 
+  it('runs TypeScript (the daemon loads its type stripper on the first TypeScript cell)', async () => {
+    const result = await sandbox.code.run('interface P { n: number }\nconst p: P = { n: 21 };\np.n * 2', { language: 'typescript' });
+    expect(result.error).toBeNull();
+    expect(mainText(result.results)).toBe('42');
+    await expect(sandbox.code.run('const = ;', { language: 'typescript' })).rejects.toMatchObject({ code: 'INVALID_PARAMS' });
+  });
+
   it('bounds a fork bomb by the pids limit and the timeout; removing its context ends every process it made within seconds', async () => {
     // A sandbox of its own: a bomb that outlives a failed attempt must not starve the cases after it.
     await using bombed = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, image: IMAGE, pidsLimit: 256, memoryMb: 2048 });

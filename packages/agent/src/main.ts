@@ -6,7 +6,8 @@ import type { SandboxUser } from './services/process-table.js';
 import { startAgentServer } from './server.js';
 
 /**
- * The daemon's entry point inside a sandbox. The secret arrives in a file that is deleted once
+ * The daemon's entry point inside a sandbox, called by the boot file (`boot.ts`, the runtime's
+ * `warren-agent.mjs`) once the bundle is loaded. The secret arrives in a file that is deleted once
  * read (`--secret-file`), or, where the controller reaches the daemon through the engine's API and
  * shares no folder with it, in an environment variable (`--secret-env`) that the daemon removes
  * before anything reads its environment: either way it is in no argv and in the environment of no
@@ -17,7 +18,7 @@ import { startAgentServer } from './server.js';
  * daemon creates is handed to it. Sandbox code therefore cannot signal, trace or read the daemon,
  * nor reach its socket folder (mode 0700, the daemon's own).
  */
-async function main(): Promise<void> {
+export async function main(): Promise<void> {
   const { values } = parseArgs({
     options: {
       socket: { type: 'string' },
@@ -111,8 +112,3 @@ function parseUser(text: string): SandboxUser {
   if (!match) throw new Error(`--user must be UID:GID, got '${text}'`);
   return { uid: Number(match[1]), gid: Number(match[2]) };
 }
-
-main().catch((err: unknown) => {
-  process.stderr.write(`warren-agent: ${err instanceof Error ? err.message : String(err)}\n`);
-  process.exit(1);
-});

@@ -897,8 +897,8 @@ export class DockerProvider implements SandboxProvider {
       .catch((err: { statusCode?: number }) => {
         if (err.statusCode !== 404) rethrow(err, `remove container ${handle}`);
       });
-    await this.dirs.remove(agentId);
-    await this.workspaces?.remove(agentId);
+    // Once the container is gone nothing writes to either: its folder and its disk go at once.
+    await settled([this.dirs.remove(agentId), this.workspaces?.remove(agentId)] as const);
   }
 
   /** Every Warren sandbox container, running or not. */

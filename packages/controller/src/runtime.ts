@@ -1,8 +1,9 @@
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { constants, createReadStream } from 'node:fs';
-import { access, readdir, readFile, realpath, stat } from 'node:fs/promises';
+import { access, mkdtemp, readdir, readFile, realpath, rm, stat } from 'node:fs/promises';
 import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { EGRESS_TRANSPARENT_ADDRESS } from '@warren/protocol';
@@ -27,8 +28,20 @@ export interface RuntimeFile {
   /** The file on the host; or `content`, for a small file Warren writes itself. */
   source?: string;
   content?: string;
+  /**
+   * Or made from the other files only when the runtime is written (a volume filled, an image
+   * built); undefined leaves the file out. Its bytes are not hashed: they follow from the files
+   * that are.
+   */
+  produce?: () => Promise<Buffer | undefined>;
   mode: number;
 }
+
+/** The file a sandbox starts the daemon with (packages/agent/src/boot.ts), and the bundle it loads beside it. */
+export const AGENT_BOOT = 'warren-agent.mjs';
+const AGENT_BUNDLE = 'warren-agent.cjs';
+/** V8's code cache of the daemon's bundle, which the boot file reads. */
+const AGENT_CODE_CACHE = 'warren-agent.code-cache';
 
 /** Where the runtime carries the egress resolver file (see {@link resolvConfText}), under {@link RUNTIME_DIR}. */
 export const RUNTIME_RESOLV_CONF = 'egress/resolv.conf';
@@ -74,7 +87,7 @@ export function agentCommand(args: string[]): string[] {
     `${RUNTIME_DIR}/lib`,
     `${RUNTIME_DIR}/node`,
     ...DAEMON_NODE_FLAGS,
-    `${RUNTIME_DIR}/warren-agent.mjs`,
+    `${RUNTIME_DIR}/${AGENT_BOOT}`,
     ...args,
   ];
 }
@@ -122,9 +135,14 @@ export async function collectRuntime(agentBundlePath: string): Promise<AgentRunt
       `The controller runs on ${process.platform}, but the daemon it injects into sandboxes is this Node: run the controller on Linux (on macOS, the controller image: docs/install.md).`,
     );
   const { stdout } = await promisify(execFile)('ldd', [nodePath]);
+  const bundlePath = path.join(path.dirname(agentBundlePath), AGENT_BUNDLE);
+  if (!(await exists(bundlePath)))
+    throw new Error(`The agent bundle ${bundlePath} is missing beside ${agentBundlePath}: the daemon is built as those two files ('pnpm build' makes both).`);
   const files: RuntimeFile[] = [
     { name: 'node', source: nodePath, mode: 0o755 },
-    { name: 'warren-agent.mjs', source: agentBundlePath, mode: 0o644 },
+    { name: AGENT_BOOT, source: agentBundlePath, mode: 0o644 },
+    { name: AGENT_BUNDLE, source: bundlePath, mode: 0o644 },
+    { name: AGENT_CODE_CACHE, produce: () => daemonCodeCache(agentBundlePath), mode: 0o644 },
     ...librariesFromLdd(stdout),
     // Bound over /etc/resolv.conf of sandboxes with egress when the daemon is reached through the
     // engine (exec channel): there is no host folder of the sandbox's own to write it into.
@@ -144,6 +162,7 @@ export async function collectRuntime(agentBundlePath: string): Promise<AgentRunt
   for (const file of files) {
     hash.update(file.name).update('\0');
     if (file.content !== undefined) hash.update(file.content);
+    else if (file.produce !== undefined) hash.update(DAEMON_NODE_FLAGS.join(' '));
     else if (file.source !== undefined) for await (const chunk of createReadStream(file.source)) hash.update(chunk as Buffer);
   }
   return { hash: hash.digest('hex').slice(0, 16), files };
@@ -235,9 +254,32 @@ async function collectNativePackages(agentBundlePath: string, have: Set<string>)
   return files;
 }
 
-/** A runtime file's bytes: its own content, or its host file read now. */
-export async function runtimeFileContent(file: RuntimeFile): Promise<Buffer> {
+/**
+ * V8's code cache of the daemon's bundle, made by running the boot file with this Node and the
+ * daemon's flags (V8 takes a cache only from the same version with the same flags), in an
+ * environment without `NODE_OPTIONS`, as the daemon's is. Undefined when that fails: the daemon
+ * then compiles its bundle at every start, slower but the same.
+ */
+async function daemonCodeCache(bootPath: string): Promise<Buffer | undefined> {
+  const dir = await mkdtemp(path.join(tmpdir(), 'warren-code-cache-'));
+  try {
+    const out = path.join(dir, AGENT_CODE_CACHE);
+    await promisify(execFile)(process.execPath, [...DAEMON_NODE_FLAGS, bootPath, '--write-code-cache', out], {
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
+      timeout: 60_000,
+    });
+    return await readFile(out);
+  } catch {
+    return undefined;
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/** A runtime file's bytes: its own content, its host file read now, or made now (undefined: left out). */
+async function runtimeFileContent(file: RuntimeFile): Promise<Buffer | undefined> {
   if (file.content !== undefined) return Buffer.from(file.content);
+  if (file.produce !== undefined) return file.produce();
   if (file.source === undefined) throw new Error(`The runtime file ${file.name} has neither a source nor content.`);
   return readFile(file.source);
 }
@@ -248,9 +290,15 @@ export async function runtimeTar(runtime: AgentRuntime): Promise<Buffer> {
   for (const file of runtime.files) for (let dir = path.posix.dirname(file.name); dir !== '.'; dir = path.posix.dirname(dir)) folders.add(`${dir}/`);
   return packTar([
     ...[...folders].sort().map((name) => ({ header: { name, type: 'directory' as const, mode: 0o755 } })),
-    ...(await Promise.all(runtime.files.map(async (file) => ({ header: { name: file.name, mode: file.mode }, content: await runtimeFileContent(file) })))),
+    ...(await runtimeEntries(runtime, (file) => ({ name: file.name, mode: file.mode }))),
     { header: { name: '.complete', mode: 0o644 }, content: runtime.hash },
   ]);
+}
+
+/** The runtime's files as tar entries with the given headers; a made file that came out empty-handed is left out. */
+export async function runtimeEntries<H>(runtime: AgentRuntime, header: (file: RuntimeFile) => H): Promise<{ header: H; content: Buffer }[]> {
+  const entries = await Promise.all(runtime.files.map(async (file) => ({ header: header(file), content: await runtimeFileContent(file) })));
+  return entries.filter((entry): entry is { header: H; content: Buffer } => entry.content !== undefined);
 }
 
 /** True when the file exists: used to check the bundle before starting. */

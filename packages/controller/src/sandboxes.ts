@@ -623,7 +623,9 @@ export class SandboxService {
         lastError = err;
       }
       if (attempt % 20 === 19 && (await this.provider.inspect(handle)) !== 'running') break;
-      await new Promise((r) => setTimeout(r, Math.min(5 + attempt * 2, 50)));
+      // Every 5 ms while a daemon usually starts (its boot is about 100 ms; a refused probe costs
+      // little), then less often up to every 50 ms for a slow one.
+      await new Promise((r) => setTimeout(r, Math.min(5 + Math.max(0, attempt - 40) * 2, 50)));
     }
     const logs = await this.provider.logsTail(handle);
     throw new CodedError(

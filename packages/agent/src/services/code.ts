@@ -1,5 +1,4 @@
 import { CodedError, MAX_DISPLAY_BYTES, type CodeDisplay, type CodeError, type Params, type Result } from '@warren/protocol';
-import { transform } from 'sucrase';
 import type { CallContext, Handler } from '../dispatch.js';
 import type { FilePolicy } from '../policy.js';
 import type { CodeContext, CodeContexts } from './code-contexts.js';
@@ -33,7 +32,7 @@ export function codeHandlers(contexts: CodeContexts, policy: FilePolicy): { [M i
           `Context '${context.id}' runs ${context.language}, not ${params.language}: leave language out, or use a ${params.language} context.`,
         );
       }
-      const code = context.language === 'typescript' ? stripTypes(params.code) : params.code;
+      const code = context.language === 'typescript' ? await stripTypes(params.code) : params.code;
       return context.exclusive((kernel) => runCell(kernel, context, code, params, ctx), ctx.signal);
     },
 
@@ -59,8 +58,13 @@ export function codeHandlers(contexts: CodeContexts, policy: FilePolicy): { [M i
   };
 }
 
-/** TypeScript to JavaScript by removing the types (sucrase); line numbers stay as written. */
-function stripTypes(code: string): string {
+/**
+ * TypeScript to JavaScript by removing the types (sucrase); line numbers stay as written. Sucrase is
+ * a third of the daemon's bundle and few sandboxes run a TypeScript cell, so it is loaded on the
+ * first one rather than at every daemon start (docs/benchmarks.md, the cold create).
+ */
+async function stripTypes(code: string): Promise<string> {
+  const { transform } = await import('sucrase');
   try {
     return transform(code, { transforms: ['typescript'], disableESTransforms: true, keepUnusedImports: true }).code;
   } catch (err) {

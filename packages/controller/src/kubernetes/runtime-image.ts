@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import path from 'node:path';
 import { packTar } from '../tar.js';
-import { runtimeFileContent, type AgentRuntime } from '../runtime.js';
+import { runtimeEntries, type AgentRuntime } from '../runtime.js';
 import { RUNTIME_IN_IMAGE } from './pod-spec.js';
 
 /** The runtime image's name for a runtime build: what the Kubernetes provider runs its init container from by default. */
@@ -27,9 +27,7 @@ export async function runtimeImageTar(runtime: AgentRuntime, tag: string): Promi
   const mtime = new Date(0);
   const layer = await packTar([
     ...[...folders].sort().map((name) => ({ header: { name, type: 'directory' as const, mode: 0o755, mtime } })),
-    ...(await Promise.all(
-      runtime.files.map(async (file) => ({ header: { name: `${root}/${file.name}`, mode: file.mode, mtime }, content: await runtimeFileContent(file) })),
-    )),
+    ...(await runtimeEntries(runtime, (file) => ({ name: `${root}/${file.name}`, mode: file.mode, mtime }))),
     { header: { name: `${root}/.complete`, mode: 0o644, mtime }, content: runtime.hash },
   ]);
   const diffId = createHash('sha256').update(layer).digest('hex');

@@ -39,6 +39,8 @@ interface DensityResult {
     controllerShare: number;
     hostTotal: number;
   };
+  /** The controller's own RSS, absolute: with no sandbox and with all of them (the issue's target: <= 150 MiB with 500). */
+  controllerRssMiB: { atStart: number; atMax: number };
   frozen: { cpuPercentRunning: number; cpuPercentFrozen: number; cgroupMiBRunning: number; cgroupMiBFrozen: number };
   thaw: { firstCallMs: ReturnType<typeof percentiles>; awakeCallMs: ReturnType<typeof percentiles>; thawSecondsMean: number };
   gvisor: string;
@@ -110,7 +112,8 @@ export async function densityMode(max: number, image: string, jsonFile: string):
     const daemonPrivate = perContainer(isDaemon, 'anonMiB');
     const daemonFileMapped = perContainer(isDaemon, 'fileMiB');
     const otherProcesses = perContainer((p) => !isDaemon(p), 'anonMiB');
-    const controllerShare = ((await processRssMiB(controller.pid)) - controllerAtStart) / ids.length;
+    const controllerAtMax = await processRssMiB(controller.pid);
+    const controllerShare = (controllerAtMax - controllerAtStart) / ids.length;
     const hostTotal = (hostAtStart - (await hostAvailableMiB())) / ids.length;
 
     progress('density: idle CPU and memory, running and then frozen');
@@ -147,6 +150,7 @@ export async function densityMode(max: number, image: string, jsonFile: string):
         controllerShare,
         hostTotal,
       },
+      controllerRssMiB: { atStart: controllerAtStart, atMax: controllerAtMax },
       frozen: { cpuPercentRunning: cpuRunning, cpuPercentFrozen: cpuFrozen, cgroupMiBRunning: cgroupRunning, cgroupMiBFrozen: cgroupFrozen },
       thaw,
       gvisor,
@@ -186,7 +190,7 @@ function printDensity(r: DensityResult): void {
         ],
       ],
     ),
-    '',
+    `\nThe controller's RSS: ${fmt(r.controllerRssMiB.atStart)} MiB with no sandbox, ${fmt(r.controllerRssMiB.atMax)} MiB with ${r.reached} (one process: the REST API, the relay, the pool and the engine client).\n`,
     table(
       ['sandboxes', 'create p50 (ms)', 'creates/s (one at a time)'],
       r.createBands.map((b) => [`${b.from}-${b.to}`, fmt(b.p50Ms), fmt(b.perSecond)]),

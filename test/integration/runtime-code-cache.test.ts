@@ -16,7 +16,7 @@ async function untar(tar: Buffer, into: string): Promise<string[]> {
   const done = new Promise<void>((resolve, reject) => {
     reader.on('entry', (header, stream, next) => {
       const chunks: Buffer[] = [];
-      stream.on('data', (c: Buffer) => chunks.push(c));
+      stream.on('data', (c: unknown) => chunks.push(c as Buffer));
       stream.on('end', () => {
         names.push(header.name);
         const target = path.join(into, header.name);

@@ -1,5 +1,7 @@
 import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { readdirSync } from 'node:fs';
+import net from 'node:net';
 import { decodeFrame, encodeFrame, parseParams, parseResult, type MethodName } from '@warren/protocol';
 import { Sandbox } from '@warren/sdk';
 import { killTree, newMarker, scanForTree } from '../packages/agent/src/services/process-tree.js';
@@ -28,6 +30,46 @@ async function timeEach(count: number, fn: () => Promise<unknown>): Promise<numb
     samples.push(performance.now() - started);
   }
   return samples;
+}
+
+/**
+ * 64 bytes to a TCP echo server in another process on loopback and back: one wake-up of another
+ * process each way, as each hop of a call costs, and nothing else; its tail is this machine's.
+ */
+async function crossProcessEcho(count: number): Promise<number[]> {
+  const server = spawn(
+    process.execPath,
+    ['-e', "const s=require('net').createServer((c)=>{c.setNoDelay(true);c.pipe(c)}).listen(0,'127.0.0.1',()=>process.stdout.write(s.address().port+'\\n'))"],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  try {
+    const [first] = (await once(server.stdout, 'data')) as [Buffer];
+    const socket = net.connect(Number(first.toString().trim()), '127.0.0.1');
+    socket.setNoDelay(true);
+    await once(socket, 'connect');
+    const payload = Buffer.alloc(64, 1);
+    try {
+      return await timeEach(
+        count,
+        () =>
+          new Promise<void>((resolve) => {
+            let got = 0;
+            const onData = (chunk: Buffer) => {
+              got += chunk.length;
+              if (got < payload.length) return;
+              socket.off('data', onData);
+              resolve();
+            };
+            socket.on('data', onData);
+            socket.write(payload);
+          }),
+      );
+    } finally {
+      socket.destroy();
+    }
+  } finally {
+    server.kill();
+  }
 }
 
 /**
@@ -110,6 +152,7 @@ export async function profileMode(options: { count: number; image: string; jsonF
     const treeKillMs = await timeEach(Math.min(count, 200), () => killTree({ marker: newMarker() }));
     const scanMs = await timeEach(Math.min(count, 200), async () => scanForTree('/proc', { marker: newMarker() }));
     const perProcessMs = mean(scanMs) / hostProcesses;
+    const echoMs = await crossProcessEcho(count);
 
     const rows = [
       {
@@ -172,11 +215,25 @@ export async function profileMode(options: { count: number; image: string; jsonF
           ],
         ),
         '',
+        'The tail: p99 against p50 for the two calls and for the floors measured in the same run (the issue asks exec for p99 <= 2x its p50 and stat for p99 <= 0.5 ms; a floor whose own p99 is several times its p50 bounds what any call made of it can reach).\n',
+        table(
+          ['what', 'n', 'p50 (ms)', 'p99 (ms)', 'p99 / p50'],
+          [
+            ['exec `true` (SDK wall)', exec.sdk],
+            ['files.stat (SDK wall)', stat.sdk],
+            ["spawn('/bin/sh', ['-c', 'true']) to exit, on the host", spawnMs],
+            ['64-byte TCP echo to another process on loopback', echoMs],
+          ].map(([what, samples]) => {
+            const p = percentiles(samples as number[]);
+            return [what as string, String((samples as number[]).length), fmt(p.p50, 3), fmt(p.p99, 3), fmt(p.p99 / p.p50, 2)];
+          }),
+        ),
+        '',
       ].join('\n'),
     );
     await writeOut(
       options.jsonFile,
-      `${JSON.stringify({ date: new Date().toISOString(), machine: machine(), count, rows, spawnMs: percentiles(spawnMs), treeKillMs: percentiles(treeKillMs), scanMs: percentiles(scanMs), hostProcesses, processesInSandbox }, null, 2)}\n`,
+      `${JSON.stringify({ date: new Date().toISOString(), machine: machine(), count, rows, spawnMs: percentiles(spawnMs), treeKillMs: percentiles(treeKillMs), scanMs: percentiles(scanMs), echoMs: percentiles(echoMs), execSdkMs: percentiles(exec.sdk), statSdkMs: percentiles(stat.sdk), hostProcesses, processesInSandbox }, null, 2)}\n`,
     );
   } finally {
     admin.close();

@@ -2,7 +2,7 @@ import { closeSync, constants, lstatSync, openSync, readlinkSync } from 'node:fs
 import { lchown, mkdir, open, readlink, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { CodedError } from '@warren/protocol';
-import { mapFsError } from './policy.js';
+import { mapFsError } from './fs-error.js';
 
 /** How many folders of one {@link FolderTree} stay open at once; the oldest is closed (and reopened when needed). */
 const TREE_OPEN_FOLDERS = 32;
@@ -129,6 +129,18 @@ export async function withPinnedFolder<T>(folder: string, display: string, make:
   } finally {
     await dir.close();
   }
+}
+
+/**
+ * Runs `act` on the name of `absolute` (a walked, physical path) inside its folder pinned by a
+ * descriptor ({@link pinFolder}): `act` gets `/proc/self/fd/<n>/<name>`, which the kernel resolves
+ * from that open folder, not by path again. So a `rename`, `unlink`, `rmdir` or `mkdir` cannot be
+ * redirected by a folder on the way swapped for a link after the check: not by this sandbox's
+ * code, and not by another sandbox that shares a named volume with it (whose links resolve here,
+ * to files a narrowed handle of this sandbox was not given). Without /proc, `act` gets `absolute`.
+ */
+export function atPinnedFolder<T>(absolute: string, display: string, act: (name: string) => Promise<T>): Promise<T> {
+  return withPinnedFolder(path.posix.dirname(absolute), display, undefined, (dir) => act(dir.at(path.posix.basename(absolute))));
 }
 
 /** Opens one segment below an open folder without following a link; a link there is a swap. */

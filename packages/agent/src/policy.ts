@@ -1,5 +1,5 @@
 import type { Stats } from 'node:fs';
-import { closeSync, constants, lstatSync, openSync, readFileSync, readlinkSync, realpathSync, statfsSync } from 'node:fs';
+import { constants, lstatSync, readFileSync, readlinkSync, realpathSync, statfsSync } from 'node:fs';
 import { lstat, open, readdir, readlink, rmdir, unlink, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import {
@@ -18,6 +18,8 @@ import {
   type Located,
   type Mount,
 } from '@warren/protocol';
+import { atPinnedFolder } from './folder-pin.js';
+import { mapFsError } from './fs-error.js';
 
 export type { FilePolicy } from '@warren/protocol';
 export { isWithin } from '@warren/protocol';
@@ -577,45 +579,6 @@ export async function checkKernelName(handle: FileHandle, expected: string, disp
 }
 
 /**
- * Runs `act` on the name of `absolute` (a walked, physical path) inside its folder pinned by a
- * descriptor: the folder is opened, checked by the kernel's own name for it to be the walked one,
- * and `act` gets `/proc/self/fd/<n>/<name>`, which the kernel resolves from that open folder, not
- * by path again. So a `rename`, `unlink`, `rmdir` or `mkdir` cannot be redirected by a folder on
- * the way swapped for a link after the check: not by this sandbox's code, and not by another
- * sandbox that shares a named volume with it (whose links resolve here, to files a narrowed handle
- * of this sandbox was not given). Without /proc, `act` gets `absolute` as it is.
- */
-export async function atPinnedFolder<T>(absolute: string, display: string, act: (name: string) => Promise<T>): Promise<T> {
-  const folder = path.posix.dirname(absolute);
-  // Synchronous on purpose, as the walk's metadata calls: opening a folder and reading its
-  // descriptor's name take microseconds, a trip through the thread pool costs more than that.
-  let fd: number;
-  try {
-    fd = openSync(folder, constants.O_RDONLY | constants.O_DIRECTORY);
-  } catch (err) {
-    throw mapFsError(err, display);
-  }
-  try {
-    let actual: string | undefined;
-    try {
-      actual = readlinkSync(`/proc/self/fd/${fd}`);
-    } catch {
-      actual = undefined;
-    }
-    if (actual === undefined) return await act(absolute);
-    if (actual !== folder)
-      throw new CodedError('PATH_NOT_IN_SANDBOX', `'${display}' moved during the call (a folder on the way was swapped); try again.`, { path: display });
-    return await act(`/proc/self/fd/${fd}/${path.posix.basename(absolute)}`);
-  } finally {
-    try {
-      closeSync(fd);
-    } catch {
-      // already closed
-    }
-  }
-}
-
-/**
  * Deletes the folder `at` (a name from {@link atPinnedFolder}) and everything in it by descriptor:
  * each folder is opened without following a link (O_NOFOLLOW) and its entries are looked at,
  * unlinked and descended into through `/proc/self/fd/<n>/<name>`, never by a path walked again,
@@ -639,46 +602,4 @@ export async function removeFolderAt(at: string): Promise<void> {
     await handle.close().catch(() => undefined);
   }
   await rmdir(at);
-}
-
-/** Maps the errno values a file call can meet to wire codes that say what to do. */
-export function mapFsError(err: unknown, display: string): unknown {
-  if (err instanceof CodedError) return err;
-  const code = (err as NodeJS.ErrnoException).code;
-  switch (code) {
-    case 'ENOENT':
-      return new CodedError('NOT_FOUND', `No such file or folder: '${display}'.`, { path: display });
-    case 'EISDIR':
-      return new CodedError('IS_A_DIRECTORY', `'${display}' is a folder, not a file.`, { path: display });
-    case 'ENOTDIR':
-      return new CodedError('NOT_A_DIRECTORY', `'${display}' or a parent of it is a file, not a folder.`, { path: display });
-    case 'EEXIST':
-      return new CodedError('ALREADY_EXISTS', `'${display}' already exists.`, { path: display });
-    case 'ENOTEMPTY':
-      return new CodedError('DIRECTORY_NOT_EMPTY', `'${display}' is a folder that is not empty; pass recursive: true to delete it with its contents.`, {
-        path: display,
-      });
-    case 'ELOOP':
-      return new CodedError('SYMLINK_LOOP', `'${display}' is or goes through a symbolic link that file calls do not follow here.`, { path: display });
-    case 'EFBIG':
-      return new CodedError('FILE_TOO_LARGE', `'${display}' would grow past this sandbox's file size limit (its create option fileSizeMb).`, { path: display });
-    // A full workspace file system (ENOSPC) and a reached quota (EDQUOT) are the same to the caller.
-    case 'ENOSPC':
-    case 'EDQUOT':
-      return new CodedError(
-        'RESOURCE_EXHAUSTED',
-        `The sandbox's disk is full, so '${display}' was not written. Delete files you no longer need, or create the sandbox with a larger disk (diskMb).`,
-        { path: display, reason: 'disk-full' },
-      );
-    case 'EACCES':
-    case 'EPERM':
-    case 'EROFS':
-      return new CodedError('PATH_NOT_WRITABLE', `The sandbox user may not do that to '${display}' (${code}): the container's own permissions refuse it.`, {
-        path: display,
-      });
-    case 'ENAMETOOLONG':
-      return new CodedError('INVALID_PARAMS', `A name in '${display.slice(0, 200)}' is too long.`, { path: display.slice(0, 200) });
-    default:
-      return err;
-  }
 }

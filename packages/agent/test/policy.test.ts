@@ -3,7 +3,8 @@ import { mkdir, mkdtemp, realpath, rm, symlink, writeFile } from 'node:fs/promis
 import os from 'node:os';
 import path from 'node:path';
 import { CodedError, type FilePolicy } from '@warren/protocol';
-import { mapFsError, resolvePath } from '../src/policy.js';
+import { mapFsError } from '../src/fs-error.js';
+import { resolvePath } from '../src/policy.js';
 
 async function codeOf(promise: Promise<unknown>): Promise<string> {
   try {

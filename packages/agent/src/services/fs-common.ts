@@ -6,17 +6,8 @@ import path from 'node:path';
 import { allocFramePayload, CodedError, describePolicy, MAX_WRITE_GAP_BYTES, type ApprovalRequest, type FilePolicy } from '@warren/protocol';
 import type { CallContext } from '../dispatch.js';
 import { pinFolder, withPinnedFolder, type PinnedFolder } from '../folder-pin.js';
-import {
-  checkSize,
-  checkSuffix,
-  mapFsError,
-  openChecked,
-  requireRegularFile,
-  resolvePath,
-  type Intent,
-  type ResolvedPath,
-  type ResolveOptions,
-} from '../policy.js';
+import { checkSize, checkSuffix, openChecked, requireRegularFile, resolvePath, type Intent, type ResolvedPath, type ResolveOptions } from '../policy.js';
+import { mapFsError } from '../fs-error.js';
 
 /** What every file handler needs: the connection's policy, and who new files belong to. */
 export interface FsContext {

@@ -14,7 +14,9 @@ import {
   type Result,
 } from '@warren/protocol';
 import type { Handler } from '../dispatch.js';
-import { atPinnedFolder, checkSize, checkSuffix, mapFsError, openChecked, requireRegularFile, typeOf } from '../policy.js';
+import { checkSize, checkSuffix, openChecked, requireRegularFile, typeOf } from '../policy.js';
+import { atPinnedFolder } from '../folder-pin.js';
+import { mapFsError } from '../fs-error.js';
 import { checkHardLinks, readWhole, resolveFor, sha256, type FsContext } from './fs-common.js';
 
 type ReadHandlers = { 'fs.read': Handler<'fs.read'>; 'fs.readAnchored': Handler<'fs.readAnchored'>; 'fs.stat': Handler<'fs.stat'> };

@@ -13,7 +13,8 @@ import {
   type Result,
 } from '@warren/protocol';
 import type { CallContext, Handler } from '../dispatch.js';
-import { mapFsError, resolvePath, type ResolvedPath } from '../policy.js';
+import { resolvePath, type ResolvedPath } from '../policy.js';
+import { mapFsError } from '../fs-error.js';
 import { approve, resolveFor, type FsContext } from './fs-common.js';
 import { Placement, type Staged } from './fs-place.js';
 import { downloadEntries, openDownloadFile } from './fs-tar.js';

@@ -4,19 +4,9 @@ import { lstat, mkdir, open, rename, rm, rmdir, symlink, unlink } from 'node:fs/
 import path from 'node:path';
 import { CodedError, describePolicy, isWithin, MAX_LIST_ENTRIES, MAX_PAGE_BYTES, mountsOf, suffixAllowed, type EntryType } from '@warren/protocol';
 import type { CallContext, Handler } from '../dispatch.js';
-import {
-  atPinnedFolder,
-  checkSize,
-  checkSuffix,
-  mapFsError,
-  openChecked,
-  removeFolderAt,
-  requireRegularFile,
-  resolvePath,
-  typeOf,
-  type ResolvedPath,
-} from '../policy.js';
-import { FolderTree, pinChild } from '../folder-pin.js';
+import { checkSize, checkSuffix, openChecked, removeFolderAt, requireRegularFile, resolvePath, typeOf, type ResolvedPath } from '../policy.js';
+import { mapFsError } from '../fs-error.js';
+import { atPinnedFolder, FolderTree, pinChild } from '../folder-pin.js';
 import { approve, checkHardLinks, inFolder, makeFolders, ownHandle, ownPath, resolveFor, type FsContext } from './fs-common.js';
 import { walkTree } from './fs-walk.js';
 import { compileGlob } from './glob.js';

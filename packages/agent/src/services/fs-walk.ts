@@ -3,7 +3,8 @@ import { constants } from 'node:fs';
 import { lstat, open, opendir, readlink } from 'node:fs/promises';
 import path from 'node:path';
 import { CodedError } from '@warren/protocol';
-import { checkKernelName, mapFsError, reservedPlace } from '../policy.js';
+import { checkKernelName, reservedPlace } from '../policy.js';
+import { mapFsError } from '../fs-error.js';
 
 /** The most names read from one folder; a folder with more is reported truncated, never read whole. */
 export const MAX_DIR_SCAN = 100_000;

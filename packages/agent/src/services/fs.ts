@@ -7,7 +7,7 @@ import { transferHandlers } from './fs-transfer.js';
 import { treeHandlers } from './fs-tree.js';
 import { writeHandlers } from './fs-write.js';
 
-export { mapFsError } from '../policy.js';
+export { mapFsError } from '../fs-error.js';
 
 type FsMethod =
   | 'fs.read'

@@ -1,7 +1,10 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { readdirSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
 import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
 import { decodeFrame, encodeFrame, parseParams, parseResult, type MethodName } from '@warren/protocol';
 import { Sandbox } from '@warren/sdk';
 import { killTree, newMarker, scanForTree } from '../packages/agent/src/services/process-tree.js';
@@ -33,18 +36,22 @@ async function timeEach(count: number, fn: () => Promise<unknown>): Promise<numb
 }
 
 /**
- * 64 bytes to a TCP echo server in another process on loopback and back: one wake-up of another
- * process each way, as each hop of a call costs, and nothing else; its tail is this machine's.
+ * The call's structure with no work in it: 64 bytes from this process over TCP on loopback to a
+ * relay process, over a unix socket to an echo process, and back, as a call goes SDK → controller
+ * → daemon. Each way wakes two other processes, as a call does; its tail is this machine's (a
+ * vCPU that went idle between two wake-ups comes back late now and then).
  */
-async function crossProcessEcho(count: number): Promise<number[]> {
-  const server = spawn(
-    process.execPath,
-    ['-e', "const s=require('net').createServer((c)=>{c.setNoDelay(true);c.pipe(c)}).listen(0,'127.0.0.1',()=>process.stdout.write(s.address().port+'\\n'))"],
-    { stdio: ['ignore', 'pipe', 'inherit'] },
+async function relayChainEcho(count: number): Promise<number[]> {
+  const socketPath = path.join(os.tmpdir(), `warren-bench-chain-${process.pid}.sock`);
+  const node = (script: string) => spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const echo = node(`require('net').createServer((c)=>c.pipe(c)).listen(${JSON.stringify(socketPath)},()=>process.stdout.write('ok\\n'))`);
+  const relay = node(
+    `const net=require('net');net.createServer((c)=>{c.setNoDelay(true);const u=net.connect(${JSON.stringify(socketPath)});c.pipe(u);u.pipe(c)}).listen(0,'127.0.0.1',function(){process.stdout.write(this.address().port+'\\n')})`,
   );
   try {
-    const [first] = (await once(server.stdout, 'data')) as [Buffer];
-    const socket = net.connect(Number(first.toString().trim()), '127.0.0.1');
+    await once(echo.stdout, 'data');
+    const [port] = (await once(relay.stdout, 'data')) as [Buffer];
+    const socket = net.connect(Number(port.toString().trim()), '127.0.0.1');
     socket.setNoDelay(true);
     await once(socket, 'connect');
     const payload = Buffer.alloc(64, 1);
@@ -68,7 +75,9 @@ async function crossProcessEcho(count: number): Promise<number[]> {
       socket.destroy();
     }
   } finally {
-    server.kill();
+    echo.kill();
+    relay.kill();
+    await rm(socketPath, { force: true });
   }
 }
 
@@ -152,7 +161,7 @@ export async function profileMode(options: { count: number; image: string; jsonF
     const treeKillMs = await timeEach(Math.min(count, 200), () => killTree({ marker: newMarker() }));
     const scanMs = await timeEach(Math.min(count, 200), async () => scanForTree('/proc', { marker: newMarker() }));
     const perProcessMs = mean(scanMs) / hostProcesses;
-    const echoMs = await crossProcessEcho(count);
+    const chainMs = await relayChainEcho(count);
 
     const rows = [
       {
@@ -222,7 +231,7 @@ export async function profileMode(options: { count: number; image: string; jsonF
             ['exec `true` (SDK wall)', exec.sdk],
             ['files.stat (SDK wall)', stat.sdk],
             ["spawn('/bin/sh', ['-c', 'true']) to exit, on the host", spawnMs],
-            ['64-byte TCP echo to another process on loopback', echoMs],
+            ['64 bytes through the same three processes and two socket hops, no work (TCP, relay process, unix socket, echo process)', chainMs],
           ].map(([what, samples]) => {
             const p = percentiles(samples as number[]);
             return [what as string, String((samples as number[]).length), fmt(p.p50, 3), fmt(p.p99, 3), fmt(p.p99 / p.p50, 2)];
@@ -233,7 +242,7 @@ export async function profileMode(options: { count: number; image: string; jsonF
     );
     await writeOut(
       options.jsonFile,
-      `${JSON.stringify({ date: new Date().toISOString(), machine: machine(), count, rows, spawnMs: percentiles(spawnMs), treeKillMs: percentiles(treeKillMs), scanMs: percentiles(scanMs), echoMs: percentiles(echoMs), execSdkMs: percentiles(exec.sdk), statSdkMs: percentiles(stat.sdk), hostProcesses, processesInSandbox }, null, 2)}\n`,
+      `${JSON.stringify({ date: new Date().toISOString(), machine: machine(), count, rows, spawnMs: percentiles(spawnMs), treeKillMs: percentiles(treeKillMs), scanMs: percentiles(scanMs), chainMs: percentiles(chainMs), execSdkMs: percentiles(exec.sdk), statSdkMs: percentiles(stat.sdk), hostProcesses, processesInSandbox }, null, 2)}\n`,
     );
   } finally {
     admin.close();

@@ -35,6 +35,9 @@ export async function ttiMode(options: { burst: number; sequential: number; imag
   });
   const base = { baseUrl: controller.url, apiKey: controller.apiKey };
   try {
+    // The pool fills first: its creates would otherwise compete for the cores with the cold rows.
+    progress(`tti: waiting for the warm pool of ${poolSize} to fill`);
+    await poolReady(controller, poolSize, 600_000);
     for (const runtime of runtimes) {
       const cold = { ...base, image, env: { WARREN_BENCH: 'cold' }, ...(runtime === 'runsc' ? { runtime } : {}) };
       progress(`tti: ${sequential} cold creates one after another (${runtime})`);

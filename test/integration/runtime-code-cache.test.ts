@@ -1,35 +1,24 @@
 import { execFile } from 'node:child_process';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { extract } from 'tar-stream';
 import { collectRuntime, loadConfig, type AgentRuntime } from '@warren/controller';
 import { DAEMON_NODE_FLAGS, runtimeTar } from '../../packages/controller/src/runtime.js';
 
 const run = promisify(execFile);
 
+/** The runtime's tar unpacked into `into` by the system's tar; the names it holds. */
 async function untar(tar: Buffer, into: string): Promise<string[]> {
-  const names: string[] = [];
-  const reader = extract();
-  const done = new Promise<void>((resolve, reject) => {
-    reader.on('entry', (header, stream, next) => {
-      const chunks: Buffer[] = [];
-      stream.on('data', (c: unknown) => chunks.push(c as Buffer));
-      stream.on('end', () => {
-        names.push(header.name);
-        const target = path.join(into, header.name);
-        const write = header.type === 'directory' ? mkdir(target, { recursive: true }) : writeFile(target, Buffer.concat(chunks), { mode: header.mode });
-        write.then(() => next(), reject);
-      });
-    });
-    reader.on('finish', resolve);
-    reader.on('error', reject);
-  });
-  reader.end(tar);
-  await done;
-  return names;
+  const file = path.join(into, '..', `${path.basename(into)}.tar`);
+  await writeFile(file, tar);
+  try {
+    await run('tar', ['-xf', file, '-C', into]);
+    return (await run('tar', ['-tf', file])).stdout.split('\n').filter(Boolean);
+  } finally {
+    await rm(file, { force: true });
+  }
 }
 
 // The daemon's boot file compiles its bundle with V8's code cache, which the controller makes when it

@@ -5,7 +5,7 @@
  * It compiles the bundle itself, with V8's code cache for it when the runtime carries one
  * (`warren-agent.code-cache`, written by the controller on the host with the same Node and the same
  * flags when it fills the runtime; see the controller's `runtime.ts`). Parsing and compiling the
- * bundle's 1.4 MB at every start was about a fifth of a cold create (docs/benchmarks.md); with the
+ * bundle's 2 MB at every start was about a tenth of a cold create (docs/benchmarks.md); with the
  * cache V8 takes the compiled code as it is. A cache V8 rejects (another Node, other flags) only
  * costs that time back: the bundle is then compiled from its source, as without one.
  *

@@ -35,7 +35,12 @@ describe('reserved places mounted inside the workspace', () => {
     await writeFile(path.join(dir, 'secret'), secret);
     bundle = path.join(repo, 'packages', 'agent', 'node_modules', '.warren-test', `agent-main-${process.pid}.mjs`);
     await build({
-      entryPoints: [path.join(repo, 'packages', 'agent', 'src', 'main.ts')],
+      // The daemon's main, started as the runtime's boot file starts it (packages/agent/src/boot.ts).
+      stdin: {
+        contents: "import { main } from './main.ts';\nmain().catch((err) => { process.stderr.write(`warren-agent: ${err.message}\\n`); process.exit(1); });\n",
+        resolveDir: path.join(repo, 'packages', 'agent', 'src'),
+        loader: 'ts',
+      },
       outfile: bundle,
       bundle: true,
       platform: 'node',

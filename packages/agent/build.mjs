@@ -11,6 +11,9 @@ await build({
   outfile: new URL('./dist/warren-agent.cjs', import.meta.url).pathname,
   // CommonJS: node:vm compiles a script with a code cache; an ES module only behind a flag.
   format: 'cjs',
+  // import() of a package left outside (node-pty) becomes require(): a script compiled from a code
+  // cache has no loader for import() ("A dynamic import callback was not specified").
+  supported: { 'dynamic-import': false },
   conditions: ['warren-source'],
   // ws loads these optional native speed-ups when present; the bundle runs without them.
   // node-pty is native: the runtime volume ships its package folders in /opt/warren/node_modules.

@@ -33,6 +33,7 @@ try {
       // no cache in this runtime: compile from the source
     }
   }
+  // The bundle has no import(): a script compiled from a code cache cannot load a module (build.mjs).
   const script = new Script(Module.wrap(readFileSync(bundle, 'utf8')), { filename: bundle, ...(cachedData ? { cachedData } : {}) });
   const module = { exports: {} as { main?: () => Promise<void> } };
   (script.runInThisContext() as (...args: unknown[]) => void).call(module.exports, module.exports, createRequire(bundle), module, bundle, here);

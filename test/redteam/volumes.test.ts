@@ -165,7 +165,8 @@ describe('red team: named volumes shared by sandboxes', () => {
     try {
       await sandboxCode(victim, 'mkdir -p /workspace/private && for i in $(seq 0 9); do echo precious > /workspace/private/x$i; done; echo ok=1');
       await sandboxCode(attacker, 'mkdir -p /workspace/shared/sub && echo source > /workspace/shared/src.txt; echo ok=1');
-      // The link is there half of the time: the race is won often, not once in a while.
+      // The link is there half of the time and the real folder the other half: the race is won
+      // often, not once in a while, and calls that fall between two swaps go through.
       const swapper = await attacker.commands.start([
         'python3',
         '-c',
@@ -174,7 +175,7 @@ describe('red team: named volumes shared by sandboxes', () => {
           'os.chdir("/workspace/shared")',
           'while not os.path.exists("/workspace/stop"):',
           '    try:',
-          '        os.rename("sub", "real"); os.symlink("/workspace/private", "sub"); time.sleep(0.0005); os.unlink("sub"); os.rename("real", "sub")',
+          '        os.rename("sub", "real"); os.symlink("/workspace/private", "sub"); time.sleep(0.0005); os.unlink("sub"); os.rename("real", "sub"); time.sleep(0.0005)',
           '    except OSError:',
           '        os.makedirs("sub", exist_ok=True)',
           'if os.path.islink("sub"): os.unlink("sub")',

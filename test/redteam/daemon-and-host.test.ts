@@ -90,16 +90,18 @@ PY`,
     await unharmed();
   });
 
-  it('cannot change the image, the runtime or the daemon: the root file system and /opt/warren are read-only', async () => {
+  it('cannot change the image, the runtime or the daemon (its boot file, bundle and code cache): the root file system and /opt/warren are read-only', async () => {
     const run = await sandboxCode(
       sandbox,
       `touch /etc/profile.d/evil.sh; echo "etc=$?"
        cp /bin/sh /usr/local/bin/x; echo "usr=$?"
        touch /opt/warren/warren-agent.mjs; echo "runtime=$?"
+       touch /opt/warren/warren-agent.cjs; echo "bundle=$?"
+       cp /dev/null /opt/warren/warren-agent.code-cache; echo "code-cache=$?"
        echo x > /workspace/ok; echo "workspace=$?"
        echo x > /tmp/ok; echo "tmp=$?"`,
     );
-    expect(run.facts).toMatchObject({ etc: '1', usr: '1', runtime: '1', workspace: '0', tmp: '0' });
+    expect(run.facts).toMatchObject({ etc: '1', usr: '1', runtime: '1', bundle: '1', 'code-cache': '1', workspace: '0', tmp: '0' });
     expect(run.stderr).toMatch(/Read-only file system/);
     await unharmed();
   });

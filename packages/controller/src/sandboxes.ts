@@ -622,7 +622,9 @@ export class SandboxService {
       } catch (err) {
         lastError = err;
       }
-      if (attempt % 20 === 19 && (await this.provider.inspect(handle)) !== 'running') break;
+      // Whether the container still runs, asked of the engine now and then: not within the usual
+      // boot (the 5 ms tries below), where it would cost every cold create an inspect.
+      if (attempt >= 40 && attempt % 20 === 19 && (await this.provider.inspect(handle)) !== 'running') break;
       // Every 5 ms while a daemon usually starts (its boot is about 100 ms; a refused probe costs
       // little), then less often up to every 50 ms for a slow one.
       await new Promise((r) => setTimeout(r, Math.min(5 + Math.max(0, attempt - 40) * 2, 50)));

@@ -161,19 +161,21 @@ describe('named volumes', () => {
   it('is mounted by several sandboxes at once, outlives them, keeps its size limit, and is deleted only when unused', async () => {
     const options = { baseUrl: warren.url, apiKey: warren.apiKey };
     const volumes = new Volumes(options);
-    const created = await volumes.create({ name: 'shared-cache', sizeMb: 32 });
-    expect(created).toMatchObject({ name: 'shared-cache', sandboxes: [] });
+    // A name of this attempt's own: a retried test finds the first attempt's volume still there.
+    const name = `shared-cache-${randomBytes(4).toString('hex')}`;
+    const created = await volumes.create({ name, sizeMb: 32 });
+    expect(created).toMatchObject({ name, sandboxes: [] });
     const ready = (await (await fetch(`${warren.url}/readyz`)).json()) as { isolation: { diskQuota: { quota: boolean } } };
     expect(created.quota).toBe(ready.isolation.diskQuota.quota);
-    const a = await Sandbox.create({ ...options, volumes: [{ name: 'shared-cache', path: '/data' }] });
-    const b = await Sandbox.create({ ...options, volumes: [{ name: 'shared-cache', path: '/mnt/cache', readOnly: true }] });
+    const a = await Sandbox.create({ ...options, volumes: [{ name, path: '/data' }] });
+    const b = await Sandbox.create({ ...options, volumes: [{ name, path: '/mnt/cache', readOnly: true }] });
     await a.commands.run('echo from-a > /data/note.txt');
     expect((await b.commands.run('cat /mnt/cache/note.txt')).stdout.trim()).toBe('from-a');
     // Read-only where asked.
     expect((await b.commands.run('touch /mnt/cache/x')).exitCode).not.toBe(0);
     // Through the file API too, under the sandbox's policy (the default policy's root is the workspace).
-    expect((await volumes.get('shared-cache')).sandboxes.sort()).toEqual([a.id, b.id].sort());
-    await expect(volumes.delete('shared-cache')).rejects.toMatchObject({ code: 'CONFLICT' });
+    expect((await volumes.get(name)).sandboxes.sort()).toEqual([a.id, b.id].sort());
+    await expect(volumes.delete(name)).rejects.toMatchObject({ code: 'CONFLICT' });
     if (created.quota) {
       const fill = await a.commands.run('dd if=/dev/zero of=/data/big bs=1M count=64 2>&1; echo rc=$?');
       expect(fill.stdout).toMatch(/No space left/);
@@ -181,10 +183,10 @@ describe('named volumes', () => {
     }
     await a.kill();
     await b.kill();
-    const c = await Sandbox.create({ ...options, volumes: [{ name: 'shared-cache', path: '/data' }] });
+    const c = await Sandbox.create({ ...options, volumes: [{ name, path: '/data' }] });
     expect((await c.commands.run('cat /data/note.txt')).stdout.trim()).toBe('from-a');
     await c.kill();
-    await volumes.delete('shared-cache');
+    await volumes.delete(name);
     expect(await volumes.list()).toEqual([]);
   }, 180_000);
 });

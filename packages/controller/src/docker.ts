@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { constants as fsConstants } from 'node:fs';
-import { access, chown, mkdir, mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
+import { access, chown, mkdir, mkdtemp, open, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { tmpdir } from 'node:os';
@@ -90,6 +90,12 @@ export function snapshotImage(snapshotId: string): string {
 }
 
 /** Defaults for settings that labels of older sandboxes lack. */
+/**
+ * How old the runtime fill's helper container must be before another controller takes it as left by
+ * one that died mid-fill: a fill copies about 120 MB into the engine, seconds even on a remote one.
+ */
+const RUNTIME_FILL_STALE_MS = 180_000;
+
 const HARDENING_DEFAULTS = { readOnlyRootfs: true, tmpMb: 256, openFiles: 4096, fileSizeMb: 4096 } as const;
 /** The writable folder every sandbox gets, whatever its image has. */
 export const WORKSPACE = DEFAULT_ROOT;
@@ -593,7 +599,10 @@ export class DockerProvider implements SandboxProvider {
     const text = `${JSON.stringify(closeNamespaces(base))}\n`;
     const file = path.join(stateDir, `seccomp-podman-${createHash('sha256').update(text).digest('hex').slice(0, 16)}.json`);
     await mkdir(stateDir, { recursive: true });
-    await writeFile(file, text, { mode: 0o644 });
+    // Written aside and renamed in: a controller sharing this state folder may be starting a container with it.
+    const aside = `${file}.${process.pid}.${randomBytes(4).toString('hex')}`;
+    await writeFile(aside, text, { mode: 0o644 });
+    await rename(aside, file);
     this.options.logger?.info({ seccompProfile: file }, 'engine.seccomp-profile');
     return file;
   }
@@ -652,21 +661,62 @@ export class DockerProvider implements SandboxProvider {
 
   /**
    * Makes sure the runtime volume for this runtime exists and is complete, filling it through a
-   * created (never started) helper container. A half-filled volume (no `.complete`) is refilled.
+   * created (never started) helper container. A volume is filled by one controller at a time, and
+   * never once it is complete: the engine unpacks an archive over an existing file by removing it
+   * first, so a second fill would pull the loader and Node from under the sandboxes that another
+   * controller on this engine is starting from the same volume. The fill's helper container has a
+   * fixed name, and the engine's unique container names are the lock: a controller that finds it
+   * taken waits for `.complete`. A fill that died midway (no `.complete`, no helper) is redone; a
+   * helper older than {@link RUNTIME_FILL_STALE_MS} is taken as left by a controller that died.
    */
-  async ensureRuntimeVolume(runtime: AgentRuntime, helperImage: string): Promise<string> {
+  async ensureRuntimeVolume(runtime: AgentRuntime, helperImage: string, staleMs = RUNTIME_FILL_STALE_MS): Promise<string> {
     const name = `warren-runtime-${runtime.hash}`;
-    const existing = await this.docker
-      .getVolume(name)
+    const lock = `warren-runtime-fill-${runtime.hash}`;
+    for (let waited = 0; ; waited++) {
+      const existing = await this.docker
+        .getVolume(name)
+        .inspect()
+        .catch((err: { statusCode?: number }) => (err.statusCode === 404 ? undefined : rethrow(err, `inspect volume ${name}`)));
+      if (existing && (await this.volumeIsComplete(name, helperImage))) return name;
+      if (!existing)
+        // Docker answers a volume made meanwhile by another controller as made; an engine that says 409 means the same.
+        await this.docker
+          .createVolume({ Name: name, Labels: { 'warren.runtime': runtime.hash } })
+          .catch((e: { statusCode?: number }) => (e.statusCode === 409 ? undefined : rethrow(e, `create volume ${name}`)));
+      const filler = await this.claimRuntimeFill(lock, name, helperImage, staleMs);
+      if (filler) {
+        try {
+          // Another controller may have completed it between the look above and the claim.
+          if (!(await this.volumeIsComplete(name, helperImage))) await filler.putArchive(await runtimeTar(runtime), { path: RUNTIME_DIR });
+        } finally {
+          await removeHelper(filler);
+        }
+        return name;
+      }
+      if (waited === 0) this.options.logger?.info({ volume: name }, 'runtime.fill-wait');
+      await new Promise((resolve) => setTimeout(resolve, 250));
+    }
+  }
+
+  /**
+   * Creates the runtime fill's helper container under its fixed name, or undefined when another
+   * controller holds it. A holder older than `staleMs` is removed first, so a controller that died
+   * mid-fill does not stop every later start.
+   */
+  private async claimRuntimeFill(lock: string, volume: string, helperImage: string, staleMs: number): Promise<Docker.Container | undefined> {
+    const held = await this.docker
+      .getContainer(lock)
       .inspect()
-      .catch(() => undefined);
-    if (existing && (await this.volumeIsComplete(name, helperImage))) return name;
-    if (!existing)
-      await this.docker.createVolume({ Name: name, Labels: { 'warren.runtime': runtime.hash } }).catch((e: unknown) => rethrow(e, `create volume ${name}`));
-    await this.withHelper(name, helperImage, async (helper) => {
-      await helper.putArchive(await runtimeTar(runtime), { path: RUNTIME_DIR });
+      .catch((err: { statusCode?: number }) => (err.statusCode === 404 ? undefined : rethrow(err, `inspect container ${lock}`)));
+    if (held) {
+      if (!(Date.now() - Date.parse(held.Created) > staleMs)) return undefined;
+      this.options.logger?.warn({ container: lock, created: held.Created }, 'runtime.fill-stale');
+      await removeHelper(this.docker.getContainer(lock));
+    }
+    return this.createHelper(volume, helperImage, lock).catch((err: unknown) => {
+      if ((err as { statusCode?: number }).statusCode === 409) return undefined;
+      return rethrow(err, `create the runtime fill's helper container from ${helperImage}`);
     });
-    return name;
   }
 
   /**
@@ -692,23 +742,30 @@ export class DockerProvider implements SandboxProvider {
     return removed;
   }
 
+  /** Whether the runtime volume holds `.complete`; an engine failure is thrown, not taken as "no". */
   private async volumeIsComplete(volume: string, helperImage: string): Promise<boolean> {
     return this.withHelper(volume, helperImage, async (helper) => {
-      const archive = await helper.getArchive({ path: `${RUNTIME_DIR}/.complete` }).catch(() => undefined);
+      const archive = await helper
+        .getArchive({ path: `${RUNTIME_DIR}/.complete` })
+        .catch((err: { statusCode?: number }) => (err.statusCode === 404 ? undefined : rethrow(err, `read ${RUNTIME_DIR}/.complete of volume ${volume}`)));
       archive?.resume();
       return archive !== undefined;
     });
   }
 
+  /** A created, never started container with the volume at {@link RUNTIME_DIR}; `name` when it must be unique. */
+  private async createHelper(volume: string, image: string, name?: string): Promise<Docker.Container> {
+    return this.docker.createContainer({
+      ...(name === undefined ? {} : { name }),
+      Image: image,
+      Entrypoint: ['/bin/true'],
+      Cmd: [],
+      HostConfig: { Mounts: [{ Type: 'volume', Source: volume, Target: RUNTIME_DIR }], NetworkMode: 'none' },
+    });
+  }
+
   private async withHelper<T>(volume: string, image: string, use: (c: Docker.Container) => Promise<T>): Promise<T> {
-    const helper = await this.docker
-      .createContainer({
-        Image: image,
-        Entrypoint: ['/bin/true'],
-        Cmd: [],
-        HostConfig: { Mounts: [{ Type: 'volume', Source: volume, Target: RUNTIME_DIR }], NetworkMode: 'none' },
-      })
-      .catch((e: unknown) => rethrow(e, `create a helper container from ${image}`));
+    const helper = await this.createHelper(volume, image).catch((e: unknown) => rethrow(e, `create a helper container from ${image}`));
     try {
       return await use(helper);
     } finally {

@@ -714,7 +714,7 @@ export class DockerProvider implements SandboxProvider {
       await removeHelper(this.docker.getContainer(lock));
     }
     return this.createHelper(volume, helperImage, lock).catch((err: unknown) => {
-      if ((err as { statusCode?: number }).statusCode === 409) return undefined;
+      if (nameInUse(err)) return undefined;
       return rethrow(err, `create the runtime fill's helper container from ${helperImage}`);
     });
   }
@@ -1435,6 +1435,12 @@ export function chooseChannel(wanted: 'auto' | DaemonChannel, where: { localEngi
 function isLocalEngine(docker: Docker): boolean {
   const socketPath = (docker.modem as { socketPath?: unknown }).socketPath;
   return typeof socketPath === 'string' || typeof socketPath === 'function';
+}
+
+/** A create refused because the container name is taken: Docker answers 409, Podman (4.3) 500 with "already in use". */
+function nameInUse(err: unknown): boolean {
+  const e = err as { statusCode?: number; json?: { message?: string }; message?: string };
+  return e.statusCode === 409 || (e.statusCode === 500 && /already in use/i.test(e.json?.message ?? e.message ?? ''));
 }
 
 /** Removes a helper container, once more after a moment if the engine was still busy with it (Podman, just after its exit). */

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
 import { Sandbox, Secret, Volume, VolumeNotFoundError, VolumePathNotFoundError } from 'e2b';
 import { Credentials } from '@warren/controller';
 import { startTestController, type TestController } from '../support/fixtures.js';
@@ -23,6 +23,14 @@ describe('the e2b SDK: snapshots, forks and volumes on real sandboxes', () => {
   }, 60_000);
   afterAll(async () => {
     await warren?.[Symbol.asyncDispose]();
+  }, 60_000);
+  // Each test starts with no snapshots or volumes on either key, so a retried test (test/support/e2e-retry.ts)
+  // does not meet what its first attempt left.
+  beforeEach(async () => {
+    for (const key of [opts, other]) {
+      for (const snapshot of await Sandbox.listSnapshots(key).nextItems()) await Sandbox.deleteSnapshot(snapshot.snapshotId, key);
+      for (const volume of await Volume.list(key)) await Volume.destroy(volume.volumeId, key);
+    }
   }, 60_000);
 
   const call = (method: string, path: string, body?: unknown, apiKey = opts.apiKey) =>

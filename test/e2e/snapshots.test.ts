@@ -51,6 +51,8 @@ describe('snapshots and forks', () => {
       'mkdir -p /workspace/src && printf "v1" > /workspace/src/a.txt && ln -s /etc/passwd /workspace/link && truncate -s 512M /workspace/sparse.img',
     ]);
     await sandbox.commands.start('sleep 600');
+    // A retried attempt (test/support/e2e-retry.ts) finds the first attempt's snapshot of this name.
+    await new Snapshots(options()).delete('first').catch(() => undefined);
     const snap = await sandbox.snapshot({ name: 'first', labels: { step: 'one' } });
     expect(snap).toMatchObject({ name: 'first', labels: { step: 'one' }, sandboxId: sandbox.id, processes: false });
     expect(snap.processesReason).toMatch(/fresh processes/);
@@ -92,6 +94,7 @@ describe('snapshots and forks', () => {
       'cd /workspace && i=0; while :; do head -c 65536 /dev/zero | tr "\\0" "$((i % 10))" > t; mv t f; i=$((i+1)); done',
     ]);
     await sandbox.commands.run('sh -c "while [ ! -f /workspace/f ]; do sleep 0.05; done"');
+    await new Snapshots(options()).delete('busy').catch(() => undefined);
     const snap = await sandbox.snapshot({ name: 'busy' });
     const child = await Sandbox.create({ ...options(), snapshot: snap.id });
     made.push(child);

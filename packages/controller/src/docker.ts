@@ -679,10 +679,14 @@ export class DockerProvider implements SandboxProvider {
         .catch((err: { statusCode?: number }) => (err.statusCode === 404 ? undefined : rethrow(err, `inspect volume ${name}`)));
       if (existing && (await this.volumeIsComplete(name, helperImage))) return name;
       if (!existing)
-        // Docker answers a volume made meanwhile by another controller as made; an engine that says 409 means the same.
-        await this.docker
-          .createVolume({ Name: name, Labels: { 'warren.runtime': runtime.hash } })
-          .catch((e: { statusCode?: number }) => (e.statusCode === 409 ? undefined : rethrow(e, `create volume ${name}`)));
+        // Another controller may make it meanwhile: Docker answers that as made, Podman with an error, after which it is there.
+        await this.docker.createVolume({ Name: name, Labels: { 'warren.runtime': runtime.hash } }).catch(async (e: unknown) => {
+          const madeMeanwhile = await this.docker
+            .getVolume(name)
+            .inspect()
+            .catch(() => undefined);
+          if (!madeMeanwhile) rethrow(e, `create volume ${name}`);
+        });
       const filler = await this.claimRuntimeFill(lock, name, helperImage, staleMs);
       if (filler) {
         try {
@@ -707,7 +711,7 @@ export class DockerProvider implements SandboxProvider {
     const held = await this.docker
       .getContainer(lock)
       .inspect()
-      .catch((err: { statusCode?: number }) => (err.statusCode === 404 ? undefined : rethrow(err, `inspect container ${lock}`)));
+      .catch((err: unknown) => (noSuchContainer(err) ? undefined : rethrow(err, `inspect container ${lock}`)));
     if (held) {
       if (!(Date.now() - Date.parse(held.Created) > staleMs)) return undefined;
       this.options.logger?.warn({ container: lock, created: held.Created }, 'runtime.fill-stale');
@@ -1435,6 +1439,12 @@ export function chooseChannel(wanted: 'auto' | DaemonChannel, where: { localEngi
 function isLocalEngine(docker: Docker): boolean {
   const socketPath = (docker.modem as { socketPath?: unknown }).socketPath;
   return typeof socketPath === 'string' || typeof socketPath === 'function';
+}
+
+/** The engine has no such container: a 404, or Podman (4.3) answering 500 for one it is removing. */
+function noSuchContainer(err: unknown): boolean {
+  const e = err as { statusCode?: number; json?: { message?: string }; message?: string };
+  return e.statusCode === 404 || (e.statusCode === 500 && /no such container|does not exist/i.test(e.json?.message ?? e.message ?? ''));
 }
 
 /** A create refused because the container name is taken: Docker answers 409, Podman (4.3) 500 with "already in use". */

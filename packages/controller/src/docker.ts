@@ -89,13 +89,13 @@ export function snapshotImage(snapshotId: string): string {
   return `${SNAPSHOT_REPOSITORY}/${snapshotId}:latest`;
 }
 
-/** Defaults for settings that labels of older sandboxes lack. */
 /**
  * How old the runtime fill's helper container must be before another controller takes it as left by
  * one that died mid-fill: a fill copies about 120 MB into the engine, seconds even on a remote one.
  */
 const RUNTIME_FILL_STALE_MS = 180_000;
 
+/** Defaults for settings that labels of older sandboxes lack. */
 const HARDENING_DEFAULTS = { readOnlyRootfs: true, tmpMb: 256, openFiles: 4096, fileSizeMb: 4096 } as const;
 /** The writable folder every sandbox gets, whatever its image has. */
 export const WORKSPACE = DEFAULT_ROOT;
@@ -1441,17 +1441,17 @@ function isLocalEngine(docker: Docker): boolean {
   return typeof socketPath === 'string' || typeof socketPath === 'function';
 }
 
-/** The engine has no such container: a 404, or Podman (4.3) answering 500 for one it is removing. */
-function noSuchContainer(err: unknown): boolean {
+/** Whether an engine error has Docker's status, or is Podman's (4.3) 500 with words that mean the same. */
+function engineAnswered(err: unknown, status: number, podmanWords: RegExp): boolean {
   const e = err as { statusCode?: number; json?: { message?: string }; message?: string };
-  return e.statusCode === 404 || (e.statusCode === 500 && /no such container|does not exist/i.test(e.json?.message ?? e.message ?? ''));
+  return e.statusCode === status || (e.statusCode === 500 && podmanWords.test(e.json?.message ?? e.message ?? ''));
 }
 
-/** A create refused because the container name is taken: Docker answers 409, Podman (4.3) 500 with "already in use". */
-function nameInUse(err: unknown): boolean {
-  const e = err as { statusCode?: number; json?: { message?: string }; message?: string };
-  return e.statusCode === 409 || (e.statusCode === 500 && /already in use/i.test(e.json?.message ?? e.message ?? ''));
-}
+/** The engine has no such container (Podman says so with a 500 for one it is removing). */
+const noSuchContainer = (err: unknown): boolean => engineAnswered(err, 404, /no such container|does not exist/i);
+
+/** A create refused because the container name is taken. */
+const nameInUse = (err: unknown): boolean => engineAnswered(err, 409, /already in use/i);
 
 /** Removes a helper container, once more after a moment if the engine was still busy with it (Podman, just after its exit). */
 async function removeHelper(helper: Docker.Container): Promise<void> {

@@ -691,7 +691,7 @@ export class DockerProvider implements SandboxProvider {
       if (filler) {
         try {
           // Another controller may have completed it between the look above and the claim.
-          if (!(await this.volumeIsComplete(name, helperImage))) await filler.putArchive(await runtimeTar(runtime), { path: RUNTIME_DIR });
+          if (!(await holdsComplete(filler, name))) await filler.putArchive(await runtimeTar(runtime), { path: RUNTIME_DIR });
         } finally {
           await removeHelper(filler);
         }
@@ -746,15 +746,9 @@ export class DockerProvider implements SandboxProvider {
     return removed;
   }
 
-  /** Whether the runtime volume holds `.complete`; an engine failure is thrown, not taken as "no". */
+  /** Whether the runtime volume holds `.complete`, looked at through a helper of its own. */
   private async volumeIsComplete(volume: string, helperImage: string): Promise<boolean> {
-    return this.withHelper(volume, helperImage, async (helper) => {
-      const archive = await helper
-        .getArchive({ path: `${RUNTIME_DIR}/.complete` })
-        .catch((err: { statusCode?: number }) => (err.statusCode === 404 ? undefined : rethrow(err, `read ${RUNTIME_DIR}/.complete of volume ${volume}`)));
-      archive?.resume();
-      return archive !== undefined;
-    });
+    return this.withHelper(volume, helperImage, (helper) => holdsComplete(helper, volume));
   }
 
   /** A created, never started container with the volume at {@link RUNTIME_DIR}; `name` when it must be unique. */
@@ -1445,6 +1439,15 @@ function isLocalEngine(docker: Docker): boolean {
 function engineAnswered(err: unknown, status: number, podmanWords: RegExp): boolean {
   const e = err as { statusCode?: number; json?: { message?: string }; message?: string };
   return e.statusCode === status || (e.statusCode === 500 && podmanWords.test(e.json?.message ?? e.message ?? ''));
+}
+
+/** Whether the runtime volume mounted in `helper` holds `.complete`; an engine failure is thrown, not taken as "no". */
+async function holdsComplete(helper: Docker.Container, volume: string): Promise<boolean> {
+  const archive = await helper
+    .getArchive({ path: `${RUNTIME_DIR}/.complete` })
+    .catch((err: { statusCode?: number }) => (err.statusCode === 404 ? undefined : rethrow(err, `read ${RUNTIME_DIR}/.complete of volume ${volume}`)));
+  archive?.resume();
+  return archive !== undefined;
 }
 
 /** The engine has no such container (Podman says so with a 500 for one it is removing). */

@@ -18,6 +18,7 @@ import { profileMode } from './profile.js';
 import { liveRows } from './live.js';
 import { stateRows } from './state.js';
 import { RawDocker } from './raw-docker.js';
+import { saturatedRows } from './saturated.js';
 import { summarize, timeIt, type Summary } from './stats.js';
 import { sustainedMode } from './sustained.js';
 import { transfersMode } from './transfers.js';
@@ -57,6 +58,7 @@ const { values: flags } = parseArgs({
     count: { type: 'string', default: '500' },
     transfers: { type: 'boolean', default: false },
     'call-cpu': { type: 'boolean', default: false },
+    saturated: { type: 'boolean', default: false },
     rounds: { type: 'string', default: '5' },
   },
 });
@@ -149,6 +151,8 @@ async function main(): Promise<void> {
   rows.push(compareSlower('create to first exec, cold (incl. kill)', coldWarren, coldRaw, 'dockerode create+start+exec (+remove)', 1.3));
   progress('state: snapshot, create from a snapshot, fork into 10, hibernate and resume');
   rows.push(...(await stateRows(controller, flags.image, n(5), flags.quick ? 256 : 1024)));
+  progress("the daemon's own CPU: calls while sandbox code saturates its limit");
+  rows.push(...(await saturatedRows(controller, flags.image, n(100))));
   progress('create from the warm pool');
   rows.push(await poolCreates(controller));
 
@@ -588,7 +592,9 @@ async function dispatch(): Promise<void> {
               ? 'sustained'
               : flags.transfers
                 ? 'transfers'
-                : undefined;
+                : flags.saturated
+                  ? 'saturated'
+                  : undefined;
   if (mode === undefined) return main();
   await runMode();
   // A mode's tables go between its own markers (`<!-- bench-density:start -->` ...) of the page.
@@ -619,6 +625,14 @@ async function runMode(): Promise<void> {
       image: flags.image,
       jsonFile: flags.json ?? 'bench-results/tti.json',
     });
+  if (flags.saturated) {
+    const controller = await startControllerProcess();
+    try {
+      return report(await saturatedRows(controller, flags.image, count('count', flags.count, 10) / 5));
+    } finally {
+      await controller.stop();
+    }
+  }
   if (flags.sustained !== undefined)
     return sustainedMode({
       seconds: count('sustained', flags.sustained, 5),

@@ -4,6 +4,7 @@ import { parseArgs } from 'node:util';
 import { DEFAULT_ROOT, sandboxEnvFrom } from '@warren/protocol';
 import type { SandboxUser } from './services/process-table.js';
 import { startAgentServer } from './server.js';
+import { CpuCgroup, useCpuCgroup } from './services/cpu-cgroup.js';
 
 /**
  * The daemon's entry point inside a sandbox, called by the boot file (`boot.ts`, the runtime's
@@ -30,11 +31,12 @@ export async function main(): Promise<void> {
       'own-root': { type: 'boolean', default: false },
       'private-socket-dir': { type: 'boolean', default: false },
       'tcp-port': { type: 'string' },
+      'cpu-cgroup': { type: 'string' },
     },
   });
   if (!values.socket || (values['secret-file'] === undefined) === (values['secret-env'] === undefined))
     throw new Error(
-      'usage: warren-agent --socket PATH (--secret-file PATH | --secret-env NAME) [--root DIR] [--home DIR] [--user UID:GID [--own-root]] [--private-socket-dir] [--tcp-port N]',
+      'usage: warren-agent --socket PATH (--secret-file PATH | --secret-env NAME) [--root DIR] [--home DIR] [--user UID:GID [--own-root]] [--private-socket-dir] [--tcp-port N] [--cpu-cgroup DIR]',
     );
   const tcpPort = values['tcp-port'] === undefined ? undefined : parsePort(values['tcp-port']);
   const user = values.user === undefined ? undefined : parseUser(values.user);
@@ -51,6 +53,10 @@ export async function main(): Promise<void> {
     await lchown(values.root, user.uid, user.gid);
   }
   if (values['private-socket-dir']) await makePrivate(path.dirname(values.socket));
+  // The daemon's own CPU share, apart from sandbox code's (the controller's cpu-cgroups.ts). The
+  // container's cap covers both: a daemon that cannot keep commands to their share stops here
+  // rather than let them run on its own.
+  if (values['cpu-cgroup'] !== undefined) useCpuCgroup(CpuCgroup.join(values['cpu-cgroup']));
   // A file size limit (RLIMIT_FSIZE) applies to the daemon too: a write past it must fail with
   // EFBIG, not kill the daemon with SIGXFSZ.
   process.on('SIGXFSZ', () => undefined);

@@ -16,6 +16,7 @@ import {
 } from '@warren/protocol';
 import type { SandboxSettings } from '@warren/protocol';
 import { AgentDirs, type HostIdentity } from './agent-dir.js';
+import { CPU_CGROUP_IN_SANDBOX, CpuCgroups, DAEMON_CPUS } from './cpu-cgroups.js';
 import { resolveEngine } from './engine-endpoint.js';
 import { detectEngine, hardLimits, processLimitCandidates, unenforcedLimits, type EngineKind, type EngineLimitsInfo } from './engine-kind.js';
 import { openWorkspaceStore, type WorkspaceStore } from './workspace-store.js';
@@ -131,6 +132,12 @@ export interface SandboxContainerSpec {
    * system makes its own copy read-only too).
    */
   resolvConfOnHost?: string | undefined;
+  /**
+   * The sandbox's CPU cgroups on the engine's host ({@link CpuCgroups}), bound at
+   * {@link CPU_CGROUP_IN_SANDBOX}: sandbox code is capped at `cpus` there, and the daemon has its
+   * own share, so the container's own cap covers both.
+   */
+  cpuCgroupOnHost?: string | undefined;
 }
 
 /** Where the sandbox's writable disk goes: `/workspace` unless the create asked for another folder. */
@@ -172,6 +179,8 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
     );
   // With the exec channel the file is in the runtime volume, below the engine's own root, where
   // Docker insists on rslave (nothing is ever mounted below a single file, so it changes nothing).
+  if (spec.cpuCgroupOnHost !== undefined)
+    mounts.push({ Type: 'bind', Source: spec.cpuCgroupOnHost, Target: CPU_CGROUP_IN_SANDBOX, ReadOnly: false, BindOptions: { Propagation: 'rprivate' } });
   if (spec.resolvConfOnHost !== undefined)
     mounts.push({
       Type: 'bind',
@@ -192,7 +201,7 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
     PidsLimit: settings.pidsLimit,
     Memory: memoryBytes,
     MemorySwap: memoryBytes,
-    NanoCpus: Math.round(settings.cpus * 1e9),
+    NanoCpus: Math.round((settings.cpus + (spec.cpuCgroupOnHost === undefined ? 0 : DAEMON_CPUS)) * 1e9),
     Binds: spec.channel.kind === 'socket' ? [`${spec.channel.socketDirOnHost}:${SOCKET_DIR_IN_SANDBOX}:rw`] : [],
     Mounts: mounts,
     ReadonlyRootfs: settings.readOnlyRootfs,
@@ -228,6 +237,7 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
       '--user',
       settings.user,
       ...(workspaceIsMounted(spec) ? [] : ['--own-root']),
+      ...(spec.cpuCgroupOnHost === undefined ? [] : ['--cpu-cgroup', CPU_CGROUP_IN_SANDBOX]),
     ]),
     Cmd: [],
     // The daemon's identity; every command it starts runs as `settings.user`.
@@ -311,6 +321,8 @@ export class DockerProvider implements SandboxProvider {
   processLimit: number | undefined;
   /** The seccomp profile file sandboxes get where the engine's default lets them make namespaces (Podman). */
   seccompProfile: string | undefined;
+  /** The daemons' own CPU apart from sandbox code's, where this host allows it (see {@link CpuCgroups}). */
+  private cpuCgroups: CpuCgroups | undefined;
 
   constructor(options: DockerProviderOptions = {}) {
     this.options = options;
@@ -568,6 +580,11 @@ export class DockerProvider implements SandboxProvider {
     });
     const known = new Set((await this.list()).map((s) => s.labels[LABELS.sandbox]));
     for (const agentId of await this.workspaces.list()) if (!known.has(agentId)) await this.workspaces.remove(agentId);
+    // Cgroups are paths on the engine's host: only a controller beside a local engine, and not
+    // under remap, where the container's root cannot move the sandbox user's processes.
+    this.cpuCgroups = localEngine && !engineInVm && !this.remap ? await CpuCgroups.open() : undefined;
+    this.options.logger?.info({ daemonCpu: this.cpuCgroups ? 'own cgroup' : "shares the sandbox's limit" }, 'daemon.cpu');
+    await this.cpuCgroups?.sweep(new Set([...known].filter((id): id is string => id !== undefined)));
     this.runtimeVolume = await this.ensureRuntimeVolume(runtime, helperImage);
     this.runtimeVolumeMountpoint = await this.docker
       .getVolume(this.runtimeVolume)
@@ -785,11 +802,12 @@ export class DockerProvider implements SandboxProvider {
       // The steps before the engine's create do not depend on each other: the daemon's folder, the
       // disk (mkfs and mount, the longest), one inspect of the image, the volumes. They run at once,
       // and all of them settle before any failure is handled, so the cleanup never races a step.
-      const [socketDirOnHost, workspaceOnHost, imageConfig, volumes] = await settled([
+      const [socketDirOnHost, workspaceOnHost, imageConfig, volumes, cpuCgroupOnHost] = await settled([
         this.channel === 'socket' ? this.dirs.prepare(spec.agentId, spec.daemonSecret) : undefined,
         this.workspaceFor(spec),
         this.imageConfig(image, spec.restore !== undefined),
         this.volumeMounts(spec.settings),
+        this.cpuCgroupFor(spec.agentId, spec.settings),
       ] as const);
       const channel: SandboxContainerSpec['channel'] =
         socketDirOnHost === undefined ? { kind: 'exec', daemonSecret: spec.daemonSecret } : { kind: 'socket', socketDirOnHost };
@@ -808,6 +826,7 @@ export class DockerProvider implements SandboxProvider {
         processLimit: this.processLimit,
         seccompProfile: this.seccompProfile,
         resolvConfOnHost,
+        cpuCgroupOnHost,
       });
       container = await this.docker.createContainer(body).catch((e: unknown) => rethrow(e, `create a container from ${spec.image}`));
       if (spec.restore) await this.restoreWorkspace(container, spec.settings, workspaceOnHost, spec.restore.workspaceDir);
@@ -817,6 +836,7 @@ export class DockerProvider implements SandboxProvider {
       await container?.remove({ force: true, v: true }).catch(() => undefined);
       await this.dirs.remove(spec.agentId);
       await this.workspaces?.remove(spec.agentId);
+      await this.cpuCgroups?.remove(spec.agentId).catch(() => undefined);
       throw err;
     }
   }
@@ -838,6 +858,16 @@ export class DockerProvider implements SandboxProvider {
   }
 
   /**
+   * The host folder of a sandbox's CPU cgroups, made with their caps; undefined where this host
+   * gives the daemon no share of its own, or the sandbox runs under another runtime than runc
+   * (gVisor's processes are not the host's, so the daemon could not move them).
+   */
+  private async cpuCgroupFor(agentId: string, settings: SandboxSettings): Promise<string | undefined> {
+    if (!this.cpuCgroups || settings.runtime !== 'runc') return undefined;
+    return this.cpuCgroups.prepare(agentId, settings.cpus);
+  }
+
+  /**
    * The host folder of a sandbox's own disk (its quota), owned by the sandbox user as the host
    * sees it; undefined where this host gives no quota or a host mount replaces /workspace.
    */
@@ -851,28 +881,24 @@ export class DockerProvider implements SandboxProvider {
 
   /** Starts a stopped sandbox container again with a fresh daemon folder; a running one is left alone. */
   async start(handle: string, agentId: string, daemonSecret: string): Promise<void> {
+    const info = await this.docker
+      .getContainer(handle)
+      .inspect()
+      .catch(() => undefined);
+    const bound = (target: string, source?: string) =>
+      info?.HostConfig?.Mounts?.some((m) => m.Target === target && (source === undefined || m.Source === source)) ?? false;
     // With `exec` the secret stays in the container's environment (it is derived, so the same).
     if (this.channel === 'socket') {
       const folder = await this.dirs.prepare(agentId, daemonSecret);
       // The fresh folder lacks the egress resolver file the container binds over /etc/resolv.conf: write it again, or the start fails.
-      const info = await this.docker
-        .getContainer(handle)
-        .inspect()
-        .catch(() => undefined);
-      const bound = info?.HostConfig?.Mounts?.some((m) => m.Target === '/etc/resolv.conf' && m.Source === path.join(folder, 'resolv.conf'));
-      if (bound) await writeResolvConf(folder, EGRESS_TRANSPARENT_ADDRESS);
+      if (bound('/etc/resolv.conf', path.join(folder, 'resolv.conf'))) await writeResolvConf(folder, EGRESS_TRANSPARENT_ADDRESS);
     }
     // After a host reboot the sandbox's disk is no longer mounted: mount it before the engine binds it.
     if (this.workspaces && (await this.workspaces.list()).includes(agentId)) await this.workspaces.attach(agentId);
-    // So are the volumes it mounts.
-    const labels =
-      (
-        await this.docker
-          .getContainer(handle)
-          .inspect()
-          .catch(() => undefined)
-      )?.Config.Labels ?? {};
-    await this.volumeMounts(settingsOf(labels) ?? ({ volumes: [] } as unknown as SandboxSettings));
+    // So are the volumes it mounts, and its CPU cgroups are gone.
+    const settings = settingsOf(info?.Config.Labels ?? {});
+    await this.volumeMounts(settings ?? ({ volumes: [] } as unknown as SandboxSettings));
+    if (this.cpuCgroups && settings && bound(CPU_CGROUP_IN_SANDBOX)) await this.cpuCgroups.prepare(agentId, settings.cpus);
     await this.docker
       .getContainer(handle)
       .start()
@@ -953,7 +979,7 @@ export class DockerProvider implements SandboxProvider {
         if (err.statusCode !== 404) rethrow(err, `remove container ${handle}`);
       });
     // Once the container is gone nothing writes to either: its folder and its disk go at once.
-    await settled([this.dirs.remove(agentId), this.workspaces?.remove(agentId)] as const);
+    await settled([this.dirs.remove(agentId), this.workspaces?.remove(agentId), this.cpuCgroups?.remove(agentId)] as const);
   }
 
   /** Every Warren sandbox container, running or not. */
@@ -1264,7 +1290,12 @@ export class DockerProvider implements SandboxProvider {
       if ((err as { statusCode?: number }).statusCode === 404) return undefined;
       return rethrow(err, `read the stats of container ${handle}`);
     }
-    const stats = statsFromEngine(raw);
+    const engineStats = statsFromEngine(raw);
+    // Where cpuacct shares the cpu hierarchy, what ran in the sandbox's own cgroups is not in the container's.
+    const stats =
+      engineStats && this.cpuCgroups?.accountsCpu
+        ? { ...engineStats, cpuSeconds: engineStats.cpuSeconds + (await this.cpuCgroups.cpuSeconds(agentId)) }
+        : engineStats;
     // statfs of the workspace's mount point on the host: the kernel's count, nothing read from inside.
     const disk = stats && (await this.workspaces?.usage(agentId).catch(() => undefined));
     return stats && disk ? { ...stats, disk } : stats;

@@ -15,6 +15,7 @@ export {
 export { createLogger, silentLogger, LOG_LEVELS, REDACTED, type Logger, type LogLevel, type LoggerOptions } from './logger.js';
 export { Credentials, API_KEY_HASH_FILE } from './credentials.js';
 export { AgentDirs } from './agent-dir.js';
+export { CpuCgroups, cpuHierarchy, CPU_CGROUP_IN_SANDBOX, DAEMON_CPUS } from './cpu-cgroups.js';
 export {
   DockerProvider,
   chooseChannel,

@@ -1,6 +1,10 @@
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import type { Writable } from 'node:stream';
 import { randomBytes } from 'node:crypto';
 import { CodedError, type ProcessInfo } from '@warren/protocol';
+import { cpuCgroup } from './cpu-cgroup.js';
+import { findProgram } from './find-program.js';
 import { RingOutput } from './output.js';
 import { killTree, MARKER_VARIABLE, newMarker, preferForOomKill } from './process-tree.js';
 
@@ -59,20 +63,40 @@ export interface TaggedChild {
 }
 
 /**
+ * What a gated child's shell reads first: it waits on descriptor 3 until the daemon has moved it
+ * into sandbox code's cgroup, then closes it. The exec happens in the daemon's cgroup (the daemon
+ * waits for it), and nothing of the command runs before the move.
+ */
+const GATE_PRELUDE = 'read -r _ <&3; exec 3<&-; ';
+
+/**
  * Starts a child as the leader of its own session (detached), tagged with a fresh marker and
  * made the OOM killer's first choice. Resolves once it runs; a failure to start is a typed error.
+ * Where the daemon has a CPU share of its own ({@link cpuCgroup}), the child goes through a gate
+ * (a `/bin/sh` that waits on descriptor 3) and is moved into sandbox code's cgroup before it runs
+ * anything of its own, so none of it, and nothing it starts, ever runs on the daemon's share.
  */
 export async function spawnTagged(spec: SpawnSpec): Promise<TaggedChild> {
+  const marker = newMarker();
+  const env: Record<string, string> = { ...baseEnvironment(spec.home, spec.sandboxEnv), ...spec.env, [MARKER_VARIABLE]: marker };
+  const cgroup = cpuCgroup();
+  const gated = cgroup !== undefined && existsSync('/bin/sh');
+  if (gated && typeof spec.cmd !== 'string' && !findProgram(spec.cmd[0]!, env.PATH ?? '', spec.cwd)) throw spawnError(enoent(), spec.cmd[0]!);
   // A shell command first makes its own shell the OOM killer's first choice, on the same line
   // (so line numbers and syntax errors read as the caller wrote them): everything it forks
   // inherits the score, with no window between the spawn and the write, and no extra exec.
-  const [file, args] = typeof spec.cmd === 'string' ? ['/bin/sh', ['-c', `${OOM_PRELUDE}${spec.cmd}`]] : [spec.cmd[0]!, spec.cmd.slice(1)];
-  const marker = newMarker();
+  const gate = gated ? GATE_PRELUDE : '';
+  const [file, args] =
+    typeof spec.cmd === 'string'
+      ? ['/bin/sh', ['-c', `${gate}${OOM_PRELUDE}${spec.cmd}`]]
+      : gated
+        ? ['/bin/sh', ['-c', `${gate}exec "$0" "$@"`, ...spec.cmd]]
+        : [spec.cmd[0]!, spec.cmd.slice(1)];
   const child = spawn(file, args, {
     cwd: spec.cwd,
-    env: { ...baseEnvironment(spec.home, spec.sandboxEnv), ...spec.env, [MARKER_VARIABLE]: marker },
+    env,
     detached: true,
-    stdio: ['pipe', 'pipe', 'pipe'],
+    stdio: gated ? ['pipe', 'pipe', 'pipe', 'pipe'] : ['pipe', 'pipe', 'pipe'],
     // libuv clears supplementary groups, then sets gid and uid in the child before exec.
     ...(spec.user && { uid: spec.user.uid, gid: spec.user.gid }),
   });
@@ -83,7 +107,24 @@ export async function spawnTagged(spec: SpawnSpec): Promise<TaggedChild> {
   });
   // An argv command is exec'd directly (no shell): its score is raised just after it starts.
   if (child.pid !== undefined && typeof spec.cmd !== 'string') preferForOomKill(child.pid);
+  if (cgroup && child.pid !== undefined) {
+    try {
+      cgroup.moveToCode(child.pid);
+    } catch (err) {
+      child.kill('SIGKILL');
+      throw new CodedError(
+        'INTERNAL',
+        `Could not move '${typeof spec.cmd === 'string' ? '/bin/sh' : spec.cmd[0]}' into the sandbox's CPU cgroup: ${(err as Error).message}`,
+      );
+    }
+    // Without /bin/sh there is no gate: the move follows the start as closely as it can.
+    if (gated) (child.stdio[3] as Writable).on('error', () => undefined).end('\n');
+  }
   return { child, marker, file };
+}
+
+function enoent(): NodeJS.ErrnoException {
+  return Object.assign(new Error('not found'), { code: 'ENOENT' });
 }
 
 export function spawnError(err: NodeJS.ErrnoException, file: string): CodedError {

@@ -1,11 +1,12 @@
 import { randomBytes } from 'node:crypto';
-import { accessSync, constants as fsConstants, existsSync, statSync } from 'node:fs';
-import path from 'node:path';
+import { existsSync } from 'node:fs';
 import { constants } from 'node:os';
 import { CodedError } from '@warren/protocol';
 import type { Handler } from '../dispatch.js';
 import type { FilePolicy } from '../policy.js';
+import { cpuCgroup } from './cpu-cgroup.js';
 import { resolveCwd } from './exec.js';
+import { findProgram } from './find-program.js';
 import { baseEnvironment, type SandboxUser } from './process-table.js';
 import { killTree, MARKER_VARIABLE, newMarker } from './process-tree.js';
 
@@ -77,24 +78,6 @@ function defaultShell(): string[] {
   return existsSync('/bin/bash') ? ['/bin/bash'] : ['/bin/sh'];
 }
 
-/** True when `program` names an executable file: a path as it is, a bare name through PATH. */
-function findProgram(program: string, searchPath: string, cwd: string): boolean {
-  const candidates = program.includes('/')
-    ? [path.resolve(cwd, program)]
-    : searchPath
-        .split(':')
-        .filter(Boolean)
-        .map((dir) => path.join(dir, program));
-  return candidates.some((file) => {
-    try {
-      accessSync(file, fsConstants.X_OK);
-      return statSync(file).isFile();
-    } catch {
-      return false;
-    }
-  });
-}
-
 function find(handle: string): OpenPty {
   const entry = open.get(handle);
   if (!entry) throw new CodedError('NOT_FOUND', `No open terminal '${handle}': it exited or was never opened. Open one with pty.open.`, { handle });
@@ -137,15 +120,19 @@ export function ptyHandlers(options: {
       const started = performance.now();
       let pty: Pty;
       try {
-        pty = lib.spawn(argv[0]!, argv.slice(1), {
-          name: 'xterm-256color',
-          cols: params.cols,
-          rows: params.rows,
-          cwd,
-          env,
-          encoding: null,
-          ...(options.user && { uid: options.user.uid, gid: options.user.gid }),
-        });
+        const spawn = () =>
+          lib.spawn(argv[0]!, argv.slice(1), {
+            name: 'xterm-256color',
+            cols: params.cols,
+            rows: params.rows,
+            cwd,
+            env,
+            encoding: null,
+            ...(options.user && { uid: options.user.uid, gid: options.user.gid }),
+          });
+        // node-pty forks from this thread: the terminal's program is born in sandbox code's cgroup.
+        const cgroup = cpuCgroup();
+        pty = cgroup ? cgroup.forkInCode(spawn) : spawn();
       } catch (err) {
         throw new CodedError('PTY_UNAVAILABLE', `Could not open a terminal for '${argv[0]}': ${err instanceof Error ? err.message : String(err)}.`, {
           cmd: argv[0],

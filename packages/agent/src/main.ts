@@ -3,6 +3,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { DEFAULT_ROOT, sandboxEnvFrom } from '@warren/protocol';
 import type { SandboxUser } from './services/process-table.js';
+import { assertNoMountAbove, daemonFolders } from './mount-guard.js';
 import { startAgentServer } from './server.js';
 import { CpuCgroup, useCpuCgroup } from './services/cpu-cgroup.js';
 
@@ -42,6 +43,8 @@ export async function main(): Promise<void> {
   const user = values.user === undefined ? undefined : parseUser(values.user);
   const secret = await takeSecret(values['secret-file'], values['secret-env']);
   if (secret.length < 32) throw new Error('the secret must hold at least 32 characters');
+  // In a container (the daemon drops commands to a sandbox user): no mount may cover its folders.
+  if (user) assertNoMountAbove(daemonFolders(values.socket));
   if (user && process.getuid?.() === 0) {
     // Children inherit supplementary groups unless they are cleared: node-pty sets only gid and
     // uid, so the daemon drops its own (root's) groups once, here.

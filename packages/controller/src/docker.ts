@@ -17,12 +17,13 @@ import {
 import type { SandboxSettings } from '@warren/protocol';
 import { AgentDirs, type HostIdentity } from './agent-dir.js';
 import { CPU_CGROUP_IN_SANDBOX, CpuCgroups, DAEMON_CPUS } from './cpu-cgroups.js';
+import { refuseReservedTarget } from './sandbox-plan.js';
 import { resolveEngine } from './engine-endpoint.js';
 import { detectEngine, hardLimits, processLimitCandidates, unenforcedLimits, type EngineKind, type EngineLimitsInfo } from './engine-kind.js';
 import { openWorkspaceStore, type WorkspaceStore } from './workspace-store.js';
 import { copyTree, diskBytes, emptyTree, preCopyTree, syncTree } from './tree-copy.js';
 import { closeNamespaces, PODMAN_DEFAULT_SECCOMP, type SeccompProfile } from './seccomp.js';
-import { LABELS } from './labels.js';
+import { containerLabels, LABELS, withoutUnset } from './labels.js';
 import type { Logger } from './logger.js';
 import { defaultStateDir } from './config.js';
 import type {
@@ -78,13 +79,6 @@ function volumeName(id: string): string {
 export const SNAPSHOT_LABEL = 'warren.snapshot';
 /** The repository a snapshot's image is tagged in: `warren-snapshot/<id>:latest`. */
 export const SNAPSHOT_REPOSITORY = 'warren-snapshot';
-/**
- * The value of a label that is not set. A container inherits its image's labels, and a snapshot's
- * image carries the labels of the sandbox it was taken of; a sandbox made from it sets each of
- * those it does not have to this, and {@link DockerProvider.list} drops them.
- */
-export const UNSET_LABEL = 'warren:unset';
-
 /** The image a snapshot keeps (snapshot ids are lower case letters, digits and `-`). */
 export function snapshotImage(snapshotId: string): string {
   return `${SNAPSHOT_REPOSITORY}/${snapshotId}:latest`;
@@ -160,6 +154,11 @@ function workspaceIsMounted(spec: SandboxContainerSpec): boolean {
  */
 export function containerCreateBody(spec: SandboxContainerSpec): Docker.ContainerCreateOptions {
   const settings = { ...HARDENING_DEFAULTS, ...spec.settings };
+  // Planned requests were checked already; records rebuilt from labels, hibernated sandboxes and
+  // old snapshots come here without planning, so the rule holds at the last step too.
+  refuseReservedTarget(workspaceOf(settings), 'the workspace', 'workspace');
+  for (const m of settings.mounts) refuseReservedTarget(m.path, 'mount', 'mounts');
+  for (const v of spec.volumes ?? []) refuseReservedTarget(v.target, 'volume', 'volumes');
   const memoryBytes = settings.memoryMb * 1024 * 1024;
   const mounts: Docker.MountConfig = [{ Type: 'volume', Source: spec.runtimeVolume, Target: RUNTIME_DIR, ReadOnly: true }];
   // The sandbox's own disk where the host gives a quota (a `Mounts` bind: a missing source fails
@@ -508,10 +507,10 @@ export class DockerProvider implements SandboxProvider {
       .sort((a, b) => b.createdAt.localeCompare(a.createdAt));
   }
 
-  async inspectImage(image: string): Promise<{ id: string; labels: Record<string, string> } | undefined> {
+  async inspectImage(image: string): Promise<{ id: string; labels: Record<string, string>; onBuild: string[] } | undefined> {
     try {
       const info = await this.docker.getImage(image).inspect();
-      return { id: info.Id, labels: info.Config?.Labels ?? {} };
+      return { id: info.Id, labels: info.Config?.Labels ?? {}, onBuild: ((info.Config?.OnBuild ?? []) as unknown[]).map(String) };
     } catch (err) {
       if ((err as { statusCode?: number }).statusCode === 404) return undefined;
       return rethrow(err, `inspect image ${image}`);
@@ -817,7 +816,8 @@ export class DockerProvider implements SandboxProvider {
         image,
         env: spec.env,
         imageEnv: imageConfig.env,
-        labels: spec.restore ? withInheritedLabelsUnset(imageConfig.labels, spec.labels) : spec.labels,
+        // Only Warren writes the labels Warren reads: none of the image's own under its prefix.
+        labels: containerLabels(imageConfig.labels, spec.labels),
         settings: spec.settings,
         channel,
         runtimeVolume: this.runtimeVolume,
@@ -987,7 +987,7 @@ export class DockerProvider implements SandboxProvider {
     const containers = await this.docker
       .listContainers({ all: true, filters: { label: [LABELS.sandbox] } })
       .catch((e: unknown) => rethrow(e, 'list containers'));
-    return containers.map((c) => ({ handle: c.Id, labels: withoutUnset(c.Labels), state: toProviderState(c.State) }));
+    return containers.filter(isSandboxContainer).map((c) => ({ handle: c.Id, labels: withoutUnset(c.Labels), state: toProviderState(c.State) }));
   }
 
   /** The engine's view of every Warren container at once: id to state. */
@@ -995,7 +995,7 @@ export class DockerProvider implements SandboxProvider {
     const containers = await this.docker
       .listContainers({ all: true, filters: { label: [LABELS.sandbox] } })
       .catch((e: unknown) => rethrow(e, 'list containers'));
-    return new Map(containers.map((c) => [c.Id, toProviderState(c.State)]));
+    return new Map(containers.filter(isSandboxContainer).map((c) => [c.Id, toProviderState(c.State)]));
   }
 
   /** The container's state, or undefined when it is gone. */
@@ -1621,20 +1621,14 @@ function settingsOf(labels: Record<string, string>): SandboxSettings | undefined
   }
 }
 
-/** Labels without those a sandbox set to {@link UNSET_LABEL}. */
-function withoutUnset(labels: Record<string, string>): Record<string, string> {
-  return Object.fromEntries(Object.entries(labels).filter(([, value]) => value !== UNSET_LABEL));
-}
-
 /**
- * A snapshot's sandbox's labels: its own, with each of Warren's labels that the snapshot's image
- * carries (`inherited`) and the sandbox does not set marked {@link UNSET_LABEL}, so the image's
- * stale values never read as the sandbox's.
+ * Whether a listed container is a sandbox Warren made: named `warren-<id>` after its sandbox label.
+ * Any other container can carry the label (a build's step container does, after a `LABEL
+ * warren.sandbox=...` line), and is not one.
  */
-function withInheritedLabelsUnset(inherited: Record<string, string>, labels: Record<string, string>): Record<string, string> {
-  const out: Record<string, string> = { ...labels };
-  for (const key of Object.keys(inherited)) if (key.startsWith('warren.') && key !== SNAPSHOT_LABEL && !Object.hasOwn(out, key)) out[key] = UNSET_LABEL;
-  return out;
+function isSandboxContainer(container: { Names?: string[]; Labels?: Record<string, string> }): boolean {
+  const id = container.Labels?.[LABELS.sandbox];
+  return id !== undefined && (container.Names ?? []).some((name) => name.replace(/^\//, '') === `warren-${id}`);
 }
 
 /**

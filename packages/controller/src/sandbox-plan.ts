@@ -83,8 +83,40 @@ const HOSTILE_FIELDS: Record<string, string> = {
   sysctls: 'kernel parameters are fixed',
 };
 
-/** Paths inside the sandbox a mount may not cover: the runtime, the daemon's socket, the kernel's. */
+/** Paths inside the sandbox no mount may lie in or above: the runtime, the daemon's folders, the kernel's. */
 const RESERVED_TARGETS = ['/opt/warren', '/run/warren', EGRESS_TRUST_DIR, '/proc', '/sys', '/dev'];
+/** Other spellings of those places through the links of Debian-like images (`/var/run` is `/run`). */
+const TARGET_ALIASES: readonly (readonly [alias: string, real: string])[] = [
+  ['/var/run', '/run'],
+  ['/var/lock', '/run/lock'],
+];
+
+/**
+ * The reserved place a mount target lies in or above (so a volume there would hand the sandbox
+ * user the daemon's runtime or socket), by any lexical spelling: `..`, doubled slashes and the
+ * usual links. An image's own links are caught when the daemon starts (it refuses to run under a
+ * mount that covers its folders: packages/agent/src/mount-guard.ts).
+ *
+ * @example
+ * reservedTargetOf('/var/run/../run'); // '/run/warren'
+ */
+export function reservedTargetOf(target: string): string | undefined {
+  let inside = path.posix.resolve('/', target);
+  for (const [alias, real] of TARGET_ALIASES) if (isBelow(inside, alias)) inside = real + inside.slice(alias.length);
+  if (inside === '/') return '/';
+  return RESERVED_TARGETS.find((reserved) => isBelow(inside, reserved) || isBelow(reserved, inside));
+}
+
+/** FORBIDDEN, naming what is reserved and where a mount may go. */
+export function refuseReservedTarget(target: string, what: string, field: string): void {
+  const reserved = reservedTargetOf(target);
+  if (reserved === undefined) return;
+  throw new CodedError(
+    'FORBIDDEN',
+    `Refused ${what} at '${target}': it would cover ${reserved === '/' ? "the sandbox's root" : reserved}. '/', ${RESERVED_TARGETS.join(', ')}, what lies below them, the folders above them and their other spellings (${TARGET_ALIASES.map(([a]) => a).join(', ')}) are reserved. Mount it at /data, /mnt or below the workspace instead.`,
+    { field, path: target },
+  );
+}
 
 /** Host sockets that would hand over the host; refused even below an allowed folder. */
 const HOST_SOCKET_NAMES = /(^|\/)(docker|containerd|podman|crio|dockershim)\.sock$/;
@@ -181,7 +213,7 @@ export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
   }
   const workspace = path.posix.resolve(request.workspace ?? DEFAULT_ROOT);
   // Neither in nor above a reserved place: a volume over /run or /opt would be the sandbox user's.
-  if (workspace === '/' || [...RESERVED_TARGETS, '/tmp'].some((reserved) => isBelow(workspace, reserved) || isBelow(reserved, workspace)))
+  if (reservedTargetOf(workspace) !== undefined || isBelow(workspace, '/tmp') || isBelow('/tmp', workspace))
     throw new CodedError(
       'INVALID_PARAMS',
       `Refused workspace '${request.workspace}': '/', /tmp, ${RESERVED_TARGETS.join(', ')}, what lies below them and the folders above them are reserved. Use a folder such as /workspace or /home/user.`,
@@ -196,10 +228,11 @@ export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
   }
   const volumes = (request.volumes ?? []).map((v) => {
     const inside = path.posix.resolve(v.path);
-    if (inside === '/' || RESERVED_TARGETS.some((reserved) => isBelow(inside, reserved)) || inside === workspace || isBelow(workspace, inside))
+    refuseReservedTarget(v.path, `volume '${v.name}'`, 'volumes');
+    if (inside === workspace || isBelow(workspace, inside))
       throw new CodedError(
         'FORBIDDEN',
-        `Refused volume '${v.name}' at '${v.path}': '/', the workspace itself and what holds it, ${RESERVED_TARGETS.join(', ')} and what lies below them are reserved. Mount it at /data or below the workspace instead.`,
+        `Refused volume '${v.name}' at '${v.path}': the workspace itself and what holds it are reserved. Mount it at /data or below the workspace instead.`,
         { field: 'volumes', path: v.path },
       );
     if (targets.has(inside)) throw new CodedError('INVALID_PARAMS', `Two mounts or volumes target '${inside}'; give each its own path.`, { field: 'volumes' });
@@ -270,13 +303,7 @@ function checkMount(hostPath: string, target: string, readOnly: boolean, config:
       hostPath,
     });
   }
-  if (inside === '/' || RESERVED_TARGETS.some((reserved) => isBelow(inside, reserved))) {
-    throw new CodedError(
-      'FORBIDDEN',
-      `Refused mount at '${target}': '/', ${RESERVED_TARGETS.join(', ')} and what lies below them are reserved. Mount below /workspace or /mnt instead.`,
-      { field: 'mounts', path: target },
-    );
-  }
+  refuseReservedTarget(target, 'mount', 'mounts');
   return { hostPath: host, path: inside, readOnly };
 }
 

@@ -45,3 +45,41 @@ export function sandboxLabels(input: {
   for (const [key, value] of Object.entries(input.labels)) labels[`${LABELS.userPrefix}${key}`] = value;
   return labels;
 }
+
+/** The prefix of every label Warren reads on a sandbox's container. */
+export const WARREN_LABEL_PREFIX = 'warren.';
+
+/**
+ * The value of a label that is not set. The engine merges an image's labels under its container's,
+ * so each of Warren's labels that the image carries and the sandbox does not set is given this
+ * value at create ({@link containerLabels}), and {@link withoutUnset} drops it when labels are read.
+ */
+export const UNSET_LABEL = 'warren:unset';
+
+/**
+ * The labels to create a sandbox's container with: the sandbox's own, and every label under
+ * {@link WARREN_LABEL_PREFIX} that the image carries (`imageLabels`) and the sandbox does not set,
+ * marked {@link UNSET_LABEL}. So only Warren speaks for Warren: an image built with
+ * `LABEL warren.policy=... warren.pool=1 warren.label.team=x` (or a snapshot's image, which keeps
+ * the labels of the sandbox it was taken of) gives a sandbox none of them, not even once a
+ * restarted controller rebuilds its records from the container's labels.
+ *
+ * @example
+ * containerLabels({ 'warren.pool': '1', maintainer: 'me' }, { 'warren.sandbox': 'abc' });
+ * // { 'warren.sandbox': 'abc', 'warren.pool': 'warren:unset' }
+ */
+export function containerLabels(imageLabels: Record<string, string>, labels: Record<string, string>): Record<string, string> {
+  const out: Record<string, string> = { ...labels };
+  for (const key of Object.keys(imageLabels)) if (key.startsWith(WARREN_LABEL_PREFIX) && !Object.hasOwn(out, key)) out[key] = UNSET_LABEL;
+  return out;
+}
+
+/**
+ * A container's labels without those set to {@link UNSET_LABEL}.
+ *
+ * @example
+ * withoutUnset({ 'warren.sandbox': 'abc', 'warren.pool': 'warren:unset' }); // { 'warren.sandbox': 'abc' }
+ */
+export function withoutUnset(labels: Record<string, string>): Record<string, string> {
+  return Object.fromEntries(Object.entries(labels).filter(([, value]) => value !== UNSET_LABEL));
+}

@@ -79,8 +79,10 @@ describe('hostile input at the e2b gateway', () => {
     const ghost = await fetch(`${base}/sandboxes/doesnotexist123`, { headers: { 'x-api-key': warren.apiKey } });
     expect(ghost.status).toBe(404);
     expect(await ghost.json()).toMatchObject({ code: 404 });
-    const health = await fetch(`${base}/health`, { headers: { 'e2b-sandbox-id': 'doesnotexist123' } });
+    // An unknown sandbox is gone to a caller who may know (the API key); to anyone else /health is 401, as for every id.
+    const health = await fetch(`${base}/health`, { headers: { 'e2b-sandbox-id': 'doesnotexist123', 'x-access-token': warren.apiKey } });
     expect(health.status).toBe(502);
+    expect((await fetch(`${base}/health`, { headers: { 'e2b-sandbox-id': 'doesnotexist123' } })).status).toBe(401);
   });
 
   it('answers malformed JSON, bad fields and oversized unary bodies with invalid_argument or resource_exhausted', async () => {

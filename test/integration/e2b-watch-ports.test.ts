@@ -197,7 +197,7 @@ describe('the e2b SDK against the gateway: watchDir on file events, and getHost'
       } finally {
         await other.kill();
       }
-      const health = await getWithHost(warren.url, `49983-${sandbox.sandboxId}.warren.test`, '/health');
+      const health = await getWithHost(warren.url, `49983-${sandbox.sandboxId}.warren.test`, '/health', { 'x-access-token': tokenOf(sandbox) });
       expect(health.status).toBe(204);
       // A name for no sandbox here is Warren's own API, unchanged.
       expect((await getWithHost(warren.url, `${port}-nosuchsandbox.warren.test`, '/healthz')).status).toBe(200);

@@ -1,6 +1,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { posix } from 'node:path';
 import { gunzipSync } from 'node:zlib';
+import { CodedError } from '@warren/protocol';
+import { callerFor } from '../grants.js';
 import type { HttpServerDeps } from '../http.js';
 import { json } from './control-plane.js';
 import type { DaemonSession } from './daemon-session.js';
@@ -15,12 +17,22 @@ export const MAX_CONCURRENT_UPLOADS = 4;
 /** Bytes per daemon call when reading or writing a file (well inside one frame). */
 const PIECE_BYTES = 8 * 1024 * 1024;
 
-/** `GET /health`: 204 while the sandbox runs, 502 once it is gone (the SDK's `isRunning()` reads exactly that). */
+/**
+ * `GET /health`: 204 while the sandbox runs, 502 once it is gone (the SDK's `isRunning()` reads
+ * exactly that), to a caller with that sandbox's access token (the SDK sends the
+ * `envdAccessToken` Warren gave it on every envd call, this one too). Any other caller gets the same
+ * 401 whether or not the id exists, so the route tells nobody which sandboxes exist.
+ */
 export async function serveHealth(deps: HttpServerDeps, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const id = sandboxIdOf((name) => header(req, name));
-  const state = id !== undefined && deps.sandboxes.has(id) ? deps.sandboxes.record(id).state : 'gone';
+  if (id === undefined) throw new CodedError('INVALID_PARAMS', 'Which sandbox? Send the E2b-Sandbox-Id header (the e2b SDK does when E2B_SANDBOX_URL is set).');
+  const token = header(req, 'x-access-token');
+  // Checked against the id alone (tokens are derived from it), before anything is looked up.
+  if (token === undefined || callerFor(deps.credentials, token, id) === undefined)
+    throw new CodedError('UNAUTHORIZED', "Missing or invalid access token: send this sandbox's envdAccessToken as X-Access-Token.");
+  const state = deps.sandboxes.has(id) ? deps.sandboxes.record(id).state : 'gone';
   if (state === 'running') return void res.writeHead(204).end();
-  json(res, 502, { code: 502, message: `Sandbox '${id ?? '(none)'}' is ${state}.` });
+  json(res, 502, { code: 502, message: `Sandbox '${id}' is ${state}.` });
 }
 
 /**

@@ -72,7 +72,6 @@ export function signedFileScope(deps: HttpServerDeps, header: HeaderReader, quer
       'INVALID_PARAMS',
       "Which sandbox? A signed file URL is served on the sandbox's host name (49983-<id>.<domain>) or with E2b-Sandbox-Id.",
     );
-  const record = deps.sandboxes.record(sandboxId);
   const user = query.get('username') ?? '';
   const expiry = query.get('signature_expiration');
   if (expiry !== null && !(/^\d{1,12}$/.test(expiry) && Number(expiry) * 1000 > Date.now()))
@@ -83,6 +82,8 @@ export function signedFileScope(deps: HttpServerDeps, header: HeaderReader, quer
   if (presented.length !== expected.length || !timingSafeEqual(presented, expected))
     throw new CodedError('UNAUTHORIZED', `The signature does not match this sandbox, path and operation (${operation}).`);
   checkUser(user || undefined);
+  // Looked up only once the signature holds: to anyone else an id that exists and one that does not answer alike.
+  const record = deps.sandboxes.record(sandboxId);
   return { deps, sandboxId, caller: { kind: 'sandbox', sandboxId }, home: homeOf(deps, record.labels) };
 }
 

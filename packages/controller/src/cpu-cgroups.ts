@@ -1,4 +1,4 @@
-import { mkdir, readFile, rmdir, writeFile, readdir } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rmdir, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 
 /** Where each sandbox's CPU cgroup is bound inside its container; the daemon's `--cpu-cgroup`. */
@@ -90,11 +90,33 @@ export class CpuCgroups {
     await removeCgroupTree(folder);
   }
 
-  /** Removes the cgroups of sandboxes that no longer exist (left by a controller that died). */
+  /**
+   * Removes the cgroups of sandboxes that no longer exist (left by a controller that died). Every
+   * controller on this host shares Warren's folder, and one prepares a sandbox's cgroup before its
+   * container exists: only a cgroup older than ten minutes, with no process anywhere in it, goes.
+   */
   async sweep(known: ReadonlySet<string>): Promise<void> {
     const names = await readdir(this.root).catch(() => [] as string[]);
-    for (const name of names) if (/^[A-Za-z0-9]+$/.test(name) && !known.has(name)) await this.remove(name).catch(() => undefined);
+    for (const name of names) {
+      if (!/^[A-Za-z0-9]+$/.test(name) || known.has(name)) continue;
+      const folder = path.join(this.root, name);
+      const made = await stat(folder).catch(() => undefined);
+      if (!made?.isDirectory() || Date.now() - made.mtimeMs < SWEEP_AGE_MS || (await hasProcesses(folder))) continue;
+      await removeCgroupTree(folder).catch(() => undefined);
+    }
   }
+}
+
+/** How old an unknown sandbox's cgroup must be before a sweep removes it. */
+const SWEEP_AGE_MS = 10 * 60_000;
+
+/** True when any cgroup in the tree holds a process. */
+async function hasProcesses(folder: string): Promise<boolean> {
+  const procs = await readFile(path.join(folder, 'cgroup.procs'), 'utf8').catch(() => '');
+  if (procs.trim() !== '') return true;
+  for (const entry of await readdir(folder, { withFileTypes: true }).catch(() => []))
+    if (entry.isDirectory() && (await hasProcesses(path.join(folder, entry.name)))) return true;
+  return false;
 }
 
 async function setQuota(folder: string, cpus: number): Promise<void> {

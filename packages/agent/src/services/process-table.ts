@@ -109,7 +109,7 @@ export async function spawnTagged(spec: SpawnSpec): Promise<TaggedChild> {
   if (child.pid !== undefined && typeof spec.cmd !== 'string') preferForOomKill(child.pid);
   if (cgroup && child.pid !== undefined) {
     try {
-      cgroup.moveToCode(child.pid);
+      cgroup.moveToTree(child.pid, marker);
     } catch (err) {
       child.kill('SIGKILL');
       throw new CodedError(

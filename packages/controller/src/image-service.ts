@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { CodedError, readCheckedTar, type ImageInfo } from '@warren/protocol';
 import type { ImageSettings } from './config.js';
-import { dockerfileNeeds } from './dockerfile-check.js';
+import { checkOnBuildTriggers, dockerfileNeeds } from './dockerfile-check.js';
 import { buildTag, checkAllowed, IMAGE_ID, parseAllowList, parseImageRef, type AllowedRegistry } from './image-ref.js';
 import { Slots } from './limiter.js';
 import type { Logger } from './logger.js';
@@ -52,6 +52,8 @@ export class ImageService {
   private readonly pulls = new Map<string, Pull>();
   private readonly buildSlots: Slots;
   private readonly buildsWaiting: number;
+  /** Images (by name as the Dockerfile writes it, and by id) that builds under way start or copy from, with how many. */
+  private readonly inUse = new Map<string, number>();
 
   constructor(options: ImageServiceOptions) {
     this.provider = options.provider;
@@ -167,8 +169,10 @@ export class ImageService {
   /**
    * Builds a template image from a tar of its context: the archive is read by the strict reader
    * (no absolute or `..` names, no links that leave the context, no hard links or special files),
-   * the Dockerfile must be a regular file inside it, its base images go through {@link ensure}
-   * (so the allow-list holds), and the image is labelled {@link BUILD_LABEL}. An image of the same
+   * the Dockerfile must be a regular file inside it and pass {@link dockerfileNeeds} (nothing the
+   * engine would fetch by itself), its images go through {@link ensure} (so the allow-list holds),
+   * the `ONBUILD` triggers of its base images pass the same rules, and the image is labelled
+   * {@link BUILD_LABEL}. The build's `RUN` steps get `images.buildNetwork`. An image of the same
    * name that Warren did not build is not replaced (`CONFLICT`).
    */
   async build(context: Buffer, request: { tag: string; dockerfile?: string | undefined }, watch: ImageWatch = {}): Promise<{ image: string; id: string }> {
@@ -186,7 +190,12 @@ export class ImageService {
       );
     if (found.entry.kind !== 'file')
       throw new CodedError('INVALID_PARAMS', `The Dockerfile '${dockerfile}' is a ${found.entry.kind}; it must be a regular file.`);
-    const needs = dockerfileNeeds(found.data.toString('utf8'));
+    const needs = dockerfileNeeds(found.data);
+    // Base images already here are checked before the answer starts too, so that refusal is an ordinary error answer.
+    for (const image of needs.bases) {
+      const info = await this.provider.inspectImage(image).catch(() => undefined);
+      if (info !== undefined) checkOnBuildTriggers(image, info.onBuild ?? []);
+    }
     const existing = await this.provider.inspectImage(tag);
     if (existing !== undefined && existing.labels[BUILD_LABEL] === undefined)
       throw new CodedError(
@@ -194,11 +203,33 @@ export class ImageService {
         `An image named ${tag} is already on the engine and Warren did not build it; a build does not replace it. Choose another name (e.g. templates/${tag}).`,
         { image: tag },
       );
-    watch.onStart?.();
-    for (const image of needs.images) {
-      const { pulled } = await this.ensure(image, { onProgress: watch.onProgress });
-      if (pulled) watch.onOutput?.(`Pulled ${image}\n`);
+    // Held until the build ends, so `remove` cannot take an image away and leave the engine to pull it itself, unchecked.
+    const held = [...needs.images];
+    this.hold(held);
+    try {
+      watch.onStart?.();
+      for (const image of needs.images) {
+        const { pulled } = await this.ensure(image, { onProgress: watch.onProgress });
+        if (pulled) watch.onOutput?.(`Pulled ${image}\n`);
+        const info = await this.provider.inspectImage(image);
+        if (info !== undefined) {
+          this.hold([info.id]);
+          held.push(info.id);
+        }
+        if (needs.bases.includes(image)) checkOnBuildTriggers(image, info?.onBuild ?? []);
+      }
+      return await this.runBuild(context, { tag, dockerfile, existing }, watch);
+    } finally {
+      this.release(held);
     }
+  }
+
+  /** Runs the checked build on the engine and replaces the earlier build of its name. */
+  private async runBuild(
+    context: Buffer,
+    { tag, dockerfile, existing }: { tag: string; dockerfile: string; existing: { id: string } | undefined },
+    watch: ImageWatch,
+  ): Promise<{ image: string; id: string }> {
     const started = performance.now();
     this.logger?.info({ image: tag, contextBytes: context.length }, 'image.build.started');
     const signals = [AbortSignal.timeout(this.settings.timeoutMs), ...(watch.signal ? [watch.signal] : [])];
@@ -225,20 +256,33 @@ export class ImageService {
     }
   }
 
+  private hold(keys: readonly string[]): void {
+    for (const key of keys) this.inUse.set(key, (this.inUse.get(key) ?? 0) + 1);
+  }
+
+  private release(keys: readonly string[]): void {
+    for (const key of keys) {
+      const left = (this.inUse.get(key) ?? 1) - 1;
+      if (left > 0) this.inUse.set(key, left);
+      else this.inUse.delete(key);
+    }
+  }
+
   /** The images Warren built, newest first. */
   async list(): Promise<ImageInfo[]> {
     return (await this.provider.listImages(BUILD_LABEL)).map(({ id, tags, createdAt, sizeBytes }) => ({ id, tags, createdAt, sizeBytes }));
   }
 
-  /** Removes an image Warren built (by id or name); any other image is refused with `FORBIDDEN`. */
+  /** Removes an image Warren built (by id or name); any other image is refused with `FORBIDDEN`, one a build under way starts or copies from with `CONFLICT`. */
   async remove(image: string): Promise<void> {
-    const labels = (await this.provider.inspectImage(image))?.labels;
-    if (labels === undefined)
-      throw new CodedError('NOT_FOUND', `No image '${image}' is on the engine; GET /v1/images lists the images Warren built.`, { image });
-    if (labels[BUILD_LABEL] === undefined)
+    const info = await this.provider.inspectImage(image);
+    if (info === undefined) throw new CodedError('NOT_FOUND', `No image '${image}' is on the engine; GET /v1/images lists the images Warren built.`, { image });
+    if (info.labels[BUILD_LABEL] === undefined)
       throw new CodedError('FORBIDDEN', `The image '${image}' was not built by Warren; Warren removes only the images it built (GET /v1/images lists them).`, {
         image,
       });
+    if (this.inUse.has(image) || this.inUse.has(info.id))
+      throw new CodedError('CONFLICT', `The image '${image}' is used by a build under way (FROM or COPY --from); remove it once that build ends.`, { image });
     await this.provider.removeImage(image);
     this.logger?.info({ image }, 'image.removed');
   }

@@ -36,8 +36,8 @@ export interface SandboxProvider {
   buildImage(context: Buffer, options: BuildOptions): Promise<{ id: string }>;
   /** The images that carry `label` (any value), newest first. */
   listImages(label: string): Promise<ProvidedImage[]>;
-  /** An image's id and labels, or undefined when it is not there. */
-  inspectImage(image: string): Promise<{ id: string; labels: Record<string, string> } | undefined>;
+  /** An image's id and labels (and its `ONBUILD` triggers, where the provider builds), or undefined when it is not there. */
+  inspectImage(image: string): Promise<{ id: string; labels: Record<string, string>; onBuild?: string[] } | undefined>;
   /** Removes an image by id or name; an absent one is not an error. An image a sandbox uses is refused (`CONFLICT`). */
   removeImage(image: string): Promise<void>;
   /**

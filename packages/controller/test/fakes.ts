@@ -102,6 +102,10 @@ export class FakeProvider implements SandboxProvider {
   /** Built images by name, with their labels. */
   readonly images = new Map<string, Record<string, string>>();
   builds: { context: Buffer; options: BuildOptions }[] = [];
+  /** When set, `buildImage` waits for this before finishing. */
+  buildGate: (() => Promise<void>) | undefined;
+  /** The `ONBUILD` triggers of images on the engine, by name (such an image is inspectable, with no labels unless `images` has some). */
+  readonly onBuild = new Map<string, string[]>();
 
   async hasImage(image: string): Promise<boolean> {
     if (!this.missingImages.has(image)) return true;
@@ -123,6 +127,7 @@ export class FakeProvider implements SandboxProvider {
 
   async buildImage(context: Buffer, options: BuildOptions): Promise<{ id: string }> {
     this.builds.push({ context, options });
+    await this.buildGate?.();
     options.onOutput('Step 1/1 : FROM scratch\n');
     this.images.set(options.tag, options.labels);
     return { id: `sha256:${'b'.repeat(64)}` };
@@ -134,9 +139,11 @@ export class FakeProvider implements SandboxProvider {
       .map(([tag, labels]) => ({ id: `sha256:${'b'.repeat(64)}`, tags: [tag], createdAt: '2026-01-01T00:00:00.000Z', sizeBytes: 1, labels }));
   }
 
-  async inspectImage(image: string): Promise<{ id: string; labels: Record<string, string> } | undefined> {
+  async inspectImage(image: string): Promise<{ id: string; labels: Record<string, string>; onBuild: string[] } | undefined> {
     const labels = this.images.get(image);
-    return labels === undefined ? undefined : { id: `sha256:${'e'.repeat(64)}`, labels };
+    const onBuild = this.onBuild.get(image);
+    if (labels === undefined && onBuild === undefined) return undefined;
+    return { id: `sha256:${'e'.repeat(64)}`, labels: labels ?? {}, onBuild: onBuild ?? [] };
   }
 
   async removeImage(image: string): Promise<void> {

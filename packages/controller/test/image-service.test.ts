@@ -6,7 +6,7 @@ import { pack, type Header } from 'tar-stream';
 
 /** The header fields a test names; tar-stream fills in the rest. */
 type Entry = { header: Partial<Header> & { name: string }; body?: string };
-import { BUILD_LABEL, Credentials, dockerfileNeeds, ImageService, loadConfig, SandboxService, type ImageSettings } from '../src/index.js';
+import { BUILD_LABEL, Credentials, ImageService, loadConfig, SandboxService, type ImageSettings } from '../src/index.js';
 import { FakeProvider } from './fakes.js';
 
 const SETTINGS: ImageSettings = {
@@ -212,6 +212,49 @@ describe('ImageService.build', () => {
     expect(provider.builds).toEqual([]);
   });
 
+  it('refuses a Dockerfile the engine would fetch from (the rules are in dockerfile-check.test.ts), before anything is pulled or built', async () => {
+    const { provider, images } = service();
+    provider.missingImages.add('alpine');
+    await expect(images.build(await tar([dockerfile('FROM alpine\nARG U=http://10.0.0.1/x\nADD $U /x\n')]), { tag: 'tmpl' })).rejects.toMatchObject({
+      code: 'INVALID_PARAMS',
+    });
+    expect(provider.pulled).toEqual([]);
+    expect(provider.builds).toEqual([]);
+  });
+
+  it('refuses a base image whose ONBUILD triggers would fetch: at once when it is on the engine, after the pull when it was not', async () => {
+    const { provider, images } = service();
+    provider.onBuild.set('base:1', ['RUN true', 'ADD http://10.0.0.1/x /x']);
+    let started = false;
+    await expect(images.build(await tar([dockerfile('FROM base:1\n')]), { tag: 'tmpl' }, { onStart: () => (started = true) })).rejects.toMatchObject({
+      code: 'INVALID_PARAMS',
+      details: { image: 'base:1' },
+    });
+    expect(started).toBe(false);
+    provider.missingImages.add('pulled:1');
+    provider.pullGate = async () => void provider.onBuild.set('pulled:1', ['COPY --from=10.0.0.1:5000/x /a /b']);
+    await expect(images.build(await tar([dockerfile('FROM pulled:1\n')]), { tag: 'tmpl' })).rejects.toMatchObject({ code: 'INVALID_PARAMS' });
+    expect(provider.pulled).toEqual(['docker.io/library/pulled:1']);
+    expect(provider.builds).toEqual([]);
+    // Triggers that fetch nothing are run by the engine as they are.
+    provider.onBuild.set('base:2', ['COPY . /app', 'RUN make']);
+    await expect(images.build(await tar([dockerfile('FROM base:2\n')]), { tag: 'tmpl' })).resolves.toMatchObject({ image: 'tmpl:latest' });
+  });
+
+  it('does not remove an image a build under way starts from, so the engine never pulls it back unchecked', async () => {
+    const { provider, images } = service();
+    provider.images.set('base:1', { [BUILD_LABEL]: 'x' });
+    let release!: () => void;
+    provider.buildGate = () => new Promise<void>((resolve) => (release = resolve));
+    const building = images.build(await tar([dockerfile('FROM base:1\n')]), { tag: 'child' });
+    while (provider.builds.length === 0) await new Promise((resolve) => setImmediate(resolve));
+    await expect(images.remove('base:1')).rejects.toMatchObject({ code: 'CONFLICT' });
+    release();
+    await building;
+    await images.remove('base:1');
+    expect(provider.images.has('base:1')).toBe(false);
+  });
+
   it('does not replace an image Warren did not build', async () => {
     const { provider, images } = service();
     provider.images.set('python:latest', { maintainer: 'someone' });
@@ -237,40 +280,6 @@ describe('ImageService.build', () => {
     await images.remove('mine:1');
     expect(provider.images.has('mine:1')).toBe(false);
     expect(provider.images.has('theirs:1')).toBe(true);
-  });
-});
-
-describe('dockerfileNeeds', () => {
-  it('lists base and --from images, not stages, scratch or stage numbers', () => {
-    const text = [
-      '# syntax=docker/dockerfile:1',
-      'ARG X=1',
-      'FROM --platform=linux/amd64 golang:1.22 AS build',
-      'RUN go build \\',
-      '  ./...',
-      'FROM scratch',
-      'COPY --from=build /out /out',
-      'COPY --from=0 /a /a',
-      'COPY --from=busybox:1 /bin/sh /sh',
-      'RUN --mount=type=cache,from=node:20,target=/x true',
-    ].join('\n');
-    expect(dockerfileNeeds(text).images).toEqual(['golang:1.22', 'busybox:1', 'node:20']);
-  });
-
-  it.each([
-    ['a variable image', 'ARG BASE=alpine\nFROM ${BASE}'],
-    ['a variable --from', 'FROM alpine\nCOPY --from=$IMG /a /a'],
-    ['ADD of a URL', 'FROM alpine\nADD http://169.254.169.254/latest/meta-data /x'],
-    ['ADD of a URL in JSON form', 'FROM alpine\nADD ["https://example.com/a", "/a"]'],
-    ['ADD of a git repository', 'FROM alpine\nADD git@github.com:org/repo.git /src'],
-    ['no FROM', 'RUN true'],
-    ['an instruction before FROM', 'RUN true\nFROM alpine'],
-  ])('refuses %s', (_why, text) => {
-    expect(() => dockerfileNeeds(text)).toThrow(expect.objectContaining({ code: 'INVALID_PARAMS' }));
-  });
-
-  it('allows ADD of context files', () => {
-    expect(dockerfileNeeds('FROM alpine\nADD app.tar.gz /app\nADD ./src /src').images).toEqual(['alpine']);
   });
 });
 

@@ -34,9 +34,16 @@ apt_install() {
   if ! is_root || ! command -v apt-get >/dev/null 2>&1; then
     die "missing $*; install it with your package manager (Debian/Ubuntu: sudo apt-get install $*)"
   fi
-  apt-get update -qq || die "apt-get update failed"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null \
+  with_apt_lock apt-get update -qq || die "apt-get update failed"
+  DEBIAN_FRONTEND=noninteractive with_apt_lock apt-get install -y -qq "$@" >/dev/null \
     || die "apt-get install $* failed"
+}
+
+# Runs an apt command alone among these scripts' apt commands: scripts/test builds the Kubernetes
+# test cluster in the background, and its installs must wait for the foreground's, not fail on
+# dpkg's lock.
+with_apt_lock() {
+  flock /var/lock/warren-apt.lock "$@"
 }
 
 # pnpm via npm: corepack cannot verify pnpm's signature on our machines.

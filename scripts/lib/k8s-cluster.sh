@@ -55,7 +55,7 @@ Suites: bookworm
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
-    apt-get update -qq || die "apt-get update failed"
+    with_apt_lock apt-get update -qq || die "apt-get update failed"
     step_done
   fi
 }
@@ -84,7 +84,7 @@ build() {
   fi
   step "Building Kubernetes $version from Debian's source package into $dir (about 5 minutes on 2 cores)"
   mkdir -p "$dir/src"
-  (cd "$dir/src" && { ls kubernetes_*.orig*.tar.* >/dev/null 2>&1 || apt-get source --download-only -qq kubernetes; }) \
+  (cd "$dir/src" && { ls kubernetes_*.orig*.tar.* >/dev/null 2>&1 || with_apt_lock apt-get source --download-only -qq kubernetes; }) \
     || die "apt-get source kubernetes failed"
   local tree
   tree=$(find "$dir/src" -maxdepth 1 -type d -name 'kubernetes-*' | head -1)

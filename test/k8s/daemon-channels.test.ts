@@ -6,6 +6,7 @@ import { CoreV1Api } from '@kubernetes/client-node';
 import { probeAgent, type KubernetesDaemonChannel, type KubernetesProvider } from '@warren/controller';
 import { DAEMON_TLS_PORT, daemonTlsClientOptions } from '@warren/protocol';
 import { openK8sFixture, type K8sFixture } from '../support/k8s-cluster.js';
+import { untilDaemonAnswers } from './daemon-ready.js';
 
 // Every way the controller reaches a daemon on the test cluster: TCP to the pod IP (node 1's pods
 // are on the host's route table, node 2's through its route), port-forward through the API server,
@@ -35,7 +36,8 @@ describe('reaching the daemon on Kubernetes by each channel', () => {
         // With exec the pod opens no port at all; the TCP channels ask for the daemon's TLS port.
         const args = pod.spec!.containers[0]!.command!;
         expect(args.includes('--tcp-port')).toBe(channel !== 'exec');
-        const info = await probeAgent(provider.daemon(spec.agentId), spec.daemonSecret, 15_000);
+        // The create returns once the container runs; the daemon listens a boot later.
+        const info = await untilDaemonAnswers(provider, spec);
         expect(info.uid).toBe(0);
         // A second connection reuses nothing of the first: the channel opens per connection.
         expect((await probeAgent(provider.daemon(spec.agentId), spec.daemonSecret, 15_000)).pid).toBe(info.pid);
@@ -57,7 +59,7 @@ describe('reaching the daemon on Kubernetes by each channel', () => {
       handle = await provider.create(spec);
       ip = (await core.readNamespacedPod({ name: handle, namespace: fixture.namespace })).status!.podIP!;
       // The daemon is up (the real channel answers), so a refusal below is the daemon's, not a listener missing.
-      await probeAgent(provider.daemon(spec.agentId), spec.daemonSecret, 15_000);
+      await untilDaemonAnswers(provider, spec);
     }, 120_000);
     afterAll(async () => {
       await provider?.remove(handle, spec.agentId);

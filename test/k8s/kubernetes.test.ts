@@ -8,6 +8,7 @@ import { Sandbox } from '@warren/sdk';
 import { startTestController, type TestController } from '../support/fixtures.js';
 import { openK8sFixture, shippedRole, type K8sFixture } from '../support/k8s-cluster.js';
 import { until } from '../support/wait.js';
+import { untilDaemonAnswers } from './daemon-ready.js';
 
 describe('Warren on a real two-node Kubernetes cluster', () => {
   let fixture: K8sFixture;
@@ -33,7 +34,8 @@ describe('Warren on a real two-node Kubernetes cluster', () => {
       try {
         const pod = await core.readNamespacedPod({ name: handle, namespace: fixture.namespace });
         placed.push(pod.spec!.nodeName!);
-        const info = await probeAgent(pinned.daemon(spec.agentId), spec.daemonSecret, 10_000);
+        // The create returns once the container runs; the daemon listens a boot later.
+        const info = await untilDaemonAnswers(pinned, spec);
         expect(info).toBeDefined();
       } finally {
         await pinned.remove(handle, spec.agentId);
@@ -141,6 +143,7 @@ describe('Warren on a real two-node Kubernetes cluster', () => {
     const spec = fixture.spec();
     const handle = await provider.create(spec);
     try {
+      await untilDaemonAnswers(provider, spec);
       for (let i = 0; i < 4; i++) await probeAgent(provider.daemon(spec.agentId), spec.daemonSecret, 10_000);
       // Each connection was an exec of a bridge (`node -e ...` with the socket path); closing it must end the bridge.
       const count = `let n=0;for (const p of require('fs').readdirSync('/proc')) { try { const c=require('fs').readFileSync('/proc/'+p+'/cmdline','utf8'); if (Number(p)!==process.pid && c.includes('agent.sock') && !c.includes('warren-agent.mjs')) n++ } catch {} } process.stdout.write(String(n))`;

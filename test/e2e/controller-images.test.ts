@@ -60,7 +60,7 @@ describe('sandboxes on three images, hardened', () => {
     expect((await sandbox.info()).settings).toMatchObject({ user: '2000:2000', memoryMb: 256, pidsLimit: 64, cpus: 0.5, network: 'none', runtime: 'runc' });
   });
 
-  it('probes from inside: uid 1000, no capabilities, no-new-privileges, seccomp filter, no docker socket, no network, mount and unshare refused, read-only root, capped /tmp', async () => {
+  it('probes from inside: uid 1000, no capabilities, no-new-privileges, seccomp filter, no docker socket, no network, mount and unshare refused, read-only root, capped /tmp, no setuid programs', async () => {
     const sandbox = await create();
     const script = [
       'echo uid=$(id -u)',
@@ -78,6 +78,8 @@ describe('sandboxes on three images, hardened', () => {
       'unshare -U -r true 2>/dev/null && echo unshare-user=ok || echo unshare-user=refused',
       'unshare -m true 2>/dev/null && echo unshare-mount=ok || echo unshare-mount=refused',
       'touch /opt/warren/x 2>/dev/null && echo runtime=writable || echo runtime=read-only',
+      // The default image keeps no setuid or setgid program (images/sandbox/Dockerfile).
+      'echo setid=$(find / -xdev -perm /6000 -type f 2>/dev/null | wc -l)',
     ].join('; ');
     const { stdout } = await sandbox.commands.run(['sh', '-c', script]);
     const facts = Object.fromEntries(
@@ -108,6 +110,7 @@ describe('sandboxes on three images, hardened', () => {
       'unshare-user': 'refused',
       'unshare-mount': 'refused',
       runtime: 'read-only',
+      setid: '0',
       rootfs: 'read-only',
       tmp: 'writable',
       tmpsize: String(256 * 1024),

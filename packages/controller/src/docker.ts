@@ -17,7 +17,7 @@ import {
 import type { SandboxSettings } from '@warren/protocol';
 import { AgentDirs, type HostIdentity } from './agent-dir.js';
 import { CPU_CGROUP_IN_SANDBOX, CpuCgroups, DAEMON_CPUS } from './cpu-cgroups.js';
-import { refuseReservedTarget } from './sandbox-plan.js';
+import { refuseReservedTarget, refuseWorkdir } from './sandbox-plan.js';
 import { resolveEngine } from './engine-endpoint.js';
 import { detectEngine, hardLimits, processLimitCandidates, unenforcedLimits, type EngineKind, type EngineLimitsInfo } from './engine-kind.js';
 import { openWorkspaceStore, type WorkspaceStore } from './workspace-store.js';
@@ -159,6 +159,7 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
   refuseReservedTarget(workspaceOf(settings), 'the workspace', 'workspace');
   for (const m of settings.mounts) refuseReservedTarget(m.path, 'mount', 'mounts');
   for (const v of spec.volumes ?? []) refuseReservedTarget(v.target, 'volume', 'volumes');
+  refuseWorkdir(settings.workdir);
   const memoryBytes = settings.memoryMb * 1024 * 1024;
   const mounts: Docker.MountConfig = [{ Type: 'volume', Source: spec.runtimeVolume, Target: RUNTIME_DIR, ReadOnly: true }];
   // The sandbox's own disk where the host gives a quota (a `Mounts` bind: a missing source fails
@@ -828,9 +829,13 @@ export class DockerProvider implements SandboxProvider {
         resolvConfOnHost,
         cpuCgroupOnHost,
       });
-      container = await this.docker.createContainer(body).catch((e: unknown) => rethrow(e, `create a container from ${spec.image}`));
+      container = await this.docker.createContainer(body).catch((e: unknown) => {
+        throw workdirRefusal(e, spec.settings, spec.image) ?? engineError(e, `create a container from ${spec.image}`);
+      });
       if (spec.restore) await this.restoreWorkspace(container, spec.settings, workspaceOnHost, spec.restore.workspaceDir);
-      await container.start().catch((e: unknown) => rethrow(e, `start the container for sandbox ${spec.agentId}`));
+      await container.start().catch((e: unknown) => {
+        throw workdirRefusal(e, spec.settings, spec.image) ?? engineError(e, `start the container for sandbox ${spec.agentId}`);
+      });
       return container.id;
     } catch (err) {
       await container?.remove({ force: true, v: true }).catch(() => undefined);
@@ -1564,10 +1569,39 @@ export function engineError(err: unknown, doing: string): CodedError {
   }
 }
 
+/** The engine's own words for a dockerode failure. */
+function engineDetail(err: unknown): string {
+  const e = err as { json?: { message?: string } | Buffer | string; reason?: string; message?: string };
+  return (typeof e.json === 'object' && !Buffer.isBuffer(e.json) ? e.json?.message : undefined) ?? e.reason ?? e.message ?? String(err);
+}
+
+/**
+ * The engine's refusal of a working folder it cannot make or enter in the image (a file on its
+ * path, or a link of the image's that leads out of the container, which runc refuses), as
+ * INVALID_PARAMS naming the field; undefined for any other failure. The engine's words are left
+ * out: they name folders of the engine's host.
+ */
+function workdirRefusal(err: unknown, settings: SandboxSettings, image: string): CodedError | undefined {
+  const detail = engineDetail(err);
+  const { workdir } = settings;
+  const about =
+    detail.includes(`mkdir ${workdir}: `) ||
+    detail.includes(`${workdir}: not a directory`) ||
+    detail.includes(`${workdir} is not a directory`) ||
+    /chdir to cwd|possible container breakout/i.test(detail);
+  if (!about) return undefined;
+  const field = workdir === workspaceOf(settings) ? 'workspace' : 'workdir';
+  return new CodedError(
+    'INVALID_PARAMS',
+    `The working folder '${workdir}' cannot be made or entered in image ${image}: a file, or a link that leaves the container, lies on its path. Give ${field} a folder the image has room for (such as /workspace or /home/user), or leave it out.`,
+    { field, path: workdir },
+  );
+}
+
 /** Maps a dockerode failure to a Warren error that says what to do. */
 function rethrow(err: unknown, doing: string): never {
   const e = err as { statusCode?: number; json?: { message?: string } | Buffer | string; reason?: string; code?: string; message?: string };
-  const detail = (typeof e.json === 'object' && !Buffer.isBuffer(e.json) ? e.json?.message : undefined) ?? e.reason ?? e.message ?? String(err);
+  const detail = engineDetail(err);
   if (e.code === 'ECONNREFUSED' || e.code === 'ENOENT' || e.code === 'EACCES') {
     throw new CodedError(
       'UPSTREAM_UNAVAILABLE',

@@ -220,6 +220,7 @@ export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
       { field: 'workspace' },
     );
   const workdir = path.posix.resolve(request.workdir ?? workspace);
+  if (request.workdir !== undefined) refuseWorkdir(request.workdir);
   const mounts = (request.mounts ?? []).map((m) => checkMount(m.hostPath, m.path, m.readOnly ?? true, config));
   const targets = new Set<string>();
   for (const m of mounts) {
@@ -306,6 +307,33 @@ function checkMount(hostPath: string, target: string, readOnly: boolean, config:
   refuseReservedTarget(target, 'mount', 'mounts');
   return { hostPath: host, path: inside, readOnly };
 }
+
+/**
+ * Refuses a working folder in or below a reserved place, by any spelling {@link reservedTargetOf}
+ * knows, or with a NUL in it. The engine starts the container's first process there: in `/proc`,
+ * `/sys` or `/dev` that is the kernel's (`/proc/self/fd/N` is a descriptor of runc's, the way out of
+ * the leaked-descriptor escapes), in Warren's own folders the daemon's. A folder above them (`/`,
+ * `/run`) is a working folder like any other. FORBIDDEN (INVALID_PARAMS for a NUL), naming what is allowed.
+ *
+ * @example
+ * refuseWorkdir('/proc/self/fd/3'); // throws FORBIDDEN
+ * refuseWorkdir('/home/user/project'); // returns
+ */
+export function refuseWorkdir(workdir: string): void {
+  if (workdir.includes('\0')) throw new CodedError('INVALID_PARAMS', 'The working folder (workdir) may not contain NUL.', { field: 'workdir' });
+  // In or below a reserved place exactly when a name inside it is too; inside a folder above one
+  // (/run holds /run/warren) lie names that are not reserved.
+  const reserved = reservedTargetOf(path.posix.join('/', workdir, WORKDIR_CHILD));
+  if (reserved === undefined) return;
+  throw new CodedError(
+    'FORBIDDEN',
+    `Refused workdir '${workdir}': it lies in ${reserved}. A working folder may be any folder outside ${RESERVED_TARGETS.join(', ')} (by any spelling, /var/run being /run); leave workdir out for the workspace, or use one below it.`,
+    { field: 'workdir', path: workdir },
+  );
+}
+
+/** A name no reserved place has, for {@link refuseWorkdir}'s look inside a folder. */
+const WORKDIR_CHILD = '.warren-workdir-child';
 
 /** True when `child` is `parent` or lies below it (separator-aware: /data2 is not below /data). */
 export function isBelow(child: string, parent: string): boolean {

@@ -171,10 +171,11 @@ export class Credentials {
 
   /**
    * The signature of a browser URL for one sandbox port until `expiresAt` (ms since the epoch):
-   * scoped to that sandbox and port, so it opens nothing else, and checked without storage.
+   * scoped to that sandbox and port, so it opens nothing else, and checked without storage. Its
+   * expiry is never later than the minting credential's (`mintedExpiry` in grants.ts).
    */
   portSignature(sandboxId: string, port: number, expiresAt: number): string {
-    return this.derive('port', `${sandboxId}:${port}:${expiresAt}`);
+    return this.derive('port-url', `${sandboxId}:${port}:${expiresAt}`);
   }
 
   /** True when `presented` is {@link portSignature} of that sandbox, port and expiry (compared in constant time). */

@@ -152,10 +152,49 @@ export function deriveGrant(credentials: Credentials, record: SandboxRecord, cal
     );
   }
   const grant: ConnectionGrant = { policy: narrowPolicy(parent.policy, narrowing), allowExec: allowExec ?? false };
-  let expiresAt = ttlSeconds === undefined ? undefined : Date.now() + ttlSeconds * 1000;
-  if (caller.kind === 'derived' && caller.expiresAt !== undefined) expiresAt = Math.min(expiresAt ?? Infinity, caller.expiresAt);
+  const expiresAt = mintedExpiry(caller, ttlSeconds === undefined ? undefined : Date.now() + ttlSeconds * 1000);
   const token = credentials.deriveToken({ sandboxId: record.id, grant, expiresAt });
   return expiresAt === undefined ? { token, grant } : { token, grant, expiresAt: new Date(expiresAt).toISOString() };
+}
+
+/**
+ * When something `caller` mints must stop working (a derived token, a port URL): the end asked
+ * for, never later than the end of the caller's own credential; undefined when neither has one.
+ * Every door that hands out a credential or a link asks this, so nothing a handle makes outlives it.
+ *
+ * @example
+ * mintedExpiry({ kind: 'derived', sandboxId, grant, expiresAt: t + 3000 }, t + 7 * 86_400_000); // t + 3000
+ */
+export function mintedExpiry(caller: Caller, requested: number | undefined): number | undefined {
+  const own = caller.kind === 'derived' ? caller.expiresAt : undefined;
+  if (own === undefined) return requested;
+  return requested === undefined ? own : Math.min(requested, own);
+}
+
+/** setTimeout's longest wait; a credential may live longer (a derived token up to 30 days), so waits are chained. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * Calls `end` when the caller's credential expires (a derived token with a lifetime, a port URL),
+ * so a connection or tunnel it opened does not outlive it; returns what cancels the wait. A
+ * credential without an end never calls it. The timer does not keep the process alive.
+ *
+ * @example
+ * const cancel = atCredentialEnd(caller, () => client.close(1008, 'credential expired'));
+ * client.once('close', cancel);
+ */
+export function atCredentialEnd(caller: Caller, end: () => void, now: () => number = Date.now): () => void {
+  const at = caller.kind === 'derived' ? caller.expiresAt : undefined;
+  if (at === undefined) return () => undefined;
+  let timer: NodeJS.Timeout | undefined;
+  const arm = () => {
+    const left = at - now();
+    if (left <= 0) return end();
+    timer = setTimeout(arm, Math.min(left, MAX_TIMER_MS));
+    timer.unref();
+  };
+  arm();
+  return () => clearTimeout(timer);
 }
 
 /**

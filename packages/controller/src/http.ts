@@ -15,7 +15,7 @@ import { ConsoleServer } from './console/server.js';
 import { CONSOLE_PROTOCOL, ConsoleSessions } from './console/session.js';
 import { MetricsHistory } from './console/history.js';
 import { CallGate } from './call-gate.js';
-import { callerFor, grantFor, routeRefusal, type Access, type Caller, type Holder } from './grants.js';
+import { atCredentialEnd, callerFor, grantFor, routeRefusal, type Access, type Caller, type Holder } from './grants.js';
 import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
 import type { EgressLog } from './egress/egress-log.js';
@@ -313,6 +313,11 @@ async function upgrade(
         activity: freezer.enabled ? { hold: () => freezer.hold(id), touch: () => freezer.touch(id) } : undefined,
       });
       client.once('close', () => gate.close());
+      // A derived token with a lifetime: the connection it opened ends with it (1008, policy).
+      client.once(
+        'close',
+        atCredentialEnd(caller, () => client.close(1008, 'The derived token of this connection expired.')),
+      );
       relay(client, agent, { allowFrame: (data) => gate.fromClient(data), observeAnswer: (data) => gate.fromDaemon(data) });
     });
   } finally {

@@ -35,7 +35,7 @@ import {
   VolumeInfo,
   ListVolumesResponse,
 } from '@warren/protocol';
-import { PORT_EXPIRY_PARAM, PORT_SIGNATURE_PARAM } from './ports/proxy.js';
+import { mintPortUrl } from './ports/port-links.js';
 import { z } from 'zod';
 import { deriveGrant, type Access, type Caller } from './grants.js';
 import type { HttpServerDeps } from './http.js';
@@ -501,19 +501,12 @@ export const ROUTES: readonly Route[] = [
     access: 'exec',
     body: PortUrlRequest,
     responses: { 201: { description: 'The URL path and when it stops working.', schema: PortUrlResponse } },
-    handle: async ({ deps, req, res, id }) => {
+    handle: async ({ deps, req, res, id, caller }) => {
       deps.sandboxes.record(id);
       const body = PortUrlRequest.safeParse(await readJson(req));
       if (!body.success) throw new CodedError('INVALID_PARAMS', `Invalid port URL request: ${body.error.issues.map(issueText).join('; ')}`);
-      const expiresAt = Date.now() + (body.data.ttlSeconds ?? 3600) * 1000;
-      const sig = deps.credentials.portSignature(id, body.data.port, expiresAt);
-      const query = `?${PORT_SIGNATURE_PARAM}=${sig}&${PORT_EXPIRY_PARAM}=${expiresAt}`;
-      const { portDomain, portDomainScheme } = deps.config;
-      sendJson(res, 201, {
-        path: `/v1/sandboxes/${id}/ports/${body.data.port}/${query}`,
-        ...(portDomain ? { url: `${portDomainScheme}://${body.data.port}-${id}.${portDomain}/${query}` } : {}),
-        expiresAt: new Date(expiresAt).toISOString(),
-      });
+      // Never past the end of the credential that asks (a derived token's lifetime).
+      sendJson(res, 201, mintPortUrl(deps, caller!, id, body.data.port, body.data.ttlSeconds));
     },
   },
   {

@@ -1,6 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
 import { decodeFrame, encodeFrame, METHODS, type ConnectionGrant, type MethodName } from '@warren/protocol';
-import { callAccessCheck, grantFor, routeRefusal, type Access, type Caller, type Holder } from '../src/grants.js';
+import { atCredentialEnd, callAccessCheck, grantFor, mintedExpiry, routeRefusal, type Access, type Caller, type Holder } from '../src/grants.js';
+import { portLinkCaller } from '../src/ports/port-links.js';
 import type { SandboxRecord } from '../src/sandboxes.js';
 
 const policy = { root: '/workspace', readOnly: false };
@@ -63,5 +64,51 @@ describe('one rule table for every door', () => {
     const grant = grantFor(record, caller);
     expect(grant.allowAudit).toBeUndefined();
     expect(routeRefusal({ caller, grant: () => grant }, 'audit', 'GET audit')).toBeDefined();
+  });
+});
+
+describe('what a handle mints ends with it, and reaches no further than it', () => {
+  const grant = { policy, allowExec: true };
+  const shortLived: Caller = { kind: 'derived', sandboxId: 's', grant, expiresAt: 10_000 };
+
+  it('caps a minted expiry at the minting credential’s own end, and leaves the others what they asked for', () => {
+    expect(mintedExpiry(shortLived, 7 * 86_400_000)).toBe(10_000);
+    expect(mintedExpiry(shortLived, undefined)).toBe(10_000);
+    expect(mintedExpiry(shortLived, 5_000)).toBe(5_000);
+    expect(mintedExpiry({ kind: 'derived', sandboxId: 's', grant }, 7 * 86_400_000)).toBe(7 * 86_400_000);
+    expect(mintedExpiry({ kind: 'sandbox', sandboxId: 's' }, 123)).toBe(123);
+    expect(mintedExpiry({ kind: 'operator' }, undefined)).toBeUndefined();
+  });
+
+  it('calls the end when the credential ends, not early for one past setTimeout’s limit, and never for a credential without one', async () => {
+    let ended = 0;
+    atCredentialEnd(
+      shortLived,
+      () => ended++,
+      () => 10_000,
+    );
+    expect(ended).toBe(1);
+    // 40 days is past setTimeout's 24.8: a single timer would fire at once (Node's overflow rule).
+    const cancel = atCredentialEnd(
+      { ...shortLived, expiresAt: 40 * 86_400_000 },
+      () => ended++,
+      () => 0,
+    );
+    const none = atCredentialEnd({ kind: 'operator' }, () => ended++);
+    await new Promise((r) => setTimeout(r, 20));
+    cancel();
+    none();
+    expect(ended).toBe(1);
+  });
+
+  it('gives a port link’s holder exec for the tunnel and no file at all', () => {
+    const record = { id: 's', policy: { root: '/workspace', readOnly: false } } as unknown as SandboxRecord;
+    const caller = portLinkCaller(record, 10_000);
+    const linkGrant = grantFor(record, caller);
+    expect(linkGrant.allowExec).toBe(true);
+    expect(linkGrant.allowAudit).toBeUndefined();
+    expect(linkGrant.policy).toMatchObject({ readOnly: true, restrict: { read: [], write: [] } });
+    expect(routeRefusal({ caller, grant: () => linkGrant }, 'write', 'fs.write')).toBeDefined();
+    expect(routeRefusal({ caller, grant: () => linkGrant }, 'lifecycle', 'kill')).toBeDefined();
   });
 });

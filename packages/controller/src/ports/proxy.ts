@@ -2,17 +2,14 @@ import { request, type IncomingHttpHeaders, type IncomingMessage, type ServerRes
 import type { Duplex } from 'node:stream';
 import { CodedError } from '@warren/protocol';
 import type { Credentials } from '../credentials.js';
-import { callerFor, grantFor, routeRefusal, type Caller } from '../grants.js';
+import { atCredentialEnd, callerFor, grantFor, routeRefusal, type Caller } from '../grants.js';
 import type { Metrics } from '../metrics.js';
-import type { SandboxService } from '../sandboxes.js';
+import type { SandboxRecord, SandboxService } from '../sandboxes.js';
+import { PORT_COOKIE, PORT_EXPIRY_PARAM, PORT_SIGNATURE_PARAM, portLinkCaller, signedUntil } from './port-links.js';
 import { DaemonSessionPool, PortTunnel } from './tunnel.js';
 
 /** Where a port is served: `/v1/sandboxes/<id>/ports/<port>` and anything below it. */
 const PORT_PATH = /^\/v1\/sandboxes\/([A-Za-z0-9]{1,64})\/ports\/([^/?#]*)(\/[^?#]*)?(\?.*)?$/;
-/** The query parameters of a signed URL, and the cookie a browser keeps them in for the pages' other requests. */
-export const PORT_SIGNATURE_PARAM = 'warren_sig';
-export const PORT_EXPIRY_PARAM = 'warren_exp';
-const COOKIE = 'warren_port';
 /** E2B's header for a sandbox's restricted traffic; Warren takes a sandbox token (or the API key) in it. */
 export const E2B_TRAFFIC_HEADER = 'e2b-traffic-access-token';
 /** Request headers that belong to Warren and never reach the app. */
@@ -51,7 +48,9 @@ export function isPortPath(pathname: string): boolean {
  *
  * Access needs the API key, the sandbox's token, or a derived token with exec (in
  * `Authorization`), or a signed URL from `POST /v1/sandboxes/:id/port-urls` (its query, then a
- * cookie scoped to that port's path). Warren's credentials are stripped before the request goes
+ * cookie scoped to that port's path), whose holder reaches that port and no file. A tunnel opened
+ * with a credential that has an end (a derived token's lifetime, a signed URL's expiry) is cut
+ * when it ends, so no answer or WebSocket outlives it. Warren's credentials are stripped before the request goes
  * on; the request is parsed by Node and written anew, so conflicting `Content-Length` and
  * `Transfer-Encoding` never reach the app as two requests.
  */
@@ -72,6 +71,10 @@ export class PortProxy {
       this.deps.sandboxes.touch(target.id);
       const tunnel = await PortTunnel.open(this.sessions, this.deps.sandboxes, target.id, target.caller, target.grant, target.port, this.deps.metrics);
       tunnel.once('close', release);
+      tunnel.once(
+        'close',
+        atCredentialEnd(target.caller, () => tunnel.destroy()),
+      );
       // Each user of a tunnel acts on its 'close'; after an upgrade Node's HTTP client no longer
       // listens for the socket's errors, and a daemon that goes away must not crash the controller.
       tunnel.on('error', () => undefined);
@@ -211,7 +214,7 @@ export class PortProxy {
     }
     const record = this.deps.sandboxes.record(id);
     const query = new URLSearchParams(search);
-    const { caller, setCookie } = this.authenticate(req, id, port, query, cookiePath ?? `/v1/sandboxes/${id}/ports/${port}/`);
+    const { caller, setCookie } = this.authenticate(req, record, port, query, cookiePath ?? `/v1/sandboxes/${id}/ports/${port}/`);
     const grant = grantFor(record, caller);
     const refusal = routeRefusal({ caller, grant: () => grant }, 'exec', `port ${port}`);
     if (refusal) throw refusal;
@@ -221,7 +224,14 @@ export class PortProxy {
     return { id, port, caller, grant, setCookie, path: `${rest}${left ? `?${left}` : ''}` };
   }
 
-  private authenticate(req: IncomingMessage, id: string, port: number, query: URLSearchParams, cookiePath: string): { caller: Caller; setCookie?: string } {
+  private authenticate(
+    req: IncomingMessage,
+    record: SandboxRecord,
+    port: number,
+    query: URLSearchParams,
+    cookiePath: string,
+  ): { caller: Caller; setCookie?: string } {
+    const id = record.id;
     // E2B's restricted-traffic header carries the same tokens (docs/e2b.md).
     const traffic = req.headers[E2B_TRAFFIC_HEADER];
     for (const presented of [/^Bearer (\S+)$/.exec(req.headers.authorization ?? '')?.[1], typeof traffic === 'string' ? traffic : undefined]) {
@@ -229,30 +239,23 @@ export class PortProxy {
       const caller = callerFor(this.deps.credentials, presented, id);
       if (caller) return { caller };
     }
-    const signed = (sig: string | null | undefined, exp: string | null | undefined) => {
-      const expiresAt = Number(exp);
-      return typeof sig === 'string' &&
-        Number.isSafeInteger(expiresAt) &&
-        expiresAt > Date.now() &&
-        this.deps.credentials.isPortSignature(id, port, expiresAt, sig)
-        ? expiresAt
-        : undefined;
-    };
+    const signed = (sig: string | null | undefined, exp: string | null | undefined) => signedUntil(this.deps.credentials, id, port, sig, exp);
     const fromQuery = signed(query.get(PORT_SIGNATURE_PARAM), query.get(PORT_EXPIRY_PARAM));
     if (fromQuery !== undefined) {
       // The page's other requests carry no query: a cookie for this port's path only, until the URL expires.
       const value = `${query.get(PORT_SIGNATURE_PARAM)}.${fromQuery}`;
       const maxAge = Math.max(1, Math.floor((fromQuery - Date.now()) / 1000));
       return {
-        caller: { kind: 'sandbox', sandboxId: id },
-        setCookie: `${COOKIE}=${value}; Path=${cookiePath}; Max-Age=${maxAge}; HttpOnly; SameSite=Lax`,
+        caller: portLinkCaller(record, fromQuery),
+        setCookie: `${PORT_COOKIE}=${value}; Path=${cookiePath}; Max-Age=${maxAge}; HttpOnly; SameSite=Lax`,
       };
     }
-    const cookie = cookieValue(req.headers.cookie, COOKIE);
+    const cookie = cookieValue(req.headers.cookie, PORT_COOKIE);
     const [sig, exp] = cookie?.split('.') ?? [];
-    if (signed(sig, exp) !== undefined) return { caller: { kind: 'sandbox', sandboxId: id } };
-    // A port its owner made public: anyone reaches that port (and only that port) with no credential.
-    if (this.deps.sandboxes.record(id).publicPorts?.includes(port)) return { caller: { kind: 'sandbox', sandboxId: id } };
+    const fromCookie = signed(sig, exp);
+    if (fromCookie !== undefined) return { caller: portLinkCaller(record, fromCookie) };
+    // A port its owner made public: anyone reaches that port (and only that port, and no file) with no credential.
+    if (record.publicPorts?.includes(port)) return { caller: portLinkCaller(record, undefined) };
     throw new CodedError(
       'UNAUTHORIZED',
       `A port URL needs a credential: Authorization: Bearer <API key or sandbox token>, or a signed URL from POST /v1/sandboxes/${id}/port-urls.`,

@@ -1,7 +1,9 @@
+import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Credentials } from '@warren/controller';
 import { Sandbox } from '@warren/sdk';
 import type { BrowserContext, Page } from 'playwright-core';
 import { launchChromium } from '../support/browser.js';
@@ -13,7 +15,9 @@ import { startTestController, type TestController } from '../support/fixtures.js
  * opened by an operator logged in to the console, tries to read the console's CSRF token by
  * opening the console in a window it keeps (answering with `Cross-Origin-Opener-Policy:
  * same-origin` itself, so the console's COOP would keep both in one browsing context group), and to
- * lock the operator out by setting a `warren_console` cookie of its own on a longer path.
+ * make the console run as another API key: its script plants that key's live session as
+ * `warren_console` cookies on `/ui/` and `/v1/` (sent before the operator's own) and logs the
+ * browser in with that key itself. The attacker holds the second key (another tenant of the controller).
  */
 const APP = String.raw`
 import socketserver
@@ -35,7 +39,13 @@ document.getElementById('go').onclick = () => {
   };
   look();
 };
-document.getElementById('plant').onclick = () => { document.cookie = 'warren_console=planted-by-the-app; path=/ui/'; out.textContent = 'planted'; };
+document.getElementById('plant').onclick = async () => {
+  const session = location.hash.slice(1);
+  document.cookie = 'warren_console=' + session + '; path=/ui/';
+  document.cookie = 'warren_console=' + session + '; path=/v1/';
+  const login = await fetch('/ui/api/login', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ apiKey: new URLSearchParams(location.search).get('k') }) });
+  out.textContent = 'planted:' + login.status;
+};
 '''
 class Handler(socketserver.StreamRequestHandler):
     def handle(self):
@@ -57,12 +67,22 @@ describe('red team in Chromium: a port app against the console on the same origi
   let userDataDir: string;
   let consolePage: Page;
   let sandbox: Sandbox;
+  const operatorKey = `wk_operator_${randomBytes(12).toString('hex')}`;
+  const attackerKey = `wk_attacker_${randomBytes(12).toString('hex')}`;
+  const logIn = async () => {
+    await consolePage.getByLabel('API key').fill(operatorKey);
+    await consolePage.getByRole('button', { name: 'Log in' }).click();
+    await consolePage.getByRole('heading', { name: 'Sandboxes' }).waitFor();
+  };
 
   beforeAll(async () => {
-    warren = await startTestController({ config: { console: { enabled: true, path: '/ui', sessionTtlSeconds: 3600, historyIntervalSeconds: 60 } } });
+    warren = await startTestController({
+      credentials: Credentials.inMemory(operatorKey, randomBytes(32), [attackerKey]),
+      config: { console: { enabled: true, path: '/ui', sessionTtlSeconds: 3600, historyIntervalSeconds: 60 } },
+    });
     userDataDir = await mkdtemp(path.join(os.tmpdir(), 'warren-chromium-attacks-'));
     context = await launchChromium(userDataDir);
-    sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });
+    sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: operatorKey });
     await sandbox.files.write('evil.py', APP);
     await sandbox.commands.start('python3 evil.py');
     for (let i = 0; i < 100; i++) {
@@ -75,9 +95,7 @@ describe('red team in Chromium: a port app against the console on the same origi
     // The operator logs in to the console.
     consolePage = context.pages()[0] ?? (await context.newPage());
     await consolePage.goto(`${warren.url}/ui/`);
-    await consolePage.getByLabel('API key').fill(warren.apiKey);
-    await consolePage.getByRole('button', { name: 'Log in' }).click();
-    await consolePage.getByRole('heading', { name: 'Sandboxes' }).waitFor();
+    await logIn();
   }, 120_000);
 
   afterAll(async () => {
@@ -86,28 +104,39 @@ describe('red team in Chromium: a port app against the console on the same origi
     if (userDataDir) await rm(userDataDir, { recursive: true, force: true });
   });
 
-  it('the app cannot read the console’s CSRF token from a console window it opens, and its own console cookie does not log the operator out', async () => {
+  it('the app cannot read the console’s CSRF token from a console window it opens, nor make the console run as another key with cookies or a login of its own', async () => {
+    // The attacker's own session (it holds the second key): the cookie value it will plant.
+    const attacker = await fetch(`${warren.url}/ui/api/login`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', origin: new URL(warren.url).origin, 'sec-fetch-site': 'same-origin' },
+      body: JSON.stringify({ apiKey: attackerKey }),
+    });
+    const attackerSession = /^warren_console=([^;]*)/.exec(attacker.headers.get('set-cookie')!)![1]!;
     const app = await context.newPage();
     try {
-      await app.goto(await sandbox.ports.url(8000, { ttlSeconds: 60 }));
+      await app.goto(`${await sandbox.ports.url(8000, { ttlSeconds: 60 })}&k=${attackerKey}#${attackerSession}`);
       await app.getByRole('heading', { name: 'Evil app' }).waitFor();
       await app.click('#go');
       await app.waitForFunction("document.getElementById('out').textContent !== 'waiting'", undefined, { timeout: 20_000 });
       const outcome = (await app.locator('#out').textContent()) ?? '';
       expect(outcome).toMatch(/^blocked:/);
       await app.click('#plant');
-      // The app's script did set its cookie: the browser now sends it before the operator's own.
-      expect((await context.cookies(`${warren.url}/ui/`)).filter((c) => c.name === 'warren_console').length).toBe(2);
+      await app.waitForFunction("document.getElementById('out').textContent.startsWith('planted:')");
+      expect(await app.locator('#out').textContent()).toBe('planted:200');
+      // The app's script did set its cookies: the browser now sends the attacker's session before the operator's own.
+      const planted = (await context.cookies()).filter((c) => c.name === 'warren_console' && c.value === attackerSession);
+      expect(planted.map((c) => c.path).sort()).toEqual(['/ui/', '/v1/']);
     } finally {
       for (const page of context.pages()) if (page !== consolePage) await page.close();
     }
-    // The operator's console still works after a reload, with the planted cookie sent first.
+    // The operator's console tab goes on as the operator: its next polls of the list succeed, planted cookies sent first.
+    const poll = await consolePage.waitForResponse((res) => new URL(res.url()).pathname === '/v1/sandboxes', { timeout: 15_000 });
+    expect(poll.status()).toBe(200);
+    // A reload never adopts a session from the cookies (it ran as the attacker's key before): it asks for the key.
     await consolePage.reload();
-    await consolePage.getByRole('heading', { name: 'Sandboxes' }).waitFor({ timeout: 15_000 });
-    const status = await consolePage.evaluate(
-      "fetch('/v1/sandboxes', { headers: { 'x-warren-csrf': document.querySelector('meta[name=\"warren-csrf\"]').content } }).then((r) => r.status)",
-    );
-    expect(status).toBe(200);
+    await consolePage.getByLabel('API key').waitFor({ timeout: 15_000 });
+    expect(await consolePage.content()).not.toContain('warren-csrf');
+    await logIn();
   }, 120_000);
 
   it('a sandbox token or a derived token cannot log in to the console, even from its own origin', async () => {

@@ -59,6 +59,11 @@ describe('web console in Chromium', () => {
   const ui = () => `${warren.url}/ui/`;
   const sessionCookie = async () => (await context.cookies(warren.url)).find((c) => c.name === 'warren_console');
   const pwned = () => page.evaluate('window.__pwned');
+  const logIn = async () => {
+    await page.getByLabel('API key').fill(warren.apiKey);
+    await page.getByRole('button', { name: 'Log in' }).click();
+    await page.getByRole('heading', { name: 'Sandboxes' }).waitFor();
+  };
 
   it('refuses a wrong API key, and sends the security headers', async () => {
     const res = await page.goto(ui());
@@ -76,17 +81,18 @@ describe('web console in Chromium', () => {
   });
 
   it('logs in with the key into an HttpOnly, SameSite=Strict session, with no credential in the URL or storage', async () => {
-    await page.getByLabel('API key').fill(warren.apiKey);
-    await page.getByRole('button', { name: 'Log in' }).click();
-    await page.getByRole('heading', { name: 'Sandboxes' }).waitFor();
+    await logIn();
     const cookie = await sessionCookie();
     expect(cookie).toMatchObject({ httpOnly: true, sameSite: 'Strict' });
     expect(page.url()).not.toContain(warren.apiKey);
     expect(await page.evaluate('JSON.stringify(localStorage) + JSON.stringify(sessionStorage) + document.cookie')).toBe('{}{}');
     await page.getByText('No sandboxes yet').waitFor();
-    // A reload keeps the session: the controller puts the CSRF token into the page it navigates to.
+    // The session belongs to the page that logged in: a reload asks for the key again, and the
+    // page it gets holds no token (a cookie alone, which a port's page could plant, is no session).
     await page.reload();
-    await page.getByRole('heading', { name: 'Sandboxes' }).waitFor();
+    await page.getByLabel('API key').waitFor();
+    expect(await page.content()).not.toContain('warren-csrf');
+    await logIn();
   });
 
   let sandboxId = '';
@@ -332,6 +338,7 @@ describe('web console in Chromium', () => {
     await page.screenshot({ path: path.join(SHOTS, 'console-list.png') });
     await page.setViewportSize({ width: 390, height: 844 });
     await page.reload();
+    await logIn();
     await page.locator(`[data-sandbox="${sandboxId}"]`).waitFor();
     await page.screenshot({ path: path.join(SHOTS, 'console-phone.png') });
     await page.setViewportSize({ width: 1280, height: 800 });

@@ -1,11 +1,12 @@
 /**
  * The console's one way to the controller's REST API: same-origin fetches with the session cookie
  * (sent by the browser, never readable here) and the session's CSRF token in a header. The token
- * lives in memory only: from the login answer, or from the page's meta tag that the controller
- * fills on a navigation. Nothing is kept in localStorage or put in a URL.
+ * lives in this page's memory only, from the login answer: nothing is kept in any storage or put
+ * in a URL, and the controller never hands it out again. So a reload or a new tab logs in again,
+ * and a session cookie that a port's page on this origin planted is never this page's session.
  */
 
-let csrfToken = document.querySelector('meta[name="warren-csrf"]')?.getAttribute('content') ?? '';
+let csrfToken = '';
 const listeners = new Set<() => void>();
 
 /** The console's own API, below the path the page was served from (`/ui/api/...`). */

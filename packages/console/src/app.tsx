@@ -94,7 +94,7 @@ function Login() {
           {busy ? 'Logging in…' : 'Log in'}
         </button>
         <ErrorBox error={error} />
-        <p class="muted">The key is sent once; the console then holds an HttpOnly session cookie.</p>
+        <p class="muted">The key is sent once; this page then holds the session (with an HttpOnly cookie). A reload or another tab asks for the key again.</p>
       </form>
     </main>
   );

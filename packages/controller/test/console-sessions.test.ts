@@ -58,6 +58,32 @@ describe('stateless console sessions', () => {
     a.close();
   });
 
+  it('takes the session the CSRF token belongs to: a planted cookie of another key never becomes the caller, nor logs the operator out', () => {
+    const sessions = new ConsoleSessions({ credentials: Credentials.inMemory(API_KEY, masterKey, ['wk_other_key']), ttlSeconds: 60, clock });
+    const operator = sessions.login(API_KEY);
+    const planted = sessions.login('wk_other_key');
+    // The browser sends the planted cookie (a longer path) first; the operator's page holds only its own token.
+    const both = (csrf: string) => request(`${planted.id}; warren_console=${operator.id}`, csrf);
+    expect(sessions.callerOf(both(operator.csrfToken), 'rest')).toEqual({ kind: 'operator', keyId: Credentials.inMemory(API_KEY).apiKeyId(API_KEY) });
+    // The planted session counts only with its own token, which the console page never has.
+    expect(sessions.callerOf(both(planted.csrfToken), 'rest')).toMatchObject({ keyId: Credentials.inMemory('wk_other_key').apiKeyId('wk_other_key') });
+    // A planted cookie alone, with the operator's token: refused.
+    expect(() => sessions.callerOf(request(planted.id, operator.csrfToken), 'rest')).toThrow(expect.objectContaining({ code: 'FORBIDDEN' }));
+    sessions.close();
+  });
+
+  it('keeps the live sessions of other tabs (and a login a port page makes) in the new cookie, at most 8', () => {
+    const sessions = make();
+    const first = sessions.login(API_KEY);
+    const second = sessions.login(API_KEY, request(first.id, ''));
+    expect(second.id.split('~')).toHaveLength(2);
+    for (const token of [first.csrfToken, second.csrfToken]) expect(sessions.callerOf(request(second.id, token), 'rest')).toMatchObject({ kind: 'operator' });
+    let cookie = second.id;
+    for (let i = 0; i < 10; i++) cookie = sessions.login(API_KEY, request(cookie, '')).id;
+    expect(cookie.split('~')).toHaveLength(8);
+    sessions.close();
+  });
+
   it('ends a session on the replica that logs out at once, and on the others through the shared list', async () => {
     const shared = new SharedList();
     const a = make(masterKey, shared);

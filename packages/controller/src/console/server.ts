@@ -10,9 +10,6 @@ import { ConsoleSessions, sessionCookie } from './session.js';
 /** Where the built console is: the controller package's `dist/ui` (Vite writes it there in `pnpm build`), from `src/` and `dist/` alike. */
 export const CONSOLE_DIST = new URL('../../dist/ui/', import.meta.url).pathname;
 
-/** The `<meta>` in the built index.html whose content the controller fills with the session's CSRF token on a navigation. */
-const CSRF_META = '<meta name="warren-csrf" content="" />';
-
 /**
  * The console's Content-Security-Policy: scripts and connections from this origin only, no inline
  * script, no eval, no frames, no plugins. Inline styles stay allowed because xterm.js's renderer
@@ -115,10 +112,10 @@ export class ConsoleServer {
         'NOT_SUPPORTED',
         `The console is not built into this controller package (no ${CONSOLE_DIST}index.html); run 'pnpm build' at the repository root, or turn it off with console.enabled: false.`,
       );
-    const token = this.deps.sessions.csrfForNavigation(req);
-    const html = page.body.toString('utf8').replace(CSRF_META, `<meta name="warren-csrf" content="${token ?? ''}" />`);
-    res.writeHead(200, { 'content-type': page.type, 'cache-control': 'no-store', 'content-length': Buffer.byteLength(html) });
-    res.end(req.method === 'HEAD' ? undefined : html);
+    // The same page for everyone, with or without a cookie: a session's token is never put into it
+    // (only the login's answer carries one), so a cookie planted by a port's page gets no session.
+    res.writeHead(200, { 'content-type': page.type, 'cache-control': 'no-store', 'content-length': page.body.length });
+    res.end(req.method === 'HEAD' ? undefined : page.body);
   }
 
   private async api(name: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -137,7 +134,7 @@ export class ConsoleServer {
       )
         throw new CodedError('FORBIDDEN', 'Console logins are accepted only from the console page itself (same origin).');
       const body = (await this.deps.readJson(req)) as { apiKey?: unknown } | null;
-      const session = this.deps.sessions.login(body?.apiKey);
+      const session = this.deps.sessions.login(body?.apiKey, req);
       res.setHeader('set-cookie', sessionCookie(session.id, session.maxAgeSeconds, secure));
       return this.deps.sendJson(res, 200, { csrfToken: session.csrfToken, expiresInSeconds: session.maxAgeSeconds });
     }

@@ -15,6 +15,10 @@ export const CONSOLE_PROTOCOL = 'warren.console';
 export const CSRF_PROTOCOL_PREFIX = 'warren-csrf.';
 /** How often the revoked sessions of other replicas are read again (when they are shared). */
 const REVOKED_REFRESH_MS = 2000;
+/** The most sessions one cookie keeps (one per console tab that logged in), newest first. */
+const MAX_SESSIONS_PER_COOKIE = 8;
+/** Between the sessions in one cookie value (not a character of base64url or of the `.` that joins a session's two parts). */
+const SESSION_SEPARATOR = '~';
 
 interface Session {
   id: string;
@@ -42,11 +46,18 @@ export interface ConsoleSessionsOptions {
 
 /**
  * The console's sessions, and the one place a session cookie becomes a caller. A login with the API
- * key makes a session cookie and a CSRF token (kept by the page in memory); a cookie counts only
- * with that token in the `x-warren-csrf` header (REST) or the offered subprotocol (WebSocket), and
- * only from the controller's own origin (`Origin` and `Sec-Fetch-Site`). So a cross-site page
- * cannot use the cookie, the API-key routes stay header-authenticated for everyone else, and
- * nothing credential-like is ever in a URL.
+ * key makes a session cookie and a CSRF token, which only the login's answer ever carries: the page
+ * that logged in keeps it in memory, and nothing hands it out again (not a reload, not a cookie).
+ * A request counts only with that token in the `x-warren-csrf` header (REST) or the offered
+ * subprotocol (WebSocket), from the controller's own origin (`Origin` and `Sec-Fetch-Site`), and
+ * the session is the one among the request's `warren_console` cookies that the token belongs to.
+ *
+ * So a session is bound to the page that made it. A page of a sandbox's port on the same origin
+ * can set `warren_console` cookies (any path, any value: another API key's live session, even one
+ * it logged in itself), but it never learns a token the console page holds, and the console never
+ * adopts a session it did not log in: a planted cookie is never the operator's session. A
+ * cross-site page cannot use the cookie either, the API-key routes stay header-authenticated for
+ * everyone else, and nothing credential-like is ever in a URL.
  *
  * Sessions are stateless, so every controller replica with the same master key accepts them: the
  * cookie is `<payload>.<HMAC>` (a random session id, the expiry and the API key's id, signed with a
@@ -86,8 +97,13 @@ export class ConsoleSessions {
     clearInterval(this.refresher);
   }
 
-  /** Logs in with the API key: a new session, or UNAUTHORIZED (the same answer whatever was wrong). */
-  login(apiKey: unknown): { id: string; csrfToken: string; maxAgeSeconds: number } {
+  /**
+   * Logs in with the API key: a new session, or UNAUTHORIZED (the same answer whatever was wrong).
+   * `id` is the new cookie value: the new session first, then the live sessions of `req`'s cookies
+   * (other console tabs of this browser, each holding its own token), at most 8. So another login
+   * in the same browser, even one a port's page makes with a key of its own, does not end them.
+   */
+  login(apiKey: unknown, req?: IncomingMessage): { id: string; csrfToken: string; maxAgeSeconds: number } {
     if (typeof apiKey !== 'string' || apiKey.length === 0 || apiKey.length > 1024 || !this.options.credentials.isApiKey(apiKey))
       throw new CodedError('UNAUTHORIZED', 'Wrong API key: log in with the key the controller printed at its first start (or WARREN_API_KEY).');
     const sid = randomBytes(18).toString('base64url');
@@ -95,40 +111,45 @@ export class ConsoleSessions {
     const payload = Buffer.from(
       JSON.stringify({ s: sid, e: this.clock.now() + this.options.ttlSeconds * 1000, ...(keyId === undefined ? {} : { k: keyId }) }),
     ).toString('base64url');
-    const id = `${payload}.${this.options.credentials.consoleSignature(payload)}`;
-    return { id, csrfToken: this.options.credentials.consoleCsrf(sid), maxAgeSeconds: this.options.ttlSeconds };
+    const value = `${payload}.${this.options.credentials.consoleSignature(payload)}`;
+    const others = req ? this.liveValues(req).slice(0, MAX_SESSIONS_PER_COOKIE - 1) : [];
+    return {
+      id: [value, ...others].join(SESSION_SEPARATOR),
+      csrfToken: this.options.credentials.consoleCsrf(sid),
+      maxAgeSeconds: this.options.ttlSeconds,
+    };
   }
 
-  /** Ends the session the request's cookie names, if any, on this controller and (when shared) every replica. */
+  /**
+   * Logs this browser out: ends every live session in the request's cookies (the caller's own and
+   * those of its other tabs, at most 8 more), on this controller and (when shared) every replica.
+   * The caller then clears the cookie.
+   */
   async logout(req: IncomingMessage): Promise<void> {
-    const session = this.live(this.cookieOf(req));
-    if (!session) return;
     const now = this.clock.now();
     for (const [id, until] of this.revoked) if (until <= now) this.revoked.delete(id);
-    this.revoked.set(session.id, session.expiresAt);
-    await this.options.revocations?.revokeSession(session.id, session.expiresAt);
+    for (const value of this.liveValues(req).slice(0, MAX_SESSIONS_PER_COOKIE + 1)) {
+      const session = this.live(value)!;
+      this.revoked.set(session.id, session.expiresAt);
+      await this.options.revocations?.revokeSession(session.id, session.expiresAt);
+    }
+  }
+
+  /** The request's cookie values that are live sessions, once each, in the order the browser sent them. */
+  private liveValues(req: IncomingMessage): string[] {
+    return [...new Set(cookiesOf(req))].filter((value) => this.live(value) !== undefined);
   }
 
   /**
-   * The CSRF token of the request's live session, for the console's page when the browser navigates
-   * to it (a top-level navigation only: `Sec-Fetch-Mode: navigate`, so a script of this origin
-   * that fetches the page, such as an app behind a port URL, never reads it).
-   */
-  csrfForNavigation(req: IncomingMessage): string | undefined {
-    if (req.headers['sec-fetch-mode'] !== 'navigate' || req.headers['sec-fetch-dest'] !== 'document') return undefined;
-    return this.live(this.cookieOf(req))?.csrf;
-  }
-
-  /**
-   * Who a request with the console's cookie is: the operator, when the session lives and the
-   * request is same-origin and carries the session's CSRF token; FORBIDDEN when a cookie is there
-   * but any of that is missing (a cross-site request); undefined when there is no cookie at all.
+   * Who a request with the console's cookie is: the operator, when it is same-origin and carries the
+   * CSRF token of a live session in its `warren_console` cookies; FORBIDDEN when a cookie is there
+   * but the request is cross-site or carries no token of a session in its cookies (a forged
+   * request, or a session eight later logins in this browser pushed out); UNAUTHORIZED when no
+   * cookie holds a session this controller signed, or the token's session has ended; undefined
+   * when there is no cookie at all.
    */
   callerOf(req: IncomingMessage, kind: 'rest' | 'upgrade'): Caller | undefined {
-    const id = this.cookieOf(req);
-    if (id === undefined) return undefined;
-    const session = this.live(id);
-    if (!session) throw new CodedError('UNAUTHORIZED', 'The console session has ended; log in again.');
+    if (cookiesOf(req).length === 0) return undefined;
     const origin = req.headers.origin;
     if (kind === 'upgrade' && origin === undefined) throw crossSite('a WebSocket upgrade without an Origin');
     if (origin !== undefined && !sameOrigin(origin, req.headers.host)) throw crossSite(`Origin '${origin}'`);
@@ -140,25 +161,37 @@ export class ConsoleSessions {
         : offeredProtocols(req)
             .find((p) => p.startsWith(CSRF_PROTOCOL_PREFIX))
             ?.slice(CSRF_PROTOCOL_PREFIX.length);
-    if (presented === undefined || !tokenMatches(presented, session.csrf)) throw crossSite('a request without the session CSRF token');
+    const session = presented === undefined || presented === '' ? undefined : this.sessionFor(req, presented);
+    if (!session && !cookiesOf(req).some((value) => this.signed(value) !== undefined)) throw new CodedError('UNAUTHORIZED', 'No console session; log in.');
+    if (!session) throw crossSite('a request without the CSRF token of a session in its cookie');
+    if (this.ended(session)) throw new CodedError('UNAUTHORIZED', 'The console session has ended; log in again.');
     return { kind: 'operator', keyId: session.keyId };
   }
 
   /**
-   * The session cookie value the request names: the first `warren_console` value that is a live
-   * session, else the first one (undefined when there is none). A browser sends every cookie of
-   * that name that applies, the one with the longest path first, and a script of an app behind a
-   * port URL (same origin) can set one on `/ui/`: taking the first alone would log the operator
-   * out for good, since their own cookie (`Path=/`) would always come second.
+   * The signed session among the request's `warren_console` cookies that `csrf` belongs to, live or
+   * ended. A browser sends every cookie of that name that applies (the longest path first), and a
+   * script of an app behind a port URL (same origin) can add its own: the token, which only the
+   * page that logged in holds, picks the session, so an added cookie neither replaces the
+   * operator's session nor logs them out.
    */
-  private cookieOf(req: IncomingMessage): string | undefined {
-    const all = cookiesOf(req);
-    return all.find((value) => this.live(value) !== undefined) ?? all[0];
+  private sessionFor(req: IncomingMessage, csrf: string): Session | undefined {
+    for (const value of cookiesOf(req)) {
+      const session = this.signed(value);
+      if (session && tokenMatches(csrf, session.csrf)) return session;
+    }
+    return undefined;
   }
 
   /** The session a cookie value names when its signature checks out, it has not expired and it was not revoked. */
   private live(cookie: string | undefined): Session | undefined {
-    if (cookie === undefined || cookie.length > 1024) return undefined;
+    const session = this.signed(cookie);
+    return session && !this.ended(session) ? session : undefined;
+  }
+
+  /** The session a cookie value names when its signature checks out, live or not. */
+  private signed(cookie: string | undefined): Session | undefined {
+    if (cookie === undefined || !SESSION_SHAPE.test(cookie)) return undefined;
     const [payload, mac, ...rest] = cookie.split('.');
     if (!payload || !mac || rest.length > 0 || !tokenMatches(mac, this.options.credentials.consoleSignature(payload))) return undefined;
     let data: unknown;
@@ -170,8 +203,12 @@ export class ConsoleSessions {
     const d = data as { s?: unknown; e?: unknown; k?: unknown };
     if (typeof d !== 'object' || d === null || typeof d.s !== 'string' || typeof d.e !== 'number' || (d.k !== undefined && typeof d.k !== 'string'))
       return undefined;
-    if (d.e <= this.clock.now() || this.revoked.has(d.s) || this.sharedRevoked.has(d.s)) return undefined;
     return { id: d.s, csrf: this.options.credentials.consoleCsrf(d.s), expiresAt: d.e, keyId: d.k };
+  }
+
+  /** Whether a signed session has ended: expired, or revoked here or on another replica. */
+  private ended(session: Session): boolean {
+    return session.expiresAt <= this.clock.now() || this.revoked.has(session.id) || this.sharedRevoked.has(session.id);
   }
 }
 
@@ -211,11 +248,21 @@ function tokenMatches(presented: string, expected: string): boolean {
   return given.length === wanted.length && timingSafeEqual(given, wanted);
 }
 
+/** A session's shape (`<payload>.<HMAC>`), checked before any signature is computed. */
+const SESSION_SHAPE = /^[A-Za-z0-9_-]{1,1024}\.[A-Za-z0-9_-]{43}$/;
+
+/** Every value in the request's `warren_console` cookies (each may hold several sessions); the header's size bounds how many. */
 function cookiesOf(req: IncomingMessage): string[] {
   const out: string[] = [];
   for (const pair of (req.headers.cookie ?? '').split(';')) {
     const [name, ...rest] = pair.trim().split('=');
-    if (name === SESSION_COOKIE && rest.length > 0) out.push(rest.join('='));
+    if (name === SESSION_COOKIE && rest.length > 0)
+      out.push(
+        ...rest
+          .join('=')
+          .split(SESSION_SEPARATOR)
+          .filter((value) => value !== ''),
+      );
   }
   return out;
 }

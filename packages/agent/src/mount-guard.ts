@@ -13,7 +13,7 @@ interface MountEntry {
  * link the image has): that mount's owner, the sandbox user, could then rename, replace or read
  * what lies in the daemon's runtime or socket folder. A folder may be a mount point itself (the
  * engine binds each of them); above it only `/` and root's own tmpfs (as Podman mounts at `/run`)
- * are accepted. The controller refuses such targets by name before the create
+ * are accepted (Podman's is sticky and world-writable, as /tmp is). The controller refuses such targets by name before the create
  * (`sandbox-plan.ts` `reservedTargetOf`); this catches the spellings only the image knows.
  *
  * @example
@@ -32,10 +32,11 @@ export function assertNoMountAbove(folders: readonly string[], mountinfo = readF
   }
 }
 
+/** Root's, and writable by no one else, or only as /tmp is (sticky: no one renames another's entry). */
 function ownedByRootOnly(folder: string): boolean {
   try {
     const info = lstatSync(folder);
-    return info.uid === 0 && (info.mode & 0o022) === 0;
+    return info.uid === 0 && ((info.mode & 0o022) === 0 || (info.mode & 0o1000) !== 0);
   } catch {
     return false;
   }

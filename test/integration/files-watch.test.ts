@@ -1,9 +1,9 @@
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, readFileSync, writeFileSync, writeSync } from 'node:fs';
 import { mkdir, mkdtemp, rename, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from '@jest/globals';
-import { watchCounts } from '@warren/agent';
+import { inotifyCounts, watchCounts } from '@warren/agent';
 import { encodeGrant, MAX_PENDING_WATCH_EVENTS, MAX_WATCHES, narrowPolicy } from '@warren/protocol';
 import { Files, NotADirectoryError, PathNotInSandboxError, ResourceExhaustedError, type Watcher, type WatchEvent } from '@warren/sdk';
 import { startTestAgent } from '../support/fixtures.js';
@@ -27,6 +27,7 @@ async function collect(watcher: Watcher, done: (events: WatchEvent[]) => boolean
 async function settled(): Promise<void> {
   for (let i = 0; i < 100 && watchCounts().watches > 0; i++) await sleep(20);
   expect(watchCounts()).toEqual({ watches: 0, folders: 0 });
+  expect(inotifyCounts().handles).toBe(0);
 }
 
 const paths = (events: WatchEvent[]) => events.flatMap((e) => ('path' in e ? [`${e.type} ${e.path}`] : [`overflow ${e.reason}`]));
@@ -119,6 +120,50 @@ describe('fs.watch over a real socket to an in-process agent', () => {
     } finally {
       await rm(outside, { recursive: true, force: true });
     }
+  });
+
+  it("a burst past the kernel's own queue is reported as an overflow (reason kernel), never lost in silence", async () => {
+    await using agent = await startTestAgent();
+    await mkdir(path.join(agent.root, 'hot'));
+    const events: WatchEvent[] = [];
+    await using watcher = await agent.files.watch('hot', { coalesceMs: 20, onEvent: (e) => events.push(e) });
+    expect(watcher.watchedFolders).toBe(1);
+    // The daemon runs in this process: while this loop holds the thread nothing reads the kernel's
+    // queue, and writes to 100 files in turn (no two events alike in a row, so the kernel merges
+    // none) pass what it queues. Then 20 new files, whose events the kernel can only drop.
+    const queued = Number(readFileSync('/proc/sys/fs/inotify/max_queued_events', 'utf8'));
+    const fds = Array.from({ length: 100 }, (_, i) => openSync(path.join(agent.root, `hot/w${i}`), 'w'));
+    for (let i = 0; i < queued + 4000; i++) writeSync(fds[i % 100]!, 'x');
+    for (let i = 0; i < 20; i++) writeFileSync(path.join(agent.root, `hot/late-${i}`), 'l');
+    for (const fd of fds) closeSync(fd);
+    for (let i = 0; i < 100 && !events.some((e) => e.type === 'overflow'); i++) await sleep(50);
+    // Fewer than 4,096 paths changed: the watch's own queue never filled, only the kernel's did.
+    expect(events).toContainEqual({ type: 'overflow', reason: 'kernel', dropped: expect.any(Number) });
+    // The watch goes on.
+    await writeFile(path.join(agent.root, 'hot/after.txt'), 'a');
+    for (let i = 0; i < 100 && !paths(events).includes('create hot/after.txt'); i++) await sleep(50);
+    expect(paths(events)).toContain('create hot/after.txt');
+  });
+
+  it(`gives derived handles half of the ${MAX_WATCHES} watches together, so the owner always has its own`, async () => {
+    await using agent = await startTestAgent();
+    await mkdir(path.join(agent.root, 'pub'));
+    const child = narrowPolicy({ root: agent.root, readOnly: false }, { allowRead: 'pub' });
+    // Two derived handles (a grant without the audit log), on connections of their own.
+    const grants = [encodeGrant({ policy: child, allowExec: false }), encodeGrant({ policy: { ...child, readOnly: true }, allowExec: false })];
+    const connections = await Promise.all(grants.map((grant) => agent.connect({ 'x-warren-policy': grant })));
+    const narrow = connections.map((connection) => new Files(() => connection));
+    const held: Watcher[] = [];
+    for (let i = 0; i < MAX_WATCHES / 2; i++) held.push(await narrow[i % 2]!.watch('pub', { recursive: false }));
+    for (const files of narrow)
+      await expect(files.watch('pub')).rejects.toMatchObject({ code: 'RESOURCE_EXHAUSTED', message: expect.stringMatching(/Derived handles may run 32/) });
+    // The owner's half is untouched.
+    for (let i = 0; i < MAX_WATCHES / 2; i++) held.push(await agent.files.watch('.', { recursive: false }));
+    await expect(agent.files.watch('.')).rejects.toBeInstanceOf(ResourceExhaustedError);
+    for (const connection of connections) connection.close();
+    agent.connection.close();
+    await Promise.all(held.map((w) => w.done().catch(() => undefined)));
+    await settled();
   });
 
   it(`refuses watch number ${MAX_WATCHES + 1} with a typed error, and cancelling frees them all`, async () => {

@@ -28,6 +28,7 @@ import { ptyHandlers } from './services/pty.js';
 import { EgressRelay, type EgressRelayOptions } from './services/egress-relay.js';
 import { portHandlers } from './services/ports.js';
 import { watchHandlers } from './services/watch.js';
+import { hostWatchQuota, WatchBudget, type WatchQuota } from './services/watch-budget.js';
 import { warmUp } from './warm-up.js';
 
 export interface AgentServerOptions {
@@ -63,6 +64,8 @@ export interface AgentServerOptions {
   tcpPort?: number | undefined;
   /** Runs the call path once after listening, so the first calls find it compiled (default true; `warm-up.ts`). */
   warmUp?: boolean | undefined;
+  /** What all of the sandbox's folder watches may hold at once (default: `hostWatchQuota()`); derived handles get half. */
+  watchQuota?: WatchQuota | undefined;
 }
 
 /** A running agent; dispose it to stop listening and drop its connections. */
@@ -82,6 +85,7 @@ export function createHandlers(
   allowExec = true,
   allowAudit = true,
   relay?: EgressRelay,
+  watches = new WatchBudget(),
 ): Handlers {
   const started = performance.now();
   const handlers: Handlers = {
@@ -115,7 +119,8 @@ export function createHandlers(
     ...processes.handlers(policy),
     ...ptyHandlers({ policy, home, sandboxEnv: processes.sandboxEnv, user: processes.user }),
     ...(relay?.handlers() ?? controllerOnly()),
-    ...watchHandlers(policy),
+    // A grant without the audit log is a derived handle's: its watches draw on the derived half of the budget.
+    ...watchHandlers(policy, { budget: watches, derived: !allowAudit }),
     ...portHandlers(),
   };
   if (!allowExec) {
@@ -148,8 +153,9 @@ export async function startAgentServer(options: AgentServerOptions): Promise<Age
   const home = options.home ?? '/tmp';
   const processes = new ProcessRuntime({ policy, home, sandboxEnv: options.sandboxEnv, user: options.owner, maxProcesses: options.maxProcesses });
   const audit = new AuditLog();
+  const watches = new WatchBudget(options.watchQuota ?? hostWatchQuota());
   // The controller's own connection carries no grant header: only it gets the egress relay.
-  const handlers = createHandlers(policy, home, processes, audit, true, true, new EgressRelay(options.egress));
+  const handlers = createHandlers(policy, home, processes, audit, true, true, new EgressRelay(options.egress), watches);
   // One handler table per distinct grant (the controller sends one per credential), reused across connections.
   const byGrant = new Map<string, Handlers>();
   const handlersFor = (header: string | undefined): Handlers => {
@@ -157,7 +163,7 @@ export async function startAgentServer(options: AgentServerOptions): Promise<Age
     const cached = byGrant.get(header);
     if (cached) return cached;
     const grant: ConnectionGrant = decodeGrant(header);
-    const built = createHandlers(grant.policy, home, processes, audit, grant.allowExec, grant.allowAudit === true);
+    const built = createHandlers(grant.policy, home, processes, audit, grant.allowExec, grant.allowAudit === true, undefined, watches);
     if (byGrant.size >= 256) byGrant.delete(byGrant.keys().next().value!);
     byGrant.set(header, built);
     return built;

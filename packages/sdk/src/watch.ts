@@ -7,8 +7,11 @@ export type { WatchChange } from '@warren/protocol';
 
 /**
  * One thing a watch reports: a change to a path (`create`, `write`, `remove`, `rename`), or
- * `overflow` when changes were dropped (too many at once, a slow reader, or more folders than a
- * watch follows): rescan the folder to catch up.
+ * `overflow` when changes were dropped: `queue` (more paths changed between two batches than a
+ * batch holds, or a slow reader), `watch-limit` (more folders than the watch, or this handle's
+ * share of the sandbox's watches, may follow), `kernel` (changes came faster than the sandbox reads
+ * the kernel's queue). The watch goes on; rescan the folder (`files.list`) to catch up. Nothing is
+ * dropped without an `overflow`.
  */
 export type WatchEvent = WatchChange | { type: 'overflow'; reason: 'queue' | 'watch-limit' | 'kernel'; dropped: number };
 
@@ -69,7 +72,8 @@ export class Watcher implements AsyncIterable<WatchEvent>, AsyncDisposable {
 
 /**
  * Starts a watch over `connection`; resolves once the sandbox has armed it (changes after that
- * are reported). Used by `sandbox.files.watch`.
+ * are reported). Used by `sandbox.files.watch`. Rejects with `ResourceExhaustedError` when the
+ * sandbox runs all the watches it may (64; derived handles, all together, half of them).
  */
 export async function startWatch(connection: Channel, path: string, options: WatchOptions = {}): Promise<Watcher> {
   const params: ParamsIn<'fs.watch'> = { path };

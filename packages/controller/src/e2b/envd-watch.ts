@@ -132,6 +132,8 @@ function lost(what: string): ConnectError {
 
 /** The most polling watchers (CreateWatcher) one sandbox may hold, and the events one holds between two polls. */
 export const MAX_WATCHERS_PER_SANDBOX = 16;
+/** The most of them derived tokens may hold together: half, so the sandbox token always has the rest. */
+export const MAX_DERIVED_WATCHERS_PER_SANDBOX = MAX_WATCHERS_PER_SANDBOX / 2;
 export const MAX_WATCHER_EVENTS = 4096;
 /** A polling watcher not asked for its events this long is removed (a client that went away leaves no watch behind). */
 export const WATCHER_IDLE_MS = 60_000;
@@ -141,6 +143,8 @@ interface Watcher {
   sandboxId: string;
   /** Who made it: the same credential must poll and remove it. */
   owner: string;
+  /** Made with a derived token: counts against the derived share. */
+  derived: boolean;
   session: DaemonSession;
   abort: AbortController;
   events: FsEventInit[];
@@ -154,25 +158,59 @@ interface Watcher {
  * Python SDK uses): each is a Warren `fs.watch` on its own daemon connection with the creator's
  * grant. Events wait in a bounded buffer; past {@link MAX_WATCHER_EVENTS} the watcher ends and the
  * next poll says changes were lost. A watcher dies with its sandbox (its connection closes), when
- * it is removed, or after {@link WATCHER_IDLE_MS} without a poll.
+ * it is removed, or after {@link WATCHER_IDLE_MS} without a poll. A sandbox holds at most
+ * {@link MAX_WATCHERS_PER_SANDBOX}, of which derived tokens hold at most half together, so a narrowed
+ * handle cannot take the watchers the sandbox's own token needs (the daemon's watch budget splits
+ * the same way).
  */
 export class WatcherRegistry {
   private readonly watchers = new Map<string, Watcher>();
+  /** Watchers being made now, per sandbox: they count before they exist, so a burst of creates cannot pass the caps together. */
+  private readonly making = new Map<string, { all: number; derived: number }>();
 
+  /** Starts a watcher for `scope`'s caller; refused with `resource_exhausted` past the sandbox's cap or the derived share. */
   async create(
     scope: EnvdScope,
     path: string,
     recursive: boolean,
     entryOf?: (session: DaemonSession, path: string) => Promise<FsEventInit['entry']>,
   ): Promise<string> {
-    const held = [...this.watchers.values()].filter((w) => w.sandboxId === scope.sandboxId).length;
+    const derived = scope.caller.kind === 'derived';
+    const making = this.making.get(scope.sandboxId) ?? { all: 0, derived: 0 };
+    const mine = [...this.watchers.values()].filter((w) => w.sandboxId === scope.sandboxId);
+    const held = mine.length + making.all;
+    if (derived && mine.filter((w) => w.derived).length + making.derived >= MAX_DERIVED_WATCHERS_PER_SANDBOX)
+      throw new ConnectError(
+        `Derived tokens of sandbox '${scope.sandboxId}' may hold ${MAX_DERIVED_WATCHERS_PER_SANDBOX} of its ${MAX_WATCHERS_PER_SANDBOX} watchers together, and they hold all of them (the rest is kept for the sandbox's own token); remove some (RemoveWatcher).`,
+        Code.ResourceExhausted,
+      );
     if (held >= MAX_WATCHERS_PER_SANDBOX)
       throw new ConnectError(`Sandbox '${scope.sandboxId}' already has ${held} watchers; remove some (RemoveWatcher).`, Code.ResourceExhausted);
+    making.all++;
+    if (derived) making.derived++;
+    this.making.set(scope.sandboxId, making);
+    try {
+      return await this.make(scope, path, recursive, derived, entryOf);
+    } finally {
+      making.all--;
+      if (derived) making.derived--;
+      if (making.all === 0) this.making.delete(scope.sandboxId);
+    }
+  }
+
+  private async make(
+    scope: EnvdScope,
+    path: string,
+    recursive: boolean,
+    derived: boolean,
+    entryOf?: (session: DaemonSession, path: string) => Promise<FsEventInit['entry']>,
+  ): Promise<string> {
     const session = await openSession(scope);
     const watcher: Watcher = {
       id: randomUUID(),
       sandboxId: scope.sandboxId,
       owner: ownerOf(scope),
+      derived,
       session,
       abort: new AbortController(),
       events: [],

@@ -7,11 +7,19 @@ import { SandboxPath, type MethodSpec } from '../method-spec.js';
  * what happens; cancelling the call (or closing the connection) ends them.
  */
 
-/** The most folders one recursive watch follows; past it the watch reports an `overflow` with reason `watch-limit`. */
+/**
+ * The most folders one recursive watch follows; past it (or past the sandbox's share of the host's
+ * inotify watches, 8,192 folders across all its watches by default, half of them for derived
+ * handles together) the watch reports an `overflow` with reason `watch-limit`.
+ */
 export const MAX_WATCHED_FOLDERS = 8192;
 /** The most changes one watch holds between two `changes` events; past it the rest is dropped and an `overflow` says so. */
 export const MAX_PENDING_WATCH_EVENTS = 4096;
-/** The most watches one daemon serves at once, across every connection. */
+/**
+ * The most watches one daemon serves at once, across every connection; derived handles run at most
+ * half of them together, so the API key and the sandbox token always have the other half. Past
+ * either, `fs.watch` is refused with `RESOURCE_EXHAUSTED`.
+ */
 export const MAX_WATCHES = 64;
 
 /**
@@ -46,8 +54,9 @@ export const WatchReadyEvent = z.strictObject({ path: z.string(), watchedFolders
 export const WatchChangesEvent = z.strictObject({ changes: z.array(WatchChange) });
 /**
  * Changes were lost: `queue` (more than {@link MAX_PENDING_WATCH_EVENTS} between two batches, or
- * the client read too slowly), `watch-limit` (more folders than a watch follows), or `kernel` (the
- * kernel's own queue). Rescan the folder to catch up.
+ * the client read too slowly), `watch-limit` (more folders than the watch may follow), or `kernel`
+ * (the kernel's own queue overflowed: changes came faster than the daemon reads them). Rescan the
+ * folder to catch up; the watch goes on.
  */
 export const WatchOverflowEvent = z.strictObject({
   reason: z.enum(['queue', 'watch-limit', 'kernel']),

@@ -49,6 +49,9 @@ const SATURATED_WAIT_MS = 20;
 const IDLE_STOP_MS = 5000;
 /** Events that libuv read in the watch thread (see the worker's source) past which a kernel overflow may have been among them. */
 const STOLEN_OVERFLOW = 256;
+/** In loop mode: events the watch thread keeps while the main thread has two batches unanswered, and the size of a batch. */
+const LOOP_BUFFER = 16_384;
+const LOOP_BATCH = 2048;
 
 /**
  * The watch thread. It owns the inotify instance (created by libuv at its first `fs.watch`) and
@@ -58,16 +61,28 @@ const STOLEN_OVERFLOW = 256;
  * process that makes changes faster than the callbacks run held the daemon's only thread for as
  * long as it kept going; and libuv drops the kernel's IN_Q_OVERFLOW, so changes were lost without
  * a word. Closed handles finish on the event loop, so after closing some the thread runs two
- * turns of it; whatever libuv reads meanwhile goes to the main thread as `stolen` events.
+ * turns of it; whatever libuv reads meanwhile goes to the main thread as `events`.
+ *
+ * Where /proc does not show the instance (gVisor names no `anon_inode:inotify` and lists no
+ * watches in fdinfo), the thread runs its loop instead ("loop" mode): libuv reads there, and the
+ * thread sends what it reads in batches, at most two unanswered at a time, keeping at most
+ * {@link LOOP_BUFFER} events meanwhile and counting the rest as dropped. The main thread still
+ * never stalls; what libuv drops of the kernel's own overflow is not seen there.
  */
 const WORKER_SOURCE = `'use strict';
 const { workerData, receiveMessageOnPort } = require('node:worker_threads');
 const fs = require('node:fs');
 const port = workerData.port;
 const wake = new Int32Array(workerData.wake);
+const LOOP_BUFFER = workerData.loopBuffer;
+const LOOP_BATCH = workerData.loopBatch;
 const handles = new Map();
 let inotifyFd = -1;
-let stolen = [];
+let mode = 'unknown';
+let events = [];
+let dropped = 0;
+let inFlight = 0;
+let flushing = false;
 const inotifyFds = () => {
   const found = [];
   for (const name of fs.readdirSync('/proc/self/fd')) {
@@ -90,6 +105,28 @@ const watchesOf = (fd) => {
   for (let m = line.exec(text); m !== null; m = line.exec(text)) byKey.set(m[2] + ':' + m[3], parseInt(m[1], 16));
   return byKey;
 };
+const flush = () => {
+  flushing = false;
+  if (inFlight >= 2 || (events.length === 0 && dropped === 0)) return;
+  port.postMessage({ op: 'events', events, dropped });
+  events = [];
+  dropped = 0;
+  inFlight++;
+};
+const heard = (handle, type, name) => {
+  if (events.length >= LOOP_BUFFER * 3) {
+    dropped++;
+    return;
+  }
+  events.push(handle, type === 'change' ? 1 : 0, name === null || name === '.' ? '' : String(name));
+  if (mode !== 'loop') return;
+  // libuv may call back for a long time before the loop turns again: send from here as well.
+  if (events.length >= LOOP_BATCH * 3) flush();
+  else if (!flushing) {
+    flushing = true;
+    setImmediate(flush);
+  }
+};
 let closed = false;
 const close = (handle) => {
   const watcher = handles.get(handle);
@@ -102,9 +139,7 @@ const arm = (items) => {
   const results = [];
   for (const item of items) {
     try {
-      const watcher = fs.watch('/proc/self/fd/' + item.fd + '/.', { persistent: false }, (type, name) => {
-        stolen.push(item.handle, type === 'change' ? 1 : 0, name === null || name === '.' ? '' : String(name));
-      });
+      const watcher = fs.watch('/proc/self/fd/' + item.fd + '/.', { persistent: false }, (type, name) => heard(item.handle, type, name));
       watcher.on('error', () => {});
       handles.set(item.handle, watcher);
       results.push({ handle: item.handle, key: item.key });
@@ -114,17 +149,18 @@ const arm = (items) => {
   }
   const armed = results.filter((r) => r.key !== undefined);
   if (armed.length === 0) return results;
-  if (inotifyFd < 0) {
+  if (mode === 'unknown') {
     for (const fd of inotifyFds()) {
       if (!before.has(fd) && watchesOf(fd).has(armed[0].key)) {
         inotifyFd = fd;
         break;
       }
     }
+    mode = inotifyFd < 0 ? 'loop' : 'read';
   }
-  const byKey = inotifyFd < 0 ? new Map() : watchesOf(inotifyFd);
+  const byKey = mode === 'read' ? watchesOf(inotifyFd) : undefined;
   for (const result of armed) {
-    const wd = byKey.get(result.key);
+    const wd = byKey === undefined ? 0x80000000 + result.handle : byKey.get(result.key);
     delete result.key;
     if (wd === undefined) {
       close(result.handle);
@@ -133,32 +169,38 @@ const arm = (items) => {
   }
   return results;
 };
+const handle = (message) => {
+  if (message.op === 'arm') {
+    const results = arm(message.items);
+    port.postMessage({ op: 'armed', seq: message.seq, inotifyFd, mode, results });
+  } else if (message.op === 'disarm') {
+    for (const h of message.handles) close(h);
+  } else if (message.op === 'ack') {
+    inFlight = Math.max(0, inFlight - 1);
+    if (mode === 'loop') flush();
+  } else if (message.op === 'quit') {
+    process.exit(0);
+  }
+};
 const turn = () => new Promise((resolve) => setImmediate(resolve));
 (async () => {
-  for (;;) {
+  while (mode !== 'loop') {
     Atomics.wait(wake, 0, 0);
     Atomics.store(wake, 0, 0);
-    for (let received = receiveMessageOnPort(port); received !== undefined; received = receiveMessageOnPort(port)) {
-      const message = received.message;
-      if (message.op === 'arm') {
-        const results = arm(message.items);
-        port.postMessage({ op: 'armed', seq: message.seq, inotifyFd, results });
-      } else if (message.op === 'disarm') {
-        for (const handle of message.handles) close(handle);
-      } else if (message.op === 'quit') {
-        process.exit(0);
-      }
-    }
+    for (let received = receiveMessageOnPort(port); received !== undefined && mode !== 'loop'; received = receiveMessageOnPort(port)) handle(received.message);
     if (closed) {
       closed = false;
       await turn();
       await turn();
-      if (stolen.length > 0) {
-        port.postMessage({ op: 'stolen', events: stolen });
-        stolen = [];
+      if (events.length > 0) {
+        port.postMessage({ op: 'events', events, dropped: 0, turn: true });
+        events = [];
       }
     }
   }
+  // Loop mode from here: messages arrive as events, and libuv reads the instance.
+  for (let received = receiveMessageOnPort(port); received !== undefined; received = receiveMessageOnPort(port)) handle(received.message);
+  port.on('message', handle);
 })();
 `;
 
@@ -166,13 +208,19 @@ interface Armed {
   op: 'armed';
   seq: number;
   inotifyFd: number;
+  /** `read`: this thread reads the instance; `loop`: the watch thread's loop does, and sends events. */
+  mode: 'read' | 'loop' | 'unknown';
   results: ({ handle: number; wd: number } | { handle: number; error: string })[];
 }
 
-interface Stolen {
-  op: 'stolen';
+interface Heard {
+  op: 'events';
   /** Flat triples: handle, 1 for a change (0 otherwise), name ('' for the folder itself). */
   events: (number | string)[];
+  /** Events the watch thread could not keep. */
+  dropped: number;
+  /** Read by libuv while the thread turned its loop to finish closed handles (read mode). */
+  turn?: boolean;
 }
 
 interface Route {
@@ -208,6 +256,8 @@ export class Inotify {
   private immediate: NodeJS.Immediate | undefined;
   private pollMs = POLL_MIN_MS;
   private stopTimer: NodeJS.Timeout | undefined;
+  /** The watch thread reads the instance itself and sends events (where /proc does not show the instance). */
+  private loopMode = false;
 
   /** The process's instance (one inotify instance per daemon, whatever the number of watches). */
   static shared(): Inotify {
@@ -236,8 +286,8 @@ export class Inotify {
       port.postMessage({ op: 'arm', seq, items: request });
       Atomics.store(wake, 0, 1);
       Atomics.notify(wake, 0);
-    }).catch((): Armed => ({ op: 'armed', seq, inotifyFd: -1, results: request.map((r) => ({ handle: r.handle, error: 'EIO' })) }));
-    if (this.fd < 0 && armed.inotifyFd >= 0 && this.worker) this.fd = armed.inotifyFd;
+    }).catch((): Armed => ({ op: 'armed', seq, inotifyFd: -1, mode: 'unknown', results: request.map((r) => ({ handle: r.handle, error: 'EIO' })) }));
+    if (this.fd < 0 && armed.mode === 'read' && armed.inotifyFd >= 0 && this.worker) this.fd = armed.inotifyFd;
     const results = armed.results.map((result): ArmResult => {
       if ('error' in result) return { error: result.error };
       this.route(result.handle, result.wd, listener);
@@ -290,14 +340,14 @@ export class Inotify {
     const wake = new Int32Array(new SharedArrayBuffer(4));
     const worker = new Worker(WORKER_SOURCE, {
       eval: true,
-      workerData: { port: port2, wake: wake.buffer },
+      workerData: { port: port2, wake: wake.buffer, loopBuffer: LOOP_BUFFER, loopBatch: LOOP_BATCH },
       transferList: [port2],
       execArgv: [],
       resourceLimits: { maxOldGenerationSizeMb: 32, maxYoungGenerationSizeMb: 2 },
     });
     worker.unref();
     port1.unref();
-    port1.on('message', (message: Armed | Stolen) => this.onMessage(message));
+    port1.on('message', (message: Armed | Heard) => this.onMessage(message, port1));
     worker.once('exit', () => this.onExit(worker));
     worker.once('error', () => undefined);
     this.worker = worker;
@@ -306,14 +356,15 @@ export class Inotify {
     return { port: port1, wake };
   }
 
-  private onMessage(message: Armed | Stolen): void {
+  private onMessage(message: Armed | Heard, port: MessagePort): void {
     if (message.op === 'armed') {
+      if (message.mode === 'loop' && port === this.port) this.loopMode = true;
       const waiter = this.waiting.get(message.seq);
       this.waiting.delete(message.seq);
       waiter?.resolve(message);
       return;
     }
-    // Events libuv read while the thread ran its loop: a change or something else, per name.
+    // Events libuv read in the watch thread: a change or something else, per name.
     const events = message.events;
     for (let i = 0; i + 2 < events.length; i += 3) {
       const route = this.byHandle.get(events[i] as number);
@@ -322,13 +373,18 @@ export class Inotify {
       const mask = events[i + 1] === 1 ? IN.MODIFY : name === '' ? IN.MOVE_SELF : IN.CREATE | IN.DELETE;
       route.listener.kernelEvent(route.wd, mask, name);
     }
-    // libuv drops IN_Q_OVERFLOW: after a read that large, say it may have been there.
-    if (events.length / 3 >= STOLEN_OVERFLOW) for (const listener of [...this.listeners.keys()]) listener.kernelOverflow();
+    // libuv drops IN_Q_OVERFLOW: after a read that large while turning the loop, say it may have
+    // been there; and what the thread could not keep was dropped.
+    if (message.dropped > 0 || (message.turn === true && events.length / 3 >= STOLEN_OVERFLOW))
+      for (const listener of [...this.listeners.keys()]) listener.kernelOverflow();
+    // In loop mode the thread sends at most two batches before an answer.
+    if (this.loopMode && port === this.port) port.postMessage({ op: 'ack' });
   }
 
   private onExit(worker: Worker): void {
     if (this.worker !== worker) return;
     this.fd = -1;
+    this.loopMode = false;
     this.worker = undefined;
     this.port?.close();
     this.port = undefined;
@@ -353,6 +409,7 @@ export class Inotify {
     // Stop reading before the descriptor can close and its number be given to something else;
     // a watch armed from now on starts a thread of its own.
     this.fd = -1;
+    this.loopMode = false;
     this.worker = undefined;
     this.port = undefined;
     this.wake = undefined;

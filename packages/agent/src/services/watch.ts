@@ -157,6 +157,10 @@ export class TreeWatcher implements KernelListener {
             `'${this.root.display}' cannot be watched: the host's inotify budget (fs.inotify.max_user_watches or max_user_instances) is spent. Close a watch, or ask the operator to raise it.`,
             { path: this.root.display },
           );
+        if (refused === 'unsupported')
+          throw new CodedError('NOT_SUPPORTED', `'${this.root.display}' cannot be watched: its file system's kernel watch could not be identified.`, {
+            path: this.root.display,
+          });
         throw new CodedError('NOT_FOUND', `'${this.root.display}' could not be watched: it is gone or not a folder.`, { path: this.root.display });
       }
       await this.list(armed[0]!.item, armed[0]!.fd, undefined).finally(() => closeSync(armed[0]!.fd));
@@ -229,10 +233,10 @@ export class TreeWatcher implements KernelListener {
   // one trip to the watch thread, and returns them with their descriptors still open for reading.
   private async armFolders(
     items: readonly WalkItem[],
-  ): Promise<{ armed: { item: WalkItem; fd: number }[]; refused: 'budget' | 'kernel' | 'gone' | undefined }> {
+  ): Promise<{ armed: { item: WalkItem; fd: number }[]; refused: 'budget' | 'kernel' | 'unsupported' | 'gone' | undefined }> {
     const opened: { item: WalkItem; fd: number; info: BigIntStats; key: string }[] = [];
     const seen = new Set<string>();
-    let refused: 'budget' | 'kernel' | 'gone' | undefined;
+    let refused: 'budget' | 'kernel' | 'unsupported' | 'gone' | undefined;
     for (const item of items) {
       if (this.closed || this.folders.has(item.absolute) || seen.has(item.absolute)) continue;
       if (item.parent !== undefined && !this.folders.has(item.parent)) continue; // dropped meanwhile
@@ -270,8 +274,9 @@ export class TreeWatcher implements KernelListener {
       const orphan = this.closed || (item.parent !== undefined && !this.folders.has(item.parent));
       if ('error' in result || orphan) {
         if (!('error' in result)) this.kernel.disarm([result.handle]);
-        else if (result.error === 'ENOSPC' || result.error === 'EMFILE') {
-          refused = 'kernel';
+        else if (result.error === 'ENOSPC' || result.error === 'EMFILE' || result.error === 'ENOTSUP') {
+          // The host's budget is spent, or the kernel's watch could not be told apart: not watched, and said so.
+          refused = result.error === 'ENOTSUP' ? 'unsupported' : 'kernel';
           this.overflow('watch-limit');
         }
         this.account.releaseFolders(1);

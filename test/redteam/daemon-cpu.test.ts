@@ -14,12 +14,12 @@ const cpuCgroupOf = (pid: string) => `awk -F: '$2 ~ /(^|,)cpu(,|$)/ { print $3 }
  * the daemon keeps answering. Under user-namespace remap the daemon cannot move the sandbox
  * user's processes, so there it shares the container's limit, and the test says so.
  */
-describe("red team: the daemon's CPU share", () => {
+describe.each(['socket', 'exec'] as const)("red team: the daemon's CPU share (daemon channel: %s)", (daemonChannel) => {
   let warren: TestController;
   const remapped = process.env.WARREN_TEST_ENGINE === 'userns-remap';
 
   beforeAll(async () => {
-    warren = await startTestController();
+    warren = await startTestController({ config: { daemonChannel } });
   }, 60_000);
 
   afterAll(async () => {

@@ -11,13 +11,13 @@ import { sandboxCode } from '../support/redteam.js';
  * process, terminal and code context runs in a cgroup of its own, and its end kills everything in
  * it. Under user-namespace remap there are none, and the documented limit stands.
  */
-describe('red team: processes that leave their tree', () => {
+describe.each(['socket', 'exec'] as const)('red team: processes that leave their tree (daemon channel: %s)', (daemonChannel) => {
   let warren: TestController;
   let sandbox: Sandbox;
   const cgroups = process.env.WARREN_TEST_ENGINE !== 'userns-remap';
 
   beforeAll(async () => {
-    warren = await startTestController();
+    warren = await startTestController({ config: { daemonChannel } });
     sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, ttlSeconds: 600 });
   }, 60_000);
 

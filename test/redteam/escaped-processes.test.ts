@@ -36,7 +36,8 @@ describe.each(['socket', 'exec'] as const)('red team: processes that leave their
     );
     return Number(facts.alive);
   };
-  const escape = (seconds: string) => `env -i setsid sh -c 'exec sleep ${seconds}' >/dev/null 2>&1 &`;
+  /** A sleep in a new session with an empty environment, whose parent (a shell) exits at once. */
+  const escape = (seconds: string) => `env -i setsid sh -c 'sleep ${seconds} >/dev/null 2>&1 &' >/dev/null 2>&1;`;
 
   it('a command that returns takes its escaped child with it', async () => {
     const seconds = uniqueSleep();
@@ -57,7 +58,11 @@ describe.each(['socket', 'exec'] as const)('red team: processes that leave their
   it('a removed code context takes what its cells started, in a new session with an empty environment', async () => {
     const seconds = uniqueSleep();
     const context = await sandbox.code.createContext({ language: 'python' });
-    await sandbox.code.run(`import subprocess\nsubprocess.Popen(['setsid', 'env', '-i', 'sleep', '${seconds}'])`, { context, timeoutMs: 120_000 });
+    // The shell between them exits at once: the sleep has no parent of the tree, no marker, no session of it.
+    await sandbox.code.run(`import subprocess\nsubprocess.Popen(['setsid', 'env', '-i', 'sh', '-c', 'sleep ${seconds} >/dev/null 2>&1 &'])`, {
+      context,
+      timeoutMs: 120_000,
+    });
     await new Promise((resolve) => setTimeout(resolve, 500));
     expect(await alive(seconds)).toBe(1);
     await sandbox.code.removeContext(context);

@@ -283,6 +283,8 @@ export class Inotify {
     const request = items.map((item) => ({ handle: this.nextHandle++, fd: item.fd, key: item.key }));
     const armed = await new Promise<Armed>((resolve, reject) => {
       this.waiting.set(seq, { resolve, reject });
+      // An answer awaited keeps the process alive; watches alone do not (as fs.watch's persistent: false).
+      port.ref();
       port.postMessage({ op: 'arm', seq, items: request });
       Atomics.store(wake, 0, 1);
       Atomics.notify(wake, 0);
@@ -345,9 +347,10 @@ export class Inotify {
       execArgv: [],
       resourceLimits: { maxOldGenerationSizeMb: 32, maxYoungGenerationSizeMb: 2 },
     });
+    port1.on('message', (message: Armed | Heard) => this.onMessage(message, port1));
+    // After the listener, which refs the port: neither the thread nor its port keeps the process alive.
     worker.unref();
     port1.unref();
-    port1.on('message', (message: Armed | Heard) => this.onMessage(message, port1));
     worker.once('exit', () => this.onExit(worker));
     worker.once('error', () => undefined);
     this.worker = worker;
@@ -361,6 +364,7 @@ export class Inotify {
       if (message.mode === 'loop' && port === this.port) this.loopMode = true;
       const waiter = this.waiting.get(message.seq);
       this.waiting.delete(message.seq);
+      if (this.waiting.size === 0) port.unref();
       waiter?.resolve(message);
       return;
     }

@@ -17,7 +17,11 @@ describe('red team: the E2B gateway tells no stranger which sandboxes exist', ()
   const unknown = `nosuch${randomBytes(9).toString('hex')}`;
 
   beforeAll(async () => {
-    warren = await startTestController();
+    // E2B's default template is warren/e2b-base, which the remap engine is not given: the sandbox image serves as well there.
+    const remapped = process.env.WARREN_TEST_ENGINE === 'userns-remap';
+    warren = await startTestController(
+      remapped ? { config: { e2bTemplates: { base: { home: '/workspace', create: { image: 'warren/sandbox:latest' } } } } } : {},
+    );
     opts = { apiKey: warren.apiKey, apiUrl: `${warren.url}/e2b`, sandboxUrl: `${warren.url}/e2b` };
     sandbox = await Sandbox.create(opts);
   }, 60_000);

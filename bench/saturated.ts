@@ -38,8 +38,18 @@ export async function saturatedRows(controller: ControllerProcess, image: string
       // Let the loops spend the period's quota before timing anything.
       await new Promise((resolve) => setTimeout(resolve, 500));
       const busyStat = summarize(await timeIt(count, () => sandbox.files.stat('bench-stat.txt')));
-      const busyExec = summarize(await timeIt(Math.max(5, Math.round(count / 5)), () => sandbox.commands.run('true', { timeoutMs: 60_000 })));
-      const note = `create ${createMs.toFixed(0)} ms`;
+      // At a hundredth of a CPU the kernel may hand each period's 1 ms to the loops' run queue on
+      // the other core for a long while: a command that waits past its time counts, and is not timed.
+      let timedOut = 0;
+      const busyExec = summarize(
+        await timeIt(Math.max(5, Math.round(count / 5)), () =>
+          sandbox.commands.run('true', { timeoutMs: 20_000 }).catch((err: { code?: string }) => {
+            if (err.code !== 'REQUEST_TIMEOUT') throw err;
+            timedOut++;
+          }),
+        ),
+      );
+      const note = `create ${createMs.toFixed(0)} ms${timedOut > 0 ? `; ${timedOut} exec calls waited past 20 s (their 20 s are in the figures)` : ''}`;
       const row = (name: string, busy: Summary, idle: Summary): SaturatedRow => ({
         name: `${name}, sandbox CPU saturated (${label})`,
         unit: 'ms',

@@ -109,7 +109,7 @@ export async function spawnTagged(spec: SpawnSpec): Promise<TaggedChild> {
   if (child.pid !== undefined && typeof spec.cmd !== 'string') preferForOomKill(child.pid);
   if (cgroup && child.pid !== undefined) {
     try {
-      cgroup.moveToTree(child.pid, marker);
+      cgroup.moveToCode(child.pid);
     } catch (err) {
       child.kill('SIGKILL');
       throw new CodedError(

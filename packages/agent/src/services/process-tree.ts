@@ -1,6 +1,5 @@
 import { randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { cpuCgroup } from './cpu-cgroup.js';
 
 /**
  * The variable that tags every process a Warren call starts. Children inherit it through fork
@@ -37,17 +36,6 @@ export interface TreeSelector {
    * made, even while the loop keeps the machine too busy for a scan.
    */
   groups?: readonly number[] | undefined;
-  /**
-   * Processes known to be the tree's whatever session or environment they gave themselves: the
-   * members of the tree's own cgroup, where the daemon has one ({@link withCgroupMembers}).
-   */
-  pids?: ReadonlySet<number> | undefined;
-}
-
-/** The selector with its cgroup's members as they are now, where the tree has a cgroup of its own. */
-function withCgroupMembers(selector: TreeSelector): TreeSelector {
-  const pids = cpuCgroup()?.treePids(selector.marker);
-  return pids === undefined ? selector : { ...selector, pids };
 }
 
 const MARKER_PREFIX = Buffer.from(`${MARKER_VARIABLE}=`);
@@ -141,7 +129,7 @@ export function markerOf(environ: Buffer): string | undefined {
 export function treeMembers(procs: ProcEntry[], selector: TreeSelector, self = process.pid): ProcEntry[] {
   const members = new Set<number>();
   for (const p of procs) {
-    if (p.marker === selector.marker || selector.groups?.includes(p.pgid) || selector.pids?.has(p.pid)) members.add(p.pid);
+    if (p.marker === selector.marker || selector.groups?.includes(p.pgid)) members.add(p.pid);
     else if (selector.leaderPid !== undefined && (p.sid === selector.leaderPid || p.pgid === selector.leaderPid || p.pid === selector.leaderPid))
       members.add(p.pid);
   }
@@ -186,22 +174,17 @@ export async function killTree(selector: TreeSelector, options: KillTreeOptions 
   const signal = options.signal ?? 'SIGKILL';
   const maxRounds = signal === 'SIGKILL' ? (options.maxRounds ?? 200) : 1;
   const killed = new Set<number>();
-  if (signal === 'SIGKILL' && freezeThenKill(selector, options.procRoot, killed) === 'none') {
-    cpuCgroup()?.removeTree(selector.marker);
-    return [];
-  }
+  if (signal === 'SIGKILL' && freezeThenKill(selector, options.procRoot, killed) === 'none') return [];
   for (let round = 0; round < maxRounds; round++) {
     // The known groups first, in one syscall each: it stops a fork loop in them before the scan.
     signalGroups(knownGroups(selector), signal);
-    const current = withCgroupMembers(selector);
-    const members = treeMembers(scanForTree(options.procRoot, current).entries, current);
+    const members = treeMembers(scanForTree(options.procRoot, selector).entries, selector);
     if (members.length === 0) break;
     if (signal === 'SIGKILL') signalGroups(memberGroups(members), signal);
     for (const p of members) if (signalPid(p.pid, signal)) killed.add(p.pid);
     if (signal !== 'SIGKILL') break;
     await new Promise((resolve) => setTimeout(resolve, round < 5 ? 2 : 10));
   }
-  if (signal === 'SIGKILL') cpuCgroup()?.removeTree(selector.marker);
   return [...killed];
 }
 
@@ -227,9 +210,8 @@ function freezeThenKill(selector: TreeSelector, procRoot: string | undefined, ki
   let firstScanEmpty = false;
   for (let round = 0; round < 50; round++) {
     let grew = false;
-    const current = withCgroupMembers(selector);
-    const scan = scanForTree(procRoot, current);
-    const members = treeMembers(scan.entries, current);
+    const scan = scanForTree(procRoot, selector);
+    const members = treeMembers(scan.entries, selector);
     if (round === 0) firstScanEmpty = members.length === 0 && scan.vanished === 0;
     const fresh = memberGroups(members).filter((g) => !groups.has(g));
     signalGroups(fresh, 'SIGSTOP');

@@ -132,7 +132,7 @@ export function ptyHandlers(options: {
           });
         // node-pty forks from this thread: the terminal's program is born in sandbox code's cgroup.
         const cgroup = cpuCgroup();
-        pty = cgroup ? cgroup.forkInTree(marker, spawn) : spawn();
+        pty = cgroup ? cgroup.forkInCode(spawn) : spawn();
       } catch (err) {
         throw new CodedError('PTY_UNAVAILABLE', `Could not open a terminal for '${argv[0]}': ${err instanceof Error ? err.message : String(err)}.`, {
           cmd: argv[0],

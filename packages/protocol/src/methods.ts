@@ -12,16 +12,162 @@ import { SHELL_METHODS } from './methods/shell.js';
 import { SYSTEM_METHODS } from './methods/system.js';
 import { ApprovalRequest } from './policy.js';
 
-export * from './method-spec.js';
-export * from './methods/system.js';
-export * from './methods/fs.js';
-export * from './methods/audit.js';
-export * from './methods/process.js';
-export * from './methods/pty.js';
-export * from './methods/shell.js';
-export * from './methods/egress.js';
-export * from './methods/live.js';
-export * from './methods/code.js';
+export { type MethodAccess, type MethodSpec, SandboxPath } from './method-spec.js';
+export { SYSTEM_METHODS, SystemInfoParams, SystemInfoResult, SystemUsageParams, SystemUsageResult } from './methods/system.js';
+export {
+  AnchoredLine,
+  EntryType,
+  FS_METHODS,
+  FsCopyParams,
+  FsCopyResult,
+  FsDeleteParams,
+  FsDeleteResult,
+  FsDownloadParams,
+  FsDownloadResult,
+  FsDownloadStreamParams,
+  FsEditLinesParams,
+  FsEditLinesResult,
+  FsEditParams,
+  FsEditResult,
+  FsGlobParams,
+  FsGlobResult,
+  FsListParams,
+  FsListResult,
+  FsMkdirParams,
+  FsMkdirResult,
+  FsMoveParams,
+  FsMoveResult,
+  FsReadAnchoredParams,
+  FsReadAnchoredResult,
+  FsReadParams,
+  FsReadResult,
+  FsStatParams,
+  FsStatResult,
+  FsUploadAbortParams,
+  FsUploadAbortResult,
+  FsUploadChunkParams,
+  FsUploadChunkResult,
+  FsUploadCommitParams,
+  FsUploadOpenParams,
+  FsUploadOpenResult,
+  FsUploadParams,
+  FsUploadResult,
+  FsWriteParams,
+  FsWriteResult,
+  LineEdit,
+  ListEntry,
+  MAX_GLOB_PATTERN,
+  MAX_LIST_ENTRIES,
+  MAX_READ_BYTES,
+  MAX_READ_CHARS,
+  MAX_READ_LINES,
+  MAX_TEXT_SCAN_BYTES,
+  MAX_WRITE_GAP_BYTES,
+  ReadRange,
+  TRANSFER_CHUNK_BYTES,
+} from './methods/fs.js';
+export { AUDIT_METHODS, AUDIT_PAGE_MAX, AUDIT_RING_SIZE, AuditEntry, AuditListParams, AuditListResult } from './methods/audit.js';
+export {
+  Command,
+  CommandEnv,
+  MAX_OUTPUT_CAP_BYTES,
+  OutputCapBytes,
+  OutputEventData,
+  OutputPayloadLayout,
+  PROCESS_METHODS,
+  ProcessAttachParams,
+  ProcessExecParams,
+  ProcessExecResult,
+  ProcessHandleId,
+  ProcessHandleParams,
+  ProcessInfo,
+  ProcessKillParams,
+  ProcessListResult,
+  ProcessStartParams,
+  ProcessWaitParams,
+  ProcessWriteParams,
+  ProcessWriteResult,
+  Signal,
+  SIGNALS,
+  StreamOffsets,
+} from './methods/process.js';
+export {
+  PTY_METHODS,
+  PtyCols,
+  PtyExit,
+  PtyHandle,
+  PtyKillParams,
+  PtyKillResult,
+  PtyOpenParams,
+  PtyOutputEvent,
+  PtyResizeParams,
+  PtyResizeResult,
+  PtyRows,
+  PtyStartedEvent,
+  PtyWriteParams,
+  PtyWriteResult,
+} from './methods/pty.js';
+export {
+  SHELL_METHODS,
+  ShellCloseParams,
+  ShellCloseResult,
+  ShellListResult,
+  ShellOpenParams,
+  ShellRunParams,
+  ShellRunResult,
+  ShellSessionInfo,
+  ShellSessionName,
+} from './methods/shell.js';
+export {
+  EGRESS_MAX_STREAMS,
+  EGRESS_METHODS,
+  EGRESS_RELAY_PORT,
+  EGRESS_STREAM_WINDOW,
+  EGRESS_TRANSPARENT_ADDRESS,
+  EGRESS_TRUST_DIR,
+  EgressSendParams,
+  EgressSendResult,
+  EgressServeParams,
+  EgressServeResult,
+} from './methods/egress.js';
+export {
+  FsWatchParams,
+  FsWatchResult,
+  LIVE_METHODS,
+  MAX_PENDING_WATCH_EVENTS,
+  MAX_PORT_TUNNELS,
+  MAX_WATCHED_FOLDERS,
+  MAX_WATCHES,
+  PortConnectedEvent,
+  PortDataEvent,
+  PortHandle,
+  PortNumber,
+  PortOpenParams,
+  PortOpenResult,
+  PortWriteParams,
+  PortWriteResult,
+  WatchChange,
+  WatchChangesEvent,
+  WatchChangeType,
+  WatchOverflowEvent,
+  WatchReadyEvent,
+} from './methods/live.js';
+export {
+  CODE_LANGUAGES,
+  CODE_METHODS,
+  CodeContextId,
+  CodeContextInfo,
+  CodeContextParams,
+  CodeCreateContextParams,
+  CodeDisplay,
+  CodeError,
+  CodeLanguage,
+  CodeListContextsResult,
+  CodeRemoveContextResult,
+  CodeRunParams,
+  CodeRunResult,
+  MAX_DISPLAY_BYTES,
+} from './methods/code.js';
 
 /**
  * The method registry: the one place a method exists. Each domain keeps its schemas in its own

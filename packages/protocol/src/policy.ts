@@ -1,4 +1,4 @@
-import path from 'node:path';
+import { resolvePosix } from './posix-path.js';
 import { z } from 'zod';
 import { CodedError } from './errors.js';
 
@@ -42,7 +42,7 @@ export const RESERVED_FOLDERS = ['/proc', '/sys', '/dev', '/run/warren', '/opt/w
 
 /** The reserved folder holding `folder` (an absolute path, normalised here), if any. */
 export function reservedFolderOf(folder: string): string | undefined {
-  const normal = path.posix.resolve('/', folder);
+  const normal = resolvePosix('/', folder);
   return RESERVED_FOLDERS.find((r) => isWithin(r, normal));
 }
 
@@ -197,7 +197,7 @@ export interface Mount {
 /** The mounts of a policy, longest virtual name first (so the first match is the longest). */
 export function mountsOf(policy: FilePolicy): Mount[] {
   if ('root' in policy) {
-    const root = path.posix.resolve(policy.root);
+    const root = resolvePosix(policy.root);
     return [
       {
         virtual: root,
@@ -213,7 +213,7 @@ export function mountsOf(policy: FilePolicy): Mount[] {
   return Object.entries(policy.paths)
     .map(([name, c]) => ({
       virtual: `/${name}`,
-      root: path.posix.resolve(c.root),
+      root: resolvePosix(c.root),
       writable: c.mode === 'rw',
       suffixes: c.suffixes,
       maxFileBytes: c.maxFileBytes,
@@ -253,7 +253,7 @@ export function locate(policy: FilePolicy, input: string): Located | undefined {
   const mounts = mountsOf(policy);
   const rootMode = 'root' in policy;
   const base = rootMode ? mounts[0]!.root : '/';
-  const normal = path.posix.resolve(base, input);
+  const normal = resolvePosix(base, input);
   for (const mount of mounts) {
     if (isWithin(mount.virtual, normal)) return place(mount, normal, mount.virtual);
   }

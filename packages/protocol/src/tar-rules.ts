@@ -1,4 +1,4 @@
-import path from 'node:path';
+import { dirnamePosix, joinPosix, normalizePosix } from './posix-path.js';
 import { CodedError } from './errors.js';
 
 /**
@@ -102,7 +102,7 @@ export class TarChecker {
       const parts = target.split('/').filter((s) => s !== '' && s !== '.');
       const firstDown = parts.findIndex((s) => s !== '..');
       if (firstDown !== -1 && parts.slice(firstDown).includes('..')) throw refuse('its link target has a .. after a folder name');
-      const lands = path.posix.normalize(path.posix.join(path.posix.dirname(name), target));
+      const lands = normalizePosix(joinPosix(dirnamePosix(name), target));
       if (lands === '..' || lands.startsWith('../')) throw refuse('its link target leaves the archive folder');
       entry.linkname = target;
       this.links.add(name);

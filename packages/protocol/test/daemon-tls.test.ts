@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { daemonTlsClientOptions, daemonTlsKey, daemonTlsServerOptions, DAEMON_TLS_IDENTITY } from '../src/index.js';
+import { daemonTlsClientOptions, daemonTlsKey, daemonTlsServerOptions, DAEMON_TLS_IDENTITY } from '../src/node.js';
 
 describe('the daemon TLS key', () => {
   it('is the same for the same secret (any controller replica computes it) and differs per secret', () => {

@@ -1,5 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
-import { lineAnchor, lineHash, parseLineAnchor } from '../src/index.js';
+import { parseLineAnchor } from '../src/index.js';
+import { lineAnchor, lineHash } from '../src/node.js';
 
 describe('line hash (seed 004 anchors)', () => {
   it('is the first four uppercase hex digits of SHA-256 of the line', () => {

@@ -6,6 +6,7 @@ import type { SandboxUser } from './services/process-table.js';
 import { assertNoMountAbove, daemonFolders } from './mount-guard.js';
 import { startAgentServer } from './server.js';
 import { CpuCgroup, useCpuCgroup } from './services/cpu-cgroup.js';
+import { TreeCgroup, useTreeCgroup } from './services/tree-cgroup.js';
 
 /**
  * The daemon's entry point inside a sandbox, called by the boot file (`boot.ts`, the runtime's
@@ -33,11 +34,12 @@ export async function main(): Promise<void> {
       'private-socket-dir': { type: 'boolean', default: false },
       'tcp-port': { type: 'string' },
       'cpu-cgroup': { type: 'string' },
+      'tree-cgroup': { type: 'string' },
     },
   });
   if (!values.socket || (values['secret-file'] === undefined) === (values['secret-env'] === undefined))
     throw new Error(
-      'usage: warren-agent --socket PATH (--secret-file PATH | --secret-env NAME) [--root DIR] [--home DIR] [--user UID:GID [--own-root]] [--private-socket-dir] [--tcp-port N] [--cpu-cgroup DIR]',
+      'usage: warren-agent --socket PATH (--secret-file PATH | --secret-env NAME) [--root DIR] [--home DIR] [--user UID:GID [--own-root]] [--private-socket-dir] [--tcp-port N] [--cpu-cgroup DIR] [--tree-cgroup DIR]',
     );
   const tcpPort = values['tcp-port'] === undefined ? undefined : parsePort(values['tcp-port']);
   const user = values.user === undefined ? undefined : parseUser(values.user);
@@ -60,6 +62,9 @@ export async function main(): Promise<void> {
   // container's cap covers both: a daemon that cannot keep commands to their share stops here
   // rather than let them run on its own.
   if (values['cpu-cgroup'] !== undefined) useCpuCgroup(CpuCgroup.join(values['cpu-cgroup']));
+  // A cgroup per process tree (the controller's docker/tree-cgroups.ts): what a command starts cannot
+  // leave its tree by leaving its session and environment.
+  if (values['tree-cgroup'] !== undefined) useTreeCgroup(TreeCgroup.join(values['tree-cgroup']));
   // A file size limit (RLIMIT_FSIZE) applies to the daemon too: a write past it must fail with
   // EFBIG, not kill the daemon with SIGXFSZ.
   process.on('SIGXFSZ', () => undefined);

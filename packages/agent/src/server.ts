@@ -7,7 +7,6 @@ import type { Duplex } from 'node:stream';
 import { createServer as createTlsServer, type Server as TlsServer } from 'node:tls';
 import {
   CodedError,
-  daemonTlsServerOptions,
   decodeGrant,
   GRANT_HEADER,
   METHODS,
@@ -16,6 +15,7 @@ import {
   type ConnectionGrant,
   type MethodName,
 } from '@warren/protocol';
+import { daemonTlsServerOptions } from '@warren/protocol/node';
 import { WebSocketServer } from 'ws';
 import { AuditLog } from './audit.js';
 import { AGENT_VERSION, serveConnection } from './connection.js';

@@ -1,5 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
-import { clampLines, CodedError, lineAnchor, splitLines } from '@warren/protocol';
+import { clampLines, CodedError, splitLines } from '@warren/protocol';
+import { lineAnchor } from '@warren/protocol/node';
 import { AuditLog } from '../src/audit.js';
 import { sliceChars } from '../src/services/fs-read.js';
 import { applyLineEdits } from '../src/services/fs-write.js';

@@ -1,509 +1,61 @@
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import type { CodeLanguage } from '@warren/protocol';
+import { fileURLToPath } from 'node:url';
+import { CodedError, type CodeLanguage } from '@warren/protocol';
 
 /**
- * The Python side of a code context: a bridge that starts a real Jupyter kernel (ipykernel, through
- * jupyter_client's KernelManager) and speaks JSON lines over its stdin and stdout. It runs as the
- * sandbox user, like the kernel it starts, so the daemon never runs sandbox code. It applies the
- * first caps (a stream message over 1 MiB keeps its head and tail, a display value over 4 MiB is
- * left out, ZeroMQ refuses a message over 64 MiB before it is read) so a giant output costs the
- * sandbox's memory, not the daemon's; the daemon checks and caps everything again.
+ * Where the runtimes' programs are: `runtimes/` beside the daemon's bundle (build.mjs copies them
+ * there, and the controller puts them in the runtime volume beside it), or `../runtimes/` from this
+ * module in a checkout (`src/runtimes` for the sources, `dist/runtimes` for tsc's output).
+ */
+const PROGRAMS_DIR = typeof WARREN_AGENT_BUNDLE === 'undefined' ? fileURLToPath(new URL('../runtimes/', import.meta.url)) : path.join(__dirname, 'runtimes');
+
+/** Set to `true` by build.mjs in the daemon's bundle, which is CommonJS (no `import.meta`). */
+declare const WARREN_AGENT_BUNDLE: true | undefined;
+
+const programs = new Map<string, string>();
+
+/**
+ * The text of one of the runtimes' programs, read once. A context's child gets it as `-c`/`-e`
+ * text, so it runs exactly as it did when it lived in a string here (run by path, Python's
+ * `sys.argv[0]` and Node's global scope would differ), and the sandbox user needs no access to the
+ * runtime's files.
  *
- * In: `{"op":"run","id","code"}`, `{"op":"interrupt"}`. Out: `ready`, `fatal`, `stream`, `display`,
- * `error`, `done`, `died` (see `BridgeMessage` in code-kernel.ts).
+ * - `python-bridge.py`: the Python side of a code context, a bridge that starts a real Jupyter
+ *   kernel (ipykernel, through jupyter_client's KernelManager) and speaks JSON lines over its
+ *   stdin and stdout. It runs as the sandbox user, like the kernel it starts, so the daemon never
+ *   runs sandbox code. It applies the first caps (a stream message over 1 MiB keeps its head and
+ *   tail, a display value over 4 MiB is left out, ZeroMQ refuses a message over 64 MiB before it
+ *   is read) so a giant output costs the sandbox's memory, not the daemon's; the daemon checks and
+ *   caps everything again.
+ * - `node-repl.cjs`: the JavaScript side, a Node process that runs each cell with
+ *   `vm.Script.runInThisContext`, so declarations persist between cells of one context (one
+ *   process per context), answers the last expression's value (awaited when it is a promise) and
+ *   stops a running cell on SIGINT (`breakOnSigint`).
+ *
+ * Both speak the same JSON lines. In: `{"op":"run","id","code"}`, `{"op":"interrupt"}`. Out:
+ * `ready`, `fatal`, `stream`, `display`, `error`, `done`, `died` (see `BridgeMessage` in
+ * code-kernel.ts).
+ *
+ * @example
+ * runtimeProgram('python-bridge.py').startsWith('"""'); // true
  */
-export const PYTHON_BRIDGE = String.raw`import json, os, queue, re, signal, subprocess, sys, tempfile, threading, time
-
-STREAM_PIECE = 1 << 20
-OUTPUT_HEAD = OUTPUT_TAIL = int(os.environ.get('WARREN_CODE_OUTPUT_CAP', str(4 << 20)))
-VALUE_CAP = int(os.environ.get('WARREN_CODE_VALUE_CAP', str(4 << 20)))
-MIME = re.compile(r'[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}\Z')
-MAX_MIMES = 64
-MAX_MSG = 64 << 20
-ANSI = re.compile(r'\x1b\[[0-9;?]*[A-Za-z]')
-TOKEN = os.urandom(12).hex()
-GAP = re.compile('\x1e' + TOKEN + r':(\d{1,16})\x1e')
-out_lock = threading.Lock()
-out = open(1, 'w', encoding='utf-8', closefd=False)
-
-# Runs inside the kernel (exec_lines, in a namespace of its own): ipykernel holds everything a
-# cell writes between two flushes, so a fast gigabyte of print would fill the kernel's memory.
-# Per cell and stream, the first OUTPUT_HEAD characters pass, the last OUTPUT_TAIL are held and
-# sent when the cell ends, and the UTF-8 bytes of the middle are counted and reported with a
-# marker the bridge takes out of the text. It also reads what processes write to file descriptors
-# 1 and 2 itself: ipykernel's reader decodes strictly and stops at the first invalid UTF-8 byte,
-# after which a writer blocks once the pipe is full; this one decodes with replacement.
-CAP_MODULE = r'''
-import codecs, os, sys, threading
-from collections import deque
-from IPython import get_ipython
-from ipykernel.iostream import OutStream
-
-HEAD = @HEAD@
-TAIL = @TAIL@
-GAP = '\x1e@TOKEN@:%d\x1e'
-CHUNK = 1 << 16
-original = OutStream.write
-
-
-def utf8_len(text, start, end):
-    if text.isascii():
-        return end - start
-    return sum(len(text[i:min(end, i + (1 << 20))].encode('utf-8', 'surrogatepass')) for i in range(start, end, 1 << 20))
-
-
-class Cap:
-    def __init__(self):
-        self.lock = threading.RLock()
-        self.reset()
-
-    def reset(self):
-        self.passed, self.tail, self.small, self.small_len, self.tail_len, self.dropped = 0, deque(), [], 0, 0, 0
-
-    def seal(self):
-        if self.small:
-            self.tail.append(''.join(self.small))
-            self.small, self.small_len = [], 0
-
-    def add(self, stream, text):
-        n, start = len(text), 0
-        if self.passed < HEAD:
-            start = min(n, HEAD - self.passed)
-            self.passed += start
-            original(stream, text if start == n else text[:start])
-            if start == n:
-                return
-        if n - start > TAIL:
-            self.seal()
-            for piece in self.tail:
-                self.dropped += utf8_len(piece, 0, len(piece))
-            self.tail.clear()
-            self.tail_len = 0
-            self.dropped += utf8_len(text, start, n - TAIL)
-            start = n - TAIL
-        piece = text[start:] if start else text
-        self.tail_len += len(piece)
-        if len(piece) >= CHUNK:
-            self.seal()
-            self.tail.append(piece)
-        else:
-            self.small.append(piece)
-            self.small_len += len(piece)
-            if self.small_len >= CHUNK:
-                self.seal()
-        while self.tail and self.tail_len - len(self.tail[0]) >= TAIL:
-            first = self.tail.popleft()
-            self.tail_len -= len(first)
-            self.dropped += utf8_len(first, 0, len(first))
-
-    def finish(self, stream):
-        self.seal()
-        text = ''.join(self.tail)
-        extra = len(text) - TAIL
-        if extra > 0:
-            self.dropped += utf8_len(text, 0, extra)
-            text = text[extra:]
-        dropped = self.dropped
-        self.reset()
-        if dropped:
-            original(stream, GAP % dropped)
-        if text:
-            original(stream, text)
-
-
-caps = {'stdout': Cap(), 'stderr': Cap()}
-
-
-def write(self, string):
-    cap = caps.get(getattr(self, 'name', None))
-    if cap is None or not isinstance(string, str) or not self._is_master_process():
-        return original(self, string)
-    with cap.lock:
-        cap.add(self, string)
-    return len(string)
-
-
-def finish(*args):
-    for name, cap in caps.items():
-        stream = getattr(sys, name, None)
-        if isinstance(stream, OutStream):
-            with cap.lock:
-                cap.finish(stream)
-
-
-def read_fd(number, stream):
-    r, w = os.pipe()
-    os.dup2(w, number)
-    os.close(w)
-    decoder = codecs.getincrementaldecoder('utf-8')(errors='replace')
-
-    def loop():
-        while True:
-            try:
-                data = os.read(r, 1 << 16)
-            except OSError:
-                return
-            if not data:
-                return
-            text = decoder.decode(data)
-            if text:
-                stream.write(text)
-
-    threading.Thread(target=loop, name='warren-fd-%d' % number, daemon=True).start()
-
-
-OutStream.write = write
-for number, name in ((1, 'stdout'), (2, 'stderr')):
-    stream = getattr(sys, name, None)
-    if isinstance(stream, OutStream) and getattr(stream, '_fid', None) is not None:
-        read_fd(number, stream)
-get_ipython().events.register('pre_run_cell', finish)
-get_ipython().events.register('post_run_cell', finish)
-'''
-
-
-def send(obj):
-    line = json.dumps(obj, ensure_ascii=True, separators=(',', ':'))
-    with out_lock:
-        out.write(line + '\n')
-        out.flush()
-
-
-def send_stream(rid, name, text):
-    # The kernel's gap markers become messages of their own (no text, the bytes left out), and
-    # the text goes in pieces, so one line stays far below what the daemon reads.
-    start = 0
-    for gap in GAP.finditer(text):
-        send_pieces(rid, name, text[start:gap.start()])
-        send({'t': 'stream', 'id': rid, 'name': name, 'text': '', 'omitted': int(gap.group(1))})
-        start = gap.end()
-    send_pieces(rid, name, text[start:] if start else text)
-
-
-def send_pieces(rid, name, text):
-    for i in range(0, len(text), STREAM_PIECE):
-        send({'t': 'stream', 'id': rid, 'name': name, 'text': text[i:i + STREAM_PIECE], 'omitted': 0})
-
-
-def clip_display(data):
-    # Output names are the cell's to choose: only MIME type names (RFC 6838's characters and
-    # lengths) pass, at most MAX_MIMES of them, and names count against the bundle's size.
-    kept, notes, total, unnamed = {}, [], 0, 0
-    for mime, value in (data.items() if isinstance(data, dict) else ()):
-        if not isinstance(mime, str) or not MIME.match(mime) or len(kept) >= MAX_MIMES:
-            unnamed += 1
-            continue
-        try:
-            size = len(value) if isinstance(value, str) else len(json.dumps(value))
-        except Exception:
-            unnamed += 1
-            continue
-        total += size + len(mime)
-        if size > VALUE_CAP or total > 2 * VALUE_CAP:
-            notes.append('[%s output of %d bytes omitted: over the %d-byte cap]' % (mime, size, VALUE_CAP))
-        else:
-            kept[mime] = value
-    if unnamed:
-        notes.append('[%d outputs omitted: their names are not MIME types, or a bundle has more than %d]' % (unnamed, MAX_MIMES))
-    if notes:
-        kept['text/plain'] = '\n'.join(([kept['text/plain']] if isinstance(kept.get('text/plain'), str) else []) + notes)
-    return kept, bool(notes)
-
-
-def clip_text(text, cap):
-    text = str(text)
-    return text if len(text) <= cap else '%s[... %d characters omitted]' % (text[:cap], len(text) - cap)
-
-
-def main():
-    private = tempfile.mkdtemp(prefix='warren-kernel-')
-    for name, sub in (('JUPYTER_RUNTIME_DIR', 'runtime'), ('IPYTHONDIR', 'ipython'), ('MPLCONFIGDIR', 'matplotlib'), ('JUPYTER_DATA_DIR', 'data')):
-        os.environ[name] = os.path.join(private, sub)
-        os.makedirs(os.environ[name], mode=0o700, exist_ok=True)
-    os.environ['JUPYTER_PLATFORM_DIRS'] = '1'
-    os.environ['PYDEVD_DISABLE_FILE_VALIDATION'] = '1'
-    os.environ.setdefault('MPLBACKEND', 'module://matplotlib_inline.backend_inline')
-    try:
-        import zmq
-        from jupyter_client.manager import KernelManager
-    except Exception as err:
-        send({'t': 'fatal', 'message': 'the Python kernel is not installed in this image (python3-ipykernel): %s' % err})
-        return 3
-    cap_file = os.path.join(private, 'output_cap.py')
-    with open(cap_file, 'w') as f:
-        f.write(CAP_MODULE.replace('@HEAD@', str(OUTPUT_HEAD)).replace('@TAIL@', str(OUTPUT_TAIL)).replace('@TOKEN@', TOKEN))
-    km = KernelManager(kernel_name='python3')
-    km.context.setsockopt(zmq.MAXMSGSIZE, MAX_MSG)
-    try:
-        km.start_kernel(extra_arguments=['--InteractiveShell.colors=NoColor', '--HistoryManager.enabled=False', '--IPKernelApp.exec_lines',
-                                         '__import__("runpy").run_path(%r, run_name="__warren_output_cap__");' % cap_file],
-                        cwd=os.getcwd(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        kc = km.client()
-        kc.start_channels()
-        kc.wait_for_ready(timeout=60)
-    except Exception as err:
-        send({'t': 'fatal', 'message': 'the Python kernel did not start: %s' % err})
-        try:
-            km.shutdown_kernel(now=True)
-        except Exception:
-            pass
-        return 3
-    send({'t': 'ready', 'pid': km.provisioner.pid if km.provisioner else None})
-    jobs = queue.Queue()
-
-    def reader():
-        for line in sys.stdin:
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
-            if msg.get('op') == 'interrupt':
-                try:
-                    km.interrupt_kernel()
-                except Exception:
-                    pass
-            else:
-                jobs.put(msg)
-        jobs.put({'op': 'shutdown'})
-
-    threading.Thread(target=reader, daemon=True).start()
-    while True:
-        try:
-            job = jobs.get(timeout=0.5)
-        except queue.Empty:
-            if not km.is_alive():
-                send({'t': 'died', 'message': 'the kernel process exited'})
-                return 4
-            continue
-        if job.get('op') != 'run':
-            break
-        if not run(km, kc, job):
-            send({'t': 'died', 'message': 'the kernel process exited during the run'})
-            return 4
-    try:
-        km.shutdown_kernel(now=True)
-    except Exception:
-        pass
-    return 0
-
-
-def run(km, kc, job):
-    rid = job.get('id')
-    msg_id = kc.execute(str(job.get('code', '')), store_history=True, allow_stdin=False, stop_on_error=False)
-    replied, idle, count, status, idle_wait = False, False, None, 'ok', None
-    while not (replied and idle):
-        got = False
-        try:
-            msg = kc.get_iopub_msg(timeout=0.1)
-            got = True
-            if msg.get('parent_header', {}).get('msg_id') == msg_id:
-                try:
-                    iopub(rid, msg)
-                except Exception as err:
-                    send({'t': 'stream', 'id': rid, 'name': 'stderr', 'text': '[an output the kernel sent could not be read and was left out: %s]\n' % clip_text(err, 200), 'omitted': 0})
-                kind, content = msg['header']['msg_type'], msg['content']
-                if kind == 'status' and content.get('execution_state') == 'idle':
-                    idle = True
-                elif kind == 'execute_input':
-                    count = content.get('execution_count', count)
-        except queue.Empty:
-            pass
-        if not replied:
-            try:
-                reply = kc.get_shell_msg(timeout=0)
-                if reply.get('parent_header', {}).get('msg_id') == msg_id:
-                    replied = True
-                    count = reply['content'].get('execution_count', count)
-                    status = reply['content'].get('status', 'ok')
-                    idle_wait = time.monotonic() + 2
-            except queue.Empty:
-                pass
-        if replied and not idle and not got and time.monotonic() > idle_wait:
-            break  # the idle status was lost (an over-size message dropped the connection)
-        if not got and not km.is_alive():
-            return False
-    send({'t': 'done', 'id': rid, 'count': count, 'status': status})
-    return True
-
-
-def iopub(rid, msg):
-    kind, content = msg['header']['msg_type'], msg['content']
-    if kind == 'stream':
-        send_stream(rid, 'stderr' if content.get('name') == 'stderr' else 'stdout', str(content.get('text', '')))
-    elif kind in ('execute_result', 'display_data'):
-        data, clipped = clip_display(content.get('data') or {})
-        send({'t': 'display', 'id': rid, 'main': kind == 'execute_result', 'data': data, 'clipped': clipped})
-    elif kind == 'error':
-        tb = [ANSI.sub('', str(line)) for line in content.get('traceback') or []]
-        send({'t': 'error', 'id': rid, 'name': clip_text(content.get('ename', ''), 1000), 'value': clip_text(content.get('evalue', ''), STREAM_PIECE),
-              'traceback': '\n'.join(tb)[-STREAM_PIECE:]})
-
-
-if __name__ == '__main__':
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    sys.exit(main())
-`;
-
-/**
- * The JavaScript side: a Node process that runs each cell with `vm.Script.runInThisContext`, so
- * declarations persist between cells of one context (one process per context), answers the last
- * expression's value (awaited when it is a promise) and stops a running cell on SIGINT
- * (`breakOnSigint`). It speaks the same JSON lines as {@link PYTHON_BRIDGE}.
- */
-export const NODE_REPL = String.raw`'use strict';
-const vm = require('node:vm');
-const util = require('node:util');
-const readline = require('node:readline');
-const { createRequire } = require('node:module');
-const path = require('node:path');
-
-const rawOut = process.stdout.write.bind(process.stdout);
-const send = (obj) => rawOut(JSON.stringify(obj) + '\n');
-let current = null;
-// Per cell and stream: the first HEAD characters go out as written, the last TAIL when the cell
-// ends, and the UTF-8 bytes of the middle are counted (as the Python kernel does).
-const HEAD = 4 << 20, TAIL = 4 << 20, PIECE = 1 << 20, CHUNK = 1 << 16;
-const caps = {};
-const emit = (name, text) => {
-  for (let i = 0; i < text.length; i += PIECE) send({ t: 'stream', id: current, name, text: text.slice(i, i + PIECE), omitted: 0 });
-};
-const seal = (cap) => {
-  if (cap.small.length > 0) cap.tail.push(cap.small.join(''));
-  cap.small = [];
-  cap.smallLength = 0;
-};
-function capture(name, text) {
-  const cap = (caps[name] ??= { passed: 0, tail: [], small: [], smallLength: 0, tailLength: 0, dropped: 0 });
-  let start = 0;
-  if (cap.passed < HEAD) {
-    start = Math.min(text.length, HEAD - cap.passed);
-    cap.passed += start;
-    emit(name, start === text.length ? text : text.slice(0, start));
-    if (start === text.length) return;
-  }
-  const piece = start === 0 ? text : text.slice(start);
-  cap.tailLength += piece.length;
-  cap.small.push(piece);
-  cap.smallLength += piece.length;
-  if (cap.smallLength >= CHUNK) seal(cap);
-  while (cap.tail.length > 0 && cap.tailLength - cap.tail[0].length >= TAIL) {
-    const first = cap.tail.shift();
-    cap.tailLength -= first.length;
-    cap.dropped += Buffer.byteLength(first);
-  }
-}
-function finishCaptures() {
-  for (const name of ['stdout', 'stderr']) {
-    const cap = caps[name];
-    if (!cap) continue;
-    delete caps[name];
-    seal(cap);
-    let text = cap.tail.join('');
-    if (text.length > TAIL) {
-      cap.dropped += Buffer.byteLength(text.slice(0, text.length - TAIL));
-      text = text.slice(text.length - TAIL);
-    }
-    if (cap.dropped > 0) send({ t: 'stream', id: current, name, text: '', omitted: cap.dropped });
-    emit(name, text);
-  }
-}
-for (const name of ['stdout', 'stderr']) {
-  const stream = process[name];
-  stream.write = (chunk, encoding, callback) => {
-    const text = typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString('utf8');
-    if (current !== null) capture(name, text);
-    const done = typeof encoding === 'function' ? encoding : callback;
-    if (typeof done === 'function') process.nextTick(done);
-    return true;
-  };
-}
-const cwd = process.cwd();
-globalThis.require = createRequire(path.join(cwd, '[cell]'));
-globalThis.module = { exports: {} };
-globalThis.exports = globalThis.module.exports;
-globalThis.__dirname = cwd;
-globalThis.__filename = path.join(cwd, '[cell]');
-let interrupt = null;
-process.on('SIGINT', () => interrupt && interrupt());
-process.on('uncaughtException', (err) => process.stderr.write('Uncaught ' + util.inspect(err) + '\n'));
-process.on('unhandledRejection', (err) => process.stderr.write('Unhandled rejection: ' + util.inspect(err) + '\n'));
-
-function compile(code, filename) {
-  const trimmed = code.trim();
-  if (trimmed.startsWith('{') && trimmed.endsWith('}')) {
+export function runtimeProgram(name: 'python-bridge.py' | 'node-repl.cjs'): string {
+  let text = programs.get(name);
+  if (text === undefined) {
+    const file = path.join(PROGRAMS_DIR, name);
     try {
-      return new vm.Script('(' + code + '\n)', { filename });
-    } catch {}
-  }
-  return new vm.Script(code, { filename });
-}
-
-function failure(err) {
-  if (err instanceof Error || (err && typeof err === 'object' && 'stack' in err)) {
-    const lines = String(err.stack ?? '').split('\n');
-    const end = lines.findIndex((line) => line.includes('node:vm') || line.includes('[eval]'));
-    return { name: String(err.name ?? 'Error'), value: String(err.message ?? ''), traceback: (end > 0 ? lines.slice(0, end) : lines).join('\n') };
-  }
-  return { name: 'Thrown', value: util.inspect(err), traceback: 'Uncaught ' + util.inspect(err) };
-}
-
-let count = 0;
-async function run(job) {
-  current = job.id;
-  count += 1;
-  let status = 'ok';
-  try {
-    let value = compile(String(job.code ?? ''), 'cell-' + count + '.js').runInThisContext({ breakOnSigint: true, displayErrors: false });
-    if (value && typeof value.then === 'function') {
-      value = await new Promise((resolve, reject) => {
-        interrupt = () => reject(Object.assign(new Error('Script execution interrupted.'), { name: 'Interrupted' }));
-        value.then(resolve, reject);
-      });
+      text = readFileSync(file, 'utf8');
+    } catch (err) {
+      throw new CodedError(
+        'INTERNAL',
+        `The code interpreter's program ${file} could not be read (${(err as Error).message}); the daemon's runtime is incomplete: rebuild it ('pnpm build').`,
+      );
     }
-    if (value !== undefined) {
-      send({ t: 'display', id: job.id, main: true, data: { 'text/plain': util.inspect(value, { depth: 6, maxArrayLength: 200, maxStringLength: 100000 }) }, clipped: false });
-    }
-  } catch (err) {
-    status = 'error';
-    const reported = failure(err);
-    if (/^Script execution (was )?interrupted/.test(reported.value)) reported.name = 'Interrupted';
-    send({ t: 'error', id: job.id, ...reported });
-  } finally {
-    interrupt = null;
+    programs.set(name, text);
   }
-  await new Promise((resolve) => setImmediate(resolve));
-  finishCaptures();
-  send({ t: 'done', id: job.id, count, status });
-  current = null;
+  return text;
 }
-
-const jobs = [];
-let running = false;
-async function pump() {
-  if (running) return;
-  running = true;
-  while (jobs.length > 0) await run(jobs.shift());
-  running = false;
-  if (closed) process.exit(0);
-}
-let closed = false;
-readline.createInterface({ input: process.stdin }).on('line', (line) => {
-  let job;
-  try {
-    job = JSON.parse(line);
-  } catch {
-    return;
-  }
-  if (job.op === 'run') {
-    jobs.push(job);
-    void pump();
-  } else if (job.op === 'shutdown') process.exit(0);
-}).on('close', () => {
-  closed = true;
-  if (!running) process.exit(0);
-});
-send({ t: 'ready', pid: process.pid });
-`;
 
 /**
  * The command that starts Node inside the sandbox: the daemon's own runtime. In a container the
@@ -522,6 +74,6 @@ export function nodeCommand(execPath = process.execPath): string[] {
 /** The argv of a context's child: the Python bridge, or the Node REPL for JavaScript and TypeScript. */
 export function runtimeCommand(language: CodeLanguage): string[] {
   // -I: the bridge's imports come from the system, not from files in the working folder.
-  if (language === 'python') return ['python3', '-I', '-c', PYTHON_BRIDGE];
-  return [...nodeCommand(), '-e', NODE_REPL];
+  if (language === 'python') return ['python3', '-I', '-c', runtimeProgram('python-bridge.py')];
+  return [...nodeCommand(), '-e', runtimeProgram('node-repl.cjs')];
 }

@@ -4,7 +4,6 @@ import {
   canWrite,
   clampLines,
   CodedError,
-  lineAnchor,
   MAX_READ_BYTES,
   MAX_READ_LINES,
   MAX_TEXT_SCAN_BYTES,
@@ -13,6 +12,7 @@ import {
   type Params,
   type Result,
 } from '@warren/protocol';
+import { lineAnchor } from '@warren/protocol/node';
 import type { Handler } from '../dispatch.js';
 import { checkSize, checkSuffix, openChecked, requireRegularFile, typeOf } from '../policy.js';
 import { atPinnedFolder } from '../folder-pin.js';

@@ -1,4 +1,5 @@
-import { CodedError, lineAnchor, lineHash, MAX_TEXT_SCAN_BYTES, parseLineAnchor, splitLines, type Line, type LineEdit } from '@warren/protocol';
+import { CodedError, MAX_TEXT_SCAN_BYTES, parseLineAnchor, splitLines, type Line, type LineEdit } from '@warren/protocol';
+import { lineAnchor, lineHash } from '@warren/protocol/node';
 import type { Handler } from '../dispatch.js';
 import { openChecked, requireRegularFile, resolvePath } from '../policy.js';
 import { withPathLock } from './path-lock.js';

@@ -7,6 +7,7 @@ import { cpuCgroup } from './cpu-cgroup.js';
 import { findProgram } from './find-program.js';
 import { RingOutput } from './output.js';
 import { killTree, MARKER_VARIABLE, newMarker, preferForOomKill } from './process-tree.js';
+import { treeCgroup } from './tree-cgroup.js';
 
 /** How many processes Warren runs at once in one sandbox (foreground, background and shell sessions). */
 export const DEFAULT_MAX_PROCESSES = 64;
@@ -64,23 +65,25 @@ export interface TaggedChild {
 
 /**
  * What a gated child's shell reads first: it waits on descriptor 3 until the daemon has moved it
- * into sandbox code's cgroup, then closes it. The exec happens in the daemon's cgroup (the daemon
- * waits for it), and nothing of the command runs before the move.
+ * into its cgroups (sandbox code's CPU, its tree's), then closes it. The exec happens in the
+ * daemon's cgroups (the daemon waits for it), and nothing of the command runs before the move.
  */
 const GATE_PRELUDE = 'read -r _ <&3; exec 3<&-; ';
 
 /**
  * Starts a child as the leader of its own session (detached), tagged with a fresh marker and
  * made the OOM killer's first choice. Resolves once it runs; a failure to start is a typed error.
- * Where the daemon has a CPU share of its own ({@link cpuCgroup}), the child goes through a gate
- * (a `/bin/sh` that waits on descriptor 3) and is moved into sandbox code's cgroup before it runs
- * anything of its own, so none of it, and nothing it starts, ever runs on the daemon's share.
+ * Where the daemon has cgroups of its own (a CPU share, {@link cpuCgroup}; a cgroup per tree,
+ * {@link treeCgroup}), the child goes through a gate (a `/bin/sh` that waits on descriptor 3) and
+ * is moved into them before it runs anything of its own: none of it ever runs on the daemon's
+ * share, and nothing it starts can leave its tree.
  */
 export async function spawnTagged(spec: SpawnSpec): Promise<TaggedChild> {
   const marker = newMarker();
   const env: Record<string, string> = { ...baseEnvironment(spec.home, spec.sandboxEnv), ...spec.env, [MARKER_VARIABLE]: marker };
   const cgroup = cpuCgroup();
-  const gated = cgroup !== undefined && existsSync('/bin/sh');
+  const trees = treeCgroup();
+  const gated = (cgroup !== undefined || trees !== undefined) && existsSync('/bin/sh');
   if (gated && typeof spec.cmd !== 'string' && !findProgram(spec.cmd[0]!, env.PATH ?? '', spec.cwd)) throw spawnError(enoent(), spec.cmd[0]!);
   // A shell command first makes its own shell the OOM killer's first choice, on the same line
   // (so line numbers and syntax errors read as the caller wrote them): everything it forks
@@ -107,14 +110,15 @@ export async function spawnTagged(spec: SpawnSpec): Promise<TaggedChild> {
   });
   // An argv command is exec'd directly (no shell): its score is raised just after it starts.
   if (child.pid !== undefined && typeof spec.cmd !== 'string') preferForOomKill(child.pid);
-  if (cgroup && child.pid !== undefined) {
+  if ((cgroup || trees) && child.pid !== undefined) {
     try {
-      cgroup.moveToCode(child.pid);
+      trees?.enter(marker, child.pid);
+      cgroup?.moveToCode(child.pid);
     } catch (err) {
       child.kill('SIGKILL');
       throw new CodedError(
         'INTERNAL',
-        `Could not move '${typeof spec.cmd === 'string' ? '/bin/sh' : spec.cmd[0]}' into the sandbox's CPU cgroup: ${(err as Error).message}`,
+        `Could not move '${typeof spec.cmd === 'string' ? '/bin/sh' : spec.cmd[0]}' into the sandbox's cgroups: ${(err as Error).message}`,
       );
     }
     // Without /bin/sh there is no gate: the move follows the start as closely as it can.

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { treeCgroup } from './tree-cgroup.js';
 
 /**
  * The variable that tags every process a Warren call starts. Children inherit it through fork
@@ -23,6 +24,8 @@ export interface ProcEntry {
   startTicks: number;
   /** The value of {@link MARKER_VARIABLE} in the process's initial environment, when readable. */
   marker: string | undefined;
+  /** True when the process is in the selected tree's cgroup ({@link treeCgroup}), which it cannot leave. */
+  inTreeCgroup?: boolean;
 }
 
 /** What identifies one tree: its marker, and its leader's session and group while that lives. */
@@ -70,16 +73,19 @@ export function scanForTree(procRoot = '/proc', selector?: TreeSelector, self = 
   } catch {
     return { entries, vanished };
   }
+  // Read after the listing: a process the tree forks meanwhile is either listed (and found through
+  // its parent) or in the cgroup by the time it is read here.
+  const inCgroup = new Set(selector === undefined ? [] : (treeCgroup()?.pids(selector.marker) ?? []));
   for (const name of names) {
     if (!/^\d+$/.test(name)) continue;
-    const entry = readEntry(procRoot, Number(name), selector, self);
+    const entry = readEntry(procRoot, Number(name), selector, self, inCgroup);
     if (entry) entries.push(entry);
     else vanished++;
   }
   return { entries, vanished };
 }
 
-function readEntry(procRoot: string, pid: number, selector: TreeSelector | undefined, self: number): ProcEntry | undefined {
+function readEntry(procRoot: string, pid: number, selector: TreeSelector | undefined, self: number, inCgroup: ReadonlySet<number>): ProcEntry | undefined {
   let stat: string;
   try {
     stat = readFileSync(`${procRoot}/${pid}/stat`, 'utf8');
@@ -96,9 +102,13 @@ function readEntry(procRoot: string, pid: number, selector: TreeSelector | undef
     sid: Number(fields[3]),
     startTicks: Number(fields[19]),
     marker: undefined,
+    ...(inCgroup.has(pid) && { inTreeCgroup: true }),
   };
   const leader = selector?.leaderPid;
-  const linked = (leader !== undefined && (entry.sid === leader || entry.pgid === leader || pid === leader)) || selector?.groups?.includes(entry.pgid) === true;
+  const linked =
+    entry.inTreeCgroup === true ||
+    (leader !== undefined && (entry.sid === leader || entry.pgid === leader || pid === leader)) ||
+    selector?.groups?.includes(entry.pgid) === true;
   if (selector !== undefined && (pid === self || pid === 1 || linked)) return entry;
   try {
     entry.marker = markerOf(readFileSync(`${procRoot}/${pid}/environ`));
@@ -123,13 +133,14 @@ export function markerOf(environ: Buffer): string | undefined {
 }
 
 /**
- * The live members of one tree: every process carrying the marker, in the leader's session or
- * group or in one of the known groups, or descending from one of those; never this daemon, never pid 1, never a zombie.
+ * The live members of one tree: every process in the tree's cgroup or carrying the marker, in the
+ * leader's session or group or in one of the known groups, or descending from one of those; never
+ * this daemon, never pid 1, never a zombie.
  */
 export function treeMembers(procs: ProcEntry[], selector: TreeSelector, self = process.pid): ProcEntry[] {
   const members = new Set<number>();
   for (const p of procs) {
-    if (p.marker === selector.marker || selector.groups?.includes(p.pgid)) members.add(p.pid);
+    if (p.inTreeCgroup === true || p.marker === selector.marker || selector.groups?.includes(p.pgid)) members.add(p.pid);
     else if (selector.leaderPid !== undefined && (p.sid === selector.leaderPid || p.pgid === selector.leaderPid || p.pid === selector.leaderPid))
       members.add(p.pid);
   }
@@ -174,7 +185,10 @@ export async function killTree(selector: TreeSelector, options: KillTreeOptions 
   const signal = options.signal ?? 'SIGKILL';
   const maxRounds = signal === 'SIGKILL' ? (options.maxRounds ?? 200) : 1;
   const killed = new Set<number>();
-  if (signal === 'SIGKILL' && freezeThenKill(selector, options.procRoot, killed) === 'none') return [];
+  if (signal === 'SIGKILL' && freezeThenKill(selector, options.procRoot, killed) === 'none') {
+    treeCgroup()?.release(selector.marker);
+    return [];
+  }
   for (let round = 0; round < maxRounds; round++) {
     // The known groups first, in one syscall each: it stops a fork loop in them before the scan.
     signalGroups(knownGroups(selector), signal);
@@ -185,6 +199,8 @@ export async function killTree(selector: TreeSelector, options: KillTreeOptions 
     if (signal !== 'SIGKILL') break;
     await new Promise((resolve) => setTimeout(resolve, round < 5 ? 2 : 10));
   }
+  // The tree is over: its cgroup goes once the last member is reaped.
+  if (signal === 'SIGKILL') treeCgroup()?.release(selector.marker);
   return [...killed];
 }
 

@@ -5,6 +5,7 @@ import { CodedError } from '@warren/protocol';
 import type { Handler } from '../dispatch.js';
 import type { FilePolicy } from '../policy.js';
 import { cpuCgroup } from './cpu-cgroup.js';
+import { treeCgroup } from './tree-cgroup.js';
 import { resolveCwd } from './exec.js';
 import { findProgram } from './find-program.js';
 import { baseEnvironment, type SandboxUser } from './process-table.js';
@@ -130,9 +131,12 @@ export function ptyHandlers(options: {
             encoding: null,
             ...(options.user && { uid: options.user.uid, gid: options.user.gid }),
           });
-        // node-pty forks from this thread: the terminal's program is born in sandbox code's cgroup.
+        // node-pty forks from this thread: the terminal's program is born in sandbox code's cgroup
+        // and in its tree's.
         const cgroup = cpuCgroup();
-        pty = cgroup ? cgroup.forkInCode(spawn) : spawn();
+        const trees = treeCgroup();
+        const inTree = trees ? () => trees.forkIn(marker, spawn) : spawn;
+        pty = cgroup ? cgroup.forkInCode(inTree) : inTree();
       } catch (err) {
         throw new CodedError('PTY_UNAVAILABLE', `Could not open a terminal for '${argv[0]}': ${err instanceof Error ? err.message : String(err)}.`, {
           cmd: argv[0],

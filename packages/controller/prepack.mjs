@@ -1,10 +1,11 @@
 // Runs before `pnpm pack` / `pnpm publish`: the published controller carries the agent's two files
 // (dist/agent/warren-agent.mjs, which a sandbox starts, and the bundle warren-agent.cjs it loads)
-// that the runtime volume serves to every sandbox, because the agent package itself is not
+// and the code interpreter's programs the bundle reads (dist/agent/runtimes/), which the runtime
+// volume serves to every sandbox, because the agent package itself is not
 // published. Build first: `pnpm build` at the repository root.
-import { copyFileSync, existsSync, mkdirSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync } from 'node:fs';
 
-const AGENT_FILES = ['warren-agent.mjs', 'warren-agent.cjs'];
+const AGENT_FILES = ['warren-agent.mjs', 'warren-agent.cjs', 'runtimes'];
 for (const name of AGENT_FILES) {
   const from = new URL(`../agent/dist/${name}`, import.meta.url);
   if (!existsSync(from)) {
@@ -17,4 +18,5 @@ if (!existsSync(new URL('./dist/index.js', import.meta.url))) {
   process.exit(1);
 }
 mkdirSync(new URL('./dist/agent/', import.meta.url), { recursive: true });
-for (const name of AGENT_FILES) copyFileSync(new URL(`../agent/dist/${name}`, import.meta.url), new URL(`./dist/agent/${name}`, import.meta.url));
+for (const name of AGENT_FILES)
+  cpSync(new URL(`../agent/dist/${name}`, import.meta.url), new URL(`./dist/agent/${name}`, import.meta.url), { recursive: true });

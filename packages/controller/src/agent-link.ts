@@ -1,15 +1,5 @@
-import {
-  CodedError,
-  decodeFrame,
-  encodeFrame,
-  parseResult,
-  PROTOCOL_MINOR,
-  PROTOCOL_VERSION,
-  WS_MAX_PAYLOAD_BYTES,
-  type MethodName,
-  type ParamsIn,
-  type Result,
-} from '@warren/protocol';
+import { CODED_ERRORS, CodedError, WireClient, WS_MAX_PAYLOAD_BYTES, type MethodName, type ParamsIn, type Result } from '@warren/protocol';
+import { wsSocket } from '@warren/protocol/node';
 import { lstatSync, type Stats } from 'node:fs';
 import type { Duplex } from 'node:stream';
 import { WebSocket } from 'ws';
@@ -128,29 +118,25 @@ export async function callAgent<M extends MethodName>(
   timeoutMs = 5000,
   headers: Record<string, string> = {},
 ): Promise<Result<M>> {
+  const deadline = Date.now() + timeoutMs;
   const ws = await openAgentSocket(endpoint, secret, timeoutMs, headers);
+  const closed = () => new CodedError('SANDBOX_NOT_READY', `The sandbox daemon closed the connection during ${method}.`);
+  const late = () => new CodedError('SANDBOX_NOT_READY', `The sandbox daemon did not answer ${method} within ${timeoutMs} ms.`);
   try {
-    return await new Promise<Result<M>>((resolve, reject) => {
-      const timer = setTimeout(
-        () => reject(new CodedError('SANDBOX_NOT_READY', `The sandbox daemon did not answer ${method} within ${timeoutMs} ms.`)),
-        timeoutMs,
-      );
-      ws.on('message', (data: Buffer) => {
-        try {
-          const { header } = decodeFrame(data);
-          if (header.type === 'welcome') ws.send(encodeFrame({ type: 'req', id: 1, method, params }));
-          else if (header.type === 'res') resolve(parseResult(method, header.result));
-          else if (header.type === 'err') reject(new CodedError(header.error.code, header.error.message, header.error.details));
-        } catch (err) {
-          reject(err instanceof Error ? err : new Error(String(err)));
-        }
-      });
-      ws.once('close', () => reject(new CodedError('SANDBOX_NOT_READY', `The sandbox daemon closed the connection during ${method}.`)));
-      ws.send(encodeFrame({ type: 'hello', protocolVersion: PROTOCOL_VERSION, protocolMinor: PROTOCOL_MINOR, client: 'warren-controller' }));
-      const clear = () => clearTimeout(timer);
-      ws.once('close', clear);
-      ws.once('message', clear);
+    const client = await WireClient.connect(wsSocket(ws, { batch: false }), {
+      client: 'warren-controller',
+      handshakeTimeoutMs: Math.max(1, deadline - Date.now()),
+      errors: {
+        fromWire: CODED_ERRORS.fromWire,
+        local: (code, message, options) => (code === 'REQUEST_TIMEOUT' ? late() : CODED_ERRORS.local(code, message, options)),
+      },
+      checkParams: false,
+      peerClosedError: closed,
+      handshakeClosedError: closed,
+      handshakeTimeoutError: late,
     });
+    const { result } = await client.call(method, params, { timeoutMs: Math.max(1, deadline - Date.now()) });
+    return result;
   } finally {
     ws.close();
   }

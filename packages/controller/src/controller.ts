@@ -2,15 +2,15 @@ import { SnapshotService } from './snapshots.js';
 import { VolumeService } from './volumes.js';
 import { SnapshotStore } from './snapshot-store.js';
 import { once } from 'node:events';
-import { CodedError, EGRESS_TRANSPARENT_ADDRESS, type ParamsIn } from '@warren/protocol';
-import { callAgent } from './agent-link.js';
+import type { Server } from 'node:http';
+import { EGRESS_TRANSPARENT_ADDRESS } from '@warren/protocol';
 import { loadConfig, type ControllerConfig } from './config.js';
 import { Credentials } from './credentials.js';
 import Docker from 'dockerode';
-import { DockerProvider } from './docker.js';
+import { DockerProvider } from './docker/provider.js';
 import { KubernetesProvider } from './kubernetes/provider.js';
-import { resolveEngine } from './engine-endpoint.js';
-import { checkLimitsEnforced } from './engine-kind.js';
+import { resolveEngine } from './docker/engine-endpoint.js';
+import { checkLimitsEnforced } from './docker/engine-kind.js';
 import { EngineWatch } from './engine-watch.js';
 import { createLogger, type Logger } from './logger.js';
 import { createHttpServer, serverUrl } from './http.js';
@@ -26,6 +26,7 @@ import { EgressStore } from './egress/egress-store.js';
 import { EgressGateway } from './egress/gateway.js';
 import { SandboxEgress } from './egress/sandbox-egress.js';
 import { egressEventSink } from './egress/sink.js';
+import { Scheduler } from './scheduler.js';
 
 export interface StartControllerOptions {
   config?: Partial<ControllerConfig>;
@@ -67,84 +68,18 @@ export interface Controller extends AsyncDisposable {
 export async function startController(options: StartControllerOptions = {}): Promise<Controller> {
   const config = loadConfig(process.env, options.config);
   const logger = options.logger ?? createLogger({ level: config.logLevel });
-  let generatedApiKey: string | undefined;
-  let credentials = options.credentials;
-  if (!credentials) {
-    const loaded = await Credentials.load(config.stateDir, config.apiKey, config.apiKeyHashes);
-    credentials = loaded.credentials;
-    generatedApiKey = loaded.generatedApiKey;
-  }
+  const { credentials, generatedApiKey } = options.credentials
+    ? { credentials: options.credentials, generatedApiKey: undefined }
+    : await loadCredentials(config);
   // The engine as the docker command finds it (DOCKER_HOST, the current context), said at start.
   const endpoint = options.provider || config.provider !== 'docker' ? undefined : resolveEngine(process.env);
-  const provider: SandboxProvider =
-    options.provider ??
-    (config.provider === 'kubernetes'
-      ? await KubernetesProvider.load({ ...config.kubernetes, daemonSecret: (agentId) => credentials.agentSecret(agentId), logger })
-      : new DockerProvider({
-          docker: new Docker(endpoint!.options),
-          stateDir: config.stateDir,
-          workspaceQuota: config.workspaceQuota,
-          workspaceReserveMb: config.workspaceReserveMb,
-          daemonChannel: config.daemonChannel,
-          processLimit: config.engine.processLimit,
-          logger,
-        }));
-  await provider.ping();
-  const runtime = await collectRuntime(config.agentBundlePath);
-  const { oldRuntimesRemoved } = await provider.prepare(runtime, config.defaultImage);
-  const isolation = await provider.isolation();
-  if (!isolation.limitsEnforced) {
-    const reason = isolation.limitsNotEnforced ?? 'the engine accepts memory, CPU and pids limits without enforcing them';
-    checkLimitsEnforced(reason, config.engine.allowUnenforcedLimits);
-    logger.warn({ warning: `${reason}; sandboxes are not bounded (engine.allowUnenforcedLimits is on)` }, 'engine.limits-not-enforced');
-  }
+  const provider = options.provider ?? (await makeProvider(config, credentials, logger, endpoint));
+  const { oldRuntimesRemoved, isolation } = await prepareEngine(provider, config, logger);
   const metrics: Metrics = new Metrics(() => sandboxes.countByState());
-  // The egress gateway: every way out of a sandbox with an egress policy, reached through each
-  // sandbox's relay over its daemon channel (docs/network.md). Its events go to the metrics, the
-  // log and the sandbox's egress log.
-  // Replicas on one cluster share the CA (first writer wins) and each sandbox's stored egress, so any of them can serve its relay.
-  const shared = provider.sharedState;
-  const egressCa = shared ? await EgressCa.shared(shared) : await EgressCa.loadOrCreate(config.stateDir);
-  const egressLog = new EgressLog();
-  const egress = await SandboxEgress.create({
-    gateway: new EgressGateway({
-      operator: config.egress,
-      ca: egressCa,
-      upstreamCa: options.egressUpstreamCa,
-      onEvent: egressEventSink({ metrics, logger, forward: (event) => egressLog.add(event) }),
-    }),
-    caPem: egressCa.certPem,
-    maxConnections: config.egress.maxConnectionsPerSandbox,
-    // Clients that ignore the proxy variables: DNS and :80/:443 on a loopback address of the sandbox's own.
-    transparent: { address: EGRESS_TRANSPARENT_ADDRESS, resolvConf: true },
-    logger,
-    log: egressLog,
-    store: shared ? shared.egressStore : new EgressStore(config.stateDir),
-    ackTimeoutMs: 5 * (config.egress.followIntervalMs ?? 2000),
-  });
-  const sandboxes: SandboxService = new SandboxService({
-    egress,
-    provider,
-    credentials,
-    config,
-    metrics,
-    images: new ImageService({ provider, settings: config.images, logger }),
-    onRestart: (sandboxId, error) =>
-      error === null ? logger.info({ sandboxId }, 'sandbox.restarted') : logger.error({ sandboxId, error }, 'sandbox.restart-failed'),
-    pool: config.poolSize > 0 ? (service) => new WarmPool(service, config.poolSize, logger) : undefined,
-    onFreezeError: (sandboxId, doing, error) => logger.warn({ sandboxId, error: String(error) }, `sandbox.${doing}-failed`),
-  });
+  const { egress, egressLog } = await startEgress(provider, config, metrics, logger, options.egressUpstreamCa);
+  const sandboxes: SandboxService = makeSandboxService({ provider, credentials, config, metrics, egress, logger });
   const pool = sandboxes.pool as WarmPool | undefined;
-  const { recovered, poolMembers } = await sandboxes.recover();
-  // Snapshots after the sandboxes: what a killed controller half-wrote goes, the rest is kept.
-  const volumes = new VolumeService({ sandboxes, provider, config });
-  await volumes.recover();
-  const snapshots = new SnapshotService({ sandboxes, provider, store: new SnapshotStore(config.stateDir), limits: config.snapshots, logger, volumes });
-  const snapshotsRecovered = await snapshots.recover();
-  logger.info(snapshotsRecovered, 'snapshots.recovered');
-  // Unclaimed pool members of the previous run may be from an older runtime: replace them.
-  for (const member of poolMembers) await sandboxes.removePoolMember(member.agentId, member.containerId);
-  pool?.fill();
+  const { recovered, volumes, snapshots } = await recoverState(sandboxes, provider, config, logger);
 
   // Sandboxes whose containers stopped while no controller watched (an engine restart, a host
   // reboot) come back now; from here on the watch restarts them whenever the engine does.
@@ -152,42 +87,9 @@ export async function startController(options: StartControllerOptions = {}): Pro
   const engine = new EngineWatch(provider, sandboxes.supervisor, pool, logger);
   await engine.start();
 
-  const readiness = async () => {
-    await provider.ping();
-    if (engine.recovering) throw new Error('the Docker engine restarted and Warren is still starting the sandboxes that stopped with it');
-    if (!(await provider.hasImage(config.defaultImage)))
-      throw new Error(`the default image ${config.defaultImage} is not on the Docker engine; build it with scripts/build-images`);
-    return {
-      [provider.name]: 'ok',
-      provider: provider.name,
-      defaultImage: config.defaultImage,
-      runtimes: sandboxes.runtimes,
-      isolation,
-      hardening: sandboxHardening(config),
-      images: { pull: config.images.pull, allowedRegistries: config.images.allowedRegistries, buildNetwork: config.images.buildNetwork },
-    };
-  };
-  const audit = async (id: string, query: URLSearchParams) => {
-    const params: ParamsIn<'audit.list'> = {};
-    const number = (name: string) => {
-      const raw = query.get(name);
-      if (raw === null) return undefined;
-      const value = Number(raw);
-      if (!Number.isInteger(value) || value < 0) throw new CodedError('INVALID_PARAMS', `?${name}= must be a whole number, got '${raw}'.`);
-      return value;
-    };
-    const since = number('since');
-    const limit = number('limit');
-    if (since !== undefined) params.since = since;
-    if (limit !== undefined) params.limit = limit;
-    if (sandboxes.record(id).state === 'paused') throw new CodedError('SANDBOX_NOT_READY', `Sandbox '${id}' is paused; resume it to read its audit log.`);
-    await sandboxes.wake(id);
-    return callAgent(sandboxes.daemonEndpoint(id), sandboxes.agentSecret(id), 'audit.list', params);
-  };
-  const { server, wss } = createHttpServer({ sandboxes, snapshots, volumes, credentials, config, metrics, logger, readiness, audit, egressLog });
-  server.listen(config.port, config.host);
-  await once(server, 'listening');
-  const url = serverUrl(server, config.host);
+  const readiness = readinessCheck(provider, config, engine, sandboxes, isolation);
+  const { server, wss } = createHttpServer({ sandboxes, snapshots, volumes, credentials, config, metrics, logger, readiness, egressLog });
+  const url = await listen(server, config);
   logger.info(
     {
       url,
@@ -200,70 +102,10 @@ export async function startController(options: StartControllerOptions = {}): Pro
     },
     'controller.started',
   );
+  const scheduler = schedulePeriodicJobs({ config, logger, sandboxes, snapshots, metrics, pool, sharedEgress: provider.sharedState !== undefined });
 
-  const reaper = setInterval(() => {
-    pool?.fill();
-    sandboxes
-      .refreshStates()
-      .then(() => sandboxes.reapExpired())
-      .then((ids: string[]) => ids.length > 0 && logger.info({ ids }, 'sandboxes.reaped'))
-      .then(() => sandboxes.hibernateIdle())
-      .then((ids: string[]) => ids.length > 0 && logger.info({ ids }, 'sandboxes.hibernated'))
-      .then(() => snapshots.collect())
-      .catch((err: unknown) => logger.error({ error: String(err) }, 'reaper.failed'));
-  }, config.reapIntervalMs);
-  reaper.unref();
-  // Idle sandboxes are frozen (freezeAfterIdleSeconds); a round never overlaps the one before.
-  let freezing = false;
-  const freezer = sandboxes.freezer.enabled
-    ? setInterval(() => {
-        if (freezing) return;
-        freezing = true;
-        sandboxes.freezer
-          .check()
-          .then((ids) => ids.length > 0 && logger.info({ ids }, 'sandboxes.frozen'))
-          .catch((err: unknown) => logger.error({ error: String(err) }, 'freezer.failed'))
-          .finally(() => (freezing = false));
-      }, sandboxes.freezer.checkIntervalMs)
-    : undefined;
-  freezer?.unref();
-  // Per-sandbox metrics: a background sample of every running sandbox (the short history and the
-  // Prometheus series), and the series only while their label cardinality stays bounded.
-  const { usage } = config;
-  metrics.sandboxSamples = () =>
-    usage.perSandboxSeries === 'on' || (usage.perSandboxSeries === 'auto' && sandboxes.list().length <= usage.perSandboxSeriesMax)
-      ? sandboxes.usageHistory.latest()
-      : [];
-  let sampling = false;
-  const sampler =
-    usage.sampleSeconds > 0
-      ? setInterval(() => {
-          if (sampling) return; // a slow engine: skip a round rather than pile them up
-          sampling = true;
-          void sandboxes.sampleUsage().finally(() => (sampling = false));
-        }, usage.sampleSeconds * 1000)
-      : undefined;
-  sampler?.unref();
-
-  // Replicas: take over the relays of egress sandboxes no replica serves (one whose replica died), and enforce policies stored by others.
-  let following = false;
-  const egressFollower = shared
-    ? setInterval(() => {
-        if (following) return;
-        following = true;
-        void sandboxes.followSharedEgress().finally(() => (following = false));
-      }, config.egress.followIntervalMs ?? 2000)
-    : undefined;
-  egressFollower?.unref();
-
-  let closed = false;
-  const close = async () => {
-    if (closed) return;
-    closed = true;
-    clearInterval(egressFollower);
-    clearInterval(reaper);
-    clearInterval(freezer);
-    clearInterval(sampler);
+  const close = closer(async () => {
+    scheduler.close();
     engine.close();
     await pool?.close();
     if (config.killOnShutdown) for (const record of sandboxes.list()) await sandboxes.kill(record.id).catch(() => undefined);
@@ -271,8 +113,197 @@ export async function startController(options: StartControllerOptions = {}): Pro
     server.closeAllConnections();
     await new Promise<void>((resolve) => server.close(() => resolve()));
     await egress.close();
-  };
+  });
   return { url, config, sandboxes, snapshots, metrics, pool, generatedApiKey, close, [Symbol.asyncDispose]: close };
+}
+
+/** The sandbox service over the provider, with its image service, warm pool and event lines. */
+function makeSandboxService(parts: {
+  provider: SandboxProvider;
+  credentials: Credentials;
+  config: ControllerConfig;
+  metrics: Metrics;
+  egress: SandboxEgress;
+  logger: Logger;
+}): SandboxService {
+  const { provider, config, logger } = parts;
+  return new SandboxService({
+    ...parts,
+    images: new ImageService({ provider, settings: config.images, logger }),
+    onRestart: (sandboxId, error) =>
+      error === null ? logger.info({ sandboxId }, 'sandbox.restarted') : logger.error({ sandboxId, error }, 'sandbox.restart-failed'),
+    pool: config.poolSize > 0 ? (service) => new WarmPool(service, config.poolSize, logger) : undefined,
+    onFreezeError: (sandboxId, doing, error) => logger.warn({ sandboxId, error: String(error) }, `sandbox.${doing}-failed`),
+  });
+}
+
+/**
+ * What the previous run left: the sandbox table, then volumes, then snapshots (what a killed
+ * controller half-wrote goes, the rest is kept); unclaimed pool members of the previous run may be
+ * from an older runtime, so they are replaced.
+ */
+async function recoverState(sandboxes: SandboxService, provider: SandboxProvider, config: ControllerConfig, logger: Logger) {
+  const { recovered, poolMembers } = await sandboxes.recover();
+  const volumes = new VolumeService({ sandboxes, provider, config });
+  await volumes.recover();
+  const snapshots = new SnapshotService({ sandboxes, provider, store: new SnapshotStore(config.stateDir), limits: config.snapshots, logger, volumes });
+  logger.info(await snapshots.recover(), 'snapshots.recovered');
+  for (const member of poolMembers) await sandboxes.removePoolMember(member.agentId, member.containerId);
+  (sandboxes.pool as WarmPool | undefined)?.fill();
+  return { recovered, volumes, snapshots };
+}
+
+/** Listens on the configured address and port; resolves with the server's URL. */
+async function listen(server: Server, config: ControllerConfig): Promise<string> {
+  server.listen(config.port, config.host);
+  await once(server, 'listening');
+  return serverUrl(server, config.host);
+}
+
+/** A close that runs `stop` once: later calls resolve at once. */
+function closer(stop: () => Promise<void>): () => Promise<void> {
+  let closed = false;
+  return async () => {
+    if (closed) return;
+    closed = true;
+    await stop();
+  };
+}
+
+/** The credentials in the state folder; the API key is generated (and returned, to be printed once) on the first start. */
+async function loadCredentials(config: ControllerConfig): Promise<{ credentials: Credentials; generatedApiKey: string | undefined }> {
+  const loaded = await Credentials.load(config.stateDir, config.apiKey, config.apiKeyHashes);
+  return { credentials: loaded.credentials, generatedApiKey: loaded.generatedApiKey };
+}
+
+/** The configured provider: the Kubernetes provider, or the Docker provider on the engine the `docker` command would use. */
+async function makeProvider(
+  config: ControllerConfig,
+  credentials: Credentials,
+  logger: Logger,
+  endpoint: ReturnType<typeof resolveEngine> | undefined,
+): Promise<SandboxProvider> {
+  if (config.provider === 'kubernetes')
+    return await KubernetesProvider.load({ ...config.kubernetes, daemonSecret: (agentId) => credentials.agentSecret(agentId), logger });
+  return new DockerProvider({
+    docker: new Docker(endpoint!.options),
+    stateDir: config.stateDir,
+    workspaceQuota: config.workspaceQuota,
+    workspaceReserveMb: config.workspaceReserveMb,
+    daemonChannel: config.daemonChannel,
+    processLimit: config.engine.processLimit,
+    logger,
+  });
+}
+
+/**
+ * Checks that the backend answers, fills its runtime volume, and reads its isolation report; an
+ * engine that does not enforce limits is refused unless `engine.allowUnenforcedLimits` is on.
+ */
+async function prepareEngine(provider: SandboxProvider, config: ControllerConfig, logger: Logger) {
+  await provider.ping();
+  const runtime = await collectRuntime(config.agentBundlePath);
+  const { oldRuntimesRemoved } = await provider.prepare(runtime, config.defaultImage);
+  const isolation = await provider.isolation();
+  if (!isolation.limitsEnforced) {
+    const reason = isolation.limitsNotEnforced ?? 'the engine accepts memory, CPU and pids limits without enforcing them';
+    checkLimitsEnforced(reason, config.engine.allowUnenforcedLimits);
+    logger.warn({ warning: `${reason}; sandboxes are not bounded (engine.allowUnenforcedLimits is on)` }, 'engine.limits-not-enforced');
+  }
+  return { oldRuntimesRemoved, isolation };
+}
+
+/**
+ * The egress gateway: every way out of a sandbox with an egress policy, reached through each
+ * sandbox's relay over its daemon channel (docs/network.md). Its events go to the metrics, the log
+ * and the sandbox's egress log. Replicas on one cluster share the CA (first writer wins) and each
+ * sandbox's stored egress, so any of them can serve its relay.
+ */
+async function startEgress(provider: SandboxProvider, config: ControllerConfig, metrics: Metrics, logger: Logger, upstreamCa: string[] | undefined) {
+  const shared = provider.sharedState;
+  const egressCa = shared ? await EgressCa.shared(shared) : await EgressCa.loadOrCreate(config.stateDir);
+  const egressLog = new EgressLog();
+  const egress = await SandboxEgress.create({
+    gateway: new EgressGateway({
+      operator: config.egress,
+      ca: egressCa,
+      upstreamCa,
+      onEvent: egressEventSink({ metrics, logger, forward: (event) => egressLog.add(event) }),
+    }),
+    caPem: egressCa.certPem,
+    maxConnections: config.egress.maxConnectionsPerSandbox,
+    // Clients that ignore the proxy variables: DNS and :80/:443 on a loopback address of the sandbox's own.
+    transparent: { address: EGRESS_TRANSPARENT_ADDRESS, resolvConf: true },
+    logger,
+    log: egressLog,
+    store: shared ? shared.egressStore : new EgressStore(config.stateDir),
+    ackTimeoutMs: 5 * (config.egress.followIntervalMs ?? 2000),
+  });
+  return { egress, egressLog };
+}
+
+/** `/readyz`: the backend answers, no engine recovery is under way, and the default image is there. */
+function readinessCheck(
+  provider: SandboxProvider,
+  config: ControllerConfig,
+  engine: EngineWatch,
+  sandboxes: SandboxService,
+  isolation: Awaited<ReturnType<SandboxProvider['isolation']>>,
+): () => Promise<Record<string, unknown>> {
+  return async () => {
+    await provider.ping();
+    if (engine.recovering) throw new Error('the Docker engine restarted and Warren is still starting the sandboxes that stopped with it');
+    // A backend without images of its own (Kubernetes) fetches the default image on each node itself.
+    if (provider.images && !(await provider.images.has(config.defaultImage)))
+      throw new Error(`the default image ${config.defaultImage} is not on the Docker engine; build it with scripts/build-images`);
+    return {
+      [provider.name]: 'ok',
+      provider: provider.name,
+      defaultImage: config.defaultImage,
+      runtimes: sandboxes.runtimes,
+      isolation,
+      hardening: sandboxHardening(config),
+      images: { pull: config.images.pull, allowedRegistries: config.images.allowedRegistries, buildNetwork: config.images.buildNetwork },
+    };
+  };
+}
+
+/**
+ * The controller's periodic jobs, on one {@link Scheduler}: the warm pool's refill and the reaper's
+ * round (states, expiry, idle hibernation, snapshot collection) every `reapIntervalMs`; the idle
+ * freezer (`freezeAfterIdleSeconds`); the usage sampler (`usage.sampleSeconds`), whose samples feed
+ * the per-sandbox series while their label cardinality stays bounded; and, with replicas, taking
+ * over the relays of egress sandboxes no replica serves and enforcing policies stored by others.
+ */
+function schedulePeriodicJobs(parts: {
+  config: ControllerConfig;
+  logger: Logger;
+  sandboxes: SandboxService;
+  snapshots: SnapshotService;
+  metrics: Metrics;
+  pool: WarmPool | undefined;
+  sharedEgress: boolean;
+}): Scheduler {
+  const { config, logger, sandboxes, snapshots, metrics, pool } = parts;
+  const scheduler = new Scheduler(logger);
+  const logIds = (event: string) => (ids: string[]) => ids.length > 0 && logger.info({ ids }, event);
+  if (pool) scheduler.every('pool', config.reapIntervalMs, () => pool.fill());
+  scheduler.every('reaper', config.reapIntervalMs, async () => {
+    await sandboxes.refreshStates();
+    logIds('sandboxes.reaped')(await sandboxes.reapExpired());
+    logIds('sandboxes.hibernated')(await sandboxes.hibernateIdle());
+    await snapshots.collect();
+  });
+  const { freezer } = sandboxes;
+  if (freezer.enabled) scheduler.every('freezer', freezer.checkIntervalMs, async () => logIds('sandboxes.frozen')(await freezer.check()));
+  const { usage } = config;
+  metrics.sandboxSamples = () =>
+    usage.perSandboxSeries === 'on' || (usage.perSandboxSeries === 'auto' && sandboxes.list().length <= usage.perSandboxSeriesMax)
+      ? sandboxes.usageHistory.latest()
+      : [];
+  if (usage.sampleSeconds > 0) scheduler.every('sampler', usage.sampleSeconds * 1000, () => sandboxes.sampleUsage());
+  if (parts.sharedEgress) scheduler.every('egress-follower', config.egress.followIntervalMs ?? 2000, () => sandboxes.followSharedEgress());
+  return scheduler;
 }
 
 /** The hardening every sandbox gets unless its create asks otherwise, for `/readyz`. */

@@ -17,7 +17,7 @@ import {
 } from '@warren/protocol';
 import type { Credentials } from './credentials.js';
 import type { Metrics } from './metrics.js';
-import type { SandboxRecord } from './sandboxes.js';
+import type { SandboxRecord } from './sandbox-table.js';
 
 /** Who is calling: the operator (API key), the holder of one sandbox's token, or of a derived token. */
 export type Caller =

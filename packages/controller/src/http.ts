@@ -1,14 +1,13 @@
-import type { SnapshotService } from './snapshots.js';
-import type { VolumeService } from './volumes.js';
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { isIP, type AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { CodedError, ERROR_CODES, GRANT_HEADER, WS_MAX_PAYLOAD_BYTES, encodeGrant, type ErrorCode, type RestErrorBody } from '@warren/protocol';
+import { CodedError, ERROR_CODES, WS_MAX_PAYLOAD_BYTES, type ErrorCode, type RestErrorBody } from '@warren/protocol';
 import { WebSocketServer, type WebSocket } from 'ws';
-import { openAgentSocket } from './agent-link.js';
+import { openDaemonSocket } from './daemon-session.js';
 import type { ControllerConfig } from './config.js';
 import type { Credentials } from './credentials.js';
+import { DaemonSessionPool } from './daemon-pool.js';
 import { createE2bGateway, E2B_PREFIX, e2bHostTarget, ENVD_PORT, isE2bPath } from './e2b/gateway.js';
 import { sandboxIdOf } from './e2b/envd-scope.js';
 import { ConsoleServer } from './console/server.js';
@@ -17,12 +16,11 @@ import { MetricsHistory } from './console/history.js';
 import { CallGate } from './call-gate.js';
 import { atCredentialEnd, callerFor, grantFor, routeRefusal, type Access, type Caller, type Holder } from './grants.js';
 import type { Logger } from './logger.js';
-import type { Metrics } from './metrics.js';
-import type { EgressLog } from './egress/egress-log.js';
 import { isPortPath, PortProxy } from './ports/proxy.js';
 import { relay } from './relay.js';
-import { readJson, ROUTES, routeList, routesAt, sendJson } from './routes.js';
-import type { SandboxService } from './sandboxes.js';
+import { readJson, sendJson } from './routes/io.js';
+import { allowedMethods, ROUTES, routeList, routesAt } from './routes/table.js';
+import type { HttpServerDeps } from './server-context.js';
 
 /** The header a request id travels in, both ways. */
 export const REQUEST_ID_HEADER = 'x-request-id';
@@ -30,25 +28,6 @@ export const REQUEST_ID_HEADER = 'x-request-id';
 const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 /** Paths are logged up to this length: the rest of a hostile URL is not worth a log line's size. */
 const MAX_LOGGED_PATH = 256;
-
-export interface HttpServerDeps {
-  sandboxes: SandboxService;
-  /** Snapshots and forks (docs/state.md); absent, their routes answer NOT_SUPPORTED. */
-  snapshots?: SnapshotService | undefined;
-  /** Named volumes (docs/state.md#volumes); absent, their routes answer NOT_SUPPORTED. */
-  volumes?: VolumeService | undefined;
-  credentials: Credentials;
-  config: ControllerConfig;
-  metrics: Metrics;
-  /** Event lines and one access line per request and per WebSocket connection. */
-  logger: Logger;
-  /** `/readyz`: resolves when Docker answers and the default image is present. */
-  readiness: () => Promise<Record<string, unknown>>;
-  /** `GET /v1/sandboxes/:id/audit`: the daemon's audit log of the sandbox. */
-  audit: (id: string, query: URLSearchParams) => Promise<unknown>;
-  /** The sandboxes' recent egress gateway events (`GET /v1/sandboxes/:id/egress`); absent without a gateway. */
-  egressLog?: EgressLog | undefined;
-}
 
 /** The REST API and the WebSocket relay to each sandbox's daemon, on one node:http server. */
 export function createHttpServer(deps: HttpServerDeps) {
@@ -83,8 +62,13 @@ export function createHttpServer(deps: HttpServerDeps) {
         })
       : undefined;
 
-  const e2b = createE2bGateway(deps);
+  // One pool of idle daemon connections for every door that opens them for a caller (keyed by
+  // sandbox, caller and grant). E2B's calls come in bursts further apart than a page's tunnels, so
+  // idle sessions wait 30 s.
+  const daemonSessions = new DaemonSessionPool({ idleMs: 30_000 });
+  const e2b = createE2bGateway(deps, daemonSessions);
   const ports = new PortProxy({
+    sessions: daemonSessions,
     sandboxes: deps.sandboxes,
     credentials: deps.credentials,
     metrics: deps.metrics,
@@ -155,7 +139,7 @@ export function createHttpServer(deps: HttpServerDeps) {
     history?.stop();
     sessions?.close();
     e2b.close();
-    ports.close();
+    daemonSessions.close();
   });
 
   return { server, wss };
@@ -187,7 +171,7 @@ interface AccessEntry {
 async function route(deps: HttpServerDeps, auth: Authenticator, req: IncomingMessage, res: ServerResponse, entry: AccessEntry): Promise<void> {
   const url = new URL(req.url ?? '/', 'http://controller');
   const method = req.method ?? 'GET';
-  const { routes, id } = routesAt(url.pathname);
+  const { routes, id, params } = routesAt(url.pathname);
   if (routes.length === 0) throw new CodedError('NOT_FOUND', `No route ${method} ${url.pathname}. Routes: ${routeList()}.`);
   if (id) entry.sandboxId = id;
   const found = routes.find((r) => r.method === method);
@@ -201,7 +185,11 @@ async function route(deps: HttpServerDeps, auth: Authenticator, req: IncomingMes
   // another controller replica made is adopted first, where the backend shares records.
   if (id) await deps.sandboxes.ensureKnown(id);
   const record = id ? deps.sandboxes.record(id) : undefined;
-  if (!found) throw methodNotAllowed(method, url.pathname, routes.map((r) => r.method).join(', '));
+  if (!found) {
+    const allowed = allowedMethods(routes);
+    res.setHeader('allow', allowed);
+    throw methodNotAllowed(method, url.pathname, allowed);
+  }
   if (caller !== undefined) {
     const who = caller;
     const what = `${found.method} ${found.path.replace('{id}', '<id>')}`;
@@ -211,9 +199,10 @@ async function route(deps: HttpServerDeps, auth: Authenticator, req: IncomingMes
   if (record) {
     deps.sandboxes.touch(id);
     // A hibernated sandbox wakes for any call that needs it running; describing, hibernating or killing it does not.
-    if (record.hibernated && !STAY_ASLEEP.has(found.operationId)) await deps.sandboxes.wake(id);
+    if (record.hibernated && !found.staysAsleep) await deps.sandboxes.wake(id);
   }
-  await found.handle({ deps, req, res, query: url.searchParams, id, caller });
+  // The route parses its path parameters, query and body by its own schemas before its handler runs.
+  await found.serve({ deps, req, res, url, params, caller });
 }
 
 /** The sandbox an E2B request names (header, host name, or `/sandboxes/<id>` path), for its access line. */
@@ -224,9 +213,6 @@ function e2bSandboxId(req: IncomingMessage): string | undefined {
   };
   return sandboxIdOf(header) ?? /\/sandboxes\/([A-Za-z0-9]{1,64})(\/|$)/.exec(req.url ?? '')?.[1];
 }
-
-/** Routes that leave a hibernated sandbox asleep (`resume` wakes it itself). */
-const STAY_ASLEEP = new Set(['getSandbox', 'killSandbox', 'hibernate', 'keepalive', 'setTimeout', 'resume']);
 
 /** A caller on a controller-wide route, where no sandbox (so no grant) is involved. */
 function controllerWide(caller: Caller): Holder {
@@ -284,8 +270,7 @@ async function upgrade(
   let agent: WebSocket;
   try {
     // A sandbox frozen for being idle thaws first; the client's upgrade waits for it.
-    await deps.sandboxes.wake(id);
-    agent = await openAgentSocket(deps.sandboxes.daemonEndpoint(id), deps.sandboxes.agentSecret(id), 5000, { [GRANT_HEADER]: encodeGrant(grant) });
+    agent = await openDaemonSocket(deps.sandboxes, id, grant);
   } catch (err) {
     upgrading.count--;
     throw await unreachableDaemon(deps, id, err);

@@ -3,7 +3,7 @@ import path from 'node:path';
 import { CodedError } from '@warren/protocol';
 import type { Clock } from './clock.js';
 import type { Metrics } from './metrics.js';
-import type { SandboxProvider } from './provider.js';
+import { requireCapability, type SandboxProvider } from './provider.js';
 import type { SandboxRecord, SandboxTable } from './sandbox-table.js';
 
 /** Above this share of one CPU, measured by the engine between two checks, a sandbox is busy though nobody calls it. */
@@ -47,7 +47,7 @@ export interface IdleFreezerOptions {
   /** Seconds without activity before a sandbox is frozen; 0 turns freezing off. */
   idleSeconds: number;
   table: SandboxTable;
-  provider: Pick<SandboxProvider, 'pause' | 'resume' | 'stats'>;
+  provider: Pick<SandboxProvider, 'name' | 'alternatives' | 'suspend' | 'metrics'>;
   clock: Clock;
   metrics?: Metrics | undefined;
   /** Extra reasons a sandbox is busy that the freezer cannot see itself (open egress connections). */
@@ -138,6 +138,8 @@ export class IdleFreezer {
 
   constructor(private readonly options: IdleFreezerOptions) {
     if (options.idleSeconds <= 0) this.disabled = 'freezeAfterIdleSeconds is 0';
+    // Both are needed: the CPU use says a sandbox is idle, the freeze is a pause.
+    else if (!options.provider.suspend || !options.provider.metrics) this.disabled = `the ${options.provider.name} provider cannot freeze or measure sandboxes`;
   }
 
   /** True when this freezer freezes anything at all. */
@@ -194,7 +196,7 @@ export class IdleFreezer {
       if (!record.frozen) return;
       const started = performance.now();
       try {
-        await this.options.provider.resume(record.containerId);
+        await requireCapability(this.options.provider, 'suspend', 'thaw a sandbox').resume(record.containerId);
       } catch (err) {
         // Unpaused from outside meanwhile: it runs, which is what a thaw wants.
         if (!(err instanceof CodedError && err.code === 'CONFLICT')) {
@@ -235,7 +237,7 @@ export class IdleFreezer {
       if (record.state !== 'running' || record.frozen || this.transitions.has(record.id)) continue;
       const activity = this.of(record.id);
       if (activity.holds > 0 || now - activity.last < limitMs || this.options.busy?.(record)) continue;
-      const stats = await this.options.provider.stats(record.containerId, record.agentId).catch(() => undefined);
+      const stats = await this.options.provider.metrics?.stats(record.containerId, record.agentId).catch(() => undefined);
       if (!stats) continue;
       const mark = activity.cpuMark;
       const sample: CpuSample = { at: this.options.clock.now(), cpuSeconds: stats.cpuSeconds, throttledPeriods: stats.cpuThrottledPeriods };
@@ -260,7 +262,7 @@ export class IdleFreezer {
       // Used since the CPU mark (touch drops the mark): not idle after all.
       if (quietSince === undefined || activity.holds > 0 || record.state !== 'running' || record.frozen) return;
       try {
-        await this.options.provider.pause(record.containerId);
+        await requireCapability(this.options.provider, 'suspend', 'freeze an idle sandbox').pause(record.containerId);
       } catch (err) {
         if (err instanceof CodedError && err.code === 'NOT_SUPPORTED') this.disabled = err.message;
         activity.last = this.options.clock.now();

@@ -194,5 +194,7 @@ export function buildTag(name: string): string {
   }
   if (ref.digest !== undefined) throw fail('a digest names an existing image, not a new one');
   if (ref.registry !== DOCKER_HUB || /^(?:docker\.io|index\.docker\.io)\//i.test(name)) throw fail('it names a registry host');
+  // Warren's own repositories name what only Warren makes (a snapshot's image).
+  if (/^(?:library\/)?warren-snapshot\//.test(ref.path)) throw fail("the repository warren-snapshot/ holds Warren's snapshots");
   return name.includes(':') ? name : `${name}:latest`;
 }

@@ -5,7 +5,7 @@ import { checkOnBuildTriggers, dockerfileNeeds } from './dockerfile-check.js';
 import { buildTag, checkAllowed, IMAGE_ID, parseAllowList, parseImageRef, type AllowedRegistry } from './image-ref.js';
 import { Slots } from './limiter.js';
 import type { Logger } from './logger.js';
-import type { PullProgress, SandboxProvider } from './provider.js';
+import { requireCapability, type ImageCapability, type PullProgress, type SandboxProvider } from './provider.js';
 
 /** The label on every image Warren built; its value is when. `GET /v1/images` lists these, and only these may be removed through Warren. */
 export const BUILD_LABEL = 'warren.build';
@@ -97,13 +97,13 @@ export class ImageService {
    */
   async ensure(image: string, watch: ImageWatch = {}): Promise<{ pulled: boolean }> {
     if (IMAGE_ID.test(image)) {
-      if (await this.provider.hasImage(image)) return { pulled: false };
+      if (await this.has(image)) return { pulled: false };
       throw new CodedError('IMAGE_NOT_ALLOWED', `No image with the id ${image} is on the engine, and an id cannot be pulled; name the image by reference.`, {
         image,
       });
     }
     const ref = parseImageRef(image);
-    if (await this.provider.hasImage(image)) return { pulled: false };
+    if (await this.has(image)) return { pulled: false };
     if (this.settings.pull === 'never')
       throw new CodedError(
         'IMAGE_NOT_ALLOWED',
@@ -118,6 +118,11 @@ export class ImageService {
     return { pulled: true };
   }
 
+  /** Whether `image` can start without a pull here: always, on a backend that fetches images itself (no images capability). */
+  private async has(image: string): Promise<boolean> {
+    return this.provider.images ? this.provider.images.has(image) : true;
+  }
+
   /** Joins the pull of `target` under way, or starts it. */
   private async join(target: string, onProgress: ((p: PullProgress) => void) | undefined): Promise<void> {
     let pull = this.pulls.get(target);
@@ -126,8 +131,8 @@ export class ImageService {
       const listeners = new Set<(p: PullProgress) => void>(onProgress ? [onProgress] : []);
       const started = performance.now();
       this.logger?.info({ image: target }, 'image.pull.started');
-      const done = this.provider
-        .pullImage(target, {
+      const done = requireCapability(this.provider, 'images', `pull ${target}`)
+        .pull(target, {
           maxBytes: this.settings.maxPullMb * 1024 * 1024,
           signal: AbortSignal.timeout(this.settings.timeoutMs),
           onProgress: (p) => {
@@ -176,6 +181,7 @@ export class ImageService {
    * name that Warren did not build is not replaced (`CONFLICT`).
    */
   async build(context: Buffer, request: { tag: string; dockerfile?: string | undefined }, watch: ImageWatch = {}): Promise<{ image: string; id: string }> {
+    const images = requireCapability(this.provider, 'images', 'build images');
     const tag = buildTag(request.tag);
     const dockerfile = dockerfilePath(request.dockerfile ?? 'Dockerfile');
     const entries = readCheckedTar(context);
@@ -193,10 +199,10 @@ export class ImageService {
     const needs = dockerfileNeeds(found.data);
     // Base images already here are checked before the answer starts too, so that refusal is an ordinary error answer.
     for (const image of needs.bases) {
-      const info = await this.provider.inspectImage(image).catch(() => undefined);
+      const info = await images.inspect(image).catch(() => undefined);
       if (info !== undefined) checkOnBuildTriggers(image, info.onBuild ?? []);
     }
-    const existing = await this.provider.inspectImage(tag);
+    const existing = await images.inspect(tag);
     if (existing !== undefined && existing.labels[BUILD_LABEL] === undefined)
       throw new CodedError(
         'CONFLICT',
@@ -211,14 +217,14 @@ export class ImageService {
       for (const image of needs.images) {
         const { pulled } = await this.ensure(image, { onProgress: watch.onProgress });
         if (pulled) watch.onOutput?.(`Pulled ${image}\n`);
-        const info = await this.provider.inspectImage(image);
+        const info = await images.inspect(image);
         if (info !== undefined) {
           this.hold([info.id]);
           held.push(info.id);
         }
         if (needs.bases.includes(image)) checkOnBuildTriggers(image, info?.onBuild ?? []);
       }
-      return await this.runBuild(context, { tag, dockerfile, existing }, watch);
+      return await this.runBuild(images, context, { tag, dockerfile, existing }, watch);
     } finally {
       this.release(held);
     }
@@ -226,6 +232,7 @@ export class ImageService {
 
   /** Runs the checked build on the engine and replaces the earlier build of its name. */
   private async runBuild(
+    images: ImageCapability,
     context: Buffer,
     { tag, dockerfile, existing }: { tag: string; dockerfile: string; existing: { id: string } | undefined },
     watch: ImageWatch,
@@ -234,7 +241,7 @@ export class ImageService {
     this.logger?.info({ image: tag, contextBytes: context.length }, 'image.build.started');
     const signals = [AbortSignal.timeout(this.settings.timeoutMs), ...(watch.signal ? [watch.signal] : [])];
     try {
-      const { id } = await this.provider.buildImage(context, {
+      const { id } = await images.build(context, {
         tag,
         dockerfile,
         labels: { [BUILD_LABEL]: new Date().toISOString() },
@@ -245,7 +252,7 @@ export class ImageService {
       this.logger?.info({ image: tag, id, ms: Math.round(performance.now() - started) }, 'image.built');
       // The earlier build of this name lost its name to this one: remove it unless a sandbox still uses it.
       if (existing !== undefined && existing.id !== id)
-        await this.provider.removeImage(existing.id).then(
+        await images.remove(existing.id).then(
           () => this.logger?.info({ image: tag, id: existing.id }, 'image.replaced'),
           () => undefined,
         );
@@ -268,14 +275,16 @@ export class ImageService {
     }
   }
 
-  /** The images Warren built, newest first. */
+  /** The images Warren built, newest first: none on a backend without images of its own. */
   async list(): Promise<ImageInfo[]> {
-    return (await this.provider.listImages(BUILD_LABEL)).map(({ id, tags, createdAt, sizeBytes }) => ({ id, tags, createdAt, sizeBytes }));
+    if (!this.provider.images) return [];
+    return (await this.provider.images.list(BUILD_LABEL)).map(({ id, tags, createdAt, sizeBytes }) => ({ id, tags, createdAt, sizeBytes }));
   }
 
   /** Removes an image Warren built (by id or name); any other image is refused with `FORBIDDEN`, one a build under way starts or copies from with `CONFLICT`. */
   async remove(image: string): Promise<void> {
-    const info = await this.provider.inspectImage(image);
+    const images = requireCapability(this.provider, 'images', `remove the image ${image}`);
+    const info = await images.inspect(image);
     if (info === undefined) throw new CodedError('NOT_FOUND', `No image '${image}' is on the engine; GET /v1/images lists the images Warren built.`, { image });
     if (info.labels[BUILD_LABEL] === undefined)
       throw new CodedError('FORBIDDEN', `The image '${image}' was not built by Warren; Warren removes only the images it built (GET /v1/images lists them).`, {
@@ -283,7 +292,7 @@ export class ImageService {
       });
     if (this.inUse.has(image) || this.inUse.has(info.id))
       throw new CodedError('CONFLICT', `The image '${image}' is used by a build under way (FROM or COPY --from); remove it once that build ends.`, { image });
-    await this.provider.removeImage(image);
+    await images.remove(image);
     this.logger?.info({ image }, 'image.removed');
   }
 }

@@ -1,15 +1,20 @@
-import type { EgressPolicy, SandboxSettings } from '@warren/protocol';
+import { CodedError, type EgressPolicy, type SandboxSettings } from '@warren/protocol';
 import type { EgressStoreLike, StoredEgress } from './egress/egress-store.js';
 import type { Duplex } from 'node:stream';
 import type { StoredRecord } from './record-store.js';
 import type { AgentRuntime } from './runtime.js';
 
 /**
- * The seam between Warren and whatever runs its sandboxes. The Docker engine is one provider
- * (`docker.ts`); everything else in the controller (records, auth and grants, the relay, the
- * reaper, restart supervision, the warm pool, limits, metrics) is written once against this
- * interface. A provider speaks in its own handles (a container id, a pod name); Warren's own id
- * of a sandbox's runtime unit is its `agentId`, which keys the daemon's secret and channel.
+ * The seam between Warren and whatever runs its sandboxes: a small core every provider keeps,
+ * and optional capabilities a provider declares by having them. The Docker engine
+ * (`docker/provider.ts`) and Kubernetes (`kubernetes/provider.ts`) are providers; everything else
+ * in the controller (records, auth and grants, the relay, the reaper, restart supervision, the warm
+ * pool, limits, metrics) is written once against this interface. A provider speaks in its own
+ * handles (a container id, a pod name); Warren's own id of a sandbox's runtime unit is its
+ * `agentId`, which keys the daemon's secret and channel.
+ *
+ * The service asks for a capability once, with {@link requireCapability}, which answers
+ * `NOT_SUPPORTED` for a provider that lacks it; no provider method exists only to refuse.
  */
 export interface SandboxProvider {
   /** A short name for logs and `/readyz` (`docker`, `kubernetes`). */
@@ -20,26 +25,6 @@ export interface SandboxProvider {
   isolation(): Promise<ProviderIsolation>;
   /** The runtimes a create may name (`runc`, `runsc`), with the arguments each is registered with. */
   runtimes(): Promise<{ name: string; args: string[] }[]>;
-  /** True when the image can start without being fetched. */
-  hasImage(image: string): Promise<boolean>;
-  /**
-   * Fetches an image (a canonical reference, already allowed). `onProgress` gets each status
-   * line. Refused with `IMAGE_TOO_LARGE` when its layers add up to more than `maxBytes` or the
-   * disk fills, `IMAGE_PULL_FAILED` otherwise; a pull that fails leaves no image under the name.
-   */
-  pullImage(image: string, options: PullOptions): Promise<void>;
-  /**
-   * Builds an image from a checked tar of its context, named `options.tag` and labelled with
-   * `options.labels`; `onOutput` gets the build's text as it comes. Refused with `BUILD_FAILED`
-   * and the end of the output when a step fails. Resolves with the image's id.
-   */
-  buildImage(context: Buffer, options: BuildOptions): Promise<{ id: string }>;
-  /** The images that carry `label` (any value), newest first. */
-  listImages(label: string): Promise<ProvidedImage[]>;
-  /** An image's id and labels (and its `ONBUILD` triggers, where the provider builds), or undefined when it is not there. */
-  inspectImage(image: string): Promise<{ id: string; labels: Record<string, string>; onBuild?: string[] } | undefined>;
-  /** Removes an image by id or name; an absent one is not an error. An image a sandbox uses is refused (`CONFLICT`). */
-  removeImage(image: string): Promise<void>;
   /**
    * Makes the agent runtime (Node, its libraries, the bundled daemon) available to sandboxes of
    * any image, once per runtime build; removes those of old builds where it can.
@@ -51,13 +36,6 @@ export interface SandboxProvider {
    * nothing behind.
    */
   create(spec: SandboxSpec): Promise<string>;
-  /** Starts a stopped sandbox again, its workspace as it was, with a new delivery of the secret. */
-  start(handle: string, agentId: string, daemonSecret: string): Promise<void>;
-  /** Stops a sandbox's processes; its files stay and {@link SandboxProvider.start} brings it back. */
-  stop(handle: string): Promise<void>;
-  /** Freezes every process of a sandbox; memory and files stay. */
-  pause(handle: string): Promise<void>;
-  resume(handle: string): Promise<void>;
   /** Removes a sandbox, its workspace and its daemon channel; an absent one is not an error. */
   remove(handle: string, agentId: string): Promise<void>;
   /** The sandbox's state, or undefined when it is gone. */
@@ -79,41 +57,17 @@ export interface SandboxProvider {
   lostReason?(handle: string): string | undefined;
   /** How the controller reaches a sandbox's daemon. */
   daemon(agentId: string): DaemonEndpoint;
-  /** Copies a tar archive into a sandbox at `path` (the provider's own way in, not the daemon). */
-  copyIn(handle: string, tar: Buffer, path: string): Promise<void>;
-  /** The last lines the sandbox's daemon wrote, for error messages when it does not come up. */
-  logsTail(handle: string): Promise<string>;
-  /**
-   * What the sandbox uses now, as the backend measures it (cgroup counters, and the workspace disk
-   * where the provider keeps one per sandbox), or undefined when it is not running.
-   */
-  stats(handle: string, agentId: string): Promise<SandboxStats | undefined>;
-  /**
-   * Captures a sandbox's files as snapshot `snapshotId`, consistently: its processes are frozen
-   * for the capture (never stopped) and thawed after, unless they were frozen before. The
-   * container's own changes become an image the provider keeps under the snapshot's id; the
-   * workspace is copied into `workspaceDir` (an empty folder of the controller's). Backends that
-   * cannot throw `NOT_SUPPORTED`. Nothing of a failed capture is left behind.
-   */
-  snapshot(handle: string, agentId: string, snapshotId: string, workspaceDir: string): Promise<ProvidedSnapshot>;
-  /** Removes what {@link SandboxProvider.snapshot} kept of a snapshot (its image); an absent one is not an error. */
-  removeSnapshot(snapshotId: string): Promise<void>;
-  /**
-   * The ids of the snapshots whose images the provider keeps for the controller `owner` (its
-   * instance id, which its sandboxes' labels carry), for garbage collection of those no record
-   * names; another controller's on a shared engine are never listed.
-   */
-  snapshotIds(owner: string): Promise<string[]>;
-  /**
-   * Makes the storage of a named volume (`id`: letters and digits, the controller's own name of
-   * it), with a size limit where the backend can (`quota: true`); `NOT_SUPPORTED` where the backend
-   * has no volumes. Sandboxes mount it through `SandboxSpec.settings.volumes`.
-   */
-  createVolume(id: string, sizeBytes: number): Promise<{ quota: boolean }>;
-  /** Deletes a volume's storage and data; an absent one is not an error. The caller checks that no sandbox mounts it. */
-  removeVolume(id: string): Promise<void>;
-  /** Bytes a volume uses now, where the backend can say. */
-  volumeUsage(id: string): Promise<number | undefined>;
+
+  /** Images the backend keeps, pulls and builds. Absent: the backend fetches images itself (Kubernetes' nodes, by pull policy). */
+  readonly images?: ImageCapability | undefined;
+  /** Freezing a sandbox's processes, and stopping it with its files kept: pause, the idle freezer, hibernation, restarts. */
+  readonly suspend?: SuspendCapability | undefined;
+  /** Capturing a sandbox's files as a snapshot a new sandbox starts from: snapshots and forks. */
+  readonly snapshots?: SnapshotCapability | undefined;
+  /** Named volumes sandboxes mount. */
+  readonly volumes?: VolumeCapability | undefined;
+  /** What a sandbox uses, and what it printed, as the backend measures and keeps them. */
+  readonly metrics?: MetricsCapability | undefined;
   /**
    * Where the backend itself keeps sandbox records (moved expiries, pool claims), shared by every
    * controller on it, so that several replicas serve the same sandboxes (Kubernetes: pod
@@ -127,6 +81,125 @@ export interface SandboxProvider {
    * Absent: each controller keeps them in its state folder and memory.
    */
   readonly sharedState?: SharedState | undefined;
+  /**
+   * What to do instead, for capabilities this provider lacks: the end of the `NOT_SUPPORTED`
+   * message {@link requireCapability} answers with (`kubernetes`: "keep state in a PersistentVolumeClaim").
+   */
+  readonly alternatives?: Partial<Record<ProviderCapability, string>> | undefined;
+}
+
+/** The optional members of {@link SandboxProvider}: what a provider may have or lack. */
+export type ProviderCapability = 'images' | 'suspend' | 'snapshots' | 'volumes' | 'metrics' | 'sharedRecords' | 'sharedState';
+
+/** What each capability is, as a refusal names it. */
+const CAPABILITY_NAMES: Record<ProviderCapability, string> = {
+  images: 'images of its own (pull, build, list, remove)',
+  suspend: 'way to freeze or stop a sandbox with its files kept',
+  snapshots: 'snapshots',
+  volumes: 'named volumes',
+  metrics: 'usage measurement',
+  sharedRecords: 'records shared between controller replicas',
+  sharedState: 'state shared between controller replicas',
+};
+
+/**
+ * The capability `name` of `provider`, or `NOT_SUPPORTED` saying what could not be done, which
+ * provider lacks what, and what to do instead (the provider's {@link SandboxProvider.alternatives}).
+ * The one place the service refuses for a provider.
+ *
+ * @example
+ * const snapshots = requireCapability(provider, 'snapshots', 'snapshot a sandbox');
+ * await snapshots.capture(handle, agentId, id, folder);
+ */
+export function requireCapability<K extends ProviderCapability>(
+  provider: Pick<SandboxProvider, 'name' | 'alternatives' | K>,
+  name: K,
+  doing: string,
+): NonNullable<SandboxProvider[K]> {
+  const capability = provider[name];
+  if (capability !== undefined && capability !== null) return capability;
+  const instead = provider.alternatives?.[name];
+  throw new CodedError('NOT_SUPPORTED', `Cannot ${doing}: the ${provider.name} provider has no ${CAPABILITY_NAMES[name]}${instead ? `; ${instead}` : ''}.`, {
+    provider: provider.name,
+    capability: name,
+  });
+}
+
+/** Images on the backend (see {@link SandboxProvider.images}). */
+export interface ImageCapability {
+  /** True when the image can start without being fetched. */
+  has(image: string): Promise<boolean>;
+  /**
+   * Fetches an image (a canonical reference, already allowed). `onProgress` gets each status
+   * line. Refused with `IMAGE_TOO_LARGE` when its layers add up to more than `maxBytes` or the
+   * disk fills, `IMAGE_PULL_FAILED` otherwise; a pull that fails leaves no image under the name.
+   */
+  pull(image: string, options: PullOptions): Promise<void>;
+  /**
+   * Builds an image from a checked tar of its context, named `options.tag` and labelled with
+   * `options.labels`; `onOutput` gets the build's text as it comes. Refused with `BUILD_FAILED`
+   * and the end of the output when a step fails. Resolves with the image's id.
+   */
+  build(context: Buffer, options: BuildOptions): Promise<{ id: string }>;
+  /** The images that carry `label` (any value), newest first. */
+  list(label: string): Promise<ProvidedImage[]>;
+  /** An image's id and labels (and its `ONBUILD` triggers, where the provider builds), or undefined when it is not there. */
+  inspect(image: string): Promise<{ id: string; labels: Record<string, string>; onBuild?: string[] } | undefined>;
+  /** Removes an image by id or name; an absent one is not an error. An image a sandbox uses is refused (`CONFLICT`). */
+  remove(image: string): Promise<void>;
+}
+
+/** Freezing and stopping sandboxes with their files kept (see {@link SandboxProvider.suspend}). */
+export interface SuspendCapability {
+  /** Freezes every process of a sandbox; memory and files stay. */
+  pause(handle: string): Promise<void>;
+  /** Thaws what {@link SuspendCapability.pause} froze. */
+  resume(handle: string): Promise<void>;
+  /** Stops a sandbox's processes; its files stay and {@link SuspendCapability.start} brings it back. */
+  stop(handle: string): Promise<void>;
+  /** Starts a stopped sandbox again, its workspace as it was, with a new delivery of the secret. */
+  start(handle: string, agentId: string, daemonSecret: string): Promise<void>;
+}
+
+/** Snapshots of sandboxes (see {@link SandboxProvider.snapshots}). */
+export interface SnapshotCapability {
+  /**
+   * Captures a sandbox's files as snapshot `snapshotId`, consistently: its processes are frozen
+   * for the capture (never stopped) and thawed after, unless they were frozen before. The
+   * sandbox's own changes become an image the provider keeps under the snapshot's id; the
+   * workspace is copied into `workspaceDir` (an empty folder of the controller's). Nothing of a
+   * failed capture is left behind.
+   */
+  capture(handle: string, agentId: string, snapshotId: string, workspaceDir: string): Promise<ProvidedSnapshot>;
+  /** Removes what {@link SnapshotCapability.capture} kept of a snapshot (its image); an absent one is not an error. */
+  remove(snapshotId: string): Promise<void>;
+  /**
+   * The ids of the snapshots whose images the provider keeps for the controller `owner` (its
+   * instance id, which its sandboxes' labels carry), for garbage collection of those no record
+   * names; another controller's on a shared engine are never listed.
+   */
+  ids(owner: string): Promise<string[]>;
+}
+
+/** Named volumes (see {@link SandboxProvider.volumes}); sandboxes mount them through `SandboxSpec.settings.volumes`. */
+export interface VolumeCapability {
+  /** Makes the storage of a named volume (`id`: letters and digits, the controller's own name of it), with a size limit where the backend can (`quota: true`). */
+  create(id: string, sizeBytes: number): Promise<{ quota: boolean }>;
+  /** Deletes a volume's storage and data; an absent one is not an error. The caller checks that no sandbox mounts it. */
+  remove(id: string): Promise<void>;
+  /** Bytes a volume uses now, where the backend can say. */
+  usage(id: string): Promise<number | undefined>;
+}
+
+/** Measurements of sandboxes (see {@link SandboxProvider.metrics}). */
+export interface MetricsCapability {
+  /**
+   * What the sandbox uses now, as the backend measures it (cgroup counters, and the workspace disk
+   * where the provider keeps one per sandbox), or undefined when it is not running.
+   */
+  stats(handle: string, agentId: string): Promise<SandboxStats | undefined>;
+  /** The last lines the sandbox's daemon wrote, for error messages when it does not come up. */
+  logsTail(handle: string): Promise<string>;
 }
 
 /** A sandbox egress store every replica reads (see {@link SandboxProvider.sharedState}). */
@@ -237,7 +310,7 @@ export interface SandboxSpec {
   restore?: { image: string; workspaceDir: string } | undefined;
 }
 
-/** How {@link SandboxProvider.pullImage} reports and bounds a pull. */
+/** How {@link ImageCapability.pull} reports and bounds a pull. */
 export interface PullOptions {
   onProgress: (progress: PullProgress) => void;
   /** The most the image's layers may add up to (as downloaded), in bytes. */
@@ -253,7 +326,7 @@ export interface PullProgress {
   total?: number | undefined;
 }
 
-/** How {@link SandboxProvider.buildImage} names and runs a build. */
+/** How {@link ImageCapability.build} names and runs a build. */
 export interface BuildOptions {
   tag: string;
   /** The Dockerfile's path inside the context. */

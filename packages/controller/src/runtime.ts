@@ -42,6 +42,8 @@ export const AGENT_BOOT = 'warren-agent.mjs';
 const AGENT_BUNDLE = 'warren-agent.cjs';
 /** V8's code cache of the daemon's bundle, which the boot file reads. */
 const AGENT_CODE_CACHE = 'warren-agent.code-cache';
+/** The folder beside the bundle with the code interpreter's programs, which the bundle reads (packages/agent/src/runtimes). */
+const AGENT_PROGRAMS = 'runtimes';
 
 /** Where the runtime carries the egress resolver file (see {@link resolvConfText}), under {@link RUNTIME_DIR}. */
 export const RUNTIME_RESOLV_CONF = 'egress/resolv.conf';
@@ -138,11 +140,18 @@ export async function collectRuntime(agentBundlePath: string): Promise<AgentRunt
   const bundlePath = path.join(path.dirname(agentBundlePath), AGENT_BUNDLE);
   if (!(await exists(bundlePath)))
     throw new Error(`The agent bundle ${bundlePath} is missing beside ${agentBundlePath}: the daemon is built as those two files ('pnpm build' makes both).`);
+  const programsDir = path.join(path.dirname(agentBundlePath), AGENT_PROGRAMS);
+  const programs = await readdir(programsDir).catch((err: NodeJS.ErrnoException) => {
+    if (err.code === 'ENOENT')
+      throw new Error(`The agent's programs ${programsDir} are missing beside ${agentBundlePath}: 'pnpm build' makes them with the bundle.`);
+    throw err;
+  });
   const files: RuntimeFile[] = [
     { name: 'node', source: nodePath, mode: 0o755 },
     { name: AGENT_BOOT, source: agentBundlePath, mode: 0o644 },
     { name: AGENT_BUNDLE, source: bundlePath, mode: 0o644 },
     { name: AGENT_CODE_CACHE, produce: () => daemonCodeCache(agentBundlePath), mode: 0o644 },
+    ...programs.sort().map((name) => ({ name: `${AGENT_PROGRAMS}/${name}`, source: path.join(programsDir, name), mode: 0o644 })),
     ...librariesFromLdd(stdout),
     // Bound over /etc/resolv.conf of sandboxes with egress when the daemon is reached through the
     // engine (exec channel): there is no host folder of the sandbox's own to write it into.

@@ -54,7 +54,8 @@ export interface PlanContext {
   noDiskQuota?: string | undefined;
 }
 
-const CREATE_OPTIONS =
+/** The create options, named in refusals. */
+export const CREATE_OPTIONS =
   'snapshot, volumes, hibernateAfterSeconds, image, env, cpus, memoryMb, pidsLimit, network (none|bridge), egress, secrets, runtime (runc|runsc), user, workdir, policy, ttlSeconds, labels, mounts, readOnlyRootfs, tmpMb, openFiles, fileSizeMb, diskMb';
 
 /**
@@ -122,14 +123,14 @@ export function refuseReservedTarget(target: string, what: string, field: string
 const HOST_SOCKET_NAMES = /(^|\/)(docker|containerd|podman|crio|dockershim)\.sock$/;
 
 /**
- * Checks a create request and fills in the defaults. Pure: the same request and context give the
- * same plan or the same error, so a unit test can pin both.
+ * The checks on a create body that come before its schema: it is an object (or nothing), and it
+ * names no field that would unharden the sandbox, no shared network namespace and no root user,
+ * each refused by name (FORBIDDEN) rather than as an unknown field. Returns the body as an object.
  *
  * @example
- * const plan = planSandbox({ image: 'warren/test-debian:latest' }, { config, runtimes: ['runc'] });
+ * refuseHostileCreate({ privileged: true }); // throws FORBIDDEN: "Refused 'privileged': ..."
  */
-export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
-  const { config } = context;
+export function refuseHostileCreate(body: unknown): Record<string, unknown> {
   if (body !== undefined && body !== null && (typeof body !== 'object' || Array.isArray(body))) {
     throw new CodedError('INVALID_PARAMS', `The create body must be a JSON object with any of: ${CREATE_OPTIONS}.`);
   }
@@ -151,6 +152,19 @@ export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
       { field: 'user' },
     );
   }
+  return raw;
+}
+
+/**
+ * Checks a create request and fills in the defaults. Pure: the same request and context give the
+ * same plan or the same error, so a unit test can pin both.
+ *
+ * @example
+ * const plan = planSandbox({ image: 'warren/test-debian:latest' }, { config, runtimes: ['runc'] });
+ */
+export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
+  const { config } = context;
+  const raw = refuseHostileCreate(body);
   const parsed = CreateSandboxRequest.safeParse(raw);
   if (!parsed.success) {
     throw new CodedError(

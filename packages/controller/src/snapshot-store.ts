@@ -152,12 +152,21 @@ export class SnapshotStore {
 
 /** A snapshot id or name as a caller gives it: one path-free word, or INVALID_PARAMS. */
 export function checkSnapshotRef(idOrName: string): void {
-  if (!SnapshotName.safeParse(idOrName).success)
-    throw new CodedError(
-      'INVALID_PARAMS',
-      `'${idOrName.slice(0, 80)}' is not a snapshot id or name: they are 1-63 letters, digits, . _ - starting with a letter or digit, never a path (no /, no ..).`,
-      { field: 'snapshot' },
-    );
+  if (!SnapshotName.safeParse(idOrName).success) throw badSnapshotRef(idOrName);
+}
+
+/**
+ * The refusal of a snapshot reference that is not one path-free word (INVALID_PARAMS, saying what a name may hold).
+ *
+ * @example
+ * throw badSnapshotRef('../etc');
+ */
+export function badSnapshotRef(idOrName: string): CodedError {
+  return new CodedError(
+    'INVALID_PARAMS',
+    `'${idOrName.slice(0, 80)}' is not a snapshot id or name: they are 1-63 letters, digits, . _ - starting with a letter or digit, never a path (no /, no ..).`,
+    { field: 'snapshot' },
+  );
 }
 
 /**

@@ -7,7 +7,7 @@ import {
   type CreateSandboxResponse,
   type SnapshotInfo,
 } from '@warren/protocol';
-import type { SandboxProvider } from './provider.js';
+import { requireCapability, type SandboxProvider } from './provider.js';
 import type { SandboxService } from './sandboxes.js';
 import {
   checkSnapshotQuota,
@@ -52,7 +52,7 @@ const FROM_SNAPSHOT = [
 
 /**
  * Snapshots and forks, over {@link SandboxService} and the provider's
- * {@link SandboxProvider.snapshot}: take one of a running sandbox (frozen for the capture, never
+ * the provider's `snapshots.capture`: take one of a running sandbox (frozen for the capture, never
  * stopped), keep it in the {@link SnapshotStore} for the API key that took it, start sandboxes
  * from it, fork a sandbox into N. Quotas per API key bound what is kept (docs/state.md).
  *
@@ -65,7 +65,8 @@ export class SnapshotService {
   private readonly sandboxes: SandboxService;
   private readonly provider: SandboxProvider;
   readonly store: SnapshotStore;
-  private readonly limits: SnapshotLimits;
+  /** The snapshot and fork limits this service enforces (`snapshots.*` in the configuration). */
+  readonly limits: SnapshotLimits;
   private readonly logger: Logger | undefined;
   private readonly volumes: VolumeService | undefined;
   /** Captures under way, by owner: they count towards the quota and hold their names. */
@@ -97,10 +98,12 @@ export class SnapshotService {
    */
   async collect(): Promise<number> {
     let removed = 0;
-    const ids = await this.provider.snapshotIds(this.sandboxes.credentials.instanceId).catch(() => [] as string[]);
+    const snapshots = this.provider.snapshots;
+    if (!snapshots) return 0;
+    const ids = await snapshots.ids(this.sandboxes.credentials.instanceId).catch(() => [] as string[]);
     for (const id of ids)
       if (!this.capturing.has(id) && !this.store.all().some((r) => r.id === id))
-        await this.provider.removeSnapshot(id).then(
+        await snapshots.remove(id).then(
           () => removed++,
           () => undefined,
         );
@@ -110,9 +113,10 @@ export class SnapshotService {
   /** Snapshot ids being captured now: their images exist before their records do. */
   private readonly capturing = new Set<string>();
 
-  /** Takes a snapshot of sandbox `sandboxId` for API key `keyId`; see {@link SandboxProvider.snapshot}. */
+  /** Takes a snapshot of sandbox `sandboxId` for API key `keyId`; see the provider's `snapshots.capture`. */
   async take(sandboxId: string, keyId: string | undefined, body: unknown): Promise<SnapshotInfo> {
     const owner = requireKey(keyId, 'take a snapshot');
+    const snapshots = requireCapability(this.provider, 'snapshots', 'take a snapshot');
     const parsed = CreateSnapshotRequest.safeParse(body ?? {});
     if (!parsed.success)
       throw new CodedError(
@@ -136,12 +140,12 @@ export class SnapshotService {
     const started = performance.now();
     try {
       const { workspace } = await this.store.begin(id);
-      const taken = await this.sandboxes.whileCapturing(sandboxId, () => this.provider.snapshot(record.containerId, record.agentId, id, workspace));
+      const taken = await this.sandboxes.whileCapturing(sandboxId, () => snapshots.capture(record.containerId, record.agentId, id, workspace));
       const sizeBytes = taken.imageBytes + taken.workspaceBytes;
       try {
         checkSnapshotSize(this.store.list(owner), sizeBytes, this.limits);
       } catch (err) {
-        await this.provider.removeSnapshot(id).catch(() => undefined);
+        await snapshots.remove(id).catch(() => undefined);
         throw err;
       }
       const egress = this.sandboxes.egressOf(sandboxId)?.policy;
@@ -189,7 +193,7 @@ export class SnapshotService {
   async remove(keyId: string | undefined, idOrName: string): Promise<void> {
     const record = this.store.require(requireKey(keyId, 'delete a snapshot'), idOrName);
     await this.store.remove(record.id);
-    await this.provider.removeSnapshot(record.id);
+    await this.provider.snapshots?.remove(record.id);
   }
 
   /** Deletes the key's snapshots older than `olderThanSeconds` (with every given label), then collects images nothing names. */
@@ -208,7 +212,7 @@ export class SnapshotService {
       .filter((r) => Date.parse(r.createdAt) <= cutoff && labels.every(([k, v]) => Object.hasOwn(r.labels, k) && r.labels[k] === v));
     for (const record of doomed) {
       await this.store.remove(record.id);
-      await this.provider.removeSnapshot(record.id).catch(() => undefined);
+      await this.provider.snapshots?.remove(record.id).catch(() => undefined);
     }
     await this.collect();
     return { deleted: doomed.map((r) => r.id), freedBytes: doomed.reduce((sum, r) => sum + r.sizeBytes, 0) };
@@ -283,12 +287,13 @@ export class SnapshotService {
     ttlSeconds: number | undefined,
   ): Promise<CreateSandboxResponse[]> {
     const record = this.sandboxes.record(sandboxId);
+    const snapshots = requireCapability(this.provider, 'snapshots', 'fork a sandbox');
     const id = newSnapshotId();
     this.capturing.add(id);
     const { workspace } = await this.store.begin(id);
     const forks: CreateSandboxResponse[] = [];
     try {
-      const taken = await this.sandboxes.whileCapturing(sandboxId, () => this.provider.snapshot(record.containerId, record.agentId, id, workspace));
+      const taken = await this.sandboxes.whileCapturing(sandboxId, () => snapshots.capture(record.containerId, record.agentId, id, workspace));
       const egress = this.sandboxes.egressOf(sandboxId)?.policy;
       const base: SnapshotRecord = {
         id,
@@ -337,7 +342,7 @@ export class SnapshotService {
       this.capturing.delete(id);
       await this.store.abandon(id);
       // The forks keep the image's layers while they live; only its name goes (collect() removes the rest after them).
-      await this.provider.removeSnapshot(id).catch(() => undefined);
+      await snapshots.remove(id).catch(() => undefined);
     }
   }
 }

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { CodedError, CreateVolumeRequest, VolumeName, issueText, type VolumeInfo } from '@warren/protocol';
 import { z } from 'zod';
 import type { ControllerConfig } from './config.js';
-import type { SandboxProvider } from './provider.js';
+import { requireCapability, type SandboxProvider } from './provider.js';
 import type { SandboxService } from './sandboxes.js';
 
 /** The most volumes one API key may keep. */
@@ -63,6 +63,7 @@ export class VolumeService {
 
   async create(keyId: string | undefined, body: unknown): Promise<VolumeInfo> {
     const owner = requireKey(keyId);
+    const volumes = requireCapability(this.options.provider, 'volumes', 'create a named volume');
     const parsed = CreateVolumeRequest.safeParse(body ?? {});
     if (!parsed.success)
       throw new CodedError(
@@ -85,14 +86,14 @@ export class VolumeService {
         field: 'sizeMb',
         max,
       });
-    const { quota } = await this.options.provider.createVolume(id, sizeMb * 1024 * 1024);
+    const { quota } = await volumes.create(id, sizeMb * 1024 * 1024);
     const record: VolumeRecord = { id, name, ownerKeyId: owner, createdAt: new Date().toISOString(), labels: labels ?? {}, sizeMb, quota };
     try {
       const file = path.join(this.dir, `${id}.json`);
       await writeFile(`${file}.tmp`, JSON.stringify(record), { mode: 0o600 });
       await rename(`${file}.tmp`, file);
     } catch (err) {
-      await this.options.provider.removeVolume(id).catch(() => undefined);
+      await volumes.remove(id).catch(() => undefined);
       throw err;
     }
     this.records.set(id, record);
@@ -119,7 +120,7 @@ export class VolumeService {
       });
     await rm(path.join(this.dir, `${record.id}.json`), { force: true });
     this.records.delete(record.id);
-    await this.options.provider.removeVolume(record.id);
+    await this.options.provider.volumes?.remove(record.id);
   }
 
   /** The storage ids of the key's volumes a create names, by name; VOLUME_NOT_FOUND for one the key does not have. */
@@ -130,14 +131,7 @@ export class VolumeService {
   }
 
   private require(owner: string, name: string): VolumeRecord {
-    if (!VolumeName.safeParse(name).success)
-      throw new CodedError(
-        'INVALID_PARAMS',
-        `'${name.slice(0, 80)}' is not a volume name: 1-63 letters, digits, . _ - starting with a letter or digit, never a path.`,
-        {
-          field: 'volume',
-        },
-      );
+    if (!VolumeName.safeParse(name).success) throw badVolumeName(name);
     const record = this.records.get(volumeId(owner, name));
     if (!record)
       throw new CodedError('VOLUME_NOT_FOUND', `No volume '${name}' of this API key; create it with POST /v1/volumes (warren volume create ${name}).`, {
@@ -154,7 +148,7 @@ export class VolumeService {
   }
 
   private async describe(record: VolumeRecord): Promise<VolumeInfo> {
-    const used = await this.options.provider.volumeUsage(record.id).catch(() => undefined);
+    const used = await this.options.provider.volumes?.usage(record.id).catch(() => undefined);
     return {
       name: record.name,
       createdAt: record.createdAt,
@@ -170,4 +164,20 @@ export class VolumeService {
 function requireKey(keyId: string | undefined): string {
   if (keyId === undefined) throw new CodedError('FORBIDDEN', 'Only an API key may use named volumes: they belong to the key that made them.');
   return keyId;
+}
+
+/**
+ * The refusal of a volume name that is not one path-free word (INVALID_PARAMS, saying what a name may hold).
+ *
+ * @example
+ * throw badVolumeName('../etc');
+ */
+export function badVolumeName(name: string): CodedError {
+  return new CodedError(
+    'INVALID_PARAMS',
+    `'${name.slice(0, 80)}' is not a volume name: 1-63 letters, digits, . _ - starting with a letter or digit, never a path.`,
+    {
+      field: 'volume',
+    },
+  );
 }

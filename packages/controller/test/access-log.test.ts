@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { WebSocket } from 'ws';
-import { createLogger, REDACTED } from '../src/index.js';
+import { createLogger, REDACTED } from '../src/logger.js';
 import { API_KEY, startFakeHttpServer } from './http-server.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;

@@ -2,7 +2,8 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from '@jest/globals';
 import { Ajv2020 } from 'ajv/dist/2020.js';
-import { apiDocumentFiles, openApiDocument, ROUTES } from '../src/index.js';
+import { apiDocumentFiles, ROUTES } from '../src/routes/table.js';
+import { openApiDocument } from '../src/routes/openapi.js';
 import { API_KEY, startFakeHttpServer } from './http-server.js';
 
 const repo = path.resolve(import.meta.dirname, '..', '..', '..');

@@ -2,7 +2,8 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
-import { loadConfig, readFlags, redactConfig, REDACTED } from '../src/index.js';
+import { loadConfig, readFlags, redactConfig } from '../src/config.js';
+import { REDACTED } from '../src/logger.js';
 
 let dir: string;
 beforeEach(async () => {

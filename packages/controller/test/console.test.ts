@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import { get } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { WebSocket } from 'ws';
-import { loadConfig } from '../src/index.js';
+import { loadConfig } from '../src/config.js';
 import { MetricsHistory } from '../src/console/history.js';
 import { CONSOLE_DIST } from '../src/console/server.js';
 import { Metrics } from '../src/metrics.js';

@@ -1,5 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
-import { containerCreateBody, cpuHierarchy, CPU_CGROUP_IN_SANDBOX, DAEMON_CPUS } from '../src/index.js';
+import { containerCreateBody } from '../src/docker/container-spec.js';
+import { cpuHierarchy, CPU_CGROUP_IN_SANDBOX, DAEMON_CPUS, v1Hierarchy } from '../src/docker/cpu-cgroups.js';
+import { TREE_CGROUP_IN_SANDBOX } from '../src/docker/tree-cgroups.js';
 
 const SETTINGS = {
   cpus: 0.01,
@@ -13,7 +15,7 @@ const SETTINGS = {
   mounts: [],
 };
 
-function body(cpuCgroupOnHost?: string) {
+function body(cpuCgroupOnHost?: string, treeCgroupOnHost?: string) {
   return containerCreateBody({
     id: 'abc123',
     image: 'warren/sandbox:latest',
@@ -23,6 +25,7 @@ function body(cpuCgroupOnHost?: string) {
     runtimeVolume: 'warren-runtime-0123',
     settings: SETTINGS,
     cpuCgroupOnHost,
+    treeCgroupOnHost,
   });
 }
 
@@ -61,5 +64,24 @@ describe("the daemon's own CPU share (cpu-cgroups.ts)", () => {
     expect(shared.HostConfig?.NanoCpus).toBe(1e7);
     expect(shared.Entrypoint).not.toContain('--cpu-cgroup');
     expect(shared.HostConfig?.Mounts?.map((m) => m.Target)).not.toContain(CPU_CGROUP_IN_SANDBOX);
+  });
+
+  it("finds Warren's own hierarchy without controllers by its name, and binds a sandbox's tree cgroups into the daemon's folder", () => {
+    const mountinfo = [
+      '40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd',
+      '47 27 0:40 / /run/warren-cgroup rw,relatime - cgroup cgroup rw,name=warren',
+    ].join('\n');
+    expect(v1Hierarchy(mountinfo, (options) => options.includes('name=warren'))).toEqual({ mountPoint: '/run/warren-cgroup', options: ['rw', 'name=warren'] });
+    expect(v1Hierarchy(mountinfo.split('\n')[0]!, (options) => options.includes('name=warren'))).toBeUndefined();
+    const bound = body(undefined, '/run/warren-cgroup/sandboxes/abc123');
+    expect(bound.HostConfig?.Mounts).toContainEqual({
+      Type: 'bind',
+      Source: '/run/warren-cgroup/sandboxes/abc123',
+      Target: TREE_CGROUP_IN_SANDBOX,
+      ReadOnly: false,
+      BindOptions: { Propagation: 'rprivate' },
+    });
+    expect(bound.Entrypoint).toEqual(expect.arrayContaining(['--tree-cgroup', TREE_CGROUP_IN_SANDBOX]));
+    expect(body().Entrypoint).not.toContain('--tree-cgroup');
   });
 });

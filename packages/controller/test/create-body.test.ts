@@ -1,6 +1,9 @@
 import { describe, expect, it } from '@jest/globals';
 import { CodedError, containerEnv } from '@warren/protocol';
-import { chooseChannel, containerCreateBody, planSandbox, sandboxLabels, type PlanContext, type SandboxPlan } from '../src/index.js';
+import { chooseChannel } from '../src/docker/daemon-channel.js';
+import { containerCreateBody } from '../src/docker/container-spec.js';
+import { planSandbox, type PlanContext, type SandboxPlan } from '../src/sandbox-plan.js';
+import { sandboxLabels } from '../src/labels.js';
 
 const context: PlanContext = {
   config: {

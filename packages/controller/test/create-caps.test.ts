@@ -3,7 +3,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
 import { CodedError } from '@warren/protocol';
-import { Credentials, loadConfig, SandboxService } from '../src/index.js';
+import { Credentials } from '../src/credentials.js';
+import { loadConfig } from '../src/config.js';
+import { SandboxService } from '../src/sandboxes.js';
 import { FakeProvider } from './fakes.js';
 
 /** A provider whose creates wait until the test lets them through or fail. */

@@ -2,7 +2,9 @@ import { mkdtemp, readFile, readdir, rm, stat, writeFile } from 'node:fs/promise
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
-import { Credentials, defaultAgentBundlePath, defaultDaemonChannel, loadConfig } from '../src/index.js';
+import { Credentials } from '../src/credentials.js';
+import { defaultAgentBundlePath, loadConfig } from '../src/config.js';
+import { defaultDaemonChannel } from '../src/kubernetes/provider.js';
 
 let dir: string;
 beforeEach(async () => {

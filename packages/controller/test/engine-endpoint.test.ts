@@ -3,7 +3,7 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
-import { resolveEngine } from '../src/engine-endpoint.js';
+import { resolveEngine } from '../src/docker/engine-endpoint.js';
 
 /** A Docker config folder as the docker command writes it: config.json and contexts/{meta,tls}/<sha256 of the name>. */
 async function context(dir: string, name: string, endpoint: Record<string, unknown>, tls?: Record<string, string>) {

@@ -1,18 +1,10 @@
 import { describe, expect, it } from '@jest/globals';
 import { CodedError } from '@warren/protocol';
-import {
-  checkLimitsEnforced,
-  closeNamespaces,
-  containerCreateBody,
-  detectEngine,
-  engineError,
-  engineIsolation,
-  hardLimits,
-  loadConfig,
-  processLimitCandidates,
-  unenforcedLimits,
-  type SeccompRule,
-} from '../src/index.js';
+import { checkLimitsEnforced, detectEngine, engineIsolation, hardLimits, processLimitCandidates, unenforcedLimits } from '../src/docker/engine-kind.js';
+import { closeNamespaces, type SeccompRule } from '../src/docker/seccomp.js';
+import { containerCreateBody } from '../src/docker/container-spec.js';
+import { engineError } from '../src/docker/engine-errors.js';
+import { loadConfig } from '../src/config.js';
 
 // `GET /version` as Podman 4.3.1's `podman system service` and Docker 20.10 answer it on Debian 12 (trimmed).
 const PODMAN_VERSION = {

@@ -1,18 +1,21 @@
+import { parseImageRef } from '../src/image-ref.js';
 import {
-  parseImageRef,
   type BuildOptions,
-  type Clock,
   type DaemonEndpoint,
-  type ProvidedImage,
+  type ImageCapability,
+  type MetricsCapability,
   type ProvidedSandbox,
-  type ProvidedSnapshot,
+  type ProviderCapability,
   type ProviderIsolation,
   type ProviderState,
   type PullOptions,
   type SandboxProvider,
   type SandboxSpec,
-  type SandboxStats,
-} from '../src/index.js';
+  type SnapshotCapability,
+  type SuspendCapability,
+  type VolumeCapability,
+} from '../src/provider.js';
+import { type Clock } from '../src/clock.js';
 
 /**
  * A fake clock for unit tests: `now()` moves only when the test says so, and `sleep()` resolves
@@ -70,6 +73,11 @@ export class FakeProvider implements SandboxProvider {
   private followers: { onEvent: (handle: string, action: string) => void; onEnd: () => void }[] = [];
   private next = 0;
 
+  /** `without`: capabilities this fake lacks, as a backend that has no such thing (Kubernetes has no `suspend`). */
+  constructor(options: { without?: ProviderCapability[] } = {}) {
+    for (const capability of options.without ?? []) Object.assign(this, { [capability]: undefined });
+  }
+
   async ping(): Promise<void> {}
 
   async isolation(): Promise<ProviderIsolation> {
@@ -97,59 +105,55 @@ export class FakeProvider implements SandboxProvider {
   readonly missingImages = new Set<string>();
   /** Canonical references pulled so far, in order. */
   readonly pulled: string[] = [];
-  /** When set, `pullImage` waits for this before finishing (or failing with what it throws). */
+  /** When set, a pull waits for this before finishing (or failing with what it throws). */
   pullGate: ((image: string, options: PullOptions) => Promise<void>) | undefined;
   /** Built images by name, with their labels. */
-  readonly images = new Map<string, Record<string, string>>();
+  readonly imageLabels = new Map<string, Record<string, string>>();
   builds: { context: Buffer; options: BuildOptions }[] = [];
-  /** When set, `buildImage` waits for this before finishing. */
+  /** When set, a build waits for this before finishing. */
   buildGate: (() => Promise<void>) | undefined;
-  /** The `ONBUILD` triggers of images on the engine, by name (such an image is inspectable, with no labels unless `images` has some). */
+  /** The `ONBUILD` triggers of images on the engine, by name (such an image is inspectable, with no labels unless `imageLabels` has some). */
   readonly onBuild = new Map<string, string[]>();
 
-  async hasImage(image: string): Promise<boolean> {
-    if (!this.missingImages.has(image)) return true;
-    try {
-      const ref = parseImageRef(image);
-      return this.pulled.includes(ref.digest ? `${ref.registry}/${ref.path}@${ref.digest}` : ref.canonical);
-    } catch {
-      return false;
-    }
-  }
-
-  async pullImage(image: string, options: PullOptions): Promise<void> {
-    this.calls.push(`pull ${image}`);
-    options.onProgress({ status: 'Pulling fs layer', layer: 'l1' });
-    await this.pullGate?.(image, options);
-    options.onProgress({ status: 'Pull complete', layer: 'l1' });
-    this.pulled.push(image);
-  }
-
-  async buildImage(context: Buffer, options: BuildOptions): Promise<{ id: string }> {
-    this.builds.push({ context, options });
-    await this.buildGate?.();
-    options.onOutput('Step 1/1 : FROM scratch\n');
-    this.images.set(options.tag, options.labels);
-    return { id: `sha256:${'b'.repeat(64)}` };
-  }
-
-  async listImages(label: string): Promise<ProvidedImage[]> {
-    return [...this.images]
-      .filter(([, labels]) => labels[label] !== undefined)
-      .map(([tag, labels]) => ({ id: `sha256:${'b'.repeat(64)}`, tags: [tag], createdAt: '2026-01-01T00:00:00.000Z', sizeBytes: 1, labels }));
-  }
-
-  async inspectImage(image: string): Promise<{ id: string; labels: Record<string, string>; onBuild: string[] } | undefined> {
-    const labels = this.images.get(image);
-    const onBuild = this.onBuild.get(image);
-    if (labels === undefined && onBuild === undefined) return undefined;
-    return { id: `sha256:${'e'.repeat(64)}`, labels: labels ?? {}, onBuild: onBuild ?? [] };
-  }
-
-  async removeImage(image: string): Promise<void> {
-    this.calls.push(`removeImage ${image}`);
-    this.images.delete(image);
-  }
+  readonly images: ImageCapability = {
+    has: async (image) => {
+      if (!this.missingImages.has(image)) return true;
+      try {
+        const ref = parseImageRef(image);
+        return this.pulled.includes(ref.digest ? `${ref.registry}/${ref.path}@${ref.digest}` : ref.canonical);
+      } catch {
+        return false;
+      }
+    },
+    pull: async (image, options) => {
+      this.calls.push(`pull ${image}`);
+      options.onProgress({ status: 'Pulling fs layer', layer: 'l1' });
+      await this.pullGate?.(image, options);
+      options.onProgress({ status: 'Pull complete', layer: 'l1' });
+      this.pulled.push(image);
+    },
+    build: async (context, options) => {
+      this.builds.push({ context, options });
+      await this.buildGate?.();
+      options.onOutput('Step 1/1 : FROM scratch\n');
+      this.imageLabels.set(options.tag, options.labels);
+      return { id: `sha256:${'b'.repeat(64)}` };
+    },
+    list: async (label) =>
+      [...this.imageLabels]
+        .filter(([, labels]) => labels[label] !== undefined)
+        .map(([tag, labels]) => ({ id: `sha256:${'b'.repeat(64)}`, tags: [tag], createdAt: '2026-01-01T00:00:00.000Z', sizeBytes: 1, labels })),
+    inspect: async (image) => {
+      const labels = this.imageLabels.get(image);
+      const onBuild = this.onBuild.get(image);
+      if (labels === undefined && onBuild === undefined) return undefined;
+      return { id: `sha256:${'e'.repeat(64)}`, labels: labels ?? {}, onBuild: onBuild ?? [] };
+    },
+    remove: async (image) => {
+      this.calls.push(`removeImage ${image}`);
+      this.imageLabels.delete(image);
+    },
+  };
 
   async prepare(): Promise<{ oldRuntimesRemoved: number }> {
     return { oldRuntimesRemoved: 0 };
@@ -163,23 +167,16 @@ export class FakeProvider implements SandboxProvider {
     return handle;
   }
 
-  async start(handle: string): Promise<void> {
-    this.calls.push(`start ${handle}`);
-    if (this.startFailure) throw this.startFailure;
-    this.require(handle).state = 'running';
-  }
-
-  async stop(handle: string): Promise<void> {
-    this.require(handle).state = 'exited';
-  }
-
-  async pause(handle: string): Promise<void> {
-    this.require(handle).state = 'paused';
-  }
-
-  async resume(handle: string): Promise<void> {
-    this.require(handle).state = 'running';
-  }
+  readonly suspend: SuspendCapability = {
+    start: async (handle) => {
+      this.calls.push(`start ${handle}`);
+      if (this.startFailure) throw this.startFailure;
+      this.require(handle).state = 'running';
+    },
+    stop: async (handle) => void (this.require(handle).state = 'exited'),
+    pause: async (handle) => void (this.require(handle).state = 'paused'),
+    resume: async (handle) => void (this.require(handle).state = 'running'),
+  };
 
   async remove(handle: string): Promise<void> {
     this.calls.push(`remove ${handle}`);
@@ -208,59 +205,48 @@ export class FakeProvider implements SandboxProvider {
     return { socketPath: `/fake/${agentId}.sock` };
   }
 
-  async copyIn(): Promise<void> {}
-
-  async logsTail(): Promise<string> {
-    return '';
-  }
-
   /** Snapshot ids the fake keeps, with the workspace bytes it claims for each (set `snapshotBytes` to test quotas). */
-  readonly snapshots = new Set<string>();
+  readonly keptSnapshots = new Set<string>();
   snapshotBytes = 1024;
 
-  async snapshot(handle: string, _agentId: string, snapshotId: string): Promise<ProvidedSnapshot> {
-    this.calls.push(`snapshot ${handle}`);
-    this.require(handle);
-    this.snapshots.add(snapshotId);
-    return {
-      image: `warren-snapshot/${snapshotId.toLowerCase()}:latest`,
-      imageBytes: 0,
-      workspaceBytes: this.snapshotBytes,
-      processes: false,
-      processesReason: 'the fake keeps none',
-    };
-  }
+  readonly snapshots: SnapshotCapability = {
+    capture: async (handle, _agentId, snapshotId) => {
+      this.calls.push(`snapshot ${handle}`);
+      this.require(handle);
+      this.keptSnapshots.add(snapshotId);
+      return {
+        image: `warren-snapshot/${snapshotId.toLowerCase()}:latest`,
+        imageBytes: 0,
+        workspaceBytes: this.snapshotBytes,
+        processes: false,
+        processesReason: 'the fake keeps none',
+      };
+    },
+    remove: async (snapshotId) => void this.keptSnapshots.delete(snapshotId),
+    ids: async () => [...this.keptSnapshots],
+  };
 
-  async removeSnapshot(snapshotId: string): Promise<void> {
-    this.snapshots.delete(snapshotId);
-  }
+  readonly keptVolumes = new Set<string>();
 
-  async snapshotIds(): Promise<string[]> {
-    return [...this.snapshots];
-  }
+  readonly volumes: VolumeCapability = {
+    create: async (id) => {
+      this.keptVolumes.add(id);
+      return { quota: false };
+    },
+    remove: async (id) => void this.keptVolumes.delete(id),
+    usage: async () => undefined,
+  };
 
-  readonly volumes = new Set<string>();
-
-  async createVolume(id: string): Promise<{ quota: boolean }> {
-    this.volumes.add(id);
-    return { quota: false };
-  }
-
-  async removeVolume(id: string): Promise<void> {
-    this.volumes.delete(id);
-  }
-
-  async volumeUsage(): Promise<number | undefined> {
-    return undefined;
-  }
-
-  /** Fixed numbers while running: what a test sees is the controller's handling, not a measurement. */
-  async stats(handle: string): Promise<SandboxStats | undefined> {
-    const sandbox = this.sandboxes.get(handle);
-    if (sandbox?.state !== 'running') return undefined;
-    this.cpuSeconds += this.cpuPerSample;
-    return { cpuSeconds: this.cpuSeconds, memoryBytes: 64 * 1024 * 1024, memoryLimitBytes: 512 * 1024 * 1024, pids: 3, pidsLimit: 256 };
-  }
+  readonly metrics: MetricsCapability = {
+    /** Fixed numbers while running: what a test sees is the controller's handling, not a measurement. */
+    stats: async (handle) => {
+      const sandbox = this.sandboxes.get(handle);
+      if (sandbox?.state !== 'running') return undefined;
+      this.cpuSeconds += this.cpuPerSample;
+      return { cpuSeconds: this.cpuSeconds, memoryBytes: 64 * 1024 * 1024, memoryLimitBytes: 512 * 1024 * 1024, pids: 3, pidsLimit: 256 };
+    },
+    logsTail: async () => '',
+  };
   /** CPU seconds the fake's sandboxes have "used": `cpuPerSample` more at every sample. */
   cpuSeconds = 0;
   cpuPerSample = 0.5;

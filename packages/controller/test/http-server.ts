@@ -2,8 +2,13 @@ import { once } from 'node:events';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import type { callAgent } from '../src/agent-link.js';
 import { createHttpServer, serverUrl } from '../src/http.js';
-import { Credentials, createLogger, loadConfig, Metrics, SandboxService } from '../src/index.js';
+import { Credentials } from '../src/credentials.js';
+import { createLogger } from '../src/logger.js';
+import { loadConfig } from '../src/config.js';
+import { Metrics } from '../src/metrics.js';
+import { SandboxService } from '../src/sandboxes.js';
 import { FakeProvider } from './fakes.js';
 import { SnapshotService } from '../src/snapshots.js';
 import { SnapshotStore } from '../src/snapshot-store.js';
@@ -63,7 +68,8 @@ export async function startFakeHttpServer(): Promise<FakeHttpServer> {
     metrics,
     logger,
     readiness: async () => ({ provider: 'fake', defaultImage: config.defaultImage }),
-    audit: async () => ({ entries: [], nextCursor: null }),
+    // The fake provider runs no daemons: the audit route gets an empty page.
+    callDaemon: (async () => ({ entries: [], nextCursor: null })) as unknown as typeof callAgent,
   });
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');

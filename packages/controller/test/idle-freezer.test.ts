@@ -3,7 +3,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
 import { CodedError } from '@warren/protocol';
-import { Credentials, loadConfig, Metrics, SandboxService } from '../src/index.js';
+import { Credentials } from '../src/credentials.js';
+import { loadConfig } from '../src/config.js';
+import { Metrics } from '../src/metrics.js';
+import { SandboxService } from '../src/sandboxes.js';
 import { cpuBusy, IdleFreezer } from '../src/idle-freezer.js';
 import { FakeClock, FakeProvider } from './fakes.js';
 
@@ -164,14 +167,14 @@ describe('the idle freezer, on a fake clock', () => {
     const { id } = await service.create({});
     const handle = service.record(id).containerId;
     await service.whileCapturing(id, async () => {
-      await provider.pause(handle); // as the provider's snapshot does
+      await provider.suspend.pause(handle); // as the provider's snapshot does
       await service.refreshStates();
-      await provider.resume(handle);
+      await provider.suspend.resume(handle);
     });
     expect(service.record(id).state).toBe('running');
     expect(service.record(id).capturing).toBeUndefined();
     // Without a capture under way the same listing is taken at its word.
-    await provider.pause(handle);
+    await provider.suspend.pause(handle);
     await service.refreshStates();
     expect(service.record(id).state).toBe('paused');
   });
@@ -260,11 +263,23 @@ describe('the idle freezer, on a fake clock', () => {
     expect(await checkRounds(service, 3)).toEqual([]);
   });
 
-  it('stops trying on a provider that cannot freeze (Kubernetes), and keeps the sandbox running', async () => {
+  it('is off on a provider without the suspend capability (Kubernetes), and the sandbox keeps running', async () => {
+    provider = new FakeProvider({ without: ['suspend'] });
     const service = makeService(60);
     await service.recover();
     const { id } = await service.create({});
-    provider.pause = () => Promise.reject(new CodedError('NOT_SUPPORTED', 'Kubernetes has no way to freeze a pod'));
+    expect(service.freezer.enabled).toBe(false);
+    await clock.advance(60_000);
+    expect(await checkRounds(service, 3)).toEqual([]);
+    expect(service.record(id).frozen).toBeUndefined();
+    expect(engineState(service, id)).toBe('running');
+  });
+
+  it('stops trying when the engine refuses a freeze with NOT_SUPPORTED, and keeps the sandbox running', async () => {
+    const service = makeService(60);
+    await service.recover();
+    const { id } = await service.create({});
+    provider.suspend.pause = () => Promise.reject(new CodedError('NOT_SUPPORTED', 'this engine has no freezer'));
     await clock.advance(60_000);
     expect(await checkRounds(service, 3)).toEqual([]);
     expect(service.freezer.enabled).toBe(false);
@@ -276,9 +291,9 @@ describe('the idle freezer, on a fake clock', () => {
     const service = makeService(60);
     await service.recover();
     const { id } = await service.create({});
-    const pause = provider.pause.bind(provider);
+    const pause = provider.suspend.pause.bind(provider.suspend);
     let release: (() => void) | undefined;
-    provider.pause = async (handle) => {
+    provider.suspend.pause = async (handle) => {
       await pause(handle);
       release = service.freezer.hold(id); // a call starts while the pause is under way
     };

@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { buildTag, checkAllowed, isAllowed, parseAllowList, parseImageRef } from '../src/index.js';
+import { buildTag, checkAllowed, isAllowed, parseAllowList, parseImageRef } from '../src/image-ref.js';
 
 const HEX = 'a'.repeat(64);
 const hubOnly = parseAllowList(['docker.io']);

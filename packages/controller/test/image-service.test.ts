@@ -6,7 +6,10 @@ import { pack, type Header } from 'tar-stream';
 
 /** The header fields a test names; tar-stream fills in the rest. */
 type Entry = { header: Partial<Header> & { name: string }; body?: string };
-import { BUILD_LABEL, Credentials, ImageService, loadConfig, SandboxService, type ImageSettings } from '../src/index.js';
+import { BUILD_LABEL, ImageService } from '../src/image-service.js';
+import { Credentials } from '../src/credentials.js';
+import { loadConfig, type ImageSettings } from '../src/config.js';
+import { SandboxService } from '../src/sandboxes.js';
 import { FakeProvider } from './fakes.js';
 
 const SETTINGS: ImageSettings = {
@@ -243,7 +246,7 @@ describe('ImageService.build', () => {
 
   it('does not remove an image a build under way starts from, so the engine never pulls it back unchecked', async () => {
     const { provider, images } = service();
-    provider.images.set('base:1', { [BUILD_LABEL]: 'x' });
+    provider.imageLabels.set('base:1', { [BUILD_LABEL]: 'x' });
     let release!: () => void;
     provider.buildGate = () => new Promise<void>((resolve) => (release = resolve));
     const building = images.build(await tar([dockerfile('FROM base:1\n')]), { tag: 'child' });
@@ -252,14 +255,14 @@ describe('ImageService.build', () => {
     release();
     await building;
     await images.remove('base:1');
-    expect(provider.images.has('base:1')).toBe(false);
+    expect(provider.imageLabels.has('base:1')).toBe(false);
   });
 
   it('does not replace an image Warren did not build', async () => {
     const { provider, images } = service();
-    provider.images.set('python:latest', { maintainer: 'someone' });
+    provider.imageLabels.set('python:latest', { maintainer: 'someone' });
     await expect(images.build(await tar([dockerfile()]), { tag: 'python' })).rejects.toMatchObject({ code: 'CONFLICT' });
-    provider.images.set('mine:latest', { [BUILD_LABEL]: 'x' });
+    provider.imageLabels.set('mine:latest', { [BUILD_LABEL]: 'x' });
     await expect(images.build(await tar([dockerfile()]), { tag: 'mine' })).resolves.toMatchObject({ image: 'mine:latest' });
     // The earlier build of the name, now nameless, is removed.
     expect(provider.calls).toContain(`removeImage sha256:${'e'.repeat(64)}`);
@@ -272,14 +275,14 @@ describe('ImageService.build', () => {
 
   it('lists and removes only images Warren built', async () => {
     const { provider, images } = service();
-    provider.images.set('theirs:1', {});
-    provider.images.set('mine:1', { [BUILD_LABEL]: 'x' });
+    provider.imageLabels.set('theirs:1', {});
+    provider.imageLabels.set('mine:1', { [BUILD_LABEL]: 'x' });
     expect((await images.list()).map((i) => i.tags)).toEqual([['mine:1']]);
     await expect(images.remove('theirs:1')).rejects.toMatchObject({ code: 'FORBIDDEN' });
     await expect(images.remove('nothing:1')).rejects.toMatchObject({ code: 'NOT_FOUND' });
     await images.remove('mine:1');
-    expect(provider.images.has('mine:1')).toBe(false);
-    expect(provider.images.has('theirs:1')).toBe(true);
+    expect(provider.imageLabels.has('mine:1')).toBe(false);
+    expect(provider.imageLabels.has('theirs:1')).toBe(true);
   });
 });
 

@@ -1,21 +1,12 @@
 import { describe, expect, it } from '@jest/globals';
 import type { V1Pod } from '@kubernetes/client-node';
 import { CodedError } from '@warren/protocol';
-import { DAEMON_CAPABILITIES } from '../src/docker.js';
-import {
-  kubeError,
-  LABELS_ANNOTATION,
-  planSandbox,
-  podName,
-  podState,
-  lostNode,
-  sandboxLabels,
-  sandboxPod,
-  sandboxSecret,
-  startVerdict,
-  warrenLabels,
-  type PlanContext,
-} from '../src/index.js';
+import { DAEMON_CAPABILITIES } from '../src/sandbox-layout.js';
+import { kubeError } from '../src/kubernetes/errors.js';
+import { LABELS_ANNOTATION, podName, sandboxPod, sandboxSecret } from '../src/kubernetes/pod-spec.js';
+import { planSandbox, type PlanContext } from '../src/sandbox-plan.js';
+import { podState, lostNode, startVerdict, warrenLabels } from '../src/kubernetes/provider.js';
+import { sandboxLabels } from '../src/labels.js';
 
 const context: PlanContext = {
   config: {

@@ -2,7 +2,11 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
-import { Credentials, LABELS, loadConfig, MAX_RESTARTS, RESTART_WINDOW_MS, SandboxService } from '../src/index.js';
+import { Credentials } from '../src/credentials.js';
+import { LABELS } from '../src/labels.js';
+import { loadConfig } from '../src/config.js';
+import { MAX_RESTARTS, RESTART_WINDOW_MS } from '../src/supervisor.js';
+import { SandboxService } from '../src/sandboxes.js';
 import { FakeClock, FakeProvider } from './fakes.js';
 
 let stateDir: string;

@@ -2,8 +2,9 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from '@jest/globals';
-import { CodedError } from '@warren/protocol';
-import { Credentials, loadConfig, SandboxService } from '../src/index.js';
+import { Credentials } from '../src/credentials.js';
+import { loadConfig } from '../src/config.js';
+import { SandboxService } from '../src/sandboxes.js';
 import { FakeClock, FakeProvider } from './fakes.js';
 
 /** A backend that lost a sandbox's unit (a Kubernetes node went away) and says why. */
@@ -12,10 +13,11 @@ class LosingProvider extends FakeProvider {
   lostReason(handle: string): string | undefined {
     return this.lost.get(handle);
   }
-  /** A backend that cannot start a stopped unit again, as on Kubernetes. */
-  override async start(): Promise<void> {
-    throw new CodedError('NOT_SUPPORTED', 'Cannot start a pod again on Kubernetes.');
+  /** A backend that cannot start a stopped unit again, as on Kubernetes: it has no suspend capability. */
+  constructor() {
+    super({ without: ['suspend'] });
   }
+  readonly alternatives = { suspend: 'a pod that stopped cannot run again with its files' };
 }
 
 const dirs: string[] = [];
@@ -70,7 +72,11 @@ describe('a sandbox the backend lost', () => {
     await clock.advance(0);
     await pending;
     expect(record.state).toBe('exited');
-    expect(restarts).toEqual([expect.stringMatching(/Cannot start a pod again/)]);
+    expect(restarts).toEqual([
+      expect.stringMatching(
+        /Cannot start a stopped sandbox again: the fake provider has no way to freeze or stop a sandbox with its files kept; a pod that stopped cannot run again/,
+      ),
+    ]);
     expect(sandboxes.willRestart(id)).toBe(false);
   });
 });

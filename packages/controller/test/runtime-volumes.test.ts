@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import type Docker from 'dockerode';
-import { DockerProvider } from '../src/index.js';
+import { DockerProvider } from '../src/docker/provider.js';
 
 /** A dockerode stand-in with volumes only: which exist, which are mounted (removal refused). */
 function fakeEngine(volumes: { Name: string; CreatedAt: string; inUse?: boolean }[]) {
@@ -28,7 +28,7 @@ describe('removeOldRuntimeVolumes', () => {
       { Name: 'warren-runtime-mounted', CreatedAt: hoursAgo(3), inUse: true },
       { Name: 'warren-runtime-undated', CreatedAt: '' },
     ]);
-    expect(await docker.removeOldRuntimeVolumes('warren-runtime-current')).toEqual(['warren-runtime-old']);
+    expect(await docker.runtimeVolumes.removeOld('warren-runtime-current')).toEqual(['warren-runtime-old']);
     expect(removed).toEqual(['warren-runtime-old']);
   });
 });

@@ -2,7 +2,14 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
-import { Credentials, LABELS, loadConfig, SandboxService, silentLogger, WarmPool, type SharedRecords, type StoredRecord } from '../src/index.js';
+import { Credentials } from '../src/credentials.js';
+import { LABELS } from '../src/labels.js';
+import { loadConfig } from '../src/config.js';
+import { SandboxService } from '../src/sandboxes.js';
+import { silentLogger } from '../src/logger.js';
+import { WarmPool } from '../src/pool.js';
+import { type SharedRecords } from '../src/provider.js';
+import { type StoredRecord } from '../src/record-store.js';
 import { FakeClock, FakeProvider } from './fakes.js';
 
 /**

@@ -1,12 +1,13 @@
 import { describe, expect, it } from '@jest/globals';
 import type Docker from 'dockerode';
-import { DockerProvider } from '../src/index.js';
+import { DockerProvider } from '../src/docker/provider.js';
 
-/** A dockerode stand-in with snapshot images only, each removal answering as `answers` says. */
-function fakeEngine(answers: Record<string, Error | undefined>) {
+/** A dockerode stand-in with images of snapshot `snap-1` (its own name, or none), each removal answering as `answers` says; `named` gives an image a name of its own. */
+function fakeEngine(answers: Record<string, Error | undefined>, named: Record<string, string> = {}) {
   const removed: string[] = [];
   const engine = {
-    listImages: async () => Object.keys(answers).map((Id) => ({ Id })),
+    listImages: async () =>
+      Object.keys(answers).map((Id) => ({ Id, Labels: { 'warren.snapshot': 'snap-1' }, RepoTags: [named[Id] ?? 'warren-snapshot/snap-1:latest'] })),
     getImage: (id: string) => ({
       remove: async () => {
         const answer = answers[id];
@@ -28,12 +29,21 @@ describe('removeSnapshot', () => {
       'sha256:bbb': engineError(404, 'No such image: sha256:bbb'),
       'sha256:ccc': undefined,
     });
-    await expect(docker.removeSnapshot('snap-1')).resolves.toBeUndefined();
+    await expect(docker.snapshots.remove('snap-1')).resolves.toBeUndefined();
     expect(removed).toEqual(['sha256:ccc']);
   });
 
   it('still fails on any other error of the engine', async () => {
     const { docker } = fakeEngine({ 'sha256:aaa': engineError(500, 'driver failed to remove the layer') });
-    await expect(docker.removeSnapshot('snap-1')).rejects.toMatchObject({ message: expect.stringContaining('remove the image of snapshot snap-1') });
+    await expect(docker.snapshots.remove('snap-1')).rejects.toMatchObject({ message: expect.stringContaining('remove the image of snapshot snap-1') });
+  });
+
+  it("leaves an image that only carries the snapshot's label under a name of its own (a build's LABEL), and takes an untagged one", async () => {
+    const { docker, removed } = fakeEngine(
+      { 'sha256:built': undefined, 'sha256:own': undefined, 'sha256:untagged': undefined },
+      { 'sha256:built': 'team/lookalike:latest', 'sha256:untagged': '<none>:<none>' },
+    );
+    await docker.snapshots.remove('snap-1');
+    expect(removed).toEqual(['sha256:own', 'sha256:untagged']);
   });
 });

@@ -5,11 +5,11 @@ import {
   defaultReserveBytes,
   isWorkspaceId,
   openWorkspaceStore,
-  parseMountInfo,
   quotaUnavailableReason,
   roomForWorkspaces,
   workspaceSizeBytes,
-} from '../src/workspace-store.js';
+} from '../src/docker/workspace-store.js';
+import { parseMountInfo } from '../src/docker/loop-disk.js';
 
 const MiB = 1024 * 1024;
 const GiB = 1024 * MiB;

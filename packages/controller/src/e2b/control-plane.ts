@@ -2,20 +2,18 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { CodedError, type CreateSandboxRequest, type SandboxInfo } from '@warren/protocol';
 import { z } from 'zod';
 import { callerFor, grantFor, routeRefusal, type Access, type Caller } from '../grants.js';
-import type { HttpServerDeps } from '../http.js';
+import type { HttpServerDeps } from '../server-context.js';
 import { E2bHttpError } from './errors.js';
 import { json, parse, readJson } from './http-util.js';
 import { E2bNetwork, e2bFromEgress, egressFromE2b } from './network.js';
 import { createSnapshot, createVolume, deleteTemplate, deleteVolume, fork, getVolume, listSnapshots, listVolumes, type StateContext } from './state.js';
-import { DEFAULT_E2B_HOME, type E2bTemplate } from './templates.js';
+import { TEMPLATE_LABEL, type E2bTemplate } from './templates.js';
 import { HELPER_LABEL, type VolumeContent } from './volume-content.js';
 
 export { json } from './http-util.js';
 
 /** The envd version the gateway advertises: the SDK switches features on it (docs/e2b.md); 0.5.7 has stdin, closeStdin and octet-stream uploads. */
 export const ENVD_VERSION = '0.5.7';
-/** The label that records a sandbox's E2B template, so envd calls resolve paths against its home. */
-export const TEMPLATE_LABEL = 'e2b-template';
 /** E2B's default timeout (seconds) when a create names none. */
 const DEFAULT_TIMEOUT_SECONDS = 300;
 /** Warren's shortest TTL; an E2B timeout below it is raised to it. */
@@ -184,14 +182,6 @@ export function templateFor(deps: HttpServerDeps, name: string): E2bTemplate {
       `Template '${name}' not found. This Warren serves: ${Object.keys(templates).join(', ')} (e2bTemplates in the controller's configuration), and the snapshots of this API key by id or name.`,
     );
   return template;
-}
-
-/** The home folder of a sandbox made through the gateway: its template's, else its workspace, else Warren's default root. */
-export function homeOf(deps: HttpServerDeps, labels: Record<string, string>): string {
-  const name = labels[TEMPLATE_LABEL];
-  const templates = deps.config.e2bTemplates;
-  const template = name !== undefined && Object.hasOwn(templates, name) ? templates[name] : undefined;
-  return template?.home ?? template?.create?.workspace ?? DEFAULT_E2B_HOME;
 }
 
 async function create({ deps, req, res, keyId }: PlaneContext): Promise<void> {

@@ -3,12 +3,12 @@ import { posix } from 'node:path';
 import { gunzipSync } from 'node:zlib';
 import { CodedError } from '@warren/protocol';
 import { callerFor } from '../grants.js';
-import type { HttpServerDeps } from '../http.js';
+import type { HttpServerDeps } from '../server-context.js';
 import { json } from './control-plane.js';
-import type { DaemonSession } from './daemon-session.js';
+import type { DaemonSession } from '../daemon-session.js';
 import { E2bHttpError } from './errors.js';
-import { envdScope, resolvePath, sandboxIdOf, signedFileScope } from './envd-scope.js';
-import type { SessionPool } from './session-pool.js';
+import { envdScope, resolvePath, sandboxIdOf, signedFileScope, withSession } from './envd-scope.js';
+import type { DaemonSessionPool } from '../daemon-pool.js';
 
 /** The largest upload body (all files of one request together); larger ones get 413. */
 export const MAX_UPLOAD_BYTES = 64 * 1024 * 1024;
@@ -46,7 +46,7 @@ export async function serveFiles(
   res: ServerResponse,
   query: URLSearchParams,
   uploads: { inFlight: number },
-  pool: SessionPool,
+  pool: DaemonSessionPool,
 ): Promise<void> {
   const method = req.method ?? 'GET';
   if (method !== 'GET' && method !== 'POST') throw new E2bHttpError(405, `${method} is not supported on /files; use GET or POST.`);
@@ -54,7 +54,7 @@ export async function serveFiles(
   const signed = query.has('signature');
   const read = (name: string) => header(req, name);
   const scope = signed ? signedFileScope(deps, read, query, method === 'GET' ? 'read' : 'write') : envdScope(deps, read, query.get('username') ?? undefined);
-  await pool.run(scope, async (session) => {
+  await withSession(pool, scope, async (session) => {
     if (method === 'GET') {
       const path = query.get('path');
       if (!path) throw new E2bHttpError(400, 'GET /files needs ?path=<file>.');

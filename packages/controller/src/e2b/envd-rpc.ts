@@ -3,11 +3,11 @@ import { timestampFromMs } from '@bufbuild/protobuf/wkt';
 import { Code, ConnectError, type ConnectRouter, type HandlerContext } from '@connectrpc/connect';
 import type { ProcessInfo as WarrenProcess, Result } from '@warren/protocol';
 import { posix } from 'node:path';
-import type { HttpServerDeps } from '../http.js';
+import type { HttpServerDeps } from '../server-context.js';
 import { notServed, toConnectError } from './errors.js';
-import { checkExec, envdScope, openSession, resolvePath, type EnvdScope } from './envd-scope.js';
-import type { DaemonSession } from './daemon-session.js';
-import type { SessionPool } from './session-pool.js';
+import { checkExec, envdScope, leaseSession, openSession, resolvePath, withSession, type EnvdScope } from './envd-scope.js';
+import type { DaemonSession } from '../daemon-session.js';
+import type { DaemonLease, DaemonSessionPool } from '../daemon-pool.js';
 import { PtyRegistry, type PtyEntry, type PtyEvent } from './pty-registry.js';
 import { FileType, Filesystem, WatchDirResponseSchema, type EntryInfo } from './gen/filesystem/filesystem_pb.js';
 import { runWatch, type FsEventInit, type WatcherRegistry } from './envd-watch.js';
@@ -27,7 +27,7 @@ type EventCase = NonNullable<MessageInitShape<typeof ProcessEventSchema>['event'
 const message = (event: EventCase): EventInit => ({ event: { event } });
 
 /** Registers envd's `process.Process` and `filesystem.Filesystem` services, each call served through the sandbox's daemon. */
-export function envdRoutes(deps: HttpServerDeps, pool: SessionPool, watchers: WatcherRegistry): (router: ConnectRouter) => void {
+export function envdRoutes(deps: HttpServerDeps, pool: DaemonSessionPool, watchers: WatcherRegistry): (router: ConnectRouter) => void {
   const scopeOf = (ctx: HandlerContext) => envdScope(deps, (name) => ctx.requestHeader.get(name) ?? undefined);
   const ptys = new PtyRegistry();
   /** The gateway's terminal a selector names, for a caller that may run commands; undefined when it names none. */
@@ -42,7 +42,7 @@ export function envdRoutes(deps: HttpServerDeps, pool: SessionPool, watchers: Wa
   async function unary<T>(ctx: HandlerContext, fn: (session: DaemonSession, scope: EnvdScope) => Promise<T>): Promise<T> {
     try {
       const scope = scopeOf(ctx);
-      return await pool.run(scope, (session) => fn(session, scope));
+      return await withSession(pool, scope, (session) => fn(session, scope));
     } catch (err) {
       throw toConnectError(err);
     }
@@ -76,10 +76,10 @@ export function envdRoutes(deps: HttpServerDeps, pool: SessionPool, watchers: Wa
           yield* followPty(entry, ctx);
           return;
         }
-        let lease: Awaited<ReturnType<SessionPool['lease']>> | undefined;
+        let lease: DaemonLease | undefined;
         try {
           const scope = scopeOf(ctx);
-          lease = await pool.lease(scope);
+          lease = await leaseSession(pool, scope);
           const session = lease.session;
           const lifetime = ctx.timeoutMs();
           const { result } = await session.call('process.start', {
@@ -99,7 +99,7 @@ export function envdRoutes(deps: HttpServerDeps, pool: SessionPool, watchers: Wa
         }
       },
       async *connect(req, ctx) {
-        let lease: Awaited<ReturnType<SessionPool['lease']>> | undefined;
+        let lease: DaemonLease | undefined;
         try {
           const scope = scopeOf(ctx);
           const pty = ptyOf(scope, req.process, 'Process/Connect');
@@ -108,7 +108,7 @@ export function envdRoutes(deps: HttpServerDeps, pool: SessionPool, watchers: Wa
             yield* followPty(pty, ctx);
             return;
           }
-          lease = await pool.lease(scope);
+          lease = await leaseSession(pool, scope);
           const found = await find(lease.session, req.process);
           yield message({ case: 'start', value: { pid: found.pid } });
           yield* follow(lease.session, found.handle, ctx);

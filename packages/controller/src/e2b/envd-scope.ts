@@ -1,10 +1,11 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { posix } from 'node:path';
-import { CodedError } from '@warren/protocol';
+import { CodedError, type ConnectionGrant } from '@warren/protocol';
 import { callerFor, grantFor, refusalFor, type Caller } from '../grants.js';
-import type { HttpServerDeps } from '../http.js';
-import { homeOf } from './control-plane.js';
-import { DaemonSession } from './daemon-session.js';
+import type { HttpServerDeps } from '../server-context.js';
+import { homeOf } from './templates.js';
+import type { DaemonLease, DaemonSessionPool } from '../daemon-pool.js';
+import { DaemonSession } from '../daemon-session.js';
 
 /** Reads one request header, whether from node:http (`IncomingHttpHeaders`) or a Fetch `Headers`. */
 export type HeaderReader = (name: string) => string | undefined;
@@ -40,7 +41,7 @@ export function envdScope(deps: HttpServerDeps, header: HeaderReader, user?: str
   if (caller === undefined) throw new CodedError('UNAUTHORIZED', "Missing or invalid access token: send this sandbox's envdAccessToken as X-Access-Token.");
   checkUser(user ?? basicUser(header('authorization')));
   const record = deps.sandboxes.record(sandboxId);
-  return { deps, sandboxId, caller, home: homeOf(deps, record.labels) };
+  return { deps, sandboxId, caller, home: homeOf(deps.config.e2bTemplates, record.labels) };
 }
 
 function basicUser(authorization: string | undefined): string | undefined {
@@ -84,15 +85,39 @@ export function signedFileScope(deps: HttpServerDeps, header: HeaderReader, quer
   checkUser(user || undefined);
   // Looked up only once the signature holds: to anyone else an id that exists and one that does not answer alike.
   const record = deps.sandboxes.record(sandboxId);
-  return { deps, sandboxId, caller: { kind: 'sandbox', sandboxId }, home: homeOf(deps, record.labels) };
+  return { deps, sandboxId, caller: { kind: 'sandbox', sandboxId }, home: homeOf(deps.config.e2bTemplates, record.labels) };
 }
 
-/** Opens a daemon session for the scope's caller with its grant (the relay's rules). */
+/** Opens a daemon session for the scope's caller with its grant (the relay's rules), for a stream that keeps it. */
 export function openSession(scope: EnvdScope): Promise<DaemonSession> {
+  return DaemonSession.open(scope.deps.sandboxes, scope.sandboxId, scope.caller, grantOf(scope), scope.deps.metrics);
+}
+
+/**
+ * Lends a daemon session for the scope's caller with its grant from `pool`: an idle one of the
+ * same sandbox, caller and grant, or a new one. A stream holds its lease for as long as it lasts;
+ * its own call is cancelled by its signal when its client goes away, so the session goes back clean.
+ */
+export function leaseSession(pool: DaemonSessionPool, scope: EnvdScope): Promise<DaemonLease> {
+  return pool.lease(scope.deps.sandboxes, scope.sandboxId, scope.caller, grantOf(scope), scope.deps.metrics);
+}
+
+/** Runs `fn` with a session leased from `pool` for the scope's caller ({@link leaseSession}), handed back when `fn` settles. */
+export async function withSession<T>(pool: DaemonSessionPool, scope: EnvdScope, fn: (session: DaemonSession) => Promise<T>): Promise<T> {
+  const lease = await leaseSession(pool, scope);
+  try {
+    return await fn(lease.session);
+  } finally {
+    lease.release();
+  }
+}
+
+/** The scope's grant; refused while the sandbox is paused (its daemon is frozen, and a connection does not resume it here). */
+function grantOf(scope: EnvdScope): ConnectionGrant {
   const record = scope.deps.sandboxes.record(scope.sandboxId);
   if (record.state === 'paused')
     throw new CodedError('SANDBOX_NOT_READY', `Sandbox '${scope.sandboxId}' is paused; connect to it (Sandbox.connect) to resume it.`);
-  return DaemonSession.open(scope.deps.sandboxes, scope.sandboxId, scope.caller, grantFor(record, scope.caller), scope.deps.metrics);
+  return grantFor(record, scope.caller);
 }
 
 /** An E2B path as the daemon takes it: absolute as given (normalized), relative ones below the home. */

@@ -4,7 +4,7 @@ import type { WatchChange } from '@warren/protocol';
 import { randomUUID } from 'node:crypto';
 import { posix } from 'node:path';
 import { toConnectError } from './errors.js';
-import type { DaemonSession } from './daemon-session.js';
+import type { DaemonSession } from '../daemon-session.js';
 import { openSession, type EnvdScope } from './envd-scope.js';
 import { EventType, type FilesystemEventSchema } from './gen/filesystem/filesystem_pb.js';
 

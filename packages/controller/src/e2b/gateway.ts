@@ -1,12 +1,12 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Code, ConnectError } from '@connectrpc/connect';
 import { connectNodeAdapter } from '@connectrpc/connect-node';
-import type { HttpServerDeps } from '../http.js';
+import type { HttpServerDeps } from '../server-context.js';
 import { isControlPlanePath, json, serveControlPlane } from './control-plane.js';
 import { toE2bHttpError } from './errors.js';
 import { serveFiles, serveHealth } from './envd-files.js';
 import { envdRoutes } from './envd-rpc.js';
-import { SessionPool } from './session-pool.js';
+import type { DaemonSessionPool } from '../daemon-pool.js';
 import { WatcherRegistry } from './envd-watch.js';
 import { VolumeContent } from './volume-content.js';
 
@@ -64,11 +64,10 @@ export function isE2bPath(pathname: string): boolean {
  * API does.
  *
  * @example
- * const e2b = createE2bGateway(deps);
+ * const e2b = createE2bGateway(deps, new DaemonSessionPool());
  * if (isE2bPath(url.pathname)) await e2b(req, res);
  */
-export function createE2bGateway(deps: HttpServerDeps): E2bGateway {
-  const pool = new SessionPool();
+export function createE2bGateway(deps: HttpServerDeps, pool: DaemonSessionPool): E2bGateway {
   const watchers = new WatcherRegistry();
   const rpc = connectNodeAdapter({
     routes: envdRoutes(deps, pool, watchers),
@@ -109,9 +108,6 @@ export function createE2bGateway(deps: HttpServerDeps): E2bGateway {
     }
   };
   return Object.assign(serve, {
-    close: () => {
-      pool.close();
-      watchers.close();
-    },
+    close: () => watchers.close(),
   });
 }

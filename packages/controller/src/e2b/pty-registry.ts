@@ -1,5 +1,5 @@
 import { CodedError, type Result } from '@warren/protocol';
-import { DaemonSession } from './daemon-session.js';
+import { DaemonSession } from '../daemon-session.js';
 import { openSession, type EnvdScope } from './envd-scope.js';
 
 /** What a PTY stream carries, before it becomes envd's events. */

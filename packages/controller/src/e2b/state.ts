@@ -1,7 +1,7 @@
 import type { ServerResponse } from 'node:http';
 import type { CreateSandboxResponse } from '@warren/protocol';
 import { z } from 'zod';
-import type { HttpServerDeps } from '../http.js';
+import type { HttpServerDeps } from '../server-context.js';
 import { E2bHttpError } from './errors.js';
 import { json, parse, readJson } from './http-util.js';
 import type { VolumeContent } from './volume-content.js';

@@ -28,3 +28,13 @@ export const DEFAULT_E2B_TEMPLATES: E2bTemplates = { base: { home: '/home/user',
 
 /** The home of a template when it names none: Warren's default policy root. */
 export const DEFAULT_E2B_HOME = '/workspace';
+
+/** The label that records a sandbox's E2B template, so envd calls resolve paths against its home. */
+export const TEMPLATE_LABEL = 'e2b-template';
+
+/** The home folder of a sandbox made through the gateway: its template's, else its workspace, else Warren's default root. */
+export function homeOf(templates: E2bTemplates, labels: Record<string, string>): string {
+  const name = labels[TEMPLATE_LABEL];
+  const template = name !== undefined && Object.hasOwn(templates, name) ? templates[name] : undefined;
+  return template?.home ?? template?.create?.workspace ?? DEFAULT_E2B_HOME;
+}

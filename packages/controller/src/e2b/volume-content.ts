@@ -1,11 +1,12 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { posix } from 'node:path';
 import type { CreateSandboxRequest } from '@warren/protocol';
-import type { HttpServerDeps } from '../http.js';
-import type { DaemonSession } from './daemon-session.js';
+import type { HttpServerDeps } from '../server-context.js';
+import type { DaemonSession } from '../daemon-session.js';
 import { E2bHttpError } from './errors.js';
+import { withSession } from './envd-scope.js';
 import { json } from './http-util.js';
-import type { SessionPool } from './session-pool.js';
+import type { DaemonSessionPool } from '../daemon-pool.js';
 
 /** Where a helper sandbox mounts the volume; its file policy is exactly this folder. */
 export const VOLUME_MOUNT = '/mnt/volume';
@@ -38,7 +39,7 @@ export class VolumeContent {
 
   constructor(
     private readonly deps: HttpServerDeps,
-    private readonly pool: SessionPool,
+    private readonly pool: DaemonSessionPool,
   ) {}
 
   /** Serves one `/volumecontent/...` request (`path` below the gateway's prefix). */
@@ -59,7 +60,7 @@ export class VolumeContent {
     checkOwner(query);
     const sandboxId = await this.helperFor(token.keyId, volume);
     const scope = { deps: this.deps, sandboxId, caller: { kind: 'operator' as const, keyId: token.keyId }, home: VOLUME_MOUNT };
-    await this.pool.run(scope, async (session) => {
+    await withSession(this.pool, scope, async (session) => {
       const route = `${method} ${match[2]}`;
       if (route === 'GET path') return json(res, 200, await stat(session, target));
       if (route === 'DELETE path') {

@@ -1,5 +1,6 @@
 import net from 'node:net';
-import { CodedError, decodeFrame, EGRESS_STREAM_WINDOW, encodeFrame, parseEvent, PROTOCOL_MINOR, PROTOCOL_VERSION, type ParamsIn } from '@warren/protocol';
+import { CodedError, EGRESS_STREAM_WINDOW, WireClient, type ParamsIn, type ParsedEvent } from '@warren/protocol';
+import { wsSocket } from '@warren/protocol/node';
 import type { WebSocket } from 'ws';
 import { openAgentSocket } from '../agent-link.js';
 import type { DaemonEndpoint } from '../provider.js';
@@ -38,7 +39,6 @@ interface Stream {
   toAck: number;
 }
 
-const SERVE_ID = 1;
 /** How often the tunnel pings the daemon (which closes a channel silent for 30 s). */
 const TUNNEL_PING_MS = 10_000;
 
@@ -57,12 +57,11 @@ const TUNNEL_PING_MS = 10_000;
  */
 export class EgressTunnel {
   readonly #ws: WebSocket;
+  #client: WireClient | undefined;
   #pinger: NodeJS.Timeout | undefined;
   readonly #streams = new Map<number, Stream>();
-  readonly #pendingSends = new Map<number, { stream: number; bytes: number }>();
   readonly #ackQueue = new Set<number>();
   readonly #options: EgressTunnelOptions;
-  #nextId = SERVE_ID + 1;
   #closed = false;
   #resolveClosed!: (reason: string) => void;
   /** Resolves with why, once the tunnel is closed (by {@link close}, the daemon or a broken channel). */
@@ -109,93 +108,91 @@ export class EgressTunnel {
     this.#ws.on('error', () => undefined);
     this.#ws.terminate();
     this.#resolveClosed(reason);
+    // The `egress.send` calls still in flight fail here; nothing waits for them any more.
+    this.#client?.close();
   }
 
-  #start(timeoutMs: number): Promise<void> {
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(
-        () => fail(new CodedError('SANDBOX_NOT_READY', `The sandbox daemon did not start its egress relay within ${timeoutMs} ms.`)),
-        timeoutMs,
-      );
-      const fail = (err: Error) => {
+  async #start(timeoutMs: number): Promise<void> {
+    let listening = false;
+    let fail: (err: Error) => void = () => undefined;
+    const failed = new Promise<never>((_, reject) => {
+      fail = (err: Error) => {
         clearTimeout(timer);
         this.close(err.message);
         reject(err);
       };
-      let listening = false;
-      this.#ws.on('message', (data: Buffer, isBinary: boolean) => {
-        try {
-          if (!isBinary) throw new CodedError('INVALID_FRAME', 'a text frame on the egress channel');
-          const onListening = () => {
-            listening = true;
-            clearTimeout(timer);
-            resolve();
-          };
-          this.#onFrame(data, onListening);
-        } catch (err) {
-          const error = err instanceof Error ? err : new Error(String(err));
-          if (!listening) fail(error);
-          else this.close(`the daemon sent a bad frame: ${error.message}`);
-        }
-      });
-      this.#ws.once('close', () =>
-        listening
-          ? this.close('the daemon closed the egress channel')
-          : fail(new CodedError('SANDBOX_NOT_READY', 'The sandbox daemon closed the egress channel before its relay listened.')),
-      );
-      this.#ws.on('error', () => undefined);
-      this.#ws.send(encodeFrame({ type: 'hello', protocolVersion: PROTOCOL_VERSION, protocolMinor: PROTOCOL_MINOR, client: 'warren-controller-egress' }));
     });
+    // Whatever the daemon sends off-contract ends the tunnel (or its start), never the controller.
+    const broken = (err: Error) => (listening ? this.close(`the daemon sent a bad frame: ${err.message}`) : fail(err));
+    const timer = setTimeout(
+      () => fail(new CodedError('SANDBOX_NOT_READY', `The sandbox daemon did not start its egress relay within ${timeoutMs} ms.`)),
+      timeoutMs,
+    );
+    const notListening = () => new CodedError('SANDBOX_NOT_READY', 'The sandbox daemon closed the egress channel before its relay listened.');
+    const client = await Promise.race([
+      WireClient.connect(wsSocket(this.#ws, { batch: false }), {
+        client: 'warren-controller-egress',
+        handshakeTimeoutMs: timeoutMs,
+        // egress.send carries every relayed byte: its params are built here, its results only counted.
+        checkParams: false,
+        checkResults: false,
+        handshakeClosedError: notListening,
+        onBadFrame: broken,
+      }),
+      failed,
+    ]).catch((err: unknown) => {
+      fail(err as Error);
+      throw err;
+    });
+    this.#client = client;
+    client.onClose(() => (listening ? this.close('the daemon closed the egress channel') : fail(notListening())));
+    const params: ParamsIn<'egress.serve'> = { port: this.#options.port ?? undefined, maxConnections: this.#options.maxConnections };
+    if (this.#options.caPem !== undefined) params.caPem = this.#options.caPem;
+    if (this.#options.transparent !== undefined) params.transparent = this.#options.transparent;
+    const started = new Promise<void>((resolve) => {
+      client
+        .call('egress.serve', params, {
+          onEvent: (raw, payload) => {
+            // The client checks events against the registry, so each is a parsed one.
+            const event = raw as ParsedEvent;
+            if (event.method !== 'egress.serve') return;
+            if (event.event === 'listening' && !listening) {
+              listening = true;
+              clearTimeout(timer);
+              this.port = event.data.port;
+              this.transparentPorts = event.data.transparent;
+              return resolve();
+            }
+            this.#onEvent(event, payload);
+          },
+        })
+        .then(
+          () => this.close('the daemon ended its egress relay'),
+          (err: unknown) => {
+            const error = err as Error;
+            if (this.#closed) return;
+            if (err instanceof CodedError && err.code !== 'INVALID_FRAME' && !listening)
+              return fail(new CodedError(err.code, `The daemon refused its egress relay: ${err.message}`));
+            broken(error);
+          },
+        );
+    });
+    await Promise.race([started, failed]);
   }
 
-  #onFrame(data: Buffer, onListening: () => void): void {
-    const { header, payload } = decodeFrame(data);
-    switch (header.type) {
-      case 'welcome': {
-        const params: ParamsIn<'egress.serve'> = { port: this.#options.port ?? undefined, maxConnections: this.#options.maxConnections };
-        if (this.#options.caPem !== undefined) params.caPem = this.#options.caPem;
-        if (this.#options.transparent !== undefined) params.transparent = this.#options.transparent;
-        this.#ws.send(encodeFrame({ type: 'req', id: SERVE_ID, method: 'egress.serve', params }));
-        return;
-      }
-      case 'evt': {
-        if (header.id !== SERVE_ID) return;
-        const event = parseEvent('egress.serve', header.event, header.data);
-        if (event === undefined || event.method !== 'egress.serve') return;
-        switch (event.event) {
-          case 'listening':
-            this.port = event.data.port;
-            this.transparentPorts = event.data.transparent;
-            return onListening();
-          case 'open':
-            return this.#onOpen(event.data.stream, event.data.kind ?? 'proxy');
-          case 'data':
-            return this.#onData(event.data.stream, payload ?? Buffer.alloc(0));
-          case 'end':
-            return void this.#streams.get(event.data.stream)?.gateway.end();
-          case 'close': {
-            const stream = this.#streams.get(event.data.stream);
-            this.#streams.delete(event.data.stream);
-            stream?.gateway.destroy();
-            return;
-          }
-          default:
-            return;
-        }
-      }
-      case 'res':
-      case 'err': {
-        if (header.id === SERVE_ID) {
-          if (header.type === 'err') throw new CodedError(header.error.code, `The daemon refused its egress relay: ${header.error.message}`);
-          return this.close('the daemon ended its egress relay');
-        }
-        const sent = typeof header.id === 'number' ? this.#pendingSends.get(header.id) : undefined;
-        if (!sent) return;
-        this.#pendingSends.delete(header.id as number);
-        const stream = this.#streams.get(sent.stream);
-        if (!stream) return;
-        stream.inflight -= sent.bytes;
-        if (stream.inflight < EGRESS_STREAM_WINDOW && stream.gateway.isPaused()) stream.gateway.resume();
+  #onEvent(event: ParsedEvent, payload: Buffer | undefined): void {
+    if (event.method !== 'egress.serve') return;
+    switch (event.event) {
+      case 'open':
+        return this.#onOpen(event.data.stream, event.data.kind ?? 'proxy');
+      case 'data':
+        return this.#onData(event.data.stream, payload ?? Buffer.alloc(0));
+      case 'end':
+        return void this.#streams.get(event.data.stream)?.gateway.end();
+      case 'close': {
+        const stream = this.#streams.get(event.data.stream);
+        this.#streams.delete(event.data.stream);
+        stream?.gateway.destroy();
         return;
       }
       default:
@@ -261,13 +258,21 @@ export class EgressTunnel {
   }
 
   #send(stream: number, params: { end?: boolean; close?: boolean }, payload?: Buffer): void {
-    if (this.#closed) return;
+    if (this.#closed || !this.#client) return;
     const state = this.#streams.get(stream);
     const ack = state && state.toAck > 0 ? Math.min(state.toAck, EGRESS_STREAM_WINDOW) : undefined;
     if (state && ack !== undefined) state.toAck -= ack;
-    const id = this.#nextId++;
-    if (payload !== undefined && payload.length > 0) this.#pendingSends.set(id, { stream, bytes: payload.length });
     const body: ParamsIn<'egress.send'> = { stream, ...params, ...(ack === undefined ? {} : { ack }) };
-    this.#ws.send(encodeFrame({ type: 'req', id, method: 'egress.send', params: body }, payload));
+    const sent = this.#client.call('egress.send', body, { payload });
+    const bytes = payload?.length ?? 0;
+    // Answered or refused alike, the bytes have left the daemon's window: the gateway may send more.
+    const settled = () => {
+      if (bytes === 0) return;
+      const now = this.#streams.get(stream);
+      if (now !== state || !now) return;
+      now.inflight -= bytes;
+      if (now.inflight < EGRESS_STREAM_WINDOW && now.gateway.isPaused()) now.gateway.resume();
+    };
+    sent.then(settled, settled);
   }
 }

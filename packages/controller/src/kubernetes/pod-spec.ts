@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { V1Affinity, V1Pod, V1Secret, V1Toleration } from '@kubernetes/client-node';
 import { CodedError, containerEnv, DEFAULT_ROOT, EGRESS_TRUST_DIR, type SandboxSettings } from '@warren/protocol';
-import { DAEMON_CAPABILITIES, SOCKET_DIR_IN_SANDBOX } from '../docker.js';
+import { DAEMON_CAPABILITIES, SOCKET_DIR_IN_SANDBOX } from '../sandbox-layout.js';
 import { LABELS } from '../labels.js';
 import { agentCommand, PRLIMIT_NAME, RUNTIME_DIR } from '../runtime.js';
 

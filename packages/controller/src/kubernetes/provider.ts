@@ -2,15 +2,16 @@ import { readFileSync } from 'node:fs';
 import type { Duplex } from 'node:stream';
 import { connect as tlsConnect, type ConnectionOptions } from 'node:tls';
 import type { CoreV1Api, Exec, KubeConfig, PortForward, V1Affinity, V1Pod, V1Toleration, Watch } from '@kubernetes/client-node';
-import { CodedError, DAEMON_TLS_PORT, daemonTlsClientOptions } from '@warren/protocol';
-import { SOCKET_DIR_IN_SANDBOX } from '../docker.js';
+import { CodedError } from '@warren/protocol';
+import { DAEMON_TLS_PORT, daemonTlsClientOptions } from '@warren/protocol/node';
+import { SOCKET_DIR_IN_SANDBOX } from '../sandbox-layout.js';
 import { LABELS } from '../labels.js';
 import type { Logger } from '../logger.js';
 import type {
   DaemonEndpoint,
-  ProvidedImage,
+  MetricsCapability,
   ProvidedSandbox,
-  ProvidedSnapshot,
+  ProviderCapability,
   ProviderIsolation,
   ProviderState,
   SandboxProvider,
@@ -95,13 +96,24 @@ export interface KubernetesProviderOptions {
   logger?: Logger | undefined;
 }
 
+/** What to do on Kubernetes instead of what its provider lacks (see {@link SandboxProvider.alternatives}). */
+export const KUBERNETES_ALTERNATIVES: Partial<Record<ProviderCapability, string>> = {
+  images:
+    "the cluster's nodes pull images themselves, by the pull policy (kubernetes.imagePullPolicy); build with your CI and push to a registry the nodes pull from",
+  suspend: 'a pod cannot be frozen, or stopped with its files kept; keep it running, or kill the sandbox and create a new one',
+  snapshots: 'keep state in a volume of your cluster (a PersistentVolumeClaim), or run the Docker provider for snapshots, fork and hibernation',
+  volumes: 'create a PersistentVolumeClaim in the namespace and keep shared data there',
+};
+
 /**
  * Kubernetes as a {@link SandboxProvider}: one plain Pod per sandbox (see {@link sandboxPod}) in
  * one namespace, followed by watches; a handle is a pod name. The daemon is reached through the
  * API server's exec (a bridge to its socket), which works from inside and outside the cluster and
  * with no pod network at all. Every API failure comes out as a {@link CodedError} with the
- * cluster's reason. Pods cannot be frozen or stopped with their files kept, so `pause`, `stop`
- * and `start` are `NOT_SUPPORTED`, as are image pulls and builds (the nodes pull by policy).
+ * cluster's reason. Its capabilities are `metrics` and the shared records and state; pods cannot
+ * be frozen or stopped with their files kept (no `suspend`), the nodes pull images themselves by
+ * policy (no `images`), and snapshots and named volumes are not made here yet
+ * ({@link KUBERNETES_ALTERNATIVES} says what to do instead).
  *
  * @example
  * const provider = await KubernetesProvider.load({ kubeconfig: '/etc/warren/kubeconfig', namespace: 'warren-sandboxes' });
@@ -118,6 +130,9 @@ export class KubernetesProvider implements SandboxProvider {
   readonly sharedRecords: PodRecords;
   /** The egress CA, egress Secrets, revoked console sessions and the sandbox count, shared by every replica on the namespace. */
   readonly sharedState: KubernetesSharedState;
+  /** Usage read by each sandbox's daemon, and the sandbox container's log. */
+  readonly metrics: MetricsCapability = { stats: (handle, agentId) => this.stats(handle, agentId), logsTail: (handle) => this.logsTail(handle) };
+  readonly alternatives = KUBERNETES_ALTERNATIVES;
   private readonly exec: Exec;
   private readonly forward: PortForward;
   private readonly watch: Watch;
@@ -195,32 +210,6 @@ export class KubernetesProvider implements SandboxProvider {
 
   async runtimes(): Promise<{ name: string; args: string[] }[]> {
     return [{ name: 'runc', args: [] }, ...Object.keys(this.options.runtimeClasses ?? {}).map((name) => ({ name, args: [] }))];
-  }
-
-  /** Nodes fetch images by the pull policy; a missing one fails the create with the kubelet's reason. */
-  async hasImage(): Promise<boolean> {
-    return true;
-  }
-
-  pullImage(image: string): Promise<void> {
-    return Promise.reject(notSupported(`pull ${image}`, "the cluster's nodes pull images themselves, by the pull policy (kubernetes.imagePullPolicy)"));
-  }
-
-  buildImage(): Promise<{ id: string }> {
-    return Promise.reject(notSupported('build images', 'build with your CI and push to a registry the nodes pull from'));
-  }
-
-  /** The controller sees no node's images: none are listed. */
-  async listImages(): Promise<ProvidedImage[]> {
-    return [];
-  }
-
-  async inspectImage(): Promise<{ id: string; labels: Record<string, string> } | undefined> {
-    return undefined;
-  }
-
-  removeImage(image: string): Promise<void> {
-    return Promise.reject(notSupported(`remove ${image}`, "the nodes' kubelets collect unused images themselves"));
   }
 
   /** Settles the runtime image sandboxes copy their runtime from: this runtime's build unless one is configured. */
@@ -340,22 +329,6 @@ export class KubernetesProvider implements SandboxProvider {
         if (!settled) this.core.readNamespacedPod({ name, namespace: this.namespace }).then(look, () => undefined);
       }, graceMs + 50).unref();
     });
-  }
-
-  start(handle: string): Promise<void> {
-    return Promise.reject(notSupported(`start ${handle} again`, 'a pod that stopped cannot run again with its files; kill the sandbox and create a new one'));
-  }
-
-  stop(handle: string): Promise<void> {
-    return Promise.reject(notSupported(`stop ${handle}`, 'pods cannot be stopped with their files kept; kill the sandbox instead'));
-  }
-
-  pause(handle: string): Promise<void> {
-    return Promise.reject(notSupported(`pause ${handle}`, 'Kubernetes has no way to freeze a pod; keep it running or kill it'));
-  }
-
-  resume(handle: string): Promise<void> {
-    return Promise.reject(notSupported(`resume ${handle}`, 'Kubernetes has no way to freeze a pod, so none is paused'));
   }
 
   /**
@@ -605,12 +578,8 @@ export class KubernetesProvider implements SandboxProvider {
     );
   }
 
-  copyIn(handle: string): Promise<void> {
-    return Promise.reject(notSupported(`copy an archive into ${handle}`, "write files through the sandbox's daemon (files.write)"));
-  }
-
   /** The last lines the sandbox container wrote, for error messages when its daemon does not come up. */
-  async logsTail(handle: string, lines = 20): Promise<string> {
+  private async logsTail(handle: string, lines = 20): Promise<string> {
     try {
       return (await this.core.readNamespacedPodLog({ name: handle, namespace: this.namespace, container: SANDBOX_CONTAINER, tailLines: lines })).trim();
     } catch {
@@ -626,7 +595,7 @@ export class KubernetesProvider implements SandboxProvider {
    * (see `workspaceBytes`) against the workspace emptyDir's sizeLimit. Undefined once the pod is
    * gone or ended.
    */
-  async stats(handle: string, agentId: string): Promise<SandboxStats | undefined> {
+  private async stats(handle: string, agentId: string): Promise<SandboxStats | undefined> {
     const pod = await this.inspectRaw(handle);
     if (pod === undefined || podState(pod) !== 'running') return undefined;
     const secret = this.options.daemonSecret?.(agentId) ?? this.secrets.get(agentId);
@@ -645,34 +614,6 @@ export class KubernetesProvider implements SandboxProvider {
       network: usage.network,
       ...(usage.workspaceBytes !== undefined && limitBytes !== undefined ? { disk: { usedBytes: usage.workspaceBytes, limitBytes } } : {}),
     };
-  }
-
-  /** Snapshots need the engine's commit and the workspace on a host this controller reads: not on a cluster yet (docs/state.md). */
-  snapshot(): Promise<ProvidedSnapshot> {
-    return Promise.reject(
-      notSupported(
-        'snapshot a sandbox',
-        'keep state in a volume of your cluster (a PersistentVolumeClaim), or run the Docker provider for snapshots, fork and hibernation',
-      ),
-    );
-  }
-
-  /** There are none to remove: {@link KubernetesProvider.snapshot} never makes one. */
-  async removeSnapshot(): Promise<void> {}
-
-  async snapshotIds(): Promise<string[]> {
-    return [];
-  }
-
-  /** Named volumes would be PersistentVolumeClaims; not made by this provider yet (docs/state.md). */
-  createVolume(): Promise<{ quota: boolean }> {
-    return Promise.reject(notSupported('create a named volume', 'create a PersistentVolumeClaim in the namespace and keep shared data there'));
-  }
-
-  async removeVolume(): Promise<void> {}
-
-  async volumeUsage(): Promise<number | undefined> {
-    return undefined;
   }
 }
 
@@ -783,6 +724,7 @@ export function quantityBytes(quantity: string): number | undefined {
   return Number(match[1]) * (match[2] === undefined ? 1 : scale[match[2]]!);
 }
 
+/** A spec this provider cannot run (the service checks capabilities first; this is the last line). */
 function notSupported(doing: string, instead: string): CodedError {
   return new CodedError('NOT_SUPPORTED', `Cannot ${doing} on Kubernetes: ${instead}.`);
 }

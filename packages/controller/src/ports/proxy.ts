@@ -6,7 +6,8 @@ import { atCredentialEnd, callerFor, grantFor, routeRefusal, type Caller } from 
 import type { Metrics } from '../metrics.js';
 import type { SandboxRecord, SandboxService } from '../sandboxes.js';
 import { PORT_COOKIE, PORT_EXPIRY_PARAM, PORT_SIGNATURE_PARAM, portLinkCaller, signedUntil } from './port-links.js';
-import { DaemonSessionPool, PortTunnel } from './tunnel.js';
+import type { DaemonSessionPool } from '../daemon-pool.js';
+import { PortTunnel } from './tunnel.js';
 
 /** Where a port is served: `/v1/sandboxes/<id>/ports/<port>` and anything below it. */
 const PORT_PATH = /^\/v1\/sandboxes\/([A-Za-z0-9]{1,64})\/ports\/([^/?#]*)(\/[^?#]*)?(\?.*)?$/;
@@ -34,6 +35,8 @@ export interface PortProxyDeps {
   maxPortConnectionsPerSandbox: number;
   /** How long the app may take to send its response headers. */
   portResponseTimeoutMs: number;
+  /** Daemon connections kept between tunnels (the server's one pool): a page's many requests need not each open one. */
+  sessions: DaemonSessionPool;
 }
 
 /** True when a request path is a port URL. */
@@ -56,8 +59,6 @@ export function isPortPath(pathname: string): boolean {
  */
 export class PortProxy {
   private readonly open = new Map<string, number>();
-  /** Daemon connections kept between tunnels: a page's many requests need not each open one. */
-  private readonly sessions = new DaemonSessionPool();
 
   constructor(private readonly deps: PortProxyDeps) {}
 
@@ -69,7 +70,7 @@ export class PortProxy {
       // A hibernated sandbox starts again (a frozen one thaws) for a request to one of its ports; the request waits for it.
       await this.deps.sandboxes.wake(target.id);
       this.deps.sandboxes.touch(target.id);
-      const tunnel = await PortTunnel.open(this.sessions, this.deps.sandboxes, target.id, target.caller, target.grant, target.port, this.deps.metrics);
+      const tunnel = await PortTunnel.open(this.deps.sessions, this.deps.sandboxes, target.id, target.caller, target.grant, target.port, this.deps.metrics);
       tunnel.once('close', release);
       tunnel.once(
         'close',
@@ -176,11 +177,6 @@ export class PortProxy {
       answer.pipe(socket);
     });
     upstream.end();
-  }
-
-  /** Closes the idle daemon connections it keeps (the controller is stopping). */
-  close(): void {
-    this.sessions.close();
   }
 
   private claim(id: string): () => void {

@@ -1,6 +1,7 @@
 import { Duplex } from 'node:stream';
 import { CodedError, type ConnectionGrant } from '@warren/protocol';
-import { DaemonSession } from '../e2b/daemon-session.js';
+import type { DaemonSessionPool } from '../daemon-pool.js';
+import type { DaemonSession } from '../daemon-session.js';
 import type { Caller } from '../grants.js';
 import type { Metrics } from '../metrics.js';
 import type { SandboxService } from '../sandboxes.js';
@@ -57,7 +58,9 @@ export class PortTunnel extends Duplex {
     metrics?: Metrics,
     connectTimeoutMs = 5000,
   ): Promise<PortTunnel> {
-    const { session, key } = await pool.take(sandboxes, id, caller, grant, metrics);
+    const lease = await pool.lease(sandboxes, id, caller, grant, metrics);
+    metrics?.portTunnels.inc({ connection: lease.reused ? 'reused' : 'new' });
+    const session = lease.session;
     let tunnel: PortTunnel | undefined;
     const early: Buffer[] = [];
     let connected: (handle: string) => void = () => undefined;
@@ -84,7 +87,7 @@ export class PortTunnel extends Duplex {
           throw new CodedError('PORT_UNREACHABLE', `The connection to port ${port} closed before it opened.`);
         }),
       ]);
-      const t = new PortTunnel(session, opened, () => pool.give(key, session), abort);
+      const t = new PortTunnel(session, opened, lease.release, abort);
       tunnel = t;
       for (const chunk of early) t.onData(chunk);
       call.then(
@@ -174,80 +177,5 @@ export class PortTunnel extends Duplex {
       if (!error && this.serverClosed && this.writing === 0) finish(true);
     };
     this.settled();
-  }
-}
-
-/**
- * Idle daemon connections kept for the next tunnel to the same sandbox by the same caller with the
- * same grant (the daemon enforces the grant it was opened with, so nothing else may share one).
- * Opening a connection costs a `docker exec` on the exec channel (tens of milliseconds) and a
- * handshake on the socket channel; a browser loading a page opens one tunnel per request.
- * Only a connection whose last tunnel ended cleanly, with nothing in flight, comes back here.
- */
-export class DaemonSessionPool {
-  private readonly idle = new Map<string, { session: DaemonSession; timer: NodeJS.Timeout }[]>();
-
-  constructor(
-    private readonly idleMs = 10_000,
-    private readonly maxIdlePerKey = 4,
-  ) {}
-
-  /** An idle connection for this sandbox, caller and grant, or a new one. */
-  async take(
-    sandboxes: SandboxService,
-    id: string,
-    caller: Caller,
-    grant: ConnectionGrant,
-    metrics?: Metrics,
-  ): Promise<{ session: DaemonSession; key: string }> {
-    const key = JSON.stringify([id, caller, grant]);
-    const list = this.idle.get(key);
-    while (list && list.length > 0) {
-      const entry = list.pop()!;
-      clearTimeout(entry.timer);
-      if (list.length === 0) this.idle.delete(key);
-      if (entry.session.idle) {
-        metrics?.portTunnels.inc({ connection: 'reused' });
-        return { session: entry.session, key };
-      }
-      entry.session.close();
-    }
-    const session = await DaemonSession.open(sandboxes, id, caller, grant, metrics);
-    metrics?.portTunnels.inc({ connection: 'new' });
-    return { session, key };
-  }
-
-  /** Keeps `session` for a while if it is fit for reuse and there is room; closes it otherwise. */
-  give(key: string, session: DaemonSession): void {
-    const list = this.idle.get(key) ?? [];
-    if (!session.idle || list.length >= this.maxIdlePerKey) return session.close();
-    const entry = {
-      session,
-      timer: setTimeout(() => {
-        const at = list.indexOf(entry);
-        if (at >= 0) list.splice(at, 1);
-        if (list.length === 0 && this.idle.get(key) === list) this.idle.delete(key);
-        session.close();
-      }, this.idleMs).unref(),
-    };
-    list.push(entry);
-    this.idle.set(key, list);
-  }
-
-  /** How many idle connections are kept (for tests and metrics). */
-  get size(): number {
-    let n = 0;
-    for (const list of this.idle.values()) n += list.length;
-    return n;
-  }
-
-  /** Closes every idle connection (the controller is stopping). */
-  close(): void {
-    for (const list of this.idle.values())
-      for (const { session, timer } of list) {
-        clearTimeout(timer);
-        session.close();
-      }
-    this.idle.clear();
   }
 }

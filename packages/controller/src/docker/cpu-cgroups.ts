@@ -96,19 +96,29 @@ export class CpuCgroups {
    * container exists: only a cgroup older than ten minutes, with no process anywhere in it, goes.
    */
   async sweep(known: ReadonlySet<string>): Promise<void> {
-    const names = await readdir(this.root).catch(() => [] as string[]);
-    for (const name of names) {
-      if (!/^[A-Za-z0-9]+$/.test(name) || known.has(name)) continue;
-      const folder = path.join(this.root, name);
-      const made = await stat(folder).catch(() => undefined);
-      if (!made?.isDirectory() || Date.now() - made.mtimeMs < SWEEP_AGE_MS || (await hasProcesses(folder))) continue;
-      await removeCgroupTree(folder).catch(() => undefined);
-    }
+    await sweepCgroups(this.root, known);
   }
 }
 
 /** How old an unknown sandbox's cgroup must be before a sweep removes it. */
 const SWEEP_AGE_MS = 10 * 60_000;
+
+/**
+ * Removes the per-sandbox cgroups under `root` whose sandbox no longer exists (left by a
+ * controller that died). Every controller on this host shares the folder, and one prepares a
+ * sandbox's cgroup before its container exists: only a cgroup older than ten minutes, with no
+ * process anywhere in it, goes.
+ */
+export async function sweepCgroups(root: string, known: ReadonlySet<string>): Promise<void> {
+  const names = await readdir(root).catch(() => [] as string[]);
+  for (const name of names) {
+    if (!/^[A-Za-z0-9]+$/.test(name) || known.has(name)) continue;
+    const folder = path.join(root, name);
+    const made = await stat(folder).catch(() => undefined);
+    if (!made?.isDirectory() || Date.now() - made.mtimeMs < SWEEP_AGE_MS || (await hasProcesses(folder))) continue;
+    await removeCgroupTree(folder).catch(() => undefined);
+  }
+}
 
 /** True when any cgroup in the tree holds a process. */
 async function hasProcesses(folder: string): Promise<boolean> {
@@ -124,7 +134,8 @@ async function setQuota(folder: string, cpus: number): Promise<void> {
   await writeFile(path.join(folder, 'cpu.cfs_quota_us'), String(Math.max(1000, Math.round(cpus * PERIOD_US))));
 }
 
-async function removeCgroupTree(folder: string): Promise<void> {
+/** Removes a cgroup and every cgroup below it, deepest first; an absent one is not an error. */
+export async function removeCgroupTree(folder: string): Promise<void> {
   const entries = await readdir(folder, { withFileTypes: true }).catch((err: NodeJS.ErrnoException) => {
     if (err.code === 'ENOENT') return undefined;
     throw err;
@@ -154,6 +165,12 @@ async function removeCgroupTree(folder: string): Promise<void> {
  * cpuHierarchy('30 25 0:26 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct'); // { mountPoint: '/sys/fs/cgroup/cpu,cpuacct', accountsCpu: true }
  */
 export function cpuHierarchy(mountinfo: string): { mountPoint: string; accountsCpu: boolean } | undefined {
+  const mount = v1Hierarchy(mountinfo, (options) => options.includes('cpu'));
+  return mount && { mountPoint: mount.mountPoint, accountsCpu: mount.options.includes('cpuacct') };
+}
+
+/** The first cgroup v1 hierarchy in `mountinfo` mounted from its root whose options `matches` accepts. */
+export function v1Hierarchy(mountinfo: string, matches: (options: string[]) => boolean): { mountPoint: string; options: string[] } | undefined {
   for (const line of mountinfo.split('\n')) {
     const [before, after] = line.split(' - ');
     if (!before || !after) continue;
@@ -161,8 +178,7 @@ export function cpuHierarchy(mountinfo: string): { mountPoint: string; accountsC
     const [fsType, , superOptions = ''] = after.split(' ');
     if (fsType !== 'cgroup' || fields[3] !== '/') continue;
     const options = superOptions.split(',');
-    if (!options.includes('cpu')) continue;
-    return { mountPoint: unescapeMountPath(fields[4]!), accountsCpu: options.includes('cpuacct') };
+    if (matches(options)) return { mountPoint: unescapeMountPath(fields[4]!), options };
   }
   return undefined;
 }

@@ -1,4 +1,6 @@
+import type Docker from 'dockerode';
 import { CodedError } from '@warren/protocol';
+import type { ProviderIsolation } from '../provider.js';
 
 /** Which product answers the Docker API: Docker's own engine, or Podman's `podman system service`. */
 export type EngineName = 'docker' | 'podman';
@@ -117,4 +119,51 @@ export function processLimitCandidates(configured: number | undefined, ownHard: 
   if (configured !== undefined) return [configured];
   const ceiling = ownHard ?? 1 << 20;
   return [...new Set([ceiling, 32768, 4096].filter((n) => n <= ceiling))].sort((a, b) => b - a);
+}
+
+/** The fields of `docker info` that say how the engine isolates containers. */
+export interface EngineInfo extends EngineLimitsInfo {
+  Architecture?: string;
+  OperatingSystem?: string;
+  Runtimes?: Record<string, unknown>;
+  DefaultRuntime?: string;
+  Driver?: string;
+  DockerRootDir?: string;
+}
+
+/**
+ * Reads the engine's isolation from `docker info`. Under user-namespace remap the engine keeps its
+ * data in `<data-root>/<uid>.<gid>`, which is how the remapped root is found. Podman lists every
+ * runtime it knows a path for, installed or not, so on Podman only its default runtime counts.
+ */
+export function engineIsolation(info: EngineInfo, engine?: EngineKind): Omit<ProviderIsolation, 'diskQuota'> {
+  const options = (info.SecurityOptions ?? []).map((o) => /name=([^,]+)/.exec(o)?.[1] ?? o);
+  const remapped = options.includes('userns') ? /\/(\d+)\.(\d+)\/?$/.exec(info.DockerRootDir ?? '') : null;
+  const cgroupDriver = info.CgroupDriver ?? 'unknown';
+  const runtimes = engine?.name === 'podman' ? [info.DefaultRuntime ?? 'runc'] : Object.keys(info.Runtimes ?? { runc: {} });
+  const limitsNotEnforced = unenforcedLimits(info);
+  return {
+    ...(engine ? { engine } : {}),
+    usernsRemap: remapped ? { uid: Number(remapped[1]), gid: Number(remapped[2]) } : null,
+    rootless: options.includes('rootless'),
+    cgroupVersion: info.CgroupVersion ?? '1',
+    cgroupDriver,
+    limitsEnforced: limitsNotEnforced === undefined,
+    ...(limitsNotEnforced === undefined ? {} : { limitsNotEnforced }),
+    seccomp: options.includes('seccomp'),
+    apparmor: options.includes('apparmor'),
+    selinux: options.includes('selinux'),
+    gvisor: runtimes.includes('runsc'),
+    runtimes,
+    storageDriver: info.Driver ?? 'unknown',
+  };
+}
+
+/**
+ * True when dockerode talks to the engine over a local unix socket (so host folders are shared);
+ * docker-modem keeps the default socket as a function that finds it.
+ */
+export function isLocalEngine(docker: Docker): boolean {
+  const socketPath = (docker.modem as { socketPath?: unknown }).socketPath;
+  return typeof socketPath === 'string' || typeof socketPath === 'function';
 }

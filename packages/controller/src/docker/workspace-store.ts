@@ -1,9 +1,20 @@
-import { execFile } from 'node:child_process';
 import { constants } from 'node:fs';
 import { lstat, mkdir, open, readdir, readFile, realpath, rm, rmdir, statfs } from 'node:fs/promises';
 import path from 'node:path';
 import { CodedError } from '@warren/protocol';
-import { silentLogger, type Logger } from './logger.js';
+import { silentLogger, type Logger } from '../logger.js';
+import {
+  loopBackingFile,
+  makeExt4,
+  makeMountPoint,
+  mountExt4,
+  parseMountInfo,
+  prepareRoot,
+  probe,
+  probeFailureReason,
+  unmount,
+  type MountEntry,
+} from './loop-disk.js';
 
 /**
  * Per-sandbox disk quota for `/workspace`.
@@ -93,15 +104,6 @@ export const MIN_WORKSPACE_BYTES = 16 * 1024 * 1024;
 const MIB = 1024 * 1024;
 const GIB = 1024 * MIB;
 
-// 4 KiB blocks, an inode per 8 KiB (node_modules-sized files), no blocks reserved for root (the
-// daemon runs as the container's root and must hit the same limit), read-only on errors. The
-// image is a fresh sparse file that reads as zeros, so inode tables and the journal need no
-// zeroing (nodiscard keeps mkfs from punching holes it does not need to).
-const MKFS_ARGS = ['-q', '-F', '-b', '4096', '-i', '8192', '-m', '0', '-e', 'remount-ro', '-E', 'nodiscard,lazy_itable_init=1,lazy_journal_init=1'];
-// `loop` lets mount(8) attach a loop device that detaches itself on unmount; `discard` hands
-// space the sandbox frees back to the host (holes in the sparse image).
-const MOUNT_OPTIONS = 'loop,nosuid,nodev,noatime,discard,noinit_itable';
-
 /**
  * Opens the workspace store of this controller: per-sandbox ext4 images when the controller runs
  * as root with a local engine and can mount a loop file system (checked with a 16 MiB probe),
@@ -124,7 +126,7 @@ export async function openWorkspaceStore(options: WorkspaceStoreOptions): Promis
   let dir: string;
   try {
     dir = await prepareWorkspacesDir(options.stateDir);
-    await probe(dir);
+    await probe(dir, MIN_WORKSPACE_BYTES);
   } catch (err) {
     logger.warn({ error: String(err) }, 'workspaces.probe-failed');
     return withoutQuota(probeFailureReason(err));
@@ -172,28 +174,6 @@ export function workspaceSizeBytes(limitBytes: number): number {
 export function roomForWorkspaces(host: { freeBytes: number; reserveBytes: number; images: { sizeBytes: number; allocatedBytes: number }[] }): number {
   const growth = host.images.reduce((sum, image) => sum + Math.max(0, image.sizeBytes - image.allocatedBytes), 0);
   return Math.max(0, host.freeBytes - growth - host.reserveBytes);
-}
-
-/** One line of /proc/self/mountinfo, the fields this store needs. */
-export interface MountEntry {
-  mountPoint: string;
-  fsType: string;
-  source: string;
-}
-
-/** Parses /proc/self/mountinfo (see proc(5)); later entries are mounted over earlier ones. */
-export function parseMountInfo(text: string): MountEntry[] {
-  const unescape = (field: string) => field.replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(parseInt(octal, 8)));
-  const entries: MountEntry[] = [];
-  for (const line of text.split('\n')) {
-    const [before, after] = line.split(' - ');
-    if (before === undefined || after === undefined) continue;
-    const mountPoint = before.split(' ')[4];
-    const [fsType, source] = after.split(' ');
-    if (mountPoint === undefined || fsType === undefined || source === undefined) continue;
-    entries.push({ mountPoint: unescape(mountPoint), fsType, source: unescape(source) });
-  }
-  return entries;
 }
 
 /** The host paths of one workspace, all built from the id. */
@@ -251,9 +231,9 @@ class ImageWorkspaces implements WorkspaceStore {
     const size = workspaceSizeBytes(limitBytes);
     await this.admit(paths.image, size);
     try {
-      await runCommand('mkfs.ext4', [...MKFS_ARGS, paths.image]);
+      await makeExt4(paths.image);
       await makeMountPoint(this.dir, paths.mountPoint);
-      await runCommand('mount', ['-t', 'ext4', '-o', MOUNT_OPTIONS, paths.image, paths.mountPoint]);
+      await mountExt4(paths.image, paths.mountPoint);
       await prepareRoot(this.dir, paths, owner);
       return paths.workspace;
     } catch (err) {
@@ -272,7 +252,7 @@ class ImageWorkspaces implements WorkspaceStore {
         throw new CodedError('INTERNAL', "This sandbox's disk is missing on the host, so it cannot start again; kill it and create a new one.");
       try {
         await makeMountPoint(this.dir, paths.mountPoint);
-        await runCommand('mount', ['-t', 'ext4', '-o', MOUNT_OPTIONS, paths.image, paths.mountPoint]);
+        await mountExt4(paths.image, paths.mountPoint);
       } catch (err) {
         this.logger.error({ agentId, error: String(err) }, 'workspaces.attach-failed');
         throw new CodedError('INTERNAL', "Could not mount the sandbox's disk again; the controller's log has the details.");
@@ -389,113 +369,4 @@ async function prepareWorkspacesDir(stateDir: string): Promise<string> {
     await handle.chmod(0o700).finally(() => handle.close());
   }
   return dir;
-}
-
-/** Makes and mounts a 16 MiB workspace and takes it down again: proves mkfs, loop devices and mount work here. */
-async function probe(dir: string): Promise<void> {
-  const image = path.join(dir, '.probe.ext4');
-  const mountPoint = path.join(dir, '.probe');
-  const clean = async () => {
-    if (parseMountInfo(await readFile('/proc/self/mountinfo', 'utf8')).some((m) => m.mountPoint === mountPoint)) await unmount(mountPoint);
-    await rm(image, { force: true });
-    await rmdir(mountPoint).catch(() => undefined);
-  };
-  await clean();
-  try {
-    const handle = await open(image, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
-    await handle.truncate(MIN_WORKSPACE_BYTES).finally(() => handle.close());
-    await runCommand('mkfs.ext4', [...MKFS_ARGS, image]);
-    await makeMountPoint(dir, mountPoint);
-    await runCommand('mount', ['-t', 'ext4', '-o', MOUNT_OPTIONS, image, mountPoint]);
-  } finally {
-    await clean();
-  }
-}
-
-function probeFailureReason(err: unknown): string {
-  if (err instanceof CommandError) {
-    if (err.missing) return `${err.command} is not installed (Debian: apt-get install ${err.command === 'mkfs.ext4' ? 'e2fsprogs' : 'mount'})`;
-    if (err.command === 'mount')
-      return 'this host cannot mount a loop file system (no loop devices, or no permission to mount); the controller log has the details';
-    return `${err.command} failed; the controller log has the details`;
-  }
-  return "the workspace folder in the controller's state folder could not be prepared; the controller log has the details";
-}
-
-/** An empty folder of ours to mount on: made if missing; an existing one must be a plain folder with nothing mounted on it. */
-async function makeMountPoint(dir: string, mountPoint: string): Promise<void> {
-  await mkdir(mountPoint, { mode: 0o700 }).catch((err: NodeJS.ErrnoException) => {
-    if (err.code !== 'EEXIST') throw err;
-  });
-  const [info, parent] = await Promise.all([lstat(mountPoint), lstat(dir)]);
-  if (!info.isDirectory() || info.dev !== parent.dev) throw new Error(`${mountPoint} is not an empty folder to mount on`);
-}
-
-/**
- * Readies a freshly mounted image, before any container sees it: its root stays root's (0700, so
- * the mount point hides nothing a sandbox can change), and its `workspace` folder, the one bound
- * into the container, goes to the sandbox user through a descriptor opened without following links.
- */
-async function prepareRoot(dir: string, paths: { mountPoint: string; workspace: string }, owner: { uid: number; gid: number }): Promise<void> {
-  const flags = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
-  const root = await open(paths.mountPoint, flags);
-  try {
-    const [info, parent] = await Promise.all([root.stat(), lstat(dir)]);
-    if (info.dev === parent.dev) throw new Error(`${paths.mountPoint} is not mounted`);
-    await root.chmod(0o700);
-  } finally {
-    await root.close();
-  }
-  await mkdir(paths.workspace, { mode: 0o755 });
-  const workspace = await open(paths.workspace, flags);
-  try {
-    await workspace.chown(owner.uid, owner.gid);
-    await workspace.chmod(0o755);
-  } finally {
-    await workspace.close();
-  }
-}
-
-/** The file behind a loop device (`/dev/loopN`), or `undefined` for anything else. */
-async function loopBackingFile(source: string): Promise<string | undefined> {
-  const name = /^\/dev\/(loop\d+)$/.exec(source)?.[1];
-  if (name === undefined) return undefined;
-  return (await readFile(`/sys/block/${name}/loop/backing_file`, 'utf8').catch(() => '')).trim() || undefined;
-}
-
-/**
- * Unmounts; a mount still in use on the host (a shell in it) is detached lazily instead. One that
- * is already gone (another removal of the same sandbox got there first) is not an error.
- */
-async function unmount(mountPoint: string): Promise<void> {
-  try {
-    await runCommand('umount', [mountPoint]).catch(() => runCommand('umount', ['-l', mountPoint]));
-  } catch (err) {
-    const stillMounted = parseMountInfo(await readFile('/proc/self/mountinfo', 'utf8')).some((m) => m.mountPoint === mountPoint);
-    if (stillMounted) throw err;
-  }
-}
-
-/** A failed command, with what it printed (for the log, never for clients: it names host paths). */
-class CommandError extends Error {
-  constructor(
-    readonly command: string,
-    readonly missing: boolean,
-    detail: string,
-  ) {
-    super(`${command}: ${detail}`);
-  }
-}
-
-// Root's tools live in sbin, which a service manager's PATH may leave out.
-const COMMAND_ENV = { PATH: `${process.env.PATH ?? ''}:/usr/local/sbin:/usr/sbin:/sbin:/usr/bin:/bin`, LC_ALL: 'C' };
-
-function runCommand(command: string, args: string[]): Promise<string> {
-  return new Promise((resolve, reject) => {
-    execFile(command, args, { env: COMMAND_ENV, timeout: 60_000, maxBuffer: 1024 * 1024 }, (err, stdout, stderr) => {
-      if (!err) return resolve(stdout);
-      const missing = (err as NodeJS.ErrnoException).code === 'ENOENT';
-      reject(new CommandError(command, missing, `${[command, ...args].join(' ')} failed: ${String(stderr).trim() || err.message}`));
-    });
-  });
 }

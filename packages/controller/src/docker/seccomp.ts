@@ -1,3 +1,8 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { CodedError } from '@warren/protocol';
+import type { Logger } from '../logger.js';
 /** One rule of an OCI seccomp profile, as Docker and Podman write them. */
 export interface SeccompRule {
   names?: string[];
@@ -57,4 +62,33 @@ export function closeNamespaces(profile: SeccompProfile): SeccompProfile {
       { names: ['clone3'], action: 'SCMP_ACT_ERRNO', errnoRet: ENOSYS },
     ],
   };
+}
+
+/**
+ * Writes Podman's default seccomp profile with namespaces closed ({@link closeNamespaces}) into
+ * the state folder and returns its path, which Podman reads on its own host (its API takes a
+ * path, not the profile). Without it sandbox code could make user namespaces, which Docker's
+ * default refuses; so a Podman whose host this controller does not share is refused.
+ */
+export async function writePodmanSeccompProfile(stateDir: string, sharesFolders: boolean, logger: Logger | undefined): Promise<string> {
+  let base: SeccompProfile;
+  try {
+    if (!sharesFolders) throw new Error("the engine does not see this controller's folders");
+    base = JSON.parse(await readFile(PODMAN_DEFAULT_SECCOMP, 'utf8')) as SeccompProfile;
+  } catch (err) {
+    throw new CodedError(
+      'NOT_SUPPORTED',
+      `Podman's default seccomp profile lets sandbox code make user namespaces, and Warren closes them with a profile file on the engine's host; it cannot here (${(err as Error).message}). ` +
+        `Run the controller on the Podman host with ${PODMAN_DEFAULT_SECCOMP} present (the containers-common package), or use Docker (docs/install.md, Podman).`,
+    );
+  }
+  const text = `${JSON.stringify(closeNamespaces(base))}\n`;
+  const file = path.join(stateDir, `seccomp-podman-${createHash('sha256').update(text).digest('hex').slice(0, 16)}.json`);
+  await mkdir(stateDir, { recursive: true });
+  // Written aside and renamed in: a controller sharing this state folder may be starting a container with it.
+  const aside = `${file}.${process.pid}.${randomBytes(4).toString('hex')}`;
+  await writeFile(aside, text, { mode: 0o644 });
+  await rename(aside, file);
+  logger?.info({ seccompProfile: file }, 'engine.seccomp-profile');
+  return file;
 }

@@ -1,7 +1,7 @@
 import * as protocol from '@warren/protocol';
-import { PROTOCOL_MINOR, PROTOCOL_VERSION, RestErrorBody, jsonSchemaOptions, protocolJsonSchema } from '@warren/protocol';
+import { PROTOCOL_MINOR, PROTOCOL_VERSION, RestErrorBody, jsonSchemaOptions } from '@warren/protocol';
 import { z } from 'zod';
-import { ROUTES, type Route } from './routes.js';
+import { isArrayField, PATH_PARAMETERS, ROUTE_TAGS, type Route } from './route.js';
 
 /** The version the OpenAPI document states for the REST API. */
 export const REST_API_VERSION = '1.0.0';
@@ -26,11 +26,17 @@ class Components {
 
   /** A `$ref` to `schema` when it has a name (filled in by {@link Components.finish}), else the schema inline. */
   ref(schema: z.ZodType, io: 'input' | 'output'): JsonSchema {
-    const name = PROTOCOL_SCHEMAS.get(schema);
+    // A schema the route table derives from a protocol schema (to give it its own refusal) names the one it is made from.
+    const name = PROTOCOL_SCHEMAS.get(schema) ?? z.globalRegistry.get(schema)?.id;
     if (name === undefined) return withoutDialect(z.toJSONSchema(schema, jsonSchemaOptions(io)));
     const ref: JsonSchema = {};
     this.uses.push({ schema, name, io, ref });
     return ref;
+  }
+
+  /** The schema inline, never a `$ref` (a path parameter's pattern reads best where it is used). */
+  inline(schema: z.ZodType, io: 'input' | 'output'): JsonSchema {
+    return withoutDialect(z.toJSONSchema(schema, jsonSchemaOptions(io)));
   }
 
   /** Points every `$ref` handed out at its entry, and returns the entries, sorted by name. */
@@ -79,33 +85,23 @@ export function openApiDocument(routes: readonly Route[]): Record<string, unknow
   const paths: Record<string, Record<string, unknown>> = {};
   for (const route of routes) {
     const parameters: JsonSchema[] = [];
-    if (route.path.includes('{id}'))
-      parameters.push({ name: 'id', in: 'path', required: true, description: 'The sandbox id.', schema: { type: 'string', pattern: '^[A-Za-z0-9]+$' } });
-    if (route.path.includes('{volume}'))
+    for (const [, name] of route.path.matchAll(/\{([^}]+)\}/g)) {
+      const parameter = PATH_PARAMETERS[name as keyof typeof PATH_PARAMETERS];
+      parameters.push({ name, in: 'path', required: true, description: parameter.description, schema: components.inline(parameter.schema, 'input') });
+    }
+    for (const [name, field] of Object.entries(route.query?.schema.shape ?? {}) as [string, z.ZodType][]) {
+      const repeated = isArrayField(field);
+      const inner = field instanceof z.ZodOptional ? (field.unwrap() as z.ZodType) : field;
+      const schema =
+        inner instanceof z.ZodArray ? { type: 'array', items: components.ref(inner.element as z.ZodType, 'input') } : components.ref(inner, 'input');
       parameters.push({
-        name: 'volume',
-        in: 'path',
-        required: true,
-        description: "The volume's name (one of the caller's API key).",
-        schema: { type: 'string', pattern: '^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$' },
-      });
-    if (route.path.includes('{snapshot}'))
-      parameters.push({
-        name: 'snapshot',
-        in: 'path',
-        required: true,
-        description: "The snapshot's id or name (one of the caller's API key).",
-        schema: { type: 'string', pattern: '^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$' },
-      });
-    for (const q of route.query ?? []) {
-      const schema = components.ref(q.schema, 'input');
-      parameters.push({
-        name: q.name,
+        name,
         in: 'query',
-        required: false,
-        description: q.description,
-        schema: q.repeated ? { type: 'array', items: schema } : schema,
-        ...(q.repeated ? { style: 'form', explode: true } : {}),
+        // A repeated parameter may be left out (it is then no value); any other is required when its schema says so.
+        required: !repeated && !field.isOptional(),
+        description: route.query!.parameters[name],
+        schema,
+        ...(repeated ? { style: 'form', explode: true } : {}),
       });
     }
     const responses: Record<string, unknown> = {};
@@ -122,10 +118,11 @@ export function openApiDocument(routes: readonly Route[]): Record<string, unknow
       content: { 'application/json': { schema: error } },
     };
     (paths[route.path] ??= {})[route.method.toLowerCase()] = {
+      tags: [route.tag],
       operationId: route.operationId,
       summary: route.summary,
       ...(parameters.length > 0 ? { parameters } : {}),
-      ...(route.body ? { requestBody: { required: false, content: { 'application/json': { schema: components.ref(route.body, 'input') } } } } : {}),
+      ...(route.body ? { requestBody: { required: false, content: { 'application/json': { schema: components.ref(route.body.schema, 'input') } } } } : {}),
       ...(route.rawBody
         ? {
             requestBody: {
@@ -153,6 +150,7 @@ export function openApiDocument(routes: readonly Route[]): Record<string, unknow
         "and `audit` are decided per sandbox by Warren's rule table (docs/security-authorization.md).",
     },
     servers: [{ url: 'http://127.0.0.1:7420', description: 'The default address of `warren serve`.' }],
+    tags: Object.entries(ROUTE_TAGS).map(([name, description]) => ({ name, description })),
     paths,
     components: {
       schemas: components.finish(),
@@ -165,17 +163,4 @@ export function openApiDocument(routes: readonly Route[]): Record<string, unknow
       },
     },
   };
-}
-
-/**
- * The generated API documents as the repository keeps them, by path from the repository's root:
- * docs/openapi.json (the REST API) and docs/protocol.schema.json (the WebSocket methods).
- * `pnpm openapi` writes them; a unit test fails when the checked-in ones differ.
- *
- * @example
- * for (const [file, text] of Object.entries(apiDocumentFiles())) writeFileSync(file, text);
- */
-export function apiDocumentFiles(): Record<string, string> {
-  const text = (document: unknown) => `${JSON.stringify(document, null, 2)}\n`;
-  return { 'docs/openapi.json': text(openApiDocument(ROUTES)), 'docs/protocol.schema.json': text(protocolJsonSchema()) };
 }

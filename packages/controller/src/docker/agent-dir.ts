@@ -3,7 +3,7 @@ import { constants } from 'node:fs';
 import { lstat, mkdir, open, readdir, rename, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { CodedError } from '@warren/protocol';
-import { removeHostTree } from './host-remove.js';
+import { removeHostTree } from '../host-remove.js';
 
 /** Host uid and gid; `undefined` fields mean "leave as created". */
 export interface HostIdentity {

@@ -1,0 +1,215 @@
+import { execFile } from 'node:child_process';
+import { access, mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import type Docker from 'dockerode';
+import { CodedError, type SandboxSettings } from '@warren/protocol';
+import { LABELS } from '../labels.js';
+import type { ProvidedSnapshot, SnapshotCapability } from '../provider.js';
+import { copyTree, diskBytes, emptyTree, preCopyTree, syncTree } from '../tree-copy.js';
+import { SECRET_VARIABLE, settingsOf, WORKSPACE, workspaceOf } from './container-spec.js';
+import { rethrow } from './engine-errors.js';
+import type { DockerState } from './state.js';
+
+/** The label a snapshot's image carries: the snapshot's id. */
+export const SNAPSHOT_LABEL = 'warren.snapshot';
+/** The repository a snapshot's image is tagged in: `warren-snapshot/<id>:latest`. */
+export const SNAPSHOT_REPOSITORY = 'warren-snapshot';
+/** The image a snapshot keeps (snapshot ids are lower case letters, digits and `-`). */
+export function snapshotImage(snapshotId: string): string {
+  return `${SNAPSHOT_REPOSITORY}/${snapshotId}:latest`;
+}
+
+/**
+ * True when an image is snapshot `snapshotId`'s: it carries the label and no name but the
+ * snapshot's own (or none, once the snapshot's tag was dropped while a sandbox still used it). An
+ * image built or pulled with a `warren.snapshot` label of its own (a Dockerfile's `LABEL`, or one
+ * inherited from its base) has its own name, so it never passes for a snapshot: only Warren's
+ * commit makes one.
+ */
+export function isSnapshotImage(image: { RepoTags?: string[] | undefined; Labels?: Record<string, string> | null | undefined }, snapshotId: string): boolean {
+  if (image.Labels?.[SNAPSHOT_LABEL] !== snapshotId) return false;
+  const own = snapshotImage(snapshotId);
+  // Podman names a local image localhost/<name>, and a committed one docker.io/<name>.
+  return (image.RepoTags ?? []).every((tag) => tag === '<none>:<none>' || tag.replace(/^(?:localhost|docker\.io)\//, '') === own);
+}
+
+/**
+ * Snapshots on the Docker engine, as the provider's snapshots capability: the container's changes
+ * committed to an image of the snapshot's own, the workspace copied on this host.
+ *
+ * @example
+ * const taken = await new DockerSnapshots(state).capture(handle, agentId, 'snap-1', folder);
+ */
+export class DockerSnapshots implements SnapshotCapability {
+  private checkpoint: Promise<{ supported: boolean; reason?: string }> | undefined;
+
+  constructor(private readonly state: DockerState) {}
+
+  /**
+   * A snapshot, consistent and only briefly frozen: the workspace of a running sandbox is copied
+   * first while it runs ({@link preCopyTree}: `cp` confined to a private mount namespace, so a
+   * folder swapped for a link cannot lead it to the host's files); then the container is frozen
+   * (cgroup freezer, as `pause`; its processes keep running afterwards), its changes committed to
+   * `warren-snapshot/<id>:latest` (labelled with the id; the daemon's secret variable blanked), the
+   * copy brought to the state at the freeze ({@link syncTree}: only what changed is copied again),
+   * then thawed; `pausedMs` says how long it was frozen. A sandbox already paused or stopped, or a
+   * host where the namespace cannot be made, is copied whole with {@link copyTree} (sparse-aware,
+   * reflinks where the file system has them) under the freeze. The workspace is read
+   * on this host (the volume's or disk's folder), so the controller must run beside the engine; a
+   * workspace replaced by a host mount is not copied (it is the host's, not the sandbox's).
+   */
+  async capture(handle: string, _agentId: string, snapshotId: string, workspaceDir: string): Promise<ProvidedSnapshot> {
+    const container = this.state.docker.getContainer(handle);
+    const info = await container.inspect().catch((e: unknown) => rethrow(e, `inspect container ${handle}`));
+    const settings = settingsOf(info.Config.Labels ?? {});
+    const inside = settings?.workspace ?? WORKSPACE;
+    const hostMounted = settings?.mounts.some((m) => m.path === inside) ?? false;
+    const source = hostMounted ? undefined : info.Mounts.find((m) => m.Destination === inside)?.Source;
+    if (source !== undefined)
+      await access(source).catch(() => {
+        throw new CodedError(
+          'NOT_SUPPORTED',
+          `Cannot snapshot sandbox ${handle}: its workspace lies at ${source} on the engine's host, which this controller does not see. Snapshots need the controller on the engine's own host (scripts/start, the systemd unit).`,
+        );
+      });
+    const processes = await this.checkpointSupport();
+    const freeze = info.State.Running && !info.State.Paused;
+    const image = snapshotImage(snapshotId);
+    const what = `copy the workspace of sandbox ${handle}`;
+    // A first copy while the sandbox runs, so that the freeze only covers what changed since.
+    const firstPassAt = Date.now();
+    let preCopied = false;
+    if (source !== undefined && freeze) {
+      const scratch = await mkdtemp(path.join(tmpdir(), 'warren-precopy-'));
+      try {
+        preCopied = await preCopyTree(source, workspaceDir, scratch, what);
+      } finally {
+        await rm(scratch, { recursive: true, force: true }).catch(() => undefined);
+      }
+      if (!preCopied) await emptyTree(workspaceDir);
+    }
+    const pausedAt = performance.now();
+    if (freeze) await container.pause().catch((e: unknown) => rethrow(e, `pause container ${handle}`));
+    let pausedMs = 0;
+    try {
+      await new Promise<void>((resolve, reject) =>
+        this.state.docker.modem.dial(
+          {
+            path: '/commit?',
+            method: 'POST',
+            options: {
+              _query: {
+                container: handle,
+                repo: `${SNAPSHOT_REPOSITORY}/${snapshotId}`,
+                tag: 'latest',
+                pause: false,
+                comment: `Warren snapshot ${snapshotId}`,
+                // As instructions too: Podman's commit ignores the body's Labels and Env, which left
+                // the snapshot unlabelled (never collected) and the exec channel's secret in its image.
+                changes: [`LABEL ${SNAPSHOT_LABEL}=${snapshotId}`, `ENV ${SECRET_VARIABLE}=`],
+              },
+              _body: { Labels: { [SNAPSHOT_LABEL]: snapshotId }, Env: [`${SECRET_VARIABLE}=`] },
+            },
+            statusCodes: { 200: true, 201: true, 404: 'no such container', 500: 'server error' },
+          },
+          (err: unknown) => (err ? reject(err instanceof Error ? err : new Error('the engine refused the commit')) : resolve()),
+        ),
+      ).catch((e: unknown) => rethrow(e, `commit container ${handle}`));
+      if (source !== undefined) {
+        if (preCopied) await syncTree(source, workspaceDir, firstPassAt, what);
+        else await copyTree(source, workspaceDir, what);
+      }
+    } catch (err) {
+      await this.remove(snapshotId).catch(() => undefined);
+      throw err;
+    } finally {
+      if (freeze) {
+        await container.unpause().catch(() => undefined);
+        pausedMs = Math.round(performance.now() - pausedAt);
+      }
+    }
+    const [own, base] = await Promise.all([
+      this.state.docker.getImage(image).inspect(),
+      this.state.docker
+        .getImage(info.Image)
+        .inspect()
+        .catch(() => undefined),
+    ]);
+    return {
+      image,
+      imageBytes: Math.max(0, own.Size - (base?.Size ?? 0)),
+      workspaceBytes: source === undefined ? 0 : await diskBytes(workspaceDir),
+      processes: false,
+      pausedMs,
+      processesReason: processes.supported
+        ? 'this Warren version does not checkpoint processes yet: a sandbox made from the snapshot starts with fresh processes'
+        : `${processes.reason}: a sandbox made from the snapshot starts with fresh processes`,
+    };
+  }
+
+  /**
+   * Removes a snapshot's tag. A sandbox made from it keeps using the image's layers; the untagged
+   * image is collected when none does ({@link DockerSnapshots.ids} lists it until then).
+   */
+  async remove(snapshotId: string): Promise<void> {
+    const images = await this.state.docker
+      .listImages({ all: true, filters: { label: [`${SNAPSHOT_LABEL}=${snapshotId}`] } })
+      .catch((e: unknown) => rethrow(e, 'list snapshot images'));
+    for (const image of images.filter((i) => isSnapshotImage(i, snapshotId)))
+      await this.state.docker
+        .getImage(image.Id)
+        .remove({ force: false, noprune: false })
+        .catch(async (err: { statusCode?: number; message?: string }) => {
+          // Gone already: the engine answers 404, or 500 "unrecognized image ID" when the image went
+          // between the listing and the remove (the last sandbox made from it was just collected).
+          if (err.statusCode === 404 || /unrecognized image ID|no such image/i.test(String(err.message))) return;
+          // In use by a sandbox made from it: drop the name only, the layers go with the last such sandbox.
+          if (err.statusCode === 409)
+            await this.state.docker
+              .getImage(snapshotImage(snapshotId))
+              .remove({ force: true, noprune: false })
+              .catch(() => undefined);
+          else rethrow(err, `remove the image of snapshot ${snapshotId}`);
+        });
+  }
+
+  /**
+   * The image carries its sandbox's labels, the owner's instance id among them (a commit keeps the
+   * container's labels). Filtered by the owner only: Podman (4.3) matches no image to a label filter
+   * without a value, so the snapshot label is read from each image's labels.
+   */
+  async ids(owner: string): Promise<string[]> {
+    const images = await this.state.docker
+      .listImages({ all: true, filters: { label: [`${LABELS.owner}=${owner}`] } })
+      .catch((e: unknown) => rethrow(e, 'list snapshot images'));
+    const ids = images.map((i) => i.Labels?.[SNAPSHOT_LABEL]).filter((id): id is string => typeof id === 'string');
+    return [...new Set(ids.filter((id) => images.some((i) => isSnapshotImage(i, id))))];
+  }
+
+  /**
+   * Whether this engine could checkpoint processes (`docker checkpoint`: an engine with experimental
+   * features and CRIU on its host). Asked once.
+   */
+  async checkpointSupport(): Promise<{ supported: boolean; reason?: string }> {
+    this.checkpoint ??= (async () => {
+      const info = (await this.state.docker.info().catch(() => ({}))) as { ExperimentalBuild?: boolean };
+      if (this.state.engine?.name === 'podman') return { supported: false, reason: 'the engine is Podman, whose checkpoint API Warren does not use' };
+      if (info.ExperimentalBuild !== true)
+        return { supported: false, reason: "the Docker engine runs without experimental features, which 'docker checkpoint' needs" };
+      const criu = await new Promise<boolean>((resolve) => execFile('criu', ['--version'], (err) => resolve(err === null)));
+      return criu ? { supported: true } : { supported: false, reason: 'CRIU is not installed on the engine host (Debian: apt install criu)' };
+    })();
+    return this.checkpoint;
+  }
+}
+
+/** Fills a created, not yet started, sandbox's workspace with a snapshot's copy (whatever the image put there is removed first). */
+export async function restoreWorkspace(container: Docker.Container, settings: SandboxSettings, onHost: string | undefined, from: string): Promise<void> {
+  const inside = workspaceOf(settings);
+  if (settings.mounts.some((m) => m.path === inside)) return;
+  const target = onHost ?? (await container.inspect()).Mounts.find((m) => m.Destination === inside)?.Source;
+  if (target === undefined) throw new CodedError('INTERNAL', `The new sandbox has no workspace volume at ${inside} to restore the snapshot into.`);
+  await emptyTree(target);
+  await copyTree(from, target, 'restore the snapshot into the new workspace');
+}

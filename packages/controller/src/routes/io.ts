@@ -1,0 +1,114 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { CodedError, ERROR_CODES, type ImageEvent } from '@warren/protocol';
+
+/** A JSON body is read up to this size; a larger one is FRAME_TOO_LARGE. */
+const MAX_BODY_BYTES = 1024 * 1024;
+
+/**
+ * An NDJSON answer of {@link ImageEvent} lines. Before `start` a failure is an ordinary error
+ * answer with its status; after it, the status is sent, so a failure is the last line, an
+ * `error` event with the same body an error answer has.
+ *
+ * @example
+ * const stream = eventStream(res);
+ * await stream.run(async () => ({ type: 'done', image }));
+ */
+export function eventStream(res: ServerResponse) {
+  let started = false;
+  const start = () => {
+    if (started) return;
+    started = true;
+    res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' });
+  };
+  const send = (event: ImageEvent) => {
+    start();
+    if (!res.writableEnded) res.write(`${JSON.stringify(event)}\n`);
+  };
+  return {
+    start,
+    send,
+    async run(work: () => Promise<ImageEvent>): Promise<void> {
+      try {
+        send(await work());
+      } catch (err) {
+        if (!started) throw err;
+        const coded = err instanceof CodedError ? err : new CodedError('INTERNAL', err instanceof Error ? err.message : String(err));
+        const error = {
+          code: coded.code,
+          message: coded.message,
+          suggestion: ERROR_CODES[coded.code].suggestion,
+          ...(coded.details ? { details: coded.details } : {}),
+        };
+        send({ type: 'error', error });
+      }
+      res.end();
+    },
+  };
+}
+
+/**
+ * Reads a build context (a tar archive) of at most `maxMb` MiB; a larger one is refused
+ * (BUILD_CONTEXT_TOO_LARGE) before it is read to the end, an empty one is INVALID_PARAMS.
+ *
+ * @example
+ * const context = await readContext(req, deps.config.images.maxBuildContextMb);
+ */
+export async function readContext(req: IncomingMessage, maxMb: number): Promise<Buffer> {
+  const max = maxMb * 1024 * 1024;
+  const tooLarge = () =>
+    new CodedError(
+      'BUILD_CONTEXT_TOO_LARGE',
+      `The build context is larger than this controller's ${maxMb} MiB (images.maxBuildContextMb); build from a smaller folder.`,
+      {
+        maxBytes: max,
+      },
+    );
+  if (Number(req.headers['content-length'] ?? 0) > max) throw tooLarge();
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > max) {
+      req.destroy();
+      throw tooLarge();
+    }
+    chunks.push(chunk);
+  }
+  if (size === 0)
+    throw new CodedError('INVALID_PARAMS', 'The build request has no body; send the build context as a tar archive (warren image build packs a folder).');
+  return Buffer.concat(chunks);
+}
+
+/**
+ * Reads a JSON body of at most 1 MiB (FRAME_TOO_LARGE past it, INVALID_PARAMS when it is not
+ * JSON); an empty body is `{}`. The router reads a route's body with it before parsing it.
+ *
+ * @example
+ * const raw = await readJson(req);
+ */
+export async function readJson(req: IncomingMessage): Promise<unknown> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > MAX_BODY_BYTES) throw new CodedError('FRAME_TOO_LARGE', `Request body exceeds ${MAX_BODY_BYTES} bytes.`);
+    chunks.push(chunk);
+  }
+  if (size === 0) return {};
+  try {
+    return JSON.parse(Buffer.concat(chunks).toString('utf8'));
+  } catch {
+    throw new CodedError('INVALID_PARAMS', 'Request body is not valid JSON.');
+  }
+}
+
+/**
+ * Answers with a JSON body and its length.
+ *
+ * @example
+ * sendJson(res, 200, { status: 'ok' });
+ */
+export function sendJson(res: ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) }).end(text);
+}

@@ -1,0 +1,158 @@
+import { CodedError, type SandboxInfo } from '@warren/protocol';
+import type { IdleFreezer } from '../idle-freezer.js';
+import { requireCapability } from '../provider.js';
+import { describe, type SandboxRecord } from '../sandbox-table.js';
+import type { SandboxLookup } from './lookup.js';
+import type { SandboxParts } from './parts.js';
+import { bringBack } from './readiness.js';
+
+/**
+ * Power: a sandbox paused and resumed on request, frozen and thawed by the idle freezer, stopped
+ * to hibernate and woken again by the next call or connection. Each transition runs one at a time
+ * with the idle freezer's own (see {@link IdleFreezer.exclusive}).
+ *
+ * @example
+ * const power = new SandboxPower(parts, { lookup, freezer });
+ * await power.hibernate(id);
+ * await power.wake(id); // same id, token and files; its processes start anew
+ */
+export class SandboxPower {
+  /** Starts of hibernated sandboxes under way, shared by concurrent callers. */
+  private readonly waking = new Map<string, Promise<void>>();
+
+  constructor(
+    private readonly parts: SandboxParts,
+    private readonly peers: { lookup: SandboxLookup; freezer: IdleFreezer },
+  ) {}
+
+  /**
+   * Freezes the sandbox's processes; connections to it are refused until it is resumed. A sandbox
+   * the idle freezer froze is paused already: it becomes paused on purpose, and no call thaws it.
+   */
+  async pause(id: string): Promise<SandboxInfo> {
+    const record = this.parts.table.require(id);
+    const suspend = requireCapability(this.parts.provider, 'suspend', 'pause a sandbox');
+    await this.peers.freezer.exclusive(id, async () => {
+      if (!record.frozen) await suspend.pause(record.containerId);
+      if (record.frozen) await this.parts.frozenMarks.clear(record.containerId);
+      record.frozen = false;
+      record.state = 'paused';
+    });
+    return describe(record);
+  }
+
+  /**
+   * Runs a snapshot's capture of a sandbox: one at a time with the idle freezer's transitions (the
+   * capture pauses the container itself), and marked so the engine's listing during that pause is
+   * not taken for a pause of the sandbox.
+   */
+  async whileCapturing<T>(id: string, capture: () => Promise<T>): Promise<T> {
+    const record = this.parts.table.require(id);
+    record.capturing = (record.capturing ?? 0) + 1;
+    try {
+      return await this.peers.freezer.exclusive(id, capture);
+    } finally {
+      record.capturing -= 1;
+      if (record.capturing <= 0) delete record.capturing;
+    }
+  }
+
+  /** Thaws a paused sandbox (or one frozen for being idle). */
+  async resume(id: string): Promise<SandboxInfo> {
+    const { table, provider, egress, credentials } = this.parts;
+    const record = table.require(id);
+    // Frozen for being idle, or hibernated: resuming is waking it (the route leaves that to here).
+    if (record.frozen || record.hibernated) {
+      await this.wake(id);
+      return describe(record);
+    }
+    await this.peers.freezer.exclusive(id, async () => {
+      await requireCapability(provider, 'suspend', 'resume a sandbox').resume(record.containerId);
+      record.state = 'running';
+    });
+    // Paused when the controller restarted: its relay was not opened then, so it is now.
+    if (egress?.has(record.agentId) && egress.relayPort(record.agentId) === undefined)
+      await egress.connectWithRetry(record.agentId, provider.daemon(record.agentId), credentials.agentSecret(record.agentId)).catch(() => undefined); // logged; the relay stays closed (egress fails closed) until the next start
+    this.peers.freezer.touch(id);
+    return describe(record);
+  }
+
+  /**
+   * Hibernates a sandbox: its container is stopped (its memory freed, its files kept: the
+   * container's own layer and its workspace), the record stored as hibernated so a restarted
+   * controller keeps it so, and the supervisor leaves it stopped. Any call or connection wakes it
+   * ({@link SandboxPower.wake}) with the same id, token and files; its processes start anew.
+   * Expiry still applies.
+   */
+  async hibernate(id: string): Promise<SandboxInfo> {
+    const { table, provider } = this.parts;
+    const record = table.require(id);
+    if (record.hibernated) return describe(record);
+    const suspend = requireCapability(provider, 'suspend', 'hibernate a sandbox');
+    // Frozen for being idle or paused: its processes run again first, so the stop is an ordinary one.
+    if (record.frozen) await this.peers.freezer.wake(id);
+    // A container that is not paused after all (the record's state is the last one seen) is fine as it is.
+    if (record.state === 'paused')
+      await suspend.resume(record.containerId).catch((err: unknown) => {
+        if (!(err instanceof CodedError && err.code === 'CONFLICT')) throw err;
+      });
+    record.hibernated = true;
+    await this.peers.lookup.save(record);
+    try {
+      await suspend.stop(record.containerId);
+    } catch (err) {
+      record.hibernated = false;
+      await this.peers.lookup.save(record);
+      throw err;
+    }
+    record.state = 'hibernated';
+    return describe(record);
+  }
+
+  /**
+   * Makes sure a sandbox's processes run before a daemon connection or call reaches it, and the
+   * caller waits: a hibernated sandbox starts again (concurrent callers share the one start), one
+   * the idle freezer froze thaws (counted as activity). A running sandbox is left alone.
+   */
+  async wake(id: string): Promise<void> {
+    const record = this.parts.table.require(id);
+    if (record.hibernated) await this.startHibernated(id, record);
+    await this.peers.freezer.wake(id);
+  }
+
+  private async startHibernated(id: string, record: SandboxRecord): Promise<void> {
+    let waking = this.waking.get(id);
+    if (!waking) {
+      waking = (async () => {
+        await bringBack(this.parts, record);
+        record.hibernated = false;
+        record.state = 'running';
+        record.lastActive = this.parts.clock.now();
+        await this.peers.lookup.save(record);
+      })().finally(() => this.waking.delete(id));
+      this.waking.set(id, waking);
+    }
+    await waking;
+  }
+
+  /** Hibernates every running sandbox idle for its `hibernateAfterSeconds` (no open connection, no call). Returns their ids. */
+  async hibernateIdle(now = this.parts.clock.now()): Promise<string[]> {
+    const idle = this.parts.table.list().filter((r) => {
+      const after = r.settings.hibernateAfterSeconds;
+      return (
+        after !== undefined &&
+        r.state === 'running' &&
+        !r.hibernated &&
+        (r.connections ?? 0) === 0 &&
+        now - (r.lastActive ?? r.createdAt.getTime()) >= after * 1000
+      );
+    });
+    const done: string[] = [];
+    for (const record of idle)
+      await this.hibernate(record.id).then(
+        () => done.push(record.id),
+        () => undefined,
+      );
+    return done;
+  }
+}

@@ -1,0 +1,37 @@
+import type { callAgent } from './agent-link.js';
+import type { ControllerConfig } from './config.js';
+import type { Credentials } from './credentials.js';
+import type { EgressLog } from './egress/egress-log.js';
+import type { Logger } from './logger.js';
+import type { Metrics } from './metrics.js';
+import type { SandboxService } from './sandboxes.js';
+import type { SnapshotService } from './snapshots.js';
+import type { VolumeService } from './volumes.js';
+
+/**
+ * What the HTTP server and everything it serves (the route table, the E2B gateway, the port proxy,
+ * the console) work with. A module of its own, importing only types from the rooms below the
+ * server, so the server's parts can name it without importing the server.
+ *
+ * @example
+ * const context: HttpServerDeps = { sandboxes, credentials, config, metrics, logger, readiness, audit };
+ * createHttpServer(context);
+ */
+export interface HttpServerDeps {
+  sandboxes: SandboxService;
+  /** Snapshots and forks (docs/state.md); absent, their routes answer NOT_SUPPORTED. */
+  snapshots?: SnapshotService | undefined;
+  /** Named volumes (docs/state.md#volumes); absent, their routes answer NOT_SUPPORTED. */
+  volumes?: VolumeService | undefined;
+  credentials: Credentials;
+  config: ControllerConfig;
+  metrics: Metrics;
+  /** Event lines and one access line per request and per WebSocket connection. */
+  logger: Logger;
+  /** `/readyz`: resolves when Docker answers and the default image is present. */
+  readiness: () => Promise<Record<string, unknown>>;
+  /** How a REST route calls a sandbox's daemon (the audit log): `callAgent` unless a test without daemons brings its own. */
+  callDaemon?: typeof callAgent | undefined;
+  /** The sandboxes' recent egress gateway events (`GET /v1/sandboxes/:id/egress`); absent without a gateway. */
+  egressLog?: EgressLog | undefined;
+}

@@ -5,6 +5,9 @@ import { defineConfig } from 'vite';
 export default defineConfig({
   base: './',
   esbuild: { jsx: 'automatic', jsxImportSource: 'preact' },
+  // Workspace packages are read from their sources (the `warren-source` export condition), as
+  // tsc and jest read them, so the page never bundles a stale dist/.
+  resolve: { conditions: ['warren-source', 'browser', 'module', 'import', 'default'] },
   build: {
     outDir: '../controller/dist/ui',
     emptyOutDir: true,

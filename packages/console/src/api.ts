@@ -89,4 +89,4 @@ function safeJson(text: string): unknown {
 }
 
 // The wire's own types, from the protocol's schemas (type-only: nothing of zod reaches the page).
-export type { SandboxInfo, SandboxMetrics, SnapshotInfo } from '../../protocol/src/rest.js';
+export type { SandboxInfo, SandboxMetrics, SnapshotInfo } from '@warren/protocol';

@@ -31,7 +31,7 @@ TOOLSETS = REPO / "docs" / "toolsets.json"
 TARGET = PACKAGE / "warren" / "_protocol.py"
 TOOLS_TARGET = PACKAGE / "warren" / "tools" / "_definitions.py"
 # The Python program Toolsmith runs inside the sandbox: one String.raw template in the TypeScript SDK.
-TOOLSMITH_HELPER = REPO / "packages" / "sdk" / "src" / "tools" / "toolsmith-helper.ts"
+TOOLSMITH_HELPER = REPO / "packages" / "sdk" / "src" / "tools" / "toolsmith-helper.py"
 
 # Names a pydantic v1 model already uses for its own methods: a field of that name gets a trailing `_`.
 RESERVED = {"copy", "dict", "json", "schema", "schema_json", "fields", "construct", "validate", "parse_obj", "parse_raw", "parse_file", "Config"}
@@ -354,9 +354,7 @@ def generate_tools() -> str:
                 f"        ToolDefinition({tool['name']!r}, {tool['description']!r}, {tool['output']!r}, {tool['inputSchema']!r}, {model}),"
             )
         sets.append(f"    {set_name!r}: [\n" + "\n".join(entries) + "\n    ],")
-    source = TOOLSMITH_HELPER.read_text()
-    start = source.index("String.raw`") + len("String.raw`")
-    helper = source[start : source.rindex("`;")]
+    helper = TOOLSMITH_HELPER.read_text()
     return "\n".join(
         [
             TOOLS_HEADER,
@@ -370,7 +368,7 @@ def generate_tools() -> str:
             "}",
             "",
             "#: The Python program the Toolsmith tools run in the sandbox (``python3 -c TOOLSMITH_HELPER <operation>``),",
-            "#: from packages/sdk/src/tools/toolsmith-helper.ts.",
+            "#: from packages/sdk/src/tools/toolsmith-helper.py.",
             f"TOOLSMITH_HELPER = {helper!r}",
             "",
         ]

@@ -2,8 +2,8 @@ import { StringDecoder } from 'node:string_decoder';
 import type { ParamsIn, ParsedEvent, ProcessInfo, Result } from '@warren/protocol';
 import type { Channel } from './channel.js';
 import { DEFAULT_CALL_TIMEOUT_MS, type CallOptions } from './connection.js';
-import { EventQueue, toOutputEvent, withOutput } from './event-queue.js';
-import { ProcessHandle, type OutputEvent } from './process-handle.js';
+import { EventQueue, toOutputEvent, withOutput, type OutputEvent } from './event-queue.js';
+import { ProcessHandle } from './process-handle.js';
 import { ShellSession, type ShellOpenOptions } from './shell-session.js';
 
 /** The outcome of a finished command. A non-zero `exitCode` is information, not an exception. */

@@ -1,6 +1,12 @@
 import type { ParsedEvent } from '@warren/protocol';
 import type { Channel } from './channel.js';
-import type { OutputEvent } from './process-handle.js';
+
+/** Output bytes of one stream, and where they start in that stream. */
+export interface OutputEvent {
+  type: 'stdout' | 'stderr';
+  data: Buffer;
+  offset: number;
+}
 
 /** Above this many queued bytes a stream stops reading its connection; below the low mark it reads again. */
 export const QUEUE_HIGH_WATER_BYTES = 4 * 1024 * 1024;

@@ -2,14 +2,7 @@ import type { ProcessInfo, Signal } from '@warren/protocol';
 import type { Channel } from './channel.js';
 import type { CallOptions } from './connection.js';
 import { WarrenError } from './errors.js';
-import { EventQueue, toOutputEvent } from './event-queue.js';
-
-/** Output bytes of one stream, and where they start in that stream. */
-export interface OutputEvent {
-  type: 'stdout' | 'stderr';
-  data: Buffer;
-  offset: number;
-}
+import { EventQueue, toOutputEvent, type OutputEvent } from './event-queue.js';
 
 /** One event of {@link ProcessHandle.attach}: output, then the process's final state. */
 export type AttachEvent = OutputEvent | { type: 'exit'; info: ProcessInfo };

@@ -1,7 +1,7 @@
 """Seed 002 ("Toolsmith"): file tools, pylint, pytest (all, single, failing), syntax validation,
 ``apply_fix``, the missing-docstring count and code metrics, with packages/sdk/src/tools/toolsmith.ts's
 dictionaries. The Python work runs inside the sandbox through the same helper program
-(``TOOLSMITH_HELPER``, generated from the TypeScript SDK); every operation is reported to ``on_log``."""
+(``TOOLSMITH_HELPER``, copied from the TypeScript SDK's toolsmith-helper.py); every operation is reported to ``on_log``."""
 
 from __future__ import annotations
 

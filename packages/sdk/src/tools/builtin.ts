@@ -1,4 +1,5 @@
-import { lineAnchor, parseLineAnchor, splitLines } from '@warren/protocol';
+import { parseLineAnchor, splitLines } from '@warren/protocol';
+import { lineAnchor } from '@warren/protocol/node';
 import { z } from 'zod';
 import { need, type AnchoredEdit, type ToolCommandResult } from './context.js';
 import { asToolContext, type ToolTarget } from './sandbox-context.js';

@@ -2,7 +2,7 @@ import { posix } from 'node:path';
 import { z } from 'zod';
 import { need } from './context.js';
 import { asToolContext, type ToolTarget } from './sandbox-context.js';
-import { TOOLSMITH_HELPER } from './toolsmith-helper.js';
+import { toolsmithHelper } from './toolsmith-helper.js';
 import { defineTool, isToolError, toolError, type Tool, type ToolError, type ToolErrorCode, type ToolSet } from './tool.js';
 
 /** Seed 002's `sandbox_dir` default: the prefix paths are written with. */
@@ -175,7 +175,7 @@ export function toolsmithTools(target: ToolTarget, options: ToolsmithOptions = {
     args: string[],
     run: { stdin?: string; timeoutMs: number; cwd?: string; signal?: AbortSignal | undefined; what: string },
   ): Promise<Record<string, unknown>> {
-    const result = await commands.run(['python3', '-c', TOOLSMITH_HELPER, ...args], {
+    const result = await commands.run(['python3', '-c', await toolsmithHelper(), ...args], {
       stdin: run.stdin ?? '',
       timeoutMs: run.timeoutMs,
       cwd: run.cwd,

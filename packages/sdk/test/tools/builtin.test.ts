@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { lineHash } from '@warren/protocol';
+import { lineHash } from '@warren/protocol/node';
 import { builtinTools, formatAnchoredLines, formatBashOutput, parseEditsJson, type Tool } from '../../src/tools/index.js';
 import { fakeContext } from './fakes.js';
 

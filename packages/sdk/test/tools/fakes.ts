@@ -1,4 +1,5 @@
-import { lineHash, MAX_READ_LINES, parseLineAnchor, sliceLines, splitLines } from '@warren/protocol';
+import { MAX_READ_LINES, parseLineAnchor, sliceLines, splitLines } from '@warren/protocol';
+import { lineHash } from '@warren/protocol/node';
 import { EditNotFoundError, EditNotUniqueError, NotFoundError, StaleAnchorError } from '../../src/errors.js';
 import type { CharSlice, LineRange } from '../../src/files.js';
 import type { AnchoredEdit, ToolCommandResult, ToolCommands, ToolContext, ToolFiles } from '../../src/tools/index.js';

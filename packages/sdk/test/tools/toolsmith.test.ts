@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { summariseFailures, summarisePytest, toSandboxPath, toolsmithTools, type Tool, type ToolsmithLogEntry } from '../../src/tools/index.js';
-import { TOOLSMITH_HELPER } from '../../src/tools/toolsmith-helper.js';
+import { toolsmithHelper } from '../../src/tools/toolsmith-helper.js';
 import { fakeContext } from './fakes.js';
 
 type Answer = Parameters<typeof fakeContext>[1];
@@ -95,7 +95,7 @@ describe('toolsmith (seed 002)', () => {
     };
     const { tool, context } = setup({ 'bad.py': 'x\n' }, helperSays(analysis));
     await expect(tool('run_pylint_analysis').run({ file_path: './sandbox/bad.py' })).resolves.toEqual({ file: './sandbox/bad.py', ...analysis });
-    expect(context.commands.calls[0]).toMatchObject({ cmd: ['python3', '-c', TOOLSMITH_HELPER, 'pylint', 'bad.py'], options: { timeoutMs: 30_000 } });
+    expect(context.commands.calls[0]).toMatchObject({ cmd: ['python3', '-c', await toolsmithHelper(), 'pylint', 'bad.py'], options: { timeoutMs: 30_000 } });
   });
 
   it('a pylint timeout is a TimeoutExpired error dictionary with the analysis defaults', async () => {

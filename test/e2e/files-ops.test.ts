@@ -3,7 +3,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { lineAnchor } from '@warren/protocol';
+import { lineAnchor } from '@warren/protocol/node';
 import { Sandbox, WRITE_PIECE_BYTES } from '@warren/sdk';
 import { startTestSandbox, type TestController } from '../support/fixtures.js';
 import { codeOf } from '../support/files.js';

@@ -102,11 +102,11 @@ describe('the runtime volume', () => {
     const { runtime, fills, volume } = countedRuntime();
     // Six at once: enough to meet the engines' own races too (Podman answers a volume or container it is
     // making or removing with a 500 of its own words for a moment).
-    const names = await Promise.all([0, 1, 2, 3, 4, 5].map(() => provider().ensureRuntimeVolume(runtime, image)));
+    const names = await Promise.all([0, 1, 2, 3, 4, 5].map(() => provider().runtimeVolumes.ensure(runtime, image)));
     expect(names).toEqual(Array(6).fill(volume));
     expect(fills()).toBe(1);
     // A later controller finds it complete and leaves it alone.
-    await provider().ensureRuntimeVolume(runtime, image);
+    await provider().runtimeVolumes.ensure(runtime, image);
     expect(fills()).toBe(1);
     expect(await runNode(volume, "process.stdout.write(require('fs').readFileSync('/opt/warren/fill-count', 'utf8'))")).toBe('1');
   }, 120_000);
@@ -122,7 +122,7 @@ describe('the runtime volume', () => {
       Entrypoint: ['/bin/true'],
       HostConfig: { Mounts: [{ Type: 'volume', Source: volume, Target: '/opt/warren' }], NetworkMode: 'none' },
     });
-    const waiting = provider().ensureRuntimeVolume(runtime, image);
+    const waiting = provider().runtimeVolumes.ensure(runtime, image);
     expect(await stillPending(waiting, 1500)).toBe(true);
     expect(fills()).toBe(0);
     // That controller died without finishing: the waiter takes the fill over.
@@ -143,7 +143,7 @@ describe('the runtime volume', () => {
       HostConfig: { Mounts: [{ Type: 'volume', Source: volume, Target: '/opt/warren' }], NetworkMode: 'none' },
     });
     // A stale limit of 0: the holder made just now already counts as left behind.
-    expect(await provider().ensureRuntimeVolume(runtime, image, 0)).toBe(volume);
+    expect(await provider().runtimeVolumes.ensure(runtime, image, 0)).toBe(volume);
     expect(fills()).toBe(1);
     await expect(docker.getContainer(lock).inspect()).rejects.toMatchObject({ statusCode: 404 });
   }, 120_000);

@@ -1,6 +1,6 @@
 import '../support/timeouts.js';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { lineAnchor } from '@warren/protocol';
+import { lineAnchor } from '@warren/protocol/node';
 import { builtinTools, dispatchAnthropicToolUse, toAnthropicTools, type AnthropicToolResultBlock, type ToolSet } from '@warren/sdk';
 import { startToolsetSandbox, type ToolsetSandbox } from '../support/toolsets.js';
 

@@ -5,7 +5,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
-import { daemonTlsClientOptions } from '@warren/protocol';
+import { daemonTlsClientOptions } from '@warren/protocol/node';
 import { probeAgent } from '@warren/controller';
 import { startAgentServer, type AgentServer } from '@warren/agent';
 

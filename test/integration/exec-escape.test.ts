@@ -67,7 +67,7 @@ describe('which processes a tree kill finds', () => {
     expect(left).toEqual([]);
   });
 
-  it('does not find env -i setsid whose parent exited first: the documented limit', async () => {
+  it('does not find env -i setsid whose parent exited first without tree cgroups (a daemon on the host): the documented limit', async () => {
     const seconds = uniqueSeconds();
     const started = performance.now();
     const result = await agent.commands.run(`env -i setsid sh -c 'exec sleep ${seconds}' >/dev/null 2>&1 & sleep 0.3`);

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { execFileSync } from 'node:child_process';
 import { chmod, link, readFile, stat, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { lineAnchor } from '@warren/protocol';
+import { lineAnchor } from '@warren/protocol/node';
 import { WarrenError } from '@warren/sdk';
 import { startTestAgent, type TestAgent } from '../support/fixtures.js';
 import { codeOf } from '../support/files.js';

@@ -36,7 +36,10 @@ describe("the runtime's code cache for the daemon", () => {
 
   it("is written with the runtime, and V8 takes it with the daemon's flags (it rejects it with others)", async () => {
     const names = await untar(await runtimeTar(runtime), dir);
-    expect(names).toEqual(expect.arrayContaining(['warren-agent.mjs', 'warren-agent.cjs', 'warren-agent.code-cache']));
+    // The code interpreter's programs beside the bundle, which reads them (packages/agent/src/runtimes).
+    expect(names).toEqual(
+      expect.arrayContaining(['warren-agent.mjs', 'warren-agent.cjs', 'warren-agent.code-cache', 'runtimes/python-bridge.py', 'runtimes/node-repl.cjs']),
+    );
     // What boot.ts does, reporting whether V8 rejected the cache.
     const check = [
       "const fs = require('fs'), vm = require('vm'), M = require('module'), p = require('path');",

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { lineAnchor } from '@warren/protocol';
+import { lineAnchor } from '@warren/protocol/node';
 import { builtinTools, codinTools, filesystemTools, partialReadTools, runToolCall } from '@warren/sdk';
 import { startTestAgent, type TestAgent } from '../support/fixtures.js';
 

@@ -4,7 +4,7 @@ import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { CoreV1Api } from '@kubernetes/client-node';
 import { probeAgent, type KubernetesDaemonChannel, type KubernetesProvider } from '@warren/controller';
-import { DAEMON_TLS_PORT, daemonTlsClientOptions } from '@warren/protocol';
+import { DAEMON_TLS_PORT, daemonTlsClientOptions } from '@warren/protocol/node';
 import { openK8sFixture, type K8sFixture } from '../support/k8s-cluster.js';
 import { untilDaemonAnswers } from './daemon-ready.js';
 

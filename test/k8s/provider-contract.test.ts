@@ -45,6 +45,6 @@ describe('the Kubernetes provider keeps the provider contract', () => {
       });
     },
     probe: (endpoint, secret) => probeAgent(endpoint, secret, 5000),
-    unsupported: { pause: true, stopStart: true },
+    capabilities: ['metrics', 'sharedRecords', 'sharedState'],
   }));
 });

@@ -6,7 +6,7 @@ import type { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import Docker from 'dockerode';
 import { Credentials, startController, silentLogger, type Controller } from '@warren/controller';
-import { Images, Sandbox } from '@warren/sdk';
+import { Images, Sandbox, Snapshots } from '@warren/sdk';
 import { removeStateDir } from '../support/state-dir.js';
 import { archive, file } from '../support/tar-bytes.js';
 import { until } from '../support/wait.js';
@@ -160,5 +160,29 @@ describe('red team: images that speak for Warren', () => {
           .remove({ force: true })
           .catch(() => undefined);
     }
+  }, 300_000);
+
+  it("an image built to pass for a snapshot is not one: deleting the snapshot leaves it, and Warren's snapshot repository is refused as a build name", async () => {
+    const sandbox = await Sandbox.create({ baseUrl: controller!.url, apiKey, ttlSeconds: 600 });
+    ids.push(sandbox.id);
+    const snapshot = await sandbox.snapshot();
+    sandbox.close();
+    const instance = controller!.sandboxes.credentials.instanceId;
+    const lookalike = await build(
+      'lookalike',
+      ['FROM warren/sandbox:latest', `LABEL warren.snapshot="${snapshot.id}" warren.owner="${instance}"`, ''].join('\n'),
+    );
+
+    await new Snapshots({ baseUrl: controller!.url, apiKey }).delete(snapshot.id);
+    // The built image is still there: only the snapshot's own image went.
+    expect((await docker.getImage(lookalike).inspect()).Config.Labels?.['warren.snapshot']).toBe(snapshot.id);
+    await expect(docker.getImage(`warren-snapshot/${snapshot.id}:latest`).inspect()).rejects.toMatchObject({ statusCode: 404 });
+
+    await rm(context, { recursive: true, force: true });
+    await mkdir(context);
+    await writeFile(path.join(context, 'Dockerfile'), 'FROM warren/sandbox:latest\n');
+    await expect(new Images({ baseUrl: controller!.url, apiKey }).build({ context, tag: `warren-snapshot/${snapshot.id}` })).rejects.toMatchObject({
+      code: 'INVALID_PARAMS',
+    });
   }, 300_000);
 });

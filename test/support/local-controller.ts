@@ -8,13 +8,14 @@ import {
   Credentials,
   startController,
   type ControllerConfig,
-  type ProvidedImage,
+  type ImageCapability,
+  type MetricsCapability,
   type ProvidedSandbox,
   type ProviderIsolation,
   type ProviderState,
   type SandboxProvider,
   type SandboxSpec,
-  type SandboxStats,
+  type SuspendCapability,
   type Logger,
   silentLogger,
 } from '@warren/controller';
@@ -62,21 +63,6 @@ class LocalProvider implements SandboxProvider {
   async runtimes(): Promise<{ name: string; args: string[] }[]> {
     return [{ name: 'runc', args: [] }];
   }
-  async hasImage(): Promise<boolean> {
-    return true;
-  }
-  /** Every image is "there" (the daemons run on the host), so nothing is ever pulled. */
-  async pullImage(): Promise<void> {}
-  async buildImage(): Promise<{ id: string }> {
-    throw new CodedError('INVALID_PARAMS', 'The local test provider runs daemons on the host and builds no images; build against a Docker engine.');
-  }
-  async listImages(): Promise<ProvidedImage[]> {
-    return [];
-  }
-  async inspectImage(): Promise<{ id: string; labels: Record<string, string> } | undefined> {
-    return undefined;
-  }
-  async removeImage(): Promise<void> {}
   async prepare(): Promise<{ oldRuntimesRemoved: number }> {
     return { oldRuntimesRemoved: 0 };
   }
@@ -90,16 +76,6 @@ class LocalProvider implements SandboxProvider {
     });
     this.sandboxes.set(spec.agentId, { agentId: spec.agentId, labels: spec.labels, state: 'running', server });
     return spec.agentId;
-  }
-  async start(): Promise<void> {}
-  async stop(handle: string): Promise<void> {
-    this.require(handle).state = 'exited';
-  }
-  async pause(handle: string): Promise<void> {
-    this.require(handle).state = 'paused';
-  }
-  async resume(handle: string): Promise<void> {
-    this.require(handle).state = 'running';
   }
   async remove(handle: string): Promise<void> {
     await this.sandboxes.get(handle)?.server.close();
@@ -120,37 +96,41 @@ class LocalProvider implements SandboxProvider {
   daemon(agentId: string): { socketPath: string } {
     return { socketPath: path.join(this.dir, `${agentId.slice(0, 16)}.sock`) };
   }
-  async copyIn(): Promise<void> {}
-  async logsTail(): Promise<string> {
-    return '';
-  }
-  /** The daemons share this process: its own counters stand in for a cgroup's. */
-  async stats(handle: string): Promise<SandboxStats | undefined> {
-    if (this.sandboxes.get(handle)?.state !== 'running') return undefined;
-    const cpu = process.cpuUsage();
-    return { cpuSeconds: (cpu.user + cpu.system) / 1e6, memoryBytes: process.memoryUsage.rss(), pids: 1 };
-  }
-
-  /** In-process agents have no engine to commit or freeze them: snapshots are the Docker provider's. */
-  snapshot(): Promise<never> {
-    return Promise.reject(new CodedError('NOT_SUPPORTED', 'The in-process test provider cannot snapshot sandboxes; use the Docker provider.'));
-  }
-
-  async removeSnapshot(): Promise<void> {}
-
-  async snapshotIds(): Promise<string[]> {
-    return [];
-  }
-
-  createVolume(): Promise<never> {
-    return Promise.reject(new CodedError('NOT_SUPPORTED', 'The in-process test provider has no named volumes; use the Docker provider.'));
-  }
-
-  async removeVolume(): Promise<void> {}
-
-  async volumeUsage(): Promise<number | undefined> {
-    return undefined;
-  }
+  /** Pause and stop only mark the sandbox: its daemon shares this process. */
+  readonly suspend: SuspendCapability = {
+    start: async () => undefined,
+    stop: async (handle) => void (this.require(handle).state = 'exited'),
+    pause: async (handle) => void (this.require(handle).state = 'paused'),
+    resume: async (handle) => void (this.require(handle).state = 'running'),
+  };
+  readonly metrics: MetricsCapability = {
+    /** The daemons share this process: its own counters stand in for a cgroup's. */
+    stats: async (handle) => {
+      if (this.sandboxes.get(handle)?.state !== 'running') return undefined;
+      const cpu = process.cpuUsage();
+      return { cpuSeconds: (cpu.user + cpu.system) / 1e6, memoryBytes: process.memoryUsage.rss(), pids: 1 };
+    },
+    logsTail: async () => '',
+  };
+  /**
+   * Every image is "there" (the daemons run on the host), so nothing is ever pulled; a build fails
+   * once it has started, as a failed step would (the integration tier's case of an error after
+   * the answer began).
+   */
+  readonly images: ImageCapability = {
+    has: async () => true,
+    pull: async () => undefined,
+    build: () =>
+      Promise.reject(new CodedError('INVALID_PARAMS', 'The local test provider runs daemons on the host and builds no images; build against a Docker engine.')),
+    list: async () => [],
+    inspect: async () => undefined,
+    remove: async () => undefined,
+  };
+  /** No snapshots or volumes: those are the Docker provider's. */
+  readonly alternatives = {
+    snapshots: 'the in-process test provider has no engine to commit or freeze sandboxes; use the Docker provider',
+    volumes: 'the in-process test provider has no named volumes; use the Docker provider',
+  };
 
   async closeAll(): Promise<void> {
     for (const handle of [...this.sandboxes.keys()]) await this.remove(handle);

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Sandbox } from 'e2b';
-import { startLocalController, type LocalController } from '../support/local-controller.js';
+import { startLocalController, type LocalController } from '../../support/local-controller.js';
 
 /** Raw requests at the gateway's envd and control-plane doors: E2B-shaped errors, nothing reached a credential could not reach. */
 describe('hostile input at the e2b gateway', () => {

@@ -6,9 +6,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { build } from 'esbuild';
 import { Connection, Files } from '@warren/sdk';
-import { codeOf } from '../support/files.js';
+import { codeOf } from '../../support/files.js';
 
-const repo = path.resolve(import.meta.dirname, '..', '..');
+const repo = path.resolve(import.meta.dirname, '..', '..', '..');
 
 /**
  * Reserved places reached through mounts, not names: the daemon runs (from source, bundled) in a

@@ -6,13 +6,13 @@ import path from 'node:path';
 import fc from 'fast-check';
 import type { MethodName, ParamsIn } from '@warren/protocol';
 import { WarrenError } from '@warren/sdk';
-import { startTestAgent, type TestAgent } from '../support/fixtures.js';
-import { tar } from '../support/files.js';
+import { startTestAgent, type TestAgent } from '../../support/fixtures.js';
+import { tar } from '../../support/files.js';
 
 /**
  * The daemon runs as root: with a policy root of `/` the file API must still never reach the
  * kernel's pseudo-file systems or the daemon's own folders, by any method, by any spelling of the
- * path, or through a symbolic link. (Bind mounts are in files-reserved-mounts.test.ts.)
+ * path, or through a symbolic link. (Bind mounts are in files-reserved-mounts.test.ts beside it.)
  */
 describe('reserved places are out of reach whatever the policy root', () => {
   let agent: TestAgent;

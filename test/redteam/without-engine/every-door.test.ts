@@ -3,8 +3,8 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { encodeFrame } from '@warren/protocol';
 import { Sandbox } from '@warren/sdk';
-import { startLocalController, type LocalController } from '../support/local-controller.js';
-import { outcomeOf, RawClient } from '../support/reliability.js';
+import { startLocalController, type LocalController } from '../../support/local-controller.js';
+import { outcomeOf, RawClient } from '../../support/reliability.js';
 
 /**
  * One authorization model for every door, and answers that always reach their caller: a real

@@ -16,6 +16,8 @@ export default tseslint.config(
       '**/*.mjs',
       '**/*.js',
       '**/*.cjs',
+      // Programs that run as they are, not through tsc: linted as JavaScript below.
+      '!packages/agent/src/runtimes/*.cjs',
       'jest.config.ts',
     ],
   },
@@ -34,6 +36,8 @@ export default tseslint.config(
       // Tools report failure as data (seed tool sets): a ToolError value is thrown and the tool
       // runner catches it and returns it as the result, so throwing non-Error values is the design.
       '@typescript-eslint/only-throw-error': 'off',
+      // A package's surface is named, export by export: `export *` would publish whatever a module adds.
+      'no-restricted-syntax': ['error', { selector: 'ExportAllDeclaration', message: 'Export names explicitly: `export { a, type B } from`.' }],
       // `_name` marks a binding kept on purpose (a destructured field left out, an unused parameter).
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_', caughtErrors: 'none' }],
     },
@@ -46,5 +50,17 @@ export default tseslint.config(
       '@typescript-eslint/no-unsafe-member-access': 'off',
       '@typescript-eslint/no-unsafe-argument': 'off',
     },
+  },
+  {
+    // The code interpreter's Node REPL (packages/agent/src/runtimes), run as `node -e <text>` in a
+    // sandbox: a CommonJS script in Node, without types, so the type-aware rules do not apply.
+    files: ['packages/agent/src/runtimes/*.cjs'],
+    ...tseslint.configs.disableTypeChecked,
+    languageOptions: {
+      ...tseslint.configs.disableTypeChecked.languageOptions,
+      sourceType: 'commonjs',
+      globals: { require: 'readonly', process: 'readonly', Buffer: 'readonly', setImmediate: 'readonly', globalThis: 'readonly' },
+    },
+    rules: { ...tseslint.configs.disableTypeChecked.rules, '@typescript-eslint/no-require-imports': 'off' },
   },
 );

@@ -50,7 +50,10 @@ export interface ControllerConfig {
   workspaceReserveMb?: number | undefined;
   /** Host folders below which a create may mount host paths; empty refuses every host mount. */
   allowedMountRoots: string[];
-  /** Whether a create may ask for `network: 'bridge'`. */
+  /**
+   * Whether a create may ask for `network: 'bridge'`. Off by default: a bridge sandbox is on the
+   * engine's network, past the egress gateway and `egress.maxMode` (docs/network.md, "network: bridge").
+   */
   allowBridgeNetwork: boolean;
   /** How long a create waits for the daemon's first answer. */
   readyTimeoutMs: number;
@@ -451,7 +454,7 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   workspaceQuota: 'auto',
   daemonChannel: 'auto',
   allowedMountRoots: [],
-  allowBridgeNetwork: true,
+  allowBridgeNetwork: false,
   readyTimeoutMs: 30_000,
   reapIntervalMs: 10_000,
   orphanGraceSeconds: 3600,

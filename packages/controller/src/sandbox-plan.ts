@@ -182,9 +182,13 @@ export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
   };
   const network = request.network ?? 'none';
   if (network === 'bridge' && !config.allowBridgeNetwork) {
-    throw new CodedError('FORBIDDEN', "This controller does not allow network 'bridge' (allowBridgeNetwork is false); sandboxes get network 'none'.", {
-      field: 'network',
-    });
+    throw new CodedError(
+      'FORBIDDEN',
+      "This controller does not allow network 'bridge' (allowBridgeNetwork is false): leave out network, and ask for an egress policy to reach named hosts through the egress gateway.",
+      {
+        field: 'network',
+      },
+    );
   }
   const egress = checkEgress(request, network, config);
   const runtime = request.runtime ?? 'runc';

@@ -4,6 +4,7 @@ import { chooseChannel } from '../src/docker/daemon-channel.js';
 import { containerCreateBody } from '../src/docker/container-spec.js';
 import { planSandbox, type PlanContext, type SandboxPlan } from '../src/sandbox-plan.js';
 import { sandboxLabels } from '../src/labels.js';
+import { loadConfig } from '../src/config.js';
 
 const context: PlanContext = {
   config: {
@@ -331,7 +332,9 @@ describe('hostile create requests are refused with a clear error', () => {
     expect(err.code).toBe('INVALID_PARAMS');
   });
 
-  it('refuses bridge when the operator turned it off', () => {
+  it('refuses bridge unless the operator turned it on: a bridge sandbox is past the egress gateway', () => {
+    expect(loadConfig({}).allowBridgeNetwork).toBe(false);
+    expect(loadConfig({ WARREN_ALLOW_BRIDGE_NETWORK: 'true' }).allowBridgeNetwork).toBe(true);
     expect(() => planSandbox({ network: 'bridge' }, { ...context, config: { ...context.config, allowBridgeNetwork: false } })).toThrow(
       /does not allow network 'bridge'/,
     );

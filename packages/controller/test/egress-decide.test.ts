@@ -218,7 +218,7 @@ describe('egress configuration', () => {
 describe('egress at create', () => {
   it('plans the policy (the default when none is named) and the secrets, after the operator maximum; bridge is refused with either', async () => {
     const { planSandbox } = await import('../src/sandbox-plan.js');
-    const config = loadConfig({}, { stateDir: '/tmp/warren-egress-plan' });
+    const config = loadConfig({}, { stateDir: '/tmp/warren-egress-plan', allowBridgeNetwork: true });
     const context = { config, runtimes: ['runc'] };
     expect(planSandbox({ egress: { mode: 'none' } }, context).settings.network).toBe('none');
     expect(planSandbox({}, context).egress).toEqual({ mode: 'none' });

@@ -39,7 +39,7 @@ export const VolumeMountRequest = z.strictObject({
 });
 export type VolumeMountRequest = z.input<typeof VolumeMountRequest>;
 
-/** `none` (the default) gives the sandbox loopback only; `bridge` gives it Docker's default network. */
+/** `none` (the default) gives the sandbox loopback only; `bridge` gives it Docker's default network, past the egress gateway, where the operator allows it (`allowBridgeNetwork`, off by default). */
 export const NetworkMode = z.enum(['none', 'bridge']);
 /** `runc` is Docker's default runtime; `runsc` is gVisor, where the host has it registered. */
 export const RuntimeName = z.enum(['runc', 'runsc']);

@@ -169,6 +169,13 @@ describe('every door: one rule for the WebSocket and REST', () => {
     expect((await sandbox.daemonInfo()).uptimeMs).toBeGreaterThan(before.uptimeMs);
   }, 60_000);
 
+  it('a key cannot put a sandbox past the egress gateway: network bridge is FORBIDDEN unless the operator turned it on', async () => {
+    for (const body of [{ network: 'bridge' }, { network: 'bridge', policy: { root: warren.root } }]) {
+      expect(await rest('POST', '/v1/sandboxes', warren.apiKey, body)).toEqual({ status: 403, code: 'FORBIDDEN' });
+    }
+    await expect(Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, network: 'bridge' })).rejects.toMatchObject({ code: 'FORBIDDEN' });
+  });
+
   it('unknown REST paths, prototype names included, answer 404 on every route shape; a wrong HTTP method 405', async () => {
     const names = ['constructor', '__proto__', 'toString', 'hasOwnProperty', 'valueOf', 'isPrototypeOf', '__defineGetter__', 'prototype', 'nope'];
     const shapes = (name: string) => [

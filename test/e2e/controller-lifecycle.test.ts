@@ -61,13 +61,36 @@ describe('the sandbox lifecycle over REST', () => {
     expect(paused.state).toBe('paused');
     expect((await docker.getContainer(warren.controller.sandboxes.record(sandbox.id).containerId).inspect()).State.Paused).toBe(true);
     expect((await Sandbox.list({ baseUrl: warren.url, apiKey: warren.apiKey, state: 'paused' })).map((s) => s.id)).toContain(sandbox.id);
-    // A new connection to a paused sandbox is refused with a clear message.
-    await expect(Sandbox.connect(sandbox.id, { baseUrl: warren.url, token: sandbox.token })).rejects.toThrow(/paused|resume/);
+    // A connection that asks not to resume is refused with a clear message.
+    await expect(Sandbox.connect(sandbox.id, { baseUrl: warren.url, token: sandbox.token, resume: false })).rejects.toThrow(/paused|resume/);
     const twice = await api('POST', `/v1/sandboxes/${sandbox.id}/pause`);
     expect(twice.status).toBe(409);
     expect((await sandbox.resume()).state).toBe('running');
     const run = await sandbox.commands.run('cat /workspace/kept.txt');
     expect(run.stdout).toBe('still here');
+  });
+
+  it("connects to a paused sandbox as E2B's connect does: resumed, its processes where they were", async () => {
+    const background = await sandbox.commands.start('sleep 600');
+    await sandbox.pause();
+    const again = await Sandbox.connect(sandbox.id, { baseUrl: warren.url, token: sandbox.token });
+    try {
+      expect((await Sandbox.getInfo(sandbox.id, { baseUrl: warren.url, apiKey: warren.apiKey })).state).toBe('running');
+      expect((await again.commands.run(`kill -0 ${background.pid} && echo alive`)).stdout).toBe('alive\n');
+    } finally {
+      await background.kill();
+      again.close();
+    }
+  });
+
+  it('kills and describes by id without a connection (static Sandbox.kill and Sandbox.getInfo, as in E2B)', async () => {
+    const other = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });
+    const options = { baseUrl: warren.url, apiKey: warren.apiKey };
+    expect(await Sandbox.getInfo(other.id, { baseUrl: warren.url, token: other.token })).toMatchObject({ id: other.id, state: 'running' });
+    expect(await Sandbox.kill(other.id, options)).toBe(true);
+    expect(await Sandbox.kill(other.id, options)).toBe(false);
+    await expect(Sandbox.getInfo(other.id, options)).rejects.toMatchObject({ code: 'SANDBOX_NOT_FOUND' });
+    other.close();
   });
 
   it('reaps a sandbox when its time is up, container and state gone', async () => {

@@ -46,6 +46,12 @@ export interface SandboxConnectOptions extends ControllerOptions {
   token?: string;
   /** How a dropped connection comes back (it always does, with backoff and jitter). */
   reconnect?: ReconnectOptions;
+  /**
+   * Resume a paused sandbox before connecting, as E2B's `connect` does (default true; needs the
+   * lifecycle right). With false, connecting to a paused sandbox fails with `SANDBOX_NOT_READY`.
+   * A sandbox frozen for being idle, or hibernated, always wakes for a connection.
+   */
+  resume?: boolean;
 }
 
 /**
@@ -132,7 +138,49 @@ export class Sandbox implements AsyncDisposable {
     const { baseUrl, apiKey } = resolveControllerOptions(options);
     const credential = options.token ?? apiKey;
     const rest = new RestClient(baseUrl, credential);
-    return new Sandbox(id, options.token ?? '', rest, await Sandbox.channel(rest, id, credential ?? '', options.reconnect));
+    const open = () => Sandbox.channel(rest, id, credential ?? '', options.reconnect);
+    let channel: ReconnectingChannel;
+    try {
+      channel = await open();
+    } catch (err) {
+      // The controller refuses a connection to a paused sandbox; resume it and connect again.
+      if (options.resume === false || (err as { code?: unknown }).code !== 'SANDBOX_NOT_READY') throw err;
+      const info = await rest.get(id).catch(() => undefined);
+      if (info?.state !== 'paused') throw err;
+      await rest.action(id, 'resume');
+      channel = await open();
+    }
+    return new Sandbox(id, options.token ?? '', rest, channel);
+  }
+
+  /**
+   * Describes sandbox `id` without connecting to it (E2B's `Sandbox.getInfo(id)`), with its token
+   * or the API key.
+   *
+   * @example
+   * const { state, expiresAt } = await Sandbox.getInfo(id, { apiKey });
+   */
+  static getInfo(id: string, options: ControllerOptions & { token?: string; signal?: AbortSignal } = {}): Promise<SandboxInfo> {
+    const { baseUrl, apiKey } = resolveControllerOptions(options);
+    return new RestClient(baseUrl, options.token ?? apiKey).get(id, options.signal);
+  }
+
+  /**
+   * Removes sandbox `id` without connecting to it (E2B's `Sandbox.kill(id)`), with its token or the
+   * API key: true when it was removed, false when there was no such sandbox.
+   *
+   * @example
+   * await Sandbox.kill(id, { apiKey });
+   */
+  static async kill(id: string, options: ControllerOptions & { token?: string; signal?: AbortSignal } = {}): Promise<boolean> {
+    const { baseUrl, apiKey } = resolveControllerOptions(options);
+    try {
+      await new RestClient(baseUrl, options.token ?? apiKey).kill(id, options.signal);
+      return true;
+    } catch (err) {
+      if ((err as { code?: unknown }).code === 'SANDBOX_NOT_FOUND') return false;
+      throw err;
+    }
   }
 
   /**

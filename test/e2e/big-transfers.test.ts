@@ -98,7 +98,7 @@ describe('transfers of any size in real containers', () => {
 
     await using tiny = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, diskMb: 32 });
     const folder = path.join(local, 'too-much');
-    await mkdir(folder);
+    await mkdir(folder, { recursive: true });
     for (let i = 0; i < 5; i++) await writeFile(path.join(folder, `f${i}.bin`), randomBytes(10 * MiB));
     expect(await codeOf(tiny.files.uploadFrom(folder, '/workspace/too-much'))).toBe('RESOURCE_EXHAUSTED');
     expect((await tiny.commands.run('ls -A /workspace')).stdout).not.toContain('too-much');

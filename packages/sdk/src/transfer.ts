@@ -336,7 +336,16 @@ export async function uploadFrom(
   let archiveBytes = 0;
   let last = 0;
   const marks: [number, number][] = [];
+  // When the upload stops reading first (the daemon refused it: disk full, file too large), the
+  // archive ends under the packer, which then fails with tar-stream's "already finalized or
+  // destroyed": the upload's own error is the one to report, so the packer's is held back.
+  let uploadStoppedReading = false;
+  let packerCut: unknown;
   const producing = packLocal(archive, entries, counted, AbortSignal.any([stop.signal, ...(options.signal ? [options.signal] : [])])).catch((err: unknown) => {
+    if (uploadStoppedReading) {
+      packerCut = err;
+      return;
+    }
     archive.destroy(err as Error);
     throw err;
   });
@@ -344,7 +353,14 @@ export async function uploadFrom(
     for await (const chunk of archive as AsyncIterable<Buffer>) {
       archiveBytes += chunk.length;
       marks.push([archiveBytes, counted.bytes]);
-      yield chunk;
+      let resumed = false;
+      try {
+        yield chunk;
+        resumed = true;
+      } finally {
+        // Set before the loop's own exit destroys the archive, so the packer's failure that follows is known for what it is.
+        if (!resumed) uploadStoppedReading = true;
+      }
     }
   })();
   const progressOf = (acked: number) => {
@@ -355,6 +371,8 @@ export async function uploadFrom(
   };
   try {
     const [result] = await Promise.all([uploadArchive(channel, into, source, { ...options, totalBytes, progressOf }), producing]);
+    // Never report success for an archive the packer did not finish.
+    if (packerCut !== undefined) throw packerCut;
     options.onProgress?.({ bytes: totalBytes, totalBytes });
     return { ...result, kind };
   } finally {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import type { MethodName, ParsedEvent } from '@warren/protocol';
@@ -99,6 +99,30 @@ describe('a streamed download checks what the daemon sends (the daemon is on the
       const huge = hostileDaemon({ pieces: [header({ name: 'big', size: 2 ** 40 })], endless: false });
       expect(await codeOf(huge.files.downloadFile('x', path.join(dir, 'big'), { maxBytes: 1024 }))).toBe('FILE_TOO_LARGE');
       expect(await readdir(dir)).toEqual([]);
+    });
+  });
+});
+
+describe('an upload the daemon refuses while the SDK still packs', () => {
+  it('reports the refusal, never the packer tripping over the archive it ended (every time)', async () => {
+    await inTemp(async (dir) => {
+      const folder = path.join(dir, 'many');
+      await mkdir(folder);
+      for (let i = 0; i < 40; i++) await writeFile(path.join(folder, `f${String(i).padStart(2, '0')}.bin`), Buffer.alloc(256 * 1024, i));
+      const channel: Channel = {
+        call: (async (method: MethodName): Promise<{ result: unknown }> => {
+          if (method === 'fs.uploadOpen') return { result: { uploadId: 'u1' } };
+          // The daemon's disk fills at the first piece, as a sandbox's quota does.
+          if (method === 'fs.uploadChunk') throw makeError('RESOURCE_EXHAUSTED', 'No space left on the sandbox disk.');
+          // Undoing takes a round trip, in which the packer runs on.
+          if (method === 'fs.uploadAbort') return await new Promise((resolve) => setTimeout(() => resolve({ result: {} }), 20));
+          throw new Error(`unexpected ${method}`);
+        }) as unknown as Channel['call'],
+        pauseReading: () => undefined,
+        resumeReading: () => undefined,
+      };
+      const files = new Files(() => channel);
+      for (let round = 0; round < 20; round++) expect([round, await codeOf(files.uploadFrom(folder, 'in'))]).toEqual([round, 'RESOURCE_EXHAUSTED']);
     });
   });
 });

@@ -160,9 +160,14 @@ export class DockerProvider implements SandboxProvider {
     const wanted = this.options.daemonChannel ?? 'auto';
     const localEngine = isLocalEngine(this.docker);
     const engineInVm = /docker desktop/i.test(info.OperatingSystem ?? '');
-    // Only asked when it decides: a controller in a container, or a folder the engine cannot see.
+    // Asked where it decides something: the channel (when auto), Podman's seccomp profile, and the
+    // cgroups below. A controller in a container, or a folder the engine cannot see, shares no
+    // paths with the engine's host.
     const sharesFolders =
-      (wanted === 'auto' || this.state.engine.name === 'podman') && localEngine && !engineInVm && (await engineSeesFolder(this.docker, stateDir, helperImage));
+      (wanted === 'auto' || this.state.engine.name === 'podman' || !this.state.remap) &&
+      localEngine &&
+      !engineInVm &&
+      (await engineSeesFolder(this.docker, stateDir, helperImage));
     this.state.channel = chooseChannel(wanted, { localEngine, engineInVm, sharesFolders });
     if (this.state.engine.name === 'podman') this.seccompProfile = await writePodmanSeccompProfile(stateDir, sharesFolders, this.options.logger);
     this.state.logger?.info({ channel: this.state.channel }, 'daemon.channel');
@@ -187,9 +192,10 @@ export class DockerProvider implements SandboxProvider {
     });
     const known = new Set((await this.list()).map((s) => s.labels[LABELS.sandbox]));
     for (const agentId of await this.state.workspaces.list()) if (!known.has(agentId)) await this.state.workspaces.remove(agentId);
-    // Cgroups are paths on the engine's host: only a controller beside a local engine, and not
-    // under remap, where the container's root cannot move the sandbox user's processes.
-    const hostCgroups = localEngine && !engineInVm && !this.state.remap;
+    // Cgroups are paths on the engine's host: only a controller whose folders the engine sees (a
+    // controller in a container sees its own cgroup view, not the host's), and not under remap,
+    // where the container's root cannot move the sandbox user's processes.
+    const hostCgroups = sharesFolders && !this.state.remap;
     this.state.cpuCgroups = hostCgroups ? await CpuCgroups.open() : undefined;
     this.state.treeCgroups = hostCgroups ? await TreeCgroups.open() : undefined;
     this.state.logger?.info(

@@ -5,14 +5,14 @@ import http from 'node:http';
 import net from 'node:net';
 import tls from 'node:tls';
 import { promisify } from 'node:util';
-import { AddressFloor, parseLabCidrs } from '../../packages/controller/src/egress/address-floor.js';
-import { EgressCa } from '../../packages/controller/src/egress/ca.js';
-import type { EgressOperatorConfig } from '../../packages/controller/src/egress/decide.js';
-import type { EgressEvent } from '../../packages/controller/src/egress/events.js';
-import { EgressGateway } from '../../packages/controller/src/egress/gateway.js';
-import { DnsResolver } from '../../packages/controller/src/egress/resolver.js';
-import { EgressLab } from '../support/egress-lab.js';
-import { until } from '../support/wait.js';
+import { AddressFloor, parseLabCidrs } from '../../../packages/controller/src/egress/address-floor.js';
+import { EgressCa } from '../../../packages/controller/src/egress/ca.js';
+import type { EgressOperatorConfig } from '../../../packages/controller/src/egress/decide.js';
+import type { EgressEvent } from '../../../packages/controller/src/egress/events.js';
+import { EgressGateway } from '../../../packages/controller/src/egress/gateway.js';
+import { DnsResolver } from '../../../packages/controller/src/egress/resolver.js';
+import { EgressLab } from '../../support/egress-lab.js';
+import { until } from '../../support/wait.js';
 
 // Every packet in this file goes to loopback or to the network namespace the lab makes.
 const HOSTS = ['registry.test', 'api.test', 'other.test', 'rebind.test', 'meta.test', 'mixed.test', 'slow.test'];

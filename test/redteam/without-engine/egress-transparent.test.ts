@@ -10,14 +10,14 @@ import os from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
 import dnsPacket from 'dns-packet';
-import { startAgentServer, type AgentServer } from '../../packages/agent/src/server.js';
-import { EgressCa } from '../../packages/controller/src/egress/ca.js';
-import type { EgressEvent } from '../../packages/controller/src/egress/events.js';
-import { EgressGateway } from '../../packages/controller/src/egress/gateway.js';
-import { DnsResolver } from '../../packages/controller/src/egress/resolver.js';
-import { SandboxEgress } from '../../packages/controller/src/egress/sandbox-egress.js';
-import { EgressLab } from '../support/egress-lab.js';
-import { until } from '../support/wait.js';
+import { startAgentServer, type AgentServer } from '../../../packages/agent/src/server.js';
+import { EgressCa } from '../../../packages/controller/src/egress/ca.js';
+import type { EgressEvent } from '../../../packages/controller/src/egress/events.js';
+import { EgressGateway } from '../../../packages/controller/src/egress/gateway.js';
+import { DnsResolver } from '../../../packages/controller/src/egress/resolver.js';
+import { SandboxEgress } from '../../../packages/controller/src/egress/sandbox-egress.js';
+import { EgressLab } from '../../support/egress-lab.js';
+import { until } from '../../support/wait.js';
 
 // The transparent path (clients that ignore proxy variables): the daemon's relay answers DNS and
 // takes :80/:443 on a loopback address of its own, and the gateway decides everything. The

@@ -8,15 +8,15 @@ import path from 'node:path';
 import tls from 'node:tls';
 import { decodeFrame, EGRESS_STREAM_WINDOW, encodeFrame, GRANT_HEADER, encodeGrant, PROTOCOL_MINOR, PROTOCOL_VERSION } from '@warren/protocol';
 import { WebSocketServer, type WebSocket } from 'ws';
-import { startAgentServer, type AgentServer } from '../../packages/agent/src/server.js';
-import { EgressCa } from '../../packages/controller/src/egress/ca.js';
-import type { EgressEvent } from '../../packages/controller/src/egress/events.js';
-import { EgressGateway } from '../../packages/controller/src/egress/gateway.js';
-import { DnsResolver } from '../../packages/controller/src/egress/resolver.js';
-import { SandboxEgress } from '../../packages/controller/src/egress/sandbox-egress.js';
-import { EgressTunnel } from '../../packages/controller/src/egress/tunnel.js';
-import { EgressLab } from '../support/egress-lab.js';
-import { until } from '../support/wait.js';
+import { startAgentServer, type AgentServer } from '../../../packages/agent/src/server.js';
+import { EgressCa } from '../../../packages/controller/src/egress/ca.js';
+import type { EgressEvent } from '../../../packages/controller/src/egress/events.js';
+import { EgressGateway } from '../../../packages/controller/src/egress/gateway.js';
+import { DnsResolver } from '../../../packages/controller/src/egress/resolver.js';
+import { SandboxEgress } from '../../../packages/controller/src/egress/sandbox-egress.js';
+import { EgressTunnel } from '../../../packages/controller/src/egress/tunnel.js';
+import { EgressLab } from '../../support/egress-lab.js';
+import { until } from '../../support/wait.js';
 
 /** Waits until `check` holds. */
 function waitFor(what: string, check: () => boolean | Promise<boolean>, timeoutMs: number): Promise<true> {

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
-import { startTestAgent, type TestAgent } from '../support/fixtures.js';
+import { startTestAgent, type TestAgent } from '../../support/fixtures.js';
 
 /** Pids of live processes whose command line is exactly `sleep <seconds>`. */
 function sleepers(seconds: string): number[] {

@@ -191,13 +191,15 @@ describe('freezing idle sandboxes', () => {
     expect(sawFrozen).toBe(false);
   });
 
-  it('an explicit pause is not thawed by a connection; resume thaws it', async () => {
+  it('an explicit pause is not thawed by a connection that asks not to resume; resume thaws it', async () => {
     const sandbox = await create();
     await until('the sandbox to freeze', async () => (await frozen(sandbox)) || undefined, 30_000, 200);
     const paused = await sandbox.pause();
     expect(paused.state).toBe('paused');
     expect(paused.frozen).toBeUndefined();
-    await expect(Sandbox.connect(sandbox.id, { baseUrl: warren.url, apiKey: warren.apiKey })).rejects.toMatchObject({ code: 'SANDBOX_NOT_READY' });
+    await expect(Sandbox.connect(sandbox.id, { baseUrl: warren.url, apiKey: warren.apiKey, resume: false })).rejects.toMatchObject({
+      code: 'SANDBOX_NOT_READY',
+    });
     expect(await enginePaused(sandbox)).toBe(true);
     await sandbox.resume();
     expect(await enginePaused(sandbox)).toBe(false);

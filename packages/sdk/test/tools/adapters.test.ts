@@ -18,7 +18,7 @@ import {
   toOpenAITools,
   toVercelAITools,
   type ToolSet,
-} from '../../src/tools/index.js';
+} from '../../src/index.js';
 import { fakeContext } from './fakes.js';
 
 const readTool = defineTool({

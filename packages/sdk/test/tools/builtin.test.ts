@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { lineHash } from '@warren/protocol/node';
-import { builtinTools, formatAnchoredLines, formatBashOutput, parseEditsJson, type Tool } from '../../src/tools/index.js';
+import { builtinTools, formatAnchoredLines, formatBashOutput, parseEditsJson, type Tool } from '../../src/index.js';
 import { fakeContext } from './fakes.js';
 
 function setup(files: Record<string, string>, answer?: Parameters<typeof fakeContext>[1]) {

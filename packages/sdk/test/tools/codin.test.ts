@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { codinTools, formatCodinExec, formatCodinList, toOpenAITools, type Tool } from '../../src/tools/index.js';
+import { codinTools, formatCodinExec, formatCodinList, toOpenAITools, type Tool } from '../../src/index.js';
 import { fakeContext, numberedLines } from './fakes.js';
 
 function setup(files: Record<string, string>, answer?: Parameters<typeof fakeContext>[1]) {

@@ -2,7 +2,7 @@ import { MAX_READ_LINES, parseLineAnchor, sliceLines, splitLines } from '@warren
 import { lineHash } from '@warren/protocol/node';
 import { EditNotFoundError, EditNotUniqueError, NotFoundError, StaleAnchorError } from '../../src/errors.js';
 import type { CharSlice, LineRange } from '../../src/files.js';
-import type { AnchoredEdit, ToolCommandResult, ToolCommands, ToolContext, ToolFiles } from '../../src/tools/index.js';
+import type { AnchoredEdit, ToolCommandResult, ToolCommands, ToolContext, ToolFiles } from '../../src/index.js';
 
 /** An in-memory stand-in for the file primitives: a map from path to text. */
 export class FakeFiles implements ToolFiles {

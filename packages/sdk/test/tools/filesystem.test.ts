@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { PathNotWritableError, SuffixNotAllowedError } from '../../src/errors.js';
-import { filesystemErrorClass, filesystemTools, toOpenAITools, type Tool, type ToolContext } from '../../src/tools/index.js';
+import { filesystemErrorClass, filesystemTools, toOpenAITools, type Tool, type ToolContext } from '../../src/index.js';
 import { fakeContext } from './fakes.js';
 
 function setup(files: Record<string, string> = {}) {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { formatCharSegment, formatLineSegment, parseExcludedExtensions, partialReadTools, toAnthropicTools, type Tool } from '../../src/tools/index.js';
+import { formatCharSegment, formatLineSegment, parseExcludedExtensions, partialReadTools, toAnthropicTools, type Tool } from '../../src/index.js';
 import { fakeContext, numberedLines } from './fakes.js';
 
 const body = (from: number, to: number, prefix = 'line ') => Array.from({ length: to - from + 1 }, (_, i) => `${prefix}${from + i}`).join('\n');

@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { summariseFailures, summarisePytest, toSandboxPath, toolsmithTools, type Tool, type ToolsmithLogEntry } from '../../src/tools/index.js';
+import { summariseFailures, summarisePytest, toSandboxPath, toolsmithTools, type Tool, type ToolsmithLogEntry } from '../../src/index.js';
 import { toolsmithHelper } from '../../src/tools/toolsmith-helper.js';
 import { fakeContext } from './fakes.js';
 

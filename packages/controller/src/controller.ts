@@ -144,9 +144,10 @@ function makeSandboxService(parts: {
  */
 async function recoverState(sandboxes: SandboxService, provider: SandboxProvider, config: ControllerConfig, logger: Logger) {
   const { recovered, poolMembers } = await sandboxes.recover();
-  const volumes = new VolumeService({ sandboxes, provider, config });
+  const tenantOfKey = (keyId: string) => sandboxes.credentials.keys.tenantOf(keyId);
+  const volumes = new VolumeService({ sandboxes, provider, config, tenantOfKey });
   await volumes.recover();
-  const snapshots = new SnapshotService({ sandboxes, provider, store: new SnapshotStore(config.stateDir), limits: config.snapshots, logger, volumes });
+  const snapshots = new SnapshotService({ sandboxes, provider, store: new SnapshotStore(config.stateDir, tenantOfKey), limits: config.snapshots, logger, volumes });
   logger.info(await snapshots.recover(), 'snapshots.recovered');
   for (const member of poolMembers) await sandboxes.removePoolMember(member.agentId, member.containerId);
   (sandboxes.pool as WarmPool | undefined)?.fill();

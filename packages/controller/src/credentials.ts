@@ -1,6 +1,7 @@
 import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { KeyStore, type Principal } from './tenancy/principals.js';
 
 /** What a derived token carries, signed: the sandbox it reaches, its grant, and its end. */
 export interface DerivedToken {
@@ -9,6 +10,10 @@ export interface DerivedToken {
   grant: unknown;
   /** Epoch milliseconds after which the token is refused; absent: as long as the sandbox lives. */
   expiresAt?: number | undefined;
+  /** The API key whose holder minted it (directly or through tokens it minted): revoking that key ends this token. */
+  keyId?: string | undefined;
+  /** This token's own id, for revoking it alone (set when minted). */
+  tokenId?: string | undefined;
 }
 
 /** The file that holds the SHA-256 digests of the API keys, one hex digest a line. */
@@ -21,15 +26,11 @@ export const API_KEY_HASH_FILE = 'api-key.sha256';
  * recomputes them from the container labels and no secret is stored in Docker.
  */
 export class Credentials {
-  private readonly apiKeyDigests: Buffer[];
-
   private constructor(
-    apiKeyDigests: Buffer[],
+    /** Every API key and who it is (tenancy/principals.ts). */
+    readonly keys: KeyStore,
     private readonly masterKey: Buffer,
-  ) {
-    if (apiKeyDigests.length === 0) throw new Error('At least one API key is needed.');
-    this.apiKeyDigests = apiKeyDigests;
-  }
+  ) {}
 
   /**
    * Loads the keys from the state folder, making them on first start (files mode 0600). Only
@@ -45,7 +46,7 @@ export class Credentials {
     await mkdir(stateDir, { recursive: true, mode: 0o700 });
     const masterKey = Buffer.from(await readOrCreate(path.join(stateDir, 'master.key'), () => randomBytes(32).toString('hex')), 'hex');
     const digests = extraDigests.map((hex) => Buffer.from(hex, 'hex'));
-    if (apiKeyFromEnv) return { credentials: new Credentials([digest(apiKeyFromEnv), ...digests], masterKey) };
+    if (apiKeyFromEnv) return { credentials: new Credentials(await KeyStore.load(hexes([digest(apiKeyFromEnv), ...digests]), stateDir), masterKey) };
 
     const hashFile = path.join(stateDir, API_KEY_HASH_FILE);
     const legacyFile = path.join(stateDir, 'api-key');
@@ -61,13 +62,13 @@ export class Credentials {
       return digest(generated).toString('hex');
     });
     for (const line of stored.split('\n')) if (/^[0-9a-f]{64}$/.test(line.trim())) digests.push(Buffer.from(line.trim(), 'hex'));
-    const credentials = new Credentials(digests, masterKey);
+    const credentials = new Credentials(await KeyStore.load(hexes(digests), stateDir), masterKey);
     return generated ? { credentials, generatedApiKey: generated } : { credentials };
   }
 
   /** For tests and embedding: credentials held in memory only. */
   static inMemory(apiKey: string, masterKey: Buffer = randomBytes(32), otherApiKeys: string[] = []): Credentials {
-    return new Credentials([digest(apiKey), ...otherApiKeys.map(digest)], masterKey);
+    return new Credentials(KeyStore.inMemory(hexes([digest(apiKey), ...otherApiKeys.map(digest)])), masterKey);
   }
 
   /** The SHA-256 digest of a key, as the configuration file's `apiKeyHashes` wants it. */
@@ -75,21 +76,23 @@ export class Credentials {
     return digest(apiKey).toString('hex');
   }
 
-  /** Constant-time check of a presented API key against every stored digest. */
+  /** Whether `presented` is an API key that authenticates now (not revoked, not expired). */
   isApiKey(presented: string): boolean {
-    const candidate = digest(presented);
-    let match = false;
-    for (const stored of this.apiKeyDigests) match = timingSafeEqual(candidate, stored) || match;
-    return match;
+    return this.keys.principal(presented) !== undefined;
   }
 
   /**
-   * A short, stable id of the API key `presented` is (the first 16 hex digits of its SHA-256
-   * digest), or undefined when it is none of them: what owns snapshots, so one key never sees
-   * another's. The digest is already what the state folder and configuration hold, so it reveals nothing new.
+   * Who the API key `presented` is (its id, tenant, role and scopes), or undefined when it is none
+   * that authenticates now. The id is the first 16 hex digits of its SHA-256 digest, which the
+   * state folder and configuration already hold, so it reveals nothing new.
    */
+  principal(presented: string): Principal | undefined {
+    return this.keys.principal(presented);
+  }
+
+  /** The id of the API key `presented` is, or undefined (see {@link principal}). */
   apiKeyId(presented: string): string | undefined {
-    return this.isApiKey(presented) ? digest(presented).toString('hex').slice(0, 16) : undefined;
+    return this.keys.principal(presented)?.keyId;
   }
 
   /**
@@ -120,9 +123,8 @@ export class Credentials {
    * storage.
    */
   deriveToken(token: DerivedToken): string {
-    const payload = Buffer.from(JSON.stringify({ s: token.sandboxId, g: token.grant, e: token.expiresAt, n: randomBytes(6).toString('base64url') })).toString(
-      'base64url',
-    );
+    const fields = { s: token.sandboxId, g: token.grant, e: token.expiresAt, k: token.keyId, n: token.tokenId ?? randomBytes(6).toString('base64url') };
+    const payload = Buffer.from(JSON.stringify(fields)).toString('base64url');
     return `wsd_${payload}.${this.derive('derived', payload)}`;
   }
 
@@ -133,9 +135,15 @@ export class Credentials {
     const [, payload, mac] = match;
     if (!timingSafeEqual(digest(mac!), digest(this.derive('derived', payload!)))) return undefined;
     try {
-      const data = JSON.parse(Buffer.from(payload!, 'base64url').toString('utf8')) as { s?: unknown; g?: unknown; e?: unknown };
+      const data = JSON.parse(Buffer.from(payload!, 'base64url').toString('utf8')) as { s?: unknown; g?: unknown; e?: unknown; k?: unknown; n?: unknown };
       if (typeof data.s !== 'string') return undefined;
-      return { sandboxId: data.s, grant: data.g, expiresAt: typeof data.e === 'number' ? data.e : undefined };
+      return {
+        sandboxId: data.s,
+        grant: data.g,
+        expiresAt: typeof data.e === 'number' ? data.e : undefined,
+        keyId: typeof data.k === 'string' ? data.k : undefined,
+        tokenId: typeof data.n === 'string' ? data.n : undefined,
+      };
     } catch {
       return undefined;
     }
@@ -162,7 +170,7 @@ export class Credentials {
       const data = JSON.parse(Buffer.from(payload!, 'base64url').toString('utf8')) as { k?: unknown; v?: unknown };
       if (typeof data.k !== 'string' || typeof data.v !== 'string') return undefined;
       const keyId = data.k;
-      if (!this.apiKeyDigests.some((stored) => stored.toString('hex').slice(0, 16) === keyId)) return undefined;
+      if (this.keys.byId(keyId) === undefined) return undefined;
       return { keyId, volume: data.v };
     } catch {
       return undefined;
@@ -196,6 +204,10 @@ export class Credentials {
   private derive(purpose: string, value: string): string {
     return createHmac('sha256', this.masterKey).update(`${purpose}:${value}`).digest('base64url');
   }
+}
+
+function hexes(digests: Buffer[]): string[] {
+  return digests.map((d) => d.toString('hex'));
 }
 
 function digest(value: string): Buffer {

@@ -16,15 +16,26 @@ import {
   type MethodAccess,
 } from '@warren/protocol';
 import type { Credentials } from './credentials.js';
+import type { Principal } from './tenancy/principals.js';
 import type { Metrics } from './metrics.js';
 import type { SandboxRecord } from './sandbox-table.js';
 
-/** Who is calling: the operator (API key), the holder of one sandbox's token, or of a derived token. */
+/**
+ * Who is calling: an API key (`operator`: who it is, see tenancy/principals.ts), the holder of one
+ * sandbox's token, or of a token derived from a credential of one sandbox.
+ */
 export type Caller =
-  /** `keyId` names which API key (see `Credentials.apiKeyId`): it owns the snapshots the caller makes. */
-  | { kind: 'operator'; keyId?: string | undefined }
+  | ({ kind: 'operator' } & Principal)
   | { kind: 'sandbox'; sandboxId: string }
-  | { kind: 'derived'; sandboxId: string; grant: unknown; expiresAt?: number | undefined };
+  | {
+      kind: 'derived';
+      sandboxId: string;
+      grant: unknown;
+      expiresAt?: number | undefined;
+      /** The API key whose holder minted it: revoking that key ends the token. */
+      keyId?: string | undefined;
+      tokenId?: string | undefined;
+    };
 
 /** The policy a sandbox created without one gets: its workspace, read-write. */
 export const DEFAULT_POLICY: FilePolicy = { root: DEFAULT_ROOT, readOnly: false };
@@ -240,13 +251,14 @@ export function callRefusal(holder: Holder, header: Record<string, unknown>, met
  * callerFor(credentials, req.headers['x-access-token'], sandboxId); // { kind: 'sandbox', sandboxId } or undefined
  */
 export function callerFor(credentials: Credentials, presented: string, sandboxId: string | undefined): Caller | undefined {
-  const keyId = credentials.apiKeyId(presented);
-  if (keyId !== undefined) return { kind: 'operator', keyId };
+  const principal = credentials.principal(presented);
+  if (principal !== undefined) return { kind: 'operator', ...principal };
   if (sandboxId === undefined) return undefined;
   if (credentials.isSandboxToken(sandboxId, presented)) return { kind: 'sandbox', sandboxId };
   const derived = credentials.readDerivedToken(presented);
-  if (derived && derived.sandboxId === sandboxId && (derived.expiresAt === undefined || derived.expiresAt > Date.now())) {
-    return { kind: 'derived', sandboxId, grant: derived.grant, expiresAt: derived.expiresAt };
-  }
-  return undefined;
+  if (!derived || derived.sandboxId !== sandboxId || (derived.expiresAt !== undefined && derived.expiresAt <= Date.now())) return undefined;
+  // A token lives no longer than the key whose holder minted it, and until it is revoked itself.
+  if (derived.keyId !== undefined && credentials.keys.ended(derived.keyId)) return undefined;
+  if (derived.tokenId !== undefined && credentials.keys.tokenRevoked(derived.tokenId)) return undefined;
+  return { kind: 'derived', sandboxId, grant: derived.grant, expiresAt: derived.expiresAt, keyId: derived.keyId, tokenId: derived.tokenId };
 }

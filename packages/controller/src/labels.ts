@@ -12,6 +12,10 @@ export const LABELS = {
   settings: 'warren.settings',
   /** JSON of the sandbox's base file policy, when the create set one. */
   policy: 'warren.policy',
+  /** The tenant the sandbox belongs to; a warm-pool member gets its tenant at claim time (the record store keeps it). */
+  tenant: 'warren.tenant',
+  /** The id of the API key that created the sandbox: its token ends when that key is revoked. */
+  creatorKey: 'warren.creator-key',
   /** Set on warm-pool members; their public id is given at claim time (see pool.ts). */
   pool: 'warren.pool',
   userPrefix: 'warren.label.',
@@ -31,6 +35,8 @@ export function sandboxLabels(input: {
   policy?: unknown;
   labels: Record<string, string>;
   pool?: boolean;
+  tenant?: string | undefined;
+  creatorKeyId?: string | undefined;
 }): Record<string, string> {
   const labels: Record<string, string> = {
     [LABELS.sandbox]: input.id,
@@ -42,6 +48,8 @@ export function sandboxLabels(input: {
   };
   if (input.policy !== undefined) labels[LABELS.policy] = JSON.stringify(input.policy);
   if (input.pool) labels[LABELS.pool] = '1';
+  if (input.tenant !== undefined) labels[LABELS.tenant] = input.tenant;
+  if (input.creatorKeyId !== undefined) labels[LABELS.creatorKey] = input.creatorKeyId;
   for (const [key, value] of Object.entries(input.labels)) labels[`${LABELS.userPrefix}${key}`] = value;
   return labels;
 }

@@ -15,6 +15,9 @@ export interface StoredRecord {
   policy?: unknown;
   ttlSeconds?: number;
   publicPorts?: number[];
+  /** A claimed warm-pool member's tenant and creating key (a cold sandbox has them in its labels). */
+  tenant?: string;
+  creatorKeyId?: string;
   /** The sandbox was hibernated: after a restart it stays stopped until a call wakes it. */
   hibernated?: boolean;
 }

@@ -1,3 +1,4 @@
+import type { Owner } from './tenancy/owner.js';
 import path from 'node:path';
 import type { z } from 'zod';
 import {
@@ -27,6 +28,8 @@ export interface SandboxPlan {
   secrets: SecretBinding[];
   /** Start from a snapshot: its image and workspace copy (set by the snapshot service, never from a request). */
   restore?: { image: string; workspaceDir: string } | undefined;
+  /** Who the sandbox will belong to (tenancy/owner.ts); absent: the default tenant. */
+  owner?: Owner | undefined;
   /**
    * Connect the sandbox to the egress gateway even when its policy is `none` and it has no
    * secrets, so that a later network update can open it (set by the E2B gateway for creates that

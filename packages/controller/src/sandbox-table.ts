@@ -1,5 +1,6 @@
 import { CodedError, DEFAULT_ROOT, FilePolicy, SandboxSettings, type SandboxInfo, type SandboxState } from '@warren/protocol';
 import { LABELS } from './labels.js';
+import { DEFAULT_TENANT } from './tenancy/principals.js';
 import type { ProviderState } from './provider.js';
 
 /** What the controller knows of one sandbox. */
@@ -23,6 +24,10 @@ export interface SandboxRecord {
   /** Last state seen: set by this controller's own actions and refreshed by the reaper. */
   state: SandboxState;
   pooled: boolean;
+  /** The tenant it belongs to (tenancy/principals.ts): only that tenant's keys, and admins, reach it. */
+  tenant: string;
+  /** The API key that created it: its own token ends when that key is revoked. Absent for sandboxes made before keys had ids in labels. */
+  creatorKeyId?: string | undefined;
   /** Ports its owner opened to anyone without a credential (docs/ports.md#public-ports). */
   publicPorts?: number[];
   /** Frozen by the idle freezer (idle-freezer.ts): paused in the engine, `running` for the API. */
@@ -36,10 +41,22 @@ export interface SandboxRecord {
   connections?: number;
 }
 
+/**
+ * The answer for a sandbox id that does not exist, and for one of another tenant: the two must be
+ * the same, byte for byte, so ids do not leak (tenancy/reach.ts).
+ */
+export function sandboxNotFound(id: string): CodedError {
+  return new CodedError('SANDBOX_NOT_FOUND', `No sandbox '${id}': it never existed, was killed, or expired. List sandboxes with GET /v1/sandboxes.`, {
+    sandboxId: id,
+  });
+}
+
 /** Filters of {@link SandboxTable.find}. */
 export interface ListFilter {
   labels?: Record<string, string>;
   state?: SandboxState;
+  /** Only this tenant's sandboxes (a member key's list); every tenant's when absent. */
+  tenant?: string | undefined;
 }
 
 /**
@@ -90,10 +107,7 @@ export class SandboxTable {
         sandboxId: id,
         state: 'lost',
       });
-    if (!record)
-      throw new CodedError('SANDBOX_NOT_FOUND', `No sandbox '${id}': it never existed, was killed, or expired. List sandboxes with GET /v1/sandboxes.`, {
-        sandboxId: id,
-      });
+    if (!record) throw sandboxNotFound(id);
     return record;
   }
 
@@ -111,6 +125,7 @@ export class SandboxTable {
     return this.list()
       .filter((r) => Object.entries(filter.labels ?? {}).every(([k, v]) => Object.hasOwn(r.labels, k) && r.labels[k] === v))
       .filter((r) => filter.state === undefined || r.state === filter.state)
+      .filter((r) => filter.tenant === undefined || r.tenant === filter.tenant)
       .map(describe);
   }
 
@@ -145,7 +160,9 @@ export function recordFromLabels(agentId: string, handle: string, labels: Record
       : { cpus: 1, memoryMb: 1024, pidsLimit: 512, network: 'none', runtime: 'runc', user: '1000:1000', workdir: DEFAULT_ROOT, ttlSeconds: 3600, mounts: [] },
     state,
     pooled: false,
+    tenant: labels[LABELS.tenant] ?? DEFAULT_TENANT,
   };
+  if (labels[LABELS.creatorKey] !== undefined) record.creatorKeyId = labels[LABELS.creatorKey];
   const policy = FilePolicy.safeParse(safeJson(labels[LABELS.policy]));
   if (policy.success) record.policy = policy.data;
   return record;

@@ -30,8 +30,10 @@ export const SnapshotRecord = z.object({
   labels: z.record(z.string(), z.string()),
   /** The labels of the sandbox it was taken of: a sandbox made from it gets them unless the create names its own. */
   sandboxLabels: z.record(z.string(), z.string()).optional(),
-  /** The API key that made it (`Credentials.apiKeyId`); only that key sees it. */
+  /** The API key that took it (`Credentials.apiKeyId`). */
   ownerKeyId: z.string(),
+  /** The tenant it belongs to: only that tenant's keys see it (absent in records of before tenants: see {@link SnapshotStore.load}). */
+  tenant: z.string().optional(),
   sandboxId: z.string(),
   image: z.string(),
   /** The provider's image of the snapshot (the container's changes). */
@@ -56,13 +58,17 @@ export type SnapshotRecord = z.infer<typeof SnapshotRecord> & { egress?: EgressP
  * @example
  * const store = new SnapshotStore(stateDir);
  * await store.load();
- * const mine = store.list(keyId);
+ * const mine = store.list(tenant);
  */
 export class SnapshotStore {
   readonly dir: string;
   private readonly records = new Map<string, SnapshotRecord>();
 
-  constructor(stateDir: string) {
+  constructor(
+    stateDir: string,
+    /** The tenant of a key id, for snapshots taken before tenants (they belong to their key's tenant). */
+    private readonly tenantOfKey: (keyId: string) => string | undefined = () => undefined,
+  ) {
     this.dir = path.join(stateDir, 'snapshots');
   }
 
@@ -79,7 +85,11 @@ export class SnapshotStore {
       }
       if (!SNAPSHOT_ID_PATTERN.test(name)) continue;
       const parsed = SnapshotRecord.safeParse(await readJson(path.join(this.dir, name, 'snapshot.json')));
-      if (parsed.success && parsed.data.id === name) this.records.set(name, parsed.data as SnapshotRecord);
+      if (parsed.success && parsed.data.id === name) {
+        const record = parsed.data as SnapshotRecord;
+        record.tenant ??= this.tenantOfKey(record.ownerKeyId) ?? `key-${record.ownerKeyId}`;
+        this.records.set(name, record);
+      }
       else {
         await removeTree(path.join(this.dir, name));
         removed.push(name);
@@ -126,24 +136,24 @@ export class SnapshotStore {
     return [...this.records.values()];
   }
 
-  /** One API key's snapshots, newest first. */
-  list(ownerKeyId: string): SnapshotRecord[] {
+  /** One tenant's snapshots, newest first. */
+  list(tenant: string): SnapshotRecord[] {
     return this.all()
-      .filter((r) => r.ownerKeyId === ownerKeyId)
+      .filter((r) => r.tenant === tenant)
       .sort((a, b) => b.createdAt.localeCompare(a.createdAt));
   }
 
   /**
-   * One of the key's snapshots by id or name; `SNAPSHOT_NOT_FOUND` otherwise, also for another
-   * key's snapshot (which is not told apart from one that does not exist).
+   * One of the tenant's snapshots by id or name; `SNAPSHOT_NOT_FOUND` otherwise, also for another
+   * tenant's snapshot (which is not told apart from one that does not exist).
    */
-  require(ownerKeyId: string, idOrName: string): SnapshotRecord {
+  require(tenant: string, idOrName: string): SnapshotRecord {
     checkSnapshotRef(idOrName);
-    const found = this.list(ownerKeyId).find((r) => r.id === idOrName || r.name === idOrName);
+    const found = this.list(tenant).find((r) => r.id === idOrName || r.name === idOrName);
     if (!found)
       throw new CodedError(
         'SNAPSHOT_NOT_FOUND',
-        `No snapshot '${idOrName}' of this API key: it never existed, was deleted, or another key made it. List yours with GET /v1/snapshots.`,
+        `No snapshot '${idOrName}' of this tenant: it never existed or was deleted. List yours with GET /v1/snapshots.`,
         { snapshot: idOrName },
       );
     return found;

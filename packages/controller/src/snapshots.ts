@@ -19,6 +19,7 @@ import {
   type SnapshotStore,
 } from './snapshot-store.js';
 import type { Logger } from './logger.js';
+import type { Owner } from './tenancy/owner.js';
 import type { VolumeService } from './volumes.js';
 
 export interface SnapshotServiceOptions {
@@ -58,8 +59,8 @@ const FROM_SNAPSHOT = [
  *
  * @example
  * const snapshots = new SnapshotService({ sandboxes, provider, store, limits });
- * const info = await snapshots.take(sandboxId, keyId, { name: 'before-fix' });
- * await snapshots.createSandbox({ snapshot: 'before-fix' }, keyId);
+ * const info = await snapshots.take(sandboxId, owner, { name: 'before-fix' });
+ * await snapshots.createSandbox({ snapshot: 'before-fix' }, owner);
  */
 export class SnapshotService {
   private readonly sandboxes: SandboxService;
@@ -113,9 +114,9 @@ export class SnapshotService {
   /** Snapshot ids being captured now: their images exist before their records do. */
   private readonly capturing = new Set<string>();
 
-  /** Takes a snapshot of sandbox `sandboxId` for API key `keyId`; see the provider's `snapshots.capture`. */
-  async take(sandboxId: string, keyId: string | undefined, body: unknown): Promise<SnapshotInfo> {
-    const owner = requireKey(keyId, 'take a snapshot');
+  /** Takes a snapshot of sandbox `sandboxId` for `by`'s tenant; see the provider's `snapshots.capture`. */
+  async take(sandboxId: string, by: Owner | undefined, body: unknown): Promise<SnapshotInfo> {
+    const { tenant: owner, keyId } = requireKey(by, 'take a snapshot');
     const snapshots = requireCapability(this.provider, 'snapshots', 'take a snapshot');
     const parsed = CreateSnapshotRequest.safeParse(body ?? {});
     if (!parsed.success)
@@ -129,7 +130,7 @@ export class SnapshotService {
     const mine = this.store.list(owner);
     const pending = this.inFlight.get(owner) ?? [];
     if (request.name !== undefined && (mine.some((s) => s.name === request.name) || pending.some((p) => p.name === request.name)))
-      throw new CodedError('ALREADY_EXISTS', `This API key already has a snapshot named '${request.name}'; choose another name or delete that one first.`, {
+      throw new CodedError('ALREADY_EXISTS', `This tenant already has a snapshot named '${request.name}'; choose another name or delete that one first.`, {
         field: 'name',
       });
     checkSnapshotQuota([...mine, ...pending.map(() => ({ sizeBytes: 0 }))], this.limits);
@@ -154,7 +155,8 @@ export class SnapshotService {
         ...(request.name === undefined ? {} : { name: request.name }),
         labels: request.labels ?? {},
         sandboxLabels: record.labels,
-        ownerKeyId: owner,
+        ownerKeyId: keyId,
+        tenant: owner,
         sandboxId,
         image: record.image,
         snapshotImage: taken.image,
@@ -181,24 +183,24 @@ export class SnapshotService {
     }
   }
 
-  list(keyId: string | undefined): SnapshotInfo[] {
-    return this.store.list(requireKey(keyId, 'list snapshots')).map(describeSnapshot);
+  list(by: Owner | undefined): SnapshotInfo[] {
+    return this.store.list(requireKey(by, 'list snapshots').tenant).map(describeSnapshot);
   }
 
-  get(keyId: string | undefined, idOrName: string): SnapshotInfo {
-    return describeSnapshot(this.store.require(requireKey(keyId, 'read a snapshot'), idOrName));
+  get(by: Owner | undefined, idOrName: string): SnapshotInfo {
+    return describeSnapshot(this.store.require(requireKey(by, 'read a snapshot').tenant, idOrName));
   }
 
-  /** Deletes one of the key's snapshots: its image name and its workspace copy (sandboxes made from it keep their own files). */
-  async remove(keyId: string | undefined, idOrName: string): Promise<void> {
-    const record = this.store.require(requireKey(keyId, 'delete a snapshot'), idOrName);
+  /** Deletes one of the tenant's snapshots: its image name and its workspace copy (sandboxes made from it keep their own files). */
+  async remove(by: Owner | undefined, idOrName: string): Promise<void> {
+    const record = this.store.require(requireKey(by, 'delete a snapshot').tenant, idOrName);
     await this.store.remove(record.id);
     await this.provider.snapshots?.remove(record.id);
   }
 
   /** Deletes the key's snapshots older than `olderThanSeconds` (with every given label), then collects images nothing names. */
-  async prune(keyId: string | undefined, body: unknown): Promise<{ deleted: string[]; freedBytes: number }> {
-    const owner = requireKey(keyId, 'prune snapshots');
+  async prune(by: Owner | undefined, body: unknown): Promise<{ deleted: string[]; freedBytes: number }> {
+    const owner = requireKey(by, 'prune snapshots').tenant;
     const parsed = PruneSnapshotsRequest.safeParse(body ?? {});
     if (!parsed.success)
       throw new CodedError(
@@ -222,16 +224,17 @@ export class SnapshotService {
    * `POST /v1/sandboxes`: a create, from one of the key's snapshots when the body names one (its
    * image, files, settings, labels and policies unless the body names others).
    */
-  async createSandbox(body: unknown, keyId: string | undefined, extras: { relay?: boolean } = {}): Promise<CreateSandboxResponse> {
+  async createSandbox(body: unknown, by: Owner | undefined, extras: { relay?: boolean } = {}): Promise<CreateSandboxResponse> {
     const raw = body !== null && typeof body === 'object' && !Array.isArray(body) ? (body as Record<string, unknown>) : undefined;
-    const volumeIds = this.volumes?.resolve(keyId, Array.isArray(raw?.volumes) ? raw.volumes.map((v: unknown) => String((v as { name?: unknown })?.name)) : []);
-    if (raw?.snapshot === undefined) return this.sandboxes.create(body, { volumeIds, ...extras });
+    const volumeIds = this.volumes?.resolve(by, Array.isArray(raw?.volumes) ? raw.volumes.map((v: unknown) => String((v as { name?: unknown })?.name)) : []);
+    if (raw?.snapshot === undefined) return this.sandboxes.create(body, { volumeIds, owner: by, ...extras });
     if (typeof raw.snapshot !== 'string') throw new CodedError('INVALID_PARAMS', "'snapshot' is a snapshot's id or name (a string).", { field: 'snapshot' });
-    const record = this.store.require(requireKey(keyId, 'create a sandbox from a snapshot'), raw.snapshot);
+    const record = this.store.require(requireKey(by, 'create a sandbox from a snapshot').tenant, raw.snapshot);
     const { snapshot: _snapshot, ...rest } = raw;
     return this.sandboxes.create(mergeWithSnapshot(record, rest), {
       restore: { image: record.snapshotImage, workspaceDir: this.store.workspaceOf(record.id) },
       volumeIds,
+      owner: by,
       ...extras,
     });
   }
@@ -243,8 +246,8 @@ export class SnapshotService {
    * `snapshots.maxForkCount`, and a fork that would pass `maxSandboxes` is refused before anything
    * is made. If any create fails, the forks already made are killed.
    */
-  async fork(sandboxId: string, keyId: string | undefined, body: unknown): Promise<CreateSandboxResponse[]> {
-    requireKey(keyId, 'fork a sandbox');
+  async fork(sandboxId: string, by: Owner | undefined, body: unknown): Promise<CreateSandboxResponse[]> {
+    const owner = requireKey(by, 'fork a sandbox');
     const parsed = ForkSandboxRequest.safeParse(body ?? {});
     if (!parsed.success)
       throw new CodedError(
@@ -271,7 +274,7 @@ export class SnapshotService {
       );
     this.forking += count;
     try {
-      return await this.forkReserved(sandboxId, count, labels, ttlSeconds);
+      return await this.forkReserved(sandboxId, owner, count, labels, ttlSeconds);
     } finally {
       this.forking -= count;
     }
@@ -282,6 +285,7 @@ export class SnapshotService {
 
   private async forkReserved(
     sandboxId: string,
+    owner: Owner,
     count: number,
     labels: Record<string, string> | undefined,
     ttlSeconds: number | undefined,
@@ -298,7 +302,8 @@ export class SnapshotService {
       const base: SnapshotRecord = {
         id,
         labels: {},
-        ownerKeyId: '',
+        ownerKeyId: owner.keyId,
+        tenant: owner.tenant,
         sandboxId,
         image: record.image,
         snapshotImage: taken.image,
@@ -323,7 +328,7 @@ export class SnapshotService {
             next++;
             results.push(
               // A parent linked to the egress gateway (even with policy none) gives its forks the same link, so their network can change later.
-              await this.sandboxes.create(request, { restore: { image: taken.image, workspaceDir: workspace }, relay: egress !== undefined }).then(
+              await this.sandboxes.create(request, { restore: { image: taken.image, workspaceDir: workspace }, relay: egress !== undefined, owner }).then(
                 (value) => ({ status: 'fulfilled', value }) as const,
                 (reason: unknown) => ({ status: 'rejected', reason }) as const,
               ),
@@ -357,9 +362,9 @@ export function mergeWithSnapshot(record: SnapshotRecord, request: Record<string
   return { ...merged, ...request };
 }
 
-/** The caller's API key id, or FORBIDDEN: snapshots belong to an API key, so a sandbox token cannot make or use them. */
-function requireKey(keyId: string | undefined, what: string): string {
-  if (keyId === undefined)
-    throw new CodedError('FORBIDDEN', `Only an API key may ${what}: snapshots belong to the key that took them. Call with the API key, not a sandbox token.`);
-  return keyId;
+/** The caller's tenant and key, or FORBIDDEN: snapshots belong to a tenant, so a sandbox token cannot make or use them. */
+function requireKey(by: Owner | undefined, what: string): Owner {
+  if (by === undefined)
+    throw new CodedError('FORBIDDEN', `Only an API key may ${what}: snapshots belong to the tenant of the key that took them. Call with an API key, not a sandbox token.`);
+  return by;
 }

@@ -1,3 +1,4 @@
+import { DEFAULT_ADMIN } from '../src/tenancy/principals.js';
 import { describe, expect, it } from '@jest/globals';
 import { decodeFrame, encodeFrame, METHODS, type ConnectionGrant, type MethodName } from '@warren/protocol';
 import { atCredentialEnd, callAccessCheck, grantFor, mintedExpiry, routeRefusal, type Access, type Caller, type Holder } from '../src/grants.js';
@@ -6,7 +7,7 @@ import type { SandboxRecord } from '../src/sandboxes.js';
 
 const policy = { root: '/workspace', readOnly: false };
 const holders: Record<string, Holder> = {
-  'API key': { caller: { kind: 'operator' }, grant: () => ({ policy, allowExec: true, allowAudit: true }) },
+  'API key': { caller: { kind: 'operator', ...DEFAULT_ADMIN }, grant: () => ({ policy, allowExec: true, allowAudit: true }) },
   'sandbox token': { caller: { kind: 'sandbox', sandboxId: 's' }, grant: () => ({ policy, allowExec: true, allowAudit: true }) },
   'derived, read-only, no exec': derived({ policy: { root: '/workspace', readOnly: true }, allowExec: false }),
   'derived, read-write, exec': derived({ policy, allowExec: true }),
@@ -77,7 +78,7 @@ describe('what a handle mints ends with it, and reaches no further than it', () 
     expect(mintedExpiry(shortLived, 5_000)).toBe(5_000);
     expect(mintedExpiry({ kind: 'derived', sandboxId: 's', grant }, 7 * 86_400_000)).toBe(7 * 86_400_000);
     expect(mintedExpiry({ kind: 'sandbox', sandboxId: 's' }, 123)).toBe(123);
-    expect(mintedExpiry({ kind: 'operator' }, undefined)).toBeUndefined();
+    expect(mintedExpiry({ kind: 'operator', ...DEFAULT_ADMIN }, undefined)).toBeUndefined();
   });
 
   it('calls the end when the credential ends, not early for one past setTimeout’s limit, and never for a credential without one', async () => {
@@ -94,7 +95,7 @@ describe('what a handle mints ends with it, and reaches no further than it', () 
       () => ended++,
       () => 0,
     );
-    const none = atCredentialEnd({ kind: 'operator' }, () => ended++);
+    const none = atCredentialEnd({ kind: 'operator', ...DEFAULT_ADMIN }, () => ended++);
     await new Promise((r) => setTimeout(r, 20));
     cancel();
     none();

@@ -1,3 +1,4 @@
+import { DEFAULT_ADMIN } from '../src/tenancy/principals.js';
 import { describe, expect, it } from '@jest/globals';
 import { decodeFrame, encodeFrame, type FrameHeader } from '@warren/protocol';
 import { CallGate } from '../src/call-gate.js';
@@ -5,7 +6,7 @@ import type { Holder } from '../src/grants.js';
 import { Metrics } from '../src/metrics.js';
 
 const policy = { root: '/workspace', readOnly: false };
-const operator: Holder = { caller: { kind: 'operator' }, grant: () => ({ policy, allowExec: true, allowAudit: true }) };
+const operator: Holder = { caller: { kind: 'operator', ...DEFAULT_ADMIN }, grant: () => ({ policy, allowExec: true, allowAudit: true }) };
 const readOnly: Holder = {
   caller: { kind: 'derived', sandboxId: 's', grant: {} },
   grant: () => ({ policy: { root: '/workspace', readOnly: true }, allowExec: false }),

@@ -165,7 +165,10 @@ export class ConsoleSessions {
     if (!session && !cookiesOf(req).some((value) => this.signed(value) !== undefined)) throw new CodedError('UNAUTHORIZED', 'No console session; log in.');
     if (!session) throw crossSite('a request without the CSRF token of a session in its cookie');
     if (this.ended(session)) throw new CodedError('UNAUTHORIZED', 'The console session has ended; log in again.');
-    return { kind: 'operator', keyId: session.keyId };
+    // The session lives no longer than its key: a revoked, expired or rotated-away key ends it.
+    const principal = session.keyId === undefined ? undefined : this.options.credentials.keys.byId(session.keyId);
+    if (principal === undefined) throw new CodedError('UNAUTHORIZED', 'The console session has ended; log in again.');
+    return { kind: 'operator', ...principal };
   }
 
   /**

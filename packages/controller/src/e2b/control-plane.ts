@@ -1,3 +1,4 @@
+import { ownerOf, type Owner } from '../tenancy/owner.js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { CodedError, type CreateSandboxRequest, type SandboxInfo } from '@warren/protocol';
 import { z } from 'zod';
@@ -54,7 +55,7 @@ interface PlaneContext {
   ref: string;
   caller: Caller;
   /** The calling API key's id: it owns snapshots and volumes. */
-  keyId: string | undefined;
+  owner: Owner | undefined;
   volumeContent?: VolumeContent | undefined;
 }
 
@@ -159,7 +160,7 @@ export async function serveControlPlane(
   if (id) deps.sandboxes.record(id);
   const refusal = routeRefusal({ caller, grant: () => grantFor(deps.sandboxes.record(id), caller) }, route.access, `${method} ${path}`);
   if (refusal) throw new E2bHttpError(403, refusal.message);
-  await route.handle({ deps, req, res, query, id, ref, caller, keyId: caller.keyId, volumeContent });
+  await route.handle({ deps, req, res, query, id, ref, caller, owner: ownerOf(caller), volumeContent });
 }
 
 /** A resource segment of a path, percent-decoded (the services check it is a plain name). */
@@ -184,7 +185,7 @@ export function templateFor(deps: HttpServerDeps, name: string): E2bTemplate {
   return template;
 }
 
-async function create({ deps, req, res, keyId }: PlaneContext): Promise<void> {
+async function create({ deps, req, res, owner }: PlaneContext): Promise<void> {
   const body = parse(NewSandbox, await readJson(req), 'create request');
   if (body.autoPause === true)
     throw new E2bHttpError(
@@ -223,7 +224,7 @@ async function create({ deps, req, res, keyId }: PlaneContext): Promise<void> {
     };
   } else {
     // Not a configured template: one of the calling key's snapshots (Sandbox.create(snapshotId)), with its own settings and labels.
-    const snapshot = snapshotFor(deps, keyId, templateID);
+    const snapshot = snapshotFor(deps, owner, templateID);
     // A snapshot of a sandbox linked to the egress gateway gives the new sandbox that link too.
     relay ||= snapshot.linked && deps.sandboxes.egress !== undefined;
     request = {
@@ -236,7 +237,7 @@ async function create({ deps, req, res, keyId }: PlaneContext): Promise<void> {
     };
   }
   const created = await (
-    deps.snapshots ? deps.snapshots.createSandbox(request, keyId, relay ? { relay } : {}) : deps.sandboxes.create(request, relay ? { relay } : {})
+    deps.snapshots ? deps.snapshots.createSandbox(request, owner, relay ? { relay } : {}) : deps.sandboxes.create(request, relay ? { relay } : {})
   ).catch((err: unknown) => {
     throw egress?.mode === 'open' ? openRefused(err) : err;
   });
@@ -245,10 +246,10 @@ async function create({ deps, req, res, keyId }: PlaneContext): Promise<void> {
 }
 
 /** The calling key's snapshot a template id names, or E2B's 404 naming the templates there are (never another key's). */
-function snapshotFor(deps: HttpServerDeps, keyId: string | undefined, ref: string): { id: string; sandboxLabels: Record<string, string>; linked: boolean } {
+function snapshotFor(deps: HttpServerDeps, owner: Owner | undefined, ref: string): { id: string; sandboxLabels: Record<string, string>; linked: boolean } {
   try {
-    if (keyId === undefined) throw new CodedError('SNAPSHOT_NOT_FOUND', 'no key');
-    const record = deps.snapshots!.store.require(keyId, ref);
+    if (owner === undefined) throw new CodedError('SNAPSHOT_NOT_FOUND', 'no key');
+    const record = deps.snapshots!.store.require(owner.tenant, ref);
     return { id: record.id, sandboxLabels: record.sandboxLabels ?? {}, linked: record.egress !== undefined };
   } catch (err) {
     if (err instanceof CodedError && (err.code === 'SNAPSHOT_NOT_FOUND' || err.code === 'INVALID_PARAMS')) templateFor(deps, ref);

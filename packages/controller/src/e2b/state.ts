@@ -1,3 +1,4 @@
+import { ownerOf, type Owner } from '../tenancy/owner.js';
 import type { ServerResponse } from 'node:http';
 import type { CreateSandboxResponse } from '@warren/protocol';
 import { z } from 'zod';
@@ -22,7 +23,7 @@ export interface StateContext {
   /** The other resource in the path (a snapshot, template or volume id), decoded, or empty. */
   ref: string;
   /** The calling API key's id: it owns snapshots and volumes. */
-  keyId: string | undefined;
+  owner: Owner | undefined;
   /** The volume content API's helpers, when the gateway serves it. */
   volumeContent?: VolumeContent | undefined;
 }
@@ -59,19 +60,19 @@ function volumesOf(deps: HttpServerDeps): NonNullable<HttpServerDeps['volumes']>
 }
 
 /** `POST /sandboxes/{id}/snapshots` (`sandbox.createSnapshot`): Warren's snapshot of the sandbox's files, for the calling key. */
-export async function createSnapshot({ deps, req, res, id, keyId }: StateContext): Promise<void> {
+export async function createSnapshot({ deps, req, res, id, owner }: StateContext): Promise<void> {
   const body = parse(SnapshotBody, await readJson(req), 'snapshot request');
-  const info = await snapshotsOf(deps).take(id, keyId, body.name === undefined ? {} : { name: body.name });
+  const info = await snapshotsOf(deps).take(id, owner, body.name === undefined ? {} : { name: body.name });
   deps.logger.info({ sandboxId: id, snapshotId: info.id, sizeBytes: info.sizeBytes }, 'snapshot.created');
   json(res, 201, snapshotObject(info));
 }
 
 /** `GET /snapshots` (`Sandbox.listSnapshots`): the calling key's snapshots, newest first, narrowed by `sandboxID` and `name`, in pages. */
-export async function listSnapshots({ deps, res, query, keyId }: StateContext): Promise<void> {
+export async function listSnapshots({ deps, res, query, owner }: StateContext): Promise<void> {
   const sandboxID = query.get('sandboxID');
   const name = query.get('name');
   const all = snapshotsOf(deps)
-    .list(keyId)
+    .list(owner)
     .filter((s) => (sandboxID === null || s.sandboxId === sandboxID) && (name === null || s.name === name || s.id === name));
   page(res, query, all.map(snapshotObject));
 }
@@ -81,10 +82,10 @@ export async function listSnapshots({ deps, res, query, keyId }: StateContext): 
  * calling key's snapshot of that id or name. A configured template cannot be deleted through E2B
  * (501); anything else is not found (404, which the SDK answers as `false`).
  */
-export async function deleteTemplate({ deps, res, ref, keyId }: StateContext): Promise<void> {
+export async function deleteTemplate({ deps, res, ref, owner }: StateContext): Promise<void> {
   if (Object.hasOwn(deps.config.e2bTemplates, ref))
     throw new E2bHttpError(501, `Template '${ref}' is configured on the controller (e2bTemplates); Warren's E2B gateway does not build or delete templates.`);
-  await snapshotsOf(deps).remove(keyId, ref);
+  await snapshotsOf(deps).remove(owner, ref);
   res.writeHead(204).end();
 }
 
@@ -93,9 +94,9 @@ export async function deleteTemplate({ deps, res, ref, keyId }: StateContext): P
  * (a fork that cannot make every sandbox kills those it made and answers the error).
  */
 export async function fork(ctx: StateContext, answer: SandboxAnswer): Promise<void> {
-  const { deps, req, res, id, keyId } = ctx;
+  const { deps, req, res, id, owner } = ctx;
   const body = parse(ForkBody, await readJson(req), 'fork request');
-  const forks = await snapshotsOf(deps).fork(id, keyId, {
+  const forks = await snapshotsOf(deps).fork(id, owner, {
     count: body.count ?? 1,
     ...(body.timeout === undefined ? {} : { ttlSeconds: Math.max(10, body.timeout) }),
   });
@@ -108,38 +109,38 @@ export async function fork(ctx: StateContext, answer: SandboxAnswer): Promise<vo
 }
 
 /** `POST /volumes` (`Volume.create`): a named volume of the calling key; its E2B id is its name. */
-export async function createVolume({ deps, req, res, keyId }: StateContext): Promise<void> {
+export async function createVolume({ deps, req, res, owner }: StateContext): Promise<void> {
   const body = parse(VolumeBody, await readJson(req), 'volume request');
-  const info = await volumesOf(deps).create(keyId, { name: body.name });
-  json(res, 201, volumeObject(deps, keyId, info.name));
+  const info = await volumesOf(deps).create(owner, { name: body.name });
+  json(res, 201, volumeObject(deps, owner, info.name));
 }
 
 /** `GET /volumes` (`Volume.list`): the calling key's volumes. */
-export async function listVolumes({ deps, res, keyId }: StateContext): Promise<void> {
+export async function listVolumes({ deps, res, owner }: StateContext): Promise<void> {
   json(
     res,
     200,
-    (await volumesOf(deps).list(keyId)).map((v) => ({ volumeID: v.name, name: v.name })),
+    (await volumesOf(deps).list(owner)).map((v) => ({ volumeID: v.name, name: v.name })),
   );
 }
 
 /** `GET /volumes/{id}` (`Volume.getInfo`, `Volume.connect`): one of the calling key's volumes; another key's is not found. */
-export async function getVolume({ deps, res, ref, keyId }: StateContext): Promise<void> {
-  const info = await volumesOf(deps).get(keyId, ref);
-  json(res, 200, volumeObject(deps, keyId, info.name));
+export async function getVolume({ deps, res, ref, owner }: StateContext): Promise<void> {
+  const info = await volumesOf(deps).get(owner, ref);
+  json(res, 200, volumeObject(deps, owner, info.name));
 }
 
 /** `DELETE /volumes/{id}` (`Volume.destroy`): deletes the volume and its data (its content helper first); 409 while a sandbox mounts it. */
-export async function deleteVolume({ deps, res, ref, keyId, volumeContent }: StateContext): Promise<void> {
-  await volumesOf(deps).get(keyId, ref);
-  if (keyId !== undefined) await volumeContent?.release(keyId, ref);
-  await volumesOf(deps).remove(keyId, ref);
+export async function deleteVolume({ deps, res, ref, owner, volumeContent }: StateContext): Promise<void> {
+  await volumesOf(deps).get(owner, ref);
+  if (owner !== undefined) await volumeContent?.release(owner.tenant, ref);
+  await volumesOf(deps).remove(owner, ref);
   res.writeHead(204).end();
 }
 
 /** E2B's volume with its token: the token opens this key's volume's content API (`/volumecontent/...`) and nothing else. */
-function volumeObject(deps: HttpServerDeps, keyId: string | undefined, name: string): Record<string, unknown> {
-  return { volumeID: name, name, token: keyId === undefined ? '' : deps.credentials.volumeToken(keyId, name) };
+function volumeObject(deps: HttpServerDeps, owner: Owner | undefined, name: string): Record<string, unknown> {
+  return { volumeID: name, name, token: owner === undefined ? '' : deps.credentials.volumeToken(owner.keyId, name) };
 }
 
 function snapshotObject(info: { id: string; name?: string | undefined }): Record<string, unknown> {

@@ -1,3 +1,4 @@
+import type { Owner } from '../tenancy/owner.js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { posix } from 'node:path';
 import type { CreateSandboxRequest } from '@warren/protocol';
@@ -49,8 +50,9 @@ export class VolumeContent {
     const volume = decode(match[1]!);
     const bearer = /^Bearer (\S+)$/.exec(req.headers.authorization ?? '')?.[1];
     const token = bearer === undefined ? undefined : this.deps.credentials.readVolumeToken(bearer);
-    // A token of another volume (or key) is refused exactly as a bad one.
-    if (token === undefined || token.volume !== volume)
+    const principal = token === undefined ? undefined : this.deps.credentials.keys.byId(token.keyId);
+    // A token of another volume (or key, or of a key that ended) is refused exactly as a bad one.
+    if (token === undefined || principal === undefined || token.volume !== volume)
       throw new E2bHttpError(
         401,
         "Missing or invalid volume token: send the token of this volume (Volume.create or Volume.connect's) as Authorization: Bearer.",
@@ -58,8 +60,8 @@ export class VolumeContent {
     const method = req.method ?? 'GET';
     const target = volumePath(query.get('path'));
     checkOwner(query);
-    const sandboxId = await this.helperFor(token.keyId, volume);
-    const scope = { deps: this.deps, sandboxId, caller: { kind: 'operator' as const, keyId: token.keyId }, home: VOLUME_MOUNT };
+    const sandboxId = await this.helperFor({ tenant: principal.tenant, keyId: principal.keyId }, volume);
+    const scope = { deps: this.deps, sandboxId, caller: { kind: 'operator' as const, ...principal }, home: VOLUME_MOUNT };
     await withSession(this.pool, scope, async (session) => {
       const route = `${method} ${match[2]}`;
       if (route === 'GET path') return json(res, 200, await stat(session, target));
@@ -91,17 +93,17 @@ export class VolumeContent {
   }
 
   /** Kills the helper of a volume (before it is destroyed: a mounted volume cannot be). */
-  async release(keyId: string, volume: string): Promise<void> {
-    const key = `${keyId}\0${volume}`;
+  async release(tenant: string, volume: string): Promise<void> {
+    const key = `${tenant}\0${volume}`;
     const made = this.helpers.get(key);
     this.helpers.delete(key);
     const id = await made?.catch(() => undefined);
     if (id !== undefined) await this.deps.sandboxes.kill(id).catch(() => undefined);
   }
 
-  /** The running helper of this key's volume, keeping it alive; a new one when there is none. */
-  private async helperFor(keyId: string, volume: string): Promise<string> {
-    const key = `${keyId}\0${volume}`;
+  /** The running helper of this tenant's volume, keeping it alive; a new one when there is none. */
+  private async helperFor(owner: Owner, volume: string): Promise<string> {
+    const key = `${owner.tenant}\0${volume}`;
     const existing = this.helpers.get(key);
     if (existing) {
       const id = await existing.catch(() => undefined);
@@ -110,9 +112,9 @@ export class VolumeContent {
         return id;
       }
       if (this.helpers.get(key) === existing) this.helpers.delete(key);
-      return this.helperFor(keyId, volume);
+      return this.helperFor(owner, volume);
     }
-    const made = this.make(keyId, volume);
+    const made = this.make(owner, volume);
     this.helpers.set(key, made);
     made.catch(() => this.helpers.get(key) === made && this.helpers.delete(key));
     return made;
@@ -126,10 +128,10 @@ export class VolumeContent {
     }
   }
 
-  private async make(keyId: string, volume: string): Promise<string> {
+  private async make(owner: Owner, volume: string): Promise<string> {
     const volumes = this.deps.volumes;
     if (!volumes) throw new E2bHttpError(501, 'Volumes are not supported by this Warren controller (it runs without named volumes).');
-    const volumeIds = volumes.resolve(keyId, [volume]);
+    const volumeIds = volumes.resolve(owner, [volume]);
     const image = this.deps.config.e2bTemplates.base?.create?.image ?? this.deps.config.defaultImage;
     const request: CreateSandboxRequest = {
       image,
@@ -139,7 +141,7 @@ export class VolumeContent {
       labels: { [HELPER_LABEL]: volume },
       network: 'none',
     };
-    const created = await this.deps.sandboxes.create(request, { volumeIds });
+    const created = await this.deps.sandboxes.create(request, { volumeIds, owner });
     this.deps.logger.info({ sandboxId: created.id, volume }, 'e2b.volume-helper');
     return created.id;
   }

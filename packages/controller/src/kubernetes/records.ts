@@ -1,6 +1,7 @@
 import type { CoreV1Api, V1Pod } from '@kubernetes/client-node';
 import type { SharedRecords } from '../provider.js';
 import type { StoredRecord } from '../record-store.js';
+import { TenantName } from '../tenancy/principals.js';
 import { LABELS } from '../labels.js';
 import { kubeError } from './errors.js';
 import { CLAIM_ANNOTATION, MANAGED_BY, podName, UNCLAIMED } from './pod-spec.js';
@@ -39,6 +40,8 @@ export function recordOf(pod: V1Pod): StoredRecord | undefined {
     record.labels = Object.fromEntries(Object.entries(d.labels).filter((e): e is [string, string] => typeof e[1] === 'string'));
   if (d.policy !== undefined) record.policy = d.policy;
   if (typeof d.ttlSeconds === 'number') record.ttlSeconds = d.ttlSeconds;
+  if (typeof d.tenant === 'string' && TenantName.safeParse(d.tenant).success) record.tenant = d.tenant;
+  if (typeof d.creatorKeyId === 'string' && /^[0-9a-f]{16}$/.test(d.creatorKeyId)) record.creatorKeyId = d.creatorKeyId;
   if (Array.isArray(d.publicPorts)) record.publicPorts = d.publicPorts.filter((p): p is number => typeof p === 'number');
   return record;
 }

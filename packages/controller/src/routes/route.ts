@@ -259,11 +259,6 @@ export function matchRoute(route: Route, pathname: string): Record<string, strin
   return match ? { ...match.groups } : undefined;
 }
 
-/** The API key id of an operator caller (it owns snapshots and volumes), undefined for any other credential. */
-export function keyOf(caller: Caller | undefined): string | undefined {
-  return caller?.kind === 'operator' ? caller.keyId : undefined;
-}
-
 /** A query parameter that is a whole number (`?since=12`); documented as the integer it is. */
 function wholeNumber(name: string) {
   return z

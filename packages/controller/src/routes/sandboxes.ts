@@ -1,3 +1,4 @@
+import { ownerOf } from '../tenancy/owner.js';
 import {
   CodedError,
   CreateSandboxRequest,
@@ -11,7 +12,7 @@ import {
 import { z } from 'zod';
 import { CREATE_OPTIONS, refuseHostileCreate } from '../sandbox-plan.js';
 import { sendJson } from './io.js';
-import { defineRoute, keyOf, type Route, type RouteResponse } from './route.js';
+import { defineRoute, type Route, type RouteResponse } from './route.js';
 
 /** The sandbox's info, after an action that changes it. */
 const infoAnswer = (description: string): Record<number, RouteResponse> => ({ 200: { description, schema: SandboxInfo } });
@@ -48,7 +49,7 @@ export const SANDBOX_ROUTES: readonly Route[] = [
     body: { schema: CreateSandboxRequest, what: 'sandbox request', hint: `Allowed create options: ${CREATE_OPTIONS}.`, before: refuseHostileCreate },
     responses: { 201: { description: 'The sandbox is running and its daemon answered.', schema: CreateSandboxResponse } },
     handle: async ({ deps, res, body, caller }) => {
-      const created = deps.snapshots ? await deps.snapshots.createSandbox(body, keyOf(caller)) : await deps.sandboxes.create(body);
+      const created = deps.snapshots ? await deps.snapshots.createSandbox(body, ownerOf(caller)) : await deps.sandboxes.create(body);
       deps.logger.info({ sandboxId: created.id, image: created.image, readyMs: created.readyMs, pooled: created.pooled }, 'sandbox.created');
       sendJson(res, 201, created);
     },

@@ -1,3 +1,4 @@
+import { ownerOf } from '../tenancy/owner.js';
 import {
   CodedError,
   CreateSnapshotRequest,
@@ -11,7 +12,7 @@ import {
 import type { HttpServerDeps } from '../server-context.js';
 import { DEFAULT_SNAPSHOT_LIMITS } from '../snapshot-store.js';
 import { sendJson } from './io.js';
-import { defineRoute, keyOf, type Route } from './route.js';
+import { defineRoute, type Route } from './route.js';
 
 /** The snapshot service, or NOT_SUPPORTED where this server runs without one. */
 function snapshotsOf(deps: HttpServerDeps): NonNullable<HttpServerDeps['snapshots']> {
@@ -32,7 +33,7 @@ export const SNAPSHOT_ROUTES: readonly Route[] = [
     body: { schema: CreateSnapshotRequest, what: 'snapshot request', hint: 'Send { "name"?: "<letters, digits, . _ ->", "labels"?: { ... } }.' },
     responses: { 201: { description: 'The stored snapshot.', schema: SnapshotInfo } },
     handle: async ({ deps, res, params, body, caller }) => {
-      const info = await snapshotsOf(deps).take(params.id, keyOf(caller), body);
+      const info = await snapshotsOf(deps).take(params.id, ownerOf(caller), body);
       deps.logger.info({ sandboxId: params.id, snapshotId: info.id, sizeBytes: info.sizeBytes }, 'snapshot.created');
       sendJson(res, 201, info);
     },
@@ -51,7 +52,7 @@ export const SNAPSHOT_ROUTES: readonly Route[] = [
     },
     responses: { 201: { description: 'The forks, each with its token.', schema: ForkSandboxResponse } },
     handle: async ({ deps, res, params, body, caller }) => {
-      const forks = await snapshotsOf(deps).fork(params.id, keyOf(caller), body);
+      const forks = await snapshotsOf(deps).fork(params.id, ownerOf(caller), body);
       deps.logger.info({ sandboxId: params.id, forks: forks.map((f) => f.id) }, 'sandbox.forked');
       sendJson(res, 201, { sandboxes: forks });
     },
@@ -64,7 +65,7 @@ export const SNAPSHOT_ROUTES: readonly Route[] = [
     tag: 'snapshots',
     access: 'operator',
     responses: { 200: { description: 'The snapshots.', schema: ListSnapshotsResponse } },
-    handle: async ({ deps, res, caller }) => sendJson(res, 200, { snapshots: snapshotsOf(deps).list(keyOf(caller)) }),
+    handle: async ({ deps, res, caller }) => sendJson(res, 200, { snapshots: snapshotsOf(deps).list(ownerOf(caller)) }),
   }),
   defineRoute({
     method: 'POST',
@@ -75,7 +76,7 @@ export const SNAPSHOT_ROUTES: readonly Route[] = [
     access: 'operator',
     body: { schema: PruneSnapshotsRequest, what: 'prune request', hint: 'Send { "olderThanSeconds": <n>, "labels"?: {...} }.' },
     responses: { 200: { description: 'What was deleted.', schema: PruneSnapshotsResponse } },
-    handle: async ({ deps, res, body, caller }) => sendJson(res, 200, await snapshotsOf(deps).prune(keyOf(caller), body)),
+    handle: async ({ deps, res, body, caller }) => sendJson(res, 200, await snapshotsOf(deps).prune(ownerOf(caller), body)),
   }),
   defineRoute({
     method: 'GET',
@@ -85,7 +86,7 @@ export const SNAPSHOT_ROUTES: readonly Route[] = [
     tag: 'snapshots',
     access: 'operator',
     responses: { 200: { description: 'The snapshot.', schema: SnapshotInfo } },
-    handle: async ({ deps, res, params, caller }) => sendJson(res, 200, snapshotsOf(deps).get(keyOf(caller), params.snapshot)),
+    handle: async ({ deps, res, params, caller }) => sendJson(res, 200, snapshotsOf(deps).get(ownerOf(caller), params.snapshot)),
   }),
   defineRoute({
     method: 'DELETE',
@@ -96,7 +97,7 @@ export const SNAPSHOT_ROUTES: readonly Route[] = [
     access: 'operator',
     responses: { 204: { description: 'Gone.' } },
     handle: async ({ deps, res, params, caller }) => {
-      await snapshotsOf(deps).remove(keyOf(caller), params.snapshot);
+      await snapshotsOf(deps).remove(ownerOf(caller), params.snapshot);
       res.writeHead(204).end();
     },
   }),

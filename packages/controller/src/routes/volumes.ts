@@ -1,7 +1,8 @@
+import { ownerOf } from '../tenancy/owner.js';
 import { CodedError, CreateVolumeRequest, ListVolumesResponse, VolumeInfo } from '@warren/protocol';
 import type { HttpServerDeps } from '../server-context.js';
 import { sendJson } from './io.js';
-import { defineRoute, keyOf, type Route } from './route.js';
+import { defineRoute, type Route } from './route.js';
 
 /** The volume service, or NOT_SUPPORTED where this server runs without one. */
 function volumesOf(deps: HttpServerDeps): NonNullable<HttpServerDeps['volumes']> {
@@ -20,7 +21,7 @@ export const VOLUME_ROUTES: readonly Route[] = [
     access: 'operator',
     body: { schema: CreateVolumeRequest, what: 'volume request', hint: 'Send { "name": "<letters, digits, . _ ->", "sizeMb"?: <n> }.' },
     responses: { 201: { description: 'The volume.', schema: VolumeInfo } },
-    handle: async ({ deps, res, body, caller }) => sendJson(res, 201, await volumesOf(deps).create(keyOf(caller), body)),
+    handle: async ({ deps, res, body, caller }) => sendJson(res, 201, await volumesOf(deps).create(ownerOf(caller), body)),
   }),
   defineRoute({
     method: 'GET',
@@ -30,7 +31,7 @@ export const VOLUME_ROUTES: readonly Route[] = [
     tag: 'volumes',
     access: 'operator',
     responses: { 200: { description: 'The volumes.', schema: ListVolumesResponse } },
-    handle: async ({ deps, res, caller }) => sendJson(res, 200, { volumes: await volumesOf(deps).list(keyOf(caller)) }),
+    handle: async ({ deps, res, caller }) => sendJson(res, 200, { volumes: await volumesOf(deps).list(ownerOf(caller)) }),
   }),
   defineRoute({
     method: 'GET',
@@ -40,7 +41,7 @@ export const VOLUME_ROUTES: readonly Route[] = [
     tag: 'volumes',
     access: 'operator',
     responses: { 200: { description: 'The volume.', schema: VolumeInfo } },
-    handle: async ({ deps, res, params, caller }) => sendJson(res, 200, await volumesOf(deps).get(keyOf(caller), params.volume)),
+    handle: async ({ deps, res, params, caller }) => sendJson(res, 200, await volumesOf(deps).get(ownerOf(caller), params.volume)),
   }),
   defineRoute({
     method: 'DELETE',
@@ -51,7 +52,7 @@ export const VOLUME_ROUTES: readonly Route[] = [
     access: 'operator',
     responses: { 204: { description: 'Gone.' } },
     handle: async ({ deps, res, params, caller }) => {
-      await volumesOf(deps).remove(keyOf(caller), params.volume);
+      await volumesOf(deps).remove(ownerOf(caller), params.volume);
       res.writeHead(204).end();
     },
   }),

@@ -8,6 +8,7 @@ import { Slots, type WaitLimits } from '../limiter.js';
 import type { SandboxSpec } from '../provider.js';
 import { isBelow, planSandbox, type SandboxPlan } from '../sandbox-plan.js';
 import { describe, recordFromLabels, type SandboxRecord } from '../sandbox-table.js';
+import { tenantOf, type Owner } from '../tenancy/owner.js';
 import { storedRecord, type SandboxLookup } from './lookup.js';
 import type { SandboxParts } from './parts.js';
 import { waitUntilReady } from './readiness.js';
@@ -28,6 +29,8 @@ export interface CreateExtras {
   restore?: SandboxSpec['restore'];
   volumeIds?: Map<string, string>;
   relay?: boolean;
+  /** Who the sandbox belongs to: the tenant and key of the request (absent: the default tenant, no key). */
+  owner?: Owner | undefined;
 }
 
 /** A warm-pool member as the pool hands it over. */
@@ -154,6 +157,7 @@ export class SandboxLauncher {
         },
       );
     const plan = this.plan(body);
+    if (extras.owner !== undefined) plan.owner = extras.owner;
     if (restore !== undefined) plan.restore = restore;
     if (extras.relay === true) plan.relay = true;
     for (const volume of plan.settings.volumes ?? []) {
@@ -225,6 +229,8 @@ export class SandboxLauncher {
       settings: { ...member.settings, ttlSeconds: plan.settings.ttlSeconds },
       state: 'running',
       pooled: true,
+      tenant: tenantOf(plan.owner),
+      creatorKeyId: plan.owner?.keyId,
     };
     if (plan.policy !== undefined) record.policy = plan.policy;
     return record;
@@ -247,6 +253,8 @@ export class SandboxLauncher {
       settings: plan.settings,
       state: 'running',
       pooled: false,
+      tenant: tenantOf(plan.owner),
+      creatorKeyId: plan.owner?.keyId,
     };
     if (plan.policy !== undefined) record.policy = plan.policy;
     this.parts.table.set(record);
@@ -286,6 +294,7 @@ export class SandboxLauncher {
           policy: plan.policy,
           labels: plan.labels,
           pool,
+          ...(pool ? {} : { tenant: tenantOf(plan.owner), creatorKeyId: plan.owner?.keyId }),
         }),
         settings: plan.settings,
         daemonSecret: credentials.agentSecret(agentId),

@@ -183,6 +183,8 @@ function applyClaim(record: SandboxRecord, claim: StoredRecord, labels: Record<s
   if (claim.createdAt) record.createdAt = new Date(claim.createdAt);
   if (claim.labels) record.labels = claim.labels;
   if (claim.policy !== undefined) record.policy = claim.policy;
+  if (claim.tenant !== undefined) record.tenant = claim.tenant;
+  if (claim.creatorKeyId !== undefined) record.creatorKeyId = claim.creatorKeyId;
   if (claim.ttlSeconds !== undefined) record.settings = { ...record.settings, ttlSeconds: claim.ttlSeconds };
   if (labels) record.pooled = labels[LABELS.pool] === '1';
   if (Array.isArray(claim.publicPorts)) record.publicPorts = claim.publicPorts.filter((p) => Number.isInteger(p) && p >= 1 && p <= 65535);
@@ -201,6 +203,8 @@ export function storedRecord(record: SandboxRecord): StoredRecord {
     data.labels = record.labels;
     data.ttlSeconds = record.settings.ttlSeconds;
     if (record.policy !== undefined) data.policy = record.policy;
+    data.tenant = record.tenant;
+    if (record.creatorKeyId !== undefined) data.creatorKeyId = record.creatorKeyId;
   }
   if (record.publicPorts?.length) data.publicPorts = record.publicPorts;
   if (record.hibernated) data.hibernated = true;

@@ -1,0 +1,347 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { CodedError } from '@warren/protocol';
+import { z } from 'zod';
+
+/** What a key may be: an admin reaches every tenant and manages keys; a member reaches its own tenant only. */
+export type Role = 'admin' | 'member';
+
+/**
+ * The rights a member key can be narrowed to. A key without a `scopes` list has every scope but
+ * `network:bridge`; an admin key has all of them.
+ */
+export const SCOPES = {
+  'sandboxes:create': 'Create sandboxes (from images, snapshots and the warm pool).',
+  exec: 'Run commands, processes, terminals and code in its sandboxes.',
+  'files:write': 'Write, move and delete files in its sandboxes.',
+  lifecycle: 'Kill, pause, resume, hibernate and extend its sandboxes.',
+  snapshots: 'Take, list, restore, fork and delete snapshots.',
+  volumes: 'Create, list and delete named volumes.',
+  images: 'Pull and build images.',
+  'ports:public': 'Open a sandbox port to anyone without a credential.',
+  'egress:open': "Give a sandbox egress mode 'open' (any host the operator's maxMode allows).",
+  'network:bridge': "Put a sandbox on Docker's bridge network, past the egress gateway (needs allowBridgeNetwork).",
+} as const;
+
+export type Scope = keyof typeof SCOPES;
+export const SCOPE_NAMES = Object.keys(SCOPES) as Scope[];
+
+/** The scopes of a member key that names none. */
+export const DEFAULT_MEMBER_SCOPES: readonly Scope[] = SCOPE_NAMES.filter((s) => s !== 'network:bridge');
+
+/** The tenant of the keys a deployment had before tenants: `WARREN_API_KEY`, `apiKeyHashes`, the generated key. */
+export const DEFAULT_TENANT = 'default';
+
+/**
+ * A tenant's name: lowercase ASCII letters, digits and `-`, starting with a letter or digit, at
+ * most 63 characters. No path characters and no look-alikes: `acme` and `аcme` (Cyrillic a) can
+ * never both be tenants, since only the first is a name.
+ */
+export const TenantName = z.string().regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'lowercase letters, digits and -, at most 63, starting with a letter or digit');
+
+/** Who a presented API key is. */
+export interface Principal {
+  /** The key's id: the first 16 hex digits of its SHA-256 digest when it was made. Never the secret. */
+  keyId: string;
+  tenant: string;
+  role: Role;
+  /** What it may do; every scope for an admin. */
+  scopes: readonly Scope[];
+  /** Epoch milliseconds after which the key is refused; absent: never. */
+  expiresAt?: number | undefined;
+}
+
+/** A key as `/v1/keys` lists it: never its secret. */
+export interface KeyInfo {
+  id: string;
+  name?: string | undefined;
+  tenant: string;
+  role: Role;
+  scopes: Scope[];
+  createdAt: string;
+  expiresAt?: string | undefined;
+  revokedAt?: string | undefined;
+  /** Keys from the environment or the configuration file: admins that `/v1/keys` cannot change. */
+  configured?: true;
+}
+
+/** What `POST /v1/keys` takes. */
+export const CreateKeyRequest = z
+  .object({
+    tenant: TenantName,
+    role: z.enum(['admin', 'member']).default('member'),
+    name: z.string().max(128).optional(),
+    scopes: z.array(z.enum(SCOPE_NAMES as [Scope, ...Scope[]])).max(SCOPE_NAMES.length).optional(),
+    /** Seconds from now until the key is refused; absent: never. */
+    expiresInSeconds: z
+      .number()
+      .int()
+      .positive()
+      .max(10 * 365 * 86_400)
+      .optional(),
+  })
+  .strict();
+export type CreateKeyRequest = z.input<typeof CreateKeyRequest>;
+
+/** One stored key: its digest, never its secret. */
+interface StoredKey {
+  id: string;
+  digest: string;
+  name?: string | undefined;
+  tenant: string;
+  role: Role;
+  scopes?: Scope[] | undefined;
+  createdAt: string;
+  expiresAt?: string | undefined;
+  revokedAt?: string | undefined;
+}
+
+/** The file `/v1/keys` keeps its keys in, in the state folder (mode 0600). */
+export const KEYS_FILE = 'keys.json';
+
+/** Why a key does not authenticate, for the listeners that end what it opened. */
+export type KeyEnd = 'revoked' | 'rotated';
+
+/**
+ * Every API key the controller accepts and who each one is. Keys from the environment and the
+ * configuration file are admins of the {@link DEFAULT_TENANT}; keys made through `/v1/keys` are
+ * kept in `keys.json` as SHA-256 digests, so a stolen state folder holds no usable key. A lookup
+ * is one hash and one map read; revocation and rotation take effect for the next request, and the
+ * listeners end what the key already opened (WebSockets, console sessions).
+ */
+export class KeyStore {
+  private readonly configured = new Map<string, Principal>();
+  private readonly stored = new Map<string, StoredKey>();
+  /** Digest (hex) to key id, for every key that authenticates now. */
+  private readonly byDigest = new Map<string, string>();
+  /** Derived tokens revoked one by one, by token id, with when they would have expired anyway. */
+  private readonly revokedTokens = new Map<string, number>();
+  private readonly listeners = new Set<(keyId: string, why: KeyEnd) => void>();
+  private writing: Promise<void> = Promise.resolve();
+
+  private constructor(
+    private readonly file: string | undefined,
+    private readonly now: () => number,
+  ) {}
+
+  /**
+   * The keys of a controller: the configured admins' digests, and the stored keys of `stateDir`
+   * (none when it is undefined: keys made then live in memory only).
+   */
+  static async load(configuredDigests: readonly string[], stateDir: string | undefined, now: () => number = Date.now): Promise<KeyStore> {
+    const store = new KeyStore(stateDir === undefined ? undefined : path.join(stateDir, KEYS_FILE), now);
+    for (const hex of configuredDigests) store.addConfigured(hex);
+    if (store.file) {
+      const text = await readFile(store.file, 'utf8').catch(() => undefined);
+      if (text !== undefined) {
+        const parsed = JSON.parse(text) as { keys?: StoredKey[]; revokedTokens?: Record<string, number> };
+        for (const key of parsed.keys ?? []) store.remember(key);
+        for (const [id, until] of Object.entries(parsed.revokedTokens ?? {})) store.revokedTokens.set(id, until);
+      }
+    }
+    return store;
+  }
+
+  /** For tests and embedding: configured admins only, nothing written. */
+  static inMemory(configuredDigests: readonly string[], now: () => number = Date.now): KeyStore {
+    const store = new KeyStore(undefined, now);
+    for (const hex of configuredDigests) store.addConfigured(hex);
+    return store;
+  }
+
+  private addConfigured(hex: string): void {
+    const keyId = hex.slice(0, 16);
+    this.configured.set(keyId, { keyId, tenant: DEFAULT_TENANT, role: 'admin', scopes: SCOPE_NAMES });
+    this.byDigest.set(hex, keyId);
+  }
+
+  private remember(key: StoredKey): void {
+    this.stored.set(key.id, key);
+    if (key.revokedAt === undefined) this.byDigest.set(key.digest, key.id);
+  }
+
+  /** Who `presented` is, or undefined when it is no key, or a revoked or expired one. */
+  principal(presented: string): Principal | undefined {
+    const keyId = this.byDigest.get(digestHex(presented));
+    return keyId === undefined ? undefined : this.byId(keyId);
+  }
+
+  /** The principal of a key id while the key is valid (not revoked, not expired): tokens a key minted live only as long. */
+  byId(keyId: string): Principal | undefined {
+    const configured = this.configured.get(keyId);
+    if (configured) return configured;
+    const key = this.stored.get(keyId);
+    if (!key || key.revokedAt !== undefined) return undefined;
+    const expiresAt = key.expiresAt === undefined ? undefined : Date.parse(key.expiresAt);
+    if (expiresAt !== undefined && expiresAt <= this.now()) return undefined;
+    return {
+      keyId,
+      tenant: key.tenant,
+      role: key.role,
+      scopes: key.role === 'admin' ? SCOPE_NAMES : (key.scopes ?? DEFAULT_MEMBER_SCOPES),
+      expiresAt,
+    };
+  }
+
+  /**
+   * Whether a key id names a key made through `/v1/keys` that is revoked or expired: what it
+   * minted (derived tokens, its sandboxes' own tokens, console sessions) ends with it. A key id
+   * this store does not hold (a configured key of before, or none) ends nothing.
+   */
+  ended(keyId: string): boolean {
+    return this.stored.has(keyId) && this.byId(keyId) === undefined;
+  }
+
+  /** Whether a derived token was revoked by its id (`POST /v1/sandboxes/{id}/tokens/revoke`). */
+  tokenRevoked(tokenId: string): boolean {
+    return this.revokedTokens.has(tokenId);
+  }
+
+  /** Revokes one derived token by its id until `until` (its own expiry, or forever). */
+  async revokeToken(tokenId: string, until: number | undefined): Promise<void> {
+    this.revokedTokens.set(tokenId, until ?? Number.MAX_SAFE_INTEGER);
+    const now = this.now();
+    for (const [id, end] of this.revokedTokens) if (end <= now) this.revokedTokens.delete(id);
+    await this.persist();
+  }
+
+  /** The tenant of a key id, valid or not (what its objects of before belong to), or undefined for an unknown id. */
+  tenantOf(keyId: string): string | undefined {
+    return this.configured.get(keyId)?.tenant ?? this.stored.get(keyId)?.tenant;
+  }
+
+  /** Makes a key; the secret is in the answer only, never stored. */
+  async create(request: unknown): Promise<{ key: string; info: KeyInfo }> {
+    const parsed = CreateKeyRequest.safeParse(request ?? {});
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0]!;
+      throw new CodedError('INVALID_PARAMS', `Invalid key: ${issue.path.join('.') || 'body'}: ${issue.message}. Fields: tenant, role, name, scopes, expiresInSeconds.`, {
+        field: issue.path.join('.'),
+      });
+    }
+    const { tenant, role, name, scopes, expiresInSeconds } = parsed.data;
+    const secret = newSecret();
+    const hex = digestHex(secret);
+    const key: StoredKey = {
+      id: hex.slice(0, 16),
+      digest: hex,
+      tenant,
+      role,
+      createdAt: new Date(this.now()).toISOString(),
+      ...(name === undefined ? {} : { name }),
+      ...(scopes === undefined || role === 'admin' ? {} : { scopes: [...new Set(scopes)] }),
+      ...(expiresInSeconds === undefined ? {} : { expiresAt: new Date(this.now() + expiresInSeconds * 1000).toISOString() }),
+    };
+    this.remember(key);
+    await this.persist();
+    return { key: secret, info: describeStored(key) };
+  }
+
+  /**
+   * A new secret for a key: the old one stops working at once; the key keeps its id, tenant,
+   * role and scopes, so what it owns stays its own. Tokens minted with the old secret are ended.
+   */
+  async rotate(keyId: string): Promise<{ key: string; info: KeyInfo }> {
+    const key = this.requireStored(keyId);
+    if (key.revokedAt !== undefined) throw new CodedError('INVALID_PARAMS', `Key '${keyId}' is revoked; create a new key instead.`, { keyId });
+    this.byDigest.delete(key.digest);
+    const secret = newSecret();
+    key.digest = digestHex(secret);
+    this.byDigest.set(key.digest, key.id);
+    await this.persist();
+    this.notify(keyId, 'rotated');
+    return { key: secret, info: describeStored(key) };
+  }
+
+  /** Ends a key for good: the next request with it is refused, and what it opened is closed. */
+  async revoke(keyId: string): Promise<KeyInfo> {
+    const key = this.requireStored(keyId);
+    if (key.revokedAt === undefined) {
+      key.revokedAt = new Date(this.now()).toISOString();
+      this.byDigest.delete(key.digest);
+      await this.persist();
+    }
+    this.notify(keyId, 'revoked');
+    return describeStored(key);
+  }
+
+  /** Every key (of one tenant when given), configured ones first; never a secret. */
+  list(tenant?: string): KeyInfo[] {
+    const configured: KeyInfo[] = [...this.configured.values()].map((p) => ({
+      id: p.keyId,
+      tenant: p.tenant,
+      role: p.role,
+      scopes: [...p.scopes],
+      createdAt: new Date(0).toISOString(),
+      configured: true,
+    }));
+    const all = [...configured, ...[...this.stored.values()].map(describeStored)];
+    return tenant === undefined ? all : all.filter((k) => k.tenant === tenant);
+  }
+
+  /** One key's description, or undefined. */
+  info(keyId: string): KeyInfo | undefined {
+    return this.list().find((k) => k.id === keyId);
+  }
+
+  /** Calls `listener` when a key is revoked or rotated; returns what stops it. */
+  onEnd(listener: (keyId: string, why: KeyEnd) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  private notify(keyId: string, why: KeyEnd): void {
+    for (const listener of this.listeners) listener(keyId, why);
+  }
+
+  private requireStored(keyId: string): StoredKey {
+    const key = this.stored.get(keyId);
+    if (key) return key;
+    if (this.configured.has(keyId))
+      throw new CodedError(
+        'FORBIDDEN',
+        `Key '${keyId}' comes from the controller's environment or configuration file; change it there (WARREN_API_KEY, apiKeyHashes) and restart.`,
+        { keyId },
+      );
+    throw new CodedError('NOT_FOUND', `No key '${keyId.slice(0, 64)}'. List them with GET /v1/keys.`, { keyId: keyId.slice(0, 64) });
+  }
+
+  /** Writes the stored keys (a temporary file renamed over the old one), one write after another. */
+  private persist(): Promise<void> {
+    const file = this.file;
+    if (file === undefined) return Promise.resolve();
+    const text = `${JSON.stringify({ keys: [...this.stored.values()], revokedTokens: Object.fromEntries(this.revokedTokens) }, null, 2)}\n`;
+    this.writing = this.writing.then(async () => {
+      await mkdir(path.dirname(file), { recursive: true, mode: 0o700 });
+      const temp = `${file}.${randomBytes(4).toString('hex')}.tmp`;
+      await writeFile(temp, text, { mode: 0o600 });
+      await rename(temp, file);
+    });
+    return this.writing;
+  }
+}
+
+function describeStored(key: StoredKey): KeyInfo {
+  return {
+    id: key.id,
+    ...(key.name === undefined ? {} : { name: key.name }),
+    tenant: key.tenant,
+    role: key.role,
+    scopes: key.role === 'admin' ? [...SCOPE_NAMES] : [...(key.scopes ?? DEFAULT_MEMBER_SCOPES)],
+    createdAt: key.createdAt,
+    ...(key.expiresAt === undefined ? {} : { expiresAt: key.expiresAt }),
+    ...(key.revokedAt === undefined ? {} : { revokedAt: key.revokedAt }),
+  };
+}
+
+function newSecret(): string {
+  return `wk_${randomBytes(24).toString('base64url')}`;
+}
+
+function digestHex(value: string): string {
+  return createHash('sha256').update(value).digest('hex');
+}
+
+/** An admin of the default tenant with every scope: what a configured key is (for tests and embedding). */
+export const DEFAULT_ADMIN: Principal = { keyId: '0000000000000000', tenant: DEFAULT_TENANT, role: 'admin', scopes: SCOPE_NAMES };

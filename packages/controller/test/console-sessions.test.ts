@@ -64,7 +64,7 @@ describe('stateless console sessions', () => {
     const planted = sessions.login('wk_other_key');
     // The browser sends the planted cookie (a longer path) first; the operator's page holds only its own token.
     const both = (csrf: string) => request(`${planted.id}; warren_console=${operator.id}`, csrf);
-    expect(sessions.callerOf(both(operator.csrfToken), 'rest')).toEqual({ kind: 'operator', keyId: Credentials.inMemory(API_KEY).apiKeyId(API_KEY) });
+    expect(sessions.callerOf(both(operator.csrfToken), 'rest')).toMatchObject({ kind: 'operator', keyId: Credentials.inMemory(API_KEY).apiKeyId(API_KEY) });
     // The planted session counts only with its own token, which the console page never has.
     expect(sessions.callerOf(both(planted.csrfToken), 'rest')).toMatchObject({ keyId: Credentials.inMemory('wk_other_key').apiKeyId('wk_other_key') });
     // A planted cookie alone, with the operator's token: refused.

@@ -54,7 +54,7 @@ describe('derived tokens', () => {
     const token = credentials.deriveToken({ sandboxId: 'abc', grant: { allowExec: false }, expiresAt: 123 });
     expect(token).toMatch(/^wsd_[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/);
     const restarted = (await Credentials.load(dir, 'wk_env')).credentials;
-    expect(restarted.readDerivedToken(token)).toEqual({ sandboxId: 'abc', grant: { allowExec: false }, expiresAt: 123 });
+    expect(restarted.readDerivedToken(token)).toEqual({ sandboxId: 'abc', grant: { allowExec: false }, expiresAt: 123, tokenId: expect.any(String) });
     expect(restarted.instanceId).toBe(credentials.instanceId);
   });
 

@@ -32,6 +32,7 @@ const record = (over: Partial<SnapshotRecord> = {}): SnapshotRecord => ({
   id: newSnapshotId(),
   labels: {},
   ownerKeyId: 'key-a',
+  tenant: 'tenant-a',
   sandboxId: 'sb1',
   image: 'warren/sandbox:latest',
   snapshotImage: 'warren-snapshot/x:latest',
@@ -119,19 +120,19 @@ describe('SnapshotStore (whole or absent across a crash)', () => {
     expect(await readdir(again.dir)).toEqual([kept.id]);
   });
 
-  it("finds a key's snapshot by id or name, and another key's as SNAPSHOT_NOT_FOUND", async () => {
+  it("finds a tenant's snapshot by id or name, and another tenant's as SNAPSHOT_NOT_FOUND", async () => {
     const store = new SnapshotStore(stateDir);
     await store.load();
     const mine = record({ name: 'first' });
     await store.begin(mine.id);
     await store.commit(mine);
-    expect(store.require('key-a', 'first').id).toBe(mine.id);
-    expect(store.require('key-a', mine.id).id).toBe(mine.id);
-    expect(codeOf(() => store.require('key-b', mine.id))).toBe('SNAPSHOT_NOT_FOUND');
-    expect(codeOf(() => store.require('key-b', 'first'))).toBe('SNAPSHOT_NOT_FOUND');
-    expect(store.list('key-b')).toEqual([]);
+    expect(store.require('tenant-a', 'first').id).toBe(mine.id);
+    expect(store.require('tenant-a', mine.id).id).toBe(mine.id);
+    expect(codeOf(() => store.require('tenant-b', mine.id))).toBe('SNAPSHOT_NOT_FOUND');
+    expect(codeOf(() => store.require('tenant-b', 'first'))).toBe('SNAPSHOT_NOT_FOUND');
+    expect(store.list('tenant-b')).toEqual([]);
     await store.remove(mine.id);
-    expect(codeOf(() => store.require('key-a', 'first'))).toBe('SNAPSHOT_NOT_FOUND');
+    expect(codeOf(() => store.require('tenant-a', 'first'))).toBe('SNAPSHOT_NOT_FOUND');
     expect(await readdir(store.dir)).toEqual([]);
   });
 });

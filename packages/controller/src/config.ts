@@ -1,3 +1,4 @@
+import { TenantsConfig } from './tenancy/limits.js';
 import { existsSync, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -119,8 +120,10 @@ export interface ControllerConfig {
   console: ConsoleSettings;
   /** Per-sandbox metrics: the background sampler, the short history, Prometheus series per sandbox (docs/controller.md). */
   usage: UsageSettings;
-  /** Snapshots and forks: per API key quota and the largest fork (docs/state.md). */
+  /** Snapshots and forks: per tenant quota and the largest fork (docs/state.md). */
   snapshots: SnapshotLimits;
+  /** Limits per tenant (docs/tenancy.md): for every tenant, and by name. */
+  tenants: TenantsConfig;
 }
 
 /** The web console's settings (docs/console.md). */
@@ -370,6 +373,7 @@ export const ConfigFile = z.strictObject({
   engine: Engine.optional(),
   console: Console.optional(),
   provider: z.enum(['docker', 'kubernetes']).optional(),
+  tenants: TenantsConfig.optional(),
   snapshots: z
     .strictObject({
       maxCount: z.number().int().min(0).max(100_000).optional(),
@@ -478,6 +482,7 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   egress: DEFAULT_EGRESS,
   usage: DEFAULT_USAGE,
   snapshots: DEFAULT_SNAPSHOT_LIMITS,
+  tenants: {},
   e2bTemplates: DEFAULT_E2B_TEMPLATES,
   engine: { allowUnenforcedLimits: false },
   provider: 'docker',

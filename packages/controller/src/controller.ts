@@ -1,5 +1,6 @@
+import { resolveLimits } from './tenancy/limits.js';
 import { SnapshotService } from './snapshots.js';
-import { VolumeService } from './volumes.js';
+import { MAX_VOLUMES_PER_TENANT, VolumeService } from './volumes.js';
 import { SnapshotStore } from './snapshot-store.js';
 import { once } from 'node:events';
 import type { Server } from 'node:http';
@@ -144,10 +145,20 @@ function makeSandboxService(parts: {
  */
 async function recoverState(sandboxes: SandboxService, provider: SandboxProvider, config: ControllerConfig, logger: Logger) {
   const { recovered, poolMembers } = await sandboxes.recover();
-  const tenantOfKey = (keyId: string) => sandboxes.credentials.keys.tenantOf(keyId);
-  const volumes = new VolumeService({ sandboxes, provider, config, tenantOfKey });
+  const { keys } = sandboxes.credentials;
+  const tenantOfKey = (keyId: string) => keys.tenantOf(keyId);
+  const tenantLimits = (tenant: string) => resolveLimits(config.tenants, tenant, keys.limitsOf(tenant));
+  const volumes = new VolumeService({ sandboxes, provider, config, tenantOfKey, maxVolumes: (t) => tenantLimits(t).maxVolumes ?? MAX_VOLUMES_PER_TENANT });
   await volumes.recover();
-  const snapshots = new SnapshotService({ sandboxes, provider, store: new SnapshotStore(config.stateDir, tenantOfKey), limits: config.snapshots, logger, volumes });
+  const snapshots = new SnapshotService({
+    sandboxes,
+    provider,
+    store: new SnapshotStore(config.stateDir, tenantOfKey),
+    limits: config.snapshots,
+    logger,
+    volumes,
+    tenantLimits,
+  });
   logger.info(await snapshots.recover(), 'snapshots.recovered');
   for (const member of poolMembers) await sandboxes.removePoolMember(member.agentId, member.containerId);
   (sandboxes.pool as WarmPool | undefined)?.fill();

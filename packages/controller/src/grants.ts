@@ -1,3 +1,4 @@
+import { SCOPE_NAMES, type Principal, type Scope } from './tenancy/principals.js';
 import {
   CodedError,
   ConnectionGrant,
@@ -16,7 +17,6 @@ import {
   type MethodAccess,
 } from '@warren/protocol';
 import type { Credentials } from './credentials.js';
-import type { Principal } from './tenancy/principals.js';
 import type { Metrics } from './metrics.js';
 import type { SandboxRecord } from './sandbox-table.js';
 
@@ -37,6 +37,9 @@ export type Caller =
       tokenId?: string | undefined;
     };
 
+/** What every refused credential is told, whatever was wrong with it. */
+export const UNAUTHORIZED_MESSAGE = 'Missing or invalid credential: send Authorization: Bearer <API key>, or a token of this sandbox.';
+
 /** The policy a sandbox created without one gets: its workspace, read-write. */
 export const DEFAULT_POLICY: FilePolicy = { root: DEFAULT_ROOT, readOnly: false };
 
@@ -45,9 +48,19 @@ export const DEFAULT_POLICY: FilePolicy = { root: DEFAULT_ROOT, readOnly: false 
  * sandbox token; exactly what was signed into a derived token for its holder.
  */
 export function grantFor(record: SandboxRecord, caller: Caller): ConnectionGrant {
-  if (caller.kind !== 'derived') return { policy: (record.policy as FilePolicy | undefined) ?? DEFAULT_POLICY, allowExec: true, allowAudit: true };
+  if (caller.kind !== 'derived') {
+    // A key's scopes narrow what it (and the token of a sandbox it created) may do inside: no `exec`, no
+    // process; no `files:write`, a read-only policy. The daemon holds both lines again from this grant.
+    const scopes = scopesOf(caller, record);
+    const policy = (record.policy as FilePolicy | undefined) ?? DEFAULT_POLICY;
+    return {
+      policy: scopes.includes('files:write') ? policy : narrowPolicy(policy, { inherit: true, readonly: true }),
+      allowExec: scopes.includes('exec'),
+      allowAudit: true,
+    };
+  }
   const parsed = ConnectionGrant.safeParse(caller.grant);
-  if (!parsed.success) throw new CodedError('UNAUTHORIZED', 'Missing or invalid credential: send Authorization: Bearer <API key>, or a token of this sandbox.');
+  if (!parsed.success) throw new CodedError('UNAUTHORIZED', UNAUTHORIZED_MESSAGE);
   // Whatever a derived token was signed with, it never carries the audit right.
   return { policy: parsed.data.policy, allowExec: parsed.data.allowExec };
 }
@@ -58,20 +71,31 @@ export function grantFor(record: SandboxRecord, caller: Caller): ConnectionGrant
  * `lifecycle` (kill, keepalive, timeout, pause, resume), `derive` (a narrower token: the
  * narrowing itself is checked by {@link deriveGrant}) and `operator` (create, list, metrics).
  */
-export type Access = MethodAccess | 'lifecycle' | 'derive' | 'operator';
+export type Access = MethodAccess | 'lifecycle' | 'derive' | 'operator' | 'admin';
+
+/**
+ * The scopes a caller acts with on a sandbox: an API key's own; a sandbox's own token those of the
+ * key that created it (so a narrowed key cannot widen itself through the token it was handed).
+ */
+export function scopesOf(caller: Caller, record?: SandboxRecord): readonly Scope[] {
+  if (caller.kind === 'operator') return caller.scopes;
+  return record?.creatorScopes ?? SCOPE_NAMES;
+}
 
 /** Who is asking, and the grant their connection has (computed only when a rule needs it). */
 export interface Holder {
   caller: Caller;
   grant(): ConnectionGrant;
+  /** The scopes it acts with (see {@link scopesOf}); every scope when absent. */
+  scopes?: () => readonly Scope[];
 }
 
 interface Rule {
-  allows(holder: Holder): boolean;
+  allows(holder: Required<Holder>): boolean;
   /** Who may, for a REST refusal ("it needs ..."). */
   needs: string;
   /** Why not, naming the method or route and what would be allowed. */
-  why(what: string): string;
+  why(what: string, holder?: Holder): string;
 }
 
 const KEY_OR_TOKEN = "the API key or the sandbox's own token";
@@ -105,10 +129,12 @@ const RULES: { readonly [A in Access]: Rule } = {
       `${what} reads the sandbox's whole record of calls (every path and command), which only ${KEY_OR_TOKEN} may read; this handle is a derived one.`,
   },
   lifecycle: {
-    allows: (h) => h.caller.kind === 'operator' || h.caller.kind === 'sandbox',
+    allows: (h) => (h.caller.kind === 'operator' || h.caller.kind === 'sandbox') && h.scopes().includes('lifecycle'),
     needs: KEY_OR_TOKEN,
-    why: (what) =>
-      `${what} changes the sandbox's life (kill, keepalive, timeout, pause, resume), which only ${KEY_OR_TOKEN} may do; this handle is a derived one.`,
+    why: (what, h) =>
+      h === undefined || h.caller.kind === 'derived'
+        ? `${what} changes the sandbox's life (kill, keepalive, timeout, pause, resume), which only ${KEY_OR_TOKEN} may do; this handle is a derived one.`
+        : `${what} changes the sandbox's life, and this key (or the key that created the sandbox) lacks the 'lifecycle' scope.`,
   },
   controller: {
     allows: () => false,
@@ -119,6 +145,11 @@ const RULES: { readonly [A in Access]: Rule } = {
     allows: (h) => h.caller.kind === 'operator',
     needs: 'the API key',
     why: (what) => `${what} acts on the controller, not on one sandbox, and needs the API key.`,
+  },
+  admin: {
+    allows: (h) => h.caller.kind === 'operator' && h.caller.role === 'admin',
+    needs: 'an admin API key',
+    why: (what) => `${what} spans every tenant (keys, limits, the controller's metrics), and needs an admin key; this one is a member key.`,
   },
 };
 
@@ -131,7 +162,8 @@ const RULES: { readonly [A in Access]: Rule } = {
  */
 export function refusalFor(holder: Holder, access: Access, what: string): string | undefined {
   const rule = RULES[access];
-  return rule.allows(holder) ? undefined : rule.why(what);
+  const whole = { scopes: () => SCOPE_NAMES, ...holder };
+  return rule.allows(whole) ? undefined : rule.why(what, holder);
 }
 
 /** A REST refusal: FORBIDDEN, saying who may use the route and why this credential may not. */
@@ -164,7 +196,9 @@ export function deriveGrant(credentials: Credentials, record: SandboxRecord, cal
   }
   const grant: ConnectionGrant = { policy: narrowPolicy(parent.policy, narrowing), allowExec: allowExec ?? false };
   const expiresAt = mintedExpiry(caller, ttlSeconds === undefined ? undefined : Date.now() + ttlSeconds * 1000);
-  const token = credentials.deriveToken({ sandboxId: record.id, grant, expiresAt });
+  // The token lives no longer than the key it comes from: the caller's own, or the one that created the sandbox.
+  const keyId = caller.kind === 'sandbox' ? record.creatorKeyId : caller.keyId;
+  const token = credentials.deriveToken({ sandboxId: record.id, grant, expiresAt, keyId });
   return expiresAt === undefined ? { token, grant } : { token, grant, expiresAt: new Date(expiresAt).toISOString() };
 }
 

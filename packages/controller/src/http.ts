@@ -1,3 +1,5 @@
+import { LiveCredentials } from './tenancy/live-credentials.js';
+import { requireScope } from './tenancy/scopes.js';
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { isIP, type AddressInfo } from 'node:net';
@@ -14,7 +16,8 @@ import { ConsoleServer } from './console/server.js';
 import { CONSOLE_PROTOCOL, ConsoleSessions } from './console/session.js';
 import { MetricsHistory } from './console/history.js';
 import { CallGate } from './call-gate.js';
-import { atCredentialEnd, callerFor, grantFor, routeRefusal, type Access, type Caller, type Holder } from './grants.js';
+import { atCredentialEnd, callerFor, grantFor, routeRefusal, scopesOf, UNAUTHORIZED_MESSAGE, type Access, type Caller, type Holder } from './grants.js';
+import { actedAcross, checkReach } from './tenancy/reach.js';
 import type { Logger } from './logger.js';
 import { isPortPath, PortProxy } from './ports/proxy.js';
 import { relay } from './relay.js';
@@ -44,7 +47,7 @@ export function createHttpServer(deps: HttpServerDeps) {
   const sessions = deps.config.console.enabled
     ? new ConsoleSessions({ credentials: deps.credentials, ttlSeconds: deps.config.console.sessionTtlSeconds, revocations: deps.sandboxes.sharedState })
     : undefined;
-  const auth: Authenticator = { credentials: deps.credentials, sessions };
+  const auth: Authenticator = { credentials: deps.credentials, sessions, live: new LiveCredentials(deps.credentials.keys) };
   // The console's controller page: an hour of the metrics, sampled in memory while the server runs.
   const intervalMs = deps.config.console.historyIntervalSeconds * 1000;
   const history = sessions ? new MetricsHistory(deps.metrics, { intervalMs, samples: Math.ceil(3_600_000 / intervalMs) }) : undefined;
@@ -58,7 +61,11 @@ export function createHttpServer(deps: HttpServerDeps) {
           history,
           readJson,
           sendJson,
-          operator: (req) => refuse(controllerWide(authenticate(auth, req, undefined, 'rest')), 'operator', 'the console API'),
+          operator: (req) => {
+            const caller = authenticate(auth, req, undefined, 'rest');
+            refuse(controllerWide(caller), 'operator', 'the console API');
+            return caller;
+          },
         })
       : undefined;
 
@@ -138,6 +145,7 @@ export function createHttpServer(deps: HttpServerDeps) {
     clearInterval(heartbeat);
     history?.stop();
     sessions?.close();
+    auth.live.close();
     e2b.close();
     daemonSessions.close();
   });
@@ -163,8 +171,10 @@ function routeByHost(req: IncomingMessage, target: { id: string; port: number })
 interface AccessEntry {
   requestId: string;
   startedAt: number;
-  caller?: Caller['kind'];
+  caller?: Caller;
   sandboxId?: string;
+  /** The tenant of the sandbox an admin key acted on, when it is not the key's own. */
+  actedIn?: string | undefined;
   code?: string;
 }
 
@@ -179,12 +189,17 @@ async function route(deps: HttpServerDeps, auth: Authenticator, req: IncomingMes
   let caller: Caller | undefined;
   if (access !== 'public') {
     caller = authenticate(auth, req, id || undefined, 'rest');
-    entry.caller = caller.kind;
+    entry.caller = caller;
   }
   // A sandbox that does not exist is a 404 whatever the method (throws SANDBOX_NOT_FOUND); one
-  // another controller replica made is adopted first, where the backend shares records.
+  // another controller replica made is adopted first, where the backend shares records. Another
+  // tenant's is the same 404, before anything else about the request is told.
   if (id) await deps.sandboxes.ensureKnown(id);
   const record = id ? deps.sandboxes.record(id) : undefined;
+  if (record && caller) {
+    checkReach(deps.credentials.keys, caller, record);
+    entry.actedIn = actedAcross(caller, record.tenant);
+  }
   if (!found) {
     const allowed = allowedMethods(routes);
     res.setHeader('allow', allowed);
@@ -193,8 +208,10 @@ async function route(deps: HttpServerDeps, auth: Authenticator, req: IncomingMes
   if (caller !== undefined) {
     const who = caller;
     const what = `${found.method} ${found.path.replace('{id}', '<id>')}`;
-    const holder = record && found.access !== 'operator' ? { caller: who, grant: () => grantFor(record, who) } : controllerWide(who);
+    const holder =
+      record && found.access !== 'operator' ? { caller: who, grant: () => grantFor(record, who), scopes: () => scopesOf(who, record) } : controllerWide(who);
     refuse(holder, found.access as Access, what);
+    if (found.scope) requireScope(who, found.scope, what, record);
   }
   if (record) {
     deps.sandboxes.touch(id);
@@ -250,7 +267,7 @@ async function upgrade(
   entry.sandboxId = id;
   checkOriginAndHost(deps.config, req, auth.sessions !== undefined);
   const caller = authenticate(auth, req, id, 'upgrade');
-  entry.caller = caller.kind;
+  entry.caller = caller;
   // Upgrades still waiting for their daemon count too, or a burst would all pass the cap at once.
   if (wss.clients.size + upgrading.count >= deps.config.maxConnections) {
     throw new CodedError(
@@ -260,6 +277,8 @@ async function upgrade(
   }
   await deps.sandboxes.ensureKnown(id);
   const record = deps.sandboxes.record(id);
+  checkReach(deps.credentials.keys, caller, record);
+  entry.actedIn = actedAcross(caller, record.tenant);
   // A hibernated sandbox starts again for a connection; the client waits for it rather than failing.
   await deps.sandboxes.wake(id);
   deps.sandboxes.touch(id);
@@ -298,6 +317,8 @@ async function upgrade(
         activity: freezer.enabled ? { hold: () => freezer.hold(id), touch: () => freezer.touch(id) } : undefined,
       });
       client.once('close', () => gate.close());
+      // A revoked key or token ends the connections it opened (1008, policy).
+      client.once('close', auth.live.track(client, caller, record));
       // A derived token with a lifetime: the connection it opened ends with it (1008, policy).
       client.once(
         'close',
@@ -377,12 +398,12 @@ function checkOriginAndHost(config: ControllerConfig, req: IncomingMessage, cons
     throw new CodedError('FORBIDDEN', `WebSocket upgrades for Host '${host}' are refused; use the controller's address, or add the name to allowedHosts.`);
 }
 
-const UNAUTHORIZED_MESSAGE = 'Missing or invalid credential: send Authorization: Bearer <API key>, or a token of this sandbox.';
-
 /** What authenticates a request: the credentials, and the console's sessions when the console is on. */
 interface Authenticator {
   credentials: Credentials;
   sessions?: ConsoleSessions | undefined;
+  /** Open WebSockets by the credentials they depend on, closed when one is revoked. */
+  live: LiveCredentials;
 }
 
 /**
@@ -484,9 +505,18 @@ function requestFields(req: IncomingMessage, entry: AccessEntry): Record<string,
     method: req.method,
     path: path.length > MAX_LOGGED_PATH ? `${path.slice(0, MAX_LOGGED_PATH)}...` : path,
     ...(entry.sandboxId ? { sandboxId: entry.sandboxId } : {}),
-    ...(entry.caller ? { caller: entry.caller } : {}),
+    ...(entry.caller ? callerFields(entry.caller) : {}),
+    ...(entry.actedIn ? { actedIn: entry.actedIn } : {}),
     remoteAddress: req.socket?.remoteAddress,
   };
+}
+
+/** Who acted, for an access line: the credential's kind, and for an API key its id and tenant (never a secret). */
+function callerFields(caller: Caller): Record<string, unknown> {
+  if (caller.kind === 'operator') return { caller: caller.kind, keyId: caller.keyId, tenant: caller.tenant };
+  if (caller.kind === 'derived')
+    return { caller: caller.kind, ...(caller.keyId ? { keyId: caller.keyId } : {}), ...(caller.tokenId ? { tokenId: caller.tokenId } : {}) };
+  return { caller: caller.kind };
 }
 
 /** The access line of one REST request, written when its answer is sent (or the client went away first). */

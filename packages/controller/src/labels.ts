@@ -16,6 +16,8 @@ export const LABELS = {
   tenant: 'warren.tenant',
   /** The id of the API key that created the sandbox: its token ends when that key is revoked. */
   creatorKey: 'warren.creator-key',
+  /** The creating key's scopes, comma-separated, when it had fewer than all: the sandbox's token acts with no more. */
+  creatorScopes: 'warren.creator-scopes',
   /** Set on warm-pool members; their public id is given at claim time (see pool.ts). */
   pool: 'warren.pool',
   userPrefix: 'warren.label.',
@@ -37,6 +39,7 @@ export function sandboxLabels(input: {
   pool?: boolean;
   tenant?: string | undefined;
   creatorKeyId?: string | undefined;
+  creatorScopes?: readonly string[] | undefined;
 }): Record<string, string> {
   const labels: Record<string, string> = {
     [LABELS.sandbox]: input.id,
@@ -50,6 +53,7 @@ export function sandboxLabels(input: {
   if (input.pool) labels[LABELS.pool] = '1';
   if (input.tenant !== undefined) labels[LABELS.tenant] = input.tenant;
   if (input.creatorKeyId !== undefined) labels[LABELS.creatorKey] = input.creatorKeyId;
+  if (input.creatorScopes !== undefined) labels[LABELS.creatorScopes] = input.creatorScopes.join(',');
   for (const [key, value] of Object.entries(input.labels)) labels[`${LABELS.userPrefix}${key}`] = value;
   return labels;
 }

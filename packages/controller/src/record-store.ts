@@ -18,6 +18,7 @@ export interface StoredRecord {
   /** A claimed warm-pool member's tenant and creating key (a cold sandbox has them in its labels). */
   tenant?: string;
   creatorKeyId?: string;
+  creatorScopes?: string[];
   /** The sandbox was hibernated: after a restart it stays stopped until a call wakes it. */
   hibernated?: boolean;
 }

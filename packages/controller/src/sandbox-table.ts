@@ -1,6 +1,6 @@
 import { CodedError, DEFAULT_ROOT, FilePolicy, SandboxSettings, type SandboxInfo, type SandboxState } from '@warren/protocol';
 import { LABELS } from './labels.js';
-import { DEFAULT_TENANT } from './tenancy/principals.js';
+import { DEFAULT_TENANT, parseScopes, type Scope } from './tenancy/principals.js';
 import type { ProviderState } from './provider.js';
 
 /** What the controller knows of one sandbox. */
@@ -28,6 +28,8 @@ export interface SandboxRecord {
   tenant: string;
   /** The API key that created it: its own token ends when that key is revoked. Absent for sandboxes made before keys had ids in labels. */
   creatorKeyId?: string | undefined;
+  /** The scopes of that key when it had fewer than all: the sandbox's own token acts with no more. */
+  creatorScopes?: Scope[] | undefined;
   /** Ports its owner opened to anyone without a credential (docs/ports.md#public-ports). */
   publicPorts?: number[];
   /** Frozen by the idle freezer (idle-freezer.ts): paused in the engine, `running` for the API. */
@@ -129,10 +131,11 @@ export class SandboxTable {
       .map(describe);
   }
 
-  /** Counts by state, for the metrics gauge. */
-  countByState(): Record<string, number> {
+  /** Counts by state (of one tenant's sandboxes when given), for the metrics gauge and the console. */
+  countByState(tenant?: string): Record<string, number> {
     const counts: Record<string, number> = { running: 0, paused: 0, exited: 0, hibernated: 0, frozen: 0 };
     for (const r of this.records.values()) {
+      if (tenant !== undefined && r.tenant !== tenant) continue;
       counts[r.state] = (counts[r.state] ?? 0) + 1;
       if (r.frozen) counts.frozen!++;
     }
@@ -163,6 +166,7 @@ export function recordFromLabels(agentId: string, handle: string, labels: Record
     tenant: labels[LABELS.tenant] ?? DEFAULT_TENANT,
   };
   if (labels[LABELS.creatorKey] !== undefined) record.creatorKeyId = labels[LABELS.creatorKey];
+  if (labels[LABELS.creatorScopes] !== undefined) record.creatorScopes = parseScopes(labels[LABELS.creatorScopes]!);
   const policy = FilePolicy.safeParse(safeJson(labels[LABELS.policy]));
   if (policy.success) record.policy = policy.data;
   return record;

@@ -199,10 +199,10 @@ export class SandboxService {
     return describe(record);
   }
 
-  /** Counts by state (and ready pool members), for the metrics gauge. */
-  countByState(): Record<string, number> {
-    const counts = this.table.countByState();
-    if (this.pool) counts.pooled = this.pool.readyCount;
+  /** Counts by state (and ready pool members), for the metrics gauge; one tenant's sandboxes only when given (no pool then). */
+  countByState(tenant?: string): Record<string, number> {
+    const counts = this.table.countByState(tenant);
+    if (this.pool && tenant === undefined) counts.pooled = this.pool.readyCount;
     return counts;
   }
 

@@ -89,8 +89,7 @@ export class SnapshotStore {
         const record = parsed.data as SnapshotRecord;
         record.tenant ??= this.tenantOfKey(record.ownerKeyId) ?? `key-${record.ownerKeyId}`;
         this.records.set(name, record);
-      }
-      else {
+      } else {
         await removeTree(path.join(this.dir, name));
         removed.push(name);
       }
@@ -188,14 +187,14 @@ export function checkSnapshotQuota(mine: readonly Pick<SnapshotInfo, 'sizeBytes'
   if (mine.length >= limits.maxCount)
     throw new CodedError(
       'RESOURCE_EXHAUSTED',
-      `This API key already keeps ${mine.length} snapshots, the most it may (snapshots.maxCount = ${limits.maxCount}); delete some with warren snapshot rm or prune.`,
+      `This tenant already keeps ${mine.length} snapshots, the most it may (snapshots.maxCount = ${limits.maxCount}); delete some with warren snapshot rm or prune.`,
       { limit: 'snapshots.maxCount', max: limits.maxCount },
     );
   const used = mine.reduce((sum, s) => sum + s.sizeBytes, 0);
   if (used >= limits.maxMb * 1024 * 1024)
     throw new CodedError(
       'RESOURCE_EXHAUSTED',
-      `This API key's snapshots already take ${mb(used)} MiB, at or over its quota of ${limits.maxMb} MiB (snapshots.maxMb); delete some with warren snapshot rm or prune.`,
+      `This tenant's snapshots already take ${mb(used)} MiB, at or over its quota of ${limits.maxMb} MiB (snapshots.maxMb); delete some with warren snapshot rm or prune.`,
       { limit: 'snapshots.maxMb', max: limits.maxMb },
     );
 }
@@ -206,7 +205,7 @@ export function checkSnapshotSize(mine: readonly Pick<SnapshotInfo, 'sizeBytes'>
   if (used + sizeBytes > limits.maxMb * 1024 * 1024)
     throw new CodedError(
       'RESOURCE_EXHAUSTED',
-      `The snapshot takes ${mb(sizeBytes)} MiB, and with this API key's other snapshots (${mb(used)} MiB) that is over its quota of ${limits.maxMb} MiB (snapshots.maxMb); it was not kept. Delete some with warren snapshot rm or prune.`,
+      `The snapshot takes ${mb(sizeBytes)} MiB, and with this tenant's other snapshots (${mb(used)} MiB) that is over its quota of ${limits.maxMb} MiB (snapshots.maxMb); it was not kept. Delete some with warren snapshot rm or prune.`,
       { limit: 'snapshots.maxMb', max: limits.maxMb },
     );
 }

@@ -1,3 +1,4 @@
+import type { TenantLimits } from './tenancy/limits.js';
 import {
   CodedError,
   CreateSnapshotRequest,
@@ -30,6 +31,8 @@ export interface SnapshotServiceOptions {
   logger?: Logger | undefined;
   /** Resolves the named volumes a create mounts; without it, a create that names volumes is refused. */
   volumes?: VolumeService | undefined;
+  /** A tenant's own snapshot limits (`maxSnapshots`, `maxSnapshotMb`), over `limits`. */
+  tenantLimits?: (tenant: string) => TenantLimits;
 }
 
 /** The fields of a create request a snapshot gives when the request does not name them. */
@@ -70,6 +73,7 @@ export class SnapshotService {
   readonly limits: SnapshotLimits;
   private readonly logger: Logger | undefined;
   private readonly volumes: VolumeService | undefined;
+  private readonly tenantLimits: ((tenant: string) => TenantLimits) | undefined;
   /** Captures under way, by owner: they count towards the quota and hold their names. */
   private readonly inFlight = new Map<string, { name?: string | undefined }[]>();
 
@@ -78,6 +82,7 @@ export class SnapshotService {
     this.provider = options.provider;
     this.store = options.store;
     this.limits = options.limits;
+    this.tenantLimits = options.tenantLimits;
     this.logger = options.logger;
     this.volumes = options.volumes;
   }
@@ -133,7 +138,7 @@ export class SnapshotService {
       throw new CodedError('ALREADY_EXISTS', `This tenant already has a snapshot named '${request.name}'; choose another name or delete that one first.`, {
         field: 'name',
       });
-    checkSnapshotQuota([...mine, ...pending.map(() => ({ sizeBytes: 0 }))], this.limits);
+    checkSnapshotQuota([...mine, ...pending.map(() => ({ sizeBytes: 0 }))], this.limitsOf(owner));
     const slot = { name: request.name };
     this.inFlight.set(owner, [...pending, slot]);
     const id = newSnapshotId();
@@ -144,7 +149,7 @@ export class SnapshotService {
       const taken = await this.sandboxes.whileCapturing(sandboxId, () => snapshots.capture(record.containerId, record.agentId, id, workspace));
       const sizeBytes = taken.imageBytes + taken.workspaceBytes;
       try {
-        checkSnapshotSize(this.store.list(owner), sizeBytes, this.limits);
+        checkSnapshotSize(this.store.list(owner), sizeBytes, this.limitsOf(owner));
       } catch (err) {
         await snapshots.remove(id).catch(() => undefined);
         throw err;
@@ -181,6 +186,16 @@ export class SnapshotService {
       if (left.length > 0) this.inFlight.set(owner, left);
       else this.inFlight.delete(owner);
     }
+  }
+
+  /** The snapshot limits of one tenant: its own where it has them, the controller's otherwise. */
+  private limitsOf(tenant: string): SnapshotLimits {
+    const own = this.tenantLimits?.(tenant);
+    return {
+      ...this.limits,
+      ...(own?.maxSnapshots === undefined ? {} : { maxCount: own.maxSnapshots }),
+      ...(own?.maxSnapshotMb === undefined ? {} : { maxMb: own.maxSnapshotMb }),
+    };
   }
 
   list(by: Owner | undefined): SnapshotInfo[] {
@@ -365,6 +380,9 @@ export function mergeWithSnapshot(record: SnapshotRecord, request: Record<string
 /** The caller's tenant and key, or FORBIDDEN: snapshots belong to a tenant, so a sandbox token cannot make or use them. */
 function requireKey(by: Owner | undefined, what: string): Owner {
   if (by === undefined)
-    throw new CodedError('FORBIDDEN', `Only an API key may ${what}: snapshots belong to the tenant of the key that took them. Call with an API key, not a sandbox token.`);
+    throw new CodedError(
+      'FORBIDDEN',
+      `Only an API key may ${what}: snapshots belong to the tenant of the key that took them. Call with an API key, not a sandbox token.`,
+    );
   return by;
 }

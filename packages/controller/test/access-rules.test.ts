@@ -1,4 +1,4 @@
-import { DEFAULT_ADMIN } from '../src/tenancy/principals.js';
+import { DEFAULT_ADMIN, DEFAULT_MEMBER_SCOPES } from '../src/tenancy/principals.js';
 import { describe, expect, it } from '@jest/globals';
 import { decodeFrame, encodeFrame, METHODS, type ConnectionGrant, type MethodName } from '@warren/protocol';
 import { atCredentialEnd, callAccessCheck, grantFor, mintedExpiry, routeRefusal, type Access, type Caller, type Holder } from '../src/grants.js';
@@ -9,6 +9,16 @@ const policy = { root: '/workspace', readOnly: false };
 const holders: Record<string, Holder> = {
   'API key': { caller: { kind: 'operator', ...DEFAULT_ADMIN }, grant: () => ({ policy, allowExec: true, allowAudit: true }) },
   'sandbox token': { caller: { kind: 'sandbox', sandboxId: 's' }, grant: () => ({ policy, allowExec: true, allowAudit: true }) },
+  'member key': {
+    caller: { kind: 'operator', ...DEFAULT_ADMIN, role: 'member', tenant: 'acme', scopes: DEFAULT_MEMBER_SCOPES },
+    grant: () => ({ policy, allowExec: true, allowAudit: true }),
+  },
+  // grantFor gives a key without exec and files:write a read-only grant without exec.
+  'member key, read-only scopes': {
+    caller: { kind: 'operator', ...DEFAULT_ADMIN, role: 'member', tenant: 'acme', scopes: ['snapshots'] },
+    grant: () => ({ policy: { root: '/workspace', readOnly: true }, allowExec: false, allowAudit: true }),
+    scopes: () => ['snapshots'],
+  },
   'derived, read-only, no exec': derived({ policy: { root: '/workspace', readOnly: true }, allowExec: false }),
   'derived, read-write, exec': derived({ policy, allowExec: true }),
 };
@@ -20,14 +30,15 @@ function derived(grant: ConnectionGrant): Holder {
 
 /** Who may use each kind of access, written out by hand: the table the code must match. */
 const EXPECTED: Record<Access, string[]> = {
-  read: ['API key', 'sandbox token', 'derived, read-only, no exec', 'derived, read-write, exec'],
-  info: ['API key', 'sandbox token', 'derived, read-only, no exec', 'derived, read-write, exec'],
-  derive: ['API key', 'sandbox token', 'derived, read-only, no exec', 'derived, read-write, exec'],
-  write: ['API key', 'sandbox token', 'derived, read-write, exec'],
-  exec: ['API key', 'sandbox token', 'derived, read-write, exec'],
-  audit: ['API key', 'sandbox token'],
-  lifecycle: ['API key', 'sandbox token'],
-  operator: ['API key'],
+  read: ['API key', 'sandbox token', 'member key', 'member key, read-only scopes', 'derived, read-only, no exec', 'derived, read-write, exec'],
+  info: ['API key', 'sandbox token', 'member key', 'member key, read-only scopes', 'derived, read-only, no exec', 'derived, read-write, exec'],
+  derive: ['API key', 'sandbox token', 'member key', 'member key, read-only scopes', 'derived, read-only, no exec', 'derived, read-write, exec'],
+  write: ['API key', 'sandbox token', 'member key', 'derived, read-write, exec'],
+  exec: ['API key', 'sandbox token', 'member key', 'derived, read-write, exec'],
+  audit: ['API key', 'sandbox token', 'member key', 'member key, read-only scopes'],
+  lifecycle: ['API key', 'sandbox token', 'member key'],
+  operator: ['API key', 'member key', 'member key, read-only scopes'],
+  admin: ['API key'],
   controller: [],
 };
 

@@ -80,6 +80,9 @@ describe('the service answers NOT_SUPPORTED for what a provider lacks, and the p
 
   it('refuses named volumes', async () => {
     const volumes = new VolumeService({ sandboxes, provider, config: loadConfig({}, { stateDir }) });
-    await expect(volumes.create({ tenant: 'default', keyId: 'key1' }, { name: 'data' })).rejects.toMatchObject({ code: 'NOT_SUPPORTED', message: expect.stringMatching(/named volumes/) });
+    await expect(volumes.create({ tenant: 'default', keyId: 'key1' }, { name: 'data' })).rejects.toMatchObject({
+      code: 'NOT_SUPPORTED',
+      message: expect.stringMatching(/named volumes/),
+    });
   });
 });

@@ -1,3 +1,5 @@
+import { listedTenant } from '../tenancy/reach.js';
+import type { Caller } from '../grants.js';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import path from 'node:path';
@@ -60,7 +62,7 @@ export interface ConsoleServerDeps {
   readJson(req: IncomingMessage): Promise<unknown>;
   sendJson(res: ServerResponse, status: number, body: unknown): void;
   /** The caller of a request by the one authentication (API key header or console session). */
-  operator(req: IncomingMessage): void;
+  operator(req: IncomingMessage): Caller;
   /** Where the built files are; the package's `dist/ui` by default. */
   dist?: string;
 }
@@ -138,13 +140,25 @@ export class ConsoleServer {
       res.setHeader('set-cookie', sessionCookie(session.id, session.maxAgeSeconds, secure));
       return this.deps.sendJson(res, 200, { csrfToken: session.csrfToken, expiresInSeconds: session.maxAgeSeconds });
     }
-    this.deps.operator(req);
+    const caller = this.deps.operator(req);
     if (name === 'logout') {
       await this.deps.sessions.logout(req);
       res.setHeader('set-cookie', sessionCookie('', 0, secure));
       return void res.writeHead(204).end();
     }
     const { config, sandboxes, history } = this.deps;
+    // A member key sees its own tenant's sandboxes; the controller's history spans every tenant, so only an admin sees it.
+    const tenant = listedTenant(caller);
+    if (tenant !== undefined)
+      return this.deps.sendJson(res, 200, {
+        provider: config.provider,
+        defaultImage: config.defaultImage,
+        limits: config.limits,
+        maxLimits: config.maxLimits,
+        tenant,
+        sandboxes: sandboxes.countByState(tenant),
+        history: [],
+      });
     this.deps.sendJson(res, 200, {
       provider: config.provider,
       defaultImage: config.defaultImage,

@@ -1,3 +1,5 @@
+import { listedTenant } from '../tenancy/reach.js';
+import { checkReach } from '../tenancy/reach.js';
 import { ownerOf, type Owner } from '../tenancy/owner.js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { CodedError, type CreateSandboxRequest, type SandboxInfo } from '@warren/protocol';
@@ -156,8 +158,8 @@ export async function serveControlPlane(
   if (!caller) throw new E2bHttpError(401, 'Missing or invalid API key: set E2B_API_KEY to a Warren API key (it travels as X-API-Key).');
   if (caller.kind !== 'operator')
     throw new E2bHttpError(401, 'The control plane takes the API key only; a sandbox access token reaches that sandbox envd routes.');
-  // A sandbox that does not exist is a 404 whatever the method (throws SANDBOX_NOT_FOUND).
-  if (id) deps.sandboxes.record(id);
+  // A sandbox that does not exist is a 404 whatever the method (throws SANDBOX_NOT_FOUND), and so is another tenant's.
+  if (id) checkReach(deps.credentials.keys, caller, deps.sandboxes.record(id));
   const refusal = routeRefusal({ caller, grant: () => grantFor(deps.sandboxes.record(id), caller) }, route.access, `${method} ${path}`);
   if (refusal) throw new E2bHttpError(403, refusal.message);
   await route.handle({ deps, req, res, query, id, ref, caller, owner: ownerOf(caller), volumeContent });
@@ -237,7 +239,7 @@ async function create({ deps, req, res, owner }: PlaneContext): Promise<void> {
     };
   }
   const created = await (
-    deps.snapshots ? deps.snapshots.createSandbox(request, owner, relay ? { relay } : {}) : deps.sandboxes.create(request, relay ? { relay } : {})
+    deps.snapshots ? deps.snapshots.createSandbox(request, owner, relay ? { relay } : {}) : deps.sandboxes.create(request, relay ? { relay, owner } : { owner })
   ).catch((err: unknown) => {
     throw egress?.mode === 'open' ? openRefused(err) : err;
   });
@@ -295,11 +297,13 @@ async function updateNetwork({ deps, req, res, id }: PlaneContext): Promise<void
   res.writeHead(204).end();
 }
 
-async function list({ deps, res, query }: PlaneContext, paged: boolean): Promise<void> {
+async function list({ deps, res, query, caller }: PlaneContext, paged: boolean): Promise<void> {
   const states = (query.get('state') ?? 'running,paused').split(',').filter(Boolean);
   const metadata = metadataFilter(query.get('metadata'));
   // A volume's content helper (docs/e2b.md#volumes) is the gateway's own, not the program's.
-  let all = (await deps.sandboxes.find({ labels: metadata })).filter((s) => states.includes(s.state) && !Object.hasOwn(s.labels, HELPER_LABEL));
+  let all = (await deps.sandboxes.find({ labels: metadata, tenant: listedTenant(caller) })).filter(
+    (s) => states.includes(s.state) && !Object.hasOwn(s.labels, HELPER_LABEL),
+  );
   all = all.sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.id.localeCompare(b.id));
   if (!paged)
     return json(

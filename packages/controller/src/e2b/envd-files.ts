@@ -1,3 +1,4 @@
+import { seesTenant } from '../tenancy/reach.js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { posix } from 'node:path';
 import { gunzipSync } from 'node:zlib';
@@ -28,9 +29,11 @@ export async function serveHealth(deps: HttpServerDeps, req: IncomingMessage, re
   if (id === undefined) throw new CodedError('INVALID_PARAMS', 'Which sandbox? Send the E2b-Sandbox-Id header (the e2b SDK does when E2B_SANDBOX_URL is set).');
   const token = header(req, 'x-access-token');
   // Checked against the id alone (tokens are derived from it), before anything is looked up.
-  if (token === undefined || callerFor(deps.credentials, token, id) === undefined)
-    throw new CodedError('UNAUTHORIZED', "Missing or invalid access token: send this sandbox's envdAccessToken as X-Access-Token.");
-  const state = deps.sandboxes.has(id) ? deps.sandboxes.record(id).state : 'gone';
+  const caller = token === undefined ? undefined : callerFor(deps.credentials, token, id);
+  if (caller === undefined) throw new CodedError('UNAUTHORIZED', "Missing or invalid access token: send this sandbox's envdAccessToken as X-Access-Token.");
+  // Another tenant's sandbox is 'gone' to this caller, exactly as one that does not exist.
+  const record = deps.sandboxes.has(id) ? deps.sandboxes.record(id) : undefined;
+  const state = record && seesTenant(caller, record.tenant) ? record.state : 'gone';
   if (state === 'running') return void res.writeHead(204).end();
   json(res, 502, { code: 502, message: `Sandbox '${id}' is ${state}.` });
 }

@@ -1,3 +1,4 @@
+import { checkReach } from '../tenancy/reach.js';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { posix } from 'node:path';
 import { CodedError, type ConnectionGrant } from '@warren/protocol';
@@ -41,6 +42,7 @@ export function envdScope(deps: HttpServerDeps, header: HeaderReader, user?: str
   if (caller === undefined) throw new CodedError('UNAUTHORIZED', "Missing or invalid access token: send this sandbox's envdAccessToken as X-Access-Token.");
   checkUser(user ?? basicUser(header('authorization')));
   const record = deps.sandboxes.record(sandboxId);
+  checkReach(deps.credentials.keys, caller, record);
   return { deps, sandboxId, caller, home: homeOf(deps.config.e2bTemplates, record.labels) };
 }
 
@@ -85,6 +87,7 @@ export function signedFileScope(deps: HttpServerDeps, header: HeaderReader, quer
   checkUser(user || undefined);
   // Looked up only once the signature holds: to anyone else an id that exists and one that does not answer alike.
   const record = deps.sandboxes.record(sandboxId);
+  checkReach(deps.credentials.keys, { kind: 'sandbox', sandboxId }, record);
   return { deps, sandboxId, caller: { kind: 'sandbox', sandboxId }, home: homeOf(deps.config.e2bTemplates, record.labels) };
 }
 

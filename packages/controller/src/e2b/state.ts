@@ -1,4 +1,4 @@
-import { ownerOf, type Owner } from '../tenancy/owner.js';
+import type { Owner } from '../tenancy/owner.js';
 import type { ServerResponse } from 'node:http';
 import type { CreateSandboxResponse } from '@warren/protocol';
 import { z } from 'zod';

@@ -42,6 +42,7 @@ export function recordOf(pod: V1Pod): StoredRecord | undefined {
   if (typeof d.ttlSeconds === 'number') record.ttlSeconds = d.ttlSeconds;
   if (typeof d.tenant === 'string' && TenantName.safeParse(d.tenant).success) record.tenant = d.tenant;
   if (typeof d.creatorKeyId === 'string' && /^[0-9a-f]{16}$/.test(d.creatorKeyId)) record.creatorKeyId = d.creatorKeyId;
+  if (Array.isArray(d.creatorScopes)) record.creatorScopes = d.creatorScopes.filter((s): s is string => typeof s === 'string');
   if (Array.isArray(d.publicPorts)) record.publicPorts = d.publicPorts.filter((p): p is number => typeof p === 'number');
   return record;
 }

@@ -1,3 +1,4 @@
+import { checkReach } from '../tenancy/reach.js';
 import { request, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { CodedError } from '@warren/protocol';
@@ -211,6 +212,7 @@ export class PortProxy {
     const record = this.deps.sandboxes.record(id);
     const query = new URLSearchParams(search);
     const { caller, setCookie } = this.authenticate(req, record, port, query, cookiePath ?? `/v1/sandboxes/${id}/ports/${port}/`);
+    checkReach(this.deps.credentials.keys, caller, record);
     const grant = grantFor(record, caller);
     const refusal = routeRefusal({ caller, grant: () => grant }, 'exec', `port ${port}`);
     if (refusal) throw refusal;

@@ -46,6 +46,7 @@ export const IMAGE_ROUTES: readonly Route[] = [
       'The answer is NDJSON: progress lines, then one done or error line.',
     tag: 'images',
     access: 'operator',
+    scope: 'images',
     body: { schema: PullImageRequest, what: 'pull request', hint: 'Send { "image": "<reference>" }.' },
     responses: { 200: { description: 'One ImageEvent per line: progress, then done or error.', contentType: 'application/x-ndjson', schema: ImageEvent } },
     handle: async ({ deps, res, body }) => {
@@ -68,6 +69,7 @@ export const IMAGE_ROUTES: readonly Route[] = [
       'The answer is NDJSON: the build output, then one done or error line.',
     tag: 'images',
     access: 'operator',
+    scope: 'images',
     rawBody: {
       contentType: 'application/x-tar',
       description: 'The build context: a tar archive of regular files, folders and relative links that stay inside it.',

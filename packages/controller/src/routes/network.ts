@@ -1,3 +1,4 @@
+import { requireScope } from '../tenancy/scopes.js';
 import { EgressLogResponse, NetworkPolicyResponse, UpdateNetworkRequest } from '@warren/protocol';
 import { sendJson } from './io.js';
 import { defineRoute, PAGE_PARAMETERS, PageQuery, type Route } from './route.js';
@@ -31,7 +32,8 @@ export const NETWORK_ROUTES: readonly Route[] = [
       hint: 'Send { "egress": { "mode": "allow", "rules": [{ "host": "pypi.org" }] } } (or mode none / open).',
     },
     responses: { 200: { description: 'The new policy and its version.', schema: NetworkPolicyResponse } },
-    handle: async ({ deps, res, params, body }) => {
+    handle: async ({ deps, res, params, body, caller }) => {
+      if (body.egress.mode === 'open' && caller) requireScope(caller, 'egress:open', "Egress mode 'open'", deps.sandboxes.record(params.id));
       const updated = await deps.sandboxes.updateEgress(params.id, body.egress);
       deps.logger.info({ sandboxId: params.id, mode: updated.policy.mode, version: updated.version }, 'sandbox.egress-updated');
       sendJson(res, 200, { egress: updated.policy, version: updated.version });

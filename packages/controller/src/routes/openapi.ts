@@ -135,6 +135,7 @@ export function openApiDocument(routes: readonly Route[]): Record<string, unknow
       responses,
       security: route.access === 'public' ? [] : [{ bearer: [] }],
       'x-warren-access': route.access,
+      ...(route.scope ? { 'x-warren-scope': route.scope } : {}),
       ...(route.websocket ? { 'x-warren-websocket': true } : {}),
     };
   }
@@ -146,8 +147,10 @@ export function openApiDocument(routes: readonly Route[]): Record<string, unknow
       description:
         `The REST API of a Warren controller (sandbox lifecycle, tokens, audit, health), and the WebSocket route that carries ` +
         `protocol ${PROTOCOL_VERSION}.${PROTOCOL_MINOR} (its methods are described in docs/protocol.schema.json). ` +
-        '`x-warren-access` names the kind of access a route needs: `operator` is the API key only; `info`, `lifecycle`, `derive` ' +
-        "and `audit` are decided per sandbox by Warren's rule table (docs/security-authorization.md).",
+        '`x-warren-access` names the kind of access a route needs: `operator` is any API key (a member key sees its own tenant only), ' +
+        '`admin` an admin key; `info`, `lifecycle`, `derive` ' +
+        "and `audit` are decided per sandbox by Warren's rule table (docs/security-authorization.md). `x-warren-scope` names the " +
+        'scope a key needs besides (docs/tenancy.md).',
     },
     servers: [{ url: 'http://127.0.0.1:7420', description: 'The default address of `warren serve`.' }],
     tags: Object.entries(ROUTE_TAGS).map(([name, description]) => ({ name, description })),

@@ -24,6 +24,7 @@ export const PORT_ROUTES: readonly Route[] = [
     summary: "Open one of the sandbox's ports to anyone without a credential (public: true), or close it again.",
     tag: 'ports',
     access: 'lifecycle',
+    scope: 'ports:public',
     body: { schema: PublicPortRequest, what: 'public port request' },
     responses: { 200: { description: "The sandbox's public ports after the change.", schema: PublicPortsResponse } },
     handle: async ({ deps, res, params, body }) => sendJson(res, 200, { publicPorts: await deps.sandboxes.setPortPublic(params.id, body.port, body.public) }),

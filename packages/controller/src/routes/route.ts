@@ -1,3 +1,5 @@
+import { TenantName } from '../tenancy/principals.js';
+import type { Scope } from '../tenancy/principals.js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { CodedError, SnapshotName, VolumeName, issueText } from '@warren/protocol';
 import { z } from 'zod';
@@ -27,6 +29,7 @@ export const ROUTE_TAGS = {
   snapshots: "Snapshots of a sandbox's files, and forks from its current state.",
   volumes: 'Named volumes: storage that outlives sandboxes.',
   images: 'Images Warren pulls and builds.',
+  tenancy: "API keys, tenants' usage and limits, and token revocation.",
 } as const;
 
 /** The resource a route belongs to (its OpenAPI tag). */
@@ -45,16 +48,29 @@ export const PATH_PARAMETERS = {
     invalid: (value: string) => new CodedError('SANDBOX_NOT_FOUND', `No sandbox '${value.slice(0, 80)}'.`, { sandboxId: value.slice(0, 80) }),
   },
   snapshot: {
-    description: "The snapshot's id or name (one of the caller's API key).",
+    description: "The snapshot's id or name (one of the caller's tenant).",
     schema: SnapshotName,
     pattern: '[^/]+',
     invalid: badSnapshotRef,
   },
   volume: {
-    description: "The volume's name (one of the caller's API key).",
+    description: "The volume's name (one of the caller's tenant).",
     schema: VolumeName,
     pattern: '[^/]+',
     invalid: badVolumeName,
+  },
+  key: {
+    description: "An API key's id (16 hex digits; never its secret).",
+    schema: z.string().regex(/^[0-9a-f]{16}$/),
+    pattern: '[^/]+',
+    invalid: (value: string) => new CodedError('NOT_FOUND', `No key '${value.slice(0, 64)}'. List them with GET /v1/keys.`, { keyId: value.slice(0, 64) }),
+  },
+  tenant: {
+    description: "A tenant's name (lowercase letters, digits and -).",
+    schema: TenantName,
+    pattern: '[^/]+',
+    invalid: (value: string) =>
+      new CodedError('INVALID_PARAMS', `'${value.slice(0, 64)}' is not a tenant name: lowercase letters, digits and -, at most 63.`, { field: 'tenant' }),
   },
 } as const;
 
@@ -142,6 +158,8 @@ interface RouteInfo {
   websocket?: boolean;
   /** A hibernated sandbox the path names stays asleep for this route; any other route wakes it first. */
   staysAsleep?: boolean;
+  /** The scope a key needs for this route beyond its access (tenancy/principals.ts `SCOPES`). */
+  scope?: Scope;
 }
 
 /** A route as {@link defineRoute} takes it: its handler is typed by its path, query and body schemas. */

@@ -1,3 +1,4 @@
+import { listedTenant } from '../tenancy/reach.js';
 import { ownerOf } from '../tenancy/owner.js';
 import {
   CodedError,
@@ -66,10 +67,11 @@ export const SANDBOX_ROUTES: readonly Route[] = [
       parameters: { label: 'Only sandboxes with this label, as key=value.', state: 'Only sandboxes in this state.' },
     },
     responses: { 200: { description: 'The matching sandboxes.', schema: ListSandboxesResponse } },
-    handle: async ({ deps, res, query }) => {
+    handle: async ({ deps, res, query, caller }) => {
       // fromEntries makes own keys, `__proto__` included (an assignment would set the prototype and drop the filter).
       const labels = Object.fromEntries(query.label);
-      sendJson(res, 200, { sandboxes: await deps.sandboxes.find(query.state === undefined ? { labels } : { labels, state: query.state }) });
+      const tenant = listedTenant(caller);
+      sendJson(res, 200, { sandboxes: await deps.sandboxes.find(query.state === undefined ? { labels, tenant } : { labels, state: query.state, tenant }) });
     },
   }),
   defineRoute({

@@ -30,6 +30,7 @@ export const SNAPSHOT_ROUTES: readonly Route[] = [
       "Snapshot the sandbox's files (its container's changes and its workspace) for the calling API key; the sandbox is frozen for the capture and keeps running.",
     tag: 'snapshots',
     access: 'operator',
+    scope: 'snapshots',
     body: { schema: CreateSnapshotRequest, what: 'snapshot request', hint: 'Send { "name"?: "<letters, digits, . _ ->", "labels"?: { ... } }.' },
     responses: { 201: { description: 'The stored snapshot.', schema: SnapshotInfo } },
     handle: async ({ deps, res, params, body, caller }) => {
@@ -45,6 +46,7 @@ export const SNAPSHOT_ROUTES: readonly Route[] = [
     summary: "Make count independent sandboxes from the sandbox's current state (limits apply to each as to a create).",
     tag: 'snapshots',
     access: 'operator',
+    scope: 'snapshots',
     body: {
       schema: ForkSandboxRequest,
       what: 'fork request',
@@ -64,6 +66,7 @@ export const SNAPSHOT_ROUTES: readonly Route[] = [
     summary: "The calling API key's snapshots, newest first.",
     tag: 'snapshots',
     access: 'operator',
+    scope: 'snapshots',
     responses: { 200: { description: 'The snapshots.', schema: ListSnapshotsResponse } },
     handle: async ({ deps, res, caller }) => sendJson(res, 200, { snapshots: snapshotsOf(deps).list(ownerOf(caller)) }),
   }),
@@ -74,6 +77,7 @@ export const SNAPSHOT_ROUTES: readonly Route[] = [
     summary: "Delete the calling key's snapshots older than olderThanSeconds (with every given label), and images no snapshot names.",
     tag: 'snapshots',
     access: 'operator',
+    scope: 'snapshots',
     body: { schema: PruneSnapshotsRequest, what: 'prune request', hint: 'Send { "olderThanSeconds": <n>, "labels"?: {...} }.' },
     responses: { 200: { description: 'What was deleted.', schema: PruneSnapshotsResponse } },
     handle: async ({ deps, res, body, caller }) => sendJson(res, 200, await snapshotsOf(deps).prune(ownerOf(caller), body)),
@@ -85,6 +89,7 @@ export const SNAPSHOT_ROUTES: readonly Route[] = [
     summary: "Describe one of the calling key's snapshots (by id or name).",
     tag: 'snapshots',
     access: 'operator',
+    scope: 'snapshots',
     responses: { 200: { description: 'The snapshot.', schema: SnapshotInfo } },
     handle: async ({ deps, res, params, caller }) => sendJson(res, 200, snapshotsOf(deps).get(ownerOf(caller), params.snapshot)),
   }),
@@ -95,6 +100,7 @@ export const SNAPSHOT_ROUTES: readonly Route[] = [
     summary: "Delete one of the calling key's snapshots (sandboxes made from it keep their files).",
     tag: 'snapshots',
     access: 'operator',
+    scope: 'snapshots',
     responses: { 204: { description: 'Gone.' } },
     handle: async ({ deps, res, params, caller }) => {
       await snapshotsOf(deps).remove(ownerOf(caller), params.snapshot);

@@ -41,7 +41,7 @@ export const SYSTEM_ROUTES: readonly Route[] = [
     operationId: 'metrics',
     summary: "Prometheus metrics: Warren's own and the process's (CPU, memory, event loop, file descriptors).",
     tag: 'system',
-    access: 'operator',
+    access: 'admin',
     responses: { 200: { description: 'The Prometheus text exposition format.', contentType: 'text/plain; version=0.0.4' } },
     handle: async ({ deps, res }) => {
       const text = await deps.metrics.registry.metrics();

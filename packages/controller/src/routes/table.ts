@@ -10,6 +10,7 @@ import { defineRoute, matchRoute, type Route } from './route.js';
 import { SANDBOX_ROUTES } from './sandboxes.js';
 import { SNAPSHOT_ROUTES } from './snapshots.js';
 import { SYSTEM_ROUTES } from './system.js';
+import { TENANCY_ROUTES } from './tenancy.js';
 import { VOLUME_ROUTES } from './volumes.js';
 
 let document: Record<string, unknown> | undefined;
@@ -42,6 +43,7 @@ export const ROUTES: readonly Route[] = [
   ...SNAPSHOT_ROUTES,
   ...VOLUME_ROUTES,
   ...IMAGE_ROUTES,
+  ...TENANCY_ROUTES,
 ];
 
 /**

@@ -19,6 +19,7 @@ export const VOLUME_ROUTES: readonly Route[] = [
     summary: 'Create a named volume for the calling API key: storage that outlives sandboxes, with a size limit where the host gives quotas.',
     tag: 'volumes',
     access: 'operator',
+    scope: 'volumes',
     body: { schema: CreateVolumeRequest, what: 'volume request', hint: 'Send { "name": "<letters, digits, . _ ->", "sizeMb"?: <n> }.' },
     responses: { 201: { description: 'The volume.', schema: VolumeInfo } },
     handle: async ({ deps, res, body, caller }) => sendJson(res, 201, await volumesOf(deps).create(ownerOf(caller), body)),
@@ -30,6 +31,7 @@ export const VOLUME_ROUTES: readonly Route[] = [
     summary: "The calling API key's volumes.",
     tag: 'volumes',
     access: 'operator',
+    scope: 'volumes',
     responses: { 200: { description: 'The volumes.', schema: ListVolumesResponse } },
     handle: async ({ deps, res, caller }) => sendJson(res, 200, { volumes: await volumesOf(deps).list(ownerOf(caller)) }),
   }),
@@ -40,6 +42,7 @@ export const VOLUME_ROUTES: readonly Route[] = [
     summary: "Describe one of the calling key's volumes.",
     tag: 'volumes',
     access: 'operator',
+    scope: 'volumes',
     responses: { 200: { description: 'The volume.', schema: VolumeInfo } },
     handle: async ({ deps, res, params, caller }) => sendJson(res, 200, await volumesOf(deps).get(ownerOf(caller), params.volume)),
   }),
@@ -50,6 +53,7 @@ export const VOLUME_ROUTES: readonly Route[] = [
     summary: "Delete one of the calling key's volumes and its data (refused while a sandbox mounts it).",
     tag: 'volumes',
     access: 'operator',
+    scope: 'volumes',
     responses: { 204: { description: 'Gone.' } },
     handle: async ({ deps, res, params, caller }) => {
       await volumesOf(deps).remove(ownerOf(caller), params.volume);

@@ -1,3 +1,5 @@
+import { resolveLimits, TenantGate, type SandboxUsage } from '../tenancy/limits.js';
+import { checkCreateScopes } from '../tenancy/scopes.js';
 import { realpath, stat } from 'node:fs/promises';
 import { customAlphabet } from 'nanoid';
 import { CodedError, type CreateSandboxResponse, type SandboxSettings } from '@warren/protocol';
@@ -56,12 +58,18 @@ export class SandboxLauncher {
   private runtimeNames: string[] = ['runc'];
   private networklessRuntimes: string[] = [];
   private noDiskQuota: string | undefined;
+  /** Each tenant's limits on sandboxes (tenancy/limits.ts). */
+  readonly tenants: TenantGate;
 
   constructor(
     private readonly parts: SandboxParts,
     private readonly peers: { lookup: SandboxLookup; images: ImageService; freezer: IdleFreezer; pool: () => PoolSource | undefined },
   ) {
     const { maxQueuedCreates, createQueueTimeoutMs, maxConcurrentCreates } = parts.config;
+    this.tenants = new TenantGate(
+      (tenant) => resolveLimits(parts.config.tenants, tenant, parts.credentials.keys.limitsOf(tenant)),
+      () => parts.clock.now(),
+    );
     this.createSlots = new Slots(maxConcurrentCreates);
     this.createQueueLimits = {
       maxWaiting: maxQueuedCreates,
@@ -110,9 +118,38 @@ export class SandboxLauncher {
    * creates of the same image share it.
    */
   async create(body: unknown, extras: CreateExtras = {}): Promise<CreateSandboxResponse> {
-    const { config, sharedState, table, egress, provider, metrics } = this.parts;
     const started = performance.now();
     const plan = this.planCreate(body, extras);
+    checkCreateScopes(plan);
+    // Checked and reserved before the first await, so concurrent creates never end over the tenant's limits.
+    const tenant = tenantOf(plan.owner);
+    const { cpus, memoryMb, diskMb } = plan.settings;
+    const release = this.tenants.reserve(tenant, { cpus, memoryMb, diskMb: diskMb ?? 0 }, this.usageOf(tenant));
+    try {
+      return await this.createPlanned(plan, started);
+    } finally {
+      release();
+    }
+  }
+
+  /**
+   * What a tenant's live sandboxes (running, paused, hibernated) hold together: the count, and the
+   * CPUs, memory and disk of their settings.
+   */
+  usageOf(tenant: string): SandboxUsage {
+    const usage: SandboxUsage = { sandboxes: 0, cpus: 0, memoryMb: 0, diskMb: 0 };
+    for (const record of this.parts.table.list()) {
+      if (record.tenant !== tenant || record.state === 'exited') continue;
+      usage.sandboxes++;
+      usage.cpus += record.settings.cpus;
+      usage.memoryMb += record.settings.memoryMb;
+      usage.diskMb += record.settings.diskMb ?? 0;
+    }
+    return usage;
+  }
+
+  private async createPlanned(plan: SandboxPlan, started: number): Promise<CreateSandboxResponse> {
+    const { config, sharedState, table, egress, provider, metrics } = this.parts;
     await this.checkMountsOnHost(plan);
     // With state shared by several replicas the limit is the cluster's: every replica's sandboxes count.
     // (Checked again exactly once the pod exists: see startContainer.)
@@ -231,6 +268,7 @@ export class SandboxLauncher {
       pooled: true,
       tenant: tenantOf(plan.owner),
       creatorKeyId: plan.owner?.keyId,
+      creatorScopes: plan.owner?.scopes,
     };
     if (plan.policy !== undefined) record.policy = plan.policy;
     return record;
@@ -255,6 +293,7 @@ export class SandboxLauncher {
       pooled: false,
       tenant: tenantOf(plan.owner),
       creatorKeyId: plan.owner?.keyId,
+      creatorScopes: plan.owner?.scopes,
     };
     if (plan.policy !== undefined) record.policy = plan.policy;
     this.parts.table.set(record);
@@ -294,7 +333,7 @@ export class SandboxLauncher {
           policy: plan.policy,
           labels: plan.labels,
           pool,
-          ...(pool ? {} : { tenant: tenantOf(plan.owner), creatorKeyId: plan.owner?.keyId }),
+          ...(pool ? {} : { tenant: tenantOf(plan.owner), creatorKeyId: plan.owner?.keyId, creatorScopes: plan.owner?.scopes }),
         }),
         settings: plan.settings,
         daemonSecret: credentials.agentSecret(agentId),

@@ -1,3 +1,4 @@
+import { parseScopes } from '../tenancy/principals.js';
 import { CodedError, type SandboxInfo } from '@warren/protocol';
 import { LABELS } from '../labels.js';
 import type { DaemonEndpoint, ProvidedSandbox } from '../provider.js';
@@ -185,6 +186,7 @@ function applyClaim(record: SandboxRecord, claim: StoredRecord, labels: Record<s
   if (claim.policy !== undefined) record.policy = claim.policy;
   if (claim.tenant !== undefined) record.tenant = claim.tenant;
   if (claim.creatorKeyId !== undefined) record.creatorKeyId = claim.creatorKeyId;
+  if (claim.creatorScopes !== undefined) record.creatorScopes = parseScopes(claim.creatorScopes.join(','));
   if (claim.ttlSeconds !== undefined) record.settings = { ...record.settings, ttlSeconds: claim.ttlSeconds };
   if (labels) record.pooled = labels[LABELS.pool] === '1';
   if (Array.isArray(claim.publicPorts)) record.publicPorts = claim.publicPorts.filter((p) => Number.isInteger(p) && p >= 1 && p <= 65535);
@@ -205,6 +207,7 @@ export function storedRecord(record: SandboxRecord): StoredRecord {
     if (record.policy !== undefined) data.policy = record.policy;
     data.tenant = record.tenant;
     if (record.creatorKeyId !== undefined) data.creatorKeyId = record.creatorKeyId;
+    if (record.creatorScopes !== undefined) data.creatorScopes = record.creatorScopes;
   }
   if (record.publicPorts?.length) data.publicPorts = record.publicPorts;
   if (record.hibernated) data.hibernated = true;

@@ -1,3 +1,4 @@
+import { TenantLimits } from './limits.js';
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -26,6 +27,11 @@ export const SCOPES = {
 
 export type Scope = keyof typeof SCOPES;
 export const SCOPE_NAMES = Object.keys(SCOPES) as Scope[];
+
+/** Scopes from a comma-separated label; unknown names are dropped (so a tampered label only narrows). */
+export function parseScopes(text: string): Scope[] {
+  return text.split(',').filter((s): s is Scope => Object.hasOwn(SCOPES, s));
+}
 
 /** The scopes of a member key that names none. */
 export const DEFAULT_MEMBER_SCOPES: readonly Scope[] = SCOPE_NAMES.filter((s) => s !== 'network:bridge');
@@ -72,7 +78,10 @@ export const CreateKeyRequest = z
     tenant: TenantName,
     role: z.enum(['admin', 'member']).default('member'),
     name: z.string().max(128).optional(),
-    scopes: z.array(z.enum(SCOPE_NAMES as [Scope, ...Scope[]])).max(SCOPE_NAMES.length).optional(),
+    scopes: z
+      .array(z.enum(SCOPE_NAMES as [Scope, ...Scope[]]))
+      .max(SCOPE_NAMES.length)
+      .optional(),
     /** Seconds from now until the key is refused; absent: never. */
     expiresInSeconds: z
       .number()
@@ -100,8 +109,8 @@ interface StoredKey {
 /** The file `/v1/keys` keeps its keys in, in the state folder (mode 0600). */
 export const KEYS_FILE = 'keys.json';
 
-/** Why a key does not authenticate, for the listeners that end what it opened. */
-export type KeyEnd = 'revoked' | 'rotated';
+/** Why a credential stopped working, for the listeners that end what it opened: a key revoked or rotated, or one derived token revoked. */
+export type KeyEnd = 'revoked' | 'rotated' | 'token-revoked';
 
 /**
  * Every API key the controller accepts and who each one is. Keys from the environment and the
@@ -117,6 +126,8 @@ export class KeyStore {
   private readonly byDigest = new Map<string, string>();
   /** Derived tokens revoked one by one, by token id, with when they would have expired anyway. */
   private readonly revokedTokens = new Map<string, number>();
+  /** Limits an admin set per tenant (`POST /v1/tenants/{tenant}/limits`), over the configured ones. */
+  private readonly tenantLimits = new Map<string, TenantLimits>();
   private readonly listeners = new Set<(keyId: string, why: KeyEnd) => void>();
   private writing: Promise<void> = Promise.resolve();
 
@@ -135,7 +146,11 @@ export class KeyStore {
     if (store.file) {
       const text = await readFile(store.file, 'utf8').catch(() => undefined);
       if (text !== undefined) {
-        const parsed = JSON.parse(text) as { keys?: StoredKey[]; revokedTokens?: Record<string, number> };
+        const parsed = JSON.parse(text) as { keys?: StoredKey[]; revokedTokens?: Record<string, number>; tenantLimits?: Record<string, unknown> };
+        for (const [tenant, limits] of Object.entries(parsed.tenantLimits ?? {})) {
+          const valid = TenantLimits.safeParse(limits);
+          if (valid.success) store.tenantLimits.set(tenant, valid.data);
+        }
         for (const key of parsed.keys ?? []) store.remember(key);
         for (const [id, until] of Object.entries(parsed.revokedTokens ?? {})) store.revokedTokens.set(id, until);
       }
@@ -204,6 +219,7 @@ export class KeyStore {
     const now = this.now();
     for (const [id, end] of this.revokedTokens) if (end <= now) this.revokedTokens.delete(id);
     await this.persist();
+    this.notify(tokenId, 'token-revoked');
   }
 
   /** The tenant of a key id, valid or not (what its objects of before belong to), or undefined for an unknown id. */
@@ -216,9 +232,13 @@ export class KeyStore {
     const parsed = CreateKeyRequest.safeParse(request ?? {});
     if (!parsed.success) {
       const issue = parsed.error.issues[0]!;
-      throw new CodedError('INVALID_PARAMS', `Invalid key: ${issue.path.join('.') || 'body'}: ${issue.message}. Fields: tenant, role, name, scopes, expiresInSeconds.`, {
-        field: issue.path.join('.'),
-      });
+      throw new CodedError(
+        'INVALID_PARAMS',
+        `Invalid key: ${issue.path.join('.') || 'body'}: ${issue.message}. Fields: tenant, role, name, scopes, expiresInSeconds.`,
+        {
+          field: issue.path.join('.'),
+        },
+      );
     }
     const { tenant, role, name, scopes, expiresInSeconds } = parsed.data;
     const secret = newSecret();
@@ -285,7 +305,18 @@ export class KeyStore {
     return this.list().find((k) => k.id === keyId);
   }
 
-  /** Calls `listener` when a key is revoked or rotated; returns what stops it. */
+  /** The limits an admin set for a tenant, if any. */
+  limitsOf(tenant: string): TenantLimits | undefined {
+    return this.tenantLimits.get(tenant);
+  }
+
+  /** Sets (replaces) the limits of a tenant an admin chose; kept with the keys. */
+  async setLimits(tenant: string, limits: TenantLimits): Promise<void> {
+    this.tenantLimits.set(tenant, limits);
+    await this.persist();
+  }
+
+  /** Calls `listener` with the key's id when a key is revoked or rotated, and with the token's id when a derived token is; returns what stops it. */
   onEnd(listener: (keyId: string, why: KeyEnd) => void): () => void {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
@@ -311,7 +342,12 @@ export class KeyStore {
   private persist(): Promise<void> {
     const file = this.file;
     if (file === undefined) return Promise.resolve();
-    const text = `${JSON.stringify({ keys: [...this.stored.values()], revokedTokens: Object.fromEntries(this.revokedTokens) }, null, 2)}\n`;
+    const data = {
+      keys: [...this.stored.values()],
+      revokedTokens: Object.fromEntries(this.revokedTokens),
+      tenantLimits: Object.fromEntries(this.tenantLimits),
+    };
+    const text = `${JSON.stringify(data, null, 2)}\n`;
     this.writing = this.writing.then(async () => {
       await mkdir(path.dirname(file), { recursive: true, mode: 0o700 });
       const temp = `${file}.${randomBytes(4).toString('hex')}.tmp`;

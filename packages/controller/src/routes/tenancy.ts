@@ -1,0 +1,163 @@
+import { CodedError } from '@warren/protocol';
+import { z } from 'zod';
+import type { Caller } from '../grants.js';
+import { TenantLimits } from '../tenancy/limits.js';
+import { CreateKeyRequest, SCOPE_NAMES, TenantName } from '../tenancy/principals.js';
+import { listedTenant } from '../tenancy/reach.js';
+import { tenantReport } from '../tenancy/report.js';
+import { sendJson } from './io.js';
+import { defineRoute, type Route } from './route.js';
+
+const KeyInfoSchema = z.object({
+  id: z.string(),
+  name: z.string().optional(),
+  tenant: z.string(),
+  role: z.enum(['admin', 'member']),
+  scopes: z.array(z.enum(SCOPE_NAMES as [string, ...string[]])),
+  createdAt: z.string(),
+  expiresAt: z.string().optional(),
+  revokedAt: z.string().optional(),
+  configured: z.literal(true).optional(),
+});
+const NewKeySchema = KeyInfoSchema.extend({ key: z.string().describe('The secret: shown in this answer only, never again.') });
+const TenantQuery = z.object({ tenant: TenantName.optional() });
+const TenantUsageSchema = z.object({
+  tenant: z.string(),
+  usage: z.object({
+    sandboxes: z.number(),
+    cpus: z.number(),
+    memoryMb: z.number(),
+    diskMb: z.number(),
+    snapshots: z.number(),
+    snapshotMb: z.number(),
+    volumes: z.number(),
+    createsLastMinute: z.number(),
+  }),
+  limits: TenantLimits,
+});
+const RevokeTokenRequest = z.strictObject({ token: z.string().min(1).max(8192) });
+
+/** The tenant a caller asks about: its own; an admin may name another with `?tenant=`. */
+function tenantAsked(caller: Caller | undefined, asked: string | undefined): string {
+  if (caller?.kind !== 'operator') throw new CodedError('FORBIDDEN', 'Only an API key belongs to a tenant.');
+  if (asked !== undefined && asked !== caller.tenant && listedTenant(caller) !== undefined)
+    throw new CodedError('FORBIDDEN', "A member key sees its own tenant only; leave out '?tenant=' or use an admin key.", { field: 'tenant' });
+  return asked ?? caller.tenant;
+}
+
+/** API keys, tenants' usage and limits, and token revocation (docs/tenancy.md). */
+export const TENANCY_ROUTES: readonly Route[] = [
+  defineRoute({
+    method: 'GET',
+    path: '/v1/keys',
+    operationId: 'listKeys',
+    summary: 'Every API key (of one tenant with ?tenant=), never a secret. Admin keys only.',
+    tag: 'tenancy',
+    access: 'admin',
+    query: { schema: TenantQuery, parameters: { tenant: 'Only the keys of this tenant.' } },
+    responses: { 200: { description: 'The keys.', schema: z.object({ keys: z.array(KeyInfoSchema) }) } },
+    handle: async ({ deps, res, query }) => sendJson(res, 200, { keys: deps.credentials.keys.list(query.tenant) }),
+  }),
+  defineRoute({
+    method: 'POST',
+    path: '/v1/keys',
+    operationId: 'createKey',
+    summary: 'Make an API key for a tenant (admin or member, optional scopes and expiry). The secret is in this answer only.',
+    tag: 'tenancy',
+    access: 'admin',
+    body: { schema: CreateKeyRequest, what: 'key request', hint: 'Send { "tenant": "acme", "role": "member", "scopes"?: [...], "expiresInSeconds"?: n }.' },
+    responses: { 201: { description: 'The key, with its secret.', schema: NewKeySchema } },
+    handle: async ({ deps, res, body, caller }) => {
+      const { key, info } = await deps.credentials.keys.create(body);
+      deps.logger.info({ keyId: info.id, tenant: info.tenant, role: info.role, by: caller?.kind === 'operator' ? caller.keyId : undefined }, 'key.created');
+      sendJson(res, 201, { ...info, key });
+    },
+  }),
+  defineRoute({
+    method: 'GET',
+    path: '/v1/keys/{key}',
+    operationId: 'getKey',
+    summary: 'Describe one API key. Admin keys only.',
+    tag: 'tenancy',
+    access: 'admin',
+    responses: { 200: { description: 'The key.', schema: KeyInfoSchema } },
+    handle: async ({ deps, res, params }) => {
+      const info = deps.credentials.keys.info(params.key);
+      if (!info) throw new CodedError('NOT_FOUND', `No key '${params.key}'. List them with GET /v1/keys.`, { keyId: params.key });
+      sendJson(res, 200, info);
+    },
+  }),
+  defineRoute({
+    method: 'POST',
+    path: '/v1/keys/{key}/rotate',
+    operationId: 'rotateKey',
+    summary: 'A new secret for a key: the old one stops working at once, and what it opened is closed. Admin keys only.',
+    tag: 'tenancy',
+    access: 'admin',
+    responses: { 200: { description: 'The key, with its new secret.', schema: NewKeySchema } },
+    handle: async ({ deps, res, params }) => {
+      const { key, info } = await deps.credentials.keys.rotate(params.key);
+      deps.logger.info({ keyId: info.id, tenant: info.tenant }, 'key.rotated');
+      sendJson(res, 200, { ...info, key });
+    },
+  }),
+  defineRoute({
+    method: 'DELETE',
+    path: '/v1/keys/{key}',
+    operationId: 'revokeKey',
+    summary: 'Revoke a key: refused from the next request on; its tokens, console sessions and WebSockets end. Admin keys only.',
+    tag: 'tenancy',
+    access: 'admin',
+    responses: { 200: { description: 'The key, revoked.', schema: KeyInfoSchema } },
+    handle: async ({ deps, res, params }) => {
+      const info = await deps.credentials.keys.revoke(params.key);
+      deps.logger.info({ keyId: info.id, tenant: info.tenant }, 'key.revoked');
+      sendJson(res, 200, info);
+    },
+  }),
+  defineRoute({
+    method: 'GET',
+    path: '/v1/tenant',
+    operationId: 'getTenant',
+    summary: "The caller's tenant (an admin may name another with ?tenant=): what it uses against its limits.",
+    tag: 'tenancy',
+    access: 'operator',
+    query: { schema: TenantQuery, parameters: { tenant: 'Another tenant (admin keys only).' } },
+    responses: { 200: { description: 'Usage and limits.', schema: TenantUsageSchema } },
+    handle: async ({ deps, res, query, caller }) => {
+      const tenant = tenantAsked(caller, query.tenant);
+      sendJson(res, 200, tenantReport(deps, tenant));
+    },
+  }),
+  defineRoute({
+    method: 'POST',
+    path: '/v1/tenants/{tenant}/limits',
+    operationId: 'setTenantLimits',
+    summary: "Set a tenant's limits (replacing what an admin set before; the configuration's apply beneath). Admin keys only.",
+    tag: 'tenancy',
+    access: 'admin',
+    body: { schema: TenantLimits, what: 'limits', hint: 'Send { "maxSandboxes"?: n, "maxCpus"?: n, "maxMemoryMb"?: n, "createsPerMinute"?: n, ... }.' },
+    responses: { 200: { description: 'Usage and the limits now.', schema: TenantUsageSchema } },
+    handle: async ({ deps, res, params, body }) => {
+      await deps.credentials.keys.setLimits(params.tenant, body);
+      sendJson(res, 200, tenantReport(deps, params.tenant));
+    },
+  }),
+  defineRoute({
+    method: 'POST',
+    path: '/v1/sandboxes/{id}/tokens/revoke',
+    operationId: 'revokeToken',
+    summary: 'Revoke one derived token of this sandbox: refused from the next request on, and its WebSockets end.',
+    tag: 'access',
+    access: 'lifecycle',
+    body: { schema: RevokeTokenRequest, what: 'revoke request', hint: 'Send { "token": "wsd_..." }.' },
+    responses: { 204: { description: 'Revoked.' } },
+    handle: async ({ deps, res, params, body }) => {
+      const token = deps.credentials.readDerivedToken(body.token);
+      if (!token || token.sandboxId !== params.id || token.tokenId === undefined)
+        throw new CodedError('INVALID_PARAMS', 'That is not a derived token of this sandbox (POST /v1/sandboxes/<id>/derive makes them).', { field: 'token' });
+      await deps.credentials.keys.revokeToken(token.tokenId, token.expiresAt);
+      res.writeHead(204).end();
+    },
+  }),
+];

@@ -1,0 +1,36 @@
+import type { HttpServerDeps } from '../server-context.js';
+import { resolveLimits, type TenantLimits } from './limits.js';
+
+/** What `GET /v1/tenant` answers: a tenant's usage against its limits. */
+export interface TenantReport {
+  tenant: string;
+  usage: {
+    sandboxes: number;
+    cpus: number;
+    memoryMb: number;
+    diskMb: number;
+    snapshots: number;
+    snapshotMb: number;
+    volumes: number;
+    createsLastMinute: number;
+  };
+  limits: TenantLimits;
+}
+
+/** A tenant's live sandboxes, snapshots and volumes, and its creates in the last minute, beside its limits. */
+export function tenantReport(deps: HttpServerDeps, tenant: string): TenantReport {
+  const { launcher } = deps.sandboxes;
+  const sandboxes = launcher.usageOf(tenant);
+  const snapshots = deps.snapshots?.store.list(tenant) ?? [];
+  return {
+    tenant,
+    usage: {
+      ...sandboxes,
+      snapshots: snapshots.length,
+      snapshotMb: Math.ceil(snapshots.reduce((sum, s) => sum + s.sizeBytes, 0) / (1024 * 1024)),
+      volumes: deps.volumes?.count(tenant) ?? 0,
+      createsLastMinute: launcher.tenants.createsLastMinute(tenant),
+    },
+    limits: resolveLimits(deps.config.tenants, tenant, deps.credentials.keys.limitsOf(tenant)),
+  };
+}

@@ -1,0 +1,182 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { METHODS } from '@warren/protocol';
+import { Sandbox } from '@warren/sdk';
+import WebSocket from 'ws';
+import { ROUTES } from '../../../packages/controller/src/routes/table.js';
+import { startLocalController, type LocalController } from '../../support/local-controller.js';
+
+/** An id of the same shape as a sandbox's that names none. */
+const NOWHERE = 'zzzzzzzzzzzzzzzzzzzzzz';
+
+/**
+ * A key is a boundary: tenant B's key (and B's tokens) against tenant A's objects, on every door
+ * the controller has. Each answer must be exactly the answer for an id that does not exist, so a
+ * door added later without the ownership check fails here: REST routes come from the route table
+ * itself, WebSocket methods from the protocol registry.
+ */
+describe('tenants: every door answers another tenant exactly as nothing', () => {
+  let warren: LocalController;
+  let keyA: string;
+  let keyB: string;
+  let sandboxA: Sandbox;
+
+  const call = async (method: string, route: string, headers: Record<string, string>, body?: unknown) => {
+    const res = await fetch(`${warren.url}${route}`, {
+      method,
+      headers: { ...headers, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+    const text = await res.text();
+    return { status: res.status, body: text };
+  };
+  const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
+  const makeKey = async (body: Record<string, unknown>, admin = warren.apiKey) => {
+    const made = await call('POST', '/v1/keys', bearer(admin), body);
+    expect(made.status).toBe(201);
+    return JSON.parse(made.body) as { key: string; id: string; tenant: string };
+  };
+  /** An answer with the sandbox id it names replaced, so A's and a missing one compare as wholes. */
+  const same = (answer: { status: number; body: string }, id: string) => ({ status: answer.status, body: answer.body.replaceAll(id, '<id>') });
+
+  beforeAll(async () => {
+    warren = await startLocalController();
+    keyA = (await makeKey({ tenant: 'acme', role: 'member' })).key;
+    keyB = (await makeKey({ tenant: 'bravo', role: 'member' })).key;
+    sandboxA = await Sandbox.create({ baseUrl: warren.url, apiKey: keyA, policy: { root: warren.root, readOnly: false } });
+  }, 60_000);
+  afterAll(async () => {
+    sandboxA?.close();
+    await warren?.[Symbol.asyncDispose]();
+  });
+
+  it("every REST route that names a sandbox answers B's key on A's sandbox as on one that does not exist", async () => {
+    const routes = ROUTES.filter((r) => r.path.includes('{id}'));
+    expect(routes.length).toBeGreaterThan(15);
+    for (const route of routes) {
+      const path = (id: string) => route.path.replace('{id}', id).replace('{port}', '8080');
+      const body = route.method === 'GET' || route.method === 'DELETE' ? undefined : {};
+      const onA = same(await call(route.method, path(sandboxA.id), bearer(keyB), body), sandboxA.id);
+      const onNothing = same(await call(route.method, path(NOWHERE), bearer(keyB), body), NOWHERE);
+      expect({ route: `${route.method} ${route.path}`, ...onA }).toEqual({ route: `${route.method} ${route.path}`, ...onNothing });
+      expect(onA.status).toBe(404);
+    }
+    // A's own key still reaches it, so the 404s above are the boundary, not a broken route.
+    expect((await call('GET', `/v1/sandboxes/${sandboxA.id}`, bearer(keyA))).status).toBe(200);
+  });
+
+  it("B's list and the E2B gateway's list hold none of A's sandboxes; an admin's list does", async () => {
+    const list = JSON.parse((await call('GET', '/v1/sandboxes', bearer(keyB))).body) as { sandboxes: { id: string }[] };
+    expect(list.sandboxes.map((s) => s.id)).not.toContain(sandboxA.id);
+    const e2b = JSON.parse((await call('GET', '/e2b/v2/sandboxes', { 'x-api-key': keyB })).body) as { sandboxID: string }[];
+    expect(e2b.map((s) => s.sandboxID)).not.toContain(sandboxA.id);
+    const admin = JSON.parse((await call('GET', '/v1/sandboxes', bearer(warren.apiKey))).body) as { sandboxes: { id: string }[] };
+    expect(admin.sandboxes.map((s) => s.id)).toContain(sandboxA.id);
+  });
+
+  it('the WebSocket, every protocol method, the port proxy, the E2B control plane and envd answer B as for nothing', async () => {
+    const upgrade = (id: string) =>
+      new Promise<number>((resolve) => {
+        const ws = new WebSocket(`${warren.url.replace('http', 'ws')}/v1/sandboxes/${id}/ws`, { headers: bearer(keyB) });
+        ws.on('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0));
+        ws.on('open', () => {
+          ws.close();
+          resolve(101);
+        });
+        ws.on('error', () => resolve(-1));
+      });
+    expect(await upgrade(sandboxA.id)).toBe(await upgrade(NOWHERE));
+    expect(await upgrade(sandboxA.id)).toBe(404);
+    // Every protocol method rides that one connection, so none of them reaches A's daemon over B's key.
+    expect(Object.keys(METHODS).length).toBeGreaterThan(30);
+    await expect(Sandbox.connect(sandboxA.id, { baseUrl: warren.url, token: keyB })).rejects.toMatchObject({ code: 'SANDBOX_NOT_FOUND' });
+    const port = (id: string) => call('GET', `/v1/sandboxes/${id}/ports/8080/`, bearer(keyB));
+    expect(same(await port(sandboxA.id), sandboxA.id)).toEqual(same(await port(NOWHERE), NOWHERE));
+    const plane = (id: string) => call('GET', `/e2b/sandboxes/${id}`, { 'x-api-key': keyB });
+    expect(same(await plane(sandboxA.id), sandboxA.id)).toEqual(same(await plane(NOWHERE), NOWHERE));
+    const envd = (id: string) => call('GET', `/e2b/files?path=/etc/hostname`, { 'x-access-token': keyB, 'e2b-sandbox-id': id });
+    expect(same(await envd(sandboxA.id), sandboxA.id)).toEqual(same(await envd(NOWHERE), NOWHERE));
+    const health = (id: string) => call('GET', `/e2b/health`, { 'x-access-token': keyB, 'e2b-sandbox-id': id });
+    expect(same(await health(sandboxA.id), sandboxA.id)).toEqual(same(await health(NOWHERE), NOWHERE));
+  });
+
+  it("A's sandbox token and tokens derived from it reach A's sandbox only, never B's", async () => {
+    const sandboxB = await Sandbox.create({ baseUrl: warren.url, apiKey: keyB, policy: { root: warren.root, readOnly: false } });
+    try {
+      const derived = (await sandboxA.deriveToken({ inherit: true })).token;
+      for (const token of [sandboxA.token, derived]) expect((await call('GET', `/v1/sandboxes/${sandboxB.id}`, bearer(token))).status).toBe(401);
+    } finally {
+      sandboxB.close();
+    }
+  });
+
+  it('a member key manages no keys and raises no limits; tenant names are plain lowercase ASCII', async () => {
+    expect((await call('POST', '/v1/keys', bearer(keyA), { tenant: 'acme', role: 'admin' })).status).toBe(403);
+    expect((await call('GET', '/v1/keys', bearer(keyA))).status).toBe(403);
+    expect((await call('POST', '/v1/tenants/acme/limits', bearer(keyA), { maxSandboxes: 1000 })).status).toBe(403);
+    expect((await call('GET', '/v1/tenant?tenant=bravo', bearer(keyA))).status).toBe(403);
+    expect((await call('GET', '/metrics', bearer(keyA))).status).toBe(403);
+    for (const tenant of ['../acme', 'acme/x', 'Acme', 'аcme', 'acme\u200b', '', 'a'.repeat(64)]) {
+      const made = await call('POST', '/v1/keys', bearer(warren.apiKey), { tenant, role: 'member' });
+      expect({ tenant, status: made.status }).toEqual({ tenant, status: 400 });
+    }
+  });
+
+  it('an expired key, a revoked key (its open WebSocket closed at once) and a token derived before the revocation are all refused', async () => {
+    const shortLived = await makeKey({ tenant: 'acme', role: 'member', expiresInSeconds: 1 });
+    expect((await call('GET', '/v1/sandboxes', bearer(shortLived.key))).status).toBe(200);
+    await new Promise((r) => setTimeout(r, 1100));
+    expect((await call('GET', '/v1/sandboxes', bearer(shortLived.key))).status).toBe(401);
+
+    const doomed = await makeKey({ tenant: 'acme', role: 'member' });
+    const handle = await Sandbox.connect(sandboxA.id, { baseUrl: warren.url, token: doomed.key });
+    const derived = (await handle.deriveToken({ inherit: true, allowExec: true })).token;
+    expect((await handle.commands.run('echo alive')).stdout).toBe('alive\n');
+    const started = Date.now();
+    expect((await call('DELETE', `/v1/keys/${doomed.id}`, bearer(warren.apiKey))).status).toBe(200);
+    const outcome = await handle.commands.run('echo again').then(
+      () => 'ran',
+      (err: { code?: string }) => err.code ?? 'failed',
+    );
+    expect(outcome).not.toBe('ran');
+    expect(Date.now() - started).toBeLessThan(1000);
+    handle.close();
+    expect((await call('GET', '/v1/sandboxes', bearer(doomed.key))).status).toBe(401);
+    expect((await call('GET', `/v1/sandboxes/${sandboxA.id}`, bearer(derived))).status).toBe(401);
+    expect((await call('DELETE', `/v1/keys/${doomed.id}`, bearer(keyA))).status).toBe(403);
+  });
+
+  it('scopes narrow a key and the token of a sandbox it creates: no exec, no writes, no lifecycle', async () => {
+    const reader = await makeKey({ tenant: 'acme', role: 'member', scopes: ['sandboxes:create'] });
+    const sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: reader.key, policy: { root: warren.root, readOnly: false } });
+    try {
+      for (const handle of [sandbox, await Sandbox.connect(sandbox.id, { baseUrl: warren.url, token: sandbox.token })]) {
+        await expect(handle.commands.run('true')).rejects.toMatchObject({ code: 'FORBIDDEN' });
+        await expect(handle.files.write('scoped.txt', 'x')).rejects.toMatchObject({ code: 'FORBIDDEN' });
+      }
+      expect((await call('POST', `/v1/sandboxes/${sandbox.id}/keepalive`, bearer(reader.key))).status).toBe(403);
+      expect((await call('POST', `/v1/sandboxes/${sandbox.id}/keepalive`, bearer(sandbox.token))).status).toBe(403);
+      const noCreate = await makeKey({ tenant: 'acme', role: 'member', scopes: ['exec'] });
+      expect((await call('POST', '/v1/sandboxes', bearer(noCreate.key), {})).status).toBe(403);
+    } finally {
+      await call('DELETE', `/v1/sandboxes/${sandbox.id}`, bearer(warren.apiKey));
+      sandbox.close();
+    }
+  });
+
+  it("concurrent creates at a tenant's limit never end over it; the limit is named, and GET /v1/tenant shows it", async () => {
+    expect((await call('POST', '/v1/tenants/charlie/limits', bearer(warren.apiKey), { maxSandboxes: 3 })).status).toBe(200);
+    const key = (await makeKey({ tenant: 'charlie', role: 'member' })).key;
+    const answers = await Promise.all(
+      Array.from({ length: 30 }, () => call('POST', '/v1/sandboxes', bearer(key), { policy: { root: warren.root, readOnly: false } })),
+    );
+    const made = answers.filter((a) => a.status === 201);
+    expect(made).toHaveLength(3);
+    for (const refused of answers.filter((a) => a.status !== 201)) {
+      expect(refused.status).toBe(429);
+      expect(JSON.parse(refused.body)).toMatchObject({ error: { code: 'RESOURCE_EXHAUSTED', details: { limit: 'maxSandboxes', max: 3 } } });
+    }
+    const report = JSON.parse((await call('GET', '/v1/tenant', bearer(key))).body) as { usage: { sandboxes: number }; limits: { maxSandboxes: number } };
+    expect(report).toMatchObject({ usage: { sandboxes: 3 }, limits: { maxSandboxes: 3 } });
+    for (const answer of made) await call('DELETE', `/v1/sandboxes/${(JSON.parse(answer.body) as { id: string }).id}`, bearer(key));
+  });
+});

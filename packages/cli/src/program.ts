@@ -1,3 +1,4 @@
+import { keyCreateCommand, keyListCommand, keyRevokeCommand, keyRotateCommand, tenantCommand } from './key-commands.js';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { collectKeyValue, parseDuration, parsePositiveInt, parseState } from './args.js';
 import { copyCommand } from './cp.js';
@@ -438,6 +439,49 @@ export function buildProgram(): Command {
     .description('Delete volumes and their data (refused while a sandbox mounts one).')
     .addHelpText('after', examples(['warren volume rm pip-cache']))
     .action(volumeRemoveCommand);
+  const keys = program
+    .command('keys')
+    .description('API keys and their tenants (admin keys only; docs/tenancy.md). A secret is printed once, when it is made.')
+    .addHelpText('after', examples(['warren keys create --tenant acme', 'warren keys ls --tenant acme', 'warren keys revoke 3f2a9c0d1e4b5a69']));
+  withController(keys.command('create'))
+    .description('Make a key for a tenant; prints its secret once.')
+    .requiredOption('--tenant <name>', 'the tenant: lowercase letters, digits and -')
+    .option('--role <role>', 'member (its own tenant only) or admin (every tenant, manages keys)', 'member')
+    .option('--name <name>', 'a name to tell keys apart')
+    .option('--scope <scope>', 'narrow the key to this scope (repeatable; see docs/tenancy.md)', (value: string, previous: string[] = []) => [
+      ...previous,
+      value,
+    ])
+    .option('--expires-in <duration>', 'refused after this long: seconds or 30s, 10m, 2h, 7d', parseDuration)
+    .option('--json', 'print JSON')
+    .addHelpText(
+      'after',
+      examples(['warren keys create --tenant acme', 'warren keys create --tenant acme --scope sandboxes:create --scope exec --expires-in 30d']),
+    )
+    .action(keyCreateCommand);
+  withController(keys.command('ls'))
+    .alias('list')
+    .description('List keys (never a secret).')
+    .option('--tenant <name>', "only this tenant's keys")
+    .option('--json', 'print JSON instead of a table')
+    .addHelpText('after', examples(['warren keys ls', 'warren keys ls --tenant acme --json']))
+    .action(keyListCommand);
+  withController(keys.command('rotate'))
+    .argument('<id>', "the key's id")
+    .description('A new secret for a key; the old one stops working at once. Prints the new secret once.')
+    .option('--json', 'print JSON')
+    .addHelpText('after', examples(['warren keys rotate 3f2a9c0d1e4b5a69']))
+    .action(keyRotateCommand);
+  withController(keys.command('revoke'))
+    .argument('<id...>', 'key ids')
+    .description('Revoke keys: their requests, tokens, console sessions and WebSockets end.')
+    .addHelpText('after', examples(['warren keys revoke 3f2a9c0d1e4b5a69']))
+    .action(keyRevokeCommand);
+  withController(program.command('tenant'))
+    .description("The key's tenant: what it uses against its limits.")
+    .option('--json', 'print JSON')
+    .addHelpText('after', examples(['warren tenant', 'warren tenant --json']))
+    .action(tenantCommand);
   withController(program.command('fork'))
     .argument('<sandbox>', 'the sandbox id')
     .description("Make --count independent sandboxes from the sandbox's current state; prints each id and token.")

@@ -39,12 +39,13 @@ export const ERROR_CODES = {
   SANDBOX_NOT_FOUND: { status: 404, suggestion: 'The sandbox does not exist or has ended; create a new one.' },
   SNAPSHOT_NOT_FOUND: {
     status: 404,
-    suggestion: 'The snapshot does not exist, was deleted, or belongs to another API key; list yours with GET /v1/snapshots (warren snapshot ls).',
+    suggestion: 'The snapshot does not exist, was deleted, or belongs to another tenant; list yours with GET /v1/snapshots (warren snapshot ls).',
   },
   VOLUME_NOT_FOUND: {
     status: 404,
-    suggestion: 'The volume does not exist or belongs to another API key; create it with POST /v1/volumes (warren volume create NAME) or list yours.',
+    suggestion: 'The volume does not exist or belongs to another tenant; create it with POST /v1/volumes (warren volume create NAME) or list yours.',
   },
+  KEY_NOT_FOUND: { status: 404, suggestion: 'No API key has that id; list them with GET /v1/keys (warren keys ls).' },
   SANDBOX_NOT_READY: { status: 503, suggestion: 'The sandbox is starting or its daemon is not answering; retry shortly.' },
   UPSTREAM_UNAVAILABLE: { status: 502, suggestion: 'The Docker engine or the sandbox daemon did not answer; check that Docker is running.' },
   PTY_UNAVAILABLE: {

@@ -436,7 +436,51 @@ export const REST_PATHS = {
   /** `GET`, `POST` the caller's volumes; `/v1/volumes/<name>` one of them (`GET`, `DELETE`). */
   volumes: '/v1/volumes',
   volume: (name: string) => `/v1/volumes/${encodeURIComponent(name)}`,
+  /** `GET`, `POST` API keys (admin keys only); `/v1/keys/<id>` one (`GET`, `DELETE` revokes), `/rotate` a new secret. */
+  keys: '/v1/keys',
+  key: (id: string) => `/v1/keys/${encodeURIComponent(id)}`,
+  keyRotate: (id: string) => `/v1/keys/${encodeURIComponent(id)}/rotate`,
+  /** `GET` the caller's tenant: usage against limits. */
+  tenant: '/v1/tenant',
 } as const;
+
+/** An API key as `/v1/keys` describes it: never its secret (docs/tenancy.md). */
+export const KeyInfo = z.object({
+  id: z.string(),
+  name: z.string().optional(),
+  tenant: z.string(),
+  role: z.enum(['admin', 'member']),
+  scopes: z.array(z.string()),
+  createdAt: z.string(),
+  expiresAt: z.string().optional(),
+  revokedAt: z.string().optional(),
+  /** A key from the controller's environment or configuration file: `/v1/keys` cannot change it. */
+  configured: z.literal(true).optional(),
+});
+export type KeyInfo = z.infer<typeof KeyInfo>;
+
+/** A key just made or rotated: its description and its secret, shown in this answer only. */
+export const CreatedKey = KeyInfo.extend({ key: z.string().describe('The secret: shown in this answer only, never again.') });
+export type CreatedKey = z.infer<typeof CreatedKey>;
+
+export const ListKeysResponse = z.object({ keys: z.array(KeyInfo) });
+
+/** What `GET /v1/tenant` answers: a tenant's usage against its limits (absent limit: none of the tenant's own). */
+export const TenantReport = z.object({
+  tenant: z.string(),
+  usage: z.object({
+    sandboxes: z.number(),
+    cpus: z.number(),
+    memoryMb: z.number(),
+    diskMb: z.number(),
+    snapshots: z.number(),
+    snapshotMb: z.number(),
+    volumes: z.number(),
+    createsLastMinute: z.number(),
+  }),
+  limits: z.record(z.string(), z.number()),
+});
+export type TenantReport = z.infer<typeof TenantReport>;
 
 /** Snapshot names and label keys: letters, digits, `.`, `_`, `-`, starting with a letter or digit; never a path. */
 export const SNAPSHOT_NAME_PATTERN = /^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$/;

@@ -87,8 +87,9 @@ ERROR_CODES: Dict[str, tuple] = {
     'CANCELLED': (499, 'The call was cancelled; call again if it is still wanted.'),
     'RESOURCE_EXHAUSTED': (429, 'A limit was reached; wait for running work to finish or raise the limit.'),
     'SANDBOX_NOT_FOUND': (404, 'The sandbox does not exist or has ended; create a new one.'),
-    'SNAPSHOT_NOT_FOUND': (404, 'The snapshot does not exist, was deleted, or belongs to another API key; list yours with GET /v1/snapshots (warren snapshot ls).'),
-    'VOLUME_NOT_FOUND': (404, 'The volume does not exist or belongs to another API key; create it with POST /v1/volumes (warren volume create NAME) or list yours.'),
+    'SNAPSHOT_NOT_FOUND': (404, 'The snapshot does not exist, was deleted, or belongs to another tenant; list yours with GET /v1/snapshots (warren snapshot ls).'),
+    'VOLUME_NOT_FOUND': (404, 'The volume does not exist or belongs to another tenant; create it with POST /v1/volumes (warren volume create NAME) or list yours.'),
+    'KEY_NOT_FOUND': (404, 'No API key has that id; list them with GET /v1/keys (warren keys ls).'),
     'SANDBOX_NOT_READY': (503, 'The sandbox is starting or its daemon is not answering; retry shortly.'),
     'UPSTREAM_UNAVAILABLE': (502, 'The Docker engine or the sandbox daemon did not answer; check that Docker is running.'),
     'PTY_UNAVAILABLE': (501, 'This sandbox cannot open a terminal (the message says why); run commands with commands.run or commands.start instead.'),
@@ -1336,6 +1337,19 @@ class CreateVolumeRequest(_Tolerant):
     labels: Optional[Dict[_C74, _C75]] = Field(None)
 
 
+class CreatedKey(_Tolerant):
+    id: StrictStr = Field(...)
+    name: Optional[StrictStr] = Field(None)
+    tenant: StrictStr = Field(...)
+    role: Literal['admin', 'member'] = Field(...)
+    scopes: List[StrictStr] = Field(...)
+    created_at: StrictStr = Field(..., alias='createdAt')
+    expires_at: Optional[StrictStr] = Field(None, alias='expiresAt')
+    revoked_at: Optional[StrictStr] = Field(None, alias='revokedAt')
+    configured: Optional[Literal[True]] = Field(None)
+    key: StrictStr = Field(...)
+
+
 class DeriveTokenRequest(_Strict):
     allow_read: Optional[Union[_C6, _C71]] = Field(None, alias='allowRead')
     allow_write: Optional[Union[_C6, _C71]] = Field(None, alias='allowWrite')
@@ -1416,6 +1430,18 @@ class ImageEventError(_Tolerant):
 
 
 ImageEvent = Union[ImageEventProgress, ImageEventOutput, ImageEventDone, ImageEventError]
+
+
+class KeyInfo(_Tolerant):
+    id: StrictStr = Field(...)
+    name: Optional[StrictStr] = Field(None)
+    tenant: StrictStr = Field(...)
+    role: Literal['admin', 'member'] = Field(...)
+    scopes: List[StrictStr] = Field(...)
+    created_at: StrictStr = Field(..., alias='createdAt')
+    expires_at: Optional[StrictStr] = Field(None, alias='expiresAt')
+    revoked_at: Optional[StrictStr] = Field(None, alias='revokedAt')
+    configured: Optional[Literal[True]] = Field(None)
 
 
 class ListImagesResponseImagesItem(_Tolerant):
@@ -1571,6 +1597,23 @@ class SnapshotInfo(_Tolerant):
     settings: CreateSandboxResponseSettings = Field(...)
 
 
+class TenantReportUsage(_Tolerant):
+    sandboxes: Union[StrictInt, StrictFloat] = Field(...)
+    cpus: Union[StrictInt, StrictFloat] = Field(...)
+    memory_mb: Union[StrictInt, StrictFloat] = Field(..., alias='memoryMb')
+    disk_mb: Union[StrictInt, StrictFloat] = Field(..., alias='diskMb')
+    snapshots: Union[StrictInt, StrictFloat] = Field(...)
+    snapshot_mb: Union[StrictInt, StrictFloat] = Field(..., alias='snapshotMb')
+    volumes: Union[StrictInt, StrictFloat] = Field(...)
+    creates_last_minute: Union[StrictInt, StrictFloat] = Field(..., alias='createsLastMinute')
+
+
+class TenantReport(_Tolerant):
+    tenant: StrictStr = Field(...)
+    usage: TenantReportUsage = Field(...)
+    limits: Dict[StrictStr, Union[StrictInt, StrictFloat]] = Field(...)
+
+
 class UpdateNetworkRequestEgressNone(_Tolerant):
     mode: Literal['none'] = Field(...)
 
@@ -1613,6 +1656,10 @@ class VolumeInfo(_Tolerant):
 
 class ForkSandboxResponse(_Tolerant):
     sandboxes: List[CreateSandboxResponse] = Field(...)
+
+
+class ListKeysResponse(_Tolerant):
+    keys: List[KeyInfo] = Field(...)
 
 
 class ListSandboxesResponse(_Tolerant):

@@ -227,15 +227,21 @@ class SandboxNotFoundError(WarrenNotFoundError):
 
 
 class SnapshotNotFoundError(WarrenNotFoundError):
-    """A snapshot that does not exist, was deleted, or belongs to another API key (not told apart)."""
+    """A snapshot that does not exist, was deleted, or belongs to another tenant (not told apart)."""
 
     code = "SNAPSHOT_NOT_FOUND"
 
 
 class VolumeNotFoundError(WarrenNotFoundError):
-    """A volume that does not exist or belongs to another API key (not told apart)."""
+    """A volume that does not exist or belongs to another tenant (not told apart)."""
 
     code = "VOLUME_NOT_FOUND"
+
+
+class KeyNotFoundError(WarrenNotFoundError):
+    """No API key has that id (``/v1/keys``, admin keys only)."""
+
+    code = "KEY_NOT_FOUND"
 
 
 class SandboxNotReadyError(WarrenConnectionError):

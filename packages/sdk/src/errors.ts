@@ -283,7 +283,7 @@ export class SandboxNotFoundError extends WarrenNotFoundError {
   }
 }
 
-/** A snapshot that does not exist, was deleted, or belongs to another API key (not told apart). */
+/** A snapshot that does not exist, was deleted, or belongs to another tenant (not told apart). */
 export class SnapshotNotFoundError extends WarrenNotFoundError {
   declare readonly code: 'SNAPSHOT_NOT_FOUND';
   constructor(message: string, options?: WarrenErrorOptions) {
@@ -291,11 +291,19 @@ export class SnapshotNotFoundError extends WarrenNotFoundError {
   }
 }
 
-/** A volume that does not exist or belongs to another API key (not told apart). */
+/** A volume that does not exist or belongs to another tenant (not told apart). */
 export class VolumeNotFoundError extends WarrenNotFoundError {
   declare readonly code: 'VOLUME_NOT_FOUND';
   constructor(message: string, options?: WarrenErrorOptions) {
     super('VOLUME_NOT_FOUND', message, options);
+  }
+}
+
+/** No API key has that id (`/v1/keys`, admin keys only). */
+export class KeyNotFoundError extends WarrenNotFoundError {
+  declare readonly code: 'KEY_NOT_FOUND';
+  constructor(message: string, options?: WarrenErrorOptions) {
+    super('KEY_NOT_FOUND', message, options);
   }
 }
 
@@ -448,6 +456,7 @@ export const ERROR_CLASSES: { readonly [C in WarrenErrorCode]: new (message: str
   SANDBOX_NOT_FOUND: SandboxNotFoundError,
   SNAPSHOT_NOT_FOUND: SnapshotNotFoundError,
   VOLUME_NOT_FOUND: VolumeNotFoundError,
+  KEY_NOT_FOUND: KeyNotFoundError,
   SANDBOX_NOT_READY: SandboxNotReadyError,
   UPSTREAM_UNAVAILABLE: UpstreamUnavailableError,
   PTY_UNAVAILABLE: PtyUnavailableError,

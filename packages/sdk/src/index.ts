@@ -93,6 +93,7 @@ export {
   UnsupportedFileTypeError,
   UpstreamUnavailableError,
   VolumeNotFoundError,
+  KeyNotFoundError,
   WarrenConflictError,
   WarrenConnectionError,
   WarrenError,

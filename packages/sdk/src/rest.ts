@@ -1,4 +1,8 @@
 import {
+  CreatedKey,
+  KeyInfo,
+  ListKeysResponse,
+  TenantReport,
   CreateSandboxResponse,
   DeriveTokenResponse,
   ImageEvent,
@@ -233,6 +237,35 @@ export class RestClient {
 
   async deleteVolume(name: string, signal?: AbortSignal): Promise<void> {
     await this.request('DELETE', REST_PATHS.volume(name), undefined, signal);
+  }
+
+  /** Every API key (of one tenant when given); admin keys only. Never a secret. */
+  async listKeys(tenant?: string, signal?: AbortSignal): Promise<KeyInfo[]> {
+    const path = tenant === undefined ? REST_PATHS.keys : `${REST_PATHS.keys}?tenant=${encodeURIComponent(tenant)}`;
+    return tolerant(ListKeysResponse).parse(await this.request('GET', path, undefined, signal)).keys;
+  }
+
+  /** Makes an API key for a tenant; the secret is in the answer only. Admin keys only. */
+  async createKey(
+    body: { tenant: string; role?: 'admin' | 'member'; name?: string; scopes?: string[]; expiresInSeconds?: number },
+    signal?: AbortSignal,
+  ): Promise<CreatedKey> {
+    return tolerant(CreatedKey).parse(await this.request('POST', REST_PATHS.keys, body, signal));
+  }
+
+  /** A new secret for a key (the old one stops working at once). Admin keys only. */
+  async rotateKey(id: string, signal?: AbortSignal): Promise<CreatedKey> {
+    return tolerant(CreatedKey).parse(await this.request('POST', REST_PATHS.keyRotate(id), undefined, signal));
+  }
+
+  /** Revokes a key: its requests, tokens, console sessions and WebSockets end. Admin keys only. */
+  async revokeKey(id: string, signal?: AbortSignal): Promise<KeyInfo> {
+    return tolerant(KeyInfo).parse(await this.request('DELETE', REST_PATHS.key(id), undefined, signal));
+  }
+
+  /** The caller's tenant's usage against its limits. */
+  async tenant(signal?: AbortSignal): Promise<TenantReport> {
+    return tolerant(TenantReport).parse(await this.request('GET', REST_PATHS.tenant, undefined, signal));
   }
 
   /** The WebSocket URL of a sandbox's connection. */

@@ -35,6 +35,7 @@ const CONNECT_CODES: { readonly [C in ErrorCode]: Code } = {
   SANDBOX_NOT_FOUND: Code.NotFound,
   SNAPSHOT_NOT_FOUND: Code.NotFound,
   VOLUME_NOT_FOUND: Code.NotFound,
+  KEY_NOT_FOUND: Code.NotFound,
   SANDBOX_NOT_READY: Code.Unavailable,
   UPSTREAM_UNAVAILABLE: Code.Unavailable,
   PTY_UNAVAILABLE: Code.Unimplemented,

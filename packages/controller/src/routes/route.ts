@@ -1,4 +1,4 @@
-import { TenantName } from '../tenancy/principals.js';
+import { keyNotFound, TenantName } from '../tenancy/principals.js';
 import type { Scope } from '../tenancy/principals.js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { CodedError, SnapshotName, VolumeName, issueText } from '@warren/protocol';
@@ -63,7 +63,7 @@ export const PATH_PARAMETERS = {
     description: "An API key's id (16 hex digits; never its secret).",
     schema: z.string().regex(/^[0-9a-f]{16}$/),
     pattern: '[^/]+',
-    invalid: (value: string) => new CodedError('NOT_FOUND', `No key '${value.slice(0, 64)}'. List them with GET /v1/keys.`, { keyId: value.slice(0, 64) }),
+    invalid: keyNotFound,
   },
   tenant: {
     description: "A tenant's name (lowercase letters, digits and -).",

@@ -1,40 +1,14 @@
-import { CodedError } from '@warren/protocol';
+import { CodedError, CreatedKey, KeyInfo, ListKeysResponse, TenantReport } from '@warren/protocol';
 import { z } from 'zod';
 import type { Caller } from '../grants.js';
 import { TenantLimits } from '../tenancy/limits.js';
-import { CreateKeyRequest, SCOPE_NAMES, TenantName } from '../tenancy/principals.js';
+import { CreateKeyRequest, keyNotFound, TenantName } from '../tenancy/principals.js';
 import { listedTenant } from '../tenancy/reach.js';
 import { tenantReport } from '../tenancy/report.js';
 import { sendJson } from './io.js';
 import { defineRoute, type Route } from './route.js';
 
-const KeyInfoSchema = z.object({
-  id: z.string(),
-  name: z.string().optional(),
-  tenant: z.string(),
-  role: z.enum(['admin', 'member']),
-  scopes: z.array(z.enum(SCOPE_NAMES as [string, ...string[]])),
-  createdAt: z.string(),
-  expiresAt: z.string().optional(),
-  revokedAt: z.string().optional(),
-  configured: z.literal(true).optional(),
-});
-const NewKeySchema = KeyInfoSchema.extend({ key: z.string().describe('The secret: shown in this answer only, never again.') });
 const TenantQuery = z.object({ tenant: TenantName.optional() });
-const TenantUsageSchema = z.object({
-  tenant: z.string(),
-  usage: z.object({
-    sandboxes: z.number(),
-    cpus: z.number(),
-    memoryMb: z.number(),
-    diskMb: z.number(),
-    snapshots: z.number(),
-    snapshotMb: z.number(),
-    volumes: z.number(),
-    createsLastMinute: z.number(),
-  }),
-  limits: TenantLimits,
-});
 const RevokeTokenRequest = z.strictObject({ token: z.string().min(1).max(8192) });
 
 /** The tenant a caller asks about: its own; an admin may name another with `?tenant=`. */
@@ -55,7 +29,7 @@ export const TENANCY_ROUTES: readonly Route[] = [
     tag: 'tenancy',
     access: 'admin',
     query: { schema: TenantQuery, parameters: { tenant: 'Only the keys of this tenant.' } },
-    responses: { 200: { description: 'The keys.', schema: z.object({ keys: z.array(KeyInfoSchema) }) } },
+    responses: { 200: { description: 'The keys.', schema: ListKeysResponse } },
     handle: async ({ deps, res, query }) => sendJson(res, 200, { keys: deps.credentials.keys.list(query.tenant) }),
   }),
   defineRoute({
@@ -66,7 +40,7 @@ export const TENANCY_ROUTES: readonly Route[] = [
     tag: 'tenancy',
     access: 'admin',
     body: { schema: CreateKeyRequest, what: 'key request', hint: 'Send { "tenant": "acme", "role": "member", "scopes"?: [...], "expiresInSeconds"?: n }.' },
-    responses: { 201: { description: 'The key, with its secret.', schema: NewKeySchema } },
+    responses: { 201: { description: 'The key, with its secret.', schema: CreatedKey } },
     handle: async ({ deps, res, body, caller }) => {
       const { key, info } = await deps.credentials.keys.create(body);
       deps.logger.info({ keyId: info.id, tenant: info.tenant, role: info.role, by: caller?.kind === 'operator' ? caller.keyId : undefined }, 'key.created');
@@ -80,10 +54,10 @@ export const TENANCY_ROUTES: readonly Route[] = [
     summary: 'Describe one API key. Admin keys only.',
     tag: 'tenancy',
     access: 'admin',
-    responses: { 200: { description: 'The key.', schema: KeyInfoSchema } },
+    responses: { 200: { description: 'The key.', schema: KeyInfo } },
     handle: async ({ deps, res, params }) => {
       const info = deps.credentials.keys.info(params.key);
-      if (!info) throw new CodedError('NOT_FOUND', `No key '${params.key}'. List them with GET /v1/keys.`, { keyId: params.key });
+      if (!info) throw keyNotFound(params.key);
       sendJson(res, 200, info);
     },
   }),
@@ -94,7 +68,7 @@ export const TENANCY_ROUTES: readonly Route[] = [
     summary: 'A new secret for a key: the old one stops working at once, and what it opened is closed. Admin keys only.',
     tag: 'tenancy',
     access: 'admin',
-    responses: { 200: { description: 'The key, with its new secret.', schema: NewKeySchema } },
+    responses: { 200: { description: 'The key, with its new secret.', schema: CreatedKey } },
     handle: async ({ deps, res, params }) => {
       const { key, info } = await deps.credentials.keys.rotate(params.key);
       deps.logger.info({ keyId: info.id, tenant: info.tenant }, 'key.rotated');
@@ -108,7 +82,7 @@ export const TENANCY_ROUTES: readonly Route[] = [
     summary: 'Revoke a key: refused from the next request on; its tokens, console sessions and WebSockets end. Admin keys only.',
     tag: 'tenancy',
     access: 'admin',
-    responses: { 200: { description: 'The key, revoked.', schema: KeyInfoSchema } },
+    responses: { 200: { description: 'The key, revoked.', schema: KeyInfo } },
     handle: async ({ deps, res, params }) => {
       const info = await deps.credentials.keys.revoke(params.key);
       deps.logger.info({ keyId: info.id, tenant: info.tenant }, 'key.revoked');
@@ -123,7 +97,7 @@ export const TENANCY_ROUTES: readonly Route[] = [
     tag: 'tenancy',
     access: 'operator',
     query: { schema: TenantQuery, parameters: { tenant: 'Another tenant (admin keys only).' } },
-    responses: { 200: { description: 'Usage and limits.', schema: TenantUsageSchema } },
+    responses: { 200: { description: 'Usage and limits.', schema: TenantReport } },
     handle: async ({ deps, res, query, caller }) => {
       const tenant = tenantAsked(caller, query.tenant);
       sendJson(res, 200, tenantReport(deps, tenant));
@@ -137,7 +111,7 @@ export const TENANCY_ROUTES: readonly Route[] = [
     tag: 'tenancy',
     access: 'admin',
     body: { schema: TenantLimits, what: 'limits', hint: 'Send { "maxSandboxes"?: n, "maxCpus"?: n, "maxMemoryMb"?: n, "createsPerMinute"?: n, ... }.' },
-    responses: { 200: { description: 'Usage and the limits now.', schema: TenantUsageSchema } },
+    responses: { 200: { description: 'Usage and the limits now.', schema: TenantReport } },
     handle: async ({ deps, res, params, body }) => {
       await deps.credentials.keys.setLimits(params.tenant, body);
       sendJson(res, 200, tenantReport(deps, params.tenant));
@@ -148,7 +122,7 @@ export const TENANCY_ROUTES: readonly Route[] = [
     path: '/v1/sandboxes/{id}/tokens/revoke',
     operationId: 'revokeToken',
     summary: 'Revoke one derived token of this sandbox: refused from the next request on, and its WebSockets end.',
-    tag: 'access',
+    tag: 'tenancy',
     access: 'lifecycle',
     body: { schema: RevokeTokenRequest, what: 'revoke request', hint: 'Send { "token": "wsd_..." }.' },
     responses: { 204: { description: 'Revoked.' } },

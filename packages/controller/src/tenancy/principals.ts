@@ -106,6 +106,11 @@ interface StoredKey {
   revokedAt?: string | undefined;
 }
 
+/** The answer for a key id no key has. */
+export function keyNotFound(keyId: string): CodedError {
+  return new CodedError('KEY_NOT_FOUND', `No key '${keyId.slice(0, 64)}'. List them with GET /v1/keys.`, { keyId: keyId.slice(0, 64) });
+}
+
 /** The file `/v1/keys` keeps its keys in, in the state folder (mode 0600). */
 export const KEYS_FILE = 'keys.json';
 
@@ -335,7 +340,7 @@ export class KeyStore {
         `Key '${keyId}' comes from the controller's environment or configuration file; change it there (WARREN_API_KEY, apiKeyHashes) and restart.`,
         { keyId },
       );
-    throw new CodedError('NOT_FOUND', `No key '${keyId.slice(0, 64)}'. List them with GET /v1/keys.`, { keyId: keyId.slice(0, 64) });
+    throw keyNotFound(keyId);
   }
 
   /** Writes the stored keys (a temporary file renamed over the old one), one write after another. */

@@ -1,21 +1,6 @@
+import type { TenantReport } from '@warren/protocol';
 import type { HttpServerDeps } from '../server-context.js';
-import { resolveLimits, type TenantLimits } from './limits.js';
-
-/** What `GET /v1/tenant` answers: a tenant's usage against its limits. */
-export interface TenantReport {
-  tenant: string;
-  usage: {
-    sandboxes: number;
-    cpus: number;
-    memoryMb: number;
-    diskMb: number;
-    snapshots: number;
-    snapshotMb: number;
-    volumes: number;
-    createsLastMinute: number;
-  };
-  limits: TenantLimits;
-}
+import { resolveLimits } from './limits.js';
 
 /** A tenant's live sandboxes, snapshots and volumes, and its creates in the last minute, beside its limits. */
 export function tenantReport(deps: HttpServerDeps, tenant: string): TenantReport {

@@ -27,6 +27,12 @@ import { EgressGateway } from './egress/gateway.js';
 import { SandboxEgress } from './egress/sandbox-egress.js';
 import { egressEventSink } from './egress/sink.js';
 import { Scheduler } from './scheduler.js';
+import path from 'node:path';
+import type { AddressInfo } from 'node:net';
+import { EventLog } from './events/event-log.js';
+import { TargetGuard } from './events/webhook-target.js';
+import { WebhookStore } from './events/webhook-store.js';
+import { WebhookService } from './events/webhooks.js';
 
 export interface StartControllerOptions {
   config?: Partial<ControllerConfig>;
@@ -78,6 +84,9 @@ export async function startController(options: StartControllerOptions = {}): Pro
   const metrics: Metrics = new Metrics(() => sandboxes.countByState());
   const { egress, egressLog } = await startEgress(provider, config, metrics, logger, options.egressUpstreamCa);
   const sandboxes: SandboxService = makeSandboxService({ provider, credentials, config, metrics, egress, logger });
+  // Where the server listens, once it does: webhooks may not target it.
+  const bound: { address?: AddressInfo } = {};
+  const events = await startEvents(sandboxes, config, logger, () => bound.address);
   const pool = sandboxes.pool as WarmPool | undefined;
   const { recovered, volumes, snapshots } = await recoverState(sandboxes, provider, config, logger);
 
@@ -88,8 +97,10 @@ export async function startController(options: StartControllerOptions = {}): Pro
   await engine.start();
 
   const readiness = readinessCheck(provider, config, engine, sandboxes, isolation);
-  const { server, wss } = createHttpServer({ sandboxes, snapshots, volumes, credentials, config, metrics, logger, readiness, egressLog });
+  const { server, wss } = createHttpServer({ sandboxes, snapshots, volumes, credentials, config, metrics, logger, readiness, egressLog, events });
   const url = await listen(server, config);
+  bound.address = server.address() as AddressInfo;
+  events.webhooks.start();
   logger.info(
     {
       url,
@@ -107,6 +118,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
   const close = closer(async () => {
     scheduler.close();
     engine.close();
+    await events.close();
     await pool?.close();
     if (config.killOnShutdown) for (const record of sandboxes.list()) await sandboxes.kill(record.id).catch(() => undefined);
     for (const ws of wss.clients) ws.terminate();
@@ -138,6 +150,28 @@ function makeSandboxService(parts: {
 }
 
 /**
+ * The lifecycle event log (`<stateDir>/events/`), fed by the sandbox service's lifecycle hook from
+ * now on, and the webhooks (`<stateDir>/webhooks.json`), whose deliveries start once the server
+ * listens (the SSRF guard refuses the controller's own listener, so it must know it).
+ */
+async function startEvents(sandboxes: SandboxService, config: ControllerConfig, logger: Logger, self: () => { address: string; port: number } | undefined) {
+  const log = await EventLog.open({
+    dir: path.join(config.stateDir, 'events'),
+    retain: config.events.retain,
+    onError: (error) => logger.warn({ error: String(error) }, 'events.write-failed'),
+  });
+  const unsubscribe = sandboxes.lifecycle.subscribe((report) => log.append(report));
+  const guard = new TargetGuard(config.webhooks, self);
+  const webhooks = new WebhookService({ store: await WebhookStore.load(config.stateDir), log, guard, settings: config.webhooks });
+  const close = async () => {
+    unsubscribe();
+    await webhooks.close();
+    await log.flush();
+  };
+  return { log, webhooks, close };
+}
+
+/**
  * What the previous run left: the sandbox table, then volumes, then snapshots (what a killed
  * controller half-wrote goes, the rest is kept); unclaimed pool members of the previous run may be
  * from an older runtime, so they are replaced.
@@ -147,7 +181,14 @@ async function recoverState(sandboxes: SandboxService, provider: SandboxProvider
   const tenantOfKey = (keyId: string) => sandboxes.credentials.keys.tenantOf(keyId);
   const volumes = new VolumeService({ sandboxes, provider, config, tenantOfKey });
   await volumes.recover();
-  const snapshots = new SnapshotService({ sandboxes, provider, store: new SnapshotStore(config.stateDir, tenantOfKey), limits: config.snapshots, logger, volumes });
+  const snapshots = new SnapshotService({
+    sandboxes,
+    provider,
+    store: new SnapshotStore(config.stateDir, tenantOfKey),
+    limits: config.snapshots,
+    logger,
+    volumes,
+  });
   logger.info(await snapshots.recover(), 'snapshots.recovered');
   for (const member of poolMembers) await sandboxes.removePoolMember(member.agentId, member.containerId);
   (sandboxes.pool as WarmPool | undefined)?.fill();

@@ -367,6 +367,9 @@ export function mergeWithSnapshot(record: SnapshotRecord, request: Record<string
 /** The caller's tenant and key, or FORBIDDEN: snapshots belong to a tenant, so a sandbox token cannot make or use them. */
 function requireKey(by: Owner | undefined, what: string): Owner {
   if (by === undefined)
-    throw new CodedError('FORBIDDEN', `Only an API key may ${what}: snapshots belong to the tenant of the key that took them. Call with an API key, not a sandbox token.`);
+    throw new CodedError(
+      'FORBIDDEN',
+      `Only an API key may ${what}: snapshots belong to the tenant of the key that took them. Call with an API key, not a sandbox token.`,
+    );
   return by;
 }

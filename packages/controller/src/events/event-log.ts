@@ -23,6 +23,15 @@ export interface EventPage {
   next: number;
 }
 
+/** The event log's settings (`events.*` in the configuration). */
+export interface EventSettings {
+  /** How many events the log keeps, in memory and in `<stateDir>/events/`; a reader whose cursor is older misses the dropped ones. */
+  retain: number;
+}
+
+/** The defaults of `events.*`. */
+export const DEFAULT_EVENT_SETTINGS: EventSettings = { retain: 10_000 };
+
 export interface EventLogOptions {
   /** The folder of {@link EVENTS_FILE}; absent: the log lives in memory only. */
   dir?: string | undefined;

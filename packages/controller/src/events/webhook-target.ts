@@ -180,6 +180,11 @@ function unmap(address: string): string {
   return m ? (m[1] as string) : address.toLowerCase();
 }
 
+/** Whether `value` is an address or a CIDR `webhooks.allowedCidrs` takes. */
+export function isAddressOrCidr(value: string): boolean {
+  return parseCidr(value) !== undefined;
+}
+
 function parseCidr(cidr: string): { address: string; prefix: number; type: 'ipv4' | 'ipv6' } | undefined {
   const [address = '', prefixText] = cidr.split('/');
   const family = net.isIP(address);

@@ -10,6 +10,14 @@ import { newWebhookId, WebhookStatus, type WebhookRecord, type WebhookStore } fr
 import { webhookUrl, type TargetGuard } from './webhook-target.js';
 import { WebhookWorker, type DeliverySettings, type Sleep } from './webhook-worker.js';
 
+/** A webhook's id as the path names it: `wh_` and 16 hex digits. */
+export const WebhookId = z.string().regex(/^wh_[0-9a-f]{16}$/);
+
+/** The refusal of a webhook that does not exist, or that the caller's tenant may not see: the same words for both. */
+export function noWebhook(id: string): CodedError {
+  return new CodedError('NOT_FOUND', `No webhook '${id.slice(0, 64)}'. List them with GET /v1/webhooks.`, { webhook: id.slice(0, 64) });
+}
+
 /** What `POST /v1/webhooks` takes. */
 export const CreateWebhookRequest = z.strictObject({
   url: z.string().min(1).max(2048).describe('Where events are POSTed: http:// or https://, a public address unless the operator opened others.'),
@@ -50,6 +58,17 @@ export interface WebhookSettings extends DeliverySettings {
   /** Open the private ranges to webhooks. */
   allowPrivateTargets: boolean;
 }
+
+/** The defaults of `webhooks.*`: 6 attempts, 1 s doubling to at most 5 minutes, 10 s per attempt, nothing private opened. */
+export const DEFAULT_WEBHOOK_SETTINGS: WebhookSettings = {
+  maxPerTenant: 10,
+  maxAttempts: 6,
+  retryBaseMs: 1000,
+  retryMaxMs: 300_000,
+  timeoutMs: 10_000,
+  allowedCidrs: [],
+  allowPrivateTargets: false,
+};
 
 export interface WebhookServiceOptions {
   store: WebhookStore;
@@ -145,8 +164,7 @@ export class WebhookService {
 
   private require(caller: Principal, id: string): WebhookWorker {
     const worker = this.workers.get(id);
-    if (!worker || !visible(caller, worker.record))
-      throw new CodedError('NOT_FOUND', `No webhook '${id.slice(0, 64)}'. List them with GET /v1/webhooks.`, { webhook: id.slice(0, 64) });
+    if (!worker || !visible(caller, worker.record)) throw noWebhook(id);
     return worker;
   }
 

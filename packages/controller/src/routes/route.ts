@@ -5,6 +5,7 @@ import type { Access, Caller } from '../grants.js';
 import type { HttpServerDeps } from '../server-context.js';
 import { badSnapshotRef } from '../snapshot-store.js';
 import { badVolumeName } from '../volumes.js';
+import { noWebhook, WebhookId } from '../events/webhooks.js';
 import { readJson } from './io.js';
 
 /** The HTTP methods Warren's routes use. */
@@ -27,6 +28,7 @@ export const ROUTE_TAGS = {
   snapshots: "Snapshots of a sandbox's files, and forks from its current state.",
   volumes: 'Named volumes: storage that outlives sandboxes.',
   images: 'Images Warren pulls and builds.',
+  events: 'Sandbox lifecycle events: the log, read by cursor, and webhooks that receive them (docs/events.md).',
 } as const;
 
 /** The resource a route belongs to (its OpenAPI tag). */
@@ -55,6 +57,12 @@ export const PATH_PARAMETERS = {
     schema: VolumeName,
     pattern: '[^/]+',
     invalid: badVolumeName,
+  },
+  webhook: {
+    description: "The webhook's id (one of the caller's tenant).",
+    schema: WebhookId,
+    pattern: '[^/]+',
+    invalid: noWebhook,
   },
 } as const;
 
@@ -260,7 +268,7 @@ export function matchRoute(route: Route, pathname: string): Record<string, strin
 }
 
 /** A query parameter that is a whole number (`?since=12`); documented as the integer it is. */
-function wholeNumber(name: string) {
+export function wholeNumber(name: string) {
   return z
     .string()
     .transform((raw, ctx) => {

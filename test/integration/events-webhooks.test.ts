@@ -177,4 +177,39 @@ describe('lifecycle events and webhooks over a real controller', () => {
     expect((await api('GET', `/v1/webhooks/${own.json.webhook.id}`, memberB)).status).toBe(404);
     await api('DELETE', `/v1/sandboxes/${created.json.id}`, memberB);
   });
+  it("serves the same stream on E2B's events API, per team (tenant), with E2B's type names", async () => {
+    const e2b = async (route: string, key: string) => {
+      const res = await fetch(`${warren.url}/e2b${route}`, { headers: { 'x-api-key': key } });
+      return { status: res.status, json: await res.json() };
+    };
+    const created = await api('POST', '/v1/sandboxes', warren.apiKey, { policy: { root: warren.root, readOnly: false } });
+    const id = created.json.id as string;
+    expect((await api('POST', `/v1/sandboxes/${id}/pause`, warren.apiKey)).status).toBe(200);
+    expect((await api('POST', `/v1/sandboxes/${id}/resume`, warren.apiKey)).status).toBe(200);
+    expect((await api('DELETE', `/v1/sandboxes/${id}`, warren.apiKey)).status).toBe(204);
+
+    const mine = await e2b(`/events/sandboxes/${id}?orderAsc=true`, warren.apiKey);
+    expect(mine.status).toBe(200);
+    const events = mine.json as { type: string; sandboxId: string; sandboxTeamId: string; version: string; id: string; timestamp: string }[];
+    expect(events.map((e) => e.type)).toEqual([
+      'sandbox.lifecycle.created',
+      'sandbox.lifecycle.paused',
+      'sandbox.lifecycle.resumed',
+      'sandbox.lifecycle.killed',
+    ]);
+    expect(events[0]).toMatchObject({ version: 'v1', sandboxId: id, sandboxTeamId: 'default', id: expect.stringMatching(/^[0-9a-f-]{36}$/) });
+    // Newest first by default, paged, and filtered by type.
+    expect(((await e2b(`/events/sandboxes/${id}?limit=1`, warren.apiKey)).json as { type: string }[]).map((e) => e.type)).toEqual(['sandbox.lifecycle.killed']);
+    expect(((await e2b('/events/sandboxes?types=sandbox.lifecycle.paused', warren.apiKey)).json as { sandboxId: string }[]).map((e) => e.sandboxId)).toEqual([
+      id,
+    ]);
+    expect((await e2b('/events/sandboxes?types=sandbox.lifecycle.exploded', warren.apiKey)).status).toBe(400);
+    // Tenant b sees none of the default tenant's events, by sandbox or by team.
+    expect((await e2b(`/events/sandboxes/${id}`, memberB)).json).toEqual([]);
+    expect((await e2b('/events/sandboxes?limit=100', memberB)).json as { sandboxTeamId: string }[]).toEqual(
+      expect.not.arrayContaining([expect.objectContaining({ sandboxTeamId: 'default' })]),
+    );
+    // E2B's webhook routes are not served: Warren's /v1/webhooks is.
+    expect((await e2b('/events/webhooks', warren.apiKey)).status).toBe(501);
+  });
 });

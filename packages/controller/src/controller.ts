@@ -118,9 +118,10 @@ export async function startController(options: StartControllerOptions = {}): Pro
   const close = closer(async () => {
     scheduler.close();
     engine.close();
-    await events.close();
     await pool?.close();
     if (config.killOnShutdown) for (const record of sandboxes.list()) await sandboxes.kill(record.id).catch(() => undefined);
+    // After the kills, so their events are in the log (webhooks deliver them after the next start).
+    await events.close();
     for (const ws of wss.clients) ws.terminate();
     server.closeAllConnections();
     await new Promise<void>((resolve) => server.close(() => resolve()));

@@ -149,6 +149,8 @@ export interface LocalController extends AsyncDisposable {
   apiKey: string;
   /** The folder every sandbox's policy should name as its root. */
   root: string;
+  /** The controller's keys: make a member key of another tenant with `credentials.keys.create({ tenant, role: 'member' })`. */
+  credentials: Credentials;
 }
 
 /**
@@ -165,9 +167,10 @@ export async function startLocalController(config: Partial<ControllerConfig> = {
   await mkdir(root);
   const provider = new LocalProvider(dir, root);
   const apiKey = `wk_test_${randomBytes(16).toString('hex')}`;
+  const credentials = Credentials.inMemory(apiKey);
   const controller = await startController({
     provider,
-    credentials: Credentials.inMemory(apiKey),
+    credentials,
     logger: options.logger ?? silentLogger(),
     config: {
       port: 0,
@@ -186,5 +189,5 @@ export async function startLocalController(config: Partial<ControllerConfig> = {
     await provider.closeAll();
     await rm(dir, { recursive: true, force: true });
   };
-  return { url: controller.url, apiKey, root, [Symbol.asyncDispose]: dispose };
+  return { url: controller.url, apiKey, root, credentials, [Symbol.asyncDispose]: dispose };
 }

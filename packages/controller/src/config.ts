@@ -12,6 +12,9 @@ import { parseAllowList } from './image-ref.js';
 import { LOG_LEVELS, REDACTED, type LogLevel } from './logger.js';
 import { DEFAULT_USAGE, type UsageSettings } from './usage-history.js';
 import { DEFAULT_SNAPSHOT_LIMITS, type SnapshotLimits } from './snapshot-store.js';
+import { DEFAULT_EVENT_SETTINGS, type EventSettings } from './events/event-log.js';
+import { isAddressOrCidr } from './events/webhook-target.js';
+import { DEFAULT_WEBHOOK_SETTINGS, type WebhookSettings } from './events/webhooks.js';
 
 /** Everything the controller can be told; {@link loadConfig} fills it from a file, the environment and overrides. */
 export interface ControllerConfig {
@@ -124,6 +127,10 @@ export interface ControllerConfig {
   snapshots: SnapshotLimits;
   /** Limits per tenant (docs/tenancy.md): for every tenant, and by name. */
   tenants: TenantsConfig;
+  /** The lifecycle event log behind `GET /v1/events` (docs/events.md). */
+  events: EventSettings;
+  /** Webhooks: how many, how deliveries are retried, which private targets the operator opens (docs/events.md). */
+  webhooks: WebhookSettings;
 }
 
 /** The web console's settings (docs/console.md). */
@@ -381,6 +388,18 @@ export const ConfigFile = z.strictObject({
       maxForkCount: z.number().int().min(1).max(100).optional(),
     })
     .optional(),
+  events: z.strictObject({ retain: z.number().int().min(100).max(1_000_000).optional() }).optional(),
+  webhooks: z
+    .strictObject({
+      maxPerTenant: z.number().int().min(0).max(1000).optional(),
+      maxAttempts: z.number().int().min(1).max(20).optional(),
+      retryBaseMs: z.number().int().min(1).max(3_600_000).optional(),
+      retryMaxMs: z.number().int().min(1).max(86_400_000).optional(),
+      timeoutMs: z.number().int().min(100).max(120_000).optional(),
+      allowedCidrs: z.array(z.string().refine(isAddressOrCidr, 'an address or CIDR such as 127.0.0.1/32 or 10.20.0.0/16')).max(256).optional(),
+      allowPrivateTargets: z.boolean().optional(),
+    })
+    .optional(),
   usage: z
     .strictObject({
       sampleSeconds: z.number().int().min(0).max(3600).optional(),
@@ -483,6 +502,8 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   usage: DEFAULT_USAGE,
   snapshots: DEFAULT_SNAPSHOT_LIMITS,
   tenants: {},
+  events: DEFAULT_EVENT_SETTINGS,
+  webhooks: DEFAULT_WEBHOOK_SETTINGS,
   e2bTemplates: DEFAULT_E2B_TEMPLATES,
   engine: { allowUnenforcedLimits: false },
   provider: 'docker',
@@ -551,6 +572,8 @@ export function loadConfig(
     ...overrides,
     // After the overrides, so an override of one limit keeps the others.
     snapshots: { ...DEFAULT_SNAPSHOT_LIMITS, ...stripUndefined(file.snapshots ?? {}), ...stripUndefined(overrides.snapshots ?? {}) },
+    events: { ...DEFAULT_EVENT_SETTINGS, ...stripUndefined(file.events ?? {}), ...stripUndefined(overrides.events ?? {}) },
+    webhooks: { ...DEFAULT_WEBHOOK_SETTINGS, ...stripUndefined(file.webhooks ?? {}), ...stripUndefined(overrides.webhooks ?? {}) },
   };
   return config;
 }

@@ -28,6 +28,12 @@ import { EgressGateway } from './egress/gateway.js';
 import { SandboxEgress } from './egress/sandbox-egress.js';
 import { egressEventSink } from './egress/sink.js';
 import { Scheduler } from './scheduler.js';
+import path from 'node:path';
+import type { AddressInfo } from 'node:net';
+import { EventLog } from './events/event-log.js';
+import { TargetGuard } from './events/webhook-target.js';
+import { WebhookStore } from './events/webhook-store.js';
+import { WebhookService } from './events/webhooks.js';
 
 export interface StartControllerOptions {
   config?: Partial<ControllerConfig>;
@@ -79,6 +85,9 @@ export async function startController(options: StartControllerOptions = {}): Pro
   const metrics: Metrics = new Metrics(() => sandboxes.countByState());
   const { egress, egressLog } = await startEgress(provider, config, metrics, logger, options.egressUpstreamCa);
   const sandboxes: SandboxService = makeSandboxService({ provider, credentials, config, metrics, egress, logger });
+  // Where the server listens, once it does: webhooks may not target it.
+  const bound: { address?: AddressInfo } = {};
+  const events = await startEvents(sandboxes, config, logger, () => bound.address);
   const pool = sandboxes.pool as WarmPool | undefined;
   const { recovered, volumes, snapshots } = await recoverState(sandboxes, provider, config, logger);
 
@@ -89,8 +98,10 @@ export async function startController(options: StartControllerOptions = {}): Pro
   await engine.start();
 
   const readiness = readinessCheck(provider, config, engine, sandboxes, isolation);
-  const { server, wss } = createHttpServer({ sandboxes, snapshots, volumes, credentials, config, metrics, logger, readiness, egressLog });
+  const { server, wss } = createHttpServer({ sandboxes, snapshots, volumes, credentials, config, metrics, logger, readiness, egressLog, events });
   const url = await listen(server, config);
+  bound.address = server.address() as AddressInfo;
+  events.webhooks.start();
   logger.info(
     {
       url,
@@ -110,6 +121,8 @@ export async function startController(options: StartControllerOptions = {}): Pro
     engine.close();
     await pool?.close();
     if (config.killOnShutdown) for (const record of sandboxes.list()) await sandboxes.kill(record.id).catch(() => undefined);
+    // After the kills, so their events are in the log (webhooks deliver them after the next start).
+    await events.close();
     for (const ws of wss.clients) ws.terminate();
     server.closeAllConnections();
     await new Promise<void>((resolve) => server.close(() => resolve()));
@@ -136,6 +149,28 @@ function makeSandboxService(parts: {
     pool: config.poolSize > 0 ? (service) => new WarmPool(service, config.poolSize, logger) : undefined,
     onFreezeError: (sandboxId, doing, error) => logger.warn({ sandboxId, error: String(error) }, `sandbox.${doing}-failed`),
   });
+}
+
+/**
+ * The lifecycle event log (`<stateDir>/events/`), fed by the sandbox service's lifecycle hook from
+ * now on, and the webhooks (`<stateDir>/webhooks.json`), whose deliveries start once the server
+ * listens (the SSRF guard refuses the controller's own listener, so it must know it).
+ */
+async function startEvents(sandboxes: SandboxService, config: ControllerConfig, logger: Logger, self: () => { address: string; port: number } | undefined) {
+  const log = await EventLog.open({
+    dir: path.join(config.stateDir, 'events'),
+    retain: config.events.retain,
+    onError: (error) => logger.warn({ error: String(error) }, 'events.write-failed'),
+  });
+  const unsubscribe = sandboxes.lifecycle.subscribe((report) => log.append(report));
+  const guard = new TargetGuard(config.webhooks, self);
+  const webhooks = new WebhookService({ store: await WebhookStore.load(config.stateDir), log, guard, settings: config.webhooks });
+  const close = async () => {
+    unsubscribe();
+    await webhooks.close();
+    await log.flush();
+  };
+  return { log, webhooks, close };
 }
 
 /**

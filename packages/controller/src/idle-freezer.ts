@@ -2,6 +2,7 @@ import { mkdir, readdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { CodedError } from '@warren/protocol';
 import type { Clock } from './clock.js';
+import type { LifecycleHook } from './events/lifecycle.js';
 import type { Metrics } from './metrics.js';
 import { requireCapability, type SandboxProvider } from './provider.js';
 import type { SandboxRecord, SandboxTable } from './sandbox-table.js';
@@ -56,6 +57,8 @@ export interface IdleFreezerOptions {
   onError?: ((id: string, doing: 'freeze' | 'thaw', error: unknown) => void) | undefined;
   /** Where frozen sandboxes are noted, so a restarted controller tells them from paused ones. */
   marks?: FrozenMarks | undefined;
+  /** Told of each freeze (`frozen`) and thaw (`resumed`, with `thawed: true`). */
+  lifecycle?: LifecycleHook | undefined;
 }
 
 /**
@@ -205,6 +208,7 @@ export class IdleFreezer {
         }
       }
       record.frozen = false;
+      this.options.lifecycle?.report(record, 'resumed', { thawed: true });
       this.options.metrics?.thawSeconds.observe((performance.now() - started) / 1000);
       this.of(id).last = this.options.clock.now();
       await this.options.marks?.clear(record.containerId).catch(() => undefined);
@@ -272,6 +276,7 @@ export class IdleFreezer {
       }
       record.frozen = true;
       froze = true;
+      this.options.lifecycle?.report(record, 'frozen');
       this.options.metrics?.freezes.inc();
       await this.options.marks?.mark(record.containerId).catch(() => undefined);
     });

@@ -5,6 +5,7 @@ import type { Clock } from './clock.js';
 import type { ControllerConfig } from './config.js';
 import type { Credentials } from './credentials.js';
 import type { SandboxEgress } from './egress/sandbox-egress.js';
+import { LifecycleHook } from './events/lifecycle.js';
 import { FrozenMarks, IdleFreezer } from './idle-freezer.js';
 import { ImageService } from './image-service.js';
 import type { Metrics } from './metrics.js';
@@ -89,6 +90,8 @@ export class SandboxService {
   readonly network: SandboxNetwork;
   readonly upkeep: SandboxUpkeep;
   readonly usageSampler: SandboxUsage;
+  /** Each sandbox's lifecycle changes, as they happen: subscribe to hear them (the controller's event log does). */
+  readonly lifecycle = new LifecycleHook();
   private readonly parts: SandboxParts;
 
   constructor(options: SandboxServiceOptions) {
@@ -114,6 +117,7 @@ export class SandboxService {
       metrics: options.metrics,
       egress: options.egress,
       probe: options.probe ?? ((endpoint, secret, timeoutMs, headers) => probeAgent(endpoint, secret, timeoutMs, headers)),
+      lifecycle: this.lifecycle,
     };
     this.parts = parts;
     this.freezer = new IdleFreezer({
@@ -125,6 +129,7 @@ export class SandboxService {
       busy: (record) => (this.egress?.has(record.agentId) ? this.egress.openConnections(record.agentId) > 0 : false),
       onError: options.onFreezeError,
       marks: parts.frozenMarks,
+      lifecycle: this.lifecycle,
     });
     const freezer = this.freezer;
     this.lookup = new SandboxLookup(parts);

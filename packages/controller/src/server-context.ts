@@ -2,6 +2,8 @@ import type { callAgent } from './agent-link.js';
 import type { ControllerConfig } from './config.js';
 import type { Credentials } from './credentials.js';
 import type { EgressLog } from './egress/egress-log.js';
+import type { EventLog } from './events/event-log.js';
+import type { WebhookService } from './events/webhooks.js';
 import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
 import type { SandboxService } from './sandboxes.js';
@@ -34,4 +36,6 @@ export interface HttpServerDeps {
   callDaemon?: typeof callAgent | undefined;
   /** The sandboxes' recent egress gateway events (`GET /v1/sandboxes/:id/egress`); absent without a gateway. */
   egressLog?: EgressLog | undefined;
+  /** Lifecycle events and webhooks (`/v1/events`, `/v1/webhooks`, docs/events.md); absent, their routes answer NOT_SUPPORTED. */
+  events?: { log: EventLog; webhooks: WebhookService } | undefined;
 }

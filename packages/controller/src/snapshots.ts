@@ -175,6 +175,7 @@ export class SnapshotService {
         ...(egress === undefined ? {} : { egress }),
       };
       await this.store.commit(stored);
+      this.sandboxes.lifecycle.report(record, 'snapshotted', { snapshotId: id });
       this.logger?.info({ snapshotId: id, sandboxId, sizeBytes, ms: Math.round(performance.now() - started), pausedMs: taken.pausedMs }, 'snapshot.taken');
       return describeSnapshot(stored);
     } catch (err) {
@@ -357,6 +358,7 @@ export class SnapshotService {
         for (const made of forks) await this.sandboxes.kill(made.id).catch(() => undefined);
         throw failed.reason;
       }
+      this.sandboxes.lifecycle.report(record, 'forked', { forks: forks.map((f) => f.id) });
       return forks;
     } finally {
       this.capturing.delete(id);

@@ -1,5 +1,6 @@
 import { CodedError } from '@warren/protocol';
 import type { Clock } from './clock.js';
+import type { LifecycleHook } from './events/lifecycle.js';
 import { Slots } from './limiter.js';
 import type { ProviderState, SandboxProvider } from './provider.js';
 import { toState, type SandboxRecord, type SandboxTable } from './sandbox-table.js';
@@ -19,6 +20,8 @@ export interface SupervisorOptions {
   bringBack: (record: SandboxRecord) => Promise<void>;
   /** Told of each restart: `error` null when the sandbox is back, else why an attempt failed. */
   onRestart?: ((id: string, error: string | null) => void) | undefined;
+  /** Told of deaths (`failed`, `oom-killed`), restarts (`ready`) and restarts given up (`failed`). */
+  lifecycle?: LifecycleHook | undefined;
 }
 
 /**
@@ -104,6 +107,8 @@ export class RestartSupervisor {
     const record = this.options.table.byHandle(handle);
     if (!record) return;
     if (action === 'destroy' && !this.killing.has(record.id)) record.state = 'gone';
+    // The engine says `oom` when the kernel's OOM killer ended a process of the container (the `die` that follows restarts it).
+    if (action === 'oom' && !this.killing.has(record.id)) this.options.lifecycle?.report(record, 'oom-killed');
     if (action === 'die' && !record.hibernated) this.died(record);
   }
 
@@ -142,7 +147,9 @@ export class RestartSupervisor {
     const now = this.options.clock.now();
     const recent = (this.deaths.get(record.id) ?? []).filter((t) => now - t < RESTART_WINDOW_MS);
     this.deaths.set(record.id, [...recent, now]);
-    if (recent.length >= MAX_RESTARTS || record.expiresAt.getTime() <= now) {
+    const restarting = !(recent.length >= MAX_RESTARTS || record.expiresAt.getTime() <= now);
+    this.options.lifecycle?.report(record, 'failed', { reason: 'its processes stopped', restarting });
+    if (!restarting) {
       this.givenUp.add(record.id);
       return;
     }
@@ -181,6 +188,7 @@ export class RestartSupervisor {
           record.state = 'running';
           this.givenUp.delete(record.id);
           this.options.onRestart?.(record.id, null);
+          this.options.lifecycle?.report(record, 'ready', { restarted: true });
           return true;
         } catch (err) {
           // A backend that cannot start a stopped sandbox at all (a Kubernetes pod cannot run
@@ -195,6 +203,7 @@ export class RestartSupervisor {
         await clock.sleep(Math.min(5000, 250 * 2 ** attempt));
       }
       this.givenUp.add(record.id);
+      if (table.find(record.id) === record) this.options.lifecycle?.report(record, 'failed', { reason: 'it could not be started again', restarting: false });
       return false;
     })().finally(() => this.restarts.delete(record.id));
     this.restarts.set(record.id, job);

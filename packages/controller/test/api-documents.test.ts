@@ -4,6 +4,7 @@ import { describe, expect, it } from '@jest/globals';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import { apiDocumentFiles, ROUTES } from '../src/routes/table.js';
 import { openApiDocument } from '../src/routes/openapi.js';
+import { DEFAULT_ADMIN } from '../src/tenancy/principals.js';
 import { API_KEY, startFakeHttpServer } from './http-server.js';
 
 const repo = path.resolve(import.meta.dirname, '..', '..', '..');
@@ -62,7 +63,11 @@ describe('the HTTP server and its OpenAPI document agree', () => {
       for (const method of HTTP_METHODS) {
         // A fresh sandbox for each request, so a DELETE or a pause does not change the next one.
         const { id } = await server.sandboxes.create({});
-        const res = await fetch(`${server.url}${template.replace('{id}', id)}`, { method, headers: auth });
+        // Likewise a fresh webhook (its deliveries are dropped by the fake server, never sent).
+        const webhook = template.includes('{webhook}')
+          ? (await server.events.webhooks.register(DEFAULT_ADMIN, { url: 'http://127.0.0.1:9/hook' })).webhook.id
+          : '';
+        const res = await fetch(`${server.url}${template.replace('{id}', id).replace('{webhook}', webhook)}`, { method, headers: auth });
         const json = res.headers.get('content-type') === 'application/json';
         const code = json ? (((await res.json()) as { error?: { code: string } }).error?.code ?? 'ok') : (await res.text(), 'ok');
         if (Object.hasOwn(operations, method.toLowerCase())) {

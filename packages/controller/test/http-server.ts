@@ -13,6 +13,10 @@ import { FakeProvider } from './fakes.js';
 import { SnapshotService } from '../src/snapshots.js';
 import { SnapshotStore } from '../src/snapshot-store.js';
 import { VolumeService } from '../src/volumes.js';
+import { EventLog } from '../src/events/event-log.js';
+import { TargetGuard } from '../src/events/webhook-target.js';
+import { WebhookStore } from '../src/events/webhook-store.js';
+import { WebhookService } from '../src/events/webhooks.js';
 
 /** The API key of {@link startFakeHttpServer}'s controller. */
 export const API_KEY = 'wk_unit_0123456789abcdef';
@@ -22,6 +26,8 @@ export interface FakeHttpServer extends AsyncDisposable {
   url: string;
   sandboxes: SandboxService;
   metrics: Metrics;
+  /** The event log and webhooks behind `/v1/events` and `/v1/webhooks`; deliveries are dropped, never sent. */
+  events: { log: EventLog; webhooks: WebhookService };
   /** Every log line written, parsed, in order. */
   lines: ({ event: string; level: string } & Record<string, unknown>)[];
   /** Every log line as written, for searches that must not find a secret anywhere. */
@@ -59,7 +65,14 @@ export async function startFakeHttpServer(): Promise<FakeHttpServer> {
   await volumes.recover();
   const snapshots = new SnapshotService({ sandboxes, provider, store: new SnapshotStore(stateDir), limits: config.snapshots, volumes });
   await snapshots.recover();
+  const log = await EventLog.open({ retain: 1000 });
+  sandboxes.lifecycle.subscribe((report) => log.append(report));
+  const guard = new TargetGuard({ allowedCidrs: ['127.0.0.1/32'], allowPrivateTargets: false }, () => undefined);
+  const webhooks = new WebhookService({ store: await WebhookStore.load(undefined), log, guard, settings: config.webhooks, send: async () => undefined });
+  webhooks.start();
+  const events = { log, webhooks };
   const { server, wss } = createHttpServer({
+    events,
     sandboxes,
     snapshots,
     volumes,
@@ -74,10 +87,11 @@ export async function startFakeHttpServer(): Promise<FakeHttpServer> {
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');
   const close = async () => {
+    await webhooks.close();
     for (const ws of wss.clients) ws.terminate();
     server.closeAllConnections();
     await new Promise<void>((resolve) => server.close(() => resolve()));
     await rm(stateDir, { recursive: true, force: true });
   };
-  return { url: serverUrl(server, '127.0.0.1'), sandboxes, metrics, lines, raw, [Symbol.asyncDispose]: close };
+  return { url: serverUrl(server, '127.0.0.1'), sandboxes, metrics, events, lines, raw, [Symbol.asyncDispose]: close };
 }

@@ -7,6 +7,7 @@ import { z } from 'zod';
 import { callerFor, grantFor, routeRefusal, type Access, type Caller } from '../grants.js';
 import type { HttpServerDeps } from '../server-context.js';
 import { E2bHttpError } from './errors.js';
+import { serveE2bEvents } from './events.js';
 import { json, parse, readJson } from './http-util.js';
 import { E2bNetwork, e2bFromEgress, egressFromE2b } from './network.js';
 import { createSnapshot, createVolume, deleteTemplate, deleteVolume, fork, getVolume, listSnapshots, listVolumes, type StateContext } from './state.js';
@@ -104,6 +105,30 @@ const PLANE_ROUTES: readonly PlaneRoute[] = [
   { method: 'GET', pattern: new RegExp(`^/volumes/${REF}$`), access: 'operator', handle: state(getVolume) },
   { method: 'DELETE', pattern: new RegExp(`^/volumes/${REF}$`), access: 'operator', handle: state(deleteVolume) },
   { method: 'POST', pattern: new RegExp(`^/sandboxes/${ID}/refreshes$`), access: 'lifecycle', handle: keepalive },
+  // Events of sandboxes that may be gone: the id is a `ref`, not checked to exist.
+  {
+    method: 'GET',
+    pattern: /^\/events\/sandboxes$/,
+    access: 'operator',
+    handle: async (ctx) => serveE2bEvents(ctx.deps, ctx.res, ctx.query, ctx.caller, undefined),
+  },
+  {
+    method: 'GET',
+    pattern: /^\/events\/sandboxes\/(?<ref>[A-Za-z0-9]+)$/,
+    access: 'operator',
+    handle: async (ctx) => serveE2bEvents(ctx.deps, ctx.res, ctx.query, ctx.caller, ctx.ref),
+  },
+  ...(['GET', 'POST', 'DELETE'] as const).map((method): PlaneRoute => ({
+    method,
+    pattern: /^\/events\/webhooks(\/[^/]+)?$/,
+    access: 'operator',
+    handle: async () => {
+      throw new E2bHttpError(
+        501,
+        "Webhooks through E2B's API (/events/webhooks) are not supported by Warren's E2B gateway; register them with Warren's POST /v1/webhooks, which delivers the same events signed (docs/events.md).",
+      );
+    },
+  })),
   { method: 'POST', pattern: /^\/(v\d+\/)?templates(\/.*)?$/, access: 'operator', handle: notServed('Building templates (Template.build, /v3/templates)') },
   { method: 'GET', pattern: /^\/(v\d+\/)?templates(\/.*)?$/, access: 'operator', handle: notServed('Listing and describing templates') },
   { method: 'PUT', pattern: /^\/(v\d+\/)?templates(\/.*)?$/, access: 'operator', handle: notServed('Changing templates') },
@@ -129,7 +154,7 @@ const PLANE_ROUTES: readonly PlaneRoute[] = [
 
 /** Whether a gateway path (after the prefix) is the control plane's: `/sandboxes...`, `/v2/...`, templates, volumes. */
 export function isControlPlanePath(path: string): boolean {
-  return /^\/(v\d+\/)?(sandboxes|templates|volumes|secrets|snapshots|teams|api-keys|access-tokens)(\/|$)/.test(path);
+  return /^\/(v\d+\/)?(sandboxes|templates|volumes|secrets|snapshots|teams|api-keys|access-tokens|events)(\/|$)/.test(path);
 }
 
 /**

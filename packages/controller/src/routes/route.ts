@@ -7,6 +7,7 @@ import type { Access, Caller } from '../grants.js';
 import type { HttpServerDeps } from '../server-context.js';
 import { badSnapshotRef } from '../snapshot-store.js';
 import { badVolumeName } from '../volumes.js';
+import { noWebhook, WebhookId } from '../events/webhooks.js';
 import { readJson } from './io.js';
 
 /** The HTTP methods Warren's routes use. */
@@ -30,6 +31,7 @@ export const ROUTE_TAGS = {
   volumes: 'Named volumes: storage that outlives sandboxes.',
   images: 'Images Warren pulls and builds.',
   tenancy: "API keys, tenants' usage and limits, and token revocation.",
+  events: 'Sandbox lifecycle events: the log, read by cursor, and webhooks that receive them (docs/events.md).',
 } as const;
 
 /** The resource a route belongs to (its OpenAPI tag). */
@@ -71,6 +73,12 @@ export const PATH_PARAMETERS = {
     pattern: '[^/]+',
     invalid: (value: string) =>
       new CodedError('INVALID_PARAMS', `'${value.slice(0, 64)}' is not a tenant name: lowercase letters, digits and -, at most 63.`, { field: 'tenant' }),
+  },
+  webhook: {
+    description: "The webhook's id (one of the caller's tenant).",
+    schema: WebhookId,
+    pattern: '[^/]+',
+    invalid: noWebhook,
   },
 } as const;
 
@@ -278,7 +286,7 @@ export function matchRoute(route: Route, pathname: string): Record<string, strin
 }
 
 /** A query parameter that is a whole number (`?since=12`); documented as the integer it is. */
-function wholeNumber(name: string) {
+export function wholeNumber(name: string) {
   return z
     .string()
     .transform((raw, ctx) => {

@@ -1,6 +1,7 @@
 import { protocolJsonSchema } from '@warren/protocol';
 import { z } from 'zod';
 import { ACCESS_ROUTES } from './access.js';
+import { EVENT_ROUTES } from './events.js';
 import { IMAGE_ROUTES } from './images.js';
 import { sendJson } from './io.js';
 import { NETWORK_ROUTES } from './network.js';
@@ -44,6 +45,7 @@ export const ROUTES: readonly Route[] = [
   ...VOLUME_ROUTES,
   ...IMAGE_ROUTES,
   ...TENANCY_ROUTES,
+  ...EVENT_ROUTES,
 ];
 
 /**

@@ -1,23 +1,14 @@
 import { CodedError, CreatedKey, KeyInfo, ListKeysResponse, TenantReport } from '@warren/protocol';
 import { z } from 'zod';
-import type { Caller } from '../grants.js';
 import { TenantLimits } from '../tenancy/limits.js';
 import { CreateKeyRequest, keyNotFound, TenantName } from '../tenancy/principals.js';
-import { listedTenant } from '../tenancy/reach.js';
+import { principalOf, tenantScope } from '../tenancy/reach.js';
 import { tenantReport } from '../tenancy/report.js';
 import { sendJson } from './io.js';
 import { defineRoute, type Route } from './route.js';
 
 const TenantQuery = z.object({ tenant: TenantName.optional() });
 const RevokeTokenRequest = z.strictObject({ token: z.string().min(1).max(8192) });
-
-/** The tenant a caller asks about: its own; an admin may name another with `?tenant=`. */
-function tenantAsked(caller: Caller | undefined, asked: string | undefined): string {
-  if (caller?.kind !== 'operator') throw new CodedError('FORBIDDEN', 'Only an API key belongs to a tenant.');
-  if (asked !== undefined && asked !== caller.tenant && listedTenant(caller) !== undefined)
-    throw new CodedError('FORBIDDEN', "A member key sees its own tenant only; leave out '?tenant=' or use an admin key.", { field: 'tenant' });
-  return asked ?? caller.tenant;
-}
 
 /** API keys, tenants' usage and limits, and token revocation (docs/tenancy.md). */
 export const TENANCY_ROUTES: readonly Route[] = [
@@ -99,7 +90,8 @@ export const TENANCY_ROUTES: readonly Route[] = [
     query: { schema: TenantQuery, parameters: { tenant: 'Another tenant (admin keys only).' } },
     responses: { 200: { description: 'Usage and limits.', schema: TenantReport } },
     handle: async ({ deps, res, query, caller }) => {
-      const tenant = tenantAsked(caller, query.tenant);
+      const principal = principalOf(caller);
+      const tenant = tenantScope(principal, query.tenant) ?? principal.tenant;
       sendJson(res, 200, tenantReport(deps, tenant));
     },
   }),

@@ -302,8 +302,11 @@ export class SandboxLauncher {
 
   private created(record: SandboxRecord, started: number, source: 'pool' | 'cold'): CreateSandboxResponse {
     const seconds = (performance.now() - started) / 1000;
-    const { metrics, credentials } = this.parts;
+    const { metrics, credentials, lifecycle } = this.parts;
     this.peers.freezer.touch(record.id);
+    // A create answers once the daemon has answered a call: it is made and ready at once.
+    lifecycle.report(record, 'created', { source, image: record.image });
+    lifecycle.report(record, 'ready');
     metrics?.creates.inc({ source, outcome: 'ok' });
     metrics?.createSeconds.observe({ source }, seconds);
     return { ...describe(record), token: credentials.sandboxToken(record.id), readyMs: Math.round(seconds * 1000), pooled: source === 'pool' };

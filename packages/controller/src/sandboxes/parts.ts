@@ -1,6 +1,7 @@
 import type { Clock } from '../clock.js';
 import type { ControllerConfig } from '../config.js';
 import type { Credentials } from '../credentials.js';
+import type { LifecycleHook } from '../events/lifecycle.js';
 import type { SandboxEgress } from '../egress/sandbox-egress.js';
 import type { FrozenMarks } from '../idle-freezer.js';
 import type { Metrics } from '../metrics.js';
@@ -36,4 +37,6 @@ export interface SandboxParts {
   /** The egress gateway's wiring, when this controller runs one. */
   readonly egress: SandboxEgress | undefined;
   readonly probe: DaemonProbe;
+  /** Where lifecycle changes are reported (created, paused, killed, ...): the event log and webhooks listen. */
+  readonly lifecycle: LifecycleHook;
 }

@@ -38,6 +38,7 @@ export class SandboxPower {
       record.frozen = false;
       record.state = 'paused';
     });
+    this.parts.lifecycle.report(record, 'paused');
     return describe(record);
   }
 
@@ -70,6 +71,7 @@ export class SandboxPower {
       await requireCapability(provider, 'suspend', 'resume a sandbox').resume(record.containerId);
       record.state = 'running';
     });
+    this.parts.lifecycle.report(record, 'resumed');
     // Paused when the controller restarted: its relay was not opened then, so it is now.
     if (egress?.has(record.agentId) && egress.relayPort(record.agentId) === undefined)
       await egress.connectWithRetry(record.agentId, provider.daemon(record.agentId), credentials.agentSecret(record.agentId)).catch(() => undefined); // logged; the relay stays closed (egress fails closed) until the next start
@@ -106,6 +108,7 @@ export class SandboxPower {
       throw err;
     }
     record.state = 'hibernated';
+    this.parts.lifecycle.report(record, 'hibernated');
     return describe(record);
   }
 
@@ -129,6 +132,7 @@ export class SandboxPower {
         record.state = 'running';
         record.lastActive = this.parts.clock.now();
         await this.peers.lookup.save(record);
+        this.parts.lifecycle.report(record, 'woken');
       })().finally(() => this.waking.delete(id));
       this.waking.set(id, waking);
     }

@@ -48,6 +48,7 @@ export class SandboxUpkeep {
       clock: parts.clock,
       bringBack: (record) => bringBack(parts, record),
       onRestart: this.peers.onRestart,
+      lifecycle: parts.lifecycle,
     });
     this.reaper = new Reaper({
       provider: parts.provider,
@@ -98,8 +99,13 @@ export class SandboxUpkeep {
   }
 
   /** Kills a sandbox: its container, workspace, daemon channel and stored record are gone afterwards. */
-  async kill(id: string): Promise<void> {
-    const { table, egress, provider, store, frozenMarks } = this.parts;
+  kill(id: string): Promise<void> {
+    return this.end(id, 'killed');
+  }
+
+  /** Removes everything a sandbox had, then reports its end as `type`. */
+  private async end(id: string, type: 'killed' | 'expired' | 'failed', details?: Record<string, string>): Promise<void> {
+    const { table, egress, provider, store, frozenMarks, lifecycle } = this.parts;
     const record = table.require(id);
     await this.supervisor.whileKilling(id, async () => {
       // The relay first, so its tunnel ends as closed on purpose rather than as a dropped channel.
@@ -112,6 +118,7 @@ export class SandboxUpkeep {
       this.peers.usageHistory.forget(id);
       this.peers.freezer.forget(id);
     });
+    lifecycle.report(record, type, details);
   }
 
   /**
@@ -127,8 +134,10 @@ export class SandboxUpkeep {
       if (record.expiresAt.getTime() > clock.now()) throw new CodedError('CONFLICT', `Sandbox '${id}' had its expiry moved by another controller replica.`);
     }
     // A sandbox the backend lost (its node went away): calls to it say so after it is gone.
-    const lost = record?.state === 'gone' ? provider.lostReason?.(record.containerId) : undefined;
-    await this.kill(id);
+    const gone = record?.state === 'gone';
+    const lost = gone ? provider.lostReason?.(record.containerId) : undefined;
+    // Gone from the backend (removed from outside, its node lost) is a failure; anything else the reaper ends has expired.
+    await (gone ? this.end(id, 'failed', { reason: lost ?? 'removed from the backend outside Warren' }) : this.end(id, 'expired'));
     if (lost !== undefined) table.markLost(id, lost);
   }
 }

@@ -1,3 +1,4 @@
+import type { Principal } from './principals.js';
 import { CodedError } from '@warren/protocol';
 import { UNAUTHORIZED_MESSAGE, type Caller } from '../grants.js';
 import { sandboxNotFound, type SandboxRecord } from '../sandbox-table.js';
@@ -29,6 +30,25 @@ export function checkReach(keys: KeyStore, caller: Caller, record: SandboxRecord
 /** The tenant whose objects a list shows this caller: a member key's own; undefined (every tenant's) for an admin. */
 export function listedTenant(caller: Caller | undefined): string | undefined {
   return caller?.kind === 'operator' && caller.role !== 'admin' ? caller.tenant : undefined;
+}
+
+/** The API key calling, for a route of `operator` or `admin` access (which lets no other caller in). */
+export function principalOf(caller: Caller | undefined): Principal {
+  if (caller?.kind !== 'operator') throw new CodedError('FORBIDDEN', 'This route needs an API key.');
+  return caller;
+}
+
+/**
+ * The tenant a tenant-wide read covers: a member key's own (naming another is FORBIDDEN); for an
+ * admin key the one it names with `?tenant=`, or undefined for every tenant.
+ */
+export function tenantScope(caller: Principal, asked: string | undefined): string | undefined {
+  if (caller.role === 'admin') return asked;
+  if (asked !== undefined && asked !== caller.tenant)
+    throw new CodedError('FORBIDDEN', `A member key sees its own tenant only ('${caller.tenant}'); leave out ?tenant= or use an admin key.`, {
+      field: 'tenant',
+    });
+  return caller.tenant;
 }
 
 /** The tenant an admin acted in when it was not its own (for the access log and the audit trail), else undefined. */

@@ -348,6 +348,15 @@ function schedulePeriodicJobs(parts: {
     usage.perSandboxSeries === 'on' || (usage.perSandboxSeries === 'auto' && sandboxes.list().length <= usage.perSandboxSeriesMax)
       ? sandboxes.usageHistory.latest()
       : [];
+  metrics.tenantOf = (id) => sandboxes.table.find(id)?.tenant;
+  metrics.tenantCounts = () => {
+    const counts: Record<string, Record<string, number>> = {};
+    for (const record of sandboxes.list()) {
+      const states = (counts[record.tenant] ??= {});
+      states[record.state] = (states[record.state] ?? 0) + 1;
+    }
+    return counts;
+  };
   if (usage.sampleSeconds > 0) scheduler.every('sampler', usage.sampleSeconds * 1000, () => sandboxes.sampleUsage());
   if (parts.sharedEgress) scheduler.every('egress-follower', config.egress.followIntervalMs ?? 2000, () => sandboxes.followSharedEgress());
   return scheduler;

@@ -112,17 +112,29 @@ export class Metrics {
       new Gauge({
         name,
         help,
-        labelNames: ['sandbox'],
+        labelNames: ['sandbox', 'tenant'],
         registers,
         collect: () => {
-          const gauge = this.registry.getSingleMetric(name) as Gauge<'sandbox'>;
+          const gauge = this.registry.getSingleMetric(name) as Gauge<'sandbox' | 'tenant'>;
           gauge.reset();
           for (const sample of this.sandboxSamples()) {
             const v = value(sample);
-            if (v !== undefined) gauge.set({ sandbox: sample.sandboxId }, v);
+            if (v !== undefined) gauge.set({ sandbox: sample.sandboxId, tenant: this.tenantOf(sample.sandboxId) ?? '' }, v);
           }
         },
       });
+    new Gauge({
+      name: 'warren_tenant_sandboxes',
+      help: 'Sandboxes this controller knows, by tenant and state (docs/tenancy.md).',
+      labelNames: ['tenant', 'state'],
+      registers,
+      collect: () => {
+        const gauge = this.registry.getSingleMetric('warren_tenant_sandboxes') as Gauge<'tenant' | 'state'>;
+        gauge.reset();
+        for (const [tenant, states] of Object.entries(this.tenantCounts()))
+          for (const [state, count] of Object.entries(states)) gauge.set({ tenant, state }, count);
+      },
+    });
     perSandbox('warren_sandbox_cpu_seconds', "CPU time a sandbox has used since it started, at the controller's last sample.", (s) => s.cpuSeconds);
     perSandbox('warren_sandbox_memory_bytes', "Memory a sandbox uses (without droppable page cache), at the controller's last sample.", (s) => s.memoryBytes);
     perSandbox('warren_sandbox_pids', "Processes in a sandbox, at the controller's last sample.", (s) => s.pids);
@@ -134,4 +146,10 @@ export class Metrics {
    * turns the series on (`usage.perSandboxSeries`).
    */
   sandboxSamples: () => SandboxMetrics[] = () => [];
+
+  /** The tenant of a sandbox, for the per-sandbox series' `tenant` label. */
+  tenantOf: (sandboxId: string) => string | undefined = () => undefined;
+
+  /** Sandboxes by tenant and state, for `warren_tenant_sandboxes`. */
+  tenantCounts: () => Record<string, Record<string, number>> = () => ({});
 }

@@ -177,6 +177,7 @@ describe('tenants: every door answers another tenant exactly as nothing', () => 
     }
     const report = JSON.parse((await call('GET', '/v1/tenant', bearer(key))).body) as { usage: { sandboxes: number }; limits: { maxSandboxes: number } };
     expect(report).toMatchObject({ usage: { sandboxes: 3 }, limits: { maxSandboxes: 3 } });
+    expect((await call('GET', '/metrics', bearer(warren.apiKey))).body).toContain('warren_tenant_sandboxes{tenant="charlie",state="running"} 3');
     for (const answer of made) await call('DELETE', `/v1/sandboxes/${(JSON.parse(answer.body) as { id: string }).id}`, bearer(key));
   });
 });

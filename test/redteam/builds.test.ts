@@ -6,7 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import Docker from 'dockerode';
-import { Images } from '@warren/sdk';
+import { Images, Sandbox } from '@warren/sdk';
 import { codeOf } from '../support/files.js';
 import { startTestController, type TestController } from '../support/fixtures.js';
 import { imagePresent } from '../support/registry.js';
@@ -129,6 +129,36 @@ describe('red team: builds that fetch', () => {
     const { code, output, built } = await attempt(`FROM ${PREFIX}onbuild:${run}\nRUN true\n`, 'child');
     expect({ code, output, built }).toEqual({ code: 'INVALID_PARAMS', output: '', built: false });
     expect({ connections: loopback.connections, requests: loopback.requests }).toEqual({ connections: 0, requests: [] });
+  });
+
+  it("a tenant's template is its own: another tenant's key neither lists, removes, replaces nor starts it", async () => {
+    const key = async (tenant: string) => {
+      const res = await fetch(`${warren.url}/v1/keys`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${warren.apiKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ tenant, role: 'member' }),
+      });
+      return ((await res.json()) as { key: string }).key;
+    };
+    const [keyA, keyB] = [await key('acme'), await key('bravo')];
+    const tag = `${PREFIX}tenant-a:${run}`;
+    await writeFile(path.join(context, 'Dockerfile'), `FROM ${base}\nLABEL warren.build-tenant=bravo\nRUN echo a > /a.txt\n`);
+    const asA = new Images({ baseUrl: warren.url, apiKey: keyA });
+    const asB = new Images({ baseUrl: warren.url, apiKey: keyB });
+    await asA.build({ context, tag });
+    expect((await asA.list()).flatMap((i) => i.tags)).toContain(tag);
+    // A Dockerfile's own LABEL of the tenant does not give the image away: Warren's label wins.
+    expect((await asB.list()).flatMap((i) => i.tags)).not.toContain(tag);
+    expect(await codeOf(asB.remove(tag))).toBe('NOT_FOUND');
+    expect(await codeOf(asB.build({ context, tag }))).toBe('CONFLICT');
+    expect(await codeOf(Sandbox.create({ baseUrl: warren.url, apiKey: keyB, image: tag }))).toBe('IMAGE_NOT_ALLOWED');
+    const own = await Sandbox.create({ baseUrl: warren.url, apiKey: keyA, image: tag });
+    try {
+      expect((await own.commands.run('cat /a.txt')).stdout).toBe('a\n');
+    } finally {
+      await own.kill();
+    }
+    expect(await imagePresent(docker, tag)).toBe(true);
   });
 
   it('RUN steps reach only what images.buildNetwork gives: nothing with none (the default), the host with bridge', async () => {

@@ -1,3 +1,4 @@
+import { DEFAULT_TENANT } from './tenancy/principals.js';
 import path from 'node:path';
 import { CodedError, readCheckedTar, type ImageInfo } from '@warren/protocol';
 import type { ImageSettings } from './config.js';
@@ -9,6 +10,20 @@ import { requireCapability, type ImageCapability, type PullProgress, type Sandbo
 
 /** The label on every image Warren built; its value is when. `GET /v1/images` lists these, and only these may be removed through Warren. */
 export const BUILD_LABEL = 'warren.build';
+
+/**
+ * The label naming the tenant whose key built an image (docs/tenancy.md): a member key lists,
+ * removes, replaces and starts sandboxes from its own tenant's builds only. Builds from before
+ * tenants have none and belong to the tenant `default`. Warren sets it on the build, over any
+ * `LABEL` of the same name in the Dockerfile.
+ */
+export const BUILD_TENANT_LABEL = 'warren.build-tenant';
+
+/** The tenant a Warren-built image belongs to, from its labels; undefined for an image Warren did not build. */
+function builtFor(labels: Record<string, string>): string | undefined {
+  if (labels[BUILD_LABEL] === undefined) return undefined;
+  return labels[BUILD_TENANT_LABEL] ?? DEFAULT_TENANT;
+}
 
 /** One pull under way, shared by every caller that asked for the same image meanwhile. */
 interface Pull {
@@ -95,7 +110,8 @@ export class ImageService {
    * else refused with `IMAGE_NOT_ALLOWED` before anything is fetched. Resolves with whether it
    * was pulled.
    */
-  async ensure(image: string, watch: ImageWatch = {}): Promise<{ pulled: boolean }> {
+  async ensure(image: string, watch: ImageWatch = {}, tenant?: string): Promise<{ pulled: boolean }> {
+    if (tenant !== undefined) await this.checkUsable(image, tenant);
     if (IMAGE_ID.test(image)) {
       if (await this.has(image)) return { pulled: false };
       throw new CodedError('IMAGE_NOT_ALLOWED', `No image with the id ${image} is on the engine, and an id cannot be pulled; name the image by reference.`, {
@@ -116,6 +132,21 @@ export class ImageService {
     watch.onStart?.();
     await this.join(target, watch.onProgress);
     return { pulled: true };
+  }
+
+  /**
+   * Refuses another tenant's build to a member key's tenant (`tenant`): the same refusal whether the
+   * image is a build of another tenant or the name is one this tenant cannot use, so builds are not told apart.
+   */
+  private async checkUsable(image: string, tenant: string): Promise<void> {
+    const info = await this.provider.images?.inspect(image).catch(() => undefined);
+    const owner = info === undefined ? undefined : builtFor(info.labels);
+    if (owner !== undefined && owner !== tenant)
+      throw new CodedError(
+        'IMAGE_NOT_ALLOWED',
+        `The image '${image}' is not one this tenant may start: build it with this tenant's key (warren image build), or name an image from an allowed registry.`,
+        { image },
+      );
   }
 
   /** Whether `image` can start without a pull here: always, on a backend that fetches images itself (no images capability). */
@@ -180,7 +211,12 @@ export class ImageService {
    * {@link BUILD_LABEL}. The build's `RUN` steps get `images.buildNetwork`. An image of the same
    * name that Warren did not build is not replaced (`CONFLICT`).
    */
-  async build(context: Buffer, request: { tag: string; dockerfile?: string | undefined }, watch: ImageWatch = {}): Promise<{ image: string; id: string }> {
+  async build(
+    context: Buffer,
+    request: { tag: string; dockerfile?: string | undefined },
+    watch: ImageWatch = {},
+    tenant: string = DEFAULT_TENANT,
+  ): Promise<{ image: string; id: string }> {
     const images = requireCapability(this.provider, 'images', 'build images');
     const tag = buildTag(request.tag);
     const dockerfile = dockerfilePath(request.dockerfile ?? 'Dockerfile');
@@ -209,6 +245,12 @@ export class ImageService {
         `An image named ${tag} is already on the engine and Warren did not build it; a build does not replace it. Choose another name (e.g. templates/${tag}).`,
         { image: tag },
       );
+    if (existing !== undefined && builtFor(existing.labels) !== tenant)
+      throw new CodedError(
+        'CONFLICT',
+        `The name ${tag} is taken by another tenant's template; a build does not replace it. Choose another name (e.g. ${tenant}/${tag}).`,
+        { image: tag },
+      );
     // Held until the build ends, so `remove` cannot take an image away and leave the engine to pull it itself, unchecked.
     const held = [...needs.images];
     this.hold(held);
@@ -224,7 +266,7 @@ export class ImageService {
         }
         if (needs.bases.includes(image)) checkOnBuildTriggers(image, info?.onBuild ?? []);
       }
-      return await this.runBuild(images, context, { tag, dockerfile, existing }, watch);
+      return await this.runBuild(images, context, { tag, dockerfile, existing, tenant }, watch);
     } finally {
       this.release(held);
     }
@@ -234,7 +276,7 @@ export class ImageService {
   private async runBuild(
     images: ImageCapability,
     context: Buffer,
-    { tag, dockerfile, existing }: { tag: string; dockerfile: string; existing: { id: string } | undefined },
+    { tag, dockerfile, existing, tenant }: { tag: string; dockerfile: string; existing: { id: string } | undefined; tenant: string },
     watch: ImageWatch,
   ): Promise<{ image: string; id: string }> {
     const started = performance.now();
@@ -244,7 +286,7 @@ export class ImageService {
       const { id } = await images.build(context, {
         tag,
         dockerfile,
-        labels: { [BUILD_LABEL]: new Date().toISOString() },
+        labels: { [BUILD_LABEL]: new Date().toISOString(), [BUILD_TENANT_LABEL]: tenant },
         network: this.settings.buildNetwork,
         onOutput: (text) => watch.onOutput?.(text),
         signal: AbortSignal.any(signals),
@@ -275,16 +317,20 @@ export class ImageService {
     }
   }
 
-  /** The images Warren built, newest first: none on a backend without images of its own. */
-  async list(): Promise<ImageInfo[]> {
+  /** The images Warren built (one tenant's when given), newest first: none on a backend without images of its own. */
+  async list(tenant?: string): Promise<ImageInfo[]> {
     if (!this.provider.images) return [];
-    return (await this.provider.images.list(BUILD_LABEL)).map(({ id, tags, createdAt, sizeBytes }) => ({ id, tags, createdAt, sizeBytes }));
+    return (await this.provider.images.list(BUILD_LABEL))
+      .filter((i) => tenant === undefined || builtFor(i.labels) === tenant)
+      .map(({ id, tags, createdAt, sizeBytes }) => ({ id, tags, createdAt, sizeBytes }));
   }
 
   /** Removes an image Warren built (by id or name); any other image is refused with `FORBIDDEN`, one a build under way starts or copies from with `CONFLICT`. */
-  async remove(image: string): Promise<void> {
+  async remove(image: string, tenant?: string): Promise<void> {
     const images = requireCapability(this.provider, 'images', `remove the image ${image}`);
-    const info = await images.inspect(image);
+    const found = await images.inspect(image);
+    // Another tenant's build is not on the engine, to a member key.
+    const info = found !== undefined && tenant !== undefined && builtFor(found.labels) !== undefined && builtFor(found.labels) !== tenant ? undefined : found;
     if (info === undefined) throw new CodedError('NOT_FOUND', `No image '${image}' is on the engine; GET /v1/images lists the images Warren built.`, { image });
     if (info.labels[BUILD_LABEL] === undefined)
       throw new CodedError('FORBIDDEN', `The image '${image}' was not built by Warren; Warren removes only the images it built (GET /v1/images lists them).`, {

@@ -1,3 +1,5 @@
+import { listedTenant } from '../tenancy/reach.js';
+import { ownerOf } from '../tenancy/owner.js';
 import { BuildImageQuery, ImageEvent, ListImagesResponse, PullImageRequest } from '@warren/protocol';
 import { z } from 'zod';
 import { eventStream, readContext, sendJson } from './io.js';
@@ -21,7 +23,7 @@ export const IMAGE_ROUTES: readonly Route[] = [
     tag: 'images',
     access: 'operator',
     responses: { 200: { description: 'The built images.', schema: ListImagesResponse } },
-    handle: async ({ deps, res }) => sendJson(res, 200, { images: await deps.sandboxes.images.list() }),
+    handle: async ({ deps, res, caller }) => sendJson(res, 200, { images: await deps.sandboxes.images.list(listedTenant(caller)) }),
   }),
   defineRoute({
     method: 'DELETE',
@@ -32,8 +34,8 @@ export const IMAGE_ROUTES: readonly Route[] = [
     access: 'operator',
     query: { schema: RemoveImageQuery, parameters: { image: 'The image id (sha256:...) or name, as GET /v1/images lists it.' } },
     responses: { 204: { description: 'Gone.' } },
-    handle: async ({ deps, res, query }) => {
-      await deps.sandboxes.images.remove(query.image);
+    handle: async ({ deps, res, query, caller }) => {
+      await deps.sandboxes.images.remove(query.image, listedTenant(caller));
       res.writeHead(204).end();
     },
   }),
@@ -49,13 +51,17 @@ export const IMAGE_ROUTES: readonly Route[] = [
     scope: 'images',
     body: { schema: PullImageRequest, what: 'pull request', hint: 'Send { "image": "<reference>" }.' },
     responses: { 200: { description: 'One ImageEvent per line: progress, then done or error.', contentType: 'application/x-ndjson', schema: ImageEvent } },
-    handle: async ({ deps, res, body }) => {
+    handle: async ({ deps, res, body, caller }) => {
       const stream = eventStream(res);
       await stream.run(async () => {
-        await deps.sandboxes.images.ensure(body.image, {
-          onStart: stream.start,
-          onProgress: (p) => stream.send({ type: 'progress', ...p }),
-        });
+        await deps.sandboxes.images.ensure(
+          body.image,
+          {
+            onStart: stream.start,
+            onProgress: (p) => stream.send({ type: 'progress', ...p }),
+          },
+          listedTenant(caller),
+        );
         return { type: 'done', image: body.image };
       });
     },
@@ -84,7 +90,7 @@ export const IMAGE_ROUTES: readonly Route[] = [
       hint: 'Use ?tag=<name[:tag]>&dockerfile=<path>.',
     },
     responses: { 200: { description: 'One ImageEvent per line: output, then done or error.', contentType: 'application/x-ndjson', schema: ImageEvent } },
-    handle: async ({ deps, req, res, query }) => {
+    handle: async ({ deps, req, res, query, caller }) => {
       const images = deps.sandboxes.images;
       // The slot is taken before the body is read, so waiting builds hold no context in memory.
       await images.withBuildSlot(async () => {
@@ -93,12 +99,17 @@ export const IMAGE_ROUTES: readonly Route[] = [
         res.once('close', () => res.writableFinished || abort.abort());
         const stream = eventStream(res);
         await stream.run(async () => {
-          const built = await images.build(context, query, {
-            onStart: stream.start,
-            onProgress: (p) => stream.send({ type: 'progress', ...p }),
-            onOutput: (text) => stream.send({ type: 'output', text }),
-            signal: abort.signal,
-          });
+          const built = await images.build(
+            context,
+            query,
+            {
+              onStart: stream.start,
+              onProgress: (p) => stream.send({ type: 'progress', ...p }),
+              onOutput: (text) => stream.send({ type: 'output', text }),
+              signal: abort.signal,
+            },
+            ownerOf(caller)?.tenant,
+          );
           return { type: 'done', image: built.image, id: built.id };
         });
       });

@@ -167,7 +167,7 @@ export class SandboxLauncher {
     }
     this.creating++;
     try {
-      if (!plan.restore) await this.peers.images.ensure(plan.image);
+      if (!plan.restore) await this.peers.images.ensure(plan.image, {}, plan.owner?.role === 'member' ? plan.owner.tenant : undefined);
       else if (!(await (provider.images?.has(plan.restore.image) ?? true)))
         throw new CodedError(
           'SNAPSHOT_NOT_FOUND',

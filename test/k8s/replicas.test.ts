@@ -354,6 +354,64 @@ runLab('two controller replicas share egress, console sessions and limits', () =
     await until('A to refuse the revoked session', async () => ((await list(a)).status === 401 ? true : undefined), 15_000, 250);
   });
 
+  it('a key is a boundary on every replica: keys made or revoked on one hold on the other, tenants see only their own, and tenant limits count both', async () => {
+    const a = await start();
+    const b = await start();
+    const rest = async (c: Controller, method: string, route: string, key: string, body?: unknown) => {
+      const res = await fetch(`${c.url}${route}`, {
+        method,
+        headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+      });
+      return { status: res.status, body: await res.text() };
+    };
+    const makeKey = async (tenant: string) =>
+      JSON.parse((await rest(a, 'POST', '/v1/keys', apiKey, { tenant, role: 'member' })).body) as { key: string; id: string };
+    const acme = await makeKey('acme');
+    const bravo = await makeKey('bravo');
+    // Made on A, taken up by B from the shared Secret within a second or so.
+    await until(
+      'B to know the keys made on A',
+      async () => ((await rest(b, 'GET', '/v1/sandboxes', bravo.key)).status === 200 ? true : undefined),
+      10_000,
+      200,
+    );
+    const made: Sandbox[] = [];
+    try {
+      const mine = await Sandbox.create({ baseUrl: a.url, apiKey: acme.key, ttlSeconds: 300 });
+      made.push(mine);
+      // Bravo's key on acme's sandbox through the other replica: exactly the answer for nothing.
+      const onA = await rest(b, 'GET', `/v1/sandboxes/${mine.id}`, bravo.key);
+      const nothing = await rest(b, 'GET', '/v1/sandboxes/zzzzzzzzzzzzzzzzzzzzzz', bravo.key);
+      expect({ status: onA.status, body: onA.body.replaceAll(mine.id, '<id>') }).toEqual({
+        status: nothing.status,
+        body: nothing.body.replaceAll('zzzzzzzzzzzzzzzzzzzzzz', '<id>'),
+      });
+      expect(onA.status).toBe(404);
+      expect((await rest(b, 'GET', `/v1/sandboxes/${mine.id}`, acme.key)).status).toBe(200);
+      // A limit set on B holds on A, counting the sandbox A made.
+      expect((await rest(b, 'POST', '/v1/tenants/acme/limits', apiKey, { maxSandboxes: 1 })).status).toBe(200);
+      await until(
+        'A to refuse acme a second sandbox',
+        async () => {
+          const second = await rest(a, 'POST', '/v1/sandboxes', acme.key, { ttlSeconds: 300 });
+          if (second.status === 201) made.push(await Sandbox.connect((JSON.parse(second.body) as { id: string }).id, { baseUrl: a.url, apiKey }));
+          return second.status === 429 ? second : undefined;
+        },
+        10_000,
+        300,
+      );
+      expect(JSON.parse((await rest(b, 'POST', '/v1/sandboxes', acme.key, { ttlSeconds: 300 })).body)).toMatchObject({
+        error: { code: 'RESOURCE_EXHAUSTED', details: { limit: 'maxSandboxes' } },
+      });
+      // Revoked on A: refused on B within about a second.
+      expect((await rest(a, 'DELETE', `/v1/keys/${acme.id}`, apiKey)).status).toBe(200);
+      await until('B to refuse the revoked key', async () => ((await rest(b, 'GET', '/v1/sandboxes', acme.key)).status === 401 ? true : undefined), 5_000, 100);
+    } finally {
+      for (const s of made) await s.kill().catch(() => undefined);
+    }
+  });
+
   it('holds maxSandboxes across replicas: sandboxes made on either count on both', async () => {
     const a = await start({ maxSandboxes: 2 });
     const b = await start({ maxSandboxes: 2 });

@@ -1,4 +1,3 @@
-import { resolveLimits } from './tenancy/limits.js';
 import { SnapshotService } from './snapshots.js';
 import { MAX_VOLUMES_PER_TENANT, VolumeService } from './volumes.js';
 import { SnapshotStore } from './snapshot-store.js';
@@ -82,6 +81,8 @@ export async function startController(options: StartControllerOptions = {}): Pro
   const endpoint = options.provider || config.provider !== 'docker' ? undefined : resolveEngine(process.env);
   const provider = options.provider ?? (await makeProvider(config, credentials, logger, endpoint));
   const { oldRuntimesRemoved, isolation } = await prepareEngine(provider, config, logger);
+  // Replicas share the keys made through /v1/keys: a key made, rotated or revoked on one holds on every one within a second.
+  if (provider.sharedState) await credentials.keys.share(provider.sharedState.keyStorage, 1000);
   const metrics: Metrics = new Metrics(() => sandboxes.countByState());
   const { egress, egressLog } = await startEgress(provider, config, metrics, logger, options.egressUpstreamCa);
   const sandboxes: SandboxService = makeSandboxService({ provider, credentials, config, metrics, egress, logger });
@@ -118,6 +119,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
 
   const close = closer(async () => {
     scheduler.close();
+    credentials.keys.close();
     engine.close();
     await pool?.close();
     if (config.killOnShutdown) for (const record of sandboxes.list()) await sandboxes.kill(record.id).catch(() => undefined);
@@ -182,7 +184,7 @@ async function recoverState(sandboxes: SandboxService, provider: SandboxProvider
   const { recovered, poolMembers } = await sandboxes.recover();
   const { keys } = sandboxes.credentials;
   const tenantOfKey = (keyId: string) => keys.tenantOf(keyId);
-  const tenantLimits = (tenant: string) => resolveLimits(config.tenants, tenant, keys.limitsOf(tenant));
+  const tenantLimits = sandboxes.launcher.tenants.limitsOf;
   const volumes = new VolumeService({ sandboxes, provider, config, tenantOfKey, maxVolumes: (t) => tenantLimits(t).maxVolumes ?? MAX_VOLUMES_PER_TENANT });
   await volumes.recover();
   const snapshots = new SnapshotService({

@@ -1,3 +1,4 @@
+import type { KeyStorage } from './tenancy/principals.js';
 import { CodedError, type EgressPolicy, type SandboxSettings } from '@warren/protocol';
 import type { EgressStoreLike, StoredEgress } from './egress/egress-store.js';
 import type { Duplex } from 'node:stream';
@@ -226,14 +227,16 @@ export interface SharedState {
   revokeSession(key: string, expiresAt: number): Promise<void>;
   /** The keys of revoked sessions that have not expired yet. */
   revokedSessions(): Promise<Set<string>>;
-  /** Sandboxes on the backend, whichever replica made them (unclaimed warm-pool members not counted). */
-  countSandboxes(): Promise<number>;
+  /** Where the API keys made through `/v1/keys` and tenants' limits are kept, for every replica. */
+  readonly keyStorage: KeyStorage;
+  /** Sandboxes on the backend (of one tenant when given), whichever replica made them (unclaimed warm-pool members not counted). */
+  countSandboxes(tenant?: string): Promise<number>;
   /**
    * A new sandbox's place among all sandboxes, from 1: itself plus every other one made before it
    * or at the same time (ties count as earlier, so of racing creates past the limit none stays that
    * should not); undefined when it is gone.
    */
-  rankOf(handle: string): Promise<number | undefined>;
+  rankOf(handle: string, tenant?: string): Promise<number | undefined>;
 }
 
 /** What a provider kept of one snapshot. */

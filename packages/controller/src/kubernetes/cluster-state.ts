@@ -2,7 +2,9 @@ import type { CoreV1Api, V1Secret } from '@kubernetes/client-node';
 import type { SharedEgressStore, SharedState } from '../provider.js';
 import { parseStoredEgress, serializeStoredEgress, type StoredEgress } from '../egress/egress-store.js';
 import { LABELS } from '../labels.js';
+import { DEFAULT_TENANT, type KeyStorage } from '../tenancy/principals.js';
 import { kubeError } from './errors.js';
+import { recordOf } from './records.js';
 import { CLAIM_ANNOTATION, MANAGED_BY, podName, UNCLAIMED } from './pod-spec.js';
 
 /** The Secret holding the egress interception CA every replica uses (`tls.key`, `tls.crt`). */
@@ -15,6 +17,8 @@ const EGRESS_AGENT_ANNOTATION = 'warren.dev/sandbox';
 const APPLIED_ANNOTATION = 'warren.dev/applied-version';
 /** The ConfigMap listing revoked console sessions until they would have expired. */
 export const CONSOLE_REVOKED_CONFIGMAP = 'warren-console-revoked';
+/** The Secret the replicas keep the API keys made through `/v1/keys` in (digests only), and tenants' limits. */
+export const KEYS_SECRET = 'warren-keys';
 /** An egress Secret not yet bound to its pod is an abandoned create's after this long. */
 const UNBOUND_GRACE_MS = 10 * 60_000;
 /** The most revoked sessions kept (the oldest expire first). */
@@ -200,6 +204,58 @@ export class SecretEgressStore implements SharedEgressStore {
 }
 
 /**
+ * The key document of every replica ({@link KeyStorage}) in one Secret: each update replaces it
+ * with the resourceVersion it was read at, so of two replicas writing at once one gets a conflict
+ * and applies its change again to the other's document; none is lost.
+ */
+export class SecretKeyStorage implements KeyStorage {
+  constructor(
+    private readonly core: CoreV1Api,
+    private readonly namespace: string,
+  ) {}
+
+  private async get(): Promise<{ text: string | undefined; resourceVersion: string | undefined } | undefined> {
+    try {
+      const secret = await this.core.readNamespacedSecret({ name: KEYS_SECRET, namespace: this.namespace });
+      const data = secret.data?.['keys.json'];
+      return { text: data === undefined ? undefined : Buffer.from(data, 'base64').toString('utf8'), resourceVersion: secret.metadata?.resourceVersion };
+    } catch (e) {
+      if (isStatus(e, 404)) return undefined;
+      throw kubeError(e, `read the Secret ${KEYS_SECRET}`);
+    }
+  }
+
+  async read(): Promise<string | undefined> {
+    return (await this.get())?.text;
+  }
+
+  async update(change: (current: string | undefined) => string): Promise<void> {
+    for (let attempt = 0; ; attempt++) {
+      const current = await this.get();
+      const body = {
+        apiVersion: 'v1',
+        kind: 'Secret',
+        type: 'Opaque',
+        metadata: {
+          name: KEYS_SECRET,
+          labels: { [MANAGED_BY.key]: MANAGED_BY.value },
+          ...(current?.resourceVersion ? { resourceVersion: current.resourceVersion } : {}),
+        },
+        data: { 'keys.json': Buffer.from(change(current?.text)).toString('base64') },
+      };
+      try {
+        if (current === undefined) await this.core.createNamespacedSecret({ namespace: this.namespace, body });
+        else await this.core.replaceNamespacedSecret({ name: KEYS_SECRET, namespace: this.namespace, body });
+        return;
+      } catch (e) {
+        if (isStatus(e, 409) && attempt < 20) continue;
+        throw kubeError(e, `write the Secret ${KEYS_SECRET}`);
+      }
+    }
+  }
+}
+
+/**
  * What several controller replicas share on Kubernetes besides the sandbox records: the egress
  * CA (one Secret, made by whichever replica starts first: a create conflict means another replica
  * made it, which is then read), each egress sandbox's Secret ({@link SecretEgressStore}), revoked
@@ -207,12 +263,14 @@ export class SecretEgressStore implements SharedEgressStore {
  */
 export class KubernetesSharedState implements SharedState {
   readonly egressStore: SecretEgressStore;
+  readonly keyStorage: SecretKeyStorage;
 
   constructor(
     private readonly core: CoreV1Api,
     private readonly namespace: string,
   ) {
     this.egressStore = new SecretEgressStore(core, namespace);
+    this.keyStorage = new SecretKeyStorage(core, namespace);
   }
 
   async egressCa(make: () => Promise<{ keyPem: string; certPem: string }>): Promise<{ keyPem: string; certPem: string }> {
@@ -300,8 +358,8 @@ export class KubernetesSharedState implements SharedState {
   }
 
   /** Sandboxes in the namespace, whichever replica made them: pods that are not unclaimed pool members and not terminating. */
-  async countSandboxes(): Promise<number> {
-    return (await this.sandboxPods()).length;
+  async countSandboxes(tenant?: string): Promise<number> {
+    return (await this.sandboxPods(tenant)).length;
   }
 
   /**
@@ -310,15 +368,16 @@ export class KubernetesSharedState implements SharedState {
    * pods of the same second all count as earlier: two creates racing in one second may both back
    * out, never both stay). Undefined when the pod is not there.
    */
-  async rankOf(handle: string): Promise<number | undefined> {
-    const pods = await this.sandboxPods();
+  async rankOf(handle: string, tenant?: string): Promise<number | undefined> {
+    const pods = await this.sandboxPods(tenant);
     const mine = pods.find((p) => p.metadata?.name === handle);
     if (!mine) return undefined;
     const at = (p: (typeof pods)[number]) => Math.floor(Date.parse(String(p.metadata?.creationTimestamp ?? '')) / 1000);
     return 1 + pods.filter((p) => p !== mine && !(at(p) > at(mine))).length;
   }
 
-  private async sandboxPods() {
+  /** The sandbox pods (of one tenant when given: its label, or a claimed pool pod's record). */
+  private async sandboxPods(tenant?: string) {
     const list = await this.core
       .listNamespacedPod({ namespace: this.namespace, labelSelector: `${MANAGED_BY.key}=${MANAGED_BY.value}` })
       .catch((e: unknown) => {
@@ -326,6 +385,7 @@ export class KubernetesSharedState implements SharedState {
       });
     return list.items.filter((pod) => {
       if (pod.metadata?.deletionTimestamp) return false;
+      if (tenant !== undefined && (recordOf(pod)?.tenant ?? pod.metadata?.labels?.[LABELS.tenant] ?? DEFAULT_TENANT) !== tenant) return false;
       const claim = pod.metadata?.annotations?.[CLAIM_ANNOTATION];
       return !(pod.metadata?.labels?.[LABELS.pool] && (claim === UNCLAIMED || claim === 'retired'));
     });

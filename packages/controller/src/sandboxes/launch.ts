@@ -1,4 +1,4 @@
-import { resolveLimits, TenantGate, type SandboxUsage } from '../tenancy/limits.js';
+import { exhausted, resolveLimits, TenantGate, type SandboxUsage } from '../tenancy/limits.js';
 import { checkCreateScopes } from '../tenancy/scopes.js';
 import { realpath, stat } from 'node:fs/promises';
 import { customAlphabet } from 'nanoid';
@@ -154,6 +154,10 @@ export class SandboxLauncher {
     // With state shared by several replicas the limit is the cluster's: every replica's sandboxes count.
     // (Checked again exactly once the pod exists: see startContainer.)
     if (sharedState ? (await sharedState.countSandboxes()) >= config.maxSandboxes : table.size + this.creating >= config.maxSandboxes) throw this.tooMany();
+    // A tenant's maxSandboxes counts every replica's too (the reservation in create holds this replica's own).
+    const tenantMax = this.tenantMax(plan);
+    if (sharedState && tenantMax !== undefined && (await sharedState.countSandboxes(tenantOf(plan.owner))) >= tenantMax)
+      throw exhausted(tenantOf(plan.owner), 'maxSandboxes', tenantMax, 'live sandboxes on every replica; kill one it no longer needs');
     const withEgress = usesEgress(plan);
     if (withEgress && !egress)
       throw new CodedError('INVALID_PARAMS', 'This controller runs no egress gateway, so egress and secrets cannot be enforced; leave them out.', {
@@ -210,6 +214,11 @@ export class SandboxLauncher {
       volume.id = id;
     }
     return plan;
+  }
+
+  /** The tenant's own maxSandboxes, if it has one. */
+  private tenantMax(plan: SandboxPlan): number | undefined {
+    return this.tenants.limitsOf(tenantOf(plan.owner)).maxSandboxes;
   }
 
   private tooMany(): CodedError {
@@ -351,6 +360,9 @@ export class SandboxLauncher {
       // Replicas share maxSandboxes: of creates racing on several replicas at the limit, those whose
       // pods do not come first (creation time; ties count against each other) back out.
       if (!pool && sharedState && ((await sharedState.rankOf(handle)) ?? Infinity) > config.maxSandboxes) throw this.tooMany();
+      const tenantMax = this.tenantMax(plan);
+      if (!pool && sharedState && tenantMax !== undefined && ((await sharedState.rankOf(handle, tenantOf(plan.owner))) ?? Infinity) > tenantMax)
+        throw exhausted(tenantOf(plan.owner), 'maxSandboxes', tenantMax, 'live sandboxes on every replica; kill one it no longer needs');
       await waitUntilReady(this.parts, agentId, handle);
       await egress?.connect(agentId, provider.daemon(agentId), credentials.agentSecret(agentId));
       await egress?.bind(agentId);

@@ -58,7 +58,8 @@ export class TenantGate {
   private readonly starts = new Map<string, number[]>();
 
   constructor(
-    private readonly limitsOf: (tenant: string) => TenantLimits,
+    /** A tenant's limits now (tenants' limits change without a restart). */
+    readonly limitsOf: (tenant: string) => TenantLimits,
     private readonly now: () => number = Date.now,
   ) {}
 

@@ -94,17 +94,18 @@ export const CreateKeyRequest = z
 export type CreateKeyRequest = z.input<typeof CreateKeyRequest>;
 
 /** One stored key: its digest, never its secret. */
-interface StoredKey {
-  id: string;
-  digest: string;
-  name?: string | undefined;
-  tenant: string;
-  role: Role;
-  scopes?: Scope[] | undefined;
-  createdAt: string;
-  expiresAt?: string | undefined;
-  revokedAt?: string | undefined;
-}
+const StoredKeySchema = z.object({
+  id: z.string().regex(/^[0-9a-f]{16}$/),
+  digest: z.string().regex(/^[0-9a-f]{64}$/),
+  name: z.string().optional(),
+  tenant: TenantName,
+  role: z.enum(['admin', 'member']),
+  scopes: z.array(z.enum(SCOPE_NAMES as [Scope, ...Scope[]])).optional(),
+  createdAt: z.string(),
+  expiresAt: z.string().optional(),
+  revokedAt: z.string().optional(),
+});
+type StoredKey = z.infer<typeof StoredKeySchema>;
 
 /** The answer for a key id no key has. */
 export function keyNotFound(keyId: string): CodedError {
@@ -117,27 +118,79 @@ export const KEYS_FILE = 'keys.json';
 /** Why a credential stopped working, for the listeners that end what it opened: a key revoked or rotated, or one derived token revoked. */
 export type KeyEnd = 'revoked' | 'rotated' | 'token-revoked';
 
+/** What the keys made through `/v1/keys` are kept as: one JSON document. */
+interface KeyDocument {
+  keys: StoredKey[];
+  /** Derived tokens revoked one by one: token id to when it would have expired anyway. */
+  revokedTokens: Record<string, number>;
+  /** Limits an admin set per tenant (`POST /v1/tenants/{tenant}/limits`), over the configured ones. */
+  tenantLimits: Record<string, TenantLimits>;
+}
+
+/**
+ * Where the key document is kept: a file of the state folder, or what controller replicas share (a
+ * Secret on Kubernetes). `update` replaces it atomically against every other writer, calling
+ * `change` again on the newest document after a conflict, so replicas never lose each other's keys.
+ */
+export interface KeyStorage {
+  read(): Promise<string | undefined>;
+  update(change: (current: string | undefined) => string): Promise<void>;
+}
+
+/** The key document in `<stateDir>/keys.json` (mode 0600): written to a temporary file, then renamed over the old one, one write at a time. */
+export class FileKeyStorage implements KeyStorage {
+  private writing: Promise<void> = Promise.resolve();
+
+  constructor(private readonly file: string) {}
+
+  read(): Promise<string | undefined> {
+    return readFile(this.file, 'utf8').catch(() => undefined);
+  }
+
+  update(change: (current: string | undefined) => string): Promise<void> {
+    const run = this.writing.then(async () => {
+      const text = change(await this.read());
+      await mkdir(path.dirname(this.file), { recursive: true, mode: 0o700 });
+      const temp = `${this.file}.${randomBytes(4).toString('hex')}.tmp`;
+      await writeFile(temp, text, { mode: 0o600 });
+      await rename(temp, this.file);
+    });
+    this.writing = run.catch(() => undefined);
+    return run;
+  }
+}
+
+/** The key document in memory only (tests, embedding). */
+class MemoryKeyStorage implements KeyStorage {
+  private text: string | undefined;
+  async read(): Promise<string | undefined> {
+    return this.text;
+  }
+  async update(change: (current: string | undefined) => string): Promise<void> {
+    this.text = change(this.text);
+  }
+}
+
 /**
  * Every API key the controller accepts and who each one is. Keys from the environment and the
  * configuration file are admins of the {@link DEFAULT_TENANT}; keys made through `/v1/keys` are
- * kept in `keys.json` as SHA-256 digests, so a stolen state folder holds no usable key. A lookup
- * is one hash and one map read; revocation and rotation take effect for the next request, and the
- * listeners end what the key already opened (WebSockets, console sessions).
+ * kept in a {@link KeyStorage} as SHA-256 digests, so a stolen state folder holds no usable key. A
+ * lookup is one hash and one map read of the last document seen; every change is written through
+ * the storage first and then taken up, and replicas sharing a storage take up each other's changes
+ * by {@link KeyStore.refresh}. A key revoked or rotated (here or on another replica) is refused from
+ * the next request, and the listeners end what it already opened (WebSockets, console sessions).
  */
 export class KeyStore {
   private readonly configured = new Map<string, Principal>();
+  private document: KeyDocument = { keys: [], revokedTokens: {}, tenantLimits: {} };
   private readonly stored = new Map<string, StoredKey>();
   /** Digest (hex) to key id, for every key that authenticates now. */
   private readonly byDigest = new Map<string, string>();
-  /** Derived tokens revoked one by one, by token id, with when they would have expired anyway. */
-  private readonly revokedTokens = new Map<string, number>();
-  /** Limits an admin set per tenant (`POST /v1/tenants/{tenant}/limits`), over the configured ones. */
-  private readonly tenantLimits = new Map<string, TenantLimits>();
   private readonly listeners = new Set<(keyId: string, why: KeyEnd) => void>();
-  private writing: Promise<void> = Promise.resolve();
+  private poll: NodeJS.Timeout | undefined;
 
   private constructor(
-    private readonly file: string | undefined,
+    private storage: KeyStorage,
     private readonly now: () => number,
   ) {}
 
@@ -146,28 +199,42 @@ export class KeyStore {
    * (none when it is undefined: keys made then live in memory only).
    */
   static async load(configuredDigests: readonly string[], stateDir: string | undefined, now: () => number = Date.now): Promise<KeyStore> {
-    const store = new KeyStore(stateDir === undefined ? undefined : path.join(stateDir, KEYS_FILE), now);
+    const storage = stateDir === undefined ? new MemoryKeyStorage() : new FileKeyStorage(path.join(stateDir, KEYS_FILE));
+    const store = new KeyStore(storage, now);
     for (const hex of configuredDigests) store.addConfigured(hex);
-    if (store.file) {
-      const text = await readFile(store.file, 'utf8').catch(() => undefined);
-      if (text !== undefined) {
-        const parsed = JSON.parse(text) as { keys?: StoredKey[]; revokedTokens?: Record<string, number>; tenantLimits?: Record<string, unknown> };
-        for (const [tenant, limits] of Object.entries(parsed.tenantLimits ?? {})) {
-          const valid = TenantLimits.safeParse(limits);
-          if (valid.success) store.tenantLimits.set(tenant, valid.data);
-        }
-        for (const key of parsed.keys ?? []) store.remember(key);
-        for (const [id, until] of Object.entries(parsed.revokedTokens ?? {})) store.revokedTokens.set(id, until);
-      }
-    }
+    await store.refresh();
     return store;
   }
 
   /** For tests and embedding: configured admins only, nothing written. */
   static inMemory(configuredDigests: readonly string[], now: () => number = Date.now): KeyStore {
-    const store = new KeyStore(undefined, now);
+    const store = new KeyStore(new MemoryKeyStorage(), now);
     for (const hex of configuredDigests) store.addConfigured(hex);
     return store;
+  }
+
+  /**
+   * Moves the keys to a storage other replicas share: what this store holds and the shared one
+   * lacks is added to it, then the shared document is the one, read again every `pollMs` (so a key
+   * made, rotated or revoked on any replica holds on this one within that time).
+   */
+  async share(storage: KeyStorage, pollMs: number): Promise<void> {
+    const mine = this.document;
+    await storage.update((current) => serialize(mergeDocuments(parseDocument(current), mine)));
+    this.storage = storage;
+    await this.refresh();
+    this.poll = setInterval(() => void this.refresh().catch(() => undefined), pollMs);
+    this.poll.unref();
+  }
+
+  /** Stops reading a shared storage. */
+  close(): void {
+    clearInterval(this.poll);
+  }
+
+  /** Reads the storage again and takes up what changed (another replica's keys, revocations and limits). */
+  async refresh(): Promise<void> {
+    this.apply(parseDocument(await this.storage.read()));
   }
 
   private addConfigured(hex: string): void {
@@ -176,9 +243,36 @@ export class KeyStore {
     this.byDigest.set(hex, keyId);
   }
 
-  private remember(key: StoredKey): void {
-    this.stored.set(key.id, key);
-    if (key.revokedAt === undefined) this.byDigest.set(key.digest, key.id);
+  /** Makes `document` the one this store answers from, and tells the listeners what it ended. */
+  private apply(document: KeyDocument): void {
+    const before = new Map(this.stored);
+    const revokedBefore = new Set(Object.keys(this.document.revokedTokens));
+    this.document = document;
+    for (const key of before.values()) if (this.byDigest.get(key.digest) === key.id) this.byDigest.delete(key.digest);
+    this.stored.clear();
+    for (const key of document.keys) {
+      this.stored.set(key.id, key);
+      if (key.revokedAt === undefined && !this.configured.has(key.id)) this.byDigest.set(key.digest, key.id);
+    }
+    for (const [id, old] of before) {
+      const now = this.stored.get(id);
+      if (old.revokedAt !== undefined || !now) continue;
+      if (now.revokedAt !== undefined) this.notify(id, 'revoked');
+      else if (now.digest !== old.digest) this.notify(id, 'rotated');
+    }
+    for (const tokenId of Object.keys(document.revokedTokens)) if (!revokedBefore.has(tokenId)) this.notify(tokenId, 'token-revoked');
+  }
+
+  /** Writes a change through the storage (on the newest document there) and takes up the result. */
+  private async change(edit: (document: KeyDocument) => void): Promise<void> {
+    let written: KeyDocument | undefined;
+    await this.storage.update((current) => {
+      const document = parseDocument(current);
+      edit(document);
+      written = document;
+      return serialize(document);
+    });
+    if (written) this.apply(written);
   }
 
   /** Who `presented` is, or undefined when it is no key, or a revoked or expired one. */
@@ -215,16 +309,16 @@ export class KeyStore {
 
   /** Whether a derived token was revoked by its id (`POST /v1/sandboxes/{id}/tokens/revoke`). */
   tokenRevoked(tokenId: string): boolean {
-    return this.revokedTokens.has(tokenId);
+    return Object.hasOwn(this.document.revokedTokens, tokenId);
   }
 
-  /** Revokes one derived token by its id until `until` (its own expiry, or forever). */
+  /** Revokes one derived token by its id until `until` (its own expiry, or forever); revocations past their end are dropped. */
   async revokeToken(tokenId: string, until: number | undefined): Promise<void> {
-    this.revokedTokens.set(tokenId, until ?? Number.MAX_SAFE_INTEGER);
     const now = this.now();
-    for (const [id, end] of this.revokedTokens) if (end <= now) this.revokedTokens.delete(id);
-    await this.persist();
-    this.notify(tokenId, 'token-revoked');
+    await this.change((document) => {
+      for (const [id, end] of Object.entries(document.revokedTokens)) if (end <= now) delete document.revokedTokens[id];
+      document.revokedTokens[tokenId] = until ?? Number.MAX_SAFE_INTEGER;
+    });
   }
 
   /** The tenant of a key id, valid or not (what its objects of before belong to), or undefined for an unknown id. */
@@ -258,8 +352,7 @@ export class KeyStore {
       ...(scopes === undefined || role === 'admin' ? {} : { scopes: [...new Set(scopes)] }),
       ...(expiresInSeconds === undefined ? {} : { expiresAt: new Date(this.now() + expiresInSeconds * 1000).toISOString() }),
     };
-    this.remember(key);
-    await this.persist();
+    await this.change((document) => void document.keys.push(key));
     return { key: secret, info: describeStored(key) };
   }
 
@@ -268,27 +361,30 @@ export class KeyStore {
    * role and scopes, so what it owns stays its own. Tokens minted with the old secret are ended.
    */
   async rotate(keyId: string): Promise<{ key: string; info: KeyInfo }> {
-    const key = this.requireStored(keyId);
-    if (key.revokedAt !== undefined) throw new CodedError('INVALID_PARAMS', `Key '${keyId}' is revoked; create a new key instead.`, { keyId });
-    this.byDigest.delete(key.digest);
+    this.requireStored(keyId);
     const secret = newSecret();
-    key.digest = digestHex(secret);
-    this.byDigest.set(key.digest, key.id);
-    await this.persist();
-    this.notify(keyId, 'rotated');
-    return { key: secret, info: describeStored(key) };
+    let rotated: StoredKey | undefined;
+    await this.change((document) => {
+      const key = document.keys.find((k) => k.id === keyId);
+      if (!key) throw keyNotFound(keyId);
+      if (key.revokedAt !== undefined) throw new CodedError('INVALID_PARAMS', `Key '${keyId}' is revoked; create a new key instead.`, { keyId });
+      key.digest = digestHex(secret);
+      rotated = key;
+    });
+    return { key: secret, info: describeStored(rotated!) };
   }
 
   /** Ends a key for good: the next request with it is refused, and what it opened is closed. */
   async revoke(keyId: string): Promise<KeyInfo> {
-    const key = this.requireStored(keyId);
-    if (key.revokedAt === undefined) {
-      key.revokedAt = new Date(this.now()).toISOString();
-      this.byDigest.delete(key.digest);
-      await this.persist();
-    }
-    this.notify(keyId, 'revoked');
-    return describeStored(key);
+    this.requireStored(keyId);
+    let revoked: StoredKey | undefined;
+    await this.change((document) => {
+      const key = document.keys.find((k) => k.id === keyId);
+      if (!key) throw keyNotFound(keyId);
+      key.revokedAt ??= new Date(this.now()).toISOString();
+      revoked = key;
+    });
+    return describeStored(revoked!);
   }
 
   /** Every key (of one tenant when given), configured ones first; never a secret. */
@@ -312,13 +408,12 @@ export class KeyStore {
 
   /** The limits an admin set for a tenant, if any. */
   limitsOf(tenant: string): TenantLimits | undefined {
-    return this.tenantLimits.get(tenant);
+    return Object.hasOwn(this.document.tenantLimits, tenant) ? this.document.tenantLimits[tenant] : undefined;
   }
 
   /** Sets (replaces) the limits of a tenant an admin chose; kept with the keys. */
   async setLimits(tenant: string, limits: TenantLimits): Promise<void> {
-    this.tenantLimits.set(tenant, limits);
-    await this.persist();
+    await this.change((document) => void (document.tenantLimits[tenant] = limits));
   }
 
   /** Calls `listener` with the key's id when a key is revoked or rotated, and with the token's id when a derived token is; returns what stops it. */
@@ -342,25 +437,38 @@ export class KeyStore {
       );
     throw keyNotFound(keyId);
   }
+}
 
-  /** Writes the stored keys (a temporary file renamed over the old one), one write after another. */
-  private persist(): Promise<void> {
-    const file = this.file;
-    if (file === undefined) return Promise.resolve();
-    const data = {
-      keys: [...this.stored.values()],
-      revokedTokens: Object.fromEntries(this.revokedTokens),
-      tenantLimits: Object.fromEntries(this.tenantLimits),
-    };
-    const text = `${JSON.stringify(data, null, 2)}\n`;
-    this.writing = this.writing.then(async () => {
-      await mkdir(path.dirname(file), { recursive: true, mode: 0o700 });
-      const temp = `${file}.${randomBytes(4).toString('hex')}.tmp`;
-      await writeFile(temp, text, { mode: 0o600 });
-      await rename(temp, file);
-    });
-    return this.writing;
+/** A stored document, read as untrusted: what is not of the right shape is left out. */
+function parseDocument(text: string | undefined): KeyDocument {
+  const document: KeyDocument = { keys: [], revokedTokens: {}, tenantLimits: {} };
+  if (text === undefined || text.trim() === '') return document;
+  const raw = JSON.parse(text) as { keys?: unknown; revokedTokens?: unknown; tenantLimits?: unknown };
+  for (const key of Array.isArray(raw.keys) ? raw.keys : []) {
+    const parsed = StoredKeySchema.safeParse(key);
+    if (parsed.success) document.keys.push(parsed.data);
   }
+  for (const [id, until] of Object.entries((raw.revokedTokens ?? {}) as Record<string, unknown>))
+    if (typeof until === 'number') document.revokedTokens[id] = until;
+  for (const [tenant, limits] of Object.entries((raw.tenantLimits ?? {}) as Record<string, unknown>)) {
+    const parsed = TenantLimits.safeParse(limits);
+    if (parsed.success) document.tenantLimits[tenant] = parsed.data;
+  }
+  return document;
+}
+
+function serialize(document: KeyDocument): string {
+  return `${JSON.stringify(document, null, 2)}\n`;
+}
+
+/** `shared` with what `mine` has and it lacks (keys by id, token revocations, tenants' limits). */
+function mergeDocuments(shared: KeyDocument, mine: KeyDocument): KeyDocument {
+  const ids = new Set(shared.keys.map((k) => k.id));
+  return {
+    keys: [...shared.keys, ...mine.keys.filter((k) => !ids.has(k.id))],
+    revokedTokens: { ...mine.revokedTokens, ...shared.revokedTokens },
+    tenantLimits: { ...mine.tenantLimits, ...shared.tenantLimits },
+  };
 }
 
 function describeStored(key: StoredKey): KeyInfo {

@@ -1,6 +1,5 @@
 import type { TenantReport } from '@warren/protocol';
 import type { HttpServerDeps } from '../server-context.js';
-import { resolveLimits } from './limits.js';
 
 /** A tenant's live sandboxes, snapshots and volumes, and its creates in the last minute, beside its limits. */
 export function tenantReport(deps: HttpServerDeps, tenant: string): TenantReport {
@@ -16,6 +15,6 @@ export function tenantReport(deps: HttpServerDeps, tenant: string): TenantReport
       volumes: deps.volumes?.count(tenant) ?? 0,
       createsLastMinute: launcher.tenants.createsLastMinute(tenant),
     },
-    limits: resolveLimits(deps.config.tenants, tenant, deps.credentials.keys.limitsOf(tenant)),
+    limits: launcher.tenants.limitsOf(tenant),
   };
 }

@@ -68,7 +68,21 @@ export {
   ReadRange,
   TRANSFER_CHUNK_BYTES,
 } from './methods/fs.js';
-export { AUDIT_METHODS, AUDIT_PAGE_MAX, AUDIT_RING_SIZE, AuditEntry, AuditListParams, AuditListResult } from './methods/audit.js';
+export {
+  AUDIT_METHODS,
+  AUDIT_PAGE_MAX,
+  AUDIT_PATH_CHARS,
+  AUDIT_RING_COMMAND_CHARS,
+  AUDIT_RING_SIZE,
+  AUDIT_TRAIL_COMMAND_CHARS,
+  AuditCallerKind,
+  AuditEntry,
+  AuditExportLine,
+  AuditListParams,
+  AuditListResult,
+  auditCommand,
+  auditPaths,
+} from './methods/audit.js';
 export {
   Command,
   CommandEnv,

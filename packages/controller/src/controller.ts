@@ -3,7 +3,9 @@ import { VolumeService } from './volumes.js';
 import { SnapshotStore } from './snapshot-store.js';
 import { once } from 'node:events';
 import type { Server } from 'node:http';
+import path from 'node:path';
 import { EGRESS_TRANSPARENT_ADDRESS } from '@warren/protocol';
+import { AuditTrail } from './audit/trail.js';
 import { loadConfig, type ControllerConfig } from './config.js';
 import { Credentials } from './credentials.js';
 import Docker from 'dockerode';
@@ -77,7 +79,12 @@ export async function startController(options: StartControllerOptions = {}): Pro
   const { oldRuntimesRemoved, isolation } = await prepareEngine(provider, config, logger);
   const metrics: Metrics = new Metrics(() => sandboxes.countByState());
   const { egress, egressLog } = await startEgress(provider, config, metrics, logger, options.egressUpstreamCa);
-  const sandboxes: SandboxService = makeSandboxService({ provider, credentials, config, metrics, egress, logger });
+  const audit = await AuditTrail.open({
+    dir: path.join(config.stateDir, 'audit'),
+    ...config.audit,
+    onError: (sandboxId, error) => logger.error({ sandboxId, error: String(error) }, 'audit.write-failed'),
+  });
+  const sandboxes: SandboxService = makeSandboxService({ provider, credentials, config, metrics, egress, logger, audit });
   const pool = sandboxes.pool as WarmPool | undefined;
   const { recovered, volumes, snapshots } = await recoverState(sandboxes, provider, config, logger);
 
@@ -88,7 +95,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
   await engine.start();
 
   const readiness = readinessCheck(provider, config, engine, sandboxes, isolation);
-  const { server, wss } = createHttpServer({ sandboxes, snapshots, volumes, credentials, config, metrics, logger, readiness, egressLog });
+  const { server, wss } = createHttpServer({ sandboxes, snapshots, volumes, credentials, config, metrics, logger, readiness, egressLog, audit });
   const url = await listen(server, config);
   logger.info(
     {
@@ -102,7 +109,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
     },
     'controller.started',
   );
-  const scheduler = schedulePeriodicJobs({ config, logger, sandboxes, snapshots, metrics, pool, sharedEgress: provider.sharedState !== undefined });
+  const scheduler = schedulePeriodicJobs({ config, logger, sandboxes, snapshots, metrics, pool, audit, sharedEgress: provider.sharedState !== undefined });
 
   const close = closer(async () => {
     scheduler.close();
@@ -113,9 +120,13 @@ export async function startController(options: StartControllerOptions = {}): Pro
     server.closeAllConnections();
     await new Promise<void>((resolve) => server.close(() => resolve()));
     await egress.close();
+    await audit.close();
   });
   return { url, config, sandboxes, snapshots, metrics, pool, generatedApiKey, close, [Symbol.asyncDispose]: close };
 }
+
+/** How often the audit trail drops what is past its retention. */
+const AUDIT_PRUNE_INTERVAL_MS = 3_600_000;
 
 /** The sandbox service over the provider, with its image service, warm pool and event lines. */
 function makeSandboxService(parts: {
@@ -125,6 +136,7 @@ function makeSandboxService(parts: {
   metrics: Metrics;
   egress: SandboxEgress;
   logger: Logger;
+  audit: AuditTrail;
 }): SandboxService {
   const { provider, config, logger } = parts;
   return new SandboxService({
@@ -147,7 +159,14 @@ async function recoverState(sandboxes: SandboxService, provider: SandboxProvider
   const tenantOfKey = (keyId: string) => sandboxes.credentials.keys.tenantOf(keyId);
   const volumes = new VolumeService({ sandboxes, provider, config, tenantOfKey });
   await volumes.recover();
-  const snapshots = new SnapshotService({ sandboxes, provider, store: new SnapshotStore(config.stateDir, tenantOfKey), limits: config.snapshots, logger, volumes });
+  const snapshots = new SnapshotService({
+    sandboxes,
+    provider,
+    store: new SnapshotStore(config.stateDir, tenantOfKey),
+    limits: config.snapshots,
+    logger,
+    volumes,
+  });
   logger.info(await snapshots.recover(), 'snapshots.recovered');
   for (const member of poolMembers) await sandboxes.removePoolMember(member.agentId, member.containerId);
   (sandboxes.pool as WarmPool | undefined)?.fill();
@@ -273,7 +292,8 @@ function readinessCheck(
  * The controller's periodic jobs, on one {@link Scheduler}: the warm pool's refill and the reaper's
  * round (states, expiry, idle hibernation, snapshot collection) every `reapIntervalMs`; the idle
  * freezer (`freezeAfterIdleSeconds`); the usage sampler (`usage.sampleSeconds`), whose samples feed
- * the per-sandbox series while their label cardinality stays bounded; and, with replicas, taking
+ * the per-sandbox series while their label cardinality stays bounded; the audit trail's retention
+ * (hourly, and once at start); and, with replicas, taking
  * over the relays of egress sandboxes no replica serves and enforcing policies stored by others.
  */
 function schedulePeriodicJobs(parts: {
@@ -283,9 +303,10 @@ function schedulePeriodicJobs(parts: {
   snapshots: SnapshotService;
   metrics: Metrics;
   pool: WarmPool | undefined;
+  audit: AuditTrail;
   sharedEgress: boolean;
 }): Scheduler {
-  const { config, logger, sandboxes, snapshots, metrics, pool } = parts;
+  const { config, logger, sandboxes, snapshots, metrics, pool, audit } = parts;
   const scheduler = new Scheduler(logger);
   const logIds = (event: string) => (ids: string[]) => ids.length > 0 && logger.info({ ids }, event);
   if (pool) scheduler.every('pool', config.reapIntervalMs, () => pool.fill());
@@ -303,6 +324,12 @@ function schedulePeriodicJobs(parts: {
       ? sandboxes.usageHistory.latest()
       : [];
   if (usage.sampleSeconds > 0) scheduler.every('sampler', usage.sampleSeconds * 1000, () => sandboxes.sampleUsage());
+  const pruneAudit = async () => {
+    const { deleted, rewritten } = await audit.prune();
+    if (deleted + rewritten > 0) logger.info({ deleted, rewritten }, 'audit.pruned');
+  };
+  void pruneAudit().catch((error: unknown) => logger.error({ error: String(error) }, 'audit.prune-failed'));
+  scheduler.every('audit-retention', AUDIT_PRUNE_INTERVAL_MS, pruneAudit);
   if (parts.sharedEgress) scheduler.every('egress-follower', config.egress.followIntervalMs ?? 2000, () => sandboxes.followSharedEgress());
   return scheduler;
 }

@@ -296,6 +296,7 @@ async function upgrade(
         metrics: deps.metrics,
         maxMessageBytes: deps.config.maxMessageBytes,
         activity: freezer.enabled ? { hold: () => freezer.hold(id), touch: () => freezer.touch(id) } : undefined,
+        audit: deps.sandboxes.auditFor(id, caller),
       });
       client.once('close', () => gate.close());
       // A derived token with a lifetime: the connection it opened ends with it (1008, policy).

@@ -1,4 +1,5 @@
 import type { callAgent } from './agent-link.js';
+import type { AuditTrail } from './audit/trail.js';
 import type { ControllerConfig } from './config.js';
 import type { Credentials } from './credentials.js';
 import type { EgressLog } from './egress/egress-log.js';
@@ -34,4 +35,6 @@ export interface HttpServerDeps {
   callDaemon?: typeof callAgent | undefined;
   /** The sandboxes' recent egress gateway events (`GET /v1/sandboxes/:id/egress`); absent without a gateway. */
   egressLog?: EgressLog | undefined;
+  /** The durable audit trail (`GET /v1/sandboxes/:id/audit`, `GET /v1/audit`); absent, the audit routes read the daemon's ring. */
+  audit?: AuditTrail | undefined;
 }

@@ -13,7 +13,17 @@ export {
   WelcomeFrame,
   WireError,
 } from './envelope.js';
-export { allocFramePayload, decodeFrame, encodeFrame, type Frame, FRAME_HEADROOM_BYTES, frameRequestId, issueText, peekHeader } from './frame.js';
+export {
+  allocFramePayload,
+  decodeFrame,
+  encodeFrame,
+  type Frame,
+  FRAME_HEADROOM_BYTES,
+  framePayloadLength,
+  frameRequestId,
+  issueText,
+  peekHeader,
+} from './frame.js';
 export { type MethodAccess, type MethodSpec, SandboxPath } from './method-spec.js';
 export { SYSTEM_METHODS, SystemInfoParams, SystemInfoResult, SystemUsageParams, SystemUsageResult } from './methods/system.js';
 export {

@@ -436,6 +436,8 @@ export const REST_PATHS = {
   /** `GET`, `POST` the caller's volumes; `/v1/volumes/<name>` one of them (`GET`, `DELETE`). */
   volumes: '/v1/volumes',
   volume: (name: string) => `/v1/volumes/${encodeURIComponent(name)}`,
+  /** `GET` the durable audit trail of every sandbox the key may read, as JSON lines (`?sandbox=&tenant=&since=&until=`). */
+  audit: '/v1/audit',
 } as const;
 
 /** Snapshot names and label keys: letters, digits, `.`, `_`, `-`, starting with a letter or digit; never a path. */

@@ -177,11 +177,11 @@ export class SandboxService {
 
   /**
    * The durable audit trail's recorder of `caller`'s calls on sandbox `id`, attributed with the
-   * sandbox's tenant; undefined without a trail. The relay and the controller's daemon sessions
+   * sandbox's tenant (and, for its own token, the key that created it); undefined without a trail. The relay and the controller's daemon sessions
    * take one per connection.
    */
   auditFor(id: string, caller: Caller): CallAudit | undefined {
-    return this.auditTrail && new CallAudit(this.auditTrail, id, attributionOf(caller, this.record(id).tenant));
+    return this.auditTrail && new CallAudit(this.auditTrail, id, attributionOf(caller, this.record(id)));
   }
 
   /** Every sandbox this controller knows. */

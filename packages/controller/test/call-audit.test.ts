@@ -30,9 +30,11 @@ describe('the durable trail at the relay: what the CallGate sees of each call', 
   });
 
   it('attributes each kind of caller: an API key by its id, a derived token by its minting key and token id, the sandbox token by kind', () => {
-    expect(attributionOf({ kind: 'operator', ...DEFAULT_ADMIN }, 'acme')).toEqual({ callerKind: 'operator', keyId: DEFAULT_ADMIN.keyId, tenant: 'acme' });
-    expect(attributionOf({ kind: 'sandbox', sandboxId: 'sb1' }, 'acme')).toEqual({ callerKind: 'sandbox', tenant: 'acme' });
-    expect(attributionOf(reader.caller, 'acme')).toEqual({ callerKind: 'derived', keyId: 'k9', tenant: 'acme', tokenId: 'tok1' });
+    const sandbox = { tenant: 'acme', creatorKeyId: 'k1' };
+    expect(attributionOf({ kind: 'operator', ...DEFAULT_ADMIN }, sandbox)).toEqual({ callerKind: 'operator', keyId: DEFAULT_ADMIN.keyId, tenant: 'acme' });
+    expect(attributionOf({ kind: 'sandbox', sandboxId: 'sb1' }, sandbox)).toEqual({ callerKind: 'sandbox', keyId: 'k1', tenant: 'acme' });
+    expect(attributionOf({ kind: 'sandbox', sandboxId: 'sb1' }, { tenant: 'acme' })).toEqual({ callerKind: 'sandbox', tenant: 'acme' });
+    expect(attributionOf(reader.caller, sandbox)).toEqual({ callerKind: 'derived', keyId: 'k9', tenant: 'acme', tokenId: 'tok1' });
   });
 
   it('records method, paths, the long command, bytes each way, outcome and caller; a refused call too; a call cut by the close as CANCELLED', async () => {
@@ -42,7 +44,7 @@ describe('the durable trail at the relay: what the CallGate sees of each call', 
       holder: operator,
       metrics: new Metrics(),
       maxMessageBytes: 1 << 20,
-      audit: new CallAudit(trail, 'sb1', attributionOf(operator.caller, 'acme')),
+      audit: new CallAudit(trail, 'sb1', attributionOf(operator.caller, { tenant: 'acme' })),
     });
     gate.fromClient(frame({ type: 'req', id: 1, method: 'fs.write', params: { path: 'a.txt' } }, Buffer.from('hello')));
     gate.fromDaemon(frame({ type: 'res', id: 1, result: {} }));
@@ -69,7 +71,7 @@ describe('the durable trail at the relay: what the CallGate sees of each call', 
       holder: reader,
       metrics: new Metrics(),
       maxMessageBytes: 1 << 20,
-      audit: new CallAudit(trail, 'sb1', attributionOf(reader.caller, 'acme')),
+      audit: new CallAudit(trail, 'sb1', attributionOf(reader.caller, { tenant: 'acme' })),
     });
     expect(gate.fromClient(frame({ type: 'req', id: 1, method: 'process.exec', params: { cmd: 'cat /etc/shadow' } }))).toBeDefined();
     const { entries } = await trail.list('sb1', { limit: 10 });

@@ -5,7 +5,10 @@ import type { AuditTrail } from './trail.js';
 /** Who made a call, as its trail entry names them. */
 export interface Attribution {
   callerKind: AuditCallerKind;
-  /** The API key that made it, or minted the derived token it came with. */
+  /**
+   * The API key behind the call: the key itself; for the sandbox's own token, the key that
+   * created the sandbox (the token was handed to it); for a derived token, the key that minted it.
+   */
   keyId?: string | undefined;
   /** The tenant of the sandbox. */
   tenant: string;
@@ -13,17 +16,26 @@ export interface Attribution {
   tokenId?: string | undefined;
 }
 
+/** What the attribution needs of the sandbox: its tenant and the key that created it (`SandboxRecord` has both). */
+export interface AuditedSandbox {
+  tenant: string;
+  creatorKeyId?: string | undefined;
+}
+
 /**
- * The attribution of `caller`'s calls on a sandbox of `tenant`: an API key names itself, a derived
- * token the key that minted it and its own id; the sandbox's own token names no key.
+ * The attribution of `caller`'s calls on `sandbox`: an API key names itself; the sandbox's own
+ * token the key that created the sandbox, when it is known; a derived token the key that minted it
+ * and its own id.
  *
  * @example
- * attributionOf({ kind: 'derived', sandboxId, grant, keyId: 'k1', tokenId: 't1' }, 'acme');
+ * attributionOf({ kind: 'derived', sandboxId, grant, keyId: 'k1', tokenId: 't1' }, { tenant: 'acme' });
  * // { callerKind: 'derived', keyId: 'k1', tenant: 'acme', tokenId: 't1' }
  */
-export function attributionOf(caller: Caller, tenant: string): Attribution {
+export function attributionOf(caller: Caller, sandbox: AuditedSandbox): Attribution {
+  const { tenant } = sandbox;
   if (caller.kind === 'operator') return { callerKind: 'operator', keyId: caller.keyId, tenant };
-  if (caller.kind === 'sandbox') return { callerKind: 'sandbox', tenant };
+  if (caller.kind === 'sandbox')
+    return sandbox.creatorKeyId === undefined ? { callerKind: 'sandbox', tenant } : { callerKind: 'sandbox', keyId: sandbox.creatorKeyId, tenant };
   return {
     callerKind: 'derived',
     tenant,
@@ -55,7 +67,7 @@ export interface AuditedCall {
  * cut at 8 KiB instead of 200 characters.
  *
  * @example
- * const audit = new CallAudit(trail, 'sb1', attributionOf(caller, record.tenant));
+ * const audit = new CallAudit(trail, 'sb1', attributionOf(caller, record));
  * const call = audit.begin('process.exec', { cmd: 'ls' }, 0);
  * call?.answered(120);
  * call?.end('ok');

@@ -53,12 +53,15 @@ describe('the durable trail at the relay: what the CallGate sees of each call', 
     gate.fromDaemon(frame({ type: 'err', id: 2, error: { code: 'NOT_FOUND', message: 'gone' } }));
     gate.fromClient(frame({ type: 'req', id: 3, method: 'fs.read', params: { path: 'b.txt' } }));
     gate.fromClient(frame({ type: 'req', id: 4, method: 'audit.list', params: {} }));
+    // A daemon (in the sandbox, so possibly hostile) answering with a code of its own choosing is recorded as INTERNAL.
+    gate.fromClient(frame({ type: 'req', id: 5, method: 'fs.stat', params: { path: 'c' } }));
     gate.fromDaemon(frame({ type: 'err', id: 5, error: { code: 'MADE_UP_BY_A_DAEMON', message: '' } }));
     gate.close();
     const { entries } = await trail.list('sb1', { limit: 10 });
     expect(entries.map((e) => [e.method, e.paths, e.outcome, e.bytesIn, e.bytesOut])).toEqual([
       ['fs.write', ['a.txt'], 'ok', 5, 0],
       ['process.exec', ['src'], 'NOT_FOUND', 0, 8],
+      ['fs.stat', ['c'], 'INTERNAL', 0, 0],
       ['fs.read', ['b.txt'], 'CANCELLED', 0, 0],
     ]);
     expect(entries[1]!.command).toBe(long);

@@ -97,6 +97,24 @@ describe('AuditTrail', () => {
     expect((await trail.list('sb1', { since: 98, limit: 10 })).dropped).toBe(false);
   });
 
+  it('a page after any since is exact, in a large file and across its two segments (reading starts near since, not at the top), and one burst keeps the bound', async () => {
+    const dir = tempDir();
+    const trail = await AuditTrail.open({ dir, maxBytesPerSandbox: 2 * 1024 * 1024 });
+    for (let i = 0; i < 6000; i++) trail.append('sb1', call('fs.read', Date.now(), { paths: [`file-${i}-${'p'.repeat(i % 300)}`] }));
+    await trail.flush();
+    // One burst, written at once, still stays within the bound.
+    const sizes = ['sb1.1.jsonl', 'sb1.jsonl'].map((file) => statSync(path.join(dir, file)).size);
+    expect(sizes[0]).toBeGreaterThan(0);
+    expect(sizes[0]! + sizes[1]!).toBeLessThanOrEqual(2 * 1024 * 1024);
+    const all = (await trail.list('sb1', { limit: 10_000 })).entries.map((e) => e.seq);
+    const oldest = all[0]!;
+    for (const since of [undefined, 0, oldest - 1, oldest, oldest + 1, 2500, 4000, 5998, 5999, 7000]) {
+      const page = await trail.list('sb1', { since, limit: 3 });
+      const expected = all.filter((seq) => seq > (since ?? -1)).slice(0, 3);
+      expect([since, page.entries.map((e) => e.seq)]).toEqual([since, expected]);
+    }
+  });
+
   it('retention: a file last written before retentionDays goes whole, one that starts before then loses only its old entries, also for a sandbox that is gone', async () => {
     const dir = tempDir();
     // The files' own times are real ones, so the clock is the real time of the start of the test.

@@ -150,16 +150,24 @@ export class AuditTrail {
     let oldest: number | undefined;
     let bytes = 0;
     let more = false;
-    for await (const entry of this.entriesOf(sandboxId)) {
-      oldest ??= entry.seq;
-      if (entry.seq <= after) continue;
-      const size = Buffer.byteLength(JSON.stringify(entry)) + 1;
-      if (entries.length >= options.limit || (bytes + size > MAX_PAGE_BYTES && entries.length > 0)) {
-        more = true;
-        break;
+    for (const file of this.segments(sandboxId)) {
+      const first = await firstEntry(file);
+      if (!first) continue;
+      oldest ??= first.seq;
+      // A segment whose last entry is at or before `since` is not read; in the others, reading starts near `since`.
+      const last = (await lastLine(file)).seq;
+      if (last !== undefined && last <= after) continue;
+      for await (const entry of readEntries(file, await offsetAfter(file, after))) {
+        if (entry.seq <= after) continue;
+        const size = Buffer.byteLength(JSON.stringify(entry)) + 1;
+        if (entries.length >= options.limit || (bytes + size > MAX_PAGE_BYTES && entries.length > 0)) {
+          more = true;
+          break;
+        }
+        bytes += size;
+        entries.push(entry);
       }
-      bytes += size;
-      entries.push(entry);
+      if (more) break;
     }
     const dropped = after + 1 < (oldest ?? lastSeq + 1);
     const page: AuditPage = { entries, dropped, lastSeq };
@@ -270,25 +278,40 @@ export class AuditTrail {
     trail.nextSeq = last === undefined ? 0 : last + 1;
   }
 
+  /** Appends what is pending, turning the current file into the previous one each time it would pass half the bound. */
   private async write(sandboxId: string): Promise<void> {
     const trail = this.trailOf(sandboxId);
     if (trail.pending.length === 0) return;
     await this.load(sandboxId, trail);
-    const records = trail.pending.splice(0);
-    let seq = trail.nextSeq!;
-    const text = records.map((record) => `${JSON.stringify({ seq: seq++, ...record })}\n`).join('');
-    trail.nextSeq = seq;
-    const bytes = Buffer.byteLength(text);
-    if (trail.size > 0 && trail.size + bytes > this.settings.maxBytesPerSandbox / 2) {
-      await rename(this.current(sandboxId), this.previous(sandboxId));
-      trail.size = 0;
+    const half = this.settings.maxBytesPerSandbox / 2;
+    let chunk: string[] = [];
+    let chunkBytes = 0;
+    const append = async () => {
+      if (chunk.length === 0) return;
+      await appendFile(this.current(sandboxId), chunk.join(''), { mode: 0o600 });
+      trail.size += chunkBytes;
+      chunk = [];
+      chunkBytes = 0;
+    };
+    for (const record of trail.pending.splice(0)) {
+      const line = `${JSON.stringify({ seq: trail.nextSeq!, ...record })}\n`;
+      trail.nextSeq! += 1;
+      const bytes = Buffer.byteLength(line);
+      if (trail.size + chunkBytes + bytes > half && trail.size + chunkBytes > 0) {
+        await append();
+        await rename(this.current(sandboxId), this.previous(sandboxId));
+        trail.size = 0;
+      }
+      chunk.push(line);
+      chunkBytes += bytes;
     }
-    await appendFile(this.current(sandboxId), text, { mode: 0o600 });
-    trail.size += bytes;
+    await append();
   }
 
-  /** Rewrites `file` without its entries older than `cutoff`; false when none were. */
+  /** Rewrites `file` without its entries older than `cutoff`; false when none were (its first entry is not). */
   private async keepSince(file: string, cutoff: number): Promise<boolean> {
+    const first = await firstEntry(file);
+    if (!first || Date.parse(first.time) >= cutoff) return false;
     const kept: string[] = [];
     let dropped = false;
     for await (const entry of readEntries(file)) {
@@ -307,9 +330,12 @@ export class AuditTrail {
   }
 }
 
-/** The entries of one file, skipping any line that is not a whole entry (a torn write, foreign bytes); none for a missing file. */
-async function* readEntries(file: string): AsyncGenerator<AuditEntry, void, undefined> {
-  const stream = createReadStream(file, { encoding: 'utf8' });
+/**
+ * The entries of one file from byte `start` (a line's start), skipping any line that is not a
+ * whole entry (a torn write, foreign bytes); none for a missing file.
+ */
+async function* readEntries(file: string, start = 0): AsyncGenerator<AuditEntry, void, undefined> {
+  const stream = createReadStream(file, { encoding: 'utf8', start });
   const missing = new Promise<boolean>((resolve) => {
     stream.once('open', () => resolve(false));
     stream.once('error', () => resolve(true));
@@ -334,6 +360,55 @@ function parseLine(line: string): AuditEntry | undefined {
     return parsed.success ? parsed.data : undefined;
   } catch {
     return undefined;
+  }
+}
+
+/** The first whole entry of a file (within its first {@link TAIL_BYTES}), or undefined. */
+async function firstEntry(file: string): Promise<AuditEntry | undefined> {
+  const handle = await open(file, 'r').catch(() => undefined);
+  if (!handle) return undefined;
+  try {
+    const buffer = Buffer.alloc(TAIL_BYTES);
+    const { bytesRead } = await handle.read(buffer, 0, TAIL_BYTES, 0);
+    for (const line of buffer.subarray(0, bytesRead).toString('utf8').split('\n').slice(0, -1)) {
+      const entry = parseLine(line);
+      if (entry) return entry;
+    }
+    return undefined;
+  } finally {
+    await handle.close();
+  }
+}
+
+/**
+ * A line start in `file` before which every entry has `seq <= after` (0 when none is known), found
+ * by bisecting the file's bytes (its entries are in `seq` order): a page after a recent `since`
+ * reads the end of a large file, not all of it.
+ */
+async function offsetAfter(file: string, after: number): Promise<number> {
+  if (after < 0) return 0;
+  const handle = await open(file, 'r').catch(() => undefined);
+  if (!handle) return 0;
+  try {
+    const { size } = await handle.stat();
+    const buffer = Buffer.alloc(TAIL_BYTES);
+    let low = 0;
+    let high = size;
+    while (high - low > TAIL_BYTES) {
+      const middle = Math.floor((low + high) / 2);
+      const { bytesRead } = await handle.read(buffer, 0, TAIL_BYTES, middle);
+      const text = buffer.subarray(0, bytesRead).toString('utf8');
+      const newline = text.indexOf('\n');
+      const next = text.indexOf('\n', newline + 1);
+      // No whole line to probe here (a line longer than the buffer, or foreign bytes): read from `low`.
+      const entry = newline < 0 || next < 0 ? undefined : parseLine(text.slice(newline + 1, next));
+      if (!entry) break;
+      if (entry.seq <= after) low = middle + Buffer.byteLength(text.slice(0, newline + 1));
+      else high = middle;
+    }
+    return low;
+  } finally {
+    await handle.close();
   }
 }
 

@@ -1,6 +1,8 @@
+import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { readdirSync, statSync } from 'node:fs';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import { describe, expect, it } from '@jest/globals';
 import type { AuditEntry, AuditExportLine } from '@warren/protocol';
 import { RestClient, Sandbox } from '@warren/sdk';
@@ -102,6 +104,30 @@ describe('the durable audit trail', () => {
     const all: AuditExportLine[] = [];
     for await (const line of rest().exportAudit({ since: new Date(Date.now() - 3_600_000).toISOString() })) all.push(line);
     expect(new Set(all.map((line) => line.sandboxId))).toEqual(new Set([sandbox.id, e2b.sandboxId]));
+
+    // `warren audit export` writes the same lines to an owner-only file.
+    const out = path.join(warren.root, '..', 'export.jsonl');
+    const cli = await promisify(execFile)(process.execPath, [
+      path.resolve('packages/cli/bin/warren.js'),
+      'audit',
+      'export',
+      '--url',
+      warren.url,
+      '--api-key',
+      warren.apiKey,
+      '--sandbox',
+      e2b.sandboxId,
+      '--out',
+      out,
+    ]);
+    expect(cli.stderr).toContain(`Wrote ${exported.length} audit entries`);
+    expect(
+      readFileSync(out, 'utf8')
+        .trim()
+        .split('\n')
+        .map((line) => JSON.parse(line) as AuditExportLine),
+    ).toEqual(exported);
+    expect(statSync(out).mode & 0o777).toBe(0o600);
 
     // On the host, owner-only.
     const dir = path.join(warren.stateDir, 'audit');

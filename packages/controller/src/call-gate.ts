@@ -41,10 +41,11 @@ interface Tracked {
  * (a refused frame is answered with its id and never reaches the daemon), the call metrics
  * (`warren_calls_total`, `warren_call_seconds`, `warren_errors_total`) from request to final
  * answer, the idle freezer's holds, and the durable audit trail (each call's method, paths,
- * command, bytes each way, duration and outcome, a refused one's included). It never changes a frame it passes on. Every header is
- * read as hostile: one that is not JSON passes through unobserved for the daemon to refuse, and an
- * error code the protocol does not know counts as `INTERNAL` (a daemon choosing label values would
- * grow the metrics without end).
+ * command, bytes each way, duration and outcome, a refused one's included). It never changes a
+ * frame it passes on. Every header is read as hostile: one that is not JSON passes through
+ * unobserved for the daemon to refuse, and an error code the protocol does not know counts as
+ * `INTERNAL` (a daemon choosing label values would grow the metrics without end, or write what it
+ * likes into the trail).
  *
  * @example
  * const gate = new CallGate({ holder, metrics, maxMessageBytes });

@@ -26,6 +26,8 @@ interface LocalSandbox {
   labels: Record<string, string>;
   state: ProviderState;
   server: AgentServer;
+  /** The secret its daemon checks, to start it again. */
+  secret: string;
 }
 
 /**
@@ -68,14 +70,21 @@ class LocalProvider implements SandboxProvider {
   }
 
   async create(spec: SandboxSpec): Promise<string> {
-    const server = await startAgentServer({
-      socketPath: this.daemon(spec.agentId).socketPath,
-      secret: spec.daemonSecret,
-      policy: { root: this.root, readOnly: false },
-      home: this.root,
-    });
-    this.sandboxes.set(spec.agentId, { agentId: spec.agentId, labels: spec.labels, state: 'running', server });
+    const server = await this.startDaemon(spec.agentId, spec.daemonSecret);
+    this.sandboxes.set(spec.agentId, { agentId: spec.agentId, labels: spec.labels, state: 'running', server, secret: spec.daemonSecret });
     return spec.agentId;
+  }
+
+  /** Stops every daemon and starts it again on its socket: all a daemon kept in memory (its audit ring) is gone. */
+  async restartDaemons(): Promise<void> {
+    for (const sandbox of this.sandboxes.values()) {
+      await sandbox.server.close();
+      sandbox.server = await this.startDaemon(sandbox.agentId, sandbox.secret);
+    }
+  }
+
+  private startDaemon(agentId: string, secret: string): Promise<AgentServer> {
+    return startAgentServer({ socketPath: this.daemon(agentId).socketPath, secret, policy: { root: this.root, readOnly: false }, home: this.root });
   }
   async remove(handle: string): Promise<void> {
     await this.sandboxes.get(handle)?.server.close();
@@ -151,6 +160,12 @@ export interface LocalController extends AsyncDisposable {
   root: string;
   /** The controller's keys: make a member key of another tenant with `credentials.keys.create({ tenant, role: 'member' })`. */
   credentials: Credentials;
+  /** The controller's state folder. */
+  stateDir: string;
+  /** Stops every sandbox's daemon and starts it again (what a daemon restart leaves: its memory is gone). */
+  restartDaemons(): Promise<void>;
+  /** Stops the controller and starts a new one over the same state folder, keys and daemons; `url` is then the new one's. */
+  restartController(): Promise<void>;
 }
 
 /**
@@ -168,26 +183,43 @@ export async function startLocalController(config: Partial<ControllerConfig> = {
   const provider = new LocalProvider(dir, root);
   const apiKey = `wk_test_${randomBytes(16).toString('hex')}`;
   const credentials = Credentials.inMemory(apiKey);
-  const controller = await startController({
-    provider,
-    credentials,
-    logger: options.logger ?? silentLogger(),
-    config: {
-      port: 0,
-      host: '127.0.0.1',
-      stateDir: path.join(dir, 'state'),
-      reapIntervalMs: 60_000,
-      // The E2B gateway's `base` template: this controller's workspace folder as the home and policy root.
-      e2bTemplates: { base: { home: root, create: { policy: { root, readOnly: false } } } },
-      // In-process daemons have no cgroups: the refusal of an engine without enforced limits is for real engines.
-      engine: { allowUnenforcedLimits: true },
-      ...config,
-    },
-  });
+  const stateDir = path.join(dir, 'state');
+  const start = () =>
+    startController({
+      provider,
+      credentials,
+      logger: options.logger ?? silentLogger(),
+      config: {
+        port: 0,
+        host: '127.0.0.1',
+        stateDir,
+        reapIntervalMs: 60_000,
+        // The E2B gateway's `base` template: this controller's workspace folder as the home and policy root.
+        e2bTemplates: { base: { home: root, create: { policy: { root, readOnly: false } } } },
+        // In-process daemons have no cgroups: the refusal of an engine without enforced limits is for real engines.
+        engine: { allowUnenforcedLimits: true },
+        ...config,
+      },
+    });
+  let controller = await start();
   const dispose = async () => {
     await controller.close();
     await provider.closeAll();
     await rm(dir, { recursive: true, force: true });
   };
-  return { url: controller.url, apiKey, root, credentials, [Symbol.asyncDispose]: dispose };
+  return {
+    get url() {
+      return controller.url;
+    },
+    apiKey,
+    root,
+    credentials,
+    stateDir,
+    restartDaemons: () => provider.restartDaemons(),
+    restartController: async () => {
+      await controller.close();
+      controller = await start();
+    },
+    [Symbol.asyncDispose]: dispose,
+  };
 }

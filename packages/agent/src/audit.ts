@@ -47,22 +47,3 @@ export class AuditLog {
     return seq < this.next ? { ...page, nextCursor: seq - 1 } : page;
   }
 }
-
-/** The paths a call's params name, for its audit entry. */
-export function pathsOf(params: unknown): string[] {
-  if (params === null || typeof params !== 'object') return [];
-  const out: string[] = [];
-  for (const key of ['path', 'from', 'to', 'cwd']) {
-    const value = (params as Record<string, unknown>)[key];
-    if (typeof value === 'string') out.push(value.length > 512 ? `${value.slice(0, 512)}...` : value);
-  }
-  return out;
-}
-
-/** The command of an exec-like call, cut to 200 characters. */
-export function commandOf(params: unknown): string | undefined {
-  if (params === null || typeof params !== 'object') return undefined;
-  const cmd = (params as Record<string, unknown>).cmd ?? (params as Record<string, unknown>).command;
-  const text = typeof cmd === 'string' ? cmd : Array.isArray(cmd) ? cmd.map(String).join(' ') : undefined;
-  return text === undefined ? undefined : text.length > 200 ? `${text.slice(0, 200)}...` : text;
-}

@@ -1,5 +1,8 @@
 import type { WebSocket } from 'ws';
 import {
+  AUDIT_RING_COMMAND_CHARS,
+  auditCommand,
+  auditPaths,
   CodedError,
   decodeFrame,
   encodeFrame,
@@ -15,7 +18,7 @@ import {
   type WireErrorBody,
   WriteBatch,
 } from '@warren/protocol';
-import { commandOf, pathsOf, type AuditLog } from './audit.js';
+import type { AuditLog } from './audit.js';
 import { dispatch, type Handlers } from './dispatch.js';
 import { idleCollector, type IdleCollector } from './idle-gc.js';
 
@@ -214,11 +217,11 @@ export function serveConnection(ws: WebSocket, handlers: Handlers, options: Serv
       // The one place every served call is recorded (the audit log of seed 002); the relay's
       // per-chunk egress.send is not a call of the sandbox's (its connections are the gateway's events).
       if (options.audit && method !== 'audit.list' && method !== 'egress.send') {
-        const command = commandOf(rawParams);
+        const command = auditCommand(rawParams, AUDIT_RING_COMMAND_CHARS);
         options.audit.add({
           time,
           method: method.slice(0, 100),
-          paths: pathsOf(rawParams),
+          paths: auditPaths(rawParams),
           ...(command === undefined ? {} : { command }),
           outcome,
           bytesIn: payload?.length ?? 0,

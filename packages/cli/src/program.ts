@@ -23,6 +23,7 @@ import {
   volumeListCommand,
   volumeRemoveCommand,
 } from './snapshot-commands.js';
+import { auditExportCommand, parseIsoTime } from './audit-commands.js';
 import { createCommand, doctorCommand, infoCommand, listCommand, logsCommand, removeCommand } from './sandbox-commands.js';
 
 /** Text after a command's help: examples a person can paste. */
@@ -254,7 +255,9 @@ export function buildProgram(): Command {
     .action(removeCommand);
 
   withController(program.command('logs'))
-    .description("Show a sandbox's audit log: every call its daemon served (time, method, paths or command, outcome, bytes, duration).")
+    .description(
+      "Show a sandbox's audit trail: every call made on it (time, who, method, paths or command, outcome, bytes, duration), kept by the controller across daemon restarts and hibernation.",
+    )
     .argument('<id>', 'the sandbox id')
     .option('--since <seq>', 'only entries after this sequence number', (v) => {
       const n = Number(v);
@@ -269,6 +272,22 @@ export function buildProgram(): Command {
     .action((id: string, options: { since?: number; limit?: number; egress?: boolean; follow?: boolean }, command: Command) =>
       options.egress ? egressLogsCommand(id, options, command) : logsCommand(id, options, command),
     );
+
+  const audit = program
+    .command('audit')
+    .description("The controller's durable audit trail: every call made on every sandbox, with who made it (docs/security.md).")
+    .addHelpText('after', examples(['warren audit export --out audit.jsonl', 'warren audit export --sandbox $ID --since 2026-12-01T00:00:00Z']));
+  withController(audit.command('export'))
+    .description(
+      "Write the audit trail as JSON lines (one call per line, with its sandbox id) to --out or standard output: this key's tenant, or with an admin key every tenant or --tenant. Sandboxes that are gone are included until their retention ends.",
+    )
+    .option('--sandbox <id>', 'one sandbox only')
+    .option('--tenant <name>', 'one tenant only (an admin key)')
+    .option('--since <iso>', 'entries at or after this time', parseIsoTime)
+    .option('--until <iso>', 'entries before this time', parseIsoTime)
+    .option('--out <file>', 'write to this file (created owner-only) instead of standard output')
+    .addHelpText('after', examples(['warren audit export --out audit.jsonl', 'warren audit export --sandbox $ID --since 2026-12-01T00:00:00Z | jq .command']))
+    .action(auditExportCommand);
 
   withController(program.command('watch'))
     .description('Print each change under a folder of a sandbox as it happens (create, write, remove, rename; overflow means rescan).')

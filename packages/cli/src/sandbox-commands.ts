@@ -128,33 +128,33 @@ export async function removeCommand(ids: string[], _options: unknown, command: C
   if (failed) throw new CliError(`${failed} of ${ids.length} sandboxes could not be removed.`, 'Check the ids with warren ls.', 1);
 }
 
-/** `warren logs ID`: the calls the sandbox's daemon served (its audit log). */
+/**
+ * `warren logs ID`: the calls made on the sandbox, from the controller's durable audit trail
+ * (it outlives daemon restarts and hibernation), with who made each.
+ */
 export async function logsCommand(id: string, options: { since?: number; limit?: number }, command: Command): Promise<void> {
-  const sandbox = await connectSandbox(command, id);
-  try {
-    const params: { since?: number; limit?: number } = {};
-    if (options.since !== undefined) params.since = options.since;
-    if (options.limit !== undefined) params.limit = options.limit;
-    const log = await sandbox.auditLog(params);
-    if (wantsJson(command)) return printJson(log);
-    process.stdout.write(
-      table(
-        ['SEQ', 'TIME', 'METHOD', 'OUTCOME', 'MS', 'BYTES IN/OUT', 'WHAT'],
-        log.entries.map((e) => [
-          String(e.seq),
-          shortTime(e.time),
-          e.method,
-          e.outcome,
-          e.durationMs.toFixed(1),
-          `${e.bytesIn}/${e.bytesOut}`,
-          e.command ?? e.paths.join(' '),
-        ]),
-      ),
-    );
-    if (log.dropped) process.stderr.write("warren: older entries were already dropped from the sandbox's ring of the last 10,000 calls\n");
-  } finally {
-    sandbox.close();
-  }
+  const params: { since?: number; limit?: number } = {};
+  if (options.since !== undefined) params.since = options.since;
+  if (options.limit !== undefined) params.limit = options.limit;
+  const log = await restClient(command).auditTrail(id, params);
+  if (wantsJson(command)) return printJson(log);
+  process.stdout.write(
+    table(
+      ['SEQ', 'TIME', 'WHO', 'METHOD', 'OUTCOME', 'MS', 'BYTES IN/OUT', 'WHAT'],
+      log.entries.map((e) => [
+        String(e.seq),
+        shortTime(e.time),
+        e.callerKind === undefined ? '' : `${e.callerKind}${e.keyId === undefined ? '' : `:${e.keyId}`}`,
+        e.method,
+        e.outcome,
+        e.durationMs.toFixed(1),
+        `${e.bytesIn}/${e.bytesOut}`,
+        e.command ?? e.paths.join(' '),
+      ]),
+    ),
+  );
+  if (log.dropped)
+    process.stderr.write("warren: older entries were already deleted from the trail (the controller's audit.retentionDays and audit.maxBytesPerSandbox)\n");
 }
 
 function labelText(labels: Record<string, string>): string {

@@ -1,4 +1,5 @@
-import { ERROR_CODE_LIST, isMethodName, peekHeader, type RequestId } from '@warren/protocol';
+import { ERROR_CODE_LIST, framePayloadLength, isMethodName, peekHeader, type RequestId } from '@warren/protocol';
+import type { AuditedCall, CallAudit } from './audit/call-audit.js';
 import { callRefusal, type Holder } from './grants.js';
 import type { Metrics } from './metrics.js';
 import { sizeRefusal } from './relay.js';
@@ -25,6 +26,8 @@ export interface CallGateOptions {
   maxMessageBytes: number;
   /** The idle freezer: each call in flight holds the sandbox awake until answered. */
   activity?: CallActivity | undefined;
+  /** The durable audit trail's recorder for this sandbox and caller: each call, refused or answered, is appended. */
+  audit?: CallAudit | undefined;
 }
 
 interface Tracked {
@@ -37,10 +40,12 @@ interface Tracked {
  * serving every purpose: the size cap and the per-frame access check on what the client sends
  * (a refused frame is answered with its id and never reaches the daemon), the call metrics
  * (`warren_calls_total`, `warren_call_seconds`, `warren_errors_total`) from request to final
- * answer, and the idle freezer's holds. It never changes a frame it passes on. Every header is
- * read as hostile: one that is not JSON passes through unobserved for the daemon to refuse, and an
- * error code the protocol does not know counts as `INTERNAL` (a daemon choosing label values would
- * grow the metrics without end).
+ * answer, the idle freezer's holds, and the durable audit trail (each call's method, paths,
+ * command, bytes each way, duration and outcome, a refused one's included). It never changes a
+ * frame it passes on. Every header is read as hostile: one that is not JSON passes through
+ * unobserved for the daemon to refuse, and an error code the protocol does not know counts as
+ * `INTERNAL` (a daemon choosing label values would grow the metrics without end, or write what it
+ * likes into the trail).
  *
  * @example
  * const gate = new CallGate({ holder, metrics, maxMessageBytes });
@@ -50,6 +55,7 @@ interface Tracked {
 export class CallGate {
   private readonly inFlight = new Map<RequestId, Tracked>();
   private readonly held = new Map<RequestId, () => void>();
+  private readonly audited = new Map<RequestId, AuditedCall>();
 
   constructor(private readonly options: CallGateOptions) {}
 
@@ -75,8 +81,10 @@ export class CallGate {
     const refusal = callRefusal(this.options.holder, header!, metrics);
     if (refusal) {
       activity?.touch();
+      if (typeof header!.method === 'string') this.options.audit?.refused(header!.method, header!.params, framePayloadLength(data), 'FORBIDDEN');
       return refusal;
     }
+    this.beginAudit(id, header!, data);
     if (activity && validId && !this.held.has(id) && this.held.size < MAX_TRACKED_CALLS) this.held.set(id, activity.hold());
     else activity?.touch();
     const method = header!.method;
@@ -90,14 +98,18 @@ export class CallGate {
   fromDaemon(data: Buffer): void {
     const header = peekHeader(data);
     const type = header?.type;
+    if (type === 'evt') this.audited.get(header!.id as RequestId)?.answered(framePayloadLength(data));
     if (type !== 'res' && type !== 'err') return;
     const id = header!.id;
     this.release(id);
     const { metrics } = this.options;
+    let outcome = 'ok';
     if (type === 'err') {
       const code = (header!.error as { code?: unknown } | null | undefined)?.code;
-      metrics.errors.inc({ code: typeof code === 'string' && KNOWN_CODES.has(code) ? code : 'INTERNAL', source: 'call' });
+      outcome = typeof code === 'string' && KNOWN_CODES.has(code) ? code : 'INTERNAL';
+      metrics.errors.inc({ code: outcome, source: 'call' });
     }
+    this.endAudit(id, data, outcome);
     if (typeof id !== 'number' && typeof id !== 'string') return;
     const call = this.inFlight.get(id);
     if (!call) return;
@@ -106,11 +118,32 @@ export class CallGate {
     metrics.callSeconds.observe({ method: call.method }, (performance.now() - call.started) / 1000);
   }
 
-  /** The connection closed: its calls are no longer timed, and release their holds. */
+  /** The connection closed: its calls are no longer timed, release their holds, and go to the trail as CANCELLED. */
   close(): void {
     this.inFlight.clear();
+    for (const call of this.audited.values()) call.end('CANCELLED');
+    this.audited.clear();
     for (const end of this.held.values()) end();
     this.held.clear();
+  }
+
+  /** Starts the trail entry of a request the gate passes on. */
+  private beginAudit(id: unknown, header: Record<string, unknown>, data: Buffer): void {
+    const { audit } = this.options;
+    if (!audit || (typeof id !== 'number' && typeof id !== 'string') || typeof header.method !== 'string') return;
+    if (this.audited.has(id) || this.audited.size >= MAX_TRACKED_CALLS) return;
+    const call = audit.begin(header.method, header.params, framePayloadLength(data));
+    if (call) this.audited.set(id, call);
+  }
+
+  /** Ends the trail entry of the call a final answer is for. */
+  private endAudit(id: unknown, data: Buffer, outcome: string): void {
+    if (typeof id !== 'number' && typeof id !== 'string') return;
+    const call = this.audited.get(id);
+    if (!call) return;
+    this.audited.delete(id);
+    call.answered(framePayloadLength(data));
+    call.end(outcome);
   }
 
   private release(id: unknown): void {

@@ -11,6 +11,7 @@ import { DEFAULT_E2B_TEMPLATES, E2bTemplates } from './e2b/templates.js';
 import { parseAllowList } from './image-ref.js';
 import { LOG_LEVELS, REDACTED, type LogLevel } from './logger.js';
 import { DEFAULT_USAGE, type UsageSettings } from './usage-history.js';
+import { DEFAULT_AUDIT, type AuditSettings } from './audit/trail.js';
 import { DEFAULT_SNAPSHOT_LIMITS, type SnapshotLimits } from './snapshot-store.js';
 import { DEFAULT_EVENT_SETTINGS, type EventSettings } from './events/event-log.js';
 import { isAddressOrCidr } from './events/webhook-target.js';
@@ -131,6 +132,8 @@ export interface ControllerConfig {
   events: EventSettings;
   /** Webhooks: how many, how deliveries are retried, which private targets the operator opens (docs/events.md). */
   webhooks: WebhookSettings;
+  /** The durable audit trail in `<stateDir>/audit`: how long and how much of it is kept (docs/security.md#the-durable-audit-trail). */
+  audit: AuditSettings;
 }
 
 /** The web console's settings (docs/console.md). */
@@ -400,6 +403,16 @@ export const ConfigFile = z.strictObject({
       allowPrivateTargets: z.boolean().optional(),
     })
     .optional(),
+  audit: z
+    .strictObject({
+      retentionDays: z.number().int().min(1).max(3650).optional(),
+      maxBytesPerSandbox: z
+        .number()
+        .int()
+        .min(64 * 1024)
+        .optional(),
+    })
+    .optional(),
   usage: z
     .strictObject({
       sampleSeconds: z.number().int().min(0).max(3600).optional(),
@@ -500,6 +513,7 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   logLevel: 'info',
   egress: DEFAULT_EGRESS,
   usage: DEFAULT_USAGE,
+  audit: DEFAULT_AUDIT,
   snapshots: DEFAULT_SNAPSHOT_LIMITS,
   tenants: {},
   events: DEFAULT_EVENT_SETTINGS,
@@ -565,6 +579,7 @@ export function loadConfig(
     maxLimits,
     egress: { ...DEFAULT_EGRESS, ...stripUndefined(file.egress ?? {}) },
     usage: { ...DEFAULT_USAGE, ...stripUndefined(file.usage ?? {}) },
+    audit: { ...DEFAULT_AUDIT, ...stripUndefined(file.audit ?? {}), ...stripUndefined(fromEnv.audit ?? {}) },
     images,
     engine,
     kubernetes: { ...DEFAULTS.kubernetes, ...stripUndefined(file.kubernetes ?? {}), ...stripUndefined(fromEnv.kubernetes ?? {}) },
@@ -666,6 +681,8 @@ const ENV_SETTINGS: [variable: string, path: string, kind: 'string' | 'number' |
   ['WARREN_K8S_DAEMON_CHANNEL', 'kubernetes.daemonChannel', 'string'],
   ['WARREN_CONSOLE', 'console.enabled', 'boolean'],
   ['WARREN_CONSOLE_PATH', 'console.path', 'string'],
+  ['WARREN_AUDIT_RETENTION_DAYS', 'audit.retentionDays', 'number'],
+  ['WARREN_AUDIT_MAX_BYTES_PER_SANDBOX', 'audit.maxBytesPerSandbox', 'number'],
   ['LOG_LEVEL', 'logLevel', 'string'],
 ];
 

@@ -3,7 +3,9 @@ import { MAX_VOLUMES_PER_TENANT, VolumeService } from './volumes.js';
 import { SnapshotStore } from './snapshot-store.js';
 import { once } from 'node:events';
 import type { Server } from 'node:http';
+import path from 'node:path';
 import { EGRESS_TRANSPARENT_ADDRESS } from '@warren/protocol';
+import { AuditTrail } from './audit/trail.js';
 import { loadConfig, type ControllerConfig } from './config.js';
 import { Credentials } from './credentials.js';
 import Docker from 'dockerode';
@@ -27,7 +29,6 @@ import { EgressGateway } from './egress/gateway.js';
 import { SandboxEgress } from './egress/sandbox-egress.js';
 import { egressEventSink } from './egress/sink.js';
 import { Scheduler } from './scheduler.js';
-import path from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { EventLog } from './events/event-log.js';
 import { TargetGuard } from './events/webhook-target.js';
@@ -85,7 +86,12 @@ export async function startController(options: StartControllerOptions = {}): Pro
   if (provider.sharedState) await credentials.keys.share(provider.sharedState.keyStorage, 1000);
   const metrics: Metrics = new Metrics(() => sandboxes.countByState());
   const { egress, egressLog } = await startEgress(provider, config, metrics, logger, options.egressUpstreamCa);
-  const sandboxes: SandboxService = makeSandboxService({ provider, credentials, config, metrics, egress, logger });
+  const audit = await AuditTrail.open({
+    dir: path.join(config.stateDir, 'audit'),
+    ...config.audit,
+    onError: (sandboxId, error) => logger.error({ sandboxId, error: String(error) }, 'audit.write-failed'),
+  });
+  const sandboxes: SandboxService = makeSandboxService({ provider, credentials, config, metrics, egress, logger, audit });
   // Where the server listens, once it does: webhooks may not target it.
   const bound: { address?: AddressInfo } = {};
   const events = await startEvents(sandboxes, config, logger, () => bound.address);
@@ -99,7 +105,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
   await engine.start();
 
   const readiness = readinessCheck(provider, config, engine, sandboxes, isolation);
-  const { server, wss } = createHttpServer({ sandboxes, snapshots, volumes, credentials, config, metrics, logger, readiness, egressLog, events });
+  const { server, wss } = createHttpServer({ sandboxes, snapshots, volumes, credentials, config, metrics, logger, readiness, egressLog, events, audit });
   const url = await listen(server, config);
   bound.address = server.address() as AddressInfo;
   events.webhooks.start();
@@ -115,7 +121,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
     },
     'controller.started',
   );
-  const scheduler = schedulePeriodicJobs({ config, logger, sandboxes, snapshots, metrics, pool, sharedEgress: provider.sharedState !== undefined });
+  const scheduler = schedulePeriodicJobs({ config, logger, sandboxes, snapshots, metrics, pool, audit, sharedEgress: provider.sharedState !== undefined });
 
   const close = closer(async () => {
     scheduler.close();
@@ -129,9 +135,13 @@ export async function startController(options: StartControllerOptions = {}): Pro
     server.closeAllConnections();
     await new Promise<void>((resolve) => server.close(() => resolve()));
     await egress.close();
+    await audit.close();
   });
   return { url, config, sandboxes, snapshots, metrics, pool, generatedApiKey, close, [Symbol.asyncDispose]: close };
 }
+
+/** How often the audit trail drops what is past its retention. */
+const AUDIT_PRUNE_INTERVAL_MS = 3_600_000;
 
 /** The sandbox service over the provider, with its image service, warm pool and event lines. */
 function makeSandboxService(parts: {
@@ -141,6 +151,7 @@ function makeSandboxService(parts: {
   metrics: Metrics;
   egress: SandboxEgress;
   logger: Logger;
+  audit: AuditTrail;
 }): SandboxService {
   const { provider, config, logger } = parts;
   return new SandboxService({
@@ -321,7 +332,8 @@ function readinessCheck(
  * The controller's periodic jobs, on one {@link Scheduler}: the warm pool's refill and the reaper's
  * round (states, expiry, idle hibernation, snapshot collection) every `reapIntervalMs`; the idle
  * freezer (`freezeAfterIdleSeconds`); the usage sampler (`usage.sampleSeconds`), whose samples feed
- * the per-sandbox series while their label cardinality stays bounded; and, with replicas, taking
+ * the per-sandbox series while their label cardinality stays bounded; the audit trail's retention
+ * (hourly, and once at start); and, with replicas, taking
  * over the relays of egress sandboxes no replica serves and enforcing policies stored by others.
  */
 function schedulePeriodicJobs(parts: {
@@ -331,9 +343,10 @@ function schedulePeriodicJobs(parts: {
   snapshots: SnapshotService;
   metrics: Metrics;
   pool: WarmPool | undefined;
+  audit: AuditTrail;
   sharedEgress: boolean;
 }): Scheduler {
-  const { config, logger, sandboxes, snapshots, metrics, pool } = parts;
+  const { config, logger, sandboxes, snapshots, metrics, pool, audit } = parts;
   const scheduler = new Scheduler(logger);
   const logIds = (event: string) => (ids: string[]) => ids.length > 0 && logger.info({ ids }, event);
   if (pool) scheduler.every('pool', config.reapIntervalMs, () => pool.fill());
@@ -360,6 +373,12 @@ function schedulePeriodicJobs(parts: {
     return counts;
   };
   if (usage.sampleSeconds > 0) scheduler.every('sampler', usage.sampleSeconds * 1000, () => sandboxes.sampleUsage());
+  const pruneAudit = async () => {
+    const { deleted, rewritten } = await audit.prune();
+    if (deleted + rewritten > 0) logger.info({ deleted, rewritten }, 'audit.pruned');
+  };
+  void pruneAudit().catch((error: unknown) => logger.error({ error: String(error) }, 'audit.prune-failed'));
+  scheduler.every('audit-retention', AUDIT_PRUNE_INTERVAL_MS, pruneAudit);
   if (parts.sharedEgress) scheduler.every('egress-follower', config.egress.followIntervalMs ?? 2000, () => sandboxes.followSharedEgress());
   return scheduler;
 }

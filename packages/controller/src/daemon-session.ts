@@ -12,6 +12,7 @@ import {
 import { wsSocket } from '@warren/protocol/node';
 import type { WebSocket } from 'ws';
 import { openAgentSocket } from './agent-link.js';
+import type { CallAudit } from './audit/call-audit.js';
 import { refusalFor, type Caller } from './grants.js';
 import type { Metrics } from './metrics.js';
 import type { DaemonEndpoint } from './provider.js';
@@ -47,6 +48,8 @@ export interface DaemonDoor {
   agentSecret(id: string): string;
   /** The idle freezer: a hold keeps the sandbox awake (and thaws it) until released. */
   freezer: { hold(id: string): () => void };
+  /** The durable audit trail's recorder of `caller`'s calls on sandbox `id`; absent or undefined, calls are not recorded. */
+  auditFor?(id: string, caller: Caller): CallAudit | undefined;
 }
 
 /**
@@ -70,7 +73,8 @@ export async function openDaemonSocket(door: DaemonDoor, id: string, grant: Conn
  * ({@link openDaemonSocket}: the caller's grant in the same header), spoken by the protocol's
  * {@link WireClient}, and with every call checked against the same rule table (`refusalFor`)
  * before it is sent. The daemon then applies the file policy, limits and audit log as it does for
- * any other client, so these doors reach nothing Warren's own API would not.
+ * any other client, so these doors reach nothing Warren's own API would not; and each call goes to
+ * the controller's durable audit trail as the relay's do.
  *
  * @example
  * await using session = await DaemonSession.open(sandboxes, id, caller, grant);
@@ -84,6 +88,7 @@ export class DaemonSession implements AsyncDisposable {
     private readonly metrics: Metrics | undefined,
     /** Holds the sandbox awake while a call is in flight (the idle freezer); a hold on a frozen sandbox thaws it. */
     private readonly awake: () => () => void,
+    private readonly audit: CallAudit | undefined,
   ) {}
 
   /**
@@ -104,7 +109,7 @@ export class DaemonSession implements AsyncDisposable {
       peerClosedError: () => new CodedError('SANDBOX_NOT_READY', 'The sandbox daemon closed the connection.'),
       localClosedError: () => new CodedError('CANCELLED', 'The gateway closed its connection to the sandbox daemon.'),
     });
-    return new DaemonSession(client, caller, grant, metrics, () => sandboxes.freezer.hold(id));
+    return new DaemonSession(client, caller, grant, metrics, () => sandboxes.freezer.hold(id), sandboxes.auditFor?.(id, caller));
   }
 
   /**
@@ -114,6 +119,7 @@ export class DaemonSession implements AsyncDisposable {
   async call<M extends MethodName>(method: M, params: ParamsIn<M>, options: CallOptions = {}): Promise<DaemonAnswer<M>> {
     const refusal = refusalFor({ caller: this.caller, grant: () => this.grant }, METHODS[method].access, method);
     if (refusal !== undefined) {
+      this.audit?.refused(method, params, options.payload?.length ?? 0, 'FORBIDDEN');
       this.metrics?.calls.inc({ method, outcome: 'refused' });
       this.metrics?.errors.inc({ code: 'FORBIDDEN', source: 'call' });
       throw new CodedError('FORBIDDEN', refusal, { method });
@@ -123,16 +129,24 @@ export class DaemonSession implements AsyncDisposable {
     const started = performance.now();
     // Frames sent to a frozen sandbox wait in its socket; the hold thaws it, so they are read.
     const release = this.awake();
+    const audited = this.audit?.begin(method, params, options.payload?.length ?? 0);
     try {
       const answer = await this.client.call(method, params, {
         payload: options.payload,
         signal: options.signal,
-        onEvent: options.onEvent && ((event, payload) => options.onEvent!(event.event, event.data, payload)),
+        onEvent: (event, payload) => {
+          audited?.answered(payload?.length ?? 0);
+          options.onEvent?.(event.event, event.data, payload);
+        },
       });
       this.count(method, started, 'ok');
+      audited?.answered(answer.payload?.length ?? 0);
+      audited?.end('ok');
       return answer;
     } catch (err) {
-      this.count(method, started, 'error', err instanceof CodedError ? err.code : 'INTERNAL');
+      const code = err instanceof CodedError ? err.code : 'INTERNAL';
+      this.count(method, started, 'error', code);
+      audited?.end(code);
       throw err;
     } finally {
       release();

@@ -315,6 +315,7 @@ async function upgrade(
         metrics: deps.metrics,
         maxMessageBytes: deps.config.maxMessageBytes,
         activity: freezer.enabled ? { hold: () => freezer.hold(id), touch: () => freezer.touch(id) } : undefined,
+        audit: deps.sandboxes.auditFor(id, caller),
       });
       client.once('close', () => gate.close());
       // A revoked key or token ends the connections it opened (1008, policy).

@@ -1,9 +1,12 @@
 import type { CreateSandboxResponse, EgressPolicy, SandboxInfo, SandboxMetrics } from '@warren/protocol';
 import { probeAgent } from './agent-link.js';
+import { attributionOf, CallAudit } from './audit/call-audit.js';
+import type { AuditTrail } from './audit/trail.js';
 import { systemClock } from './clock.js';
 import type { Clock } from './clock.js';
 import type { ControllerConfig } from './config.js';
 import type { Credentials } from './credentials.js';
+import type { Caller } from './grants.js';
 import type { SandboxEgress } from './egress/sandbox-egress.js';
 import { LifecycleHook } from './events/lifecycle.js';
 import { FrozenMarks, IdleFreezer } from './idle-freezer.js';
@@ -50,6 +53,8 @@ export interface SandboxServiceOptions {
   egress?: SandboxEgress | undefined;
   /** Told of an idle freeze or thaw that failed. */
   onFreezeError?: ((id: string, doing: 'freeze' | 'thaw', error: unknown) => void) | undefined;
+  /** The durable audit trail every call passed on to a daemon is appended to (`audit/`); absent, calls are not recorded. */
+  audit?: AuditTrail | undefined;
 }
 
 /**
@@ -84,6 +89,8 @@ export class SandboxService {
   readonly egress: SandboxEgress | undefined;
   /** The last samples of each sandbox's use (the CPU share between two samples, the short history). */
   readonly usageHistory: UsageHistory;
+  /** The durable audit trail, when this controller keeps one. */
+  readonly auditTrail: AuditTrail | undefined;
   readonly lookup: SandboxLookup;
   readonly launcher: SandboxLauncher;
   readonly power: SandboxPower;
@@ -100,6 +107,7 @@ export class SandboxService {
     this.credentials = options.credentials;
     this.config = config;
     this.egress = options.egress;
+    this.auditTrail = options.audit;
     this.sharedState = provider.sharedState;
     this.images = options.images ?? new ImageService({ provider, settings: config.images });
     this.usageHistory = new UsageHistory(config.usage.historySamples);
@@ -170,6 +178,15 @@ export class SandboxService {
   /** The record of a sandbox, or SANDBOX_NOT_FOUND. */
   record(id: string): SandboxRecord {
     return this.lookup.record(id);
+  }
+
+  /**
+   * The durable audit trail's recorder of `caller`'s calls on sandbox `id`, attributed with the
+   * sandbox's tenant (and, for its own token, the key that created it); undefined without a trail. The relay and the controller's daemon sessions
+   * take one per connection.
+   */
+  auditFor(id: string, caller: Caller): CallAudit | undefined {
+    return this.auditTrail && new CallAudit(this.auditTrail, id, attributionOf(caller, this.record(id)));
   }
 
   /** Every sandbox this controller knows. */

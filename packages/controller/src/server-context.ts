@@ -1,4 +1,4 @@
-import type { callAgent } from './agent-link.js';
+import type { AuditTrail } from './audit/trail.js';
 import type { ControllerConfig } from './config.js';
 import type { Credentials } from './credentials.js';
 import type { EgressLog } from './egress/egress-log.js';
@@ -32,10 +32,10 @@ export interface HttpServerDeps {
   logger: Logger;
   /** `/readyz`: resolves when Docker answers and the default image is present. */
   readiness: () => Promise<Record<string, unknown>>;
-  /** How a REST route calls a sandbox's daemon (the audit log): `callAgent` unless a test without daemons brings its own. */
-  callDaemon?: typeof callAgent | undefined;
   /** The sandboxes' recent egress gateway events (`GET /v1/sandboxes/:id/egress`); absent without a gateway. */
   egressLog?: EgressLog | undefined;
   /** Lifecycle events and webhooks (`/v1/events`, `/v1/webhooks`, docs/events.md); absent, their routes answer NOT_SUPPORTED. */
   events?: { log: EventLog; webhooks: WebhookService } | undefined;
+  /** The durable audit trail (`GET /v1/sandboxes/:id/audit`, `GET /v1/audit`). */
+  audit: AuditTrail;
 }

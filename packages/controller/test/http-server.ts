@@ -2,7 +2,7 @@ import { once } from 'node:events';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import type { callAgent } from '../src/agent-link.js';
+import { AuditTrail } from '../src/audit/trail.js';
 import { createHttpServer, serverUrl } from '../src/http.js';
 import { Credentials } from '../src/credentials.js';
 import { createLogger } from '../src/logger.js';
@@ -59,7 +59,8 @@ export async function startFakeHttpServer(): Promise<FakeHttpServer> {
   const credentials = Credentials.inMemory(API_KEY);
   const metrics = new Metrics();
   const provider = new FakeProvider();
-  const sandboxes = new SandboxService({ provider, credentials, config, metrics, probe: async () => undefined });
+  const audit = await AuditTrail.open({ dir: path.join(stateDir, 'audit') });
+  const sandboxes = new SandboxService({ provider, credentials, config, metrics, probe: async () => undefined, audit });
   await sandboxes.recover();
   const volumes = new VolumeService({ sandboxes, provider, config });
   await volumes.recover();
@@ -81,8 +82,7 @@ export async function startFakeHttpServer(): Promise<FakeHttpServer> {
     metrics,
     logger,
     readiness: async () => ({ provider: 'fake', defaultImage: config.defaultImage }),
-    // The fake provider runs no daemons: the audit route gets an empty page.
-    callDaemon: (async () => ({ entries: [], nextCursor: null })) as unknown as typeof callAgent,
+    audit,
   });
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');
@@ -91,6 +91,7 @@ export async function startFakeHttpServer(): Promise<FakeHttpServer> {
     for (const ws of wss.clients) ws.terminate();
     server.closeAllConnections();
     await new Promise<void>((resolve) => server.close(() => resolve()));
+    await audit.close();
     await rm(stateDir, { recursive: true, force: true });
   };
   return { url: serverUrl(server, '127.0.0.1'), sandboxes, metrics, events, lines, raw, [Symbol.asyncDispose]: close };

@@ -99,6 +99,18 @@ export function peekHeader(data: Buffer): Record<string, unknown> | undefined {
 }
 
 /**
+ * The bytes of a frame's payload (after its header), read from its length prefix without parsing
+ * anything: 0 for bytes that are not a frame. What a relay counts as a call's bytes in and out.
+ *
+ * @example
+ * framePayloadLength(encodeFrame({ type: 'res', id: 1, result: {} }, Buffer.from('abc'))); // 3
+ */
+export function framePayloadLength(data: Buffer): number {
+  if (data.length < LENGTH_BYTES) return 0;
+  return Math.max(0, data.length - LENGTH_BYTES - data.readUInt32BE(0));
+}
+
+/**
  * Decodes and checks one frame. Throws a {@link CodedError} (`INVALID_FRAME` or
  * `FRAME_TOO_LARGE`) whose details carry the request id when one could be read, so the receiver
  * can answer the caller and keep the connection.

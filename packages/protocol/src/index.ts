@@ -13,7 +13,17 @@ export {
   WelcomeFrame,
   WireError,
 } from './envelope.js';
-export { allocFramePayload, decodeFrame, encodeFrame, type Frame, FRAME_HEADROOM_BYTES, frameRequestId, issueText, peekHeader } from './frame.js';
+export {
+  allocFramePayload,
+  decodeFrame,
+  encodeFrame,
+  type Frame,
+  FRAME_HEADROOM_BYTES,
+  framePayloadLength,
+  frameRequestId,
+  issueText,
+  peekHeader,
+} from './frame.js';
 export { type MethodAccess, type MethodSpec, SandboxPath } from './method-spec.js';
 export { SYSTEM_METHODS, SystemInfoParams, SystemInfoResult, SystemUsageParams, SystemUsageResult } from './methods/system.js';
 export {
@@ -68,7 +78,21 @@ export {
   ReadRange,
   TRANSFER_CHUNK_BYTES,
 } from './methods/fs.js';
-export { AUDIT_METHODS, AUDIT_PAGE_MAX, AUDIT_RING_SIZE, AuditEntry, AuditListParams, AuditListResult } from './methods/audit.js';
+export {
+  AUDIT_METHODS,
+  AUDIT_PAGE_MAX,
+  AUDIT_PATH_CHARS,
+  AUDIT_RING_COMMAND_CHARS,
+  AUDIT_RING_SIZE,
+  AUDIT_TRAIL_COMMAND_CHARS,
+  AuditCallerKind,
+  AuditEntry,
+  AuditExportLine,
+  AuditListParams,
+  AuditListResult,
+  auditCommand,
+  auditPaths,
+} from './methods/audit.js';
 export {
   Command,
   CommandEnv,

@@ -442,6 +442,8 @@ export const REST_PATHS = {
   keyRotate: (id: string) => `/v1/keys/${encodeURIComponent(id)}/rotate`,
   /** `GET` the caller's tenant: usage against limits. */
   tenant: '/v1/tenant',
+  /** `GET` the durable audit trail of every sandbox the key may read, as JSON lines (`?sandbox=&tenant=&since=&until=`). */
+  audit: '/v1/audit',
 } as const;
 
 /** An API key as `/v1/keys` describes it: never its secret (docs/tenancy.md). */

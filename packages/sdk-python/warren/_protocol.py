@@ -272,6 +272,10 @@ class AuditListResultEntriesItem(_Tolerant):
     bytes_in: _C1 = Field(..., alias='bytesIn')
     bytes_out: _C1 = Field(..., alias='bytesOut')
     duration_ms: Union[_C3, _C4] = Field(..., alias='durationMs')
+    caller_kind: Optional[Literal['operator', 'sandbox', 'derived']] = Field(None, alias='callerKind')
+    key_id: Optional[StrictStr] = Field(None, alias='keyId')
+    tenant: Optional[StrictStr] = Field(None)
+    token_id: Optional[StrictStr] = Field(None, alias='tokenId')
 
 
 class AuditListResult(_Tolerant):
@@ -1120,6 +1124,23 @@ class ApprovalEvent(_Tolerant):
     path: StrictStr = Field(...)
     to: Optional[StrictStr] = Field(None)
     bytes: Optional[_C1] = Field(None)
+
+
+class AuditExportLine(_Tolerant):
+    seq: _C1 = Field(...)
+    time: StrictStr = Field(...)
+    method: StrictStr = Field(...)
+    paths: List[StrictStr] = Field(...)
+    command: Optional[StrictStr] = Field(None)
+    outcome: StrictStr = Field(...)
+    bytes_in: _C1 = Field(..., alias='bytesIn')
+    bytes_out: _C1 = Field(..., alias='bytesOut')
+    duration_ms: Union[_C3, _C4] = Field(..., alias='durationMs')
+    caller_kind: Optional[Literal['operator', 'sandbox', 'derived']] = Field(None, alias='callerKind')
+    key_id: Optional[StrictStr] = Field(None, alias='keyId')
+    tenant: Optional[StrictStr] = Field(None)
+    token_id: Optional[StrictStr] = Field(None, alias='tokenId')
+    sandbox_id: StrictStr = Field(..., alias='sandboxId')
 
 
 class CreateSandboxRequestEgressNone(_Strict):

@@ -3,6 +3,9 @@ import {
   KeyInfo,
   ListKeysResponse,
   TenantReport,
+  AuditExportLine,
+  AuditListResult,
+  type Result,
   CreateSandboxResponse,
   DeriveTokenResponse,
   ImageEvent,
@@ -266,6 +269,65 @@ export class RestClient {
   /** The caller's tenant's usage against its limits. */
   async tenant(signal?: AbortSignal): Promise<TenantReport> {
     return tolerant(TenantReport).parse(await this.request('GET', REST_PATHS.tenant, undefined, signal));
+  }
+
+  /**
+   * `GET /v1/sandboxes/{id}/audit`: one page of the sandbox's durable audit trail (the
+   * controller's, which survives daemon restarts and hibernation), each entry with who made the call.
+   */
+  async auditTrail(id: string, page: { since?: number; limit?: number } = {}, signal?: AbortSignal): Promise<Result<'audit.list'>> {
+    const search = new URLSearchParams();
+    if (page.since !== undefined) search.set('since', String(page.since));
+    if (page.limit !== undefined) search.set('limit', String(page.limit));
+    const suffix = search.size > 0 ? `?${search.toString()}` : '';
+    return tolerant(AuditListResult).parse(await this.request('GET', `${REST_PATHS.action(id, 'audit')}${suffix}`, undefined, signal));
+  }
+
+  /**
+   * `GET /v1/audit`: every kept audit entry the key may read (its tenant's; an admin key's every
+   * tenant, or `tenant`), also of sandboxes that are gone, as the controller streams them. Each
+   * line is yielded as it arrives; a line this SDK cannot read is skipped.
+   *
+   * @example
+   * for await (const line of rest.exportAudit({ since: '2026-12-01T00:00:00Z' })) console.log(line.sandboxId, line.method);
+   */
+  async *exportAudit(
+    filter: { sandbox?: string; tenant?: string; since?: string; until?: string } = {},
+    signal?: AbortSignal,
+  ): AsyncGenerator<AuditExportLine, void, undefined> {
+    const search = new URLSearchParams();
+    for (const [key, value] of Object.entries(filter)) if (value !== undefined) search.set(key, value);
+    const suffix = search.size > 0 ? `?${search.toString()}` : '';
+    const res = await this.send('GET', `${REST_PATHS.audit}${suffix}`, undefined, signal);
+    if (!res.ok || res.body === null) throw restError(res.status, await res.text());
+    const decoder = new TextDecoder();
+    const reader = tolerant(AuditExportLine);
+    const take = (line: string): AuditExportLine | undefined => {
+      if (line.trim() === '') return undefined;
+      try {
+        const parsed = reader.safeParse(JSON.parse(line));
+        return parsed.success ? parsed.data : undefined;
+      } catch {
+        return undefined;
+      }
+    };
+    let buffered = '';
+    try {
+      for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+        buffered += decoder.decode(chunk, { stream: true });
+        let newline: number;
+        while ((newline = buffered.indexOf('\n')) >= 0) {
+          const line = take(buffered.slice(0, newline));
+          buffered = buffered.slice(newline + 1);
+          if (line) yield line;
+        }
+      }
+    } catch (err) {
+      if (signal?.aborted) throw makeError('CANCELLED', `GET ${REST_PATHS.audit} was cancelled.`, { cause: err });
+      throw err;
+    }
+    const last = take(buffered);
+    if (last) yield last;
   }
 
   /** The WebSocket URL of a sandbox's connection. */

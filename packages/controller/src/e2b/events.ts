@@ -1,3 +1,4 @@
+import { listedTenant } from '../tenancy/reach.js';
 import type { ServerResponse } from 'node:http';
 import type { SandboxEvent } from '../events/lifecycle.js';
 import type { Caller } from '../grants.js';
@@ -66,7 +67,7 @@ export function serveE2bEvents(deps: HttpServerDeps, res: ServerResponse, query:
   if (unknown !== undefined) throw new E2bHttpError(400, `Unknown event type '${unknown.slice(0, 64)}'; the types are ${E2B_TYPES.join(', ')}.`);
   const offset = whole(query.get('offset'), 0, 'offset');
   const limit = Math.min(Math.max(whole(query.get('limit'), 10, 'limit'), 1), 100);
-  const tenant = caller.role === 'admin' ? undefined : caller.tenant;
+  const tenant = listedTenant(caller);
   const all: Record<string, unknown>[] = [];
   for (const event of deps.events.log.read({ tenant }, Number.MAX_SAFE_INTEGER).events) {
     if (sandboxId !== undefined && event.sandboxId !== sandboxId) continue;

@@ -1,3 +1,4 @@
+import { seesTenant } from '../tenancy/reach.js';
 import { CodedError } from '@warren/protocol';
 import { z } from 'zod';
 import { systemClock, type Clock } from '../clock.js';
@@ -199,5 +200,5 @@ export class WebhookService {
 
 /** Whether the caller may see a webhook: an admin every one, a member its own tenant's. */
 function visible(caller: Principal, record: WebhookRecord): boolean {
-  return caller.role === 'admin' || record.tenant === caller.tenant;
+  return seesTenant({ kind: 'operator', ...caller }, record.tenant);
 }

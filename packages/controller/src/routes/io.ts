@@ -1,3 +1,4 @@
+import { once } from 'node:events';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { CodedError, ERROR_CODES, type ImageEvent } from '@warren/protocol';
 
@@ -44,6 +45,28 @@ export function eventStream(res: ServerResponse) {
       res.end();
     },
   };
+}
+
+/**
+ * An NDJSON answer of `lines`, one JSON value per line, sent as they come: reading waits while the
+ * client's socket is full, and stops when the client goes away. Whatever fails after the first
+ * line can only end the answer early.
+ *
+ * @example
+ * await sendJsonLines(res, trail.export({ tenant: 'acme' }));
+ */
+export async function sendJsonLines(res: ServerResponse, lines: AsyncIterable<unknown>): Promise<void> {
+  res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' });
+  const gone = new AbortController();
+  res.once('close', () => gone.abort());
+  try {
+    for await (const line of lines) {
+      if (gone.signal.aborted) return;
+      if (!res.write(`${JSON.stringify(line)}\n`)) await once(res, 'drain', { signal: gone.signal }).catch(() => undefined);
+    }
+  } finally {
+    res.end();
+  }
 }
 
 /**

@@ -1,4 +1,4 @@
-import type { KeyStorage } from './tenancy/principals.js';
+import type { KeyStorage } from './tenancy/key-storage.js';
 import { CodedError, type EgressPolicy, type SandboxSettings } from '@warren/protocol';
 import type { EgressStoreLike, StoredEgress } from './egress/egress-store.js';
 import type { Duplex } from 'node:stream';

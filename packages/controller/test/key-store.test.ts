@@ -1,5 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
-import { KeyStore, type KeyEnd, type KeyStorage } from '../src/tenancy/principals.js';
+import type { KeyStorage } from '../src/tenancy/key-storage.js';
+import { KeyStore, type KeyEnd } from '../src/tenancy/principals.js';
 
 /** A storage two stores share, as replicas share a Secret: each update applies to the newest document. */
 function sharedStorage(): KeyStorage & { writes: number } {

@@ -1,14 +1,32 @@
 import { CodedError, CreatedKey, KeyInfo, ListKeysResponse, TenantReport } from '@warren/protocol';
+import type { HttpServerDeps } from '../server-context.js';
 import { z } from 'zod';
 import { TenantLimits } from '../tenancy/limits.js';
 import { CreateKeyRequest, keyNotFound, TenantName } from '../tenancy/principals.js';
 import { principalOf, tenantScope } from '../tenancy/reach.js';
-import { tenantReport } from '../tenancy/report.js';
 import { sendJson } from './io.js';
 import { defineRoute, type Route } from './route.js';
 
 const TenantQuery = z.object({ tenant: TenantName.optional() });
 const RevokeTokenRequest = z.strictObject({ token: z.string().min(1).max(8192) });
+
+/** A tenant's live sandboxes, snapshots and volumes, and its creates in the last minute, beside its limits. */
+function tenantReport(deps: HttpServerDeps, tenant: string): TenantReport {
+  const { launcher } = deps.sandboxes;
+  const sandboxes = launcher.usageOf(tenant);
+  const snapshots = deps.snapshots?.store.list(tenant) ?? [];
+  return {
+    tenant,
+    usage: {
+      ...sandboxes,
+      snapshots: snapshots.length,
+      snapshotMb: Math.ceil(snapshots.reduce((sum, s) => sum + s.sizeBytes, 0) / (1024 * 1024)),
+      volumes: deps.volumes?.count(tenant) ?? 0,
+      createsLastMinute: launcher.tenants.createsLastMinute(tenant),
+    },
+    limits: launcher.tenants.limitsOf(tenant),
+  };
+}
 
 /** API keys, tenants' usage and limits, and token revocation (docs/tenancy.md). */
 export const TENANCY_ROUTES: readonly Route[] = [

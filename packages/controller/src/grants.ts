@@ -162,7 +162,8 @@ const RULES: { readonly [A in Access]: Rule } = {
  */
 export function refusalFor(holder: Holder, access: Access, what: string): string | undefined {
   const rule = RULES[access];
-  const whole = { scopes: () => SCOPE_NAMES, ...holder };
+  // A holder that names no scopes acts with its caller's own (an API key's; a token's are its sandbox's, checked by its grant).
+  const whole = { scopes: () => scopesOf(holder.caller), ...holder };
   return rule.allows(whole) ? undefined : rule.why(what, holder);
 }
 

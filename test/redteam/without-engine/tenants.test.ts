@@ -155,6 +155,11 @@ describe('tenants: every door answers another tenant exactly as nothing', () => 
       }
       expect((await call('POST', `/v1/sandboxes/${sandbox.id}/keepalive`, bearer(reader.key))).status).toBe(403);
       expect((await call('POST', `/v1/sandboxes/${sandbox.id}/keepalive`, bearer(sandbox.token))).status).toBe(403);
+      // The E2B gateway holds the same scopes: no lifecycle, no snapshots, no volumes for this key.
+      expect((await call('DELETE', `/e2b/sandboxes/${sandbox.id}`, { 'x-api-key': reader.key })).status).toBe(403);
+      expect((await call('POST', `/e2b/sandboxes/${sandbox.id}/snapshots`, { 'x-api-key': reader.key }, {})).status).toBe(403);
+      expect((await call('GET', '/e2b/volumes', { 'x-api-key': reader.key })).status).toBe(403);
+      expect((await call('GET', '/v1/snapshots', bearer(reader.key))).status).toBe(403);
       const noCreate = await makeKey({ tenant: 'acme', role: 'member', scopes: ['exec'] });
       expect((await call('POST', '/v1/sandboxes', bearer(noCreate.key), {})).status).toBe(403);
     } finally {

@@ -1,3 +1,5 @@
+import { requireScope } from '../tenancy/scopes.js';
+import type { Scope } from '../tenancy/principals.js';
 import { listedTenant } from '../tenancy/reach.js';
 import { checkReach } from '../tenancy/reach.js';
 import { ownerOf, type Owner } from '../tenancy/owner.js';
@@ -67,6 +69,8 @@ interface PlaneRoute {
   /** `(?<id>...)` captures a sandbox id (which must exist), `(?<ref>...)` another resource. */
   pattern: RegExp;
   access: Access;
+  /** The scope a key needs besides (tenancy/principals.ts), as on Warren's own route that does the same. */
+  scope?: Scope;
   handle(ctx: PlaneContext): Promise<void>;
 }
 
@@ -96,14 +100,14 @@ const PLANE_ROUTES: readonly PlaneRoute[] = [
   { method: 'PUT', pattern: new RegExp(`^/sandboxes/${ID}/network$`), access: 'lifecycle', handle: updateNetwork },
   { method: 'POST', pattern: new RegExp(`^/sandboxes/${ID}/network$`), access: 'lifecycle', handle: updateNetwork },
   // Snapshots and forks are the API key's, as on Warren's own routes (`operator`).
-  { method: 'POST', pattern: new RegExp(`^/sandboxes/${ID}/snapshots$`), access: 'operator', handle: state(createSnapshot) },
-  { method: 'POST', pattern: new RegExp(`^/sandboxes/${ID}/fork$`), access: 'operator', handle: (ctx) => fork(ctx, createdObject) },
-  { method: 'GET', pattern: /^\/snapshots$/, access: 'operator', handle: state(listSnapshots) },
-  { method: 'DELETE', pattern: new RegExp(`^/templates/${REF}$`), access: 'operator', handle: state(deleteTemplate) },
-  { method: 'POST', pattern: /^\/volumes$/, access: 'operator', handle: state(createVolume) },
-  { method: 'GET', pattern: /^\/volumes$/, access: 'operator', handle: state(listVolumes) },
-  { method: 'GET', pattern: new RegExp(`^/volumes/${REF}$`), access: 'operator', handle: state(getVolume) },
-  { method: 'DELETE', pattern: new RegExp(`^/volumes/${REF}$`), access: 'operator', handle: state(deleteVolume) },
+  { method: 'POST', pattern: new RegExp(`^/sandboxes/${ID}/snapshots$`), access: 'operator', scope: 'snapshots', handle: state(createSnapshot) },
+  { method: 'POST', pattern: new RegExp(`^/sandboxes/${ID}/fork$`), access: 'operator', scope: 'snapshots', handle: (ctx) => fork(ctx, createdObject) },
+  { method: 'GET', pattern: /^\/snapshots$/, access: 'operator', scope: 'snapshots', handle: state(listSnapshots) },
+  { method: 'DELETE', pattern: new RegExp(`^/templates/${REF}$`), access: 'operator', scope: 'snapshots', handle: state(deleteTemplate) },
+  { method: 'POST', pattern: /^\/volumes$/, access: 'operator', scope: 'volumes', handle: state(createVolume) },
+  { method: 'GET', pattern: /^\/volumes$/, access: 'operator', scope: 'volumes', handle: state(listVolumes) },
+  { method: 'GET', pattern: new RegExp(`^/volumes/${REF}$`), access: 'operator', scope: 'volumes', handle: state(getVolume) },
+  { method: 'DELETE', pattern: new RegExp(`^/volumes/${REF}$`), access: 'operator', scope: 'volumes', handle: state(deleteVolume) },
   { method: 'POST', pattern: new RegExp(`^/sandboxes/${ID}/refreshes$`), access: 'lifecycle', handle: keepalive },
   // Events of sandboxes that may be gone: the id is a `ref`, not checked to exist.
   {
@@ -187,6 +191,7 @@ export async function serveControlPlane(
   if (id) checkReach(deps.credentials.keys, caller, deps.sandboxes.record(id));
   const refusal = routeRefusal({ caller, grant: () => grantFor(deps.sandboxes.record(id), caller) }, route.access, `${method} ${path}`);
   if (refusal) throw new E2bHttpError(403, refusal.message);
+  if (route.scope) requireScope(caller, route.scope, `${method} ${path}`, id ? deps.sandboxes.record(id) : undefined);
   await route.handle({ deps, req, res, query, id, ref, caller, owner: ownerOf(caller), volumeContent });
 }
 
@@ -303,9 +308,10 @@ function createdObject(created: SandboxInfo & { token: string }, templateID: str
  * E2B's settings as Warren's egress policy (see {@link egressFromE2b}), through the same
  * `updateEgress` as `POST /v1/sandboxes/{id}/network`, within the operator's `egress.maxMode`.
  */
-async function updateNetwork({ deps, req, res, id }: PlaneContext): Promise<void> {
+async function updateNetwork({ deps, req, res, id, caller }: PlaneContext): Promise<void> {
   const body = parse(E2bNetwork, await readJson(req), 'network update');
   const policy = egressFromE2b(body);
+  if (policy.mode === 'open') requireScope(caller, 'egress:open', "Egress mode 'open'", deps.sandboxes.record(id));
   if (!deps.sandboxes.egressOf(id))
     throw new E2bHttpError(
       400,

@@ -56,4 +56,29 @@ describe('the access log of a WebSocket connection, through a real controller an
     const all = raw.join('');
     for (const secret of [warren.apiKey, sandbox.token]) expect(all.includes(secret)).toBe(false);
   });
+
+  it('names the key id and tenant of every request, and the tenant an admin key acted in when it was not its own', async () => {
+    const lines: Line[] = [];
+    const logger = createLogger({ level: 'info', destination: { write: (line: string) => void lines.push(JSON.parse(line) as Line) } });
+    await using warren = await startLocalController({}, { logger });
+    const made = await warren.credentials.keys.create({ tenant: 'acme', role: 'member' });
+    const sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: made.key, policy: { root: warren.root } });
+    try {
+      await fetch(`${warren.url}/v1/sandboxes/${sandbox.id}`, { headers: { authorization: `Bearer ${made.key}`, 'x-request-id': 'member-1' } });
+      expect(await lineWhere(lines, (l) => l.event === 'http.request' && l.requestId === 'member-1')).toMatchObject({
+        caller: 'operator',
+        keyId: made.info.id,
+        tenant: 'acme',
+        sandboxId: sandbox.id,
+      });
+      await fetch(`${warren.url}/v1/sandboxes/${sandbox.id}`, { headers: { authorization: `Bearer ${warren.apiKey}`, 'x-request-id': 'admin-1' } });
+      expect(await lineWhere(lines, (l) => l.event === 'http.request' && l.requestId === 'admin-1')).toMatchObject({
+        caller: 'operator',
+        tenant: 'default',
+        actedIn: 'acme',
+      });
+    } finally {
+      await sandbox.kill();
+    }
+  });
 });

@@ -3,11 +3,10 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { Credentials } from '@warren/controller';
 import { Sandbox } from '@warren/sdk';
 import type { BrowserContext, Page } from 'playwright-core';
 import { launchChromium } from '../support/browser.js';
-import { startTestController, type TestController } from '../support/fixtures.js';
+import { startTestController, type TestController, tenantCredentials } from '../support/fixtures.js';
 
 /**
  * Sandbox code against the operator's console through the browser (docs/console.md, "The same
@@ -77,7 +76,7 @@ describe('red team in Chromium: a port app against the console on the same origi
 
   beforeAll(async () => {
     warren = await startTestController({
-      credentials: Credentials.inMemory(operatorKey, randomBytes(32), [attackerKey]),
+      credentials: await tenantCredentials(operatorKey, [attackerKey]),
       config: { console: { enabled: true, path: '/ui', sessionTtlSeconds: 3600, historyIntervalSeconds: 60 } },
     });
     userDataDir = await mkdtemp(path.join(os.tmpdir(), 'warren-chromium-attacks-'));

@@ -1,8 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
 import { Sandbox, Secret, Volume, VolumeNotFoundError, VolumePathNotFoundError } from 'e2b';
-import { Credentials } from '@warren/controller';
-import { startTestController, type TestController } from '../support/fixtures.js';
+import { startTestController, type TestController, tenantCredentials } from '../support/fixtures.js';
 
 /**
  * The real `e2b` SDK's snapshots, forks and volumes against a real controller on real containers:
@@ -16,7 +15,7 @@ describe('the e2b SDK: snapshots, forks and volumes on real sandboxes', () => {
   const otherKey = `wk_other_${randomBytes(16).toString('hex')}`;
   beforeAll(async () => {
     const apiKey = `wk_test_${randomBytes(16).toString('hex')}`;
-    warren = await startTestController({ credentials: Credentials.inMemory(apiKey, randomBytes(32), [otherKey]) });
+    warren = await startTestController({ credentials: await tenantCredentials(apiKey, [otherKey]) });
     const gateway = `${warren.url}/e2b`;
     opts = { apiKey, apiUrl: gateway, sandboxUrl: gateway };
     other = { apiKey: otherKey, apiUrl: gateway, sandboxUrl: gateway };

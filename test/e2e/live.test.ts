@@ -69,7 +69,7 @@ describe.each(['socket', 'exec'] as const)('a live sandbox over the %s daemon ch
     expect(withHistory.history!.every((m) => m.sandboxId === sandbox.id)).toBe(true);
     expect(withHistory.cpuPercent).toBeGreaterThanOrEqual(0);
     const prometheus = await (await fetch(`${warren.url}/metrics`, { headers: { authorization: `Bearer ${warren.apiKey}` } })).text();
-    expect(prometheus).toMatch(new RegExp(`^warren_sandbox_memory_bytes\\{sandbox="${sandbox.id}"\\} \\d+`, 'm'));
+    expect(prometheus).toMatch(new RegExp(`^warren_sandbox_memory_bytes\\{sandbox="${sandbox.id}",tenant="default"\\} \\d+`, 'm'));
     expect((await fetch(`${warren.url}/v1/sandboxes/${sandbox.id}/metrics?history=maybe`, { headers: auth })).status).toBe(400);
 
     await sandbox.files.mkdir('watched');

@@ -3,9 +3,8 @@ import { mkdir, readdir } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import Docker from 'dockerode';
-import { Credentials } from '@warren/controller';
 import { Sandbox, Snapshots, Volumes } from '@warren/sdk';
-import { startTestController, type TestController } from '../support/fixtures.js';
+import { startTestController, type TestController, tenantCredentials } from '../support/fixtures.js';
 import { ControllerProcess } from '../support/reliability.js';
 import { until } from '../support/wait.js';
 import { runCli } from '../support/cli.js';
@@ -21,7 +20,7 @@ describe('snapshots and forks', () => {
   beforeAll(async () => {
     const apiKey = `wk_test_${randomBytes(16).toString('hex')}`;
     warren = await startTestController({
-      credentials: Credentials.inMemory(apiKey, randomBytes(32), [otherKey]),
+      credentials: await tenantCredentials(apiKey, [otherKey]),
       config: { snapshots: { maxCount: 8, maxMb: 4096, maxForkCount: 4 }, maxSandboxes: 12 },
     });
     // startTestController makes its own key; use the one these credentials know.
@@ -154,7 +153,7 @@ describe('named volumes', () => {
   const otherKey = `wk_other_${randomBytes(16).toString('hex')}`;
   beforeAll(async () => {
     const apiKey = `wk_test_${randomBytes(16).toString('hex')}`;
-    warren = await startTestController({ credentials: Credentials.inMemory(apiKey, randomBytes(32), [otherKey]) });
+    warren = await startTestController({ credentials: await tenantCredentials(apiKey, [otherKey]) });
     warren = { ...warren, apiKey };
   }, 60_000);
   afterAll(async () => {

@@ -1,10 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { request } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { Credentials } from '@warren/controller';
 import { Sandbox } from '@warren/sdk';
 import { WebSocket } from 'ws';
-import { startTestController, type TestController } from '../support/fixtures.js';
+import { startTestController, type TestController, tenantCredentials } from '../support/fixtures.js';
 import { HostSentinel } from '../support/redteam.js';
 
 /**
@@ -123,7 +122,7 @@ describe('red team: a sandbox page plants console sessions on the console’s or
 
   beforeAll(async () => {
     warren = await startTestController({
-      credentials: Credentials.inMemory(operatorKey, randomBytes(32), [attackerKey]),
+      credentials: await tenantCredentials(operatorKey, [attackerKey]),
       config: { console: { enabled: true, path: '/ui', sessionTtlSeconds: 3600, historyIntervalSeconds: 60 } },
     });
     origin = new URL(warren.url).origin;

@@ -3,9 +3,8 @@ import { chmod, chown, lstat, mkdtemp, readdir, readlink, rm, utimes, writeFile 
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { Credentials } from '@warren/controller';
 import { Sandbox, Snapshots } from '@warren/sdk';
-import { startTestController, type TestController } from '../support/fixtures.js';
+import { startTestController, type TestController, tenantCredentials } from '../support/fixtures.js';
 import { HostSentinel, sandboxCode } from '../support/redteam.js';
 
 /**
@@ -39,7 +38,7 @@ describe('red team: snapshots, forks and hibernation', () => {
 
   beforeAll(async () => {
     warren = await startTestController({
-      credentials: Credentials.inMemory(apiKey, randomBytes(32), [otherKey]),
+      credentials: await tenantCredentials(apiKey, [otherKey]),
       config: { snapshots: { maxCount: 8, maxMb: 4096, maxForkCount: 2 }, maxSandboxes: 10 },
     });
     warren = { ...warren, apiKey };

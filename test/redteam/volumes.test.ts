@@ -1,9 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { Credentials } from '@warren/controller';
 import { Sandbox, Volumes } from '@warren/sdk';
 import { tar } from '../support/files.js';
-import { startTestController, type TestController } from '../support/fixtures.js';
+import { startTestController, type TestController, tenantCredentials } from '../support/fixtures.js';
 import { DaemonIdentity, HostSentinel, sandboxCode } from '../support/redteam.js';
 
 /**
@@ -21,7 +20,7 @@ describe('red team: named volumes shared by sandboxes', () => {
   const options = (key = apiKey) => ({ baseUrl: warren.url, apiKey: key, ttlSeconds: 600 });
 
   beforeAll(async () => {
-    warren = await startTestController({ credentials: Credentials.inMemory(apiKey, randomBytes(32), [otherKey]) });
+    warren = await startTestController({ credentials: await tenantCredentials(apiKey, [otherKey]) });
     warren = { ...warren, apiKey };
     sentinel = await HostSentinel.make();
   }, 60_000);

@@ -93,3 +93,17 @@ export async function startTestAgent(policy: Partial<FilePolicy> = {}, options: 
     },
   };
 }
+
+/**
+ * Credentials with an admin key of the tenant `default` and, for each of `others`, an admin key of
+ * a tenant of its own (`other-1`, `other-2`, ...): keys that reach every sandbox, as operators do,
+ * but own no snapshot, volume or console session of each other's.
+ *
+ * @example
+ * const credentials = await tenantCredentials(apiKey, [otherKey]);
+ */
+export async function tenantCredentials(apiKey: string, others: string[], masterKey: Buffer = randomBytes(32)): Promise<Credentials> {
+  const credentials = Credentials.inMemory(apiKey, masterKey);
+  for (const [i, key] of others.entries()) await credentials.keys.add(key, { tenant: `other-${i + 1}`, role: 'admin' });
+  return credentials;
+}

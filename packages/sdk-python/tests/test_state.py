@@ -11,6 +11,7 @@ import pytest
 
 from warren import (
     ConflictError,
+    SandboxNotFoundError,
     InvalidParamsError,
     Sandbox,
     SnapshotNotFoundError,
@@ -19,6 +20,7 @@ from warren import (
     WarrenError,
 )
 from warren import sync as warren_sync
+from warren.rest import RestClient
 
 pytestmark = pytest.mark.controller
 
@@ -84,6 +86,25 @@ async def test_another_key_cannot_see_a_snapshot(controller: Any) -> None:
                 await Snapshots(base_url=controller.url, api_key=sandbox.token).get(snap.id)
         finally:
             await Snapshots(base_url=controller.url, api_key=controller.api_key).delete(snap.id)
+
+
+async def test_a_member_key_sees_its_own_tenant_only(controller: Any) -> None:
+    rest = RestClient(controller.url, controller.api_key)
+    acme = await rest.create_key({"tenant": "acme-py", "role": "member"})
+    bravo = await rest.create_key({"tenant": "bravo-py", "role": "member"})
+    try:
+        async with Sandbox.create(base_url=controller.url, api_key=acme.key) as sandbox:
+            # Another tenant's sandbox is not found, exactly as one that does not exist.
+            with pytest.raises(SandboxNotFoundError):
+                await Sandbox.connect(sandbox.id, base_url=controller.url, api_key=bravo.key)
+            assert sandbox.id not in [s.id for s in await Sandbox.list(base_url=controller.url, api_key=bravo.key)]
+            assert (await RestClient(controller.url, acme.key).tenant()).usage.sandboxes == 1
+        assert acme.id in [k.id for k in await rest.list_keys("acme-py")]
+    finally:
+        for made in (acme, bravo):
+            await rest.revoke_key(made.id)
+    with pytest.raises(WarrenError):
+        await RestClient(controller.url, acme.key).tenant()
 
 
 async def test_fork_makes_independent_sandboxes_that_the_handles_own(controller: Any) -> None:

@@ -21,6 +21,10 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, Ty
 from ._pydantic import BaseModel, ValidationError, parse_obj_as
 
 from ._protocol import (
+    CreatedKey,
+    KeyInfo,
+    ListKeysResponse,
+    TenantReport,
     CreateSandboxRequest,
     CreateSandboxResponse,
     CreateSnapshotRequest,
@@ -150,7 +154,7 @@ class RestClient:
         return (await self._answer(ForkSandboxResponse, "POST", f"{self._path(sandbox_id)}/fork", checked)).sandboxes
 
     async def list_snapshots(self) -> List[SnapshotInfo]:
-        """``GET /v1/snapshots``: the API key's snapshots, newest first."""
+        """``GET /v1/snapshots``: the snapshots of the key's tenant, newest first."""
         return (await self._answer(ListSnapshotsResponse, "GET", "/v1/snapshots", None)).snapshots
 
     async def get_snapshot(self, id_or_name: str) -> SnapshotInfo:
@@ -175,6 +179,27 @@ class RestClient:
 
     async def delete_volume(self, name: str) -> None:
         await self._request("DELETE", f"/v1/volumes/{urllib.parse.quote(name, safe='')}", None)
+
+    async def list_keys(self, tenant: Optional[str] = None) -> List[KeyInfo]:
+        """``GET /v1/keys``: every API key (of one tenant when given), never a secret. Admin keys only."""
+        query = "" if tenant is None else f"?{urllib.parse.urlencode({'tenant': tenant})}"
+        return (await self._answer(ListKeysResponse, "GET", f"/v1/keys{query}", None)).keys
+
+    async def create_key(self, body: Mapping[str, Any]) -> CreatedKey:
+        """``POST /v1/keys``: a key for a tenant (``tenant``, ``role``, ``scopes``, ``expiresInSeconds``); its secret is in this answer only."""
+        return await self._answer(CreatedKey, "POST", "/v1/keys", dict(body))
+
+    async def rotate_key(self, key_id: str) -> CreatedKey:
+        """``POST /v1/keys/{id}/rotate``: a new secret; the old one stops working at once."""
+        return await self._answer(CreatedKey, "POST", f"/v1/keys/{urllib.parse.quote(key_id, safe='')}/rotate", None)
+
+    async def revoke_key(self, key_id: str) -> KeyInfo:
+        """``DELETE /v1/keys/{id}``: the key, its tokens, console sessions and WebSockets end."""
+        return await self._answer(KeyInfo, "DELETE", f"/v1/keys/{urllib.parse.quote(key_id, safe='')}", None)
+
+    async def tenant(self) -> TenantReport:
+        """``GET /v1/tenant``: the key's tenant, what it uses against its limits."""
+        return await self._answer(TenantReport, "GET", "/v1/tenant", None)
 
     async def readiness(self) -> Dict[str, Any]:
         """``GET /readyz``: whether the controller can create sandboxes now, and the isolation it gives them."""

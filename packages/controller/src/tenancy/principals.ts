@@ -284,6 +284,14 @@ export class KeyStore {
 
   /** Makes a key; the secret is in the answer only, never stored. */
   async create(request: unknown): Promise<{ key: string; info: KeyInfo }> {
+    return this.add(newSecret(), request);
+  }
+
+  /**
+   * For embedding and tests: keeps a key whose secret was made elsewhere (a secret manager), as
+   * {@link create} keeps the ones it makes: its digest only.
+   */
+  async add(secret: string, request: unknown): Promise<{ key: string; info: KeyInfo }> {
     const parsed = CreateKeyRequest.safeParse(request ?? {});
     if (!parsed.success) {
       const issue = parsed.error.issues[0]!;
@@ -296,7 +304,6 @@ export class KeyStore {
       );
     }
     const { tenant, role, name, scopes, expiresInSeconds } = parsed.data;
-    const secret = newSecret();
     const hex = digestHex(secret);
     const key: StoredKey = {
       id: hex.slice(0, 16),

@@ -235,7 +235,7 @@ describe('warren logs', () => {
     const log = JSON.parse(json.stdout) as { entries: { method: string; command?: string; outcome: string }[] };
     expect(log.entries).toContainEqual(expect.objectContaining({ method: 'process.exec', command: 'echo audited', outcome: 'ok' }));
     const table = await runCli(['logs', sandbox.id, '--limit', '5'], { env });
-    expect(table.stdout.split('\n')[0]).toMatch(/^SEQ\s+TIME\s+METHOD\s+OUTCOME\s+MS\s+BYTES IN\/OUT\s+WHAT$/);
+    expect(table.stdout.split('\n')[0]).toMatch(/^SEQ\s+TIME\s+WHO\s+METHOD\s+OUTCOME\s+MS\s+BYTES IN\/OUT\s+WHAT$/);
   });
 });
 

@@ -142,7 +142,7 @@ describe('red team: builds that fetch', () => {
     };
     const [keyA, keyB] = [await key('acme'), await key('bravo')];
     const tag = `${PREFIX}tenant-a:${run}`;
-    await writeFile(path.join(context, 'Dockerfile'), `FROM ${base}\nLABEL warren.build-tenant=bravo\nRUN echo a > /a.txt\n`);
+    await writeFile(path.join(context, 'Dockerfile'), `FROM ${base}\nUSER root\nLABEL warren.build-tenant=bravo\nRUN echo a > /a.txt\n`);
     const asA = new Images({ baseUrl: warren.url, apiKey: keyA });
     const asB = new Images({ baseUrl: warren.url, apiKey: keyB });
     await asA.build({ context, tag });

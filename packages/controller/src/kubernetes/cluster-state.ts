@@ -6,7 +6,7 @@ import type { KeyStorage } from '../tenancy/key-storage.js';
 import { DEFAULT_TENANT } from '../tenancy/principals.js';
 import { kubeError } from './errors.js';
 import { recordOf } from './records.js';
-import { CLAIM_ANNOTATION, MANAGED_BY, podName, UNCLAIMED } from './pod-spec.js';
+import { CLAIM_ANNOTATION, MANAGED_BY, podName, UNCLAIMED, warrenLabels } from './pod-spec.js';
 
 /** The Secret holding the egress interception CA every replica uses (`tls.key`, `tls.crt`). */
 export const EGRESS_CA_SECRET = 'warren-egress-ca';
@@ -386,7 +386,7 @@ export class KubernetesSharedState implements SharedState {
       });
     return list.items.filter((pod) => {
       if (pod.metadata?.deletionTimestamp) return false;
-      if (tenant !== undefined && (recordOf(pod)?.tenant ?? pod.metadata?.labels?.[LABELS.tenant] ?? DEFAULT_TENANT) !== tenant) return false;
+      if (tenant !== undefined && (recordOf(pod)?.tenant ?? warrenLabels(pod)[LABELS.tenant] ?? DEFAULT_TENANT) !== tenant) return false;
       const claim = pod.metadata?.annotations?.[CLAIM_ANNOTATION];
       return !(pod.metadata?.labels?.[LABELS.pool] && (claim === UNCLAIMED || claim === 'retired'));
     });

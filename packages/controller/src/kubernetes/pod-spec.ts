@@ -294,3 +294,20 @@ export function sandboxSecret(pod: { name: string; uid: string }, agentId: strin
     data: { [SECRET_KEY]: Buffer.from(daemonSecret, 'utf8').toString('base64') },
   };
 }
+
+/** Warren's labels of a pod, from its annotation (written by the controller; read as untrusted text all the same). */
+export function warrenLabels(pod: V1Pod): Record<string, string> {
+  const raw = pod.metadata?.annotations?.[LABELS_ANNOTATION];
+  if (raw !== undefined) {
+    try {
+      const parsed = JSON.parse(raw) as unknown;
+      if (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed)) {
+        const labels = Object.fromEntries(Object.entries(parsed).filter((entry): entry is [string, string] => typeof entry[1] === 'string'));
+        if (typeof labels[LABELS.sandbox] === 'string') return labels;
+      }
+    } catch {
+      // fall back to the selectable labels
+    }
+  }
+  return { ...(pod.metadata?.labels ?? {}) };
+}

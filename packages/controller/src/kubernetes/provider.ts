@@ -5,7 +5,6 @@ import type { CoreV1Api, Exec, KubeConfig, PortForward, V1Affinity, V1Pod, V1Tol
 import { CodedError } from '@warren/protocol';
 import { DAEMON_TLS_PORT, daemonTlsClientOptions } from '@warren/protocol/node';
 import { SOCKET_DIR_IN_SANDBOX } from '../sandbox-layout.js';
-import { LABELS } from '../labels.js';
 import type { Logger } from '../logger.js';
 import type {
   DaemonEndpoint,
@@ -24,7 +23,9 @@ import { KubernetesSharedState } from './cluster-state.js';
 import { kubeError } from './errors.js';
 import { PodExecStream } from './exec-stream.js';
 import { PodRecords } from './records.js';
-import { LABELS_ANNOTATION, MANAGED_BY, podName, SANDBOX_CONTAINER, sandboxPod, sandboxSecret } from './pod-spec.js';
+import { MANAGED_BY, podName, SANDBOX_CONTAINER, sandboxPod, sandboxSecret, warrenLabels } from './pod-spec.js';
+
+export { warrenLabels } from './pod-spec.js';
 
 /** How many lost pods' reasons are kept for {@link KubernetesProvider.lostReason}. */
 const LOST_KEPT = 1000;
@@ -697,23 +698,6 @@ export function podState(pod: V1Pod): ProviderState {
   const main = pod.status?.containerStatuses?.find((c) => c.name === SANDBOX_CONTAINER);
   if (main?.state?.terminated) return 'exited';
   return 'running';
-}
-
-/** Warren's labels of a pod, from its annotation (written by the controller; read as untrusted text all the same). */
-export function warrenLabels(pod: V1Pod): Record<string, string> {
-  const raw = pod.metadata?.annotations?.[LABELS_ANNOTATION];
-  if (raw !== undefined) {
-    try {
-      const parsed = JSON.parse(raw) as unknown;
-      if (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed)) {
-        const labels = Object.fromEntries(Object.entries(parsed).filter((entry): entry is [string, string] => typeof entry[1] === 'string'));
-        if (typeof labels[LABELS.sandbox] === 'string') return labels;
-      }
-    } catch {
-      // fall back to the selectable labels
-    }
-  }
-  return { ...(pod.metadata?.labels ?? {}) };
 }
 
 /** A Kubernetes quantity as bytes, for the binary and decimal suffixes Warren writes and the plain number; undefined otherwise. */

@@ -71,8 +71,8 @@ export function createHttpServer(deps: HttpServerDeps) {
 
   // One pool of idle daemon connections for every door that opens them for a caller (keyed by
   // sandbox, caller and grant). E2B's calls come in bursts further apart than a page's tunnels, so
-  // idle sessions wait 30 s.
-  const daemonSessions = new DaemonSessionPool({ idleMs: 30_000 });
+  // idle sessions wait 30 s. A session ends with the credential it was opened with.
+  const daemonSessions = new DaemonSessionPool({ idleMs: 30_000, credentials: auth.live });
   const e2b = createE2bGateway(deps, daemonSessions);
   const ports = new PortProxy({
     sessions: daemonSessions,

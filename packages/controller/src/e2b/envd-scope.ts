@@ -6,7 +6,7 @@ import { callerFor, grantFor, refusalFor, type Caller } from '../grants.js';
 import type { HttpServerDeps } from '../server-context.js';
 import { homeOf } from './templates.js';
 import type { DaemonLease, DaemonSessionPool } from '../daemon-pool.js';
-import { DaemonSession } from '../daemon-session.js';
+import type { DaemonSession } from '../daemon-session.js';
 
 /** Reads one request header, whether from node:http (`IncomingHttpHeaders`) or a Fetch `Headers`. */
 export type HeaderReader = (name: string) => string | undefined;
@@ -91,9 +91,9 @@ export function signedFileScope(deps: HttpServerDeps, header: HeaderReader, quer
   return { deps, sandboxId, caller: { kind: 'sandbox', sandboxId }, home: homeOf(deps.config.e2bTemplates, record.labels) };
 }
 
-/** Opens a daemon session for the scope's caller with its grant (the relay's rules), for a stream that keeps it. */
-export function openSession(scope: EnvdScope): Promise<DaemonSession> {
-  return DaemonSession.open(scope.deps.sandboxes, scope.sandboxId, scope.caller, grantOf(scope), scope.deps.metrics);
+/** Opens a daemon session for the scope's caller with its grant (the relay's rules), for a stream that keeps it; it ends with the caller's credential. */
+export function openSession(pool: DaemonSessionPool, scope: EnvdScope): Promise<DaemonSession> {
+  return pool.open(scope.deps.sandboxes, scope.sandboxId, scope.caller, grantOf(scope), scope.deps.metrics);
 }
 
 /**

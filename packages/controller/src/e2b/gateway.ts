@@ -68,7 +68,7 @@ export function isE2bPath(pathname: string): boolean {
  * if (isE2bPath(url.pathname)) await e2b(req, res);
  */
 export function createE2bGateway(deps: HttpServerDeps, pool: DaemonSessionPool): E2bGateway {
-  const watchers = new WatcherRegistry();
+  const watchers = new WatcherRegistry(pool);
   const rpc = connectNodeAdapter({
     routes: envdRoutes(deps, pool, watchers),
     requestPathPrefix: E2B_PREFIX,

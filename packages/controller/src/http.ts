@@ -212,6 +212,8 @@ async function route(deps: HttpServerDeps, auth: Authenticator, req: IncomingMes
       record && found.access !== 'operator' ? { caller: who, grant: () => grantFor(record, who), scopes: () => scopesOf(who, record) } : controllerWide(who);
     refuse(holder, found.access as Access, what);
     if (found.scope) requireScope(who, found.scope, what, record);
+    // An admin aiming a tenant-wide route at another tenant (`?tenant=`): the access line says so.
+    if (found.query?.schema.shape.tenant !== undefined) entry.actedIn ??= actedAcross(who, url.searchParams.get('tenant') ?? undefined);
   }
   if (record) {
     deps.sandboxes.touch(id);

@@ -2,12 +2,12 @@ import { CodedError, CreatedKey, KeyInfo, ListKeysResponse, TenantReport } from 
 import type { HttpServerDeps } from '../server-context.js';
 import { z } from 'zod';
 import { TenantLimits } from '../tenancy/limits.js';
-import { CreateKeyRequest, keyNotFound, TenantName } from '../tenancy/principals.js';
+import { CreateKeyRequest, keyNotFound } from '../tenancy/principals.js';
 import { principalOf, tenantScope } from '../tenancy/reach.js';
+import { TenantQuery } from '../tenancy/owner.js';
 import { sendJson } from './io.js';
 import { defineRoute, type Route } from './route.js';
 
-const TenantQuery = z.object({ tenant: TenantName.optional() });
 const RevokeTokenRequest = z.strictObject({ token: z.string().min(1).max(8192) });
 
 /** A tenant's live sandboxes, snapshots and volumes, and its creates in the last minute, beside its limits. */

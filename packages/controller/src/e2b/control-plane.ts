@@ -10,6 +10,7 @@ import { callerFor, grantFor, routeRefusal, type Access, type Caller } from '../
 import type { HttpServerDeps } from '../server-context.js';
 import { E2bHttpError } from './errors.js';
 import { serveE2bEvents } from './events.js';
+import { serveE2bWebhooks } from './webhooks.js';
 import { json, parse, readJson } from './http-util.js';
 import { E2bNetwork, e2bFromEgress, egressFromE2b } from './network.js';
 import { createSnapshot, createVolume, deleteTemplate, deleteVolume, fork, getVolume, listSnapshots, listVolumes, type StateContext } from './state.js';
@@ -65,7 +66,7 @@ interface PlaneContext {
 }
 
 interface PlaneRoute {
-  method: 'GET' | 'POST' | 'DELETE' | 'PUT';
+  method: 'GET' | 'POST' | 'DELETE' | 'PUT' | 'PATCH';
   /** `(?<id>...)` captures a sandbox id (which must exist), `(?<ref>...)` another resource. */
   pattern: RegExp;
   access: Access;
@@ -122,16 +123,18 @@ const PLANE_ROUTES: readonly PlaneRoute[] = [
     access: 'operator',
     handle: async (ctx) => serveE2bEvents(ctx.deps, ctx.res, ctx.query, ctx.caller, ctx.ref),
   },
-  ...(['GET', 'POST', 'DELETE'] as const).map((method): PlaneRoute => ({
+  // Webhooks in E2B's words over Warren's registry (webhooks.ts).
+  ...(['GET', 'POST'] as const).map((method): PlaneRoute => ({
     method,
-    pattern: /^\/events\/webhooks(\/[^/]+)?$/,
+    pattern: /^\/events\/webhooks$/,
     access: 'operator',
-    handle: async () => {
-      throw new E2bHttpError(
-        501,
-        "Webhooks through E2B's API (/events/webhooks) are not supported by Warren's E2B gateway; register them with Warren's POST /v1/webhooks, which delivers the same events signed (docs/events.md).",
-      );
-    },
+    handle: (ctx) => serveE2bWebhooks(ctx.deps, ctx.req, ctx.res, ctx.caller, undefined),
+  })),
+  ...(['GET', 'PATCH', 'DELETE'] as const).map((method): PlaneRoute => ({
+    method,
+    pattern: /^\/events\/webhooks\/(?<ref>[^/]+)$/,
+    access: 'operator',
+    handle: (ctx) => serveE2bWebhooks(ctx.deps, ctx.req, ctx.res, ctx.caller, ctx.ref),
   })),
   { method: 'POST', pattern: /^\/(v\d+\/)?templates(\/.*)?$/, access: 'operator', handle: notServed('Building templates (Template.build, /v3/templates)') },
   { method: 'GET', pattern: /^\/(v\d+\/)?templates(\/.*)?$/, access: 'operator', handle: notServed('Listing and describing templates') },

@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { METHODS } from '@warren/protocol';
 import { Sandbox as E2bSandbox } from 'e2b';
-import { Sandbox } from '@warren/sdk';
+import { RestClient, Sandbox } from '@warren/sdk';
 import WebSocket from 'ws';
 import { ROUTES } from '../../../packages/controller/src/routes/table.js';
 import { startLocalController, type LocalController } from '../../support/local-controller.js';
@@ -184,6 +184,41 @@ describe('tenants: every door answers another tenant exactly as nothing', () => 
       await E2bSandbox.kill(made.sandboxId, { ...e2bOptions, apiKey: warren.apiKey });
       app.closeAllConnections();
       await new Promise((resolve) => app.close(resolve));
+    }
+  });
+
+  it("a sandbox's own token rotated: the old one, what was derived from it and its open connection end; the new one works", async () => {
+    const sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: keyA, policy: { root: warren.root, readOnly: false } });
+    try {
+      const old = sandbox.token;
+      const byOldToken = await Sandbox.connect(sandbox.id, { baseUrl: warren.url, token: old });
+      const derived = (await byOldToken.deriveToken({ inherit: true })).token;
+      const grandchild = (await (await Sandbox.connect(sandbox.id, { baseUrl: warren.url, token: derived })).deriveToken({ inherit: true })).token;
+      expect((await byOldToken.commands.run('echo alive')).stdout).toBe('alive\n');
+      // Another tenant's key cannot rotate it: the same answer as for a sandbox that does not exist.
+      const foreign = await call('POST', `/v1/sandboxes/${sandbox.id}/token/rotate`, bearer(keyB));
+      expect(same(foreign, sandbox.id)).toEqual(same(await call('POST', `/v1/sandboxes/${NOWHERE}/token/rotate`, bearer(keyB)), NOWHERE));
+      const fresh = await new RestClient(warren.url, keyA).rotateSandboxToken(sandbox.id);
+      expect(fresh).not.toBe(old);
+      const outcome = await byOldToken.commands.run('echo again').then(
+        () => 'ran',
+        (err: { code?: string }) => err.code ?? 'failed',
+      );
+      expect(outcome).not.toBe('ran');
+      byOldToken.close();
+      for (const token of [old, derived, grandchild]) expect((await call('GET', `/v1/sandboxes/${sandbox.id}`, bearer(token))).status).toBe(401);
+      expect((await call('GET', `/v1/sandboxes/${sandbox.id}`, bearer(fresh))).status).toBe(200);
+      // One derived token of the new one, revoked alone.
+      const child = (await (await Sandbox.connect(sandbox.id, { baseUrl: warren.url, token: fresh })).deriveToken({ inherit: true })).token;
+      await new RestClient(warren.url, fresh).revokeToken(sandbox.id, child);
+      expect((await call('GET', `/v1/sandboxes/${sandbox.id}`, bearer(child))).status).toBe(401);
+      expect((await call('GET', `/v1/sandboxes/${sandbox.id}`, bearer(fresh))).status).toBe(200);
+      // E2B's connect hands out the new token as the envd access token.
+      const e2b = await E2bSandbox.connect(sandbox.id, { apiKey: keyA, apiUrl: `${warren.url}/e2b`, sandboxUrl: `${warren.url}/e2b` });
+      expect((e2b as unknown as { envdAccessToken?: string }).envdAccessToken).toBe(fresh);
+    } finally {
+      sandbox.close();
+      await call('DELETE', `/v1/sandboxes/${sandbox.id}`, bearer(keyA));
     }
   });
 

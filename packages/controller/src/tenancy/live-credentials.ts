@@ -21,7 +21,7 @@ export class LiveCredentials {
   private readonly open = new Map<string, Set<Closable>>();
   private readonly stop: () => void;
 
-  constructor(keys: KeyStore) {
+  constructor(private readonly keys: KeyStore) {
     this.stop = keys.onEnd((id, why) => {
       for (const connection of this.open.get(id) ?? [])
         connection.close(
@@ -34,7 +34,7 @@ export class LiveCredentials {
 
   /** Remembers a connection under every credential it depends on; returns what forgets it. */
   track(connection: Closable, caller: Caller, record: SandboxOwner): () => void {
-    const ids = dependsOn(caller, record);
+    const ids = dependsOn(caller, record, this.keys);
     for (const id of ids) {
       const set = this.open.get(id) ?? new Set();
       set.add(connection);
@@ -54,13 +54,14 @@ export class LiveCredentials {
   }
 }
 
-/** What of a sandbox's record a connection's credentials depend on: the key that created it. */
+/** What of a sandbox's record a connection's credentials depend on: its id (its own token's) and the key that created it. */
 export interface SandboxOwner {
-  creatorKeyId?: string;
+  id: string;
+  creatorKeyId?: string | undefined;
 }
 
-function dependsOn(caller: Caller, record: SandboxOwner): string[] {
+function dependsOn(caller: Caller, record: SandboxOwner, keys: KeyStore): string[] {
   if (caller.kind === 'operator') return [caller.keyId];
-  if (caller.kind === 'sandbox') return record.creatorKeyId === undefined ? [] : [record.creatorKeyId];
-  return [caller.keyId, caller.tokenId].filter((id): id is string => id !== undefined);
+  if (caller.kind === 'sandbox') return [keys.sandboxTokenId(record.id), ...(record.creatorKeyId === undefined ? [] : [record.creatorKeyId])];
+  return [caller.keyId, caller.tokenId, ...(caller.ancestors ?? [])].filter((id): id is string => id !== undefined);
 }

@@ -223,7 +223,7 @@ export class TemplateBuilds {
     }
     build.uploads.set(hash, Buffer.concat(chunks));
     build.uploadBytes += size;
-    res.writeHead(200).end();
+    res.writeHead(200, { 'content-length': 0 }).end();
   }
 
   /** `POST /v2/templates/{id}/builds/{buildID}`: checks the steps, then builds in the background (poll the status for logs). */
@@ -255,7 +255,8 @@ export class TemplateBuilds {
     build.status = 'building';
     this.log(build, 'info', `Building ${templateImage(build.tenant, build.name, build.tag)} from ${base.image}`);
     void this.run(build, context, dockerfile.steps);
-    res.writeHead(202).end();
+    // An empty answer says so: the SDK's client parses any body it is not told is empty.
+    res.writeHead(202, { 'content-length': 0 }).end();
   }
 
   /** The image a build starts from: E2B's default base is the `base` template; another template by name; any other image through Warren's pull rules. */

@@ -86,6 +86,12 @@ export class TemplateBuilds {
       await this.upload(req, res, decodeURIComponent(m[1]!), m[2]!, query);
       return true;
     }
+    // `Template.removeTags` shares the delete route's shape; Warren keeps one tag per build and moves none.
+    if (method === 'DELETE' && path === '/templates/tags')
+      throw new E2bHttpError(
+        501,
+        "Removing template tags (Template.removeTags) is not supported by Warren's E2B gateway; delete the tag's template with DELETE /templates/<name>:<tag>.",
+      );
     const routes: [string, RegExp, (m: RegExpExecArray, owner: Who) => Promise<void>][] = [
       ['POST', /^\/v3\/templates$/, (_m, owner) => this.request(req, res, owner, 'v3')],
       ['POST', /^\/v2\/templates$/, (_m, owner) => this.request(req, res, owner, 'v2')],

@@ -150,6 +150,8 @@ export class TemplateBuilds {
     parseTemplateName(`${name}:${finalTag}`);
     if (Object.hasOwn(this.deps.config.e2bTemplates, name))
       throw new E2bHttpError(409, `'${name}' is a template configured on this controller (e2bTemplates); choose another name for your template.`);
+    // A new request of a name replaces that name's build still waiting for its start (an abandoned Template.build).
+    for (const [id, b] of this.builds) if (b.tenant === owner.tenant && b.name === name && b.status === 'waiting') this.builds.delete(id);
     const open = [...this.builds.values()].filter((b) => b.tenant === owner.tenant && (b.status === 'waiting' || b.status === 'building'));
     if (open.length >= BUILDS_PER_TENANT)
       throw new E2bHttpError(
@@ -237,6 +239,23 @@ export class TemplateBuilds {
     this.requireImages(owner, 'Building a template (Template.build)');
     const build = this.buildOf(owner, templateID, buildID);
     if (build.status !== 'waiting') throw new E2bHttpError(409, `Template build '${buildID}' has already started.`);
+    try {
+      await this.begin(req, owner, build);
+    } catch (err) {
+      // A refused start ends the build: its status says why, and its upload links die with it.
+      const { message } = toE2bHttpError(err);
+      build.uploads.clear();
+      build.status = 'error';
+      build.reason = { message };
+      this.log(build, 'error', message);
+      throw err;
+    }
+    // An empty answer says so: the SDK's client parses any body it is not told is empty.
+    res.writeHead(202, { 'content-length': 0 }).end();
+  }
+
+  /** Checks a build's steps and files, then starts it in the background. */
+  private async begin(req: IncomingMessage, owner: Who, build: Build): Promise<void> {
     const spec = parse(TemplateBuildStart, await readJson(req), 'template build');
     if (spec.fromImageRegistry !== undefined && spec.fromImageRegistry !== null)
       throw new E2bHttpError(
@@ -261,8 +280,6 @@ export class TemplateBuilds {
     build.status = 'building';
     this.log(build, 'info', `Building ${templateImage(build.tenant, build.name, build.tag)} from ${base.image}`);
     void this.run(build, context, dockerfile.steps);
-    // An empty answer says so: the SDK's client parses any body it is not told is empty.
-    res.writeHead(202, { 'content-length': 0 }).end();
   }
 
   /** The image a build starts from: E2B's default base is the `base` template; another template by name; any other image through Warren's pull rules. */
@@ -285,6 +302,21 @@ export class TemplateBuilds {
       return { image: configured('base'), user: 'user' };
     }
     if (/\s|"/.test(image)) throw new E2bHttpError(400, `'${image.slice(0, 80)}' is not an image reference.`);
+    // Another tenant's build (a template or a Warren build, by name or id) is no base: its files are that tenant's.
+    const images = this.deps.sandboxes.images;
+    // The engine also takes a short id (a prefix of the hex), so a hex name is compared as one.
+    const hex = /^(?:sha256:)?[a-f0-9]{4,64}$/.test(image) ? image.replace(/^sha256:/, '') : undefined;
+    const named = (info: { id: string; tags: string[] }) =>
+      info.id === image ||
+      info.tags.includes(image) ||
+      info.tags.includes(`${image}:latest`) ||
+      (hex !== undefined && info.id.replace(/^sha256:/, '').startsWith(hex));
+    const theirs = (await images.list()).filter(named);
+    if (theirs.length > 0 && !(await images.list(owner.tenant)).some(named))
+      throw new E2bHttpError(
+        400,
+        `fromImage('${image.slice(0, 80)}'): the image is not on the engine for this tenant; name an image from an allowed registry, or one of this tenant's templates with fromTemplate.`,
+      );
     return { image, user: 'root' };
   }
 

@@ -111,6 +111,38 @@ describe('the e2b SDK: templates built through Warren', () => {
     await expect(Sandbox.create(name, opts)).rejects.toThrow(/not found/i);
   });
 
+  it('installs Debian packages with aptInstall where the operator gives builds a network (images.buildNetwork: bridge)', async () => {
+    await using networked = await startTestController({
+      credentials: await tenantCredentials(opts.apiKey, []),
+      config: { images: { allowedRegistries: [], pull: 'never', maxPullMb: 64, maxBuildContextMb: 16, buildNetwork: 'bridge', timeoutMs: 600_000 } },
+    });
+    const here = { ...opts, apiUrl: `${networked.url}/e2b`, sandboxUrl: `${networked.url}/e2b` };
+    const name = `tpl-${run}-apt`;
+    const template = Template({ fileContextPath: context })
+      .fromBaseImage()
+      .aptInstall(['jq'], { noInstallRecommends: true })
+      .copy('app/hello.txt', '/home/user/');
+    const failed = await Template.build(template, name, here).then(
+      () => undefined,
+      (err: unknown) => (err as Error).message,
+    );
+    // An engine whose default bridge has no interface (docker0) cannot give builds a network at all.
+    if (failed !== undefined && /could not find bridge docker0/.test(failed)) {
+      console.warn(`skipped: this engine's bridge network has no docker0 interface, so no build can reach Debian's archive (${failed.split('\n')[0]})`);
+      return;
+    }
+    expect(failed).toBeUndefined();
+    const sandbox = await Sandbox.create(name, here);
+    try {
+      expect((await sandbox.commands.run(`echo '{"a":{"b":42}}' | jq .a.b`)).stdout).toBe('42\n');
+      // What the image holds in the home shows in a sandbox whose disk is a Docker volume (copied in), not over a host disk.
+      const home = await sandbox.commands.run('cat /home/user/hello.txt || true');
+      expect(['hello from a template file\n', '']).toContain(home.stdout);
+    } finally {
+      await sandbox.kill();
+    }
+  }, 600_000);
+
   it('reports a failing step as a BuildError with its output, and refuses what Warren does not build with a reason', async () => {
     const logs: string[] = [];
     const failing = Template().fromBaseImage().runCmd('echo about-to-fail && exit 3');

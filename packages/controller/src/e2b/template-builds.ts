@@ -221,16 +221,21 @@ export class TemplateBuilds {
       throw new E2bHttpError(403, 'This upload link is not valid (wrong or expired, or its build already started); ask for a new one by building again.');
     }
     const max = this.deps.config.images.maxBuildContextMb * 1024 * 1024;
+    // Uploads wait in memory for their build's start: one build holds at most a build context's worth, all of them twice that.
+    const held = () => [...this.builds.values()].reduce((sum, b) => sum + b.uploadBytes, 0);
+    const previous = build.uploads.get(hash)?.length ?? 0;
     const chunks: Buffer[] = [];
     let size = 0;
     for await (const chunk of req as AsyncIterable<Buffer>) {
       size += chunk.length;
-      if (build.uploadBytes + size > max)
+      if (build.uploadBytes - previous + size > max)
         throw new E2bHttpError(413, `The template's files exceed ${this.deps.config.images.maxBuildContextMb} MiB (images.maxBuildContextMb).`);
+      if (held() - previous + size > 2 * max)
+        throw new E2bHttpError(429, 'This controller holds as many uploaded template files as it takes for builds not started yet; retry in a minute.');
       chunks.push(chunk);
     }
     build.uploads.set(hash, Buffer.concat(chunks));
-    build.uploadBytes += size;
+    build.uploadBytes += size - previous;
     res.writeHead(200, { 'content-length': 0 }).end();
   }
 
@@ -245,6 +250,7 @@ export class TemplateBuilds {
       // A refused start ends the build: its status says why, and its upload links die with it.
       const { message } = toE2bHttpError(err);
       build.uploads.clear();
+      build.uploadBytes = 0;
       build.status = 'error';
       build.reason = { message };
       this.log(build, 'error', message);
@@ -277,6 +283,7 @@ export class TemplateBuilds {
       );
     const context = await this.context(build, dockerfile.text, dockerfile.copies);
     build.uploads.clear();
+    build.uploadBytes = 0;
     build.status = 'building';
     this.log(build, 'info', `Building ${templateImage(build.tenant, build.name, build.tag)} from ${base.image}`);
     void this.run(build, context, dockerfile.steps);

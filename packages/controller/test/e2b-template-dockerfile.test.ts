@@ -50,6 +50,7 @@ describe("E2B's template steps as a Dockerfile", () => {
     // The engine's "Step n/m" points back at the E2B step that wrote the instruction.
     expect(steps).toEqual(['base', 'base', '1', '1', '1', '2', '3', '4', '5', '6', 'finalize']);
     expect(copies).toEqual([hash]);
+    expect(dockerfileFor({ steps: [] }, base).warnings).toEqual([]);
     expect(dockerfileNeeds(text).images).toEqual(['warren/e2b-base:latest']);
   });
 
@@ -70,6 +71,15 @@ describe("E2B's template steps as a Dockerfile", () => {
     expect(err.message).toMatch(/^Template step 2: /);
     expect(err.message).toMatch(message);
   });
+});
+
+it('warns of files copied into the home, which a quota disk hides, and not of others', () => {
+  const copy = (dest: string) => ({ type: 'COPY', args: ['a.txt', dest], filesHash: hash });
+  const { warnings } = dockerfileFor({ steps: [copy('/opt/app/'), copy('notes/'), { type: 'WORKDIR', args: ['/srv'] }, copy('x/'), copy('/home/user')] }, base);
+  expect(warnings).toEqual([
+    expect.stringMatching(/^Step 2 copies a.txt into \/home\/user\/notes/),
+    expect.stringMatching(/^Step 5 copies a.txt into \/home\/user: /),
+  ]);
 });
 
 describe('template names', () => {

@@ -286,6 +286,7 @@ export class TemplateBuilds {
     build.uploadBytes = 0;
     build.status = 'building';
     this.log(build, 'info', `Building ${templateImage(build.tenant, build.name, build.tag)} from ${base.image}`);
+    for (const warning of dockerfile.warnings) this.log(build, 'warn', warning);
     void this.run(build, context, dockerfile.steps);
   }
 

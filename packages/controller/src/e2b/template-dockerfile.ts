@@ -45,7 +45,12 @@ export interface TemplateDockerfile {
   steps: string[];
   /** The context folder each COPY step's files are unpacked into, by files hash. */
   copies: string[];
+  /** What the build should tell its caller before it starts (files copied where a quota disk will hide them). */
+  warnings: string[];
 }
+
+/** The home E2B programs use; a sandbox's own disk is mounted over it. */
+const HOME = '/home/user';
 
 /** Where the files of a COPY step with this hash sit in the build context. */
 export function filesFolder(hash: string): string {
@@ -91,7 +96,10 @@ export function dockerfileFor(spec: Pick<TemplateBuildStart, 'steps'>, base: Tem
   const lines: string[] = [`FROM ${base.image}`, `USER ${base.user}`];
   const steps = ['base', 'base'];
   const copies: string[] = [];
+  const warnings: string[] = [];
   let user = base.user;
+  // The base template's working folder is the home; another image's is not known here.
+  let workdir: string | undefined = base.user === 'user' ? HOME : undefined;
   const emit = (line: string, step: number) => {
     lines.push(line);
     steps.push(String(step));
@@ -127,6 +135,11 @@ export function dockerfileFor(spec: Pick<TemplateBuildStart, 'steps'>, base: Tem
         copies.push(s.filesHash);
         const chown = owner === undefined || owner === '' ? '' : `--chown=${checkUser(step, owner)} `;
         emit(`COPY ${chown}${JSON.stringify([`${filesFolder(s.filesHash)}/${clean}`, dest])}`, step);
+        const target = dest.startsWith('/') ? dest : workdir === undefined ? undefined : path.posix.join(workdir, dest);
+        if (target !== undefined && (target === HOME || target.startsWith(`${HOME}/`)))
+          warnings.push(
+            `Step ${step} copies ${src} into ${target}: where sandboxes get a disk with a quota, that disk is mounted over ${HOME} and hides it; copy to another folder (e.g. /opt/...) if sandboxes need it there (docs/e2b.md).`,
+          );
         return;
       }
       case 'ENV': {
@@ -145,6 +158,7 @@ export function dockerfileFor(spec: Pick<TemplateBuildStart, 'steps'>, base: Tem
       case 'WORKDIR': {
         const [dir] = args;
         if (dir === undefined || dir.trim() === '' || CONTROL.test(dir)) throw refuse(step, 'WORKDIR needs a folder without control characters.');
+        workdir = dir.startsWith('/') ? dir : workdir === undefined ? undefined : path.posix.join(workdir, dir);
         emit(`WORKDIR ${dir}`, step);
         return;
       }
@@ -166,5 +180,5 @@ export function dockerfileFor(spec: Pick<TemplateBuildStart, 'steps'>, base: Tem
     lines.push(`LABEL ${labelLines.join(' ')}`);
     steps.push('finalize');
   }
-  return { text: `${lines.join('\n')}\n`, steps, copies: [...new Set(copies)] };
+  return { text: `${lines.join('\n')}\n`, steps, copies: [...new Set(copies)], warnings };
 }

@@ -143,6 +143,19 @@ describe('the e2b SDK: templates built through Warren', () => {
     }
   }, 600_000);
 
+  it('builds from a Dockerfile, which the SDK reads into the same steps', async () => {
+    const name = `tpl-${run}-df`;
+    const template = Template().fromDockerfile('FROM e2bdev/base\nRUN echo "from a Dockerfile" > /opt/df.txt\nENV DF_MODE=yes\nWORKDIR /opt\n');
+    await Template.build(template, name, opts);
+    const sandbox = await Sandbox.create(name, opts);
+    try {
+      expect((await sandbox.commands.run('cat /opt/df.txt && echo "$DF_MODE" && whoami')).stdout).toBe('from a Dockerfile\nyes\nuser\n');
+    } finally {
+      await sandbox.kill();
+    }
+    expect((await call('DELETE', `/templates/${name}`)).status).toBe(204);
+  });
+
   it('reports a failing step as a BuildError with its output, and refuses what Warren does not build with a reason', async () => {
     const logs: string[] = [];
     const failing = Template().fromBaseImage().runCmd('echo about-to-fail && exit 3');

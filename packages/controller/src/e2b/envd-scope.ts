@@ -43,7 +43,7 @@ export function envdScope(deps: HttpServerDeps, header: HeaderReader, user?: str
   checkUser(user ?? basicUser(header('authorization')));
   const record = deps.sandboxes.record(sandboxId);
   checkReach(deps.credentials.keys, caller, record);
-  return { deps, sandboxId, caller, home: homeOf(deps.config.e2bTemplates, record.labels) };
+  return { deps, sandboxId, caller, home: homeOf(deps.config.e2bTemplates, record.labels, record.settings.workspace) };
 }
 
 function basicUser(authorization: string | undefined): string | undefined {
@@ -88,7 +88,7 @@ export function signedFileScope(deps: HttpServerDeps, header: HeaderReader, quer
   // Looked up only once the signature holds: to anyone else an id that exists and one that does not answer alike.
   const record = deps.sandboxes.record(sandboxId);
   checkReach(deps.credentials.keys, { kind: 'sandbox', sandboxId }, record);
-  return { deps, sandboxId, caller: { kind: 'sandbox', sandboxId }, home: homeOf(deps.config.e2bTemplates, record.labels) };
+  return { deps, sandboxId, caller: { kind: 'sandbox', sandboxId }, home: homeOf(deps.config.e2bTemplates, record.labels, record.settings.workspace) };
 }
 
 /** Opens a daemon session for the scope's caller with its grant (the relay's rules), for a stream that keeps it; it ends with the caller's credential. */

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
@@ -152,6 +152,17 @@ describe('red team: builds that fetch', () => {
     expect(await codeOf(asB.remove(tag))).toBe('NOT_FOUND');
     expect(await codeOf(asB.build({ context, tag }))).toBe('CONFLICT');
     expect(await codeOf(Sandbox.create({ baseUrl: warren.url, apiKey: keyB, image: tag }))).toBe('IMAGE_NOT_ALLOWED');
+    // Nor is it a base or a source of files for B's own build: its files never reach B's template.
+    const theft = path.join(context, 'theft');
+    await mkdir(theft, { recursive: true });
+    for (const dockerfile of [`FROM ${tag}\n`, `FROM ${base}\nCOPY --from=${tag} /a.txt /stolen.txt\n`]) {
+      await writeFile(path.join(theft, 'Dockerfile'), dockerfile);
+      expect({ dockerfile, code: await codeOf(asB.build({ context: theft, tag: `${PREFIX}tenant-b:${run}` })) }).toEqual({
+        dockerfile,
+        code: 'IMAGE_NOT_ALLOWED',
+      });
+    }
+    expect(await imagePresent(docker, `${PREFIX}tenant-b:${run}`)).toBe(false);
     const own = await Sandbox.create({ baseUrl: warren.url, apiKey: keyA, image: tag });
     try {
       expect((await own.commands.run('cat /a.txt')).stdout).toBe('a\n');

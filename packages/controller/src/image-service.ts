@@ -209,13 +209,16 @@ export class ImageService {
    * engine would fetch by itself), its images go through {@link ensure} (so the allow-list holds),
    * the `ONBUILD` triggers of its base images pass the same rules, and the image is labelled
    * {@link BUILD_LABEL}. The build's `RUN` steps get `images.buildNetwork`. An image of the same
-   * name that Warren did not build is not replaced (`CONFLICT`).
+   * name that Warren did not build is not replaced (`CONFLICT`). With `usableBy` (a member key's
+   * tenant), no image the Dockerfile names (`FROM`, `COPY --from`) may be another tenant's build:
+   * the same refusal as a create's, so one tenant's files never reach another's template.
    */
   async build(
     context: Buffer,
     request: { tag: string; dockerfile?: string | undefined },
     watch: ImageWatch = {},
     tenant: string = DEFAULT_TENANT,
+    usableBy?: string,
   ): Promise<{ image: string; id: string }> {
     const images = requireCapability(this.provider, 'images', 'build images');
     const tag = buildTag(request.tag);
@@ -233,7 +236,8 @@ export class ImageService {
     if (found.entry.kind !== 'file')
       throw new CodedError('INVALID_PARAMS', `The Dockerfile '${dockerfile}' is a ${found.entry.kind}; it must be a regular file.`);
     const needs = dockerfileNeeds(found.data);
-    // Base images already here are checked before the answer starts too, so that refusal is an ordinary error answer.
+    // Images already here are checked before the answer starts too, so that refusal is an ordinary error answer.
+    if (usableBy !== undefined) for (const image of needs.images) await this.checkUsable(image, usableBy);
     for (const image of needs.bases) {
       const info = await images.inspect(image).catch(() => undefined);
       if (info !== undefined) checkOnBuildTriggers(image, info.onBuild ?? []);
@@ -257,7 +261,7 @@ export class ImageService {
     try {
       watch.onStart?.();
       for (const image of needs.images) {
-        const { pulled } = await this.ensure(image, { onProgress: watch.onProgress });
+        const { pulled } = await this.ensure(image, { onProgress: watch.onProgress }, usableBy);
         if (pulled) watch.onOutput?.(`Pulled ${image}\n`);
         const info = await images.inspect(image);
         if (info !== undefined) {

@@ -109,6 +109,7 @@ export const IMAGE_ROUTES: readonly Route[] = [
               signal: abort.signal,
             },
             ownerOf(caller)?.tenant,
+            listedTenant(caller),
           );
           return { type: 'done', image: built.image, id: built.id };
         });

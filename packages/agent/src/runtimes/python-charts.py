@@ -1,8 +1,8 @@
 """Chart and table data for a Python code context's display outputs (docs/code.md, docs/e2b.md).
 
 Run once in each Python kernel at its start (python-bridge.py passes it to the kernel's
-exec_lines). It adds two IPython display formats, bound to their types by name so neither
-matplotlib nor pandas is imported before a cell does:
+exec_lines). It adds two IPython display formats, which import neither matplotlib nor pandas before a cell
+does:
 
 - application/vnd.warren.chart+json: a matplotlib Figure's data (line, scatter, bar, pie, box and
   whisker, several axes as a "superchart"), in the shape `@e2b/code-interpreter` reads as
@@ -287,6 +287,14 @@ class ChartFormatter(BaseFormatter):
     print_method = ObjectName('_repr_warren_chart_')
     _return_type = (dict,)
 
+    def __call__(self, obj):
+        # Not a type printer: the inline backend's select_figure_formats removes Figure from
+        # every formatter when it sets up, this one's entry with them.
+        figure = getattr(__import__('sys').modules.get('matplotlib.figure'), 'Figure', None)
+        if figure is not None and isinstance(obj, figure):
+            return chart_of_figure(obj)
+        return super().__call__(obj)
+
 
 class DataFormatter(BaseFormatter):
     format_type = Unicode('application/vnd.warren.data+json')
@@ -300,7 +308,6 @@ def install():
         return
     formatters = shell.display_formatter.formatters
     charts = ChartFormatter(parent=shell.display_formatter)
-    charts.for_type_by_name('matplotlib.figure', 'Figure', chart_of_figure)
     formatters[charts.format_type] = charts
     data = DataFormatter(parent=shell.display_formatter)
     data.for_type_by_name('pandas.core.frame', 'DataFrame', data_of_frame)

@@ -51,7 +51,15 @@ const CreateContextBody = z.object({ language: Language, cwd: z.string().max(409
  */
 export function doorLanguage(given: string | null | undefined): DoorLanguage {
   const name = (given ?? '').trim().toLowerCase() || 'python';
-  const known: Record<string, DoorLanguage> = { python: 'python', js: 'javascript', javascript: 'javascript', ts: 'typescript', typescript: 'typescript', bash: 'bash', sh: 'bash' };
+  const known: Record<string, DoorLanguage> = {
+    python: 'python',
+    js: 'javascript',
+    javascript: 'javascript',
+    ts: 'typescript',
+    typescript: 'typescript',
+    bash: 'bash',
+    sh: 'bash',
+  };
   const language = Object.hasOwn(known, name) ? known[name] : undefined;
   if (language === undefined)
     throw new E2bHttpError(400, `Language '${given ?? ''}' is not served by Warren's code interpreter; use python, javascript (js), typescript (ts) or bash.`);
@@ -72,7 +80,8 @@ export function resultLine(display: CodeDisplay): Record<string, unknown> {
   for (const [mime, value] of Object.entries(display.data)) {
     const field = Object.hasOwn(RESULT_FIELDS, mime) ? RESULT_FIELDS[mime] : undefined;
     if (field === undefined) extra[mime] = value;
-    else if (field === 'text' && typeof value === 'string' && value.length >= 2 && value.startsWith("'") && value.endsWith("'")) line[field] = value.slice(1, -1);
+    else if (field === 'text' && typeof value === 'string' && value.length >= 2 && value.startsWith("'") && value.endsWith("'"))
+      line[field] = value.slice(1, -1);
     else line[field] = value;
   }
   if (Object.keys(extra).length > 0) line['extra'] = extra;
@@ -97,7 +106,13 @@ function contextObject(info: CodeContextInfo): { id: string; language: string; c
  * @example
  * if (req.headers['e2b-sandbox-port'] === '49999') await serveCodeInterpreter(deps, pool, req, res, path);
  */
-export async function serveCodeInterpreter(deps: HttpServerDeps, pool: DaemonSessionPool, req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+export async function serveCodeInterpreter(
+  deps: HttpServerDeps,
+  pool: DaemonSessionPool,
+  req: IncomingMessage,
+  res: ServerResponse,
+  path: string,
+): Promise<void> {
   const method = req.method ?? 'GET';
   const scope = interpreterScope(deps, req);
   if (path === '/health' && method === 'GET') return void res.writeHead(200, { 'content-type': 'application/json' }).end('"OK"');
@@ -167,6 +182,13 @@ async function execute(pool: DaemonSessionPool, scope: EnvdScope, req: IncomingM
   res.once('close', () => abort.abort());
   const lines = new LineStream(res);
   await withSession(pool, scope, async (session) => {
+    // The SDK starts its timeoutMs once the answer's headers arrive, so they go out before the run;
+    // a context that does not exist is the one failure it must still see as an HTTP error (404).
+    if (body.context_id) {
+      const { contexts } = (await session.call('code.listContexts', {})).result;
+      if (!contexts.some((c) => c.id === body.context_id)) throw new E2bHttpError(404, `Context ${body.context_id} not found.`);
+    }
+    lines.start();
     if (language === 'bash') {
       const decoders = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
       const { result } = await session.call(
@@ -222,12 +244,17 @@ class LineStream {
   started = false;
   constructor(private readonly res: ServerResponse) {}
 
+  /** Sends the 200 answer's headers at once. */
+  start(): void {
+    if (this.started || this.res.destroyed) return;
+    this.started = true;
+    this.res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' });
+    this.res.flushHeaders();
+  }
+
   write(line: Record<string, unknown>): void {
     if (this.res.destroyed) return;
-    if (!this.started) {
-      this.started = true;
-      this.res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' });
-    }
+    this.start();
     if (line['type'] === 'stdout' || line['type'] === 'stderr') {
       if (line['text'] === '') return;
     }

@@ -437,7 +437,16 @@ async function pause({ deps, res, id }: PlaneContext): Promise<void> {
  * the traffic token alone.
  */
 function sandboxObject(info: SandboxInfo, templateID: string, token: string): Record<string, unknown> {
-  return { sandboxID: info.id, templateID, alias: templateID, clientID: 'warren', envdVersion: ENVD_VERSION, envdAccessToken: token, trafficAccessToken: token, domain: null };
+  return {
+    sandboxID: info.id,
+    templateID,
+    alias: templateID,
+    clientID: 'warren',
+    envdVersion: ENVD_VERSION,
+    envdAccessToken: token,
+    trafficAccessToken: token,
+    domain: null,
+  };
 }
 
 /** E2B's ListedSandbox (list answers; the detail adds its token). */

@@ -1,0 +1,30 @@
+import { describe, expect, it } from '@jest/globals';
+import { CHART_MIME, DATA_MIME, doorLanguage, resultLine } from '../src/e2b/code-interpreter.js';
+import { E2bHttpError } from '../src/e2b/errors.js';
+
+describe("the code interpreter's door, pure parts", () => {
+  it("maps E2B's language names, python when none, and refuses any other with 400 naming what is served", () => {
+    expect(doorLanguage(undefined)).toBe('python');
+    expect(doorLanguage(null)).toBe('python');
+    expect(doorLanguage(' JS ')).toBe('javascript');
+    expect(doorLanguage('ts')).toBe('typescript');
+    expect(doorLanguage('sh')).toBe('bash');
+    expect(() => doorLanguage('r')).toThrow(E2bHttpError);
+    expect(() => doorLanguage('java')).toThrow(/python, javascript \(js\), typescript \(ts\) or bash/);
+  });
+
+  it("words a display output as E2B's result line: known MIME types by field name, a quoted text unquoted, the rest under extra", () => {
+    expect(resultLine({ isMainResult: true, data: { 'text/plain': "'hi'", 'text/html': '<b>x</b>' }, truncated: false })).toEqual({
+      type: 'result',
+      text: 'hi',
+      html: '<b>x</b>',
+      is_main_result: true,
+    });
+    const chart = { type: 'line', elements: [] };
+    expect(
+      resultLine({ isMainResult: false, data: { 'image/png': 'iVBOR', [CHART_MIME]: chart, [DATA_MIME]: { a: [1] }, 'text/x-custom': 'c' }, truncated: false }),
+    ).toEqual({ type: 'result', png: 'iVBOR', chart, data: { a: [1] }, extra: { 'text/x-custom': 'c' }, is_main_result: false });
+    // A lone quote is text, not a quoted string.
+    expect(resultLine({ isMainResult: true, data: { 'text/plain': "'" }, truncated: false })['text']).toBe("'");
+  });
+});

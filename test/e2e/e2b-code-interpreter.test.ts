@@ -1,4 +1,5 @@
 import http from 'node:http';
+import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { NotFoundError, Sandbox, TimeoutError, type ExecutionError, type OutputMessage, type Result } from '@e2b/code-interpreter';
 import { startTestController, type TestController } from '../support/fixtures.js';
@@ -218,6 +219,54 @@ describe('@e2b/code-interpreter on real sandboxes', () => {
       expect(composite.title).toBe('Both');
       expect(composite.elements.map((e) => e['type'])).toEqual(['line', 'bar']);
     } finally {
+      await sandbox.kill();
+    }
+  }, 180_000);
+
+  it('reaches the server by the host name the SDK builds without E2B_SANDBOX_URL (https://49999-<id>.<domain>)', async () => {
+    // The SDK's port-49999 calls use the global fetch; this one sends https://<host>/<path> to the
+    // controller over plain HTTP with that Host header (fetch itself does not let a caller set
+    // Host), as a TLS terminator with a wildcard certificate in front of the controller would.
+    const domain = 'e2b.test';
+    const realFetch = globalThis.fetch;
+    const hosts: string[] = [];
+    const controller = new URL(warren.url);
+    globalThis.fetch = async (input: string | URL | Request, init?: RequestInit) => {
+      const url = new URL(input instanceof Request ? input.url : input);
+      if (url.protocol !== 'https:' || !url.hostname.endsWith(`.${domain}`)) return realFetch(input, init);
+      hosts.push(url.hostname);
+      const headers: Record<string, string> = { ...Object.fromEntries(new Headers(init?.headers).entries()), host: url.hostname };
+      return new Promise<Response>((resolve, reject) => {
+        const req = http.request(
+          {
+            host: controller.hostname,
+            port: controller.port,
+            path: `${url.pathname}${url.search}`,
+            method: init?.method ?? 'GET',
+            headers,
+            signal: init?.signal ?? undefined,
+          },
+          (res) => {
+            const answer = new Headers();
+            for (const [name, value] of Object.entries(res.headers)) if (typeof value === 'string') answer.set(name, value);
+            resolve(
+              new Response(Readable.toWeb(res) as ReadableStream, { status: res.statusCode ?? 500, statusText: res.statusMessage ?? '', headers: answer }),
+            );
+          },
+        );
+        req.on('error', reject);
+        req.end(typeof init?.body === 'string' ? init.body : undefined);
+      });
+    };
+    const sandbox = await Sandbox.create({ apiKey: opts.apiKey, apiUrl: opts.apiUrl, domain });
+    try {
+      const execution = await sandbox.runCode('6 * 7');
+      expect(execution.text).toBe('42');
+      const context = await sandbox.createCodeContext({ language: 'js' });
+      expect((await sandbox.runCode('21 * 2', { context })).text).toBe('42');
+      expect(new Set(hosts)).toEqual(new Set([`49999-${sandbox.sandboxId.toLowerCase()}.${domain}`]));
+    } finally {
+      globalThis.fetch = realFetch;
       await sandbox.kill();
     }
   }, 180_000);

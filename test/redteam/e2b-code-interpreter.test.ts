@@ -21,11 +21,14 @@ describe("red team: the code interpreter's door runs code only for the sandbox's
     // The stranger holds a member key of another tenant (an admin key would see every tenant's sandboxes).
     const credentials = await tenantCredentials(apiKey, []);
     await credentials.keys.add(strangerKey, { tenant: 'stranger', role: 'member' });
-    warren = await startTestController({ credentials });
+    // The remap engine is not given warren/e2b-base (as in e2b-existence.test.ts): the sandbox image has the same kernel.
+    const remapped = process.env.WARREN_TEST_ENGINE === 'userns-remap';
+    const template = { home: '/workspace', create: { image: 'warren/sandbox:latest' } };
+    warren = await startTestController({ credentials, ...(remapped && { config: { e2bTemplates: { 'code-interpreter-v1': template } } }) });
     opts = { apiKey, apiUrl: `${warren.url}/e2b`, sandboxUrl: `${warren.url}/e2b` };
     sandbox = await Sandbox.create(opts);
     other = await Sandbox.create(opts);
-    await sandbox.runCode('open("/home/user/ran", "w").close()');
+    await sandbox.runCode('1');
   }, 120_000);
   afterAll(async () => {
     await sandbox?.kill().catch(() => undefined);
@@ -45,7 +48,8 @@ describe("red team: the code interpreter's door runs code only for the sandbox's
   const tokenOf = (s: Sandbox) => (s as unknown as { envdAccessToken: string }).envdAccessToken;
 
   it('refuses /execute and /contexts without a credential, with a wrong or foreign token, and with another tenant’s key', async () => {
-    const marker = `/home/user/pwned-${randomBytes(4).toString('hex')}`;
+    // Relative to the kernel's working folder, the template's home.
+    const marker = `pwned-${randomBytes(4).toString('hex')}`;
     const attempts: Record<string, string>[] = [
       {},
       { 'x-access-token': 'not-a-token' },

@@ -111,6 +111,7 @@ describe('@e2b/code-interpreter on real sandboxes', () => {
       expect((await sandbox.runCode('process.env.ONLY_NOW', { language: 'js', envs: { ONLY_NOW: 'js' } })).text).toBe('js');
       expect((await sandbox.runCode('String(process.env.ONLY_NOW)', { language: 'js' })).text).toBe('undefined');
       expect((await sandbox.runCode('echo "$ONLY_NOW"', { language: 'bash', envs: { ONLY_NOW: 'sh' } })).logs.stdout.join('')).toBe('sh\n');
+      await expect(sandbox.runCode('1', { envs: { 'A=B': 'x' } })).rejects.toThrow(/400 Invalid execution request: env/);
 
       await sandbox.runCode('kept = "still here"');
       const started = Date.now();

@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { StringDecoder } from 'node:string_decoder';
-import { CodedError, type CodeContextInfo, type CodeDisplay, type CodeLanguage } from '@warren/protocol';
+import { CodedError, CodeRunParams, type CodeContextInfo, type CodeDisplay, type CodeLanguage } from '@warren/protocol';
 import { z } from 'zod';
 import type { HttpServerDeps } from '../server-context.js';
 import type { DaemonSessionPool } from '../daemon-pool.js';
@@ -177,6 +177,10 @@ async function execute(pool: DaemonSessionPool, scope: EnvdScope, req: IncomingM
   if (body.context_id && body.language) throw new E2bHttpError(400, 'Only one of context_id or language can be provided.');
   const language = body.context_id ? undefined : doorLanguage(body.language);
   const env = body.env_vars ?? undefined;
+  // Checked before the answer starts, so a bad cell or variable is a 400 rather than an error line.
+  const checked = CodeRunParams.safeParse({ code: body.code, ...(env && { env }) });
+  if (!checked.success)
+    throw new E2bHttpError(400, `Invalid execution request: ${checked.error.issues.map((i) => `${i.path.join('.') || '(body)'}: ${i.message}`).join('; ')}.`);
   // The client going away (the SDK's timeoutMs) cancels the run: Warren interrupts the cell, and the context keeps its state.
   const abort = new AbortController();
   res.once('close', () => abort.abort());

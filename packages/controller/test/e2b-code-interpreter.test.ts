@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { CHART_MIME, DATA_MIME, doorLanguage, resultLine } from '../src/e2b/code-interpreter.js';
+import { CHART_MIME, DATA_MIME, doorLanguage, OutputRelay, resultLine } from '../src/e2b/code-interpreter.js';
 import { E2bHttpError } from '../src/e2b/errors.js';
 
 describe("the code interpreter's door, pure parts", () => {
@@ -26,5 +26,26 @@ describe("the code interpreter's door, pure parts", () => {
     ).toEqual({ type: 'result', png: 'iVBOR', chart, data: { a: [1] }, extra: { 'text/x-custom': 'c' }, is_main_result: false });
     // A lone quote is text, not a quoted string.
     expect(resultLine({ isMainResult: true, data: { 'text/plain': "'" }, truncated: false })['text']).toBe("'");
+  });
+
+  it('relays output as text lines, joins a character split across events, and notes bytes that never came as events', () => {
+    const lines: Record<string, unknown>[] = [];
+    const relay = new OutputRelay({ write: (line) => void lines.push(line) });
+    const euro = Buffer.from('€');
+    relay.chunk('stdout', { offset: 0 }, Buffer.concat([Buffer.from('a'), euro.subarray(0, 1)]));
+    relay.chunk('stdout', { offset: 2 }, euro.subarray(1));
+    // 10 bytes left out between two events (the kernel's cap, or events dropped while congested).
+    relay.chunk('stdout', { offset: 14 }, Buffer.from('z\n'));
+    relay.chunk('stderr', { offset: 0 }, Buffer.from('e'));
+    // The result counts 5 more stderr bytes than came as events.
+    relay.finish(16, 6);
+    const text = (name: string) =>
+      lines
+        .filter((l) => l['type'] === name)
+        .map((l) => l['text'])
+        .join('');
+    expect(text('stdout')).toBe('a€\n[... 10 bytes of stdout omitted ...]\nz\n');
+    expect(text('stderr')).toBe('e\n[... 5 bytes of stderr omitted ...]\n');
+    expect(lines.every((l) => typeof l['timestamp'] === 'number')).toBe(true);
   });
 });

@@ -193,18 +193,19 @@ async function execute(pool: DaemonSessionPool, scope: EnvdScope, req: IncomingM
       if (!contexts.some((c) => c.id === body.context_id)) throw new E2bHttpError(404, `Context ${body.context_id} not found.`);
     }
     lines.start();
+    const output = new OutputRelay(lines);
     if (language === 'bash') {
-      const decoders = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
       const { result } = await session.call(
         'process.exec',
         { cmd: ['bash', '-l', '-c', body.code], cwd: scope.home, ...(env && Object.keys(env).length > 0 && { env }), stream: true },
         {
           signal: abort.signal,
-          onEvent: (event, _data, payload) => {
-            if ((event === 'stdout' || event === 'stderr') && payload) lines.write({ type: event, text: decoders[event].write(payload), timestamp: now() });
+          onEvent: (event, data, payload) => {
+            if ((event === 'stdout' || event === 'stderr') && payload) output.chunk(event, data, payload);
           },
         },
       );
+      output.finish(result.stdoutBytes, result.stderrBytes);
       if (result.exitCode !== 0)
         lines.write({
           type: 'error',
@@ -213,7 +214,6 @@ async function execute(pool: DaemonSessionPool, scope: EnvdScope, req: IncomingM
           traceback: '',
         });
     } else {
-      const decoders = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
       const { result } = await session.call(
         'code.run',
         {
@@ -225,12 +225,13 @@ async function execute(pool: DaemonSessionPool, scope: EnvdScope, req: IncomingM
         {
           signal: abort.signal,
           onEvent: (event, data, payload) => {
-            if ((event === 'stdout' || event === 'stderr') && payload) lines.write({ type: event, text: decoders[event].write(payload), timestamp: now() });
+            if ((event === 'stdout' || event === 'stderr') && payload) output.chunk(event, data, payload);
             else if (event === 'result') lines.write(resultLine(data as CodeDisplay));
             else if (event === 'error') lines.write({ type: 'error', ...(data as object) });
           },
         },
       );
+      output.finish(result.stdoutBytes, result.stderrBytes);
       if (result.executionCount !== null) lines.write({ type: 'number_of_executions', execution_count: result.executionCount });
     }
     lines.write({ type: 'end_of_execution' });
@@ -241,6 +242,47 @@ async function execute(pool: DaemonSessionPool, scope: EnvdScope, req: IncomingM
     lines.write({ type: 'error', name: 'WarrenError', value: message, traceback: '' });
   });
   lines.end();
+}
+
+/**
+ * A run's stdout and stderr events as E2B's lines: bytes decoded as UTF-8 across chunks, and a
+ * note where bytes never arrived as events (the kernel's cap on a cell's output keeps its head and
+ * tail, and the daemon drops events while its connection is congested; the event offsets show
+ * both), so the SDK's logs say what was left out instead of silently joining the pieces.
+ */
+export class OutputRelay {
+  private readonly decoders = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
+  private readonly sent = { stdout: 0, stderr: 0 };
+
+  constructor(private readonly lines: { write(line: Record<string, unknown>): void }) {}
+
+  /** One event's bytes, at the byte offset its data names. */
+  chunk(name: 'stdout' | 'stderr', data: unknown, bytes: Buffer): void {
+    const offset = (data as { offset?: unknown } | undefined)?.offset;
+    if (typeof offset === 'number' && offset > this.sent[name]) this.note(name, offset - this.sent[name]);
+    this.emit(name, this.decoders[name].write(bytes));
+    this.sent[name] = (typeof offset === 'number' ? Math.max(offset, this.sent[name]) : this.sent[name]) + bytes.length;
+  }
+
+  /** The end of the run, with each stream's total bytes as the result counts them. */
+  finish(stdoutBytes: number, stderrBytes: number): void {
+    for (const [name, total] of [
+      ['stdout', stdoutBytes],
+      ['stderr', stderrBytes],
+    ] as const) {
+      this.emit(name, this.decoders[name].end());
+      if (total > this.sent[name]) this.note(name, total - this.sent[name]);
+      this.sent[name] = Math.max(this.sent[name], total);
+    }
+  }
+
+  private note(name: 'stdout' | 'stderr', bytes: number): void {
+    this.emit(name, `${this.decoders[name].end()}\n[... ${bytes} bytes of ${name} omitted ...]\n`);
+  }
+
+  private emit(name: 'stdout' | 'stderr', text: string): void {
+    if (text !== '') this.lines.write({ type: name, text, timestamp: now() });
+  }
 }
 
 /** Writes newline-delimited JSON, starting the 200 answer at the first line. */

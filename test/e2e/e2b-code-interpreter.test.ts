@@ -58,10 +58,12 @@ describe('@e2b/code-interpreter on real sandboxes', () => {
       expect((await sandbox.runCode('y * 2', { language: 'javascript' })).text).toBe('80');
       expect((await sandbox.runCode('const z: number = 5; z * 2', { language: 'typescript' })).text).toBe('10');
 
-      const bash = await sandbox.runCode('echo "$((6 * 7))" && pwd && echo oops >&2', { language: 'bash' });
+      const bash = await sandbox.runCode('echo "$((6 * 7))" && pwd && echo oops >&2 && GREETING=hi', { language: 'bash' });
       expect(bash.logs.stdout.join('')).toBe('42\n/home/user\n');
       expect(bash.logs.stderr.join('')).toBe('oops\n');
-      expect((await sandbox.runCode('exit 3', { language: 'bash' })).error?.value).toContain('exited with code 3');
+      // The default bash context keeps its shell, as E2B's bash kernel does.
+      expect((await sandbox.runCode('echo "$GREETING"', { language: 'bash' })).logs.stdout.join('')).toBe('hi\n');
+      expect((await sandbox.runCode('(exit 3)', { language: 'bash' })).error?.value).toContain('exited with code 3');
 
       await expect(sandbox.runCode('1', { language: 'r' })).rejects.toThrow(/400.*not served.*python, javascript/);
     } finally {
@@ -97,7 +99,18 @@ describe('@e2b/code-interpreter on real sandboxes', () => {
       expect((await sandbox.listCodeContexts()).map((c) => c.id)).not.toContain(context.id);
       await expect(sandbox.runCode('1', { context })).rejects.toBeInstanceOf(NotFoundError);
       await expect(sandbox.removeCodeContext(context.id)).rejects.toBeInstanceOf(NotFoundError);
-      await expect(sandbox.createCodeContext({ language: 'bash' })).rejects.toThrow(/400.*no bash contexts/);
+
+      // Bash contexts are shell sessions: each keeps its folder and variables, apart from the others.
+      const shell = await sandbox.createCodeContext({ language: 'bash', cwd: '/home/user/project' });
+      expect(shell).toMatchObject({ language: 'bash', cwd: '/home/user/project' });
+      await sandbox.runCode('mkdir -p inner && cd inner && COUNT=1', { context: shell });
+      expect((await sandbox.runCode('pwd; echo "$COUNT"', { context: shell })).logs.stdout.join('')).toBe('/home/user/project/inner\n1\n');
+      expect((await sandbox.runCode('echo "[$COUNT]"', { language: 'bash' })).logs.stdout.join('')).toBe('[]\n');
+      expect((await sandbox.listCodeContexts()).find((c) => c.id === shell.id)).toMatchObject({ language: 'bash', cwd: '/home/user/project' });
+      await sandbox.restartCodeContext(shell);
+      expect((await sandbox.runCode('pwd; echo "[$COUNT]"', { context: shell })).logs.stdout.join('')).toBe('/home/user/project\n[]\n');
+      await sandbox.removeCodeContext(shell);
+      await expect(sandbox.runCode('true', { context: shell })).rejects.toBeInstanceOf(NotFoundError);
     } finally {
       await sandbox.kill();
     }
@@ -110,7 +123,10 @@ describe('@e2b/code-interpreter on real sandboxes', () => {
       expect((await sandbox.runCode('os.environ.get("ONLY_NOW") is None')).text).toBe('True');
       expect((await sandbox.runCode('process.env.ONLY_NOW', { language: 'js', envs: { ONLY_NOW: 'js' } })).text).toBe('js');
       expect((await sandbox.runCode('String(process.env.ONLY_NOW)', { language: 'js' })).text).toBe('undefined');
-      expect((await sandbox.runCode('echo "$ONLY_NOW"', { language: 'bash', envs: { ONLY_NOW: 'sh' } })).logs.stdout.join('')).toBe('sh\n');
+      expect(
+        (await sandbox.runCode('echo "$ONLY_NOW"; sh -c \'echo "child $ONLY_NOW"\'', { language: 'bash', envs: { ONLY_NOW: "it's" } })).logs.stdout.join(''),
+      ).toBe("it's\nchild it's\n");
+      expect((await sandbox.runCode('echo "[$ONLY_NOW]"', { language: 'bash' })).logs.stdout.join('')).toBe('[]\n');
       await expect(sandbox.runCode('1', { envs: { 'A=B': 'x' } })).rejects.toThrow(/400 Invalid execution request: env/);
 
       await sandbox.runCode('kept = "still here"');
@@ -122,6 +138,13 @@ describe('@e2b/code-interpreter on real sandboxes', () => {
       // The cell was interrupted, not the kernel: the next run answers at once, with the state.
       expect((await sandbox.runCode('kept')).text).toBe('still here');
       expect(Date.now() - started).toBeLessThan(20_000);
+      // A bash run likewise: the command is interrupted and its shell goes on.
+      await sandbox.runCode('KEPT=yes', { language: 'bash' });
+      await expect(sandbox.runCode('sleep 60', { language: 'bash', timeoutMs: 2000 })).rejects.toMatchObject({
+        name: expect.stringMatching(/^(TimeoutError|AbortError)$/),
+      });
+      expect((await sandbox.runCode('echo "$KEPT"', { language: 'bash' })).logs.stdout.join('')).toBe('yes\n');
+      expect(Date.now() - started).toBeLessThan(40_000);
     } finally {
       await sandbox.kill();
     }

@@ -1,6 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
 import { CHART_MIME, DATA_MIME, doorLanguage, OutputRelay, resultLine } from '../src/e2b/code-interpreter.js';
 import { E2bHttpError } from '../src/e2b/errors.js';
+import { bashCell } from '../src/e2b/code-interpreter-bash.js';
 
 describe("the code interpreter's door, pure parts", () => {
   it("maps E2B's language names, python when none, and refuses any other with 400 naming what is served", () => {
@@ -47,5 +48,13 @@ describe("the code interpreter's door, pure parts", () => {
     expect(text('stdout')).toBe('a€\n[... 10 bytes of stdout omitted ...]\nz\n');
     expect(text('stderr')).toBe('e\n[... 5 bytes of stderr omitted ...]\n');
     expect(lines.every((l) => typeof l['timestamp'] === 'number')).toBe(true);
+  });
+
+  it("gives a bash run's envs to that command alone, quoted, and refuses names that are no shell variables", () => {
+    expect(bashCell('echo hi', undefined)).toBe('echo hi');
+    expect(bashCell('echo hi', {})).toBe('echo hi');
+    expect(bashCell("echo '$A'", { A: "it's", B_2: '' })).toBe(`A='it'\\''s' B_2='' eval 'echo '\\''$A'\\'''`);
+    expect(() => bashCell('true', { '2x': 'y' })).toThrow(/not a shell variable name/);
+    expect(() => bashCell('true', { 'a;b': 'y' })).toThrow(E2bHttpError);
   });
 });

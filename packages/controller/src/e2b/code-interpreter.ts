@@ -7,6 +7,7 @@ import type { DaemonSessionPool } from '../daemon-pool.js';
 import { envdScope, resolvePath, withSession, type EnvdScope, type HeaderReader } from './envd-scope.js';
 import { E2bHttpError, toE2bHttpError } from './errors.js';
 import { parse, readJson } from './http-util.js';
+import { BashContexts, isBashContext, type ContextObject } from './code-interpreter-bash.js';
 
 /** The port `@e2b/code-interpreter` reaches its template's server on (`JUPYTER_PORT` in the SDK). */
 export const CODE_INTERPRETER_PORT = 49999;
@@ -90,7 +91,7 @@ export function resultLine(display: CodeDisplay): Record<string, unknown> {
 }
 
 /** Warren's context as E2B's `Context` (`id`, `language`, `cwd`). */
-function contextObject(info: CodeContextInfo): { id: string; language: string; cwd: string } {
+function contextObject(info: CodeContextInfo): ContextObject {
   return { id: info.id, language: info.language, cwd: info.cwd };
 }
 
@@ -103,12 +104,15 @@ function contextObject(info: CodeContextInfo): { id: string; language: string; c
  * `E2B-Traffic-Access-Token` the SDK sends on `/contexts`), a derived token, or an API key whose
  * tenant reaches the sandbox.
  *
+ * Bash contexts are Warren's shell sessions (`bash`, code-interpreter-bash.ts).
+ *
  * @example
- * if (req.headers['e2b-sandbox-port'] === '49999') await serveCodeInterpreter(deps, pool, req, res, path);
+ * if (req.headers['e2b-sandbox-port'] === '49999') await serveCodeInterpreter(deps, pool, bash, req, res, path);
  */
 export async function serveCodeInterpreter(
   deps: HttpServerDeps,
   pool: DaemonSessionPool,
+  bash: BashContexts,
   req: IncomingMessage,
   res: ServerResponse,
   path: string,
@@ -116,32 +120,39 @@ export async function serveCodeInterpreter(
   const method = req.method ?? 'GET';
   const scope = interpreterScope(deps, req);
   if (path === '/health' && method === 'GET') return void res.writeHead(200, { 'content-type': 'application/json' }).end('"OK"');
-  if (path === '/execute' && method === 'POST') return execute(pool, scope, req, res);
+  if (path === '/execute' && method === 'POST') return execute(pool, bash, scope, req, res);
   if (path === '/contexts' && method === 'POST') {
     const body = parse(CreateContextBody, await readJson(req), 'context request');
     const language = doorLanguage(body.language);
-    if (language === 'bash')
-      throw new E2bHttpError(
-        400,
-        "Warren's code interpreter has no bash contexts: a bash run is its own shell and keeps no state. Run bash with runCode(code, { language: 'bash' }) instead.",
-      );
     const cwd = resolvePath(scope, body.cwd ?? scope.home);
-    const info = await withSession(pool, scope, async (session) => (await session.call('code.createContext', { language, cwd })).result);
-    return void sendJson(res, 200, contextObject(info));
+    const context = await withSession(pool, scope, async (session) =>
+      language === 'bash' ? bash.create(session, scope.sandboxId, cwd) : contextObject((await session.call('code.createContext', { language, cwd })).result),
+    );
+    return void sendJson(res, 200, context);
   }
   if (path === '/contexts' && method === 'GET') {
-    const { contexts } = await withSession(pool, scope, async (session) => (await session.call('code.listContexts', {})).result);
-    return void sendJson(res, 200, contexts.map(contextObject));
+    const contexts = await withSession(pool, scope, async (session) => [
+      ...(await session.call('code.listContexts', {})).result.contexts.map(contextObject),
+      ...(await bash.list(session, scope.sandboxId, scope.home)),
+    ]);
+    return void sendJson(res, 200, contexts);
   }
   const restart = /^\/contexts\/([A-Za-z0-9_-]{1,64})\/restart$/.exec(path);
   if (restart && method === 'POST') {
-    await withSession(pool, scope, (session) => session.call('code.restartContext', { context: restart[1] as string }));
+    const id = restart[1] as string;
+    await withSession(pool, scope, async (session) => {
+      if (isBashContext(id)) await bash.restart(session, scope.sandboxId, id, scope.home);
+      else await session.call('code.restartContext', { context: id });
+    });
     return void sendJson(res, 200, null);
   }
   const remove = /^\/contexts\/([A-Za-z0-9_-]{1,64})$/.exec(path);
   if (remove && method === 'DELETE') {
-    const { removed } = await withSession(pool, scope, async (session) => (await session.call('code.removeContext', { context: remove[1] as string })).result);
-    if (!removed) throw new E2bHttpError(404, `Context ${remove[1] ?? ''} not found.`);
+    const id = remove[1] as string;
+    const removed = await withSession(pool, scope, async (session) =>
+      isBashContext(id) ? bash.remove(session, scope.sandboxId, id) : (await session.call('code.removeContext', { context: id })).result.removed,
+    );
+    if (!removed) throw new E2bHttpError(404, `Context ${id} not found.`);
     return void sendJson(res, 200, null);
   }
   throw new E2bHttpError(
@@ -172,7 +183,7 @@ function interpreterScope(deps: HttpServerDeps, req: IncomingMessage): EnvdScope
 }
 
 /** `POST /execute`: one cell, its output streamed as E2B's lines while it runs. */
-async function execute(pool: DaemonSessionPool, scope: EnvdScope, req: IncomingMessage, res: ServerResponse): Promise<void> {
+async function execute(pool: DaemonSessionPool, bash: BashContexts, scope: EnvdScope, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const body = parse(ExecuteBody, await readJson(req, MAX_EXECUTE_BODY_BYTES), 'execution request');
   if (body.context_id && body.language) throw new E2bHttpError(400, 'Only one of context_id or language can be provided.');
   const language = body.context_id ? undefined : doorLanguage(body.language);
@@ -188,29 +199,33 @@ async function execute(pool: DaemonSessionPool, scope: EnvdScope, req: IncomingM
   await withSession(pool, scope, async (session) => {
     // The SDK starts its timeoutMs once the answer's headers arrive, so they go out before the run;
     // a context that does not exist is the one failure it must still see as an HTTP error (404).
+    const inBash = language === 'bash' || (body.context_id !== undefined && body.context_id !== null && isBashContext(body.context_id));
     if (body.context_id) {
-      const { contexts } = (await session.call('code.listContexts', {})).result;
-      if (!contexts.some((c) => c.id === body.context_id)) throw new E2bHttpError(404, `Context ${body.context_id} not found.`);
+      const found = inBash
+        ? await bash.exists(session, body.context_id)
+        : (await session.call('code.listContexts', {})).result.contexts.some((c) => c.id === body.context_id);
+      if (!found) throw new E2bHttpError(404, `Context ${body.context_id} not found.`);
     }
     lines.start();
     const output = new OutputRelay(lines);
-    if (language === 'bash') {
-      const { result } = await session.call(
-        'process.exec',
-        { cmd: ['bash', '-l', '-c', body.code], cwd: scope.home, ...(env && Object.keys(env).length > 0 && { env }), stream: true },
-        {
-          signal: abort.signal,
-          onEvent: (event, data, payload) => {
-            if ((event === 'stdout' || event === 'stderr') && payload) output.chunk(event, data, payload);
-          },
-        },
-      );
-      output.finish(result.stdoutBytes, result.stderrBytes);
+    if (inBash) {
+      // A bash shell session answers when the command ends: its output comes in one piece.
+      const run = await bash.run(session, body.context_id ?? undefined, scope.home, body.code, env, abort.signal);
+      const result = run.result;
+      output.chunk('stdout', { offset: 0 }, run.stdout);
+      output.chunk('stderr', { offset: 0 }, run.stderr);
+      output.finish(run.stdout.length, run.stderr.length);
+      if (result.sessionRestarted)
+        lines.write({
+          type: 'stderr',
+          text: '[the command could not be interrupted, so the bash context was started afresh: its state is gone]\n',
+          timestamp: now(),
+        });
       if (result.exitCode !== 0)
         lines.write({
           type: 'error',
           name: 'CalledProcessError',
-          value: result.signal === null ? `bash exited with code ${result.exitCode ?? 'unknown'}` : `bash was stopped by ${result.signal}`,
+          value: result.signal === null ? `the command exited with code ${result.exitCode ?? 'unknown'}` : `the command was stopped by ${result.signal}`,
           traceback: '',
         });
     } else {

@@ -10,6 +10,7 @@ import type { DaemonSessionPool } from '../daemon-pool.js';
 import { WatcherRegistry } from './envd-watch.js';
 import { VolumeContent } from './volume-content.js';
 import { CODE_INTERPRETER_PORT, serveCodeInterpreter } from './code-interpreter.js';
+import { BashContexts } from './code-interpreter-bash.js';
 
 /** Where the gateway answers: `E2B_API_URL` and `E2B_SANDBOX_URL` are both `<controller URL>/e2b`. */
 export const E2B_PREFIX = '/e2b';
@@ -95,13 +96,14 @@ export function createE2bGateway(deps: HttpServerDeps, pool: DaemonSessionPool):
   });
   const uploads = { inFlight: 0 };
   const volumeContent = new VolumeContent(deps, pool);
+  const bashContexts = new BashContexts();
   const serve = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const url = new URL(req.url ?? '/', 'http://controller');
     const path = url.pathname.slice(E2B_PREFIX.length) || '/';
     // `@e2b/code-interpreter`'s server on port 49999: the same URL as envd's under E2B_SANDBOX_URL, told apart by this header.
     if (req.headers['e2b-sandbox-port'] === String(CODE_INTERPRETER_PORT)) {
       try {
-        return await serveCodeInterpreter(deps, pool, req, res, path);
+        return await serveCodeInterpreter(deps, pool, bashContexts, req, res, path);
       } catch (err) {
         const { status, message } = toE2bHttpError(err);
         if (status >= 500 && status !== 502) deps.logger.error({ path, status, message }, 'e2b.code.failed');

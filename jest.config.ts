@@ -15,8 +15,12 @@ const shared = {
       },
     ],
   },
-  // `e2b` has no `exports` map, so jest would take its CommonJS `main`; its ES module build is `module`.
-  moduleNameMapper: { '^(\\.{1,2}/.*)\\.js$': '$1', '^e2b$': '<rootDir>/node_modules/e2b/dist/index.mjs' },
+  // `e2b` and `@e2b/code-interpreter` have no `exports` map, so jest would take their CommonJS `main`; their ES module builds are `module`.
+  moduleNameMapper: {
+    '^(\\.{1,2}/.*)\\.js$': '$1',
+    '^e2b$': '<rootDir>/node_modules/e2b/dist/index.mjs',
+    '^@e2b/code-interpreter$': '<rootDir>/node_modules/@e2b/code-interpreter/dist/index.mjs',
+  },
   testEnvironment: 'node',
   testEnvironmentOptions: { customExportConditions: ['warren-source', 'node', 'node-addons'] },
 } satisfies Config;

@@ -10,7 +10,7 @@ import { openDaemonSocket } from './daemon-session.js';
 import type { ControllerConfig } from './config.js';
 import type { Credentials } from './credentials.js';
 import { DaemonSessionPool } from './daemon-pool.js';
-import { createE2bGateway, E2B_PREFIX, e2bHostTarget, ENVD_PORT, isE2bPath } from './e2b/gateway.js';
+import { createE2bGateway, E2B_PREFIX, e2bHostTarget, GATEWAY_PORTS, isE2bPath } from './e2b/gateway.js';
 import { sandboxIdOf } from './e2b/envd-scope.js';
 import { ConsoleServer } from './console/server.js';
 import { CONSOLE_PROTOCOL, ConsoleSessions } from './console/session.js';
@@ -160,10 +160,12 @@ export function createHttpServer(deps: HttpServerDeps) {
 function routeByHost(req: IncomingMessage, target: { id: string; port: number }): void {
   const url = req.url?.startsWith('/') ? req.url : '/';
   // A proxy in front that already adds the gateway's prefix (the older advice in docs/e2b.md) keeps working.
-  if (target.port === ENVD_PORT) {
+  if (GATEWAY_PORTS.includes(target.port)) {
     req.url = isE2bPath(new URL(url, 'http://controller').pathname) ? url : `${E2B_PREFIX}${url}`;
     // The sandbox's own id: a browser sends the host name in lower case, the id has both cases.
     req.headers['e2b-sandbox-id'] ??= target.id;
+    // The host name's port decides which server answers (envd, or the code interpreter's), whatever the header says.
+    req.headers['e2b-sandbox-port'] = String(target.port);
   } else req.url = `/v1/sandboxes/${target.id}/ports/${target.port}${url}`;
 }
 

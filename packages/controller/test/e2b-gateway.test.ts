@@ -65,11 +65,12 @@ describe('the E2B gateway, pure parts', () => {
     expect(isControlPlanePath('/process.Process/Start')).toBe(false);
   });
 
-  it('reads e2bTemplates from the configuration file, base by default, and refuses a bad template', () => {
+  it('reads e2bTemplates from the configuration file, base and code-interpreter-v1 by default, and refuses a bad template', () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'warren-e2b-config-'));
     try {
       expect(loadConfig({}, {}, undefined).e2bTemplates).toEqual({
         base: { home: '/home/user', create: { image: 'warren/e2b-base:latest', workspace: '/home/user' } },
+        'code-interpreter-v1': { home: '/home/user', create: { image: 'warren/e2b-base:latest', workspace: '/home/user' } },
       });
       const good = path.join(dir, 'good.yaml');
       writeFileSync(good, 'e2bTemplates:\n  base: { home: /workspace }\n  py: { create: { image: "python:3.12", memoryMb: 2048 } }\n');

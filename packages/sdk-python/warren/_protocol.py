@@ -328,6 +328,7 @@ class CodeRunParams(_Strict):
     context: Optional[_C9] = Field(None)
     timeout_ms: Optional[_C11] = Field(None, alias='timeoutMs')
     output_cap_bytes: Optional[_C12] = Field(None, alias='outputCapBytes')
+    env: Optional[Dict[_C7, _C8]] = Field(None)
     stream: Optional[StrictBool] = Field(None)
 
 

@@ -25,6 +25,8 @@ export interface CodeRunOptions extends CallOptions {
   timeoutMs?: number;
   /** Bytes of each stream kept in the result (head and tail); 1 MiB by default. */
   outputCapBytes?: number;
+  /** Environment variables for this cell only (Python's `os.environ`, Node's `process.env`); the previous values come back after it. */
+  env?: Record<string, string>;
   onStdout?: (text: string) => void;
   onStderr?: (text: string) => void;
   /** Each rich output as it is produced: a chart, a table, the last expression's value. */
@@ -68,6 +70,7 @@ export class Code {
     if (options.language !== undefined) params.language = options.language;
     if (options.context !== undefined) params.context = typeof options.context === 'string' ? options.context : options.context.id;
     if (options.outputCapBytes !== undefined) params.outputCapBytes = options.outputCapBytes;
+    if (options.env !== undefined) params.env = options.env;
     const streaming = options.onStdout !== undefined || options.onStderr !== undefined || options.onResult !== undefined || options.onError !== undefined;
     if (streaming) params.stream = true;
     const decoders = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };

@@ -108,6 +108,12 @@ async function run(job) {
   current = job.id;
   count += 1;
   let status = 'ok';
+  // A run's `env` holds for this cell only: the previous values come back after it.
+  const saved = new Map();
+  for (const [name, value] of Object.entries(job.env && typeof job.env === 'object' ? job.env : {})) {
+    saved.set(name, process.env[name]);
+    process.env[name] = String(value);
+  }
   try {
     let value = compile(String(job.code ?? ''), 'cell-' + count + '.js').runInThisContext({ breakOnSigint: true, displayErrors: false });
     if (value && typeof value.then === 'function') {
@@ -132,6 +138,10 @@ async function run(job) {
     send({ t: 'error', id: job.id, ...reported });
   } finally {
     interrupt = null;
+    for (const [name, value] of saved) {
+      if (value === undefined) delete process.env[name];
+      else process.env[name] = value;
+    }
   }
   await new Promise((resolve) => setImmediate(resolve));
   finishCaptures();

@@ -1,7 +1,8 @@
 """The Python side of a code context (packages/agent/src/services/code-runtimes.ts says more).
 
-Run as `python3 -I -c <this text>` by the sandbox user: starts an ipykernel through jupyter_client
-and speaks JSON lines on stdin and stdout. In: {"op":"run","id","code"}, {"op":"interrupt"}.
+Run as `python3 -I -c <this text> <python-charts.py's text>` by the sandbox user: starts an
+ipykernel through jupyter_client and speaks JSON lines on stdin and stdout. In:
+{"op":"run","id","code","env"?}, {"op":"interrupt"}.
 Out: ready, fatal, stream, display, error, done, died (BridgeMessage in code-kernel.ts).
 """
 import json, os, queue, re, signal, subprocess, sys, tempfile, threading, time
@@ -225,11 +226,18 @@ def main():
     cap_file = os.path.join(private, 'output_cap.py')
     with open(cap_file, 'w') as f:
         f.write(CAP_MODULE.replace('@HEAD@', str(OUTPUT_HEAD)).replace('@TAIL@', str(OUTPUT_TAIL)).replace('@TOKEN@', TOKEN))
+    startup = '__import__("runpy").run_path(%r, run_name="__warren_output_cap__");' % cap_file
+    # The chart and table formats (python-charts.py, the daemon's second argument): a kernel that
+    # cannot load them still runs cells, without those formats.
+    if len(sys.argv) > 1 and sys.argv[1]:
+        charts_file = os.path.join(private, 'charts.py')
+        with open(charts_file, 'w') as f:
+            f.write(sys.argv[1])
+        startup += '\ntry:\n    __import__("runpy").run_path(%r, run_name="__warren_charts__")\nexcept Exception:\n    pass' % charts_file
     km = KernelManager(kernel_name='python3')
     km.context.setsockopt(zmq.MAXMSGSIZE, MAX_MSG)
     try:
-        km.start_kernel(extra_arguments=['--InteractiveShell.colors=NoColor', '--HistoryManager.enabled=False', '--IPKernelApp.exec_lines',
-                                         '__import__("runpy").run_path(%r, run_name="__warren_output_cap__");' % cap_file],
+        km.start_kernel(extra_arguments=['--InteractiveShell.colors=NoColor', '--HistoryManager.enabled=False', '--IPKernelApp.exec_lines', startup],
                         cwd=os.getcwd(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         kc = km.client()
         kc.start_channels()
@@ -280,7 +288,39 @@ def main():
     return 0
 
 
+# A run's `env`: set in the kernel's os.environ by a silent cell (no execution count, no output)
+# before the run, and the previous values put back by another after it.
+ENV_SET = ("__import__('builtins').__dict__.__setitem__('__warren_env__', {k: __import__('os').environ.get(k) for k in %r})"
+           " or __import__('os').environ.update(%r)")
+ENV_RESTORE = ("[__import__('os').environ.pop(k, None) if v is None else __import__('os').environ.__setitem__(k, v)"
+               " for k, v in __import__('builtins').__dict__.pop('__warren_env__', {}).items()]")
+
+
+def quiet(km, kc, code):
+    msg_id = kc.execute(code, silent=True, store_history=False, allow_stdin=False)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and km.is_alive():
+        try:
+            reply = kc.get_shell_msg(timeout=0.2)
+        except queue.Empty:
+            continue
+        if reply.get('parent_header', {}).get('msg_id') == msg_id:
+            return
+
+
 def run(km, kc, job):
+    env = job.get('env')
+    env = {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
+    if env:
+        quiet(km, kc, ENV_SET % (list(env), env))
+    try:
+        return run_cell(km, kc, job)
+    finally:
+        if env and km.is_alive():
+            quiet(km, kc, ENV_RESTORE)
+
+
+def run_cell(km, kc, job):
     rid = job.get('id')
     msg_id = kc.execute(str(job.get('code', '')), store_history=True, allow_stdin=False, stop_on_error=False)
     # idle_wait is read only once replied is set, and set with it.

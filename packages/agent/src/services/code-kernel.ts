@@ -146,13 +146,13 @@ export class Kernel {
   }
 
   /** Runs one cell; output reaches `sink` as it comes. Rejects with `KERNEL_DIED` when the kernel dies first. */
-  run(code: string, sink: RunSink): Promise<RunEnd> {
+  run(code: string, sink: RunSink, env?: Record<string, string>): Promise<RunEnd> {
     if (!this.alive) return Promise.reject(new CodedError('KERNEL_DIED', `The ${this.language} kernel is dead (${this.deathReason}); restart the context.`));
     if (this.current) return Promise.reject(new CodedError('INTERNAL', 'A kernel runs one cell at a time.'));
     const id = `r${++this.runs}`;
     return new Promise<RunEnd>((resolve, reject) => {
       this.current = { id, sink, resolve, reject };
-      this.tagged.child.stdin.write(`${JSON.stringify({ op: 'run', id, code })}\n`);
+      this.tagged.child.stdin.write(`${JSON.stringify({ op: 'run', id, code, ...(env && { env }) })}\n`);
     });
   }
 

@@ -33,6 +33,11 @@ const programs = new Map<string, string>();
  *   process per context), answers the last expression's value (awaited when it is a promise) and
  *   stops a running cell on SIGINT (`breakOnSigint`).
  *
+ * - `python-charts.py`: given to the bridge as its argument and run in each Python kernel at its
+ *   start: display formats with a matplotlib figure's chart data and a DataFrame's columns
+ *   (ported from E2B's e2b_charts, Apache-2.0), which the E2B gateway passes on as
+ *   `@e2b/code-interpreter`'s `chart` and `data`.
+ *
  * Both speak the same JSON lines. In: `{"op":"run","id","code"}`, `{"op":"interrupt"}`. Out:
  * `ready`, `fatal`, `stream`, `display`, `error`, `done`, `died` (see `BridgeMessage` in
  * code-kernel.ts).
@@ -40,7 +45,7 @@ const programs = new Map<string, string>();
  * @example
  * runtimeProgram('python-bridge.py').startsWith('"""'); // true
  */
-export function runtimeProgram(name: 'python-bridge.py' | 'node-repl.cjs'): string {
+export function runtimeProgram(name: 'python-bridge.py' | 'python-charts.py' | 'node-repl.cjs'): string {
   let text = programs.get(name);
   if (text === undefined) {
     const file = path.join(PROGRAMS_DIR, name);
@@ -74,6 +79,7 @@ export function nodeCommand(execPath = process.execPath): string[] {
 /** The argv of a context's child: the Python bridge, or the Node REPL for JavaScript and TypeScript. */
 export function runtimeCommand(language: CodeLanguage): string[] {
   // -I: the bridge's imports come from the system, not from files in the working folder.
-  if (language === 'python') return ['python3', '-I', '-c', runtimeProgram('python-bridge.py')];
+  // Its argument: the chart and table display formats the kernel loads at its start (python-charts.py).
+  if (language === 'python') return ['python3', '-I', '-c', runtimeProgram('python-bridge.py'), runtimeProgram('python-charts.py')];
   return [...nodeCommand(), '-e', runtimeProgram('node-repl.cjs')];
 }

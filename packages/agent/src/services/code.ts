@@ -171,7 +171,7 @@ async function runCell(
   try {
     let end;
     try {
-      end = await kernel.run(code, collector);
+      end = await kernel.run(code, collector, params.env);
     } catch (err) {
       if (stoppedFor !== undefined && err instanceof CodedError && err.code === 'KERNEL_DIED') {
         throw new CodedError(

@@ -307,7 +307,7 @@ function openRefused(err: unknown): unknown {
 
 /** E2B's answer to a create or fork: the Sandbox object with its access token. */
 function createdObject(created: SandboxInfo & { token: string }, templateID: string): Record<string, unknown> {
-  return { ...sandboxObject(created, templateID), envdAccessToken: created.token };
+  return sandboxObject(created, templateID, created.token);
 }
 
 /**
@@ -428,7 +428,7 @@ async function connect({ deps, req, res, id }: PlaneContext): Promise<void> {
   const wanted = Math.max(MIN_TTL_SECONDS, body.timeout ?? DEFAULT_TIMEOUT_SECONDS);
   const left = Math.ceil((Date.parse(info.expiresAt) - Date.now()) / 1000);
   if (wanted > left) info = await deps.sandboxes.setTimeout(id, wanted);
-  json(res, resumed ? 201 : 200, { ...sandboxObject(info, info.labels[TEMPLATE_LABEL] ?? 'base'), envdAccessToken: deps.credentials.sandboxToken(id) });
+  json(res, resumed ? 201 : 200, sandboxObject(info, info.labels[TEMPLATE_LABEL] ?? 'base', deps.credentials.sandboxToken(id)));
 }
 
 async function pause({ deps, res, id }: PlaneContext): Promise<void> {
@@ -437,9 +437,23 @@ async function pause({ deps, res, id }: PlaneContext): Promise<void> {
   res.writeHead(204).end();
 }
 
-/** E2B's Sandbox object (create and connect answers). */
-function sandboxObject(info: SandboxInfo, templateID: string): Record<string, unknown> {
-  return { sandboxID: info.id, templateID, alias: templateID, clientID: 'warren', envdVersion: ENVD_VERSION, trafficAccessToken: null, domain: null };
+/**
+ * E2B's Sandbox object (create and connect answers), with the sandbox's token as both access
+ * tokens: envd's, and the traffic token, which E2B gives sandboxes whose ports are not public.
+ * Warren's ports never are, and `@e2b/code-interpreter` authenticates its `/contexts` calls with
+ * the traffic token alone.
+ */
+function sandboxObject(info: SandboxInfo, templateID: string, token: string): Record<string, unknown> {
+  return {
+    sandboxID: info.id,
+    templateID,
+    alias: templateID,
+    clientID: 'warren',
+    envdVersion: ENVD_VERSION,
+    envdAccessToken: token,
+    trafficAccessToken: token,
+    domain: null,
+  };
 }
 
 /** E2B's ListedSandbox (list answers; the detail adds its token). */

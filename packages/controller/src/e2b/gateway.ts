@@ -10,6 +10,8 @@ import type { DaemonSessionPool } from '../daemon-pool.js';
 import { WatcherRegistry } from './envd-watch.js';
 import { TemplateBuilds } from './template-builds.js';
 import { VolumeContent } from './volume-content.js';
+import { CODE_INTERPRETER_PORT, serveCodeInterpreter } from './code-interpreter.js';
+import { BashContexts } from './code-interpreter-bash.js';
 
 /** Where the gateway answers: `E2B_API_URL` and `E2B_SANDBOX_URL` are both `<controller URL>/e2b`. */
 export const E2B_PREFIX = '/e2b';
@@ -31,11 +33,18 @@ function quietAfterClose(res: ServerResponse): void {
   }) as typeof res.write;
 }
 
+/** A message as an HTTP reason phrase: printable ASCII on one line, at most 300 characters. */
+function reasonPhrase(message: string): string {
+  return message.replace(/[^\x20-\x7e]/g, '?').slice(0, 300);
+}
+
 /** The gateway: serves one request under {@link E2B_PREFIX}; `close` drops the daemon connections it keeps. */
 export type E2bGateway = ((req: IncomingMessage, res: ServerResponse) => Promise<void>) & { close(): void };
 
 /** The port E2B's SDKs reach envd on: `https://49983-<id>.<domain>` when `E2B_SANDBOX_URL` is not set. */
 export const ENVD_PORT = 49983;
+/** The ports whose host names (`<port>-<id>.<domain>`) the gateway serves itself: envd's and the code interpreter's. */
+export const GATEWAY_PORTS: readonly number[] = [ENVD_PORT, CODE_INTERPRETER_PORT];
 
 /**
  * What a request's host name `<port>-<sandbox id>.<domain>` names, the scheme by which E2B's SDKs
@@ -89,9 +98,24 @@ export function createE2bGateway(deps: HttpServerDeps, pool: DaemonSessionPool):
   const uploads = { inFlight: 0 };
   const volumeContent = new VolumeContent(deps, pool);
   const templates = new TemplateBuilds(deps);
+  const bashContexts = new BashContexts();
   const serve = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const url = new URL(req.url ?? '/', 'http://controller');
     const path = url.pathname.slice(E2B_PREFIX.length) || '/';
+    // `@e2b/code-interpreter`'s server on port 49999: the same URL as envd's under E2B_SANDBOX_URL, told apart by this header.
+    if (req.headers['e2b-sandbox-port'] === String(CODE_INTERPRETER_PORT)) {
+      try {
+        return await serveCodeInterpreter(deps, pool, bashContexts, req, res, path);
+      } catch (err) {
+        const { status, message } = toE2bHttpError(err);
+        if (status >= 500 && status !== 502) deps.logger.error({ path, status, message }, 'e2b.code.failed');
+        if (res.headersSent) return void res.destroy();
+        // The SDK shows only the status line of an error (its body only in diagnostics mode), so the reason phrase says what failed.
+        const text = JSON.stringify({ code: status, message });
+        res.writeHead(status, reasonPhrase(message), { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) }).end(text);
+        return;
+      }
+    }
     try {
       if (/^\/[a-z]+\.[A-Za-z]+\//.test(path)) {
         quietAfterClose(res);

@@ -13,17 +13,17 @@ export function parse<T extends z.ZodType>(schema: T, body: unknown, what: strin
   return parsed.data;
 }
 
-/** Reads a JSON body of at most {@link MAX_BODY_BYTES} (413 past it, refused from its declared length before it is read); empty is `{}`. */
-export async function readJson(req: IncomingMessage): Promise<unknown> {
-  if (Number(req.headers['content-length'] ?? 0) > MAX_BODY_BYTES) {
+/** Reads a JSON body of at most `limit` bytes, {@link MAX_BODY_BYTES} by default (413 past it, refused from its declared length before it is read); empty is `{}`. */
+export async function readJson(req: IncomingMessage, limit = MAX_BODY_BYTES): Promise<unknown> {
+  if (Number(req.headers['content-length'] ?? 0) > limit) {
     req.resume();
-    throw new E2bHttpError(413, `The request body exceeds ${MAX_BODY_BYTES} bytes.`);
+    throw new E2bHttpError(413, `The request body exceeds ${limit} bytes.`);
   }
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of req as AsyncIterable<Buffer>) {
     size += chunk.length;
-    if (size > MAX_BODY_BYTES) throw new E2bHttpError(413, `The request body exceeds ${MAX_BODY_BYTES} bytes.`);
+    if (size > limit) throw new E2bHttpError(413, `The request body exceeds ${limit} bytes.`);
     chunks.push(chunk);
   }
   if (size === 0) return {};

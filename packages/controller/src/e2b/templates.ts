@@ -20,11 +20,18 @@ export const E2bTemplates = z.record(z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._:
 export type E2bTemplates = z.infer<typeof E2bTemplates>;
 
 /**
- * E2B's default template, `base`: `warren/e2b-base` (built by scripts/build-images: the default
- * sandbox image as user `user`), with the sandbox's disk, the working folder and HOME at
- * /home/user, as E2B programs expect; the controller's defaults otherwise.
+ * E2B's default templates: `base` (the `e2b` SDK's default) and `code-interpreter-v1`
+ * (`@e2b/code-interpreter`'s). Both are `warren/e2b-base` (built by scripts/build-images: the
+ * default sandbox image as user `user`, which already carries the code interpreter's Python
+ * kernel with matplotlib and pandas), with the sandbox's disk, the working folder and HOME at
+ * /home/user, as E2B programs expect; the controller's defaults otherwise. The code
+ * interpreter's server (port 49999) is the gateway's, on Warren's own interpreter, so the
+ * template needs no server of its own.
  */
-export const DEFAULT_E2B_TEMPLATES: E2bTemplates = { base: { home: '/home/user', create: { image: 'warren/e2b-base:latest', workspace: '/home/user' } } };
+export const DEFAULT_E2B_TEMPLATES: E2bTemplates = {
+  base: { home: '/home/user', create: { image: 'warren/e2b-base:latest', workspace: '/home/user' } },
+  'code-interpreter-v1': { home: '/home/user', create: { image: 'warren/e2b-base:latest', workspace: '/home/user' } },
+};
 
 /** The home of a template when it names none: Warren's default policy root. */
 export const DEFAULT_E2B_HOME = '/workspace';

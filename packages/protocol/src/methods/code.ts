@@ -50,6 +50,8 @@ export const CodeRunParams = z.strictObject({
     .optional(),
   /** Bytes kept per stream in the result: the head and the tail, as for `process.exec`. */
   outputCapBytes: OutputCapBytes.optional(),
+  /** Environment variables set for this cell only (Python's `os.environ`, Node's `process.env`); the previous values come back after it. */
+  env: CommandEnv.optional(),
   /** Send `stdout`, `stderr`, `result` and `error` events while the cell runs. */
   stream: z.boolean().optional(),
 });

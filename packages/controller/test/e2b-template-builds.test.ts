@@ -109,6 +109,7 @@ describe('E2B template builds, without an engine', () => {
     const listed = (await send('GET', '/templates')).body as unknown as { templateID: string; public: boolean }[];
     expect(listed.map((t) => [t.templateID, t.public])).toEqual([
       ['base', true],
+      ['code-interpreter-v1', true],
       ['app', false],
     ]);
     expect((await send('GET', '/templates/app')).body).toMatchObject({ templateID: 'app', builds: [{ status: 'ready' }] });

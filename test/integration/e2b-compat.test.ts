@@ -2,7 +2,7 @@ import { symlink } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { FileType, Sandbox, SandboxError } from 'e2b';
+import { FileType, FilesystemEventType, Sandbox, SandboxError, type FilesystemEvent } from 'e2b';
 import { startLocalController, type LocalController } from '../support/local-controller.js';
 
 /**
@@ -203,6 +203,25 @@ describe('the e2b SDK against the gateway: what E2B’s own tests expect', () =>
       expect(v1.logs.map((l) => l.line)).toContain('hello-from-the-log');
       expect(v1.logEntries.length).toBe(v1.logs.length);
       expect((await fetch(`${opts.apiUrl}/v2/sandboxes/nosuchsandbox/logs`, { headers })).status).toBe(404);
+    } finally {
+      await sandbox.kill();
+    }
+  });
+
+  it('watch events carry their entry (envd 0.6.3), and allowNetworkMounts (0.6.4) is taken', async () => {
+    const sandbox = await Sandbox.create(opts);
+    try {
+      await sandbox.files.makeDir('watched-entries');
+      const events: FilesystemEvent[] = [];
+      const handle = await sandbox.files.watchDir('watched-entries', (event) => void events.push(event), { includeEntry: true, allowNetworkMounts: true });
+      try {
+        await sandbox.files.write('watched-entries/new.txt', 'abc');
+        for (let i = 0; i < 200 && !events.some((e) => e.entry !== undefined); i++) await pause(20);
+        const created = events.find((e) => e.type === FilesystemEventType.CREATE && e.name === 'new.txt');
+        expect(created?.entry).toMatchObject({ name: 'new.txt', type: FileType.FILE, path: path.join(warren.root, 'watched-entries/new.txt') });
+      } finally {
+        await handle.stop();
+      }
     } finally {
       await sandbox.kill();
     }

@@ -461,7 +461,14 @@ function follow(session: DaemonSession, handle: string, ctx: HandlerContext): As
         },
       )
       .then(
-        ({ result }) => finish(message({ case: 'end', value: endOf(result) })),
+        // A command killed at its lifetime (Connect-Timeout-Ms) ends as envd's does, with deadline_exceeded
+        // (the SDK's TimeoutError) rather than an end event that would race the client's own deadline.
+        ({ result }) =>
+          finish(
+            result.timedOut
+              ? new ConnectError('The command ran past its timeout (timeoutMs) and was killed.', Code.DeadlineExceeded)
+              : message({ case: 'end', value: endOf(result) }),
+          ),
         (err: unknown) => finish(err instanceof Error ? err : new Error(String(err))),
       );
     return () => undefined;

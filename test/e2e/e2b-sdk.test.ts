@@ -1,6 +1,6 @@
 import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { CommandExitError, Sandbox, SandboxError } from 'e2b';
+import { CommandExitError, Sandbox, SandboxError, TimeoutError } from 'e2b';
 import { startTestController, type TestController } from '../support/fixtures.js';
 
 /**
@@ -66,6 +66,7 @@ describe('the e2b SDK on real sandboxes', () => {
       expect(await sandbox.files.getInfo('entries/test.txt')).toMatchObject({ mode: 0o644, owner: 'user', group: 'user' });
       expect((await sandbox.files.getInfo('entries/link.txt')).symlinkTarget).toBe('/home/user/entries/test.txt');
       await sandbox.files.remove('entries/not-there.txt');
+      await expect(sandbox.commands.run('sleep 10', { timeoutMs: 1000 })).rejects.toBeInstanceOf(TimeoutError);
 
       expect((await sandbox.commands.run('echo $FOO', { envs: { FOO: 'bar' } })).stdout.trim()).toBe('bar');
       expect((await sandbox.commands.run('echo "[$FOO]"')).stdout.trim()).toBe('[]');

@@ -86,6 +86,19 @@ describe('the e2b SDK against the gateway: what E2B’s own tests expect', () =>
     }
   });
 
+  it('a terminal whose sandbox is killed ends with the same end-of-life error', async () => {
+    const sandbox = await Sandbox.create(opts);
+    try {
+      const terminal = await sandbox.pty.create({ cols: 80, rows: 24, onData: () => undefined });
+      await sandbox.kill();
+      const err = await terminal.wait().catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(SandboxError);
+      expect((err as Error).message).toContain('sandbox was killed or reached its end of life');
+    } finally {
+      await sandbox.kill();
+    }
+  });
+
   it('file entries: mode, permissions, owner and group in getInfo and listings, a link’s absolute target, walk order at depth', async () => {
     const sandbox = await Sandbox.create(opts);
     const owner = os.userInfo().username;

@@ -73,7 +73,11 @@ export function envdRoutes(deps: HttpServerDeps, pool: DaemonSessionPool, watche
             throw toConnectError(err);
           }
           yield message({ case: 'start', value: { pid: entry.pid } });
-          yield* followPty(entry, ctx);
+          try {
+            yield* followPty(entry, ctx);
+          } catch (err) {
+            throw await streamError(err, deps, ctx);
+          }
           return;
         }
         let lease: DaemonLease | undefined;

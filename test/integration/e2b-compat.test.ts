@@ -50,6 +50,19 @@ describe('the e2b SDK against the gateway: what E2B’s own tests expect', () =>
 
       expect(await Sandbox.list({ ...opts, query: { metadata: { suite }, template: 'base' } }).nextItems()).toHaveLength(2);
       expect(await Sandbox.list({ ...opts, query: { metadata: { suite }, template: 'other' } }).nextItems()).toEqual([]);
+      // A sandbox Warren froze while idle (hibernated) is running to E2B.
+      await Sandbox.connect(newer.sandboxId, opts);
+      const frozen = await fetch(`${warren.url}/v1/sandboxes/${newer.sandboxId}/hibernate`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${warren.apiKey}` },
+      });
+      expect(frozen.status).toBeLessThan(300);
+      const described = (await (
+        await fetch(`${warren.url}/v1/sandboxes/${newer.sandboxId}`, { headers: { authorization: `Bearer ${warren.apiKey}` } })
+      ).json()) as { state: string };
+      expect(described.state).toBe('hibernated');
+      const running = await Sandbox.list({ ...opts, query: { metadata: { suite }, state: ['running'] } }).nextItems();
+      expect(running.map((s) => [s.sandboxId, s.state])).toEqual([[newer.sandboxId, 'running']]);
       const { startedAt } = await newer.getInfo();
       const recent = await Sandbox.list({ ...opts, query: { metadata: { suite }, startedAfter: startedAt } }).nextItems();
       expect(recent.map((s) => s.sandboxId)).toEqual([newer.sandboxId]);

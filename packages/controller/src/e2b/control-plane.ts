@@ -368,7 +368,7 @@ async function list({ deps, res, query, caller }: PlaneContext, paged: boolean):
   // A volume's content helper (docs/e2b.md#volumes) is the gateway's own, not the program's.
   let all = (await deps.sandboxes.find({ labels: metadata, tenant: listedTenant(caller) })).filter(
     (s) =>
-      wanted.includes(s.state) &&
+      wanted.includes(e2bState(s.state)) &&
       !Object.hasOwn(s.labels, HELPER_LABEL) &&
       (template === null || (s.labels[TEMPLATE_LABEL] ?? s.image) === template) &&
       (startedAfter === undefined || Date.parse(s.createdAt) >= startedAfter),
@@ -473,6 +473,11 @@ async function pause({ deps, res, id }: PlaneContext): Promise<void> {
 /** E2B's Sandbox object (create and connect answers). */
 function sandboxObject(info: SandboxInfo, templateID: string): Record<string, unknown> {
   return { sandboxID: info.id, templateID, alias: templateID, clientID: 'warren', envdVersion: ENVD_VERSION, trafficAccessToken: null, domain: null };
+}
+
+/** A Warren state as a list's `state` filter reads it: a hibernated sandbox (frozen while idle, woken by its next call) is running to E2B; exited and gone ones match neither E2B state. */
+function e2bState(state: SandboxInfo['state']): string {
+  return state === 'running' || state === 'hibernated' ? 'running' : state;
 }
 
 /** E2B's ListedSandbox (list answers; the detail adds its token). */

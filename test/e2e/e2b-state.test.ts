@@ -73,7 +73,7 @@ describe('the e2b SDK: snapshots, forks and volumes on real sandboxes', () => {
       expect((await call('DELETE', '/templates/..%2F..%2Fetc')).status).toBe(400);
       await expect(Sandbox.create('../../etc', opts)).rejects.toThrow(/40[04]/);
       // A configured template is not deleted through E2B.
-      await expect(Sandbox.deleteSnapshot('base', opts)).rejects.toThrow(/501.*does not build or delete templates/);
+      await expect(Sandbox.deleteSnapshot('base', opts)).rejects.toThrow(/501.*configured on the controller/);
 
       expect(await Sandbox.deleteSnapshot(snapshot.snapshotId, opts)).toBe(true);
       expect(await Sandbox.deleteSnapshot(snapshot.snapshotId, opts)).toBe(false);
@@ -256,10 +256,11 @@ describe('the e2b SDK: snapshots, forks and volumes on real sandboxes', () => {
     await expect(Secret.create('api-key', 'value', opts)).rejects.toThrow(/501.*secrets/);
     await expect(Secret.list(opts).nextItems()).rejects.toThrow(/501/);
     for (const [method, path] of [
-      ['POST', '/v3/templates'],
-      ['POST', '/v2/templates/t1/builds/b1'],
-      ['GET', '/templates'],
-      ['GET', '/templates/base/files/abc'],
+      // Template builds are served (e2b-templates.test.ts); tags, build log pages and the v1 Dockerfile API are not.
+      ['POST', '/templates/tags'],
+      ['DELETE', '/templates/tags'],
+      ['GET', '/templates/base/builds/b1/logs'],
+      ['POST', '/templates'],
     ] as const) {
       const res = await call(method, path, method === 'POST' ? {} : undefined);
       expect([path, res.status]).toEqual([path, 501]);

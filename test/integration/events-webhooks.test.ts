@@ -1,4 +1,4 @@
-import { createHmac, timingSafeEqual } from 'node:crypto';
+import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
 import { once } from 'node:events';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -209,7 +209,102 @@ describe('lifecycle events and webhooks over a real controller', () => {
     expect((await e2b('/events/sandboxes?limit=100', memberB)).json as { sandboxTeamId: string }[]).toEqual(
       expect.not.arrayContaining([expect.objectContaining({ sandboxTeamId: 'default' })]),
     );
-    // E2B's webhook routes are not served: Warren's /v1/webhooks is.
-    expect((await e2b('/events/webhooks', warren.apiKey)).status).toBe(501);
+  });
+
+  it("registers, lists, changes and deletes webhooks through E2B's API, and delivers in E2B's words with E2B's signature", async () => {
+    const e2b = async (method: string, route: string, key: string, body?: unknown) => {
+      const res = await fetch(`${warren.url}/e2b${route}`, {
+        method,
+        headers: { 'x-api-key': key, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+      });
+      const text = await res.text();
+      return { status: res.status, json: (text ? JSON.parse(text) : {}) as Record<string, any> }; // eslint-disable-line @typescript-eslint/no-explicit-any
+    };
+    const hook = await receiver(200);
+    try {
+      const secret = 'secret-for-event-signature-verification';
+      // What E2B's docs send, `updated` included (accepted; Warren never sends it).
+      const registered = await e2b('POST', '/events/webhooks', warren.apiKey, {
+        name: 'My Sandbox Webhook',
+        url: hook.url,
+        enabled: true,
+        events: ['sandbox.lifecycle.created', 'sandbox.lifecycle.updated', 'sandbox.lifecycle.killed'],
+        signatureSecret: secret,
+      });
+      expect(registered.status).toBe(201);
+      expect(registered.json).toMatchObject({ name: 'My Sandbox Webhook', enabled: true, url: hook.url, teamID: 'default' });
+      expect(registered.json).not.toHaveProperty('signatureSecret');
+      const id = registered.json.id as string;
+      expect((await e2b('GET', '/events/webhooks', warren.apiKey)).json.map((w: { id: string }) => w.id)).toContain(id);
+      expect((await e2b('GET', `/events/webhooks/${id}`, warren.apiKey)).json.events).toEqual([
+        'sandbox.lifecycle.created',
+        'sandbox.lifecycle.updated',
+        'sandbox.lifecycle.killed',
+      ]);
+      // Another tenant's key: its list holds none of it, and its id answers as one that does not exist.
+      expect((await e2b('GET', '/events/webhooks', memberB)).json).toEqual([]);
+      const missing = await e2b('GET', '/events/webhooks/wh_0000000000000000', memberB);
+      const foreign = await e2b('GET', `/events/webhooks/${id}`, memberB);
+      expect({ status: foreign.status, message: String(foreign.json.message).replace(id, '<id>') }).toEqual({
+        status: missing.status,
+        message: String(missing.json.message).replace('wh_0000000000000000', '<id>'),
+      });
+      expect(foreign.status).toBe(404);
+      expect((await e2b('DELETE', `/events/webhooks/${id}`, memberB)).status).toBe(404);
+      // A target the controller may not reach, and types E2B does not have, are refused.
+      expect(
+        (
+          await e2b('POST', '/events/webhooks', warren.apiKey, {
+            name: 'x',
+            url: 'http://169.254.169.254/',
+            events: ['sandbox.lifecycle.created'],
+            signatureSecret: 's',
+          })
+        ).status,
+      ).toBe(403);
+      expect(
+        (await e2b('POST', '/events/webhooks', warren.apiKey, { name: 'x', url: hook.url, events: ['sandbox.lifecycle.exploded'], signatureSecret: 's' }))
+          .status,
+      ).toBe(400);
+
+      // A sandbox's life: created and killed reach the receiver (paused and resumed were not asked for).
+      const created = await api('POST', '/v1/sandboxes', warren.apiKey, { policy: { root: warren.root, readOnly: false } });
+      const sandboxId = created.json.id as string;
+      expect((await api('POST', `/v1/sandboxes/${sandboxId}/pause`, warren.apiKey)).status).toBe(200);
+      expect((await api('POST', `/v1/sandboxes/${sandboxId}/resume`, warren.apiKey)).status).toBe(200);
+      expect((await api('DELETE', `/v1/sandboxes/${sandboxId}`, warren.apiKey)).status).toBe(204);
+      const ofSandbox = () => hook.received.filter((r) => (JSON.parse(r.body) as { sandboxId: string }).sandboxId === sandboxId);
+      await until(() => ofSandbox().length >= 2);
+      const [first, second] = ofSandbox();
+      expect([first, second].map((r) => (JSON.parse(r!.body) as { type: string }).type)).toEqual(['sandbox.lifecycle.created', 'sandbox.lifecycle.killed']);
+      expect(JSON.parse(first!.body)).toMatchObject({ version: 'v1', sandboxId, sandboxTeamId: 'default' });
+      // The receiver's check, as E2B documents it: unpadded base64 SHA-256 of the secret and the raw body.
+      for (const r of [first!, second!]) {
+        const expected = createHash('sha256')
+          .update(secret + r.body)
+          .digest('base64')
+          .replace(/=+$/, '');
+        expect(r.headers['e2b-signature']).toBe(expected);
+        expect(r.headers).toMatchObject({ 'e2b-webhook-id': id, 'e2b-signature-version': 'v1' });
+      }
+
+      // Disabled, it lets events pass by; the change shows; deleted, it is gone.
+      const changed = await e2b('PATCH', `/events/webhooks/${id}`, warren.apiKey, { enabled: false, name: 'Renamed' });
+      expect(changed.json).toMatchObject({ enabled: false, name: 'Renamed' });
+      const before = hook.received.length;
+      const quiet = await api('POST', '/v1/sandboxes', warren.apiKey, { policy: { root: warren.root, readOnly: false } });
+      expect((await api('DELETE', `/v1/sandboxes/${quiet.json.id as string}`, warren.apiKey)).status).toBe(204);
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect(hook.received.length).toBe(before);
+      expect((await e2b('DELETE', `/events/webhooks/${id}`, warren.apiKey)).status).toBe(200);
+      expect((await e2b('GET', `/events/webhooks/${id}`, warren.apiKey)).status).toBe(404);
+      // Warren's own webhooks are not E2B's: not in E2B's list.
+      const own = await api('POST', '/v1/webhooks', warren.apiKey, { url: hook.url });
+      expect((await e2b('GET', '/events/webhooks', warren.apiKey)).json.map((w: { id: string }) => w.id)).not.toContain(own.json.webhook.id);
+      expect((await api('DELETE', `/v1/webhooks/${own.json.webhook.id as string}`, warren.apiKey)).status).toBe(204);
+    } finally {
+      await hook.close();
+    }
   });
 });

@@ -255,6 +255,10 @@ PY`,
     expect((await api('POST', `/v1/sandboxes/${sandbox.id}/hibernate`, {}, token)).status).toBe(403);
     // The owner's snapshot is untouched.
     expect((await new Snapshots(options()).get('first')).id).toBe(mine.id);
+    // The other key is an admin of its own tenant: it reaches this one's snapshots only by naming the tenant.
+    const listed = await api('GET', '/v1/snapshots?tenant=default', undefined, otherKey);
+    expect((JSON.parse(await listed.text()) as { snapshots: { id: string }[] }).snapshots.map((s) => s.id)).toContain(mine.id);
+    expect((await api('GET', `/v1/snapshots/${mine.id}?tenant=default`, undefined, otherKey)).status).toBe(200);
     const twice = await api('POST', `/v1/sandboxes/${sandbox.id}/snapshot`, { name: 'first' });
     expect(await codeOf(twice)).toBe('ALREADY_EXISTS');
     await new Snapshots(options()).delete(mine.id);

@@ -320,6 +320,23 @@ describe('red team: named volumes shared by sandboxes', () => {
     await expect(new Volumes(other).delete('mine')).rejects.toMatchObject({ code: 'VOLUME_NOT_FOUND' });
     await expect(new Volumes(other).get('mine')).rejects.toMatchObject({ code: 'VOLUME_NOT_FOUND' });
     expect(await new Volumes(other).list()).toEqual([]);
+    // An admin of another tenant reaches it only by naming its tenant; a member key never does.
+    const asAdmin = (query: string, method = 'GET') =>
+      fetch(`${warren.url}/v1/volumes${query}`, { method, headers: { authorization: `Bearer ${otherKey}` } });
+    expect(((await (await asAdmin('?tenant=default')).json()) as { volumes: { name: string }[] }).volumes.map((v) => v.name)).toEqual(['mine']);
+    expect((await asAdmin('/mine?tenant=default')).status).toBe(200);
+    expect((await asAdmin('?tenant=Default')).status).toBe(400);
+    const member = (await (
+      await fetch(`${warren.url}/v1/keys`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ tenant: 'other-9', role: 'member' }),
+      })
+    ).json()) as { key: string };
+    for (const query of ['?tenant=default', '/mine?tenant=default']) {
+      const res = await fetch(`${warren.url}/v1/volumes${query}`, { headers: { authorization: `Bearer ${member.key}` } });
+      expect({ query, status: res.status }).toEqual({ query, status: 403 });
+    }
     // A sandbox token or a derived token may not create, list or mount volumes.
     const sandbox = await Sandbox.create(options());
     const { token } = await sandbox.deriveToken({ allowRead: ['/workspace'], readonly: true });

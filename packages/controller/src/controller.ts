@@ -34,6 +34,7 @@ import { EventLog } from './events/event-log.js';
 import { TargetGuard } from './events/webhook-target.js';
 import { WebhookStore } from './events/webhook-store.js';
 import { WebhookService } from './events/webhooks.js';
+import { e2bWebhookFormat } from './e2b/webhooks.js';
 
 export interface StartControllerOptions {
   config?: Partial<ControllerConfig>;
@@ -177,7 +178,13 @@ async function startEvents(sandboxes: SandboxService, config: ControllerConfig, 
   });
   const unsubscribe = sandboxes.lifecycle.subscribe((report) => log.append(report));
   const guard = new TargetGuard(config.webhooks, self);
-  const webhooks = new WebhookService({ store: await WebhookStore.load(config.stateDir), log, guard, settings: config.webhooks });
+  const webhooks = new WebhookService({
+    store: await WebhookStore.load(config.stateDir),
+    log,
+    guard,
+    settings: config.webhooks,
+    formats: { e2b: e2bWebhookFormat },
+  });
   const close = async () => {
     unsubscribe();
     await webhooks.close();

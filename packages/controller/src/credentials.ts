@@ -14,6 +14,8 @@ export interface DerivedToken {
   keyId?: string | undefined;
   /** This token's own id, for revoking it alone (set when minted). */
   tokenId?: string | undefined;
+  /** The ids of the tokens it was derived from (a sandbox's own, derived ones): revoking any of them ends this one. */
+  ancestors?: string[] | undefined;
 }
 
 /** The file that holds the SHA-256 digests of the API keys, one hex digest a line. */
@@ -103,13 +105,27 @@ export class Credentials {
     return this.derive('instance', '').slice(0, 16);
   }
 
-  /** The token that reaches one sandbox and nothing else. */
+  /**
+   * The token that reaches one sandbox and nothing else, as it is now: derived from the sandbox's
+   * id and the generation of its token ({@link KeyStore.sandboxTokenId}), so it needs no storage
+   * and a rotation makes a new one. The first generation's is the token of before rotations existed.
+   */
   sandboxToken(sandboxId: string): string {
-    return `wst_${this.derive('token', sandboxId)}`;
+    const generation = Number(this.keys.sandboxTokenId(sandboxId).split(':').pop());
+    return generation === 0 ? `wst_${this.derive('token', sandboxId)}` : `wst_${generation}_${this.derive('token', `${sandboxId}:${generation}`)}`;
   }
 
   isSandboxToken(sandboxId: string, presented: string): boolean {
     return timingSafeEqual(digest(presented), digest(this.sandboxToken(sandboxId)));
+  }
+
+  /**
+   * Revokes a sandbox's own token and answers its next one: what held the old one (connections,
+   * tokens derived from it, links signed with it) ends; the sandbox and its API keys are untouched.
+   */
+  async rotateSandboxToken(sandboxId: string): Promise<string> {
+    await this.keys.revokeToken(this.keys.sandboxTokenId(sandboxId), undefined);
+    return this.sandboxToken(sandboxId);
   }
 
   /** The secret the controller presents to a sandbox's daemon (keyed by the container's own id). */
@@ -123,7 +139,14 @@ export class Credentials {
    * storage.
    */
   deriveToken(token: DerivedToken): string {
-    const fields = { s: token.sandboxId, g: token.grant, e: token.expiresAt, k: token.keyId, n: token.tokenId ?? randomBytes(6).toString('base64url') };
+    const fields = {
+      s: token.sandboxId,
+      g: token.grant,
+      e: token.expiresAt,
+      k: token.keyId,
+      n: token.tokenId ?? randomBytes(6).toString('base64url'),
+      a: token.ancestors?.length ? token.ancestors : undefined,
+    };
     const payload = Buffer.from(JSON.stringify(fields)).toString('base64url');
     return `wsd_${payload}.${this.derive('derived', payload)}`;
   }
@@ -135,7 +158,7 @@ export class Credentials {
     const [, payload, mac] = match;
     if (!timingSafeEqual(digest(mac!), digest(this.derive('derived', payload!)))) return undefined;
     try {
-      const data = JSON.parse(Buffer.from(payload!, 'base64url').toString('utf8')) as { s?: unknown; g?: unknown; e?: unknown; k?: unknown; n?: unknown };
+      const data = JSON.parse(Buffer.from(payload!, 'base64url').toString('utf8')) as { s?: unknown; g?: unknown; e?: unknown; k?: unknown; n?: unknown; a?: unknown };
       if (typeof data.s !== 'string') return undefined;
       return {
         sandboxId: data.s,
@@ -143,6 +166,7 @@ export class Credentials {
         expiresAt: typeof data.e === 'number' ? data.e : undefined,
         keyId: typeof data.k === 'string' ? data.k : undefined,
         tokenId: typeof data.n === 'string' ? data.n : undefined,
+        ancestors: Array.isArray(data.a) ? data.a.filter((id): id is string => typeof id === 'string') : undefined,
       };
     } catch {
       return undefined;

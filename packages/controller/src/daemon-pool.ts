@@ -3,6 +3,15 @@ import { DaemonSession } from './daemon-session.js';
 import type { DaemonDoor } from './daemon-session.js';
 import type { Caller } from './grants.js';
 import type { Metrics } from './metrics.js';
+import type { Closable, SandboxOwner } from './tenancy/live-credentials.js';
+
+/** Where sessions are registered under the credentials they were opened with (`LiveCredentials`). */
+export interface CredentialWatch {
+  track(connection: Closable, caller: Caller, record: SandboxOwner): () => void;
+}
+
+/** What the pool reads of a sandbox: its state (a paused one's sessions are not reused) and its creator. */
+type PooledSandboxes = DaemonDoor & { record(id: string): { state: string } & SandboxOwner };
 
 /** A session lent by a {@link DaemonSessionPool} until `release()`. */
 export interface DaemonLease {
@@ -19,6 +28,11 @@ export interface DaemonSessionPoolOptions {
   idleMs?: number;
   /** Idle sessions kept per sandbox, caller and grant. */
   maxIdlePerKey?: number;
+  /**
+   * Ends every session, leased or idle, whose credential ends (a key revoked or rotated, a token
+   * revoked), so the port tunnels and E2B streams riding one stop within a second, not at their next request.
+   */
+  credentials?: CredentialWatch;
 }
 
 /**
@@ -40,23 +54,19 @@ export class DaemonSessionPool {
   private readonly idle = new Map<string, { session: DaemonSession; timer: ReturnType<typeof setTimeout> }[]>();
   private readonly idleMs: number;
   private readonly maxIdlePerKey: number;
+  private readonly credentials: CredentialWatch | undefined;
 
   constructor(options: DaemonSessionPoolOptions = {}) {
     this.idleMs = options.idleMs ?? 10_000;
     this.maxIdlePerKey = options.maxIdlePerKey ?? 4;
+    this.credentials = options.credentials;
   }
 
   /** Lends a session of sandbox `id` for `caller` with `grant`: an idle one kept for the same three, or a new one. */
-  async lease(
-    sandboxes: DaemonDoor & { record(id: string): { state: string } },
-    id: string,
-    caller: Caller,
-    grant: ConnectionGrant,
-    metrics?: Metrics,
-  ): Promise<DaemonLease> {
+  async lease(sandboxes: PooledSandboxes, id: string, caller: Caller, grant: ConnectionGrant, metrics?: Metrics): Promise<DaemonLease> {
     const key = JSON.stringify([id, caller, grant]);
     const kept = sandboxes.record(id).state === 'running' ? this.take(key) : undefined;
-    const session = kept ?? (await DaemonSession.open(sandboxes, id, caller, grant, metrics));
+    const session = kept ?? (await this.open(sandboxes, id, caller, grant, metrics));
     let released = false;
     return {
       session,
@@ -69,9 +79,20 @@ export class DaemonSessionPool {
     };
   }
 
+  /**
+   * Opens a session that is not lent and never kept: for what holds one for its whole life (an
+   * E2B terminal, watch or command stream). Like a lent one, it ends with its credential.
+   */
+  async open(sandboxes: PooledSandboxes, id: string, caller: Caller, grant: ConnectionGrant, metrics?: Metrics): Promise<DaemonSession> {
+    const record = sandboxes.record(id);
+    const session = await DaemonSession.open(sandboxes, id, caller, grant, metrics);
+    if (this.credentials) session.onClose(this.credentials.track({ close: (_code, reason) => session.end(reason) }, caller, record));
+    return session;
+  }
+
   /** Runs `fn` with a leased session and hands it back when `fn` settles. */
   async run<T>(
-    sandboxes: DaemonDoor & { record(id: string): { state: string } },
+    sandboxes: PooledSandboxes,
     id: string,
     caller: Caller,
     grant: ConnectionGrant,

@@ -100,6 +100,8 @@ export class DaemonSession implements AsyncDisposable {
     await sandboxes.wake(id);
     sandboxes.touch(id);
     const ws = await openDaemonSocket(sandboxes, id, grant);
+    // Set by `end`: the calls in flight then fail with why the session was ended.
+    let ended: CodedError | undefined;
     const client = await WireClient.connect(wsSocket(ws), {
       client: 'warren-e2b-gateway',
       // The door's callers built the params; results are read tolerantly, events passed on as sent.
@@ -107,9 +109,11 @@ export class DaemonSession implements AsyncDisposable {
       checkEvents: false,
       handshakeClosedError: () => new CodedError('SANDBOX_NOT_READY', 'The sandbox daemon closed the connection during the handshake.'),
       peerClosedError: () => new CodedError('SANDBOX_NOT_READY', 'The sandbox daemon closed the connection.'),
-      localClosedError: () => new CodedError('CANCELLED', 'The gateway closed its connection to the sandbox daemon.'),
+      localClosedError: () => ended ?? new CodedError('CANCELLED', 'The gateway closed its connection to the sandbox daemon.'),
     });
-    return new DaemonSession(client, caller, grant, metrics, () => sandboxes.freezer.hold(id), sandboxes.auditFor?.(id, caller));
+    const session = new DaemonSession(client, caller, grant, metrics, () => sandboxes.freezer.hold(id), sandboxes.auditFor?.(id, caller));
+    session.ending = (error) => (ended ??= error);
+    return session;
   }
 
   /**
@@ -184,6 +188,23 @@ export class DaemonSession implements AsyncDisposable {
   /** Closes the connection; calls still in flight are cancelled by the daemon (background processes live on). */
   close(): void {
     this.client.close();
+  }
+
+  /** Records why the session is about to be closed, for its calls in flight (set by `open`). */
+  private ending: (error: CodedError) => void = () => undefined;
+
+  /**
+   * Closes the connection because its credential ended (a key revoked or rotated, a token
+   * revoked): calls in flight, a port tunnel's or an E2B stream's, fail with UNAUTHORIZED and `reason`.
+   */
+  end(reason: string): void {
+    this.ending(new CodedError('UNAUTHORIZED', reason));
+    this.client.close(1008, reason);
+  }
+
+  /** Runs `listener` once the connection has closed, for whatever reason. */
+  onClose(listener: () => void): void {
+    this.client.onClose(() => listener());
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

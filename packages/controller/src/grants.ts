@@ -35,6 +35,8 @@ export type Caller =
       /** The API key whose holder minted it: revoking that key ends the token. */
       keyId?: string | undefined;
       tokenId?: string | undefined;
+      /** The tokens it was derived from (the sandbox's own, derived ones): revoking any ends it. */
+      ancestors?: string[] | undefined;
     };
 
 /** What every refused credential is told, whatever was wrong with it. */
@@ -199,7 +201,14 @@ export function deriveGrant(credentials: Credentials, record: SandboxRecord, cal
   const expiresAt = mintedExpiry(caller, ttlSeconds === undefined ? undefined : Date.now() + ttlSeconds * 1000);
   // The token lives no longer than the key it comes from: the caller's own, or the one that created the sandbox.
   const keyId = caller.kind === 'sandbox' ? record.creatorKeyId : caller.keyId;
-  const token = credentials.deriveToken({ sandboxId: record.id, grant, expiresAt, keyId });
+  // And no longer than the token it was derived from: a rotated sandbox token, a revoked derived one.
+  const ancestors =
+    caller.kind === 'sandbox'
+      ? [credentials.keys.sandboxTokenId(record.id)]
+      : caller.kind === 'derived'
+        ? [...(caller.ancestors ?? []), ...(caller.tokenId === undefined ? [] : [caller.tokenId])]
+        : [];
+  const token = credentials.deriveToken({ sandboxId: record.id, grant, expiresAt, keyId, ancestors });
   return expiresAt === undefined ? { token, grant } : { token, grant, expiresAt: new Date(expiresAt).toISOString() };
 }
 
@@ -295,5 +304,14 @@ export function callerFor(credentials: Credentials, presented: string, sandboxId
   // A token lives no longer than the key whose holder minted it, and until it is revoked itself.
   if (derived.keyId !== undefined && credentials.keys.ended(derived.keyId)) return undefined;
   if (derived.tokenId !== undefined && credentials.keys.tokenRevoked(derived.tokenId)) return undefined;
-  return { kind: 'derived', sandboxId, grant: derived.grant, expiresAt: derived.expiresAt, keyId: derived.keyId, tokenId: derived.tokenId };
+  if (derived.ancestors?.some((id) => credentials.keys.tokenRevoked(id))) return undefined;
+  return {
+    kind: 'derived',
+    sandboxId,
+    grant: derived.grant,
+    expiresAt: derived.expiresAt,
+    keyId: derived.keyId,
+    tokenId: derived.tokenId,
+    ...(derived.ancestors?.length ? { ancestors: derived.ancestors } : {}),
+  };
 }

@@ -71,8 +71,8 @@ export function createHttpServer(deps: HttpServerDeps) {
 
   // One pool of idle daemon connections for every door that opens them for a caller (keyed by
   // sandbox, caller and grant). E2B's calls come in bursts further apart than a page's tunnels, so
-  // idle sessions wait 30 s.
-  const daemonSessions = new DaemonSessionPool({ idleMs: 30_000 });
+  // idle sessions wait 30 s. A session ends with the credential it was opened with.
+  const daemonSessions = new DaemonSessionPool({ idleMs: 30_000, credentials: auth.live });
   const e2b = createE2bGateway(deps, daemonSessions);
   const ports = new PortProxy({
     sessions: daemonSessions,
@@ -212,6 +212,8 @@ async function route(deps: HttpServerDeps, auth: Authenticator, req: IncomingMes
       record && found.access !== 'operator' ? { caller: who, grant: () => grantFor(record, who), scopes: () => scopesOf(who, record) } : controllerWide(who);
     refuse(holder, found.access as Access, what);
     if (found.scope) requireScope(who, found.scope, what, record);
+    // An admin aiming a tenant-wide route at another tenant (`?tenant=`): the access line says so.
+    if (found.query?.schema.shape.tenant !== undefined) entry.actedIn ??= actedAcross(who, url.searchParams.get('tenant') ?? undefined);
   }
   if (record) {
     deps.sandboxes.touch(id);

@@ -219,6 +219,7 @@ export {
   CreateVolumeRequest,
   DeriveTokenRequest,
   DeriveTokenResponse,
+  RotatedSandboxToken,
   EgressLogEntry,
   EgressLogResponse,
   ForkSandboxRequest,

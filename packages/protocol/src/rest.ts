@@ -238,6 +238,10 @@ export const DeriveTokenResponse = z.strictObject({
 });
 export type DeriveTokenResponse = z.infer<typeof DeriveTokenResponse>;
 
+/** What `POST /v1/sandboxes/{id}/token/rotate` answers: the sandbox's new token (the old one and what was derived from it are revoked). */
+export const RotatedSandboxToken = z.strictObject({ token: z.string() });
+export type RotatedSandboxToken = z.infer<typeof RotatedSandboxToken>;
+
 /**
  * `GET /v1/sandboxes/:id/metrics`: one sample of what the sandbox uses, as the engine reports it
  * (cgroup counters read by the engine, never anything the sandbox itself says). A field the
@@ -442,6 +446,10 @@ export const REST_PATHS = {
   keyRotate: (id: string) => `/v1/keys/${encodeURIComponent(id)}/rotate`,
   /** `GET` the caller's tenant: usage against limits. */
   tenant: '/v1/tenant',
+  /** `POST` a new token for the sandbox, revoking its old one and every token derived from that. */
+  tokenRotate: (id: string) => `/v1/sandboxes/${encodeURIComponent(id)}/token/rotate`,
+  /** `POST` `{ token }`: revoke one derived token of the sandbox. */
+  tokensRevoke: (id: string) => `/v1/sandboxes/${encodeURIComponent(id)}/tokens/revoke`,
   /** `GET` the durable audit trail of every sandbox the key may read, as JSON lines (`?sandbox=&tenant=&since=&until=`). */
   audit: '/v1/audit',
 } as const;

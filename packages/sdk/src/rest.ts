@@ -3,6 +3,7 @@ import {
   KeyInfo,
   ListKeysResponse,
   TenantReport,
+  RotatedSandboxToken,
   AuditExportLine,
   AuditListResult,
   type Result,
@@ -264,6 +265,19 @@ export class RestClient {
   /** Revokes a key: its requests, tokens, console sessions and WebSockets end. Admin keys only. */
   async revokeKey(id: string, signal?: AbortSignal): Promise<KeyInfo> {
     return tolerant(KeyInfo).parse(await this.request('DELETE', REST_PATHS.key(id), undefined, signal));
+  }
+
+  /**
+   * Gives sandbox `id` a new token of its own and answers it: the old token, every token derived
+   * from it, and what they hold open (WebSockets, port tunnels, E2B streams) end at once.
+   */
+  async rotateSandboxToken(id: string, signal?: AbortSignal): Promise<string> {
+    return tolerant(RotatedSandboxToken).parse(await this.request('POST', REST_PATHS.tokenRotate(id), undefined, signal)).token;
+  }
+
+  /** Revokes one derived token of sandbox `id` (`wsd_...`): refused from the next request, its connections closed. */
+  async revokeToken(id: string, token: string, signal?: AbortSignal): Promise<void> {
+    await this.request('POST', REST_PATHS.tokensRevoke(id), { token }, signal);
   }
 
   /** The caller's tenant's usage against its limits. */

@@ -73,7 +73,7 @@ describe('hostile input at the e2b gateway', () => {
     expect(await unknown.json()).toMatchObject({ code: 'unimplemented' });
     const service = await unary(a, 'evil.Service/Run', '{}');
     expect(service.status).toBe(501);
-    const route = await fetch(`${base}/templates`, { headers: { 'x-api-key': warren.apiKey } });
+    const route = await fetch(`${base}/templates/t1/builds/b1/logs`, { headers: { 'x-api-key': warren.apiKey } });
     expect(route.status).toBe(501);
     expect(await route.json()).toMatchObject({ code: 501, message: expect.stringMatching(/not supported/) });
     const ghost = await fetch(`${base}/sandboxes/doesnotexist123`, { headers: { 'x-api-key': warren.apiKey } });

@@ -1,6 +1,9 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { METHODS } from '@warren/protocol';
-import { Sandbox } from '@warren/sdk';
+import { Sandbox as E2bSandbox } from 'e2b';
+import { RestClient, Sandbox } from '@warren/sdk';
 import WebSocket from 'ws';
 import { ROUTES } from '../../../packages/controller/src/routes/table.js';
 import { startLocalController, type LocalController } from '../../support/local-controller.js';
@@ -149,6 +152,80 @@ describe('tenants: every door answers another tenant exactly as nothing', () => 
     expect((await call('GET', '/v1/sandboxes', bearer(doomed.key))).status).toBe(401);
     expect((await call('GET', `/v1/sandboxes/${sandboxA.id}`, bearer(derived))).status).toBe(401);
     expect((await call('DELETE', `/v1/keys/${doomed.id}`, bearer(keyA))).status).toBe(403);
+  });
+
+  it("a revoked key's open port tunnel, and the E2B command stream of a sandbox it made, end within a second, not at their next request", async () => {
+    // An app "in the sandbox" (the daemons run in this process) that never finishes its answer.
+    const app: Server = createServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      const timer = setInterval(() => res.write('tick\n'), 50);
+      res.on('close', () => clearInterval(timer));
+    });
+    await new Promise<void>((resolve) => app.listen(0, '127.0.0.1', resolve));
+    const doomed = await makeKey({ tenant: 'acme', role: 'member' });
+    const e2bOptions = { apiKey: doomed.key, apiUrl: `${warren.url}/e2b`, sandboxUrl: `${warren.url}/e2b` };
+    // Its envd access token is the sandbox's own token, which ends with the key that made the sandbox.
+    const made = await E2bSandbox.create(e2bOptions);
+    try {
+      const tunnel = await fetch(`${warren.url}/v1/sandboxes/${sandboxA.id}/ports/${(app.address() as AddressInfo).port}/`, { headers: bearer(doomed.key) });
+      expect(tunnel.status).toBe(200);
+      const reader = tunnel.body!.getReader();
+      expect(new TextDecoder().decode((await reader.read()).value)).toContain('tick');
+      const command = await made.commands.run('sleep 30', { background: true });
+      const commandEnded = command.wait().then(
+        () => 'exited',
+        (err: Error) => err.message,
+      );
+      const tunnelEnded = (async () => {
+        for (;;) if ((await reader.read()).done) return 'ended';
+      })().catch(() => 'failed');
+
+      const revoked = Date.now();
+      expect((await call('DELETE', `/v1/keys/${doomed.id}`, bearer(warren.apiKey))).status).toBe(200);
+      const within = (what: Promise<string>) => Promise.race([what, new Promise<string>((r) => setTimeout(() => r('still open'), 1500))]);
+      expect(await within(tunnelEnded)).not.toBe('still open');
+      expect(await within(commandEnded)).toMatch(/revoked/);
+      expect(Date.now() - revoked).toBeLessThan(1500);
+    } finally {
+      await E2bSandbox.kill(made.sandboxId, { ...e2bOptions, apiKey: warren.apiKey });
+      app.closeAllConnections();
+      await new Promise((resolve) => app.close(resolve));
+    }
+  });
+
+  it("a sandbox's own token rotated: the old one, what was derived from it and its open connection end; the new one works", async () => {
+    const sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: keyA, policy: { root: warren.root, readOnly: false } });
+    try {
+      const old = sandbox.token;
+      const byOldToken = await Sandbox.connect(sandbox.id, { baseUrl: warren.url, token: old });
+      const derived = (await byOldToken.deriveToken({ inherit: true })).token;
+      const grandchild = (await (await Sandbox.connect(sandbox.id, { baseUrl: warren.url, token: derived })).deriveToken({ inherit: true })).token;
+      expect((await byOldToken.commands.run('echo alive')).stdout).toBe('alive\n');
+      // Another tenant's key cannot rotate it: the same answer as for a sandbox that does not exist.
+      const foreign = await call('POST', `/v1/sandboxes/${sandbox.id}/token/rotate`, bearer(keyB));
+      expect(same(foreign, sandbox.id)).toEqual(same(await call('POST', `/v1/sandboxes/${NOWHERE}/token/rotate`, bearer(keyB)), NOWHERE));
+      const fresh = await new RestClient(warren.url, keyA).rotateSandboxToken(sandbox.id);
+      expect(fresh).not.toBe(old);
+      const outcome = await byOldToken.commands.run('echo again').then(
+        () => 'ran',
+        (err: { code?: string }) => err.code ?? 'failed',
+      );
+      expect(outcome).not.toBe('ran');
+      byOldToken.close();
+      for (const token of [old, derived, grandchild]) expect((await call('GET', `/v1/sandboxes/${sandbox.id}`, bearer(token))).status).toBe(401);
+      expect((await call('GET', `/v1/sandboxes/${sandbox.id}`, bearer(fresh))).status).toBe(200);
+      // One derived token of the new one, revoked alone.
+      const child = (await (await Sandbox.connect(sandbox.id, { baseUrl: warren.url, token: fresh })).deriveToken({ inherit: true })).token;
+      await new RestClient(warren.url, fresh).revokeToken(sandbox.id, child);
+      expect((await call('GET', `/v1/sandboxes/${sandbox.id}`, bearer(child))).status).toBe(401);
+      expect((await call('GET', `/v1/sandboxes/${sandbox.id}`, bearer(fresh))).status).toBe(200);
+      // E2B's connect hands out the new token as the envd access token.
+      const e2b = await E2bSandbox.connect(sandbox.id, { apiKey: keyA, apiUrl: `${warren.url}/e2b`, sandboxUrl: `${warren.url}/e2b` });
+      expect((e2b as unknown as { envdAccessToken?: string }).envdAccessToken).toBe(fresh);
+    } finally {
+      sandbox.close();
+      await call('DELETE', `/v1/sandboxes/${sandbox.id}`, bearer(keyA));
+    }
   });
 
   it('scopes narrow a key and the token of a sandbox it creates: no exec, no writes, no lifecycle', async () => {

@@ -38,6 +38,19 @@ const post = async (warren: LocalController, body: unknown) => {
   return { status: res.status, code: json.error?.code ?? 'ok', message: json.error?.message ?? '', id: json.webhook?.id };
 };
 
+/** A call on E2B's webhook API (`/e2b/events/webhooks<route>`) with the controller's key. */
+const e2bWebhooks = async (warren: LocalController, method: string, route: string, body?: unknown) => {
+  const res = await fetch(`${warren.url}/e2b/events/webhooks${route}`, {
+    method,
+    headers: { 'x-api-key': warren.apiKey, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
+  return { status: res.status, json: (await res.json()) as { id?: string; url?: string } };
+};
+
+/** An E2B webhook registration for `url`. */
+const e2bHook = (url: string) => ({ name: 'probe', url, enabled: true, events: ['sandbox.lifecycle.created'], signatureSecret: 's' });
+
 const list = async (warren: LocalController) =>
   ((await (await fetch(`${warren.url}/v1/webhooks`, { headers: { authorization: `Bearer ${warren.apiKey}` } })).json()) as { webhooks: unknown[] }).webhooks;
 
@@ -78,6 +91,17 @@ describe('webhook URLs cannot reach metadata, the controller or loopback (SSRF)'
     it('refuses schemes other than http and https, and credentials in the URL', async () => {
       for (const url of ['file:///etc/passwd', 'gopher://127.0.0.1:6379/_FLUSHALL', 'ftp://example.com/', 'http://user:pass@example.com/'])
         expect((await post(warren, { url })).code).toBe('INVALID_PARAMS');
+    });
+
+    it("refuses the same targets through E2B's webhook API", async () => {
+      const own = new URL(warren.url);
+      for (const url of [
+        'http://169.254.169.254/latest/meta-data/',
+        'http://[::ffff:a9fe:a9fe]/',
+        'http://2130706433/',
+        `http://127.0.0.1:${own.port}/v1/keys`,
+      ])
+        expect([url, (await e2bWebhooks(warren, 'POST', '', e2bHook(url))).status]).toEqual([url, 403]);
     });
 
     it('registered nothing', async () => {
@@ -123,6 +147,16 @@ describe('webhook URLs cannot reach metadata, the controller or loopback (SSRF)'
         expect([url, answer.status, answer.code]).toEqual([url, 403, 'FORBIDDEN']);
       }
       expect(await list(warren)).toEqual([]);
+    });
+
+    it("refuses, through E2B's webhook API, a webhook's URL changed to metadata or the controller, and keeps the one it had", async () => {
+      const made = await e2bWebhooks(warren, 'POST', '', e2bHook(target.url));
+      expect(made.status).toBe(201);
+      const own = new URL(warren.url);
+      for (const url of ['http://169.254.169.254/latest/meta-data/', `http://127.0.0.1:${own.port}/v1/keys`, `http://[::ffff:127.0.0.1]:${own.port}/`])
+        expect([url, (await e2bWebhooks(warren, 'PATCH', `/${made.json.id}`, { url })).status]).toEqual([url, 403]);
+      expect((await e2bWebhooks(warren, 'GET', `/${made.json.id}`)).json).toMatchObject({ url: target.url });
+      expect((await e2bWebhooks(warren, 'DELETE', `/${made.json.id}`)).status).toBe(200);
     });
 
     it('does not follow a redirect: the receiver it points to gets nothing, and the webhook shows why', async () => {

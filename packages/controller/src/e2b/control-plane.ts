@@ -11,10 +11,12 @@ import type { HttpServerDeps } from '../server-context.js';
 import { E2bHttpError } from './errors.js';
 import { serveE2bEvents } from './events.js';
 import { serveE2bLogs } from './logs.js';
+import { serveE2bWebhooks } from './webhooks.js';
 import { json, parse, readJson } from './http-util.js';
 import { E2bNetwork, e2bFromEgress, egressFromE2b } from './network.js';
 import { createSnapshot, createVolume, deleteTemplate, deleteVolume, fork, getVolume, listSnapshots, listVolumes, type StateContext } from './state.js';
 import { TEMPLATE_LABEL, type E2bTemplate } from './templates.js';
+import { builtTemplate } from './template-names.js';
 import { HELPER_LABEL, type VolumeContent } from './volume-content.js';
 
 export { json } from './http-util.js';
@@ -71,7 +73,7 @@ interface PlaneContext {
 }
 
 interface PlaneRoute {
-  method: 'GET' | 'POST' | 'DELETE' | 'PUT';
+  method: 'GET' | 'POST' | 'DELETE' | 'PUT' | 'PATCH';
   /** `(?<id>...)` captures a sandbox id (which must exist), `(?<ref>...)` another resource. */
   pattern: RegExp;
   access: Access;
@@ -140,19 +142,22 @@ const PLANE_ROUTES: readonly PlaneRoute[] = [
     access: 'operator',
     handle: async (ctx) => serveE2bEvents(ctx.deps, ctx.res, ctx.query, ctx.caller, ctx.ref),
   },
-  ...(['GET', 'POST', 'DELETE'] as const).map((method): PlaneRoute => ({
+  // Webhooks in E2B's words over Warren's registry (webhooks.ts).
+  ...(['GET', 'POST'] as const).map((method): PlaneRoute => ({
     method,
-    pattern: /^\/events\/webhooks(\/[^/]+)?$/,
+    pattern: /^\/events\/webhooks$/,
     access: 'operator',
-    handle: async () => {
-      throw new E2bHttpError(
-        501,
-        "Webhooks through E2B's API (/events/webhooks) are not supported by Warren's E2B gateway; register them with Warren's POST /v1/webhooks, which delivers the same events signed (docs/events.md).",
-      );
-    },
+    handle: (ctx) => serveE2bWebhooks(ctx.deps, ctx.req, ctx.res, ctx.caller, undefined),
   })),
-  { method: 'POST', pattern: /^\/(v\d+\/)?templates(\/.*)?$/, access: 'operator', handle: notServed('Building templates (Template.build, /v3/templates)') },
-  { method: 'GET', pattern: /^\/(v\d+\/)?templates(\/.*)?$/, access: 'operator', handle: notServed('Listing and describing templates') },
+  ...(['GET', 'PATCH', 'DELETE'] as const).map((method): PlaneRoute => ({
+    method,
+    pattern: /^\/events\/webhooks\/(?<ref>[^/]+)$/,
+    access: 'operator',
+    handle: (ctx) => serveE2bWebhooks(ctx.deps, ctx.req, ctx.res, ctx.caller, ctx.ref),
+  })),
+  // Template builds, lists and their deletes are template-builds.ts's; what it does not serve is refused here.
+  { method: 'POST', pattern: /^\/(v\d+\/)?templates(\/.*)?$/, access: 'operator', handle: notServed('This template route (tags, the v1 Dockerfile API)') },
+  { method: 'GET', pattern: /^\/(v\d+\/)?templates(\/.*)?$/, access: 'operator', handle: notServed('This template route (build logs, ...)') },
   { method: 'PUT', pattern: /^\/(v\d+\/)?templates(\/.*)?$/, access: 'operator', handle: notServed('Changing templates') },
   {
     method: 'GET',
@@ -230,7 +235,7 @@ export function templateFor(deps: HttpServerDeps, name: string): E2bTemplate {
   if (!template)
     throw new E2bHttpError(
       404,
-      `Template '${name}' not found. This Warren serves: ${Object.keys(templates).join(', ')} (e2bTemplates in the controller's configuration), and the snapshots of this API key by id or name.`,
+      `Template '${name}' not found. This Warren serves: ${Object.keys(templates).join(', ')} (e2bTemplates in the controller's configuration), the templates this tenant built (Template.build), and its snapshots by id or name.`,
     );
   return template;
 }
@@ -263,8 +268,10 @@ async function create({ deps, req, res, owner }: PlaneContext): Promise<void> {
   // A create that names its network gets a relay to the egress gateway even when it denies everything, so updateNetwork can open it later.
   let relay = egress !== undefined && deps.sandboxes.egress !== undefined;
   let request: CreateSandboxRequest;
-  if (Object.hasOwn(deps.config.e2bTemplates, templateID) || !deps.snapshots) {
-    const base = templateFor(deps, templateID).create ?? {};
+  // A configured template first, then one the caller's tenant built (docs/e2b.md#templates), then a snapshot.
+  const built = Object.hasOwn(deps.config.e2bTemplates, templateID) ? undefined : await builtTemplate(deps, owner, templateID);
+  if (built !== undefined || Object.hasOwn(deps.config.e2bTemplates, templateID) || !deps.snapshots) {
+    const base = built ?? templateFor(deps, templateID).create ?? {};
     request = {
       ...base,
       env: { ...base.env, ...body.envVars },

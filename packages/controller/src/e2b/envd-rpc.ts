@@ -29,7 +29,7 @@ const message = (event: EventCase): EventInit => ({ event: { event } });
 /** Registers envd's `process.Process` and `filesystem.Filesystem` services, each call served through the sandbox's daemon. */
 export function envdRoutes(deps: HttpServerDeps, pool: DaemonSessionPool, watchers: WatcherRegistry): (router: ConnectRouter) => void {
   const scopeOf = (ctx: HandlerContext) => envdScope(deps, (name) => ctx.requestHeader.get(name) ?? undefined);
-  const ptys = new PtyRegistry();
+  const ptys = new PtyRegistry(pool);
   /** The gateway's terminal a selector names, for a caller that may run commands; undefined when it names none. */
   const ptyOf = (scope: EnvdScope, selector: ProcessSelector | undefined, what: string): PtyEntry | undefined => {
     const which = selector?.selector;
@@ -255,7 +255,7 @@ export function envdRoutes(deps: HttpServerDeps, pool: DaemonSessionPool, watche
         let session: DaemonSession | undefined;
         try {
           const scope = scopeOf(ctx);
-          session = await openSession(scope);
+          session = await openSession(pool, scope);
           const path = resolvePath(scope, req.path);
           yield* watchStream(session, path, req.recursive, req.includeEntry, ctx);
         } catch (err) {

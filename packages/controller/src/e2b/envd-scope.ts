@@ -6,7 +6,7 @@ import { callerFor, grantFor, refusalFor, type Caller } from '../grants.js';
 import type { HttpServerDeps } from '../server-context.js';
 import { homeOf } from './templates.js';
 import type { DaemonLease, DaemonSessionPool } from '../daemon-pool.js';
-import { DaemonSession } from '../daemon-session.js';
+import type { DaemonSession } from '../daemon-session.js';
 
 /** Reads one request header, whether from node:http (`IncomingHttpHeaders`) or a Fetch `Headers`. */
 export type HeaderReader = (name: string) => string | undefined;
@@ -43,7 +43,7 @@ export function envdScope(deps: HttpServerDeps, header: HeaderReader, user?: str
   checkUser(user ?? basicUser(header('authorization')));
   const record = deps.sandboxes.record(sandboxId);
   checkReach(deps.credentials.keys, caller, record);
-  return { deps, sandboxId, caller, home: homeOf(deps.config.e2bTemplates, record.labels) };
+  return { deps, sandboxId, caller, home: homeOf(deps.config.e2bTemplates, record.labels, record.settings.workspace) };
 }
 
 function basicUser(authorization: string | undefined): string | undefined {
@@ -88,12 +88,12 @@ export function signedFileScope(deps: HttpServerDeps, header: HeaderReader, quer
   // Looked up only once the signature holds: to anyone else an id that exists and one that does not answer alike.
   const record = deps.sandboxes.record(sandboxId);
   checkReach(deps.credentials.keys, { kind: 'sandbox', sandboxId }, record);
-  return { deps, sandboxId, caller: { kind: 'sandbox', sandboxId }, home: homeOf(deps.config.e2bTemplates, record.labels) };
+  return { deps, sandboxId, caller: { kind: 'sandbox', sandboxId }, home: homeOf(deps.config.e2bTemplates, record.labels, record.settings.workspace) };
 }
 
-/** Opens a daemon session for the scope's caller with its grant (the relay's rules), for a stream that keeps it. */
-export function openSession(scope: EnvdScope): Promise<DaemonSession> {
-  return DaemonSession.open(scope.deps.sandboxes, scope.sandboxId, scope.caller, grantOf(scope), scope.deps.metrics);
+/** Opens a daemon session for the scope's caller with its grant (the relay's rules), for a stream that keeps it; it ends with the caller's credential. */
+export function openSession(pool: DaemonSessionPool, scope: EnvdScope): Promise<DaemonSession> {
+  return pool.open(scope.deps.sandboxes, scope.sandboxId, scope.caller, grantOf(scope), scope.deps.metrics);
 }
 
 /**

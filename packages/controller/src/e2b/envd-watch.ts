@@ -4,6 +4,7 @@ import type { WatchChange } from '@warren/protocol';
 import { randomUUID } from 'node:crypto';
 import { posix } from 'node:path';
 import { toConnectError } from './errors.js';
+import type { DaemonSessionPool } from '../daemon-pool.js';
 import type { DaemonSession } from '../daemon-session.js';
 import { openSession, type EnvdScope } from './envd-scope.js';
 import { EventType, type FilesystemEventSchema } from './gen/filesystem/filesystem_pb.js';
@@ -170,6 +171,8 @@ export class WatcherRegistry {
   /** Watchers being made now, per sandbox: they count before they exist, so a burst of creates cannot pass the caps together. */
   private readonly making = new Map<string, { all: number; derived: number }>();
 
+  constructor(private readonly pool: DaemonSessionPool) {}
+
   /** Starts a watcher for `scope`'s caller; refused with `resource_exhausted` past the sandbox's cap or the derived share. */
   async create(
     scope: EnvdScope,
@@ -207,7 +210,7 @@ export class WatcherRegistry {
     derived: boolean,
     entryOf?: (session: DaemonSession, path: string) => Promise<FsEventInit['entry']>,
   ): Promise<string> {
-    const session = await openSession(scope);
+    const session = await openSession(this.pool, scope);
     const watcher: Watcher = {
       id: randomUUID(),
       sandboxId: scope.sandboxId,

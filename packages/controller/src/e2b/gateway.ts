@@ -8,6 +8,7 @@ import { serveFiles, serveHealth } from './envd-files.js';
 import { envdRoutes } from './envd-rpc.js';
 import type { DaemonSessionPool } from '../daemon-pool.js';
 import { WatcherRegistry } from './envd-watch.js';
+import { TemplateBuilds } from './template-builds.js';
 import { VolumeContent } from './volume-content.js';
 
 /** Where the gateway answers: `E2B_API_URL` and `E2B_SANDBOX_URL` are both `<controller URL>/e2b`. */
@@ -68,7 +69,7 @@ export function isE2bPath(pathname: string): boolean {
  * if (isE2bPath(url.pathname)) await e2b(req, res);
  */
 export function createE2bGateway(deps: HttpServerDeps, pool: DaemonSessionPool): E2bGateway {
-  const watchers = new WatcherRegistry();
+  const watchers = new WatcherRegistry(pool);
   const rpc = connectNodeAdapter({
     routes: envdRoutes(deps, pool, watchers),
     requestPathPrefix: E2B_PREFIX,
@@ -87,6 +88,7 @@ export function createE2bGateway(deps: HttpServerDeps, pool: DaemonSessionPool):
   });
   const uploads = { inFlight: 0 };
   const volumeContent = new VolumeContent(deps, pool);
+  const templates = new TemplateBuilds(deps);
   const serve = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const url = new URL(req.url ?? '/', 'http://controller');
     const path = url.pathname.slice(E2B_PREFIX.length) || '/';
@@ -98,6 +100,7 @@ export function createE2bGateway(deps: HttpServerDeps, pool: DaemonSessionPool):
       if (path === '/health') return await serveHealth(deps, req, res);
       if (path === '/files') return await serveFiles(deps, req, res, url.searchParams, uploads, pool);
       if (/^\/volumecontent(\/|$)/.test(path)) return await volumeContent.serve(req, res, path, url.searchParams);
+      if (/^\/(v\d+\/)?templates(\/|$)/.test(path) && (await templates.serve(req, res, path, url.searchParams))) return;
       if (isControlPlanePath(path)) return await serveControlPlane(deps, req, res, path, url.searchParams, volumeContent);
       json(res, 404, { code: 404, message: `No E2B route ${req.method ?? 'GET'} ${path}. See docs/e2b.md for what this gateway serves.` });
     } catch (err) {

@@ -1,4 +1,5 @@
 import { CodedError, type Result } from '@warren/protocol';
+import type { DaemonSessionPool } from '../daemon-pool.js';
 import { DaemonSession } from '../daemon-session.js';
 import { openSession, type EnvdScope } from './envd-scope.js';
 
@@ -32,6 +33,8 @@ export interface PtyEntry {
 export class PtyRegistry {
   private readonly entries = new Map<string, PtyEntry>();
 
+  constructor(private readonly pool: DaemonSessionPool) {}
+
   /**
    * Opens a terminal for `scope`'s caller (with its grant) and resolves once it started.
    * `lifetimeMs` is envd's `Connect-Timeout-Ms`: the terminal is killed when it passes.
@@ -46,7 +49,7 @@ export class PtyRegistry {
         'RESOURCE_EXHAUSTED',
         `This sandbox has ${MAX_TERMINALS_PER_SANDBOX} terminals open through the E2B gateway, its cap; kill one (sandbox.pty.kill) first.`,
       );
-    const session = await openSession(scope);
+    const session = await openSession(this.pool, scope);
     let entry: PtyEntry | undefined;
     let lifetime: NodeJS.Timeout | undefined;
     const finish = (event: PtyEvent) => {

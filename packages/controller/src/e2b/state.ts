@@ -84,7 +84,7 @@ export async function listSnapshots({ deps, res, query, owner }: StateContext): 
  */
 export async function deleteTemplate({ deps, res, ref, owner }: StateContext): Promise<void> {
   if (Object.hasOwn(deps.config.e2bTemplates, ref))
-    throw new E2bHttpError(501, `Template '${ref}' is configured on the controller (e2bTemplates); Warren's E2B gateway does not build or delete templates.`);
+    throw new E2bHttpError(501, `Template '${ref}' is configured on the controller (e2bTemplates); it cannot be deleted through E2B's API.`);
   await snapshotsOf(deps).remove(owner, ref);
   res.writeHead(204).end();
 }

@@ -32,9 +32,13 @@ export const DEFAULT_E2B_HOME = '/workspace';
 /** The label that records a sandbox's E2B template, so envd calls resolve paths against its home. */
 export const TEMPLATE_LABEL = 'e2b-template';
 
-/** The home folder of a sandbox made through the gateway: its template's, else its workspace, else Warren's default root. */
-export function homeOf(templates: E2bTemplates, labels: Record<string, string>): string {
+/**
+ * The home folder of a sandbox made through the gateway: its configured template's home, else that
+ * template's workspace, else the sandbox's own workspace (a template a tenant built: /home/user),
+ * else Warren's default root.
+ */
+export function homeOf(templates: E2bTemplates, labels: Record<string, string>, workspace?: string): string {
   const name = labels[TEMPLATE_LABEL];
   const template = name !== undefined && Object.hasOwn(templates, name) ? templates[name] : undefined;
-  return template?.home ?? template?.create?.workspace ?? DEFAULT_E2B_HOME;
+  return template?.home ?? template?.create?.workspace ?? workspace ?? DEFAULT_E2B_HOME;
 }

@@ -38,6 +38,14 @@ export const WebhookRecord = z.object({
   /** The id of the last event delivered or given up: delivery goes on after it, restarts included. */
   cursor: z.number().int().min(0),
   status: WebhookStatus,
+  /** Delivered in another wire's words and signature (`e2b`: registered through E2B's `/events/webhooks`); absent: Warren's. */
+  format: z.literal('e2b').optional(),
+  /** The name its registrant gave (E2B's webhooks have one). */
+  name: z.string().optional(),
+  /** False: events pass by undelivered until it is enabled again (E2B's `enabled`); absent: enabled. */
+  enabled: z.boolean().optional(),
+  /** The event types in its wire's words, when that wire names them otherwise (E2B's `sandbox.lifecycle.*`). */
+  wireEvents: z.array(z.string()).optional(),
 });
 export type WebhookRecord = z.infer<typeof WebhookRecord>;
 

@@ -17,6 +17,31 @@ export interface DeliverySettings {
   timeoutMs: number;
 }
 
+/** One delivery's body and headers. */
+export interface WebhookMessage {
+  body: string;
+  headers: Record<string, string>;
+}
+
+/**
+ * How a webhook of another wire's format (E2B's) writes an event: its body and signed headers at
+ * time `nowMs`, or undefined for an event that wire does not deliver to this webhook (it passes by).
+ */
+export type WebhookFormat = (event: SandboxEvent, record: WebhookRecord, nowMs: number) => WebhookMessage | undefined;
+
+/** Warren's own format: the event as JSON, signed with a timestamp (`Warren-Signature`). */
+export const warrenFormat: WebhookFormat = (event, record, nowMs) => {
+  const body = JSON.stringify(event);
+  return {
+    body,
+    headers: {
+      [SIGNATURE_HEADER]: signatureHeader(record.secret, body, Math.floor(nowMs / 1000)),
+      [EVENT_ID_HEADER]: String(event.id),
+      'Warren-Webhook-Id': record.id,
+    },
+  };
+};
+
 /** Waits `ms`, or less when `signal` aborts. */
 export type Sleep = (ms: number, signal: AbortSignal) => Promise<void>;
 
@@ -48,6 +73,8 @@ export interface WebhookWorkerOptions {
   guard: TargetGuard;
   settings: DeliverySettings;
   send: WebhookSender;
+  /** How its events are written; default {@link warrenFormat}. */
+  format?: WebhookFormat | undefined;
   /** Stores the record once its cursor or status changed. */
   save: () => Promise<void>;
   clock?: Clock | undefined;
@@ -114,7 +141,8 @@ export class WebhookWorker {
         await log.waitFor(this.filter, 60_000, this.stopping.signal);
         continue;
       }
-      if (!(await this.deliver(event))) return;
+      // A disabled webhook lets events pass by, as E2B's does.
+      if (this.record.enabled !== false && !(await this.deliver(event))) return;
       this.record.cursor = event.id;
       await save().catch(() => undefined);
     }
@@ -123,21 +151,18 @@ export class WebhookWorker {
   /** Tries one event until it is delivered or given up; false when the worker stopped first. */
   private async deliver(event: SandboxEvent): Promise<boolean> {
     const { settings, guard, send } = this.options;
+    const format = this.options.format ?? warrenFormat;
     const { status } = this.record;
-    const body = JSON.stringify(event);
     for (let attempt = 1; attempt <= settings.maxAttempts; attempt++) {
       if (this.stopped) return false;
       const now = this.clock.now();
+      const message = format(event, this.record, now);
+      if (message === undefined) return true;
       status.lastAttemptAt = new Date(now).toISOString();
       try {
         const url = new URL(this.record.url);
         const address = await guard.resolve(url);
-        const headers = {
-          [SIGNATURE_HEADER]: signatureHeader(this.record.secret, body, Math.floor(now / 1000)),
-          [EVENT_ID_HEADER]: String(event.id),
-          'Warren-Webhook-Id': this.record.id,
-        };
-        await send({ url, address, body, headers, timeoutMs: settings.timeoutMs });
+        await send({ url, address, body: message.body, headers: message.headers, timeoutMs: settings.timeoutMs });
         status.delivered++;
         status.consecutiveFailures = 0;
         status.lastSuccessAt = new Date(this.clock.now()).toISOString();

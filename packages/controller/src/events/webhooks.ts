@@ -9,7 +9,7 @@ import { postWebhook, type WebhookSender } from './webhook-post.js';
 import { newWebhookSecret } from './webhook-signing.js';
 import { newWebhookId, WebhookStatus, type WebhookRecord, type WebhookStore } from './webhook-store.js';
 import { webhookUrl, type TargetGuard } from './webhook-target.js';
-import { WebhookWorker, type DeliverySettings, type Sleep } from './webhook-worker.js';
+import { WebhookWorker, type DeliverySettings, type Sleep, type WebhookFormat } from './webhook-worker.js';
 
 /** A webhook's id as the path names it: `wh_` and 16 hex digits. */
 export const WebhookId = z.string().regex(/^wh_[0-9a-f]{16}$/);
@@ -37,6 +37,12 @@ export const WebhookInfo = z.object({
   tenant: z.string(),
   events: z.array(LifecycleTypeSchema).optional(),
   createdAt: z.string(),
+  /** `e2b` for a webhook registered through E2B's API, delivered in E2B's words and signature. */
+  format: z.literal('e2b').optional(),
+  /** Its name, E2B's enabled flag and E2B's event types, for a webhook registered through E2B's API. */
+  name: z.string().optional(),
+  enabled: z.boolean().optional(),
+  wireEvents: z.array(z.string()).optional(),
   status: WebhookStatus.extend({
     /** Events that wait for delivery. */
     pending: z.number().int().min(0),
@@ -79,7 +85,25 @@ export interface WebhookServiceOptions {
   clock?: Clock | undefined;
   send?: WebhookSender | undefined;
   sleep?: Sleep | undefined;
+  /** How webhooks of another wire's format are written (E2B's, from the E2B gateway). */
+  formats?: Partial<Record<WebhookWire, WebhookFormat>> | undefined;
 }
+
+/** The wires other than Warren's that webhooks can be delivered in. */
+export type WebhookWire = NonNullable<WebhookRecord['format']>;
+
+/** What a webhook registered through another wire's API (E2B's) has beyond Warren's request. */
+export interface WireWebhook {
+  format: WebhookWire;
+  name: string;
+  enabled: boolean;
+  /** The registrant's own signing secret (E2B's `signatureSecret`). */
+  secret: string;
+  wireEvents: string[];
+}
+
+/** What may change on a webhook registered through another wire's API. */
+export type WireWebhookChange = Partial<Pick<WireWebhook, 'name' | 'enabled' | 'secret' | 'wireEvents'>> & { url?: string | undefined };
 
 /**
  * Webhooks per tenant: registered with a URL the {@link TargetGuard} accepts, given a secret shown
@@ -106,8 +130,13 @@ export class WebhookService {
     for (const record of this.options.store.list()) this.startWorker(record);
   }
 
-  /** Registers a webhook for the caller's tenant (or, for an admin, the one named); it gets the events from now on. */
-  async register(caller: Principal, request: CreateWebhookRequest): Promise<CreatedWebhook> {
+  /**
+   * Registers a webhook for the caller's tenant (or, for an admin, the one named); it gets the
+   * events from now on. `wire` registers one of another wire's API (E2B's), with its own secret.
+   */
+  async register(caller: Principal, request: CreateWebhookRequest, wire?: WireWebhook): Promise<CreatedWebhook> {
+    if (wire !== undefined && this.options.formats?.[wire.format] === undefined)
+      throw new CodedError('NOT_SUPPORTED', `This server delivers no webhooks in the ${wire.format} format.`);
     const tenant = request.tenant ?? caller.tenant;
     if (caller.role !== 'admin' && tenant !== caller.tenant)
       throw new CodedError('FORBIDDEN', `A member key registers webhooks for its own tenant '${caller.tenant}' only; leave out tenant.`, { field: 'tenant' });
@@ -124,11 +153,12 @@ export class WebhookService {
       tenant,
       url: url.href,
       ...(request.events === undefined ? {} : { events: [...new Set(request.events)] }),
-      secret: newWebhookSecret(),
+      secret: wire?.secret ?? newWebhookSecret(),
       createdAt: new Date(this.clock.now()).toISOString(),
       createdByKeyId: caller.keyId,
       cursor: this.options.log.lastId,
       status: { delivered: 0, failed: 0, consecutiveFailures: 0 },
+      ...(wire === undefined ? {} : { format: wire.format, name: wire.name, enabled: wire.enabled, wireEvents: [...new Set(wire.wireEvents)] }),
     };
     await this.options.store.add(record);
     const worker = this.startWorker(record);
@@ -145,6 +175,27 @@ export class WebhookService {
   /** One webhook the caller may see, or NOT_FOUND. */
   get(caller: Principal, id: string): WebhookInfo {
     return this.describe(this.require(caller, id));
+  }
+
+  /**
+   * Changes a webhook of another wire's API the caller may see (or NOT_FOUND): its URL (checked as
+   * at registration), name, enabled flag, secret or event types. Deliveries go on from where they were.
+   */
+  async change(caller: Principal, id: string, change: WireWebhookChange): Promise<WebhookInfo> {
+    const worker = this.require(caller, id);
+    const record = worker.record;
+    if (record.format === undefined) throw noWebhook(id);
+    if (change.url !== undefined) {
+      const url = webhookUrl(change.url);
+      await this.options.guard.resolve(url);
+      record.url = url.href;
+    }
+    if (change.name !== undefined) record.name = change.name;
+    if (change.enabled !== undefined) record.enabled = change.enabled;
+    if (change.secret !== undefined) record.secret = change.secret;
+    if (change.wireEvents !== undefined) record.wireEvents = [...new Set(change.wireEvents)];
+    await this.options.store.save();
+    return this.describe(worker);
   }
 
   /** Deletes one webhook the caller may see (or NOT_FOUND); its deliveries stop. */
@@ -176,6 +227,7 @@ export class WebhookService {
       guard,
       settings,
       send: this.options.send ?? postWebhook,
+      format: record.format === undefined ? undefined : this.options.formats?.[record.format],
       save: () => store.save(),
       clock: this.clock,
       sleep: this.options.sleep,
@@ -186,13 +238,14 @@ export class WebhookService {
   }
 
   private describe(worker: WebhookWorker): WebhookInfo {
-    const { id, url, tenant, events, createdAt, cursor, status } = worker.record;
+    const { id, url, tenant, events, createdAt, cursor, status, format, name, enabled, wireEvents } = worker.record;
     return {
       id,
       url,
       tenant,
       ...(events === undefined ? {} : { events }),
       createdAt,
+      ...(format === undefined ? {} : { format, name, enabled: enabled !== false, wireEvents }),
       status: { ...status, pending: worker.pending(), cursor },
     };
   }

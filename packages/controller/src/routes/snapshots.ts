@@ -1,4 +1,4 @@
-import { ownerOf } from '../tenancy/owner.js';
+import { ASKED_TENANT, ownerIn, ownerOf, TenantQuery } from '../tenancy/owner.js';
 import {
   CodedError,
   CreateSnapshotRequest,
@@ -20,7 +20,7 @@ function snapshotsOf(deps: HttpServerDeps): NonNullable<HttpServerDeps['snapshot
   return deps.snapshots;
 }
 
-/** Snapshots of a sandbox's files, kept per API key, and forks of a running sandbox (docs/state.md). */
+/** Snapshots of a sandbox's files, kept per tenant, and forks of a running sandbox (docs/state.md). */
 export const SNAPSHOT_ROUTES: readonly Route[] = [
   defineRoute({
     method: 'POST',
@@ -63,47 +63,51 @@ export const SNAPSHOT_ROUTES: readonly Route[] = [
     method: 'GET',
     path: '/v1/snapshots',
     operationId: 'listSnapshots',
-    summary: "The calling API key's snapshots, newest first.",
+    summary: "The calling key's tenant's snapshots (an admin's: another tenant's with ?tenant=), newest first.",
     tag: 'snapshots',
     access: 'operator',
     scope: 'snapshots',
+    query: { schema: TenantQuery, parameters: { tenant: ASKED_TENANT } },
     responses: { 200: { description: 'The snapshots.', schema: ListSnapshotsResponse } },
-    handle: async ({ deps, res, caller }) => sendJson(res, 200, { snapshots: snapshotsOf(deps).list(ownerOf(caller)) }),
+    handle: async ({ deps, res, query, caller }) => sendJson(res, 200, { snapshots: snapshotsOf(deps).list(ownerIn(caller, query.tenant)) }),
   }),
   defineRoute({
     method: 'POST',
     path: '/v1/snapshots/prune',
     operationId: 'pruneSnapshots',
-    summary: "Delete the calling key's snapshots older than olderThanSeconds (with every given label), and images no snapshot names.",
+    summary: "Delete the calling key's tenant's snapshots (or, for an admin, ?tenant='s) older than olderThanSeconds (with every given label), and images no snapshot names.",
     tag: 'snapshots',
     access: 'operator',
     scope: 'snapshots',
+    query: { schema: TenantQuery, parameters: { tenant: ASKED_TENANT } },
     body: { schema: PruneSnapshotsRequest, what: 'prune request', hint: 'Send { "olderThanSeconds": <n>, "labels"?: {...} }.' },
     responses: { 200: { description: 'What was deleted.', schema: PruneSnapshotsResponse } },
-    handle: async ({ deps, res, body, caller }) => sendJson(res, 200, await snapshotsOf(deps).prune(ownerOf(caller), body)),
+    handle: async ({ deps, res, query, body, caller }) => sendJson(res, 200, await snapshotsOf(deps).prune(ownerIn(caller, query.tenant), body)),
   }),
   defineRoute({
     method: 'GET',
     path: '/v1/snapshots/{snapshot}',
     operationId: 'getSnapshot',
-    summary: "Describe one of the calling key's snapshots (by id or name).",
+    summary: "Describe one of the calling key's tenant's snapshots (by id or name; an admin's: another tenant's with ?tenant=).",
     tag: 'snapshots',
     access: 'operator',
     scope: 'snapshots',
+    query: { schema: TenantQuery, parameters: { tenant: ASKED_TENANT } },
     responses: { 200: { description: 'The snapshot.', schema: SnapshotInfo } },
-    handle: async ({ deps, res, params, caller }) => sendJson(res, 200, snapshotsOf(deps).get(ownerOf(caller), params.snapshot)),
+    handle: async ({ deps, res, params, query, caller }) => sendJson(res, 200, snapshotsOf(deps).get(ownerIn(caller, query.tenant), params.snapshot)),
   }),
   defineRoute({
     method: 'DELETE',
     path: '/v1/snapshots/{snapshot}',
     operationId: 'deleteSnapshot',
-    summary: "Delete one of the calling key's snapshots (sandboxes made from it keep their files).",
+    summary: "Delete one of the calling key's tenant's snapshots (an admin's: another tenant's with ?tenant=); sandboxes made from it keep their files.",
     tag: 'snapshots',
     access: 'operator',
     scope: 'snapshots',
+    query: { schema: TenantQuery, parameters: { tenant: ASKED_TENANT } },
     responses: { 204: { description: 'Gone.' } },
-    handle: async ({ deps, res, params, caller }) => {
-      await snapshotsOf(deps).remove(ownerOf(caller), params.snapshot);
+    handle: async ({ deps, res, params, query, caller }) => {
+      await snapshotsOf(deps).remove(ownerIn(caller, query.tenant), params.snapshot);
       res.writeHead(204).end();
     },
   }),

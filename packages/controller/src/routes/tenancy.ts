@@ -1,13 +1,13 @@
-import { CodedError, CreatedKey, KeyInfo, ListKeysResponse, TenantReport } from '@warren/protocol';
+import { CodedError, CreatedKey, KeyInfo, ListKeysResponse, RotatedSandboxToken, TenantReport } from '@warren/protocol';
 import type { HttpServerDeps } from '../server-context.js';
 import { z } from 'zod';
 import { TenantLimits } from '../tenancy/limits.js';
-import { CreateKeyRequest, keyNotFound, TenantName } from '../tenancy/principals.js';
+import { CreateKeyRequest, keyNotFound } from '../tenancy/principals.js';
 import { principalOf, tenantScope } from '../tenancy/reach.js';
+import { TenantQuery } from '../tenancy/owner.js';
 import { sendJson } from './io.js';
 import { defineRoute, type Route } from './route.js';
 
-const TenantQuery = z.object({ tenant: TenantName.optional() });
 const RevokeTokenRequest = z.strictObject({ token: z.string().min(1).max(8192) });
 
 /** A tenant's live sandboxes, snapshots and volumes, and its creates in the last minute, beside its limits. */
@@ -142,6 +142,21 @@ export const TENANCY_ROUTES: readonly Route[] = [
         throw new CodedError('INVALID_PARAMS', 'That is not a derived token of this sandbox (POST /v1/sandboxes/<id>/derive makes them).', { field: 'token' });
       await deps.credentials.keys.revokeToken(token.tokenId, token.expiresAt);
       res.writeHead(204).end();
+    },
+  }),
+  defineRoute({
+    method: 'POST',
+    path: '/v1/sandboxes/{id}/token/rotate',
+    operationId: 'rotateSandboxToken',
+    summary:
+      "Give the sandbox a new token of its own: the old one is refused from the next request on, and its WebSockets, port tunnels, E2B streams, signed file links and every token derived from it end.",
+    tag: 'tenancy',
+    access: 'lifecycle',
+    responses: { 200: { description: 'The new token.', schema: RotatedSandboxToken } },
+    handle: async ({ deps, res, params, caller }) => {
+      const token = await deps.credentials.rotateSandboxToken(params.id);
+      deps.logger.info({ sandboxId: params.id, by: caller?.kind === 'operator' ? caller.keyId : caller?.kind }, 'sandbox.token_rotated');
+      sendJson(res, 200, { token });
     },
   }),
 ];

@@ -1,16 +1,16 @@
 import type { Caller } from '../grants.js';
-import type { SandboxRecord } from '../sandbox-table.js';
 import type { KeyStore } from './principals.js';
 
-/** What can be ended: an open WebSocket. */
-interface Closable {
+/** What can be ended: an open WebSocket, or a daemon session a port tunnel or an E2B stream rides. */
+export interface Closable {
   close(code: number, reason: string): void;
 }
 
 /**
  * The open connections by the credentials they depend on (the API key, the key that minted a
  * derived token or created the sandbox whose token it is, the derived token itself), so that
- * revoking or rotating a key, or revoking a token, closes what they opened at once (1008).
+ * revoking or rotating a key, or revoking a token, closes what they opened at once (1008): the
+ * WebSockets of clients, and the daemon sessions under port tunnels and E2B streams.
  *
  * @example
  * const live = new LiveCredentials(credentials.keys);
@@ -21,7 +21,7 @@ export class LiveCredentials {
   private readonly open = new Map<string, Set<Closable>>();
   private readonly stop: () => void;
 
-  constructor(keys: KeyStore) {
+  constructor(private readonly keys: KeyStore) {
     this.stop = keys.onEnd((id, why) => {
       for (const connection of this.open.get(id) ?? [])
         connection.close(
@@ -33,8 +33,8 @@ export class LiveCredentials {
   }
 
   /** Remembers a connection under every credential it depends on; returns what forgets it. */
-  track(connection: Closable, caller: Caller, record: SandboxRecord): () => void {
-    const ids = dependsOn(caller, record);
+  track(connection: Closable, caller: Caller, record: SandboxOwner): () => void {
+    const ids = dependsOn(caller, record, this.keys);
     for (const id of ids) {
       const set = this.open.get(id) ?? new Set();
       set.add(connection);
@@ -54,8 +54,14 @@ export class LiveCredentials {
   }
 }
 
-function dependsOn(caller: Caller, record: SandboxRecord): string[] {
+/** What of a sandbox's record a connection's credentials depend on: its id (its own token's) and the key that created it. */
+export interface SandboxOwner {
+  id: string;
+  creatorKeyId?: string | undefined;
+}
+
+function dependsOn(caller: Caller, record: SandboxOwner, keys: KeyStore): string[] {
   if (caller.kind === 'operator') return [caller.keyId];
-  if (caller.kind === 'sandbox') return record.creatorKeyId === undefined ? [] : [record.creatorKeyId];
-  return [caller.keyId, caller.tokenId].filter((id): id is string => id !== undefined);
+  if (caller.kind === 'sandbox') return [keys.sandboxTokenId(record.id), ...(record.creatorKeyId === undefined ? [] : [record.creatorKeyId])];
+  return [caller.keyId, caller.tokenId, ...(caller.ancestors ?? [])].filter((id): id is string => id !== undefined);
 }

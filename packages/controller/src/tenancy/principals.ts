@@ -268,6 +268,16 @@ export class KeyStore {
     return Object.hasOwn(this.document.revokedTokens, tokenId);
   }
 
+  /**
+   * The id of a sandbox's own token as it is now: `wst:<sandbox>:<generation>`, the generation
+   * counting the rotations so far (each rotation revokes the token of the one before).
+   */
+  sandboxTokenId(sandboxId: string): string {
+    let generation = 0;
+    while (this.tokenRevoked(`wst:${sandboxId}:${generation}`)) generation++;
+    return `wst:${sandboxId}:${generation}`;
+  }
+
   /** Revokes one derived token by its id until `until` (its own expiry, or forever); revocations past their end are dropped. */
   async revokeToken(tokenId: string, until: number | undefined): Promise<void> {
     const now = this.now();

@@ -1,6 +1,6 @@
 import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { CommandExitError, Sandbox } from 'e2b';
+import { CommandExitError, Sandbox, SandboxError, TimeoutError } from 'e2b';
 import { startTestController, type TestController } from '../support/fixtures.js';
 
 /**
@@ -47,6 +47,58 @@ describe('the e2b SDK on real sandboxes', () => {
       await sandbox.pty.sendInput(terminal.pid, new TextEncoder().encode('echo pty-$((6*7)); exit\n'));
       await terminal.wait().catch(() => undefined);
       expect(out).toContain('pty-42');
+    } finally {
+      await sandbox.kill();
+    }
+  });
+
+  it('answers as E2B’s own SDK tests expect: entries, command configs, scoped envs, logs, a shortened life', async () => {
+    const sandbox = await Sandbox.create(opts);
+    try {
+      await sandbox.files.makeDir('entries/sub');
+      await sandbox.files.write('entries/test.txt', 'Hello, World!');
+      await sandbox.commands.run('ln -s test.txt entries/link.txt');
+      const listed = await sandbox.files.list('entries');
+      expect(listed.map((e) => e.name)).toEqual(['link.txt', 'sub', 'test.txt']);
+      const file = listed.find((e) => e.name === 'test.txt');
+      expect(file).toMatchObject({ path: '/home/user/entries/test.txt', mode: 0o644, permissions: '-rw-r--r--', owner: 'user', group: 'user', size: 13 });
+      expect(listed.find((e) => e.name === 'sub')).toMatchObject({ mode: 0o755, permissions: 'drwxr-xr-x', owner: 'user', group: 'user' });
+      expect(await sandbox.files.getInfo('entries/test.txt')).toMatchObject({ mode: 0o644, owner: 'user', group: 'user' });
+      expect((await sandbox.files.getInfo('entries/link.txt')).symlinkTarget).toBe('/home/user/entries/test.txt');
+      await sandbox.files.remove('entries/not-there.txt');
+      await expect(sandbox.commands.run('sleep 10', { timeoutMs: 1000 })).rejects.toBeInstanceOf(TimeoutError);
+
+      expect((await sandbox.commands.run('echo $FOO', { envs: { FOO: 'bar' } })).stdout.trim()).toBe('bar');
+      expect((await sandbox.commands.run('echo "[$FOO]"')).stdout.trim()).toBe('[]');
+      const sleeper = await sandbox.commands.run('sleep 30', { background: true, envs: { SCOPED: '1' } });
+      expect((await sandbox.commands.list()).find((p) => p.pid === sleeper.pid)).toMatchObject({
+        cmd: '/bin/bash',
+        args: ['-l', '-c', 'sleep 30'],
+        envs: { SCOPED: '1' },
+      });
+      await sandbox.commands.kill(sleeper.pid);
+
+      await sandbox.commands.run('echo logged-line');
+      const logs = await fetch(`${opts.apiUrl}/v2/sandboxes/${sandbox.sandboxId}/logs`, { headers: { 'x-api-key': warren.apiKey } });
+      const { logs: entries } = (await logs.json()) as { logs: { message: string }[] };
+      expect(entries.map((e) => e.message)).toContain('logged-line');
+
+      await sandbox.setTimeout(2000);
+      await new Promise((r) => setTimeout(r, 3000));
+      expect(await sandbox.isRunning({ requestTimeoutMs: 2000 })).toBe(false);
+    } finally {
+      await sandbox.kill();
+    }
+  });
+
+  it('a sandbox killed while a command runs ends the command with E2B’s end-of-life error', async () => {
+    const sandbox = await Sandbox.create(opts);
+    try {
+      const command = await sandbox.commands.run('sleep 60', { background: true });
+      await sandbox.kill();
+      const err = await command.wait().catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(SandboxError);
+      expect((err as Error).message).toContain('sandbox was killed or reached its end of life');
     } finally {
       await sandbox.kill();
     }

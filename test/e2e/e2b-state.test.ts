@@ -164,6 +164,10 @@ describe('the e2b SDK: snapshots, forks and volumes on real sandboxes', () => {
       expect(await volume.makeDir('made/deep', content)).toMatchObject({ path: '/made/deep', type: 'directory' });
       expect((await volume.list('/', content)).map((e) => `${e.type} ${e.path}`).sort()).toEqual(['directory /docs', 'directory /made', 'file /note.txt']);
       expect((await volume.list('/', { ...content, depth: 2 })).map((e) => e.path).sort()).toContain('/docs/readme.md');
+      // Listings carry each entry's mode, as getInfo does.
+      const listedNote = (await volume.list('/', content)).find((e) => e.path === '/note.txt');
+      expect(listedNote?.mode).toBe((await volume.getInfo('note.txt', content)).mode);
+      expect(listedNote?.mode).not.toBe(0);
       expect(await volume.exists('docs/readme.md', content)).toBe(true);
       expect(await volume.exists('docs/none.md', content)).toBe(false);
       expect((await volume.getInfo('docs', content)).type).toBe('directory');

@@ -8,7 +8,7 @@ import { CodedError } from '@warren/protocol';
 import { loadConfig } from '../src/config.js';
 import { isControlPlanePath, metadataFilter } from '../src/e2b/control-plane.js';
 import { resolvePath, sandboxIdOf, type EnvdScope } from '../src/e2b/envd-scope.js';
-import { permissions } from '../src/e2b/envd-rpc.js';
+import { permissions, walkOrder } from '../src/e2b/envd-rpc.js';
 import { E2bHttpError, toConnectError, toE2bHttpError } from '../src/e2b/errors.js';
 import { e2bHostTarget } from '../src/e2b/gateway.js';
 
@@ -16,6 +16,11 @@ const scope = { home: '/workspace' } as EnvdScope;
 const controllerDir = path.resolve(import.meta.dirname, '..');
 
 describe('the E2B gateway, pure parts', () => {
+  it('orders a recursive listing as envd walks it: lexical, each folder before what it holds', () => {
+    const paths = ['/h/t/b-c', '/h/t/b/x', '/h/t/file1.txt', '/h/t/b', '/h/t/a'];
+    expect(paths.sort(walkOrder)).toEqual(['/h/t/a', '/h/t/b', '/h/t/b/x', '/h/t/b-c', '/h/t/file1.txt']);
+  });
+
   it('resolves E2B paths: absolute as given, relative and ~ below the home, normalized', () => {
     expect(resolvePath(scope, '')).toBe('/workspace');
     expect(resolvePath(scope, 'a/b.txt')).toBe('/workspace/a/b.txt');

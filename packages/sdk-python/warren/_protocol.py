@@ -572,6 +572,9 @@ class FsListResultEntriesItem(_Tolerant):
     size: _C1 = Field(...)
     mtime_ms: Union[StrictInt, StrictFloat] = Field(..., alias='mtimeMs')
     link_target: Optional[StrictStr] = Field(None, alias='linkTarget')
+    mode: Optional[_C5] = Field(None)
+    owner: Optional[StrictStr] = Field(None)
+    group: Optional[StrictStr] = Field(None)
 
 
 class FsListResult(_Tolerant):
@@ -676,6 +679,8 @@ class FsStatResult(_Tolerant):
     mtime_ms: Union[StrictInt, StrictFloat] = Field(..., alias='mtimeMs')
     nlink: _C1 = Field(...)
     link_target: Optional[StrictStr] = Field(None, alias='linkTarget')
+    owner: Optional[StrictStr] = Field(None)
+    group: Optional[StrictStr] = Field(None)
     readable: StrictBool = Field(...)
     writable: StrictBool = Field(...)
 
@@ -815,6 +820,8 @@ class ProcessAttachResult(_Tolerant):
     handle: _C9 = Field(...)
     pid: _C5 = Field(...)
     cmd: StrictStr = Field(...)
+    argv: Optional[List[StrictStr]] = Field(None)
+    env: Optional[Dict[StrictStr, StrictStr]] = Field(None)
     tag: Optional[StrictStr] = Field(None)
     running: StrictBool = Field(...)
     exit_code: Optional[_C5] = Field(..., alias='exitCode')

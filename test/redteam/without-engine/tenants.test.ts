@@ -96,6 +96,12 @@ describe('tenants: every door answers another tenant exactly as nothing', () => 
     expect(same(await port(sandboxA.id), sandboxA.id)).toEqual(same(await port(NOWHERE), NOWHERE));
     const plane = (id: string) => call('GET', `/e2b/sandboxes/${id}`, { 'x-api-key': keyB });
     expect(same(await plane(sandboxA.id), sandboxA.id)).toEqual(same(await plane(NOWHERE), NOWHERE));
+    // A's log (its calls and its commands' output) is as absent to B as a sandbox that never was.
+    for (const logs of ['/e2b/v2/sandboxes/%s/logs', '/e2b/sandboxes/%s/logs']) {
+      const read = (id: string) => call('GET', logs.replace('%s', id), { 'x-api-key': keyB });
+      expect(same(await read(sandboxA.id), sandboxA.id)).toEqual(same(await read(NOWHERE), NOWHERE));
+      expect((await read(sandboxA.id)).status).toBe(404);
+    }
     const envd = (id: string) => call('GET', `/e2b/files?path=/etc/hostname`, { 'x-access-token': keyB, 'e2b-sandbox-id': id });
     expect(same(await envd(sandboxA.id), sandboxA.id)).toEqual(same(await envd(NOWHERE), NOWHERE));
     const health = (id: string) => call('GET', `/e2b/health`, { 'x-access-token': keyB, 'e2b-sandbox-id': id });

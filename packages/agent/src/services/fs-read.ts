@@ -18,6 +18,7 @@ import { checkSize, checkSuffix, openChecked, requireRegularFile, typeOf } from 
 import { atPinnedFolder } from '../folder-pin.js';
 import { mapFsError } from '../fs-error.js';
 import { checkHardLinks, readWhole, resolveFor, sha256, type FsContext } from './fs-common.js';
+import { ownerNames } from './owner-names.js';
 
 type ReadHandlers = { 'fs.read': Handler<'fs.read'>; 'fs.readAnchored': Handler<'fs.readAnchored'>; 'fs.stat': Handler<'fs.stat'> };
 
@@ -117,6 +118,8 @@ export function readHandlers(fs: FsContext): ReadHandlers {
         mode: info.mode & 0o7777,
         mtimeMs: info.mtimeMs,
         nlink: info.nlink,
+        owner: ownerNames.user(info.uid),
+        group: ownerNames.group(info.gid),
         readable: true,
         writable: target.mount.writable && canWrite(fs.policy, params.path),
       };

@@ -9,6 +9,7 @@ import { mapFsError } from '../fs-error.js';
 import { atPinnedFolder, FolderTree, pinChild } from '../folder-pin.js';
 import { approve, checkHardLinks, inFolder, makeFolders, ownHandle, ownPath, resolveFor, type FsContext } from './fs-common.js';
 import { walkTree } from './fs-walk.js';
+import { ownerNames } from './owner-names.js';
 import { compileGlob } from './glob.js';
 
 type TreeHandlers = {
@@ -25,8 +26,8 @@ export const GLOB_LIMITS = { maxScanned: 200_000, maxDepth: 64 } as const;
 /** The most entries one copy or move-by-copy handles. */
 export const MAX_COPY_ENTRIES = 100_000;
 
-/** An upper bound of a list entry's JSON besides its path and link target (keys, type, size, mtime). */
-const ENTRY_JSON_BYTES = 128;
+/** An upper bound of a list entry's JSON besides its path, link target, owner and group (keys, type, size, mtime, mode). */
+const ENTRY_JSON_BYTES = 160;
 
 /** The bytes a string takes in JSON: its length when it needs no escaping and is ASCII, else measured. */
 function jsonBytes(text: string): number {
@@ -77,15 +78,23 @@ export function treeHandlers(fs: FsContext): TreeHandlers {
           break;
         }
         const e = step.value;
-        const entry: { path: string; type: EntryType; size: number; mtimeMs: number; linkTarget?: string } = {
+        const entry: { path: string; type: EntryType; size: number; mtimeMs: number; linkTarget?: string; mode: number; owner: string; group: string } = {
           path: e.rel,
           type: entryType(typeOf(e.stat)),
           size: e.stat.size,
           mtimeMs: e.stat.mtimeMs,
+          mode: e.stat.mode & 0o7777,
+          owner: ownerNames.user(e.stat.uid),
+          group: ownerNames.group(e.stat.gid),
         };
         if (e.stat.isSymbolicLink()) entry.linkTarget = e.link ?? '';
         // The page ends before its JSON would pass MAX_PAGE_BYTES, so the answer always fits in a frame.
-        bytes += jsonBytes(entry.path) + (entry.linkTarget === undefined ? 0 : jsonBytes(entry.linkTarget)) + ENTRY_JSON_BYTES;
+        bytes +=
+          jsonBytes(entry.path) +
+          (entry.linkTarget === undefined ? 0 : jsonBytes(entry.linkTarget)) +
+          jsonBytes(entry.owner) +
+          jsonBytes(entry.group) +
+          ENTRY_JSON_BYTES;
         if (bytes > MAX_PAGE_BYTES && entries.length > 0) {
           truncated = more = true;
           break;

@@ -157,6 +157,8 @@ export class BackgroundProcess {
     readonly handle: string,
     private readonly tagged: TaggedChild,
     readonly cmd: string,
+    /** The argv and call env as given at start, kept for `process.list` when small (see {@link startedConfig}). */
+    private readonly config: { argv?: string[]; env?: Record<string, string> },
     readonly tag: string | undefined,
     bufferBytes: number,
     keepStdinOpen: boolean,
@@ -229,6 +231,7 @@ export class BackgroundProcess {
       handle: this.handle,
       pid: this.pid,
       cmd: this.cmd,
+      ...this.config,
       running: this.running,
       exitCode: this.exitCode,
       signal: this.signal,
@@ -296,6 +299,7 @@ export class ProcessTable {
       handle,
       tagged,
       cmd.length > 1000 ? `${cmd.slice(0, 1000)}...` : cmd,
+      startedConfig(spec),
       options.tag,
       options.bufferBytes ?? DEFAULT_BACKGROUND_BUFFER_BYTES,
       options.keepStdinOpen ?? false,
@@ -334,4 +338,20 @@ export class ProcessTable {
   async close(): Promise<void> {
     await Promise.all(this.list().map((p) => p.kill('SIGKILL')));
   }
+}
+
+/** The most JSON bytes of a process's argv, and of its env, that `process.list` repeats. */
+export const MAX_LISTED_CONFIG_BYTES = 8 * 1024;
+
+/**
+ * What `process.list` shows of how a process was started: the argv (a string command as its one
+ * element) and the env the call gave (not the sandbox's), each left out when its JSON passes
+ * {@link MAX_LISTED_CONFIG_BYTES}, so a list of many processes still fits in one frame.
+ */
+export function startedConfig(spec: Pick<SpawnSpec, 'cmd' | 'env'>): { argv?: string[]; env?: Record<string, string> } {
+  const argv = typeof spec.cmd === 'string' ? [spec.cmd] : [...spec.cmd];
+  const config: { argv?: string[]; env?: Record<string, string> } = {};
+  if (Buffer.byteLength(JSON.stringify(argv)) <= MAX_LISTED_CONFIG_BYTES) config.argv = argv;
+  if (spec.env && Buffer.byteLength(JSON.stringify(spec.env)) <= MAX_LISTED_CONFIG_BYTES) config.env = { ...spec.env };
+  return config;
 }

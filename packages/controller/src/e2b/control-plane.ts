@@ -10,6 +10,7 @@ import { callerFor, grantFor, routeRefusal, type Access, type Caller } from '../
 import type { HttpServerDeps } from '../server-context.js';
 import { E2bHttpError } from './errors.js';
 import { serveE2bEvents } from './events.js';
+import { serveE2bLogs } from './logs.js';
 import { serveE2bWebhooks } from './webhooks.js';
 import { json, parse, readJson } from './http-util.js';
 import { E2bNetwork, e2bFromEgress, egressFromE2b } from './network.js';
@@ -20,8 +21,13 @@ import { HELPER_LABEL, type VolumeContent } from './volume-content.js';
 
 export { json } from './http-util.js';
 
-/** The envd version the gateway advertises: the SDK switches features on it (docs/e2b.md); 0.5.7 has stdin, closeStdin and octet-stream uploads. */
-export const ENVD_VERSION = '0.5.7';
+/**
+ * The envd version the gateway advertises: the SDK switches features on it (docs/e2b.md). 0.5.7
+ * brings stdin control, closeStdin and octet-stream uploads; 0.6.2 file metadata headers (which
+ * the gateway refuses by name); 0.6.3 watch events with their entry; 0.6.4 `allowNetworkMounts`
+ * on watches. SDK 2.51 switches on nothing newer.
+ */
+export const ENVD_VERSION = '0.6.4';
 /** E2B's default timeout (seconds) when a create names none. */
 const DEFAULT_TIMEOUT_SECONDS = 300;
 /** Warren's shortest TTL; an E2B timeout below it is raised to it. */
@@ -99,6 +105,18 @@ const PLANE_ROUTES: readonly PlaneRoute[] = [
   { method: 'POST', pattern: new RegExp(`^/sandboxes/${ID}/resume$`), access: 'lifecycle', handle: connect },
   { method: 'POST', pattern: new RegExp(`^/sandboxes/${ID}/pause$`), access: 'lifecycle', handle: pause },
   { method: 'GET', pattern: new RegExp(`^/sandboxes/${ID}/metrics$`), access: 'info', handle: metrics },
+  {
+    method: 'GET',
+    pattern: new RegExp(`^/v2/sandboxes/${ID}/logs$`),
+    access: 'audit',
+    handle: (ctx) => serveE2bLogs(ctx.deps, ctx.res, ctx.id, ctx.query, ctx.caller, true),
+  },
+  {
+    method: 'GET',
+    pattern: new RegExp(`^/sandboxes/${ID}/logs$`),
+    access: 'audit',
+    handle: (ctx) => serveE2bLogs(ctx.deps, ctx.res, ctx.id, ctx.query, ctx.caller, false),
+  },
   { method: 'PUT', pattern: new RegExp(`^/sandboxes/${ID}/network$`), access: 'lifecycle', handle: updateNetwork },
   { method: 'POST', pattern: new RegExp(`^/sandboxes/${ID}/network$`), access: 'lifecycle', handle: updateNetwork },
   // Snapshots and forks are the API key's, as on Warren's own routes (`operator`).
@@ -234,7 +252,8 @@ async function create({ deps, req, res, owner }: PlaneContext): Promise<void> {
   if (body.mcp !== undefined && body.mcp !== null && Object.keys(body.mcp).length > 0)
     throw new E2bHttpError(
       501,
-      "The MCP gateway (mcp) is not supported by Warren's E2B gateway; run MCP servers as commands in the sandbox. Create it without mcp.",
+      // The SDK's own words when its MCP gateway does not start, so programs that look for them see them.
+      "Failed to start MCP gateway: E2B's MCP gateway (mcp, the mcp-gateway template) is not supported by Warren's E2B gateway; run MCP servers as commands in the sandbox. Create it without mcp.",
     );
   if (body.iam?.tokens !== undefined && Object.keys(body.iam.tokens).length > 0)
     throw new E2bHttpError(
@@ -335,14 +354,34 @@ async function updateNetwork({ deps, req, res, id, caller }: PlaneContext): Prom
   res.writeHead(204).end();
 }
 
+/**
+ * `GET /v2/sandboxes` (`Sandbox.list`) and the older `GET /sandboxes`: the caller's tenant's
+ * sandboxes, filtered by `state` (running and paused by default, repeated or comma-separated),
+ * `metadata`, `template` (the template name or, for a sandbox made from a snapshot, the image)
+ * and `startedAfter`, sorted by start time, newest first unless `order=asc`, across the whole
+ * set before paging, as E2B does. `nextToken` is the offset of the next page.
+ */
 async function list({ deps, res, query, caller }: PlaneContext, paged: boolean): Promise<void> {
-  const states = (query.get('state') ?? 'running,paused').split(',').filter(Boolean);
+  const states = query
+    .getAll('state')
+    .flatMap((s) => s.split(','))
+    .filter(Boolean);
+  const wanted = states.length > 0 ? states : ['running', 'paused'];
   const metadata = metadataFilter(query.get('metadata'));
+  const template = query.get('template');
+  const order = query.get('order') ?? 'desc';
+  if (order !== 'asc' && order !== 'desc') throw new E2bHttpError(400, `order must be asc or desc, not '${order.slice(0, 32)}'.`);
+  const startedAfter = timeFilter(query.get('startedAfter'));
   // A volume's content helper (docs/e2b.md#volumes) is the gateway's own, not the program's.
   let all = (await deps.sandboxes.find({ labels: metadata, tenant: listedTenant(caller) })).filter(
-    (s) => states.includes(s.state) && !Object.hasOwn(s.labels, HELPER_LABEL),
+    (s) =>
+      wanted.includes(e2bState(s.state)) &&
+      !Object.hasOwn(s.labels, HELPER_LABEL) &&
+      (template === null || (s.labels[TEMPLATE_LABEL] ?? s.image) === template) &&
+      (startedAfter === undefined || Date.parse(s.createdAt) >= startedAfter),
   );
-  all = all.sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.id.localeCompare(b.id));
+  const direction = order === 'asc' ? 1 : -1;
+  all = all.sort((a, b) => direction * (Date.parse(a.createdAt) - Date.parse(b.createdAt) || a.id.localeCompare(b.id)));
   if (!paged)
     return json(
       res,
@@ -372,9 +411,10 @@ async function kill({ deps, res, id }: PlaneContext): Promise<void> {
   res.writeHead(204).end();
 }
 
+/** `setTimeout`: the end becomes now + timeout, shorter or longer, as on E2B (the SDK sends whole seconds; at least 1). */
 async function setTimeoutRoute({ deps, req, res, id }: PlaneContext): Promise<void> {
   const body = parse(TimeoutBody, await readJson(req), 'timeout request');
-  await deps.sandboxes.setTimeout(id, Math.max(MIN_TTL_SECONDS, body.timeout ?? DEFAULT_TIMEOUT_SECONDS));
+  await deps.sandboxes.setTimeout(id, Math.max(1, body.timeout ?? DEFAULT_TIMEOUT_SECONDS));
   res.writeHead(204).end();
 }
 
@@ -456,6 +496,11 @@ function sandboxObject(info: SandboxInfo, templateID: string, token: string): Re
   };
 }
 
+/** A Warren state as a list's `state` filter reads it: a hibernated sandbox (frozen while idle, woken by its next call) is running to E2B; exited and gone ones match neither E2B state. */
+function e2bState(state: SandboxInfo['state']): string {
+  return state === 'running' || state === 'hibernated' ? 'running' : state;
+}
+
 /** E2B's ListedSandbox (list answers; the detail adds its token). */
 function listed(deps: HttpServerDeps, info: SandboxInfo): Record<string, unknown> {
   const { [TEMPLATE_LABEL]: template, ...metadata } = info.labels;
@@ -474,6 +519,14 @@ function listed(deps: HttpServerDeps, info: SandboxInfo): Record<string, unknown
     metadata,
     volumeMounts: (info.settings.volumes ?? []).map((v) => ({ name: v.name, path: v.path })),
   };
+}
+
+/** `?startedAfter=`: an RFC 3339 time (the SDK sends `toISOString()`), as milliseconds; absent when not given. */
+function timeFilter(raw: string | null): number | undefined {
+  if (raw === null || raw === '') return undefined;
+  const ms = Date.parse(raw);
+  if (!Number.isFinite(ms)) throw new E2bHttpError(400, `startedAfter must be an RFC 3339 time such as 2026-01-01T00:00:00Z, not '${raw.slice(0, 64)}'.`);
+  return ms;
 }
 
 /**

@@ -19,7 +19,7 @@ export const MAX_CONCURRENT_UPLOADS = 4;
 const PIECE_BYTES = 8 * 1024 * 1024;
 
 /**
- * `GET /health`: 204 while the sandbox runs, 502 once it is gone (the SDK's `isRunning()` reads
+ * `GET /health`: 204 while the sandbox runs, 502 once it is gone or past its end (the SDK's `isRunning()` reads
  * exactly that), to a caller with that sandbox's access token (the SDK sends the
  * `envdAccessToken` Warren gave it on every envd call, this one too). Any other caller gets the same
  * 401 whether or not the id exists, so the route tells nobody which sandboxes exist.
@@ -33,7 +33,9 @@ export async function serveHealth(deps: HttpServerDeps, req: IncomingMessage, re
   if (caller === undefined) throw new CodedError('UNAUTHORIZED', "Missing or invalid access token: send this sandbox's envdAccessToken as X-Access-Token.");
   // Another tenant's sandbox is 'gone' to this caller, exactly as one that does not exist.
   const record = deps.sandboxes.has(id) ? deps.sandboxes.record(id) : undefined;
-  const state = record && seesTenant(caller, record.tenant) ? record.state : 'gone';
+  const seen = record && seesTenant(caller, record.tenant) ? record : undefined;
+  // Past its end the sandbox has reached its end of life, as on E2B, though the reaper removes it only on its next round.
+  const state = seen === undefined ? 'gone' : seen.state === 'running' && seen.expiresAt.getTime() <= Date.now() ? 'expired' : seen.state;
   if (state === 'running') return void res.writeHead(204).end();
   json(res, 502, { code: 502, message: `Sandbox '${id}' is ${state}.` });
 }
@@ -67,6 +69,13 @@ export async function serveFiles(
       res.setHeader('retry-after', '1');
       throw new E2bHttpError(429, `This controller is reading ${MAX_CONCURRENT_UPLOADS} uploads already; retry shortly.`);
     }
+    // envd 0.6.2 keeps X-Metadata-<key> headers as the files' extended attributes; Warren's file API has none to keep them in.
+    const metadata = Object.keys(req.headers).filter((name) => name.startsWith('x-metadata-'));
+    if (metadata.length > 0)
+      throw new E2bHttpError(
+        501,
+        `File metadata (${metadata.map((name) => name.slice('x-metadata-'.length)).join(', ')}) is not supported by Warren's E2B gateway: files have no extended attributes to keep it in. Write without the metadata option.`,
+      );
     uploads.inFlight++;
     let files;
     try {

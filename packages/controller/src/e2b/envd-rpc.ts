@@ -1,11 +1,11 @@
 import type { MessageInitShape } from '@bufbuild/protobuf';
 import { timestampFromMs } from '@bufbuild/protobuf/wkt';
 import { Code, ConnectError, type ConnectRouter, type HandlerContext } from '@connectrpc/connect';
-import type { ProcessInfo as WarrenProcess, Result } from '@warren/protocol';
+import { CodedError, type ProcessInfo as WarrenProcess, type Result } from '@warren/protocol';
 import { posix } from 'node:path';
 import type { HttpServerDeps } from '../server-context.js';
-import { notServed, toConnectError } from './errors.js';
-import { checkExec, envdScope, leaseSession, openSession, resolvePath, withSession, type EnvdScope } from './envd-scope.js';
+import { toConnectError } from './errors.js';
+import { checkExec, envdScope, leaseSession, openSession, resolvePath, sandboxIdOf, withSession, type EnvdScope } from './envd-scope.js';
 import type { DaemonSession } from '../daemon-session.js';
 import type { DaemonLease, DaemonSessionPool } from '../daemon-pool.js';
 import { PtyRegistry, type PtyEntry, type PtyEvent } from './pty-registry.js';
@@ -73,7 +73,11 @@ export function envdRoutes(deps: HttpServerDeps, pool: DaemonSessionPool, watche
             throw toConnectError(err);
           }
           yield message({ case: 'start', value: { pid: entry.pid } });
-          yield* followPty(entry, ctx);
+          try {
+            yield* followPty(entry, ctx);
+          } catch (err) {
+            throw await streamError(err, deps, ctx);
+          }
           return;
         }
         let lease: DaemonLease | undefined;
@@ -93,7 +97,7 @@ export function envdRoutes(deps: HttpServerDeps, pool: DaemonSessionPool, watche
           yield message({ case: 'start', value: { pid: result.pid } });
           yield* follow(session, result.handle, ctx);
         } catch (err) {
-          throw toConnectError(err);
+          throw await streamError(err, deps, ctx);
         } finally {
           lease?.release();
         }
@@ -113,7 +117,7 @@ export function envdRoutes(deps: HttpServerDeps, pool: DaemonSessionPool, watche
           yield message({ case: 'start', value: { pid: found.pid } });
           yield* follow(lease.session, found.handle, ctx);
         } catch (err) {
-          throw toConnectError(err);
+          throw await streamError(err, deps, ctx);
         } finally {
           lease?.release();
         }
@@ -121,11 +125,11 @@ export function envdRoutes(deps: HttpServerDeps, pool: DaemonSessionPool, watche
       list: (_req, ctx) =>
         unary(ctx, async (session, scope) => {
           const { result } = await session.call('process.list', {});
-          const terminals = ptys.running(scope.sandboxId).map((t) => ({ pid: t.pid, config: { cmd: t.cmd, args: [], envs: {} } }));
+          const terminals = ptys.running(scope.sandboxId).map((t) => ({ pid: t.pid, config: t.config }));
           return {
             processes: result.processes
               .filter((p) => p.running)
-              .map((p) => ({ pid: p.pid, ...(p.tag !== undefined && { tag: p.tag }), config: { cmd: p.cmd, args: [], envs: {} } }))
+              .map((p) => ({ pid: p.pid, ...(p.tag !== undefined && { tag: p.tag }), config: configOf(p) }))
               .concat(terminals),
           };
         }),
@@ -171,8 +175,38 @@ export function envdRoutes(deps: HttpServerDeps, pool: DaemonSessionPool, watche
           throw toConnectError(err);
         }
       },
-      streamInput: async () => {
-        throw notServed('Process/StreamInput (client streaming)', 'Send input with Process/SendInput (commands.sendStdin does).');
+      // envd's client stream of input: a `start` naming the process, then `data` messages written in order, keepalives between.
+      streamInput: async (requests, ctx) => {
+        let lease: DaemonLease | undefined;
+        try {
+          const scope = scopeOf(ctx);
+          let target: { pty: PtyEntry } | { handle: string } | undefined;
+          for await (const request of requests) {
+            const event = request.event;
+            if (event.case === 'keepalive' || event.case === undefined) continue;
+            if (event.case === 'start') {
+              if (target !== undefined) throw new ConnectError('Process/StreamInput takes one start message, before any data.', Code.InvalidArgument);
+              const pty = ptyOf(scope, event.value.process, 'Process/StreamInput');
+              if (pty) target = { pty };
+              else {
+                lease ??= await leaseSession(pool, scope);
+                target = { handle: (await find(lease.session, event.value.process)).handle };
+              }
+              continue;
+            }
+            if (target === undefined) throw new ConnectError('Process/StreamInput must begin with a start message naming the process.', Code.InvalidArgument);
+            const input = event.value.input?.input;
+            const bytes = input?.value ?? new Uint8Array();
+            if ('pty' in target) await target.pty.session.call('pty.write', { handle: target.pty.handle }, { payload: bytes });
+            else if (input?.case === 'pty') throw new ConnectError('PTY input goes to a terminal, and no terminal has this pid.', Code.NotFound);
+            else await lease!.session.call('process.write', { handle: target.handle }, { payload: bytes });
+          }
+          return {};
+        } catch (err) {
+          throw toConnectError(err);
+        } finally {
+          lease?.release();
+        }
       },
     });
 
@@ -197,7 +231,10 @@ export function envdRoutes(deps: HttpServerDeps, pool: DaemonSessionPool, watche
         }),
       remove: (req, ctx) =>
         unary(ctx, async (session, scope) => {
-          await session.call('fs.delete', { path: resolvePath(scope, req.path), recursive: true });
+          // envd removes with os.RemoveAll: a path that is not there is already removed, not an error.
+          await session.call('fs.delete', { path: resolvePath(scope, req.path), recursive: true }).catch((err: unknown) => {
+            if (!(err instanceof CodedError && err.code === 'NOT_FOUND')) throw err;
+          });
           return {};
         }),
       listDir: (req, ctx) =>
@@ -211,7 +248,8 @@ export function envdRoutes(deps: HttpServerDeps, pool: DaemonSessionPool, watche
             for (const e of result.entries) entries.push(listedEntry(path, e));
             cursor = result.nextCursor;
           } while (cursor !== undefined && entries.length < MAX_LIST_ENTRIES);
-          return { entries };
+          // envd walks the tree in lexical order, each folder before what it holds (Go's filepath.WalkDir).
+          return { entries: entries.sort((a, b) => walkOrder(a.path, b.path)) };
         }),
       async *watchDir(req, ctx) {
         let session: DaemonSession | undefined;
@@ -263,6 +301,32 @@ async function find(session: DaemonSession, selector: ProcessSelector | undefine
   const found = result.processes.find((p) => (which.case === 'pid' ? p.pid === which.value : p.tag === which.value));
   if (!found) throw new ConnectError(`Process with ${which.case} ${which.value} not found (it may have ended).`, Code.NotFound);
   return found;
+}
+
+/** How long a stream whose daemon connection dropped waits to learn whether its sandbox is being killed. */
+const KILL_SETTLE_MS = 5000;
+
+/**
+ * The error a process stream ends with. When its daemon connection dropped because the sandbox is
+ * being killed (or expired), envd's connection would simply be cut: the SDK reads that as
+ * `unknown` with "terminated", probes `/health` (502 by then) and raises its TimeoutError saying
+ * the sandbox was killed or reached its end of life. Any other failure keeps its own code.
+ */
+async function streamError(err: unknown, deps: HttpServerDeps, ctx: HandlerContext): Promise<ConnectError> {
+  const cause: unknown = err instanceof ConnectError ? err.cause : err;
+  const dropped = cause instanceof CodedError && cause.code === 'SANDBOX_NOT_READY';
+  const id = sandboxIdOf((name) => ctx.requestHeader.get(name) ?? undefined);
+  if (!dropped || id === undefined) return toConnectError(err);
+  const running = () => deps.sandboxes.has(id) && deps.sandboxes.record(id).state === 'running';
+  for (const started = Date.now(); running() && Date.now() - started < KILL_SETTLE_MS;) await new Promise((r) => setTimeout(r, 100));
+  if (running()) return toConnectError(err);
+  return new ConnectError(`connection terminated: sandbox '${id}' ended while the command ran`, Code.Unknown);
+}
+
+/** envd's ProcessConfig of a Warren process: its argv as `cmd` and `args`, and the env its start gave (the joined command line when the daemon kept no argv). */
+function configOf(p: WarrenProcess): { cmd: string; args: string[]; envs: Record<string, string> } {
+  const [cmd, ...args] = p.argv ?? [p.cmd];
+  return { cmd: cmd ?? p.cmd, args, envs: p.env ?? {} };
 }
 
 /**
@@ -401,7 +465,14 @@ function follow(session: DaemonSession, handle: string, ctx: HandlerContext): As
         },
       )
       .then(
-        ({ result }) => finish(message({ case: 'end', value: endOf(result) })),
+        // A command killed at its lifetime (Connect-Timeout-Ms) ends as envd's does, with deadline_exceeded
+        // (the SDK's TimeoutError) rather than an end event that would race the client's own deadline.
+        ({ result }) =>
+          finish(
+            result.timedOut
+              ? new ConnectError('The command ran past its timeout (timeoutMs) and was killed.', Code.DeadlineExceeded)
+              : message({ case: 'end', value: endOf(result) }),
+          ),
         (err: unknown) => finish(err instanceof Error ? err : new Error(String(err))),
       );
     return () => undefined;
@@ -446,11 +517,26 @@ function entry(path: string, stat: Result<'fs.stat'>): EntryInit {
     size: BigInt(stat.size),
     mode: stat.mode,
     permissions: permissions(stat.type, stat.mode),
-    owner: '',
-    group: '',
+    owner: stat.owner ?? '',
+    group: stat.group ?? '',
     modifiedTime: timestampFromMs(Math.round(stat.mtimeMs)),
-    ...(stat.linkTarget !== undefined && { symlinkTarget: stat.linkTarget }),
+    ...(stat.linkTarget !== undefined && { symlinkTarget: linkTargetOf(path, stat.linkTarget) }),
   };
+}
+
+/** A link's target as envd gives it: an absolute path (a relative target is taken from the link's folder). */
+function linkTargetOf(linkPath: string, target: string): string {
+  return posix.resolve(posix.dirname(linkPath), target);
+}
+
+/** Go's WalkDir order of two paths: component by component, each folder before its contents. */
+export function walkOrder(a: string, b: string): number {
+  const left = a.split('/');
+  const right = b.split('/');
+  for (let i = 0; i < Math.min(left.length, right.length); i++) {
+    if (left[i] !== right[i]) return left[i]! < right[i]! ? -1 : 1;
+  }
+  return left.length - right.length;
 }
 
 function listedEntry(folder: string, e: Result<'fs.list'>['entries'][number]): EntryInit {
@@ -460,12 +546,12 @@ function listedEntry(folder: string, e: Result<'fs.list'>['entries'][number]): E
     type: fileType(e.type),
     path,
     size: BigInt(e.size),
-    mode: 0,
-    permissions: '',
-    owner: '',
-    group: '',
+    mode: e.mode ?? 0,
+    permissions: e.mode === undefined ? '' : permissions(e.type, e.mode),
+    owner: e.owner ?? '',
+    group: e.group ?? '',
     modifiedTime: timestampFromMs(Math.round(e.mtimeMs)),
-    ...(e.linkTarget !== undefined && { symlinkTarget: e.linkTarget }),
+    ...(e.linkTarget !== undefined && { symlinkTarget: linkTargetOf(path, e.linkTarget) }),
   };
 }
 

@@ -83,7 +83,9 @@ export async function runWatch(
     chain = chain.then(async () => {
       waiting--;
       if (ended) return;
-      const entry = await entryOf(display).catch(() => undefined);
+      const found = await entryOf(display).catch(() => undefined);
+      // envd's entry names the path as the watch was asked (absolute), not as the daemon displays it.
+      const entry = found && name !== display ? { ...found, path: posix.join(path, name) } : found;
       if (!ended) sink.event({ name, type, ...(entry && { entry }) });
     });
   };

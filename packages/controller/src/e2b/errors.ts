@@ -53,16 +53,8 @@ const CONNECT_CODES: { readonly [C in ErrorCode]: Code } = {
 /** Any error as the Connect error an envd RPC answers with; a Warren code is kept in the message. */
 export function toConnectError(err: unknown): ConnectError {
   if (err instanceof ConnectError) return err;
-  if (err instanceof CodedError) return new ConnectError(err.message, CONNECT_CODES[err.code]);
+  if (err instanceof CodedError) return new ConnectError(err.message, CONNECT_CODES[err.code], undefined, undefined, err);
   return new ConnectError(err instanceof Error ? err.message : String(err), Code.Internal);
-}
-
-/**
- * A feature of E2B's envd that Warren's gateway does not serve: `unimplemented`, naming it and
- * what to use instead, so a program fails at once and says why (never a hang or a bare 500).
- */
-export function notServed(feature: string, instead: string): ConnectError {
-  return new ConnectError(`${feature} is not supported by Warren's E2B gateway (docs/e2b.md). ${instead}`, Code.Unimplemented);
 }
 
 /** An error of E2B's REST APIs (control plane and envd `/files`): `{ code, message }` with the HTTP status as `code`. */

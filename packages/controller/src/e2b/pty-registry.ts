@@ -16,7 +16,8 @@ export interface PtyEntry {
   sandboxId: string;
   pid: number;
   handle: string;
-  cmd: string;
+  /** envd's ProcessConfig of the terminal, as its Start gave it. */
+  config: { cmd: string; args: string[]; envs: Record<string, string> };
   session: DaemonSession;
   listeners: Set<(event: PtyEvent) => void>;
   ended?: PtyEvent;
@@ -69,7 +70,15 @@ export class PtyRegistry {
             onEvent: (name, data, payload) => {
               if (name === 'started') {
                 const started = data as { handle: string; pid: number };
-                entry = { sandboxId: scope.sandboxId, pid: started.pid, handle: started.handle, cmd: params.cmd.join(' '), session, listeners: new Set() };
+                const [cmd = '', ...args] = params.cmd;
+                entry = {
+                  sandboxId: scope.sandboxId,
+                  pid: started.pid,
+                  handle: started.handle,
+                  config: { cmd, args, envs: { ...params.env } },
+                  session,
+                  listeners: new Set(),
+                };
                 this.entries.set(this.key(scope.sandboxId, started.pid), entry);
                 if (lifetimeMs !== undefined && lifetimeMs > 0) {
                   lifetime = setTimeout(() => void session.call('pty.kill', { handle: started.handle, signal: 'SIGKILL' }).catch(() => undefined), lifetimeMs);

@@ -205,7 +205,8 @@ async function list(session: DaemonSession, path: string, depthText: string | nu
       path: relative(full),
       type: entryType(entry.type),
       size: entry.size,
-      mode: 0,
+      // A daemon older than listings with modes gives none: 0, as before.
+      mode: entry.mode ?? 0,
       uid: OWNER,
       gid: OWNER,
       atime: time,

@@ -233,6 +233,9 @@ export const FsStatResult = z.strictObject({
   nlink: Count,
   /** For a symbolic link (with followLinks: false): what it points to, as stored. */
   linkTarget: z.string().optional(),
+  /** The owning user and group by name, as `ls -l` shows them (the number when the sandbox names none). */
+  owner: z.string().optional(),
+  group: z.string().optional(),
   readable: z.boolean(),
   writable: z.boolean(),
 });
@@ -265,6 +268,10 @@ export const ListEntry = z.strictObject({
   size: Count,
   mtimeMs: z.number(),
   linkTarget: z.string().optional(),
+  /** Permission bits, and the owning user and group by name (as in `fs.stat`). */
+  mode: z.number().int().optional(),
+  owner: z.string().optional(),
+  group: z.string().optional(),
 });
 export const FsListResult = z.strictObject({
   path: z.string(),

@@ -103,6 +103,10 @@ export const ProcessInfo = z.strictObject({
   pid: z.number().int(),
   /** The command as started (an argv joined with spaces). */
   cmd: z.string(),
+  /** The argv as given (a string command as its one element); absent when it is large (over 8 KiB of JSON) or from an older daemon. */
+  argv: z.array(z.string()).optional(),
+  /** The env the start call gave (not the sandbox's own); absent when none was given or it is large. */
+  env: z.record(z.string(), z.string()).optional(),
   tag: z.string().optional(),
   running: z.boolean(),
   exitCode: z.number().int().nullable(),

@@ -1560,6 +1560,10 @@ class RestErrorBody(_Tolerant):
     error: RestErrorBodyError = Field(...)
 
 
+class RotatedSandboxToken(_Tolerant):
+    token: StrictStr = Field(...)
+
+
 class SandboxInfo(_Tolerant):
     id: StrictStr = Field(...)
     state: Literal['running', 'paused', 'exited', 'gone', 'hibernated'] = Field(...)

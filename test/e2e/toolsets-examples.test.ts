@@ -5,6 +5,8 @@ import { main as codin } from '../../examples/codin.js';
 import { main as filesystem } from '../../examples/filesystem.js';
 import { main as partialRead } from '../../examples/partial-read.js';
 import { main as toolsmith } from '../../examples/toolsmith.js';
+import { main as vercelAi } from '../../examples/vercel-ai.js';
+import { main as dataAnalysis } from '../../examples/e2b-data-analysis.js';
 import { startTestController, type TestController } from '../support/fixtures.js';
 
 describe('the examples/ orchestrators run offline against a real Warren, with their scripted models', () => {
@@ -18,6 +20,28 @@ describe('the examples/ orchestrators run offline against a real Warren, with th
   });
   afterAll(async () => {
     await warren?.[Symbol.asyncDispose]();
+  });
+
+  it("vercel-ai: the AI SDK's generateText drives Warren's tools to an answer", async () => {
+    const { toolResults, answer } = await vercelAi(controller);
+    expect(toolResults).toHaveLength(2);
+    expect(toolResults[1]).toContain('[2, 3, 5, 7, 11, 13, 17, 19, 23, 29]');
+    expect(answer).toMatch(/primes below 30/);
+  });
+
+  it('e2b-data-analysis: @e2b/code-interpreter summarises a CSV with pandas and gets its matplotlib chart back as data', async () => {
+    const analysis = await dataAnalysis({ apiKey: warren.apiKey, apiUrl: `${warren.url}/e2b`, sandboxUrl: `${warren.url}/e2b` });
+    expect(analysis.summary).toBe('best month: Mar (288)');
+    expect(analysis.chart).toEqual({
+      type: 'bar',
+      title: 'Revenue by month',
+      bars: [
+        { label: 'Jan', value: 215 },
+        { label: 'Feb', value: 245 },
+        { label: 'Mar', value: 288 },
+      ],
+    });
+    expect(analysis.png).toBe(true);
   });
 
   it('codin: fixes the script', async () => {

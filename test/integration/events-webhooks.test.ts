@@ -221,6 +221,7 @@ describe('lifecycle events and webhooks over a real controller', () => {
       const text = await res.text();
       return { status: res.status, json: (text ? JSON.parse(text) : {}) as Record<string, any> }; // eslint-disable-line @typescript-eslint/no-explicit-any
     };
+    const ids = (listed: unknown) => (listed as { id: string }[]).map((w) => w.id);
     const hook = await receiver(200);
     try {
       const secret = 'secret-for-event-signature-verification';
@@ -236,7 +237,7 @@ describe('lifecycle events and webhooks over a real controller', () => {
       expect(registered.json).toMatchObject({ name: 'My Sandbox Webhook', enabled: true, url: hook.url, teamID: 'default' });
       expect(registered.json).not.toHaveProperty('signatureSecret');
       const id = registered.json.id as string;
-      expect((await e2b('GET', '/events/webhooks', warren.apiKey)).json.map((w: { id: string }) => w.id)).toContain(id);
+      expect(ids((await e2b('GET', '/events/webhooks', warren.apiKey)).json)).toContain(id);
       expect((await e2b('GET', `/events/webhooks/${id}`, warren.apiKey)).json.events).toEqual([
         'sandbox.lifecycle.created',
         'sandbox.lifecycle.updated',
@@ -301,7 +302,7 @@ describe('lifecycle events and webhooks over a real controller', () => {
       expect((await e2b('GET', `/events/webhooks/${id}`, warren.apiKey)).status).toBe(404);
       // Warren's own webhooks are not E2B's: not in E2B's list.
       const own = await api('POST', '/v1/webhooks', warren.apiKey, { url: hook.url });
-      expect((await e2b('GET', '/events/webhooks', warren.apiKey)).json.map((w: { id: string }) => w.id)).not.toContain(own.json.webhook.id);
+      expect(ids((await e2b('GET', '/events/webhooks', warren.apiKey)).json)).not.toContain(own.json.webhook.id);
       expect((await api('DELETE', `/v1/webhooks/${own.json.webhook.id as string}`, warren.apiKey)).status).toBe(204);
     } finally {
       await hook.close();

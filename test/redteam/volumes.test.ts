@@ -321,8 +321,7 @@ describe('red team: named volumes shared by sandboxes', () => {
     await expect(new Volumes(other).get('mine')).rejects.toMatchObject({ code: 'VOLUME_NOT_FOUND' });
     expect(await new Volumes(other).list()).toEqual([]);
     // An admin of another tenant reaches it only by naming its tenant; a member key never does.
-    const asAdmin = (query: string, method = 'GET') =>
-      fetch(`${warren.url}/v1/volumes${query}`, { method, headers: { authorization: `Bearer ${otherKey}` } });
+    const asAdmin = (query: string, method = 'GET') => fetch(`${warren.url}/v1/volumes${query}`, { method, headers: { authorization: `Bearer ${otherKey}` } });
     expect(((await (await asAdmin('?tenant=default')).json()) as { volumes: { name: string }[] }).volumes.map((v) => v.name)).toEqual(['mine']);
     expect((await asAdmin('/mine?tenant=default')).status).toBe(200);
     expect((await asAdmin('?tenant=Default')).status).toBe(400);

@@ -158,7 +158,14 @@ export class Credentials {
     const [, payload, mac] = match;
     if (!timingSafeEqual(digest(mac!), digest(this.derive('derived', payload!)))) return undefined;
     try {
-      const data = JSON.parse(Buffer.from(payload!, 'base64url').toString('utf8')) as { s?: unknown; g?: unknown; e?: unknown; k?: unknown; n?: unknown; a?: unknown };
+      const data = JSON.parse(Buffer.from(payload!, 'base64url').toString('utf8')) as {
+        s?: unknown;
+        g?: unknown;
+        e?: unknown;
+        k?: unknown;
+        n?: unknown;
+        a?: unknown;
+      };
       if (typeof data.s !== 'string') return undefined;
       return {
         sandboxId: data.s,

@@ -99,6 +99,13 @@ async def test_a_member_key_sees_its_own_tenant_only(controller: Any) -> None:
                 await Sandbox.connect(sandbox.id, base_url=controller.url, api_key=bravo.key)
             assert sandbox.id not in [s.id for s in await Sandbox.list(base_url=controller.url, api_key=bravo.key)]
             assert (await RestClient(controller.url, acme.key).tenant()).usage.sandboxes == 1
+            # The sandbox's own token rotated: the old one is refused, the new one works.
+            old = sandbox.token
+            fresh = await RestClient(controller.url, acme.key).rotate_sandbox_token(sandbox.id)
+            assert fresh != old
+            with pytest.raises(WarrenError):
+                await RestClient(controller.url, old).get(sandbox.id)
+            assert (await RestClient(controller.url, fresh).get(sandbox.id)).id == sandbox.id
         assert acme.id in [k.id for k in await rest.list_keys("acme-py")]
     finally:
         for made in (acme, bravo):

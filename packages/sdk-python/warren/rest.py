@@ -25,6 +25,7 @@ from ._protocol import (
     KeyInfo,
     ListKeysResponse,
     TenantReport,
+    RotatedSandboxToken,
     CreateSandboxRequest,
     CreateSandboxResponse,
     CreateSnapshotRequest,
@@ -200,6 +201,16 @@ class RestClient:
     async def tenant(self) -> TenantReport:
         """``GET /v1/tenant``: the key's tenant, what it uses against its limits."""
         return await self._answer(TenantReport, "GET", "/v1/tenant", None)
+
+    async def rotate_sandbox_token(self, sandbox_id: str) -> str:
+        """``POST /v1/sandboxes/{id}/token/rotate``: the sandbox's new token; the old one, the tokens
+        derived from it and what they hold open end at once."""
+        path = f"/v1/sandboxes/{urllib.parse.quote(sandbox_id, safe='')}/token/rotate"
+        return (await self._answer(RotatedSandboxToken, "POST", path, None)).token
+
+    async def revoke_token(self, sandbox_id: str, token: str) -> None:
+        """``POST /v1/sandboxes/{id}/tokens/revoke``: one derived token of the sandbox ends, its connections closed."""
+        await self._request("POST", f"/v1/sandboxes/{urllib.parse.quote(sandbox_id, safe='')}/tokens/revoke", {"token": token})
 
     async def readiness(self) -> Dict[str, Any]:
         """``GET /readyz``: whether the controller can create sandboxes now, and the isolation it gives them."""

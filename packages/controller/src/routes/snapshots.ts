@@ -75,7 +75,8 @@ export const SNAPSHOT_ROUTES: readonly Route[] = [
     method: 'POST',
     path: '/v1/snapshots/prune',
     operationId: 'pruneSnapshots',
-    summary: "Delete the calling key's tenant's snapshots (or, for an admin, ?tenant='s) older than olderThanSeconds (with every given label), and images no snapshot names.",
+    summary:
+      "Delete the calling key's tenant's snapshots (or, for an admin, ?tenant='s) older than olderThanSeconds (with every given label), and images no snapshot names.",
     tag: 'snapshots',
     access: 'operator',
     scope: 'snapshots',

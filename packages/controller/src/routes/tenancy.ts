@@ -149,7 +149,7 @@ export const TENANCY_ROUTES: readonly Route[] = [
     path: '/v1/sandboxes/{id}/token/rotate',
     operationId: 'rotateSandboxToken',
     summary:
-      "Give the sandbox a new token of its own: the old one is refused from the next request on, and its WebSockets, port tunnels, E2B streams, signed file links and every token derived from it end.",
+      'Give the sandbox a new token of its own: the old one is refused from the next request on, and its WebSockets, port tunnels, E2B streams, signed file links and every token derived from it end.',
     tag: 'tenancy',
     access: 'lifecycle',
     responses: { 200: { description: 'The new token.', schema: RotatedSandboxToken } },

@@ -16,7 +16,8 @@ export const VOLUME_ROUTES: readonly Route[] = [
     method: 'POST',
     path: '/v1/volumes',
     operationId: 'createVolume',
-    summary: "Create a named volume for the calling key's tenant (an admin's: ?tenant='s): storage that outlives sandboxes, with a size limit where the host gives quotas.",
+    summary:
+      "Create a named volume for the calling key's tenant (an admin's: ?tenant='s): storage that outlives sandboxes, with a size limit where the host gives quotas.",
     tag: 'volumes',
     access: 'operator',
     scope: 'volumes',

@@ -174,14 +174,17 @@ ensure_remap_engine() {
     done
     step_done "up"
   fi
-  local image=warren/sandbox:latest want have
-  want=$(docker image inspect --format '{{.Id}}' "$image" 2>/dev/null) || return 1
-  have=$(DOCKER_HOST=$REMAP_DOCKER_HOST docker image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
-  if [[ $want != "$have" ]]; then
-    step "Loading $image into the remap engine"
-    docker save "$image" | DOCKER_HOST=$REMAP_DOCKER_HOST docker load -q >/dev/null || return 1
-    step_done
-  fi
+  # The sandbox image, and E2B's base template (the red team's E2B template builds start from it).
+  local image want have
+  for image in warren/sandbox:latest warren/e2b-base:latest; do
+    want=$(docker image inspect --format '{{.Id}}' "$image" 2>/dev/null) || return 1
+    have=$(DOCKER_HOST=$REMAP_DOCKER_HOST docker image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
+    if [[ $want != "$have" ]]; then
+      step "Loading $image into the remap engine"
+      docker save "$image" | DOCKER_HOST=$REMAP_DOCKER_HOST docker load -q >/dev/null || return 1
+      step_done
+    fi
+  done
 }
 
 # Podman as a second engine (docs/install.md, Podman): Debian's podman with catatonit (the init

@@ -175,13 +175,20 @@ ensure_remap_engine() {
     step_done "up"
   fi
   # The sandbox image, and E2B's base template (the red team's E2B template builds start from it).
-  local image want have
-  for image in warren/sandbox:latest warren/e2b-base:latest; do
+  copy_images_to_engine "$REMAP_DOCKER_HOST" "the remap engine" warren/sandbox:latest warren/e2b-base:latest
+}
+
+# Copies images from the Docker engine to another Docker engine (DOCKER_HOST $1, named $2 in the
+# messages) where it lacks them or has another build (the same id means the same content).
+copy_images_to_engine() {
+  local host=$1 name=$2 image want have
+  shift 2
+  for image in "$@"; do
     want=$(docker image inspect --format '{{.Id}}' "$image" 2>/dev/null) || return 1
-    have=$(DOCKER_HOST=$REMAP_DOCKER_HOST docker image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
+    have=$(DOCKER_HOST=$host docker image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
     if [[ $want != "$have" ]]; then
-      step "Loading $image into the remap engine"
-      docker save "$image" | DOCKER_HOST=$REMAP_DOCKER_HOST docker load -q >/dev/null || return 1
+      step "Loading $image into $name"
+      docker save "$image" | DOCKER_HOST=$host docker load -q >/dev/null || return 1
       step_done
     fi
   done
@@ -296,14 +303,7 @@ ensure_rootless_docker() {
     done
     step_done "up (cgroup driver: $(DOCKER_HOST=$ROOTLESS_DOCKER_HOST docker info --format '{{.CgroupDriver}}'))"
   fi
-  local image=warren/sandbox:latest want have
-  want=$(docker image inspect --format '{{.Id}}' "$image" 2>/dev/null) || return 1
-  have=$(DOCKER_HOST=$ROOTLESS_DOCKER_HOST docker image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
-  if [[ $want != "$have" ]]; then
-    step "Loading $image into rootless Docker"
-    docker save "$image" | DOCKER_HOST=$ROOTLESS_DOCKER_HOST docker load -q >/dev/null || return 1
-    step_done
-  fi
+  copy_images_to_engine "$ROOTLESS_DOCKER_HOST" "rootless Docker" warren/sandbox:latest
 }
 
 # Installs the Debian packages of the named commands that are missing, in one apt call. Each

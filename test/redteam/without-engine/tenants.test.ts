@@ -201,6 +201,8 @@ describe('tenants: every door answers another tenant exactly as nothing', () => 
       const derived = (await byOldToken.deriveToken({ inherit: true })).token;
       const grandchild = (await (await Sandbox.connect(sandbox.id, { baseUrl: warren.url, token: derived })).deriveToken({ inherit: true })).token;
       expect((await byOldToken.commands.run('echo alive')).stdout).toBe('alive\n');
+      // A derived token cannot rotate the token it came from (it would cut off its parent).
+      expect((await call('POST', `/v1/sandboxes/${sandbox.id}/token/rotate`, bearer(derived))).status).toBe(403);
       // Another tenant's key cannot rotate it: the same answer as for a sandbox that does not exist.
       const foreign = await call('POST', `/v1/sandboxes/${sandbox.id}/token/rotate`, bearer(keyB));
       expect(same(foreign, sandbox.id)).toEqual(same(await call('POST', `/v1/sandboxes/${NOWHERE}/token/rotate`, bearer(keyB)), NOWHERE));

@@ -12,6 +12,12 @@ export function engineAnswered(err: unknown, status: number, podmanWords: RegExp
 /** The engine has no such container (Podman says so with a 500 for one it is removing). */
 export const noSuchContainer = (err: unknown): boolean => engineAnswered(err, 404, /no such container|does not exist/i);
 
+/** A remove refused because another remove of the same container is under way (the reaper's, a second kill). */
+export function removalInProgress(err: unknown): boolean {
+  const e = err as { statusCode?: number; json?: { message?: string }; message?: string };
+  return (e.statusCode === 409 || e.statusCode === 500) && /removal of container .* is already in progress/i.test(e.json?.message ?? e.message ?? '');
+}
+
 /** A create refused because the container name is taken. */
 export const nameInUse = (err: unknown): boolean => engineAnswered(err, 409, /already in use/i);
 

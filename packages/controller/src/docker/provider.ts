@@ -13,7 +13,7 @@ import { CpuCgroups } from './cpu-cgroups.js';
 import { TreeCgroups } from './tree-cgroups.js';
 import { chooseChannel, openExecStream, type DaemonChannel } from './daemon-channel.js';
 import { resolveEngine } from './engine-endpoint.js';
-import { engineError, rethrow, workdirRefusal } from './engine-errors.js';
+import { engineError, noSuchContainer, removalInProgress, rethrow, workdirRefusal } from './engine-errors.js';
 import { detectEngine, engineIsolation, isLocalEngine, type EngineInfo, type EngineKind } from './engine-kind.js';
 import { chooseProcessLimit, engineSeesFolder } from './helper-container.js';
 import { followEngineEvents } from './engine-events.js';
@@ -322,6 +322,21 @@ export class DockerProvider implements SandboxProvider {
     return this.state.workspaces.create(spec.agentId, { uid: shift.uid + uid, gid: shift.gid + gid }, spec.settings.diskMb * 1024 * 1024);
   }
 
+  /** Waits, up to 60 s, for a container another caller is removing to be gone. */
+  private async untilGone(handle: string): Promise<void> {
+    for (const end = Date.now() + 60_000; Date.now() < end; await new Promise((resolve) => setTimeout(resolve, 100))) {
+      const gone = await this.docker
+        .getContainer(handle)
+        .inspect()
+        .then(
+          () => false,
+          (err: unknown) => noSuchContainer(err),
+        );
+      if (gone) return;
+    }
+    throw new CodedError('UPSTREAM_UNAVAILABLE', `The engine's removal of container ${handle} did not finish within 60 s.`);
+  }
+
   /** Follows the engine's container events for Warren sandboxes (see {@link followEngineEvents}). */
   events(onEvent: (handle: string, action: string) => void, onEnd: () => void): Promise<() => void> {
     return followEngineEvents(this.docker, this.state.engine, onEvent, onEnd);
@@ -332,8 +347,12 @@ export class DockerProvider implements SandboxProvider {
     await this.docker
       .getContainer(handle)
       .remove({ force: true, v: true })
-      .catch((err: { statusCode?: number }) => {
-        if (err.statusCode !== 404) rethrow(err, `remove container ${handle}`);
+      .catch(async (err: { statusCode?: number }) => {
+        if (err.statusCode === 404) return;
+        // Removed by another caller at this moment (the reaper ending an expired sandbox while a kill
+        // comes in): wait for that removal to finish rather than fail the kill with the engine's 409.
+        if (removalInProgress(err)) return this.untilGone(handle);
+        rethrow(err, `remove container ${handle}`);
       });
     // Once the container is gone nothing writes to either: its folder and its disk go at once.
     await settled([

@@ -142,6 +142,7 @@ describe('the code interpreter in real sandboxes', () => {
 
       const giant = await limited.code.run('display({"text/plain": "y" * 100_000_000}, raw=True)\n"after"', { context: ctx, timeoutMs: 120_000 });
       expect(giant.truncated).toBe(true);
+      expect(giant.results[0]?.data['text/plain']).toMatch(/text\/plain output of 100000000 bytes omitted/);
       expect(mainText(giant.results)).toBe("'after'");
       const after = await limited.daemonInfo();
       process.stderr.write(`code: daemon RSS ${(before.rssBytes / 2 ** 20).toFixed(1)} -> ${(after.rssBytes / 2 ** 20).toFixed(1)} MiB\n`);

@@ -13,6 +13,7 @@ VALUE_CAP = int(os.environ.get('WARREN_CODE_VALUE_CAP', str(4 << 20)))
 MIME = re.compile(r'[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}\Z')
 MAX_MIMES = 64
 MAX_MSG = 64 << 20
+VALUE_NOTE = '[%s output of %d bytes omitted: over the %d-byte cap]'
 ANSI = re.compile(r'\x1b\[[0-9;?]*[A-Za-z]')
 TOKEN = os.urandom(12).hex()
 GAP = re.compile('\x1e' + TOKEN + r':(\d{1,16})\x1e')
@@ -25,15 +26,20 @@ out = open(1, 'w', encoding='utf-8', closefd=False)
 # sent when the cell ends, and the UTF-8 bytes of the middle are counted and reported with a
 # marker the bridge takes out of the text. It also reads what processes write to file descriptors
 # 1 and 2 itself: ipykernel's reader decodes strictly and stops at the first invalid UTF-8 byte,
-# after which a writer blocks once the pipe is full; this one decodes with replacement.
+# after which a writer blocks once the pipe is full; this one decodes with replacement. And it
+# drops a display value over VALUE_CAP before ipykernel serializes it: a 100 MB display would
+# otherwise be held as value, JSON text and message at once, past a small sandbox's memory.
 CAP_MODULE = r'''
 import codecs, os, sys, threading
 from collections import deque
 from IPython import get_ipython
 from ipykernel.iostream import OutStream
+from ipykernel.zmqshell import ZMQDisplayPublisher, ZMQShellDisplayHook
 
 HEAD = @HEAD@
 TAIL = @TAIL@
+VALUE_CAP = @VALUE_CAP@
+VALUE_NOTE = @VALUE_NOTE@
 GAP = '\x1e@TOKEN@:%d\x1e'
 CHUNK = 1 << 16
 original = OutStream.write
@@ -145,6 +151,36 @@ def read_fd(number, stream):
     threading.Thread(target=loop, name='warren-fd-%d' % number, daemon=True).start()
 
 
+def clip(data, metadata):
+    if not isinstance(data, dict) or not any(isinstance(v, (str, bytes)) and len(v) > VALUE_CAP for v in data.values()):
+        return data, metadata
+    kept, notes = {}, []
+    for mime, value in data.items():
+        if isinstance(value, (str, bytes)) and len(value) > VALUE_CAP:
+            notes.append(VALUE_NOTE % (mime, len(value), VALUE_CAP))
+        else:
+            kept[mime] = value
+    plain = kept.get('text/plain')
+    kept['text/plain'] = '\n'.join(([plain] if isinstance(plain, str) else []) + notes)
+    return kept, dict(metadata or {}, **{'warren/clipped': True})
+
+
+publish = ZMQDisplayPublisher.publish
+write_format_data = ZMQShellDisplayHook.write_format_data
+
+
+def clipped_publish(self, data, metadata=None, *args, **kwargs):
+    data, metadata = clip(data, metadata)
+    return publish(self, data, metadata, *args, **kwargs)
+
+
+def clipped_format_data(self, format_dict, md_dict=None):
+    format_dict, md_dict = clip(format_dict, md_dict)
+    return write_format_data(self, format_dict, md_dict)
+
+
+ZMQDisplayPublisher.publish = clipped_publish
+ZMQShellDisplayHook.write_format_data = clipped_format_data
 OutStream.write = write
 for number, name in ((1, 'stdout'), (2, 'stderr')):
     stream = getattr(sys, name, None)
@@ -194,7 +230,7 @@ def clip_display(data):
             continue
         total += size + len(mime)
         if size > VALUE_CAP or total > 2 * VALUE_CAP:
-            notes.append('[%s output of %d bytes omitted: over the %d-byte cap]' % (mime, size, VALUE_CAP))
+            notes.append(VALUE_NOTE % (mime, size, VALUE_CAP))
         else:
             kept[mime] = value
     if unnamed:
@@ -225,7 +261,8 @@ def main():
         return 3
     cap_file = os.path.join(private, 'output_cap.py')
     with open(cap_file, 'w') as f:
-        f.write(CAP_MODULE.replace('@HEAD@', str(OUTPUT_HEAD)).replace('@TAIL@', str(OUTPUT_TAIL)).replace('@TOKEN@', TOKEN))
+        f.write(CAP_MODULE.replace('@HEAD@', str(OUTPUT_HEAD)).replace('@TAIL@', str(OUTPUT_TAIL)).replace('@TOKEN@', TOKEN)
+                .replace('@VALUE_CAP@', str(VALUE_CAP)).replace('@VALUE_NOTE@', repr(VALUE_NOTE)))
     startup = '__import__("runpy").run_path(%r, run_name="__warren_output_cap__");' % cap_file
     # The chart and table formats (python-charts.py, the daemon's second argument): a kernel that
     # cannot load them still runs cells, without those formats.
@@ -366,6 +403,8 @@ def iopub(rid, msg):
         send_stream(rid, 'stderr' if content.get('name') == 'stderr' else 'stdout', str(content.get('text', '')))
     elif kind in ('execute_result', 'display_data'):
         data, clipped = clip_display(content.get('data') or {})
+        metadata = content.get('metadata')
+        clipped = clipped or isinstance(metadata, dict) and metadata.get('warren/clipped') is True  # clipped in the kernel
         send({'t': 'display', 'id': rid, 'main': kind == 'execute_result', 'data': data, 'clipped': clipped})
     elif kind == 'error':
         tb = [ANSI.sub('', str(line)) for line in content.get('traceback') or []]

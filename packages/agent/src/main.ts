@@ -19,7 +19,9 @@ import { TreeCgroup, useTreeCgroup } from './services/tree-cgroup.js';
  * Inside a container the daemon runs as root with a handful of capabilities, and `--user` names
  * the sandbox user: every command, shell and terminal runs as that user, and every file the
  * daemon creates is handed to it. Sandbox code therefore cannot signal, trace or read the daemon,
- * nor reach its socket folder (mode 0700, the daemon's own).
+ * nor reach its socket folder (mode 0700, the daemon's own). With `--allow-root` (a root sandbox,
+ * docs/security.md) a command may ask to run as root instead, and then can do all of that: the
+ * boundary of such a sandbox is the engine's user namespace or gVisor, not this process.
  */
 export async function main(): Promise<void> {
   const { values } = parseArgs({
@@ -31,6 +33,7 @@ export async function main(): Promise<void> {
       home: { type: 'string', default: process.env.HOME ?? '/tmp' },
       user: { type: 'string' },
       'own-root': { type: 'boolean', default: false },
+      'allow-root': { type: 'boolean', default: false },
       'private-socket-dir': { type: 'boolean', default: false },
       'tcp-port': { type: 'string' },
       'cpu-cgroup': { type: 'string' },
@@ -39,7 +42,7 @@ export async function main(): Promise<void> {
   });
   if (!values.socket || (values['secret-file'] === undefined) === (values['secret-env'] === undefined))
     throw new Error(
-      'usage: warren-agent --socket PATH (--secret-file PATH | --secret-env NAME) [--root DIR] [--home DIR] [--user UID:GID [--own-root]] [--private-socket-dir] [--tcp-port N] [--cpu-cgroup DIR] [--tree-cgroup DIR]',
+      'usage: warren-agent --socket PATH (--secret-file PATH | --secret-env NAME) [--root DIR] [--home DIR] [--user UID:GID [--own-root]] [--allow-root] [--private-socket-dir] [--tcp-port N] [--cpu-cgroup DIR] [--tree-cgroup DIR]',
     );
   const tcpPort = values['tcp-port'] === undefined ? undefined : parsePort(values['tcp-port']);
   const user = values.user === undefined ? undefined : parseUser(values.user);
@@ -80,6 +83,7 @@ export async function main(): Promise<void> {
     home: values.home,
     sandboxEnv,
     owner: user,
+    allowRoot: values['allow-root'],
     tcpPort,
   });
   process.stdout.write(`warren-agent listening on ${server.socketPath}${server.tcpPort === undefined ? '' : ` and TLS port ${server.tcpPort}`}\n`);

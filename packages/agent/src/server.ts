@@ -50,6 +50,8 @@ export interface AgentServerOptions {
    * handed to it. Absent, both keep the daemon's own identity.
    */
   owner?: SandboxUser | undefined;
+  /** Commands may ask to run as root (`--allow-root`: the sandbox was created with `root`). */
+  allowRoot?: boolean | undefined;
   /** The cap on processes Warren runs at once in this sandbox. */
   maxProcesses?: number;
   /** How long an approval request waits for the client (default 30 s). */
@@ -151,7 +153,14 @@ export function createHandlers(
 export async function startAgentServer(options: AgentServerOptions): Promise<AgentServer> {
   const policy = options.policy ?? DEFAULT_POLICY;
   const home = options.home ?? '/tmp';
-  const processes = new ProcessRuntime({ policy, home, sandboxEnv: options.sandboxEnv, user: options.owner, maxProcesses: options.maxProcesses });
+  const processes = new ProcessRuntime({
+    policy,
+    home,
+    sandboxEnv: options.sandboxEnv,
+    user: options.owner,
+    allowRoot: options.allowRoot,
+    maxProcesses: options.maxProcesses,
+  });
   const audit = new AuditLog();
   const watches = new WatchBudget(options.watchQuota ?? hostWatchQuota());
   // The controller's own connection carries no grant header: only it gets the egress relay.

@@ -47,6 +47,7 @@ export async function tenantCommand(_options: unknown, command: Command): Promis
   if (wantsJson(command)) return printJson(report);
   const rows = Object.entries(report.usage).map(([name, used]) => [name, String(used), limitOf(report.limits, name)]);
   process.stdout.write(`tenant ${report.tenant}\n${table(['WHAT', 'USED', 'LIMIT'], rows)}`);
+  process.stdout.write(`root sandboxes: ${report.limits.allowRoot === true ? 'allowed' : 'not allowed'}\n`);
 }
 
 function keyRow(key: KeyInfo): string[] {
@@ -55,7 +56,7 @@ function keyRow(key: KeyInfo): string[] {
 }
 
 /** The limit beside a usage line: `sandboxes` against `maxSandboxes`, and so on. */
-function limitOf(limits: Record<string, number>, usage: string): string {
+function limitOf(limits: Record<string, number | boolean>, usage: string): string {
   const name = {
     sandboxes: 'maxSandboxes',
     cpus: 'maxCpus',

@@ -20,3 +20,12 @@ export const SOCKET_DIR_IN_SANDBOX = '/run/warren';
  * they drop to the sandbox user, and no-new-privileges keeps them from coming back.
  */
 export const DAEMON_CAPABILITIES = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'SETUID', 'SETGID', 'KILL', 'SYS_PTRACE', 'NET_BIND_SERVICE'] as const;
+
+/**
+ * What a root sandbox's container holds besides {@link DAEMON_CAPABILITIES}: what package managers
+ * and `sudo` use as root (set file capabilities and setuid bits, chroot, write the audit log,
+ * change capability sets). Docker's default set without NET_RAW (no forged packets) and MKNOD (no
+ * device nodes). Root sandboxes run only where the container's root is not the host's, so these
+ * act within the container's own user namespace or gVisor's kernel.
+ */
+export const ROOT_CAPABILITIES = ['FSETID', 'SETFCAP', 'SETPCAP', 'SYS_CHROOT', 'AUDIT_WRITE'] as const;

@@ -87,6 +87,45 @@ const HOSTILE_FIELDS: Record<string, string> = {
   sysctls: 'kernel parameters are fixed',
 };
 
+/**
+ * What keeps a root sandbox's root from being the host's, where the backend gives that: the
+ * engine's user-namespace remap or rootless mode (for every runtime), or gVisor (runtime `runsc`).
+ */
+export interface RootBoundary {
+  /** The provider cannot run root sandboxes at all (why), e.g. Kubernetes today. */
+  unsupported?: string | undefined;
+  /** The engine maps the container's root to an unprivileged host uid: `user-namespace remap` or `rootless`. */
+  engine?: string | undefined;
+}
+
+/**
+ * Refuses a create with `root` unless the operator allows root for the tenant (`allowRoot` in its
+ * limits) and the container's root is not the host's ({@link RootBoundary}): the boundary must
+ * hold without the daemon, which root sandbox code can reach.
+ *
+ * @example
+ * checkRoot({ root: true, runtime: 'runc' }, 'acme', true, { engine: 'user-namespace remap' }); // passes
+ * checkRoot({ root: true, runtime: 'runc' }, 'acme', true, {}); // throws FORBIDDEN
+ */
+export function checkRoot(settings: Pick<SandboxSettings, 'root' | 'runtime'>, tenant: string, allowRoot: boolean | undefined, boundary: RootBoundary): void {
+  if (settings.root !== true) return;
+  if (allowRoot !== true)
+    throw new CodedError(
+      'FORBIDDEN',
+      `Tenant '${tenant}' may not create root sandboxes: the operator has not set allowRoot for it (tenants.limits in the configuration, or POST /v1/tenants/${tenant}/limits with an admin key). Leave out root.`,
+      { field: 'root', tenant },
+    );
+  if (boundary.unsupported !== undefined)
+    throw new CodedError('NOT_SUPPORTED', `Root sandboxes are not available here: ${boundary.unsupported}. Leave out root.`, { field: 'root' });
+  if (boundary.engine === undefined && settings.runtime !== 'runsc')
+    throw new CodedError(
+      'FORBIDDEN',
+      "Refused root: on this engine a sandbox's root would be the host's root (no user-namespace remap, not rootless), and Warren gives root only behind a boundary that does not rely on its daemon. " +
+        "Ask for runtime 'runsc' (gVisor) if the engine has it, or run the engine with --userns-remap (docs/security.md).",
+      { field: 'root' },
+    );
+}
+
 /** Paths inside the sandbox no mount may lie in or above: the runtime, the daemon's folders, the kernel's. */
 const RESERVED_TARGETS = ['/opt/warren', '/run/warren', EGRESS_TRUST_DIR, '/proc', '/sys', '/dev'];
 /** Other spellings of those places through the links of Debian-like images (`/var/run` is `/run`). */
@@ -277,7 +316,9 @@ export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
       ...(workspace === DEFAULT_ROOT ? {} : { workspace }),
       ttlSeconds: limit('ttlSeconds', request.ttlSeconds),
       mounts,
-      readOnlyRootfs: request.readOnlyRootfs ?? true,
+      ...(request.root === true ? { root: true } : {}),
+      // A root sandbox is for installing things: its image's files are writable unless asked otherwise.
+      readOnlyRootfs: request.readOnlyRootfs ?? request.root !== true,
       tmpMb: limit('tmpMb', request.tmpMb),
       openFiles: limit('openFiles', request.openFiles),
       fileSizeMb: limit('fileSizeMb', request.fileSizeMb),

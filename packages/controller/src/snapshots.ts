@@ -46,6 +46,7 @@ const FROM_SNAPSHOT = [
   'workdir',
   'workspace',
   'ttlSeconds',
+  'root',
   'readOnlyRootfs',
   'tmpMb',
   'openFiles',

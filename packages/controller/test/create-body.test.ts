@@ -2,7 +2,7 @@ import { describe, expect, it } from '@jest/globals';
 import { CodedError, containerEnv } from '@warren/protocol';
 import { chooseChannel } from '../src/docker/daemon-channel.js';
 import { containerCreateBody } from '../src/docker/container-spec.js';
-import { planSandbox, type PlanContext, type SandboxPlan } from '../src/sandbox-plan.js';
+import { checkRoot, planSandbox, type PlanContext, type SandboxPlan } from '../src/sandbox-plan.js';
 import { sandboxLabels } from '../src/labels.js';
 import { loadConfig } from '../src/config.js';
 
@@ -355,5 +355,32 @@ describe('the workspace folder', () => {
     expect(planSandbox({}, context).policy).toBeUndefined();
     for (const bad of ['/', '/tmp/x', '/opt/warren', '/run/warren/y', '/proc', '/dev/shm', '/opt', '/run', '/home/user/../../run'])
       expect(() => planSandbox({ workspace: bad }, context)).toThrow(/Refused workspace/);
+  });
+
+  it('gives a root sandbox root on request, sudo and a writable root file system, and no capability that reaches past its user namespace', () => {
+    const plan = planSandbox({ root: true }, context);
+    expect(plan.settings).toMatchObject({ root: true, readOnlyRootfs: false, user: '1000:1000' });
+    expect(planSandbox({ root: true, readOnlyRootfs: true }, context).settings.readOnlyRootfs).toBe(true);
+    const body = bodyFor(plan);
+    expect(body.HostConfig!.CapAdd).toEqual([...HARDENED.CapAdd, 'FSETID', 'SETFCAP', 'SETPCAP', 'SYS_CHROOT', 'AUDIT_WRITE']);
+    expect(body.HostConfig!.SecurityOpt).toEqual([]);
+    expect(body.HostConfig!.ReadonlyRootfs).toBe(false);
+    expect(body.Entrypoint).toContain('--allow-root');
+    // Without root: none of it.
+    const plain = bodyFor(planSandbox({}, context));
+    expect(plain.Entrypoint).not.toContain('--allow-root');
+    expect(plain.HostConfig).toMatchObject({ CapAdd: HARDENED.CapAdd, SecurityOpt: HARDENED.SecurityOpt, ReadonlyRootfs: true });
+  });
+
+  it('allows root only to a tenant the operator allowed, and only behind user-namespace remap, rootless or gVisor', () => {
+    const root = { root: true, runtime: 'runc' } as const;
+    expect(() => checkRoot(root, 'acme', undefined, { engine: 'user-namespace remap' })).toThrow(/allowRoot/);
+    expect(() => checkRoot(root, 'acme', false, { engine: 'rootless' })).toThrow(/allowRoot/);
+    expect(() => checkRoot(root, 'acme', true, {})).toThrow(/host's root/);
+    expect(() => checkRoot(root, 'acme', true, { unsupported: 'the kubernetes provider does not run root sandboxes yet' })).toThrow(/kubernetes/);
+    checkRoot(root, 'acme', true, { engine: 'user-namespace remap' });
+    checkRoot(root, 'acme', true, { engine: 'rootless' });
+    checkRoot({ root: true, runtime: 'runsc' }, 'acme', true, {});
+    checkRoot({ runtime: 'runc' }, 'acme', undefined, {});
   });
 });

@@ -100,7 +100,15 @@ export const CreateSandboxRequest = z.strictObject({
   labels: LabelMap.optional(),
   /** Host folders to mount; each must lie below a folder the operator allowed. */
   mounts: z.array(MountRequest).max(16).optional(),
-  /** Keep the image's own files read-only (default true); /workspace, /tmp and the mounts stay writable. */
+  /**
+   * Let commands run as root (`root: true` on a command) and the sandbox user use `sudo`, as E2B
+   * does. Only where the operator allows it for the key's tenant (`allowRoot`) and the container's
+   * root is not the host's (an engine with user-namespace remap, or gVisor); refused elsewhere,
+   * saying why. The root file system is writable unless `readOnlyRootfs` says otherwise.
+   * docs/security.md says what a root sandbox changes.
+   */
+  root: z.boolean().optional(),
+  /** Keep the image's own files read-only (default true, false for a root sandbox); /workspace, /tmp and the mounts stay writable. */
   readOnlyRootfs: z.boolean().optional(),
   /** Size of the RAM-backed /tmp in MiB (it counts against memoryMb). */
   tmpMb: z
@@ -160,6 +168,8 @@ export const SandboxSettings = z.strictObject({
   ttlSeconds: z.number(),
   mounts: z.array(z.strictObject({ hostPath: z.string(), path: z.string(), readOnly: z.boolean() })),
   // Optional so the labels of sandboxes made before these settings existed still parse.
+  /** Commands may run as root and `sudo` works (CreateSandboxRequest's `root`). */
+  root: z.boolean().optional(),
   readOnlyRootfs: z.boolean().optional(),
   tmpMb: z.number().optional(),
   openFiles: z.number().optional(),
@@ -488,7 +498,8 @@ export const TenantReport = z.object({
     volumes: z.number(),
     createsLastMinute: z.number(),
   }),
-  limits: z.record(z.string(), z.number()),
+  /** The limits (numbers), and `allowRoot` (whether the tenant may create root sandboxes). */
+  limits: z.record(z.string(), z.union([z.number(), z.boolean()])),
 });
 export type TenantReport = z.infer<typeof TenantReport>;
 

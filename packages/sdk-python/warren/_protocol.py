@@ -857,6 +857,7 @@ class ProcessExecParams(_Strict):
     cmd: Union[_C38, _C39] = Field(...)
     cwd: Optional[_C6] = Field(None)
     env: Optional[Dict[_C7, _C8]] = Field(None)
+    root: Optional[StrictBool] = Field(None)
     stdin: Optional[_C22] = Field(None)
     timeout_ms: Optional[_C11] = Field(None, alias='timeoutMs')
     output_cap_bytes: Optional[_C12] = Field(None, alias='outputCapBytes')
@@ -902,6 +903,7 @@ class ProcessListResult(_Tolerant):
 
 class ProcessStartParams(_Strict):
     cmd: Union[_C38, _C39] = Field(...)
+    root: Optional[StrictBool] = Field(None)
     cwd: Optional[_C6] = Field(None)
     env: Optional[Dict[_C7, _C8]] = Field(None)
     keep_stdin_open: Optional[StrictBool] = Field(None, alias='keepStdinOpen')
@@ -1298,6 +1300,7 @@ class CreateSandboxRequest(_Strict):
     ttl_seconds: Optional[_C73] = Field(None, alias='ttlSeconds')
     labels: Optional[Dict[_C74, _C75]] = Field(None)
     mounts: Optional[_C76] = Field(None)
+    root: Optional[StrictBool] = Field(None)
     read_only_rootfs: Optional[StrictBool] = Field(None, alias='readOnlyRootfs')
     tmp_mb: Optional[_C77] = Field(None, alias='tmpMb')
     open_files: Optional[_C78] = Field(None, alias='openFiles')
@@ -1332,6 +1335,7 @@ class CreateSandboxResponseSettings(_Tolerant):
     workspace: Optional[StrictStr] = Field(None)
     ttl_seconds: Union[StrictInt, StrictFloat] = Field(..., alias='ttlSeconds')
     mounts: List[CreateSandboxResponseSettingsMountsItem] = Field(...)
+    root: Optional[StrictBool] = Field(None)
     read_only_rootfs: Optional[StrictBool] = Field(None, alias='readOnlyRootfs')
     tmp_mb: Optional[Union[StrictInt, StrictFloat]] = Field(None, alias='tmpMb')
     open_files: Optional[Union[StrictInt, StrictFloat]] = Field(None, alias='openFiles')
@@ -1644,7 +1648,7 @@ class TenantReportUsage(_Tolerant):
 class TenantReport(_Tolerant):
     tenant: StrictStr = Field(...)
     usage: TenantReportUsage = Field(...)
-    limits: Dict[StrictStr, Union[StrictInt, StrictFloat]] = Field(...)
+    limits: Dict[StrictStr, Union[Union[StrictInt, StrictFloat], StrictBool]] = Field(...)
 
 
 class UpdateNetworkRequestEgressNone(_Tolerant):

@@ -69,8 +69,12 @@ def with_output(result: R, payload: Optional[bytes]) -> R:
     return result.copy(update={"stdout": stdout, "stderr": stderr, "output_payload": None})
 
 
-def _exec_params(cmd: Union[str, Sequence[str]], cwd: Optional[str], env: Optional[Dict[str, str]], stdin: Any, cap: Optional[int], save: Optional[bool], timeout: float) -> Dict[str, Any]:
+def _exec_params(
+    cmd: Union[str, Sequence[str]], cwd: Optional[str], env: Optional[Dict[str, str]], stdin: Any, cap: Optional[int], save: Optional[bool], timeout: float, root: Optional[bool] = None
+) -> Dict[str, Any]:
     params: Dict[str, Any] = {"cmd": cmd if isinstance(cmd, str) else list(cmd), "timeoutMs": round(timeout * 1000)}
+    if root is not None:
+        params["root"] = root
     if cwd is not None:
         params["cwd"] = cwd
     if env is not None:
@@ -102,14 +106,16 @@ class Commands:
         on_stdout: Optional[Callable[[str], None]] = None,
         on_stderr: Optional[Callable[[str], None]] = None,
         timeout: Optional[float] = None,
+        root: Optional[bool] = None,
     ) -> CommandResult:
         """Runs a command to completion: a string through ``/bin/sh -c``, a list as argv with no shell.
 
         ``timeout`` (seconds, 60 by default) kills everything the command started; the output so far
-        is still returned. ``on_stdout``/``on_stderr`` get text as it arrives.
+        is still returned. ``on_stdout``/``on_stderr`` get text as it arrives. ``root=True`` runs it
+        as root, only in a sandbox created with ``root=True`` (docs/security.md, root sandboxes).
         """
         limit = DEFAULT_CALL_TIMEOUT if timeout is None else timeout
-        params = _exec_params(cmd, cwd, env, stdin, output_cap_bytes, save_output, limit)
+        params = _exec_params(cmd, cwd, env, stdin, output_cap_bytes, save_output, limit, root)
         streaming = on_stdout is not None or on_stderr is not None
         decoders = {"stdout": codecs.getincrementaldecoder("utf-8")("replace"), "stderr": codecs.getincrementaldecoder("utf-8")("replace")}
         callbacks = {"stdout": on_stdout, "stderr": on_stderr}
@@ -185,10 +191,11 @@ class Commands:
         process_timeout: Optional[float] = None,
         tag: Optional[str] = None,
         timeout: Optional[float] = None,
+        root: Optional[bool] = None,
     ) -> "ProcessHandle":
         """Starts a background process and returns its handle at once; it outlives this connection."""
         params: Dict[str, Any] = {"cmd": cmd if isinstance(cmd, str) else list(cmd)}
-        for key, value in (("cwd", cwd), ("env", env), ("keepStdinOpen", keep_stdin_open), ("bufferBytes", buffer_bytes), ("tag", tag)):
+        for key, value in (("cwd", cwd), ("env", env), ("keepStdinOpen", keep_stdin_open), ("bufferBytes", buffer_bytes), ("tag", tag), ("root", root)):
             if value is not None:
                 params[key] = value
         if process_timeout is not None:

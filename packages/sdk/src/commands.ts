@@ -23,6 +23,8 @@ export interface RunOptions extends CallOptions {
   outputCapBytes?: number;
   /** Also keep the full output in files inside the sandbox; the result names them. */
   saveOutput?: boolean;
+  /** Run as root (uid 0): only in a sandbox created with `root: true` (FORBIDDEN otherwise). */
+  root?: boolean;
   /** Called with stdout text as it arrives (the result still carries the capped output). */
   onStdout?: (text: string) => void;
   onStderr?: (text: string) => void;
@@ -33,6 +35,8 @@ export interface StartOptions extends CallOptions {
   env?: Record<string, string>;
   /** Keep stdin open for {@link ProcessHandle.write}. */
   keepStdinOpen?: boolean;
+  /** Run as root (uid 0): only in a sandbox created with `root: true` (FORBIDDEN otherwise). */
+  root?: boolean;
   /** Bytes of each stream the sandbox keeps for {@link ProcessHandle.attach}; 1 MiB when absent. */
   bufferBytes?: number;
   /** Kill the process tree after this long; without it, it runs until killed. */
@@ -133,6 +137,7 @@ export class Commands {
     if (options.cwd !== undefined) params.cwd = options.cwd;
     if (options.env !== undefined) params.env = options.env;
     if (options.keepStdinOpen !== undefined) params.keepStdinOpen = options.keepStdinOpen;
+    if (options.root !== undefined) params.root = options.root;
     if (options.bufferBytes !== undefined) params.bufferBytes = options.bufferBytes;
     if (options.processTimeoutMs !== undefined) params.timeoutMs = options.processTimeoutMs;
     if (options.tag !== undefined) params.tag = options.tag;
@@ -179,6 +184,7 @@ function execParams(cmd: string | string[], options: RunOptions): { params: Para
   if (typeof options.stdin === 'string') params.stdin = options.stdin;
   if (options.outputCapBytes !== undefined) params.outputCapBytes = options.outputCapBytes;
   if (options.saveOutput !== undefined) params.saveOutput = options.saveOutput;
+  if (options.root !== undefined) params.root = options.root;
   const payload = options.stdin instanceof Uint8Array ? options.stdin : undefined;
   return { params, payload, timeoutMs };
 }

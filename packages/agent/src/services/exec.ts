@@ -24,6 +24,8 @@ export interface ExecOptions {
   home: string;
   sandboxEnv?: Readonly<Record<string, string>> | undefined;
   user?: SandboxUser | undefined;
+  /** Commands may ask to run as root (`root: true`): the sandbox was created with `root`. */
+  allowRoot?: boolean | undefined;
   /** Shared by every connection of the sandbox: background processes outlive connections. */
   table: ProcessTable;
 }
@@ -85,15 +87,29 @@ class ForegroundStream {
   }
 }
 
+/**
+ * uid and gid 0 for a command that asked for root; FORBIDDEN unless the sandbox was created with
+ * `root` (the controller allows that only where the container's root is not the host's).
+ */
+export function rootUser(allowRoot: boolean | undefined): SandboxUser {
+  if (allowRoot !== true)
+    throw new CodedError(
+      'FORBIDDEN',
+      'This sandbox runs commands as its non-root user only: it was not created with root: true. Create one with { root: true } where the operator allows root for your tenant (docs/security.md).',
+      { field: 'root' },
+    );
+  return { uid: 0, gid: 0 };
+}
+
 export function execHandlers(options: ExecOptions): { [M in ProcessMethod]: Handler<M> } {
   const { table } = options;
-  const spec = async (params: { cmd: string | string[]; cwd?: string | undefined; env?: Record<string, string> | undefined }) => ({
+  const spec = async (params: { cmd: string | string[]; cwd?: string | undefined; env?: Record<string, string> | undefined; root?: boolean | undefined }) => ({
     cmd: params.cmd,
     cwd: await resolveCwd(options.policy, params.cwd),
     env: params.env,
     home: options.home,
     sandboxEnv: options.sandboxEnv,
-    user: options.user,
+    user: params.root === true ? rootUser(options.allowRoot) : options.user,
   });
 
   return {

@@ -12,6 +12,8 @@ export interface ProcessRuntimeOptions {
   sandboxEnv?: Readonly<Record<string, string>> | undefined;
   /** Who commands run as (the sandbox user); absent, the daemon's own identity. */
   user?: SandboxUser | undefined;
+  /** Commands may ask to run as root (the sandbox was created with `root`). */
+  allowRoot?: boolean | undefined;
   /** The cap on processes Warren runs at once in this sandbox. */
   maxProcesses?: number | undefined;
 }
@@ -50,7 +52,14 @@ export class ProcessRuntime {
   /** The process, shell and code handlers; `policy` (the connection's, by default the sandbox's) resolves `cwd`. */
   handlers(policy: FilePolicy = this.options.policy): ReturnType<typeof execHandlers> & ReturnType<typeof shellHandlers> & ReturnType<typeof codeHandlers> {
     return {
-      ...execHandlers({ policy, home: this.options.home, sandboxEnv: this.options.sandboxEnv, user: this.options.user, table: this.table }),
+      ...execHandlers({
+        policy,
+        home: this.options.home,
+        sandboxEnv: this.options.sandboxEnv,
+        user: this.options.user,
+        allowRoot: this.options.allowRoot,
+        table: this.table,
+      }),
       ...shellHandlers(this.shells, policy),
       ...codeHandlers(this.code, policy),
     };

@@ -8,7 +8,7 @@ import { LABELS } from '../labels.js';
 import type { ProviderState } from '../provider.js';
 import { agentCommand, RUNTIME_DIR, resolvConfText } from '../runtime.js';
 import { refuseReservedTarget, refuseWorkdir } from '../sandbox-plan.js';
-import { DAEMON_CAPABILITIES, SOCKET_DIR_IN_SANDBOX } from '../sandbox-layout.js';
+import { DAEMON_CAPABILITIES, ROOT_CAPABILITIES, SOCKET_DIR_IN_SANDBOX } from '../sandbox-layout.js';
 import { CPU_CGROUP_IN_SANDBOX, DAEMON_CPUS } from './cpu-cgroups.js';
 import { TREE_CGROUP_IN_SANDBOX } from './tree-cgroups.js';
 
@@ -74,7 +74,8 @@ function workspaceIsMounted(spec: SandboxContainerSpec): boolean {
 /**
  * The exact container-create body for a sandbox: hardened whatever the settings say (commands
  * as the non-root sandbox user, the daemon as root with only {@link DAEMON_CAPABILITIES},
- * no-new-privileges, pids/memory/CPU limits with swap equal to memory, a read-only root file
+ * no-new-privileges (a root sandbox: commands as root on request, `sudo`, and
+ * {@link ROOT_CAPABILITIES}), pids/memory/CPU limits with swap equal to memory, a read-only root file
  * system with a size-capped /tmp, open-file and file-size limits, init, no host namespaces,
  * only the socket folder, the read-only runtime, a private workspace volume and the checked host
  * mounts). Pure, so a unit test can pin it.
@@ -121,8 +122,12 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
   const hostConfig: Docker.HostConfig = {
     Init: true,
     CapDrop: ['ALL'],
-    CapAdd: [...DAEMON_CAPABILITIES],
-    SecurityOpt: ['no-new-privileges=true', ...(spec.seccompProfile === undefined ? [] : [`seccomp=${spec.seccompProfile}`])],
+    CapAdd: [...DAEMON_CAPABILITIES, ...(settings.root === true ? ROOT_CAPABILITIES : [])],
+    // A root sandbox lets `sudo` (setuid) work; elsewhere nothing a command runs may gain a privilege.
+    SecurityOpt: [
+      ...(settings.root === true ? [] : ['no-new-privileges=true']),
+      ...(spec.seccompProfile === undefined ? [] : [`seccomp=${spec.seccompProfile}`]),
+    ],
     Privileged: false,
     NetworkMode: settings.network,
     PidMode: '',
@@ -166,6 +171,7 @@ export function containerCreateBody(spec: SandboxContainerSpec): Docker.Containe
       '--user',
       settings.user,
       ...(workspaceIsMounted(spec) ? [] : ['--own-root']),
+      ...(settings.root === true ? ['--allow-root'] : []),
       ...(spec.cpuCgroupOnHost === undefined ? [] : ['--cpu-cgroup', CPU_CGROUP_IN_SANDBOX]),
       ...(spec.treeCgroupOnHost === undefined ? [] : ['--tree-cgroup', TREE_CGROUP_IN_SANDBOX]),
     ]),

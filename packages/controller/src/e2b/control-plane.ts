@@ -2,7 +2,7 @@ import { requireScope } from '../tenancy/scopes.js';
 import type { Scope } from '../tenancy/principals.js';
 import { listedTenant } from '../tenancy/reach.js';
 import { checkReach } from '../tenancy/reach.js';
-import { ownerOf, type Owner } from '../tenancy/owner.js';
+import { ownerOf, tenantOf, type Owner } from '../tenancy/owner.js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { CodedError, type CreateSandboxRequest, type SandboxInfo } from '@warren/protocol';
 import { z } from 'zod';
@@ -277,6 +277,8 @@ async function create({ deps, req, res, owner }: PlaneContext): Promise<void> {
       env: { ...base.env, ...body.envVars },
       labels: { ...base.labels, ...body.metadata, [TEMPLATE_LABEL]: templateID },
       ttlSeconds: timeout,
+      // E2B gives root (user 'root', sudo) in every sandbox; Warren where the operator allows it and the engine isolates it.
+      ...(deps.sandboxes.launcher.rootAllowed(tenantOf(owner)) ? { root: true } : {}),
       ...(volumes.length > 0 ? { volumes: [...(base.volumes ?? []), ...volumes] } : {}),
       ...(egress === undefined ? {} : { egress }),
     };

@@ -28,7 +28,8 @@ const message = (event: EventCase): EventInit => ({ event: { event } });
 
 /** Registers envd's `process.Process` and `filesystem.Filesystem` services, each call served through the sandbox's daemon. */
 export function envdRoutes(deps: HttpServerDeps, pool: DaemonSessionPool, watchers: WatcherRegistry): (router: ConnectRouter) => void {
-  const scopeOf = (ctx: HandlerContext) => envdScope(deps, (name) => ctx.requestHeader.get(name) ?? undefined);
+  const scopeOf = (ctx: HandlerContext) =>
+    envdScope(deps, (name) => ctx.requestHeader.get(name) ?? undefined, undefined, ctx.service.typeName === Process.typeName ? 'commands' : 'files');
   const ptys = new PtyRegistry(pool);
   /** The gateway's terminal a selector names, for a caller that may run commands; undefined when it names none. */
   const ptyOf = (scope: EnvdScope, selector: ProcessSelector | undefined, what: string): PtyEntry | undefined => {
@@ -57,6 +58,8 @@ export function envdRoutes(deps: HttpServerDeps, pool: DaemonSessionPool, watche
           let entry: PtyEntry;
           try {
             const scope = scopeOf(ctx);
+            if (scope.asRoot === true)
+              throw new CodedError('NOT_SUPPORTED', "A terminal opens as the sandbox user; in a root sandbox, run 'sudo -i' in it for a root shell.");
             const size = req.pty.size;
             entry = await ptys.open(
               scope,
@@ -91,6 +94,7 @@ export function envdRoutes(deps: HttpServerDeps, pool: DaemonSessionPool, watche
             cwd: config.cwd === undefined ? scope.home : resolvePath(scope, config.cwd),
             ...(Object.keys(config.envs).length > 0 && { env: config.envs }),
             keepStdinOpen: req.stdin !== false,
+            ...(scope.asRoot === true && { root: true }),
             ...(req.tag !== undefined && { tag: req.tag.slice(0, 200) }),
             ...(lifetime !== undefined && lifetime > 0 && { timeoutMs: Math.ceil(lifetime) }),
           });

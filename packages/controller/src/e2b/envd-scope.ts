@@ -18,6 +18,8 @@ export interface EnvdScope {
   caller: Caller;
   /** The folder relative paths resolve against: the sandbox's template's home. */
   home: string;
+  /** The call asked for user `root` in a root sandbox: its commands run as root. */
+  asRoot?: boolean;
 }
 
 /** The sandbox an envd request is for: the `E2b-Sandbox-Id` header, or the `49983-<id>.<domain>` host name. */
@@ -30,20 +32,23 @@ export function sandboxIdOf(header: HeaderReader): string | undefined {
 /**
  * Authenticates an envd request: the sandbox's access token (Warren's sandbox token, or a
  * derived token of that sandbox) in `X-Access-Token`, checked by the same `callerFor` as every
- * other door; a token of another sandbox is refused as unauthenticated. A `user` other than the
- * sandbox's own is refused: every command runs as the sandbox's non-root user.
+ * other door; a token of another sandbox is refused as unauthenticated. User `root` runs
+ * commands as root in a sandbox created with `root` ({@link rootWanted}); any other user than
+ * the sandbox's own is refused.
  */
-export function envdScope(deps: HttpServerDeps, header: HeaderReader, user?: string): EnvdScope {
+export function envdScope(deps: HttpServerDeps, header: HeaderReader, user?: string, purpose: 'commands' | 'files' = 'files'): EnvdScope {
   const sandboxId = sandboxIdOf(header);
   if (sandboxId === undefined)
     throw new CodedError('INVALID_PARAMS', 'Which sandbox? Send the E2b-Sandbox-Id header (the e2b SDK does when E2B_SANDBOX_URL is set).');
   const token = header('x-access-token');
   const caller = token === undefined ? undefined : callerFor(deps.credentials, token, sandboxId);
   if (caller === undefined) throw new CodedError('UNAUTHORIZED', "Missing or invalid access token: send this sandbox's envdAccessToken as X-Access-Token.");
-  checkUser(user ?? basicUser(header('authorization')));
+  const named = user ?? basicUser(header('authorization'));
+  checkUser(named === 'root' ? undefined : named);
   const record = deps.sandboxes.record(sandboxId);
   checkReach(deps.credentials.keys, caller, record);
-  return { deps, sandboxId, caller, home: homeOf(deps.config.e2bTemplates, record.labels, record.settings.workspace) };
+  const asRoot = named === 'root' && rootWanted(record.settings.root === true, purpose);
+  return { deps, sandboxId, caller, home: homeOf(deps.config.e2bTemplates, record.labels, record.settings.workspace), ...(asRoot && { asRoot }) };
 }
 
 function basicUser(authorization: string | undefined): string | undefined {
@@ -51,6 +56,24 @@ function basicUser(authorization: string | undefined): string | undefined {
   if (encoded === undefined) return undefined;
   const decoded = Buffer.from(encoded, 'base64').toString('utf8');
   return decoded.slice(0, Math.max(0, decoded.indexOf(':'))) || undefined;
+}
+
+/**
+ * Whether a call as user `root` runs as root: commands do, in a sandbox created with `root`;
+ * file calls as root, and root anywhere else, are refused saying why.
+ */
+function rootWanted(rootSandbox: boolean, purpose: 'commands' | 'files'): boolean {
+  if (!rootSandbox)
+    throw new CodedError(
+      'FORBIDDEN',
+      "Warren runs this sandbox's commands and file calls as its non-root user; user 'root' (and sudo) is not available here: a root sandbox needs the operator's allowRoot for your tenant and an engine that keeps a container's root from being the host's (docs/security.md). Leave out the user option.",
+    );
+  if (purpose === 'files')
+    throw new CodedError(
+      'NOT_SUPPORTED',
+      "Warren makes file calls as the sandbox user; as user 'root', run a command instead (commands.run('cp ...', { user: 'root' })).",
+    );
+  return true;
 }
 
 function checkUser(user: string | undefined): void {

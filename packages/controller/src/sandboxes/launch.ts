@@ -8,7 +8,7 @@ import type { ImageService } from '../image-service.js';
 import { sandboxLabels } from '../labels.js';
 import { Slots, type WaitLimits } from '../limiter.js';
 import type { SandboxSpec } from '../provider.js';
-import { isBelow, planSandbox, type SandboxPlan } from '../sandbox-plan.js';
+import { checkRoot, isBelow, planSandbox, type RootBoundary, type SandboxPlan } from '../sandbox-plan.js';
 import { describe, recordFromLabels, type SandboxRecord } from '../sandbox-table.js';
 import { tenantOf, type Owner } from '../tenancy/owner.js';
 import { storedRecord, type SandboxLookup } from './lookup.js';
@@ -58,6 +58,8 @@ export class SandboxLauncher {
   private runtimeNames: string[] = ['runc'];
   private networklessRuntimes: string[] = [];
   private noDiskQuota: string | undefined;
+  /** What keeps a root sandbox's root from being the host's here; read by {@link SandboxLauncher.learnBackend}. */
+  private rootBoundary: RootBoundary = {};
   /** Each tenant's limits on sandboxes (tenancy/limits.ts). */
   readonly tenants: TenantGate;
 
@@ -90,8 +92,21 @@ export class SandboxLauncher {
     const runtimes = await this.parts.provider.runtimes();
     this.runtimeNames = runtimes.map((r) => r.name);
     this.networklessRuntimes = runtimes.filter((r) => r.args.includes('--network=none')).map((r) => r.name);
-    const { diskQuota } = await this.parts.provider.isolation();
-    this.noDiskQuota = diskQuota.quota ? undefined : (diskQuota.reason ?? 'no quota');
+    const isolation = await this.parts.provider.isolation();
+    this.noDiskQuota = isolation.diskQuota.quota ? undefined : (isolation.diskQuota.reason ?? 'no quota');
+    this.rootBoundary =
+      this.parts.provider.name !== 'docker'
+        ? { unsupported: `the ${this.parts.provider.name} provider does not run root sandboxes yet` }
+        : isolation.usernsRemap !== null
+          ? { engine: 'user-namespace remap' }
+          : isolation.rootless
+            ? { engine: 'rootless' }
+            : {};
+  }
+
+  /** Whether this tenant's creates may have `root` with the default runtime ({@link checkRoot} would pass). */
+  rootAllowed(tenant: string): boolean {
+    return this.tenants.limitsOf(tenant).allowRoot === true && this.rootBoundary.unsupported === undefined && this.rootBoundary.engine !== undefined;
   }
 
   /** Runtimes the backend offers; read by {@link SandboxLauncher.learnBackend}. */
@@ -123,6 +138,7 @@ export class SandboxLauncher {
     checkCreateScopes(plan);
     // Checked and reserved before the first await, so concurrent creates never end over the tenant's limits.
     const tenant = tenantOf(plan.owner);
+    checkRoot(plan.settings, tenant, this.tenants.limitsOf(tenant).allowRoot, this.rootBoundary);
     const { cpus, memoryMb, diskMb } = plan.settings;
     const release = this.tenants.reserve(tenant, { cpus, memoryMb, diskMb: diskMb ?? 0 }, this.usageOf(tenant));
     try {

@@ -2,7 +2,7 @@ import { CodedError } from '@warren/protocol';
 import { z } from 'zod';
 
 /**
- * What one tenant may hold at once. Each is optional: absent means no limit of the tenant's own
+ * What one tenant may hold at once, and whether it may have root sandboxes. Each is optional: absent means no limit of the tenant's own
  * (the controller-wide ones, `maxSandboxes` and `snapshots.*`, still apply).
  */
 export const TenantLimits = z.strictObject({
@@ -19,6 +19,12 @@ export const TenantLimits = z.strictObject({
   maxVolumes: z.number().int().min(0).optional(),
   /** Creates started in any 60 seconds (forks and E2B creates included). */
   createsPerMinute: z.number().int().min(0).optional(),
+  /**
+   * May create root sandboxes (`root: true`, and E2B's `user: 'root'` and `sudo`); default false.
+   * Granted only where the backend keeps a container's root from being the host's
+   * (sandbox-plan.ts `checkRoot`).
+   */
+  allowRoot: z.boolean().optional(),
 });
 export type TenantLimits = z.infer<typeof TenantLimits>;
 

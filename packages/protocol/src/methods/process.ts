@@ -34,10 +34,14 @@ export const MAX_OUTPUT_CAP_BYTES = 8 * 1024 * 1024; // two streams at the cap s
 export const OutputPayloadLayout = z.strictObject({ stdout: z.number().int().nonnegative(), stderr: z.number().int().nonnegative() });
 export const OutputCapBytes = z.number().int().min(1024).max(MAX_OUTPUT_CAP_BYTES);
 
+/** Run the command as root (uid 0) instead of the sandbox user: only in a sandbox created with `root: true`. */
+export const AsRoot = z.boolean().optional();
+
 export const ProcessExecParams = z.strictObject({
   cmd: Command,
   cwd: SandboxPath.optional(),
   env: CommandEnv.optional(),
+  root: AsRoot,
   /**
    * Text for the child's stdin; bytes travel as the request frame's binary payload instead.
    * Without either the child sees EOF at once.
@@ -122,6 +126,7 @@ export type ProcessInfo = z.infer<typeof ProcessInfo>;
 
 export const ProcessStartParams = z.strictObject({
   cmd: Command,
+  root: AsRoot,
   cwd: SandboxPath.optional(),
   env: CommandEnv.optional(),
   /** Keep stdin open for `process.write`; otherwise the child sees EOF at once. */

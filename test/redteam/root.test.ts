@@ -1,0 +1,203 @@
+import { stat } from 'node:fs/promises';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import Docker from 'dockerode';
+import { Sandbox as E2bSandbox } from 'e2b';
+import { ForbiddenError, Sandbox } from '@warren/sdk';
+import { startTestController, type TestController } from '../support/fixtures.js';
+import { DaemonIdentity, HostSentinel, sandboxCode } from '../support/redteam.js';
+
+/**
+ * Root sandboxes (create option `root`, E2B's `user: 'root'` and `sudo`). Warren gives root only
+ * behind a boundary that does not rely on its daemon: on an engine where a container's root is
+ * the host's (plain Docker with runc) every root create is refused; on the userns-remap engine a
+ * tenant the operator allowed gets root, and root's attacks on the host, the engine, devices,
+ * kernel modules, cgroups, mounts and a neighbour sandbox still fail.
+ */
+const remapped = process.env.WARREN_TEST_ENGINE === 'userns-remap';
+
+// What root holds in a root sandbox: the daemon's capabilities and ROOT_CAPABILITIES
+// (CHOWN DAC_OVERRIDE FOWNER FSETID KILL SETGID SETUID SETPCAP NET_BIND_SERVICE SYS_CHROOT
+// SYS_PTRACE AUDIT_WRITE SETFCAP); never SYS_ADMIN, SYS_MODULE, NET_ADMIN, NET_RAW, MKNOD,
+// SYS_RAWIO or DAC_READ_SEARCH (open_by_handle_at reads host files by handle).
+const ROOT_CAP_EFF = '00000000a00c05fb';
+
+describe('red team: root sandboxes', () => {
+  let warren: TestController;
+  let rootedKey: string;
+  let plainKey: string;
+  let sentinel: HostSentinel;
+
+  const call = async (method: string, route: string, body: unknown) => {
+    const res = await fetch(`${warren.url}${route}`, {
+      method,
+      headers: { authorization: `Bearer ${warren.apiKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    expect(res.status).toBeLessThan(300);
+    return (await res.json()) as { key: string };
+  };
+  const options = (apiKey: string) => ({ baseUrl: warren.url, apiKey });
+
+  beforeAll(async () => {
+    warren = await startTestController();
+    await call('POST', '/v1/tenants/rooted/limits', { allowRoot: true });
+    rootedKey = (await call('POST', '/v1/keys', { tenant: 'rooted', role: 'member' })).key;
+    plainKey = (await call('POST', '/v1/keys', { tenant: 'plain', role: 'member' })).key;
+    sentinel = await HostSentinel.make();
+  }, 60_000);
+  afterAll(async () => {
+    await warren?.[Symbol.asyncDispose]();
+    await sentinel?.remove();
+  }, 60_000);
+
+  it('refuses root to a tenant the operator did not allow, and a command asking for root in a sandbox made without it', async () => {
+    await expect(Sandbox.create({ ...options(plainKey), root: true })).rejects.toThrow(/allowRoot/);
+    await using sandbox = await Sandbox.create(options(rootedKey));
+    await expect(sandbox.commands.run('id -u', { root: true })).rejects.toBeInstanceOf(ForbiddenError);
+    expect((await sandbox.commands.run('id -u')).stdout).toBe('1000\n');
+  });
+
+  (remapped ? it.skip : it)("refuses root on an engine where the container's root is the host's, naming remap and gVisor", async () => {
+    await expect(Sandbox.create({ ...options(rootedKey), root: true })).rejects.toThrow(/user-namespace remap|--userns-remap/);
+    await expect(Sandbox.create({ ...options(rootedKey), root: true })).rejects.toBeInstanceOf(ForbiddenError);
+    // The E2B gateway makes no root sandbox there either, and says why user 'root' is refused.
+    const e2b = { apiKey: rootedKey, apiUrl: `${warren.url}/e2b`, sandboxUrl: `${warren.url}/e2b` };
+    const sandbox = await E2bSandbox.create(e2b);
+    try {
+      await expect(sandbox.commands.run('id -u', { user: 'root' })).rejects.toThrow(/root sandbox/);
+      const sudo = (await sandbox.commands.run('sudo -n true').catch((err: unknown) => err)) as { stderr?: string };
+      expect(sudo.stderr).toMatch(/no new privileges/);
+    } finally {
+      await sandbox.kill();
+    }
+  });
+
+  (remapped ? it : it.skip)(
+    "runs commands as root in the container's own user namespace: uid 0 inside, the mapped uid on the host, a writable root file system, no new capability",
+    async () => {
+      await using sandbox = await Sandbox.create({ ...options(rootedKey), root: true });
+      const daemon = await DaemonIdentity.of(sandbox);
+      const asRoot = await sandbox.commands.run(
+        [
+          'sh',
+          '-c',
+          `echo uid=$(id -u); grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status | tr -d '\\t' | tr ':' '='; echo tool > /usr/local/bin/made-by-root && echo rootfs=writable; echo x > /workspace/by-root`,
+        ],
+        { root: true },
+      );
+      expect(asRoot.stderr).toBe('');
+      const facts = Object.fromEntries(
+        asRoot.stdout
+          .trim()
+          .split('\n')
+          .map((line) => line.split('=') as [string, string]),
+      );
+      expect(facts).toEqual({ uid: '0', CapEff: ROOT_CAP_EFF, NoNewPrivs: '0', Seccomp: '2', rootfs: 'writable' });
+      // The sandbox user is still the default, and holds nothing.
+      expect((await sandboxCode(sandbox, `echo uid=$(id -u); grep -E '^CapEff' /proc/self/status | tr -d '\\t' | tr ':' '='`)).facts).toEqual({
+        uid: '1000',
+        CapEff: '0000000000000000',
+      });
+      // On the host, what root wrote belongs to the engine's mapped uid, not to the host's root.
+      const ready = (await (await fetch(`${warren.url}/readyz`)).json()) as { isolation: { usernsRemap: { uid: number } | null } };
+      const base = ready.isolation.usernsRemap!.uid;
+      expect(base).toBeGreaterThan(0);
+      const inspect = await new Docker().getContainer(warren.controller.sandboxes.record(sandbox.id).containerId).inspect();
+      const workspace = inspect.Mounts.find((m) => m.Destination === '/workspace')!;
+      expect((await stat(path.join(workspace.Source, 'by-root'))).uid).toBe(base);
+      await daemon.expectSame(sandbox);
+    },
+    120_000,
+  );
+
+  (remapped ? it : it.skip)(
+    "as root, cannot mount, load modules, make devices, leave its cgroups, reach the engine or the host, or see a neighbour's files",
+    async () => {
+      await using neighbour = await Sandbox.create(options(plainKey));
+      await neighbour.commands.run('echo secret > /workspace/neighbour-marker');
+      await using sandbox = await Sandbox.create({ ...options(rootedKey), root: true });
+      const attack = await sandbox.commands.run(
+        [
+          'sh',
+          '-c',
+          [
+            'mount -t tmpfs none /mnt 2>/dev/null && echo mount=done || echo mount=refused',
+            'mount -t cgroup -o memory cgroup /mnt 2>/dev/null && echo cgroupmount=done || echo cgroupmount=refused',
+            'mkdir /sys/fs/cgroup/memory/escape 2>/dev/null && echo cgroupdir=made || echo cgroupdir=refused',
+            'mknod /tmp/disk b 8 0 2>/dev/null && echo mknod=done || echo mknod=refused',
+            // init_module checks CAP_SYS_MODULE before it reads its arguments: EPERM (1) means refused.
+            `python3 -c 'import ctypes; l = ctypes.CDLL(None, use_errno=True); r = l.init_module(None, 0, b""); print("module=" + ("refused" if r != 0 and ctypes.get_errno() == 1 else "errno%d" % ctypes.get_errno()))'`,
+            'echo 1 > /proc/sys/kernel/sysrq 2>/dev/null && echo sysctl=written || echo sysctl=refused',
+            'echo "|/tmp/x" > /proc/sys/kernel/core_pattern 2>/dev/null && echo corepattern=written || echo corepattern=refused',
+            'unshare -U -r true 2>/dev/null && echo userns=made || echo userns=refused',
+            'test -e /var/run/docker.sock -o -e /run/docker.sock && echo engine=reachable || echo engine=absent',
+            'echo interfaces=$(ls /sys/class/net | tr "\\n" " ")',
+            'find / -xdev -name neighbour-marker 2>/dev/null | grep -q . && echo neighbour=seen || echo neighbour=unseen',
+            `cat ${sentinel.path} 2>/dev/null && echo sentinel=read || echo sentinel=unreached`,
+            'ls /dev | grep -qE "^(sd|nvme|vd|xvd|dm-|loop)" && echo blockdevices=present || echo blockdevices=none',
+          ].join('; '),
+        ],
+        { root: true, timeoutMs: 60_000 },
+      );
+      const facts = Object.fromEntries(
+        attack.stdout
+          .trim()
+          .split('\n')
+          .filter((line) => /^[a-z]+=/.test(line))
+          .map((line) => [line.slice(0, line.indexOf('=')), line.slice(line.indexOf('=') + 1).trim()]),
+      );
+      expect(facts).toEqual({
+        mount: 'refused',
+        cgroupmount: 'refused',
+        cgroupdir: 'refused',
+        mknod: 'refused',
+        module: 'refused',
+        sysctl: 'refused',
+        corepattern: 'refused',
+        userns: 'refused',
+        engine: 'absent',
+        interfaces: 'lo',
+        neighbour: 'unseen',
+        sentinel: 'unreached',
+        blockdevices: 'none',
+      });
+      await sentinel.expectUnchanged();
+      expect((await neighbour.commands.run('cat /workspace/neighbour-marker')).stdout).toBe('secret\n');
+    },
+    120_000,
+  );
+
+  (remapped ? it : it.skip)(
+    "E2B programs get root as E2B gives it: user 'root' per command, sudo for 'user', and apt-get installs a package",
+    async () => {
+      const e2b = { apiKey: rootedKey, apiUrl: `${warren.url}/e2b`, sandboxUrl: `${warren.url}/e2b` };
+      const sandbox = await E2bSandbox.create(e2b);
+      try {
+        expect((await sandbox.commands.run('id -u', { user: 'root' })).stdout).toBe('0\n');
+        expect((await sandbox.commands.run('whoami')).stdout).toBe('user\n');
+        expect((await sandbox.commands.run('sudo -n id -u')).stdout).toBe('0\n');
+        // A package built here and installed with sudo apt-get, as a user's script does it.
+        const install = await sandbox.commands.run(
+          [
+            'set -e',
+            'mkdir -p pkg/DEBIAN pkg/usr/local/bin',
+            "printf 'Package: warren-hello\\nVersion: 1.0\\nArchitecture: all\\nMaintainer: Warren <warren@example.invalid>\\nDescription: test package\\n' > pkg/DEBIAN/control",
+            "printf '#!/bin/sh\\necho hello from a package\\n' > pkg/usr/local/bin/warren-hello",
+            'chmod 755 pkg/usr/local/bin/warren-hello',
+            'dpkg-deb --root-owner-group --build pkg hello.deb >/dev/null',
+            'sudo -n apt-get install -y ./hello.deb >/dev/null 2>&1',
+            'warren-hello',
+          ].join('\n'),
+          { timeoutMs: 120_000 },
+        );
+        expect(install.stdout).toBe('hello from a package\n');
+        // File calls as root are not Warren's: refused, saying what to do instead.
+        await expect(sandbox.files.write('/etc/by-root', 'x', { user: 'root' })).rejects.toThrow(/run a command instead/);
+      } finally {
+        await sandbox.kill();
+      }
+    },
+    180_000,
+  );
+});

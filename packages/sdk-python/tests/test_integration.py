@@ -8,6 +8,8 @@ import io
 import os
 import secrets
 import tarfile
+import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -100,6 +102,9 @@ async def test_kill_and_get_info_by_id_without_a_connection_as_in_e2b(controller
     try:
         assert (await Sandbox.get_info(sandbox.id, token=sandbox.token, base_url=controller.url)).id == sandbox.id
         assert (await sandbox.get_info()).state == "running"
+        asked = time.time()
+        moved = await Sandbox.set_timeout(sandbox.id, 120, **key)  # seconds, as in E2B's Python SDK
+        assert 119 <= datetime.fromisoformat(moved.expires_at.replace("Z", "+00:00")).timestamp() - asked <= 125
         assert await Sandbox.kill(sandbox.id, **key) is True
         assert await Sandbox.kill(sandbox.id, **key) is False
         with pytest.raises(SandboxNotFoundError):
@@ -113,6 +118,8 @@ def test_the_sync_twin_kills_and_describes_by_id_and_by_handle(controller: Any) 
     sandbox = SyncSandbox.create(**opts(controller))
     assert SyncSandbox.get_info(sandbox.id, **key).state == "running"
     assert sandbox.get_info().id == sandbox.id
+    assert SyncSandbox.set_timeout(sandbox.id, 300, **key).id == sandbox.id
+    assert sandbox.set_timeout(200).id == sandbox.id
     assert SyncSandbox.kill(sandbox.id, **key) is True
     assert SyncSandbox.kill(sandbox.id, **key) is False
     other = SyncSandbox.create(**opts(controller))

@@ -88,6 +88,20 @@ async def _kill_by_id(sandbox_id: str, *, token: Optional[str] = None, base_url:
     return True
 
 
+async def _set_timeout_by_id(
+    sandbox_id: str, ttl_seconds: int, *, token: Optional[str] = None, base_url: Optional[str] = None, api_key: Optional[str] = None
+) -> SandboxInfo:
+    """Moves the expiry of sandbox ``sandbox_id`` to ``ttl_seconds`` **seconds** from now without
+    connecting to it (E2B's ``Sandbox.set_timeout(sandbox_id, timeout)``, seconds too).
+
+    Example::
+
+        await Sandbox.set_timeout(sandbox_id, 600, api_key=key)
+    """
+    url, key = resolve_controller(base_url, api_key)
+    return await RestClient(url, token if token is not None else key).set_timeout(sandbox_id, ttl_seconds)
+
+
 async def _get_info_by_id(sandbox_id: str, *, token: Optional[str] = None, base_url: Optional[str] = None, api_key: Optional[str] = None) -> SandboxInfo:
     """Describes sandbox ``sandbox_id`` without connecting to it (E2B's ``Sandbox.get_info(sandbox_id)``),
     with its token or the API key.
@@ -242,11 +256,15 @@ class Sandbox:
     #: describes one by id without connecting, as in E2B's SDK.
     get_info = _HandleOrId(_get_info, _get_info_by_id)
 
-    async def set_timeout(self, ttl_seconds: int) -> SandboxInfo:
+    async def _set_timeout(self, ttl_seconds: int) -> SandboxInfo:
         """Moves the sandbox's expiry to ``ttl_seconds`` **seconds** from now (shorter or longer): the
         unit E2B's Python SDK uses for ``set_timeout(timeout)`` too (its JavaScript SDK, and
         Warren's, take milliseconds)."""
         return await self._rest.set_timeout(self.id, ttl_seconds)
+
+    #: ``await sandbox.set_timeout(600)`` moves this sandbox's expiry to 600 **seconds** from now;
+    #: ``await Sandbox.set_timeout(sandbox_id, 600, api_key=key)`` moves one by id, as in E2B's Python SDK.
+    set_timeout = _HandleOrId(_set_timeout, _set_timeout_by_id)
 
     async def keepalive(self) -> SandboxInfo:
         """Moves the expiry to the sandbox's own ttl from now; never shortens it."""

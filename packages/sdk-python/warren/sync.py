@@ -162,6 +162,8 @@ class Sandbox(_Proxy):
     kill = _HandleOrId("kill")
     #: ``sandbox.get_info()``, or ``Sandbox.get_info(sandbox_id, api_key=key)`` by id.
     get_info = _HandleOrId("get_info")
+    #: ``sandbox.set_timeout(seconds)``, or ``Sandbox.set_timeout(sandbox_id, seconds, api_key=key)`` by id.
+    set_timeout = _HandleOrId("set_timeout")
 
 
 class Snapshots(_Proxy):

@@ -43,16 +43,29 @@ describe('the sandbox lifecycle over REST', () => {
     expect(bad.status).toBe(400);
   });
 
-  it('moves the expiry with setTimeout and keepalive, and keeps it in the state folder', async () => {
+  it('moves the expiry with setTimeout (milliseconds, as in E2B) and keepalive, and keeps it in the state folder', async () => {
     const before = Date.parse((await sandbox.info()).expiresAt);
-    const shorter = await sandbox.setTimeout(120);
+    const asked = Date.now();
+    const shorter = await sandbox.setTimeout(120_000);
     expect(Date.parse(shorter.expiresAt)).toBeLessThan(before);
+    expect(Date.parse(shorter.expiresAt) - asked).toBeGreaterThanOrEqual(119_000);
+    expect(Date.parse(shorter.expiresAt) - asked).toBeLessThanOrEqual(125_000);
     const stored = JSON.parse(await readFile(path.join(warren.controller.config.stateDir, 'records', `${sandbox.id}.json`), 'utf8')) as { expiresAt: string };
     expect(stored.expiresAt).toBe(shorter.expiresAt);
     const kept = await sandbox.keepalive();
     expect(Date.parse(kept.expiresAt)).toBeGreaterThan(Date.parse(shorter.expiresAt));
     expect(Date.parse(kept.expiresAt)).toBeGreaterThanOrEqual(Date.now() + 590_000);
     expect((await api('POST', `/v1/sandboxes/${sandbox.id}/timeout`, { ttlSeconds: 'soon' })).status).toBe(400);
+  });
+
+  it('refuses a setTimeout of seconds (under 1000 ms) and leaves the expiry alone; static Sandbox.setTimeout moves it by id', async () => {
+    const before = (await sandbox.info()).expiresAt;
+    await expect(sandbox.setTimeout(600)).rejects.toMatchObject({ code: 'INVALID_PARAMS', message: expect.stringMatching(/milliseconds.*600_000/) });
+    expect((await sandbox.info()).expiresAt).toBe(before);
+    const asked = Date.now();
+    const moved = await Sandbox.setTimeout(sandbox.id, 300_000, { baseUrl: warren.url, token: sandbox.token });
+    expect(Date.parse(moved.expiresAt) - asked).toBeGreaterThanOrEqual(299_000);
+    expect(Date.parse(moved.expiresAt) - asked).toBeLessThanOrEqual(305_000);
   });
 
   it('pauses and resumes: processes are frozen and files kept', async () => {
@@ -96,7 +109,7 @@ describe('the sandbox lifecycle over REST', () => {
   it('reaps a sandbox when its time is up, container and state gone', async () => {
     const short = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey, ttlSeconds: 10 });
     const containerId = warren.controller.sandboxes.record(short.id).containerId;
-    await short.setTimeout(1);
+    await short.setTimeout(1000);
     await until('the reaper', async () => (warren.controller.sandboxes.has(short.id) ? undefined : true));
     await expect(docker.getContainer(containerId).inspect()).rejects.toMatchObject({ statusCode: 404 });
     const res = await api('GET', `/v1/sandboxes/${short.id}`);

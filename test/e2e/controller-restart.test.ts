@@ -64,10 +64,10 @@ describe('a controller restart loses nothing', () => {
     const keptContainer = await containerOf(kept.id);
     await kept.commands.run(['sh', '-c', 'printf "precious" > /workspace/data.txt']);
     await kept.commands.start(['sh', '-c', 'while true; do date >> /workspace/tick; sleep 0.2; done'], { tag: 'ticker' });
-    const moved = await kept.setTimeout(900); // stored in the state folder, not in the (immutable) labels
+    const moved = await kept.setTimeout(900_000); // stored in the state folder, not in the (immutable) labels
     const doomed = await Sandbox.create({ ...options, labels: { role: 'doomed' }, ttlSeconds: 600 });
     const doomedContainer = await containerOf(doomed.id);
-    await doomed.setTimeout(1); // expires while the controller is down
+    await doomed.setTimeout(1000); // expires while the controller is down
 
     await first.stop('SIGKILL');
     kept.close();

@@ -85,7 +85,7 @@ describe('two controller replicas on one cluster', () => {
     // A keepalive through B moves the expiry A sees (the record lives on the pod, not in A's memory).
     const before = (await Sandbox.list({ baseUrl: a.url, apiKey, labels: { suite: 'replicas' } })).find((s) => s.id === fromA.id)!.expiresAt;
     await new Promise((r) => setTimeout(r, 1100));
-    await (await Sandbox.connect(fromA.id, { baseUrl: b.url, apiKey })).setTimeout(500);
+    await (await Sandbox.connect(fromA.id, { baseUrl: b.url, apiKey })).setTimeout(500_000);
     const after = (await Sandbox.list({ baseUrl: a.url, apiKey, labels: { suite: 'replicas' } })).find((s) => s.id === fromA.id)!.expiresAt;
     expect(Date.parse(after)).toBeGreaterThan(Date.parse(before));
 

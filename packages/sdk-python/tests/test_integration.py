@@ -8,6 +8,8 @@ import io
 import os
 import secrets
 import tarfile
+import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -28,6 +30,7 @@ from warren import (
     ReconnectOptions,
     Sandbox,
     SandboxNotFoundError,
+    SandboxNotReadyError,
     StaleAnchorError,
     UnauthorizedError,
     InvalidParamsError,
@@ -78,6 +81,50 @@ async def test_lifecycle_create_list_info_keepalive_timeout_connect_and_kill(con
         await sandbox.kill()
     with pytest.raises(SandboxNotFoundError):
         await Sandbox.connect(sandbox.id, base_url=controller.url, api_key=controller.api_key)
+
+
+async def test_connect_resumes_a_paused_sandbox_as_e2b_does_unless_asked_not_to(controller: Any) -> None:
+    async with Sandbox.create(**opts(controller)) as sandbox:
+        background = await sandbox.commands.start("sleep 600")
+        assert (await sandbox.pause()).state == "paused"
+        with pytest.raises(SandboxNotReadyError):
+            await Sandbox.connect(sandbox.id, token=sandbox.token, base_url=controller.url, resume=False)
+        assert (await sandbox.info()).state == "paused"
+        async with await Sandbox.connect(sandbox.id, token=sandbox.token, base_url=controller.url) as again:
+            assert (await sandbox.info()).state == "running"
+            assert (await again.commands.run(f"kill -0 {background.pid} && echo alive")).stdout == "alive\n"
+        await background.kill()
+
+
+async def test_kill_and_get_info_by_id_without_a_connection_as_in_e2b(controller: Any) -> None:
+    key = {"base_url": controller.url, "api_key": controller.api_key}
+    sandbox = await Sandbox.create(**opts(controller))
+    try:
+        assert (await Sandbox.get_info(sandbox.id, token=sandbox.token, base_url=controller.url)).id == sandbox.id
+        assert (await sandbox.get_info()).state == "running"
+        asked = time.time()
+        moved = await Sandbox.set_timeout(sandbox.id, 120, **key)  # seconds, as in E2B's Python SDK
+        assert 119 <= datetime.fromisoformat(moved.expires_at.replace("Z", "+00:00")).timestamp() - asked <= 125
+        assert await Sandbox.kill(sandbox.id, **key) is True
+        assert await Sandbox.kill(sandbox.id, **key) is False
+        with pytest.raises(SandboxNotFoundError):
+            await Sandbox.get_info(sandbox.id, **key)
+    finally:
+        await sandbox.close()
+
+
+def test_the_sync_twin_kills_and_describes_by_id_and_by_handle(controller: Any) -> None:
+    key = {"base_url": controller.url, "api_key": controller.api_key}
+    sandbox = SyncSandbox.create(**opts(controller))
+    assert SyncSandbox.get_info(sandbox.id, **key).state == "running"
+    assert sandbox.get_info().id == sandbox.id
+    assert SyncSandbox.set_timeout(sandbox.id, 300, **key).id == sandbox.id
+    assert sandbox.set_timeout(200).id == sandbox.id
+    assert SyncSandbox.kill(sandbox.id, **key) is True
+    assert SyncSandbox.kill(sandbox.id, **key) is False
+    other = SyncSandbox.create(**opts(controller))
+    other.kill()
+    assert SyncSandbox.kill(other.id, **key) is False
 
 
 async def test_async_with_create_kills_the_sandbox_at_the_end(controller: Any) -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Awaitable, Dict, Generator, List, Mapping, Optional, Type
+import types
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Generator, List, Mapping, Optional, Type
 
 from ._pydantic import BaseModel, ValidationError
 
@@ -24,7 +25,7 @@ from ._protocol import (
 from .channel import Channel, ReconnectOptions
 from .commands import Commands
 from .connection import ApprovalHandler, Connection
-from .errors import InvalidParamsError
+from .errors import InvalidParamsError, WarrenError
 from .files import Files
 from .pty import Pty
 from .rest import RestClient, resolve_controller
@@ -52,6 +53,65 @@ def _wire_known(model: Type[BaseModel], options: Mapping[str, Any], what: str) -
     if unknown:
         raise InvalidParamsError(f"Invalid {what}: unknown option {', '.join(unknown)}; known: {', '.join(sorted(fields))}.")
     return _wire(model, options, what)
+
+
+class _HandleOrId:
+    """A method that works on a handle (``sandbox.kill()``) and, as in E2B's SDK, on the class with a
+    sandbox id and no connection (``await Sandbox.kill(sandbox_id, api_key=key)``)."""
+
+    def __init__(self, on_handle: Callable[..., Any], on_class: Callable[..., Any]) -> None:
+        self._on_handle = on_handle
+        self._on_class = on_class
+        self.__doc__ = on_handle.__doc__
+
+    def __get__(self, handle: Any, owner: Any) -> Any:
+        if handle is None:
+            return self._on_class
+        return types.MethodType(self._on_handle, handle)
+
+
+async def _kill_by_id(sandbox_id: str, *, token: Optional[str] = None, base_url: Optional[str] = None, api_key: Optional[str] = None) -> bool:
+    """Removes sandbox ``sandbox_id`` without connecting to it (E2B's ``Sandbox.kill(sandbox_id)``), with
+    its token or the API key: True when it was removed, False when there was no such sandbox.
+
+    Example::
+
+        await Sandbox.kill(sandbox_id, api_key=key)
+    """
+    url, key = resolve_controller(base_url, api_key)
+    try:
+        await RestClient(url, token if token is not None else key).kill(sandbox_id)
+    except WarrenError as err:
+        if err.code == "SANDBOX_NOT_FOUND":
+            return False
+        raise
+    return True
+
+
+async def _set_timeout_by_id(
+    sandbox_id: str, ttl_seconds: int, *, token: Optional[str] = None, base_url: Optional[str] = None, api_key: Optional[str] = None
+) -> SandboxInfo:
+    """Moves the expiry of sandbox ``sandbox_id`` to ``ttl_seconds`` **seconds** from now without
+    connecting to it (E2B's ``Sandbox.set_timeout(sandbox_id, timeout)``, seconds too).
+
+    Example::
+
+        await Sandbox.set_timeout(sandbox_id, 600, api_key=key)
+    """
+    url, key = resolve_controller(base_url, api_key)
+    return await RestClient(url, token if token is not None else key).set_timeout(sandbox_id, ttl_seconds)
+
+
+async def _get_info_by_id(sandbox_id: str, *, token: Optional[str] = None, base_url: Optional[str] = None, api_key: Optional[str] = None) -> SandboxInfo:
+    """Describes sandbox ``sandbox_id`` without connecting to it (E2B's ``Sandbox.get_info(sandbox_id)``),
+    with its token or the API key.
+
+    Example::
+
+        info = await Sandbox.get_info(sandbox_id, api_key=key)
+    """
+    url, key = resolve_controller(base_url, api_key)
+    return await RestClient(url, token if token is not None else key).get(sandbox_id)
 
 
 class Sandbox:
@@ -131,12 +191,36 @@ class Sandbox:
         base_url: Optional[str] = None,
         api_key: Optional[str] = None,
         reconnect: Optional[ReconnectOptions] = None,
+        resume: bool = True,
     ) -> "Sandbox":
-        """Connects to a sandbox that already exists, with its token (or the API key)."""
+        """Connects to a sandbox that already exists, with its token (or the API key).
+
+        A paused sandbox is resumed first, as E2B's ``connect`` does (needs the lifecycle right); with
+        ``resume=False`` connecting to it raises ``SandboxNotReadyError`` instead. A sandbox frozen for
+        being idle, or hibernated, always wakes for a connection.
+
+        Example::
+
+            again = await Sandbox.connect(sandbox_id, token=token)
+        """
         url, key = resolve_controller(base_url, api_key)
         credential = token if token is not None else key
         rest = RestClient(url, credential)
-        return cls(sandbox_id, token or "", rest, await Sandbox._channel(rest, sandbox_id, credential or "", reconnect))
+        try:
+            channel = await Sandbox._channel(rest, sandbox_id, credential or "", reconnect)
+        except WarrenError as err:
+            # The controller refuses a connection to a paused sandbox; resume it and connect again.
+            if not resume or err.code != "SANDBOX_NOT_READY":
+                raise
+            try:
+                state = (await rest.get(sandbox_id)).state
+            except WarrenError:
+                raise err from None
+            if state != "paused":
+                raise
+            await rest.action(sandbox_id, "resume")
+            channel = await Sandbox._channel(rest, sandbox_id, credential or "", reconnect)
+        return cls(sandbox_id, token or "", rest, channel)
 
     @staticmethod
     async def list(
@@ -164,9 +248,23 @@ class Sandbox:
         """The sandbox's state as the controller sees it."""
         return await self._rest.get(self.id)
 
-    async def set_timeout(self, ttl_seconds: int) -> SandboxInfo:
-        """Moves the sandbox's expiry to ``ttl_seconds`` from now (shorter or longer)."""
+    async def _get_info(self) -> SandboxInfo:
+        """The sandbox's state as the controller sees it (E2B's name for :meth:`info`)."""
+        return await self._rest.get(self.id)
+
+    #: ``sandbox.get_info()`` describes this sandbox; ``await Sandbox.get_info(sandbox_id, api_key=key)``
+    #: describes one by id without connecting, as in E2B's SDK.
+    get_info = _HandleOrId(_get_info, _get_info_by_id)
+
+    async def _set_timeout(self, ttl_seconds: int) -> SandboxInfo:
+        """Moves the sandbox's expiry to ``ttl_seconds`` **seconds** from now (shorter or longer): the
+        unit E2B's Python SDK uses for ``set_timeout(timeout)`` too (its JavaScript SDK, and
+        Warren's, take milliseconds)."""
         return await self._rest.set_timeout(self.id, ttl_seconds)
+
+    #: ``await sandbox.set_timeout(600)`` moves this sandbox's expiry to 600 **seconds** from now;
+    #: ``await Sandbox.set_timeout(sandbox_id, 600, api_key=key)`` moves one by id, as in E2B's Python SDK.
+    set_timeout = _HandleOrId(_set_timeout, _set_timeout_by_id)
 
     async def keepalive(self) -> SandboxInfo:
         """Moves the expiry to the sandbox's own ttl from now; never shortens it."""
@@ -261,10 +359,14 @@ class Sandbox:
                 return
             since = page.next_cursor
 
-    async def kill(self) -> None:
+    async def _kill(self) -> None:
         """Removes the sandbox: its container, files and processes are gone afterwards."""
         await self._connection.close()
         await self._rest.kill(self.id)
+
+    #: ``sandbox.kill()`` removes this sandbox; ``await Sandbox.kill(sandbox_id, api_key=key)`` removes
+    #: one by id without connecting (True when removed, False when there was none), as in E2B's SDK.
+    kill = _HandleOrId(_kill, _kill_by_id)
 
     async def close(self) -> None:
         """Closes this client's connection; the sandbox keeps running."""

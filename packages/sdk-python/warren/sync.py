@@ -128,6 +128,20 @@ class _Proxy:
             _Loop.run(closer(*exc))
 
 
+class _HandleOrId:
+    """A method that works on a handle (``sandbox.kill()``) and on the class with a sandbox id
+    (``Sandbox.kill(sandbox_id, api_key=key)``), as its async twin does."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __get__(self, handle: Any, owner: Any) -> Any:
+        if handle is None:
+            by_id = getattr(_async.Sandbox, self._name)
+            return lambda *a, **k: _wrap(_Loop.run(by_id(*a, **k)))
+        return _Proxy.__getattr__(handle, self._name)
+
+
 class Sandbox(_Proxy):
     """The blocking twin of :class:`warren.Sandbox`: the same methods and namespaces, without ``await``."""
 
@@ -143,6 +157,13 @@ class Sandbox(_Proxy):
     @staticmethod
     def list(**options: Any) -> List[Any]:
         return _Loop.run(_async.Sandbox.list(**options))
+
+    #: ``sandbox.kill()``, or ``Sandbox.kill(sandbox_id, api_key=key)`` by id (False when there was none).
+    kill = _HandleOrId("kill")
+    #: ``sandbox.get_info()``, or ``Sandbox.get_info(sandbox_id, api_key=key)`` by id.
+    get_info = _HandleOrId("get_info")
+    #: ``sandbox.set_timeout(seconds)``, or ``Sandbox.set_timeout(sandbox_id, seconds, api_key=key)`` by id.
+    set_timeout = _HandleOrId("set_timeout")
 
 
 class Snapshots(_Proxy):

@@ -27,6 +27,7 @@ import type { PullProgressEvent } from './images.js';
 import { Pty } from './pty.js';
 import { Ports } from './ports.js';
 import { RestClient, resolveControllerOptions, type ControllerOptions } from './rest.js';
+import { sandboxTimeoutSeconds } from './timeout.js';
 
 /** Options of {@link Sandbox.create}: where the controller is, and what sandbox to make. */
 export interface SandboxCreateOptions extends ControllerOptions, CreateSandboxRequest {
@@ -184,6 +185,20 @@ export class Sandbox implements AsyncDisposable {
   }
 
   /**
+   * Moves the expiry of sandbox `id` to `timeoutMs` **milliseconds** from now without connecting
+   * to it (E2B's `Sandbox.setTimeout(id, timeoutMs)`), with its token or the API key; see
+   * {@link Sandbox#setTimeout}.
+   *
+   * @example
+   * await Sandbox.setTimeout(id, 30 * 60_000, { apiKey }); // thirty minutes from now
+   */
+  static async setTimeout(id: string, timeoutMs: number, options: ControllerOptions & { token?: string; signal?: AbortSignal } = {}): Promise<SandboxInfo> {
+    const ttlSeconds = sandboxTimeoutSeconds(timeoutMs);
+    const { baseUrl, apiKey } = resolveControllerOptions(options);
+    return new RestClient(baseUrl, options.token ?? apiKey).setTimeout(id, ttlSeconds, options.signal);
+  }
+
+  /**
    * Sandboxes on the controller, filtered by labels (all must match) and state; needs the API key.
    *
    * @example
@@ -197,9 +212,17 @@ export class Sandbox implements AsyncDisposable {
     return new RestClient(baseUrl, apiKey).list(filter, options.signal);
   }
 
-  /** Moves the sandbox's expiry to `ttlSeconds` from now (shorter or longer). */
-  setTimeout(ttlSeconds: number, options: { signal?: AbortSignal } = {}): Promise<SandboxInfo> {
-    return this.rest.setTimeout(this.id, ttlSeconds, options.signal);
+  /**
+   * Moves the sandbox's expiry to `timeoutMs` **milliseconds** from now (shorter or longer), as
+   * E2B's `sandbox.setTimeout(timeoutMs)` does, rounded up to whole seconds. Under 1000 is refused
+   * (`InvalidParamsError`): a number of seconds, as `ttlSeconds` at create takes, is not a timeout
+   * here. The controller allows at most 30 days.
+   *
+   * @example
+   * await sandbox.setTimeout(10 * 60_000); // ten minutes from now
+   */
+  async setTimeout(timeoutMs: number, options: { signal?: AbortSignal } = {}): Promise<SandboxInfo> {
+    return this.rest.setTimeout(this.id, sandboxTimeoutSeconds(timeoutMs), options.signal);
   }
 
   /** Moves the expiry to the sandbox's own ttl from now; never shortens it. */

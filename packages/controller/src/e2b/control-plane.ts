@@ -277,8 +277,7 @@ async function create({ deps, req, res, owner }: PlaneContext): Promise<void> {
       env: { ...base.env, ...body.envVars },
       labels: { ...base.labels, ...body.metadata, [TEMPLATE_LABEL]: templateID },
       ttlSeconds: timeout,
-      // E2B gives root (user 'root', sudo) in every sandbox; Warren where the operator allows it and the engine isolates it.
-      ...(deps.sandboxes.launcher.rootAllowed(tenantOf(owner)) ? { root: true } : {}),
+      ...rootFor(deps, owner),
       ...(volumes.length > 0 ? { volumes: [...(base.volumes ?? []), ...volumes] } : {}),
       ...(egress === undefined ? {} : { egress }),
     };
@@ -306,6 +305,15 @@ async function create({ deps, req, res, owner }: PlaneContext): Promise<void> {
 }
 
 /** The calling key's snapshot a template id names, or E2B's 404 naming the templates there are (never another key's). */
+/**
+ * E2B gives root (user 'root', sudo) in every sandbox; Warren where the operator allows it for the
+ * tenant and the engine maps a container's root to an unprivileged host uid. Not under gVisor:
+ * there `sudo` meets a no-new-privileges flag it cannot clear, so E2B programs would half work.
+ */
+function rootFor(deps: HttpServerDeps, owner: Owner | undefined): Pick<CreateSandboxRequest, 'root'> {
+  return deps.sandboxes.launcher.rootRuntime(tenantOf(owner)) === 'runc' ? { root: true } : {};
+}
+
 function snapshotFor(deps: HttpServerDeps, owner: Owner | undefined, ref: string): { id: string; sandboxLabels: Record<string, string>; linked: boolean } {
   try {
     if (owner === undefined) throw new CodedError('SNAPSHOT_NOT_FOUND', 'no key');

@@ -104,9 +104,15 @@ export class SandboxLauncher {
             : {};
   }
 
-  /** Whether this tenant's creates may have `root` with the default runtime ({@link checkRoot} would pass). */
-  rootAllowed(tenant: string): boolean {
-    return this.tenants.limitsOf(tenant).allowRoot === true && this.rootBoundary.unsupported === undefined && this.rootBoundary.engine !== undefined;
+  /**
+   * The runtime a root sandbox of this tenant runs on, where it may have one ({@link checkRoot}
+   * passes): the default runtime behind user-namespace remap or rootless, else gVisor where the
+   * engine has it; undefined when root is not available to it.
+   */
+  rootRuntime(tenant: string): 'runc' | 'runsc' | undefined {
+    if (this.tenants.limitsOf(tenant).allowRoot !== true || this.rootBoundary.unsupported !== undefined) return undefined;
+    if (this.rootBoundary.engine !== undefined) return 'runc';
+    return this.runtimeNames.includes('runsc') ? 'runsc' : undefined;
   }
 
   /** Runtimes the backend offers; read by {@link SandboxLauncher.learnBackend}. */

@@ -150,7 +150,9 @@ ensure_gvisor() {
 
 # The second engine the red-team tier runs on: dockerd with user-namespace remap (container uid 0
 # is host uid 100000, uid 1000 is 101000), next to the main engine and sharing nothing with it (its
-# own data root, exec root, socket, pid file; no bridge, no iptables: sandboxes use network none).
+# own data root, exec root, socket, pid file; no iptables: sandboxes use network none). Its bridge
+# is an idle one of its own: with --bridge=none dockerd deletes any interface named docker0, which
+# is the main engine's, and every bridged build there then fails ("could not find bridge docker0").
 # Started only where these scripts may start engines (root with apt), with the sandbox image loaded
 # from the main engine. Prints nothing to stdout; REMAP_DOCKER_HOST is its address.
 REMAP_DIR=/run/warren-remap
@@ -160,12 +162,15 @@ remap_engine_answers() { DOCKER_HOST=$REMAP_DOCKER_HOST docker info >/dev/null 2
 ensure_remap_engine() {
   if ! remap_engine_answers; then
     is_root && command -v apt-get >/dev/null 2>&1 || return 1
-    ensure_commands newuidmap=uidmap
+    ensure_commands newuidmap=uidmap ip=iproute2
     step "Starting a second dockerd with --userns-remap=default (log: /var/log/warren-remap-dockerd.log)"
     mkdir -p "$REMAP_DIR" /var/lib/warren-remap-docker
     chmod o+x /var/lib/warren-remap-docker
+    if ! ip link show wremap0 >/dev/null 2>&1; then
+      ip link add wremap0 type bridge && ip addr add 10.213.0.1/24 dev wremap0 && ip link set wremap0 up
+    fi
     setsid nohup dockerd --userns-remap=default --data-root /var/lib/warren-remap-docker --exec-root "$REMAP_DIR/exec" \
-      --pidfile "$REMAP_DIR/docker.pid" -H "$REMAP_DOCKER_HOST" --bridge=none --iptables=false --ip-masq=false --ip-forward=false \
+      --pidfile "$REMAP_DIR/docker.pid" -H "$REMAP_DOCKER_HOST" --bridge=wremap0 --iptables=false --ip-masq=false --ip-forward=false \
       >>/var/log/warren-remap-dockerd.log 2>&1 </dev/null &
     local deadline=$((SECONDS + 60))
     until remap_engine_answers; do

@@ -1,9 +1,14 @@
-import { stat } from 'node:fs/promises';
+import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { chmod, mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import Docker from 'dockerode';
 import { Sandbox as E2bSandbox } from 'e2b';
 import { ForbiddenError, Sandbox } from '@warren/sdk';
+import { DEFAULT_EGRESS } from '@warren/controller';
+import { EgressLab } from '../support/egress-lab.js';
 import { startTestController, type TestController } from '../support/fixtures.js';
 import { DaemonIdentity, HostSentinel, sandboxCode } from '../support/redteam.js';
 
@@ -214,3 +219,114 @@ describe('red team: root sandboxes', () => {
     180_000,
   );
 });
+
+/**
+ * A package repository and a Python index on a host the test makes (the egress lab's upstream, in
+ * a network namespace of its own): with the host allowed by the sandbox's egress policy, a root
+ * sandbox's `sudo apt-get install` and `sudo pip install` take packages from them, as an agent's
+ * script does from Debian's archive and PyPI.
+ */
+(remapped && EgressLab.available() ? describe : describe.skip)('red team: root sandboxes install packages from sources egress allows', () => {
+  let lab: EgressLab;
+  let warren: TestController;
+  let repo: string;
+
+  beforeAll(async () => {
+    repo = await mkdtemp(path.join(os.tmpdir(), 'warren-root-repo-'));
+    await makeAptRepository(path.join(repo, 'apt'));
+    await makePythonIndex(path.join(repo, 'simple'));
+    lab = await EgressLab.start(['pkgs.test', 'other.test'], { staticDir: repo });
+    for (const name of ['pkgs.test', 'other.test']) lab.records.set(name, [lab.upstreamAddress]);
+    warren = await startTestController({
+      config: { egress: { ...DEFAULT_EGRESS, labCidrs: [lab.labCidr], resolvers: [`127.0.0.1:${lab.dnsPort}`], maxConnectionsPerSandbox: 16 } },
+      egressUpstreamCa: [lab.caPem],
+    });
+    const admin = { authorization: `Bearer ${warren.apiKey}`, 'content-type': 'application/json' };
+    expect((await fetch(`${warren.url}/v1/tenants/default/limits`, { method: 'POST', headers: admin, body: JSON.stringify({ allowRoot: true }) })).status).toBe(
+      200,
+    );
+  }, 120_000);
+  afterAll(async () => {
+    await warren?.[Symbol.asyncDispose]();
+    await lab?.stop();
+    await rm(repo, { recursive: true, force: true });
+  }, 60_000);
+
+  it('sudo apt-get and sudo pip install from the allowed host; a host the policy does not name stays closed', async () => {
+    await using sandbox = await Sandbox.create({
+      baseUrl: warren.url,
+      apiKey: warren.apiKey,
+      image: 'warren/e2b-base:latest',
+      workspace: '/home/user',
+      root: true,
+      egress: { mode: 'allow', rules: [{ host: 'pkgs.test', ports: [80] }] },
+    });
+    const script = [
+      'set -e',
+      // An internal mirror in place of Debian's archive, as an agent's setup script configures one.
+      'sudo rm -f /etc/apt/sources.list /etc/apt/sources.list.d/*',
+      "echo 'deb [trusted=yes] http://pkgs.test/static/apt ./' | sudo tee /etc/apt/sources.list.d/lab.list >/dev/null",
+      'sudo apt-get update -q >/dev/null',
+      'sudo apt-get install -y -q warren-hello >/dev/null',
+      'warren-hello',
+      'sudo pip install -q --no-cache-dir --index-url http://pkgs.test/static/simple/ --trusted-host pkgs.test warren-hello-py',
+      "python3 -c 'import warren_hello; print(warren_hello.hello())'",
+      'pip download -q --no-cache-dir --index-url http://other.test/static/simple/ --trusted-host other.test -d /tmp/x warren-hello-py >/dev/null 2>&1 && echo other=open || echo other=closed',
+    ].join('\n');
+    const run = await sandbox.commands.run(script, { timeoutMs: 180_000 });
+    expect(run.stderr).not.toMatch(/unable to resolve host/);
+    expect({ exitCode: run.exitCode, stdout: run.stdout }).toEqual({
+      exitCode: 0,
+      stdout: 'hello from a package\nhello from a Python package\nother=closed\n',
+    });
+    expect(lab.seenAt('/static/apt/warren-hello_1.0_all.deb').length).toBeGreaterThan(0);
+    expect(lab.seenAt('/static/simple/warren-hello-py/').length).toBeGreaterThan(0);
+  }, 240_000);
+});
+
+/** A flat Debian repository of one package (`deb [trusted=yes] <url> ./`): the .deb, Packages and Release. */
+async function makeAptRepository(dir: string): Promise<void> {
+  const root = path.join(dir, 'build');
+  await mkdir(path.join(root, 'DEBIAN'), { recursive: true });
+  await mkdir(path.join(root, 'usr/local/bin'), { recursive: true });
+  const control = 'Package: warren-hello\nVersion: 1.0\nArchitecture: all\nMaintainer: Warren <warren@example.invalid>\nDescription: test package\n';
+  await writeFile(path.join(root, 'DEBIAN/control'), control);
+  await writeFile(path.join(root, 'usr/local/bin/warren-hello'), '#!/bin/sh\necho hello from a package\n');
+  await chmod(path.join(root, 'usr/local/bin/warren-hello'), 0o755);
+  const deb = path.join(dir, 'warren-hello_1.0_all.deb');
+  execFileSync('dpkg-deb', ['--root-owner-group', '--build', root, deb], { stdio: 'pipe' });
+  await rm(root, { recursive: true });
+  const bytes = await readFile(deb);
+  const packages = `${control}Filename: ./warren-hello_1.0_all.deb\nSize: ${bytes.length}\nSHA256: ${sha256(bytes)}\n\n`;
+  await writeFile(path.join(dir, 'Packages'), packages);
+  await writeFile(
+    path.join(dir, 'Release'),
+    `Date: ${new Date().toUTCString()}\nSHA256:\n ${sha256(Buffer.from(packages))} ${Buffer.byteLength(packages)} Packages\n`,
+  );
+}
+
+/** A PEP 503 simple index of one pure-Python wheel, made with the host's python3. */
+async function makePythonIndex(dir: string): Promise<void> {
+  const project = path.join(dir, 'warren-hello-py');
+  await mkdir(project, { recursive: true });
+  const wheel = 'warren_hello_py-1.0-py3-none-any.whl';
+  const make = [
+    'import sys, zipfile',
+    'files = {',
+    '  "warren_hello/__init__.py": "def hello():\\n    return \'hello from a Python package\'\\n",',
+    '  "warren_hello_py-1.0.dist-info/METADATA": "Metadata-Version: 2.1\\nName: warren-hello-py\\nVersion: 1.0\\n",',
+    '  "warren_hello_py-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\\nGenerator: warren-test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n",',
+    '}',
+    'with zipfile.ZipFile(sys.argv[1], "w") as z:',
+    '    for name, text in files.items():',
+    '        z.writestr(name, text)',
+    '    z.writestr("warren_hello_py-1.0.dist-info/RECORD", "".join(n + ",,\\n" for n in list(files) + ["warren_hello_py-1.0.dist-info/RECORD"]))',
+  ].join('\n');
+  execFileSync('python3', ['-c', make, path.join(project, wheel)], { stdio: 'pipe' });
+  const digest = sha256(await readFile(path.join(project, wheel)));
+  await writeFile(path.join(project, 'index.html'), `<!DOCTYPE html><html><body><a href="${wheel}#sha256=${digest}">${wheel}</a></body></html>\n`);
+}
+
+function sha256(bytes: Buffer): string {
+  return createHash('sha256').update(bytes).digest('hex');
+}

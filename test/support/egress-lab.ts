@@ -61,10 +61,14 @@ export class EgressLab {
     }
   }
 
-  static async start(hostNames: string[]): Promise<EgressLab> {
+  /**
+   * Starts the lab. `staticDir`: a folder of the test's whose files the upstream also serves, as
+   * they are, under `/static/` (a package repository, a Python index).
+   */
+  static async start(hostNames: string[], options: { staticDir?: string } = {}): Promise<EgressLab> {
     const lab = new EgressLab(100 + (process.pid % 150));
     try {
-      await lab.#start(hostNames);
+      await lab.#start(hostNames, options.staticDir);
     } catch (err) {
       await lab.stop();
       throw err;
@@ -72,7 +76,7 @@ export class EgressLab {
     return lab;
   }
 
-  async #start(hostNames: string[]): Promise<void> {
+  async #start(hostNames: string[], staticDir: string | undefined): Promise<void> {
     const ip = (...args: string[]) => execFileSync('ip', args, { stdio: 'pipe' });
     try {
       ip('netns', 'del', this.namespace);
@@ -142,7 +146,17 @@ export class EgressLab {
     (this as { caPem: string }).caPem = readFileSync(file('ca.pem'), 'utf8');
 
     const script = new URL('./egress-upstream.mjs', import.meta.url).pathname;
-    const child = spawn('ip', ['netns', 'exec', this.namespace, process.execPath, script, this.upstreamAddress, file('leaf.pem'), file('leaf.key')]);
+    const child = spawn('ip', [
+      'netns',
+      'exec',
+      this.namespace,
+      process.execPath,
+      script,
+      this.upstreamAddress,
+      file('leaf.pem'),
+      file('leaf.key'),
+      ...(staticDir === undefined ? [] : [staticDir]),
+    ]);
     this.#upstream = child;
     await new Promise<void>((resolve, reject) => {
       let buffered = '';

@@ -1,4 +1,6 @@
-import { chmod, chown, lchown, lstat, readFile, unlink } from 'node:fs/promises';
+import { constants } from 'node:fs';
+import { chmod, chown, lchown, lstat, open, readFile, unlink } from 'node:fs/promises';
+import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { DEFAULT_ROOT, sandboxEnvFrom } from '@warren/protocol';
@@ -55,6 +57,7 @@ export async function main(): Promise<void> {
     // uid, so the daemon drops its own (root's) groups once, here.
     process.setgroups?.([]);
   }
+  if (values['allow-root']) await nameThisHost();
   if (user && values['own-root']) {
     // The workspace is the sandbox's own: hand its top folder (not what it holds) to the user,
     // whatever the image or a fresh volume made it. Links are not followed.
@@ -105,6 +108,25 @@ async function makePrivate(folder: string): Promise<void> {
   const gid = process.getgid?.() ?? 0;
   if (info.uid !== uid || info.gid !== gid) await chown(folder, uid, gid);
   await chmod(folder, 0o700);
+}
+
+/**
+ * Makes the container's own name resolve in a root sandbox: with network none the engine leaves
+ * /etc/hosts as the image has it (often empty), and sudo looks the name up on every call, warning
+ * each time it cannot. Only where the root file system is writable (a root sandbox's default).
+ */
+async function nameThisHost(): Promise<void> {
+  const name = os.hostname();
+  const hosts = await readFile('/etc/hosts', 'utf8').catch(() => '');
+  if (hosts.split('\n').some((line) => line.split(/\s+/).slice(1).includes(name))) return;
+  const localhost = hosts.trim() === '' ? '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' : '';
+  const file = await open('/etc/hosts', constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW, 0o644).catch(() => undefined);
+  if (file === undefined) return; // a read-only root file system: sudo warns, and works
+  try {
+    await file.appendFile(`${hosts === '' || hosts.endsWith('\n') ? '' : '\n'}${localhost}127.0.1.1\t${name}\n`);
+  } finally {
+    await file.close();
+  }
 }
 
 /** Reads the secret and removes it from where it came: the file is deleted, the variable unset. */

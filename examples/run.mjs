@@ -8,7 +8,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { build } from 'esbuild';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const names = ['codin', 'filesystem', 'toolsmith', 'partial-read', 'builtin', 'vercel-ai', 'e2b-data-analysis'];
+const names = ['codin', 'filesystem', 'toolsmith', 'partial-read', 'builtin', 'vercel-ai', 'e2b-data-analysis', 'e2b-sudo-apt'];
 const name = process.argv[2];
 if (!names.includes(name)) {
   console.error(`Usage: node examples/run.mjs <${names.join('|')}>`);

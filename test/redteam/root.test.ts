@@ -8,6 +8,7 @@ import Docker from 'dockerode';
 import { Sandbox as E2bSandbox } from 'e2b';
 import { ForbiddenError, Sandbox } from '@warren/sdk';
 import { DEFAULT_EGRESS } from '@warren/controller';
+import { main as sudoApt } from '../../examples/e2b-sudo-apt.js';
 import { EgressLab } from '../support/egress-lab.js';
 import { startTestController, type TestController } from '../support/fixtures.js';
 import { DaemonIdentity, HostSentinel, sandboxCode } from '../support/redteam.js';
@@ -281,6 +282,18 @@ describe('red team: root sandboxes', () => {
     });
     expect(lab.seenAt('/static/apt/warren-hello_1.0_all.deb').length).toBeGreaterThan(0);
     expect(lab.seenAt('/static/simple/warren-hello-py/').length).toBeGreaterThan(0);
+  }, 240_000);
+
+  it('examples/e2b-sudo-apt: an e2b program that sudo apt-get installs a tool and uses it, its network allowing only the mirror', async () => {
+    const output = await sudoApt({
+      apiKey: warren.apiKey,
+      apiUrl: `${warren.url}/e2b`,
+      sandboxUrl: `${warren.url}/e2b`,
+      aptSource: 'deb [trusted=yes] http://pkgs.test/static/apt ./',
+      packages: ['warren-hello'],
+      use: 'warren-hello',
+    });
+    expect(output).toBe('hello from a package');
   }, 240_000);
 });
 

@@ -73,7 +73,9 @@ describe('Warren on a real two-node Kubernetes cluster', () => {
     const namespace = `${fixture.namespace}-manifests`;
     await core.createNamespace({ body: { metadata: { name: namespace } } });
     try {
-      for (const file of ['rbac.yaml', 'network-policy.yaml', 'controller.yaml']) {
+      // What `kubectl apply -k` applies (the namespace is the test's own).
+      const kustomization = loadAllYaml(await readFile(path.join(folder, 'kustomization.yaml'), 'utf8'))[0] as { resources: string[] };
+      for (const file of kustomization.resources.filter((f) => f !== 'namespace.yaml')) {
         for (const doc of loadAllYaml(await readFile(path.join(folder, file), 'utf8')) as KubernetesObject[]) {
           const body = JSON.parse(JSON.stringify(doc).replaceAll('"namespace":"warren"', `"namespace":"${namespace}"`)) as KubernetesObject;
           // policy/v1 came with Kubernetes 1.21; the test cluster (1.20) has the same object as v1beta1.

@@ -29,6 +29,15 @@ describe('one sandbox end to end on the real Docker engine', () => {
     await expect(docker.getContainer(record!.containerId).inspect()).rejects.toMatchObject({ statusCode: 404 });
   });
 
+  it("runs the daemon on Node 24 LTS from the npm registry's binary package, whatever Node runs the controller", async () => {
+    await using warren = await startTestController();
+    await using sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });
+    const { nodeVersion } = await sandbox.daemonInfo();
+    const { daemonNodePath } = await import('@warren/controller');
+    expect((await daemonNodePath()).packaged).toBe(true);
+    expect(nodeVersion).toMatch(/^v24\./);
+  });
+
   it('starts the container hardened: non-root, no capabilities, no network', async () => {
     await using warren = await startTestController();
     await using sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: warren.apiKey });

@@ -110,6 +110,7 @@ export function createHandlers(
           uid: process.getuid?.() ?? -1,
           rssBytes: process.memoryUsage.rss(),
           uptimeMs: performance.now() - started,
+          nodeVersion: process.version,
         },
       };
     },

@@ -58,7 +58,7 @@ export { planSandbox } from './sandbox-plan.js';
 export { probeAgent } from './agent-link.js';
 
 // The agent runtime a provider serves to sandboxes (a volume, or an image for Kubernetes: `warren serve --runtime-image`).
-export { collectRuntime, type AgentRuntime } from './runtime.js';
+export { collectRuntime, daemonNodePath, type AgentRuntime } from './runtime.js';
 export { runtimeImageTar, runtimeImageName } from './kubernetes/runtime-image.js';
 
 // Parts the test tiers, bench/ and scripts/openapi drive on their own.

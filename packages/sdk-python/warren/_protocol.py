@@ -1046,6 +1046,7 @@ class SystemInfoResult(_Tolerant):
     uid: _C5 = Field(...)
     rss_bytes: _C1 = Field(..., alias='rssBytes')
     uptime_ms: Union[_C3, _C4] = Field(..., alias='uptimeMs')
+    node_version: Optional[StrictStr] = Field(None, alias='nodeVersion')
 
 
 SystemUsageParams = CodeListContextsParams

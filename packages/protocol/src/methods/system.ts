@@ -9,6 +9,8 @@ export const SystemInfoResult = z.strictObject({
   uid: z.number().int(),
   rssBytes: z.number().int().nonnegative(),
   uptimeMs: z.number().nonnegative(),
+  /** The Node version the daemon runs on (`v24.22.3`); absent from older daemons. */
+  nodeVersion: z.string().optional(),
 });
 
 export const SystemUsageParams = z.strictObject({});

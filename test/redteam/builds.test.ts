@@ -77,7 +77,8 @@ describe('red team: builds that fetch', () => {
     await warren?.[Symbol.asyncDispose]();
     await loopback?.close();
     const left = await docker.listImages();
-    for (const image of left.filter((i) => (i.RepoTags ?? []).some((t) => t.startsWith(PREFIX))))
+    // Tenants' builds are named warren-built/<tenant>/<the name asked for>.
+    for (const image of left.filter((i) => (i.RepoTags ?? []).some((t) => t.startsWith(PREFIX) || t.includes(`/${PREFIX}`))))
       await docker
         .getImage(image.Id)
         .remove({ force: true })
@@ -131,7 +132,7 @@ describe('red team: builds that fetch', () => {
     expect({ connections: loopback.connections, requests: loopback.requests }).toEqual({ connections: 0, requests: [] });
   });
 
-  it("a tenant's template is its own: another tenant's key neither lists, removes, replaces nor starts it", async () => {
+  it("two tenants each build one name into their own namespace: neither lists, removes, starts, builds FROM nor learns of the other's; an admin sees both", async () => {
     const key = async (tenant: string) => {
       const res = await fetch(`${warren.url}/v1/keys`, {
         method: 'POST',
@@ -140,36 +141,83 @@ describe('red team: builds that fetch', () => {
       });
       return ((await res.json()) as { key: string }).key;
     };
-    const [keyA, keyB] = [await key('acme'), await key('bravo')];
-    const tag = `${PREFIX}tenant-a:${run}`;
-    await writeFile(path.join(context, 'Dockerfile'), `FROM ${base}\nUSER root\nLABEL warren.build-tenant=bravo\nRUN echo a > /a.txt\n`);
-    const asA = new Images({ baseUrl: warren.url, apiKey: keyA });
-    const asB = new Images({ baseUrl: warren.url, apiKey: keyB });
-    await asA.build({ context, tag });
-    expect((await asA.list()).flatMap((i) => i.tags)).toContain(tag);
-    // A Dockerfile's own LABEL of the tenant does not give the image away: Warren's label wins.
-    expect((await asB.list()).flatMap((i) => i.tags)).not.toContain(tag);
-    expect(await codeOf(asB.remove(tag))).toBe('NOT_FOUND');
-    expect(await codeOf(asB.build({ context, tag }))).toBe('CONFLICT');
-    expect(await codeOf(Sandbox.create({ baseUrl: warren.url, apiKey: keyB, image: tag }))).toBe('IMAGE_NOT_ALLOWED');
-    // Nor is it a base or a source of files for B's own build: its files never reach B's template.
+    // `trail-` ends in a dash, which the engine takes in no image name: its namespace is trail_1.
+    const [keyA, keyB, keyT] = [await key('acme'), await key('bravo'), await key('trail-')];
+    const tag = `${PREFIX}same:${run}`;
+    const [asA, asB, asT] = [keyA, keyB, keyT].map((apiKey) => new Images({ baseUrl: warren.url, apiKey })) as [Images, Images, Images];
+    const build = async (as: Images, content: string, name = tag) => {
+      const dir = path.join(context, content);
+      await mkdir(dir, { recursive: true });
+      // A Dockerfile's own LABEL of the tenant does not give the image away: Warren's label wins.
+      await writeFile(path.join(dir, 'Dockerfile'), `FROM ${base}\nUSER root\nLABEL warren.build-tenant=bravo\nRUN echo ${content} > /a.txt\n`);
+      return (await as.build({ context: dir, tag: name })).image;
+    };
+    const ofA = await build(asA, 'a');
+    // The same name, built by B: its own image, not a CONFLICT that says A holds the name.
+    const ofB = await build(asB, 'b');
+    const ofT = await build(asT, 't');
+    expect([ofA, ofB, ofT]).toEqual([`warren-built/acme/${tag}`, `warren-built/bravo/${tag}`, `warren-built/trail_1/${tag}`]);
+    const tagsOf = async (as: Images) => (await as.list()).flatMap((i) => i.tags);
+    expect(await tagsOf(asA)).toContain(ofA);
+    expect(await tagsOf(asA)).not.toContain(ofB);
+    expect(await tagsOf(asB)).toContain(ofB);
+    expect(await tagsOf(asB)).not.toContain(ofA);
+    expect(await tagsOf(images)).toEqual(expect.arrayContaining([ofA, ofB, ofT]));
+
+    // Each tenant's name means its own build.
+    const cat = async (apiKey: string, image: string) => {
+      const sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey, image });
+      try {
+        return (await sandbox.commands.run('cat /a.txt')).stdout;
+      } finally {
+        await sandbox.kill();
+      }
+    };
+    expect([await cat(keyA, tag), await cat(keyB, tag), await cat(keyT, tag)]).toEqual(['a\n', 'b\n', 't\n']);
+
+    // A's build, named in full, answers B exactly as a name no tenant built: start, remove, FROM, COPY --from.
+    const nothing = `warren-built/acme/${PREFIX}nothing:${run}`;
+    const refusal = async (attempt: (image: string) => Promise<unknown>, image: string) =>
+      attempt(image).then(
+        () => 'OK',
+        (err: { code?: string; message?: string }) => ({ code: err.code, message: err.message?.replaceAll(image, '<image>') }),
+      );
     const theft = path.join(context, 'theft');
     await mkdir(theft, { recursive: true });
-    for (const dockerfile of [`FROM ${tag}\n`, `FROM ${base}\nCOPY --from=${tag} /a.txt /stolen.txt\n`]) {
-      await writeFile(path.join(theft, 'Dockerfile'), dockerfile);
-      expect({ dockerfile, code: await codeOf(asB.build({ context: theft, tag: `${PREFIX}tenant-b:${run}` })) }).toEqual({
-        dockerfile,
-        code: 'IMAGE_NOT_ALLOWED',
-      });
+    const attempts: [string, (image: string) => Promise<unknown>][] = [
+      ['create', (image) => Sandbox.create({ baseUrl: warren.url, apiKey: keyB, image })],
+      ['remove', (image) => asB.remove(image)],
+      ['pull', (image) => asB.pull(image)],
+      [
+        'FROM',
+        async (image) => {
+          await writeFile(path.join(theft, 'Dockerfile'), `FROM ${image}\n`);
+          return asB.build({ context: theft, tag: `${PREFIX}stolen:${run}` });
+        },
+      ],
+      [
+        'COPY --from',
+        async (image) => {
+          await writeFile(path.join(theft, 'Dockerfile'), `FROM ${base}\nCOPY --from=${image} /a.txt /stolen.txt\n`);
+          return asB.build({ context: theft, tag: `${PREFIX}stolen:${run}` });
+        },
+      ],
+    ];
+    for (const [door, attempt] of attempts) {
+      const onA = await refusal(attempt, ofA);
+      expect({ door, onA }).toEqual({ door, onA: await refusal(attempt, nothing) });
+      expect({ door, onA }).not.toEqual({ door, onA: 'OK' });
     }
-    expect(await imagePresent(docker, `${PREFIX}tenant-b:${run}`)).toBe(false);
-    const own = await Sandbox.create({ baseUrl: warren.url, apiKey: keyA, image: tag });
-    try {
-      expect((await own.commands.run('cat /a.txt')).stdout).toBe('a\n');
-    } finally {
-      await own.kill();
-    }
-    expect(await imagePresent(docker, tag)).toBe(true);
+    expect(await imagePresent(docker, `warren-built/bravo/${PREFIX}stolen:${run}`)).toBe(false);
+    // Nor can B name its build into A's namespace.
+    expect(await codeOf(asB.build({ context: theft, tag: ofA }))).toBe('INVALID_PARAMS');
+    expect(await cat(keyA, ofA)).toBe('a\n');
+
+    // An admin key's build is an operator's image: named as asked, and every tenant may start it.
+    const shared = await build(images, 'shared', `${PREFIX}shared:${run}`);
+    expect(shared).toBe(`${PREFIX}shared:${run}`);
+    expect(await cat(keyB, shared)).toBe('shared\n');
+    expect(await codeOf(asB.remove(shared))).toBe('FORBIDDEN');
   });
 
   it('RUN steps reach only what images.buildNetwork gives: nothing with none (the default), the host with bridge', async () => {

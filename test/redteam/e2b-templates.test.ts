@@ -155,4 +155,29 @@ describe('E2B template builds as a door', () => {
     expect(logs).not.toMatch(/Step \d+\/\d+ : ADD/);
     expect(logs).toMatch(/ADD: not found/);
   }, 180_000);
+
+  it("builds and starts the template of a tenant whose name ends in '-' (no image name may end a part with it), apart from its neighbour's", async () => {
+    const keyOf = async (tenant: string) => {
+      const res = await fetch(`${warren.url}/v1/keys`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${victim.apiKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ tenant, role: 'member' }),
+      });
+      expect(res.status).toBe(201);
+      return ((await res.json()) as { key: string }).key;
+    };
+    const trailing = { ...victim, apiKey: await keyOf(`trail-${run}-`) };
+    const neighbour = { ...victim, apiKey: await keyOf(`trail-${run}`) };
+    const name = `dash-${run}`;
+    await Template.build(Template().fromBaseImage().runCmd('echo trailing > /opt/who', { user: 'root' }), name, trailing);
+    expect((await docker.listImages({ filters: { reference: [`e2b/trail-${run}_1/${name}:default`] } })).length).toBe(1);
+    // The tenant without the dash has no template of that name: its namespace is another.
+    expect((await call(neighbour, 'GET', `/templates/${name}`)).status).toBe(404);
+    const sandbox = await Sandbox.create(name, trailing);
+    try {
+      expect((await sandbox.commands.run('cat /opt/who')).stdout).toBe('trailing\n');
+    } finally {
+      await sandbox.kill();
+    }
+  }, 180_000);
 });

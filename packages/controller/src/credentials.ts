@@ -211,15 +211,17 @@ export class Credentials {
   /**
    * The signature of a browser URL for one sandbox port until `expiresAt` (ms since the epoch):
    * scoped to that sandbox and port, so it opens nothing else, and checked without storage. Its
-   * expiry is never later than the minting credential's (`mintedExpiry` in grants.ts).
+   * expiry is never later than the minting credential's (`mintedExpiry` in grants.ts); `mintedFrom`
+   * (the encoded credentials it was minted from, see ports/port-links.ts) is signed with it, so a
+   * holder cannot drop the dependence on a key or token that may be revoked.
    */
-  portSignature(sandboxId: string, port: number, expiresAt: number): string {
-    return this.derive('port-url', `${sandboxId}:${port}:${expiresAt}`);
+  portSignature(sandboxId: string, port: number, expiresAt: number, mintedFrom: string): string {
+    return this.derive('port-url-minted', `${sandboxId}:${port}:${expiresAt}:${mintedFrom}`);
   }
 
-  /** True when `presented` is {@link portSignature} of that sandbox, port and expiry (compared in constant time). */
-  isPortSignature(sandboxId: string, port: number, expiresAt: number, presented: string): boolean {
-    return timingSafeEqual(digest(presented), digest(this.portSignature(sandboxId, port, expiresAt)));
+  /** True when `presented` is {@link portSignature} of that sandbox, port, expiry and minting credentials (compared in constant time). */
+  isPortSignature(sandboxId: string, port: number, expiresAt: number, mintedFrom: string, presented: string): boolean {
+    return timingSafeEqual(digest(presented), digest(this.portSignature(sandboxId, port, expiresAt, mintedFrom)));
   }
 
   /** The signature of a console session cookie's payload (the same on every replica with this master key). */

@@ -1,4 +1,4 @@
-import { SCOPE_NAMES, type Principal, type Scope } from './tenancy/principals.js';
+import { SCOPE_NAMES, type KeyStore, type Principal, type Scope } from './tenancy/principals.js';
 import {
   CodedError,
   ConnectionGrant,
@@ -199,15 +199,7 @@ export function deriveGrant(credentials: Credentials, record: SandboxRecord, cal
   }
   const grant: ConnectionGrant = { policy: narrowPolicy(parent.policy, narrowing), allowExec: allowExec ?? false };
   const expiresAt = mintedExpiry(caller, ttlSeconds === undefined ? undefined : Date.now() + ttlSeconds * 1000);
-  // The token lives no longer than the key it comes from: the caller's own, or the one that created the sandbox.
-  const keyId = caller.kind === 'sandbox' ? record.creatorKeyId : caller.keyId;
-  // And no longer than the token it was derived from: a rotated sandbox token, a revoked derived one.
-  const ancestors =
-    caller.kind === 'sandbox'
-      ? [credentials.keys.sandboxTokenId(record.id)]
-      : caller.kind === 'derived'
-        ? [...(caller.ancestors ?? []), ...(caller.tokenId === undefined ? [] : [caller.tokenId])]
-        : [];
+  const { keyId, ancestors } = mintedFrom(credentials.keys, record, caller);
   const token = credentials.deriveToken({ sandboxId: record.id, grant, expiresAt, keyId, ancestors });
   return expiresAt === undefined ? { token, grant } : { token, grant, expiresAt: new Date(expiresAt).toISOString() };
 }
@@ -224,6 +216,39 @@ export function mintedExpiry(caller: Caller, requested: number | undefined): num
   const own = caller.kind === 'derived' ? caller.expiresAt : undefined;
   if (own === undefined) return requested;
   return requested === undefined ? own : Math.min(requested, own);
+}
+
+/** The credentials something minted depends on: it stops working when any of them ends. */
+export interface MintedFrom {
+  /** The API key behind it: the caller's own, or the one that created the sandbox whose token the caller holds; revoking it ends what was minted. */
+  keyId?: string | undefined;
+  /** The tokens behind it (the sandbox's own token of that generation, derived ones): rotating or revoking any ends what was minted. */
+  ancestors: string[];
+}
+
+/**
+ * What a thing `caller` mints for `record` (a derived token, a port URL) depends on, so that it
+ * lives no longer than the credential that minted it: the key it comes from (the caller's own, or
+ * the one that created the sandbox), and the tokens it comes from (a rotated sandbox token, a
+ * revoked derived one). Every door that mints asks this, so revocation reaches all it minted.
+ *
+ * @example
+ * mintedFrom(keys, record, { kind: 'sandbox', sandboxId: record.id }); // { keyId: record.creatorKeyId, ancestors: ['wst:<id>:0'] }
+ */
+export function mintedFrom(keys: Pick<KeyStore, 'sandboxTokenId'>, record: Pick<SandboxRecord, 'id' | 'creatorKeyId'>, caller: Caller): MintedFrom {
+  const keyId = caller.kind === 'sandbox' ? record.creatorKeyId : caller.keyId;
+  const ancestors =
+    caller.kind === 'sandbox'
+      ? [keys.sandboxTokenId(record.id)]
+      : caller.kind === 'derived'
+        ? [...(caller.ancestors ?? []), ...(caller.tokenId === undefined ? [] : [caller.tokenId])]
+        : [];
+  return { keyId, ancestors };
+}
+
+/** Whether something minted from these credentials still stands: its key neither revoked nor expired, none of its tokens revoked. */
+export function mintedStands(keys: Pick<KeyStore, 'ended' | 'tokenRevoked'>, from: MintedFrom): boolean {
+  return !(from.keyId !== undefined && keys.ended(from.keyId)) && !from.ancestors.some((id) => keys.tokenRevoked(id));
 }
 
 /** setTimeout's longest wait; a credential may live longer (a derived token up to 30 days), so waits are chained. */
@@ -302,9 +327,8 @@ export function callerFor(credentials: Credentials, presented: string, sandboxId
   const derived = credentials.readDerivedToken(presented);
   if (!derived || derived.sandboxId !== sandboxId || (derived.expiresAt !== undefined && derived.expiresAt <= Date.now())) return undefined;
   // A token lives no longer than the key whose holder minted it, and until it is revoked itself.
-  if (derived.keyId !== undefined && credentials.keys.ended(derived.keyId)) return undefined;
   if (derived.tokenId !== undefined && credentials.keys.tokenRevoked(derived.tokenId)) return undefined;
-  if (derived.ancestors?.some((id) => credentials.keys.tokenRevoked(id))) return undefined;
+  if (!mintedStands(credentials.keys, { keyId: derived.keyId, ancestors: derived.ancestors ?? [] })) return undefined;
   return {
     kind: 'derived',
     sandboxId,

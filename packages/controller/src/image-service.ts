@@ -1,4 +1,5 @@
 import { DEFAULT_TENANT } from './tenancy/principals.js';
+import { isTenantRootRef, TENANT_ROOTS, tenantBuildsPrefix } from './tenancy/image-names.js';
 import path from 'node:path';
 import { CodedError, readCheckedTar, type ImageInfo } from '@warren/protocol';
 import type { ImageSettings } from './config.js';
@@ -19,7 +20,14 @@ export const BUILD_LABEL = 'warren.build';
  */
 export const BUILD_TENANT_LABEL = 'warren.build-tenant';
 
-/** The tenant a Warren-built image belongs to, from its labels; undefined for an image Warren did not build. */
+/**
+ * The value of {@link BUILD_TENANT_LABEL} on an admin key's build through `POST /v1/images/build`:
+ * an operator's image, named as asked (no tenant prefix) and usable by every tenant, like the
+ * images the operator pulled or put on the engine. No tenant name can be `*`.
+ */
+export const SHARED_BUILD = '*';
+
+/** The tenant a Warren-built image belongs to ({@link SHARED_BUILD} for an operator's), from its labels; undefined for an image Warren did not build. */
 function builtFor(labels: Record<string, string>): string | undefined {
   if (labels[BUILD_LABEL] === undefined) return undefined;
   return labels[BUILD_TENANT_LABEL] ?? DEFAULT_TENANT;
@@ -120,6 +128,8 @@ export class ImageService {
     }
     const ref = parseImageRef(image);
     if (await this.has(image)) return { pulled: false };
+    // A tenant's build exists on this engine or nowhere: never fetched from a registry of that name.
+    if (isTenantRootRef(ref)) throw notForTenant(image);
     if (this.settings.pull === 'never')
       throw new CodedError(
         'IMAGE_NOT_ALLOWED',
@@ -135,18 +145,37 @@ export class ImageService {
   }
 
   /**
-   * Refuses another tenant's build to a member key's tenant (`tenant`): the same refusal whether the
-   * image is a build of another tenant or the name is one this tenant cannot use, so builds are not told apart.
+   * Refuses another tenant's build to a member key's tenant (`tenant`) with {@link notForTenant},
+   * and a name under a tenants' root that is on the engine for no one with the very same refusal,
+   * at the same point, so another tenant's builds are not told from names that do not exist. Operators' builds ({@link SHARED_BUILD}) are usable by all.
    */
   private async checkUsable(image: string, tenant: string): Promise<void> {
     const info = await this.provider.images?.inspect(image).catch(() => undefined);
+    if (info === undefined && this.provider.images !== undefined && isTenantRootName(image)) throw notForTenant(image);
     const owner = info === undefined ? undefined : builtFor(info.labels);
-    if (owner !== undefined && owner !== tenant)
-      throw new CodedError(
-        'IMAGE_NOT_ALLOWED',
-        `The image '${image}' is not one this tenant may start: build it with this tenant's key (warren image build), or name an image from an allowed registry.`,
-        { image },
-      );
+    if (owner !== undefined && owner !== SHARED_BUILD && owner !== tenant) throw notForTenant(image);
+  }
+
+  /**
+   * The image a member key of `tenant` means by `image`: its own tenant's build of that name
+   * (`warren-built/<tenant>/<name>:<tag>`) when there is one, else `image` as it is (an operator's
+   * or a pulled image, or a full name). Only this tenant's prefix is looked at, so the answer says
+   * nothing of other tenants' builds.
+   *
+   * @example
+   * await images.resolve('myimg:1', 'acme'); // 'warren-built/acme/myimg:1' once acme built myimg:1
+   */
+  async resolve(image: string, tenant: string): Promise<string> {
+    let tag: string;
+    try {
+      tag = buildTag(image);
+    } catch {
+      return image;
+    }
+    if (TENANT_ROOTS.some((root) => tag.startsWith(`${root}/`))) return image;
+    const own = `${tenantBuildsPrefix(tenant)}${tag}`;
+    const info = await this.provider.images?.inspect(own).catch(() => undefined);
+    return info !== undefined && builtFor(info.labels) === tenant ? own : image;
   }
 
   /** Whether `image` can start without a pull here: always, on a backend that fetches images itself (no images capability). */
@@ -208,7 +237,9 @@ export class ImageService {
    * the Dockerfile must be a regular file inside it and pass {@link dockerfileNeeds} (nothing the
    * engine would fetch by itself), its images go through {@link ensure} (so the allow-list holds),
    * the `ONBUILD` triggers of its base images pass the same rules, and the image is labelled
-   * {@link BUILD_LABEL}. The build's `RUN` steps get `images.buildNetwork`. An image of the same
+   * {@link BUILD_LABEL}, and {@link BUILD_TENANT_LABEL} `tenant` (a tenant, or {@link SHARED_BUILD}
+   * for an operator's). `request.tag` is the engine's name: a member's build is named under its
+   * tenant's prefix by the caller (`tenantBuildName`). The build's `RUN` steps get `images.buildNetwork`. An image of the same
    * name that Warren did not build is not replaced (`CONFLICT`). With `usableBy` (a member key's
    * tenant), no image the Dockerfile names (`FROM`, `COPY --from`) may be another tenant's build:
    * the same refusal as a create's, so one tenant's files never reach another's template.
@@ -249,12 +280,12 @@ export class ImageService {
         `An image named ${tag} is already on the engine and Warren did not build it; a build does not replace it. Choose another name (e.g. templates/${tag}).`,
         { image: tag },
       );
-    if (existing !== undefined && builtFor(existing.labels) !== tenant)
-      throw new CodedError(
-        'CONFLICT',
-        `The name ${tag} is taken by another tenant's template; a build does not replace it. Choose another name (e.g. ${tenant}/${tag}).`,
-        { image: tag },
-      );
+    // A member's build is named under its own tenant's prefix, so this guards E2B templates' names; an
+    // operator's build (an admin key's) may replace any build, as an admin reaches every tenant.
+    if (existing !== undefined && tenant !== SHARED_BUILD && builtFor(existing.labels) !== tenant)
+      throw new CodedError('CONFLICT', `The name ${tag} is taken by another tenant's build; a build does not replace it. Choose another name.`, {
+        image: tag,
+      });
     // Held until the build ends, so `remove` cannot take an image away and leave the engine to pull it itself, unchecked.
     const held = [...needs.images];
     this.hold(held);
@@ -321,11 +352,14 @@ export class ImageService {
     }
   }
 
-  /** The images Warren built (one tenant's when given), newest first: none on a backend without images of its own. */
-  async list(tenant?: string): Promise<ImageInfo[]> {
+  /**
+   * The images Warren built (one tenant's when given, and with `withShared` the operators' builds
+   * too), newest first: none on a backend without images of its own.
+   */
+  async list(tenant?: string, { withShared = false }: { withShared?: boolean } = {}): Promise<ImageInfo[]> {
     if (!this.provider.images) return [];
     return (await this.provider.images.list(BUILD_LABEL))
-      .filter((i) => tenant === undefined || builtFor(i.labels) === tenant)
+      .filter((i) => tenant === undefined || builtFor(i.labels) === tenant || (withShared && builtFor(i.labels) === SHARED_BUILD))
       .map(({ id, tags, createdAt, sizeBytes }) => ({ id, tags, createdAt, sizeBytes }));
   }
 
@@ -333,9 +367,12 @@ export class ImageService {
   async remove(image: string, tenant?: string): Promise<void> {
     const images = requireCapability(this.provider, 'images', `remove the image ${image}`);
     const found = await images.inspect(image);
+    const owner = found === undefined ? undefined : builtFor(found.labels);
     // Another tenant's build is not on the engine, to a member key.
-    const info = found !== undefined && tenant !== undefined && builtFor(found.labels) !== undefined && builtFor(found.labels) !== tenant ? undefined : found;
+    const info = tenant !== undefined && owner !== undefined && owner !== SHARED_BUILD && owner !== tenant ? undefined : found;
     if (info === undefined) throw new CodedError('NOT_FOUND', `No image '${image}' is on the engine; GET /v1/images lists the images Warren built.`, { image });
+    if (tenant !== undefined && owner === SHARED_BUILD)
+      throw new CodedError('FORBIDDEN', `The image '${image}' is an operator's build, shared by every tenant; only an admin key removes it.`, { image });
     if (info.labels[BUILD_LABEL] === undefined)
       throw new CodedError('FORBIDDEN', `The image '${image}' was not built by Warren; Warren removes only the images it built (GET /v1/images lists them).`, {
         image,
@@ -360,4 +397,26 @@ function dockerfilePath(given: string): string {
       `The Dockerfile path '${given.slice(0, 200)}' is outside the context; the Dockerfile must be inside the context folder.`,
     );
   return normal.replace(/\/+$/, '');
+}
+
+/** Whether `image` is a name under a tenants' root (`isTenantRootRef`); false for what is no reference at all (refused elsewhere). */
+function isTenantRootName(image: string): boolean {
+  try {
+    return isTenantRootRef(parseImageRef(image));
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The one refusal of an image a tenant may not start: another tenant's build, or a name under a
+ * tenants' root that is on the engine for no one (such names are never pulled). Alike, so the
+ * refusal tells nothing of what other tenants built.
+ */
+function notForTenant(image: string): CodedError {
+  return new CodedError(
+    'IMAGE_NOT_ALLOWED',
+    `The image '${image.slice(0, 300)}' is not on the engine for this tenant (names under ${TENANT_ROOTS.map((r) => `${r}/`).join(' and ')} are tenants' own builds, never pulled): build it with this tenant's key (warren image build), or name an image from an allowed registry.`,
+    { image: image.slice(0, 300) },
+  );
 }

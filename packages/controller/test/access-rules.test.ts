@@ -115,7 +115,7 @@ describe('what a handle mints ends with it, and reaches no further than it', () 
 
   it('gives a port link’s holder exec for the tunnel and no file at all', () => {
     const record = { id: 's', policy: { root: '/workspace', readOnly: false } } as unknown as SandboxRecord;
-    const caller = portLinkCaller(record, 10_000);
+    const caller = portLinkCaller(record, { expiresAt: 10_000, from: { ancestors: [] } });
     const linkGrant = grantFor(record, caller);
     expect(linkGrant.allowExec).toBe(true);
     expect(linkGrant.allowAudit).toBeUndefined();

@@ -295,7 +295,7 @@ export const PortUrlRequest = z.strictObject({
 });
 export type PortUrlRequest = z.input<typeof PortUrlRequest>;
 export const PortUrlResponse = z.strictObject({
-  /** The URL path and query (join it to the controller's address): `/v1/sandboxes/<id>/ports/<port>/?warren_sig=...&warren_exp=...`. */
+  /** The URL path and query (join it to the controller's address): `/v1/sandboxes/<id>/ports/<port>/?warren_sig=...&warren_exp=...&warren_by=...`. */
   path: z.string(),
   /**
    * The whole URL on the port's own origin, `<scheme>://<port>-<id>.<portDomain>/?warren_sig=...`,

@@ -58,8 +58,9 @@ export class Images {
   /**
    * Packs `context` ({@link packBuildContext}: links never followed, links out of the folder and
    * special files refused, a size cap) and builds it on the controller, streaming the output.
-   * Resolves with the image's name and id; a failed step throws `BuildFailedError` with the end
-   * of the output in `details.output`.
+   * Resolves with the image's name and id: with a member key the name is in its tenant's
+   * namespace (`warren-built/<tenant>/<tag>`; a create may still name it by `tag`), with an admin
+   * key it is `tag`. A failed step throws `BuildFailedError` with the end of the output in `details.output`.
    */
   async build(options: BuildImageOptions): Promise<{ image: string; id: string | undefined }> {
     const packed = await packBuildContext(options.context, { dockerfile: options.dockerfile, maxBytes: options.maxContextBytes, signal: options.signal });
@@ -75,7 +76,7 @@ export class Images {
     return { image: done.image, id: done.id };
   }
 
-  /** The images Warren built, newest first. */
+  /** The images Warren built, newest first: a member key's tenant's own builds, every build for an admin key. */
   async list(options: { signal?: AbortSignal | undefined } = {}): Promise<ImageInfo[]> {
     return this.rest.listImages(options.signal);
   }

@@ -230,6 +230,82 @@ describe('tenants: every door answers another tenant exactly as nothing', () => 
     }
   });
 
+  it('a port URL ends with the credential that minted it: a rotated sandbox token, a revoked derived token, a revoked key (URL, cookie and open tunnel)', async () => {
+    // An app "in the sandbox" (the daemons run in this process): /stream never finishes its answer.
+    const app: Server = createServer((req, res) => {
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      if (req.url !== '/stream') return void res.end('plain');
+      const timer = setInterval(() => res.write('tick\n'), 50);
+      res.on('close', () => clearInterval(timer));
+    });
+    await new Promise<void>((resolve) => app.listen(0, '127.0.0.1', resolve));
+    const appPort = (app.address() as AddressInfo).port;
+    const sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: keyA, policy: { root: warren.root, readOnly: false } });
+    const mint = async (credential: string) => {
+      const minted = await call('POST', `/v1/sandboxes/${sandbox.id}/port-urls`, bearer(credential), { port: appPort, ttlSeconds: 3600 });
+      expect(minted.status).toBe(201);
+      return (JSON.parse(minted.body) as { path: string }).path;
+    };
+    /** What a browser holding the URL gets: by its query, and by the cookie the first answer set (on a request without the query). */
+    const opens = async (link: string, cookie?: string) => {
+      const res = await fetch(`${warren.url}${cookie === undefined ? link : link.split('?')[0]}`, cookie === undefined ? {} : { headers: { cookie } });
+      await res.text();
+      return res.status;
+    };
+    const cookieOf = async (link: string) => (await fetch(`${warren.url}${link}`)).headers.get('set-cookie')!.split(';')[0]!;
+    const within = (what: Promise<string>) => Promise.race([what, new Promise<string>((r) => setTimeout(() => r('still open'), 1500))]);
+    /** A streamed answer through the URL, with a promise of its end (in an object, so awaiting the stream does not await its end). */
+    const stream = async (link: string): Promise<{ ended: Promise<string> }> => {
+      const res = await fetch(`${warren.url}${link.replace('/?', '/stream?')}`);
+      expect(res.status).toBe(200);
+      const reader = res.body!.getReader();
+      expect(new TextDecoder().decode((await reader.read()).value)).toContain('tick');
+      const ended = (async () => {
+        for (;;) if ((await reader.read()).done) return 'ended';
+      })().catch(() => 'failed');
+      return { ended };
+    };
+    try {
+      // Minted by the sandbox's own token, which is then rotated.
+      const byToken = await mint(sandbox.token);
+      const byKey = await mint(keyA);
+      const tokenCookie = await cookieOf(byToken);
+      expect([await opens(byToken), await opens(byToken, tokenCookie)]).toEqual([200, 200]);
+      // The signature covers what the URL was minted from: dropping or swapping it opens nothing.
+      expect(await opens(byToken.replace(/&warren_by=[^&]*/, ''))).toBe(401);
+      expect(await opens(byToken.replace(/warren_by=[^&]*/, /warren_by=[^&]*/.exec(byKey)![0]))).toBe(401);
+      const tokenStream = await stream(byToken);
+      const fresh = await new RestClient(warren.url, keyA).rotateSandboxToken(sandbox.id);
+      expect(await within(tokenStream.ended)).not.toBe('still open');
+      expect([await opens(byToken), await opens(byToken, tokenCookie)]).toEqual([401, 401]);
+      // The refusal is the rotation's: a URL of the new token, and one of the API key, still open the port.
+      expect([await opens(await mint(fresh)), await opens(byKey)]).toEqual([200, 200]);
+
+      // Minted by a derived token, which is then revoked alone.
+      const child = (await (await Sandbox.connect(sandbox.id, { baseUrl: warren.url, token: fresh })).deriveToken({ inherit: true, allowExec: true })).token;
+      const byChild = await mint(child);
+      const childCookie = await cookieOf(byChild);
+      expect(await opens(byChild)).toBe(200);
+      await new RestClient(warren.url, fresh).revokeToken(sandbox.id, child);
+      expect([await opens(byChild), await opens(byChild, childCookie)]).toEqual([401, 401]);
+
+      // Minted by an API key, which is then revoked.
+      const doomed = await makeKey({ tenant: 'acme', role: 'member' });
+      const byDoomed = await mint(doomed.key);
+      const doomedCookie = await cookieOf(byDoomed);
+      const keyStream = await stream(byDoomed);
+      expect((await call('DELETE', `/v1/keys/${doomed.id}`, bearer(warren.apiKey))).status).toBe(200);
+      expect(await within(keyStream.ended)).not.toBe('still open');
+      expect([await opens(byDoomed), await opens(byDoomed, doomedCookie)]).toEqual([401, 401]);
+      expect(await opens(byKey)).toBe(200);
+    } finally {
+      sandbox.close();
+      await call('DELETE', `/v1/sandboxes/${sandbox.id}`, bearer(keyA));
+      app.closeAllConnections();
+      await new Promise((resolve) => app.close(resolve));
+    }
+  });
+
   it('scopes narrow a key and the token of a sandbox it creates: no exec, no writes, no lifecycle', async () => {
     const reader = await makeKey({ tenant: 'acme', role: 'member', scopes: ['sandboxes:create'] });
     const sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: reader.key, policy: { root: warren.root, readOnly: false } });

@@ -310,7 +310,7 @@ export class TemplateBuilds {
       return { image: configured('base'), user: 'user' };
     }
     if (/\s|"/.test(image)) throw new E2bHttpError(400, `'${image.slice(0, 80)}' is not an image reference.`);
-    // Another tenant's build (a template or a Warren build, by name or id) is no base: its files are that tenant's.
+    // Another tenant's build (a template or a Warren build, by name or id) is no base: its files are that tenant's. An operator's build is shared.
     const images = this.deps.sandboxes.images;
     // The engine also takes a short id (a prefix of the hex), so a hex name is compared as one.
     const hex = /^(?:sha256:)?[a-f0-9]{4,64}$/.test(image) ? image.replace(/^sha256:/, '') : undefined;
@@ -320,7 +320,7 @@ export class TemplateBuilds {
       info.tags.includes(`${image}:latest`) ||
       (hex !== undefined && info.id.replace(/^sha256:/, '').startsWith(hex));
     const theirs = (await images.list()).filter(named);
-    if (theirs.length > 0 && !(await images.list(owner.tenant)).some(named))
+    if (theirs.length > 0 && !(await images.list(owner.tenant, { withShared: true })).some(named))
       throw new E2bHttpError(
         400,
         `fromImage('${image.slice(0, 80)}'): the image is not on the engine for this tenant; name an image from an allowed registry, or one of this tenant's templates with fromTemplate.`,

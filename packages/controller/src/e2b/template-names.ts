@@ -1,6 +1,7 @@
 import type { CreateSandboxRequest, ImageInfo } from '@warren/protocol';
 import type { HttpServerDeps } from '../server-context.js';
 import type { Owner } from '../tenancy/owner.js';
+import { tenantPathPart } from '../tenancy/image-names.js';
 import { E2bHttpError } from './errors.js';
 
 /** The home and working folder of a sandbox made from a built template, as E2B programs expect. */
@@ -24,9 +25,13 @@ export function parseTemplateName(text: string): { name: string; tag: string } {
   return { name, tag };
 }
 
-/** The engine's name for a tenant's built template: `e2b/<tenant>/<name>:<tag>`, so two tenants' templates of one name never meet. */
+/**
+ * The engine's name for a tenant's built template: `e2b/<tenant>/<name>:<tag>`, so two tenants'
+ * templates of one name never meet. The tenant is written as an image path part
+ * (`tenantPathPart`: `acme-` is `acme_1`), so every tenant name gives a name the engine takes.
+ */
 export function templateImage(tenant: string, name: string, tag: string): string {
-  return `e2b/${tenant}/${name}:${tag}`;
+  return `e2b/${tenantPathPart(tenant)}/${name}:${tag}`;
 }
 
 /** A UUID-shaped id from an image id, for E2B's `buildID` of a build listed from the engine. */
@@ -37,7 +42,7 @@ export function buildIdOf(imageId: string): string {
 
 /** The tenant's built images of one template name (every tag), from the engine. */
 export async function builtImages(deps: HttpServerDeps, tenant: string, name?: string): Promise<{ info: ImageInfo; name: string; tag: string }[]> {
-  const prefix = `e2b/${tenant}/`;
+  const prefix = `e2b/${tenantPathPart(tenant)}/`;
   const found: { info: ImageInfo; name: string; tag: string }[] = [];
   for (const info of await deps.sandboxes.images.list(tenant))
     for (const full of info.tags) {

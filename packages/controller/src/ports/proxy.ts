@@ -6,7 +6,7 @@ import type { Credentials } from '../credentials.js';
 import { atCredentialEnd, callerFor, grantFor, routeRefusal, type Caller } from '../grants.js';
 import type { Metrics } from '../metrics.js';
 import type { SandboxRecord, SandboxService } from '../sandboxes.js';
-import { PORT_COOKIE, PORT_EXPIRY_PARAM, PORT_SIGNATURE_PARAM, portLinkCaller, signedUntil } from './port-links.js';
+import { PORT_COOKIE, PORT_EXPIRY_PARAM, PORT_MINTED_PARAM, PORT_SIGNATURE_PARAM, portLinkCaller, signedLink, type PresentedLink } from './port-links.js';
 import type { DaemonSessionPool } from '../daemon-pool.js';
 import { PortTunnel } from './tunnel.js';
 
@@ -54,7 +54,8 @@ export function isPortPath(pathname: string): boolean {
  * `Authorization`), or a signed URL from `POST /v1/sandboxes/:id/port-urls` (its query, then a
  * cookie scoped to that port's path), whose holder reaches that port and no file. A tunnel opened
  * with a credential that has an end (a derived token's lifetime, a signed URL's expiry) is cut
- * when it ends, so no answer or WebSocket outlives it. Warren's credentials are stripped before the request goes
+ * when it ends, and a signed URL's tunnels when the key or token it was minted from is revoked or
+ * rotated, so no answer or WebSocket outlives it. Warren's credentials are stripped before the request goes
  * on; the request is parsed by Node and written anew, so conflicting `Content-Length` and
  * `Transfer-Encoding` never reach the app as two requests.
  */
@@ -218,6 +219,7 @@ export class PortProxy {
     if (refusal) throw refusal;
     query.delete(PORT_SIGNATURE_PARAM);
     query.delete(PORT_EXPIRY_PARAM);
+    query.delete(PORT_MINTED_PARAM);
     const left = query.toString();
     return { id, port, caller, grant, setCookie, path: `${rest}${left ? `?${left}` : ''}` };
   }
@@ -237,20 +239,22 @@ export class PortProxy {
       const caller = callerFor(this.deps.credentials, presented, id);
       if (caller) return { caller };
     }
-    const signed = (sig: string | null | undefined, exp: string | null | undefined) => signedUntil(this.deps.credentials, id, port, sig, exp);
-    const fromQuery = signed(query.get(PORT_SIGNATURE_PARAM), query.get(PORT_EXPIRY_PARAM));
+    const signed = (link: PresentedLink) => signedLink(this.deps.credentials, id, port, link);
+    const presented = { sig: query.get(PORT_SIGNATURE_PARAM), exp: query.get(PORT_EXPIRY_PARAM), by: query.get(PORT_MINTED_PARAM) };
+    const fromQuery = signed(presented);
     if (fromQuery !== undefined) {
       // The page's other requests carry no query: a cookie for this port's path only, until the URL expires.
-      const value = `${query.get(PORT_SIGNATURE_PARAM)}.${fromQuery}`;
-      const maxAge = Math.max(1, Math.floor((fromQuery - Date.now()) / 1000));
+      // It carries what the URL was minted from too, so it ends with that credential as the URL does.
+      const value = `${presented.sig}.${fromQuery.expiresAt}.${presented.by}`;
+      const maxAge = Math.max(1, Math.floor((fromQuery.expiresAt - Date.now()) / 1000));
       return {
         caller: portLinkCaller(record, fromQuery),
         setCookie: `${PORT_COOKIE}=${value}; Path=${cookiePath}; Max-Age=${maxAge}; HttpOnly; SameSite=Lax`,
       };
     }
     const cookie = cookieValue(req.headers.cookie, PORT_COOKIE);
-    const [sig, exp] = cookie?.split('.') ?? [];
-    const fromCookie = signed(sig, exp);
+    const [sig, exp, by] = cookie?.split('.') ?? [];
+    const fromCookie = signed({ sig, exp, by });
     if (fromCookie !== undefined) return { caller: portLinkCaller(record, fromCookie) };
     // A port its owner made public: anyone reaches that port (and only that port, and no file) with no credential.
     if (record.publicPorts?.includes(port)) return { caller: portLinkCaller(record, undefined) };

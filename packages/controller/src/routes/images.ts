@@ -1,5 +1,9 @@
 import { listedTenant } from '../tenancy/reach.js';
-import { ownerOf } from '../tenancy/owner.js';
+import { operatorBuildName, tenantBuildName } from '../tenancy/image-names.js';
+import { SHARED_BUILD } from '../image-service.js';
+import { buildTag } from '../image-ref.js';
+import type { Caller } from '../grants.js';
+import type { ImageService } from '../image-service.js';
 import { BuildImageQuery, ImageEvent, ListImagesResponse, PullImageRequest } from '@warren/protocol';
 import { z } from 'zod';
 import { eventStream, readContext, sendJson } from './io.js';
@@ -19,7 +23,7 @@ export const IMAGE_ROUTES: readonly Route[] = [
     method: 'GET',
     path: '/v1/images',
     operationId: 'listImages',
-    summary: 'The images Warren built (labelled warren.build), newest first.',
+    summary: "The images Warren built (labelled warren.build), newest first: a member key's tenant's own builds; every build for an admin key.",
     tag: 'images',
     access: 'operator',
     responses: { 200: { description: 'The built images.', schema: ListImagesResponse } },
@@ -29,13 +33,13 @@ export const IMAGE_ROUTES: readonly Route[] = [
     method: 'DELETE',
     path: '/v1/images',
     operationId: 'removeImage',
-    summary: 'Remove an image Warren built, by id or name; other images are refused.',
+    summary: "Remove an image Warren built, by id or name; other images are refused. A member key's name is its own tenant's build first.",
     tag: 'images',
     access: 'operator',
     query: { schema: RemoveImageQuery, parameters: { image: 'The image id (sha256:...) or name, as GET /v1/images lists it.' } },
     responses: { 204: { description: 'Gone.' } },
     handle: async ({ deps, res, query, caller }) => {
-      await deps.sandboxes.images.remove(query.image, listedTenant(caller));
+      await deps.sandboxes.images.remove(await meant(deps.sandboxes.images, caller, query.image), listedTenant(caller));
       res.writeHead(204).end();
     },
   }),
@@ -55,7 +59,7 @@ export const IMAGE_ROUTES: readonly Route[] = [
       const stream = eventStream(res);
       await stream.run(async () => {
         await deps.sandboxes.images.ensure(
-          body.image,
+          await meant(deps.sandboxes.images, caller, body.image),
           {
             onStart: stream.start,
             onProgress: (p) => stream.send({ type: 'progress', ...p }),
@@ -72,6 +76,7 @@ export const IMAGE_ROUTES: readonly Route[] = [
     operationId: 'buildImage',
     summary:
       'Build a template image from a Dockerfile; the body is the build context as a tar archive (application/x-tar), checked before the build. ' +
+      "A member key's build is named warren-built/<tenant>/<tag>, its tenant's own; an admin key's is named <tag> and shared by every tenant. " +
       'The answer is NDJSON: the build output, then one done or error line.',
     tag: 'images',
     access: 'operator',
@@ -101,14 +106,14 @@ export const IMAGE_ROUTES: readonly Route[] = [
         await stream.run(async () => {
           const built = await images.build(
             context,
-            query,
+            { ...query, tag: buildName(caller, query.tag) },
             {
               onStart: stream.start,
               onProgress: (p) => stream.send({ type: 'progress', ...p }),
               onOutput: (text) => stream.send({ type: 'output', text }),
               signal: abort.signal,
             },
-            ownerOf(caller)?.tenant,
+            listedTenant(caller) ?? SHARED_BUILD,
             listedTenant(caller),
           );
           return { type: 'done', image: built.image, id: built.id };
@@ -117,3 +122,18 @@ export const IMAGE_ROUTES: readonly Route[] = [
     },
   }),
 ];
+
+/**
+ * The engine name of a build of `tag`: under a member key's tenant's prefix (`warren-built/<tenant>/`),
+ * so tenants' names never meet; as asked for an admin key (an operator's image, shared).
+ */
+function buildName(caller: Caller | undefined, tag: string): string {
+  const tenant = listedTenant(caller);
+  return tenant === undefined ? operatorBuildName(buildTag(tag)) : tenantBuildName(tenant, buildTag(tag));
+}
+
+/** The image a caller means by a name: a member key's own tenant's build of that name first (`ImageService.resolve`). */
+async function meant(images: ImageService, caller: Caller | undefined, image: string): Promise<string> {
+  const tenant = listedTenant(caller);
+  return tenant === undefined ? image : images.resolve(image, tenant);
+}

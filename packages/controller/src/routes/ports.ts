@@ -14,8 +14,9 @@ export const PORT_ROUTES: readonly Route[] = [
     access: 'exec',
     body: { schema: PortUrlRequest, what: 'port URL request' },
     responses: { 201: { description: 'The URL path and when it stops working.', schema: PortUrlResponse } },
-    // Never past the end of the credential that asks (a derived token's lifetime): mintPortUrl bounds it.
-    handle: async ({ deps, res, params, body, caller }) => sendJson(res, 201, mintPortUrl(deps, caller!, params.id, body.port, body.ttlSeconds)),
+    // Never past the end of the credential that asks (a derived token's lifetime, its revocation): mintPortUrl bounds it.
+    handle: async ({ deps, res, params, body, caller }) =>
+      sendJson(res, 201, mintPortUrl(deps, caller!, deps.sandboxes.record(params.id), body.port, body.ttlSeconds)),
   }),
   defineRoute({
     method: 'POST',

@@ -173,6 +173,8 @@ export class SandboxLauncher {
   private async createPlanned(plan: SandboxPlan, started: number): Promise<CreateSandboxResponse> {
     const { config, sharedState, table, egress, provider, metrics } = this.parts;
     await this.checkMountsOnHost(plan);
+    // A member key's name means its own tenant's build of that name first (warren-built/<tenant>/<name>).
+    if (!plan.restore && plan.owner?.role === 'member') plan.image = await this.peers.images.resolve(plan.image, plan.owner.tenant);
     // With state shared by several replicas the limit is the cluster's: every replica's sandboxes count.
     // (Checked again exactly once the pod exists: see startContainer.)
     if (sharedState ? (await sharedState.countSandboxes()) >= config.maxSandboxes : table.size + this.creating >= config.maxSandboxes) throw this.tooMany();

@@ -1,5 +1,6 @@
 import { keyCreateCommand, keyListCommand, keyRevokeCommand, keyRotateCommand, tenantCommand } from './key-commands.js';
-import { Command, InvalidArgumentError, Option } from 'commander';
+import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
+import { USAGE_EXIT_CODE } from './output.js';
 import { collectKeyValue, parseDuration, parsePositiveInt, parseState } from './args.js';
 import { copyCommand } from './cp.js';
 import { execCommand, type ExecOptions } from './exec.js';
@@ -63,6 +64,13 @@ export function buildProgram(): Command {
     // Parse errors in the same one-line shape as every other failure.
     .configureOutput({
       outputError: (text, write) => write(`warren: ${text.trim().replace(/^error: /, '')} (run warren --help, or warren COMMAND --help, for the options)\n`),
+    })
+    // Commander's errors are all usage errors (unknown command or option, missing or malformed
+    // argument, a group named without its subcommand): they exit 2, help and --version exit 0.
+    // Thrown instead of exiting, so main.ts ends the process and tests can see the code. Set
+    // before any command is added, so every subcommand inherits it.
+    .exitOverride((err) => {
+      throw err.exitCode === 0 ? err : new CommanderError(USAGE_EXIT_CODE, err.code, err.message);
     })
     // Options after `exec ID` / `shell ID` belong to the command run in the sandbox.
     .enablePositionalOptions()

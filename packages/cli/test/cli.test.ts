@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
-import { describe, expect, it } from '@jest/globals';
-import type { Command } from 'commander';
+import { afterEach, beforeEach, describe, expect, it, jest } from '@jest/globals';
+import { CommanderError, type Command } from 'commander';
 import { NotFoundError } from '@warren/sdk';
 import {
   CLI_VERSION,
@@ -179,5 +179,59 @@ describe('warren run', () => {
     expect(() => languageOf('a.rb', 'ruby')).toThrow(
       expect.objectContaining({ message: "Unknown language 'ruby'.", suggestion: expect.stringContaining('--lang python') }),
     );
+  });
+});
+
+describe('exit codes', () => {
+  let stderr: string;
+  beforeEach(() => {
+    stderr = '';
+    jest.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => ((stderr += String(chunk)), true));
+    jest.spyOn(process.stdout, 'write').mockImplementation(() => true);
+  });
+  afterEach(() => jest.restoreAllMocks());
+
+  /** The exit code `warren ARGS` ends with (main.ts exits with the error's `exitCode`), or 0. */
+  async function exitCodeOfRun(args: string[]): Promise<number> {
+    try {
+      await buildProgram().parseAsync(['node', 'warren', ...args]);
+      return 0;
+    } catch (err) {
+      return (err as { exitCode: number }).exitCode;
+    }
+  }
+
+  it.each([
+    ['an unknown command', ['frobnicate']],
+    ['an unknown subcommand', ['snapshot', 'frobnicate']],
+    ['an unknown option', ['ls', '--frobnicate']],
+    ['a missing argument', ['info']],
+    ['a missing option value', ['create', '--ttl']],
+    ['a malformed option value', ['create', '--ttl', 'soon']],
+    ['a value outside the choices', ['ls', '--state', 'sleepy']],
+    ['a missing required option', ['fork', 'sb1']],
+    ['a group without its subcommand', ['network']],
+  ])('exits 2 on %s, with the one-line reason', async (_what, args) => {
+    expect(await exitCodeOfRun(args)).toBe(2);
+    expect(stderr).toMatch(/^warren: .*\(run warren --help, or warren COMMAND --help, for the options\)\n$|^Usage: warren/m);
+  });
+
+  it('exits 2 on arguments the command refuses after parsing (both sides of cp local, an unknown --lang)', async () => {
+    expect(await exitCodeOfRun(['cp', './a', './b'])).toBe(2);
+    await expect(buildProgram().parseAsync(['node', 'warren', 'run', 'sb1', 'x.rb', '--lang', 'ruby'])).rejects.toMatchObject({
+      name: 'CliError',
+      exitCode: 2,
+    });
+  });
+
+  it('keeps 1 for a command that ran and failed, and 0 for --help and --version', async () => {
+    expect(await exitCodeOfRun(['cp', '/no/such/file/anywhere', 'sb1:/workspace/x'])).toBe(1);
+    expect(await exitCodeOfRun(['--version'])).toBe(0);
+    expect(await exitCodeOfRun(['--help'])).toBe(0);
+    expect(await exitCodeOfRun(['snapshot', '--help'])).toBe(0);
+  });
+
+  it('throws commander errors rather than exiting, so main.ts sets the code', async () => {
+    await expect(buildProgram().parseAsync(['node', 'warren', 'info'])).rejects.toBeInstanceOf(CommanderError);
   });
 });

@@ -146,12 +146,12 @@ describe('warren --help', () => {
   it.each(commands(program).map((c) => [c.name(), c] as const))('warren %s --help has a description and examples', (_name, cmd) => {
     const text = help(cmd);
     expect(cmd.description().length).toBeGreaterThan(20);
-    if (cmd.commands.length === 0 && cmd.parent?.name() !== 'images') expect(text).toContain('Examples:');
+    if (cmd.commands.length === 0) expect(text).toContain('Examples:');
   });
 
   it('takes --json on every listing', () => {
     const byName = Object.fromEntries(commands(program).map((c) => [`${c.parent?.name()} ${c.name()}`, c]));
-    for (const name of ['warren create', 'warren ls', 'warren info', 'warren rm', 'warren logs', 'warren cp', 'images ls']) {
+    for (const name of ['warren create', 'warren ls', 'warren info', 'warren rm', 'warren logs', 'warren cp', 'images ls', 'own ls']) {
       expect(byName[name]!.options.map((o) => o.long)).toContain('--json');
     }
   });
@@ -233,5 +233,39 @@ describe('exit codes', () => {
 
   it('throws commander errors rather than exiting, so main.ts sets the code', async () => {
     await expect(buildProgram().parseAsync(['node', 'warren', 'info'])).rejects.toBeInstanceOf(CommanderError);
+  });
+});
+
+describe('warren images: one tree', () => {
+  const program = buildProgram();
+  const images = program.commands.find((c) => c.name() === 'images')!;
+
+  it("holds the controller's image commands and Warren's own images under one name", () => {
+    expect(images.commands.map((c) => c.name()).sort()).toEqual(['build', 'ls', 'own', 'pull', 'rm']);
+    const own = images.commands.find((c) => c.name() === 'own')!;
+    expect(own.commands.map((c) => c.name()).sort()).toEqual(['build', 'ls']);
+  });
+
+  it('keeps warren image as a hidden, deprecated name with the same subcommands', () => {
+    const image = program.commands.find((c) => c.name() === 'image')!;
+    expect(image.commands.map((c) => c.name()).sort()).toEqual(['build', 'ls', 'pull', 'rm']);
+    let help = '';
+    program.configureOutput({ writeOut: (t) => (help += t) });
+    program.outputHelp();
+    expect(help).not.toMatch(/^ {2}image\b/m);
+    expect(help).toMatch(/^ {2}images\b/m);
+  });
+
+  it('prints one deprecation line on stderr for warren image, and then runs the command', async () => {
+    let stderr = '';
+    const err = jest.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => ((stderr += String(chunk)), true));
+    const out = jest.spyOn(process.stdout, 'write').mockImplementation(() => true);
+    try {
+      await expect(buildProgram().parseAsync(['node', 'warren', 'image', 'rm', '--help'])).rejects.toMatchObject({ exitCode: 0 });
+    } finally {
+      err.mockRestore();
+      out.mockRestore();
+    }
+    expect(stderr).toBe("warren: 'warren image' is deprecated and goes away in the next minor version; use 'warren images rm'.\n");
   });
 });

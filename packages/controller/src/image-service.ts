@@ -123,7 +123,7 @@ export class ImageService {
     if (this.settings.pull === 'never')
       throw new CodedError(
         'IMAGE_NOT_ALLOWED',
-        `The image '${image}' is not on the engine, and this controller pulls nothing (images.pull is never); use an image already on the engine, or build one with warren image build.`,
+        `The image '${image}' is not on the engine, and this controller pulls nothing (images.pull is never); use an image already on the engine, or build one with warren images build.`,
         { image },
       );
     checkAllowed(ref, this.allowed, image);
@@ -144,7 +144,7 @@ export class ImageService {
     if (owner !== undefined && owner !== tenant)
       throw new CodedError(
         'IMAGE_NOT_ALLOWED',
-        `The image '${image}' is not one this tenant may start: build it with this tenant's key (warren image build), or name an image from an allowed registry.`,
+        `The image '${image}' is not one this tenant may start: build it with this tenant's key (warren images build), or name an image from an allowed registry.`,
         { image },
       );
   }

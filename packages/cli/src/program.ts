@@ -1,5 +1,6 @@
 import { keyCreateCommand, keyListCommand, keyRevokeCommand, keyRotateCommand, tenantCommand } from './key-commands.js';
-import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
+import { Argument, Command, CommanderError, InvalidArgumentError, Option } from 'commander';
+import { COMPLETION_SHELLS, completionScript, type CompletionShell } from './completion.js';
 import { USAGE_EXIT_CODE } from './output.js';
 import { collectKeyValue, parseDuration, parsePositiveInt, parseState } from './args.js';
 import { copyCommand } from './cp.js';
@@ -574,6 +575,23 @@ Register it with an MCP client (Claude Desktop's claude_desktop_config.json, or 
       // Loaded on demand: the MCP SDK costs a process about 26 MiB, the controller's (`warren serve`) too.
       const { mcpCommand } = await import('./mcp.js');
       await mcpCommand(...args);
+    });
+
+  program
+    .command('completion')
+    .description("Print a completion script for bash, zsh or fish: commands, subcommands, aliases and options, taken from this warren's own command tree.")
+    .addArgument(new Argument('<shell>', 'the shell').choices(COMPLETION_SHELLS))
+    .addHelpText(
+      'after',
+      examples([
+        'source <(warren completion bash)                                          this bash, now',
+        'warren completion bash > ~/.local/share/bash-completion/completions/warren  every bash',
+        'warren completion zsh > "${fpath[1]}/_warren"                              zsh (compinit loads it)',
+        'warren completion fish > ~/.config/fish/completions/warren.fish',
+      ]) + '\nThe script is made from the command tree of the warren that prints it: regenerate it after an upgrade.\n',
+    )
+    .action((shell: CompletionShell) => {
+      process.stdout.write(completionScript(program, shell));
     });
 
   return program;

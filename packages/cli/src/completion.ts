@@ -110,24 +110,22 @@ function tables(root: CompletionNode, shell: CompletionShell): string {
     shell,
     '__warren_child',
     shell === 'fish' ? `"$argv[1]/$argv[2]"` : `"$1/$2"`,
-    all.flatMap((node) =>
-      node.children.flatMap((c) => c.names.map((n): [string, string] => [`${key(node)}/${n}`, printLines(shell, [c.names[0]!])])),
-    ),
+    all.flatMap((node) => node.children.flatMap((c) => c.names.map((n): [string, string] => [`${key(node)}/${n}`, printLines(shell, [c.names[0]!])]))),
   );
   const valued = table(
     shell,
     '__warren_takes_value',
     shell === 'fish' ? `"$argv[1]/$argv[2]"` : `"$1/$2"`,
-    all.flatMap((node) =>
-      node.options.filter((o) => o.takesValue).flatMap((o) => o.flags.map((f): [string, string] => [`${key(node)}/${f}`, 'return 0'])),
-    ),
+    all.flatMap((node) => node.options.filter((o) => o.takesValue).flatMap((o) => o.flags.map((f): [string, string] => [`${key(node)}/${f}`, 'return 0']))),
   );
   const choices = table(
     shell,
     '__warren_choices',
     shell === 'fish' ? `"$argv[1]/$argv[2]"` : `"$1/$2"`,
     all.flatMap((node) =>
-      node.options.filter((o) => o.choices.length > 0).flatMap((o) => o.flags.map((f): [string, string] => [`${key(node)}/${f}`, printLines(shell, o.choices)])),
+      node.options
+        .filter((o) => o.choices.length > 0)
+        .flatMap((o) => o.flags.map((f): [string, string] => [`${key(node)}/${f}`, printLines(shell, o.choices)])),
     ),
   );
   const argumentChoices = table(
@@ -142,13 +140,27 @@ function tables(root: CompletionNode, shell: CompletionShell): string {
     shell,
     '__warren_commands',
     arg(1),
-    all.filter((n) => n.children.length > 0).map((node) => [key(node), printLines(shell, node.children.flatMap((c) => c.names.map((n) => word(n, c.description))))]),
+    all
+      .filter((n) => n.children.length > 0)
+      .map((node) => [
+        key(node),
+        printLines(
+          shell,
+          node.children.flatMap((c) => c.names.map((n) => word(n, c.description))),
+        ),
+      ]),
   );
   const options = table(
     shell,
     '__warren_options',
     arg(1),
-    all.map((node) => [key(node), printLines(shell, node.options.flatMap((o) => o.flags.map((f) => word(f, o.description))))]),
+    all.map((node) => [
+      key(node),
+      printLines(
+        shell,
+        node.options.flatMap((o) => o.flags.map((f) => word(f, o.description))),
+      ),
+    ]),
   );
   const passThrough = table(
     shell,

@@ -7,7 +7,7 @@ import { copyCommand } from './cp.js';
 import { execCommand, type ExecOptions } from './exec.js';
 import { imagesBuildCommand, imagesListCommand } from './images.js';
 import { imageBuildCommand, imageListCommand, imagePullCommand, imageRemoveCommand } from './image-commands.js';
-import { TOOLSET_NAMES } from './toolsets.js';
+import { DEFAULT_TOOLSET, TOOLSET_NAMES } from './toolsets.js';
 import { runCodeCommand, type RunCodeOptions } from './run-code.js';
 import { shellCommand, type ShellOptions } from './shell.js';
 import { CLI_VERSION } from './version.js';
@@ -70,7 +70,7 @@ function addEngineImageCommands(group: Command): void {
     .action(imageBuildCommand);
   withController(group.command('ls', { isDefault: true }))
     .alias('list')
-    .description('List the images Warren built on the controller\'s engine, newest first.')
+    .description("List the images Warren built on the controller's engine, newest first.")
     .option('--json', 'print JSON instead of a table')
     .addHelpText('after', examples(['warren images ls', 'warren images ls --json']))
     .action(imageListCommand);
@@ -381,7 +381,7 @@ export function buildProgram(): Command {
         'warren create --image py-tools:1',
         'warren images                     the same as warren images ls',
         'warren images rm py-tools:1',
-        'warren images own build           Warren\'s own images, from a checkout (scripts/build-images)',
+        "warren images own build           Warren's own images, from a checkout (scripts/build-images)",
       ]) + '\nPulls come only from the registries the controller allows (its images.allowedRegistries; see docs/images.md).\n',
     );
   addEngineImageCommands(images);
@@ -544,8 +544,9 @@ export function buildProgram(): Command {
     .description(
       'Run a Model Context Protocol server on stdio that exposes one tool set over a sandbox: one it creates (and removes when the client goes away) or an existing one (--sandbox).',
     )
-    .addOption(new Option('--toolset <name>', 'the tool set to serve').choices(TOOLSET_NAMES).makeOptionMandatory())
+    .addOption(new Option('--toolset <name>', 'the tool set to serve').choices(TOOLSET_NAMES).default(DEFAULT_TOOLSET))
     .option('--sandbox <id>', 'serve this existing sandbox (left running when the client goes away)')
+    .option('--token <token>', "with --sandbox: the sandbox's token, or a narrower derived one, instead of the API key")
     .option('--image <image>', "image of the sandbox it creates (default: the controller's default image)")
     .option('--ttl <duration>', 'ttl of the sandbox it creates, kept alive while the client is connected: seconds or 10m, 2h', parseDuration)
     .option('--label <k=v>', 'a label for the sandbox it creates (repeatable)', collectKeyValue)
@@ -558,6 +559,7 @@ export function buildProgram(): Command {
       ]) +
         `
 Tool sets: ${TOOLSET_NAMES.join(', ')}. Nothing but MCP JSON-RPC is written to stdout; notes go to stderr.
+The Python SDK's server (python3 -m warren.mcp) takes the same flags.
 
 Register it with an MCP client (Claude Desktop's claude_desktop_config.json, or any client's "mcpServers"):
   {

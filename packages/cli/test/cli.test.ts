@@ -1,4 +1,6 @@
+import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it, jest } from '@jest/globals';
 import { CommanderError, type Command } from 'commander';
 import { NotFoundError } from '@warren/sdk';
@@ -17,6 +19,7 @@ import {
   timeLeft,
 } from '../src/index.js';
 import { buildProgram } from '../src/program.js';
+import { checkMcpOptions } from '../src/mcp.js';
 
 describe('formatError', () => {
   it('prints an SDK error as one line with its code and suggestion', () => {
@@ -267,5 +270,45 @@ describe('warren images: one tree', () => {
       out.mockRestore();
     }
     expect(stderr).toBe("warren: 'warren image' is deprecated and goes away in the next minor version; use 'warren images rm'.\n");
+  });
+});
+
+describe('warren mcp: the flags of python3 -m warren.mcp', () => {
+  const mcp = buildProgram().commands.find((c) => c.name() === 'mcp')!;
+  const longFlags = mcp.options.map((o) => o.long!).sort();
+
+  it('takes --toolset (builtin by default), --sandbox with --token, or --image, --ttl, --label for one it creates', () => {
+    expect(longFlags).toEqual(['--api-key', '--image', '--label', '--sandbox', '--token', '--toolset', '--ttl', '--url']);
+    expect(mcp.options.find((o) => o.long === '--toolset')!.defaultValue).toBe('builtin');
+  });
+
+  it('refuses flags that contradict each other, with exit code 2', () => {
+    expect(() => checkMcpOptions({ toolset: 'codin', token: 't' })).toThrow(
+      expect.objectContaining({ exitCode: 2, message: expect.stringMatching(/--token needs --sandbox/) }),
+    );
+    expect(() => checkMcpOptions({ toolset: 'codin', sandbox: 'sb1', ttl: 60 })).toThrow(expect.objectContaining({ exitCode: 2 }));
+    expect(() => checkMcpOptions({ toolset: 'codin', sandbox: 'sb1', token: 't' })).not.toThrow();
+    expect(() => checkMcpOptions({ toolset: 'codin', image: 'alpine', ttl: 60, label: { a: 'b' } })).not.toThrow();
+  });
+
+  // The Python server's flags, read from its argparse parser where Python and the SDK's dependencies are installed.
+  const sdkPython = fileURLToPath(new URL('../../sdk-python', import.meta.url));
+  const readPythonFlags = (exe: string) =>
+    spawnSync(
+      exe,
+      [
+        '-c',
+        'import argparse, json; from warren.mcp import parser, TOOL_SETS, DEFAULT_TOOL_SET; ' +
+          'print(json.dumps({"flags": sorted(f for a in parser()._actions if a.help != argparse.SUPPRESS for f in a.option_strings if f.startswith("--") and f != "--help"), "toolsets": list(TOOL_SETS), "default": DEFAULT_TOOL_SET}))',
+      ],
+      { cwd: sdkPython, encoding: 'utf8' },
+    );
+  // The first Python that has the SDK's dependencies (Debian's, where a pyenv python3 lacks them).
+  const python = ['python3', '/usr/bin/python3'].map(readPythonFlags).find((run) => run.status === 0) ?? { status: 1, stdout: '' };
+  (python.status === 0 ? it : it.skip)('match the Python server flag for flag, with the same tool set names and default', () => {
+    const py = JSON.parse(python.stdout) as { flags: string[]; toolsets: string[]; default: string };
+    expect(py.flags).toEqual(longFlags);
+    expect(py.toolsets).toEqual(mcp.options.find((o) => o.long === '--toolset')!.argChoices);
+    expect(py.default).toBe(mcp.options.find((o) => o.long === '--toolset')!.defaultValue);
   });
 });

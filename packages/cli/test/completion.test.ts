@@ -23,7 +23,11 @@ describe('completionTree', () => {
     );
     expect(at('ls').options.find((o) => o.flags[0] === '--state')!.choices).toEqual(['running', 'paused', 'exited', 'gone', 'hibernated']);
     expect(at('completion').argumentChoices).toEqual([['bash', 'zsh', 'fish']]);
-    expect(all(root).filter((n) => n.passThrough).map((n) => n.path.join(' '))).toEqual(['exec', 'shell']);
+    expect(
+      all(root)
+        .filter((n) => n.passThrough)
+        .map((n) => n.path.join(' ')),
+    ).toEqual(['exec', 'shell']);
   });
 
   it('leaves hidden commands out (the deprecated warren image)', () => {
@@ -55,7 +59,11 @@ describe.each(COMPLETION_SHELLS)('warren completion %s', (shell) => {
 
   it('registers itself for the warren command', () => {
     expect(script).toContain(
-      shell === 'bash' ? 'complete -o default -F _warren warren' : shell === 'zsh' ? 'compdef _warren warren' : "complete -c warren -f -a '(__warren_complete)'",
+      shell === 'bash'
+        ? 'complete -o default -F _warren warren'
+        : shell === 'zsh'
+          ? 'compdef _warren warren'
+          : "complete -c warren -f -a '(__warren_complete)'",
     );
   });
 });

@@ -49,7 +49,7 @@ async def test_openai_calls_with_arguments_that_are_not_json_answer_with_an_erro
 
 async def test_the_mcp_server_answers_the_reference_mcp_client(controller: Any) -> None:
     async with Sandbox.create(base_url=controller.url, api_key=controller.api_key, policy={"root": controller.root}) as sandbox:
-        server_args = ["--sandbox", sandbox.id, "--token", sandbox.token, "--base-url", controller.url, "--tool-set", "builtin"]
+        server_args = ["--sandbox", sandbox.id, "--token", sandbox.token, "--url", controller.url, "--toolset", "builtin"]
         calls = [
             {"name": "write_file", "arguments": {"path": "mcp-py/a.txt", "content": "hi\n"}},
             {"name": "bash", "arguments": {"command": "cat mcp-py/a.txt; exit 4"}},

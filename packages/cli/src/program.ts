@@ -97,7 +97,13 @@ export function buildProgram(): Command {
     .option('--api-key <key>', 'the API key (default WARREN_API_KEY)')
     // Parse errors in the same one-line shape as every other failure.
     .configureOutput({
-      outputError: (text, write) => write(`warren: ${text.trim().replace(/^error: /, '')} (run warren --help, or warren COMMAND --help, for the options)\n`),
+      outputError: (text, write) =>
+        write(
+          `warren: ${text
+            .trim()
+            .replace(/^error: /, '')
+            .replace(/\s*\n\s*/g, ' ')} (run warren --help, or warren COMMAND --help, for the options)\n`,
+        ),
     })
     // Commander's errors are all usage errors (unknown command or option, missing or malformed
     // argument, a group named without its subcommand): they exit 2, help and --version exit 0.

@@ -219,6 +219,11 @@ describe('exit codes', () => {
     expect(stderr).toMatch(/^warren: .*\(run warren --help, or warren COMMAND --help, for the options\)\n$|^Usage: warren/m);
   });
 
+  it('says a usage error in one line, the suggestion of a near name included', async () => {
+    expect(await exitCodeOfRun(['frok'])).toBe(2);
+    expect(stderr).toBe("warren: unknown command 'frok' (Did you mean fork?) (run warren --help, or warren COMMAND --help, for the options)\n");
+  });
+
   it('exits 2 on arguments the command refuses after parsing (both sides of cp local, an unknown --lang)', async () => {
     expect(await exitCodeOfRun(['cp', './a', './b'])).toBe(2);
     await expect(buildProgram().parseAsync(['node', 'warren', 'run', 'sb1', 'x.rb', '--lang', 'ruby'])).rejects.toMatchObject({

@@ -128,3 +128,30 @@ const hasBash = spawnSync('bash', ['--version']).status === 0;
     expect(complete('ima')).toEqual(['images']);
   });
 });
+
+const hasFish = spawnSync('fish', ['--version']).status === 0;
+
+(hasFish ? describe : describe.skip)('the fish script, sourced into fish', () => {
+  const script = completionScript(buildProgram(), 'fish');
+
+  /** The words fish offers for a command line (`complete -C`), without their descriptions. */
+  function complete(line: string): string[] {
+    const run = spawnSync('fish', ['--no-config', '-c', 'eval $WARREN_SCRIPT; complete -C $WARREN_LINE'], {
+      env: { PATH: process.env.PATH, WARREN_SCRIPT: script, WARREN_LINE: line },
+      encoding: 'utf8',
+    });
+    expect(run.stderr).toBe('');
+    return run.stdout
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => l.split('\t')[0]!);
+  }
+
+  it('completes commands, subcommands, options and values as the bash script does', () => {
+    expect(complete('warren sn')).toEqual(['snapshot']);
+    expect(complete('warren snapshot ')).toEqual(['create', 'help', 'list', 'ls', 'prune', 'rm', 'show']);
+    expect(complete('warren exec --')).toEqual(['--api-key', '--cwd', '--env', '--help', '--stdin', '--timeout', '--url']);
+    expect(complete('warren ls --state r')).toEqual(['running']);
+    expect(complete('warren exec sb1 --c')).toEqual([]);
+  });
+});

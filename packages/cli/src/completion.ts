@@ -60,6 +60,7 @@ export function completionTree(command: Command, path: string[] = []): Completio
     description: summary(command.description()),
     options: help.visibleOptions(command).map(completionOption),
     argumentChoices: command.registeredArguments.map((argument) => argument.argChoices ?? []),
+    // Commander has no getter for passThroughOptions(); its field is read as it is.
     passThrough: (command as unknown as { _passThroughOptions?: boolean })._passThroughOptions === true,
     children: help.visibleCommands(command).map((child) => completionTree(child, [...path, child.name()])),
   };
@@ -106,22 +107,23 @@ function tables(root: CompletionNode, shell: CompletionShell): string {
   const withDescriptions = shell !== 'bash';
   const word = (name: string, description: string) => (withDescriptions ? (shell === 'zsh' ? described(name, description) : `${name}\t${description}`) : name);
   const arg = (n: number) => (shell === 'fish' ? `"$argv[${n}]"` : `"$${n}"`);
+  const pathAndWord = shell === 'fish' ? `"$argv[1]/$argv[2]"` : `"$1/$2"`;
   const child = table(
     shell,
     '__warren_child',
-    shell === 'fish' ? `"$argv[1]/$argv[2]"` : `"$1/$2"`,
+    pathAndWord,
     all.flatMap((node) => node.children.flatMap((c) => c.names.map((n): [string, string] => [`${key(node)}/${n}`, printLines(shell, [c.names[0]!])]))),
   );
   const valued = table(
     shell,
     '__warren_takes_value',
-    shell === 'fish' ? `"$argv[1]/$argv[2]"` : `"$1/$2"`,
+    pathAndWord,
     all.flatMap((node) => node.options.filter((o) => o.takesValue).flatMap((o) => o.flags.map((f): [string, string] => [`${key(node)}/${f}`, 'return 0']))),
   );
   const choices = table(
     shell,
     '__warren_choices',
-    shell === 'fish' ? `"$argv[1]/$argv[2]"` : `"$1/$2"`,
+    pathAndWord,
     all.flatMap((node) =>
       node.options
         .filter((o) => o.choices.length > 0)
@@ -131,7 +133,7 @@ function tables(root: CompletionNode, shell: CompletionShell): string {
   const argumentChoices = table(
     shell,
     '__warren_argument_choices',
-    shell === 'fish' ? `"$argv[1]/$argv[2]"` : `"$1/$2"`,
+    pathAndWord,
     all.flatMap((node) =>
       node.argumentChoices.flatMap((values, i): [string, string][] => (values.length > 0 ? [[`${key(node)}/${i}`, printLines(shell, values)]] : [])),
     ),

@@ -192,7 +192,9 @@ describe('exit codes', () => {
     jest.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => ((stderr += String(chunk)), true));
     jest.spyOn(process.stdout, 'write').mockImplementation(() => true);
   });
-  afterEach(() => jest.restoreAllMocks());
+  afterEach(() => {
+    jest.restoreAllMocks();
+  });
 
   /** The exit code `warren ARGS` ends with (main.ts exits with the error's `exitCode`), or 0. */
   async function exitCodeOfRun(args: string[]): Promise<number> {

@@ -16,7 +16,7 @@ describe('metric names', () => {
   it('end in _total for every counter and for no gauge or histogram, as Prometheus names them', async () => {
     const all = await metricsWithASample().registry.getMetricsAsJSON();
     const wrong = all
-      .filter((m) => (m.type === 'counter') !== m.name.endsWith('_total'))
+      .filter((m) => (String(m.type) === 'counter') !== m.name.endsWith('_total'))
       .map((m) => `${m.name} (${m.type})`)
       // prom-client's default process metrics are its own; only Warren's are checked.
       .filter((name) => name.startsWith('warren_'));

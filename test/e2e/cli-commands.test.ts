@@ -91,13 +91,13 @@ describe('warren create / ls / info / rm', () => {
 
   it('refuses bad arguments with the reason', async () => {
     const ttl = await runCli(['create', '--ttl', 'soon'], { env });
-    expect(ttl.code).not.toBe(0);
+    expect(ttl.code).toBe(2); // a usage error
     expect(ttl.stderr).toContain("'soon' is not a duration");
     expect(ttl.stderr).toMatch(
       /^warren: option '--ttl <duration>' argument 'soon' is invalid\. .*\(run warren --help, or warren COMMAND --help, for the options\)\n$/,
     );
     const label = await runCli(['ls', '--label', 'novalue'], { env });
-    expect(label.code).not.toBe(0);
+    expect(label.code).toBe(2);
     expect(label.stderr).toContain("'novalue' is not KEY=VALUE");
   });
 });
@@ -216,7 +216,7 @@ describe('warren cp', () => {
 
   it('refuses two local or two remote sides, and a missing local file', async () => {
     const neither = await runCli(['cp', './a', './b'], { env });
-    expect(neither.code).toBe(1);
+    expect(neither.code).toBe(2); // a usage error; a missing file below is a failure (1)
     expect(neither.stderr).toContain('Neither side names a sandbox');
     const missing = await runCli(['cp', path.join(local, 'nope'), `${sandbox.id}:/workspace/x`], { env });
     expect(missing.code).toBe(1);

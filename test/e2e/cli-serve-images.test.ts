@@ -65,19 +65,19 @@ describe('warren serve', () => {
   });
 });
 
-describe('warren images', () => {
+describe('warren images own', () => {
   it('lists the Warren images on the engine as a table and as JSON', async () => {
-    const json = await runCli(['images', 'ls', '--json']);
+    const json = await runCli(['images', 'own', 'ls', '--json']);
     expect(json.code).toBe(0);
     const images = (JSON.parse(json.stdout) as { image: string; id: string; size: string }[]).map((i) => i.image);
     expect(images).toEqual(expect.arrayContaining(['warren/sandbox:latest', 'warren/test-debian:latest', 'warren/test-busybox:latest']));
-    const text = await runCli(['images']);
+    const text = await runCli(['images', 'own']);
     expect(text.stdout.split('\n')[0]).toMatch(/^IMAGE\s+ID\s+CREATED\s+SIZE$/);
     expect(text.stdout).toMatch(/^warren\/sandbox:latest\s+[0-9a-f]{12}\s/m);
   });
 
   it('builds through scripts/build-images (kept when up to date), with no spinner when not on a terminal', async () => {
-    const run = await runCli(['images', 'build'], { timeoutMs: 600_000 });
+    const run = await runCli(['images', 'own', 'build'], { timeoutMs: 600_000 });
     expect(run.code).toBe(0);
     const all = run.stdout + run.stderr;
     expect(all).toContain('warren/sandbox:latest');

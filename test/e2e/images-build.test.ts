@@ -16,7 +16,7 @@ const run = randomBytes(4).toString('hex');
 const PREFIX = 'warren-e2e-build/';
 
 // Real builds through a real controller: the context packed by the SDK, the output streamed back.
-describe('warren image build, on the engine', () => {
+describe('warren images build, on the engine', () => {
   let warren: TestController;
   let images: Images;
   let base: string;
@@ -88,18 +88,21 @@ describe('warren image build, on the engine', () => {
     expect(await imagePresent(docker, tag)).toBe(false);
   });
 
-  it('warren image build prints the output on stderr and only the name on stdout; ls and rm find it', async () => {
+  it('warren images build prints the output on stderr and only the name on stdout; ls and rm find it', async () => {
     await write({ Dockerfile: `FROM ${base}\nCOPY note /note\nRUN cat /note\n`, note: `cli build ${randomBytes(8).toString('hex')}\n` });
     const env = { WARREN_URL: warren.url, WARREN_API_KEY: warren.apiKey };
     const tag = `${PREFIX}cli:${run}`;
-    const built = await runCli(['image', 'build', context, '--tag', tag], { env, timeoutMs: 110_000 });
+    const built = await runCli(['images', 'build', context, '--tag', tag], { env, timeoutMs: 110_000 });
     expect(built).toMatchObject({ code: 0, stdout: `${tag}\n` });
     expect(built.stderr).toMatch(/Step 3\/\d+ : RUN cat \/note[\s\S]*cli build/);
-    const listed = await runCli(['image', 'ls', '--json'], { env });
+    const listed = await runCli(['images', 'ls', '--json'], { env });
     expect((JSON.parse(listed.stdout) as { tags: string[] }[]).some((i) => i.tags.includes(tag))).toBe(true);
-    expect(await runCli(['image', 'rm', tag], { env })).toMatchObject({ code: 0 });
+    const old = await runCli(['image', 'ls', '--json'], { env }); // the deprecated name: the same answer, one notice
+    expect(old).toMatchObject({ code: 0, stderr: "warren: 'warren image' is deprecated and goes away in the next minor version; use 'warren images ls'.\n" });
+    expect((JSON.parse(old.stdout) as { tags: string[] }[]).some((i) => i.tags.includes(tag))).toBe(true);
+    expect(await runCli(['images', 'rm', tag], { env })).toMatchObject({ code: 0 });
     expect(await imagePresent(docker, tag)).toBe(false);
-    const refused = await runCli(['image', 'build', context, '--tag', 'ghcr.io/x/y'], { env });
+    const refused = await runCli(['images', 'build', context, '--tag', 'ghcr.io/x/y'], { env });
     expect(refused.code).not.toBe(0);
     expect(refused.stderr).toMatch(/INVALID_PARAMS: .*registry host/);
   });

@@ -28,7 +28,7 @@ async function sourceImage(): Promise<string> {
 describe('images on demand, from a local registry', () => {
   let registry: TestRegistry;
   let warren: TestController;
-  const lines: { event?: string; image?: string }[] = [];
+  const lines: { msg?: string; image?: string }[] = [];
   const made: string[] = [];
 
   beforeAll(async () => {
@@ -82,9 +82,9 @@ describe('images on demand, from a local registry', () => {
       for (const sandbox of created) await sandbox.kill().catch(() => undefined);
     }
     expect(await imagePresent(docker, image)).toBe(true);
-    const started = lines.filter((l) => l.event === 'image.pull.started' && l.image === image);
+    const started = lines.filter((l) => l.msg === 'image.pull.started' && l.image === image);
     expect(started).toHaveLength(1);
-    expect(lines.some((l) => l.event === 'image.pulled' && l.image === image)).toBe(true);
+    expect(lines.some((l) => l.msg === 'image.pulled' && l.image === image)).toBe(true);
     expect(seen.length).toBeGreaterThan(0);
   });
 

@@ -26,7 +26,7 @@ async function readyz(url: string): Promise<number> {
 
 (ours ? describe : describe.skip)('the Docker engine restarts under a running controller', () => {
   let warren: TestController;
-  const events: ({ event: string } & Record<string, unknown>)[] = [];
+  const events: ({ msg: string } & Record<string, unknown>)[] = [];
   let sandboxes: Sandbox[] = [];
 
   beforeAll(async () => {
@@ -68,8 +68,8 @@ async function readyz(url: string): Promise<number> {
       // Processes do not survive a container restart; the README says so.
       expect((await sandbox.commands.list()).filter((p) => p.running)).toEqual([]);
     }
-    expect(events.map((e) => e.event)).toEqual(expect.arrayContaining(['docker.lost', 'docker.back', 'sandboxes.restarted']));
-    expect(events.find((e) => e.event === 'sandboxes.restarted')).toMatchObject({ restarted: 2, failed: [] });
+    expect(events.map((e) => e.msg)).toEqual(expect.arrayContaining(['docker.lost', 'docker.back', 'sandboxes.restarted']));
+    expect(events.find((e) => e.msg === 'sandboxes.restarted')).toMatchObject({ restarted: 2, failed: [] });
   });
 
   it('replaces the warm pool members that stopped with the engine, and creates work again', async () => {

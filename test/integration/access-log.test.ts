@@ -4,7 +4,7 @@ import { Sandbox } from '@warren/sdk';
 import { WebSocket } from 'ws';
 import { startLocalController } from '../support/local-controller.js';
 
-type Line = { event: string; requestId?: string } & Record<string, unknown>;
+type Line = { msg: string; requestId?: string } & Record<string, unknown>;
 
 /** Waits for the first line that `match` accepts. */
 async function lineWhere(lines: Line[], match: (line: Line) => boolean): Promise<Line> {
@@ -34,7 +34,7 @@ describe('the access log of a WebSocket connection, through a real controller an
         ws.once('error', reject);
       });
       expect(echoed).toBe('trace-ws-1');
-      expect(await lineWhere(lines, (l) => l.event === 'ws.connect' && l.requestId === 'trace-ws-1')).toMatchObject({
+      expect(await lineWhere(lines, (l) => l.msg === 'ws.connect' && l.requestId === 'trace-ws-1')).toMatchObject({
         level: 'info',
         status: 101,
         sandboxId: sandbox.id,
@@ -42,14 +42,14 @@ describe('the access log of a WebSocket connection, through a real controller an
         path: `/v1/sandboxes/${sandbox.id}/connect`,
       });
       ws.close(1000);
-      expect(await lineWhere(lines, (l) => l.event === 'ws.close' && l.requestId === 'trace-ws-1')).toMatchObject({
+      expect(await lineWhere(lines, (l) => l.msg === 'ws.close' && l.requestId === 'trace-ws-1')).toMatchObject({
         sandboxId: sandbox.id,
         closeCode: 1000,
         durationMs: expect.any(Number),
       });
       // The SDK's own connection gets an id of its own.
       await sandbox.daemonInfo();
-      await lineWhere(lines, (l) => l.event === 'ws.connect' && l.requestId !== 'trace-ws-1' && l.status === 101);
+      await lineWhere(lines, (l) => l.msg === 'ws.connect' && l.requestId !== 'trace-ws-1' && l.status === 101);
     } finally {
       await sandbox.kill();
     }
@@ -65,14 +65,14 @@ describe('the access log of a WebSocket connection, through a real controller an
     const sandbox = await Sandbox.create({ baseUrl: warren.url, apiKey: made.key, policy: { root: warren.root } });
     try {
       await fetch(`${warren.url}/v1/sandboxes/${sandbox.id}`, { headers: { authorization: `Bearer ${made.key}`, 'x-request-id': 'member-1' } });
-      expect(await lineWhere(lines, (l) => l.event === 'http.request' && l.requestId === 'member-1')).toMatchObject({
+      expect(await lineWhere(lines, (l) => l.msg === 'http.request' && l.requestId === 'member-1')).toMatchObject({
         caller: 'operator',
         keyId: made.info.id,
         tenant: 'acme',
         sandboxId: sandbox.id,
       });
       await fetch(`${warren.url}/v1/sandboxes/${sandbox.id}`, { headers: { authorization: `Bearer ${warren.apiKey}`, 'x-request-id': 'admin-1' } });
-      expect(await lineWhere(lines, (l) => l.event === 'http.request' && l.requestId === 'admin-1')).toMatchObject({
+      expect(await lineWhere(lines, (l) => l.msg === 'http.request' && l.requestId === 'admin-1')).toMatchObject({
         caller: 'operator',
         tenant: 'default',
         actedIn: 'acme',

@@ -3,7 +3,7 @@ import path from 'node:path';
 import type { Command } from 'commander';
 import type { TransferProgress } from '@warren/sdk';
 import { parseRemote, wantsJson } from './args.js';
-import { CliError, printJson, progressLine, withSpinner } from './output.js';
+import { CliError, UsageError, printJson, progressLine, withSpinner } from './output.js';
 import { connectSandbox } from './sandbox-commands.js';
 
 /** What one `warren cp` moved. */
@@ -26,8 +26,8 @@ export async function copyCommand(source: string, destination: string, options: 
   const from = parseRemote(source);
   const to = parseRemote(destination);
   if (from && to)
-    throw new CliError('Both sides name a sandbox; copy from a sandbox to here, or from here to a sandbox.', 'Copy in two steps through a local folder.');
-  if (!from && !to) throw new CliError('Neither side names a sandbox.', 'Write one side as ID:/path, e.g. warren cp ./src ID:/workspace/src.');
+    throw new UsageError('Both sides name a sandbox; copy from a sandbox to here, or from here to a sandbox.', 'Copy in two steps through a local folder.');
+  if (!from && !to) throw new UsageError('Neither side names a sandbox.', 'Write one side as ID:/path, e.g. warren cp ./src ID:/workspace/src.');
   const report = to ? await upload(source, to, options.overwrite === true, command) : await download(from!, destination, command);
   if (wantsJson(command)) printJson(report);
   else

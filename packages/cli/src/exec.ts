@@ -2,7 +2,7 @@ import { constants } from 'node:os';
 import type { Command } from 'commander';
 import type { ProcessInfo } from '@warren/protocol';
 import type { CommandResult, Sandbox } from '@warren/sdk';
-import { CliError } from './output.js';
+import { UsageError } from './output.js';
 import { connectSandbox } from './sandbox-commands.js';
 
 export interface ExecOptions {
@@ -23,7 +23,7 @@ const MAX_TIMEOUT_MS = 24 * 60 * 60 * 1000;
  * several run as an argv with no shell.
  */
 export async function execCommand(id: string, argv: string[], options: ExecOptions, command: Command): Promise<number> {
-  if (argv.length === 0) throw new CliError('No command to run.', 'Name it after the id: warren exec ID -- ls -la.');
+  if (argv.length === 0) throw new UsageError('No command to run.', 'Name it after the id: warren exec ID -- ls -la.');
   const sandbox = await connectSandbox(command, id);
   try {
     const cmd = argv.length === 1 ? argv[0]! : argv;

@@ -30,7 +30,7 @@ function interruptSignal(): AbortSignal {
   return abort.signal;
 }
 
-/** `warren image pull IMAGE`: pulls onto the controller's engine, progress on stderr. */
+/** `warren images pull IMAGE`: pulls onto the controller's engine, progress on stderr. */
 export async function imagePullCommand(image: string, _options: unknown, command: Command): Promise<void> {
   const done = await images(command).pull(image, { onProgress: progressPrinter(), signal: interruptSignal() });
   if (wantsJson(command)) return printJson(done);
@@ -43,7 +43,7 @@ export interface ImageBuildOptions {
   maxContextMb?: number;
 }
 
-/** `warren image build CONTEXT --tag NAME`: packs the folder, builds it on the controller, output streamed to stderr; prints the image's name. */
+/** `warren images build CONTEXT --tag NAME`: packs the folder, builds it on the controller, output streamed to stderr; prints the image's name. */
 export async function imageBuildCommand(context: string, options: ImageBuildOptions, command: Command): Promise<void> {
   const built = await images(command).build({
     context,
@@ -58,7 +58,7 @@ export async function imageBuildCommand(context: string, options: ImageBuildOpti
   process.stdout.write(`${built.image}\n`);
 }
 
-/** `warren image ls`: the images Warren built on the controller's engine. */
+/** `warren images ls`: the images Warren built on the controller's engine. */
 export async function imageListCommand(_options: unknown, command: Command): Promise<void> {
   const rows = await images(command).list();
   if (wantsJson(command)) return printJson(rows);
@@ -75,7 +75,7 @@ export async function imageListCommand(_options: unknown, command: Command): Pro
   );
 }
 
-/** `warren image rm IMAGE`: removes an image Warren built. */
+/** `warren images rm IMAGE`: removes an image Warren built. */
 export async function imageRemoveCommand(image: string, _options: unknown, command: Command): Promise<void> {
   await images(command).remove(image);
   if (!wantsJson(command)) process.stderr.write(`removed ${image}\n`);

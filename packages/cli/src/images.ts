@@ -27,7 +27,7 @@ export function buildScriptPath(): string {
   return path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../scripts/build-images');
 }
 
-/** `warren images ls`: the images scripts/build-images made, from `docker images`. */
+/** `warren images own ls`: the images scripts/build-images made, from `docker images`. */
 export async function imagesListCommand(_options: unknown, command: Command): Promise<void> {
   let stdout: string;
   try {
@@ -56,18 +56,18 @@ export async function imagesListCommand(_options: unknown, command: Command): Pr
       rows.map((r) => [r.image, r.id, r.created, r.size]),
     ),
   );
-  if (rows.length === 0) process.stderr.write('warren: no Warren images yet; build them with warren images build\n');
+  if (rows.length === 0) process.stderr.write('warren: no Warren images yet; build them with warren images own build\n');
 }
 
 /**
- * `warren images build`: runs scripts/build-images. On a terminal a spinner shows the step it is
+ * `warren images own build`: runs scripts/build-images. On a terminal a spinner shows the step it is
  * on and the full output appears only if it fails; elsewhere the output passes through as it is.
  */
 export async function imagesBuildCommand(options: { force?: boolean }): Promise<number> {
   const script = buildScriptPath();
   if (!existsSync(script))
     throw new CliError(
-      `warren images build runs scripts/build-images from a Warren checkout, and there is none at ${script}.`,
+      `warren images own build runs scripts/build-images from a Warren checkout, and there is none at ${script}.`,
       'Run it from the repository: scripts/build-images.',
     );
   const args = options.force ? ['--force'] : [];
@@ -101,7 +101,7 @@ export async function imagesBuildCommand(options: { force?: boolean }): Promise<
     process.stderr.write(output.trimEnd().split('\n').slice(-30).join('\n') + '\n');
     throw new CliError(
       `scripts/build-images failed (exit ${status}); the end of its output is above.`,
-      'Fix what it names and run warren images build again.',
+      'Fix what it names and run warren images own build again.',
       status,
     );
   }

@@ -4,6 +4,7 @@ import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprot
 import type { Command } from 'commander';
 import { callMCPTool, Sandbox, toMCPTools } from '@warren/sdk';
 import { controllerOptions } from './args.js';
+import { UsageError } from './output.js';
 import { CLI_VERSION } from './version.js';
 
 import { TOOLSETS, type ToolsetName } from './toolsets.js';
@@ -14,9 +15,25 @@ export interface McpOptions {
   toolset: ToolsetName;
   /** Serve this existing sandbox (left running afterwards) instead of creating one. */
   sandbox?: string;
+  /** With `sandbox`: its token, or a narrower derived one, instead of the API key. */
+  token?: string;
   image?: string;
   ttl?: number;
   label?: Record<string, string>;
+}
+
+/**
+ * Refuses flags that contradict each other, as python3 -m warren.mcp does: `--token` reaches an
+ * existing sandbox only, and `--image`, `--ttl`, `--label` describe one it creates.
+ *
+ * @example
+ * checkMcpOptions({ toolset: 'codin', sandbox: 'sb1', image: 'alpine' }); // throws UsageError
+ */
+export function checkMcpOptions(options: McpOptions): void {
+  if (options.sandbox === undefined && options.token !== undefined)
+    throw new UsageError('--token needs --sandbox (a created sandbox is reached with the API key).', 'Add --sandbox ID, or leave --token out.');
+  if (options.sandbox !== undefined && (options.image !== undefined || options.ttl !== undefined || options.label !== undefined))
+    throw new UsageError('--image, --ttl and --label describe the sandbox warren mcp creates; leave them out with --sandbox.');
 }
 
 /**
@@ -26,6 +43,7 @@ export interface McpOptions {
  * running. Nothing but JSON-RPC goes to stdout; notes go to stderr.
  */
 export async function mcpCommand(options: McpOptions, command: Command): Promise<void> {
+  checkMcpOptions(options);
   const controller = controllerOptions(command);
   const owned = options.sandbox === undefined;
   const sandbox = owned
@@ -35,7 +53,7 @@ export async function mcpCommand(options: McpOptions, command: Command): Promise
         ...(options.ttl ? { ttlSeconds: options.ttl } : {}),
         labels: { 'warren.mcp': options.toolset, ...options.label },
       })
-    : await Sandbox.connect(options.sandbox!, controller);
+    : await Sandbox.connect(options.sandbox!, { ...controller, ...(options.token !== undefined ? { token: options.token } : {}) });
   const tools = TOOLSETS[options.toolset](sandbox);
   process.stderr.write(
     `warren mcp: serving the ${options.toolset} tool set (${tools.length} tools) on sandbox ${sandbox.id}${owned ? ', removed when this server ends' : ''}\n`,

@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { EgressPolicy, EgressRule, type EgressLogEntry } from '@warren/protocol';
 import { wantsJson } from './args.js';
-import { CliError, printJson, shortTime, table } from './output.js';
+import { UsageError, printJson, shortTime, table } from './output.js';
 import { restClient } from './sandbox-commands.js';
 
 /** Options of `warren network update`. */
@@ -22,11 +22,11 @@ export interface NetworkUpdateOptions {
 export function parseAllow(text: string): EgressRule {
   const match = /^([^:\s]+)(?::(\d{1,5}(?:,\d{1,5})*))?$/.exec(text.trim());
   if (!match)
-    throw new CliError(`--allow '${text}' is not host, host:port or host:port,port.`, 'Example: --allow registry.npmjs.org --allow deb.debian.org:80');
+    throw new UsageError(`--allow '${text}' is not host, host:port or host:port,port.`, 'Example: --allow registry.npmjs.org --allow deb.debian.org:80');
   const rule: Record<string, unknown> = { host: match[1] };
   if (match[2] !== undefined) rule.ports = match[2].split(',').map(Number);
   const parsed = EgressRule.safeParse(rule);
-  if (!parsed.success) throw new CliError(`--allow '${text}': ${parsed.error.issues.map((i) => i.message).join('; ')}.`);
+  if (!parsed.success) throw new UsageError(`--allow '${text}': ${parsed.error.issues.map((i) => i.message).join('; ')}.`);
   return parsed.data;
 }
 
@@ -35,7 +35,7 @@ export function policyFromOptions(options: NetworkUpdateOptions): EgressPolicy {
   const given = [options.allow?.length ? 'allow' : undefined, options.none ? 'none' : undefined, options.open ? 'open' : undefined, options.policy].filter(
     (v) => v !== undefined,
   );
-  if (given.length !== 1) throw new CliError('Give exactly one of --allow HOST (repeatable), --none, --open or --policy JSON.');
+  if (given.length !== 1) throw new UsageError('Give exactly one of --allow HOST (repeatable), --none, --open or --policy JSON.');
   if (options.none) return { mode: 'none' };
   if (options.open) return { mode: 'open' };
   if (options.policy !== undefined) {
@@ -43,10 +43,10 @@ export function policyFromOptions(options: NetworkUpdateOptions): EgressPolicy {
     try {
       json = JSON.parse(options.policy);
     } catch {
-      throw new CliError('--policy is not JSON.', 'Example: --policy \'{"mode":"allow","rules":[{"host":"pypi.org"}]}\'');
+      throw new UsageError('--policy is not JSON.', 'Example: --policy \'{"mode":"allow","rules":[{"host":"pypi.org"}]}\'');
     }
     const parsed = EgressPolicy.safeParse(json);
-    if (!parsed.success) throw new CliError(`--policy: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}.`);
+    if (!parsed.success) throw new UsageError(`--policy: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}.`);
     return parsed.data;
   }
   return { mode: 'allow', rules: (options.allow ?? []).map(parseAllow) };

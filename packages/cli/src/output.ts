@@ -14,6 +14,27 @@ export class CliError extends Error {
 }
 
 /**
+ * The exit status of a command line that was used wrongly (an unknown command or option, a missing
+ * or malformed argument), as POSIX utilities and Bash builtins use it; a command that ran and
+ * failed exits 1, or with the status of what it ran.
+ */
+export const USAGE_EXIT_CODE = 2;
+
+/**
+ * A command line the CLI cannot act on (arguments that contradict each other, a value it does not
+ * know), found after commander parsed it: exits {@link USAGE_EXIT_CODE} as commander's own usage
+ * errors do.
+ *
+ * @example
+ * throw new UsageError('Neither side names a sandbox.', 'Write one side as ID:/path.');
+ */
+export class UsageError extends CliError {
+  constructor(message: string, suggestion?: string) {
+    super(message, suggestion, USAGE_EXIT_CODE);
+  }
+}
+
+/**
  * The one line (and its suggestion) the CLI prints for a failure: SDK errors carry a `code` and a
  * `suggestion`, everything else is its message.
  *

@@ -1,11 +1,13 @@
 import { keyCreateCommand, keyListCommand, keyRevokeCommand, keyRotateCommand, tenantCommand } from './key-commands.js';
-import { Command, InvalidArgumentError, Option } from 'commander';
+import { Argument, Command, CommanderError, InvalidArgumentError, Option } from 'commander';
+import { COMPLETION_SHELLS, completionScript, type CompletionShell } from './completion.js';
+import { USAGE_EXIT_CODE } from './output.js';
 import { collectKeyValue, parseDuration, parsePositiveInt, parseState } from './args.js';
 import { copyCommand } from './cp.js';
 import { execCommand, type ExecOptions } from './exec.js';
 import { imagesBuildCommand, imagesListCommand } from './images.js';
 import { imageBuildCommand, imageListCommand, imagePullCommand, imageRemoveCommand } from './image-commands.js';
-import { TOOLSET_NAMES } from './toolsets.js';
+import { DEFAULT_TOOLSET, TOOLSET_NAMES } from './toolsets.js';
 import { runCodeCommand, type RunCodeOptions } from './run-code.js';
 import { shellCommand, type ShellOptions } from './shell.js';
 import { CLI_VERSION } from './version.js';
@@ -46,6 +48,39 @@ function withoutSeparator(argv: string[]): string[] {
   return argv[0] === '--' ? argv.slice(1) : argv;
 }
 
+/** `pull`, `build`, `ls` and `rm` of images on the controller's engine, under `warren images` (and the deprecated `warren image`). */
+function addEngineImageCommands(group: Command): void {
+  withController(group.command('pull'))
+    .argument('<image>', 'an image reference, e.g. alpine:3.20 or ghcr.io/org/tool@sha256:...')
+    .description("Pull an image onto the controller's engine (unless it is there), with progress on stderr; prints the image.")
+    .option('--json', 'print JSON instead of text')
+    .addHelpText('after', examples(['warren images pull alpine:3.20', 'warren images pull ghcr.io/org/tool:1 --json']))
+    .action(imagePullCommand);
+  withController(group.command('build'))
+    .argument('<context>', 'the folder packed as the build context')
+    .description(
+      'Build a template image from a Dockerfile on the controller; the build output streams to stderr, the image name goes to stdout. ' +
+        "The folder is packed without following links; links out of it, sockets and devices are refused. (Warren's own images: warren images own build.)",
+    )
+    .requiredOption('-t, --tag <name>', 'the image name, name[:tag] without a registry host')
+    .option('-f, --file <path>', 'the Dockerfile, relative to the context (default Dockerfile)')
+    .option('--max-context-mb <n>', 'refuse a context larger than this (default 256)', parsePositiveInt)
+    .option('--json', 'print JSON instead of text')
+    .addHelpText('after', examples(['warren images build ./template --tag py-tools:1', 'warren images build . -t app:dev -f docker/Dockerfile 2>build.log']))
+    .action(imageBuildCommand);
+  withController(group.command('ls', { isDefault: true }))
+    .alias('list')
+    .description("List the images Warren built on the controller's engine, newest first.")
+    .option('--json', 'print JSON instead of a table')
+    .addHelpText('after', examples(['warren images ls', 'warren images ls --json']))
+    .action(imageListCommand);
+  withController(group.command('rm'))
+    .argument('<image>', 'the image name or id, as warren images ls shows it')
+    .description('Remove an image Warren built (others are refused).')
+    .addHelpText('after', examples(['warren images rm py-tools:1', 'warren images rm sha256:3f1c...']))
+    .action(imageRemoveCommand);
+}
+
 /**
  * Builds the `warren` command line: every command with its options, help text and examples.
  * Exported so tests can check the help without spawning a process.
@@ -62,7 +97,20 @@ export function buildProgram(): Command {
     .option('--api-key <key>', 'the API key (default WARREN_API_KEY)')
     // Parse errors in the same one-line shape as every other failure.
     .configureOutput({
-      outputError: (text, write) => write(`warren: ${text.trim().replace(/^error: /, '')} (run warren --help, or warren COMMAND --help, for the options)\n`),
+      outputError: (text, write) =>
+        write(
+          `warren: ${text
+            .trim()
+            .replace(/^error: /, '')
+            .replace(/\s*\n\s*/g, ' ')} (run warren --help, or warren COMMAND --help, for the options)\n`,
+        ),
+    })
+    // Commander's errors are all usage errors (unknown command or option, missing or malformed
+    // argument, a group named without its subcommand): they exit 2, help and --version exit 0.
+    // Thrown instead of exiting, so main.ts ends the process and tests can see the code. Set
+    // before any command is added, so every subcommand inherits it.
+    .exitOverride((err) => {
+      throw err.exitCode === 0 ? err : new CommanderError(USAGE_EXIT_CODE, err.code, err.message);
     })
     // Options after `exec ID` / `shell ID` belong to the command run in the sandbox.
     .enablePositionalOptions()
@@ -326,69 +374,52 @@ export function buildProgram(): Command {
 
   const images = program
     .command('images')
-    .description("Build Warren's Docker images (scripts/build-images) or list them.")
+    .description(
+      "Images on the controller's engine: pull one ahead of a create, build a template from a Dockerfile, list and remove what Warren built; " +
+        "and Warren's own images (warren images own).",
+    )
     .addHelpText(
       'after',
-      examples(['warren images            the same as warren images ls', 'warren images ls --json', 'warren images build', 'warren images build --force']),
+      examples([
+        'warren images pull python:3.12-slim',
+        'warren images build ./template --tag py-tools:1',
+        'warren images build . --tag app:dev --file docker/Dockerfile',
+        'warren create --image py-tools:1',
+        'warren images                     the same as warren images ls',
+        'warren images rm py-tools:1',
+        "warren images own build           Warren's own images, from a checkout (scripts/build-images)",
+      ]) + '\nPulls come only from the registries the controller allows (its images.allowedRegistries; see docs/images.md).\n',
     );
-  images
+  addEngineImageCommands(images);
+  const own = images
+    .command('own')
+    .description("Warren's own images (the default sandbox image, e2b-base, the test images): build them with scripts/build-images, or list them.")
+    .addHelpText('after', examples(['warren images own            the same as warren images own ls', 'warren images own build --force']));
+  own
     .command('ls', { isDefault: true })
     .alias('list')
-    .description('List the Warren images on the Docker engine (those labelled warren.inputs-hash).')
+    .description('List the Warren images on the Docker engine of this machine (those labelled warren.inputs-hash), with the docker command.')
     .option('--json', 'print JSON instead of a table')
+    .addHelpText('after', examples(['warren images own ls', 'warren images own ls --json']))
     .action(imagesListCommand);
-  images
+  own
     .command('build')
     .description('Build the sandbox and test images; images whose inputs did not change are kept. Needs a Warren checkout and a Docker engine.')
     .option('--force', 'rebuild every image')
+    .addHelpText('after', examples(['warren images own build', 'warren images own build --force']))
     .action(async (options: { force?: boolean }) => {
       process.exitCode = await imagesBuildCommand(options);
     });
 
+  // `warren image ...`, the tree's old name: the same subcommands, hidden from help and completion,
+  // with a one-line notice. Removed in the next minor version (CHANGELOG.md).
   const image = program
-    .command('image')
-    .description("Images on the controller's engine: pull one ahead of a create, build a template from a Dockerfile, list and remove what Warren built.")
-    .addHelpText(
-      'after',
-      examples([
-        'warren image pull python:3.12-slim',
-        'warren image build ./template --tag py-tools:1',
-        'warren image build . --tag app:dev --file docker/Dockerfile',
-        'warren create --image py-tools:1',
-        'warren image ls',
-        'warren image rm py-tools:1',
-      ]) + '\nPulls come only from the registries the controller allows (its images.allowedRegistries; see docs/images.md).\n',
-    );
-  withController(image.command('pull'))
-    .argument('<image>', 'an image reference, e.g. alpine:3.20 or ghcr.io/org/tool@sha256:...')
-    .description("Pull an image onto the controller's engine (unless it is there), with progress on stderr; prints the image.")
-    .option('--json', 'print JSON instead of text')
-    .addHelpText('after', examples(['warren image pull alpine:3.20', 'warren image pull ghcr.io/org/tool:1 --json']))
-    .action(imagePullCommand);
-  withController(image.command('build'))
-    .argument('<context>', 'the folder packed as the build context')
-    .description(
-      'Build a template image from a Dockerfile on the controller; the build output streams to stderr, the image name goes to stdout. ' +
-        'The folder is packed without following links; links out of it, sockets and devices are refused.',
-    )
-    .requiredOption('-t, --tag <name>', 'the image name, name[:tag] without a registry host')
-    .option('-f, --file <path>', 'the Dockerfile, relative to the context (default Dockerfile)')
-    .option('--max-context-mb <n>', 'refuse a context larger than this (default 256)', parsePositiveInt)
-    .option('--json', 'print JSON instead of text')
-    .addHelpText('after', examples(['warren image build ./template --tag py-tools:1', 'warren image build . -t app:dev -f docker/Dockerfile 2>build.log']))
-    .action(imageBuildCommand);
-  withController(image.command('ls'))
-    .alias('list')
-    .description('List the images Warren built.')
-    .option('--json', 'print JSON instead of a table')
-    .addHelpText('after', examples(['warren image ls', 'warren image ls --json']))
-    .action(imageListCommand);
-  withController(image.command('rm'))
-    .argument('<image>', 'the image name or id, as warren image ls shows it')
-    .description('Remove an image Warren built (others are refused).')
-    .addHelpText('after', examples(['warren image rm py-tools:1', 'warren image rm sha256:3f1c...']))
-    .action(imageRemoveCommand);
-
+    .command('image', { hidden: true })
+    .description("Deprecated: the old name of warren images (pull, build, ls, rm on the controller's engine).")
+    .hook('preSubcommand', (_group, sub) => {
+      process.stderr.write(`warren: 'warren image' is deprecated and goes away in the next minor version; use 'warren images ${sub.name()}'.\n`);
+    });
+  addEngineImageCommands(image);
   const snapshot = program
     .command('snapshot')
     .description('Snapshots of sandboxes (their files), owned by the API key that took them: take, list, show, delete, prune (docs/state.md).')
@@ -519,8 +550,9 @@ export function buildProgram(): Command {
     .description(
       'Run a Model Context Protocol server on stdio that exposes one tool set over a sandbox: one it creates (and removes when the client goes away) or an existing one (--sandbox).',
     )
-    .addOption(new Option('--toolset <name>', 'the tool set to serve').choices(TOOLSET_NAMES).makeOptionMandatory())
+    .addOption(new Option('--toolset <name>', 'the tool set to serve').choices(TOOLSET_NAMES).default(DEFAULT_TOOLSET))
     .option('--sandbox <id>', 'serve this existing sandbox (left running when the client goes away)')
+    .option('--token <token>', "with --sandbox: the sandbox's token, or a narrower derived one, instead of the API key")
     .option('--image <image>', "image of the sandbox it creates (default: the controller's default image)")
     .option('--ttl <duration>', 'ttl of the sandbox it creates, kept alive while the client is connected: seconds or 10m, 2h', parseDuration)
     .option('--label <k=v>', 'a label for the sandbox it creates (repeatable)', collectKeyValue)
@@ -533,6 +565,7 @@ export function buildProgram(): Command {
       ]) +
         `
 Tool sets: ${TOOLSET_NAMES.join(', ')}. Nothing but MCP JSON-RPC is written to stdout; notes go to stderr.
+The Python SDK's server (python3 -m warren.mcp) takes the same flags.
 
 Register it with an MCP client (Claude Desktop's claude_desktop_config.json, or any client's "mcpServers"):
   {
@@ -550,6 +583,23 @@ Register it with an MCP client (Claude Desktop's claude_desktop_config.json, or 
       // Loaded on demand: the MCP SDK costs a process about 26 MiB, the controller's (`warren serve`) too.
       const { mcpCommand } = await import('./mcp.js');
       await mcpCommand(...args);
+    });
+
+  program
+    .command('completion')
+    .description("Print a completion script for bash, zsh or fish: commands, subcommands, aliases and options, taken from this warren's own command tree.")
+    .addArgument(new Argument('<shell>', 'the shell').choices(COMPLETION_SHELLS))
+    .addHelpText(
+      'after',
+      examples([
+        'source <(warren completion bash)                                          this bash, now',
+        'warren completion bash > ~/.local/share/bash-completion/completions/warren  every bash',
+        'warren completion zsh > "${fpath[1]}/_warren"                              zsh (compinit loads it)',
+        'warren completion fish > ~/.config/fish/completions/warren.fish',
+      ]) + '\nThe script is made from the command tree of the warren that prints it: regenerate it after an upgrade.\n',
+    )
+    .action((shell: CompletionShell) => {
+      process.stdout.write(completionScript(program, shell));
     });
 
   return program;

@@ -3,7 +3,7 @@ import path from 'node:path';
 import type { Command } from 'commander';
 import { CODE_LANGUAGES, type CodeDisplay, type CodeLanguage } from '@warren/protocol';
 import { displayImage, type CodeRunOptions } from '@warren/sdk';
-import { CliError } from './output.js';
+import { UsageError } from './output.js';
 import { connectSandbox } from './sandbox-commands.js';
 
 export interface RunCodeOptions {
@@ -33,7 +33,7 @@ export function languageOf(file: string, lang: string | undefined): CodeLanguage
     ({ '.py': 'python', '.js': 'javascript', '.mjs': 'javascript', '.cjs': 'javascript', '.ts': 'typescript' } as Record<string, string>)[path.extname(file)];
   if (chosen === undefined) return 'python';
   if (!(CODE_LANGUAGES as readonly string[]).includes(chosen))
-    throw new CliError(`Unknown language '${chosen}'.`, `Use --lang ${CODE_LANGUAGES.join(', --lang ')}.`);
+    throw new UsageError(`Unknown language '${chosen}'.`, `Use --lang ${CODE_LANGUAGES.join(', --lang ')}.`);
   return chosen as CodeLanguage;
 }
 

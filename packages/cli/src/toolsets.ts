@@ -12,3 +12,5 @@ export const TOOLSETS = {
 } as const satisfies Record<string, (sandbox: Sandbox) => ToolSet>;
 export type ToolsetName = keyof typeof TOOLSETS;
 export const TOOLSET_NAMES = Object.keys(TOOLSETS) as ToolsetName[];
+/** The tool set `warren mcp` serves without `--toolset` (python3 -m warren.mcp too). */
+export const DEFAULT_TOOLSET: ToolsetName = 'builtin';

@@ -1,6 +1,8 @@
+import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { describe, expect, it } from '@jest/globals';
-import type { Command } from 'commander';
+import { fileURLToPath } from 'node:url';
+import { afterEach, beforeEach, describe, expect, it, jest } from '@jest/globals';
+import { CommanderError, type Command } from 'commander';
 import { NotFoundError } from '@warren/sdk';
 import {
   CLI_VERSION,
@@ -17,6 +19,7 @@ import {
   timeLeft,
 } from '../src/index.js';
 import { buildProgram } from '../src/program.js';
+import { checkMcpOptions } from '../src/mcp.js';
 
 describe('formatError', () => {
   it('prints an SDK error as one line with its code and suggestion', () => {
@@ -146,12 +149,12 @@ describe('warren --help', () => {
   it.each(commands(program).map((c) => [c.name(), c] as const))('warren %s --help has a description and examples', (_name, cmd) => {
     const text = help(cmd);
     expect(cmd.description().length).toBeGreaterThan(20);
-    if (cmd.commands.length === 0 && cmd.parent?.name() !== 'images') expect(text).toContain('Examples:');
+    if (cmd.commands.length === 0) expect(text).toContain('Examples:');
   });
 
   it('takes --json on every listing', () => {
     const byName = Object.fromEntries(commands(program).map((c) => [`${c.parent?.name()} ${c.name()}`, c]));
-    for (const name of ['warren create', 'warren ls', 'warren info', 'warren rm', 'warren logs', 'warren cp', 'images ls']) {
+    for (const name of ['warren create', 'warren ls', 'warren info', 'warren rm', 'warren logs', 'warren cp', 'images ls', 'own ls']) {
       expect(byName[name]!.options.map((o) => o.long)).toContain('--json');
     }
   });
@@ -179,5 +182,140 @@ describe('warren run', () => {
     expect(() => languageOf('a.rb', 'ruby')).toThrow(
       expect.objectContaining({ message: "Unknown language 'ruby'.", suggestion: expect.stringContaining('--lang python') }),
     );
+  });
+});
+
+describe('exit codes', () => {
+  let stderr: string;
+  beforeEach(() => {
+    stderr = '';
+    jest.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => ((stderr += String(chunk)), true));
+    jest.spyOn(process.stdout, 'write').mockImplementation(() => true);
+  });
+  afterEach(() => {
+    jest.restoreAllMocks();
+  });
+
+  /** The exit code `warren ARGS` ends with (main.ts exits with the error's `exitCode`), or 0. */
+  async function exitCodeOfRun(args: string[]): Promise<number> {
+    try {
+      await buildProgram().parseAsync(['node', 'warren', ...args]);
+      return 0;
+    } catch (err) {
+      return (err as { exitCode: number }).exitCode;
+    }
+  }
+
+  it.each([
+    ['an unknown command', ['frobnicate']],
+    ['an unknown subcommand', ['snapshot', 'frobnicate']],
+    ['an unknown option', ['ls', '--frobnicate']],
+    ['a missing argument', ['info']],
+    ['a missing option value', ['create', '--ttl']],
+    ['a malformed option value', ['create', '--ttl', 'soon']],
+    ['a value outside the choices', ['ls', '--state', 'sleepy']],
+    ['a missing required option', ['fork', 'sb1']],
+    ['a group without its subcommand', ['network']],
+  ])('exits 2 on %s, with the one-line reason', async (_what, args) => {
+    expect(await exitCodeOfRun(args)).toBe(2);
+    expect(stderr).toMatch(/^warren: .*\(run warren --help, or warren COMMAND --help, for the options\)\n$|^Usage: warren/m);
+  });
+
+  it('says a usage error in one line, the suggestion of a near name included', async () => {
+    expect(await exitCodeOfRun(['frok'])).toBe(2);
+    expect(stderr).toBe("warren: unknown command 'frok' (Did you mean fork?) (run warren --help, or warren COMMAND --help, for the options)\n");
+  });
+
+  it('exits 2 on arguments the command refuses after parsing (both sides of cp local, an unknown --lang)', async () => {
+    expect(await exitCodeOfRun(['cp', './a', './b'])).toBe(2);
+    await expect(buildProgram().parseAsync(['node', 'warren', 'run', 'sb1', 'x.rb', '--lang', 'ruby'])).rejects.toMatchObject({
+      name: 'CliError',
+      exitCode: 2,
+    });
+  });
+
+  it('keeps 1 for a command that ran and failed, and 0 for --help and --version', async () => {
+    expect(await exitCodeOfRun(['cp', '/no/such/file/anywhere', 'sb1:/workspace/x'])).toBe(1);
+    expect(await exitCodeOfRun(['--version'])).toBe(0);
+    expect(await exitCodeOfRun(['--help'])).toBe(0);
+    expect(await exitCodeOfRun(['snapshot', '--help'])).toBe(0);
+  });
+
+  it('throws commander errors rather than exiting, so main.ts sets the code', async () => {
+    await expect(buildProgram().parseAsync(['node', 'warren', 'info'])).rejects.toBeInstanceOf(CommanderError);
+  });
+});
+
+describe('warren images: one tree', () => {
+  const program = buildProgram();
+  const images = program.commands.find((c) => c.name() === 'images')!;
+
+  it("holds the controller's image commands and Warren's own images under one name", () => {
+    expect(images.commands.map((c) => c.name()).sort()).toEqual(['build', 'ls', 'own', 'pull', 'rm']);
+    const own = images.commands.find((c) => c.name() === 'own')!;
+    expect(own.commands.map((c) => c.name()).sort()).toEqual(['build', 'ls']);
+  });
+
+  it('keeps warren image as a hidden, deprecated name with the same subcommands', () => {
+    const image = program.commands.find((c) => c.name() === 'image')!;
+    expect(image.commands.map((c) => c.name()).sort()).toEqual(['build', 'ls', 'pull', 'rm']);
+    let help = '';
+    program.configureOutput({ writeOut: (t) => (help += t) });
+    program.outputHelp();
+    expect(help).not.toMatch(/^ {2}image\b/m);
+    expect(help).toMatch(/^ {2}images\b/m);
+  });
+
+  it('prints one deprecation line on stderr for warren image, and then runs the command', async () => {
+    let stderr = '';
+    const err = jest.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => ((stderr += String(chunk)), true));
+    const out = jest.spyOn(process.stdout, 'write').mockImplementation(() => true);
+    try {
+      await expect(buildProgram().parseAsync(['node', 'warren', 'image', 'rm', '--help'])).rejects.toMatchObject({ exitCode: 0 });
+    } finally {
+      err.mockRestore();
+      out.mockRestore();
+    }
+    expect(stderr).toBe("warren: 'warren image' is deprecated and goes away in the next minor version; use 'warren images rm'.\n");
+  });
+});
+
+describe('warren mcp: the flags of python3 -m warren.mcp', () => {
+  const mcp = buildProgram().commands.find((c) => c.name() === 'mcp')!;
+  const longFlags = mcp.options.map((o) => o.long!).sort();
+
+  it('takes --toolset (builtin by default), --sandbox with --token, or --image, --ttl, --label for one it creates', () => {
+    expect(longFlags).toEqual(['--api-key', '--image', '--label', '--sandbox', '--token', '--toolset', '--ttl', '--url']);
+    expect(mcp.options.find((o) => o.long === '--toolset')!.defaultValue).toBe('builtin');
+  });
+
+  it('refuses flags that contradict each other, with exit code 2', () => {
+    expect(() => checkMcpOptions({ toolset: 'codin', token: 't' })).toThrow(
+      expect.objectContaining({ exitCode: 2, message: expect.stringMatching(/--token needs --sandbox/) }),
+    );
+    expect(() => checkMcpOptions({ toolset: 'codin', sandbox: 'sb1', ttl: 60 })).toThrow(expect.objectContaining({ exitCode: 2 }));
+    expect(() => checkMcpOptions({ toolset: 'codin', sandbox: 'sb1', token: 't' })).not.toThrow();
+    expect(() => checkMcpOptions({ toolset: 'codin', image: 'alpine', ttl: 60, label: { a: 'b' } })).not.toThrow();
+  });
+
+  // The Python server's flags, read from its argparse parser where Python and the SDK's dependencies are installed.
+  const sdkPython = fileURLToPath(new URL('../../sdk-python', import.meta.url));
+  const readPythonFlags = (exe: string) =>
+    spawnSync(
+      exe,
+      [
+        '-c',
+        'import argparse, json; from warren.mcp import parser, TOOL_SETS, DEFAULT_TOOL_SET; ' +
+          'print(json.dumps({"flags": sorted(f for a in parser()._actions if a.help != argparse.SUPPRESS for f in a.option_strings if f.startswith("--") and f != "--help"), "toolsets": list(TOOL_SETS), "default": DEFAULT_TOOL_SET}))',
+      ],
+      { cwd: sdkPython, encoding: 'utf8' },
+    );
+  // The first Python that has the SDK's dependencies (Debian's, where a pyenv python3 lacks them).
+  const python = ['python3', '/usr/bin/python3'].map(readPythonFlags).find((run) => run.status === 0) ?? { status: 1, stdout: '' };
+  (python.status === 0 ? it : it.skip)('match the Python server flag for flag, with the same tool set names and default', () => {
+    const py = JSON.parse(python.stdout) as { flags: string[]; toolsets: string[]; default: string };
+    expect(py.flags).toEqual(longFlags);
+    expect(py.toolsets).toEqual(mcp.options.find((o) => o.long === '--toolset')!.argChoices);
+    expect(py.default).toBe(mcp.options.find((o) => o.long === '--toolset')!.defaultValue);
   });
 });

@@ -133,7 +133,7 @@ export class ImageService {
     if (this.settings.pull === 'never')
       throw new CodedError(
         'IMAGE_NOT_ALLOWED',
-        `The image '${image}' is not on the engine, and this controller pulls nothing (images.pull is never); use an image already on the engine, or build one with warren image build.`,
+        `The image '${image}' is not on the engine, and this controller pulls nothing (images.pull is never); use an image already on the engine, or build one with warren images build.`,
         { image },
       );
     checkAllowed(ref, this.allowed, image);
@@ -416,7 +416,7 @@ function isTenantRootName(image: string): boolean {
 function notForTenant(image: string): CodedError {
   return new CodedError(
     'IMAGE_NOT_ALLOWED',
-    `The image '${image.slice(0, 300)}' is not on the engine for this tenant (names under ${TENANT_ROOTS.map((r) => `${r}/`).join(' and ')} are tenants' own builds, never pulled): build it with this tenant's key (warren image build), or name an image from an allowed registry.`,
+    `The image '${image.slice(0, 300)}' is not on the engine for this tenant (names under ${TENANT_ROOTS.map((r) => `${r}/`).join(' and ')} are tenants' own builds, never pulled): build it with this tenant's key (warren images build), or name an image from an allowed registry.`,
     { image: image.slice(0, 300) },
   );
 }

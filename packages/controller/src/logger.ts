@@ -29,19 +29,19 @@ export interface LoggerOptions {
 
 /**
  * The controller's logger: one JSON object per line on standard error, with `time` (ISO 8601),
- * `level` (its name), `event` (what happened, e.g. `sandbox.created`) and that event's fields.
+ * `level` (its name), `msg` (what happened, e.g. `sandbox.created`: pino's own message key, so
+ * pino-pretty and other tools for pino read the lines) and that event's fields.
  * Credentials are redacted by field name (see {@link REDACTED}).
  *
  * @example
  * const logger = createLogger({ level: 'debug' });
  * logger.info({ sandboxId }, 'sandbox.created');
- * // {"level":"info","time":"2026-01-01T00:00:00.000Z","pid":42,"sandboxId":"...","event":"sandbox.created"}
+ * // {"level":"info","time":"2026-01-01T00:00:00.000Z","pid":42,"sandboxId":"...","msg":"sandbox.created"}
  */
 export function createLogger(options: LoggerOptions = {}): Logger {
   return pino(
     {
       level: options.level ?? 'info',
-      messageKey: 'event',
       base: { pid: process.pid },
       timestamp: pino.stdTimeFunctions.isoTime,
       formatters: { level: (label) => ({ level: label }) },

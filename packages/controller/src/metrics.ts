@@ -6,6 +6,8 @@ import type { SandboxMetrics } from '@warren/protocol';
  * two controllers in one process, as in tests, do not collide), with prom-client's default
  * process metrics beside them (`process_cpu_seconds_total`, `process_resident_memory_bytes`,
  * `process_open_fds`, `nodejs_eventloop_lag_seconds`, `nodejs_heap_size_used_bytes`, ...).
+ * As Prometheus names them, every counter ends in `_total` and no gauge or histogram does
+ * (test/metrics.test.ts checks it).
  *
  * @example
  * const metrics = new Metrics();
@@ -135,7 +137,20 @@ export class Metrics {
           for (const [state, count] of Object.entries(states)) gauge.set({ tenant, state }, count);
       },
     });
-    perSandbox('warren_sandbox_cpu_seconds', "CPU time a sandbox has used since it started, at the controller's last sample.", (s) => s.cpuSeconds);
+    // CPU time only grows while a sandbox lives, so it is a counter (`rate()` works on it, and the
+    // name ends in `_total` as Prometheus names counters); the other per-sandbox series are gauges.
+    new Counter({
+      name: 'warren_sandbox_cpu_seconds_total',
+      help: "CPU time a sandbox has used since it started, at the controller's last sample.",
+      labelNames: ['sandbox', 'tenant'],
+      registers,
+      collect: () => {
+        const counter = this.registry.getSingleMetric('warren_sandbox_cpu_seconds_total') as Counter<'sandbox' | 'tenant'>;
+        counter.reset();
+        for (const sample of this.sandboxSamples())
+          counter.inc({ sandbox: sample.sandboxId, tenant: this.tenantOf(sample.sandboxId) ?? '' }, sample.cpuSeconds);
+      },
+    });
     perSandbox('warren_sandbox_memory_bytes', "Memory a sandbox uses (without droppable page cache), at the controller's last sample.", (s) => s.memoryBytes);
     perSandbox('warren_sandbox_pids', "Processes in a sandbox, at the controller's last sample.", (s) => s.pids);
     perSandbox('warren_sandbox_disk_used_bytes', "Bytes used on a sandbox's workspace disk, at the controller's last sample.", (s) => s.disk?.usedBytes);

@@ -6,9 +6,9 @@ import { API_KEY, startFakeHttpServer } from './http-server.js';
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 /** Waits for the access line of the request with this id (it is written when the answer has gone out). */
-async function accessLine(lines: { event: string; requestId?: unknown }[], event: string, requestId: string) {
+async function accessLine(lines: { msg: string; requestId?: unknown }[], event: string, requestId: string) {
   for (;;) {
-    const line = lines.find((l) => l.event === event && l.requestId === requestId);
+    const line = lines.find((l) => l.msg === event && l.requestId === requestId);
     if (line) return line;
     await new Promise((r) => setTimeout(r, 5));
   }
@@ -28,7 +28,7 @@ describe('request ids', () => {
       caller: 'operator',
       durationMs: expect.any(Number),
     });
-    expect(server.lines.filter((l) => l.event === 'http.request')).toHaveLength(1);
+    expect(server.lines.filter((l) => l.msg === 'http.request')).toHaveLength(1);
   });
 
   it.each([
@@ -84,7 +84,7 @@ describe('what the log never holds', () => {
     expect(sandboxCall.status).toBe(200);
     await accessLine(server.lines, 'http.request', sandboxCall.headers.get('x-request-id')!);
     const all = server.raw.join('');
-    expect(server.lines.map((l) => l.event)).toEqual(['sandbox.created', 'http.request', 'http.request']);
+    expect(server.lines.map((l) => l.msg)).toEqual(['sandbox.created', 'http.request', 'http.request']);
     for (const secret of [API_KEY, token, 'body-secret-1234', 'label-in-body', 'query-secret-5678'])
       expect([secret, all.includes(secret)]).toEqual([secret, false]);
   });
@@ -98,7 +98,7 @@ describe('what the log never holds', () => {
     );
     const line = JSON.parse(raw[0]!) as Record<string, unknown>;
     expect(line).toMatchObject({
-      event: 'x',
+      msg: 'x',
       level: 'info',
       token: REDACTED,
       apiKey: REDACTED,
@@ -108,13 +108,22 @@ describe('what the log never holds', () => {
     for (const secret of ['t1', 'k1', 't2', 's2', 'a1', 'k2']) expect(raw[0]).not.toContain(`"${secret}"`);
   });
 
+  it("names what happened under pino's msg key, so tools for pino read the lines", () => {
+    const raw: string[] = [];
+    createLogger({ destination: { write: (line: string) => void raw.push(line) } }).info({ sandboxId: 's1' }, 'sandbox.created');
+    const line = JSON.parse(raw[0]!) as Record<string, unknown>;
+    expect(line).toMatchObject({ msg: 'sandbox.created', level: 'info', sandboxId: 's1' });
+    expect(line).not.toHaveProperty('event');
+    expect(line).not.toHaveProperty('message');
+  });
+
   it('writes nothing below its level', () => {
     const raw: string[] = [];
     const logger = createLogger({ level: 'warn', destination: { write: (line: string) => void raw.push(line) } });
     logger.info('quiet');
     logger.debug('quieter');
     logger.warn('loud');
-    expect(raw.map((line) => (JSON.parse(line) as { event: string; level: string }).event)).toEqual(['loud']);
+    expect(raw.map((line) => (JSON.parse(line) as { msg: string; level: string }).msg)).toEqual(['loud']);
   });
 });
 

@@ -80,9 +80,9 @@ describe('egressEventSink', () => {
     expect(text).toContain('warren_egress_attempts_total{kind="http",decision="denied",reason="policy-none"} 1');
     expect(text).toContain('warren_egress_bytes_total{direction="in"} 20');
     expect(text).not.toContain('example.com');
-    expect(lines.map((l) => JSON.parse(l) as { event: string; host: string })).toMatchObject([
-      { event: 'egress.allowed', host: 'a.example.com' },
-      { event: 'egress.denied', host: 'b.example.com' },
+    expect(lines.map((l) => JSON.parse(l) as { msg: string; host: string })).toMatchObject([
+      { msg: 'egress.allowed', host: 'a.example.com' },
+      { msg: 'egress.denied', host: 'b.example.com' },
     ]);
     expect(forwarded).toHaveLength(2);
   });

@@ -29,7 +29,7 @@ export interface FakeHttpServer extends AsyncDisposable {
   /** The event log and webhooks behind `/v1/events` and `/v1/webhooks`; deliveries are dropped, never sent. */
   events: { log: EventLog; webhooks: WebhookService };
   /** Every log line written, parsed, in order. */
-  lines: ({ event: string; level: string } & Record<string, unknown>)[];
+  lines: ({ msg: string; level: string } & Record<string, unknown>)[];
   /** Every log line as written, for searches that must not find a secret anywhere. */
   raw: string[];
 }

@@ -72,8 +72,8 @@ describe('hosts without a quota', () => {
   });
 
   it('fall back to Docker volumes, and create nothing on the host', async () => {
-    const logged: { event: string; level: string }[] = [];
-    const logger = createLogger({ destination: { write: (line) => void logged.push(JSON.parse(line) as { event: string; level: string }) } });
+    const logged: { msg: string; level: string }[] = [];
+    const logger = createLogger({ destination: { write: (line) => void logged.push(JSON.parse(line) as { msg: string; level: string }) } });
     const store = await openWorkspaceStore({ stateDir: '/nonexistent/warren-state', remoteEngine: true, logger });
     expect(store.describe()).toEqual({ quota: false, kind: 'volume', reason: expect.stringMatching(/another host/) });
     expect(await store.create('abc', { uid: 1000, gid: 1000 }, GiB)).toBeUndefined();
@@ -81,7 +81,7 @@ describe('hosts without a quota', () => {
     expect(await store.usage('abc')).toBeUndefined();
     expect(await store.list()).toEqual([]);
     await store.remove('abc');
-    expect(logged).toEqual([expect.objectContaining({ event: 'workspaces.no-quota', level: 'warn', reason: expect.stringMatching(/another host/) })]);
+    expect(logged).toEqual([expect.objectContaining({ msg: 'workspaces.no-quota', level: 'warn', reason: expect.stringMatching(/another host/) })]);
   });
 
   it("refuse to open when the quota is 'required'", async () => {

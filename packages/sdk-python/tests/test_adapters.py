@@ -49,7 +49,7 @@ async def test_openai_calls_with_arguments_that_are_not_json_answer_with_an_erro
 
 async def test_the_mcp_server_answers_the_reference_mcp_client(controller: Any) -> None:
     async with Sandbox.create(base_url=controller.url, api_key=controller.api_key, policy={"root": controller.root}) as sandbox:
-        server_args = ["--sandbox", sandbox.id, "--token", sandbox.token, "--base-url", controller.url, "--tool-set", "builtin"]
+        server_args = ["--sandbox", sandbox.id, "--token", sandbox.token, "--url", controller.url, "--toolset", "builtin"]
         calls = [
             {"name": "write_file", "arguments": {"path": "mcp-py/a.txt", "content": "hi\n"}},
             {"name": "bash", "arguments": {"command": "cat mcp-py/a.txt; exit 4"}},
@@ -74,3 +74,29 @@ async def test_the_mcp_server_answers_the_reference_mcp_client(controller: Any) 
         assert written == {"content": [{"type": "text", "text": "Wrote 3 bytes to mcp-py/a.txt"}]}
         assert ran == {"content": [{"type": "text", "text": "hi\n[exit code: 4]"}]}
         assert missing["isError"] is True and missing["content"][0]["text"].startswith("Error: No such file: 'mcp-py/missing.txt'.")
+
+
+async def test_the_mcp_server_creates_a_sandbox_without_sandbox_and_removes_it_when_the_client_goes(controller: Any) -> None:
+    if controller.engine != "docker":
+        return  # a created sandbox has the controller's default policy, which names no folder of the in-process daemons
+    label = f"mcp-created-{os.getpid()}"
+    server_args = ["--toolset", "builtin", "--url", controller.url, "--api-key", controller.api_key, "--ttl", "5m", "--label", f"test={label}"]
+    proc = await asyncio.create_subprocess_exec(
+        "node",
+        str(PACKAGE / "tests" / "mcp_client.mjs"),
+        sys.executable,
+        json.dumps(server_args),
+        json.dumps([{"name": "bash", "arguments": {"command": "echo made"}}]),
+        stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(PACKAGE)},
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 90)
+    assert proc.returncode == 0
+    answer = json.loads(out.decode().strip().splitlines()[-1])
+    assert answer["results"] == [{"content": [{"type": "text", "text": "made\n"}]}]
+    for _ in range(50):  # the server removes its sandbox as the client closes its stdin
+        left = await Sandbox.list(labels={"test": label}, base_url=controller.url, api_key=controller.api_key)
+        if all(s.state == "gone" for s in left):
+            break
+        await asyncio.sleep(0.2)
+    assert all(s.state == "gone" for s in left)

@@ -98,7 +98,7 @@ export async function readContext(req: IncomingMessage, maxMb: number): Promise<
     chunks.push(chunk);
   }
   if (size === 0)
-    throw new CodedError('INVALID_PARAMS', 'The build request has no body; send the build context as a tar archive (warren image build packs a folder).');
+    throw new CodedError('INVALID_PARAMS', 'The build request has no body; send the build context as a tar archive (warren images build packs a folder).');
   return Buffer.concat(chunks);
 }
 

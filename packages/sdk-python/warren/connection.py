@@ -20,7 +20,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatusCode, InvalidHa
 # module it lives in on every one of those versions, so that a newer default cannot change it.
 from websockets.legacy.client import connect as ws_connect
 
-from ._pydantic import BaseModel, ValidationError
+from ._pydantic import BaseModel, ValidationError, issues, validate
 from ._protocol import COMMON_EVENTS, METHODS, PROTOCOL_MINOR, PROTOCOL_VERSION, WS_MAX_PAYLOAD_BYTES, ApprovalEvent
 from .errors import (
     ConnectionClosedError,
@@ -94,10 +94,9 @@ def check_params(method: str, params: Mapping[str, Any]) -> None:
     if spec is None:
         raise UnknownMethodError(f"{method} is not a method of protocol {PROTOCOL_VERSION}.{PROTOCOL_MINOR}.")
     try:
-        spec.params.parse_obj(params)
+        validate(spec.params, params)
     except ValidationError as err:
-        issues = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()[:10])
-        raise InvalidParamsError(f"Invalid arguments for {method}: {issues}") from None
+        raise InvalidParamsError(f"Invalid arguments for {method}: {issues(err)}") from None
 
 
 class Connection:
@@ -206,10 +205,9 @@ class Connection:
             raise
         spec = METHODS[method]
         try:
-            return spec.result.parse_obj(result), body
+            return validate(spec.result, result), body
         except ValidationError as err:
-            issues = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()[:10])
-            raise InternalError(f"The server answered {method} off-contract: {issues}") from None
+            raise InternalError(f"The server answered {method} off-contract: {issues(err)}") from None
 
     def pause_reading(self) -> None:
         """Stops reading the socket until :meth:`resume_reading` is called as often (backpressure)."""
@@ -303,13 +301,12 @@ class Connection:
         if schema is None:
             return  # a newer server may stream more; this client ignores what it does not know
         try:
-            checked = schema.parse_obj(data)
+            checked = validate(schema, data)
         except ValidationError as err:
-            issues = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()[:10])
             del self._pending[ident]
             self._spawn(self._send_quietly({"type": "cancel", "id": ident}))
             if not pending.future.done():
-                pending.future.set_exception(InternalError(f"The server sent {pending.method}'s '{event}' event off-contract: {issues}"))
+                pending.future.set_exception(InternalError(f"The server sent {pending.method}'s '{event}' event off-contract: {issues(err)}"))
             return
         if event == "approval":
             self._spawn(self._answer_approval(ident, pending.method, checked))  # type: ignore[arg-type]

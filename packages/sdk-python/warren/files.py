@@ -8,6 +8,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Union
 
+from ._pydantic import validate
 from ._protocol import (
     FsCopyResult,
     FsDeleteResult,
@@ -223,7 +224,8 @@ class Files:
             except Exception:
                 pass
             raise
-        return FsWriteResult.parse_obj(
+        return validate(
+            FsWriteResult,
             _params(
                 path=path, bytesWritten=len(payload), created=existing is None, sha256=hashlib.sha256(payload).hexdigest() if want_hash else None
             )

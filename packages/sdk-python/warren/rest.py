@@ -18,7 +18,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
 
-from ._pydantic import BaseModel, ValidationError, parse_obj_as
+from ._pydantic import BaseModel, ValidationError, issues, validate, validate_as
 
 from ._protocol import (
     CreatedKey,
@@ -87,10 +87,9 @@ def rest_error(status: int, text: str) -> WarrenError:
 def check_body(model: Type[M], body: Mapping[str, Any], what: str) -> Dict[str, Any]:
     """Checks a request body strictly against its generated model; returns it as given."""
     try:
-        model.parse_obj(body)
+        validate(model, body)
     except ValidationError as err:
-        issues = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()[:10])
-        raise InvalidParamsError(f"Invalid {what}: {issues}") from None
+        raise InvalidParamsError(f"Invalid {what}: {issues(err)}") from None
     return dict(body)
 
 
@@ -266,7 +265,7 @@ class RestClient:
                         f"The controller's answer to {method} {path} ended before it said done; the operation may not have finished."
                     )
                 try:
-                    event: Any = parse_obj_as(ImageEvent, json.loads(value))  # type: ignore[arg-type]
+                    event: Any = validate_as(ImageEvent, json.loads(value))
                 except (ValueError, ValidationError):
                     continue
                 if isinstance(event, ImageEventError):
@@ -339,10 +338,9 @@ class RestClient:
     async def _answer(self, model: Type[M], method: str, path: str, body: Optional[Mapping[str, Any]]) -> M:
         answer = await self._request(method, path, body)
         try:
-            return model.parse_obj(answer)
+            return validate(model, answer)
         except ValidationError as err:
-            issues = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()[:10])
-            raise InternalError(f"The controller answered {method} {path} off-contract: {issues}") from None
+            raise InternalError(f"The controller answered {method} {path} off-contract: {issues(err)}") from None
 
     async def _request(self, method: str, path: str, body: Optional[Mapping[str, Any]]) -> Any:
         return await asyncio.to_thread(self._blocking_request, method, path, body)

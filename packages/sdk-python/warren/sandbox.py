@@ -5,7 +5,7 @@ from __future__ import annotations
 import types
 from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Generator, List, Mapping, Optional, Type
 
-from ._pydantic import BaseModel, ValidationError
+from ._pydantic import BaseModel, ValidationError, dump, field_aliases, issues, validate
 
 from ._protocol import (
     AuditListResult,
@@ -38,17 +38,16 @@ def _wire(model: Type[BaseModel], options: Mapping[str, Any], what: str) -> Dict
     """Options given in Python's names (``ttl_seconds``) or the wire's (``ttlSeconds``), checked
     strictly against the generated model and returned in the wire's names."""
     try:
-        return model.parse_obj(dict(options)).dict(by_alias=True, exclude_unset=True)
+        return dump(validate(model, dict(options)), by_alias=True, exclude_unset=True)
     except ValidationError as err:
-        issues = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()[:10])
-        raise InvalidParamsError(f"Invalid {what}: {issues}") from None
+        raise InvalidParamsError(f"Invalid {what}: {issues(err)}") from None
 
 
 def _wire_known(model: Type[BaseModel], options: Mapping[str, Any], what: str) -> Dict[str, Any]:
     """As :func:`_wire`, and an option the model does not name is refused (an answer model would
     drop it silently: a misspelt ``nmae`` must not make an unnamed snapshot)."""
-    fields = model.__fields__
-    known = set(fields) | {f.alias for f in fields.values()}
+    fields = field_aliases(model)
+    known = set(fields) | set(fields.values())
     unknown = sorted(k for k in options if k not in known)
     if unknown:
         raise InvalidParamsError(f"Invalid {what}: unknown option {', '.join(unknown)}; known: {', '.join(sorted(fields))}.")

@@ -16,7 +16,7 @@ import json
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from .sandbox import Sandbox
+from .sandbox import AsyncSandbox
 from .tools import builtin_tools, codin_tools, filesystem_tools, partial_read_tools, toolsmith_tools
 from .tools.adapters import call_mcp_tool, to_mcp_tools
 from .tools.tool import Tool
@@ -79,7 +79,7 @@ async def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--base-url", help="the controller's URL (WARREN_URL, else http://127.0.0.1:7420)")
     parser.add_argument("--tool-set", default="builtin", choices=sorted(TOOL_SETS))
     args = parser.parse_args(argv)
-    sandbox = await Sandbox.connect(args.sandbox, token=args.token, base_url=args.base_url)
+    sandbox = await AsyncSandbox.connect(args.sandbox, token=args.token, base_url=args.base_url)
     try:
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader()

@@ -20,6 +20,7 @@ Example::
 from ._protocol import ERROR_CODES, METHODS, PROTOCOL_MINOR, PROTOCOL_VERSION, SandboxInfo
 from .archive import ArchiveEntry, check_archive
 from .channel import MAX_REPEATS, Channel, ReconnectOptions
+from .code import Code, CodeContextInfo, CodeDisplay, CodeError, CodeRunResult, DisplayImage, display_image
 from .commands import AttachExit, CommandResult, Commands, ExitEvent, OutputEvent, ProcessHandle, ProcessInfo, ShellSession
 from .connection import Connection, ProtocolInfo
 from .errors import *  # noqa: F401,F403 - every error class is public API
@@ -27,8 +28,10 @@ from .errors import ERROR_CLASSES, FrameworkNotInstalledError, WarrenError, erro
 from .files import CharSlice, DownloadedArchive, Files, LineSlice
 from .blocking import Images, Sandbox, Snapshots, Volumes
 from .images import AsyncImages, BuiltImage, ImageInfo, PackedContext, PulledImage, PullProgressEvent, pack_build_context
+from .ports import PortConnection, Ports
 from .pty import Pty, PtyExit, Terminal
-from .sandbox import AsyncSandbox, AsyncSnapshots, AsyncVolumes, EgressPolicy
+from .sandbox import AsyncSandbox, AsyncSnapshots, AsyncVolumes, EgressPolicy, Network, SandboxMetrics
+from .watch import WatchChange, Watcher, WatchEvent, WatchOverflow
 
 __version__ = "0.2.0"
 
@@ -38,6 +41,21 @@ __all__ = [
     "AsyncSnapshots",
     "AsyncVolumes",
     "EgressPolicy",
+    "Code",
+    "CodeContextInfo",
+    "CodeDisplay",
+    "CodeError",
+    "CodeRunResult",
+    "DisplayImage",
+    "display_image",
+    "Network",
+    "PortConnection",
+    "Ports",
+    "SandboxMetrics",
+    "WatchChange",
+    "WatchEvent",
+    "WatchOverflow",
+    "Watcher",
     "ArchiveEntry",
     "Channel",
     "MAX_REPEATS",

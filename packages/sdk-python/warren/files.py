@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Union
 
 from ._pydantic import validate
+from .watch import Watcher, WatchEvent, start_watch
 from ._protocol import (
     FsCopyResult,
     FsDeleteResult,
@@ -323,6 +324,27 @@ class Files:
         """Copies a file or folder; an existing destination is an error unless ``overwrite``."""
         result, _ = await self._connection().call("fs.copy", _params(**{"from": source, "to": target, "overwrite": overwrite}), timeout=timeout)
         return result  # type: ignore[no-any-return]
+
+    async def watch(
+        self,
+        path: str,
+        *,
+        recursive: Optional[bool] = None,
+        coalesce: Optional[float] = None,
+        on_event: "Optional[Callable[[WatchEvent], None]]" = None,
+    ) -> "Watcher":
+        """Watches a folder (recursively by default) for changes; returns once the watch is armed.
+        Iterate the :class:`~warren.watch.Watcher` for changes (or pass ``on_event``); an
+        ``overflow`` event says changes were dropped and the folder should be rescanned. ``coalesce``
+        (seconds, 0.05 by default) is how long the sandbox gathers changes into one batch.
+
+        Example::
+
+            async with await sandbox.files.watch("src") as watcher:
+                async for event in watcher:
+                    print(event.type, getattr(event, "path", None))
+        """
+        return await start_watch(self._connection(), path, recursive=recursive, coalesce=coalesce, on_event=on_event)
 
     async def upload(self, path: str, archive: bytes, *, overwrite: Optional[bool] = None, timeout: Optional[float] = None) -> FsUploadResult:
         """Extracts a tar archive into a folder of the sandbox; the agent checks every entry first."""

@@ -32,6 +32,14 @@ from ._protocol import (
     CreateVolumeRequest,
     DeriveTokenRequest,
     DeriveTokenResponse,
+    EgressLogResponse,
+    NetworkPolicyResponse,
+    PortUrlRequest,
+    PortUrlResponse,
+    PublicPortRequest,
+    PublicPortsResponse,
+    SandboxMetricsWithHistory,
+    UpdateNetworkRequest,
     ImageEvent,
     ImageEventDone,
     ImageEventError,
@@ -138,6 +146,34 @@ class RestClient:
 
     async def set_timeout(self, sandbox_id: str, ttl_seconds: int) -> SandboxInfo:
         return await self._answer(SandboxInfo, "POST", f"{self._path(sandbox_id)}/timeout", {"ttlSeconds": ttl_seconds})
+
+    async def metrics(self, sandbox_id: str, history: bool) -> SandboxMetricsWithHistory:
+        """``GET /v1/sandboxes/{id}/metrics``: what the sandbox uses now, and the controller's last samples with ``history``."""
+        return await self._answer(SandboxMetricsWithHistory, "GET", f"{self._path(sandbox_id)}/metrics{'?history=true' if history else ''}", None)
+
+    async def port_url(self, sandbox_id: str, body: Mapping[str, Any]) -> PortUrlResponse:
+        """``POST /v1/sandboxes/{id}/port-urls``: a signed URL of one port."""
+        checked = check_body(PortUrlRequest, body, "port URL request")
+        return await self._answer(PortUrlResponse, "POST", f"{self._path(sandbox_id)}/port-urls", checked)
+
+    async def set_port_public(self, sandbox_id: str, body: Mapping[str, Any]) -> PublicPortsResponse:
+        """``POST /v1/sandboxes/{id}/public-ports``: opens or closes a port to anyone with its address."""
+        checked = check_body(PublicPortRequest, body, "public port request")
+        return await self._answer(PublicPortsResponse, "POST", f"{self._path(sandbox_id)}/public-ports", checked)
+
+    async def network(self, sandbox_id: str) -> NetworkPolicyResponse:
+        """``GET /v1/sandboxes/{id}/network``: the egress policy and its version."""
+        return await self._answer(NetworkPolicyResponse, "GET", f"{self._path(sandbox_id)}/network", None)
+
+    async def update_network(self, sandbox_id: str, egress: Mapping[str, Any]) -> NetworkPolicyResponse:
+        """``POST /v1/sandboxes/{id}/network``: replaces the egress policy live."""
+        checked = check_body(UpdateNetworkRequest, {"egress": dict(egress)}, "egress policy")
+        return await self._answer(NetworkPolicyResponse, "POST", f"{self._path(sandbox_id)}/network", checked)
+
+    async def egress_log(self, sandbox_id: str, since: Optional[int] = None, limit: Optional[int] = None) -> EgressLogResponse:
+        """``GET /v1/sandboxes/{id}/egress``: the sandbox's recent egress events after ``since``."""
+        query = urllib.parse.urlencode([(k, str(v)) for k, v in (("since", since), ("limit", limit)) if v is not None])
+        return await self._answer(EgressLogResponse, "GET", f"{self._path(sandbox_id)}/egress{'?' + query if query else ''}", None)
 
     async def derive(self, sandbox_id: str, body: Mapping[str, Any]) -> DeriveTokenResponse:
         checked = check_body(DeriveTokenRequest, body, "derive request")

@@ -15,10 +15,13 @@ from ._protocol import (
     CreateVolumeRequest,
     DeriveTokenRequest,
     DeriveTokenResponse,
+    EgressLogResponse,
+    NetworkPolicyResponse,
     ForkSandboxRequest,
     PruneSnapshotsRequest,
     PruneSnapshotsResponse,
     SandboxInfo,
+    SandboxMetricsWithHistory,
     SnapshotInfo,
     SystemInfoResult,
     VolumeInfo,
@@ -27,8 +30,10 @@ from .channel import Channel, ReconnectOptions
 from .commands import Commands
 from .connection import ApprovalHandler, Connection
 from .errors import InvalidParamsError, WarrenError
+from .code import Code
 from .files import Files
 from .images import PullProgressEvent
+from .ports import Ports
 from .pty import Pty
 from .rest import RestClient, resolve_controller
 
@@ -44,6 +49,9 @@ def create_options(given: Mapping[str, Any]) -> Dict[str, Any]:
     """The REST create body's fields among ``create``'s keywords (its ``locals()``), those given only."""
     return {name: value for name, value in given.items() if name not in _CLIENT_KEYWORDS and name not in ("cls", "self") and value is not None}
 
+
+#: What a sandbox uses: CPU, memory, pids, network, disk, and with ``history`` the controller's last samples.
+SandboxMetrics = SandboxMetricsWithHistory
 
 #: The most entries one ``audit.list`` page asks for.
 AUDIT_PAGE_MAX = 10_000
@@ -155,6 +163,12 @@ class AsyncSandbox:
         self.files = Files(lambda: self._connection)
         self.commands = Commands(lambda: self._connection)
         self.pty = Pty(lambda: self._connection)
+        #: Runs code in kernels that keep state: Python (Jupyter), JavaScript, TypeScript (docs/code.md).
+        self.code = Code(lambda: self._connection)
+        #: Servers listening inside the sandbox: browser URLs and raw connections.
+        self.ports = Ports(lambda: self._connection, rest, sandbox_id)
+        #: The sandbox's egress policy through Warren's gateway: read it, replace it live, read its events.
+        self.network = Network(rest, sandbox_id)
 
     @staticmethod
     async def _channel(rest: RestClient, sandbox_id: str, credential: str, reconnect: Optional[ReconnectOptions]) -> Channel:
@@ -298,6 +312,19 @@ class AsyncSandbox:
     def on_approval(self, handler: Optional[ApprovalHandler]) -> None:
         self._connection.on_approval = handler
 
+    async def metrics(self, *, history: bool = False) -> SandboxMetrics:
+        """What the sandbox uses now (CPU, memory, pids, network, the workspace disk), as the engine
+        measures it from the sandbox's cgroup; ``cpu_percent`` is the share since the controller's
+        previous sample. With ``history=True``, ``history`` holds the controller's last samples too
+        (one every ``usage.sampleSeconds``, 15 by default), oldest first.
+
+        Example::
+
+            usage = await sandbox.metrics()
+            print(usage.cpu_percent, usage.memory_bytes, usage.pids)
+        """
+        return await self._rest.metrics(self.id, history)
+
     async def info(self) -> SandboxInfo:
         """The sandbox's state as the controller sees it."""
         return await self._rest.get(self.id)
@@ -434,6 +461,48 @@ class AsyncSandbox:
             await self.kill()
         else:
             await self.close()
+
+
+class Network:
+    """A sandbox's way out through the egress gateway (docs/network.md). Needs the API key or the
+    sandbox's own token; a sandbox created without ``egress`` or ``secrets`` has no relay to update.
+
+    Example::
+
+        await sandbox.network.update({"mode": "allow", "rules": [{"host": "pypi.org"}, {"host": "files.pythonhosted.org"}]})
+        log = await sandbox.network.events()
+    """
+
+    def __init__(self, rest: RestClient, sandbox_id: str) -> None:
+        self._rest = rest
+        self._id = sandbox_id
+
+    async def update(self, egress: EgressPolicy) -> NetworkPolicyResponse:
+        """Replaces the egress policy at once, without a restart: new connections are decided under
+        it, and open ones it no longer allows are closed before this returns. Answers the policy and
+        its version.
+
+        Example::
+
+            policy = await sandbox.network.update({"mode": "none"})
+            print(policy.version)
+        """
+        return await self._rest.update_network(self._id, egress)
+
+    async def get(self) -> NetworkPolicyResponse:
+        """The policy the gateway enforces now, and its version."""
+        return await self._rest.network(self._id)
+
+    async def events(self, *, since: Optional[int] = None, limit: Optional[int] = None) -> EgressLogResponse:
+        """The sandbox's recent egress events (every connection attempt, allowed or denied, by which
+        rule), oldest first; pass the last ``seq`` seen as ``since`` to read on.
+
+        Example::
+
+            log = await sandbox.network.events()
+            later = await sandbox.network.events(since=log.last_seq)
+        """
+        return await self._rest.egress_log(self._id, since if since is not None and since >= 0 else None, limit)
 
 
 class _Creating:

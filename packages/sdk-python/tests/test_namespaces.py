@@ -1,0 +1,153 @@
+"""The namespaces the TypeScript SDK has, from Python: the code interpreter, ports, metrics, the
+network policy and folder watches, against a real controller (tests/conftest.py), async and blocking.
+
+Under the local engine the daemons run in the controller's process: JavaScript cells run (a Node
+process per context); Python cells need ipykernel on the controller's ``python3`` and run in the
+e2e tier (WARREN_PY_ENGINE=docker). An egress relay exists only for a sandbox created with
+``egress`` on the Docker engine, so here the network calls read the default policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import socket
+from typing import Any, Dict, List
+
+import pytest
+
+from warren import (
+    AsyncSandbox,
+    CodeRunResult,
+    InvalidParamsError,
+    PortUnreachableError,
+    Sandbox,
+    WatchOverflow,
+    display_image,
+)
+from warren._protocol import CodeRunResultResultsItem
+
+pytestmark = pytest.mark.controller
+
+#: A TCP server that answers every chunk it reads in upper case, on the port given as its argument.
+ECHO_SERVER = (
+    "const net = require('node:net');"
+    "net.createServer((s) => { s.on('data', (d) => s.write(d.toString().toUpperCase())); s.on('end', () => s.end('bye')); })"
+    ".listen(Number(process.argv[1]), '127.0.0.1', () => console.log('listening'));"
+)
+
+
+def opts(controller: Any) -> Dict[str, Any]:
+    return {"base_url": controller.url, "api_key": controller.api_key, "policy": {"root": controller.root}}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_code_cells_keep_state_stream_output_and_report_errors_as_results(controller: Any) -> None:
+    async with AsyncSandbox.create(**opts(controller)) as sandbox:
+        context = await sandbox.code.create_context(language="javascript")
+        await sandbox.code.run("let n = 6", context=context)
+        streamed: List[str] = []
+        result = await sandbox.code.run("console.log('seven'); n * 7", context=context.id, on_stdout=streamed.append)
+        assert isinstance(result, CodeRunResult)
+        assert result.stdout == "seven\n" and "".join(streamed) == "seven\n"
+        assert [r.data["text/plain"] for r in result.results if r.is_main_result] == ["42"]
+        failed = await sandbox.code.run("throw new Error('no')", context=context)
+        assert failed.error is not None and "no" in failed.error.value
+        assert context.id in [c.id for c in await sandbox.code.list_contexts()]
+        restarted = await sandbox.code.restart_context(context)
+        assert restarted.id == context.id
+        gone = await sandbox.code.run("typeof n", context=context)
+        assert gone.results[0].data["text/plain"] == "'undefined'"
+        assert await sandbox.code.remove_context(context) is True
+        assert await sandbox.code.remove_context(context.id) is False
+
+
+def test_display_image_passes_a_real_png_and_refuses_what_only_claims_to_be_one() -> None:
+    png = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16
+    text = base64.b64encode(png).decode()
+    wrapped = text[:10] + "\n" + text[10:]  # Jupyter breaks long base64 into lines
+    image = display_image(CodeRunResultResultsItem(isMainResult=False, data={"image/png": wrapped}, truncated=False))
+    assert image is not None and image.data == png and image.mime_type == "image/png"
+    for fake in ("not base64!", base64.b64encode(b"GIF89a....").decode(), 42):
+        assert display_image(CodeRunResultResultsItem(isMainResult=False, data={"image/png": fake}, truncated=False)) is None
+
+
+async def test_a_raw_port_connection_reaches_a_server_in_the_sandbox(controller: Any) -> None:
+    port = free_port()
+    async with AsyncSandbox.create(**opts(controller)) as sandbox:
+        server = await sandbox.commands.start(["node", "-e", ECHO_SERVER, str(port)])
+        try:
+            for _ in range(100):  # until the server listens
+                try:
+                    connection = await sandbox.ports.connect(port, connect_timeout=1)
+                    break
+                except PortUnreachableError:
+                    await asyncio.sleep(0.1)
+            else:
+                raise AssertionError("the server did not start")
+            async with connection:
+                await connection.write(b"hello")
+                assert await connection.read() == b"HELLO"
+                await connection.end()
+                assert await connection.read() == b"bye"
+                assert await connection.read() == b""
+        finally:
+            await server.kill()
+        with pytest.raises(PortUnreachableError):
+            await sandbox.ports.connect(free_port(), connect_timeout=1)
+
+
+async def test_port_urls_are_signed_and_scoped_to_the_sandbox_and_port(controller: Any) -> None:
+    async with AsyncSandbox.create(**opts(controller)) as sandbox:
+        url = await sandbox.ports.url(3000, ttl_seconds=600)
+        assert url.startswith(controller.url) and f"/v1/sandboxes/{sandbox.id}/ports/3000/" in url and "warren_sig=" in url
+        assert sandbox.ports.base_url(3000) == f"{controller.url}/v1/sandboxes/{sandbox.id}/ports/3000/"
+        with pytest.raises(InvalidParamsError):
+            await sandbox.ports.url(70000)
+
+
+async def test_metrics_and_the_network_policy_are_read_per_sandbox(controller: Any) -> None:
+    async with AsyncSandbox.create(**opts(controller)) as sandbox:
+        usage = await sandbox.metrics()
+        assert usage.sandbox_id == sandbox.id and usage.memory_bytes >= 0 and usage.pids >= 0
+        policy = await sandbox.network.get()
+        assert policy.egress.mode == "none" and policy.version >= 0
+        log = await sandbox.network.events()
+        assert log.entries == [] or log.entries[0].seq >= 0
+        with pytest.raises(InvalidParamsError):
+            await sandbox.network.update({"mode": "sometimes"})
+
+
+async def test_a_watch_reports_changes_until_it_is_closed(controller: Any) -> None:
+    async with AsyncSandbox.create(**opts(controller)) as sandbox:
+        await sandbox.files.mkdir("src")
+        async with await sandbox.files.watch("src") as watcher:
+            assert watcher.watched_folders >= 1
+            await sandbox.files.write("src/a.txt", "x")
+            seen: List[str] = []
+            async for event in watcher:
+                assert not isinstance(event, WatchOverflow), event
+                seen.append(event.path)
+                if event.path.endswith("src/a.txt") or event.path == "a.txt":
+                    break
+        assert await watcher.done() == "closed"
+
+
+def test_the_blocking_sandbox_has_the_same_namespaces(controller: Any) -> None:
+    with Sandbox.create(**opts(controller)) as sandbox:
+        result = sandbox.code.run("1 + 1", language="javascript")
+        assert result.results[0].data["text/plain"] == "2"
+        assert sandbox.metrics().sandbox_id == sandbox.id
+        assert "warren_sig=" in sandbox.ports.url(8080)
+        assert sandbox.network.get().egress.mode == "none"
+        sandbox.files.mkdir("w")
+        with sandbox.files.watch("w") as watcher:
+            sandbox.files.write("w/b.txt", "y")
+            for event in watcher:
+                if getattr(event, "path", "").endswith("b.txt"):
+                    break

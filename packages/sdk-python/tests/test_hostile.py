@@ -338,8 +338,15 @@ def test_well_formed_archives_pass_with_clean_names() -> None:
 
 async def test_download_checks_what_the_sandbox_sends_and_download_to_writes_nothing(tmp_path: Any) -> None:
     async def script(ws: Any, req: Dict[str, Any], _seen: Any) -> None:
-        archive = HOSTILE_ARCHIVES["a symbolic link that leaves"]
-        await ws.send(encode_frame({"type": "res", "id": req["id"], "result": {"path": "/x", "files": 0, "directories": 0, "symlinks": 1, "bytes": len(archive), "skipped": []}}, archive))
+        archive = tar_of(entry("ok.txt", size=3), entry("link", tarfile.SYMTYPE, linkname="../../etc"), data=b"abc")
+        result = {"path": "/x", "files": 1, "directories": 0, "symlinks": 1, "bytes": len(archive), "skipped": []}
+        if req["method"] == "fs.downloadStream":  # download_to streams: a good entry first, then the hostile one
+            await ws.send(encode_frame({"type": "evt", "id": req["id"], "event": "start", "data": {"totalBytes": 3}}))
+            for at in range(0, len(archive), 1024):
+                await ws.send(encode_frame({"type": "evt", "id": req["id"], "event": "data", "data": {"offset": at}}, archive[at : at + 1024]))
+            await ws.send(encode_frame({"type": "res", "id": req["id"], "result": result}))
+        else:
+            await ws.send(encode_frame({"type": "res", "id": req["id"], "result": result}, archive))
 
     async with Server(script) as url:
         conn = await Connection.open(url, "t")
@@ -347,9 +354,10 @@ async def test_download_checks_what_the_sandbox_sends_and_download_to_writes_not
             files = Files(lambda: conn)
             with pytest.raises(InvalidParamsError, match="leaves the archive folder"):
                 await files.download("x")
-            with pytest.raises(InvalidParamsError):
+            with pytest.raises(InvalidParamsError, match="leaves the archive folder"):
                 await files.download_to("x", str(tmp_path / "out"))
-            assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+            # The good entry written before the hostile one arrived is removed with the folder it made.
+            assert not (tmp_path / "out").exists()
         finally:
             await conn.close()
 

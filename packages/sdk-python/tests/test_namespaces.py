@@ -11,13 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
 import socket
+from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
 
 from warren import (
+    AlreadyExistsError,
     AsyncSandbox,
+    FileTooLargeError,
+    IsADirectoryError as WarrenIsADirectoryError,
+    TransferProgress,
     CodeRunResult,
     InvalidParamsError,
     PortUnreachableError,
@@ -151,3 +157,57 @@ def test_the_blocking_sandbox_has_the_same_namespaces(controller: Any) -> None:
             for event in watcher:
                 if getattr(event, "path", "").endswith("b.txt"):
                     break
+
+
+async def test_streamed_uploads_and_downloads_move_any_size_with_progress(controller: Any, tmp_path: Path) -> None:
+    local = tmp_path / "dataset"
+    (local / "deep").mkdir(parents=True)
+    big = os.urandom(3 * 1024 * 1024 + 17)  # more than one 1 MiB piece
+    (local / "big.bin").write_bytes(big)
+    (local / "deep" / "a.txt").write_text("alpha")
+    (local / "link").symlink_to("deep/a.txt")
+    async with AsyncSandbox.create(**opts(controller)) as sandbox:
+        up: List[TransferProgress] = []
+        result = await sandbox.files.upload_from(str(local), "data", on_progress=up.append)
+        assert result.files == 2 and result.symlinks == 1
+        assert up[-1].bytes == up[-1].total_bytes == len(big) + 5
+        assert [p.bytes for p in up] == sorted(p.bytes for p in up)
+        assert await sandbox.files.read_text("data/deep/a.txt") == "alpha"
+        single = await sandbox.files.upload_from(str(local / "deep" / "a.txt"), "one/b.txt")
+        assert single.files == 1 and await sandbox.files.read_text("one/b.txt") == "alpha"
+
+        down: List[TransferProgress] = []
+        await sandbox.files.download_to("data", str(tmp_path / "back"), on_progress=down.append)
+        assert (tmp_path / "back" / "big.bin").read_bytes() == big
+        assert os.readlink(tmp_path / "back" / "link") == "deep/a.txt"
+        assert down[0].bytes == 0 and down[-1].bytes == down[-1].total_bytes == len(big) + 5
+
+        # An existing local file is never replaced, and a failed download leaves nothing it made.
+        (tmp_path / "again").mkdir()
+        (tmp_path / "again" / "big.bin").write_bytes(b"mine")
+        with pytest.raises(AlreadyExistsError):
+            await sandbox.files.download_to("data", str(tmp_path / "again"))
+        assert sorted(os.listdir(tmp_path / "again")) == ["big.bin"] and (tmp_path / "again" / "big.bin").read_bytes() == b"mine"
+
+        target = tmp_path / "big.copy"
+        await sandbox.files.download_file("data/big.bin", str(target))
+        assert target.read_bytes() == big
+        with pytest.raises(AlreadyExistsError):
+            await sandbox.files.download_file("data/deep/a.txt", str(target))
+        await sandbox.files.download_file("data/deep/a.txt", str(target), overwrite=True)
+        assert target.read_text() == "alpha"
+        with pytest.raises(WarrenIsADirectoryError):
+            await sandbox.files.download_file("data", str(tmp_path / "x"))
+        with pytest.raises(FileTooLargeError):
+            await sandbox.files.download_to("data", str(tmp_path / "capped"), max_bytes=1024)
+        assert not (tmp_path / "capped" / "big.bin").exists()
+        assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary file left
+
+
+def test_the_blocking_sandbox_streams_transfers_too(controller: Any, tmp_path: Path) -> None:
+    (tmp_path / "f.txt").write_text("blocking")
+    with Sandbox.create(**opts(controller)) as sandbox:
+        seen: List[TransferProgress] = []
+        sandbox.files.upload_from(str(tmp_path / "f.txt"), "f.txt", on_progress=seen.append)
+        sandbox.files.download_file("f.txt", str(tmp_path / "g.txt"), on_progress=seen.append)
+        assert (tmp_path / "g.txt").read_text() == "blocking" and seen[-1].bytes == 8

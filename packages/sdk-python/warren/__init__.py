@@ -31,6 +31,7 @@ from .images import AsyncImages, BuiltImage, ImageInfo, PackedContext, PulledIma
 from .ports import PortConnection, Ports
 from .pty import Pty, PtyExit, Terminal
 from .sandbox import AsyncSandbox, AsyncSnapshots, AsyncVolumes, EgressPolicy, Network, SandboxMetrics
+from .transfer import TransferProgress
 from .watch import WatchChange, Watcher, WatchEvent, WatchOverflow
 
 __version__ = "0.2.0"
@@ -52,6 +53,7 @@ __all__ = [
     "PortConnection",
     "Ports",
     "SandboxMetrics",
+    "TransferProgress",
     "WatchChange",
     "WatchEvent",
     "WatchOverflow",

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Union
 
 from ._pydantic import validate
+from .transfer import TransferProgress, download_file, download_to, upload_from
 from .watch import Watcher, WatchEvent, start_watch
 from ._protocol import (
     FsCopyResult,
@@ -26,7 +27,7 @@ from ._protocol import (
     FsUploadResult,
     FsWriteResult,
 )
-from .archive import ArchiveEntry, check_archive, extract_archive
+from .archive import ArchiveEntry, check_archive
 from .connection import Caller
 from .errors import AlreadyExistsError, InvalidParamsError, NotFoundError
 
@@ -358,8 +359,65 @@ class Files:
         entries = [entry for entry, _ in check_archive(archive)]
         return DownloadedArchive(archive, entries, result)
 
-    async def download_to(self, path: str, local_folder: str, *, timeout: Optional[float] = None) -> FsDownloadResult:
-        """Downloads and extracts into a local folder: existing files are never replaced, nothing is written through a link."""
-        result, payload = await self._connection().call("fs.download", {"path": path}, timeout=timeout)
-        await asyncio.to_thread(extract_archive, payload or b"", local_folder)
-        return result  # type: ignore[no-any-return]
+    async def download_to(
+        self,
+        path: str,
+        local_folder: str,
+        *,
+        max_bytes: Optional[int] = None,
+        on_progress: "Optional[Callable[[TransferProgress], None]]" = None,
+        timeout: Optional[float] = None,
+    ) -> FsDownloadResult:
+        """Streams a sandbox file or folder into a local folder (created when missing), any size:
+        each entry is checked by the upload rules before a byte of it is written, files are created
+        new (an existing one is never replaced), nothing is written through a link, and a download
+        that fails or is cancelled removes what it made. ``max_bytes`` refuses a larger archive;
+        ``on_progress`` gets :class:`~warren.transfer.TransferProgress` (file bytes) as it goes.
+
+        Example::
+
+            await sandbox.files.download_to("src", "./out/src", on_progress=lambda p: print(p.bytes, p.total_bytes))
+        """
+        return await download_to(self._connection(), path, local_folder, max_bytes=max_bytes, on_progress=on_progress, timeout=timeout)
+
+    async def download_file(
+        self,
+        path: str,
+        local_file: str,
+        *,
+        overwrite: bool = False,
+        max_bytes: Optional[int] = None,
+        on_progress: "Optional[Callable[[TransferProgress], None]]" = None,
+        timeout: Optional[float] = None,
+    ) -> FsDownloadResult:
+        """Streams one sandbox file to a local file, any size: written under a temporary name beside
+        it and moved into place, so the local file is the whole download or untouched. An existing
+        local file is replaced only with ``overwrite=True``.
+
+        Example::
+
+            await sandbox.files.download_file("out/result.parquet", "./result.parquet", overwrite=True)
+        """
+        return await download_file(self._connection(), path, local_file, overwrite=overwrite, max_bytes=max_bytes, on_progress=on_progress, timeout=timeout)
+
+    async def upload_from(
+        self,
+        local_path: str,
+        path: str,
+        *,
+        overwrite: Optional[bool] = None,
+        on_progress: "Optional[Callable[[TransferProgress], None]]" = None,
+        timeout: Optional[float] = None,
+    ) -> FsUploadResult:
+        """Streams a local file or folder into the sandbox, any size: a folder's contents land in
+        ``path`` (created when missing), a file lands at ``path`` itself. The daemon checks each
+        entry as it arrives and moves them into place only at the end; a failed or cancelled upload
+        leaves nothing. ``on_progress`` gets :class:`~warren.transfer.TransferProgress` (file bytes
+        the sandbox took, and the total).
+
+        Example::
+
+            await sandbox.files.upload_from("./dataset", "data", on_progress=lambda p: print(p.bytes, p.total_bytes))
+        """
+        result, _kind = await upload_from(self._connection(), local_path, path, overwrite=overwrite, on_progress=on_progress, timeout=timeout)
+        return result

@@ -36,6 +36,15 @@ def test_create_takes_every_field_of_the_rest_create_body_as_a_typed_keyword(cre
     assert not [p for p in parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD]
 
 
+@pytest.mark.parametrize(
+    "method", [AsyncSandbox.snapshot, AsyncSandbox.fork, AsyncSandbox.derive_token, AsyncSandbox.derive, AsyncSnapshots.prune, AsyncVolumes.create]
+)
+def test_the_other_request_bodies_are_typed_keywords_too(method: Any) -> None:
+    parameters = inspect.signature(method).parameters
+    assert not [p for p in parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD], method
+    assert all(p.annotation is not inspect.Parameter.empty for n, p in parameters.items() if n != "self")
+
+
 def test_a_wrong_create_option_is_refused_before_anything_is_sent() -> None:
     with pytest.raises(TypeError, match="ttlSeconds"):
         AsyncSandbox.create(ttlSeconds=60)  # type: ignore[call-arg]

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import types
-from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Generator, List, Literal, Mapping, Optional, Sequence, Type
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Generator, List, Literal, Mapping, Optional, Sequence, Type, Union
 
 from ._pydantic import BaseModel, ValidationError, dump, field_aliases, issues, validate
 
@@ -43,6 +43,11 @@ _CLIENT_KEYWORDS = frozenset({"base_url", "api_key", "reconnect", "on_pull_progr
 #: An egress policy as the wire shapes it: ``{"mode": "none"}``, ``{"mode": "open"}`` or
 #: ``{"mode": "allow", "rules": [{"host": "pypi.org", "ports": [443]}]}`` (docs/network.md).
 EgressPolicy = Mapping[str, Any]
+
+
+def _given(**values: Any) -> Dict[str, Any]:
+    """The keywords a call was given (not None), in Python's names."""
+    return {name: value for name, value in values.items() if value is not None}
 
 
 def create_options(given: Mapping[str, Any]) -> Dict[str, Any]:
@@ -372,7 +377,7 @@ class AsyncSandbox:
         await self._connection.sleep()
         return await self._rest.action(self.id, "hibernate")
 
-    async def snapshot(self, **request: Any) -> SnapshotInfo:
+    async def snapshot(self, *, name: Optional[str] = None, labels: Optional[Mapping[str, str]] = None) -> SnapshotInfo:
         """Takes a snapshot of this sandbox's files (its container's changes and its workspace), owned by
         the API key this handle was made with (``name``, ``labels``); the sandbox is frozen briefly and
         keeps running. ``processes`` False in the answer says running processes were not kept
@@ -383,9 +388,12 @@ class AsyncSandbox:
             snap = await sandbox.snapshot(name="before-fix", labels={"task": "t-42"})
             retry = await AsyncSandbox.create(api_key=key, snapshot="before-fix")
         """
+        request = _given(name=name, labels=labels)
         return await self._rest.snapshot(self.id, _wire_known(CreateSnapshotRequest, request, "snapshot request"))
 
-    async def fork(self, *, reconnect: Optional[ReconnectOptions] = None, **request: Any) -> "List[AsyncSandbox]":
+    async def fork(
+        self, *, count: int, labels: Optional[Mapping[str, str]] = None, ttl_seconds: Optional[int] = None, reconnect: Optional[ReconnectOptions] = None
+    ) -> "List[AsyncSandbox]":
         """Makes ``count`` new sandboxes from this sandbox's current state (``labels``, ``ttl_seconds``),
         each independent of the others and of this one; each handle owns its sandbox (``async with``
         kills it). Needs the API key.
@@ -394,6 +402,7 @@ class AsyncSandbox:
 
             a, b, c = await sandbox.fork(count=3)
         """
+        request = _given(count=count, labels=labels, ttl_seconds=ttl_seconds)
         created = await self._rest.fork(self.id, _wire_known(ForkSandboxRequest, request, "fork request"))
         forks: List[AsyncSandbox] = []
         try:
@@ -409,13 +418,44 @@ class AsyncSandbox:
                     pass
             raise
 
-    async def derive_token(self, **request: Any) -> DeriveTokenResponse:
-        """A narrower token for this sandbox (``allow_read``, ``allow_write``, ``readonly``, ``allow_exec``, ``ttl_seconds``)."""
+    async def derive_token(
+        self,
+        *,
+        allow_read: Optional[Union[str, Sequence[str]]] = None,
+        allow_write: Optional[Union[str, Sequence[str]]] = None,
+        readonly: Optional[bool] = None,
+        inherit: Optional[bool] = None,
+        allow_exec: Optional[bool] = None,
+        ttl_seconds: Optional[int] = None,
+    ) -> DeriveTokenResponse:
+        """A narrower token for this sandbox: paths it may read and write (a subset of this handle's),
+        ``readonly``, ``allow_exec``, ``ttl_seconds``; widening raises PermissionEscalationError."""
+        request = _given(allow_read=allow_read, allow_write=allow_write, readonly=readonly, inherit=inherit, allow_exec=allow_exec, ttl_seconds=ttl_seconds)
+        for key in ("allow_read", "allow_write"):
+            if isinstance(request.get(key), (list, tuple)):
+                request[key] = list(request[key])
         return await self._rest.derive(self.id, _wire(DeriveTokenRequest, request, "derive request"))
 
-    async def derive(self, **request: Any) -> "AsyncSandbox":
-        """A narrower handle on this sandbox (seed 001 ``derive()``); widening raises PermissionEscalationError."""
-        token = (await self.derive_token(**request)).token
+    async def derive(
+        self,
+        *,
+        allow_read: Optional[Union[str, Sequence[str]]] = None,
+        allow_write: Optional[Union[str, Sequence[str]]] = None,
+        readonly: Optional[bool] = None,
+        inherit: Optional[bool] = None,
+        allow_exec: Optional[bool] = None,
+        ttl_seconds: Optional[int] = None,
+    ) -> "AsyncSandbox":
+        """A narrower handle on this sandbox (seed 001 ``derive()``), with :meth:`derive_token`'s keywords.
+
+        Example::
+
+            reader = await sandbox.derive(allow_read=["/workspace/docs"], readonly=True)
+        """
+        derived = await self.derive_token(
+            allow_read=allow_read, allow_write=allow_write, readonly=readonly, inherit=inherit, allow_exec=allow_exec, ttl_seconds=ttl_seconds
+        )
+        token = derived.token
         rest = RestClient(self._rest.base_url, token)
         return AsyncSandbox(self.id, token, rest, await AsyncSandbox._channel(rest, self.id, token, None))
 
@@ -553,8 +593,9 @@ class AsyncSnapshots:
         """Deletes a snapshot; sandboxes made from it keep their files."""
         await self._rest.delete_snapshot(id_or_name)
 
-    async def prune(self, **request: Any) -> PruneSnapshotsResponse:
+    async def prune(self, *, older_than_seconds: int, labels: Optional[Mapping[str, str]] = None) -> PruneSnapshotsResponse:
         """Deletes the key's snapshots older than ``older_than_seconds`` (0: all), with every given ``labels``."""
+        request = _given(older_than_seconds=older_than_seconds, labels=labels)
         return await self._rest.prune_snapshots(_wire_known(PruneSnapshotsRequest, request, "prune request"))
 
 
@@ -574,8 +615,9 @@ class AsyncVolumes:
         url, key = resolve_controller(base_url, api_key)
         self._rest = RestClient(url, key)
 
-    async def create(self, **request: Any) -> VolumeInfo:
-        """Creates a volume (``name``, ``size_mb``, ``labels``)."""
+    async def create(self, *, name: str, size_mb: Optional[int] = None, labels: Optional[Mapping[str, str]] = None) -> VolumeInfo:
+        """Creates a volume: ``name``, a size cap ``size_mb`` where the engine enforces one, ``labels``."""
+        request = _given(name=name, size_mb=size_mb, labels=labels)
         return await self._rest.create_volume(_wire_known(CreateVolumeRequest, request, "volume request"))
 
     async def list(self) -> List[VolumeInfo]:

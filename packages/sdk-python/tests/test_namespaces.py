@@ -211,3 +211,18 @@ def test_the_blocking_sandbox_streams_transfers_too(controller: Any, tmp_path: P
         sandbox.files.upload_from(str(tmp_path / "f.txt"), "f.txt", on_progress=seen.append)
         sandbox.files.download_file("f.txt", str(tmp_path / "g.txt"), on_progress=seen.append)
         assert (tmp_path / "g.txt").read_text() == "blocking" and seen[-1].bytes == 8
+
+
+async def test_a_download_refused_at_its_first_entry_stops_at_once_however_much_follows(controller: Any, tmp_path: Path) -> None:
+    # More follows the refused entry than the queues between the socket and the disk hold (a few MiB):
+    # the refusal must reach the caller, not leave the download waiting for a reader that is gone.
+    size = 24 * 1024 * 1024
+    async with AsyncSandbox.create(**opts(controller)) as sandbox:
+        await sandbox.files.mkdir("heavy")
+        for name in ("b.bin", "c.bin"):  # whichever the daemon sends first is refused, the other follows
+            made = await sandbox.commands.run(f"head -c {size} /dev/urandom > {controller.root}/heavy/{name}")
+            assert made.exit_code == 0 and (await sandbox.files.stat(f"heavy/{name}")).size == size, made
+            (tmp_path / name).write_text("mine")
+        with pytest.raises(AlreadyExistsError):
+            await asyncio.wait_for(sandbox.files.download_to("heavy", str(tmp_path)), 60)
+        assert sorted(os.listdir(tmp_path)) == ["b.bin", "c.bin"] and (tmp_path / "b.bin").read_text() == "mine"

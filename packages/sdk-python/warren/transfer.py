@@ -196,6 +196,16 @@ def _local_entries(local: str, file_name: str) -> Tuple[List[Tuple[str, str]], i
     return entries, total, "directory"
 
 
+def _stopping(pipe: _Pipe, work: Callable[..., None], *args: Any) -> None:
+    """Runs one side of a pipe on a worker thread; when it fails, the pipe stops, so the event loop's
+    side is never left waiting on it and asks the worker for its error instead."""
+    try:
+        work(*args)
+    except BaseException:
+        pipe.stopped.set()
+        raise
+
+
 def _pack(entries: List[Tuple[str, str]], writer: _Writer, counted: List[int], pipe: _Pipe) -> None:
     """Writes the tar stream of ``entries`` into the pipe (on a worker thread), then ``None``."""
     with tarfile.open(fileobj=cast(Any, writer), mode="w|", format=tarfile.PAX_FORMAT) as tar:
@@ -241,7 +251,7 @@ async def upload_from(
     counted = [0]
     marks: "queue.SimpleQueue[Tuple[int, int]]" = queue.SimpleQueue()
     writer = _Writer(pipe, counted, marks)
-    packer = asyncio.ensure_future(asyncio.to_thread(_pack, entries, writer, counted, pipe))
+    packer = asyncio.ensure_future(asyncio.to_thread(_stopping, pipe, _pack, entries, writer, counted, pipe))
     last = [0]
 
     def progress_of(acked: int) -> int:
@@ -260,7 +270,11 @@ async def upload_from(
             yield piece
 
     try:
-        result = await _upload_pieces(connection, into, pieces(), overwrite, on_progress, total, progress_of, timeout)
+        try:
+            result = await _upload_pieces(connection, into, pieces(), overwrite, on_progress, total, progress_of, timeout)
+        except _Stopped:
+            await packer  # the packer failed (a local file unreadable or shrinking): its error is the one to report
+            raise
         await packer
         if on_progress is not None:
             on_progress(TransferProgress(total, total))
@@ -527,7 +541,7 @@ async def _stream_download(
 
     call = asyncio.ensure_future(run())
     call.add_done_callback(lambda t: None if t.cancelled() else t.exception())
-    extractor = asyncio.ensure_future(asyncio.to_thread(_extract, pipe, sink, max_bytes, counted))
+    extractor = asyncio.ensure_future(asyncio.to_thread(_stopping, pipe, _extract, pipe, sink, max_bytes, counted))
     received = 0
     try:
         while True:
@@ -543,10 +557,11 @@ async def _stream_download(
             received += len(data)
             if max_bytes is not None and received > max_bytes:
                 raise FileTooLargeError(f"'{path}' makes an archive larger than the {max_bytes} bytes this download allows (max_bytes).")
-            if extractor.done():
-                break  # the extractor failed: its error is raised below
-            await asyncio.to_thread(pipe.put, data)
-        if not extractor.done():
+            try:
+                await asyncio.to_thread(pipe.put, data)
+            except _Stopped:
+                break  # the extractor failed (a hostile entry, a local file in the way): its error is raised below
+        if not pipe.stopped.is_set():
             await asyncio.to_thread(pipe.put, None)
         await extractor
         result = await call

@@ -40,7 +40,7 @@ def test_the_wheel_builds_offline_and_imports_outside_the_checkout(tmp_path: Pat
     assert not [n for n in names if n.startswith("tests/") or n.startswith("scripts/")]
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
-    check = "import warren, warren.tools, warren.sync; assert warren.__file__.startswith(%r); print(len(warren.METHODS))" % str(site)
+    check = "import warren, warren.tools, warren.blocking, warren.transfer; assert warren.__file__.startswith(%r); print(len(warren.METHODS))" % str(site)
     imported = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True, text=True)
     assert imported.returncode == 0, imported.stderr
     assert int(imported.stdout.strip()) > 30
@@ -63,7 +63,7 @@ def test_the_api_of_the_installed_pydantic_is_chosen_by_its_major_version() -> N
 MODEL_CHECKS = """
 import warnings
 warnings.simplefilter("error")  # a deprecated pydantic API (v1's under v2) fails the check
-import pydantic, warren, warren.tools, warren.sync, warren.rest
+import pydantic, warren, warren.tools, warren.blocking, warren.rest, warren.transfer
 from warren import _pydantic, _protocol as W
 from warren.commands import with_output
 from warren.errors import InvalidParamsError
@@ -99,6 +99,13 @@ assert with_output(result, b"hie").stdout == "hi" and with_output(result, b"hie"
 assert _pydantic.dump(result, by_alias=True)["exitCode"] == 0
 event = _pydantic.validate_as(W.ImageEvent, {"type": "done", "image": "a:1", "id": "sha256:" + "0" * 64})
 assert type(event).__name__ == "ImageEventDone", event
+import base64
+png = b"\\x89PNG\\r\\n\\x1a\\n" + bytes(8)
+shown = _pydantic.validate(W.CodeRunResultResultsItem, {"isMainResult": True, "data": {"image/png": base64.b64encode(png).decode()}, "truncated": False})
+assert warren.display_image(shown).data == png
+renamed = _pydantic.validate(W.FsWatchChangesEventChangesItem, {"type": "rename", "path": "b", "from": "a"})
+assert renamed.from_ == "a", renamed
+assert _pydantic.field_aliases(W.FsWatchChangesEventChangesItem)["from_"] == "from"
 print("ok", pydantic.VERSION)
 """
 

@@ -35,12 +35,22 @@ from warren._protocol import CodeRunResultResultsItem
 
 pytestmark = pytest.mark.controller
 
-#: A TCP server that answers every chunk it reads in upper case, on the port given as its argument.
-ECHO_SERVER = (
-    "const net = require('node:net');"
-    "net.createServer((s) => { s.on('data', (d) => s.write(d.toString().toUpperCase())); s.on('end', () => s.end('bye')); })"
-    ".listen(Number(process.argv[1]), '127.0.0.1', () => console.log('listening'));"
-)
+#: A TCP server for one connection that answers every chunk in upper case, and "bye" at its end.
+ECHO_SERVER = """
+import socket, sys
+server = socket.socket()
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind(("127.0.0.1", int(sys.argv[1])))
+server.listen()
+client, _ = server.accept()
+while True:
+    data = client.recv(65536)
+    if not data:
+        break
+    client.sendall(data.upper())
+client.sendall(b"bye")
+client.close()
+"""
 
 
 def opts(controller: Any) -> Dict[str, Any]:
@@ -86,7 +96,7 @@ def test_display_image_passes_a_real_png_and_refuses_what_only_claims_to_be_one(
 async def test_a_raw_port_connection_reaches_a_server_in_the_sandbox(controller: Any) -> None:
     port = free_port()
     async with AsyncSandbox.create(**opts(controller)) as sandbox:
-        server = await sandbox.commands.start(["node", "-e", ECHO_SERVER, str(port)])
+        server = await sandbox.commands.start(["python3", "-c", ECHO_SERVER, str(port)])
         try:
             for _ in range(100):  # until the server listens
                 try:
@@ -226,3 +236,17 @@ async def test_a_download_refused_at_its_first_entry_stops_at_once_however_much_
         with pytest.raises(AlreadyExistsError):
             await asyncio.wait_for(sandbox.files.download_to("heavy", str(tmp_path)), 60)
         assert sorted(os.listdir(tmp_path)) == ["b.bin", "c.bin"] and (tmp_path / "b.bin").read_text() == "mine"
+
+
+async def test_python_cells_run_in_a_jupyter_kernel_and_charts_come_back_as_images(controller: Any) -> None:
+    if controller.engine != "docker":
+        pytest.skip("Python cells need ipykernel inside the sandbox: run with WARREN_PY_ENGINE=docker")
+    async with AsyncSandbox.create(**opts(controller)) as sandbox:
+        await sandbox.code.run("x = 6")
+        result = await sandbox.code.run("x * 7")
+        assert [r.data["text/plain"] for r in result.results if r.is_main_result] == ["42"]
+        failed = await sandbox.code.run("1 / 0")
+        assert failed.error is not None and failed.error.name == "ZeroDivisionError"
+        chart = await sandbox.code.run("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()")
+        images = [image for image in map(display_image, chart.results) if image is not None]
+        assert images and images[0].mime_type == "image/png", chart.results

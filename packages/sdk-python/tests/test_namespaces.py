@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import os
 import socket
+import tarfile
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -250,3 +252,29 @@ async def test_python_cells_run_in_a_jupyter_kernel_and_charts_come_back_as_imag
         chart = await sandbox.code.run("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()")
         images = [image for image in map(display_image, chart.results) if image is not None]
         assert images and images[0].mime_type == "image/png", chart.results
+
+
+async def test_upload_streams_an_archive_from_a_file_or_an_iterator_with_progress(controller: Any, tmp_path: Path) -> None:
+    payload = os.urandom(2 * 1024 * 1024 + 3)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo("blob.bin")
+        info.size = len(payload)
+        tar.addfile(info, io.BytesIO(payload))
+    archive = buffer.getvalue()
+    (tmp_path / "a.tar").write_bytes(archive)
+    async with AsyncSandbox.create(**opts(controller)) as sandbox:
+        seen: List[TransferProgress] = []
+        with open(tmp_path / "a.tar", "rb") as source:
+            result = await sandbox.files.upload("from-file", source, on_progress=seen.append, total_bytes=len(archive))
+        assert result.files == 1 and seen[-1].bytes == seen[-1].total_bytes == len(archive) and len(seen) > 1
+
+        async def chunks() -> Any:
+            for at in range(0, len(archive), 100_000):
+                yield archive[at : at + 100_000]
+
+        await sandbox.files.upload("from-iterator", chunks())
+        small = await sandbox.files.upload("one-frame", archive, on_progress=seen.append)  # 2 MiB: one frame
+        assert small.files == 1 and seen[-1].bytes == len(archive)
+        for folder in ("from-file", "from-iterator", "one-frame"):
+            assert (await sandbox.files.stat(f"{folder}/blob.bin")).size == len(payload)

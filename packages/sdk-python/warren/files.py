@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Union
 
 from ._pydantic import validate
-from .transfer import TransferProgress, download_file, download_to, upload_from
+from .transfer import ArchiveSource, TransferProgress, download_file, download_to, upload_archive, upload_from
 from .watch import Watcher, WatchEvent, start_watch
 from ._protocol import (
     FsCopyResult,
@@ -30,6 +30,10 @@ from ._protocol import (
 from .archive import ArchiveEntry, check_archive
 from .connection import Caller
 from .errors import AlreadyExistsError, InvalidParamsError, NotFoundError
+
+#: An archive up to this size goes to ``upload`` in one frame (works with every daemon); a larger one is streamed.
+UPLOAD_ONE_FRAME_BYTES = 16 * 1024 * 1024
+
 
 #: Content above this size is written in pieces to a temporary file, then moved into place.
 WRITE_CHUNK_BYTES = 16 * 1024 * 1024
@@ -347,10 +351,35 @@ class Files:
         """
         return await start_watch(self._connection(), path, recursive=recursive, coalesce=coalesce, on_event=on_event)
 
-    async def upload(self, path: str, archive: bytes, *, overwrite: Optional[bool] = None, timeout: Optional[float] = None) -> FsUploadResult:
-        """Extracts a tar archive into a folder of the sandbox; the agent checks every entry first."""
-        result, _ = await self._connection().call("fs.upload", _params(path=path, overwrite=overwrite), payload=archive, timeout=timeout)
-        return result  # type: ignore[no-any-return]
+    async def upload(
+        self,
+        path: str,
+        archive: "ArchiveSource",
+        *,
+        overwrite: Optional[bool] = None,
+        on_progress: "Optional[Callable[[TransferProgress], None]]" = None,
+        total_bytes: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> FsUploadResult:
+        """Extracts a tar archive into a folder of the sandbox; the agent checks every entry before it
+        lands, and a refused archive leaves nothing behind. Up to 16 MiB of bytes travel in one
+        frame; more, or a binary file or an (async) iterable of chunks, is streamed in pieces of any
+        total size, with ``on_progress`` counting archive bytes (``total_bytes`` when you know it).
+
+        Example::
+
+            await sandbox.files.upload("src", tar_bytes, overwrite=True)
+            with open("big.tar", "rb") as f:
+                await sandbox.files.upload("data", f, on_progress=lambda p: print(p.bytes))
+        """
+        if isinstance(archive, (bytes, bytearray, memoryview)) and len(archive) <= UPLOAD_ONE_FRAME_BYTES:
+            result, _ = await self._connection().call("fs.upload", _params(path=path, overwrite=overwrite), payload=bytes(archive), timeout=timeout)
+            if on_progress is not None:
+                on_progress(TransferProgress(len(archive), len(archive)))
+            return result  # type: ignore[no-any-return]
+        if isinstance(archive, (bytes, bytearray, memoryview)):
+            total_bytes = len(archive)
+        return await upload_archive(self._connection(), path, archive, overwrite=overwrite, on_progress=on_progress, total_bytes=total_bytes, timeout=timeout)
 
     async def download(self, path: str, *, timeout: Optional[float] = None) -> DownloadedArchive:
         """Downloads a file or folder as a tar archive, checked by the upload rules (a hostile one raises InvalidParamsError)."""

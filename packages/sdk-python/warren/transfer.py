@@ -21,7 +21,7 @@ import tarfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple, cast
+from typing import Any, AsyncIterable, AsyncIterator, BinaryIO, Callable, Dict, Iterable, List, Optional, Tuple, Union, cast
 
 from ._protocol import FsDownloadResult, FsUploadResult
 from ._pydantic import BaseModel
@@ -41,7 +41,7 @@ from .errors import (
     UnsupportedFileTypeError,
 )
 
-__all__ = ["TransferProgress", "upload_from", "download_to", "download_file"]
+__all__ = ["ArchiveSource", "TransferProgress", "upload_archive", "upload_from", "download_to", "download_file"]
 
 #: The largest piece of one upload call (the protocol's TRANSFER_CHUNK_BYTES).
 TRANSFER_CHUNK_BYTES = 1024 * 1024
@@ -285,6 +285,63 @@ async def upload_from(
             await packer
         except BaseException:  # noqa: BLE001 - the upload's own outcome is what is reported
             pass
+
+
+#: A tar archive to upload: its bytes, a binary file open for reading, or an (async) iterable of byte chunks.
+ArchiveSource = Union[bytes, bytearray, memoryview, BinaryIO, Iterable[bytes], AsyncIterable[bytes]]
+
+
+async def _pieces_of(source: ArchiveSource) -> AsyncIterator[bytes]:
+    """The archive in pieces of at most 1 MiB, however the caller holds it (a file is read on a worker thread)."""
+    held = bytearray()
+
+    async def chunks() -> AsyncIterator[bytes]:
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            yield bytes(source)
+        elif hasattr(source, "read"):
+            while True:
+                chunk = await asyncio.to_thread(source.read, TRANSFER_CHUNK_BYTES)  # type: ignore[union-attr]
+                if not chunk:
+                    return
+                yield bytes(chunk)
+        elif hasattr(source, "__aiter__"):
+            async for chunk in source:  # type: ignore[union-attr]
+                yield bytes(chunk)
+        else:
+            for chunk in source:  # type: ignore[union-attr]
+                yield bytes(chunk)
+
+    async for chunk in chunks():
+        held += chunk
+        while len(held) >= TRANSFER_CHUNK_BYTES:
+            yield bytes(held[:TRANSFER_CHUNK_BYTES])
+            del held[:TRANSFER_CHUNK_BYTES]
+    if held:
+        yield bytes(held)
+
+
+async def upload_archive(
+    connection: Caller,
+    path: str,
+    source: ArchiveSource,
+    *,
+    overwrite: Optional[bool] = None,
+    on_progress: Optional[ProgressHandler] = None,
+    total_bytes: Optional[int] = None,
+    timeout: Optional[float] = None,
+) -> FsUploadResult:
+    """Streams a tar archive into a sandbox folder in pieces, any total size; progress counts archive bytes."""
+    sent = [0]
+
+    async def counted() -> AsyncIterator[bytes]:
+        async for piece in _pieces_of(source):
+            sent[0] += len(piece)
+            yield piece
+
+    result = await _upload_pieces(connection, path, counted(), overwrite, on_progress, total_bytes, lambda acked: acked, timeout)
+    if on_progress is not None:
+        on_progress(TransferProgress(sent[0], total_bytes if total_bytes is not None else sent[0]))
+    return result
 
 
 async def _upload_pieces(

@@ -18,7 +18,7 @@ from typing import Any, Awaitable, Callable, List
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from warren import Sandbox  # noqa: E402
+from warren import AsyncSandbox  # noqa: E402
 
 MiB = 1024 * 1024
 
@@ -42,7 +42,7 @@ async def main() -> None:
     parser.add_argument("--exec", type=int, default=300)
     parser.add_argument("--io", type=int, default=100)
     args = parser.parse_args()
-    sandbox = await Sandbox.connect(args.sandbox, token=args.token, base_url=args.url)
+    sandbox = await AsyncSandbox.connect(args.sandbox, token=args.token, base_url=args.url)
     try:
         one = os.urandom(MiB)
         execs = await time_it(args.exec, lambda: sandbox.commands.run("true"))

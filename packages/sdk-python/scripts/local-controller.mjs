@@ -6,7 +6,7 @@
 //
 //   node packages/sdk-python/scripts/local-controller.mjs [--docker] [--config JSON]
 //   {"url":"http://127.0.0.1:40123","apiKey":"wk_test_...","root":"/tmp/warren-local-.../workspace","engine":"local"}
-import { rmSync } from 'node:fs';
+import { mkdirSync, rmSync, symlinkSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -14,7 +14,7 @@ import { build } from 'esbuild';
 
 const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 // Inside the controller package, so the bundle's third-party imports resolve from its node_modules.
-const outfile = path.join(repo, 'packages', 'controller', 'node_modules', '.warren-test', `local-controller-python-${process.pid}.mjs`);
+const outfile = path.join(repo, 'packages', 'controller', 'node_modules', '.warren-test', `python-${process.pid}`, 'local-controller.mjs');
 const docker = process.argv.includes('--docker');
 await build({
   entryPoints: [path.join(repo, 'test', 'support', docker ? 'fixtures.ts' : 'local-controller.ts')],
@@ -38,10 +38,19 @@ await build({
   ],
   logLevel: 'warning',
 });
+// The in-process daemons find the code interpreter's programs at '../runtimes/' from their module,
+// which is now this bundle: a link there names the agent's own (one link, the same for every run).
+const runtimes = path.join(path.dirname(outfile), '..', 'runtimes');
+mkdirSync(path.dirname(runtimes), { recursive: true });
+try {
+  symlinkSync(path.join(repo, 'packages', 'agent', 'src', 'runtimes'), runtimes);
+} catch (err) {
+  if (err.code !== 'EEXIST') throw err;
+}
 // The bundle's own folder is not the controller's: name the agent bundle `pnpm build` made.
 process.env.WARREN_AGENT_BUNDLE ??= path.join(repo, 'packages', 'agent', 'dist', 'warren-agent.mjs');
 // Kept until exit: modules the bundle loads later (node-pty, on the first terminal) resolve from its place.
-process.once('exit', () => rmSync(outfile, { force: true }));
+process.once('exit', () => rmSync(path.dirname(outfile), { force: true, recursive: true }));
 const support = await import(outfile);
 // --config JSON: controller settings merged over the test defaults (the images tests name their registry).
 const configAt = process.argv.indexOf('--config');

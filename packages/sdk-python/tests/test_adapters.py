@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from warren import Sandbox
+from warren import AsyncSandbox
 from warren.tools import TOOL_SETS, builtin_tools
 from warren.tools.adapters import dispatch_anthropic_tool_use, dispatch_openai_tool_call, to_anthropic_tools, to_mcp_tools, to_openai_tools
 
@@ -48,7 +48,7 @@ async def test_openai_calls_with_arguments_that_are_not_json_answer_with_an_erro
 
 
 async def test_the_mcp_server_answers_the_reference_mcp_client(controller: Any) -> None:
-    async with Sandbox.create(base_url=controller.url, api_key=controller.api_key, policy={"root": controller.root}) as sandbox:
+    async with AsyncSandbox.create(base_url=controller.url, api_key=controller.api_key, policy={"root": controller.root}) as sandbox:
         server_args = ["--sandbox", sandbox.id, "--token", sandbox.token, "--url", controller.url, "--toolset", "builtin"]
         calls = [
             {"name": "write_file", "arguments": {"path": "mcp-py/a.txt", "content": "hi\n"}},
@@ -95,7 +95,7 @@ async def test_the_mcp_server_creates_a_sandbox_without_sandbox_and_removes_it_w
     answer = json.loads(out.decode().strip().splitlines()[-1])
     assert answer["results"] == [{"content": [{"type": "text", "text": "made\n"}]}]
     for _ in range(50):  # the server removes its sandbox as the client closes its stdin
-        left = await Sandbox.list(labels={"test": label}, base_url=controller.url, api_key=controller.api_key)
+        left = await AsyncSandbox.list(labels={"test": label}, base_url=controller.url, api_key=controller.api_key)
         if all(s.state == "gone" for s in left):
             break
         await asyncio.sleep(0.2)

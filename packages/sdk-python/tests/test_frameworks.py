@@ -20,7 +20,7 @@ from typing import Any, Awaitable, Callable, Dict, Iterator, List, Optional
 
 import pytest
 
-from warren import FrameworkNotInstalledError, NotSupportedError, Sandbox
+from warren import FrameworkNotInstalledError, NotSupportedError, AsyncSandbox
 from warren.tools import TOOL_SETS, builtin_tools, run_tool_call
 from warren.tools.frameworks import to_langchain_tools, to_openai_agents_tools
 
@@ -135,7 +135,7 @@ def test_both_carry_the_typescript_names_descriptions_and_schemas(stand_ins: Non
 
 
 async def test_calls_answer_the_python_tool_sets_texts_on_a_real_sandbox(controller: Any, stand_ins: None) -> None:
-    async with Sandbox.create(base_url=controller.url, api_key=controller.api_key, policy={"root": controller.root}) as sandbox:
+    async with AsyncSandbox.create(base_url=controller.url, api_key=controller.api_key, policy={"root": controller.root}) as sandbox:
         tools = builtin_tools(sandbox)
         agents_tools = {t.name: t for t in to_openai_agents_tools(tools)}
         lc_tools = {t.name: t for t in to_langchain_tools(tools)}

@@ -12,12 +12,15 @@ import io
 import json
 import struct
 import tarfile
+import time
+from types import SimpleNamespace
 from typing import Any, Awaitable, Callable, Dict, List, Optional
 
 import pytest
 import websockets
 
 from warren import (
+    AlreadyExistsError,
     Connection,
     FrameTooLargeError,
     InternalError,
@@ -31,6 +34,7 @@ from warren import (
     check_archive,
 )
 from warren._protocol import MAX_FRAME_BYTES, MAX_HEADER_BYTES, PROTOCOL_MINOR
+from warren import transfer
 from warren.files import Files
 from warren.frame import decode_frame, encode_frame, frame_request_id
 
@@ -338,8 +342,15 @@ def test_well_formed_archives_pass_with_clean_names() -> None:
 
 async def test_download_checks_what_the_sandbox_sends_and_download_to_writes_nothing(tmp_path: Any) -> None:
     async def script(ws: Any, req: Dict[str, Any], _seen: Any) -> None:
-        archive = HOSTILE_ARCHIVES["a symbolic link that leaves"]
-        await ws.send(encode_frame({"type": "res", "id": req["id"], "result": {"path": "/x", "files": 0, "directories": 0, "symlinks": 1, "bytes": len(archive), "skipped": []}}, archive))
+        archive = tar_of(entry("ok.txt", size=3), entry("link", tarfile.SYMTYPE, linkname="../../etc"), data=b"abc")
+        result = {"path": "/x", "files": 1, "directories": 0, "symlinks": 1, "bytes": len(archive), "skipped": []}
+        if req["method"] == "fs.downloadStream":  # download_to streams: a good entry first, then the hostile one
+            await ws.send(encode_frame({"type": "evt", "id": req["id"], "event": "start", "data": {"totalBytes": 3}}))
+            for at in range(0, len(archive), 1024):
+                await ws.send(encode_frame({"type": "evt", "id": req["id"], "event": "data", "data": {"offset": at}}, archive[at : at + 1024]))
+            await ws.send(encode_frame({"type": "res", "id": req["id"], "result": result}))
+        else:
+            await ws.send(encode_frame({"type": "res", "id": req["id"], "result": result}, archive))
 
     async with Server(script) as url:
         conn = await Connection.open(url, "t")
@@ -347,9 +358,10 @@ async def test_download_checks_what_the_sandbox_sends_and_download_to_writes_not
             files = Files(lambda: conn)
             with pytest.raises(InvalidParamsError, match="leaves the archive folder"):
                 await files.download("x")
-            with pytest.raises(InvalidParamsError):
+            with pytest.raises(InvalidParamsError, match="leaves the archive folder"):
                 await files.download_to("x", str(tmp_path / "out"))
-            assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+            # The good entry written before the hostile one arrived is removed with the folder it made.
+            assert not (tmp_path / "out").exists()
         finally:
             await conn.close()
 
@@ -391,3 +403,55 @@ async def test_approval_requests_are_answered_by_the_handler_and_denied_without_
             assert answers == [False, True, False]
         finally:
             await conn.close()
+
+
+class _SlowSink(transfer._Sink):
+    """A local disk slower than the sandbox sends: the queues fill, then the second entry is refused."""
+
+    def __init__(self) -> None:
+        self.entries = 0
+        self.undone = False
+
+    def entry(self, name: str, kind: str, mode: int, linkname: Optional[str]) -> None:
+        self.entries += 1
+        if self.entries == 2:
+            raise AlreadyExistsError(f"Refusing to extract '{name}': a file exists there.")
+
+    def data(self, data: bytes) -> None:
+        time.sleep(0.005)
+
+    def end(self) -> None:
+        pass
+
+    def undo(self) -> None:
+        self.undone = True
+
+
+class _StreamingPeer:
+    """Answers fs.downloadStream at once with every piece of ``archive`` (no backpressure of its own)."""
+
+    def __init__(self, archive: bytes) -> None:
+        self.archive = archive
+
+    async def call(self, method: str, params: Any, *, payload: Any = None, on_event: Any = None, timeout: Any = None) -> Any:
+        assert method == "fs.downloadStream" and on_event is not None
+        on_event("start", SimpleNamespace(total_bytes=len(self.archive)), None)
+        for at in range(0, len(self.archive), 64 * 1024):
+            on_event("data", SimpleNamespace(offset=at), self.archive[at : at + 64 * 1024])
+            await asyncio.sleep(0)
+        return SimpleNamespace(bytes=len(self.archive)), None
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+async def test_a_download_refused_while_its_queues_are_full_fails_instead_of_waiting_forever() -> None:
+    first = b"x" * (8 * 1024 * 1024)
+    archive = tar_of(entry("big.bin", size=len(first)), entry("second.txt", size=len(first)), data=first)
+    sink = _SlowSink()
+    with pytest.raises(AlreadyExistsError, match="second.txt"):
+        await asyncio.wait_for(transfer._stream_download(_StreamingPeer(archive), "x", sink, max_bytes=None, on_progress=None, timeout=None), 60)
+    assert sink.undone

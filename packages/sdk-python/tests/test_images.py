@@ -29,13 +29,13 @@ from warren import (
     ConflictError,
     ImageNotAllowedError,
     ImagePullFailedError,
-    Images,
+    AsyncImages,
     InvalidParamsError,
-    Sandbox,
+    AsyncSandbox,
     UnsupportedFileTypeError,
     pack_build_context,
 )
-from warren import sync as warren_sync
+import warren
 
 RUN = secrets.token_hex(4)
 REGISTRY_BIN = "/usr/bin/docker-registry"
@@ -128,7 +128,7 @@ async def test_build_refuses_a_bad_context_before_sending_anything(tmp_path: Pat
     (tmp_path / "Dockerfile").write_text("FROM scratch\n")
     os.symlink("/etc", tmp_path / "etc")
     with pytest.raises(InvalidParamsError, match="outside the context folder"):
-        await Images(base_url="http://127.0.0.1:9", api_key="wk_x").build(tmp_path, tag="x:1")
+        await AsyncImages(base_url="http://127.0.0.1:9", api_key="wk_x").build(tmp_path, tag="x:1")
 
 
 # ---- the NDJSON answer, from a scripted server (what the controller's side may send) ---------------
@@ -192,7 +192,7 @@ async def test_a_pull_answer_skips_unknown_lines_and_ends_at_done() -> None:
     ]
     with Scripted(200, lines) as server:
         seen: List[str] = []
-        pulled = await Images(base_url=server.url, api_key="wk_test").pull("reg/x:1", on_progress=lambda e: seen.append(e.status))
+        pulled = await AsyncImages(base_url=server.url, api_key="wk_test").pull("reg/x:1", on_progress=lambda e: seen.append(e.status))
         assert pulled.image == "reg/x:1"
         assert seen == ["Downloading", "Pull complete"]
         request = server.requests[0]
@@ -208,18 +208,18 @@ async def test_an_error_line_is_its_error_class_and_an_answer_without_done_is_up
     with Scripted(200, [b'{"type":"output","text":"Step 1/2"}\n', failed]) as server:
         output: List[str] = []
         with pytest.raises(BuildFailedError) as err:
-            await Images(base_url=server.url, api_key="k").build(tmp_path, tag="t:1", on_output=output.append)
+            await AsyncImages(base_url=server.url, api_key="k").build(tmp_path, tag="t:1", on_output=output.append)
         assert err.value.details == {"output": "boom"} and output == ["Step 1/2"]
         assert server.requests[0]["path"] == "/v1/images/build?tag=t%3A1&dockerfile=Dockerfile"
         assert server.requests[0]["type"] == "application/x-tar"
         assert sorted(members(server.requests[0]["body"])) == ["Dockerfile"]
     with Scripted(200, [b'{"type":"progress","status":"Waiting"}\n']) as server:
         with pytest.raises(UpstreamUnavailableError, match="ended before it said done"):
-            await Images(base_url=server.url, api_key="k").pull("reg/x:1")
+            await AsyncImages(base_url=server.url, api_key="k").pull("reg/x:1")
     refused = b'{"error":{"code":"IMAGE_NOT_ALLOWED","message":"not allowed","suggestion":"s"}}'
     with Scripted(403, [refused]) as server:
         with pytest.raises(ImageNotAllowedError, match="not allowed"):
-            await Images(base_url=server.url, api_key="k").pull("reg/x:1")
+            await AsyncImages(base_url=server.url, api_key="k").pull("reg/x:1")
 
 
 async def test_an_oversized_line_is_refused() -> None:
@@ -228,7 +228,7 @@ async def test_an_oversized_line_is_refused() -> None:
 
     with Scripted(200, [b'{"type":"output","text":"' + b"x" * (MAX_EVENT_LINE_BYTES + 10) + b'"}\n']) as server:
         with pytest.raises(InternalError, match="a line over"):
-            await Images(base_url=server.url, api_key="k").pull("reg/x:1")
+            await AsyncImages(base_url=server.url, api_key="k").pull("reg/x:1")
 
 
 async def test_cancelling_a_pull_closes_its_connection() -> None:
@@ -236,7 +236,7 @@ async def test_cancelling_a_pull_closes_its_connection() -> None:
 
     with Scripted(200, [b'{"type":"progress","status":"Downloading"}\n'], hold=True) as server:
         seen: List[str] = []
-        task = asyncio.ensure_future(Images(base_url=server.url, api_key="k").pull("reg/x:1", on_progress=lambda e: seen.append(e.status)))
+        task = asyncio.ensure_future(AsyncImages(base_url=server.url, api_key="k").pull("reg/x:1", on_progress=lambda e: seen.append(e.status)))
         for _ in range(200):
             if seen:
                 break
@@ -377,7 +377,7 @@ async def test_pull_streams_the_layer_progress_of_a_real_download(registry: str,
     random_image(image, 2 * 1024 * 1024)
     publish(registry, image, image)
     events: List[Any] = []
-    images = Images(base_url=images_controller.url, api_key=images_controller.api_key)
+    images = AsyncImages(base_url=images_controller.url, api_key=images_controller.api_key)
     pulled = await images.pull(image, on_progress=events.append)
     assert pulled.image == image
     statuses = [e.status for e in events]
@@ -390,7 +390,7 @@ async def test_create_with_pull_progress_pulls_then_runs_the_sandbox(registry: s
     image = f"{registry}/warren-e2e/shell-py:{RUN}"
     publish(registry, base_image(), image)
     seen: List[str] = []
-    async with Sandbox.create(
+    async with AsyncSandbox.create(
         base_url=images_controller.url, api_key=images_controller.api_key, image=image, on_pull_progress=lambda e: seen.append(e.status)
     ) as sandbox:
         result = await sandbox.commands.run(["sh", "-c", "echo pulled"])
@@ -401,7 +401,7 @@ async def test_create_with_pull_progress_pulls_then_runs_the_sandbox(registry: s
 
 
 async def test_pull_refuses_a_registry_that_is_not_allowed_and_reports_a_missing_image(registry: str, images_controller: Controller) -> None:
-    images = Images(base_url=images_controller.url, api_key=images_controller.api_key)
+    images = AsyncImages(base_url=images_controller.url, api_key=images_controller.api_key)
     for image in [f"{registry}/other/x:1", f"{registry}/warren-e2e-evil/x:1"]:
         with pytest.raises(ImageNotAllowedError):
             await images.pull(image)
@@ -427,14 +427,14 @@ async def test_build_streams_output_then_a_sandbox_runs_the_template_and_it_is_l
     os.symlink("hello.txt", context / "files" / "link.txt")
     output: List[str] = []
     tag = f"{PREFIX}tmpl:{RUN}"
-    images = Images(base_url=images_controller.url, api_key=images_controller.api_key)
+    images = AsyncImages(base_url=images_controller.url, api_key=images_controller.api_key)
     built = await images.build(context, tag=tag, dockerfile="docker/Dockerfile", on_output=output.append)
     assert built.image == tag and built.id is not None and built.id.startswith("sha256:")
     text = "".join(output)
     assert "Step 1/" in text and "step-ran-offline" in text
     assert text.count("hello from the python context") >= 2  # the file and the link to it
     assert any(tag in i.tags for i in await images.list())
-    async with Sandbox.create(base_url=images_controller.url, api_key=images_controller.api_key, image=tag) as sandbox:
+    async with AsyncSandbox.create(base_url=images_controller.url, api_key=images_controller.api_key, image=tag) as sandbox:
         result = await sandbox.commands.run(["cat", "/opt/template/hello.txt"])
         assert (result.exit_code, result.stdout) == (0, "hello from the python context\n")
     await images.remove(tag)
@@ -445,13 +445,13 @@ async def test_a_failing_step_is_build_failed_with_the_output_and_leaves_no_imag
     (tmp_path / "Dockerfile").write_text(f"FROM {base_image()}\nRUN echo about-to-fail-py && exit 3\n")
     tag = f"{PREFIX}broken:{RUN}"
     with pytest.raises(BuildFailedError) as err:
-        await Images(base_url=images_controller.url, api_key=images_controller.api_key).build(tmp_path, tag=tag)
+        await AsyncImages(base_url=images_controller.url, api_key=images_controller.api_key).build(tmp_path, tag=tag)
     assert "about-to-fail-py" in (err.value.details or {}).get("output", "")
     assert not image_present(tag)
 
 
 async def test_build_refuses_a_base_image_not_allowed_and_a_name_warren_did_not_build(tmp_path: Path, images_controller: Controller) -> None:
-    images = Images(base_url=images_controller.url, api_key=images_controller.api_key)
+    images = AsyncImages(base_url=images_controller.url, api_key=images_controller.api_key)
     (tmp_path / "Dockerfile").write_text("FROM localhost:5999/not-allowed/base:1\nRUN true\n")
     with pytest.raises(ImageNotAllowedError):
         await images.build(tmp_path, tag=f"{PREFIX}x:{RUN}")
@@ -465,7 +465,7 @@ def test_the_sync_twin_builds_lists_and_removes(tmp_path: Path, images_controlle
     (tmp_path / "Dockerfile").write_text(f"FROM {base_image()}\nCOPY note /note\nRUN cat /note\n")
     (tmp_path / "note").write_text(f"sync build {secrets.token_hex(8)}\n")
     tag = f"{PREFIX}sync:{RUN}"
-    images = warren_sync.Images(base_url=images_controller.url, api_key=images_controller.api_key)
+    images = warren.Images(base_url=images_controller.url, api_key=images_controller.api_key)
     output: List[str] = []
     built = images.build(str(tmp_path), tag=tag, on_output=output.append)
     assert built.image == tag

@@ -28,14 +28,14 @@ from warren import (
     ForbiddenError,
     ConnectionClosedError,
     ReconnectOptions,
-    Sandbox,
+    AsyncSandbox,
     SandboxNotFoundError,
     SandboxNotReadyError,
     StaleAnchorError,
     UnauthorizedError,
     InvalidParamsError,
 )
-from warren.sync import Sandbox as SyncSandbox
+from warren import Sandbox as SyncSandbox
 
 pytestmark = pytest.mark.controller
 
@@ -51,10 +51,10 @@ def unique() -> str:
 
 async def test_lifecycle_create_list_info_keepalive_timeout_connect_and_kill(controller: Any) -> None:
     label = unique()
-    sandbox = await Sandbox.create(**opts(controller, labels={"test": label}))
+    sandbox = await AsyncSandbox.create(**opts(controller, labels={"test": label}))
     try:
         assert sandbox.startup is not None and sandbox.protocol.version == 1
-        listed = await Sandbox.list(base_url=controller.url, api_key=controller.api_key, labels={"test": label})
+        listed = await AsyncSandbox.list(base_url=controller.url, api_key=controller.api_key, labels={"test": label})
         assert [s.id for s in listed] == [sandbox.id]
         info = await sandbox.info()
         assert info.state == "running" and info.labels == {"test": label}
@@ -74,23 +74,23 @@ async def test_lifecycle_create_list_info_keepalive_timeout_connect_and_kill(con
         assert [e.method for e in everything][: len(page.entries)] == [e.method for e in page.entries]
 
         # Another handle, with the sandbox's own token: closing it leaves the sandbox running.
-        async with await Sandbox.connect(sandbox.id, token=sandbox.token, base_url=controller.url) as again:
+        async with await AsyncSandbox.connect(sandbox.id, token=sandbox.token, base_url=controller.url) as again:
             assert (await again.commands.run("echo again")).stdout == "again\n"
         assert (await sandbox.info()).state == "running"
     finally:
         await sandbox.kill()
     with pytest.raises(SandboxNotFoundError):
-        await Sandbox.connect(sandbox.id, base_url=controller.url, api_key=controller.api_key)
+        await AsyncSandbox.connect(sandbox.id, base_url=controller.url, api_key=controller.api_key)
 
 
 async def test_connect_resumes_a_paused_sandbox_as_e2b_does_unless_asked_not_to(controller: Any) -> None:
-    async with Sandbox.create(**opts(controller)) as sandbox:
+    async with AsyncSandbox.create(**opts(controller)) as sandbox:
         background = await sandbox.commands.start("sleep 600")
         assert (await sandbox.pause()).state == "paused"
         with pytest.raises(SandboxNotReadyError):
-            await Sandbox.connect(sandbox.id, token=sandbox.token, base_url=controller.url, resume=False)
+            await AsyncSandbox.connect(sandbox.id, token=sandbox.token, base_url=controller.url, resume=False)
         assert (await sandbox.info()).state == "paused"
-        async with await Sandbox.connect(sandbox.id, token=sandbox.token, base_url=controller.url) as again:
+        async with await AsyncSandbox.connect(sandbox.id, token=sandbox.token, base_url=controller.url) as again:
             assert (await sandbox.info()).state == "running"
             assert (await again.commands.run(f"kill -0 {background.pid} && echo alive")).stdout == "alive\n"
         await background.kill()
@@ -98,17 +98,17 @@ async def test_connect_resumes_a_paused_sandbox_as_e2b_does_unless_asked_not_to(
 
 async def test_kill_and_get_info_by_id_without_a_connection_as_in_e2b(controller: Any) -> None:
     key = {"base_url": controller.url, "api_key": controller.api_key}
-    sandbox = await Sandbox.create(**opts(controller))
+    sandbox = await AsyncSandbox.create(**opts(controller))
     try:
-        assert (await Sandbox.get_info(sandbox.id, token=sandbox.token, base_url=controller.url)).id == sandbox.id
+        assert (await AsyncSandbox.get_info(sandbox.id, token=sandbox.token, base_url=controller.url)).id == sandbox.id
         assert (await sandbox.get_info()).state == "running"
         asked = time.time()
-        moved = await Sandbox.set_timeout(sandbox.id, 120, **key)  # seconds, as in E2B's Python SDK
+        moved = await AsyncSandbox.set_timeout(sandbox.id, 120, **key)  # seconds, as in E2B's Python SDK
         assert 119 <= datetime.fromisoformat(moved.expires_at.replace("Z", "+00:00")).timestamp() - asked <= 125
-        assert await Sandbox.kill(sandbox.id, **key) is True
-        assert await Sandbox.kill(sandbox.id, **key) is False
+        assert await AsyncSandbox.kill(sandbox.id, **key) is True
+        assert await AsyncSandbox.kill(sandbox.id, **key) is False
         with pytest.raises(SandboxNotFoundError):
-            await Sandbox.get_info(sandbox.id, **key)
+            await AsyncSandbox.get_info(sandbox.id, **key)
     finally:
         await sandbox.close()
 
@@ -128,26 +128,26 @@ def test_the_sync_twin_kills_and_describes_by_id_and_by_handle(controller: Any) 
 
 
 async def test_async_with_create_kills_the_sandbox_at_the_end(controller: Any) -> None:
-    async with Sandbox.create(**opts(controller)) as sandbox:
+    async with AsyncSandbox.create(**opts(controller)) as sandbox:
         ident = sandbox.id
         assert await sandbox.files.exists(".")
-    remaining = await Sandbox.list(base_url=controller.url, api_key=controller.api_key)
+    remaining = await AsyncSandbox.list(base_url=controller.url, api_key=controller.api_key)
     assert ident not in [s.id for s in remaining]
 
 
 async def test_a_wrong_api_key_is_refused_with_unauthorized(controller: Any) -> None:
     with pytest.raises(UnauthorizedError) as caught:
-        await Sandbox.create(base_url=controller.url, api_key="wk_wrong", policy={"root": controller.root})
+        await AsyncSandbox.create(base_url=controller.url, api_key="wk_wrong", policy={"root": controller.root})
     assert caught.value.code == "UNAUTHORIZED" and caught.value.suggestion
 
 
 async def test_create_options_are_checked_before_anything_is_sent(controller: Any) -> None:
     with pytest.raises(InvalidParamsError, match="ttl_seconds|ttlSeconds"):
-        await Sandbox.create(base_url=controller.url, api_key=controller.api_key, ttl_seconds="soon")
+        await AsyncSandbox.create(base_url=controller.url, api_key=controller.api_key, ttl_seconds="soon")
 
 
 async def test_files_every_read_write_edit_list_and_search_operation(controller: Any) -> None:
-    async with Sandbox.create(**opts(controller)) as sandbox:
+    async with AsyncSandbox.create(**opts(controller)) as sandbox:
         files = sandbox.files
         d = unique()
         text = "l1\nl2 é\nl3 😀\nl4\n"
@@ -212,7 +212,7 @@ async def test_files_every_read_write_edit_list_and_search_operation(controller:
 
 
 async def test_files_upload_and_download_round_trip_and_extract_locally(controller: Any, tmp_path: Path) -> None:
-    async with Sandbox.create(**opts(controller)) as sandbox:
+    async with AsyncSandbox.create(**opts(controller)) as sandbox:
         d = unique()
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -235,7 +235,7 @@ async def test_files_upload_and_download_round_trip_and_extract_locally(controll
 
 
 async def test_large_write_and_read_in_pieces(controller: Any) -> None:
-    async with Sandbox.create(**opts(controller)) as sandbox:
+    async with AsyncSandbox.create(**opts(controller)) as sandbox:
         d = unique()
         data = secrets.token_bytes(20 * 1024 * 1024)
         written = await sandbox.files.write(f"{d}/big.bin", data, hash=True)
@@ -247,7 +247,7 @@ async def test_large_write_and_read_in_pieces(controller: Any) -> None:
 
 
 async def test_exec_run_stream_stdin_timeout_and_cancel(controller: Any) -> None:
-    async with Sandbox.create(**opts(controller)) as sandbox:
+    async with AsyncSandbox.create(**opts(controller)) as sandbox:
         result = await sandbox.commands.run("echo out; echo err >&2; exit 3")
         assert (result.exit_code, result.stdout, result.stderr, result.truncated) == (3, "out\n", "err\n", False)
         assert (await sandbox.commands.run(["printf", "%s", "a b"])).stdout == "a b"
@@ -283,7 +283,7 @@ async def test_exec_run_stream_stdin_timeout_and_cancel(controller: Any) -> None
 
 
 async def test_background_process_stdin_attach_reattach_and_kill(controller: Any) -> None:
-    async with Sandbox.create(**opts(controller)) as sandbox:
+    async with AsyncSandbox.create(**opts(controller)) as sandbox:
         proc = await sandbox.commands.start("cat", keep_stdin_open=True, tag="echoer")
         assert proc.info.running and proc.info.tag == "echoer"
         assert await proc.write("hello\n") == 6
@@ -296,7 +296,7 @@ async def test_background_process_stdin_attach_reattach_and_kill(controller: Any
 
         # Another connection reattaches by handle and replays what is still buffered.
         server = await sandbox.commands.start("for i in 1 2 3; do echo line$i; sleep 0.1; done; sleep 30")
-        again = await Sandbox.connect(sandbox.id, token=sandbox.token, base_url=controller.url)
+        again = await AsyncSandbox.connect(sandbox.id, token=sandbox.token, base_url=controller.url)
         try:
             handle = await again.commands.connect(server.handle)
             collected = b""
@@ -316,7 +316,7 @@ async def test_background_process_stdin_attach_reattach_and_kill(controller: Any
 
 
 async def test_shell_session_keeps_state(controller: Any) -> None:
-    async with Sandbox.create(**opts(controller)) as sandbox:
+    async with AsyncSandbox.create(**opts(controller)) as sandbox:
         shell = await sandbox.commands.shell(unique())
         await shell.run("export MODE=test; cd /tmp")
         result = await shell.run("pwd; echo $MODE")
@@ -325,7 +325,7 @@ async def test_shell_session_keeps_state(controller: Any) -> None:
 
 
 async def test_pty_runs_an_interactive_shell_and_resizes(controller: Any) -> None:
-    async with Sandbox.create(**opts(controller)) as sandbox:
+    async with AsyncSandbox.create(**opts(controller)) as sandbox:
         term = await sandbox.pty.create(80, 24, cmd=["/bin/sh"])
         assert term.pid > 0
         await term.resize(100, 30)
@@ -339,7 +339,7 @@ async def test_pty_runs_an_interactive_shell_and_resizes(controller: Any) -> Non
 
 
 async def test_derived_tokens_narrow_and_never_widen(controller: Any) -> None:
-    async with Sandbox.create(**opts(controller)) as sandbox:
+    async with AsyncSandbox.create(**opts(controller)) as sandbox:
         d = unique()
         await sandbox.files.write(f"{d}/docs/a.md", "# doc\n")
         reader = await sandbox.derive(allow_read=[f"{controller.root}/{d}/docs"], readonly=True)
@@ -365,13 +365,13 @@ def test_the_sync_wrapper_drives_the_same_calls_without_await(controller: Any) -
     assert ident not in [s.id for s in SyncSandbox.list(base_url=controller.url, api_key=controller.api_key)]
 
 
-def drop(sandbox: Sandbox) -> None:
+def drop(sandbox: AsyncSandbox) -> None:
     """Cuts the sandbox handle's socket, as a network blip or a controller restart would."""
     sandbox._connection._current._ws.transport.abort()
 
 
 async def test_a_dropped_connection_comes_back_by_itself(controller: Any) -> None:
-    async with Sandbox.create(**opts(controller, reconnect=ReconnectOptions(base_delay=0.01))) as sandbox:
+    async with AsyncSandbox.create(**opts(controller, reconnect=ReconnectOptions(base_delay=0.01))) as sandbox:
         d = unique()
         await sandbox.files.write(f"{d}/a.txt", "kept\n")
         drop(sandbox)

@@ -13,13 +13,13 @@ from warren import (
     ConflictError,
     SandboxNotFoundError,
     InvalidParamsError,
-    Sandbox,
+    AsyncSandbox,
     SnapshotNotFoundError,
-    Snapshots,
-    Volumes,
+    AsyncSnapshots,
+    AsyncVolumes,
     WarrenError,
 )
-from warren import sync as warren_sync
+import warren
 from warren.rest import RestClient
 
 pytestmark = pytest.mark.controller
@@ -40,9 +40,9 @@ def unique() -> str:
 
 
 async def test_snapshot_list_get_create_from_it_delete_and_prune(controller: Any) -> None:
-    snapshots = Snapshots(base_url=controller.url, api_key=controller.api_key)
+    snapshots = AsyncSnapshots(base_url=controller.url, api_key=controller.api_key)
     name = unique()
-    async with Sandbox.create(**opts(controller, memory_mb=300, labels={"suite": "py-state"})) as sandbox:
+    async with AsyncSandbox.create(**opts(controller, memory_mb=300, labels={"suite": "py-state"})) as sandbox:
         await sandbox.files.write("/workspace/src/a.txt", "v1")
         await sandbox.commands.start("sleep 600")
         snap = await sandbox.snapshot(name=name, labels={"step": "one"})
@@ -56,7 +56,7 @@ async def test_snapshot_list_get_create_from_it_delete_and_prune(controller: Any
         assert (await snapshots.get(name)).id == snap.id
         assert (await snapshots.get(snap.id)).name == name
 
-        async with Sandbox.create(**opts(controller, snapshot=name)) as child:
+        async with AsyncSandbox.create(**opts(controller, snapshot=name)) as child:
             assert await child.files.read("/workspace/src/a.txt") == "v1"
             info = await child.info()
             assert info.settings.memory_mb == 300 and info.labels == {"suite": "py-state"}
@@ -66,8 +66,8 @@ async def test_snapshot_list_get_create_from_it_delete_and_prune(controller: Any
         # Bad names and misspelt options are refused before anything is made.
         with pytest.raises(InvalidParamsError):
             await sandbox.snapshot(name="../etc")
-        with pytest.raises(InvalidParamsError):
-            await sandbox.snapshot(nmae="typo")
+        with pytest.raises(TypeError, match="nmae"):
+            await sandbox.snapshot(nmae="typo")  # type: ignore[call-arg]
         other = await sandbox.snapshot(labels={"prune": name})
     await snapshots.delete(name)
     with pytest.raises(SnapshotNotFoundError):
@@ -78,14 +78,14 @@ async def test_snapshot_list_get_create_from_it_delete_and_prune(controller: Any
 
 
 async def test_another_key_cannot_see_a_snapshot(controller: Any) -> None:
-    async with Sandbox.create(**opts(controller)) as sandbox:
+    async with AsyncSandbox.create(**opts(controller)) as sandbox:
         snap = await sandbox.snapshot()
         try:
             # A sandbox token is not an API key: it cannot list the key's snapshots.
             with pytest.raises(WarrenError):
-                await Snapshots(base_url=controller.url, api_key=sandbox.token).get(snap.id)
+                await AsyncSnapshots(base_url=controller.url, api_key=sandbox.token).get(snap.id)
         finally:
-            await Snapshots(base_url=controller.url, api_key=controller.api_key).delete(snap.id)
+            await AsyncSnapshots(base_url=controller.url, api_key=controller.api_key).delete(snap.id)
 
 
 async def test_a_member_key_sees_its_own_tenant_only(controller: Any) -> None:
@@ -93,11 +93,11 @@ async def test_a_member_key_sees_its_own_tenant_only(controller: Any) -> None:
     acme = await rest.create_key({"tenant": "acme-py", "role": "member"})
     bravo = await rest.create_key({"tenant": "bravo-py", "role": "member"})
     try:
-        async with Sandbox.create(base_url=controller.url, api_key=acme.key) as sandbox:
+        async with AsyncSandbox.create(base_url=controller.url, api_key=acme.key) as sandbox:
             # Another tenant's sandbox is not found, exactly as one that does not exist.
             with pytest.raises(SandboxNotFoundError):
-                await Sandbox.connect(sandbox.id, base_url=controller.url, api_key=bravo.key)
-            assert sandbox.id not in [s.id for s in await Sandbox.list(base_url=controller.url, api_key=bravo.key)]
+                await AsyncSandbox.connect(sandbox.id, base_url=controller.url, api_key=bravo.key)
+            assert sandbox.id not in [s.id for s in await AsyncSandbox.list(base_url=controller.url, api_key=bravo.key)]
             assert (await RestClient(controller.url, acme.key).tenant()).usage.sandboxes == 1
             # The sandbox's own token rotated: the old one is refused, the new one works.
             old = sandbox.token
@@ -115,7 +115,7 @@ async def test_a_member_key_sees_its_own_tenant_only(controller: Any) -> None:
 
 
 async def test_fork_makes_independent_sandboxes_that_the_handles_own(controller: Any) -> None:
-    async with Sandbox.create(**opts(controller)) as parent:
+    async with AsyncSandbox.create(**opts(controller)) as parent:
         await parent.files.write("/workspace/f.txt", "parent")
         forks = await parent.fork(count=2, labels={"fork": "yes"})
         assert len(forks) == 2 and len({f.id for f in forks} | {parent.id}) == 3
@@ -127,14 +127,14 @@ async def test_fork_makes_independent_sandboxes_that_the_handles_own(controller:
             assert await parent.files.read("/workspace/f.txt") == "parent"
             assert (await a.info()).labels == {"fork": "yes"}
         # Leaving `async with` killed them.
-        ids = [s.id for s in await Sandbox.list(base_url=controller.url, api_key=controller.api_key)]
+        ids = [s.id for s in await AsyncSandbox.list(base_url=controller.url, api_key=controller.api_key)]
         assert a.id not in ids and b.id not in ids
         with pytest.raises(InvalidParamsError):
             await parent.fork(count=0)
 
 
 async def test_hibernate_then_the_next_call_wakes_it_with_its_files(controller: Any) -> None:
-    async with Sandbox.create(**opts(controller)) as sandbox:
+    async with AsyncSandbox.create(**opts(controller)) as sandbox:
         await sandbox.files.write("/workspace/notes.md", "kept")
         info = await sandbox.hibernate()
         assert info.state == "hibernated"
@@ -145,17 +145,17 @@ async def test_hibernate_then_the_next_call_wakes_it_with_its_files(controller: 
 
 
 async def test_volumes_outlive_their_sandboxes_and_are_deleted_only_when_unused(controller: Any) -> None:
-    volumes = Volumes(base_url=controller.url, api_key=controller.api_key)
+    volumes = AsyncVolumes(base_url=controller.url, api_key=controller.api_key)
     name = unique()
     made = await volumes.create(name=name, size_mb=32, labels={"suite": "py-state"})
     assert made.name == name and made.sandboxes == []
     try:
-        async with Sandbox.create(**opts(controller, volumes=[{"name": name, "path": "/data"}])) as writer:
+        async with AsyncSandbox.create(**opts(controller, volumes=[{"name": name, "path": "/data"}])) as writer:
             await writer.commands.run("sh -c 'echo shared > /data/x'")
             assert writer.id in (await volumes.get(name)).sandboxes
             with pytest.raises(ConflictError):
                 await volumes.delete(name)
-        async with Sandbox.create(**opts(controller, volumes=[{"name": name, "path": "/data", "readOnly": True}])) as reader:
+        async with AsyncSandbox.create(**opts(controller, volumes=[{"name": name, "path": "/data", "readOnly": True}])) as reader:
             assert (await reader.commands.run("cat /data/x")).stdout == "shared\n"
             assert (await reader.commands.run("sh -c 'echo no > /data/y'")).exit_code != 0
         assert name in [v.name for v in await volumes.list()]
@@ -167,12 +167,12 @@ async def test_volumes_outlive_their_sandboxes_and_are_deleted_only_when_unused(
 
 
 def test_the_sync_twins_snapshot_fork_hibernate_and_volumes(controller: Any) -> None:
-    snapshots = warren_sync.Snapshots(base_url=controller.url, api_key=controller.api_key)
-    volumes = warren_sync.Volumes(base_url=controller.url, api_key=controller.api_key)
+    snapshots = warren.Snapshots(base_url=controller.url, api_key=controller.api_key)
+    volumes = warren.Volumes(base_url=controller.url, api_key=controller.api_key)
     name = unique()
     volumes.create(name=name)
     try:
-        with warren_sync.Sandbox.create(**opts(controller, volumes=[{"name": name, "path": "/data"}])) as sandbox:
+        with warren.Sandbox.create(**opts(controller, volumes=[{"name": name, "path": "/data"}])) as sandbox:
             sandbox.files.write("/workspace/s.txt", "sync")
             snap = sandbox.snapshot(name=name)
             assert snapshots.get(name).id == snap.id
@@ -181,7 +181,7 @@ def test_the_sync_twins_snapshot_fork_hibernate_and_volumes(controller: Any) -> 
                 assert fork.files.read("/workspace/s.txt") == "sync"
             assert sandbox.hibernate().state == "hibernated"
             assert sandbox.files.read("/workspace/s.txt") == "sync"
-        with warren_sync.Sandbox.create(**opts(controller, snapshot=name)) as child:
+        with warren.Sandbox.create(**opts(controller, snapshot=name)) as child:
             assert child.files.read("/workspace/s.txt") == "sync"
         snapshots.delete(name)
         assert name not in [s.name for s in snapshots.list()]

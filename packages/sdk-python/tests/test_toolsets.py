@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, List
 
 import pytest
 
-from warren import Sandbox
+from warren import AsyncSandbox
 from warren.tools import TOOL_SETS, Tool, builtin_tools, codin_tools, filesystem_tools, is_tool_error, partial_read_tools, run_tool_call, toolsmith_tools
 
 FIXTURES = Path(__file__).resolve().parents[3] / "test" / "fixtures" / "toolsets"
@@ -21,7 +21,7 @@ SETS: Dict[str, Callable[[Any], List[Tool]]] = {"builtin": builtin_tools, "codin
 @pytest.mark.parametrize("path", TRANSCRIPTS, ids=[p.name for p in TRANSCRIPTS])
 async def test_transcripts_shared_with_the_typescript_tool_sets(controller: Any, path: Path) -> None:
     transcript = json.loads(path.read_text())
-    async with Sandbox.create(base_url=controller.url, api_key=controller.api_key, policy={"root": controller.root}) as sandbox:
+    async with AsyncSandbox.create(base_url=controller.url, api_key=controller.api_key, policy={"root": controller.root}) as sandbox:
         await sandbox.commands.run(f"rm -rf {transcript['folder']}")  # the local controller's sandboxes share one root
         tools = SETS[transcript["toolSet"]](sandbox)
         for file, content in transcript.get("files", {}).items():
@@ -70,7 +70,7 @@ def test_pytest_summaries_count_and_round_as_the_typescript_ones() -> None:
 
 
 async def test_toolsmith_logs_every_operation(controller: Any) -> None:
-    async with Sandbox.create(base_url=controller.url, api_key=controller.api_key, policy={"root": controller.root}) as sandbox:
+    async with AsyncSandbox.create(base_url=controller.url, api_key=controller.api_key, policy={"root": controller.root}) as sandbox:
         log: List[Dict[str, Any]] = []
         tools = toolsmith_tools(sandbox, on_log=log.append)
         await run_tool_call(tools, "write_file", {"file_path": "./sandbox/tx-log/a.py", "content": "é\n"})

@@ -6,34 +6,19 @@
 
 from typing import TYPE_CHECKING, Any, Dict, List, Literal, Mapping, NamedTuple, Optional, Type, Union
 
-from ._pydantic import BaseModel, Extra, Field, StrictBool, StrictFloat, StrictInt, StrictStr, confloat, conint, conlist, constr
+from ._pydantic import BaseModel, Field, OpenModel, StrictBool, StrictFloat, StrictInt, StrictModel, StrictStr, TolerantModel, confloat, conint, conlist, constr
 
 
-class _Strict(BaseModel):
+class _Strict(StrictModel):
     """What a receiver checks strictly: unknown fields refused, no coercion."""
 
-    class Config:
-        extra = Extra.forbid
-        allow_population_by_field_name = True
-        smart_union = True
 
-
-class _Open(BaseModel):
+class _Open(OpenModel):
     """An input object the schema leaves open: unknown fields are kept."""
 
-    class Config:
-        extra = Extra.allow
-        allow_population_by_field_name = True
-        smart_union = True
 
-
-class _Tolerant(BaseModel):
+class _Tolerant(TolerantModel):
     """An answer: fields a newer server adds are dropped, so it may grow within a major version."""
-
-    class Config:
-        extra = Extra.ignore
-        allow_population_by_field_name = True
-        smart_union = True
 
 
 class MethodSpec(NamedTuple):

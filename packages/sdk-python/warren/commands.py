@@ -7,7 +7,7 @@ import codecs
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar, Union
 
-from ._pydantic import BaseModel
+from ._pydantic import BaseModel, dump, replace, validate
 
 from ._protocol import ProcessExecResult, ProcessWaitResult, ShellRunResult
 from ._stream import EventStream
@@ -66,7 +66,7 @@ def with_output(result: R, payload: Optional[bytes]) -> R:
     data = payload or b""
     stdout = data[: layout.stdout].decode("utf-8", errors="replace")
     stderr = data[layout.stdout : layout.stdout + layout.stderr].decode("utf-8", errors="replace")
-    return result.copy(update={"stdout": stdout, "stderr": stderr, "output_payload": None})
+    return replace(result, {"stdout": stdout, "stderr": stderr, "output_payload": None})
 
 
 def _exec_params(
@@ -201,7 +201,7 @@ class Commands:
         if process_timeout is not None:
             params["timeoutMs"] = int(process_timeout * 1000)
         result, _ = await self._connection().call("process.start", params, timeout=timeout)
-        return ProcessHandle(self._connection, ProcessInfo.parse_obj(result.dict(by_alias=True)))
+        return ProcessHandle(self._connection, validate(ProcessInfo, dump(result, by_alias=True)))
 
     async def connect(self, handle: str, *, timeout: Optional[float] = None) -> "ProcessHandle":
         """A handle to a background process started earlier, possibly over another connection."""
@@ -211,7 +211,7 @@ class Commands:
     async def list(self, *, timeout: Optional[float] = None) -> List[ProcessInfo]:
         """The sandbox's background processes, running and recently exited."""
         result, _ = await self._connection().call("process.list", {}, timeout=timeout)
-        return [ProcessInfo.parse_obj(p.dict(by_alias=True)) for p in result.processes]
+        return [validate(ProcessInfo, dump(p, by_alias=True)) for p in result.processes]
 
     async def shell(self, name: str, *, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None, timeout: Optional[float] = None) -> "ShellSession":
         """Opens (or rejoins) a named, persistent bash session: ``cd``, ``export`` and functions carry over."""
@@ -277,7 +277,7 @@ class ProcessHandle:
     async def kill(self, signal: str = "SIGKILL", *, timeout: Optional[float] = None) -> ProcessInfo:
         """Signals every process of the tree; SIGKILL (the default) returns once all are gone."""
         result, _ = await self._connection().call("process.kill", {"handle": self.handle, "signal": signal}, timeout=timeout)
-        self.info = ProcessInfo.parse_obj(result.dict(by_alias=True))
+        self.info = validate(ProcessInfo, dump(result, by_alias=True))
         return self.info
 
     async def write(self, data: Union[str, bytes], *, timeout: Optional[float] = None) -> int:
@@ -291,7 +291,7 @@ class ProcessHandle:
     async def close_stdin(self, *, timeout: Optional[float] = None) -> ProcessInfo:
         """Closes the process's stdin: it reads EOF."""
         result, _ = await self._connection().call("process.closeStdin", {"handle": self.handle}, timeout=timeout)
-        self.info = ProcessInfo.parse_obj(result.dict(by_alias=True))
+        self.info = validate(ProcessInfo, dump(result, by_alias=True))
         return self.info
 
     def attach(
@@ -344,7 +344,7 @@ class ProcessHandle:
                 except BaseException as err:  # noqa: BLE001 - handed to the consumer
                     queue.fail(err)
                     return
-            self.info = ProcessInfo.parse_obj(result.dict(by_alias=True))
+            self.info = validate(ProcessInfo, dump(result, by_alias=True))
             queue.push(AttachExit(self.info))
             queue.end()
 

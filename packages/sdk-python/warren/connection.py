@@ -14,13 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Protocol, Set, Tuple, Union
 from urllib.parse import urlparse
 
-from websockets.exceptions import ConnectionClosed, InvalidStatusCode, InvalidHandshake
-
-# The asyncio client of websockets 10 to 13 (its default `websockets.connect` there), named by the
-# module it lives in on every one of those versions, so that a newer default cannot change it.
-from websockets.legacy.client import connect as ws_connect
-
-from ._pydantic import BaseModel, ValidationError
+from ._pydantic import BaseModel, ValidationError, issues, validate
 from ._protocol import COMMON_EVENTS, METHODS, PROTOCOL_MINOR, PROTOCOL_VERSION, WS_MAX_PAYLOAD_BYTES, ApprovalEvent
 from .errors import (
     ConnectionClosedError,
@@ -35,6 +29,8 @@ from .errors import (
     make_error,
 )
 from .frame import decode_frame, encode_frame
+from ._ws import ConnectionClosed, InvalidHandshake, close_reason, handshake_status
+from ._ws import connect as ws_connect
 
 #: How long a call waits for its answer when it names no timeout, in seconds.
 DEFAULT_CALL_TIMEOUT = 60.0
@@ -94,10 +90,9 @@ def check_params(method: str, params: Mapping[str, Any]) -> None:
     if spec is None:
         raise UnknownMethodError(f"{method} is not a method of protocol {PROTOCOL_VERSION}.{PROTOCOL_MINOR}.")
     try:
-        spec.params.parse_obj(params)
+        validate(spec.params, params)
     except ValidationError as err:
-        issues = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()[:10])
-        raise InvalidParamsError(f"Invalid arguments for {method}: {issues}") from None
+        raise InvalidParamsError(f"Invalid arguments for {method}: {issues(err)}") from None
 
 
 class Connection:
@@ -122,18 +117,13 @@ class Connection:
         """Opens a connection and completes the version handshake."""
         parsed = urlparse(url)
         try:
-            ws = await ws_connect(
-                url,
-                extra_headers={"authorization": f"Bearer {token}"},
-                max_size=WS_MAX_PAYLOAD_BYTES,
-                compression=None,
-                open_timeout=timeout,
-                ping_interval=None,
-                max_queue=16,
-            )
-        except InvalidStatusCode as err:
-            raise _status_error(err.status_code, url) from err
-        except (OSError, InvalidHandshake, asyncio.TimeoutError) as err:
+            ws = await ws_connect(url, headers={"authorization": f"Bearer {token}"}, max_size=WS_MAX_PAYLOAD_BYTES, open_timeout=timeout, max_queue=16)
+        except InvalidHandshake as err:
+            status = handshake_status(err)
+            if status is not None:
+                raise _status_error(status, url) from err
+            raise ConnectionClosedError(f"Could not connect to {parsed.scheme}://{parsed.netloc}: {err}") from err
+        except (OSError, asyncio.TimeoutError) as err:
             raise ConnectionClosedError(f"Could not connect to {parsed.scheme}://{parsed.netloc}: {err}") from err
         try:
             await ws.send(encode_frame({"type": "hello", "protocolVersion": PROTOCOL_VERSION, "protocolMinor": PROTOCOL_MINOR, "client": client}))
@@ -142,7 +132,7 @@ class Connection:
             except asyncio.TimeoutError:
                 raise RequestTimeoutError(f"No handshake answer from {url} within {timeout} s.") from None
             except ConnectionClosed as err:
-                raise ConnectionClosedError(f"The connection closed during the handshake ({err.code}).") from err
+                raise ConnectionClosedError(f"The connection closed during the handshake ({close_reason(err)}).") from err
             header = decode_frame(data).header
             if header["type"] == "err":
                 raise error_from_wire(header["error"])
@@ -206,10 +196,9 @@ class Connection:
             raise
         spec = METHODS[method]
         try:
-            return spec.result.parse_obj(result), body
+            return validate(spec.result, result), body
         except ValidationError as err:
-            issues = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()[:10])
-            raise InternalError(f"The server answered {method} off-contract: {issues}") from None
+            raise InternalError(f"The server answered {method} off-contract: {issues(err)}") from None
 
     def pause_reading(self) -> None:
         """Stops reading the socket until :meth:`resume_reading` is called as often (backpressure)."""
@@ -261,7 +250,7 @@ class Connection:
             if sent is not None and sent.code == 1009:
                 reason = f"1009: the server sent a message over the {WS_MAX_PAYLOAD_BYTES}-byte cap"
             else:
-                reason = f"{err.code}{': ' + err.reason if err.reason else ''}"
+                reason = close_reason(err)
         except asyncio.CancelledError:
             pass
         finally:
@@ -303,13 +292,12 @@ class Connection:
         if schema is None:
             return  # a newer server may stream more; this client ignores what it does not know
         try:
-            checked = schema.parse_obj(data)
+            checked = validate(schema, data)
         except ValidationError as err:
-            issues = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()[:10])
             del self._pending[ident]
             self._spawn(self._send_quietly({"type": "cancel", "id": ident}))
             if not pending.future.done():
-                pending.future.set_exception(InternalError(f"The server sent {pending.method}'s '{event}' event off-contract: {issues}"))
+                pending.future.set_exception(InternalError(f"The server sent {pending.method}'s '{event}' event off-contract: {issues(err)}"))
             return
         if event == "approval":
             self._spawn(self._answer_approval(ident, pending.method, checked))  # type: ignore[arg-type]

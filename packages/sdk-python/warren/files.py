@@ -8,6 +8,9 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Union
 
+from ._pydantic import validate
+from .transfer import ArchiveSource, TransferProgress, download_file, download_to, upload_archive, upload_from
+from .watch import Watcher, WatchEvent, start_watch
 from ._protocol import (
     FsCopyResult,
     FsDeleteResult,
@@ -24,9 +27,13 @@ from ._protocol import (
     FsUploadResult,
     FsWriteResult,
 )
-from .archive import ArchiveEntry, check_archive, extract_archive
+from .archive import ArchiveEntry, check_archive
 from .connection import Caller
 from .errors import AlreadyExistsError, InvalidParamsError, NotFoundError
+
+#: An archive up to this size goes to ``upload`` in one frame (works with every daemon); a larger one is streamed.
+UPLOAD_ONE_FRAME_BYTES = 16 * 1024 * 1024
+
 
 #: Content above this size is written in pieces to a temporary file, then moved into place.
 WRITE_CHUNK_BYTES = 16 * 1024 * 1024
@@ -223,7 +230,8 @@ class Files:
             except Exception:
                 pass
             raise
-        return FsWriteResult.parse_obj(
+        return validate(
+            FsWriteResult,
             _params(
                 path=path, bytesWritten=len(payload), created=existing is None, sha256=hashlib.sha256(payload).hexdigest() if want_hash else None
             )
@@ -322,10 +330,56 @@ class Files:
         result, _ = await self._connection().call("fs.copy", _params(**{"from": source, "to": target, "overwrite": overwrite}), timeout=timeout)
         return result  # type: ignore[no-any-return]
 
-    async def upload(self, path: str, archive: bytes, *, overwrite: Optional[bool] = None, timeout: Optional[float] = None) -> FsUploadResult:
-        """Extracts a tar archive into a folder of the sandbox; the agent checks every entry first."""
-        result, _ = await self._connection().call("fs.upload", _params(path=path, overwrite=overwrite), payload=archive, timeout=timeout)
-        return result  # type: ignore[no-any-return]
+    async def watch(
+        self,
+        path: str,
+        *,
+        recursive: Optional[bool] = None,
+        coalesce: Optional[float] = None,
+        on_event: "Optional[Callable[[WatchEvent], None]]" = None,
+    ) -> "Watcher":
+        """Watches a folder (recursively by default) for changes; returns once the watch is armed.
+        Iterate the :class:`~warren.watch.Watcher` for changes (or pass ``on_event``); an
+        ``overflow`` event says changes were dropped and the folder should be rescanned. ``coalesce``
+        (seconds, 0.05 by default) is how long the sandbox gathers changes into one batch.
+
+        Example::
+
+            async with await sandbox.files.watch("src") as watcher:
+                async for event in watcher:
+                    print(event.type, getattr(event, "path", None))
+        """
+        return await start_watch(self._connection(), path, recursive=recursive, coalesce=coalesce, on_event=on_event)
+
+    async def upload(
+        self,
+        path: str,
+        archive: "ArchiveSource",
+        *,
+        overwrite: Optional[bool] = None,
+        on_progress: "Optional[Callable[[TransferProgress], None]]" = None,
+        total_bytes: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> FsUploadResult:
+        """Extracts a tar archive into a folder of the sandbox; the agent checks every entry before it
+        lands, and a refused archive leaves nothing behind. Up to 16 MiB of bytes travel in one
+        frame; more, or a binary file or an (async) iterable of chunks, is streamed in pieces of any
+        total size, with ``on_progress`` counting archive bytes (``total_bytes`` when you know it).
+
+        Example::
+
+            await sandbox.files.upload("src", tar_bytes, overwrite=True)
+            with open("big.tar", "rb") as f:
+                await sandbox.files.upload("data", f, on_progress=lambda p: print(p.bytes))
+        """
+        if isinstance(archive, (bytes, bytearray, memoryview)) and len(archive) <= UPLOAD_ONE_FRAME_BYTES:
+            result, _ = await self._connection().call("fs.upload", _params(path=path, overwrite=overwrite), payload=bytes(archive), timeout=timeout)
+            if on_progress is not None:
+                on_progress(TransferProgress(len(archive), len(archive)))
+            return result  # type: ignore[no-any-return]
+        if isinstance(archive, (bytes, bytearray, memoryview)):
+            total_bytes = len(archive)
+        return await upload_archive(self._connection(), path, archive, overwrite=overwrite, on_progress=on_progress, total_bytes=total_bytes, timeout=timeout)
 
     async def download(self, path: str, *, timeout: Optional[float] = None) -> DownloadedArchive:
         """Downloads a file or folder as a tar archive, checked by the upload rules (a hostile one raises InvalidParamsError)."""
@@ -334,8 +388,65 @@ class Files:
         entries = [entry for entry, _ in check_archive(archive)]
         return DownloadedArchive(archive, entries, result)
 
-    async def download_to(self, path: str, local_folder: str, *, timeout: Optional[float] = None) -> FsDownloadResult:
-        """Downloads and extracts into a local folder: existing files are never replaced, nothing is written through a link."""
-        result, payload = await self._connection().call("fs.download", {"path": path}, timeout=timeout)
-        await asyncio.to_thread(extract_archive, payload or b"", local_folder)
-        return result  # type: ignore[no-any-return]
+    async def download_to(
+        self,
+        path: str,
+        local_folder: str,
+        *,
+        max_bytes: Optional[int] = None,
+        on_progress: "Optional[Callable[[TransferProgress], None]]" = None,
+        timeout: Optional[float] = None,
+    ) -> FsDownloadResult:
+        """Streams a sandbox file or folder into a local folder (created when missing), any size:
+        each entry is checked by the upload rules before a byte of it is written, files are created
+        new (an existing one is never replaced), nothing is written through a link, and a download
+        that fails or is cancelled removes what it made. ``max_bytes`` refuses a larger archive;
+        ``on_progress`` gets :class:`~warren.transfer.TransferProgress` (file bytes) as it goes.
+
+        Example::
+
+            await sandbox.files.download_to("src", "./out/src", on_progress=lambda p: print(p.bytes, p.total_bytes))
+        """
+        return await download_to(self._connection(), path, local_folder, max_bytes=max_bytes, on_progress=on_progress, timeout=timeout)
+
+    async def download_file(
+        self,
+        path: str,
+        local_file: str,
+        *,
+        overwrite: bool = False,
+        max_bytes: Optional[int] = None,
+        on_progress: "Optional[Callable[[TransferProgress], None]]" = None,
+        timeout: Optional[float] = None,
+    ) -> FsDownloadResult:
+        """Streams one sandbox file to a local file, any size: written under a temporary name beside
+        it and moved into place, so the local file is the whole download or untouched. An existing
+        local file is replaced only with ``overwrite=True``.
+
+        Example::
+
+            await sandbox.files.download_file("out/result.parquet", "./result.parquet", overwrite=True)
+        """
+        return await download_file(self._connection(), path, local_file, overwrite=overwrite, max_bytes=max_bytes, on_progress=on_progress, timeout=timeout)
+
+    async def upload_from(
+        self,
+        local_path: str,
+        path: str,
+        *,
+        overwrite: Optional[bool] = None,
+        on_progress: "Optional[Callable[[TransferProgress], None]]" = None,
+        timeout: Optional[float] = None,
+    ) -> FsUploadResult:
+        """Streams a local file or folder into the sandbox, any size: a folder's contents land in
+        ``path`` (created when missing), a file lands at ``path`` itself. The daemon checks each
+        entry as it arrives and moves them into place only at the end; a failed or cancelled upload
+        leaves nothing. ``on_progress`` gets :class:`~warren.transfer.TransferProgress` (file bytes
+        the sandbox took, and the total).
+
+        Example::
+
+            await sandbox.files.upload_from("./dataset", "data", on_progress=lambda p: print(p.bytes, p.total_bytes))
+        """
+        result, _kind = await upload_from(self._connection(), local_path, path, overwrite=overwrite, on_progress=on_progress, timeout=timeout)
+        return result

@@ -12,7 +12,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Type, Union, get_args
 
-from ._pydantic import BaseModel, ValidationError
+from ._pydantic import BaseModel, ValidationError, field_annotation, validate
 
 from ._protocol import MAX_FRAME_BYTES, MAX_HEADER_BYTES, FrameHeader
 from .errors import FrameTooLargeError, InvalidFrameError
@@ -20,7 +20,7 @@ from .errors import FrameTooLargeError, InvalidFrameError
 RequestId = Union[int, str]
 
 # The frame header schema is a union discriminated by `type`: each frame is checked against its own member.
-_BY_TYPE: Dict[str, Type[BaseModel]] = {get_args(m.__fields__["type"].outer_type_)[0]: m for m in get_args(FrameHeader)}
+_BY_TYPE: Dict[str, Type[BaseModel]] = {get_args(field_annotation(m, "type"))[0]: m for m in get_args(FrameHeader)}
 
 _LENGTH = struct.Struct(">I")
 #: How far into a header :func:`frame_request_id` looks for a top-level ``id``.
@@ -76,7 +76,7 @@ def decode_frame(data: Union[bytes, str]) -> Frame:
     try:
         if model is None:
             raise InvalidFrameError(f"Frame header is invalid: type: must be one of {', '.join(sorted(_BY_TYPE))}", details=_header_id(raw))
-        model.parse_obj(raw)
+        validate(model, raw)
     except ValidationError as err:
         raise InvalidFrameError(f"Frame header is invalid: {_issues(err)}", details=_header_id(raw)) from None
     payload = data[_LENGTH.size + length :]

@@ -3,12 +3,12 @@ and remove what Warren built. The twin of the TypeScript SDK's ``Images`` (``@wa
 
 Example::
 
-    from warren import Images, Sandbox
+    from warren import AsyncImages, AsyncSandbox
 
-    images = Images(base_url="http://127.0.0.1:7420", api_key="wk_...")
+    images = AsyncImages(base_url="http://127.0.0.1:7420", api_key="wk_...")
     await images.pull("python:3.12-slim", on_progress=lambda p: print(p.status, p.layer or ""))
     built = await images.build("./template", tag="py-tools:1", on_output=lambda t: print(t, end=""))
-    async with Sandbox.create(image=built.image) as sandbox:
+    async with AsyncSandbox.create(image=built.image) as sandbox:
         ...
 """
 
@@ -60,7 +60,7 @@ class BuiltImage:
     id: Optional[str]
 
 
-class Images:
+class AsyncImages:
     """Images on the controller's engine. Needs the API key (these are operator calls).
 
     A create of an image the engine lacks pulls it too, and simply waits; pull first (or pass

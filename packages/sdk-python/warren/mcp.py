@@ -24,7 +24,7 @@ import signal
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from .sandbox import Sandbox
+from .sandbox import AsyncSandbox
 from .tools import builtin_tools, codin_tools, filesystem_tools, partial_read_tools, toolsmith_tools
 from .tools.adapters import call_mcp_tool, to_mcp_tools
 from .tools.tool import Tool
@@ -151,9 +151,9 @@ async def main(argv: Optional[Sequence[str]] = None) -> None:
             options["image"] = args.image
         if args.ttl:
             options["ttl_seconds"] = args.ttl
-        sandbox = await Sandbox.create(base_url=args.url, api_key=args.api_key, **options)
+        sandbox = await AsyncSandbox.create(base_url=args.url, api_key=args.api_key, **options)
     else:
-        sandbox = await Sandbox.connect(args.sandbox, token=args.token, base_url=args.url, api_key=args.api_key)
+        sandbox = await AsyncSandbox.connect(args.sandbox, token=args.token, base_url=args.url, api_key=args.api_key)
     tools = TOOL_SETS[args.toolset](sandbox)
     note = ", removed when this server ends" if owned else ""
     sys.stderr.write(f"warren mcp: serving the {args.toolset} tool set ({len(tools)} tools) on sandbox {sandbox.id}{note}\n")
@@ -190,7 +190,7 @@ async def main(argv: Optional[Sequence[str]] = None) -> None:
             await sandbox.close()
 
 
-async def _keep_alive(sandbox: Sandbox, every_seconds: float) -> None:
+async def _keep_alive(sandbox: AsyncSandbox, every_seconds: float) -> None:
     while True:
         await asyncio.sleep(every_seconds)
         try:

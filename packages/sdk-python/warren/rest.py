@@ -18,7 +18,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
 
-from ._pydantic import BaseModel, ValidationError, parse_obj_as
+from ._pydantic import BaseModel, ValidationError, issues, validate, validate_as
 
 from ._protocol import (
     CreatedKey,
@@ -32,6 +32,14 @@ from ._protocol import (
     CreateVolumeRequest,
     DeriveTokenRequest,
     DeriveTokenResponse,
+    EgressLogResponse,
+    NetworkPolicyResponse,
+    PortUrlRequest,
+    PortUrlResponse,
+    PublicPortRequest,
+    PublicPortsResponse,
+    SandboxMetricsWithHistory,
+    UpdateNetworkRequest,
     ImageEvent,
     ImageEventDone,
     ImageEventError,
@@ -87,10 +95,9 @@ def rest_error(status: int, text: str) -> WarrenError:
 def check_body(model: Type[M], body: Mapping[str, Any], what: str) -> Dict[str, Any]:
     """Checks a request body strictly against its generated model; returns it as given."""
     try:
-        model.parse_obj(body)
+        validate(model, body)
     except ValidationError as err:
-        issues = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()[:10])
-        raise InvalidParamsError(f"Invalid {what}: {issues}") from None
+        raise InvalidParamsError(f"Invalid {what}: {issues(err)}") from None
     return dict(body)
 
 
@@ -139,6 +146,34 @@ class RestClient:
 
     async def set_timeout(self, sandbox_id: str, ttl_seconds: int) -> SandboxInfo:
         return await self._answer(SandboxInfo, "POST", f"{self._path(sandbox_id)}/timeout", {"ttlSeconds": ttl_seconds})
+
+    async def metrics(self, sandbox_id: str, history: bool) -> SandboxMetricsWithHistory:
+        """``GET /v1/sandboxes/{id}/metrics``: what the sandbox uses now, and the controller's last samples with ``history``."""
+        return await self._answer(SandboxMetricsWithHistory, "GET", f"{self._path(sandbox_id)}/metrics{'?history=true' if history else ''}", None)
+
+    async def port_url(self, sandbox_id: str, body: Mapping[str, Any]) -> PortUrlResponse:
+        """``POST /v1/sandboxes/{id}/port-urls``: a signed URL of one port."""
+        checked = check_body(PortUrlRequest, body, "port URL request")
+        return await self._answer(PortUrlResponse, "POST", f"{self._path(sandbox_id)}/port-urls", checked)
+
+    async def set_port_public(self, sandbox_id: str, body: Mapping[str, Any]) -> PublicPortsResponse:
+        """``POST /v1/sandboxes/{id}/public-ports``: opens or closes a port to anyone with its address."""
+        checked = check_body(PublicPortRequest, body, "public port request")
+        return await self._answer(PublicPortsResponse, "POST", f"{self._path(sandbox_id)}/public-ports", checked)
+
+    async def network(self, sandbox_id: str) -> NetworkPolicyResponse:
+        """``GET /v1/sandboxes/{id}/network``: the egress policy and its version."""
+        return await self._answer(NetworkPolicyResponse, "GET", f"{self._path(sandbox_id)}/network", None)
+
+    async def update_network(self, sandbox_id: str, egress: Mapping[str, Any]) -> NetworkPolicyResponse:
+        """``POST /v1/sandboxes/{id}/network``: replaces the egress policy live."""
+        checked = check_body(UpdateNetworkRequest, {"egress": dict(egress)}, "egress policy")
+        return await self._answer(NetworkPolicyResponse, "POST", f"{self._path(sandbox_id)}/network", checked)
+
+    async def egress_log(self, sandbox_id: str, since: Optional[int] = None, limit: Optional[int] = None) -> EgressLogResponse:
+        """``GET /v1/sandboxes/{id}/egress``: the sandbox's recent egress events after ``since``."""
+        query = urllib.parse.urlencode([(k, str(v)) for k, v in (("since", since), ("limit", limit)) if v is not None])
+        return await self._answer(EgressLogResponse, "GET", f"{self._path(sandbox_id)}/egress{'?' + query if query else ''}", None)
 
     async def derive(self, sandbox_id: str, body: Mapping[str, Any]) -> DeriveTokenResponse:
         checked = check_body(DeriveTokenRequest, body, "derive request")
@@ -266,7 +301,7 @@ class RestClient:
                         f"The controller's answer to {method} {path} ended before it said done; the operation may not have finished."
                     )
                 try:
-                    event: Any = parse_obj_as(ImageEvent, json.loads(value))  # type: ignore[arg-type]
+                    event: Any = validate_as(ImageEvent, json.loads(value))
                 except (ValueError, ValidationError):
                     continue
                 if isinstance(event, ImageEventError):
@@ -339,10 +374,9 @@ class RestClient:
     async def _answer(self, model: Type[M], method: str, path: str, body: Optional[Mapping[str, Any]]) -> M:
         answer = await self._request(method, path, body)
         try:
-            return model.parse_obj(answer)
+            return validate(model, answer)
         except ValidationError as err:
-            issues = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()[:10])
-            raise InternalError(f"The controller answered {method} {path} off-contract: {issues}") from None
+            raise InternalError(f"The controller answered {method} {path} off-contract: {issues(err)}") from None
 
     async def _request(self, method: str, path: str, body: Optional[Mapping[str, Any]]) -> Any:
         return await asyncio.to_thread(self._blocking_request, method, path, body)

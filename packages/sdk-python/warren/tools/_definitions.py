@@ -5,7 +5,7 @@
 
 from typing import TYPE_CHECKING, Any, Dict, List, Literal, NamedTuple, Optional, Type, Union
 
-from .._pydantic import BaseModel, Extra, Field, StrictBool, StrictFloat, StrictInt, StrictStr, confloat, conint, conlist, constr
+from .._pydantic import BaseModel, Field, StrictBool, StrictFloat, StrictInt, StrictStr, confloat, conint, conlist, constr
 
 from .._protocol import _Open, _Strict, _Tolerant
 

@@ -4,7 +4,7 @@ the same names, descriptions and JSON schemas (the TypeScript tool sets'), and t
 returns is ``run_tool_call(...).text``, the same text the other adapters and the MCP server give.
 
 The frameworks are imported when an adapter is called, never by ``import warren``. Both need
-pydantic 2; the SDK runs beside it on its ``pydantic.v1`` API (``warren._pydantic``). A missing framework raises
+pydantic 2, whose own API the SDK then uses (``warren._pydantic``). A missing framework raises
 :class:`~warren.errors.FrameworkNotInstalledError` naming the package to install.
 
 Checked against the frameworks' published sources: ``agents.FunctionTool`` of openai-agents 0.17

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence
 
-from .._pydantic import BaseModel, ValidationError
+from .._pydantic import BaseModel, ValidationError, validate
 
 from ..errors import WarrenError
 from ._definitions import TOOL_SETS, ToolDefinition
@@ -114,7 +114,7 @@ class Tool:
     async def run(self, args: Any) -> Any:
         """Checks the arguments, runs the tool, and returns its result or an error result."""
         try:
-            parsed = self.definition.input.parse_obj(args if args is not None else {})
+            parsed = validate(self.definition.input, args if args is not None else {})
         except ValidationError as err:
             problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(arguments)'}: {e['msg']}" for e in err.errors())
             return self.on_error(

@@ -567,8 +567,22 @@ export const ForkSandboxRequest = z.strictObject({
 });
 export type ForkSandboxRequest = z.input<typeof ForkSandboxRequest>;
 
-/** The forks, each with its own token (shown only here). */
-export const ForkSandboxResponse = z.strictObject({ sandboxes: z.array(CreateSandboxResponse) });
+/**
+ * One requested fork's outcome: exactly one of `sandbox` (it started) or `error` (what kept it from
+ * starting, in the shape of every REST error), as E2B's `SandboxForkResult`.
+ */
+export const ForkResult = z.strictObject({
+  sandbox: CreateSandboxResponse.optional(),
+  error: RestErrorBody.shape.error.optional(),
+});
+export type ForkResult = z.infer<typeof ForkResult>;
+
+/**
+ * The forks: `sandboxes` those that started, each with its own token (shown only here); `results`
+ * one entry per requested fork, in order, each its sandbox or its error. Each fork settles alone:
+ * the answer is 201 when at least one started; when none did, the answer is the first fork's error.
+ */
+export const ForkSandboxResponse = z.strictObject({ sandboxes: z.array(CreateSandboxResponse), results: z.array(ForkResult) });
 export type ForkSandboxResponse = z.infer<typeof ForkSandboxResponse>;
 
 /** `POST /v1/volumes`: a named volume of the caller's API key. */

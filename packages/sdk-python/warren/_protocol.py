@@ -1691,10 +1691,6 @@ class VolumeInfo(_Tolerant):
     sandboxes: List[StrictStr] = Field(...)
 
 
-class ForkSandboxResponse(_Tolerant):
-    sandboxes: List[CreateSandboxResponse] = Field(...)
-
-
 class ListKeysResponse(_Tolerant):
     keys: List[KeyInfo] = Field(...)
 
@@ -1709,6 +1705,16 @@ class ListSnapshotsResponse(_Tolerant):
 
 class ListVolumesResponse(_Tolerant):
     volumes: List[VolumeInfo] = Field(...)
+
+
+class ForkSandboxResponseResultsItem(_Tolerant):
+    sandbox: Optional[CreateSandboxResponse] = Field(None)
+    error: Optional[RestErrorBodyError] = Field(None)
+
+
+class ForkSandboxResponse(_Tolerant):
+    sandboxes: List[CreateSandboxResponse] = Field(...)
+    results: List[ForkSandboxResponseResultsItem] = Field(...)
 
 
 #: The method registry: name to params, result, access, payload side, idempotence and events.

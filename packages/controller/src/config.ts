@@ -77,6 +77,11 @@ export interface ControllerConfig {
    * connection thaws it. 0 (the default) never freezes (docs/controller.md#freezing-idle-sandboxes).
    */
   freezeAfterIdleSeconds: number;
+  /**
+   * How long a sandbox created with `onTimeout: 'hibernate'` is kept hibernated after its time
+   * ran out, before the reaper kills it (docs/state.md#when-time-runs-out).
+   */
+  timedOutRetentionSeconds: number;
   /** Warm pool: how many ready sandboxes of the default image and settings to keep. */
   poolSize: number;
   /** Caps. */
@@ -318,6 +323,12 @@ export const ConfigFile = z.strictObject({
     .min(0)
     .max(30 * 24 * 3600)
     .optional(),
+  timedOutRetentionSeconds: z
+    .number()
+    .int()
+    .min(10)
+    .max(365 * 24 * 3600)
+    .optional(),
   poolSize: z.number().int().min(0).max(100).optional(),
   maxSandboxes: z.number().int().positive().optional(),
   maxConcurrentCreates: z.number().int().positive().optional(),
@@ -496,6 +507,7 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   orphanGraceSeconds: 3600,
   killOnShutdown: false,
   freezeAfterIdleSeconds: 0,
+  timedOutRetentionSeconds: 7 * 24 * 3600,
   poolSize: 0,
   maxSandboxes: 100,
   maxConcurrentCreates: 8,
@@ -653,6 +665,7 @@ const ENV_SETTINGS: [variable: string, path: string, kind: 'string' | 'number' |
   ['WARREN_ORPHAN_GRACE_SECONDS', 'orphanGraceSeconds', 'number'],
   ['WARREN_KILL_ON_SHUTDOWN', 'killOnShutdown', 'boolean'],
   ['WARREN_FREEZE_AFTER_IDLE_SECONDS', 'freezeAfterIdleSeconds', 'number'],
+  ['WARREN_TIMED_OUT_RETENTION_SECONDS', 'timedOutRetentionSeconds', 'number'],
   ['WARREN_POOL_SIZE', 'poolSize', 'number'],
   ['WARREN_MAX_SANDBOXES', 'maxSandboxes', 'number'],
   ['WARREN_MAX_CONCURRENT_CREATES', 'maxConcurrentCreates', 'number'],

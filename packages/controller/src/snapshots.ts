@@ -53,6 +53,8 @@ const FROM_SNAPSHOT = [
   'fileSizeMb',
   'diskMb',
   'hibernateAfterSeconds',
+  'onTimeout',
+  'wakeOnCall',
 ] as const;
 
 /**

@@ -1309,6 +1309,8 @@ class CreateSandboxRequest(_Strict):
     snapshot: Optional[_C47] = Field(None)
     volumes: Optional[_C81] = Field(None)
     hibernate_after_seconds: Optional[_C73] = Field(None, alias='hibernateAfterSeconds')
+    on_timeout: Optional[Literal['kill', 'hibernate']] = Field(None, alias='onTimeout')
+    wake_on_call: Optional[StrictBool] = Field(None, alias='wakeOnCall')
 
 
 class CreateSandboxResponseSettingsMountsItem(_Tolerant):
@@ -1342,6 +1344,8 @@ class CreateSandboxResponseSettings(_Tolerant):
     file_size_mb: Optional[Union[StrictInt, StrictFloat]] = Field(None, alias='fileSizeMb')
     disk_mb: Optional[Union[StrictInt, StrictFloat]] = Field(None, alias='diskMb')
     hibernate_after_seconds: Optional[Union[StrictInt, StrictFloat]] = Field(None, alias='hibernateAfterSeconds')
+    on_timeout: Optional[Literal['kill', 'hibernate']] = Field(None, alias='onTimeout')
+    wake_on_call: Optional[StrictBool] = Field(None, alias='wakeOnCall')
     volumes: Optional[List[CreateSandboxResponseSettingsVolumesItem]] = Field(None)
 
 
@@ -1354,6 +1358,7 @@ class CreateSandboxResponse(_Tolerant):
     labels: Dict[StrictStr, StrictStr] = Field(...)
     settings: CreateSandboxResponseSettings = Field(...)
     frozen: Optional[StrictBool] = Field(None)
+    timed_out: Optional[StrictBool] = Field(None, alias='timedOut')
     token: StrictStr = Field(...)
     ready_ms: Union[_C3, _C4] = Field(..., alias='readyMs')
     pooled: StrictBool = Field(...)
@@ -1577,6 +1582,7 @@ class SandboxInfo(_Tolerant):
     labels: Dict[StrictStr, StrictStr] = Field(...)
     settings: CreateSandboxResponseSettings = Field(...)
     frozen: Optional[StrictBool] = Field(None)
+    timed_out: Optional[StrictBool] = Field(None, alias='timedOut')
 
 
 class SandboxMetricsWithHistoryDisk(_Tolerant):

@@ -47,6 +47,10 @@ export function poolKey(plan: SandboxPlan): string {
 export class WarmPool implements PoolSource {
   private readonly ready: PoolMember[] = [];
   private filling = false;
+  /** The fill under way, which {@link WarmPool.close} waits for: a member it is starting is removed, not left behind. */
+  private fillRun: Promise<void> | undefined;
+  /** Ends a fill's backoff early (on close). */
+  private endBackoff: (() => void) | undefined;
   private closed = false;
   private readonly template: SandboxPlan;
   /** The template's {@link poolKey}: a plan with the same key takes this pool's members. */
@@ -115,8 +119,9 @@ export class WarmPool implements PoolSource {
   fill(): void {
     if (this.filling || this.closed) return;
     this.filling = true;
-    void this.fillLoop().finally(() => {
+    this.fillRun = this.fillLoop().finally(() => {
       this.filling = false;
+      this.fillRun = undefined;
     });
   }
 
@@ -147,7 +152,15 @@ export class WarmPool implements PoolSource {
         this.failures++;
         this.logger.warn({ error: (err as Error).message, failures: this.failures, image: this.template.image }, 'pool.fill-failed');
         // Back off so a broken image does not spin the engine; the next take() or tick retries.
-        await new Promise((r) => setTimeout(r, Math.min(30_000, 500 * 2 ** this.failures)).unref());
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, Math.min(30_000, 500 * 2 ** this.failures));
+          timer.unref();
+          this.endBackoff = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+        this.endBackoff = undefined;
       }
     }
   }
@@ -175,11 +188,16 @@ export class WarmPool implements PoolSource {
     this.fill();
   }
 
-  /** Removes the unclaimed members (a restarted controller would remove them anyway). */
+  /**
+   * Removes the unclaimed members (a restarted controller would remove them anyway), and waits for
+   * a fill under way, which removes the member it was starting, so none is left half made (its
+   * workspace disk still mounted) when the controller exits.
+   */
   async close(): Promise<void> {
     this.closed = true;
     clearTimeout(this.refillTimer);
+    this.endBackoff?.();
     const members = this.ready.splice(0);
-    await Promise.all(members.map((m) => this.sandboxes.removePoolMember(m.agentId, m.containerId)));
+    await Promise.all([...members.map((m) => this.sandboxes.removePoolMember(m.agentId, m.containerId)), this.fillRun]);
   }
 }

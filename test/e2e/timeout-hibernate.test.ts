@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Sandbox as E2bSandbox } from 'e2b';
 import { Sandbox } from '@warren/sdk';
+import { runCli } from '../support/cli.js';
 import { startTestController, type TestController } from '../support/fixtures.js';
 
 /**
@@ -118,6 +119,21 @@ describe('a sandbox whose time runs out hibernates, and wakes', () => {
       for (const s of [paused, resumable, plain]) await s.kill().catch(() => undefined);
     }
   }, 300_000);
+
+  it('warren create --on-timeout hibernate --no-wake-on-call asks for both; a bad action is refused naming the choices', async () => {
+    const env = { WARREN_URL: warren.url, WARREN_API_KEY: warren.apiKey };
+    const created = await runCli(['create', '--ttl', '10m', '--on-timeout', 'hibernate', '--no-wake-on-call', '--json'], { env });
+    expect(created.code).toBe(0);
+    const answer = JSON.parse(created.stdout) as { id: string; settings: Record<string, unknown> };
+    try {
+      expect(answer.settings).toMatchObject({ onTimeout: 'hibernate', wakeOnCall: false });
+    } finally {
+      await warren.controller.sandboxes.kill(answer.id);
+    }
+    const bad = await runCli(['create', '--on-timeout', 'pause'], { env });
+    expect(bad.code).not.toBe(0);
+    expect(bad.stderr).toMatch(/kill, hibernate/);
+  }, 120_000);
 
   it('refuses autoResume without autoPause, as E2B does, and keeps the create answer otherwise', async () => {
     const call = (body: unknown) =>

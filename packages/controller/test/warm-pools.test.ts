@@ -81,6 +81,19 @@ describe('warm pools per template', () => {
     await expect(serviceWith({ pools: [{ create: { memoryMb: 1 << 30 }, size: 1 }] })).rejects.toThrow(/pools\[0\]: the controller would refuse its create/);
   });
 
+  it('a close during a fill waits for the member being started and removes it, so none is left behind', async () => {
+    const service = await serviceWith({ poolSize: 1, pools: [{ e2bTemplate: 'base', size: 1 }] });
+    const pools = service.pool as WarmPools;
+    pools.fill();
+    await pools.close();
+    // Nothing of the fill happens after close returned (the controller's process may exit then).
+    const calls = provider.calls.length;
+    expect(provider.sandboxes.size).toBe(0);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(provider.calls.slice(calls)).toEqual([]);
+    expect(provider.sandboxes.size).toBe(0);
+  });
+
   it('reads pools from the configuration file, refusing an entry with both create and e2bTemplate', async () => {
     const file = path.join(stateDir, 'warren.yaml');
     await writeFile(file, 'pools:\n  - e2bTemplate: base\n    size: 2\n  - create: { image: python:3.12, memoryMb: 1024 }\n    size: 1\n');

@@ -251,7 +251,6 @@ describe('the e2b SDK: snapshots, forks and volumes on real sandboxes', () => {
     } finally {
       await sandbox.kill();
     }
-    await expect(Sandbox.create({ ...opts, lifecycle: { onTimeout: 'pause' } })).rejects.toThrow(/501.*autoPause/);
     await expect(Sandbox.create({ ...opts, mcp: { 'github/e2b-dev/mcp-server': { runCmd: 'true', installCmd: 'true' } } })).rejects.toThrow(/501.*MCP/);
     await expect(Secret.create('api-key', 'value', opts)).rejects.toThrow(/501.*secrets/);
     await expect(Secret.list(opts).nextItems()).rejects.toThrow(/501/);

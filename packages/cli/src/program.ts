@@ -181,10 +181,22 @@ export function buildProgram(): Command {
     .option('--volume <name:path[:ro]>', 'mount a named volume (repeatable)', (value: string, previous: string[] = []) => [...previous, value])
     .option('--snapshot <id|name>', "start from one of this API key's snapshots (its image, files and settings unless overridden)")
     .option('--hibernate-after <duration>', 'hibernate after this long without a call or connection', parseDuration)
+    .addOption(
+      new Option('--on-timeout <action>', 'when its time runs out: kill it, or hibernate it with its files kept (woken by a call)').choices([
+        'kill',
+        'hibernate',
+      ]),
+    )
+    .option('--no-wake-on-call', 'with --on-timeout hibernate: once hibernated at its timeout, only a resume wakes it')
     .option('--json', 'print the full answer as JSON')
     .addHelpText(
       'after',
-      examples(['warren create', 'warren create --image warren/test-debian:latest --ttl 10m', 'warren create --env MODE=test --label task=t-42 --json']),
+      examples([
+        'warren create',
+        'warren create --image warren/test-debian:latest --ttl 10m',
+        'warren create --env MODE=test --label task=t-42 --json',
+        'warren create --ttl 1h --on-timeout hibernate',
+      ]),
     )
     .action(createCommand);
 

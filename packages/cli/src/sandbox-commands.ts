@@ -32,6 +32,9 @@ export interface CreateOptions {
   memory?: number;
   snapshot?: string;
   hibernateAfter?: number;
+  onTimeout?: 'kill' | 'hibernate';
+  /** False with `--no-wake-on-call`. */
+  wakeOnCall?: boolean;
   volume?: string[];
 }
 
@@ -51,6 +54,8 @@ export async function createCommand(options: CreateOptions, command: Command): P
       return { name, path: target, readOnly: mode === 'ro' };
     });
   if (options.hibernateAfter !== undefined) request.hibernateAfterSeconds = options.hibernateAfter;
+  if (options.onTimeout !== undefined) request.onTimeout = options.onTimeout;
+  if (options.wakeOnCall === false) request.wakeOnCall = false;
   const rest = restClient(command);
   const created = await withSpinner(`Creating a sandbox from ${options.image ?? 'the default image'}`, () => rest.create(request), 'Sandbox ready');
   if (wantsJson(command)) return printJson(created);

@@ -77,9 +77,20 @@ export async function snapshotPruneCommand(options: { olderThan?: number; label?
   process.stdout.write(`Deleted ${pruned.deleted.length} snapshots, ${mb(pruned.freedBytes)} freed.\n`);
 }
 
-/** `warren fork SANDBOX --count N`: N new sandboxes from its current state; prints each id and token. */
+/**
+ * `warren fork SANDBOX --count N`: N new sandboxes from its current state, each settling alone;
+ * prints each id and token, and a line per fork that failed (on standard error, exit code 1).
+ */
 export async function forkCommand(sandbox: string, options: { count: number }, command: Command): Promise<void> {
-  const forks = await restClient(command).fork(sandbox, { count: options.count });
+  const results = await restClient(command).forkResults(sandbox, { count: options.count });
+  const forks = results.flatMap((r) => (r.sandbox === undefined ? [] : [r.sandbox]));
+  const failures = results.flatMap((r, i) =>
+    r.error === undefined ? [] : [`fork ${i + 1} of ${results.length} failed: ${r.error.code}: ${r.error.message}\n`],
+  );
+  if (failures.length > 0) {
+    process.stderr.write(failures.join(''));
+    process.exitCode = 1;
+  }
   if (wantsJson(command)) return printJson(forks);
   process.stdout.write(
     table(

@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
-import { EGRESS_MODES, EgressHostPattern, EgressPolicy } from '@warren/protocol';
+import { CreateSandboxRequest, EGRESS_MODES, EgressHostPattern, EgressPolicy } from '@warren/protocol';
 import { parseLabCidrs } from './egress/address-floor.js';
 import type { EgressOperatorConfig } from './egress/decide.js';
 import { DEFAULT_E2B_TEMPLATES, E2bTemplates } from './e2b/templates.js';
@@ -18,6 +18,23 @@ import { isAddressOrCidr } from './events/webhook-target.js';
 import { DEFAULT_WEBHOOK_SETTINGS, type WebhookSettings } from './events/webhooks.js';
 
 /** Everything the controller can be told; {@link loadConfig} fills it from a file, the environment and overrides. */
+/**
+ * One warm pool of the configuration's `pools`: `size` ready sandboxes of the create request
+ * `create`, or of the E2B template `e2bTemplate` (its `create`, as the gateway makes it).
+ */
+export const PoolSpec = z
+  .strictObject({
+    size: z.number().int().min(0).max(100),
+    /** The create request the members are made from (image, resources, env, ...); the controller's defaults for what it leaves out. */
+    create: CreateSandboxRequest.optional(),
+    /** A template of `e2bTemplates` (e.g. `base`): its members serve `Sandbox.create('<name>')` through the E2B gateway. */
+    e2bTemplate: z.string().min(1).max(128).optional(),
+  })
+  .refine((spec) => (spec.create === undefined) !== (spec.e2bTemplate === undefined), {
+    message: 'a pool names either create or e2bTemplate, not both and not neither',
+  });
+export type PoolSpec = z.infer<typeof PoolSpec>;
+
 export interface ControllerConfig {
   /** Address to bind; loopback unless told otherwise. */
   host: string;
@@ -77,8 +94,18 @@ export interface ControllerConfig {
    * connection thaws it. 0 (the default) never freezes (docs/controller.md#freezing-idle-sandboxes).
    */
   freezeAfterIdleSeconds: number;
+  /**
+   * How long a sandbox created with `onTimeout: 'hibernate'` is kept hibernated after its time
+   * ran out, before the reaper kills it (docs/state.md#when-time-runs-out).
+   */
+  timedOutRetentionSeconds: number;
   /** Warm pool: how many ready sandboxes of the default image and settings to keep. */
   poolSize: number;
+  /**
+   * More warm pools, one per template: each `size` ready sandboxes of a create request or of an E2B
+   * template (docs/controller.md#warm-pools). The default pool is `poolSize`'s.
+   */
+  pools?: PoolSpec[] | undefined;
   /** Caps. */
   maxSandboxes: number;
   maxConcurrentCreates: number;
@@ -318,7 +345,14 @@ export const ConfigFile = z.strictObject({
     .min(0)
     .max(30 * 24 * 3600)
     .optional(),
+  timedOutRetentionSeconds: z
+    .number()
+    .int()
+    .min(10)
+    .max(365 * 24 * 3600)
+    .optional(),
   poolSize: z.number().int().min(0).max(100).optional(),
+  pools: z.array(PoolSpec).max(32).optional(),
   maxSandboxes: z.number().int().positive().optional(),
   maxConcurrentCreates: z.number().int().positive().optional(),
   maxQueuedCreates: z.number().int().min(0).optional(),
@@ -496,6 +530,7 @@ const DEFAULTS: Omit<ControllerConfig, 'stateDir' | 'agentBundlePath'> = {
   orphanGraceSeconds: 3600,
   killOnShutdown: false,
   freezeAfterIdleSeconds: 0,
+  timedOutRetentionSeconds: 7 * 24 * 3600,
   poolSize: 0,
   maxSandboxes: 100,
   maxConcurrentCreates: 8,
@@ -653,6 +688,7 @@ const ENV_SETTINGS: [variable: string, path: string, kind: 'string' | 'number' |
   ['WARREN_ORPHAN_GRACE_SECONDS', 'orphanGraceSeconds', 'number'],
   ['WARREN_KILL_ON_SHUTDOWN', 'killOnShutdown', 'boolean'],
   ['WARREN_FREEZE_AFTER_IDLE_SECONDS', 'freezeAfterIdleSeconds', 'number'],
+  ['WARREN_TIMED_OUT_RETENTION_SECONDS', 'timedOutRetentionSeconds', 'number'],
   ['WARREN_POOL_SIZE', 'poolSize', 'number'],
   ['WARREN_MAX_SANDBOXES', 'maxSandboxes', 'number'],
   ['WARREN_MAX_CONCURRENT_CREATES', 'maxConcurrentCreates', 'number'],

@@ -17,7 +17,7 @@ import { EngineWatch } from './engine-watch.js';
 import { createLogger, type Logger } from './logger.js';
 import { createHttpServer, serverUrl } from './http.js';
 import { Metrics } from './metrics.js';
-import { WarmPool } from './pool.js';
+import { WarmPools } from './warm-pools.js';
 import type { SandboxProvider } from './provider.js';
 import { collectRuntime } from './runtime.js';
 import { SandboxService } from './sandboxes.js';
@@ -59,7 +59,7 @@ export interface Controller extends AsyncDisposable {
   snapshots: SnapshotService;
   metrics: Metrics;
   /** The warm pool, when `poolSize` is above 0. */
-  pool?: WarmPool | undefined;
+  pool?: WarmPools | undefined;
   /** Set only on the start that generated the API key, so it is printed once. */
   generatedApiKey?: string | undefined;
   close(): Promise<void>;
@@ -96,7 +96,7 @@ export async function startController(options: StartControllerOptions = {}): Pro
   // Where the server listens, once it does: webhooks may not target it.
   const bound: { address?: AddressInfo } = {};
   const events = await startEvents(sandboxes, config, logger, () => bound.address);
-  const pool = sandboxes.pool as WarmPool | undefined;
+  const pool = sandboxes.pool as WarmPools | undefined;
   const { recovered, volumes, snapshots } = await recoverState(sandboxes, provider, config, logger);
 
   // Sandboxes whose containers stopped while no controller watched (an engine restart, a host
@@ -160,7 +160,7 @@ function makeSandboxService(parts: {
     images: new ImageService({ provider, settings: config.images, logger }),
     onRestart: (sandboxId, error) =>
       error === null ? logger.info({ sandboxId }, 'sandbox.restarted') : logger.error({ sandboxId, error }, 'sandbox.restart-failed'),
-    pool: config.poolSize > 0 ? (service) => new WarmPool(service, config.poolSize, logger) : undefined,
+    pool: config.poolSize > 0 || (config.pools ?? []).some((p) => p.size > 0) ? (service) => WarmPools.fromConfig(service, config, logger)! : undefined,
     onFreezeError: (sandboxId, doing, error) => logger.warn({ sandboxId, error: String(error) }, `sandbox.${doing}-failed`),
   });
 }
@@ -216,7 +216,7 @@ async function recoverState(sandboxes: SandboxService, provider: SandboxProvider
   });
   logger.info(await snapshots.recover(), 'snapshots.recovered');
   for (const member of poolMembers) await sandboxes.removePoolMember(member.agentId, member.containerId);
-  (sandboxes.pool as WarmPool | undefined)?.fill();
+  (sandboxes.pool as WarmPools | undefined)?.fill();
   return { recovered, volumes, snapshots };
 }
 
@@ -349,7 +349,7 @@ function schedulePeriodicJobs(parts: {
   sandboxes: SandboxService;
   snapshots: SnapshotService;
   metrics: Metrics;
-  pool: WarmPool | undefined;
+  pool: WarmPools | undefined;
   audit: AuditTrail;
   sharedEgress: boolean;
 }): Scheduler {

@@ -1,4 +1,4 @@
-import type { WarmPool } from './pool.js';
+import type { WarmPools } from './warm-pools.js';
 import type { SandboxProvider } from './provider.js';
 import type { Logger } from './logger.js';
 import type { RestartSupervisor } from './supervisor.js';
@@ -31,7 +31,7 @@ export class EngineWatch {
   constructor(
     private readonly provider: SandboxProvider,
     private readonly supervisor: RestartSupervisor,
-    private readonly pool: WarmPool | undefined,
+    private readonly pool: WarmPools | undefined,
     private readonly logger: Logger,
   ) {}
 

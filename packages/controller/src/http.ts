@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { isIP, type AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { CodedError, ERROR_CODES, WS_MAX_PAYLOAD_BYTES, type ErrorCode, type RestErrorBody } from '@warren/protocol';
+import { CodedError, WS_MAX_PAYLOAD_BYTES } from '@warren/protocol';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { openDaemonSocket } from './daemon-session.js';
 import type { ControllerConfig } from './config.js';
@@ -21,7 +21,7 @@ import { actedAcross, checkReach } from './tenancy/reach.js';
 import type { Logger } from './logger.js';
 import { isPortPath, PortProxy } from './ports/proxy.js';
 import { relay } from './relay.js';
-import { readJson, sendJson } from './routes/io.js';
+import { errorBody, readJson, sendJson } from './routes/io.js';
 import { allowedMethods, ROUTES, routeList, routesAt } from './routes/table.js';
 import type { HttpServerDeps } from './server-context.js';
 
@@ -428,27 +428,6 @@ function authenticate(auth: Authenticator, req: IncomingMessage, sandboxId: stri
 
 function methodNotAllowed(method: string, path: string, allowed: string): CodedError {
   return new CodedError('METHOD_NOT_ALLOWED', `${method} is not supported on ${path}; use ${allowed}.`, { allowed });
-}
-
-/** The one shape of every REST error: code, message, and what to do next. */
-export function errorBody(err: unknown): { status: number; body: RestErrorBody } {
-  const coded = err instanceof CodedError ? err : new CodedError('INTERNAL', unexpectedMessage(err));
-  const code: ErrorCode = coded.code;
-  const body: RestErrorBody = { error: { code, message: coded.message, suggestion: ERROR_CODES[code].suggestion } };
-  if (coded.details) body.error.details = coded.details;
-  return { status: ERROR_CODES[code].status, body };
-}
-
-/**
- * What a client is told of an error no part of Warren expected: a system call's failure names its
- * kind and call only, since Node's message carries the host path it failed on (a snapshot's copy,
- * the state folder), which the controller's log keeps instead.
- */
-export function unexpectedMessage(err: unknown): string {
-  const { code, syscall } = (err ?? {}) as { code?: unknown; syscall?: unknown };
-  if (typeof code === 'string' && typeof syscall === 'string')
-    return `A file operation on the controller's host failed (${code} in ${syscall}); the controller's log has the details.`;
-  return err instanceof Error ? err.message : String(err);
 }
 
 function sendError(deps: HttpServerDeps, res: ServerResponse, err: unknown, entry: AccessEntry): void {

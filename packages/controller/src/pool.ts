@@ -19,8 +19,21 @@ interface PoolMember {
 }
 
 /**
- * The warm pool: `size` started sandboxes of the default image and settings, each ready (its
- * daemon answered `system.info`). A create whose plan matches takes one: the sandbox gets a fresh
+ * What a pool's members are interchangeable by: the image, the env and the settings a container
+ * fixes (not the ttl, which is the claim's). Two plans with one key are served by one pool.
+ *
+ * @example
+ * poolKey(sandboxes.plan({})) === poolKey(sandboxes.plan({ ttlSeconds: 60 })); // true
+ */
+export function poolKey(plan: SandboxPlan): string {
+  const { ttlSeconds: _ttl, ...settings } = plan.settings;
+  return JSON.stringify([plan.image, plan.env, settings]);
+}
+
+/**
+ * One warm pool: `size` started sandboxes of one template (the default image and settings unless
+ * given another plan), each ready (its daemon answered `system.info`). A create whose plan matches
+ * takes one: the sandbox gets a fresh
  * public id and token, while the container keeps the id it was made with (labels and names cannot
  * change), which keys its socket folder and daemon secret; the mapping is the sandbox's state file.
  * The pool refills in the background, one container at a time, starting shortly after a claim so
@@ -34,9 +47,17 @@ interface PoolMember {
 export class WarmPool implements PoolSource {
   private readonly ready: PoolMember[] = [];
   private filling = false;
+  /** The fill under way, which {@link WarmPool.close} waits for: a member it is starting is removed, not left behind. */
+  private fillRun: Promise<void> | undefined;
+  /** Ends a fill's backoff early (on close). */
+  private endBackoff: (() => void) | undefined;
   private closed = false;
   private readonly template: SandboxPlan;
+  /** The template's {@link poolKey}: a plan with the same key takes this pool's members. */
+  readonly key: string;
   private failures = 0;
+  /** Whether the template's image was found on the engine (or pulled) once. */
+  private imageReady = false;
   private refillTimer: NodeJS.Timeout | undefined;
 
   /**
@@ -44,15 +65,23 @@ export class WarmPool implements PoolSource {
    *   workspace disk's `mkfs` and `mount`, spawned synchronously, and the engine calls) hold the
    *   controller's event loop and the host's cores for milliseconds, which would otherwise land in
    *   the middle of the claimed sandbox's create answer and first connection.
+   * @param template the planned create its members are made from; the default create (a request
+   *   that asks for nothing) when absent.
    */
   constructor(
     private readonly sandboxes: SandboxService,
     readonly size: number,
     private readonly logger: Logger,
     private readonly refillDelayMs = REFILL_DELAY_MS,
+    template?: SandboxPlan,
   ) {
-    // The default create, as planned for a request that asks for nothing.
-    this.template = sandboxes.plan({});
+    this.template = template ?? sandboxes.plan({});
+    this.key = poolKey(this.template);
+  }
+
+  /** The image its members run. */
+  get image(): string {
+    return this.template.image;
   }
 
   /** How many ready members wait. */
@@ -61,7 +90,7 @@ export class WarmPool implements PoolSource {
   }
 
   /**
-   * Hands over a ready member when the plan is the default one in everything the container fixes:
+   * Hands over a ready member when the plan is the template in everything the container fixes:
    * image, env, resources, network, runtime, user, workdir, mounts. Labels, ttl and the file policy
    * are the sandbox's own and do not need a new container.
    */
@@ -73,9 +102,7 @@ export class WarmPool implements PoolSource {
   }
 
   matches(plan: SandboxPlan): boolean {
-    const { ttlSeconds: _a, ...wanted } = plan.settings;
-    const { ttlSeconds: _b, ...offered } = this.template.settings;
-    return plan.image === this.template.image && Object.keys(plan.env).length === 0 && JSON.stringify(wanted) === JSON.stringify(offered);
+    return poolKey(plan) === this.key;
   }
 
   /** Starts filling after {@link refillDelayMs}; claims in a burst share one timer. */
@@ -92,8 +119,9 @@ export class WarmPool implements PoolSource {
   fill(): void {
     if (this.filling || this.closed) return;
     this.filling = true;
-    void this.fillLoop().finally(() => {
+    this.fillRun = this.fillLoop().finally(() => {
       this.filling = false;
+      this.fillRun = undefined;
     });
   }
 
@@ -105,6 +133,9 @@ export class WarmPool implements PoolSource {
       // expiry is the claim's, in the state file.
       const expiresAt = new Date(createdAt.getTime() + this.sandboxes.config.maxLimits.ttlSeconds * 1000);
       try {
+        // A template's image may not be on the engine yet (pulled where the image settings allow).
+        if (!this.imageReady || this.failures > 0) await this.sandboxes.images.ensure(this.template.image);
+        this.imageReady = true;
         const containerId = await this.sandboxes.startContainer(agentId, this.template, { createdAt, expiresAt }, true);
         if (this.closed) {
           await this.sandboxes.removePoolMember(agentId, containerId);
@@ -119,9 +150,17 @@ export class WarmPool implements PoolSource {
         this.failures = 0;
       } catch (err) {
         this.failures++;
-        this.logger.warn({ error: (err as Error).message, failures: this.failures }, 'pool.fill-failed');
+        this.logger.warn({ error: (err as Error).message, failures: this.failures, image: this.template.image }, 'pool.fill-failed');
         // Back off so a broken image does not spin the engine; the next take() or tick retries.
-        await new Promise((r) => setTimeout(r, Math.min(30_000, 500 * 2 ** this.failures)).unref());
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, Math.min(30_000, 500 * 2 ** this.failures));
+          timer.unref();
+          this.endBackoff = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+        this.endBackoff = undefined;
       }
     }
   }
@@ -149,11 +188,16 @@ export class WarmPool implements PoolSource {
     this.fill();
   }
 
-  /** Removes the unclaimed members (a restarted controller would remove them anyway). */
+  /**
+   * Removes the unclaimed members (a restarted controller would remove them anyway), and waits for
+   * a fill under way, which removes the member it was starting, so none is left half made (its
+   * workspace disk still mounted) when the controller exits.
+   */
   async close(): Promise<void> {
     this.closed = true;
     clearTimeout(this.refillTimer);
+    this.endBackoff?.();
     const members = this.ready.splice(0);
-    await Promise.all(members.map((m) => this.sandboxes.removePoolMember(m.agentId, m.containerId)));
+    await Promise.all([...members.map((m) => this.sandboxes.removePoolMember(m.agentId, m.containerId)), this.fillRun]);
   }
 }

@@ -15,6 +15,8 @@ export interface ReaperOptions {
   isMine: (labels: Record<string, string>) => boolean;
   /** Kills one of this controller's sandboxes (container, workspace, channel, state file). */
   kill: (id: string) => Promise<void>;
+  /** Hibernates a sandbox whose time ran out and that asked for it (`onTimeout: 'hibernate'`) instead of killing it. */
+  hibernate?: ((id: string) => Promise<unknown>) | undefined;
 }
 
 /**
@@ -30,11 +32,25 @@ export interface ReaperOptions {
 export class Reaper {
   constructor(private readonly options: ReaperOptions) {}
 
-  /** Kills what has expired; returns the ids killed. */
+  /**
+   * Kills what has expired; returns the ids killed. A sandbox created with `onTimeout: 'hibernate'`
+   * is hibernated instead the first time (it is not in the answer), and killed when its retention
+   * has passed too.
+   */
   async reapExpired(now = this.options.clock.now()): Promise<string[]> {
-    const { table, provider, kill, isMine } = this.options;
+    const { table, provider, kill, isMine, hibernate } = this.options;
     const killed: string[] = [];
     for (const record of table.list().filter((r) => r.expiresAt.getTime() <= now)) {
+      if (hibernate && record.settings.onTimeout === 'hibernate' && !record.timedOut && record.state !== 'gone' && record.state !== 'exited') {
+        // A sandbox that cannot hibernate (the provider refused) is killed as any other.
+        if (
+          await hibernate(record.id).then(
+            () => true,
+            () => false,
+          )
+        )
+          continue;
+      }
       await kill(record.id).then(
         () => killed.push(record.id),
         () => undefined,

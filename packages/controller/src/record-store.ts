@@ -21,6 +21,8 @@ export interface StoredRecord {
   creatorScopes?: string[];
   /** The sandbox was hibernated: after a restart it stays stopped until a call wakes it. */
   hibernated?: boolean;
+  /** Hibernated because its time ran out: after a restart it is still waiting out its retention. */
+  timedOut?: boolean;
 }
 
 /**

@@ -59,7 +59,7 @@ export interface PlanContext {
 
 /** The create options, named in refusals. */
 export const CREATE_OPTIONS =
-  'snapshot, volumes, hibernateAfterSeconds, image, env, cpus, memoryMb, pidsLimit, network (none|bridge), egress, secrets, runtime (runc|runsc), user, workdir, policy, ttlSeconds, labels, mounts, readOnlyRootfs, tmpMb, openFiles, fileSizeMb, diskMb';
+  'snapshot, volumes, hibernateAfterSeconds, onTimeout, wakeOnCall, image, env, cpus, memoryMb, pidsLimit, network (none|bridge), egress, secrets, runtime (runc|runsc), user, workdir, policy, ttlSeconds, labels, mounts, readOnlyRootfs, tmpMb, openFiles, fileSizeMb, diskMb';
 
 /**
  * Request fields that would unharden a sandbox. They are refused by name with FORBIDDEN, before
@@ -301,6 +301,14 @@ export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
     return { name: v.name, id: '', path: inside, readOnly: v.readOnly ?? false };
   });
 
+  if (request.wakeOnCall !== undefined && request.onTimeout !== 'hibernate')
+    throw new CodedError(
+      'INVALID_PARAMS',
+      "wakeOnCall applies to a sandbox hibernated when its time runs out; send it with onTimeout: 'hibernate', or leave it out.",
+      {
+        field: 'wakeOnCall',
+      },
+    );
   const plan: SandboxPlan = {
     image: request.image ?? config.defaultImage,
     env: request.env ?? {},
@@ -324,6 +332,8 @@ export function planSandbox(body: unknown, context: PlanContext): SandboxPlan {
       fileSizeMb: limit('fileSizeMb', request.fileSizeMb),
       diskMb: limit('diskMb', request.diskMb),
       ...(request.hibernateAfterSeconds === undefined ? {} : { hibernateAfterSeconds: request.hibernateAfterSeconds }),
+      ...(request.onTimeout === 'hibernate' ? { onTimeout: 'hibernate' as const } : {}),
+      ...(request.onTimeout === 'hibernate' && request.wakeOnCall === false ? { wakeOnCall: false } : {}),
       ...(volumes.length === 0 ? {} : { volumes }),
     },
     egress,

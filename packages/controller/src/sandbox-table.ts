@@ -38,6 +38,11 @@ export interface SandboxRecord {
   capturing?: number;
   /** Stopped by {@link SandboxService.hibernate}: the supervisor leaves it stopped until a call wakes it. */
   hibernated?: boolean;
+  /**
+   * Hibernated because its time ran out (`onTimeout: 'hibernate'`): `expiresAt` is then the end of
+   * its retention, when the reaper kills it; a wake clears this and gives it its ttl again.
+   */
+  timedOut?: boolean;
   /** When a call last reached it, and how many connections are open now (for `hibernateAfterSeconds`). */
   lastActive?: number;
   connections?: number;
@@ -192,6 +197,7 @@ export function describe(record: SandboxRecord): SandboxInfo {
     labels: record.labels,
     settings: record.settings,
     ...(record.frozen ? { frozen: true } : {}),
+    ...(record.timedOut ? { timedOut: true } : {}),
   };
 }
 

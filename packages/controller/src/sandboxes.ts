@@ -147,7 +147,16 @@ export class SandboxService {
     this.network = new SandboxNetwork(parts, { lookup });
     this.usageSampler = new SandboxUsage(parts, this.usageHistory);
     const { launcher, network, usageHistory } = this;
-    this.upkeep = new SandboxUpkeep(parts, { lookup, launcher, network, freezer, usageHistory, onRestart: options.onRestart });
+    const power = this.power;
+    this.upkeep = new SandboxUpkeep(parts, {
+      lookup,
+      launcher,
+      network,
+      freezer,
+      usageHistory,
+      onRestart: options.onRestart,
+      hibernateAtTimeout: (id) => power.hibernateAtTimeout(id),
+    });
     this.supervisor = this.upkeep.supervisor;
     this.reaper = this.upkeep.reaper;
     this.pool = options.pool?.(this);

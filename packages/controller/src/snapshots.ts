@@ -53,6 +53,8 @@ const FROM_SNAPSHOT = [
   'fileSizeMb',
   'diskMb',
   'hibernateAfterSeconds',
+  'onTimeout',
+  'wakeOnCall',
 ] as const;
 
 /**
@@ -261,9 +263,15 @@ export class SnapshotService {
    * a snapshot) that is not kept, then `count` creates from it, each a sandbox of its own (writes
    * in one are seen by no other). Limits apply to each as to a create; `count` is at most
    * `snapshots.maxForkCount`, and a fork that would pass `maxSandboxes` is refused before anything
-   * is made. If any create fails, the forks already made are killed.
+   * is made (an error thrown here means no fork was attempted). Past the capture each fork settles
+   * alone, as E2B's do: the answer has one {@link ForkOutcome} per requested fork, in order, and a
+   * fork that failed leaves nothing behind while the others live on.
+   *
+   * @example
+   * const outcomes = await snapshots.fork(sandboxId, owner, { count: 3 });
+   * const made = outcomes.flatMap((o) => ('sandbox' in o ? [o.sandbox] : []));
    */
-  async fork(sandboxId: string, by: Owner | undefined, body: unknown): Promise<CreateSandboxResponse[]> {
+  async fork(sandboxId: string, by: Owner | undefined, body: unknown): Promise<ForkOutcome[]> {
     const owner = requireKey(by, 'fork a sandbox');
     const parsed = ForkSandboxRequest.safeParse(body ?? {});
     if (!parsed.success)
@@ -306,13 +314,12 @@ export class SnapshotService {
     count: number,
     labels: Record<string, string> | undefined,
     ttlSeconds: number | undefined,
-  ): Promise<CreateSandboxResponse[]> {
+  ): Promise<ForkOutcome[]> {
     const record = this.sandboxes.record(sandboxId);
     const snapshots = requireCapability(this.provider, 'snapshots', 'fork a sandbox');
     const id = newSnapshotId();
     this.capturing.add(id);
     const { workspace } = await this.store.begin(id);
-    const forks: CreateSandboxResponse[] = [];
     try {
       const taken = await this.sandboxes.whileCapturing(sandboxId, () => snapshots.capture(record.containerId, record.agentId, id, workspace));
       const egress = this.sandboxes.egressOf(sandboxId)?.policy;
@@ -336,31 +343,28 @@ export class SnapshotService {
         { ...(labels === undefined ? {} : { labels }), ...(ttlSeconds === undefined ? {} : { ttlSeconds }) },
       );
       // No more at once than the controller's create slots: a fork's own creates never time out waiting for each other.
-      const results: PromiseSettledResult<CreateSandboxResponse>[] = [];
+      const outcomes: ForkOutcome[] = new Array<ForkOutcome>(count);
       const workers = Math.max(1, Math.min(count, this.sandboxes.config.maxConcurrentCreates));
       let next = 0;
       await Promise.all(
         Array.from({ length: workers }, async () => {
           while (next < count) {
-            next++;
-            results.push(
-              // A parent linked to the egress gateway (even with policy none) gives its forks the same link, so their network can change later.
-              await this.sandboxes.create(request, { restore: { image: taken.image, workspaceDir: workspace }, relay: egress !== undefined, owner }).then(
-                (value) => ({ status: 'fulfilled', value }) as const,
-                (reason: unknown) => ({ status: 'rejected', reason }) as const,
-              ),
-            );
+            const slot = next++;
+            // A parent linked to the egress gateway (even with policy none) gives its forks the same link, so their network can change later.
+            outcomes[slot] = await this.sandboxes
+              .create(request, { restore: { image: taken.image, workspaceDir: workspace }, relay: egress !== undefined, owner })
+              .then(
+                (sandbox): ForkOutcome => ({ sandbox }),
+                (error: unknown): ForkOutcome => ({ error }),
+              );
           }
         }),
       );
-      for (const result of results) if (result.status === 'fulfilled') forks.push(result.value);
-      const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-      if (failed) {
-        for (const made of forks) await this.sandboxes.kill(made.id).catch(() => undefined);
-        throw failed.reason;
-      }
-      this.sandboxes.lifecycle.report(record, 'forked', { forks: forks.map((f) => f.id) });
-      return forks;
+      const made = outcomes.flatMap((o) => ('sandbox' in o ? [o.sandbox.id] : []));
+      const failed = outcomes.filter((o) => 'error' in o).length;
+      if (made.length > 0) this.sandboxes.lifecycle.report(record, 'forked', { forks: made });
+      if (failed > 0) this.logger?.warn({ sandboxId, asked: count, made: made.length, failed }, 'fork.partial');
+      return outcomes;
     } finally {
       this.capturing.delete(id);
       await this.store.abandon(id);
@@ -369,6 +373,9 @@ export class SnapshotService {
     }
   }
 }
+
+/** One requested fork's outcome: the sandbox it made, or the error that kept it from starting (nothing of it is left). */
+export type ForkOutcome = { sandbox: CreateSandboxResponse } | { error: unknown };
 
 /** The create request a snapshot makes, with the caller's own fields on top. */
 export function mergeWithSnapshot(record: SnapshotRecord, request: Record<string, unknown>): Record<string, unknown> {

@@ -139,6 +139,44 @@ describe('restart supervision, on a fake clock', () => {
   });
 });
 
+describe("onTimeout: 'hibernate', on a fake clock", () => {
+  it('hibernates at the timeout instead of killing, keeps it for the retention across a restart, and a wake gives it its ttl again', async () => {
+    const { id } = await service.create({ ttlSeconds: 60, onTimeout: 'hibernate' });
+    const plain = await service.create({ ttlSeconds: 60 });
+    await clock.advance(60_000);
+    expect(await service.reapExpired()).toEqual([plain.id]);
+    const asleep = await service.get(id);
+    expect(asleep).toMatchObject({ state: 'hibernated', timedOut: true });
+    const retention = service.config.timedOutRetentionSeconds * 1000;
+    expect(asleep.expiresAt).toBe(new Date(clock.now() + retention).toISOString());
+    // A restarted controller still knows it timed out, and when its retention ends.
+    const again = new SandboxService({ provider, credentials: service.credentials, config: service.config, clock, probe: async () => undefined });
+    await again.recover();
+    expect(await again.get(id)).toMatchObject({ state: 'hibernated', timedOut: true, expiresAt: asleep.expiresAt });
+    await clock.advance(1_000);
+    await again.wake(id);
+    const awake = await again.get(id);
+    expect(awake.state).toBe('running');
+    expect(awake.timedOut).toBeUndefined();
+    expect(awake.expiresAt).toBe(new Date(clock.now() + 60_000).toISOString());
+    // Timed out again, then past its retention: killed.
+    await clock.advance(60_000);
+    expect(await again.reapExpired()).toEqual([]);
+    await clock.advance(retention);
+    expect(await again.reapExpired()).toEqual([id]);
+    expect(again.has(id)).toBe(false);
+  });
+
+  it('wakeOnCall: false refuses a wake but a resume, and wakeOnCall alone is refused', async () => {
+    await expect(service.create({ wakeOnCall: false })).rejects.toMatchObject({ code: 'INVALID_PARAMS' });
+    const { id } = await service.create({ ttlSeconds: 60, onTimeout: 'hibernate', wakeOnCall: false });
+    await clock.advance(60_000);
+    await service.reapExpired();
+    await expect(service.wake(id)).rejects.toMatchObject({ code: 'SANDBOX_NOT_READY' });
+    expect((await service.resume(id)).state).toBe('running');
+  });
+});
+
 describe('hibernation, on a fake clock', () => {
   it('hibernates only sandboxes idle for their hibernateAfterSeconds with no open connection', async () => {
     const idle = await service.create({ hibernateAfterSeconds: 60 });

@@ -222,6 +222,7 @@ export {
   RotatedSandboxToken,
   EgressLogEntry,
   EgressLogResponse,
+  ForkResult,
   ForkSandboxRequest,
   ForkSandboxResponse,
   ImageEvent,

@@ -147,6 +147,18 @@ export const CreateSandboxRequest = z.strictObject({
   volumes: z.array(VolumeMountRequest).max(16).optional(),
   /** Hibernate the sandbox after this many seconds without a call or an open connection (docs/state.md). */
   hibernateAfterSeconds: LifetimeSeconds.optional(),
+  /**
+   * What happens when its time runs out: `kill` (the default) removes it; `hibernate` stops it with
+   * its files kept, for the controller's `timedOutRetentionSeconds`, until a wake gives it its
+   * `ttlSeconds` again (docs/state.md#when-time-runs-out). E2B's `autoPause` maps to it.
+   */
+  onTimeout: z.enum(['kill', 'hibernate']).optional(),
+  /**
+   * With `onTimeout: 'hibernate'`: whether a call or connection wakes it once it was hibernated at
+   * its timeout (default true); false, only a resume (`POST /v1/sandboxes/{id}/resume`) does.
+   * E2B's `autoResume` maps to it.
+   */
+  wakeOnCall: z.boolean().optional(),
 });
 export type CreateSandboxRequest = z.input<typeof CreateSandboxRequest>;
 
@@ -176,6 +188,10 @@ export const SandboxSettings = z.strictObject({
   fileSizeMb: z.number().optional(),
   diskMb: z.number().optional(),
   hibernateAfterSeconds: z.number().optional(),
+  /** `hibernate`: hibernated, not killed, when its time runs out (absent: killed). */
+  onTimeout: z.enum(['kill', 'hibernate']).optional(),
+  /** False: once hibernated at its timeout, only a resume wakes it (absent: any call does). */
+  wakeOnCall: z.boolean().optional(),
   /** Named volumes: `id` is the controller's own name of the volume's storage. */
   volumes: z.array(z.strictObject({ name: z.string(), id: z.string(), path: z.string(), readOnly: z.boolean() })).optional(),
 });
@@ -196,6 +212,11 @@ export const SandboxInfo = z.strictObject({
    * milliseconds). Absent when it is not frozen.
    */
   frozen: z.boolean().optional(),
+  /**
+   * True while the sandbox is hibernated because its time ran out (`onTimeout: 'hibernate'`): its
+   * `expiresAt` is then the end of its retention, and a wake gives it its `ttlSeconds` again.
+   */
+  timedOut: z.boolean().optional(),
 });
 export type SandboxInfo = z.infer<typeof SandboxInfo>;
 
@@ -567,8 +588,22 @@ export const ForkSandboxRequest = z.strictObject({
 });
 export type ForkSandboxRequest = z.input<typeof ForkSandboxRequest>;
 
-/** The forks, each with its own token (shown only here). */
-export const ForkSandboxResponse = z.strictObject({ sandboxes: z.array(CreateSandboxResponse) });
+/**
+ * One requested fork's outcome: exactly one of `sandbox` (it started) or `error` (what kept it from
+ * starting, in the shape of every REST error), as E2B's `SandboxForkResult`.
+ */
+export const ForkResult = z.strictObject({
+  sandbox: CreateSandboxResponse.optional(),
+  error: RestErrorBody.shape.error.optional(),
+});
+export type ForkResult = z.infer<typeof ForkResult>;
+
+/**
+ * The forks: `sandboxes` those that started, each with its own token (shown only here); `results`
+ * one entry per requested fork, in order, each its sandbox or its error. Each fork settles alone:
+ * the answer is 201 when at least one started; when none did, the answer is the first fork's error.
+ */
+export const ForkSandboxResponse = z.strictObject({ sandboxes: z.array(CreateSandboxResponse), results: z.array(ForkResult) });
 export type ForkSandboxResponse = z.infer<typeof ForkSandboxResponse>;
 
 /** `POST /v1/volumes`: a named volume of the caller's API key. */

@@ -133,6 +133,22 @@ async def test_fork_makes_independent_sandboxes_that_the_handles_own(controller:
             await parent.fork(count=0)
 
 
+async def test_fork_settled_gives_one_entry_per_fork_each_settling_alone(controller: Any) -> None:
+    async with AsyncSandbox.create(**opts(controller)) as parent:
+        await parent.files.write("/workspace/f.txt", "parent")
+        settled = await parent.fork_settled(count=2)
+        assert len(settled) == 2
+        forks = [f for f in settled if isinstance(f, AsyncSandbox)]
+        assert len(forks) == 2, settled
+        for fork in forks:
+            async with fork:
+                assert await fork.files.read("/workspace/f.txt") == "parent"
+        # The raw answer lists each fork's outcome beside the forks that started.
+        results = await RestClient(controller.url, controller.api_key).fork_results(parent.id, {"count": 1})
+        assert len(results) == 1 and results[0].sandbox is not None and results[0].error is None
+        await RestClient(controller.url, controller.api_key).kill(results[0].sandbox.id)
+
+
 async def test_hibernate_then_the_next_call_wakes_it_with_its_files(controller: Any) -> None:
     async with AsyncSandbox.create(**opts(controller)) as sandbox:
         await sandbox.files.write("/workspace/notes.md", "kept")

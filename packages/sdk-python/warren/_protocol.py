@@ -1295,6 +1295,8 @@ class CreateSandboxRequest(_Strict):
     snapshot: Optional[_C47] = Field(None)
     volumes: Optional[_C81] = Field(None)
     hibernate_after_seconds: Optional[_C73] = Field(None, alias='hibernateAfterSeconds')
+    on_timeout: Optional[Literal['kill', 'hibernate']] = Field(None, alias='onTimeout')
+    wake_on_call: Optional[StrictBool] = Field(None, alias='wakeOnCall')
 
 
 class CreateSandboxResponseSettingsMountsItem(_Tolerant):
@@ -1328,6 +1330,8 @@ class CreateSandboxResponseSettings(_Tolerant):
     file_size_mb: Optional[Union[StrictInt, StrictFloat]] = Field(None, alias='fileSizeMb')
     disk_mb: Optional[Union[StrictInt, StrictFloat]] = Field(None, alias='diskMb')
     hibernate_after_seconds: Optional[Union[StrictInt, StrictFloat]] = Field(None, alias='hibernateAfterSeconds')
+    on_timeout: Optional[Literal['kill', 'hibernate']] = Field(None, alias='onTimeout')
+    wake_on_call: Optional[StrictBool] = Field(None, alias='wakeOnCall')
     volumes: Optional[List[CreateSandboxResponseSettingsVolumesItem]] = Field(None)
 
 
@@ -1340,6 +1344,7 @@ class CreateSandboxResponse(_Tolerant):
     labels: Dict[StrictStr, StrictStr] = Field(...)
     settings: CreateSandboxResponseSettings = Field(...)
     frozen: Optional[StrictBool] = Field(None)
+    timed_out: Optional[StrictBool] = Field(None, alias='timedOut')
     token: StrictStr = Field(...)
     ready_ms: Union[_C3, _C4] = Field(..., alias='readyMs')
     pooled: StrictBool = Field(...)
@@ -1563,6 +1568,7 @@ class SandboxInfo(_Tolerant):
     labels: Dict[StrictStr, StrictStr] = Field(...)
     settings: CreateSandboxResponseSettings = Field(...)
     frozen: Optional[StrictBool] = Field(None)
+    timed_out: Optional[StrictBool] = Field(None, alias='timedOut')
 
 
 class SandboxMetricsWithHistoryDisk(_Tolerant):
@@ -1677,10 +1683,6 @@ class VolumeInfo(_Tolerant):
     sandboxes: List[StrictStr] = Field(...)
 
 
-class ForkSandboxResponse(_Tolerant):
-    sandboxes: List[CreateSandboxResponse] = Field(...)
-
-
 class ListKeysResponse(_Tolerant):
     keys: List[KeyInfo] = Field(...)
 
@@ -1695,6 +1697,16 @@ class ListSnapshotsResponse(_Tolerant):
 
 class ListVolumesResponse(_Tolerant):
     volumes: List[VolumeInfo] = Field(...)
+
+
+class ForkSandboxResponseResultsItem(_Tolerant):
+    sandbox: Optional[CreateSandboxResponse] = Field(None)
+    error: Optional[RestErrorBodyError] = Field(None)
+
+
+class ForkSandboxResponse(_Tolerant):
+    sandboxes: List[CreateSandboxResponse] = Field(...)
+    results: List[ForkSandboxResponseResultsItem] = Field(...)
 
 
 #: The method registry: name to params, result, access, payload side, idempotence and events.

@@ -50,6 +50,7 @@ from ._protocol import (
     ListVolumesResponse,
     ForkSandboxRequest,
     ForkSandboxResponse,
+    ForkSandboxResponseResultsItem,
     PruneSnapshotsRequest,
     PruneSnapshotsResponse,
     PullImageRequest,
@@ -185,9 +186,15 @@ class RestClient:
         return await self._answer(SnapshotInfo, "POST", f"{self._path(sandbox_id)}/snapshot", checked)
 
     async def fork(self, sandbox_id: str, body: Mapping[str, Any]) -> List[CreateSandboxResponse]:
-        """``POST /v1/sandboxes/{id}/fork``: ``count`` new sandboxes from the sandbox's current state."""
+        """``POST /v1/sandboxes/{id}/fork``: ``count`` new sandboxes from the sandbox's current state;
+        the forks that started (each settles alone: ``fork_results`` has each one's outcome)."""
+        return [r.sandbox for r in await self.fork_results(sandbox_id, body) if r.sandbox is not None]
+
+    async def fork_results(self, sandbox_id: str, body: Mapping[str, Any]) -> List[ForkSandboxResponseResultsItem]:
+        """``POST /v1/sandboxes/{id}/fork``: one result per requested fork, in order, its ``sandbox``
+        or the ``error`` that kept it from starting. Raises only when no fork started."""
         checked = check_body(ForkSandboxRequest, body, "fork request")
-        return (await self._answer(ForkSandboxResponse, "POST", f"{self._path(sandbox_id)}/fork", checked)).sandboxes
+        return (await self._answer(ForkSandboxResponse, "POST", f"{self._path(sandbox_id)}/fork", checked)).results
 
     async def list_snapshots(self) -> List[SnapshotInfo]:
         """``GET /v1/snapshots``: the snapshots of the key's tenant, newest first."""

@@ -29,7 +29,7 @@ from ._protocol import (
 from .channel import Channel, ReconnectOptions
 from .commands import Commands
 from .connection import ApprovalHandler, Connection
-from .errors import InvalidParamsError, WarrenError
+from .errors import InvalidParamsError, WarrenError, make_error
 from .code import Code
 from .files import Files
 from .images import PullProgressEvent
@@ -396,27 +396,62 @@ class AsyncSandbox:
     ) -> "List[AsyncSandbox]":
         """Makes ``count`` new sandboxes from this sandbox's current state (``labels``, ``ttl_seconds``),
         each independent of the others and of this one; each handle owns its sandbox (``async with``
-        kills it). Needs the API key.
+        kills it). Needs the API key. All or nothing for the caller: when any fork fails to start,
+        the ones that started are killed and the first failure is raised; ``fork_settled`` keeps them.
 
         Example::
 
             a, b, c = await sandbox.fork(count=3)
         """
+        settled = await self.fork_settled(count=count, labels=labels, ttl_seconds=ttl_seconds, reconnect=reconnect)
+        failed = next((f for f in settled if isinstance(f, WarrenError)), None)
+        if failed is None:
+            return [f for f in settled if isinstance(f, AsyncSandbox)]
+        for fork in settled:
+            if isinstance(fork, AsyncSandbox):
+                try:
+                    await fork.kill()
+                except Exception:
+                    pass
+        raise failed
+
+    async def fork_settled(
+        self, *, count: int, labels: Optional[Mapping[str, str]] = None, ttl_seconds: Optional[int] = None, reconnect: Optional[ReconnectOptions] = None
+    ) -> "List[Union[AsyncSandbox, WarrenError]]":
+        """Makes ``count`` new sandboxes from this sandbox's current state, each settling alone (as
+        E2B's ``Sandbox.fork``): one entry per requested fork, in order, a connected handle that owns
+        its sandbox or the ``WarrenError`` that kept that fork from starting. Raises only when
+        nothing was attempted or no fork started.
+
+        Example::
+
+            forks = await sandbox.fork_settled(count=5)
+            running = [f for f in forks if isinstance(f, AsyncSandbox)]
+        """
         request = _given(count=count, labels=labels, ttl_seconds=ttl_seconds)
-        created = await self._rest.fork(self.id, _wire_known(ForkSandboxRequest, request, "fork request"))
-        forks: List[AsyncSandbox] = []
-        try:
-            for made in created:
+        results = await self._rest.fork_results(self.id, _wire_known(ForkSandboxRequest, request, "fork request"))
+        settled: "List[Union[AsyncSandbox, WarrenError]]" = []
+        for result in results:
+            made = result.sandbox
+            if made is None:
+                error = result.error
+                settled.append(
+                    make_error(error.code, error.message, error.details)
+                    if error is not None
+                    else make_error("INTERNAL", "The controller answered a fork result with neither a sandbox nor an error.")
+                )
+                continue
+            try:
                 channel = await AsyncSandbox._channel(self._rest, made.id, made.token, reconnect)
-                forks.append(AsyncSandbox(made.id, made.token, self._rest, channel, owns=True, startup={"readyMs": made.ready_ms, "pooled": made.pooled}))
-            return forks
-        except BaseException:
-            for made in created:
+                settled.append(AsyncSandbox(made.id, made.token, self._rest, channel, owns=True, startup={"readyMs": made.ready_ms, "pooled": made.pooled}))
+            except WarrenError as err:
+                # A fork this handle cannot reach is no use to the caller: it goes, and its entry says why.
                 try:
                     await self._rest.kill(made.id)
                 except Exception:
                     pass
-            raise
+                settled.append(err)
+        return settled
 
     async def derive_token(
         self,

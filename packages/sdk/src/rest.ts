@@ -30,6 +30,7 @@ import {
   type SandboxState,
   SnapshotInfo,
   ListSnapshotsResponse,
+  ForkResult,
   ForkSandboxResponse,
   PruneSnapshotsResponse,
   type CreateSnapshotRequest,
@@ -206,9 +207,27 @@ export class RestClient {
     return tolerant(SnapshotInfo).parse(await this.request('POST', REST_PATHS.action(id, 'snapshot'), body, signal));
   }
 
-  /** `POST /v1/sandboxes/{id}/fork`: `count` new sandboxes from the sandbox's current state. */
+  /**
+   * `POST /v1/sandboxes/{id}/fork`: `count` new sandboxes from the sandbox's current state; the
+   * forks that started (each fork settles alone: see {@link RestClient.forkResults} for each one's outcome).
+   */
   async fork(id: string, body: ForkSandboxRequest, signal?: AbortSignal): Promise<CreateSandboxResponse[]> {
-    return tolerant(ForkSandboxResponse).parse(await this.request('POST', REST_PATHS.action(id, 'fork'), body, signal)).sandboxes;
+    return (await this.forkResults(id, body, signal)).flatMap((r) => (r.sandbox === undefined ? [] : [r.sandbox]));
+  }
+
+  /**
+   * `POST /v1/sandboxes/{id}/fork`, one result per requested fork, in order: its sandbox, or the
+   * error that kept it from starting. Throws only when no fork started (the first fork's error).
+   *
+   * @example
+   * const results = await rest.forkResults(id, { count: 3 });
+   * const failed = results.filter((r) => r.error !== undefined).length;
+   */
+  async forkResults(id: string, body: ForkSandboxRequest, signal?: AbortSignal): Promise<ForkResult[]> {
+    const answer = await this.request('POST', REST_PATHS.action(id, 'fork'), body, signal);
+    // A controller older than per-fork results answers only the sandboxes (it made all or none).
+    const parsed = tolerant(ForkSandboxResponse.partial({ results: true })).parse(answer);
+    return parsed.results ?? parsed.sandboxes.map((sandbox) => ({ sandbox }));
   }
 
   async listSnapshots(signal?: AbortSignal): Promise<SnapshotInfo[]> {

@@ -22,6 +22,7 @@ import { Code } from './code.js';
 import { Commands } from './commands.js';
 import { ReconnectingChannel, type ReconnectOptions } from './channel.js';
 import { Connection, type ApprovalHandler, type CallOptions } from './connection.js';
+import { makeError, WarrenError, type WarrenErrorCode } from './errors.js';
 import { Files } from './files.js';
 import type { PullProgressEvent } from './images.js';
 import { Pty } from './pty.js';
@@ -270,24 +271,57 @@ export class Sandbox implements AsyncDisposable {
 
   /**
    * Makes `count` new sandboxes from this sandbox's current state, each independent of the others
-   * and of this one; each handle owns its sandbox (disposing it kills it). Needs the API key.
+   * and of this one; each handle owns its sandbox (disposing it kills it). Needs the API key. All
+   * or nothing for the caller: when any fork fails to start, the ones that started are killed and
+   * the first failure is thrown. {@link Sandbox.forkSettled} keeps the ones that started.
    *
    * @example
    * const [a, b, c] = await sandbox.fork({ count: 3 });
    */
   async fork(request: ForkSandboxRequest, options: { signal?: AbortSignal; reconnect?: ReconnectOptions } = {}): Promise<Sandbox[]> {
-    const created = await this.rest.fork(this.id, request, options.signal);
-    const forks: Sandbox[] = [];
-    try {
-      for (const made of created) {
-        const channel = await Sandbox.channel(this.rest, made.id, made.token, options.reconnect);
-        forks.push(new Sandbox(made.id, made.token, this.rest, channel, { readyMs: made.readyMs, pooled: made.pooled }, true));
+    const settled = await this.forkSettled(request, options);
+    const failed = settled.find((f): f is WarrenError => f instanceof WarrenError);
+    if (failed === undefined) return settled as Sandbox[];
+    for (const fork of settled) if (fork instanceof Sandbox) await fork.kill().catch(() => undefined);
+    throw failed;
+  }
+
+  /**
+   * Makes `count` new sandboxes from this sandbox's current state, each settling alone (as E2B's
+   * `Sandbox.fork`): one entry per requested fork, in order, either a connected handle that owns
+   * its sandbox or the {@link WarrenError} that kept that fork from starting (a quota, a create
+   * that failed). Throws only when nothing was attempted or no fork started.
+   *
+   * @example
+   * const forks = await sandbox.forkSettled({ count: 5 });
+   * const running = forks.filter((f): f is Sandbox => f instanceof Sandbox);
+   */
+  async forkSettled(request: ForkSandboxRequest, options: { signal?: AbortSignal; reconnect?: ReconnectOptions } = {}): Promise<Array<Sandbox | WarrenError>> {
+    const results = await this.rest.forkResults(this.id, request, options.signal);
+    const settled: Array<Sandbox | WarrenError> = [];
+    for (const result of results) {
+      const made = result.sandbox;
+      if (made === undefined) {
+        const error = result.error;
+        settled.push(
+          error === undefined
+            ? makeError('INTERNAL', 'The controller answered a fork result with neither a sandbox nor an error.')
+            : makeError(error.code as WarrenErrorCode, error.message, { details: error.details }),
+        );
+        continue;
       }
-      return forks;
-    } catch (err) {
-      for (const made of created) await this.rest.kill(made.id).catch(() => undefined);
-      throw err;
+      try {
+        const channel = await Sandbox.channel(this.rest, made.id, made.token, options.reconnect);
+        settled.push(new Sandbox(made.id, made.token, this.rest, channel, { readyMs: made.readyMs, pooled: made.pooled }, true));
+      } catch (err) {
+        // A fork this handle cannot reach is no use to the caller: it goes, and its entry says why.
+        await this.rest.kill(made.id).catch(() => undefined);
+        settled.push(
+          err instanceof WarrenError ? err : makeError('UPSTREAM_UNAVAILABLE', `Could not connect to fork ${made.id}: ${String(err)}`, { cause: err }),
+        );
+      }
     }
+    return settled;
   }
 
   /**

@@ -45,6 +45,7 @@ const NewSandbox = z.looseObject({
   metadata: z.record(z.string(), z.string()).optional(),
   envVars: z.record(z.string(), z.string()).optional(),
   autoPause: z.boolean().optional(),
+  autoPauseMemory: z.boolean().optional(),
   autoResume: z.looseObject({ enabled: z.boolean().optional() }).nullish(),
   allow_internet_access: z.boolean().optional(),
   network: E2bNetwork.nullish(),
@@ -242,13 +243,7 @@ export function templateFor(deps: HttpServerDeps, name: string): E2bTemplate {
 
 async function create({ deps, req, res, owner }: PlaneContext): Promise<void> {
   const body = parse(NewSandbox, await readJson(req), 'create request');
-  if (body.autoPause === true)
-    throw new E2bHttpError(
-      501,
-      'autoPause (pause on timeout) is not supported by Warren: a sandbox is killed when its timeout passes. Create it without autoPause.',
-    );
-  if (body.autoResume?.enabled === true)
-    throw new E2bHttpError(501, 'autoResume is not supported by Warren: a paused sandbox resumes on Sandbox.connect. Create it without autoResume.');
+  const lifecycle = lifecycleOf(body);
   if (body.mcp !== undefined && body.mcp !== null && Object.keys(body.mcp).length > 0)
     throw new E2bHttpError(
       501,
@@ -277,6 +272,7 @@ async function create({ deps, req, res, owner }: PlaneContext): Promise<void> {
       env: { ...base.env, ...body.envVars },
       labels: { ...base.labels, ...body.metadata, [TEMPLATE_LABEL]: templateID },
       ttlSeconds: timeout,
+      ...lifecycle,
       ...rootFor(deps, owner),
       ...(volumes.length > 0 ? { volumes: [...(base.volumes ?? []), ...volumes] } : {}),
       ...(egress === undefined ? {} : { egress }),
@@ -290,6 +286,7 @@ async function create({ deps, req, res, owner }: PlaneContext): Promise<void> {
       snapshot: snapshot.id,
       labels: { ...snapshot.sandboxLabels, ...body.metadata },
       ttlSeconds: timeout,
+      ...lifecycle,
       ...(body.envVars === undefined ? {} : { env: body.envVars }),
       ...(volumes.length > 0 ? { volumes } : {}),
       ...(egress === undefined ? {} : { egress }),
@@ -302,6 +299,21 @@ async function create({ deps, req, res, owner }: PlaneContext): Promise<void> {
   });
   deps.logger.info({ sandboxId: created.id, image: created.image, template: templateID, readyMs: created.readyMs }, 'sandbox.created');
   json(res, 201, createdObject(created, templateID));
+}
+
+/**
+ * E2B's lifecycle as Warren's: `autoPause` (the SDK's `lifecycle.onTimeout: 'pause'`) is
+ * `onTimeout: 'hibernate'`, a sandbox hibernated instead of killed when its time runs out;
+ * `autoResume.enabled` is `wakeOnCall` (off unless asked, as on E2B: then only `Sandbox.connect`
+ * resumes it). Memory and processes are not kept either way (docs/e2b.md#lifecycle).
+ */
+function lifecycleOf(body: z.infer<typeof NewSandbox>): Pick<CreateSandboxRequest, 'onTimeout' | 'wakeOnCall'> {
+  const autoResume = body.autoResume?.enabled === true;
+  if (autoResume && body.autoPause !== true)
+    throw new E2bHttpError(400, "autoResume can only be true when the sandbox pauses on timeout (lifecycle.onTimeout: 'pause', autoPause: true).");
+  if (autoResume && body.autoPauseMemory === false)
+    throw new E2bHttpError(400, 'autoResume cannot be combined with autoPauseMemory: false (keepMemory: false); resume such a sandbox with Sandbox.connect.');
+  return body.autoPause === true ? { onTimeout: 'hibernate', wakeOnCall: autoResume } : {};
 }
 
 /** The calling key's snapshot a template id names, or E2B's 404 naming the templates there are (never another key's). */
@@ -385,7 +397,7 @@ async function list({ deps, res, query, caller }: PlaneContext, paged: boolean):
   // A volume's content helper (docs/e2b.md#volumes) is the gateway's own, not the program's.
   let all = (await deps.sandboxes.find({ labels: metadata, tenant: listedTenant(caller) })).filter(
     (s) =>
-      wanted.includes(e2bState(s.state)) &&
+      wanted.includes(e2bState(s)) &&
       !Object.hasOwn(s.labels, HELPER_LABEL) &&
       (template === null || (s.labels[TEMPLATE_LABEL] ?? s.image) === template) &&
       (startedAfter === undefined || Date.parse(s.createdAt) >= startedAfter),
@@ -412,7 +424,15 @@ async function list({ deps, res, query, caller }: PlaneContext, paged: boolean):
 async function detail({ deps, res, id }: PlaneContext): Promise<void> {
   const info = await deps.sandboxes.get(id);
   const { network, allowInternetAccess } = e2bFromEgress(deps.sandboxes.egressOf(id)?.policy);
-  json(res, 200, { ...listed(deps, info), envdAccessToken: deps.credentials.sandboxToken(id), domain: null, network, allowInternetAccess });
+  const pauses = info.settings.onTimeout === 'hibernate';
+  json(res, 200, {
+    ...listed(deps, info),
+    envdAccessToken: deps.credentials.sandboxToken(id),
+    domain: null,
+    network,
+    allowInternetAccess,
+    lifecycle: { onTimeout: pauses ? 'pause' : 'kill', autoResume: pauses && info.settings.wakeOnCall !== false },
+  });
 }
 
 async function kill({ deps, res, id }: PlaneContext): Promise<void> {
@@ -472,7 +492,8 @@ async function metrics({ deps, res, id, query }: PlaneContext): Promise<void> {
 async function connect({ deps, req, res, id }: PlaneContext): Promise<void> {
   const body = parse(TimeoutBody, await readJson(req), 'connect request');
   let info = await deps.sandboxes.get(id);
-  const resumed = info.state === 'paused';
+  // Paused by the caller, or hibernated when its time ran out (autoPause): either resumes here.
+  const resumed = info.state === 'paused' || info.timedOut === true;
   if (resumed) info = await deps.sandboxes.resume(id);
   if (info.state !== 'running') throw new E2bHttpError(404, `Sandbox '${id}' is ${info.state}; it cannot be connected to. Create a new sandbox.`);
   const wanted = Math.max(MIN_TTL_SECONDS, body.timeout ?? DEFAULT_TIMEOUT_SECONDS);
@@ -482,7 +503,8 @@ async function connect({ deps, req, res, id }: PlaneContext): Promise<void> {
 }
 
 async function pause({ deps, res, id }: PlaneContext): Promise<void> {
-  if (deps.sandboxes.record(id).state === 'paused') throw new E2bHttpError(409, `Sandbox '${id}' is already paused.`);
+  const record = deps.sandboxes.record(id);
+  if (record.state === 'paused' || record.timedOut === true) throw new E2bHttpError(409, `Sandbox '${id}' is already paused.`);
   await deps.sandboxes.pause(id);
   res.writeHead(204).end();
 }
@@ -506,9 +528,14 @@ function sandboxObject(info: SandboxInfo, templateID: string, token: string): Re
   };
 }
 
-/** A Warren state as a list's `state` filter reads it: a hibernated sandbox (frozen while idle, woken by its next call) is running to E2B; exited and gone ones match neither E2B state. */
-function e2bState(state: SandboxInfo['state']): string {
-  return state === 'running' || state === 'hibernated' ? 'running' : state;
+/**
+ * A Warren state as E2B names it: a sandbox hibernated when its time ran out (autoPause) is
+ * paused, as on E2B; one hibernated while idle (woken by its next call) is running; exited and
+ * gone ones match neither E2B state.
+ */
+function e2bState(info: SandboxInfo): string {
+  if (info.timedOut === true) return 'paused';
+  return info.state === 'running' || info.state === 'hibernated' ? 'running' : info.state;
 }
 
 /** E2B's ListedSandbox (list answers; the detail adds its token). */
@@ -521,7 +548,7 @@ function listed(deps: HttpServerDeps, info: SandboxInfo): Record<string, unknown
     clientID: 'warren',
     startedAt: info.createdAt,
     endAt: info.expiresAt,
-    state: info.state === 'paused' ? 'paused' : 'running',
+    state: e2bState(info) === 'paused' ? 'paused' : 'running',
     cpuCount: Math.max(1, Math.round(info.settings.cpus)),
     memoryMB: info.settings.memoryMb,
     diskSizeMB: info.settings.diskMb ?? 0,

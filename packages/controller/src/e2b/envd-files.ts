@@ -37,6 +37,12 @@ export async function serveHealth(deps: HttpServerDeps, req: IncomingMessage, re
   // Past its end the sandbox has reached its end of life, as on E2B, though the reaper removes it only on its next round.
   const state = seen === undefined ? 'gone' : seen.state === 'running' && seen.expiresAt.getTime() <= Date.now() ? 'expired' : seen.state;
   if (state === 'running') return void res.writeHead(204).end();
+  // A probe is traffic: a hibernated sandbox that wakes on calls (idle, or autoResume) wakes for it, as E2B's auto-resume does.
+  if (state === 'hibernated' && !(seen!.timedOut === true && seen!.settings.wakeOnCall === false)) {
+    await deps.sandboxes.wake(id);
+    return void res.writeHead(204).end();
+  }
+  if (seen?.timedOut === true) return json(res, 502, { code: 502, message: `Sandbox '${id}' is paused (its time ran out); resume it with Sandbox.connect.` });
   json(res, 502, { code: 502, message: `Sandbox '${id}' is ${state}.` });
 }
 

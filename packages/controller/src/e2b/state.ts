@@ -3,7 +3,7 @@ import type { ServerResponse } from 'node:http';
 import type { CreateSandboxResponse } from '@warren/protocol';
 import { z } from 'zod';
 import type { HttpServerDeps } from '../server-context.js';
-import { E2bHttpError } from './errors.js';
+import { E2bHttpError, toE2bHttpError } from './errors.js';
 import { json, parse, readJson } from './http-util.js';
 import type { VolumeContent } from './volume-content.js';
 
@@ -96,15 +96,20 @@ export async function deleteTemplate({ deps, res, ref, owner }: StateContext): P
 export async function fork(ctx: StateContext, answer: SandboxAnswer): Promise<void> {
   const { deps, req, res, id, owner } = ctx;
   const body = parse(ForkBody, await readJson(req), 'fork request');
-  const forks = await snapshotsOf(deps).fork(id, owner, {
+  const outcomes = await snapshotsOf(deps).fork(id, owner, {
     count: body.count ?? 1,
     ...(body.timeout === undefined ? {} : { ttlSeconds: Math.max(10, body.timeout) }),
   });
-  deps.logger.info({ sandboxId: id, forks: forks.map((f) => f.id) }, 'sandbox.forked');
+  deps.logger.info({ sandboxId: id, forks: outcomes.flatMap((o) => ('sandbox' in o ? [o.sandbox.id] : [])) }, 'sandbox.forked');
+  // E2B's SandboxForkResult: each fork settles alone, its entry the sandbox or E2B's error body (the SDK maps its code as on any route).
   json(
     res,
     201,
-    forks.map((created) => ({ sandbox: answer(created, created.labels['e2b-template'] ?? 'base') })),
+    outcomes.map((o) => {
+      if ('sandbox' in o) return { sandbox: answer(o.sandbox, o.sandbox.labels['e2b-template'] ?? 'base') };
+      const { status, message } = toE2bHttpError(o.error);
+      return { error: { code: status, message } };
+    }),
   );
 }
 

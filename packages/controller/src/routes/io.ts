@@ -1,6 +1,6 @@
 import { once } from 'node:events';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { CodedError, ERROR_CODES, type ImageEvent } from '@warren/protocol';
+import { CodedError, ERROR_CODES, type ErrorCode, type ImageEvent, type RestErrorBody } from '@warren/protocol';
 
 /** A JSON body is read up to this size; a larger one is FRAME_TOO_LARGE. */
 const MAX_BODY_BYTES = 1024 * 1024;
@@ -134,4 +134,25 @@ export async function readJson(req: IncomingMessage): Promise<unknown> {
 export function sendJson(res: ServerResponse, status: number, body: unknown): void {
   const text = JSON.stringify(body);
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) }).end(text);
+}
+
+/** The one shape of every REST error: code, message, and what to do next. */
+export function errorBody(err: unknown): { status: number; body: RestErrorBody } {
+  const coded = err instanceof CodedError ? err : new CodedError('INTERNAL', unexpectedMessage(err));
+  const code: ErrorCode = coded.code;
+  const body: RestErrorBody = { error: { code, message: coded.message, suggestion: ERROR_CODES[code].suggestion } };
+  if (coded.details) body.error.details = coded.details;
+  return { status: ERROR_CODES[code].status, body };
+}
+
+/**
+ * What a client is told of an error no part of Warren expected: a system call's failure names its
+ * kind and call only, since Node's message carries the host path it failed on (a snapshot's copy,
+ * the state folder), which the controller's log keeps instead.
+ */
+export function unexpectedMessage(err: unknown): string {
+  const { code, syscall } = (err ?? {}) as { code?: unknown; syscall?: unknown };
+  if (typeof code === 'string' && typeof syscall === 'string')
+    return `A file operation on the controller's host failed (${code} in ${syscall}); the controller's log has the details.`;
+  return err instanceof Error ? err.message : String(err);
 }

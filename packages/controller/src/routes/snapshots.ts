@@ -11,7 +11,7 @@ import {
 } from '@warren/protocol';
 import type { HttpServerDeps } from '../server-context.js';
 import { DEFAULT_SNAPSHOT_LIMITS } from '../snapshot-store.js';
-import { sendJson } from './io.js';
+import { errorBody, sendJson } from './io.js';
 import { defineRoute, type Route } from './route.js';
 
 /** The snapshot service, or NOT_SUPPORTED where this server runs without one. */
@@ -52,11 +52,22 @@ export const SNAPSHOT_ROUTES: readonly Route[] = [
       what: 'fork request',
       hint: (deps) => `Send { "count": <1-${deps.snapshots?.limits.maxForkCount ?? DEFAULT_SNAPSHOT_LIMITS.maxForkCount}> }.`,
     },
-    responses: { 201: { description: 'The forks, each with its token.', schema: ForkSandboxResponse } },
+    responses: {
+      201: {
+        description:
+          "The forks that started, each with its token (sandboxes), and one result per requested fork, in order: its sandbox or its error (results). When none started, the answer is the first fork's error.",
+        schema: ForkSandboxResponse,
+      },
+    },
     handle: async ({ deps, res, params, body, caller }) => {
-      const forks = await snapshotsOf(deps).fork(params.id, ownerOf(caller), body);
-      deps.logger.info({ sandboxId: params.id, forks: forks.map((f) => f.id) }, 'sandbox.forked');
-      sendJson(res, 201, { sandboxes: forks });
+      const outcomes = await snapshotsOf(deps).fork(params.id, ownerOf(caller), body);
+      const sandboxes = outcomes.flatMap((o) => ('sandbox' in o ? [o.sandbox] : []));
+      // Each fork settles alone; with none started the first error is the answer, as a refusal was before.
+      const first = outcomes.find((o) => 'error' in o);
+      if (sandboxes.length === 0 && first !== undefined) throw first.error;
+      deps.logger.info({ sandboxId: params.id, forks: sandboxes.map((f) => f.id), failed: outcomes.length - sandboxes.length }, 'sandbox.forked');
+      const results = outcomes.map((o) => ('sandbox' in o ? { sandbox: o.sandbox } : { error: errorBody(o.error).body.error }));
+      sendJson(res, 201, { sandboxes, results } satisfies ForkSandboxResponse);
     },
   }),
   defineRoute({

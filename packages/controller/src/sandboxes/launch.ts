@@ -7,7 +7,7 @@ import type { IdleFreezer } from '../idle-freezer.js';
 import type { ImageService } from '../image-service.js';
 import { sandboxLabels } from '../labels.js';
 import { Slots, type WaitLimits } from '../limiter.js';
-import type { SandboxSpec } from '../provider.js';
+import { requireCapability, type SandboxSpec } from '../provider.js';
 import { checkRoot, isBelow, planSandbox, type RootBoundary, type SandboxPlan } from '../sandbox-plan.js';
 import { describe, recordFromLabels, type SandboxRecord } from '../sandbox-table.js';
 import { tenantOf, type Owner } from '../tenancy/owner.js';
@@ -142,6 +142,8 @@ export class SandboxLauncher {
     const started = performance.now();
     const plan = this.planCreate(body, extras);
     checkCreateScopes(plan);
+    if (plan.settings.onTimeout === 'hibernate')
+      requireCapability(this.parts.provider, 'suspend', "hibernate a sandbox when its time runs out (onTimeout: 'hibernate')");
     // Checked and reserved before the first await, so concurrent creates never end over the tenant's limits.
     const tenant = tenantOf(plan.owner);
     checkRoot(plan.settings, tenant, this.tenants.limitsOf(tenant).allowRoot, this.rootBoundary);

@@ -194,6 +194,7 @@ function applyClaim(record: SandboxRecord, claim: StoredRecord, labels: Record<s
   if (claim.hibernated === true && record.state !== 'running') {
     record.hibernated = true;
     record.state = 'hibernated';
+    if (claim.timedOut === true) record.timedOut = true;
   }
 }
 
@@ -211,5 +212,6 @@ export function storedRecord(record: SandboxRecord): StoredRecord {
   }
   if (record.publicPorts?.length) data.publicPorts = record.publicPorts;
   if (record.hibernated) data.hibernated = true;
+  if (record.timedOut) data.timedOut = true;
   return data;
 }

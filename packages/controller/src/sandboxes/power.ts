@@ -64,7 +64,7 @@ export class SandboxPower {
     const record = table.require(id);
     // Frozen for being idle, or hibernated: resuming is waking it (the route leaves that to here).
     if (record.frozen || record.hibernated) {
-      await this.wake(id);
+      await this.wake(id, { resume: true });
       return describe(record);
     }
     await this.peers.freezer.exclusive(id, async () => {
@@ -113,12 +113,35 @@ export class SandboxPower {
   }
 
   /**
+   * Hibernates a sandbox whose time ran out and that was created with `onTimeout: 'hibernate'`
+   * (the reaper calls it instead of killing it): hibernated as by {@link SandboxPower.hibernate},
+   * marked `timedOut`, and kept for `timedOutRetentionSeconds`, after which the reaper kills it.
+   * A wake gives it its `ttlSeconds` again.
+   */
+  async hibernateAtTimeout(id: string): Promise<SandboxInfo> {
+    const record = this.parts.table.require(id);
+    await this.hibernate(id);
+    record.timedOut = true;
+    record.expiresAt = new Date(this.parts.clock.now() + this.parts.config.timedOutRetentionSeconds * 1000);
+    await this.peers.lookup.save(record);
+    return describe(record);
+  }
+
+  /**
    * Makes sure a sandbox's processes run before a daemon connection or call reaches it, and the
    * caller waits: a hibernated sandbox starts again (concurrent callers share the one start), one
-   * the idle freezer froze thaws (counted as activity). A running sandbox is left alone.
+   * the idle freezer froze thaws (counted as activity). A running sandbox is left alone. A
+   * sandbox hibernated at its timeout with `wakeOnCall: false` wakes only for a resume
+   * (`resume: true`); anything else is refused with SANDBOX_NOT_READY.
    */
-  async wake(id: string): Promise<void> {
+  async wake(id: string, options: { resume?: boolean } = {}): Promise<void> {
     const record = this.parts.table.require(id);
+    if (record.hibernated && record.timedOut && record.settings.wakeOnCall === false && options.resume !== true)
+      throw new CodedError(
+        'SANDBOX_NOT_READY',
+        `Sandbox '${id}' was hibernated when its time ran out and wakes only when resumed (created with wakeOnCall: false); resume it with POST /v1/sandboxes/${id}/resume (E2B: Sandbox.connect).`,
+        { sandboxId: id },
+      );
     if (record.hibernated) await this.startHibernated(id, record);
     await this.peers.freezer.wake(id);
   }
@@ -131,6 +154,11 @@ export class SandboxPower {
         record.hibernated = false;
         record.state = 'running';
         record.lastActive = this.parts.clock.now();
+        // Woken after its time ran out: it gets its own ttl again from now.
+        if (record.timedOut) {
+          delete record.timedOut;
+          record.expiresAt = new Date(record.lastActive + record.settings.ttlSeconds * 1000);
+        }
         await this.peers.lookup.save(record);
         this.parts.lifecycle.report(record, 'woken');
       })().finally(() => this.waking.delete(id));

@@ -40,6 +40,8 @@ export class SandboxUpkeep {
       usageHistory: UsageHistory;
       /** Told of each restart after a sandbox died: `error` null when it is back, else why an attempt failed. */
       onRestart?: ((id: string, error: string | null) => void) | undefined;
+      /** Hibernates a sandbox whose time ran out, where it asked for that (`onTimeout: 'hibernate'`). */
+      hibernateAtTimeout?: ((id: string) => Promise<unknown>) | undefined;
     },
   ) {
     this.supervisor = new RestartSupervisor({
@@ -58,6 +60,7 @@ export class SandboxUpkeep {
       orphanGraceSeconds: parts.config.orphanGraceSeconds,
       isMine: (labels) => this.peers.lookup.isMine(labels),
       kill: (id) => this.reap(id),
+      hibernate: this.peers.hibernateAtTimeout,
     });
   }
 

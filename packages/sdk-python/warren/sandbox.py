@@ -216,6 +216,8 @@ class AsyncSandbox:
         snapshot: Optional[str] = None,
         volumes: Optional[Sequence[Mapping[str, Any]]] = None,
         hibernate_after_seconds: Optional[int] = None,
+        on_timeout: Optional[Literal["kill", "hibernate"]] = None,
+        wake_on_call: Optional[bool] = None,
     ) -> "_Creating":
         """Creates a sandbox and connects to it; await it, or use it with ``async with`` (which kills it at the end).
 

@@ -34,7 +34,7 @@ import { EventLog } from './events/event-log.js';
 import { TargetGuard } from './events/webhook-target.js';
 import { WebhookStore } from './events/webhook-store.js';
 import { WebhookService } from './events/webhooks.js';
-import { e2bWebhookFormat } from './e2b/webhooks.js';
+import { e2bWebhookFormat } from './e2b/control/webhooks.js';
 
 export interface StartControllerOptions {
   config?: Partial<ControllerConfig>;

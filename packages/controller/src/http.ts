@@ -11,7 +11,7 @@ import type { ControllerConfig } from './config.js';
 import type { Credentials } from './credentials.js';
 import { DaemonSessionPool } from './daemon-pool.js';
 import { createE2bGateway, E2B_PREFIX, e2bHostTarget, GATEWAY_PORTS, isE2bPath } from './e2b/gateway.js';
-import { sandboxIdOf } from './e2b/envd-scope.js';
+import { sandboxIdOf } from './e2b/envd/scope.js';
 import { ConsoleServer } from './console/server.js';
 import { CONSOLE_PROTOCOL, ConsoleSessions } from './console/session.js';
 import { MetricsHistory } from './console/history.js';

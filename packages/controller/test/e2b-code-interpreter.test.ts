@@ -1,7 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
-import { CHART_MIME, DATA_MIME, doorLanguage, OutputRelay, resultLine } from '../src/e2b/code-interpreter.js';
+import { CHART_MIME, DATA_MIME, doorLanguage, OutputRelay, resultLine } from '../src/e2b/interpreter/code-interpreter.js';
 import { E2bHttpError } from '../src/e2b/errors.js';
-import { bashCell } from '../src/e2b/code-interpreter-bash.js';
+import { bashCell } from '../src/e2b/interpreter/bash.js';
 
 describe("the code interpreter's door, pure parts", () => {
   it("maps E2B's language names, python when none, and refuses any other with 400 naming what is served", () => {

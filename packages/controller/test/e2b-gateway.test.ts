@@ -6,9 +6,9 @@ import { describe, expect, it } from '@jest/globals';
 import { Code } from '@connectrpc/connect';
 import { CodedError } from '@warren/protocol';
 import { loadConfig } from '../src/config.js';
-import { isControlPlanePath, metadataFilter } from '../src/e2b/control-plane.js';
-import { resolvePath, sandboxIdOf, type EnvdScope } from '../src/e2b/envd-scope.js';
-import { permissions, walkOrder } from '../src/e2b/envd-rpc.js';
+import { isControlPlanePath, metadataFilter } from '../src/e2b/control/plane.js';
+import { resolvePath, sandboxIdOf, type EnvdScope } from '../src/e2b/envd/scope.js';
+import { permissions, walkOrder } from '../src/e2b/envd/rpc.js';
 import { E2bHttpError, toConnectError, toE2bHttpError } from '../src/e2b/errors.js';
 import { e2bHostTarget } from '../src/e2b/gateway.js';
 

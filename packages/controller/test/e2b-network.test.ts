@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { E2bHttpError } from '../src/e2b/errors.js';
-import { ALL_TRAFFIC, e2bFromEgress, egressFromE2b } from '../src/e2b/network.js';
+import { ALL_TRAFFIC, e2bFromEgress, egressFromE2b } from '../src/e2b/control/network.js';
 
 describe("E2B's network settings as Warren's egress policy", () => {
   it('maps E2B semantics: nothing denied is open, everything denied is none or the allowed hosts on 80 and 443', () => {

@@ -4,7 +4,7 @@ import { describe, expect, it } from '@jest/globals';
 import type { ImageInfo } from '@warren/protocol';
 import { loadConfig } from '../src/config.js';
 import { Credentials } from '../src/credentials.js';
-import { TemplateBuilds } from '../src/e2b/template-builds.js';
+import { TemplateBuilds } from '../src/e2b/template-builds/builds.js';
 import { toE2bHttpError } from '../src/e2b/errors.js';
 import { silentLogger } from '../src/logger.js';
 import type { HttpServerDeps } from '../src/server-context.js';

@@ -1,8 +1,8 @@
 import { describe, expect, it } from '@jest/globals';
 import { dockerfileNeeds } from '../src/dockerfile-check.js';
 import { E2bHttpError } from '../src/e2b/errors.js';
-import { dockerfileFor, filesFolder } from '../src/e2b/template-dockerfile.js';
-import { parseTemplateName, templateImage } from '../src/e2b/template-names.js';
+import { dockerfileFor, filesFolder } from '../src/e2b/template-builds/dockerfile.js';
+import { parseTemplateName, templateImage } from '../src/e2b/template-builds/names.js';
 
 const base = { image: 'warren/e2b-base:latest', user: 'user' };
 const hash = 'a'.repeat(64);

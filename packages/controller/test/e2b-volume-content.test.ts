@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from '@jest/globals';
 import { Credentials } from '../src/credentials.js';
 import { E2bHttpError } from '../src/e2b/errors.js';
-import { VOLUME_MOUNT, volumePath } from '../src/e2b/volume-content.js';
+import { VOLUME_MOUNT, volumePath } from '../src/e2b/control/volume-content.js';
 
 describe('the E2B volume content API, pure parts', () => {
   it('maps every volume path inside the mount: relative, absolute and .. all stay below it', () => {

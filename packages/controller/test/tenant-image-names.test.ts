@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { CodedError } from '@warren/protocol';
-import { templateImage } from '../src/e2b/template-names.js';
+import { templateImage } from '../src/e2b/template-builds/names.js';
 import { parseImageRef } from '../src/image-ref.js';
 import { isTenantRootRef, operatorBuildName, tenantBuildName, tenantPathPart } from '../src/tenancy/image-names.js';
 import { TenantName } from '../src/tenancy/principals.js';

@@ -2,16 +2,17 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Code, ConnectError } from '@connectrpc/connect';
 import { connectNodeAdapter } from '@connectrpc/connect-node';
 import type { HttpServerDeps } from '../server-context.js';
-import { isControlPlanePath, json, serveControlPlane } from './control-plane.js';
+import { isControlPlanePath, serveControlPlane } from './control/plane.js';
+import { json } from './http-util.js';
 import { toE2bHttpError } from './errors.js';
-import { serveFiles, serveHealth } from './envd-files.js';
-import { envdRoutes } from './envd-rpc.js';
+import { serveFiles, serveHealth } from './envd/files.js';
+import { envdRoutes } from './envd/rpc.js';
 import type { DaemonSessionPool } from '../daemon-pool.js';
-import { WatcherRegistry } from './envd-watch.js';
-import { TemplateBuilds } from './template-builds.js';
-import { VolumeContent } from './volume-content.js';
-import { CODE_INTERPRETER_PORT, serveCodeInterpreter } from './code-interpreter.js';
-import { BashContexts } from './code-interpreter-bash.js';
+import { WatcherRegistry } from './envd/watch.js';
+import { TemplateBuilds } from './template-builds/builds.js';
+import { VolumeContent } from './control/volume-content.js';
+import { CODE_INTERPRETER_PORT, serveCodeInterpreter } from './interpreter/code-interpreter.js';
+import { BashContexts } from './interpreter/bash.js';
 
 /** Where the gateway answers: `E2B_API_URL` and `E2B_SANDBOX_URL` are both `<controller URL>/e2b`. */
 export const E2B_PREFIX = '/e2b';

@@ -49,3 +49,11 @@ export function homeOf(templates: E2bTemplates, labels: Record<string, string>, 
   const template = name !== undefined && Object.hasOwn(templates, name) ? templates[name] : undefined;
   return template?.home ?? template?.create?.workspace ?? workspace ?? DEFAULT_E2B_HOME;
 }
+
+/**
+ * The envd version the gateway advertises for every template's sandboxes: the SDK switches features on it (docs/e2b.md). 0.5.7
+ * brings stdin control, closeStdin and octet-stream uploads; 0.6.2 file metadata headers (which
+ * the gateway refuses by name); 0.6.3 watch events with their entry; 0.6.4 `allowNetworkMounts`
+ * on watches. SDK 2.51 switches on nothing newer.
+ */
+export const ENVD_VERSION = '0.6.4';

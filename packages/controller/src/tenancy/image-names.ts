@@ -7,7 +7,7 @@ import { DOCKER_HUB, parseImageRef, type ImageRef } from '../image-ref.js';
  * never meet, and no build of one tenant can tell that a name of another's exists.
  */
 export const TENANT_BUILDS_ROOT = 'warren-built';
-/** Where E2B templates are named on the engine: `e2b/<tenant>/<name>:<tag>` (see e2b/template-names.ts). */
+/** Where E2B templates are named on the engine: `e2b/<tenant>/<name>:<tag>` (see e2b/template-builds/names.ts). */
 export const TEMPLATES_ROOT = 'e2b';
 /** The roots of names that are tenants' own builds: never pulled, reached by their tenant (and admin keys) only. */
 export const TENANT_ROOTS: readonly string[] = [TENANT_BUILDS_ROOT, TEMPLATES_ROOT];

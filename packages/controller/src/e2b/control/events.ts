@@ -1,10 +1,10 @@
-import { listedTenant } from '../tenancy/reach.js';
+import { listedTenant } from '../../tenancy/reach.js';
 import type { ServerResponse } from 'node:http';
-import type { SandboxEvent } from '../events/lifecycle.js';
-import type { Caller } from '../grants.js';
-import type { HttpServerDeps } from '../server-context.js';
-import { E2bHttpError } from './errors.js';
-import { json } from './http-util.js';
+import type { SandboxEvent } from '../../events/lifecycle.js';
+import type { Caller } from '../../grants.js';
+import type { HttpServerDeps } from '../../server-context.js';
+import { E2bHttpError } from '../errors.js';
+import { json } from '../http-util.js';
 
 /**
  * E2B's lifecycle event types for Warren's: a hibernation is E2B's pause and a wake its resume,

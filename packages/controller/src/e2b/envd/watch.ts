@@ -3,11 +3,11 @@ import { Code, ConnectError } from '@connectrpc/connect';
 import type { WatchChange } from '@warren/protocol';
 import { randomUUID } from 'node:crypto';
 import { posix } from 'node:path';
-import { toConnectError } from './errors.js';
-import type { DaemonSessionPool } from '../daemon-pool.js';
-import type { DaemonSession } from '../daemon-session.js';
-import { openSession, type EnvdScope } from './envd-scope.js';
-import { EventType, type FilesystemEventSchema } from './gen/filesystem/filesystem_pb.js';
+import { toConnectError } from '../errors.js';
+import type { DaemonSessionPool } from '../../daemon-pool.js';
+import type { DaemonSession } from '../../daemon-session.js';
+import { openSession, type EnvdScope } from './scope.js';
+import { EventType, type FilesystemEventSchema } from '../gen/filesystem/filesystem_pb.js';
 
 /** One envd filesystem event, as WatchDir streams it and GetWatcherEvents answers it. */
 export type FsEventInit = MessageInitShape<typeof FilesystemEventSchema>;

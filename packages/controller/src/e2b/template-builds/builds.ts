@@ -3,16 +3,16 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { gunzipSync } from 'node:zlib';
 import { CodedError, readCheckedTar } from '@warren/protocol';
 import { z } from 'zod';
-import { callerFor, type Caller } from '../grants.js';
-import type { HttpServerDeps } from '../server-context.js';
-import { packTar, type TarEntry } from '../tar.js';
-import { ownerOf, type Owner } from '../tenancy/owner.js';
-import { requireScope } from '../tenancy/scopes.js';
-import { ENVD_VERSION } from './control-plane.js';
-import { E2bHttpError, toE2bHttpError } from './errors.js';
-import { json, parse, readJson } from './http-util.js';
-import { builtImages, builtTemplate, buildIdOf, parseTemplateName, templateImage } from './template-names.js';
-import { dockerfileFor, filesFolder, TemplateBuildStart, type TemplateBase } from './template-dockerfile.js';
+import { callerFor, type Caller } from '../../grants.js';
+import type { HttpServerDeps } from '../../server-context.js';
+import { packTar, type TarEntry } from '../../tar.js';
+import { ownerOf, type Owner } from '../../tenancy/owner.js';
+import { requireScope } from '../../tenancy/scopes.js';
+import { ENVD_VERSION } from '../templates.js';
+import { E2bHttpError, toE2bHttpError } from '../errors.js';
+import { json, parse, readJson } from '../http-util.js';
+import { builtImages, builtTemplate, buildIdOf, parseTemplateName, templateImage } from './names.js';
+import { dockerfileFor, filesFolder, TemplateBuildStart, type TemplateBase } from './dockerfile.js';
 
 /** The image E2B's SDK starts a template from when none is named (`Template()`, `fromBaseImage()`). */
 export const E2B_DEFAULT_BASE_IMAGE = 'e2bdev/base';

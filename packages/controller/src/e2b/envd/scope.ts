@@ -1,12 +1,12 @@
-import { checkReach } from '../tenancy/reach.js';
+import { checkReach } from '../../tenancy/reach.js';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { posix } from 'node:path';
 import { CodedError, type ConnectionGrant } from '@warren/protocol';
-import { callerFor, grantFor, refusalFor, type Caller } from '../grants.js';
-import type { HttpServerDeps } from '../server-context.js';
-import { homeOf } from './templates.js';
-import type { DaemonLease, DaemonSessionPool } from '../daemon-pool.js';
-import type { DaemonSession } from '../daemon-session.js';
+import { callerFor, grantFor, refusalFor, type Caller } from '../../grants.js';
+import type { HttpServerDeps } from '../../server-context.js';
+import { homeOf } from '../templates.js';
+import type { DaemonLease, DaemonSessionPool } from '../../daemon-pool.js';
+import type { DaemonSession } from '../../daemon-session.js';
 
 /** Reads one request header, whether from node:http (`IncomingHttpHeaders`) or a Fetch `Headers`. */
 export type HeaderReader = (name: string) => string | undefined;

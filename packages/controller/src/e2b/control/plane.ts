@@ -1,33 +1,24 @@
-import { requireScope } from '../tenancy/scopes.js';
-import type { Scope } from '../tenancy/principals.js';
-import { listedTenant } from '../tenancy/reach.js';
-import { checkReach } from '../tenancy/reach.js';
-import { ownerOf, tenantOf, type Owner } from '../tenancy/owner.js';
+import { requireScope } from '../../tenancy/scopes.js';
+import type { Scope } from '../../tenancy/principals.js';
+import { listedTenant } from '../../tenancy/reach.js';
+import { checkReach } from '../../tenancy/reach.js';
+import { ownerOf, tenantOf, type Owner } from '../../tenancy/owner.js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { CodedError, type CreateSandboxRequest, type SandboxInfo } from '@warren/protocol';
 import { z } from 'zod';
-import { callerFor, grantFor, routeRefusal, type Access, type Caller } from '../grants.js';
-import type { HttpServerDeps } from '../server-context.js';
-import { E2bHttpError } from './errors.js';
+import { callerFor, grantFor, routeRefusal, type Access, type Caller } from '../../grants.js';
+import type { HttpServerDeps } from '../../server-context.js';
+import { E2bHttpError } from '../errors.js';
 import { serveE2bEvents } from './events.js';
 import { serveE2bLogs } from './logs.js';
 import { serveE2bWebhooks } from './webhooks.js';
-import { json, parse, readJson } from './http-util.js';
+import { json, parse, readJson } from '../http-util.js';
 import { E2bNetwork, e2bFromEgress, egressFromE2b } from './network.js';
 import { createSnapshot, createVolume, deleteTemplate, deleteVolume, fork, getVolume, listSnapshots, listVolumes, type StateContext } from './state.js';
-import { TEMPLATE_LABEL, type E2bTemplate } from './templates.js';
-import { builtTemplate } from './template-names.js';
+import { ENVD_VERSION, TEMPLATE_LABEL, type E2bTemplate } from '../templates.js';
+import { builtTemplate } from '../template-builds/names.js';
 import { HELPER_LABEL, type VolumeContent } from './volume-content.js';
 
-export { json } from './http-util.js';
-
-/**
- * The envd version the gateway advertises: the SDK switches features on it (docs/e2b.md). 0.5.7
- * brings stdin control, closeStdin and octet-stream uploads; 0.6.2 file metadata headers (which
- * the gateway refuses by name); 0.6.3 watch events with their entry; 0.6.4 `allowNetworkMounts`
- * on watches. SDK 2.51 switches on nothing newer.
- */
-export const ENVD_VERSION = '0.6.4';
 /** E2B's default timeout (seconds) when a create names none. */
 const DEFAULT_TIMEOUT_SECONDS = 300;
 /** Warren's shortest TTL; an E2B timeout below it is raised to it. */

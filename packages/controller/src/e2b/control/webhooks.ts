@@ -1,13 +1,13 @@
 import { createHash, randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { z } from 'zod';
-import { noWebhook, type WebhookInfo, type WebhookService } from '../events/webhooks.js';
-import type { WebhookFormat } from '../events/webhook-worker.js';
-import type { Caller } from '../grants.js';
-import type { HttpServerDeps } from '../server-context.js';
-import { E2bHttpError } from './errors.js';
+import { noWebhook, type WebhookInfo, type WebhookService } from '../../events/webhooks.js';
+import type { WebhookFormat } from '../../events/webhook-worker.js';
+import type { Caller } from '../../grants.js';
+import type { HttpServerDeps } from '../../server-context.js';
+import { E2bHttpError } from '../errors.js';
 import { e2bEvent, e2bEventType } from './events.js';
-import { json, parse, readJson } from './http-util.js';
+import { json, parse, readJson } from '../http-util.js';
 
 /**
  * Every type E2B's webhooks may ask for. Warren sends `created`, `killed`, `paused` and `resumed`

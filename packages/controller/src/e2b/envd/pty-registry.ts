@@ -1,7 +1,7 @@
 import { CodedError, type Result } from '@warren/protocol';
-import type { DaemonSessionPool } from '../daemon-pool.js';
-import { DaemonSession } from '../daemon-session.js';
-import { openSession, type EnvdScope } from './envd-scope.js';
+import type { DaemonSessionPool } from '../../daemon-pool.js';
+import { DaemonSession } from '../../daemon-session.js';
+import { openSession, type EnvdScope } from './scope.js';
 
 /** What a PTY stream carries, before it becomes envd's events. */
 export type PtyEvent = { kind: 'output'; bytes: Uint8Array } | { kind: 'end'; exit?: Result<'pty.open'>; error?: Error };

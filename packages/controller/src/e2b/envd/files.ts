@@ -1,15 +1,15 @@
-import { seesTenant } from '../tenancy/reach.js';
+import { seesTenant } from '../../tenancy/reach.js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { posix } from 'node:path';
 import { gunzipSync } from 'node:zlib';
 import { CodedError } from '@warren/protocol';
-import { callerFor } from '../grants.js';
-import type { HttpServerDeps } from '../server-context.js';
-import { json } from './control-plane.js';
-import type { DaemonSession } from '../daemon-session.js';
-import { E2bHttpError } from './errors.js';
-import { envdScope, resolvePath, sandboxIdOf, signedFileScope, withSession } from './envd-scope.js';
-import type { DaemonSessionPool } from '../daemon-pool.js';
+import { callerFor } from '../../grants.js';
+import type { HttpServerDeps } from '../../server-context.js';
+import { json } from '../http-util.js';
+import type { DaemonSession } from '../../daemon-session.js';
+import { E2bHttpError } from '../errors.js';
+import { envdScope, resolvePath, sandboxIdOf, signedFileScope, withSession } from './scope.js';
+import type { DaemonSessionPool } from '../../daemon-pool.js';
 
 /** The largest upload body (all files of one request together); larger ones get 413. */
 export const MAX_UPLOAD_BYTES = 64 * 1024 * 1024;

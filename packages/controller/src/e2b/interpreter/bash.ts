@@ -1,6 +1,6 @@
 import type { Result } from '@warren/protocol';
-import type { DaemonSession } from '../daemon-session.js';
-import { E2bHttpError } from './errors.js';
+import type { DaemonSession } from '../../daemon-session.js';
+import { E2bHttpError } from '../errors.js';
 
 /** Bash contexts' ids start with this; the rest names the shell session (`e2b-<id>`). */
 export const BASH_CONTEXT_PREFIX = 'bash-';

@@ -1,6 +1,6 @@
 import path from 'node:path';
 import { z } from 'zod';
-import { E2bHttpError } from './errors.js';
+import { E2bHttpError } from '../errors.js';
 
 /** One step of E2B's template build (`TemplateStep`): `RUN`, `COPY`, `ENV`, `WORKDIR` or `USER` with its arguments. */
 export const TemplateStep = z.looseObject({

@@ -1,8 +1,8 @@
 import type { CreateSandboxRequest, ImageInfo } from '@warren/protocol';
-import type { HttpServerDeps } from '../server-context.js';
-import type { Owner } from '../tenancy/owner.js';
-import { tenantPathPart } from '../tenancy/image-names.js';
-import { E2bHttpError } from './errors.js';
+import type { HttpServerDeps } from '../../server-context.js';
+import type { Owner } from '../../tenancy/owner.js';
+import { tenantPathPart } from '../../tenancy/image-names.js';
+import { E2bHttpError } from '../errors.js';
 
 /** The home and working folder of a sandbox made from a built template, as E2B programs expect. */
 export const E2B_HOME = '/home/user';

@@ -1,6 +1,6 @@
 import { EgressHostPattern, type EgressPolicy, type EgressRule } from '@warren/protocol';
 import { z } from 'zod';
-import { E2bHttpError } from './errors.js';
+import { E2bHttpError } from '../errors.js';
 
 /** E2B's "all traffic" CIDR (`ALL_TRAFFIC` in the SDK). */
 export const ALL_TRAFFIC = '0.0.0.0/0';

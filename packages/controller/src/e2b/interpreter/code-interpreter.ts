@@ -2,12 +2,12 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { StringDecoder } from 'node:string_decoder';
 import { CodedError, CodeRunParams, type CodeContextInfo, type CodeDisplay, type CodeLanguage } from '@warren/protocol';
 import { z } from 'zod';
-import type { HttpServerDeps } from '../server-context.js';
-import type { DaemonSessionPool } from '../daemon-pool.js';
-import { envdScope, resolvePath, withSession, type EnvdScope, type HeaderReader } from './envd-scope.js';
-import { E2bHttpError, toE2bHttpError } from './errors.js';
-import { parse, readJson } from './http-util.js';
-import { BashContexts, isBashContext, type ContextObject } from './code-interpreter-bash.js';
+import type { HttpServerDeps } from '../../server-context.js';
+import type { DaemonSessionPool } from '../../daemon-pool.js';
+import { envdScope, resolvePath, withSession, type EnvdScope, type HeaderReader } from '../envd/scope.js';
+import { E2bHttpError, toE2bHttpError } from '../errors.js';
+import { parse, readJson } from '../http-util.js';
+import { BashContexts, isBashContext, type ContextObject } from './bash.js';
 
 /** The port `@e2b/code-interpreter` reaches its template's server on (`JUPYTER_PORT` in the SDK). */
 export const CODE_INTERPRETER_PORT = 49999;
@@ -104,7 +104,7 @@ function contextObject(info: CodeContextInfo): ContextObject {
  * `E2B-Traffic-Access-Token` the SDK sends on `/contexts`), a derived token, or an API key whose
  * tenant reaches the sandbox.
  *
- * Bash contexts are Warren's shell sessions (`bash`, code-interpreter-bash.ts).
+ * Bash contexts are Warren's shell sessions (`bash`, interpreter/bash.ts).
  *
  * @example
  * if (req.headers['e2b-sandbox-port'] === '49999') await serveCodeInterpreter(deps, pool, bash, req, res, path);

@@ -1,10 +1,10 @@
-import type { Owner } from '../tenancy/owner.js';
+import type { Owner } from '../../tenancy/owner.js';
 import type { ServerResponse } from 'node:http';
 import type { CreateSandboxResponse } from '@warren/protocol';
 import { z } from 'zod';
-import type { HttpServerDeps } from '../server-context.js';
-import { E2bHttpError, toE2bHttpError } from './errors.js';
-import { json, parse, readJson } from './http-util.js';
+import type { HttpServerDeps } from '../../server-context.js';
+import { E2bHttpError, toE2bHttpError } from '../errors.js';
+import { json, parse, readJson } from '../http-util.js';
 import type { VolumeContent } from './volume-content.js';
 
 /**

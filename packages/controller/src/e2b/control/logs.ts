@@ -1,10 +1,10 @@
 import type { ServerResponse } from 'node:http';
 import type { AuditEntry, ProcessInfo } from '@warren/protocol';
-import { grantFor, refusalFor, type Caller } from '../grants.js';
-import type { HttpServerDeps } from '../server-context.js';
-import { DaemonSession } from '../daemon-session.js';
-import { E2bHttpError } from './errors.js';
-import { json } from './http-util.js';
+import { grantFor, refusalFor, type Caller } from '../../grants.js';
+import type { HttpServerDeps } from '../../server-context.js';
+import { DaemonSession } from '../../daemon-session.js';
+import { E2bHttpError } from '../errors.js';
+import { json } from '../http-util.js';
 
 /** E2B's `SandboxLogEntry`: one structured line of a sandbox's log. */
 export interface E2bLogEntry {

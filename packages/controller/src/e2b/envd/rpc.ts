@@ -3,15 +3,15 @@ import { timestampFromMs } from '@bufbuild/protobuf/wkt';
 import { Code, ConnectError, type ConnectRouter, type HandlerContext } from '@connectrpc/connect';
 import { CodedError, type ProcessInfo as WarrenProcess, type Result } from '@warren/protocol';
 import { posix } from 'node:path';
-import type { HttpServerDeps } from '../server-context.js';
-import { toConnectError } from './errors.js';
-import { checkExec, envdScope, leaseSession, openSession, resolvePath, sandboxIdOf, withSession, type EnvdScope } from './envd-scope.js';
-import type { DaemonSession } from '../daemon-session.js';
-import type { DaemonLease, DaemonSessionPool } from '../daemon-pool.js';
+import type { HttpServerDeps } from '../../server-context.js';
+import { toConnectError } from '../errors.js';
+import { checkExec, envdScope, leaseSession, openSession, resolvePath, sandboxIdOf, withSession, type EnvdScope } from './scope.js';
+import type { DaemonSession } from '../../daemon-session.js';
+import type { DaemonLease, DaemonSessionPool } from '../../daemon-pool.js';
 import { PtyRegistry, type PtyEntry, type PtyEvent } from './pty-registry.js';
-import { FileType, Filesystem, WatchDirResponseSchema, type EntryInfo } from './gen/filesystem/filesystem_pb.js';
-import { runWatch, type FsEventInit, type WatcherRegistry } from './envd-watch.js';
-import { Process, ProcessEventSchema, Signal, type ProcessSelector } from './gen/process/process_pb.js';
+import { FileType, Filesystem, WatchDirResponseSchema, type EntryInfo } from '../gen/filesystem/filesystem_pb.js';
+import { runWatch, type FsEventInit, type WatcherRegistry } from './watch.js';
+import { Process, ProcessEventSchema, Signal, type ProcessSelector } from '../gen/process/process_pb.js';
 
 /** The most entries one ListDir answers (Warren's own listing cap). */
 const MAX_LIST_ENTRIES = 100_000;

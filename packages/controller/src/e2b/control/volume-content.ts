@@ -1,13 +1,13 @@
-import type { Owner } from '../tenancy/owner.js';
+import type { Owner } from '../../tenancy/owner.js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { posix } from 'node:path';
 import type { CreateSandboxRequest } from '@warren/protocol';
-import type { HttpServerDeps } from '../server-context.js';
-import type { DaemonSession } from '../daemon-session.js';
-import { E2bHttpError } from './errors.js';
-import { withSession } from './envd-scope.js';
-import { json } from './http-util.js';
-import type { DaemonSessionPool } from '../daemon-pool.js';
+import type { HttpServerDeps } from '../../server-context.js';
+import type { DaemonSession } from '../../daemon-session.js';
+import { E2bHttpError } from '../errors.js';
+import { withSession } from '../envd/scope.js';
+import { json } from '../http-util.js';
+import type { DaemonSessionPool } from '../../daemon-pool.js';
 
 /** Where a helper sandbox mounts the volume; its file policy is exactly this folder. */
 export const VOLUME_MOUNT = '/mnt/volume';

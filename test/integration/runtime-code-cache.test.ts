@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { collectRuntime, loadConfig, type AgentRuntime } from '@warren/controller';
+import { collectRuntime, daemonNodePath, loadConfig, type AgentRuntime } from '@warren/controller';
 import { DAEMON_NODE_FLAGS, runtimeTar } from '../../packages/controller/src/runtime.js';
 
 const run = promisify(execFile);
@@ -48,13 +48,17 @@ describe("the runtime's code cache for the daemon", () => {
       'process.stdout.write(String(s.cachedDataRejected));',
     ].join('\n');
     const env = { PATH: process.env.PATH ?? '/usr/bin:/bin' };
-    expect((await run(process.execPath, [...DAEMON_NODE_FLAGS, '-e', check], { env })).stdout).toBe('false');
-    expect((await run(process.execPath, ['-e', check], { env })).stdout).toBe('true');
+    // The Node the runtime carries made the cache (Node 24's binary package, else this one).
+    const node = (await daemonNodePath()).path;
+    expect((await run(node, [...DAEMON_NODE_FLAGS, '-e', check], { env })).stdout).toBe('false');
+    expect((await run(node, ['-e', check], { env })).stdout).toBe('true');
   }, 60_000);
 
   it('starts the daemon from the runtime with the cache: the bundle loads and runs its main', async () => {
     // Without arguments main refuses to start: proof that the bundle loaded and its main ran.
-    const failed = await run(process.execPath, [...DAEMON_NODE_FLAGS, path.join(dir, 'warren-agent.mjs')], { env: { PATH: '/usr/bin:/bin' } }).then(
+    const failed = await run((await daemonNodePath()).path, [...DAEMON_NODE_FLAGS, path.join(dir, 'warren-agent.mjs')], {
+      env: { PATH: '/usr/bin:/bin' },
+    }).then(
       () => ({ stderr: 'exited 0' }),
       (e: { stderr: string }) => e,
     );

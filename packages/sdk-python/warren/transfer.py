@@ -618,8 +618,10 @@ async def _stream_download(
                 await asyncio.to_thread(pipe.put, data)
             except _Stopped:
                 break  # the extractor failed (a hostile entry, a local file in the way): its error is raised below
-        if not pipe.stopped.is_set():
+        try:
             await asyncio.to_thread(pipe.put, None)
+        except _Stopped:
+            pass  # the extractor stopped (it may do so at any moment): its error is raised next
         await extractor
         result = await call
         if result.bytes != received:
